@@ -1,0 +1,107 @@
+"""What every command shares: --config/--agent/--json, config loading and printing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from agentd.clock import SystemClock
+from agentd.config import Config, load_config, resolve_config_path
+from agentd.store import Store, open_store
+
+COMMON = argparse.ArgumentParser(add_help=False)
+COMMON.add_argument(
+    "--config",
+    metavar="FILE",
+    default=argparse.SUPPRESS,
+    help="identity TOML (default: $AGENTD_CONFIG, /etc/agentd/AGENT.toml, the embedded example)",
+)
+COMMON.add_argument("--agent", metavar="NAME", default=argparse.SUPPRESS, help="read /etc/agentd/NAME.toml")
+COMMON.add_argument(
+    "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts instead of text for people"
+)
+COMMON.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging on stderr")
+
+
+class CommandError(Exception):
+    """A command-level refusal that is not a domain error (exit code chosen by the command)."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def add_command(group: Any, name: str, handler: Any, help_text: str, **kwargs: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = group.add_parser(
+        name, parents=[COMMON], help=help_text, description=help_text, **kwargs
+    )
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def option(args: argparse.Namespace, name: str, default: Any = None) -> Any:
+    return getattr(args, name, default)
+
+
+def wants_json(args: argparse.Namespace) -> bool:
+    return bool(option(args, "json", False))
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    path, notice = resolve_config_path(option(args, "config"), option(args, "agent"))
+    if notice and not wants_json(args):
+        print(f"agentd: {notice}", file=sys.stderr)
+    return load_config(path)
+
+
+def store_from(config: Config) -> Store:
+    return open_store(config.db_path, SystemClock())
+
+
+def to_jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {k: to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False))
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    text_rows = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in text_rows]) for i, h in enumerate(headers)]
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for row in text_rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def print_fields(pairs: Iterable[tuple[str, Any]]) -> None:
+    pairs = list(pairs)
+    width = max((len(k) for k, _ in pairs), default=0)
+    for key, value in pairs:
+        if value is None or value == [] or value == {}:
+            continue
+        shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value
+        print(f"{key.ljust(width)}  {shown}")
+
+
+def age(seconds: float) -> str:
+    """Human duration: 42s, 3m12s, 2h05m, 3d04h."""
+    seconds = int(max(seconds, 0))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"

@@ -1,0 +1,213 @@
+"""Setting an agent up and looking at it: init, migrate, config check, schema export,
+identity show, skills list/show/run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from agentd.cli.common import (
+    add_command,
+    config_from,
+    print_fields,
+    print_json,
+    print_table,
+    wants_json,
+)
+from agentd.clock import SystemClock
+from agentd.errors import InputError, NotFound
+from agentd.records import json_schemas
+from agentd.runner import run_foreground
+from agentd.store import init_state_dir, migrate, open_store
+
+
+def register(commands: Any) -> None:
+    add_command(commands, "init", cmd_init, "create the state dir (0700), the database (0600) and migrate it")
+    add_command(commands, "migrate", cmd_migrate, "apply pending database migrations")
+
+    config = commands.add_parser("config", help="check the identity TOML").add_subparsers(
+        dest="config_command", metavar="SUBCOMMAND", required=True
+    )
+    add_command(
+        config, "check", cmd_config_check, "validate the identity TOML and everything it refers to; write nothing"
+    )
+
+    schema = commands.add_parser("schema", help="JSON Schemas of agentd's records").add_subparsers(
+        dest="schema_command", metavar="SUBCOMMAND", required=True
+    )
+    export = add_command(schema, "export", cmd_schema_export, "write one JSON Schema file per record into DIR")
+    export.add_argument("directory", metavar="DIR")
+
+    identity = commands.add_parser("identity", help="the agent's identity").add_subparsers(
+        dest="identity_command", metavar="SUBCOMMAND", required=True
+    )
+    add_command(identity, "show", cmd_identity_show, "identity, wallets, constitution paths and hashes")
+
+    skills = commands.add_parser("skills", help="the skills this agent has").add_subparsers(
+        dest="skills_command", metavar="SUBCOMMAND", required=True
+    )
+    add_command(skills, "list", cmd_skills_list, "every skill with its description and commands")
+    show = add_command(skills, "show", cmd_skills_show, "one skill's manifest and SKILL.md")
+    show.add_argument("skill_id", metavar="ID")
+    run = add_command(
+        skills,
+        "run",
+        cmd_skills_run,
+        "run a command the skill's manifest declares, as argv in the workspace (never through a shell)",
+    )
+    run.add_argument("skill_id", metavar="ID")
+    run.add_argument("command_name", metavar="COMMAND")
+    run.add_argument("arguments", metavar="ARGS", nargs=argparse.REMAINDER, help="after --, passed on as-is")
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    init_state_dir(config.paths.state_dir, config.paths.workspace)
+    applied = migrate(config.db_path, SystemClock())
+    store = open_store(config.db_path, SystemClock())
+    store.close()
+    if wants_json(args):
+        print_json(
+            {
+                "database": str(config.db_path),
+                "applied": [m.filename for m in applied],
+                "schema_version": store.schema_version,
+            }
+        )
+    else:
+        print(
+            f"initialised {config.paths.state_dir} (database {config.db_path}, schema version {store.schema_version})"
+        )
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    init_state_dir(config.paths.state_dir)
+    applied = migrate(config.db_path, SystemClock())
+    if wants_json(args):
+        print_json({"database": str(config.db_path), "applied": [m.filename for m in applied]})
+    elif applied:
+        print("applied " + ", ".join(m.filename for m in applied))
+    else:
+        print(f"{config.db_path} is up to date")
+    return 0
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    if wants_json(args):
+        print_json({"config": str(config.path), "ok": True})
+    else:
+        print(
+            f"{config.path}: ok (agent {config.agent.agent_id}; {len(config.adapters)} adapters, "
+            f"{len(config.profiles)} profiles, {len(config.task_types)} task types, {len(config.skills)} skills, "
+            f"{len(config.workflows)} workflows, {len(config.schedules)} schedules)"
+        )
+    return 0
+
+
+def cmd_schema_export(args: argparse.Namespace) -> int:
+    target = Path(args.directory)
+    if target.exists() and not target.is_dir():
+        raise InputError(f"{target} exists and is not a folder")
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for schema_id, schema in sorted(json_schemas().items()):
+        path = target / (schema_id.removeprefix("agent-runtime/").replace("/", ".") + ".schema.json")
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        written.append(str(path))
+    if wants_json(args):
+        print_json(written)
+    else:
+        print(f"wrote {len(written)} schemas to {target}")
+    return 0
+
+
+def cmd_identity_show(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    identity, constitution = config.identity, config.constitution
+    if wants_json(args):
+        print_json({"identity": identity, "wallets": list(config.wallets), "constitution": constitution})
+        return 0
+    print_fields(identity.model_dump(mode="json").items())
+    print()
+    print_fields(
+        [
+            ("soul_path", constitution.soul_path),
+            ("soul_hash", constitution.soul_hash),
+            ("purpose_path", constitution.purpose_path),
+            ("purpose_hash", constitution.purpose_hash),
+            ("version", constitution.version),
+            ("revised_at", constitution.model_dump(mode="json")["revised_at"]),
+        ]
+    )
+    if config.wallets:
+        print()
+        print_table(
+            ["CHAIN", "NETWORK", "ADDRESS", "NAME", "ONCHAIN CONTRACT"],
+            [(w.chain, w.network, w.address, w.name, w.onchain_identity_contract) for w in config.wallets],
+        )
+    return 0
+
+
+def cmd_skills_list(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    skills = sorted(config.skills.values(), key=lambda s: s.skill_id)
+    if wants_json(args):
+        print_json([s.manifest for s in skills])
+        return 0
+    print_table(
+        ["ID", "DESCRIPTION", "COMMANDS"],
+        [
+            (s.skill_id, s.manifest.description, ", ".join(c.name for c in s.manifest.cli_commands or ()))
+            for s in skills
+        ],
+    )
+    return 0
+
+
+def cmd_skills_show(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    skill = _skill(config.skills, args.skill_id)
+    if wants_json(args):
+        print_json(
+            {"manifest": skill.manifest, "directory": str(skill.directory), "instructions": skill.instructions()}
+        )
+        return 0
+    print_fields(
+        [
+            ("skill_id", skill.skill_id),
+            ("description", skill.manifest.description),
+            ("directory", str(skill.directory)),
+            ("tags", skill.manifest.tags),
+        ]
+    )
+    for command in skill.manifest.cli_commands or ():
+        print(f"command     {command.name}: {skill.command_argv(command.name)}  {command.description or ''}".rstrip())
+    print()
+    print(skill.instructions().rstrip())
+    return 0
+
+
+def cmd_skills_run(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    skill = _skill(config.skills, args.skill_id)
+    argv = skill.command_argv(args.command_name)
+    if argv is None:
+        declared = ", ".join(c.name for c in skill.manifest.cli_commands or ()) or "none"
+        raise InputError(f"skill {skill.skill_id} declares no command {args.command_name!r} (declared: {declared})")
+    extra = args.arguments[1:] if args.arguments[:1] == ["--"] else args.arguments
+    cwd = config.paths.workspace if config.paths.workspace.is_dir() else Path.cwd()
+    return run_foreground([*argv, *extra], cwd=cwd)
+
+
+def _skill(skills: Any, skill_id: str) -> Any:
+    if skill_id not in skills:
+        raise NotFound(f"no skill {skill_id!r}; known: {', '.join(sorted(skills)) or 'none'}")
+    return skills[skill_id]

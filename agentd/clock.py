@@ -1,0 +1,65 @@
+"""The one source of time: a Clock to inject, and the UTC timestamp format agentd emits.
+
+Nothing else calls datetime.now() or time.time(); tests advance a FakeClock instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """The current time, timezone-aware UTC."""
+
+    def monotonic(self) -> float:
+        """Seconds from an arbitrary origin, never going backwards."""
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+class FakeClock:
+    """A clock that moves only when a test says so."""
+
+    def __init__(self, start: datetime | str = "2026-11-22T10:00:00.000000Z") -> None:
+        self._now = parse_ts(start) if isinstance(start, str) else start
+        self._mono = 1000.0
+
+    def now(self) -> datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def advance(self, seconds: float) -> datetime:
+        self._now += timedelta(seconds=seconds)
+        self._mono += seconds
+        return self._now
+
+
+def format_ts(moment: datetime) -> str:
+    """`2026-11-22T10:00:00.000000Z`: fixed width, so text order is time order (SQLite relies on it)."""
+    if moment.tzinfo is None:
+        raise ValueError(f"naive datetime {moment!r}: agentd keeps every time in UTC")
+    if moment.utcoffset():
+        moment = moment.astimezone(UTC)
+    return moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def parse_ts(text: str) -> datetime:
+    """Parse an ISO-8601 timestamp that carries a zone ('Z' or an offset) into UTC."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ValueError(f"{text!r} is not an ISO-8601 timestamp like 2026-11-22T10:00:00Z") from exc
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} has no time zone; write it in UTC with a trailing Z")
+    return moment.astimezone(UTC)

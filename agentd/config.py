@@ -1,0 +1,444 @@
+"""The identity TOML (DESIGN §2), validated once at the edge into one frozen Config.
+
+Environment overrides (`AGENTD_<SECTION>__<KEY>`) are read here and nowhere else. Every
+problem is collected and reported together as `FILE: key.path: expected…, found…`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from agentd.errors import ConfigError, Problem
+from agentd.hashing import sha256_file
+from agentd.records import (
+    AdapterConfig,
+    AgentConstitution,
+    AgentIdentity,
+    ExternalName,
+    Identifier,
+    JsonObject,
+    OnchainIdentity,
+    SubagentProfile,
+    TaskIntent,
+    TaskTypeSpec,
+    Timestamp,
+    WalletIdentity,
+    WorkflowDefinition,
+)
+from agentd.skills import Skill, load_skills
+
+ENV_PREFIX = "AGENTD_"
+CONFIG_ENV = "AGENTD_CONFIG"
+SYSTEM_CONFIG_DIR = Path("/etc/agentd")
+ANY_OBJECT_SCHEMA_ID = "agent-runtime/payload.any-object/v1"
+BUILTIN_PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {ANY_OBJECT_SCHEMA_ID: {"type": "object"}}
+MIB = 1024 * 1024
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AgentSection(Section):
+    """AgentIdentity (seed §1) without soul_ref/purpose_ref: [constitution] owns those paths."""
+
+    agent_id: Identifier
+    internal_name: Identifier
+    display_name: str
+    external_name: ExternalName | None = None
+    onchain_identity: OnchainIdentity | None = None
+    codename: str | None = None
+    host: str | None = None
+    user: str | None = None
+    runtime_instance_id: str | None = None
+    metadata: JsonObject | None = None
+
+
+class ConstitutionSection(Section):
+    soul_path: Path
+    purpose_path: Path
+    version: str
+    revised_at: Timestamp
+
+
+class WalletSection(Section):
+    agent_id: str | None = None
+    chain: str
+    network: str | None = None
+    address: str
+    public_key: str | None = None
+    name: str | None = None
+    capabilities: list[str] | None = None
+    onchain_identity_contract: str | None = None
+    reputation_ref: str | None = None
+    metadata: JsonObject | None = None
+
+
+class PathsSection(Section):
+    state_dir: Path
+    skills_dir: Path
+    sensors_dir: Path
+    workspace: Path
+
+
+class DispatchSection(Section):
+    poll_ceiling_s: float = Field(default=30.0, gt=0, le=3600)
+    grace_s: float = Field(default=30.0, ge=0, description="SIGTERM: time the attempt may finish")
+    kill_grace_s: float = Field(default=5.0, gt=0, description="adapter SIGTERM → SIGKILL")
+    lock_heartbeat_s: float = Field(default=5.0, gt=0)
+    lock_stale_s: float = Field(default=60.0, gt=0)
+    default_max_attempts: int = Field(default=3, ge=1, le=100)
+    default_profile_id: Identifier | None = None
+    backoff_base_s: float = Field(default=30.0, ge=0)
+    backoff_max_s: float = Field(default=3600.0, ge=0)
+    backoff_jitter: float = Field(default=0.2, ge=0, le=1)
+    rate_limit_backoff_s: float = Field(default=300.0, ge=0)
+    max_rate_limit_reschedules: int = Field(default=5, ge=0)
+    output_cap_bytes: int = Field(default=16 * MIB, ge=1024)
+    workflow_state_cap: int = Field(default=5, ge=1)
+    recent_memory_items: int = Field(default=5, ge=0)
+
+
+class SensorsSection(Section):
+    max_concurrent: int = Field(default=4, ge=1, le=64)
+    default_timeout_s: float = Field(default=60.0, gt=0)
+    kill_grace_s: float = Field(default=5.0, gt=0)
+    output_cap_bytes: int = Field(default=16 * MIB, ge=1024)
+    tick_s: float = Field(default=1.0, gt=0, le=60)
+
+
+class MetricsSection(Section):
+    enabled: bool = True
+    dispatch_listen: str = "127.0.0.1:9478"
+    sensors_listen: str = "127.0.0.1:9479"
+
+
+class ScheduleSpec(Section):
+    """A `[[schedules]]` entry; becomes a RecurringScheduleRecord when dispatch starts."""
+
+    schedule_id: Identifier
+    name: str | None = None
+    enabled: bool = True
+    interval_seconds: int = Field(ge=1)
+    task: JsonObject = Field(description="a TaskIntent; source defaults to schedule:<id>")
+
+
+class Settings(BaseSettings):
+    """The identity TOML's shape; the environment overrides any scalar of a section."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True)
+
+    agent: AgentSection
+    constitution: ConstitutionSection
+    wallets: list[WalletSection] = []
+    paths: PathsSection
+    dispatch: DispatchSection = DispatchSection()
+    sensors: SensorsSection = SensorsSection()
+    metrics: MetricsSection = MetricsSection()
+    adapters: list[AdapterConfig] = Field(min_length=1)
+    profiles: list[SubagentProfile] = Field(min_length=1)
+    task_types: list[TaskTypeSpec] = Field(min_length=1)
+    payload_schemas: dict[str, Path] = {}
+    workflows: list[WorkflowDefinition] = []
+    schedules: list[ScheduleSpec] = []
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (env_settings, init_settings)  # the environment wins over the file
+
+
+SECTIONS = ("agent", "constitution", "paths", "dispatch", "sensors", "metrics")
+# internal_name is load-bearing (seed §1): nothing may override it, agent_id must match it.
+PROTECTED_ENV = ("AGENTD_AGENT", "AGENTD_AGENT__INTERNAL_NAME", "AGENTD_AGENT__AGENT_ID")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything agentd knows about one agent, validated and cross-checked."""
+
+    path: Path
+    agent: AgentSection
+    constitution: AgentConstitution
+    wallets: tuple[WalletIdentity, ...]
+    paths: PathsSection
+    dispatch: DispatchSection
+    sensors: SensorsSection
+    metrics: MetricsSection
+    adapters: Mapping[str, AdapterConfig]
+    profiles: Mapping[str, SubagentProfile]
+    task_types: Mapping[str, TaskTypeSpec]
+    payload_schemas: Mapping[str, dict[str, Any]]
+    workflows: Mapping[str, WorkflowDefinition]
+    schedules: tuple[ScheduleSpec, ...]
+    skills: Mapping[str, Skill]
+
+    @property
+    def identity(self) -> AgentIdentity:
+        return AgentIdentity(
+            **self.agent.model_dump(),
+            soul_ref=self.constitution.soul_path,
+            purpose_ref=self.constitution.purpose_path,
+        )
+
+    @property
+    def db_path(self) -> Path:
+        return self.paths.state_dir / "agentd.db"
+
+
+def resolve_config_path(given: str | None, agent: str | None = None) -> tuple[Path, str | None]:
+    """Which identity TOML to load, and a notice when it is the embedded default.
+
+    Order: --config, $AGENTD_CONFIG, /etc/agentd/<agent>.toml, the only TOML in /etc/agentd,
+    then the embedded example (only on a machine with no /etc/agentd TOML at all).
+    """
+    from agentd.resources import example_config
+
+    if given:
+        return Path(given), None
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV]), None
+    if agent:
+        return SYSTEM_CONFIG_DIR / f"{agent}.toml", None
+    installed = sorted(SYSTEM_CONFIG_DIR.glob("*.toml")) if SYSTEM_CONFIG_DIR.is_dir() else []
+    if len(installed) == 1:
+        return installed[0], None
+    if installed:
+        names = ", ".join(p.stem for p in installed)
+        raise ConfigError([Problem(str(SYSTEM_CONFIG_DIR), "", f"several agents ({names}); pass --agent or --config")])
+    path = example_config()
+    return path, f"using the embedded default config {path}; pass --config for a real agent"
+
+
+def load_config(path: Path) -> Config:
+    """Read, validate and cross-check the identity TOML; raise ConfigError listing every problem."""
+    path = path.absolute()
+    source = str(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError([Problem(source, "", "no such file")]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([Problem(source, "", f"not valid TOML: {exc}")]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([Problem(source, "", f"cannot read it: {exc}")]) from None
+    problems = _protected_env_problems()
+    if problems:  # anything checked after an identity override would be about the wrong agent
+        raise ConfigError(problems)
+    problems = _duplicates(source, raw)
+    _resolve_relative_paths(raw, path.parent)
+    try:
+        settings = Settings(**raw)
+    except ValidationError as exc:
+        raise ConfigError(problems + _validation_problems(exc, raw, source)) from None
+    config, found = _assemble(path, settings)
+    problems += found + cross_check(config)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def _protected_env_problems() -> list[Problem]:
+    return [
+        Problem(name, "", "agent.internal_name and agent_id are load-bearing and cannot be overridden")
+        for name in PROTECTED_ENV
+        if name in os.environ
+    ]
+
+
+def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
+    """Relative paths in the file mean: relative to the file (so --config works from anywhere)."""
+
+    def fix(table: Any, key: str, *, only_path_like: bool = False) -> None:
+        if not isinstance(table, dict) or not isinstance(table.get(key), str):
+            return
+        value = table[key]
+        if only_path_like and "/" not in value:
+            return  # a bare command name is looked up on PATH
+        if not Path(value).is_absolute():
+            table[key] = os.path.normpath(base / value)
+
+    for key in ("soul_path", "purpose_path"):
+        fix(raw.get("constitution"), key)
+    for key in ("state_dir", "skills_dir", "sensors_dir", "workspace"):
+        fix(raw.get("paths"), key)
+    for adapter in raw.get("adapters") or []:
+        fix(adapter, "env_file")
+        fix(adapter, "working_dir")
+        fix(adapter, "command", only_path_like=True)
+    schemas = raw.get("payload_schemas")
+    if isinstance(schemas, dict):
+        for key in list(schemas):
+            fix(schemas, key)
+
+
+def _validation_problems(exc: ValidationError, raw: dict[str, Any], source: str) -> list[Problem]:
+    problems = []
+    for err in exc.errors():
+        loc = _format_loc(err["loc"], raw)
+        env_name = _env_name(err["loc"])
+        where = env_name if env_name in os.environ else source
+        problems.append(Problem(where, loc, _describe(err)))
+    return problems
+
+
+def _format_loc(loc: tuple[int | str, ...], raw: Any) -> str:
+    """('adapters', 1, 'script', 'timeout_ms') → 'adapters[1].timeout_ms' (the union tag dropped)."""
+    text, node = "", raw
+    for part in loc:
+        if isinstance(node, dict) and node.get("kind") == part and part not in node:
+            continue  # pydantic names the discriminated-union member; the file does not
+        if isinstance(part, int):
+            text += f"[{part}]"
+            node = node[part] if isinstance(node, list) and part < len(node) else None
+        else:
+            text += f".{part}" if text else str(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return text
+
+
+def _env_name(loc: tuple[int | str, ...]) -> str:
+    parts = [str(p) for p in loc[:2]]
+    return ENV_PREFIX + "__".join(parts).upper()
+
+
+def _describe(err: Any) -> str:
+    kind, found = err["type"], err.get("input")
+    if kind == "missing":
+        return "required, but missing"
+    if kind == "extra_forbidden":
+        return "unknown key (check its spelling against README's configuration reference)"
+    if kind == "union_tag_invalid":
+        return f"expected one of {err['ctx']['expected_tags']}, found {err['ctx']['tag']!r}"
+    return f"{err['msg'][0].lower()}{err['msg'][1:]}, found {found!r}"
+
+
+def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
+    source = str(path)
+    problems: list[Problem] = []
+    paths = PathsSection(**{k: Path(v).absolute() for k, v in settings.paths.model_dump().items()})
+    skills, skill_problems = load_skills(paths.skills_dir)
+    problems += skill_problems
+    if not paths.skills_dir.is_dir():
+        problems.append(Problem(source, "paths.skills_dir", f"expected a folder, found nothing at {paths.skills_dir}"))
+    constitution, found = _constitution(source, settings)
+    problems += found
+    schemas, found = _payload_schemas(source, settings.payload_schemas)
+    problems += found
+    agent_id = settings.agent.agent_id
+    wallets = tuple(WalletIdentity(**{**w.model_dump(), "agent_id": w.agent_id or agent_id}) for w in settings.wallets)
+    config = Config(
+        path=path,
+        agent=settings.agent,
+        constitution=constitution,
+        wallets=wallets,
+        paths=paths,
+        dispatch=settings.dispatch,
+        sensors=settings.sensors,
+        metrics=settings.metrics,
+        adapters={a.adapter_id: a for a in settings.adapters},
+        profiles={p.profile_id: p for p in settings.profiles},
+        task_types={t.task_type: t for t in settings.task_types},
+        payload_schemas=schemas,
+        workflows={w.workflow_type: w for w in settings.workflows},
+        schedules=tuple(settings.schedules),
+        skills=skills,
+    )
+    return config, problems
+
+
+def _constitution(source: str, settings: Settings) -> tuple[AgentConstitution, list[Problem]]:
+    problems, hashes = [], {}
+    for key in ("soul_path", "purpose_path"):
+        file = Path(getattr(settings.constitution, key)).absolute()
+        if file.is_file():
+            hashes[key] = sha256_file(file)
+        else:
+            hashes[key] = ""
+            problems.append(Problem(source, f"constitution.{key}", f"expected a file, found nothing at {file}"))
+    constitution = AgentConstitution(
+        agent_id=settings.agent.agent_id,
+        soul_path=str(Path(settings.constitution.soul_path).absolute()),
+        purpose_path=str(Path(settings.constitution.purpose_path).absolute()),
+        soul_hash=hashes["soul_path"],
+        purpose_hash=hashes["purpose_path"],
+        version=settings.constitution.version,
+        revised_at=settings.constitution.revised_at,
+    )
+    return constitution, problems
+
+
+def _payload_schemas(source: str, declared: Mapping[str, Path]) -> tuple[dict[str, dict[str, Any]], list[Problem]]:
+    schemas, problems = dict(BUILTIN_PAYLOAD_SCHEMAS), []
+    for schema_id, file in declared.items():
+        key = f"payload_schemas.{schema_id!r}" if "." in schema_id else f"payload_schemas.{schema_id}"
+        try:
+            schema = json.loads(Path(file).read_text(encoding="utf-8"))
+            Draft202012Validator.check_schema(schema)
+        except FileNotFoundError:
+            problems.append(Problem(source, key, f"expected a JSON Schema file, found nothing at {file}"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            problems.append(Problem(source, key, f"{file} is not JSON: {exc}"))
+        except SchemaError as exc:
+            problems.append(Problem(source, key, f"{file} is not a valid JSON Schema: {exc.message}"))
+        else:
+            schemas[schema_id] = schema
+    return schemas, problems
+
+
+ID_KEYS = {
+    "adapters": "adapter_id",
+    "profiles": "profile_id",
+    "task_types": "task_type",
+    "workflows": "workflow_type",
+    "schedules": "schedule_id",
+}
+
+
+def _duplicates(source: str, raw: dict[str, Any]) -> list[Problem]:
+    """Two entries of one table with the same id; checked on the raw file so it is always said."""
+    problems = []
+    for table, id_key in ID_KEYS.items():
+        seen: dict[Any, int] = {}
+        entries = raw.get(table)
+        for index, entry in enumerate(entries if isinstance(entries, list) else []):
+            ident = entry.get(id_key) if isinstance(entry, dict) else None
+            if ident is None:
+                continue
+            if ident in seen:
+                problems.append(
+                    Problem(
+                        source, f"{table}[{index}].{id_key}", f"duplicate id {ident!r} (already {table}[{seen[ident]}])"
+                    )
+                )
+            seen.setdefault(ident, index)
+    return problems
+
+
+def cross_check(config: Config) -> list[Problem]:
+    """Every reference between sections resolves (seed §1a, §3, §10, §13)."""
+    from agentd.config_checks import check_references
+
+    return check_references(config)
+
+
+def task_intent_from_schedule(spec: ScheduleSpec) -> TaskIntent:
+    """The TaskIntent a schedule enqueues; raises ValidationError if the table is malformed."""
+    return TaskIntent.model_validate({"source": f"schedule:{spec.schedule_id}", **spec.task})

@@ -1,0 +1,236 @@
+"""Cross-references of the identity TOML: every id one section names exists in another.
+
+Pure: takes a Config, returns Problems. Seed 000 §1a (wallet/on-chain consistency), §3 (every
+profile field enforced), §10 (workflow states), §13 (task types).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from agentd.config import Config, task_intent_from_schedule
+from agentd.errors import InputError, Problem
+from agentd.records import (
+    ClaudeCodeAdapter,
+    CodexAdapter,
+    HermesAgentAdapter,
+    ScriptAdapter,
+    SubagentProfile,
+)
+
+# Which adapter kinds a profile style can drive; script and ollama serve any style.
+STYLE_KINDS = {
+    "claude-like": {"claude-code", "script", "ollama-generate"},
+    "codex-like": {"codex", "script", "ollama-generate"},
+    "hermes-like": {"hermes-agent", "script", "ollama-generate"},
+}
+
+
+def check_references(config: Config) -> list[Problem]:
+    checks = (
+        _agent,
+        _adapters,
+        _profiles,
+        _task_types,
+        _workflows,
+        _schedules,
+    )
+    return [problem for check in checks for problem in check(config)]
+
+
+def _agent(config: Config) -> list[Problem]:
+    src, agent, problems = str(config.path), config.agent, []
+    if agent.agent_id != agent.internal_name:
+        problems.append(
+            Problem(
+                src, "agent.agent_id", f"expected {agent.internal_name!r} (the internal_name), found {agent.agent_id!r}"
+            )
+        )
+    contract = agent.onchain_identity.contract if agent.onchain_identity else None
+    for index, wallet in enumerate(config.wallets):
+        if wallet.agent_id != agent.agent_id:
+            problems.append(
+                Problem(src, f"wallets[{index}].agent_id", f"expected {agent.agent_id!r}, found {wallet.agent_id!r}")
+            )
+        linked = wallet.onchain_identity_contract
+        if linked is not None and linked != contract:
+            problems.append(
+                Problem(
+                    src,
+                    f"wallets[{index}].onchain_identity_contract",
+                    f"must match agent.onchain_identity.contract ({contract!r}), found {linked!r}",
+                )
+            )
+    if agent.external_name and config.wallets:
+        addresses = {w.address for w in config.wallets}
+        if agent.external_name.wallet_ref not in addresses:
+            problems.append(
+                Problem(
+                    src,
+                    "agent.external_name.wallet_ref",
+                    f"expected a wallet address {sorted(addresses)}, found {agent.external_name.wallet_ref!r}",
+                )
+            )
+    return problems
+
+
+def _adapters(config: Config) -> list[Problem]:
+    src, problems = str(config.path), []
+    for index, adapter in enumerate(config.adapters.values()):
+        key = f"adapters[{index}]"
+        if isinstance(adapter, ScriptAdapter | ClaudeCodeAdapter | CodexAdapter | HermesAgentAdapter):
+            command = Path(adapter.command)
+            if "/" in adapter.command and not os.access(command, os.X_OK):
+                problems.append(Problem(src, f"{key}.command", f"expected an executable file, found none at {command}"))
+            if adapter.env_file is not None:
+                problems += _env_file(src, f"{key}.env_file", Path(adapter.env_file))
+            if adapter.working_dir is not None and not Path(adapter.working_dir).is_dir():
+                problems.append(
+                    Problem(src, f"{key}.working_dir", f"expected a folder, found none at {adapter.working_dir}")
+                )
+        if isinstance(adapter, ClaudeCodeAdapter | CodexAdapter | HermesAgentAdapter):
+            trusted = adapter.autonomy is not None and adapter.autonomy.profile == "trusted-vm"
+            if adapter.sandbox == "danger-full-access" and not trusted:
+                problems.append(
+                    Problem(
+                        src,
+                        f"{key}.sandbox",
+                        'danger-full-access needs autonomy.profile = "trusted-vm" declared on this adapter',
+                    )
+                )
+    return problems
+
+
+def _env_file(src: str, key: str, path: Path) -> list[Problem]:
+    if not path.is_file():
+        return [Problem(src, key, f"expected a file, found none at {path}")]
+    if path.stat().st_mode & 0o077:
+        return [Problem(src, key, f"{path} holds secrets but others can read it; chmod 600 it")]
+    return []
+
+
+def _profiles(config: Config) -> list[Problem]:
+    src, problems = str(config.path), []
+    for index, profile in enumerate(config.profiles.values()):
+        problems += _profile(src, f"profiles[{index}]", profile, config)
+    default = config.dispatch.default_profile_id
+    if default is not None and default not in config.profiles:
+        problems.append(_unknown(src, "dispatch.default_profile_id", "profile", default, config.profiles))
+    return problems
+
+
+def _profile(src: str, key: str, profile: SubagentProfile, config: Config) -> list[Problem]:
+    problems = []
+    adapter = config.adapters.get(profile.default_adapter_id)
+    if adapter is None:
+        problems.append(
+            _unknown(src, f"{key}.default_adapter_id", "adapter", profile.default_adapter_id, config.adapters)
+        )
+    elif adapter.kind not in STYLE_KINDS[profile.style]:
+        problems.append(
+            Problem(
+                src, f"{key}.style", f"{profile.style} cannot drive a {adapter.kind} adapter ({adapter.adapter_id})"
+            )
+        )
+    for i, skill_id in enumerate(profile.skill_ids):
+        if skill_id not in config.skills:
+            problems.append(_unknown(src, f"{key}.skill_ids[{i}]", "skill", skill_id, config.skills))
+    return problems
+
+
+def _task_types(config: Config) -> list[Problem]:
+    src, problems = str(config.path), []
+    for index, spec in enumerate(config.task_types.values()):
+        key = f"task_types[{index}]"
+        if spec.payload_schema_id not in config.payload_schemas:
+            problems.append(
+                _unknown(
+                    src, f"{key}.payload_schema_id", "payload schema", spec.payload_schema_id, config.payload_schemas
+                )
+            )
+        if spec.default_profile_id is not None and spec.default_profile_id not in config.profiles:
+            problems.append(
+                _unknown(src, f"{key}.default_profile_id", "profile", spec.default_profile_id, config.profiles)
+            )
+        if spec.default_profile_id is None and config.dispatch.default_profile_id is None:
+            problems.append(
+                Problem(
+                    src,
+                    f"{key}.default_profile_id",
+                    "required: no profile would run this task type (or set dispatch.default_profile_id)",
+                )
+            )
+        if spec.default_adapter_id is not None and spec.default_adapter_id not in config.adapters:
+            problems.append(
+                _unknown(src, f"{key}.default_adapter_id", "adapter", spec.default_adapter_id, config.adapters)
+            )
+        for i, skill_id in enumerate(spec.allowed_skill_ids or ()):
+            if skill_id not in config.skills:
+                problems.append(_unknown(src, f"{key}.allowed_skill_ids[{i}]", "skill", skill_id, config.skills))
+    return problems
+
+
+def _workflows(config: Config) -> list[Problem]:
+    src, problems = str(config.path), []
+    for index, definition in enumerate(config.workflows.values()):
+        key = f"workflows[{index}]"
+        state_ids = [s.state_id for s in definition.states]
+        for dup in sorted({s for s in state_ids if state_ids.count(s) > 1}):
+            problems.append(Problem(src, f"{key}.states", f"state {dup!r} is declared twice"))
+        if definition.initial_state not in state_ids:
+            problems.append(_unknown(src, f"{key}.initial_state", "state", definition.initial_state, state_ids))
+        for i, state in enumerate(definition.states):
+            skey = f"{key}.states[{i}]"
+            if state.task_type is not None and state.task_type not in config.task_types:
+                problems.append(_unknown(src, f"{skey}.task_type", "task type", state.task_type, config.task_types))
+            if state.emits_task_intent is not None and state.emits_task_intent != (state.task_type is not None):
+                problems.append(
+                    Problem(
+                        src,
+                        f"{skey}.emits_task_intent",
+                        f"is {state.emits_task_intent} but task_type is {state.task_type!r}",
+                    )
+                )
+            if state.default_profile_id is not None and state.default_profile_id not in config.profiles:
+                problems.append(
+                    _unknown(src, f"{skey}.default_profile_id", "profile", state.default_profile_id, config.profiles)
+                )
+            for j, skill_id in enumerate(state.default_skill_ids or ()):
+                if skill_id not in config.skills:
+                    problems.append(_unknown(src, f"{skey}.default_skill_ids[{j}]", "skill", skill_id, config.skills))
+            for j, transition in enumerate(state.transitions or ()):
+                if transition.next_state not in state_ids:
+                    problems.append(
+                        _unknown(src, f"{skey}.transitions[{j}].next_state", "state", transition.next_state, state_ids)
+                    )
+            overlap = {t.signal for t in state.transitions or ()} & set(state.completion_signals or ())
+            if overlap:
+                problems.append(
+                    Problem(src, skey, f"signals {sorted(overlap)} are both transitions and completion signals")
+                )
+    return problems
+
+
+def _schedules(config: Config) -> list[Problem]:
+    from agentd.intake import prepare_task
+
+    src, problems = str(config.path), []
+    for index, spec in enumerate(config.schedules):
+        key = f"schedules[{index}].task"
+        try:
+            intent = task_intent_from_schedule(spec)
+            prepare_task(intent, config, config.constitution.revised_at, trusted=False)
+        except ValidationError as exc:
+            for err in exc.errors():
+                problems.append(Problem(src, f"{key}." + ".".join(str(p) for p in err["loc"]), err["msg"]))
+        except InputError as exc:
+            problems.append(Problem(src, key, str(exc)))
+    return problems
+
+
+def _unknown(src: str, key: str, noun: str, found: str, known: object) -> Problem:
+    names = sorted(known) if not isinstance(known, list) else sorted(set(known))  # type: ignore[call-overload]
+    return Problem(src, key, f"expected a known {noun} ({', '.join(names) or 'none declared'}), found {found!r}")

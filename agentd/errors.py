@@ -1,0 +1,54 @@
+"""The flat error hierarchy; each error's message says what went wrong and how to fix it.
+
+The CLI maps `exit_code`: 2 for bad input or configuration, 1 for a runtime failure.
+A model's failure is data (a TaskOutcome), never one of these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class AgentdError(Exception):
+    """Base of every error agentd raises on purpose."""
+
+    exit_code = 1
+
+
+class InputError(AgentdError):
+    """The caller gave something agentd cannot accept; nothing was written."""
+
+    exit_code = 2
+
+
+class NotFound(InputError):
+    """A task, workflow, skill or schedule the caller named does not exist."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One configuration problem: where it is and what was expected."""
+
+    source: str  # the file (or environment variable) holding the bad value
+    key_path: str  # dotted path inside it, e.g. "adapters[1].timeout_ms"; "" for the whole file
+    message: str  # what was expected, what was found
+
+    def __str__(self) -> str:
+        where = f"{self.source}: {self.key_path}" if self.key_path else self.source
+        return f"{where}: {self.message}"
+
+
+class ConfigError(InputError):
+    """The identity TOML (or its environment overrides) is invalid; every problem is listed."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+class SchemaMismatch(AgentdError):
+    """The database's applied migrations do not match this code."""
+
+
+class DispatchLocked(AgentdError):
+    """Another live dispatcher holds the dispatch lock."""

@@ -1,0 +1,153 @@
+"""TaskIntent → the row to insert: the one validation every producer of work goes through.
+
+Pure: the CLI, sensors, schedules, workflows and follow-up tasks all call `prepare_task`, so a
+task is accepted or refused by the same rules whoever proposes it (seed 000 §6, §13).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from jsonschema import Draft202012Validator
+
+from agentd.errors import InputError
+from agentd.records import EvidenceRequirements, TaskIntent, WorkflowRef
+
+if TYPE_CHECKING:
+    from agentd.config import Config
+
+DEFAULT_PRIORITY = 5
+
+
+@dataclass(frozen=True)
+class NewTask:
+    """A validated intent with every default resolved; the store inserts it as-is."""
+
+    task_type: str
+    source: str
+    subject: str | None
+    description: str | None
+    priority: int
+    payload: dict[str, Any]
+    requested_profile_id: str
+    requested_adapter_id: str | None
+    requested_model: str | None
+    skill_ids: tuple[str, ...]
+    evidence_requirements: EvidenceRequirements | None
+    workflow_ref: WorkflowRef | None
+    max_attempts: int
+    available_at: datetime
+    schedule_id: str | None = None
+    workflow_iteration: int | None = None
+
+
+def prepare_task(
+    intent: TaskIntent,
+    config: Config,
+    now: datetime,
+    *,
+    trusted: bool,
+    schedule_id: str | None = None,
+) -> NewTask:
+    """Validate an intent against the config; raise InputError naming every problem.
+
+    `trusted` callers (the operator CLI, the runtime's own workflow engine) may give an
+    absolute available_at and a workflow_ref; sensors and model output may not.
+    """
+    problems: list[str] = []
+    spec = config.task_types.get(intent.task_type)
+    if spec is None:
+        known = ", ".join(sorted(config.task_types))
+        raise InputError(f"task_type: unknown task type {intent.task_type!r}; registered: {known}")
+    schema = config.payload_schemas[spec.payload_schema_id]
+    for error in sorted(Draft202012Validator(schema).iter_errors(intent.payload), key=str):
+        where = "payload" + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+        problems.append(f"{where}: {error.message} (schema {spec.payload_schema_id})")
+    profile_id = intent.requested_profile_id or spec.default_profile_id or config.dispatch.default_profile_id
+    if intent.requested_profile_id is not None and intent.requested_profile_id not in config.profiles:
+        problems.append(_unknown("requested_profile_id", "profile", intent.requested_profile_id, config.profiles))
+    if intent.requested_adapter_id is not None and intent.requested_adapter_id not in config.adapters:
+        problems.append(_unknown("requested_adapter_id", "adapter", intent.requested_adapter_id, config.adapters))
+    if intent.requested_model is not None and intent.requested_model not in known_models(config):
+        problems.append(_unknown("requested_model", "model", intent.requested_model, known_models(config)))
+    skill_ids = tuple(intent.skill_ids or ())
+    problems += _skill_problems(skill_ids, spec.allowed_skill_ids, config)
+    problems += _evidence_problems(intent.evidence_requirements)
+    if not trusted and intent.available_at is not None:
+        problems.append(
+            "available_at: only the operator CLI (--at) may set an absolute time; use schedule.delay_minutes"
+        )
+    if not trusted and intent.workflow_ref is not None:
+        problems.append("workflow_ref: only the workflow engine creates workflow tasks; propose a workflow instead")
+    if intent.available_at is not None and intent.schedule is not None:
+        problems.append("available_at and schedule.delay_minutes: give one, not both")
+    if problems:
+        raise InputError("; ".join(problems))
+    assert profile_id is not None  # config check guarantees every task type resolves a profile
+    return NewTask(
+        task_type=intent.task_type,
+        source=intent.source,
+        subject=intent.subject,
+        description=intent.description,
+        priority=intent.priority if intent.priority is not None else DEFAULT_PRIORITY,
+        payload=intent.payload,
+        requested_profile_id=profile_id,
+        requested_adapter_id=intent.requested_adapter_id,
+        requested_model=intent.requested_model,
+        skill_ids=skill_ids,
+        evidence_requirements=intent.evidence_requirements,
+        workflow_ref=intent.workflow_ref,
+        max_attempts=spec.max_attempts or config.dispatch.default_max_attempts,
+        available_at=_available_at(intent, now),
+        schedule_id=schedule_id,
+    )
+
+
+def known_models(config: Config) -> set[str]:
+    """Every model name the config declares; a task may request only one of these."""
+    models: set[str] = set()
+    for adapter in config.adapters.values():
+        model: str | None = getattr(adapter, "model", None)  # script adapters have none
+        if model:
+            models.add(model)
+        models.update(getattr(adapter, "prices", None) or {})
+    models.update(p.default_model for p in config.profiles.values() if p.default_model)
+    models.update(t.default_model for t in config.task_types.values() if t.default_model)
+    return models
+
+
+def _available_at(intent: TaskIntent, now: datetime) -> datetime:
+    if intent.available_at is not None:
+        return intent.available_at
+    if intent.schedule is not None:
+        return now + timedelta(minutes=intent.schedule.delay_minutes)
+    return now
+
+
+def _skill_problems(skill_ids: tuple[str, ...], allowed: list[str] | None, config: Config) -> list[str]:
+    problems = []
+    for skill_id in skill_ids:
+        if skill_id not in config.skills:
+            problems.append(_unknown("skill_ids", "skill", skill_id, config.skills))
+        elif allowed is not None and skill_id not in allowed:
+            problems.append(
+                f"skill_ids: {skill_id!r} is not allowed for this task type (allowed: {', '.join(allowed)})"
+            )
+    return problems
+
+
+def _evidence_problems(requirements: EvidenceRequirements | None) -> list[str]:
+    problems = []
+    for path in (requirements.required_artifacts or ()) if requirements else ():
+        pure = PurePosixPath(path)
+        if pure.is_absolute() or ".." in pure.parts:
+            problems.append(f"evidence_requirements.required_artifacts: {path!r} must stay inside the workspace")
+    return problems
+
+
+def _unknown(key: str, noun: str, found: str, known: object) -> str:
+    names = ", ".join(sorted(known)) or "none declared"  # type: ignore[call-overload]
+    return f"{key}: unknown {noun} {found!r}; known: {names}"

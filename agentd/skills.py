@@ -1,0 +1,94 @@
+"""Skills: `skills/<id>/SKILL.md` plus `skill.toml`, resolved to files and argv (seed 000 §4)."""
+
+from __future__ import annotations
+
+import shlex
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from agentd.errors import Problem
+from agentd.records import SkillManifest
+
+MANIFEST = "skill.toml"
+
+
+@dataclass(frozen=True)
+class Skill:
+    manifest: SkillManifest
+    directory: Path
+
+    @property
+    def skill_id(self) -> str:
+        return self.manifest.skill_id
+
+    @property
+    def instructions_path(self) -> Path:
+        return self.directory / self.manifest.instruction_path
+
+    def instructions(self) -> str:
+        return self.instructions_path.read_text(encoding="utf-8")
+
+    def command_argv(self, name: str) -> list[str] | None:
+        """The declared command's argv (relative executables resolve in the skill folder)."""
+        for command in self.manifest.cli_commands or ():
+            if command.name == name:
+                argv = command.command if isinstance(command.command, list) else shlex.split(command.command)
+                head = argv[0]
+                if "/" in head and not Path(head).is_absolute():
+                    argv = [str(self.directory / head), *argv[1:]]
+                return list(argv)
+        return None
+
+
+def load_skills(skills_dir: Path) -> tuple[dict[str, Skill], list[Problem]]:
+    """Every skill folder under skills_dir, and every problem found while reading them."""
+    skills: dict[str, Skill] = {}
+    problems: list[Problem] = []
+    if not skills_dir.is_dir():
+        return skills, problems
+    for directory in sorted(p for p in skills_dir.iterdir() if p.is_dir()):
+        skill, found = _load_skill(directory)
+        problems.extend(found)
+        if skill is not None:
+            skills[skill.skill_id] = skill
+    return skills, problems
+
+
+def _load_skill(directory: Path) -> tuple[Skill | None, list[Problem]]:
+    manifest_path = directory / MANIFEST
+    source = str(manifest_path)
+    if not manifest_path.is_file():
+        return None, [Problem(source, "", "missing: every skill folder needs a skill.toml")]
+    try:
+        raw = tomllib.loads(manifest_path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        return None, [Problem(source, "", f"not valid TOML: {exc}")]
+    raw.setdefault("skill_id", directory.name)
+    try:
+        manifest = SkillManifest.model_validate(raw)
+    except ValidationError as exc:
+        return None, [Problem(source, ".".join(str(p) for p in err["loc"]), err["msg"]) for err in exc.errors()]
+    problems = []
+    if manifest.skill_id != directory.name:
+        problems.append(
+            Problem(source, "skill_id", f"expected {directory.name!r} (the folder name), found {manifest.skill_id!r}")
+        )
+    for field in ("instruction_path", "subagent_path", "sensor_path"):
+        relative = getattr(manifest, field)
+        if relative is None:
+            continue
+        target = (directory / relative).resolve()
+        if not target.is_relative_to(directory.resolve()):
+            problems.append(Problem(source, field, f"{relative!r} escapes the skill folder"))
+        elif not target.exists():
+            problems.append(Problem(source, field, f"{relative!r} does not exist in {directory}"))
+    names = [c.name for c in manifest.cli_commands or ()]
+    for name in {n for n in names if names.count(n) > 1}:
+        problems.append(Problem(source, "cli_commands", f"command {name!r} is declared twice"))
+    for index, command in enumerate(manifest.cli_commands or ()):
+        if not (command.command if isinstance(command.command, list) else shlex.split(command.command)):
+            problems.append(Problem(source, f"cli_commands[{index}].command", "expected an argv, found nothing"))
+    return Skill(manifest, directory), problems

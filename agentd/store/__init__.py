@@ -1,0 +1,105 @@
+"""The one SQLite file per agent (DESIGN §3): every SQL statement agentd runs lives in this package.
+
+`Store` is synchronous (the CLI uses it directly); `AsyncStore` runs a Store verb on a worker
+thread, one hop per verb, so a whole transaction never yields to the event loop half-done.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from agentd.clock import Clock
+from agentd.errors import SchemaMismatch
+from agentd.store.base import connect
+from agentd.store.events import ChainBreak, EventVerbs
+from agentd.store.migrations import (
+    Migration,
+    apply_migrations,
+    available_migrations,
+    require_current,
+)
+from agentd.store.tasks import QueueSummary, TaskVerbs
+
+__all__ = ["AsyncStore", "ChainBreak", "QueueSummary", "Store", "init_state_dir", "migrate", "open_store"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+DB_NAME = "agentd.db"
+
+
+class Store(TaskVerbs, EventVerbs):
+    """Domain verbs over one connection; each public verb is at most one transaction."""
+
+    schema_version: int = 0
+
+
+def open_store(path: Path, clock: Clock, migrations: list[Migration] | None = None) -> Store:
+    """Open an existing, fully migrated database; refuse one that is missing, behind or edited."""
+    if not path.is_file():
+        raise SchemaMismatch(f"no database at {path}; run `agentd init` (or `agentd migrate`) first")
+    conn = connect(path)
+    try:
+        version = require_current(conn, migrations or available_migrations(), path)
+    except BaseException:
+        conn.close()
+        raise
+    store = Store(conn, clock, path)
+    store.schema_version = version
+    return store
+
+
+def init_state_dir(state_dir: Path, workspace: Path | None = None) -> None:
+    """The state dir (0700) and, when given, the workspace; existing modes are tightened."""
+    for directory in (state_dir, state_dir / "attempts"):
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(directory, 0o700)
+    if workspace is not None:
+        workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def migrate(path: Path, clock: Clock, migrations: list[Migration] | None = None) -> list[Migration]:
+    """Create the database if needed and apply pending migrations; return those applied."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    conn = connect(path)
+    try:
+        applied = apply_migrations(conn, clock.now(), migrations or available_migrations())
+        if applied:
+            store = Store(conn, clock, path)
+            with store._transaction():
+                for migration in applied:
+                    store._append_event(
+                        "migration_applied",
+                        clock.now(),
+                        payload={"version": migration.version, "name": migration.name, "checksum": migration.checksum},
+                    )
+        return applied
+    finally:
+        conn.close()
+
+
+class AsyncStore:
+    """Store verbs for the async services: `await db.call(Store.claim_next_task, now)`.
+
+    One worker thread at a time touches the connection (the limiter), and each call runs a
+    whole verb, so one transaction costs one thread hop. A cancelled caller still waits for
+    the verb to finish: a transaction is never abandoned half-way.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._limiter = anyio.CapacityLimiter(1)
+
+    async def call(self, verb: Callable[Concatenate[Store, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        bound = functools.partial(verb, self.store, *args, **kwargs)
+        return await anyio.to_thread.run_sync(bound, limiter=self._limiter)
+
+    def close(self) -> None:
+        self.store.close()

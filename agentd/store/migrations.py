@@ -1,0 +1,129 @@
+"""`migrations/NNNN_name.sql`, applied in order, each with its checksummed row in one transaction.
+
+A database behind the code, one whose applied migration was edited, or one newer than the
+code is refused with a message that says what to do (DESIGN §3).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from agentd.clock import format_ts
+from agentd.errors import SchemaMismatch
+from agentd.hashing import sha256_hex
+from agentd.resources import data_dir
+
+_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def filename(self) -> str:
+        return f"{self.version:04d}_{self.name}.sql"
+
+    @property
+    def checksum(self) -> str:
+        return sha256_hex(self.sql.encode())
+
+
+def available_migrations(directory: Path | None = None) -> list[Migration]:
+    directory = directory or data_dir("migrations")
+    found = []
+    for path in sorted(directory.glob("*.sql")):
+        match = _NAME.match(path.name)
+        if match is None:
+            raise SchemaMismatch(f"{path}: migration files are named NNNN_name.sql")
+        found.append(Migration(int(match[1]), match[2], path.read_text(encoding="utf-8")))
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise SchemaMismatch(f"{directory}: migration versions must run 1, 2, 3… without gaps; found {versions}")
+    return found
+
+
+def _ensure_table(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS schema_migrations (
+               version INTEGER PRIMARY KEY, name TEXT NOT NULL,
+               checksum TEXT NOT NULL, applied_at TEXT NOT NULL)"""
+    )
+
+
+def applied_rows(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+    exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").fetchone()
+    if exists is None:
+        return []
+    return conn.execute("SELECT version, name, checksum FROM schema_migrations ORDER BY version").fetchall()
+
+
+def pending_migrations(conn: sqlite3.Connection, migrations: list[Migration]) -> list[Migration]:
+    """The migrations still to apply; raise if what was applied does not match the code."""
+    known = {m.version: m for m in migrations}
+    applied = applied_rows(conn)
+    for row in applied:
+        migration = known.get(row["version"])
+        if migration is None:
+            raise SchemaMismatch(
+                f"the database has migration {row['version']:04d}_{row['name']}.sql applied, which this "
+                f"agentd does not know: the database is newer than the code; upgrade agentd"
+            )
+        if migration.checksum != row["checksum"]:
+            raise SchemaMismatch(
+                f"migration {migration.filename} was edited after it was applied (checksum "
+                f"{row['checksum'][:12]}… in the database, {migration.checksum[:12]}… on disk); restore "
+                f"the original file and put the change in a new migration"
+            )
+    done = {row["version"] for row in applied}
+    return [m for m in migrations if m.version not in done]
+
+
+def apply_migrations(conn: sqlite3.Connection, now: datetime, migrations: list[Migration]) -> list[Migration]:
+    """Apply every pending migration, each in its own transaction; return those applied."""
+    _ensure_table(conn)
+    pending = pending_migrations(conn, migrations)
+    for migration in pending:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(migration.sql):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
+                (migration.version, migration.name, migration.checksum, format_ts(now)),
+            )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    return pending
+
+
+def require_current(conn: sqlite3.Connection, migrations: list[Migration], path: Path) -> int:
+    """The schema version, if the database is exactly as the code expects; else SchemaMismatch."""
+    pending = pending_migrations(conn, migrations)
+    if pending:
+        names = ", ".join(m.filename for m in pending)
+        raise SchemaMismatch(f"the database at {path} is behind this agentd (pending: {names}); run `agentd migrate`")
+    return len(migrations)
+
+
+def _statements(sql: str) -> list[str]:
+    """Split a script into whole statements (sqlite3.complete_statement understands triggers)."""
+    statements, buffer = [], ""
+    for line in sql.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                statements.append(buffer.strip())
+            buffer = ""
+    leftover = [line.strip() for line in buffer.splitlines() if line.strip()]
+    if leftover and not all(line.startswith("--") for line in leftover):
+        raise SchemaMismatch(f"a migration ends with an incomplete statement: {buffer.strip()[:80]!r}")
+    return statements

@@ -1,0 +1,159 @@
+"""The identity TOML: the example is valid, every bad input is named, nothing is written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import EXAMPLE_CONFIG, write_config
+
+from agentd.cli import main
+from agentd.config import load_config
+from agentd.errors import ConfigError
+
+
+def problems_of(path: Path) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    return [str(p) for p in caught.value.problems]
+
+
+def test_example_config_is_valid_and_hashes_the_constitution(config: Any) -> None:
+    assert config.agent.internal_name == "demo"
+    assert "example" in config.task_types and "example" in config.skills
+    assert len(config.constitution.soul_hash) == 64
+    assert config.identity.soul_ref == config.constitution.soul_path
+
+
+def test_relative_paths_resolve_against_the_toml_not_the_cwd(tmp_path: Path) -> None:
+    os.chdir(tmp_path)
+    config = load_config(EXAMPLE_CONFIG)
+    assert config.paths.skills_dir == EXAMPLE_CONFIG.parent.parent / "skills"
+    assert Path(config.adapters["script"].command).is_file()
+
+
+def test_environment_overrides_a_scalar(monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:
+    monkeypatch.setenv("AGENTD_DISPATCH__POLL_CEILING_S", "7.5")
+    config = load_config(EXAMPLE_CONFIG)
+    assert config.dispatch.poll_ceiling_s == 7.5
+    assert config.paths.state_dir == state_dir
+
+
+def test_malformed_toml_names_line_and_column(tmp_path: Path) -> None:
+    path = write_config(tmp_path, text='[agent]\nagent_id = "demo\n')
+    [problem] = problems_of(path)
+    assert problem.startswith(f"{path}: not valid TOML")
+    assert "line 2, column 17" in problem
+
+
+def test_unknown_key_is_named(tmp_path: Path) -> None:
+    path = write_config(tmp_path, lambda raw: raw["dispatch"].update(poll_ceilng_s=3))
+    assert problems_of(path) == [
+        f"{path}: dispatch.poll_ceilng_s: unknown key (check its spelling against README's configuration reference)"
+    ]
+
+
+def test_duplicate_adapter_id_is_refused(tmp_path: Path) -> None:
+    path = write_config(tmp_path, lambda raw: raw["adapters"].append(dict(raw["adapters"][0])))
+    assert problems_of(path) == [f"{path}: adapters[1].adapter_id: duplicate id 'script' (already adapters[0])"]
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    def break_many(raw: dict[str, Any]) -> None:
+        raw["profiles"][0]["default_adapter_id"] = "missing-adapter"
+        raw["profiles"][0]["skill_ids"] = ["missing-skill"]
+        raw["task_types"][0]["default_profile_id"] = "missing-profile"
+        raw["task_types"][0]["payload_schema_id"] = "missing/schema"
+        raw["workflows"][0]["states"][0]["task_type"] = "missing-type"
+        raw["workflows"][0]["states"][0]["transitions"][0]["next_state"] = "nowhere"
+
+    path = write_config(tmp_path, break_many)
+    found = problems_of(path)
+    for key in (
+        "profiles[0].default_adapter_id",
+        "profiles[0].skill_ids[0]",
+        "task_types[0].default_profile_id",
+        "task_types[0].payload_schema_id",
+        "workflows[0].states[0].task_type",
+        "workflows[0].states[0].transitions[0].next_state",
+    ):
+        assert any(p.startswith(f"{path}: {key}: expected a known") for p in found), (key, found)
+
+
+def test_wallet_contract_must_match_the_onchain_identity(tmp_path: Path) -> None:
+    def conflict(raw: dict[str, Any]) -> None:
+        raw["agent"]["onchain_identity"] = {"contract": "SP000.identity-registry"}
+        raw["wallets"][0]["onchain_identity_contract"] = "SP999.other-registry"
+
+    [problem] = problems_of(write_config(tmp_path, conflict))
+    assert "wallets[0].onchain_identity_contract: must match agent.onchain_identity.contract" in problem
+
+
+def test_agent_id_must_be_the_internal_name(tmp_path: Path) -> None:
+    [problem] = problems_of(write_config(tmp_path, lambda raw: raw["agent"].update(agent_id="other")))
+    assert "agent.agent_id: expected 'demo' (the internal_name), found 'other'" in problem
+
+
+def test_internal_name_cannot_be_overridden(monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:
+    monkeypatch.setenv("AGENTD_AGENT__INTERNAL_NAME", "impostor")
+    assert problems_of(EXAMPLE_CONFIG) == [
+        "AGENTD_AGENT__INTERNAL_NAME: agent.internal_name and agent_id are load-bearing and cannot be overridden"
+    ]
+
+
+def test_a_bad_environment_override_names_the_variable(monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:
+    monkeypatch.setenv("AGENTD_DISPATCH__GRACE_S", "soon")
+    [problem] = problems_of(EXAMPLE_CONFIG)
+    assert problem.startswith("AGENTD_DISPATCH__GRACE_S: dispatch.grace_s: input should be a valid number")
+
+
+def test_unknown_adapter_kind_lists_the_five(tmp_path: Path) -> None:
+    path = write_config(tmp_path, lambda raw: raw["adapters"][0].update(kind="scrpt"))
+    found = problems_of(path)
+    assert (
+        f"{path}: adapters[0]: expected one of "
+        "'claude-code', 'codex', 'hermes-agent', 'ollama-generate', 'script', found 'scrpt'" in found
+    )
+
+
+def test_profile_style_must_fit_its_adapter(tmp_path: Path) -> None:
+    def codex_profile_on_claude(raw: dict[str, Any]) -> None:
+        raw["adapters"].append({"adapter_id": "claude", "kind": "claude-code", "command": "claude", "timeout_ms": 1000})
+        raw["profiles"][0].update(style="codex-like", default_adapter_id="claude")
+
+    [problem] = problems_of(write_config(tmp_path, codex_profile_on_claude))
+    assert "profiles[0].style: codex-like cannot drive a claude-code adapter (claude)" in problem
+
+
+def test_integration_policy_is_removed_not_ignored(tmp_path: Path) -> None:
+    path = write_config(tmp_path, lambda raw: raw["profiles"][0].update(integration_policy={"x": "y"}))
+    [problem] = problems_of(path)
+    assert problem.startswith(f"{path}: profiles[0].integration_policy: unknown key")
+
+
+def test_world_readable_env_file_is_refused(tmp_path: Path) -> None:
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text("TOKEN=x\n")
+    secrets.chmod(0o644)
+    [problem] = problems_of(write_config(tmp_path, lambda raw: raw["adapters"][0].update(env_file=str(secrets))))
+    assert "others can read it; chmod 600 it" in problem
+
+
+def test_config_check_exits_2_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_config(tmp_path, lambda raw: raw["dispatch"].update(grace_s=-1))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(["config", "check", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: dispatch.grace_s: input should be greater than or equal to 0, found -1" in err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    # a command that would write refuses just as early
+    assert main(["init", "--config", str(path)]) == 2
+    assert not (tmp_path / "state").exists()
+
+
+def test_config_check_passes_on_the_example(cli: Any) -> None:
+    result = cli("config", "check")
+    assert result.code == 0, result.err
+    assert "ok (agent demo" in result.out

@@ -1,0 +1,86 @@
+"""Conventions the project keeps: SQL only in the store, every command documented and helpful."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import REPO
+
+from agentd.cli import build_parser
+
+SQL = re.compile(r"\b(SELECT\s|INSERT\s+INTO|UPDATE\s+[a-z_]+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX))")
+
+
+def test_no_sql_outside_the_store_package() -> None:
+    offenders = [
+        str(path.relative_to(REPO))
+        for path in (REPO / "agentd").rglob("*.py")
+        if "store" not in path.relative_to(REPO / "agentd").parts and SQL.search(path.read_text())
+    ]
+    assert offenders == []
+
+
+def test_the_sql_check_would_catch_a_stray_statement() -> None:
+    assert SQL.search('conn.execute("SELECT id FROM tasks")')
+    assert SQL.search("UPDATE tasks SET status = 'x'")
+
+
+def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                path = (*prefix, name)
+                nested = subcommands(sub, path)
+                found += nested or [path]
+    return found
+
+
+ALL_COMMANDS = subcommands(build_parser())
+
+
+def test_every_subcommand_is_in_the_readme() -> None:
+    readme = (REPO / "README.md").read_text()
+    missing = [" ".join(c) for c in ALL_COMMANDS if f"agentd {' '.join(c)}" not in readme]
+    assert missing == []
+
+
+@pytest.mark.parametrize("command", ALL_COMMANDS, ids=" ".join)
+def test_every_subcommand_has_help(command: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args([*command, "--help"])
+    assert exited.value.code == 0
+    assert "usage: agentd " + " ".join(command) in capsys.readouterr().out
+
+
+def test_the_console_script_runs_the_tour(tmp_path: Path) -> None:
+    """The real executable, as a newcomer types it: init, add, list."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "AGENTD_PATHS__STATE_DIR": str(tmp_path / "s"),
+        "AGENTD_PATHS__WORKSPACE": str(tmp_path / "w"),
+    }
+    config = str(REPO / "config" / "identity.example.toml")
+
+    def agentd(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "agentd", "--config", config, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+
+    assert agentd("init").returncode == 0
+    added = agentd("task", "add", "--type", "example", "--subject", "hi", "--payload", "{}")
+    assert added.returncode == 0 and added.stdout.startswith("task 1 enqueued"), added.stderr
+    listed = agentd("task", "list", "--json")
+    assert '"subject": "hi"' in listed.stdout
+    bad = agentd("task", "add", "--type", "example", "--priority", "0")
+    assert bad.returncode == 2 and "--priority" in bad.stderr

@@ -1,0 +1,127 @@
+"""The SQLite file: migrations, modes, the event chain and the claim's query plan."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.clock import FakeClock
+from agentd.errors import SchemaMismatch
+from agentd.intake import prepare_task
+from agentd.records import TaskIntent
+from agentd.store import Store, init_state_dir, migrate, open_store
+from agentd.store.migrations import Migration, available_migrations
+
+
+def test_migrate_twice_is_a_no_op(tmp_path: Path, clock: FakeClock) -> None:
+    db = tmp_path / "agentd.db"
+    first = migrate(db, clock)
+    assert [m.filename for m in first] == [m.filename for m in available_migrations()]
+    assert migrate(db, clock) == []
+    store = open_store(db, clock)
+    assert store.schema_version == len(first)
+    assert [e.type for e in store.read_events()] == ["migration_applied"] * len(first)
+
+
+def test_an_edited_applied_migration_is_refused_by_name(tmp_path: Path, clock: FakeClock) -> None:
+    db = tmp_path / "agentd.db"
+    migrate(db, clock)
+    edited = [Migration(m.version, m.name, m.sql + "\n-- edited\n") for m in available_migrations()]
+    with pytest.raises(SchemaMismatch, match=r"migration 0001_initial\.sql was edited after it was applied"):
+        open_store(db, clock, edited)
+    with pytest.raises(SchemaMismatch, match=r"0001_initial\.sql was edited"):
+        migrate(db, clock, edited)
+
+
+def test_a_database_behind_the_code_says_run_migrate(tmp_path: Path, clock: FakeClock) -> None:
+    db = tmp_path / "agentd.db"
+    migrate(db, clock)
+    newer = [*available_migrations(), Migration(len(available_migrations()) + 1, "later", "CREATE TABLE later (x);")]
+    with pytest.raises(SchemaMismatch, match=r"behind this agentd \(pending: 0002_later.sql\); run `agentd migrate`"):
+        open_store(db, clock, newer)
+    assert [m.filename for m in migrate(db, clock, newer)] == ["0002_later.sql"]
+    open_store(db, clock, newer).close()
+
+
+def test_a_database_newer_than_the_code_is_refused(tmp_path: Path, clock: FakeClock) -> None:
+    db = tmp_path / "agentd.db"
+    newer = [*available_migrations(), Migration(len(available_migrations()) + 1, "later", "CREATE TABLE later (x);")]
+    migrate(db, clock, newer)
+    with pytest.raises(SchemaMismatch, match="newer than the code; upgrade agentd"):
+        open_store(db, clock)
+
+
+def test_a_failing_migration_leaves_nothing_behind(tmp_path: Path, clock: FakeClock) -> None:
+    db = tmp_path / "agentd.db"
+    migrate(db, clock)
+    broken = [
+        *available_migrations(),
+        Migration(2, "broken", "CREATE TABLE half (x);\nINSERT INTO nowhere VALUES (1);"),
+    ]
+    with pytest.raises(sqlite3.OperationalError):
+        migrate(db, clock, broken)
+    with pytest.raises(SchemaMismatch, match=r"pending: 0002_broken\.sql"):
+        open_store(db, clock, broken)
+    store = open_store(db, clock)
+    assert store.schema_version == 1
+
+
+def test_missing_database_says_init(tmp_path: Path, clock: FakeClock) -> None:
+    with pytest.raises(SchemaMismatch, match="run `agentd init`"):
+        open_store(tmp_path / "agentd.db", clock)
+    assert not (tmp_path / "agentd.db").exists()
+
+
+def test_state_dir_is_0700_and_database_0600(tmp_path: Path, clock: FakeClock) -> None:
+    state = tmp_path / "state"
+    init_state_dir(state, tmp_path / "ws")
+    migrate(state / "agentd.db", clock)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert stat.S_IMODE((state / "agentd.db").stat().st_mode) == 0o600
+    store = open_store(state / "agentd.db", clock)
+    assert [p.name for p in state.iterdir() if p.name.startswith("agentd.db-")]  # WAL in use
+    for sidecar in state.glob("agentd.db-*"):
+        assert stat.S_IMODE(sidecar.stat().st_mode) == 0o600
+    store.close()
+
+
+def _intent(**fields: Any) -> TaskIntent:
+    return TaskIntent.model_validate({"task_type": "example", "source": "test", "payload": {}, **fields})
+
+
+def test_the_event_chain_detects_edits_and_removals(store: Store, config: Any, clock: FakeClock) -> None:
+    for n in range(3):
+        store.enqueue_task(prepare_task(_intent(subject=f"t{n}"), config, clock.now(), trusted=True), clock.now())
+    assert store.verify_event_chain() == []
+    with sqlite3.connect(store.path) as raw:
+        raw.execute("UPDATE events SET payload = json_set(payload, '$.priority', 1) WHERE sequence = 3")
+    assert [(b.sequence, b.reason) for b in store.verify_event_chain()] == [
+        (3, "hash does not match the event's content")
+    ]
+    with sqlite3.connect(store.path) as raw:
+        raw.execute("DELETE FROM events WHERE sequence = 3")
+    reasons = {b.reason for b in store.verify_event_chain()}
+    assert "expected sequence 3: events are missing" in reasons
+
+
+def test_claim_query_seeks_the_claim_index_at_100k_tasks(store: Store) -> None:
+    # Test data only: 100k pending tasks of every priority, some due, some in the future.
+    with sqlite3.connect(store.path) as raw:
+        raw.execute(
+            """WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100000)
+               INSERT INTO tasks (task_type, source, priority, requested_profile_id, max_attempts,
+                                  available_at, created_at, updated_at, status)
+               SELECT 'example', 'test', 1 + i % 10, 'operator', 3,
+                      printf('2026-11-22T10:%02d:00.000000Z', i % 60), '2026-11-22T09:00:00.000000Z',
+                      '2026-11-22T09:00:00.000000Z', CASE WHEN i % 3 = 0 THEN 'completed' ELSE 'pending' END
+               FROM n"""
+        )
+    for analyze in (False, True):
+        plan = store.explain_claim(store.clock.now(), analyze=analyze)
+        seeks = [line for line in plan if "USING INDEX tasks_claim (priority=? AND available_at<?)" in line]
+        assert len(seeks) == 10, plan
+        assert not any(line.startswith("SCAN tasks") for line in plan), plan
