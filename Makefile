@@ -19,13 +19,12 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $@ $(VENV)/.installed
 
-## run: initialise var/demo from the embedded default config and show the queue working
+## run: initialise var/demo from the embedded default config and run the dispatcher in the foreground
 run: $(VENV)/.installed
 	$(BIN)/agentd --config $(DEMO) init
 	$(BIN)/agentd --config $(DEMO) task add --type example --subject "hello from make run" --payload '{"note": "hi", "write": "hello.txt"}'
-	$(BIN)/agentd --config $(DEMO) task list
-	$(BIN)/agentd --config $(DEMO) status
-	@echo "make run: the queue works; the dispatch and sensor services are not built yet, so tasks wait as pending."
+	@echo "make run: dispatching in the foreground; Ctrl-C stops it. Watch: $(BIN)/agentd --config $(DEMO) events --follow"
+	$(BIN)/agentd --config $(DEMO) dispatch
 
 ## test: the whole default suite (fails if no test ran)
 test: $(VENV)/.installed-test

@@ -12,7 +12,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from agentd.errors import ConfigError, Problem
-from agentd.hashing import sha256_file
+from agentd.hashing import sha256_hex
 from agentd.records import (
     AdapterConfig,
     AgentConstitution,
@@ -124,6 +124,12 @@ class MetricsSection(Section):
     sensors_listen: str = "127.0.0.1:9479"
 
 
+class ChaosSection(Section):
+    """Fault injection for the crash tests and the chaos suite: SIGKILL ourselves at a point."""
+
+    crash_at: Literal["after_claim", "after_outcome_commit"] | None = None
+
+
 class ScheduleSpec(Section):
     """A `[[schedules]]` entry; becomes a RecurringScheduleRecord when dispatch starts."""
 
@@ -146,6 +152,7 @@ class Settings(BaseSettings):
     dispatch: DispatchSection = DispatchSection()
     sensors: SensorsSection = SensorsSection()
     metrics: MetricsSection = MetricsSection()
+    chaos: ChaosSection = ChaosSection()
     adapters: list[AdapterConfig] = Field(min_length=1)
     profiles: list[SubagentProfile] = Field(min_length=1)
     task_types: list[TaskTypeSpec] = Field(min_length=1)
@@ -165,7 +172,7 @@ class Settings(BaseSettings):
         return (env_settings, init_settings)  # the environment wins over the file
 
 
-SECTIONS = ("agent", "constitution", "paths", "dispatch", "sensors", "metrics")
+PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
 # internal_name is load-bearing (seed §1): nothing may override it, agent_id must match it.
 PROTECTED_ENV = ("AGENTD_AGENT", "AGENTD_AGENT__INTERNAL_NAME", "AGENTD_AGENT__AGENT_ID")
 
@@ -182,6 +189,7 @@ class Config:
     dispatch: DispatchSection
     sensors: SensorsSection
     metrics: MetricsSection
+    chaos: ChaosSection
     adapters: Mapping[str, AdapterConfig]
     profiles: Mapping[str, SubagentProfile]
     task_types: Mapping[str, TaskTypeSpec]
@@ -189,6 +197,8 @@ class Config:
     workflows: Mapping[str, WorkflowDefinition]
     schedules: tuple[ScheduleSpec, ...]
     skills: Mapping[str, Skill]
+    soul_text: str  # the constitution as hashed at load: bundles use exactly this text
+    purpose_text: str
 
     @property
     def identity(self) -> AgentIdentity:
@@ -338,7 +348,7 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
     problems += skill_problems
     if not paths.skills_dir.is_dir():
         problems.append(Problem(source, "paths.skills_dir", f"expected a folder, found nothing at {paths.skills_dir}"))
-    constitution, found = _constitution(source, settings)
+    constitution, texts, found = _constitution(source, settings)
     problems += found
     schemas, found = _payload_schemas(source, settings.payload_schemas)
     problems += found
@@ -353,6 +363,7 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         dispatch=settings.dispatch,
         sensors=settings.sensors,
         metrics=settings.metrics,
+        chaos=settings.chaos,
         adapters={a.adapter_id: a for a in settings.adapters},
         profiles={p.profile_id: p for p in settings.profiles},
         task_types={t.task_type: t for t in settings.task_types},
@@ -360,19 +371,22 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         workflows={w.workflow_type: w for w in settings.workflows},
         schedules=tuple(settings.schedules),
         skills=skills,
+        soul_text=texts["soul_path"],
+        purpose_text=texts["purpose_path"],
     )
     return config, problems
 
 
-def _constitution(source: str, settings: Settings) -> tuple[AgentConstitution, list[Problem]]:
-    problems, hashes = [], {}
+def _constitution(source: str, settings: Settings) -> tuple[AgentConstitution, dict[str, str], list[Problem]]:
+    problems, hashes, texts = [], {}, {}
     for key in ("soul_path", "purpose_path"):
         file = Path(getattr(settings.constitution, key)).absolute()
-        if file.is_file():
-            hashes[key] = sha256_file(file)
-        else:
-            hashes[key] = ""
+        try:
+            data = file.read_bytes()
+        except OSError:
+            data = b""
             problems.append(Problem(source, f"constitution.{key}", f"expected a file, found nothing at {file}"))
+        hashes[key], texts[key] = sha256_hex(data) if data else "", data.decode("utf-8", errors="replace")
     constitution = AgentConstitution(
         agent_id=settings.agent.agent_id,
         soul_path=str(Path(settings.constitution.soul_path).absolute()),
@@ -382,7 +396,7 @@ def _constitution(source: str, settings: Settings) -> tuple[AgentConstitution, l
         version=settings.constitution.version,
         revised_at=settings.constitution.revised_at,
     )
-    return constitution, problems
+    return constitution, texts, problems
 
 
 def _payload_schemas(source: str, declared: Mapping[str, Path]) -> tuple[dict[str, dict[str, Any]], list[Problem]]:
@@ -442,3 +456,30 @@ def cross_check(config: Config) -> list[Problem]:
 def task_intent_from_schedule(spec: ScheduleSpec) -> TaskIntent:
     """The TaskIntent a schedule enqueues; raises ValidationError if the table is malformed."""
     return TaskIntent.model_validate({"source": f"schedule:{spec.schedule_id}", **spec.task})
+
+
+def passthrough_environment() -> dict[str, str]:
+    """The few variables of the service's own environment an adapter inherits (PATH, locale)."""
+    return {name: os.environ[name] for name in PASSTHROUGH_ENV if name in os.environ}
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines (`#` comments, optional `export `, optional quotes); read per attempt."""
+    values = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.removeprefix("export ").partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise ConfigError([Problem(str(path), f"line {number}", "expected KEY=VALUE")])
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        values[key.strip()] = value
+    return values
+
+
+def systemd_notify_socket() -> str | None:
+    """$NOTIFY_SOCKET when systemd started us with Type=notify; None elsewhere."""
+    return os.environ.get("NOTIFY_SOCKET") or None

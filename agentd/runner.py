@@ -1,10 +1,202 @@
-"""The one place agentd starts processes: argv lists only, never a shell."""
+"""The one place agentd starts processes: argv lists only, never a shell.
+
+`run_process` gives each child its own process group, streams stdout/stderr into files up to a
+cap (the rest is counted and dropped, never held in memory), and enforces a hard timeout by
+killing the whole group: SIGTERM, then SIGKILL after a grace. When the child exits, whatever it
+left running in its group is killed too, and if the caller is cancelled the group is killed
+before the cancellation goes on. Nothing an attempt or a sensor starts outlives it.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
+
+import anyio
+import anyio.abc
+
+CHUNK_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    argv: Sequence[str]
+    cwd: Path
+    env: Mapping[str, str]
+    stdout_path: Path
+    stderr_path: Path
+    timeout_s: float
+    kill_grace_s: float = 5.0
+    output_cap_bytes: int = 16 * 1024 * 1024
+    stdin: bytes = b""
+
+
+@dataclass(frozen=True)
+class CapturedOutput:
+    path: Path
+    bytes_seen: int
+    bytes_kept: int
+
+    @property
+    def truncated(self) -> bool:
+        return self.bytes_seen > self.bytes_kept
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    pid: int | None
+    exit_code: int | None  # None when it never started or a signal ended it
+    signal: int | None
+    timed_out: bool
+    start_error: str | None
+    stdout: CapturedOutput
+    stderr: CapturedOutput
+    elapsed_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    def describe(self) -> str:
+        if self.start_error:
+            return self.start_error
+        if self.timed_out:
+            return f"timed out after {self.elapsed_s:.1f}s"
+        if self.signal is not None:
+            return f"killed by {signal.Signals(self.signal).name}"
+        return f"exit {self.exit_code}"
+
+
+class _CappedFile:
+    """Writes the first `cap` bytes of a stream to a file, counts the rest."""
+
+    def __init__(self, path: Path, cap: int) -> None:
+        self.path, self.cap, self.seen, self.kept = path, cap, 0, 0
+        self._file: IO[bytes] = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
+
+    def write(self, chunk: bytes) -> None:
+        self.seen += len(chunk)
+        room = self.cap - self.kept
+        if room > 0:
+            part = chunk[:room]
+            self._file.write(part)
+            self.kept += len(part)
+
+    def close(self) -> CapturedOutput:
+        if self.seen > self.kept:
+            dropped = self.seen - self.kept
+            self._file.write(f"\n[agentd: output capped at {self.cap} bytes; {dropped} more dropped]\n".encode())
+        self._file.close()
+        return CapturedOutput(self.path, self.seen, self.kept)
+
+
+async def run_process(
+    spec: ProcessSpec,
+    *,
+    on_started: Callable[[int], Awaitable[None]] | None = None,
+) -> ProcessResult:
+    """Run `spec` to completion or timeout; see the module docstring for the guarantees."""
+    started = anyio.current_time()
+    stdout = _CappedFile(spec.stdout_path, spec.output_cap_bytes)
+    stderr = _CappedFile(spec.stderr_path, spec.output_cap_bytes)
+    try:
+        process = await anyio.open_process(
+            list(spec.argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=spec.cwd,
+            env=dict(spec.env),
+            start_new_session=True,  # its own process group: one killpg reaches everything it starts
+        )
+    except OSError as exc:
+        return ProcessResult(
+            None, None, None, False, _start_error(spec.argv[0], exc), stdout.close(), stderr.close(), 0.0
+        )
+    timed_out = False
+    try:
+        if on_started is not None:
+            await on_started(process.pid)
+        async with anyio.create_task_group() as group:
+            group.start_soon(_pump, process.stdout, stdout)
+            group.start_soon(_pump, process.stderr, stderr)
+            group.start_soon(_feed, process.stdin, spec.stdin)
+            with anyio.move_on_after(spec.timeout_s) as deadline:
+                await process.wait()
+            timed_out = deadline.cancelled_caught
+            await _stop_group(process, spec.kill_grace_s)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop_group(process, spec.kill_grace_s)
+            await process.aclose()
+            out, err = stdout.close(), stderr.close()
+    code = process.returncode
+    return ProcessResult(
+        pid=process.pid,
+        exit_code=code if code is not None and code >= 0 else None,
+        signal=-code if code is not None and code < 0 else None,
+        timed_out=timed_out,
+        start_error=None,
+        stdout=out,
+        stderr=err,
+        elapsed_s=anyio.current_time() - started,
+    )
+
+
+async def _stop_group(process: anyio.abc.Process, grace_s: float) -> None:
+    """TERM the group and wait up to grace for the leader; then KILL whatever is left."""
+    if process.returncode is None:
+        kill_group(process.pid, signal.SIGTERM)
+        with anyio.move_on_after(grace_s):
+            await process.wait()
+    kill_group(process.pid, signal.SIGKILL)  # stragglers the leader left behind, or the leader
+    await process.wait()
+
+
+def kill_group(pgid: int, sig: signal.Signals) -> bool:
+    """Signal a whole process group; False if it no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+    return True
+
+
+async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: _CappedFile) -> None:
+    if stream is None:
+        return
+    try:
+        while True:
+            sink.write(await stream.receive(CHUNK_BYTES))
+    except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        return
+
+
+async def _feed(stream: anyio.abc.ByteSendStream | None, data: bytes) -> None:
+    if stream is None:
+        return
+    try:
+        if data:
+            await stream.send(data)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError):
+        pass  # the child stopped reading; its exit status tells the rest
+    finally:
+        await stream.aclose()
+
+
+def _start_error(command: str, exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"cannot start {command!r}: no such file (or its interpreter is missing)"
+    if isinstance(exc, PermissionError):
+        return f"cannot start {command!r}: not executable"
+    return f"cannot start {command!r}: {exc}"
 
 
 def run_foreground(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> int:

@@ -19,6 +19,7 @@ MANIFEST = "skill.toml"
 class Skill:
     manifest: SkillManifest
     directory: Path
+    instructions: str  # SKILL.md as read when the config was loaded: what every bundle uses
 
     @property
     def skill_id(self) -> str:
@@ -27,9 +28,6 @@ class Skill:
     @property
     def instructions_path(self) -> Path:
         return self.directory / self.manifest.instruction_path
-
-    def instructions(self) -> str:
-        return self.instructions_path.read_text(encoding="utf-8")
 
     def command_argv(self, name: str) -> list[str] | None:
         """The declared command's argv (relative executables resolve in the skill folder)."""
@@ -91,4 +89,6 @@ def _load_skill(directory: Path) -> tuple[Skill | None, list[Problem]]:
     for index, command in enumerate(manifest.cli_commands or ()):
         if not (command.command if isinstance(command.command, list) else shlex.split(command.command)):
             problems.append(Problem(source, f"cli_commands[{index}].command", "expected an argv, found nothing"))
-    return Skill(manifest, directory), problems
+    instructions_file = directory / manifest.instruction_path
+    instructions = instructions_file.read_text(encoding="utf-8") if instructions_file.is_file() else ""
+    return Skill(manifest, directory, instructions), problems

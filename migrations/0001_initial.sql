@@ -55,7 +55,8 @@ CREATE TABLE tasks (
                               'pending', 'running', 'completed', 'retryable_failure',
                               'permanent_failure', 'blocked', 'operator_canceled')),
     max_attempts          INTEGER NOT NULL CHECK (max_attempts >= 1),
-    attempt_count         INTEGER NOT NULL DEFAULT 0,
+    attempt_count         INTEGER NOT NULL DEFAULT 0,  -- every attempt made
+    free_attempt_count    INTEGER NOT NULL DEFAULT 0,  -- of those, rate-limited or interrupted by a stop
     rate_limit_count      INTEGER NOT NULL DEFAULT 0,
     awaiting_approval     INTEGER NOT NULL DEFAULT 0 CHECK (awaiting_approval IN (0, 1)),
     available_at          TEXT NOT NULL,
@@ -66,9 +67,9 @@ CREATE TABLE tasks (
     outcome               TEXT CHECK (outcome IS NULL OR json_valid(outcome)),
     last_error            TEXT,
     cancel_requested_at   TEXT,
-    -- A task waiting for a retry always has an attempt left (rate-limited attempts do not
-    -- spend one): exhausted means permanent_failure, never a retryable task nobody claims.
-    CHECK (status != 'retryable_failure' OR attempt_count - rate_limit_count < max_attempts)
+    -- A task waiting for a retry always has an attempt left (free attempts do not spend one):
+    -- exhausted means permanent_failure, never a retryable task nobody claims.
+    CHECK (status != 'retryable_failure' OR attempt_count - free_attempt_count < max_attempts)
 );
 -- The claim seeks this index once per priority (store.CLAIM_SQL): its cost does not grow
 -- with the queue, and no ANALYZE can make the planner prefer another index.
@@ -192,10 +193,13 @@ CREATE TABLE outbox (
 CREATE INDEX outbox_pending ON outbox (id) WHERE status = 'pending';
 
 -- At most one row: the live dispatcher. Created with INSERT, so two cannot both take it.
+-- A holder is alive only if its pid runs on this host and boot *and* started when recorded
+-- (pid_started), so a reused pid never looks like the old holder.
 CREATE TABLE dispatch_lock (
     id            INTEGER PRIMARY KEY CHECK (id = 1),
     holder_id     TEXT NOT NULL,
     pid           INTEGER NOT NULL,
+    pid_started   INTEGER NOT NULL,
     host          TEXT NOT NULL,
     boot_id       TEXT NOT NULL,
     acquired_at   TEXT NOT NULL,

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import EXAMPLE_CONFIG, CliResult
@@ -60,3 +61,60 @@ def cli(capsys: pytest.CaptureFixture[str], state_dir: Path) -> Callable[..., Cl
         return CliResult(code, captured.out, captured.err)
 
     return run
+
+
+class Rig:
+    """A test agent: config, migrated store, and dispatchers on a fake clock."""
+
+    def __init__(self, config: Config, clock: FakeClock) -> None:
+        from agentd.store import AsyncStore, init_state_dir
+
+        self.config, self.clock = config, clock
+        init_state_dir(config.paths.state_dir, config.paths.workspace)
+        migrate(config.db_path, clock)
+        self.store = open_store(config.db_path, clock)
+        self.db = AsyncStore(open_store(config.db_path, clock))
+
+    def dispatcher(self, seed: int = 7) -> Any:
+        import random
+
+        from agentd.dispatch import Dispatcher
+
+        return Dispatcher(self.config, self.db, clock=self.clock, rng=random.Random(seed))
+
+    def add(self, task_type: str = "example", **fields: Any) -> Any:
+        from agentd.intake import prepare_task
+        from agentd.records import TaskIntent
+
+        intent = TaskIntent.model_validate({"task_type": task_type, "source": "test", "payload": {}, **fields})
+        return self.store.enqueue_task(
+            prepare_task(intent, self.config, self.clock.now(), trusted=True), self.clock.now()
+        )
+
+    def events(self, task_id: int | None = None) -> list[Any]:
+        return self.store.read_events(task_id=task_id, limit=100_000)
+
+    def close(self) -> None:
+        self.store.close()
+        self.db.close()
+
+
+@pytest.fixture
+def rig_factory(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Rig]]:
+    from support import agent_config
+
+    made: list[Rig] = []
+
+    def make(mutate: Callable[[dict[str, Any]], None] | None = None) -> Rig:
+        rig = Rig(load_config(agent_config(tmp_path, mutate)), clock)
+        made.append(rig)
+        return rig
+
+    yield make
+    for rig in made:
+        rig.close()
+
+
+@pytest.fixture
+def rig(rig_factory: Callable[..., Rig]) -> Rig:
+    return rig_factory()

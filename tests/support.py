@@ -63,3 +63,52 @@ class CliResult:
 
     def json_lines(self) -> list[Any]:
         return [json.loads(line) for line in self.out.splitlines() if line.strip()]
+
+
+ADAPTERS = REPO / "tests" / "adapters"
+
+
+def agent_config(directory: Path, mutate: Callable[[dict[str, Any]], None] | None = None) -> Path:
+    """The example config with test adapters and task types added:
+
+    - task type `example` on adapter `script` (tests/adapters/complete.sh): completes with a report
+    - task type `scripted` on adapter `scripted` (tests/adapters/scripted.py): does what its payload says
+    - task type `flaky` on adapter `fails` (tests/adapters/always_fails.sh): always a retryable failure
+    """
+
+    def add(raw: dict[str, Any]) -> None:
+        raw["adapters"] = [
+            {"adapter_id": "script", "kind": "script", "command": str(ADAPTERS / "complete.sh"), "timeout_ms": 30_000},
+            {
+                "adapter_id": "scripted",
+                "kind": "script",
+                "command": str(ADAPTERS / "scripted.py"),
+                "timeout_ms": 30_000,
+            },
+            {
+                "adapter_id": "fails",
+                "kind": "script",
+                "command": str(ADAPTERS / "always_fails.sh"),
+                "timeout_ms": 30_000,
+            },
+        ]
+        raw["task_types"] += [
+            {
+                "task_type": "scripted",
+                "payload_schema_id": "agent-runtime/payload.any-object/v1",
+                "default_profile_id": "operator",
+                "default_adapter_id": "scripted",
+                "artifact_roles": ["output"],
+            },
+            {
+                "task_type": "flaky",
+                "payload_schema_id": "agent-runtime/payload.any-object/v1",
+                "default_profile_id": "operator",
+                "default_adapter_id": "fails",
+            },
+        ]
+        raw["dispatch"].update(kill_grace_s=1.0, lock_heartbeat_s=1.0)
+        if mutate is not None:
+            mutate(raw)
+
+    return write_config(directory, add)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -10,7 +11,6 @@ from pathlib import Path
 from queue import Empty, Queue
 
 import pytest
-
 from support import EXAMPLE_CONFIG, REPO
 
 
@@ -44,12 +44,45 @@ def test_events_follow_streams_new_events(tmp_path: Path) -> None:
             follower.terminate()
 
 
+def session_members(session_id: int) -> list[int]:
+    """Processes (not zombies) still running in a session."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == session_id and fields[0] != "Z":
+                members.append(int(entry.name))
+    return members
+
+
 @pytest.mark.skipif(not (REPO / ".venv" / ".installed").exists(), reason="make test bootstraps .venv first")
-def test_make_run_starts_on_the_embedded_default(tmp_path: Path) -> None:
-    env = {**os.environ, "AGENTD_PATHS__STATE_DIR": str(tmp_path / "s"), "AGENTD_PATHS__WORKSPACE": str(tmp_path / "w")}
-    result = subprocess.run(
-        ["make", "--no-print-directory", "run"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert "task 1 enqueued" in result.stdout
-    assert (tmp_path / "s" / "agentd.db").is_file()
+def test_make_run_works_on_the_embedded_default_and_ctrl_c_stops_it(tmp_path: Path) -> None:
+    state = tmp_path / "s"
+    env = {**os.environ, "AGENTD_PATHS__STATE_DIR": str(state), "AGENTD_PATHS__WORKSPACE": str(tmp_path / "w")}
+    with subprocess.Popen(
+        ["make", "--no-print-directory", "run"],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as make:
+        lines = line_reader(make.stdout)
+        seen = ""
+        while "task_finished task=1" not in seen:
+            seen += lines.get(timeout=60)
+        assert "status=completed" in seen.splitlines()[-1]
+        os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+        make.wait(timeout=30)
+        while True:
+            try:
+                seen += lines.get(timeout=5)
+            except Empty:
+                break
+    assert "dispatch_stopped" in seen
+    assert session_members(make.pid) == []
+    assert (tmp_path / "w" / "hello.txt").read_text() == "hi\n"

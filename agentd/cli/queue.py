@@ -24,6 +24,7 @@ from agentd.clock import SystemClock, format_ts
 from agentd.errors import InputError
 from agentd.intake import prepare_task
 from agentd.records import TaskIntent, TaskRecord
+from agentd.wake import poke
 
 STATUSES = ("pending", "running", "completed", "retryable_failure", "permanent_failure", "blocked", "operator_canceled")
 
@@ -61,6 +62,23 @@ def register(commands: Any) -> None:
 
     show = add_command(task, "show", cmd_task_show, "one task: its record, attempts and events")
     show.add_argument("task_id", type=int, metavar="ID")
+
+    cancel = add_command(
+        task, "cancel", cmd_task_cancel, "cancel a task: a waiting one at once, a running one by stopping its adapter"
+    )
+    cancel.add_argument("task_id", type=int, metavar="ID")
+
+    retry = add_command(
+        task, "retry", cmd_task_retry, "re-queue a permanently failed, blocked or canceled task; its history stays"
+    )
+    retry.add_argument("task_id", type=int, metavar="ID")
+    retry.add_argument(
+        "--attempts",
+        type=int,
+        default=None,
+        metavar="N",
+        help="attempts it gets (default: its task type's max_attempts)",
+    )
 
     events = add_command(commands, "events", cmd_events, "the event log, oldest first")
     events.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
@@ -124,6 +142,7 @@ def cmd_task_add(args: argparse.Namespace) -> int:
         task = store.enqueue_task(new, clock.now())
     finally:
         store.close()
+    poke(config.paths.state_dir)
     if wants_json(args):
         print_json(task)
     else:
@@ -197,6 +216,44 @@ def cmd_task_show(args: argparse.Namespace) -> int:
         ["SEQ", "TIME", "TYPE", "DETAIL"],
         [(e.sequence, format_ts(e.timestamp), e.type, _detail(e.payload)) for e in events],
     )
+    return 0
+
+
+def cmd_task_cancel(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    store = store_from(config)
+    try:
+        result = store.cancel_task(args.task_id, SystemClock().now())
+    finally:
+        store.close()
+    poke(config.paths.state_dir)
+    if wants_json(args):
+        print_json({"task": result.task, "action": result.action})
+    elif result.action == "canceled":
+        print(f"task {args.task_id} canceled")
+    else:
+        print(f"task {args.task_id} is running: the dispatcher will stop its adapter and record operator_canceled")
+    return 0
+
+
+def cmd_task_retry(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    store = store_from(config)
+    try:
+        task = store.get_task_or_raise(args.task_id)
+        spec = config.task_types.get(task.task_type)
+        attempts = args.attempts or (spec.max_attempts if spec and spec.max_attempts else None)
+        attempts = attempts or config.dispatch.default_max_attempts
+        if attempts < 1:
+            raise InputError(f"--attempts: expected at least 1, found {attempts}")
+        task = store.retry_task(args.task_id, attempts, SystemClock().now())
+    finally:
+        store.close()
+    poke(config.paths.state_dir)
+    if wants_json(args):
+        print_json(task)
+    else:
+        print(f"task {task.task_id} re-queued with {attempts} more attempts (history kept)")
     return 0
 
 

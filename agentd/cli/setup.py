@@ -19,8 +19,8 @@ from agentd.cli.common import (
 )
 from agentd.clock import SystemClock
 from agentd.errors import InputError, NotFound
-from agentd.records import json_schemas
 from agentd.runner import run_foreground
+from agentd.schemas import json_schemas
 from agentd.store import init_state_dir, migrate, open_store
 
 
@@ -176,9 +176,7 @@ def cmd_skills_show(args: argparse.Namespace) -> int:
     config = config_from(args)
     skill = _skill(config.skills, args.skill_id)
     if wants_json(args):
-        print_json(
-            {"manifest": skill.manifest, "directory": str(skill.directory), "instructions": skill.instructions()}
-        )
+        print_json({"manifest": skill.manifest, "directory": str(skill.directory), "instructions": skill.instructions})
         return 0
     print_fields(
         [
@@ -191,7 +189,7 @@ def cmd_skills_show(args: argparse.Namespace) -> int:
     for command in skill.manifest.cli_commands or ():
         print(f"command     {command.name}: {skill.command_argv(command.name)}  {command.description or ''}".rstrip())
     print()
-    print(skill.instructions().rstrip())
+    print(skill.instructions.rstrip())
     return 0
 
 

@@ -17,6 +17,7 @@ import anyio.to_thread
 
 from agentd.clock import Clock
 from agentd.errors import SchemaMismatch
+from agentd.store.attempts import ArtifactRow, AttemptEnd, AttemptPlan, Claim, LockHolder, OutboxRow
 from agentd.store.base import connect
 from agentd.store.events import ChainBreak, EventVerbs
 from agentd.store.migrations import (
@@ -25,9 +26,25 @@ from agentd.store.migrations import (
     available_migrations,
     require_current,
 )
-from agentd.store.tasks import QueueSummary, TaskVerbs
+from agentd.store.outbox import OutboxItem, OutboxVerbs
+from agentd.store.tasks import QueueSummary
 
-__all__ = ["AsyncStore", "ChainBreak", "QueueSummary", "Store", "init_state_dir", "migrate", "open_store"]
+__all__ = [
+    "ArtifactRow",
+    "AsyncStore",
+    "AttemptEnd",
+    "AttemptPlan",
+    "ChainBreak",
+    "Claim",
+    "LockHolder",
+    "OutboxItem",
+    "OutboxRow",
+    "QueueSummary",
+    "Store",
+    "init_state_dir",
+    "migrate",
+    "open_store",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -35,7 +52,7 @@ T = TypeVar("T")
 DB_NAME = "agentd.db"
 
 
-class Store(TaskVerbs, EventVerbs):
+class Store(OutboxVerbs, EventVerbs):
     """Domain verbs over one connection; each public verb is at most one transaction."""
 
     schema_version: int = 0

@@ -21,7 +21,7 @@ from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
 TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.priority, t.payload,
     t.requested_profile_id, t.requested_adapter_id, t.requested_model, t.skill_ids,
     t.evidence_requirements, t.workflow_id, t.workflow_state, t.workflow_iteration, t.schedule_id,
-    t.status, t.max_attempts, t.attempt_count, t.rate_limit_count, t.available_at, t.created_at,
+    t.status, t.max_attempts, t.attempt_count, t.free_attempt_count, t.rate_limit_count, t.available_at, t.created_at,
     t.updated_at, t.started_at, t.finished_at, t.outcome, t.last_error, t.cancel_requested_at,
     w.instance_key AS workflow_instance_key"""
 TASK_FROM = "tasks t LEFT JOIN workflows w ON w.id = t.workflow_id"
@@ -90,6 +90,7 @@ def task_from_row(row: sqlite3.Row) -> TaskRecord:
         evidence_requirements=EvidenceRequirements.model_validate(evidence) if evidence else None,
         workflow_ref=workflow_ref,
         schedule_id=row["schedule_id"],
+        free_attempt_count=row["free_attempt_count"],
         rate_limit_count=row["rate_limit_count"],
         cancel_requested_at=parse_optional_ts(row["cancel_requested_at"]),
     )

@@ -26,7 +26,10 @@ def main() -> int:
             machine_status="needs_retry" if failure == "retryable" else "failed",
             summary=f"asked to fail ({failure})",
         )
-    artifacts = []
+    report_file = Path("reports") / f"task-{os.environ['AGENTD_TASK_ID']}.md"
+    report_file.parent.mkdir(parents=True, exist_ok=True)
+    report_file.write_text(f"# {task_type}\n\n{payload.get('note', 'done')}\n", encoding="utf-8")
+    artifacts = [str(report_file)]
     if payload.get("write"):
         target = Path(payload["write"])
         target.parent.mkdir(parents=True, exist_ok=True)

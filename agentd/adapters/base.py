@@ -1,0 +1,127 @@
+"""What every adapter kind shares: the attempt it is given and the run it hands back.
+
+An adapter is small and pure at heart: `build` turns the attempt into an argv, environment,
+stdin and files; `parse` turns the finished process into an AdapterRun. The runner does the
+spawning; the dispatcher does the judging. Every kind produces the same AdapterRun, so every
+kind leaves the same TaskAttempt evidence (seed 000 §2, §8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from agentd.evidence import AttemptPaths, write_private
+from agentd.records import AdapterConfig, TaskRecord
+from agentd.runner import ProcessResult, ProcessSpec, run_process
+
+FINAL_MESSAGE_MAX_BYTES = 1024 * 1024  # the outcome block is at the end; the head is in stdout.log
+
+OnStarted = Callable[[int], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    task: TaskRecord
+    attempt_id: str
+    adapter: AdapterConfig
+    model: str | None
+    paths: AttemptPaths
+    workspace: Path
+    cwd: Path
+    env: Mapping[str, str]  # the base environment: PATH, scratch HOME, AGENTD_*, env_file, adapter env
+    bundle_text: str
+    timeout_s: float
+    kill_grace_s: float
+    output_cap_bytes: int
+
+
+@dataclass(frozen=True)
+class Invocation:
+    argv: list[str]
+    env: dict[str, str]
+    stdin: bytes = b""
+    files: dict[Path, str] = field(default_factory=dict)  # written (0600) before the start
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cost_usd: float | None = None
+    cost_estimated: bool = False
+
+
+@dataclass(frozen=True)
+class AdapterRun:
+    exit_status: Literal["ok", "error", "timeout"]
+    ok: bool  # the adapter itself ended cleanly (its own verdict, before agentd's gates)
+    failure: str | None  # what went wrong at the adapter level, for people
+    final_message: str | None
+    rate_limited: bool = False
+    usage: Usage = Usage()
+    model: str | None = None  # as the adapter reported it
+    cli_version: str | None = None
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    process: ProcessResult | None = None
+
+
+class Adapter(Protocol):
+    kind: str
+
+    async def execute(self, ctx: AttemptContext, on_started: OnStarted) -> AdapterRun:
+        """Run one attempt to its end (or timeout); never raise for a model's failure."""
+
+
+class SubprocessAdapter:
+    """An adapter that runs a command: build → runner → parse."""
+
+    kind = "subprocess"
+
+    def build(self, ctx: AttemptContext) -> Invocation:
+        raise NotImplementedError
+
+    def parse(self, ctx: AttemptContext, result: ProcessResult) -> AdapterRun:
+        raise NotImplementedError
+
+    async def execute(self, ctx: AttemptContext, on_started: OnStarted) -> AdapterRun:
+        invocation = self.build(ctx)
+        for path, text in invocation.files.items():
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            write_private(path, text)
+        ctx.paths.stdin.write_bytes(invocation.stdin)
+        result = await run_process(
+            ProcessSpec(
+                argv=invocation.argv,
+                cwd=ctx.cwd,
+                env=invocation.env,
+                stdout_path=ctx.paths.stdout,
+                stderr_path=ctx.paths.stderr,
+                timeout_s=ctx.timeout_s,
+                kill_grace_s=ctx.kill_grace_s,
+                output_cap_bytes=ctx.output_cap_bytes,
+                stdin=invocation.stdin,
+            ),
+            on_started=on_started,
+        )
+        return self.parse(ctx, result)
+
+
+def exit_status_of(result: ProcessResult) -> Literal["ok", "error", "timeout"]:
+    if result.timed_out:
+        return "timeout"
+    return "ok" if result.exit_code == 0 else "error"
+
+
+def read_tail(path: Path, limit: int = FINAL_MESSAGE_MAX_BYTES) -> str:
+    """The last `limit` bytes of a file as text (the whole file when it is small)."""
+    if not path.is_file():
+        return ""
+    with path.open("rb") as handle:
+        size = handle.seek(0, 2)
+        handle.seek(max(size - limit, 0))
+        return handle.read().decode("utf-8", errors="replace")

@@ -1,0 +1,31 @@
+"""The script adapter (seed 000 §2): `command` + `extra_args`, the task payload as JSON on stdin.
+
+The outcome comes from $AGENTD_RESULT_PATH or the last ```json block of stdout.
+"""
+
+from __future__ import annotations
+
+import json
+
+from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, SubprocessAdapter, exit_status_of, read_tail
+from agentd.records import ScriptAdapter as ScriptAdapterConfig
+from agentd.runner import ProcessResult
+
+
+class ScriptAdapter(SubprocessAdapter):
+    kind = "script"
+
+    def build(self, ctx: AttemptContext) -> Invocation:
+        config = ctx.adapter
+        assert isinstance(config, ScriptAdapterConfig)
+        payload = json.dumps(ctx.task.payload, ensure_ascii=False).encode()
+        return Invocation(argv=[config.command, *(config.extra_args or [])], env=dict(ctx.env), stdin=payload)
+
+    def parse(self, ctx: AttemptContext, result: ProcessResult) -> AdapterRun:
+        return AdapterRun(
+            exit_status=exit_status_of(result),
+            ok=result.ok,
+            failure=None if result.ok else result.describe(),
+            final_message=read_tail(ctx.paths.stdout),
+            process=result,
+        )

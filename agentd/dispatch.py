@@ -1,0 +1,383 @@
+"""The dispatcher (DESIGN §4): one runner per agent.
+
+Start: lock → boot sweep → pending outbox → READY. Each tick: due schedules → workflows →
+claim one task → prepare → execute → judge → commit → outbox. Idle: sleep until the next task
+is due, a poke, or the poll ceiling. SIGTERM: stop claiming, give the running attempt the grace
+period, then stop it and record it interrupted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+from datetime import datetime
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+from pydantic import ValidationError
+
+from agentd import procs
+from agentd.adapters import AdapterRun
+from agentd.attempt import AttemptPreparer, Prepared, judge, plan_attempt, retry_policy
+from agentd.bundle import WorkflowStep
+from agentd.clock import Clock
+from agentd.config import Config
+from agentd.errors import AgentdError, DispatchLocked, InputError
+from agentd.evidence import attempt_paths, prepare_attempt_dir, write_manifest
+from agentd.hashing import new_ulid
+from agentd.intake import NewTask, prepare_task
+from agentd.outcome import decide
+from agentd.records import TaskAttempt, TaskIntent, TaskOutcome, TaskRecord
+from agentd.service import Notifier
+from agentd.store import AsyncStore, AttemptEnd, Claim, LockHolder, OutboxItem, Store
+from agentd.store.attempts import AttemptPlan
+from agentd.wake import doorbell
+
+logger = logging.getLogger(__name__)
+
+CANCEL_POLL_S = 1.0  # a running task's cancel flag is checked at least this often
+
+
+class LockLost(AgentdError):
+    """Another dispatcher cleared our lock as stale: stop at once, commit nothing more."""
+
+
+class AttemptControl:
+    """How a running attempt is stopped from outside: a signal, or an operator's cancel."""
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope()
+        self.reason: str | None = None
+
+    def stop(self, reason: str, after_s: float = 0.0) -> None:
+        self.reason = self.reason or reason
+        self.scope.deadline = min(self.scope.deadline, anyio.current_time() + after_s)
+
+    @property
+    def stopped(self) -> str | None:
+        return self.reason if self.scope.cancelled_caught else None
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        config: Config,
+        db: AsyncStore,
+        *,
+        clock: Clock,
+        rng: random.Random | None = None,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.config, self.db, self.clock = config, db, clock
+        self.rng = rng or random.Random()
+        self.notifier = notifier or Notifier()
+        self.identity = procs.this_process()
+        self.holder_id = new_ulid(clock)
+        self.preparer = AttemptPreparer(config, db, clock)
+        self._wake = anyio.Event()
+        self._stopping = False
+        self._control: AttemptControl | None = None
+        self._idle_noted = False
+
+    # --- the service ----------------------------------------------------------------------------
+
+    async def run(self, *, until_idle: bool = False) -> None:
+        """Run until SIGTERM/SIGINT (or, with until_idle, until nothing is claimable now)."""
+        await self.start()
+        try:
+            async with anyio.create_task_group() as services:
+                services.start_soon(self._keep_lock)
+                services.start_soon(self._watch_signals)
+                await services.start(self._listen_for_pokes)
+                self.notifier.ready("started; boot sweep done")
+                while not self._stopping:
+                    if not await self.tick(self.clock.now()):
+                        if until_idle:
+                            break
+                        await self._sleep_until_due()
+                services.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.stop()
+
+    async def start(self) -> None:
+        """Take the lock, sweep what a dead dispatcher left running, finish its outbox."""
+        await self.take_lock()
+        await self.boot_sweep()
+        await self.apply_outbox()
+        await self.db.call(
+            Store.record_event,
+            "dispatch_started",
+            self.clock.now(),
+            {"pid": self.identity.pid, "holder": self.holder_id},
+        )
+
+    async def stop(self) -> None:
+        await self.db.call(Store.record_event, "dispatch_stopped", self.clock.now(), {"pid": self.identity.pid})
+        await self.db.call(Store.release_dispatch_lock, self.holder_id)
+        self.notifier.close()
+
+    def request_stop(self, *, immediately: bool = False) -> None:
+        """Stop claiming; the running attempt gets the grace period (none if immediately)."""
+        self._stopping = True
+        self._wake.set()
+        self.notifier.stopping("stopping: waiting for the running attempt" if self._control else "stopping")
+        if self._control is not None:
+            self._control.stop("interrupted", 0.0 if immediately else self.config.dispatch.grace_s)
+
+    async def tick(self, now: datetime) -> bool:
+        """One pass in the seed's order; True if an attempt ran (or a claim was refused)."""
+        await self.run_due_schedules(now)
+        await self.advance_workflows(now)
+        return await self.claim_and_run(now)
+
+    async def run_until_idle(self) -> int:
+        """Tick until nothing is claimable at the clock's now; return how many tasks were claimed."""
+        claimed = 0
+        while await self.tick(self.clock.now()):
+            claimed += 1
+        return claimed
+
+    # --- tick steps -----------------------------------------------------------------------------
+
+    async def run_due_schedules(self, now: datetime) -> None:
+        """Recurring schedules enqueue their tasks (the sensor/workflow issue fills this in)."""
+
+    async def advance_workflows(self, now: datetime) -> None:
+        """Workflows create their next step's task (the sensor/workflow issue fills this in)."""
+
+    async def claim_and_run(self, now: datetime) -> bool:
+        claim = await self.db.call(Store.claim_next_task, now, self.holder_id, self._plan, self._evidence_dir)
+        if claim is None:
+            return False
+        self._idle_noted = False
+        if claim.attempt is not None:
+            self._crash_point("after_claim")
+            await self.run_attempt(claim)
+            self._crash_point("after_outcome_commit")
+        await self.apply_outbox()
+        return True
+
+    async def run_attempt(self, claim: Claim) -> TaskRecord:
+        """prepare → execute → judge → the outcome commit."""
+        assert claim.attempt is not None
+        control = AttemptControl()
+        self._control = control
+        if self._stopping:
+            control.stop("interrupted", self.config.dispatch.grace_s)
+        try:
+            prepared = await self.preparer.prepare(claim, await self.workflow_step(claim.task))
+            self.notifier.status(
+                f"running task {claim.task.task_id} ({claim.attempt.adapter_id}, {claim.attempt.model or 'no model'})"
+            )
+            run = await self._execute(prepared, control)
+            end = await anyio.to_thread.run_sync(
+                judge, self.config, self.clock, self.rng, prepared, run, control.stopped
+            )
+        except Exception as exc:  # the attempt's boundary: record it, never leave the task running
+            logger.exception("attempt %s of task %s failed inside agentd", claim.attempt.attempt_id, claim.task.task_id)
+            end = self._internal_failure(claim.task, claim.attempt, exc)
+        finally:
+            self._control = None
+        return await self.db.call(Store.finish_attempt, end)
+
+    async def _execute(self, prepared: Prepared, control: AttemptControl) -> AdapterRun | None:
+        task_id, attempt_id = prepared.task.task_id, prepared.attempt_id
+
+        async def started(pid: int) -> None:
+            await self.db.call(Store.mark_attempt_started, task_id, attempt_id, pid, self.clock.now())
+
+        with control.scope:
+            async with anyio.create_task_group() as watchers:
+                watchers.start_soon(self._watch_for_cancel, task_id, control)
+                run = await prepared.adapter.execute(prepared.ctx, started)
+                watchers.cancel_scope.cancel()
+            return run
+        return None  # stopped from outside: control.stopped says why
+
+    async def _watch_for_cancel(self, task_id: int, control: AttemptControl) -> None:
+        while True:
+            await self._wait_for_poke(CANCEL_POLL_S)
+            if await self.db.call(Store.cancel_requested, task_id):
+                control.stop("operator_canceled")
+                return
+
+    async def apply_outbox(self) -> None:
+        """Apply every pending side effect, each exactly once (a crash re-applies, never doubles)."""
+        for item in await self.db.call(Store.pending_outbox):
+            now = self.clock.now()
+            if item.kind == "follow_up_task":
+                new, refusal = self._follow_up(item, now)
+                await self.db.call(Store.apply_follow_up, item, new, refusal, now)
+            elif item.kind == "workflow_signal":
+                await self.apply_workflow_signal(item, now)
+            else:
+                await self.db.call(Store.settle_outbox, item, "awaiting_handler", {}, now)
+
+    async def apply_workflow_signal(self, item: OutboxItem, now: datetime) -> None:
+        """Hand a workflow task's signal to the workflow engine (the sensor/workflow issue)."""
+        await self.db.call(Store.settle_outbox, item, "awaiting_handler", {"reason": "no workflow engine"}, now)
+
+    async def workflow_step(self, task: TaskRecord) -> WorkflowStep | None:
+        """What the bundle says about the task's workflow step (the sensor/workflow issue)."""
+        return None
+
+    def _follow_up(self, item: OutboxItem, now: datetime) -> tuple[NewTask | None, str | None]:
+        try:
+            intent = TaskIntent.model_validate({**item.payload, "source": f"follow_up:task:{item.task_id}"})
+            return prepare_task(intent, self.config, now, trusted=False), None
+        except ValidationError as exc:
+            return None, f"not a valid TaskIntent: {exc.errors()[0]['msg']}"
+        except InputError as exc:
+            return None, str(exc)
+
+    # --- lock, sweep, idle ----------------------------------------------------------------------
+
+    async def take_lock(self) -> None:
+        now = self.clock.now()
+        me = LockHolder(
+            self.holder_id,
+            self.identity.pid,
+            self.identity.started,
+            self.identity.host,
+            self.identity.boot_id,
+            now,
+            now,
+        )
+        result = await self.db.call(Store.acquire_dispatch_lock, me, now, self._staleness)
+        if not result.acquired:
+            holder = result.holder
+            age = (now - holder.heartbeat_at).total_seconds()
+            raise DispatchLocked(
+                f"dispatch_locked: another dispatcher holds the lock (pid {holder.pid} on {holder.host}, "
+                f"heartbeat {age:.0f}s ago); only one runs per agent"
+            )
+        if result.cleared is not None:
+            logger.warning(
+                "dispatch_lock_stale_cleared pid=%s host=%s reason=%s",
+                result.cleared.pid,
+                result.cleared.host,
+                result.cleared_because,
+            )
+
+    def _staleness(self, holder: LockHolder) -> str | None:
+        """Why a lock is stale, or None if its holder may be alive: both age and identity count."""
+        age = (self.clock.now() - holder.heartbeat_at).total_seconds()
+        if age > self.config.dispatch.lock_stale_s:
+            return f"heartbeat {age:.0f}s old (stale after {self.config.dispatch.lock_stale_s:g}s)"
+        holder_process = procs.ProcessIdentity(holder.pid, holder.pid_started, holder.host, holder.boot_id)
+        if procs.is_running(holder_process, self.identity) is False:
+            return f"holder pid {holder.pid} is not running on this host"
+        return None
+
+    async def _keep_lock(self) -> None:
+        while True:
+            await anyio.sleep(self.config.dispatch.lock_heartbeat_s)
+            if not await self.db.call(Store.heartbeat_dispatch_lock, self.holder_id, self.clock.now()):
+                raise LockLost("the dispatch lock was cleared by another dispatcher; stopping without committing")
+
+    async def boot_sweep(self) -> None:
+        """Close every attempt a dead dispatcher left open; kill what it left running."""
+        for task, attempt in await self.db.call(Store.running_attempts):
+            group = await self.db.call(Store.process_group_of, attempt.attempt_id)
+            killed = procs.kill_attempt_processes(group, attempt.attempt_id)
+            end = await anyio.to_thread.run_sync(self._sweep_end, task, attempt, killed)
+            await self.db.call(Store.finish_attempt, end)
+
+    def _sweep_end(self, task: TaskRecord, attempt: TaskAttempt, killed: list[int]) -> AttemptEnd:
+        summary = "the dispatcher stopped abruptly during this attempt; reclaimed by the boot sweep"
+        return self._closing_end(task, attempt, summary, "boot_sweep", {"killed_pids": killed}, boot_sweep=True)
+
+    def _internal_failure(self, task: TaskRecord, attempt: TaskAttempt, exc: Exception) -> AttemptEnd:
+        return self._closing_end(task, attempt, f"agentd failed running this attempt: {exc!r}", "internal_error", {})
+
+    def _closing_end(
+        self,
+        task: TaskRecord,
+        attempt: TaskAttempt,
+        summary: str,
+        reason: str,
+        diagnostics: dict[str, object],
+        *,
+        boot_sweep: bool = False,
+    ) -> AttemptEnd:
+        now = self.clock.now()
+        outcome = TaskOutcome(status="retryable_failure", machine_status="needs_retry", operator_summary=summary)
+        decision = decide(
+            task, task.free_attempt_count, outcome, now=now, policy=retry_policy(self.config), rng=self.rng
+        )
+        paths = attempt_paths(self.config.paths.state_dir, task.task_id, attempt.attempt_id)
+        prepare_attempt_dir(paths)
+        if not paths.manifest.exists():  # evidence is written once; a manifest already there stays
+            write_manifest(
+                paths,
+                {
+                    "run_id": attempt.attempt_id,
+                    "task_ref": {"task_id": task.task_id},
+                    "termination_reason": reason,
+                    "failure_type": reason,
+                    "outcome": {"status": outcome.status, "next_status": decision.status},
+                },
+            )
+        return AttemptEnd(
+            attempt_id=attempt.attempt_id,
+            task_id=task.task_id,
+            ended_at=now,
+            exit_status="error",
+            retry_class=decision.retry_class,
+            termination_reason=reason,
+            outcome=outcome,
+            status=decision.status,
+            available_at=decision.available_at,
+            last_error=decision.last_error,
+            diagnostics={"summary": summary, **diagnostics},
+            boot_sweep=boot_sweep,
+        )
+
+    async def _listen_for_pokes(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with doorbell(self.config.paths.state_dir) as sock:
+            task_status.started()
+            if sock is None:  # state dir path too long for a socket: the poll ceiling still holds
+                await anyio.sleep_forever()
+                return
+            while True:
+                await sock.receive()
+                self._wake.set()
+
+    async def _watch_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                logger.info("%s received: stopping", signal.Signals(signum).name)
+                self.request_stop(immediately=self._stopping)  # a second signal does not wait
+
+    async def _wait_for_poke(self, timeout_s: float) -> None:
+        with anyio.move_on_after(max(timeout_s, 0.0)):
+            await self._wake.wait()
+        if self._wake.is_set():
+            self._wake = anyio.Event()
+
+    async def _sleep_until_due(self) -> None:
+        now = self.clock.now()
+        next_due = await self.db.call(Store.next_due_at, now)
+        delay = self.config.dispatch.poll_ceiling_s
+        if next_due is not None:
+            delay = min(delay, (next_due - now).total_seconds())
+        if not self._idle_noted:
+            await self.db.call(Store.record_event, "dispatch_idle", now, {"next_due_in_s": round(delay, 3)})
+            self._idle_noted = True
+        self.notifier.status(f"idle, next check in {delay:.0f}s")
+        await self._wait_for_poke(delay)
+
+    def _plan(self, task: TaskRecord) -> AttemptPlan:
+        return plan_attempt(self.config, task)
+
+    def _evidence_dir(self, task_id: int, attempt_id: str) -> str:
+        return str(attempt_paths(self.config.paths.state_dir, task_id, attempt_id).root)
+
+    def _crash_point(self, name: str) -> None:
+        if self.config.chaos.crash_at == name:
+            logger.warning("chaos: crashing at %s", name)
+            os.kill(os.getpid(), signal.SIGKILL)

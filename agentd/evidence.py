@@ -1,0 +1,157 @@
+"""Per-attempt evidence (DESIGN §7, seed 001): `<state_dir>/attempts/<task>/<attempt>/`.
+
+The directory holds what the attempt was told (prompt.md), what it was given (stdin.json),
+what it printed, what it reported, and manifest.json: the attempt's identity, inputs, budgets
+and timing, the sha256 of every file, and an artifact_hash over the non-volatile fields.
+The manifest is written once, atomically, read-only; scratch/ (HOME and friends) is not evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentd.hashing import canonical_json, sha256_file, sha256_hex
+
+EVIDENCE_SPEC = "agentd-evidence/v1"
+MANIFEST = "manifest.json"
+EVIDENCE_FILES = ("prompt.md", "stdin.json", "stdout.log", "stderr.log", "result.json", "last_message.txt")
+# What a faithful replay must reproduce; timestamps, ids and the host may differ.
+NON_VOLATILE = (
+    "spec_version",
+    "agent_ref",
+    "task_hash",
+    "bundle_hash",
+    "constitution",
+    "adapter",
+    "model",
+    "budgets",
+    "termination_reason",
+    "failure_type",
+    "outcome",
+    "files",
+    "artifacts",
+)
+
+
+@dataclass(frozen=True)
+class AttemptPaths:
+    root: Path
+
+    @property
+    def prompt(self) -> Path:
+        return self.root / "prompt.md"
+
+    @property
+    def stdin(self) -> Path:
+        return self.root / "stdin.json"
+
+    @property
+    def stdout(self) -> Path:
+        return self.root / "stdout.log"
+
+    @property
+    def stderr(self) -> Path:
+        return self.root / "stderr.log"
+
+    @property
+    def result(self) -> Path:
+        return self.root / "result.json"
+
+    @property
+    def last_message(self) -> Path:
+        return self.root / "last_message.txt"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST
+
+    @property
+    def scratch(self) -> Path:
+        """HOME, TMPDIR and the harness CLIs' own homes: written by the adapter, not evidence."""
+        return self.root / "scratch"
+
+
+def attempt_paths(state_dir: Path, task_id: int, attempt_id: str) -> AttemptPaths:
+    return AttemptPaths(state_dir / "attempts" / str(task_id) / attempt_id)
+
+
+def prepare_attempt_dir(paths: AttemptPaths) -> None:
+    paths.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for sub in ("home", "tmp"):
+        (paths.scratch / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only the service user can read, atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def redact_files(paths: list[Path], secrets: list[str]) -> list[str]:
+    """Replace every secret value in these files; return the names of files that held one."""
+    needles = sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True)
+    touched = []
+    for path in paths:
+        if not needles or not path.is_file():
+            continue
+        data = path.read_bytes()
+        redacted = data
+        for needle in needles:
+            redacted = redacted.replace(needle.encode(), b"[redacted]")
+        if redacted != data:
+            path.write_bytes(redacted)
+            touched.append(path.name)
+    return touched
+
+
+def file_hashes(paths: AttemptPaths) -> dict[str, dict[str, Any]]:
+    found = {}
+    for name in EVIDENCE_FILES:
+        path = paths.root / name
+        if path.is_file():
+            found[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+    return found
+
+
+def artifact_hash(manifest: dict[str, Any]) -> str:
+    return sha256_hex(canonical_json({key: manifest.get(key) for key in NON_VOLATILE}))
+
+
+def write_manifest(paths: AttemptPaths, fields: dict[str, Any]) -> dict[str, Any]:
+    """Hash the evidence files, seal the manifest (read-only) and return it."""
+    manifest = {"spec_version": EVIDENCE_SPEC, **fields, "files": file_hashes(paths)}
+    manifest["artifact_hash"] = artifact_hash(manifest)
+    write_private(paths.manifest, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    os.chmod(paths.manifest, 0o400)
+    return manifest
+
+
+def verify_attempt_dir(root: Path) -> list[str]:
+    """Problems with one attempt's evidence: a missing or edited file, a forged hash."""
+    paths = AttemptPaths(root)
+    try:
+        manifest = json.loads(paths.manifest.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return [f"{root}: no {MANIFEST}"]
+    except json.JSONDecodeError as exc:
+        return [f"{paths.manifest}: not JSON ({exc})"]
+    problems = []
+    recorded = manifest.get("files", {})
+    actual = file_hashes(paths)
+    for name in sorted(set(recorded) | set(actual)):
+        if name not in actual:
+            problems.append(f"{root / name}: listed in the manifest but missing")
+        elif name not in recorded:
+            problems.append(f"{root / name}: present but not in the manifest")
+        elif recorded[name]["sha256"] != actual[name]["sha256"]:
+            problems.append(f"{root / name}: sha256 differs from the manifest (edited after the attempt)")
+    if manifest.get("artifact_hash") != artifact_hash(manifest):
+        problems.append(f"{paths.manifest}: artifact_hash does not match its fields")
+    return problems

@@ -1,0 +1,250 @@
+"""From what an adapter left behind to the task's next state (seed 000 §9, seed 004).
+
+Pure. `extract_outcome` finds the TaskOutcome (result file first, then the last fenced json
+block of the final message); `gate` checks completion against evidence and downgrades with
+reasons; `decide` turns the gated outcome into the task's next status, retry time and counters.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path, PurePosixPath
+
+from pydantic import ValidationError
+
+from agentd.records import TaskOutcome, TaskRecord
+
+_FENCED_JSON = re.compile(r"```json[ \t]*\r?\n(.*?)```", re.DOTALL)
+MTIME_SLACK_S = 2.0  # filesystem timestamp granularity
+
+
+@dataclass(frozen=True)
+class Extracted:
+    outcome: TaskOutcome | None
+    source: str  # "result_file", "final_message" or "none"
+    problem: str | None = None
+
+
+def extract_outcome(result_text: str | None, final_message: str | None) -> Extracted:
+    """The adapter's TaskOutcome, or why there is none."""
+    problems = []
+    if result_text and result_text.strip():
+        outcome, problem = _parse(result_text)
+        if outcome is not None:
+            return Extracted(outcome, "result_file")
+        problems.append(f"result file: {problem}")
+    blocks = _FENCED_JSON.findall(final_message or "")
+    if blocks:
+        outcome, problem = _parse(blocks[-1])
+        if outcome is not None:
+            return Extracted(outcome, "final_message")
+        problems.append(f"last json block of the final message: {problem}")
+    if not problems:
+        problems.append("no structured outcome (no result file, no ```json block in the final message)")
+    return Extracted(None, "none", "; ".join(problems))
+
+
+def _parse(text: str) -> tuple[TaskOutcome | None, str | None]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON ({exc})"
+    try:
+        return TaskOutcome.model_validate(data), None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "outcome"
+        return None, f"not a TaskOutcome ({where}: {first['msg']})"
+
+
+@dataclass(frozen=True)
+class CompletionChecks:
+    """What the task type and the intent ask completion to prove."""
+
+    required_artifacts: tuple[str, ...] = ()
+    require_artifacts: bool = False
+    verify_file_changes: bool = False
+    require_adapter_audit: bool = False
+
+
+@dataclass(frozen=True)
+class VerifiedFile:
+    relative_path: str
+    absolute_path: Path
+
+
+@dataclass(frozen=True)
+class Gated:
+    outcome: TaskOutcome
+    reasons: tuple[str, ...] = ()  # why a claimed completion was downgraded
+    artifacts: tuple[VerifiedFile, ...] = ()
+
+    @property
+    def downgraded(self) -> bool:
+        return bool(self.reasons)
+
+
+def gate(
+    extracted: Extracted,
+    *,
+    adapter_ok: bool,
+    adapter_failure: str | None,
+    workspace: Path,
+    attempt_started: datetime,
+    checks: CompletionChecks,
+    audit_bytes: int,
+) -> Gated:
+    """Completed only if the evidence agrees; otherwise a retryable failure saying why."""
+    outcome = extracted.outcome
+    if outcome is None:
+        summary = extracted.problem or "no outcome"
+        if adapter_failure:
+            summary = f"{adapter_failure}; {summary}"
+        return Gated(_failure(summary, raw=None), (summary,))
+    if outcome.status == "operator_canceled":
+        reason = "operator_canceled is the operator's to give, not the model's"
+        return Gated(_downgrade(outcome, reason, status="permanent_failure"), (reason,))
+    if outcome.status != "completed":
+        return Gated(outcome)
+    reasons: list[str] = []
+    if outcome.machine_status != "ok":
+        reasons.append(f"completed needs machine_status ok, found {outcome.machine_status}")
+    if not adapter_ok:
+        reasons.append(f"the adapter did not end cleanly ({adapter_failure or 'error'})")
+    verified, artifact_reasons = _check_artifacts(outcome, workspace, checks)
+    reasons += artifact_reasons
+    if checks.verify_file_changes:
+        reasons += _check_file_changes(outcome.file_changes or [], workspace, attempt_started)
+    if checks.require_adapter_audit and audit_bytes == 0:
+        reasons.append("an adapter audit is required but the adapter printed nothing")
+    if reasons:
+        return Gated(_downgrade(outcome, "; ".join(reasons)), tuple(reasons))
+    return Gated(outcome, (), tuple(verified))
+
+
+def _check_artifacts(
+    outcome: TaskOutcome, workspace: Path, checks: CompletionChecks
+) -> tuple[list[VerifiedFile], list[str]]:
+    verified, reasons = [], []
+    claimed = list(outcome.artifact_paths or [])
+    if checks.require_artifacts and not claimed and not checks.required_artifacts:
+        reasons.append("this task type requires artifacts and none were claimed")
+    for relative in dict.fromkeys([*claimed, *checks.required_artifacts]):
+        path, problem = resolve_in_workspace(relative, workspace)
+        if problem:
+            reasons.append(problem)
+        elif not path.is_file():
+            required = " (required)" if relative in checks.required_artifacts else ""
+            reasons.append(f"artifact {relative!r}{required} does not exist in the workspace")
+        else:
+            verified.append(VerifiedFile(str(PurePosixPath(relative)), path))
+    return verified, reasons
+
+
+def _check_file_changes(claimed: list[str], workspace: Path, started: datetime) -> list[str]:
+    reasons = []
+    for relative in claimed:
+        path, problem = resolve_in_workspace(relative, workspace)
+        if problem:
+            reasons.append(problem)
+        elif not path.exists():
+            reasons.append(f"claimed change to {relative!r}, which does not exist")
+        elif path.stat().st_mtime < started.timestamp() - MTIME_SLACK_S:
+            reasons.append(f"claimed change to {relative!r}, which was not modified during the attempt")
+    return reasons
+
+
+def resolve_in_workspace(relative: str, workspace: Path) -> tuple[Path, str | None]:
+    """A workspace path, or why it is not one (absolute, `..`, or a symlink leading out)."""
+    pure = PurePosixPath(relative)
+    root = workspace.resolve()
+    if pure.is_absolute() or ".." in pure.parts or not relative.strip():
+        return root, f"path {relative!r} is outside the workspace"
+    resolved = (root / pure).resolve()
+    if not resolved.is_relative_to(root):
+        return root, f"path {relative!r} leads outside the workspace"
+    return resolved, None
+
+
+def _failure(summary: str, *, raw: str | None) -> TaskOutcome:
+    return TaskOutcome(
+        status="retryable_failure", machine_status="needs_retry", operator_summary=summary, raw_output=raw
+    )
+
+
+def _downgrade(outcome: TaskOutcome, reason: str, status: str = "retryable_failure") -> TaskOutcome:
+    return outcome.model_copy(
+        update={
+            "status": status,
+            "machine_status": "needs_retry" if status == "retryable_failure" else "failed",
+            "operator_summary": f"not completed: {reason} (model said: {outcome.operator_summary})",
+        }
+    )
+
+
+# --- the task's next state -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    backoff_base_s: float
+    backoff_max_s: float
+    backoff_jitter: float
+    rate_limit_backoff_s: float
+    max_rate_limit_reschedules: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: str  # the task's next status
+    retry_class: str  # none | retryable | permanent
+    available_at: datetime | None  # when a retry may run
+    last_error: str | None
+    free_attempt: bool = False  # rate-limited or interrupted: does not spend max_attempts
+    rate_limited: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+
+def decide(
+    task: TaskRecord,
+    free_attempts_so_far: int,
+    outcome: TaskOutcome,
+    *,
+    now: datetime,
+    policy: RetryPolicy,
+    rng: random.Random,
+    rate_limited: bool = False,
+    interrupted: bool = False,
+) -> Decision:
+    """Next status for a task whose attempt (already counted in attempt_count) just ended."""
+    if outcome.status == "completed":
+        return Decision("completed", "none", None, None)
+    if outcome.status in ("permanent_failure", "blocked", "operator_canceled"):
+        return Decision(outcome.status, "permanent", None, outcome.operator_summary)
+    free = rate_limited or interrupted
+    counted = task.attempt_count - free_attempts_so_far - (1 if free else 0)
+    if rate_limited and task.rate_limit_count + 1 > policy.max_rate_limit_reschedules:
+        error = f"rate limited {task.rate_limit_count + 1} times (cap {policy.max_rate_limit_reschedules})"
+        return Decision("permanent_failure", "permanent", None, error, free, rate_limited)
+    if counted >= task.max_attempts:
+        error = f"out of attempts ({counted} of {task.max_attempts}): {outcome.operator_summary}"
+        return Decision("permanent_failure", "permanent", None, error, free, rate_limited)
+    if rate_limited:
+        delay = backoff(policy.rate_limit_backoff_s, task.rate_limit_count + 1, policy, rng)
+    elif interrupted:
+        delay = 0.0  # the service stopped, not the task: run it again as soon as possible
+    else:
+        delay = backoff(policy.backoff_base_s, counted, policy, rng)
+    return Decision(
+        "retryable_failure", "retryable", now + timedelta(seconds=delay), outcome.operator_summary, free, rate_limited
+    )
+
+
+def backoff(base_s: float, retry_number: int, policy: RetryPolicy, rng: random.Random) -> float:
+    """base · 2^(n-1), capped at backoff_max_s, then ± jitter so retries do not stampede."""
+    delay = min(policy.backoff_max_s, base_s * 2.0 ** max(retry_number - 1, 0))
+    return max(0.0, delay * (1 + rng.uniform(-policy.backoff_jitter, policy.backoff_jitter)))

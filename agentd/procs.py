@@ -1,0 +1,86 @@
+"""What agentd asks the OS about processes: who holds the lock, what an attempt left running.
+
+Linux /proc only. A pid alone is not an identity (pids are reused), so a holder is recognised
+by pid + start time + boot id, and an attempt's processes by the AGENTD_ATTEMPT_ID in their
+environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    pid: int
+    started: int  # clock ticks after boot (field 22 of /proc/PID/stat)
+    host: str
+    boot_id: str
+
+
+def this_process() -> ProcessIdentity:
+    pid = os.getpid()
+    return ProcessIdentity(pid, start_ticks(pid) or 0, socket.gethostname(), boot_id())
+
+
+def boot_id() -> str:
+    try:
+        return (PROC / "sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started, or None if there is no such (living) process."""
+    try:
+        fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] == "Z":
+        return None  # a zombie has finished; it holds nothing
+    return int(fields[19])
+
+
+def is_running(identity: ProcessIdentity, here: ProcessIdentity) -> bool | None:
+    """True/False for a process on this host and boot; None when this host cannot tell."""
+    if identity.host != here.host:
+        return None
+    if identity.boot_id != here.boot_id:
+        return False
+    return start_ticks(identity.pid) == identity.started
+
+
+def attempt_processes(process_group: int, attempt_id: str) -> list[int]:
+    """Living members of `process_group` that carry this attempt's AGENTD_ATTEMPT_ID."""
+    marker = f"AGENTD_ATTEMPT_ID={attempt_id}".encode()
+    found = []
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) != process_group or fields[0] == "Z":
+                continue
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def kill_attempt_processes(process_group: int | None, attempt_id: str) -> list[int]:
+    """SIGKILL what an attempt left running (after a dispatcher crash); return the pids."""
+    if process_group is None:
+        return []
+    pids = attempt_processes(process_group, attempt_id)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids

@@ -1,0 +1,70 @@
+"""Runtime events (seed 000 §14 names, seed 002 envelope), chained by hash (DESIGN §6)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from agentd.records.base import JsonObject, Record, Timestamp
+
+# Seed 000 §14, exactly, then the events agentd adds in the same snake_case.
+SEED_EVENT_TYPES = (
+    "task_enqueued",
+    "task_claimed",
+    "bundle_compiled",
+    "task_retry_scheduled",
+    "task_attempt_finished",
+    "task_started",
+    "task_finished",
+    "schedule_upserted",
+    "schedule_task_created",
+    "sensor_event_recorded",
+    "sensor_event_deduped",
+    "sensor_task_created",
+    "sensor_workflow_created",
+    "sensor_workflow_deduped",
+    "workflow_transitioned",
+    "workflow_completed",
+    "workflow_task_created",
+    "dispatch_idle",
+    "dispatch_locked",
+    "boot_sweep_reclaimed",
+    "dispatch_lock_stale_cleared",
+)
+AGENTD_EVENT_TYPES = (
+    "migration_applied",
+    "task_cancel_requested",
+    "task_requeued",
+    "outcome_downgraded",
+    "artifact_recorded",
+    "outbox_applied",
+    "outbox_refused",
+    "workflow_started",
+    "workflow_blocked",
+    "schedule_removed",
+    "sensor_event_rejected",
+    "sensor_event_stale",
+    "sensor_run_finished",
+    "dispatch_started",
+    "dispatch_stopped",
+)
+EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES
+
+
+class RuntimeEvent(Record):
+    """seed 000 §14 names in the seed 002 envelope, chained by hash (DESIGN §6)."""
+
+    schema_id = "agent-runtime/runtime.event/v1"
+    event_id: str
+    type: Literal[EVENT_TYPES]  # type: ignore[valid-type]
+    timestamp: Timestamp
+    sequence: int
+    schema_version: int
+    task_id: int | None
+    attempt_id: str | None
+    workflow_id: int | None
+    schedule_id: str | None
+    sensor_id: str | None
+    payload: JsonObject
+    refs: JsonObject
+    prev_hash: str
+    hash: str

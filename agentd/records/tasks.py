@@ -1,0 +1,191 @@
+"""Work: intents, sensor events, outcomes, task records and attempts, artifacts and task types
+(seed 000 §5–§9, §12, §13)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from agentd.records.base import (
+    ArtifactRole,
+    Identifier,
+    JsonObject,
+    MachineStatus,
+    OutcomeStatus,
+    Priority,
+    Record,
+    TaskStatus,
+    Timestamp,
+)
+
+
+class WorkflowRef(Record):
+    schema_id = "agent-runtime/task.workflow-ref/v1"
+    workflow_id: int
+    state_id: str
+    instance_key: str
+
+
+class RelativeSchedule(Record):
+    schema_id = "agent-runtime/task.schedule/v1"
+    delay_minutes: float = Field(ge=0, le=525_600)
+
+
+class EvidenceRequirements(Record):
+    schema_id = "agent-runtime/task.evidence-requirements/v1"
+    required_artifacts: list[str] | None = None
+    require_file_change_verification: bool | None = None
+    require_adapter_audit: bool | None = None
+
+
+class TaskIntent(Record):
+    schema_id = "agent-runtime/task.intent/v1"
+    schema_mode = "validation"
+    task_type: Identifier
+    source: str = Field(min_length=1)
+    subject: str | None = None
+    description: str | None = None
+    priority: Priority | None = None
+    requested_profile_id: Identifier | None = None
+    requested_adapter_id: Identifier | None = None
+    requested_model: str | None = None
+    skill_ids: list[Identifier] | None = None
+    workflow_ref: WorkflowRef | None = None
+    schedule: RelativeSchedule | None = None
+    available_at: Timestamp | None = None
+    payload: JsonObject
+    evidence_requirements: EvidenceRequirements | None = None
+
+
+class ProposedWorkflow(Record):
+    schema_id = "agent-runtime/sensor.proposed-workflow/v1"
+    template: Identifier
+    instance_key: str = Field(min_length=1)
+    state: str | None = None
+    context: JsonObject | None = None
+
+
+class SensorEvent(Record):
+    schema_id = "agent-runtime/sensor.event/v1"
+    schema_mode = "validation"
+    sensor_id: Identifier
+    event_id: str = Field(min_length=1)
+    observed_at: Timestamp
+    source_ref: str
+    dedupe_key: str = Field(min_length=1, max_length=512)
+    freshness_deadline: Timestamp | None = None
+    payload: JsonObject
+    proposed_task: TaskIntent | None = None
+    proposed_workflow: ProposedWorkflow | None = None
+
+
+# --- §9 outcome, §7 record, §8 attempt ------------------------------------------------------------
+
+
+class TaskOutcome(Record):
+    schema_id = "agent-runtime/task.outcome/v1"
+    schema_mode = "validation"
+    status: OutcomeStatus
+    machine_status: MachineStatus
+    operator_summary: str
+    raw_output: str | None = None
+    file_changes: list[str] | None = None
+    artifact_paths: list[str] | None = None
+    workflow_signal: str | None = None
+    follow_up_tasks: list[TaskIntent] | None = None
+    external_messages: list[JsonObject] | None = None
+
+
+class TaskRecord(Record):
+    """seed §7. task_id is an integer: operators type it (DESIGN §3)."""
+
+    schema_id = "agent-runtime/task.record/v1"
+    task_id: int
+    task_type: str
+    source: str
+    subject: str | None
+    description: str | None
+    priority: Priority
+    payload: JsonObject
+    requested_profile_id: str
+    requested_adapter_id: str | None
+    requested_model: str | None
+    status: TaskStatus
+    max_attempts: int
+    attempt_count: int
+    available_at: Timestamp
+    created_at: Timestamp
+    updated_at: Timestamp
+    started_at: Timestamp | None
+    finished_at: Timestamp | None
+    outcome: TaskOutcome | None
+    last_error: str | None
+    skill_ids: list[str] = Field(description="agentd: skills bundled with the task")
+    evidence_requirements: EvidenceRequirements | None = Field(description="agentd: from intent")
+    workflow_ref: WorkflowRef | None = Field(description="agentd: the workflow step it serves")
+    schedule_id: str | None = Field(description="agentd: the schedule that created it")
+    free_attempt_count: int = Field(description="agentd: attempts not spent (rate-limited or interrupted)")
+    rate_limit_count: int = Field(description="agentd: rate-limited attempts (capped)")
+    cancel_requested_at: Timestamp | None = Field(description="agentd: operator cancel pending")
+
+
+class TaskAttempt(Record):
+    """seed §8. exit_status is null while the attempt runs."""
+
+    schema_id = "agent-runtime/task.attempt/v1"
+    attempt_id: str
+    task_id: int
+    attempt_number: int = Field(description="agentd: 1 for the first attempt of the task")
+    adapter_id: str
+    adapter_kind: str
+    model: str | None
+    runner_id: str
+    started_at: Timestamp
+    ended_at: Timestamp | None
+    exit_status: Literal["ok", "error", "timeout"] | None
+    retry_class: Literal["none", "retryable", "permanent"] | None
+    termination_reason: str | None = Field(description="agentd: why the attempt ended")
+    bundle_hash: str | None = Field(description="agentd: sha256 of the compiled bundle")
+    evidence_dir: str | None = Field(description="agentd: the attempt's evidence directory")
+    prompt_path: str | None = None
+    stdout_path: str | None = None
+    stderr_path: str | None = None
+    result_path: str | None = None
+    last_message_path: str | None = None
+    diagnostics: JsonObject | None = None
+
+
+class ArtifactRecord(Record):
+    schema_id = "agent-runtime/artifact.record/v1"
+    artifact_id: str
+    task_id: int
+    role: ArtifactRole
+    relative_path: str
+    content_type: str | None = None
+    created_at: Timestamp
+    verified_at: Timestamp | None = None
+    attempt_id: str | None = Field(default=None, description="agentd: the attempt that made it")
+    sha256: str | None = Field(default=None, description="agentd: content hash when verified")
+
+
+class SuccessPolicy(Record):
+    schema_id = "agent-runtime/task-type.success-policy/v1"
+    require_artifacts: bool | None = None
+    require_adapter_audit: bool | None = None
+    verify_claimed_file_changes: bool | None = None
+
+
+class TaskTypeSpec(Record):
+    schema_id = "agent-runtime/task-type.spec/v1"
+    schema_mode = "validation"
+    task_type: Identifier
+    payload_schema_id: str
+    default_profile_id: Identifier | None = None
+    default_adapter_id: Identifier | None = None
+    default_model: str | None = None
+    allowed_skill_ids: list[Identifier] | None = None
+    artifact_roles: list[ArtifactRole] | None = None
+    success_policy: SuccessPolicy | None = None
+    max_attempts: int | None = Field(default=None, ge=1, le=100, description="agentd")
+    description: str | None = Field(default=None, description="agentd: for `agentd status`")

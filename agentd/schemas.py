@@ -1,0 +1,23 @@
+"""JSON Schemas (2020-12) of agentd's records, for `agentd schema export` and for validators."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from agentd.records import EXPORTED_RECORDS, AdapterConfig
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    """Every exported record's JSON Schema (2020-12), keyed by its schema id."""
+    schemas: dict[str, dict[str, Any]] = {}
+    for model in EXPORTED_RECORDS:
+        schemas[model.schema_id] = _with_id(model.schema_id, model.model_json_schema(mode=model.schema_mode))
+    union = TypeAdapter(AdapterConfig).json_schema(mode="validation")
+    schemas["agent-runtime/adapter.config/v1"] = _with_id("agent-runtime/adapter.config/v1", union)
+    return schemas
+
+
+def _with_id(schema_id: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": schema_id, **schema}

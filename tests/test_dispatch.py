@@ -1,0 +1,285 @@
+"""The dispatcher in-process: real SQLite, real adapter processes, a fake clock."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.evidence import verify_attempt_dir
+from agentd.records import TaskRecord
+
+pytestmark = pytest.mark.asyncio
+
+SEED_ORDER = [
+    "task_enqueued",
+    "task_claimed",
+    "bundle_compiled",
+    "task_started",
+    "task_attempt_finished",
+    "task_finished",
+]
+
+
+def claim_order(rig: Any) -> list[int]:
+    return [e.task_id for e in rig.events() if e.type == "task_claimed"]
+
+
+def is_subsequence(wanted: list[str], seen: list[str]) -> bool:
+    it = iter(seen)
+    return all(kind in it for kind in wanted)
+
+
+async def test_200_tasks_drain_in_priority_then_time_order(rig: Any) -> None:
+    chooser = random.Random(2026)
+    start = rig.clock.now()
+    tasks = [
+        rig.add(priority=chooser.randint(1, 10), schedule={"delay_minutes": chooser.choice([0, 0, 1, 3, 5])})
+        for _ in range(200)
+    ]
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    expected: list[int] = []
+    done: set[int] = set()
+    for minute in range(7):
+        now = start + timedelta(minutes=minute)
+        rig.clock.advance((now - rig.clock.now()).total_seconds())
+        due = sorted(
+            (t for t in tasks if t.available_at <= now and t.task_id not in done),
+            key=lambda t: (t.priority, t.available_at, t.task_id),
+        )
+        expected += [t.task_id for t in due]
+        done |= {t.task_id for t in due}
+        assert await dispatcher.run_until_idle() == len(due)
+    await dispatcher.stop()
+    assert claim_order(rig) == expected and len(expected) == 200
+    for task in rig.store.list_tasks(limit=1000):
+        assert task.status == "completed", task
+        [attempt] = rig.store.attempts_of(task.task_id)
+        assert verify_attempt_dir(Path(attempt.evidence_dir)) == []
+        assert {"prompt.md", "stdout.log", "stderr.log", "result.json", "manifest.json"} <= {
+            p.name for p in Path(attempt.evidence_dir).iterdir()
+        }
+        assert is_subsequence(SEED_ORDER, [e.type for e in rig.events(task.task_id)])
+
+
+async def test_priority_1_is_claimed_before_priority_5_and_10(rig: Any) -> None:
+    low, default, urgent = rig.add(priority=10), rig.add(), rig.add(priority=1)
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    await dispatcher.run_until_idle()
+    assert claim_order(rig) == [urgent.task_id, default.task_id, low.task_id]
+
+
+async def finish_one(rig: Any, **payload: Any) -> TaskRecord:
+    task = rig.add("scripted", payload=payload)
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    await dispatcher.claim_and_run(rig.clock.now())
+    await dispatcher.stop()
+    return rig.store.get_task_or_raise(task.task_id)
+
+
+def ok(**fields: Any) -> dict[str, Any]:
+    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
+
+
+async def test_exit_0_without_an_outcome_is_not_completed(rig: Any) -> None:
+    task = await finish_one(rig, stdout="All done, trust me!")
+    assert task.status == "retryable_failure"
+    assert "no structured outcome" in (task.last_error or "")
+
+
+async def test_outcome_in_the_last_fenced_json_block_of_stdout(rig: Any) -> None:
+    message = 'Working...\n```json\n{"status": "failed"}\n```\nthen:\n```json\n' + json.dumps(ok()) + "\n```\n"
+    task = await finish_one(rig, stdout=message)
+    assert task.status == "completed"
+    [attempt] = rig.store.attempts_of(task.task_id)
+    assert attempt.diagnostics["outcome_source"] == "final_message"
+
+
+async def test_a_claimed_artifact_that_does_not_exist_is_not_completed(rig: Any) -> None:
+    task = await finish_one(rig, outcome=ok(artifact_paths=["report.md"]))
+    assert task.status == "retryable_failure"
+    assert "artifact 'report.md' does not exist in the workspace" in (task.last_error or "")
+    types = [e.type for e in rig.events(task.task_id)]
+    assert "outcome_downgraded" in types
+
+
+@pytest.mark.parametrize("path", ["../escape.txt", "/etc/hostname", "link/hostname"])
+async def test_an_artifact_outside_the_workspace_is_not_completed(rig: Any, path: str) -> None:
+    (rig.config.paths.workspace / "link").symlink_to("/etc")
+    task = await finish_one(rig, outcome=ok(artifact_paths=[path]))
+    assert task.status == "retryable_failure"
+    assert "outside the workspace" in (task.last_error or "")
+
+
+async def test_a_real_artifact_completes_and_is_recorded(rig: Any) -> None:
+    task = await finish_one(rig, files={"out/result.txt": "42"}, outcome=ok(artifact_paths=["out/result.txt"]))
+    assert task.status == "completed"
+    shown = rig.store.attempts_of(task.task_id)[0]
+    manifest = json.loads((Path(shown.evidence_dir) / "manifest.json").read_text())
+    assert manifest["artifacts"][0]["path"] == "out/result.txt"
+    assert manifest["outcome"]["status"] == "completed" and manifest["termination_reason"] == "exited"
+
+
+async def test_completed_needs_machine_status_ok_and_exit_0(rig: Any) -> None:
+    task = await finish_one(rig, outcome=ok(machine_status="failed"))
+    assert task.status == "retryable_failure" and "machine_status ok" in (task.last_error or "")
+    task = await finish_one(rig, outcome=ok(), exit=3)
+    assert task.status == "retryable_failure" and "did not end cleanly (exit 3)" in (task.last_error or "")
+
+
+async def test_the_model_cannot_claim_operator_canceled(rig: Any) -> None:
+    task = await finish_one(
+        rig,
+        outcome={"status": "operator_canceled", "machine_status": "canceled", "operator_summary": "I cancel myself"},
+    )
+    assert task.status == "permanent_failure"
+
+
+async def test_max_attempts_then_permanent_failure_with_backoff_and_reinjection(rig: Any) -> None:
+    task = rig.add("flaky")
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    delays = []
+    for _ in range(3):
+        before = rig.clock.now()
+        assert await dispatcher.run_until_idle() == 1
+        assert await dispatcher.run_until_idle() == 0  # backing off: not claimable yet
+        current = rig.store.get_task_or_raise(task.task_id)
+        if current.status == "retryable_failure":
+            delays.append((current.available_at - before).total_seconds())
+            rig.clock.advance(delays[-1])
+    final = rig.store.get_task_or_raise(task.task_id)
+    assert final.status == "permanent_failure" and final.attempt_count == 3
+    assert "out of attempts (3 of 3)" in (final.last_error or "")
+    assert 30 * 0.8 <= delays[0] <= 30 * 1.2 and 60 * 0.8 <= delays[1] <= 60 * 1.2
+    attempts = rig.store.attempts_of(task.task_id)
+    third_bundle = Path(attempts[2].prompt_path).read_text()
+    for earlier in attempts[:2]:
+        assert f"could not reach the thing (attempt {earlier.attempt_id})" in third_bundle
+    assert "Earlier attempts at this task failed" not in Path(attempts[0].prompt_path).read_text()
+    assert [e.type for e in rig.events(task.task_id)].count("task_retry_scheduled") == 2
+
+
+async def test_timeout_kills_a_term_ignoring_adapter_and_its_grandchild(rig_factory: Any) -> None:
+    rig = rig_factory(lambda raw: raw["adapters"][1].update(timeout_ms=1500))
+    started = time.monotonic()
+    task = await finish_one(rig, stubborn=True, sleep_s=600)
+    assert time.monotonic() - started < 1.5 + 1.0 + 2.0  # timeout + kill grace + slack
+    assert task.status == "retryable_failure" and "timed out after 1.5s" in (task.last_error or "")
+    [attempt] = rig.store.attempts_of(task.task_id)
+    assert attempt.exit_status == "timeout" and attempt.termination_reason == "timeout"
+    for pid in map(int, (rig.config.paths.workspace / "pids.txt").read_text().split()):
+        assert dead_or_zombie(pid), f"pid {pid} survived the timeout"
+
+
+def dead_or_zombie(pid: int) -> bool:
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:  # a SIGKILLed process is gone a moment after its pipes close
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+    return False
+
+
+async def test_recent_outcomes_reach_the_next_bundle(rig: Any) -> None:
+    first = await finish_one(rig, outcome=ok(operator_summary="filed the quarterly report"))
+    second = await finish_one(rig, outcome=ok())
+    prompt = Path(rig.store.attempts_of(second.task_id)[0].prompt_path).read_text()
+    assert f"task {first.task_id} (scripted) completed: filed the quarterly report" in prompt
+
+
+async def test_the_adapter_sees_only_its_configured_environment(
+    rig_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret_file = tmp_path / "adapter.env"
+    secret_file.write_text("API_TOKEN=s3cr3t-value-123\n")
+    secret_file.chmod(0o600)
+    monkeypatch.setenv("SERVICE_ONLY_SECRET", "do-not-leak")
+    rig = rig_factory(lambda raw: raw["adapters"][1].update(env_file=str(secret_file), env={"MODE": "test"}))
+    task = await finish_one(rig, env_dump=True, outcome=ok())
+    [attempt] = rig.store.attempts_of(task.task_id)
+    printed = Path(attempt.stdout_path).read_text()
+    assert "s3cr3t-value-123" not in printed and "[redacted]" in printed  # redacted by value
+    env = json.loads(printed.replace('"[redacted]"', '"x"'))
+    assert "SERVICE_ONLY_SECRET" not in env
+    assert env["MODE"] == "test" and env["AGENTD_TASK_ID"] == str(task.task_id)
+    assert env["AGENTD_ATTEMPT_ID"] == attempt.attempt_id
+    assert env["HOME"].startswith(attempt.evidence_dir)
+
+
+async def test_follow_ups_are_applied_once_when_allowed(rig: Any) -> None:
+    follow = {"task_type": "example", "source": "model", "subject": "next step", "payload": {}}
+    task = await finish_one(rig, outcome=ok(follow_up_tasks=[follow]))
+    assert task.status == "completed"
+    [child] = [t for t in rig.store.list_tasks() if t.task_id != task.task_id]
+    assert child.subject == "next step" and child.source == f"follow_up:task:{task.task_id}"
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    await dispatcher.apply_outbox()  # a second application finds nothing pending
+    await dispatcher.stop()
+    assert len(rig.store.list_tasks()) == 2
+
+
+async def test_follow_ups_are_refused_when_the_profile_forbids(rig_factory: Any) -> None:
+    rig = rig_factory(lambda raw: raw["profiles"][0]["result_policy"].update(allow_follow_up_tasks=False))
+    follow = {"task_type": "example", "source": "model", "payload": {}}
+    task = await finish_one(rig, outcome=ok(follow_up_tasks=[follow]))
+    assert len(rig.store.list_tasks()) == 1
+    [entry] = rig.store.outbox_of(task.task_id)
+    assert entry["status"] == "refused" and "does not allow follow-up tasks" in entry["result"]["reason"]
+
+
+async def test_an_invalid_follow_up_is_refused_not_enqueued(rig: Any) -> None:
+    task = await finish_one(rig, outcome=ok(follow_up_tasks=[{"task_type": "nope", "source": "m", "payload": {}}]))
+    [entry] = rig.store.outbox_of(task.task_id)
+    assert entry["status"] == "refused" and "unknown task type 'nope'" in entry["result"]["reason"]
+
+
+async def test_cancel_a_pending_task_and_retry_a_failed_one(rig: Any) -> None:
+    waiting = rig.add()
+    assert rig.store.cancel_task(waiting.task_id, rig.clock.now()).action == "canceled"
+    assert rig.store.get_task_or_raise(waiting.task_id).status == "operator_canceled"
+    failing = rig.add("flaky", payload={})
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    for _ in range(3):
+        await dispatcher.run_until_idle()
+        rig.clock.advance(3600)
+    assert rig.store.get_task_or_raise(failing.task_id).status == "permanent_failure"
+    again = rig.store.retry_task(failing.task_id, 1, rig.clock.now())
+    assert again.status == "pending" and again.max_attempts == 4
+    assert await dispatcher.run_until_idle() == 1
+    assert len(rig.store.attempts_of(failing.task_id)) == 4  # the history stayed
+    await dispatcher.stop()
+
+
+async def test_a_completed_task_is_never_retried(rig: Any) -> None:
+    done = await finish_one(rig, outcome=ok())
+    from agentd.errors import InputError
+
+    with pytest.raises(InputError, match="a completed task is never re-run"):
+        rig.store.retry_task(done.task_id, 1, rig.clock.now())
+
+
+async def test_prompt_budget_cuts_are_recorded(rig_factory: Any) -> None:
+    rig = rig_factory(lambda raw: raw["profiles"][0]["context_policy"].update(max_prompt_chars=1200))
+    task = rig.add("scripted", payload={"outcome": ok(), "padding": "x" * 5000})
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    await dispatcher.run_until_idle()
+    [compiled] = [e for e in rig.events(task.task_id) if e.type == "bundle_compiled"]
+    assert compiled.payload["cuts"], compiled.payload
+    assert {c["section"] for c in compiled.payload["cuts"]} >= {"task"}
+    prompt = Path(rig.store.attempts_of(task.task_id)[0].prompt_path).read_text()
+    assert "cut by context_policy.max_prompt_chars" in prompt and "Reporting your outcome" in prompt

@@ -1,0 +1,125 @@
+"""The one process spawner, against real children: groups, caps, timeouts, cancellation."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from agentd.runner import ProcessSpec, run_process
+
+pytestmark = pytest.mark.asyncio
+
+
+def spec(tmp_path: Path, code: str, **overrides: object) -> ProcessSpec:
+    fields: dict[str, object] = {
+        "argv": [sys.executable, "-c", code],
+        "cwd": tmp_path,
+        "env": {"PATH": os.environ["PATH"]},
+        "stdout_path": tmp_path / "stdout.log",
+        "stderr_path": tmp_path / "stderr.log",
+        "timeout_s": 30.0,
+        "kill_grace_s": 1.0,
+    }
+    fields.update(overrides)
+    return ProcessSpec(**fields)  # type: ignore[arg-type]
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie. A SIGKILLed process closes its files before it turns zombie, so
+    the caller's EOF can come a moment before the kernel reports it dead: allow a short wait."""
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return False
+        except FileNotFoundError:
+            return False
+        os.sched_yield()
+    return True
+
+
+async def test_output_stdin_and_exit_code(tmp_path: Path) -> None:
+    code = "import sys; data = sys.stdin.read(); print('got', data); print('oops', file=sys.stderr); sys.exit(3)"
+    result = await run_process(spec(tmp_path, code, stdin=b'{"x": 1}'))
+    assert result.exit_code == 3 and not result.timed_out and result.signal is None
+    assert (tmp_path / "stdout.log").read_text() == 'got {"x": 1}\n'
+    assert (tmp_path / "stderr.log").read_text() == "oops\n"
+    assert oct((tmp_path / "stdout.log").stat().st_mode & 0o777) == "0o600"
+
+
+async def test_environment_is_exactly_what_was_given(tmp_path: Path) -> None:
+    code = "import os, json; print(json.dumps(dict(os.environ)))"
+    result = await run_process(spec(tmp_path, code, env={"PATH": os.environ["PATH"], "ONLY": "this"}))
+    assert result.ok
+    env = __import__("json").loads((tmp_path / "stdout.log").read_text())
+    assert env.get("ONLY") == "this" and "HOME" not in env
+
+
+async def test_a_missing_command_is_a_start_error(tmp_path: Path) -> None:
+    result = await run_process(spec(tmp_path, "", argv=[str(tmp_path / "nope")]))
+    assert result.start_error is not None and "no such file" in result.start_error
+    assert result.pid is None and not result.ok
+
+
+async def test_timeout_kills_a_term_ignoring_child_and_its_grandchild(tmp_path: Path) -> None:
+    code = (
+        "import os, signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'])\n"
+        "print(os.getpid(), child.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    started = anyio.current_time()
+    result = await run_process(spec(tmp_path, code, timeout_s=1.5, kill_grace_s=0.5))
+    elapsed = anyio.current_time() - started
+    assert result.timed_out and result.signal == signal.SIGKILL
+    assert elapsed < 1.5 + 0.5 + 1.5
+    leader, grandchild = map(int, (tmp_path / "stdout.log").read_text().split())
+    assert not alive(leader) and not alive(grandchild)
+
+
+async def test_stragglers_are_killed_when_the_leader_exits(tmp_path: Path) -> None:
+    code = (
+        "import subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
+        " stdout=sys.stdout)\n"
+        "print(child.pid, flush=True)\n"
+    )
+    result = await run_process(spec(tmp_path, code, timeout_s=30))
+    assert result.exit_code == 0 and result.elapsed_s < 10  # did not wait for the sleeper's pipe
+    assert not alive(int((tmp_path / "stdout.log").read_text()))
+
+
+async def test_cancelling_the_caller_kills_the_group(tmp_path: Path) -> None:
+    code = "import os, time; print(os.getpid(), flush=True); time.sleep(600)"
+    pids: list[int] = []
+
+    async def started(pid: int) -> None:
+        pids.append(pid)
+
+    with anyio.move_on_after(1.0):
+        await run_process(spec(tmp_path, code, timeout_s=600), on_started=started)
+    assert pids and not alive(pids[0])
+
+
+async def test_a_gigabyte_of_output_is_capped_without_growing_memory(tmp_path: Path) -> None:
+    code = "import sys\nblock = b'x' * (1 << 20)\nfor _ in range(1024): sys.stdout.buffer.write(block)\n"
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = await run_process(spec(tmp_path, code, output_cap_bytes=1 << 20, timeout_s=120))
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert result.exit_code == 0
+    assert result.stdout.bytes_seen == 1 << 30 and result.stdout.bytes_kept == 1 << 20
+    assert result.stdout.truncated
+    log = tmp_path / "stdout.log"
+    assert log.stat().st_size < (1 << 20) + 200
+    assert log.read_bytes().endswith(b"bytes; 1072693248 more dropped]\n")
+    assert grown_kib < 64 * 1024, f"the dispatcher grew by {grown_kib} KiB"
