@@ -19,12 +19,16 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $@ $(VENV)/.installed
 
-## run: initialise var/demo from the embedded default config and run the dispatcher in the foreground
+## run: initialise var/demo from the embedded default config and run both services in the foreground
 run: $(VENV)/.installed
 	$(BIN)/agentd --config $(DEMO) init
-	$(BIN)/agentd --config $(DEMO) task add --type example --subject "hello from make run" --payload '{"note": "hi", "write": "hello.txt"}'
-	@echo "make run: dispatching in the foreground; Ctrl-C stops it. Watch: $(BIN)/agentd --config $(DEMO) events --follow"
-	$(BIN)/agentd --config $(DEMO) dispatch
+	@ws=$$($(BIN)/agentd --config $(DEMO) status --json | $(BIN)/python -c 'import json, sys; print(json.load(sys.stdin)["workspace"])'); \
+	  mkdir -p "$$ws/inbox" "$$ws/goals"; \
+	  [ -e "$$ws/inbox/hello.txt" ] || echo "hello from make run" > "$$ws/inbox/hello.txt"; \
+	  [ -e "$$ws/goals/demo.txt" ] || echo "show the goal loop: plan, execute twice, verify" > "$$ws/goals/demo.txt"; \
+	  echo "make run: dispatcher and sensors in the foreground; Ctrl-C stops both."; \
+	  echo "  drop .txt files into $$ws/inbox (each a task) or $$ws/goals (each a goal-loop workflow)"
+	$(BIN)/agentd --config $(DEMO) run
 
 ## test: the whole default suite (fails if no test ran)
 test: $(VENV)/.installed-test

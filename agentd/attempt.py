@@ -368,6 +368,7 @@ def outbox_rows(config: Config, prepared: Prepared, outcome: TaskOutcome, status
                 {
                     "workflow_id": task.workflow_ref.workflow_id,
                     "state_id": task.workflow_ref.state_id,
+                    "iteration": task.workflow_iteration,
                     "signal": outcome.workflow_signal,
                     "task_status": status,
                 },

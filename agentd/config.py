@@ -36,6 +36,7 @@ from agentd.records import (
     WalletIdentity,
     WorkflowDefinition,
 )
+from agentd.sensors import Sensor, load_sensors
 from agentd.skills import Skill, load_skills
 
 ENV_PREFIX = "AGENTD_"
@@ -197,6 +198,7 @@ class Config:
     workflows: Mapping[str, WorkflowDefinition]
     schedules: tuple[ScheduleSpec, ...]
     skills: Mapping[str, Skill]
+    sensor_definitions: Mapping[str, Sensor]
     soul_text: str  # the constitution as hashed at load: bundles use exactly this text
     purpose_text: str
 
@@ -346,6 +348,8 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
     paths = PathsSection(**{k: Path(v).absolute() for k, v in settings.paths.model_dump().items()})
     skills, skill_problems = load_skills(paths.skills_dir)
     problems += skill_problems
+    sensors, sensor_problems = load_sensors(paths.sensors_dir, skills)
+    problems += sensor_problems
     if not paths.skills_dir.is_dir():
         problems.append(Problem(source, "paths.skills_dir", f"expected a folder, found nothing at {paths.skills_dir}"))
     constitution, texts, found = _constitution(source, settings)
@@ -368,13 +372,27 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         profiles={p.profile_id: p for p in settings.profiles},
         task_types={t.task_type: t for t in settings.task_types},
         payload_schemas=schemas,
-        workflows={w.workflow_type: w for w in settings.workflows},
+        workflows=_with_builtin_workflows(settings),
         schedules=tuple(settings.schedules),
         skills=skills,
+        sensor_definitions=sensors,
         soul_text=texts["soul_path"],
         purpose_text=texts["purpose_path"],
     )
     return config, problems
+
+
+def _with_builtin_workflows(settings: Settings) -> dict[str, WorkflowDefinition]:
+    """The TOML's workflows, plus each built-in (goal-loop) the TOML does not define and whose
+    task types it registers."""
+    from agentd.workflows import BUILTIN_WORKFLOWS, missing_task_types
+
+    workflows = {w.workflow_type: w for w in settings.workflows}
+    task_types = {t.task_type for t in settings.task_types}
+    for builtin in BUILTIN_WORKFLOWS:
+        if builtin.workflow_type not in workflows and not missing_task_types(builtin, task_types):
+            workflows[builtin.workflow_type] = builtin
+    return workflows
 
 
 def _constitution(source: str, settings: Settings) -> tuple[AgentConstitution, dict[str, str], list[Problem]]:
@@ -455,7 +473,7 @@ def cross_check(config: Config) -> list[Problem]:
 
 def task_intent_from_schedule(spec: ScheduleSpec) -> TaskIntent:
     """The TaskIntent a schedule enqueues; raises ValidationError if the table is malformed."""
-    return TaskIntent.model_validate({"source": f"schedule:{spec.schedule_id}", **spec.task})
+    return TaskIntent.model_validate({"source": f"schedule:{spec.schedule_id}", "payload": {}, **spec.task})
 
 
 def passthrough_environment() -> dict[str, str]:

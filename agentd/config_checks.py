@@ -234,3 +234,31 @@ def _schedules(config: Config) -> list[Problem]:
 def _unknown(src: str, key: str, noun: str, found: str, known: object) -> Problem:
     names = sorted(known) if not isinstance(known, list) else sorted(set(known))  # type: ignore[call-overload]
     return Problem(src, key, f"expected a known {noun} ({', '.join(names) or 'none declared'}), found {found!r}")
+
+
+def stranded_workflows(config: Config, live: list[tuple[int, str, str, str]]) -> list[Problem]:
+    """Live workflows whose type or current state the config no longer has (seed 000 §10)."""
+    from agentd.workflows import state_of
+
+    problems = []
+    for workflow_id, workflow_type, instance_key, state in live:
+        definition = config.workflows.get(workflow_type)
+        if definition is None:
+            problems.append(
+                Problem(
+                    str(config.path),
+                    "workflows",
+                    f"live workflow {workflow_id} ({workflow_type} "
+                    f"{instance_key!r}) needs workflow type {workflow_type!r}, which is gone",
+                )
+            )
+        elif state_of(definition, state) is None:
+            problems.append(
+                Problem(
+                    str(config.path),
+                    "workflows",
+                    f"live workflow {workflow_id} ({workflow_type} "
+                    f"{instance_key!r}) is in state {state!r}, which {workflow_type} no longer has",
+                )
+            )
+    return problems

@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import signal
+from dataclasses import replace
 from datetime import datetime
 
 import anyio
@@ -24,17 +25,26 @@ from agentd.adapters import AdapterRun
 from agentd.attempt import AttemptPreparer, Prepared, judge, plan_attempt, retry_policy
 from agentd.bundle import WorkflowStep
 from agentd.clock import Clock
-from agentd.config import Config
+from agentd.config import Config, task_intent_from_schedule
 from agentd.errors import AgentdError, DispatchLocked, InputError
 from agentd.evidence import attempt_paths, prepare_attempt_dir, write_manifest
 from agentd.hashing import new_ulid
 from agentd.intake import NewTask, prepare_task
 from agentd.outcome import decide
-from agentd.records import TaskAttempt, TaskIntent, TaskOutcome, TaskRecord
+from agentd.records import (
+    RecurringScheduleRecord,
+    TaskAttempt,
+    TaskIntent,
+    TaskOutcome,
+    TaskRecord,
+    WorkflowRecord,
+    WorkflowRef,
+)
 from agentd.service import Notifier
-from agentd.store import AsyncStore, AttemptEnd, Claim, LockHolder, OutboxItem, Store
+from agentd.store import AsyncStore, AttemptEnd, Claim, LockHolder, OutboxItem, ScheduleSpecRow, Store
 from agentd.store.attempts import AttemptPlan
 from agentd.wake import doorbell
+from agentd.workflows import Change, StepResult, accepted_signals, judge_step, state_cap, state_of, step_payload
 
 logger = logging.getLogger(__name__)
 
@@ -84,13 +94,14 @@ class Dispatcher:
 
     # --- the service ----------------------------------------------------------------------------
 
-    async def run(self, *, until_idle: bool = False) -> None:
+    async def run(self, *, until_idle: bool = False, watch_signals: bool = True) -> None:
         """Run until SIGTERM/SIGINT (or, with until_idle, until nothing is claimable now)."""
         await self.start()
         try:
             async with anyio.create_task_group() as services:
                 services.start_soon(self._keep_lock)
-                services.start_soon(self._watch_signals)
+                if watch_signals:
+                    services.start_soon(self._watch_signals)
                 await services.start(self._listen_for_pokes)
                 self.notifier.ready("started; boot sweep done")
                 while not self._stopping:
@@ -104,10 +115,12 @@ class Dispatcher:
                 await self.stop()
 
     async def start(self) -> None:
-        """Take the lock, sweep what a dead dispatcher left running, finish its outbox."""
+        """Take the lock, sweep what a dead dispatcher left running, finish its outbox, and make the
+        config's schedules the database's."""
         await self.take_lock()
         await self.boot_sweep()
         await self.apply_outbox()
+        await self.db.call(Store.upsert_config_schedules, self._schedule_specs(), self.clock.now())
         await self.db.call(
             Store.record_event,
             "dispatch_started",
@@ -144,10 +157,12 @@ class Dispatcher:
     # --- tick steps -----------------------------------------------------------------------------
 
     async def run_due_schedules(self, now: datetime) -> None:
-        """Recurring schedules enqueue their tasks (the sensor/workflow issue fills this in)."""
+        """Each due schedule enqueues one task, unless its previous task is still open."""
+        await self.db.call(Store.enqueue_due_schedules, now, lambda schedule: self._schedule_task(schedule, now))
 
     async def advance_workflows(self, now: datetime) -> None:
-        """Workflows create their next step's task (the sensor/workflow issue fills this in)."""
+        """Every active workflow whose current state has no task for this entry gets exactly one."""
+        await self.db.call(Store.create_step_tasks, now, lambda workflow: self._step_task(workflow, now))
 
     async def claim_and_run(self, now: datetime) -> bool:
         claim = await self.db.call(Store.claim_next_task, now, self.holder_id, self._plan, self._evidence_dir)
@@ -218,12 +233,81 @@ class Dispatcher:
                 await self.db.call(Store.settle_outbox, item, "awaiting_handler", {}, now)
 
     async def apply_workflow_signal(self, item: OutboxItem, now: datetime) -> None:
-        """Hand a workflow task's signal to the workflow engine (the sensor/workflow issue)."""
-        await self.db.call(Store.settle_outbox, item, "awaiting_handler", {"reason": "no workflow engine"}, now)
+        """A step task ended: move its workflow on, complete it, or block it (never loop)."""
+        step = StepResult(
+            int(item.payload["workflow_id"]),
+            item.payload["state_id"],
+            int(item.payload["iteration"]),
+            item.payload.get("signal"),
+            item.payload["task_status"],
+            item.task_id,
+        )
+
+        def judge(workflow: WorkflowRecord, entries: dict[str, int]) -> Change:
+            definition = self.config.workflows.get(workflow.workflow_type)
+            return judge_step(
+                definition, workflow, step, entries, state_cap(definition, self.config.dispatch.workflow_state_cap)
+            )
+
+        await self.db.call(Store.apply_step_result, item, judge, now)
 
     async def workflow_step(self, task: TaskRecord) -> WorkflowStep | None:
-        """What the bundle says about the task's workflow step (the sensor/workflow issue)."""
-        return None
+        """What the bundle tells a step task about its workflow, including the signals it may give."""
+        if task.workflow_ref is None:
+            return None
+        workflow = await self.db.call(Store.get_workflow_or_raise, task.workflow_ref.workflow_id)
+        definition = self.config.workflows.get(workflow.workflow_type)
+        state = state_of(definition, task.workflow_ref.state_id) if definition else None
+        return WorkflowStep(
+            workflow.workflow_id,
+            workflow.workflow_type,
+            task.workflow_ref.state_id,
+            task.workflow_iteration or workflow.iteration,
+            accepted_signals(state) if state else (),
+        )
+
+    def _schedule_task(self, schedule: RecurringScheduleRecord, now: datetime) -> NewTask | str:
+        intent = schedule.task.model_copy(update={"source": f"schedule:{schedule.schedule_id}"})
+        try:
+            return replace(prepare_task(intent, self.config, now, trusted=False), schedule_id=schedule.schedule_id)
+        except InputError as exc:
+            return str(exc)
+
+    def _step_task(self, workflow: WorkflowRecord, now: datetime) -> NewTask | str:
+        definition = self.config.workflows.get(workflow.workflow_type)
+        state = state_of(definition, workflow.current_state) if definition else None
+        if definition is None or state is None:
+            return f"workflow {workflow.workflow_type} has no state {workflow.current_state!r} any more"
+        if state.task_type is None:
+            return ""  # a state without a task: the workflow waits there for a signal
+        intent = TaskIntent(
+            task_type=state.task_type,
+            source=f"workflow:{workflow.workflow_id}:{state.state_id}:{workflow.iteration}",
+            subject=f"{workflow.workflow_type} {workflow.instance_key}: {state.state_id} (#{workflow.iteration})",
+            requested_profile_id=state.default_profile_id,
+            skill_ids=state.default_skill_ids,
+            workflow_ref=WorkflowRef(
+                workflow_id=workflow.workflow_id, state_id=state.state_id, instance_key=workflow.instance_key
+            ),
+            payload=step_payload(workflow),
+        )
+        try:
+            new = prepare_task(intent, self.config, now, trusted=True)
+        except InputError as exc:
+            return f"cannot create the {state.state_id} task: {exc}"
+        return replace(new, workflow_iteration=workflow.iteration)
+
+    def _schedule_specs(self) -> list[ScheduleSpecRow]:
+        return [
+            ScheduleSpecRow(
+                s.schedule_id,
+                s.name or s.schedule_id,
+                s.enabled,
+                s.interval_seconds,
+                task_intent_from_schedule(s).model_dump(mode="json", exclude_none=True),
+            )
+            for s in self.config.schedules
+        ]
 
     def _follow_up(self, item: OutboxItem, now: datetime) -> tuple[NewTask | None, str | None]:
         try:
@@ -361,10 +445,10 @@ class Dispatcher:
 
     async def _sleep_until_due(self) -> None:
         now = self.clock.now()
-        next_due = await self.db.call(Store.next_due_at, now)
+        due = [await self.db.call(Store.next_due_at, now), await self.db.call(Store.next_schedule_due)]
         delay = self.config.dispatch.poll_ceiling_s
-        if next_due is not None:
-            delay = min(delay, (next_due - now).total_seconds())
+        for moment in (d for d in due if d is not None):
+            delay = min(delay, (moment - now).total_seconds())
         if not self._idle_noted:
             await self.db.call(Store.record_event, "dispatch_idle", now, {"next_due_in_s": round(delay, 3)})
             self._idle_noted = True

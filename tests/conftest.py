@@ -118,3 +118,24 @@ def rig_factory(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Rig]
 @pytest.fixture
 def rig(rig_factory: Callable[..., Rig]) -> Rig:
     return rig_factory()
+
+
+@pytest.fixture
+def sensors_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "sensors"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def sensing(rig_factory: Callable[..., Any], sensors_dir: Path) -> Callable[[], Any]:
+    """A rig whose sensors_dir is the test's, and a SensorService on it."""
+
+    def make() -> Any:
+        rig = rig_factory(lambda raw: raw["paths"].update(sensors_dir=str(sensors_dir)))
+        from agentd.sensing import SensorService
+
+        rig.service = SensorService(rig.config, rig.db, clock=rig.clock)
+        return rig
+
+    return make

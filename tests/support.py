@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,24 +75,24 @@ def agent_config(directory: Path, mutate: Callable[[dict[str, Any]], None] | Non
     - task type `example` on adapter `script` (tests/adapters/complete.sh): completes with a report
     - task type `scripted` on adapter `scripted` (tests/adapters/scripted.py): does what its payload says
     - task type `flaky` on adapter `fails` (tests/adapters/always_fails.sh): always a retryable failure
+    - task types `plan`, `execute`, `verify` (the goal-loop) on adapter `stepper` (tests/adapters/stepper.py)
     """
 
     def add(raw: dict[str, Any]) -> None:
+        scripts = {
+            "script": "complete.sh",
+            "scripted": "scripted.py",
+            "fails": "always_fails.sh",
+            "stepper": "stepper.py",
+        }
         raw["adapters"] = [
-            {"adapter_id": "script", "kind": "script", "command": str(ADAPTERS / "complete.sh"), "timeout_ms": 30_000},
-            {
-                "adapter_id": "scripted",
-                "kind": "script",
-                "command": str(ADAPTERS / "scripted.py"),
-                "timeout_ms": 30_000,
-            },
-            {
-                "adapter_id": "fails",
-                "kind": "script",
-                "command": str(ADAPTERS / "always_fails.sh"),
-                "timeout_ms": 30_000,
-            },
+            {"adapter_id": name, "kind": "script", "command": str(ADAPTERS / file), "timeout_ms": 30_000}
+            for name, file in scripts.items()
         ]
+        for spec in raw["task_types"]:
+            if spec["task_type"] in ("plan", "execute", "verify"):
+                spec["default_adapter_id"] = "stepper"
+                spec["payload_schema_id"] = "agent-runtime/payload.any-object/v1"
         raw["task_types"] += [
             {
                 "task_type": "scripted",
@@ -112,3 +113,39 @@ def agent_config(directory: Path, mutate: Callable[[dict[str, Any]], None] | Non
             mutate(raw)
 
     return write_config(directory, add)
+
+
+# --- sensors --------------------------------------------------------------------------------
+
+EVENT = """
+def event(key, **extra):
+    from datetime import datetime, timezone
+    body = {{"event_id": "e-" + str(key), "observed_at": datetime.now(timezone.utc).isoformat(),
+             "source_ref": "test", "dedupe_key": str(key), "payload": {{"key": key}},
+             "proposed_task": {{"task_type": "example", "source": "x", "subject": "task " + str(key),
+                                "payload": {{}}}}}}
+    body.update(extra)
+    return json.dumps(body)
+"""
+
+
+def write_sensor(
+    root: Path, sensor_id: str, body: str, *, interval: float = 60, timeout: float = 30, **manifest: Any
+) -> None:
+    folder = root / sensor_id
+    folder.mkdir(parents=True)
+    script = folder / "sense.py"
+    script.write_text(f"#!{sys.executable}\nimport json, os, sys, time\n{EVENT.format()}\n{body}\n")
+    script.chmod(0o755)
+    fields = {
+        "description": f"test sensor {sensor_id}",
+        "interval_seconds": interval,
+        "timeout_seconds": timeout,
+        "command": ["./sense.py"],
+        **manifest,
+    }
+    (folder / "sensor.toml").write_text(tomli_w.dumps(fields))
+
+
+def task_subjects(rig: Any) -> list[str]:
+    return sorted(t.subject for t in rig.store.list_tasks(limit=100_000))

@@ -140,14 +140,9 @@ def test_kill_9_after_the_outcome_commit_applies_the_follow_up_once(agent: Agent
 def test_two_dispatchers_at_once_one_runs_the_other_names_the_holder(agent: Agent) -> None:
     agent.add(sleep_s=600, outcome=ok())
     one, two = agent.start(), agent.start()
-    loser_index = wait_until(
-        lambda: (
-            next((i for i, p in enumerate((one, two)) if p.poll() is not None), None) is not None
-            and next(i for i, p in enumerate((one, two)) if p.poll() is not None)
-        ),
-        20,
-        "a loser",
-    )
+    exited = wait_until(lambda: [i for i, p in enumerate((one, two)) if p.poll() is not None], 20, "a loser")
+    assert len(exited) == 1, "exactly one of two dispatchers gives way"
+    loser_index = exited[0]
     loser, winner = (one, two) if loser_index == 0 else (two, one)
     assert loser.returncode == 1
     assert winner.poll() is None

@@ -59,9 +59,11 @@ def session_members(session_id: int) -> list[int]:
 
 
 @pytest.mark.skipif(not (REPO / ".venv" / ".installed").exists(), reason="make test bootstraps .venv first")
-def test_make_run_works_on_the_embedded_default_and_ctrl_c_stops_it(tmp_path: Path) -> None:
-    state = tmp_path / "s"
-    env = {**os.environ, "AGENTD_PATHS__STATE_DIR": str(state), "AGENTD_PATHS__WORKSPACE": str(tmp_path / "w")}
+def test_make_run_works_end_to_end_and_ctrl_c_stops_both_services(tmp_path: Path) -> None:
+    """The embedded default: the example sensors' events become tasks and a goal-loop workflow,
+    the script adapter runs them, evidence appears, and Ctrl-C stops everything."""
+    state, workspace = tmp_path / "s", tmp_path / "w"
+    env = {**os.environ, "AGENTD_PATHS__STATE_DIR": str(state), "AGENTD_PATHS__WORKSPACE": str(workspace)}
     with subprocess.Popen(
         ["make", "--no-print-directory", "run"],
         cwd=REPO,
@@ -73,16 +75,18 @@ def test_make_run_works_on_the_embedded_default_and_ctrl_c_stops_it(tmp_path: Pa
     ) as make:
         lines = line_reader(make.stdout)
         seen = ""
-        while "task_finished task=1" not in seen:
+        while "workflow_completed" not in seen:
             seen += lines.get(timeout=60)
-        assert "status=completed" in seen.splitlines()[-1]
         os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
-        make.wait(timeout=30)
+        make.wait(timeout=60)
         while True:
             try:
                 seen += lines.get(timeout=5)
             except Empty:
                 break
-    assert "dispatch_stopped" in seen
-    assert session_members(make.pid) == []
-    assert (tmp_path / "w" / "hello.txt").read_text() == "hi\n"
+    assert "sensor_task_created" in seen and "sensor_workflow_created" in seen
+    assert "task_finished" in seen and "dispatch_stopped" in seen
+    assert "Traceback" not in seen
+    assert session_members(make.pid) == [], "Ctrl-C left something running"
+    assert (workspace / "replies" / "hello.txt").read_text() == "hello from make run\n"
+    assert list((state / "attempts").glob("*/*/manifest.json")), "evidence appears under the state dir"

@@ -47,6 +47,7 @@ def task(**fields: Any) -> TaskRecord:
         skill_ids=[],
         evidence_requirements=None,
         workflow_ref=None,
+        workflow_iteration=None,
         schedule_id=None,
         free_attempt_count=0,
         rate_limit_count=0,

@@ -63,6 +63,16 @@ def store_from(config: Config) -> Store:
     return open_store(config.db_path, SystemClock())
 
 
+def check_live_workflows(config: Config, store: Store) -> None:
+    """Refuse a config that would strand a live workflow in a state it no longer has."""
+    from agentd.config_checks import stranded_workflows
+    from agentd.errors import ConfigError
+
+    problems = stranded_workflows(config, store.live_workflow_states())
+    if problems:
+        raise ConfigError(problems)
+
+
 def to_jsonable(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")

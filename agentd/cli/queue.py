@@ -321,6 +321,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             {
                 "agent_id": config.agent.agent_id,
                 "database": str(config.db_path),
+                "state_dir": str(config.paths.state_dir),
+                "workspace": str(config.paths.workspace),
                 "schema_version": summary.schema_version,
                 "counts": counts,
                 "oldest_pending_age_s": oldest_age,

@@ -1,18 +1,23 @@
-"""The long-running services: `agentd dispatch`."""
+"""The long-running services: `agentd dispatch`, `agentd sensors`, and `agentd run` (both)."""
 
 from __future__ import annotations
 
 import argparse
 import functools
 import logging
+import signal
 from typing import Any
 
 import anyio
 
-from agentd.cli.common import add_command, config_from, store_from
+from agentd.cli.common import add_command, check_live_workflows, config_from, store_from
 from agentd.clock import SystemClock
+from agentd.config import Config
 from agentd.dispatch import Dispatcher
+from agentd.sensing import SensorService
 from agentd.store import AsyncStore
+
+logger = logging.getLogger("agentd.run")
 
 
 def register(commands: Any) -> None:
@@ -24,14 +29,81 @@ def register(commands: Any) -> None:
     )
     dispatch.add_argument("--until-idle", action="store_true", help="drain what is claimable now, then exit 0")
     dispatch.set_defaults(log_level=logging.INFO)
+    sensors = add_command(
+        commands,
+        "sensors",
+        cmd_sensors,
+        "run the sensor service: each sensor when due, its events into tasks and workflows once",
+    )
+    sensors.add_argument("--once", action="store_true", help="run every sensor that is due now, then exit")
+    sensors.set_defaults(log_level=logging.INFO)
+    run = add_command(
+        commands,
+        "run",
+        cmd_run,
+        "run the dispatcher and the sensor service together in the foreground (Ctrl-C stops both)",
+    )
+    run.set_defaults(log_level=logging.INFO)
+
+
+def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
+    config = config_from(args)
+    store = store_from(config)
+    try:
+        check_live_workflows(config, store)
+    except BaseException:
+        store.close()
+        raise
+    return config, AsyncStore(store)
 
 
 def cmd_dispatch(args: argparse.Namespace) -> int:
-    config = config_from(args)
-    db = AsyncStore(store_from(config))
+    config, db = _open(args)
     try:
         dispatcher = Dispatcher(config, db, clock=SystemClock())
         anyio.run(functools.partial(dispatcher.run, until_idle=args.until_idle))
     finally:
         db.close()
     return 0
+
+
+def cmd_sensors(args: argparse.Namespace) -> int:
+    config, db = _open(args)
+    try:
+        service = SensorService(config, db, clock=SystemClock())
+        anyio.run(functools.partial(service.run, once=args.once))
+    finally:
+        db.close()
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Both services in one process, each with its own database connection (as under systemd)."""
+    config, dispatch_db = _open(args)
+    sensors_db = AsyncStore(store_from(config))
+    try:
+        dispatcher = Dispatcher(config, dispatch_db, clock=SystemClock())
+        sensors = SensorService(config, sensors_db, clock=SystemClock())
+        anyio.run(_run_both, dispatcher, sensors)
+    finally:
+        dispatch_db.close()
+        sensors_db.close()
+    return 0
+
+
+async def _run_both(dispatcher: Dispatcher, sensors: SensorService) -> None:
+    async with anyio.create_task_group() as group:
+        group.start_soon(_forward_signals, dispatcher, sensors)
+        async with anyio.create_task_group() as services:
+            services.start_soon(functools.partial(dispatcher.run, watch_signals=False))
+            services.start_soon(functools.partial(sensors.run, watch_signals=False))
+        group.cancel_scope.cancel()
+
+
+async def _forward_signals(dispatcher: Dispatcher, sensors: SensorService) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            logger.info("%s received: stopping both services", signal.Signals(signum).name)
+            immediately = sensors.stopping  # a second signal does not wait for the grace period
+            sensors.request_stop()
+            dispatcher.request_stop(immediately=immediately)

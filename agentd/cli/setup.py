@@ -11,6 +11,7 @@ from typing import Any
 
 from agentd.cli.common import (
     add_command,
+    check_live_workflows,
     config_from,
     print_fields,
     print_json,
@@ -99,13 +100,20 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     config = config_from(args)
+    if config.db_path.is_file():  # the config must also fit what is running
+        store = open_store(config.db_path, SystemClock())
+        try:
+            check_live_workflows(config, store)
+        finally:
+            store.close()
     if wants_json(args):
         print_json({"config": str(config.path), "ok": True})
     else:
         print(
             f"{config.path}: ok (agent {config.agent.agent_id}; {len(config.adapters)} adapters, "
             f"{len(config.profiles)} profiles, {len(config.task_types)} task types, {len(config.skills)} skills, "
-            f"{len(config.workflows)} workflows, {len(config.schedules)} schedules)"
+            f"{len(config.workflows)} workflows, {len(config.schedules)} schedules, "
+            f"{len(config.sensor_definitions)} sensors)"
         )
     return 0
 

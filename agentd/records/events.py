@@ -41,6 +41,7 @@ AGENTD_EVENT_TYPES = (
     "workflow_started",
     "workflow_blocked",
     "schedule_removed",
+    "schedule_task_refused",
     "sensor_event_rejected",
     "sensor_event_stale",
     "sensor_run_finished",

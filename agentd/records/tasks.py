@@ -124,6 +124,7 @@ class TaskRecord(Record):
     skill_ids: list[str] = Field(description="agentd: skills bundled with the task")
     evidence_requirements: EvidenceRequirements | None = Field(description="agentd: from intent")
     workflow_ref: WorkflowRef | None = Field(description="agentd: the workflow step it serves")
+    workflow_iteration: int | None = Field(description="agentd: the workflow state entry it serves")
     schedule_id: str | None = Field(description="agentd: the schedule that created it")
     free_attempt_count: int = Field(description="agentd: attempts not spent (rate-limited or interrupted)")
     rate_limit_count: int = Field(description="agentd: rate-limited attempts (capped)")

@@ -26,21 +26,29 @@ from agentd.store.migrations import (
     available_migrations,
     require_current,
 )
-from agentd.store.outbox import OutboxItem, OutboxVerbs
+from agentd.store.outbox import OutboxItem
+from agentd.store.sensing import AcceptedEvent, IntakeCounts, RejectedLine, SensingVerbs, SensorState, WorkflowStart
 from agentd.store.tasks import QueueSummary
+from agentd.store.workflows import ScheduleSpecRow
 
 __all__ = [
+    "AcceptedEvent",
     "ArtifactRow",
     "AsyncStore",
     "AttemptEnd",
     "AttemptPlan",
     "ChainBreak",
     "Claim",
+    "IntakeCounts",
     "LockHolder",
     "OutboxItem",
     "OutboxRow",
     "QueueSummary",
+    "RejectedLine",
+    "ScheduleSpecRow",
+    "SensorState",
     "Store",
+    "WorkflowStart",
     "init_state_dir",
     "migrate",
     "open_store",
@@ -52,7 +60,7 @@ T = TypeVar("T")
 DB_NAME = "agentd.db"
 
 
-class Store(OutboxVerbs, EventVerbs):
+class Store(SensingVerbs, EventVerbs):
     """Domain verbs over one connection; each public verb is at most one transaction."""
 
     schema_version: int = 0

@@ -89,6 +89,7 @@ def task_from_row(row: sqlite3.Row) -> TaskRecord:
         skill_ids=loads(row["skill_ids"]),
         evidence_requirements=EvidenceRequirements.model_validate(evidence) if evidence else None,
         workflow_ref=workflow_ref,
+        workflow_iteration=row["workflow_iteration"],
         schedule_id=row["schedule_id"],
         free_attempt_count=row["free_attempt_count"],
         rate_limit_count=row["rate_limit_count"],

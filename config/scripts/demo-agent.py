@@ -46,9 +46,13 @@ def main() -> int:
 
 
 def verify_signal(payload: dict) -> str:
-    """complete once the workflow has executed `iterations` times (default 1)."""
-    done = int(os.environ.get("AGENTD_WORKFLOW_ITERATION", "1"))
-    return "complete" if done >= 3 * int(payload.get("iterations", 1)) else "continue"
+    """complete once execute has run `iterations` times (default 1).
+
+    Iterations count state entries: plan is 1, then each execute/verify pair adds 2, so the
+    verify after the k-th execute is iteration 2k + 1.
+    """
+    iteration = int(os.environ.get("AGENTD_WORKFLOW_ITERATION", "1"))
+    return "complete" if iteration >= 2 * int(payload.get("iterations", 1)) + 1 else "continue"
 
 
 def report(*, status, machine_status, summary, artifact_paths=(), workflow_signal=None) -> int:

@@ -1,0 +1,363 @@
+"""Workflows, recurring schedules and sensors from the operator's side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import anyio
+from pydantic import ValidationError
+
+from agentd.cli.common import (
+    add_command,
+    age,
+    config_from,
+    option,
+    print_fields,
+    print_json,
+    print_table,
+    store_from,
+    wants_json,
+)
+from agentd.clock import SystemClock, format_ts
+from agentd.errors import InputError, NotFound
+from agentd.records import TaskIntent
+from agentd.sensing import SensorService
+from agentd.store import AsyncStore, ScheduleSpecRow
+from agentd.wake import poke
+from agentd.workflows import missing_task_types, state_of
+
+
+def register(commands: Any) -> None:
+    workflow = commands.add_parser("workflow", help="start and inspect workflows").add_subparsers(
+        dest="workflow_command", metavar="SUBCOMMAND", required=True
+    )
+    start = add_command(
+        workflow, "start", cmd_workflow_start, "start a workflow; the dispatcher creates its first task"
+    )
+    start.add_argument("workflow_type", metavar="TYPE")
+    start.add_argument("instance_key", metavar="INSTANCE_KEY")
+    start.add_argument("--context", default="{}", help="JSON object handed to each step task as its payload")
+    start.add_argument("--state", help="start in this state instead of the initial one")
+    lst = add_command(workflow, "list", cmd_workflow_list, "workflows, newest first")
+    lst.add_argument("--status", action="append", choices=("active", "completed", "blocked"), default=[])
+    lst.add_argument("--limit", type=int, default=50)
+    show = add_command(workflow, "show", cmd_workflow_show, "a workflow's state history with the task of each step")
+    show.add_argument("workflow_id", type=int, metavar="ID")
+
+    schedule = commands.add_parser("schedule", help="recurring schedules").add_subparsers(
+        dest="schedule_command", metavar="SUBCOMMAND", required=True
+    )
+    add = add_command(schedule, "add", cmd_schedule_add, "add a recurring schedule that enqueues a task every interval")
+    add.add_argument("schedule_id", metavar="ID")
+    add.add_argument("--every", type=int, required=True, metavar="SECONDS", help="interval in seconds")
+    add.add_argument("--type", dest="task_type", required=True, help="the task type to enqueue")
+    add.add_argument("--subject")
+    add.add_argument("--payload", default="{}")
+    add.add_argument("--priority", type=int)
+    add.add_argument("--name")
+    add.add_argument("--disabled", action="store_true")
+    add_command(schedule, "list", cmd_schedule_list, "schedules with their next and last runs")
+    rm = add_command(schedule, "rm", cmd_schedule_rm, "remove a schedule added with `agentd schedule add`")
+    rm.add_argument("schedule_id", metavar="ID")
+
+    sensor = commands.add_parser("sensor", help="inspect and run sensors").add_subparsers(
+        dest="sensor_command", metavar="SUBCOMMAND", required=True
+    )
+    add_command(sensor, "list", cmd_sensor_list, "sensors: interval, last run, last result, next due")
+    run = add_command(sensor, "run", cmd_sensor_run, "run one sensor now and record what it observed")
+    run.add_argument("sensor_id", metavar="ID")
+    run.add_argument("--dry-run", action="store_true", help="print what it would create; write nothing")
+
+
+def _json_object(text: str, flag: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{flag}: expected a JSON object, found invalid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise InputError(f"{flag}: expected a JSON object, found {type(value).__name__}")
+    return value
+
+
+def cmd_workflow_start(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    definition = config.workflows.get(args.workflow_type)
+    if definition is None:
+        from agentd.workflows import BUILTIN_WORKFLOWS
+
+        hint = ""
+        for builtin in BUILTIN_WORKFLOWS:
+            if builtin.workflow_type == args.workflow_type:
+                needed = ", ".join(missing_task_types(builtin, set(config.task_types)))
+                hint = f"; the built-in {builtin.workflow_type} needs task types {needed}"
+        raise InputError(
+            f"unknown workflow type {args.workflow_type!r}; configured: "
+            f"{', '.join(sorted(config.workflows)) or 'none'}{hint}"
+        )
+    state = args.state or definition.initial_state
+    if state_of(definition, state) is None:
+        raise InputError(f"--state: {args.workflow_type} has no state {state!r}")
+    context = _json_object(args.context, "--context")
+    store = store_from(config)
+    try:
+        workflow, created = store.create_workflow(
+            args.workflow_type, args.instance_key, state, context, SystemClock().now(), "operator:cli"
+        )
+    finally:
+        store.close()
+    if not created:
+        raise InputError(
+            f"{args.workflow_type} {args.instance_key!r} already exists as workflow "
+            f"{workflow.workflow_id} ({workflow.status})"
+        )
+    poke(config.paths.state_dir)
+    if wants_json(args):
+        print_json(workflow)
+    else:
+        print(
+            f"workflow {workflow.workflow_id} started ({workflow.workflow_type} {workflow.instance_key!r}, "
+            f"state {workflow.current_state})"
+        )
+    return 0
+
+
+def cmd_workflow_list(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    store = store_from(config)
+    try:
+        workflows = store.list_workflows(statuses=tuple(args.status), limit=args.limit)
+    finally:
+        store.close()
+    if wants_json(args):
+        print_json(workflows)
+        return 0
+    print_table(
+        ["ID", "TYPE", "INSTANCE", "STATUS", "STATE", "ITERATION", "UPDATED"],
+        [
+            (
+                w.workflow_id,
+                w.workflow_type,
+                w.instance_key,
+                w.status,
+                w.current_state,
+                w.iteration,
+                format_ts(w.updated_at),
+            )
+            for w in workflows
+        ],
+    )
+    return 0
+
+
+def cmd_workflow_show(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    store = store_from(config)
+    try:
+        workflow = store.get_workflow_or_raise(args.workflow_id)
+        steps = store.workflow_steps(workflow.workflow_id)
+        events = store.read_events(workflow_id=workflow.workflow_id)
+    finally:
+        store.close()
+    if wants_json(args):
+        print_json({"workflow": workflow, "steps": steps, "events": events})
+        return 0
+    print_fields(workflow.model_dump(mode="json").items())
+    print("\nsteps")
+    print_table(
+        ["ITERATION", "STATE", "TASK", "STATUS", "SIGNAL", "SUMMARY"],
+        [
+            (
+                t.workflow_iteration,
+                t.workflow_ref.state_id if t.workflow_ref else "",
+                t.task_id,
+                t.status,
+                t.outcome.workflow_signal if t.outcome else "",
+                (t.outcome.operator_summary if t.outcome else "")[:60],
+            )
+            for t in steps
+        ],
+    )
+    print("\nevents")
+    print_table(
+        ["SEQ", "TIME", "TYPE", "TASK"], [(e.sequence, format_ts(e.timestamp), e.type, e.task_id) for e in events]
+    )
+    return 0
+
+
+def cmd_schedule_add(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    if args.every < 1:
+        raise InputError(f"--every: expected at least 1 second, found {args.every}")
+    fields: dict[str, Any] = {
+        "task_type": args.task_type,
+        "source": f"schedule:{args.schedule_id}",
+        "payload": _json_object(args.payload, "--payload"),
+    }
+    if args.subject:
+        fields["subject"] = args.subject
+    if args.priority is not None:
+        fields["priority"] = args.priority
+    try:
+        intent = TaskIntent.model_validate(fields)
+    except ValidationError as exc:
+        raise InputError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+    from agentd.intake import prepare_task
+
+    now = SystemClock().now()
+    prepare_task(intent, config, now, trusted=False)  # refuse now what would be refused every interval
+    spec = ScheduleSpecRow(
+        args.schedule_id,
+        args.name or args.schedule_id,
+        not args.disabled,
+        args.every,
+        intent.model_dump(mode="json", exclude_none=True),
+    )
+    store = store_from(config)
+    try:
+        schedule = store.add_schedule(spec, now)
+    finally:
+        store.close()
+    poke(config.paths.state_dir)
+    if wants_json(args):
+        print_json(schedule)
+    else:
+        print(f"schedule {schedule.schedule_id} added: a {args.task_type} task every {args.every}s, first due now")
+    return 0
+
+
+def cmd_schedule_list(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    store = store_from(config)
+    try:
+        schedules = store.list_schedules()
+    finally:
+        store.close()
+    if wants_json(args):
+        print_json(schedules)
+        return 0
+    print_table(
+        ["ID", "ENABLED", "EVERY", "TASK TYPE", "NEXT RUN", "LAST RUN"],
+        [
+            (
+                s.schedule_id,
+                "yes" if s.enabled else "no",
+                f"{s.interval_seconds}s",
+                s.task.task_type,
+                format_ts(s.next_run_at),
+                format_ts(s.last_run_at) if s.last_run_at else "never",
+            )
+            for s in schedules
+        ],
+    )
+    return 0
+
+
+def cmd_schedule_rm(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    store = store_from(config)
+    try:
+        store.remove_schedule(args.schedule_id, SystemClock().now())
+    finally:
+        store.close()
+    if not wants_json(args):
+        print(f"schedule {args.schedule_id} removed")
+    return 0
+
+
+def cmd_sensor_list(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    store = store_from(config)
+    try:
+        states = store.sensor_states()
+    finally:
+        store.close()
+    now = SystemClock().now()
+    rows: list[dict[str, Any]] = []
+    for sensor in sorted(config.sensor_definitions.values(), key=lambda s: s.sensor_id):
+        state = states.get(sensor.sensor_id)
+        rows.append(
+            {
+                "sensor_id": sensor.sensor_id,
+                "enabled": sensor.manifest.enabled,
+                "interval_seconds": sensor.manifest.interval_seconds,
+                "last_run_at": format_ts(state.last_run_at) if state and state.last_run_at else None,
+                "last_result": state.last_result if state else None,
+                "next_due_at": format_ts(state.next_run_at) if state and state.next_run_at else None,
+                "runs": state.runs if state else 0,
+            }
+        )
+    if wants_json(args):
+        print_json(rows)
+        return 0
+    print_table(
+        ["ID", "ENABLED", "EVERY", "LAST RUN", "LAST RESULT", "NEXT DUE"],
+        [
+            (
+                r["sensor_id"],
+                "yes" if r["enabled"] else "no",
+                f"{r['interval_seconds']:g}s",
+                r["last_run_at"] or "never",
+                r["last_result"] or "",
+                _due(r["next_due_at"], now),
+            )
+            for r in rows
+        ],
+    )
+    return 0
+
+
+def _due(next_due: str | None, now: Any) -> str:
+    from agentd.clock import parse_ts
+
+    if next_due is None:
+        return "now"
+    seconds = (parse_ts(next_due) - now).total_seconds()
+    return "now" if seconds <= 0 else f"in {age(seconds)}"
+
+
+def cmd_sensor_run(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    sensor = config.sensor_definitions.get(args.sensor_id)
+    if sensor is None:
+        raise NotFound(f"no sensor {args.sensor_id!r}; known: {', '.join(sorted(config.sensor_definitions)) or 'none'}")
+    db = AsyncStore(store_from(config))
+    try:
+        service = SensorService(config, db, clock=SystemClock())
+        report = anyio.run(lambda: service.run_sensor(sensor, dry_run=option(args, "dry_run", False)))
+    finally:
+        db.close()
+    proposed: list[dict[str, Any]] = [
+        {
+            "line": a.line,
+            "dedupe_key": a.event.dedupe_key,
+            "stale": a.stale,
+            "task": {"task_type": a.task.task_type, "subject": a.task.subject} if a.task else None,
+            "workflow": vars(a.workflow) if a.workflow else None,
+        }
+        for a in report.accepted
+    ]
+    rejected = [{"line": r.line, "reason": r.reason} for r in report.rejected]
+    if wants_json(args):
+        print_json(
+            {
+                "sensor_id": sensor.sensor_id,
+                "result": report.result,
+                "error": report.error,
+                "counts": report.counts.as_dict(),
+                "events": proposed,
+                "rejected": rejected,
+            }
+        )
+    else:
+        print(f"sensor {sensor.sensor_id}: {report.result}" + (f" ({report.error})" if report.error else ""))
+        if args.dry_run:
+            for item in proposed:
+                what = item["task"] or item["workflow"] or ("stale" if item["stale"] else "recorded only")
+                print(f"  line {item['line']}: {item['dedupe_key']} → {what}")
+        else:
+            print("  " + "  ".join(f"{k} {v}" for k, v in report.counts.as_dict().items()))
+        for item in rejected:
+            print(f"  line {item['line']} rejected: {item['reason']}")
+    return 0 if report.result == "ok" else 1

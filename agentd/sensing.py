@@ -1,0 +1,276 @@
+"""The sensor service (`agentd sensors`): grounded work enters the queue once.
+
+Each sensor runs when due (its schedule lives in the database), under a hard timeout that kills
+its process group, with at most `max_concurrent` running; one slow or crashing sensor never
+holds up the others. Every output line is judged on its own: a malformed line is rejected with
+its number and the rest still count. Dedupe is UNIQUE(sensor_id, dedupe_key), in the same
+transaction as the task or workflow the event creates.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import anyio
+import anyio.abc
+from pydantic import ValidationError
+
+from agentd.clock import Clock
+from agentd.config import Config, passthrough_environment, read_env_file
+from agentd.errors import InputError
+from agentd.intake import prepare_task
+from agentd.records import SensorEvent
+from agentd.runner import ProcessSpec, run_process
+from agentd.sensors import Sensor
+from agentd.service import Notifier
+from agentd.store import AcceptedEvent, AsyncStore, IntakeCounts, RejectedLine, Store, WorkflowStart
+from agentd.wake import poke
+from agentd.workflows import state_of
+
+logger = logging.getLogger(__name__)
+
+BATCH = 500  # events per transaction: bounds how long one run holds the write lock
+
+
+@dataclass
+class SensorRunReport:
+    sensor_id: str
+    result: str  # ok | exit N | timeout | start_failed | internal_error
+    error: str | None = None
+    counts: IntakeCounts = field(default_factory=IntakeCounts)
+    accepted: list[AcceptedEvent] = field(default_factory=list)
+    rejected: list[RejectedLine] = field(default_factory=list)
+
+
+def parse_output(
+    sensor_id: str, text: str, config: Config, now: datetime
+) -> tuple[list[AcceptedEvent], list[RejectedLine]]:
+    """Judge each line on its own: a SensorEvent with a valid proposal, or rejected and why."""
+    accepted, rejected = [], []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            accepted.append(_accept(sensor_id, number, line, config, now))
+        except _Rejected as exc:
+            rejected.append(RejectedLine(number, str(exc)))
+    return accepted, rejected
+
+
+class _Rejected(Exception):
+    pass
+
+
+def _accept(sensor_id: str, number: int, line: str, config: Config, now: datetime) -> AcceptedEvent:
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise _Rejected(f"not JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise _Rejected(f"expected a JSON object, found {type(data).__name__}")
+    data.setdefault("sensor_id", sensor_id)
+    if data["sensor_id"] != sensor_id:
+        raise _Rejected(f"sensor_id {data['sensor_id']!r} is not this sensor ({sensor_id!r})")
+    try:
+        event = SensorEvent.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise _Rejected(f"not a SensorEvent: {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+    if event.freshness_deadline is not None and event.freshness_deadline < now:
+        return AcceptedEvent(number, event, stale=True)
+    return AcceptedEvent(
+        number, event, _proposed_task(sensor_id, event, config, now), _proposed_workflow(event, config)
+    )
+
+
+def _proposed_task(sensor_id: str, event: SensorEvent, config: Config, now: datetime) -> Any:
+    if event.proposed_task is None:
+        return None
+    intent = event.proposed_task.model_copy(update={"source": f"sensor:{sensor_id}:{event.dedupe_key}"})
+    try:
+        return prepare_task(intent, config, now, trusted=False)
+    except InputError as exc:
+        raise _Rejected(f"proposed_task: {exc}") from None
+
+
+def _proposed_workflow(event: SensorEvent, config: Config) -> WorkflowStart | None:
+    proposal = event.proposed_workflow
+    if proposal is None:
+        return None
+    definition = config.workflows.get(proposal.template)
+    if definition is None:
+        raise _Rejected(
+            f"proposed_workflow: unknown workflow type {proposal.template!r}; known: "
+            f"{', '.join(sorted(config.workflows)) or 'none'}"
+        )
+    state = proposal.state or definition.initial_state
+    if state_of(definition, state) is None:
+        raise _Rejected(f"proposed_workflow: {proposal.template} has no state {state!r}")
+    return WorkflowStart(proposal.template, proposal.instance_key, state, proposal.context)
+
+
+class SensorService:
+    def __init__(self, config: Config, db: AsyncStore, *, clock: Clock, notifier: Notifier | None = None) -> None:
+        self.config, self.db, self.clock = config, db, clock
+        self.notifier = notifier or Notifier()
+        self._limiter = anyio.CapacityLimiter(config.sensors.max_concurrent)
+        self._running: set[str] = set()
+        self._stopping = False
+        self._wake = anyio.Event()
+
+    @property
+    def sensors(self) -> list[Sensor]:
+        return [s for s in self.config.sensor_definitions.values() if s.manifest.enabled]
+
+    async def run(self, *, once: bool = False, watch_signals: bool = True) -> None:
+        """Run sensors as they fall due until SIGTERM (with once: one pass over what is due)."""
+        async with anyio.create_task_group() as services:
+            if watch_signals:
+                services.start_soon(self._watch_signals)
+            self.notifier.ready(f"watching {len(self.sensors)} sensors")
+            async with anyio.create_task_group() as runs:
+                while not self._stopping:
+                    await self._start_due(runs, self.clock.now())
+                    if once:
+                        break
+                    await self._sleep_until_due()
+                if self._stopping:
+                    runs.cancel_scope.cancel()  # every sensor is idempotent: what it printed stays recorded
+            services.cancel_scope.cancel()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def request_stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        self.notifier.stopping("stopping")
+
+    async def run_due(self, now: datetime) -> list[SensorRunReport]:
+        """Run every due sensor now, concurrently, and wait for all of them (tests, --once)."""
+        reports: list[SensorRunReport] = []
+        async with anyio.create_task_group() as runs:
+            await self._start_due(runs, now, reports)
+        return reports
+
+    async def _start_due(
+        self, runs: anyio.abc.TaskGroup, now: datetime, reports: list[SensorRunReport] | None = None
+    ) -> None:
+        states = await self.db.call(Store.sensor_states)
+        for sensor in self.sensors:
+            state = states.get(sensor.sensor_id)
+            due = state is None or state.next_run_at is None or state.next_run_at <= now
+            if due and sensor.sensor_id not in self._running:
+                self._running.add(sensor.sensor_id)
+                runs.start_soon(self._run_guarded, sensor, reports)
+
+    async def _run_guarded(self, sensor: Sensor, reports: list[SensorRunReport] | None) -> None:
+        try:
+            report = await self.run_sensor(sensor)
+            if reports is not None:
+                reports.append(report)
+        except Exception:  # one sensor's failure is its own; the service and the others go on
+            logger.exception("sensor %s failed inside agentd", sensor.sensor_id)
+        finally:
+            self._running.discard(sensor.sensor_id)
+            self._wake.set()
+
+    async def run_sensor(self, sensor: Sensor, *, dry_run: bool = False) -> SensorRunReport:
+        """Run one sensor now: its process, its output judged line by line, recorded (unless dry_run)."""
+        started = self.clock.now()
+        async with self._limiter:
+            result = await run_process(self._spec(sensor))
+        if result.start_error:
+            report = SensorRunReport(sensor.sensor_id, "start_failed", result.start_error)
+        else:
+            outcome = "ok" if result.ok else ("timeout" if result.timed_out else result.describe())
+            error = None if result.ok else _tail(result.stderr.path) or outcome
+            report = SensorRunReport(sensor.sensor_id, outcome, error)
+            text = result.stdout.path.read_text(encoding="utf-8", errors="replace")
+            report.accepted, report.rejected = parse_output(sensor.sensor_id, text, self.config, self.clock.now())
+        if dry_run:
+            return report
+        await self._record(sensor, report, started)
+        return report
+
+    async def _record(self, sensor: Sensor, report: SensorRunReport, started: datetime) -> None:
+        for offset in range(0, max(len(report.accepted), 1), BATCH):
+            batch = report.accepted[offset : offset + BATCH]
+            rejected = report.rejected if offset == 0 else []
+            counts = await self.db.call(Store.record_sensor_events, sensor.sensor_id, batch, rejected, self.clock.now())
+            report.counts.add(counts)
+        if report.counts.created or report.counts.workflows_created:
+            poke(self.config.paths.state_dir)  # new work: wake the dispatcher now
+        next_run = started + timedelta(seconds=sensor.manifest.interval_seconds)
+        await self.db.call(
+            Store.finish_sensor_run,
+            sensor.sensor_id,
+            started,
+            next_run,
+            report.result,
+            report.error,
+            report.counts.as_dict(),
+            self.clock.now(),
+        )
+
+    def _spec(self, sensor: Sensor) -> ProcessSpec:
+        home = self.config.paths.state_dir / "sensors" / sensor.sensor_id
+        (home / "state").mkdir(mode=0o700, parents=True, exist_ok=True)
+        env = passthrough_environment()
+        env["HOME"] = str(home / "state")
+        if sensor.env_file is not None:
+            env.update(read_env_file(sensor.env_file))
+        env.update(sensor.manifest.env)
+        env.update(
+            AGENTD_SENSOR_ID=sensor.sensor_id,
+            AGENTD_SENSOR_STATE_DIR=str(home / "state"),
+            AGENTD_WORKSPACE=str(self.config.paths.workspace),
+            AGENTD_CONFIG=str(self.config.path),
+        )
+        return ProcessSpec(
+            argv=sensor.argv,
+            cwd=sensor.directory,
+            env=env,
+            stdout_path=home / "stdout.log",
+            stderr_path=home / "stderr.log",
+            timeout_s=sensor.manifest.timeout_seconds or self.config.sensors.default_timeout_s,
+            kill_grace_s=self.config.sensors.kill_grace_s,
+            output_cap_bytes=self.config.sensors.output_cap_bytes,
+        )
+
+    async def _sleep_until_due(self) -> None:
+        states = await self.db.call(Store.sensor_states)
+        now = self.clock.now()
+        waits = [
+            (states[s.sensor_id].next_run_at - now).total_seconds()  # type: ignore[operator]
+            for s in self.sensors
+            if s.sensor_id not in self._running and s.sensor_id in states and states[s.sensor_id].next_run_at
+        ]
+        delay = max(min([self.config.sensors.tick_s, *waits]), 0.0)
+        with anyio.move_on_after(delay):
+            await self._wake.wait()
+        if self._wake.is_set():
+            self._wake = anyio.Event()
+
+    async def _watch_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                logger.info("%s received: stopping the sensors", signal.Signals(signum).name)
+                self.request_stop()
+
+
+def _tail(path: Any, limit: int = 2000) -> str | None:
+    try:
+        text: str = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return text[-limit:].strip() or None
+
+
+__all__ = ["SensorRunReport", "SensorService", "parse_output"]

@@ -1,0 +1,187 @@
+"""Sensor intake verbs: each observed event once (UNIQUE(sensor_id, dedupe_key)), in the same
+transaction as the task or workflow it creates; and each sensor's schedule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from agentd.intake import NewTask
+from agentd.records import SensorEvent
+from agentd.store.base import dumps, parse_optional_ts, ts
+from agentd.store.workflows import WorkflowVerbs
+
+MAX_REJECTION_EVENTS = 100  # per run; the rest are counted in sensor_run_finished
+
+
+@dataclass(frozen=True)
+class WorkflowStart:
+    workflow_type: str
+    instance_key: str
+    state: str
+    context: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class AcceptedEvent:
+    line: int
+    event: SensorEvent
+    task: NewTask | None = None
+    workflow: WorkflowStart | None = None
+    stale: bool = False
+
+
+@dataclass(frozen=True)
+class RejectedLine:
+    line: int
+    reason: str
+
+
+@dataclass
+class IntakeCounts:
+    recorded: int = 0
+    created: int = 0
+    deduped: int = 0
+    stale: int = 0
+    rejected: int = 0
+    workflows_created: int = 0
+    workflows_deduped: int = 0
+    task_ids: list[int] = field(default_factory=list)
+
+    def add(self, other: IntakeCounts) -> None:
+        for name in ("recorded", "created", "deduped", "stale", "rejected", "workflows_created", "workflows_deduped"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.task_ids += other.task_ids
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: v for k, v in vars(self).items() if isinstance(v, int)}
+
+
+@dataclass(frozen=True)
+class SensorState:
+    sensor_id: str
+    last_run_at: datetime | None
+    next_run_at: datetime | None
+    last_result: str | None
+    last_error: str | None
+    runs: int
+
+
+class SensingVerbs(WorkflowVerbs):
+    def record_sensor_events(
+        self, sensor_id: str, accepted: list[AcceptedEvent], rejected: list[RejectedLine], now: datetime
+    ) -> IntakeCounts:
+        """One batch of a run's output, in one transaction: duplicates change nothing."""
+        counts = IntakeCounts(rejected=len(rejected))
+        with self._transaction():
+            for item in accepted:
+                self._record_one(sensor_id, item, now, counts)
+            for rejection in rejected[:MAX_REJECTION_EVENTS]:
+                self._append_event(
+                    "sensor_event_rejected",
+                    now,
+                    sensor_id=sensor_id,
+                    payload={"line": rejection.line, "reason": rejection.reason[:500]},
+                )
+        return counts
+
+    def _record_one(self, sensor_id: str, item: AcceptedEvent, now: datetime, counts: IntakeCounts) -> None:
+        event = item.event
+        row = self._conn.execute(
+            """INSERT INTO sensor_events (sensor_id, dedupe_key, event_id, observed_at, source_ref,
+                   freshness_deadline, payload, result, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'recorded', ?)
+               ON CONFLICT (sensor_id, dedupe_key) DO NOTHING RETURNING id""",
+            (
+                sensor_id,
+                event.dedupe_key,
+                event.event_id,
+                ts(event.observed_at),
+                event.source_ref,
+                ts(event.freshness_deadline),
+                dumps(event.payload),
+                ts(now),
+            ),
+        ).fetchone()
+        ids: dict[str, Any] = {
+            "sensor_id": sensor_id,
+            "payload": {"dedupe_key": event.dedupe_key, "event_id": event.event_id},
+        }
+        if row is None:
+            self._append_event("sensor_event_deduped", now, **ids)  # and nothing else
+            counts.deduped += 1
+            return
+        self._append_event("sensor_event_recorded", now, **ids)
+        counts.recorded += 1
+        result, task_id, workflow_id = "recorded", None, None
+        if item.stale:
+            self._append_event("sensor_event_stale", now, **ids)
+            result = "stale"
+            counts.stale += 1
+        elif item.task is not None:
+            task_id = self._insert_task(item.task, now, {"sensor_id": sensor_id})
+            self._append_event("sensor_task_created", now, task_id=task_id, **ids)
+            result = "created"
+            counts.created += 1
+            counts.task_ids.append(task_id)
+        if not item.stale and item.workflow is not None:
+            start = item.workflow
+            workflow_id, created = self._create_workflow(
+                start.workflow_type,
+                start.instance_key,
+                start.state,
+                start.context,
+                now,
+                f"sensor:{sensor_id}",
+                sensor_id,
+            )
+            kind = "sensor_workflow_created" if created else "sensor_workflow_deduped"
+            self._append_event(kind, now, workflow_id=workflow_id, **ids)
+            counts.workflows_created += int(created)
+            counts.workflows_deduped += int(not created)
+            result = "created"
+        self._conn.execute(
+            "UPDATE sensor_events SET result = ?, task_id = ?, workflow_id = ? WHERE id = ?",
+            (result, task_id, workflow_id, row[0]),
+        )
+
+    def finish_sensor_run(
+        self,
+        sensor_id: str,
+        started_at: datetime,
+        next_run_at: datetime,
+        result: str,
+        error: str | None,
+        summary: dict[str, Any],
+        now: datetime,
+    ) -> None:
+        """Remember when the sensor ran and when it is next due (a restart neither re-runs early nor forgets)."""
+        with self._transaction():
+            self._conn.execute(
+                """INSERT INTO sensor_state (sensor_id, last_run_at, next_run_at, last_result, last_error, runs,
+                       updated_at) VALUES (?, ?, ?, ?, ?, 1, ?)
+                   ON CONFLICT (sensor_id) DO UPDATE SET last_run_at = excluded.last_run_at,
+                       next_run_at = excluded.next_run_at, last_result = excluded.last_result,
+                       last_error = excluded.last_error, runs = runs + 1, updated_at = excluded.updated_at""",
+                (sensor_id, ts(started_at), ts(next_run_at), result, error, ts(now)),
+            )
+            self._append_event(
+                "sensor_run_finished",
+                now,
+                sensor_id=sensor_id,
+                payload={"result": result, **({"error": error[:300]} if error else {}), **summary},
+            )
+
+    def sensor_states(self) -> dict[str, SensorState]:
+        rows = self._conn.execute("SELECT * FROM sensor_state").fetchall()
+        return {
+            r["sensor_id"]: SensorState(
+                r["sensor_id"],
+                parse_optional_ts(r["last_run_at"]),
+                parse_optional_ts(r["next_run_at"]),
+                r["last_result"],
+                r["last_error"],
+                r["runs"],
+            )
+            for r in rows
+        }

@@ -1,0 +1,114 @@
+"""Workflows and recurring schedules (seed 000 §10, §11, §11b): the pure rules.
+
+A workflow is in one state at a time. Entering a state is one *iteration*; the step's task is
+keyed by (workflow, state, iteration), so exactly one task exists per entry. When that task
+ends, its signal is judged here: a transition, completion, or a block — never a silent loop.
+A signal from an older iteration is ignored (the ancestor's goal-loop livelocked on those), and
+a state entered more than its cap blocks the workflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from agentd.records import WorkflowDefinition, WorkflowRecord, WorkflowState
+
+GOAL_LOOP = WorkflowDefinition.model_validate(
+    {
+        "workflow_type": "goal-loop",
+        "initial_state": "plan",
+        "states": [
+            {"state_id": "plan", "task_type": "plan", "transitions": [{"signal": "ok", "next_state": "execute"}]},
+            {"state_id": "execute", "task_type": "execute", "transitions": [{"signal": "ok", "next_state": "verify"}]},
+            {
+                "state_id": "verify",
+                "task_type": "verify",
+                "transitions": [
+                    {"signal": "continue", "next_state": "execute"},
+                    {"signal": "revise_plan", "next_state": "plan"},
+                ],
+                "completion_signals": ["complete"],
+            },
+        ],
+    }
+)
+BUILTIN_WORKFLOWS = (GOAL_LOOP,)
+
+
+def state_of(definition: WorkflowDefinition, state_id: str) -> WorkflowState | None:
+    return next((s for s in definition.states if s.state_id == state_id), None)
+
+
+def accepted_signals(state: WorkflowState) -> tuple[str, ...]:
+    return tuple(t.signal for t in state.transitions or ()) + tuple(state.completion_signals or ())
+
+
+def missing_task_types(definition: WorkflowDefinition, task_types: set[str]) -> list[str]:
+    return sorted({s.task_type for s in definition.states if s.task_type and s.task_type not in task_types})
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What a finished step task reported, as the outbox carries it."""
+
+    workflow_id: int
+    state_id: str
+    iteration: int
+    signal: str | None
+    task_status: str
+    task_id: int
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: str  # "transition" | "complete" | "block" | "ignore"
+    next_state: str | None = None
+    reason: str | None = None
+
+
+def judge_step(
+    definition: WorkflowDefinition | None, workflow: WorkflowRecord, step: StepResult, entries: dict[str, int], cap: int
+) -> Change:
+    """The workflow's next move after one of its step tasks ended."""
+    if workflow.status != "active":
+        return Change("ignore", reason=f"workflow is {workflow.status}")
+    if (step.state_id, step.iteration) != (workflow.current_state, workflow.iteration):
+        return Change(
+            "ignore",
+            reason=f"signal from {step.state_id}#{step.iteration}, the workflow is at "
+            f"{workflow.current_state}#{workflow.iteration}",
+        )
+    if definition is None:
+        return Change("block", reason=f"workflow type {workflow.workflow_type!r} is no longer configured")
+    state = state_of(definition, workflow.current_state)
+    if state is None:
+        return Change(
+            "block", reason=f"state {workflow.current_state!r} no longer exists in {definition.workflow_type}"
+        )
+    if step.task_status != "completed":
+        return Change("block", reason=f"task {step.task_id} of state {state.state_id} ended {step.task_status}")
+    if step.signal in (state.completion_signals or ()):
+        return Change("complete")
+    target = next((t.next_state for t in state.transitions or () if t.signal == step.signal), None)
+    if target is None:
+        allowed = ", ".join(accepted_signals(state)) or "none"
+        return Change("block", reason=f"state {state.state_id} got signal {step.signal!r}; it accepts: {allowed}")
+    if entries.get(target, 0) + 1 > cap:
+        return Change("block", reason=f"state {target} would be entered {entries.get(target, 0) + 1} times (cap {cap})")
+    return Change("transition", next_state=target)
+
+
+def state_cap(definition: WorkflowDefinition | None, default: int) -> int:
+    return definition.max_state_entries if definition and definition.max_state_entries else default
+
+
+def step_payload(workflow: WorkflowRecord) -> dict[str, Any]:
+    """A step task's payload: the workflow's context (checked against the task type's schema)."""
+    return dict(workflow.context or {})
+
+
+def next_run_after(evaluated_at: datetime, interval_seconds: int) -> datetime:
+    """Coalesced catch-up: however many slots were missed, the next run is one interval from now."""
+    return evaluated_at + timedelta(seconds=interval_seconds)

@@ -1,0 +1,45 @@
+"""Both services at once on one database, as real processes: nothing locked, nothing lost."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from support import write_sensor
+from test_dispatch_process import Agent, wait_until
+
+LOAD = """
+state = os.path.join(os.environ["AGENTD_SENSOR_STATE_DIR"], "runs")
+run = int(open(state).read()) + 1 if os.path.exists(state) else 1
+open(state, "w").write(str(run))
+for n in range(200):
+    print(event(f"{run}-{n}"))
+"""
+
+
+def test_sensors_and_dispatcher_share_the_database_under_load(tmp_path: Path) -> None:
+    sensors = tmp_path / "sensors"
+    write_sensor(sensors, "load", LOAD, interval=1)
+    agent = Agent(tmp_path, {"AGENTD_PATHS__SENSORS_DIR": str(sensors)})
+    try:
+        command = [sys.executable, "-m", "agentd", "--config", str(agent.config_path), "sensors"]
+        with open(tmp_path / "sensors.log", "wb") as log:
+            sensing = subprocess.Popen(command, env=agent.env, stdout=log, stderr=subprocess.STDOUT)
+        dispatcher = agent.start()
+        runs = lambda: [e for e in agent.store.read_events(limit=100_000) if e.type == "sensor_run_finished"]  # noqa: E731
+        wait_until(lambda: len(runs()) >= 4, 60, "four sensor runs")
+        sensing.send_signal(signal.SIGTERM)
+        dispatcher.send_signal(signal.SIGTERM)
+        assert sensing.wait(timeout=30) == 0 and dispatcher.wait(timeout=30) == 0
+        logs = (tmp_path / "sensors.log").read_text() + agent.log(0)
+        assert "database is locked" not in logs and "Traceback" not in logs
+        created = sum(e.payload["created"] for e in runs())
+        tasks = agent.store.list_tasks(limit=100_000)
+        assert created == len(tasks) == 200 * len(runs())
+        assert {t.status for t in tasks} <= {"completed", "pending"}  # each ran, or waits for the next start
+        assert sum(t.status == "completed" for t in tasks) > 0
+        assert agent.store.verify_event_chain() == []
+    finally:
+        agent.close()
