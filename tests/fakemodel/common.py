@@ -1,0 +1,171 @@
+"""The script (turns a test hands out), recorded requests, and wire helpers shared by the encoders."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+DEFAULT_CONTEXT_LENGTH = 262144
+NO_TURN_LEFT = "no scripted turn left"
+SSE = "text/event-stream"
+NDJSON = "application/x-ndjson"
+HOST = "127.0.0.1"
+_JOIN_TIMEOUT_S = 5.0
+_POLL_INTERVAL_S = 0.02
+_OLLAMA_VERSION = "0.12.6"
+_MODIFIED_AT = "2025-01-01T00:00:00Z"
+
+
+# --------------------------------------------------------------------------------------------
+# The script
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A normal assistant text answer."""
+
+    text: str
+    input_tokens: int = 11
+    output_tokens: int = 7
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """The model asks for one tool call. The harness's next request, which carries the result, takes the next turn."""
+
+    name: str
+    arguments: dict[str, Any]
+    text_before: str = ""
+    input_tokens: int = 11
+    output_tokens: int = 7
+
+
+@dataclass(frozen=True)
+class Fail:
+    """An HTTP error with `status` for `times` consecutive model calls (a 429 also gets `retry-after: 0`)."""
+
+    status: int
+    message: str
+    times: int = 1
+
+    def __post_init__(self) -> None:
+        if not 400 <= self.status <= 599:
+            raise ValueError(f"Fail.status must be an HTTP error status, got {self.status}")
+        if self.times < 1:
+            raise ValueError(f"Fail.times must be at least 1, got {self.times}")
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Never answer, or (after_headers) send the headers and the protocol's first event, then stall until stop()."""
+
+    after_headers: bool = False
+
+
+Turn = Reply | ToolCall | Fail | Hang
+_Answer = Reply | ToolCall
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server saw it: `path` without its query string (that is `query`), header names lower-cased.
+
+    `body` is the parsed JSON, None when the body is empty, or the decoded text when it is not JSON.
+    `turn` is the turn this request consumed (None for probes, and for a model call with no turn left).
+    """
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    protocol: str
+    query: str = ""
+    turn: Turn | None = None
+
+
+@dataclass
+class _Scripted:
+    turn: Turn
+    remaining: int
+
+
+def _answer_parts(turn: _Answer) -> tuple[str, ToolCall | None]:
+    """The text to say and the tool call to make (if any)."""
+    if isinstance(turn, ToolCall):
+        return turn.text_before, turn
+    return turn.text, None
+
+
+_WORD_BOUNDARY = re.compile(r"(?<=\s)(?=\S)")
+
+
+def _chunks(text: str, words: int) -> list[str]:
+    """Split text into deltas of `words` words each, keeping the whitespace, so that joining them gives back `text`."""
+    pieces = [piece for piece in _WORD_BOUNDARY.split(text) if piece]
+    return ["".join(pieces[start : start + words]) for start in range(0, len(pieces), words)]
+
+
+def _hex_id() -> str:
+    return uuid.uuid4().hex[:24]
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One model call being answered: the request's model, the body, and ids that stay the same across its events."""
+
+    model: str
+    body: dict[str, Any]
+    chunk_size: int
+    stream: bool
+    tag: str = field(default_factory=_hex_id)
+    tool_tag: str = field(default_factory=_hex_id)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def chunks(self, text: str) -> list[str]:
+        return _chunks(text, self.chunk_size)
+
+
+# --------------------------------------------------------------------------------------------
+# Wire helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _json_bytes(payload: Any) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def _sse_data(payload: Any) -> bytes:
+    return b"data: " + _json_bytes(payload) + b"\n\n"
+
+
+def _sse(event: str, payload: Any) -> bytes:
+    return f"event: {event}\n".encode() + _sse_data(payload)
+
+
+def _ndjson(payload: Any) -> bytes:
+    return _json_bytes(payload) + b"\n"
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _openai_error(status: int, message: str) -> dict[str, Any]:
+    if status == 429:
+        kind, code = "requests", "rate_limit_exceeded"
+    elif status >= 500:
+        kind, code = "server_error", "server_error"
+    else:
+        kind, code = "invalid_request_error", None
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+# --------------------------------------------------------------------------------------------
+# Encoders: one per protocol
+# --------------------------------------------------------------------------------------------
