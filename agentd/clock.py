@@ -63,3 +63,15 @@ def parse_ts(text: str) -> datetime:
     if moment.tzinfo is None:
         raise ValueError(f"{text!r} has no time zone; write it in UTC with a trailing Z")
     return moment.astimezone(UTC)
+
+
+def age(seconds: float) -> str:
+    """Human duration: 42s, 3m12s, 2h05m, 3d04h."""
+    seconds = int(max(seconds, 0))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"

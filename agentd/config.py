@@ -501,3 +501,15 @@ def read_env_file(path: Path) -> dict[str, str]:
 def systemd_notify_socket() -> str | None:
     """$NOTIFY_SOCKET when systemd started us with Type=notify; None elsewhere."""
     return os.environ.get("NOTIFY_SOCKET") or None
+
+
+def systemd_watchdog_interval() -> float | None:
+    """Half of $WATCHDOG_USEC in seconds, if systemd asked this process to ping its watchdog."""
+    usec = os.environ.get("WATCHDOG_USEC")
+    pid = os.environ.get("WATCHDOG_PID")
+    if not usec or (pid and pid != str(os.getpid())):
+        return None
+    try:
+        return int(usec) / 2_000_000
+    except ValueError:
+        return None

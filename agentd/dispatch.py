@@ -24,12 +24,13 @@ from agentd import procs
 from agentd.adapters import AdapterRun
 from agentd.attempt import AttemptPreparer, Prepared, judge, plan_attempt, retry_policy
 from agentd.bundle import WorkflowStep
-from agentd.clock import Clock
-from agentd.config import Config, task_intent_from_schedule
+from agentd.clock import Clock, age
+from agentd.config import Config, systemd_watchdog_interval, task_intent_from_schedule
 from agentd.errors import AgentdError, DispatchLocked, InputError
 from agentd.evidence import attempt_paths, prepare_attempt_dir, write_manifest
 from agentd.hashing import new_ulid
 from agentd.intake import NewTask, prepare_task
+from agentd.metrics import DispatchMetrics
 from agentd.outcome import decide
 from agentd.records import (
     RecurringScheduleRecord,
@@ -49,6 +50,7 @@ from agentd.workflows import Change, StepResult, accepted_signals, judge_step, s
 logger = logging.getLogger(__name__)
 
 CANCEL_POLL_S = 1.0  # a running task's cancel flag is checked at least this often
+STATUS_REFRESH_S = 5.0  # the status line (and the watchdog, unless systemd wants it sooner)
 
 
 class LockLost(AgentdError):
@@ -80,10 +82,14 @@ class Dispatcher:
         clock: Clock,
         rng: random.Random | None = None,
         notifier: Notifier | None = None,
+        metrics: DispatchMetrics | None = None,
     ) -> None:
         self.config, self.db, self.clock = config, db, clock
         self.rng = rng or random.Random()
         self.notifier = notifier or Notifier()
+        self.metrics = metrics
+        self.started_at = clock.now()
+        self._running: tuple[int, str, str | None, float] | None = None  # task, adapter, model, since
         self.identity = procs.this_process()
         self.holder_id = new_ulid(clock)
         self.preparer = AttemptPreparer(config, db, clock)
@@ -98,12 +104,15 @@ class Dispatcher:
         """Run until SIGTERM/SIGINT (or, with until_idle, until nothing is claimable now)."""
         await self.start()
         try:
+            if self.metrics is not None:
+                self.metrics.serve(self.config.metrics.dispatch_listen)
             async with anyio.create_task_group() as services:
                 services.start_soon(self._keep_lock)
                 if watch_signals:
                     services.start_soon(self._watch_signals)
                 await services.start(self._listen_for_pokes)
-                self.notifier.ready("started; boot sweep done")
+                self.notifier.ready(await self.status_line())
+                services.start_soon(self._keep_alive)
                 while not self._stopping:
                     if not await self.tick(self.clock.now()):
                         if until_idle:
@@ -130,8 +139,55 @@ class Dispatcher:
 
     async def stop(self) -> None:
         await self.db.call(Store.record_event, "dispatch_stopped", self.clock.now(), {"pid": self.identity.pid})
+        await self.db.call(
+            Store.report_service_status,
+            "dispatch",
+            self.identity.pid,
+            "stopped",
+            None,
+            self.started_at,
+            self.clock.now(),
+        )
         await self.db.call(Store.release_dispatch_lock, self.holder_id)
         self.notifier.close()
+        if self.metrics is not None:
+            self.metrics.lock_held.set(0)
+            self.metrics.close()
+
+    async def status_line(self) -> str:
+        """What the dispatcher is doing, in one line: systemd's STATUS=, `agentd status`, the logs."""
+        if self._running is not None:
+            task_id, adapter, model, since = self._running
+            elapsed = age(anyio.current_time() - since)
+            line = f"running task {task_id} ({adapter}, {model or 'no model'}) {elapsed}"
+            return f"stopping: waiting for {line}" if self._stopping else line
+        if self._stopping:
+            return "stopping"
+        now = self.clock.now()
+        waiting = await self.db.call(Store.waiting_count, now)
+        due = [await self.db.call(Store.next_due_at, now), await self.db.call(Store.next_schedule_due)]
+        upcoming = min((d for d in due if d is not None), default=None)
+        later = f", next due in {age((upcoming - now).total_seconds())}" if upcoming else ""
+        return f"idle, {waiting} pending{later}"
+
+    async def _keep_alive(self) -> None:
+        """Feed the watchdog and refresh the status line from a task of its own: a long attempt
+        does not starve it, a wedged event loop does."""
+        interval = min(systemd_watchdog_interval() or STATUS_REFRESH_S, STATUS_REFRESH_S)
+        while True:
+            self.notifier.watchdog()
+            line = await self.status_line()
+            self.notifier.status(line)
+            await self.db.call(
+                Store.report_service_status,
+                "dispatch",
+                self.identity.pid,
+                line,
+                self.metrics.url if self.metrics else None,
+                self.started_at,
+                self.clock.now(),
+            )
+            await anyio.sleep(interval)
 
     def request_stop(self, *, immediately: bool = False) -> None:
         """Stop claiming; the running attempt gets the grace period (none if immediately)."""
@@ -158,7 +214,12 @@ class Dispatcher:
 
     async def run_due_schedules(self, now: datetime) -> None:
         """Each due schedule enqueues one task, unless its previous task is still open."""
-        await self.db.call(Store.enqueue_due_schedules, now, lambda schedule: self._schedule_task(schedule, now))
+        created = await self.db.call(
+            Store.enqueue_due_schedules, now, lambda schedule: self._schedule_task(schedule, now)
+        )
+        if self.metrics is not None:
+            for schedule_id in created:
+                self.metrics.schedule_tasks.labels(schedule_id).inc()
 
     async def advance_workflows(self, now: datetime) -> None:
         """Every active workflow whose current state has no task for this entry gets exactly one."""
@@ -185,9 +246,8 @@ class Dispatcher:
             control.stop("interrupted", self.config.dispatch.grace_s)
         try:
             prepared = await self.preparer.prepare(claim, await self.workflow_step(claim.task))
-            self.notifier.status(
-                f"running task {claim.task.task_id} ({claim.attempt.adapter_id}, {claim.attempt.model or 'no model'})"
-            )
+            self._running = (claim.task.task_id, claim.attempt.adapter_id, claim.attempt.model, anyio.current_time())
+            self.notifier.status(await self.status_line())
             run = await self._execute(prepared, control)
             end = await anyio.to_thread.run_sync(
                 judge, self.config, self.clock, self.rng, prepared, run, control.stopped
@@ -197,7 +257,19 @@ class Dispatcher:
             end = self._internal_failure(claim.task, claim.attempt, exc)
         finally:
             self._control = None
-        return await self.db.call(Store.finish_attempt, end)
+            self._running = None
+        task = await self.db.call(Store.finish_attempt, end)
+        self._count_attempt(claim.attempt, end)
+        return task
+
+    def _count_attempt(self, attempt: TaskAttempt, end: AttemptEnd) -> None:
+        if self.metrics is None:
+            return
+        completed = end.ended_at.timestamp() if end.status == "completed" else None
+        seconds = (end.ended_at - attempt.started_at).total_seconds()
+        self.metrics.attempt_finished(
+            attempt.adapter_id, end.exit_status, seconds, end.model or attempt.model, end.usage, completed
+        )
 
     async def _execute(self, prepared: Prepared, control: AttemptControl) -> AdapterRun | None:
         task_id, attempt_id = prepared.task.task_id, prepared.attempt_id
@@ -249,7 +321,15 @@ class Dispatcher:
                 definition, workflow, step, entries, state_cap(definition, self.config.dispatch.workflow_state_cap)
             )
 
-        await self.db.call(Store.apply_step_result, item, judge, now)
+        workflow_types: list[str] = []
+
+        def judged(workflow: WorkflowRecord, entries: dict[str, int]) -> Change:
+            workflow_types.append(workflow.workflow_type)
+            return judge(workflow, entries)
+
+        change = await self.db.call(Store.apply_step_result, item, judged, now)
+        if self.metrics is not None and change is not None and change.kind != "ignore":
+            self.metrics.workflow_transitions.labels(workflow_types[0], change.kind).inc()
 
     async def workflow_step(self, task: TaskRecord) -> WorkflowStep | None:
         """What the bundle tells a step task about its workflow, including the signals it may give."""
@@ -334,10 +414,10 @@ class Dispatcher:
         result = await self.db.call(Store.acquire_dispatch_lock, me, now, self._staleness)
         if not result.acquired:
             holder = result.holder
-            age = (now - holder.heartbeat_at).total_seconds()
+            beat_age = (now - holder.heartbeat_at).total_seconds()
             raise DispatchLocked(
                 f"dispatch_locked: another dispatcher holds the lock (pid {holder.pid} on {holder.host}, "
-                f"heartbeat {age:.0f}s ago); only one runs per agent"
+                f"heartbeat {beat_age:.0f}s ago); only one runs per agent"
             )
         if result.cleared is not None:
             logger.warning(
@@ -346,12 +426,17 @@ class Dispatcher:
                 result.cleared.host,
                 result.cleared_because,
             )
+        if self.metrics is not None:
+            self.metrics.lock_held.set(1)
+            last = await self.db.call(Store.last_successful_attempt_at)
+            if last is not None:
+                self.metrics.last_success.set(last.timestamp())
 
     def _staleness(self, holder: LockHolder) -> str | None:
         """Why a lock is stale, or None if its holder may be alive: both age and identity count."""
-        age = (self.clock.now() - holder.heartbeat_at).total_seconds()
-        if age > self.config.dispatch.lock_stale_s:
-            return f"heartbeat {age:.0f}s old (stale after {self.config.dispatch.lock_stale_s:g}s)"
+        beat_age = (self.clock.now() - holder.heartbeat_at).total_seconds()
+        if beat_age > self.config.dispatch.lock_stale_s:
+            return f"heartbeat {beat_age:.0f}s old (stale after {self.config.dispatch.lock_stale_s:g}s)"
         holder_process = procs.ProcessIdentity(holder.pid, holder.pid_started, holder.host, holder.boot_id)
         if procs.is_running(holder_process, self.identity) is False:
             return f"holder pid {holder.pid} is not running on this host"
@@ -370,6 +455,8 @@ class Dispatcher:
             killed = procs.kill_attempt_processes(group, attempt.attempt_id)
             end = await anyio.to_thread.run_sync(self._sweep_end, task, attempt, killed)
             await self.db.call(Store.finish_attempt, end)
+            if self.metrics is not None:
+                self.metrics.boot_sweep.inc()
 
     def _sweep_end(self, task: TaskRecord, attempt: TaskAttempt, killed: list[int]) -> AttemptEnd:
         summary = "the dispatcher stopped abruptly during this attempt; reclaimed by the boot sweep"
@@ -452,7 +539,7 @@ class Dispatcher:
         if not self._idle_noted:
             await self.db.call(Store.record_event, "dispatch_idle", now, {"next_due_in_s": round(delay, 3)})
             self._idle_noted = True
-        self.notifier.status(f"idle, next check in {delay:.0f}s")
+        self.notifier.status(await self.status_line())
         await self._wait_for_poke(delay)
 
     def _plan(self, task: TaskRecord) -> AttemptPlan:

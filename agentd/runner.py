@@ -199,6 +199,11 @@ def _start_error(command: str, exc: OSError) -> str:
     return f"cannot start {command!r}: {exc}"
 
 
+def run_setup_command(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """A short system command agentd install runs (systemctl, systemd-sysusers), output captured."""
+    return subprocess.run(list(argv), check=check, capture_output=True, text=True, timeout=120)
+
+
 def run_foreground(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> int:
     """Run an operator's command attached to this terminal; return its exit status."""
     try:

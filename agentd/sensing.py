@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
 from pydantic import ValidationError
 
-from agentd.clock import Clock
-from agentd.config import Config, passthrough_environment, read_env_file
+from agentd.clock import Clock, age
+from agentd.config import Config, passthrough_environment, read_env_file, systemd_watchdog_interval
 from agentd.errors import InputError
 from agentd.intake import prepare_task
+from agentd.metrics import SensorMetrics
 from agentd.records import SensorEvent
 from agentd.runner import ProcessSpec, run_process
 from agentd.sensors import Sensor
@@ -35,6 +38,7 @@ from agentd.workflows import state_of
 logger = logging.getLogger(__name__)
 
 BATCH = 500  # events per transaction: bounds how long one run holds the write lock
+STATUS_REFRESH_S = 5.0
 
 
 @dataclass
@@ -115,9 +119,20 @@ def _proposed_workflow(event: SensorEvent, config: Config) -> WorkflowStart | No
 
 
 class SensorService:
-    def __init__(self, config: Config, db: AsyncStore, *, clock: Clock, notifier: Notifier | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        db: AsyncStore,
+        *,
+        clock: Clock,
+        notifier: Notifier | None = None,
+        metrics: SensorMetrics | None = None,
+    ) -> None:
         self.config, self.db, self.clock = config, db, clock
         self.notifier = notifier or Notifier()
+        self.metrics = metrics
+        self.started_at = clock.now()
+        self.pid = os.getpid()
         self._limiter = anyio.CapacityLimiter(config.sensors.max_concurrent)
         self._running: set[str] = set()
         self._stopping = False
@@ -129,10 +144,14 @@ class SensorService:
 
     async def run(self, *, once: bool = False, watch_signals: bool = True) -> None:
         """Run sensors as they fall due until SIGTERM (with once: one pass over what is due)."""
+        if self.metrics is not None:
+            self.metrics.serve(self.config.metrics.sensors_listen)
         async with anyio.create_task_group() as services:
             if watch_signals:
                 services.start_soon(self._watch_signals)
-            self.notifier.ready(f"watching {len(self.sensors)} sensors")
+            self.notifier.ready(await self.status_line())
+            if not once:
+                services.start_soon(self._keep_alive)
             async with anyio.create_task_group() as runs:
                 while not self._stopping:
                     await self._start_due(runs, self.clock.now())
@@ -142,6 +161,45 @@ class SensorService:
                 if self._stopping:
                     runs.cancel_scope.cancel()  # every sensor is idempotent: what it printed stays recorded
             services.cancel_scope.cancel()
+        await self.db.call(
+            Store.report_service_status, "sensors", self.pid, "stopped", None, self.started_at, self.clock.now()
+        )
+        self.notifier.close()
+        if self.metrics is not None:
+            self.metrics.close()
+
+    async def status_line(self) -> str:
+        """What the sensor service is doing, in one line (systemd STATUS=, `agentd status`)."""
+        if self._stopping:
+            return "stopping"
+        running = ", ".join(sorted(self._running))
+        states = await self.db.call(Store.sensor_states)
+        now = self.clock.now()
+        upcoming = [
+            states[s.sensor_id].next_run_at
+            for s in self.sensors
+            if s.sensor_id not in self._running and s.sensor_id in states and states[s.sensor_id].next_run_at
+        ]
+        soonest = min(upcoming, default=None)  # type: ignore[type-var]
+        due = f", next due in {age((soonest - now).total_seconds())}" if soonest else ""
+        return f"watching {len(self.sensors)} sensors" + (f"; running {running}" if running else "") + due
+
+    async def _keep_alive(self) -> None:
+        interval = min(systemd_watchdog_interval() or STATUS_REFRESH_S, STATUS_REFRESH_S)
+        while True:
+            self.notifier.watchdog()
+            line = await self.status_line()
+            self.notifier.status(line)
+            await self.db.call(
+                Store.report_service_status,
+                "sensors",
+                self.pid,
+                line,
+                self.metrics.url if self.metrics else None,
+                self.started_at,
+                self.clock.now(),
+            )
+            await anyio.sleep(interval)
 
     @property
     def stopping(self) -> bool:
@@ -192,8 +250,9 @@ class SensorService:
             outcome = "ok" if result.ok else ("timeout" if result.timed_out else result.describe())
             error = None if result.ok else _tail(result.stderr.path) or outcome
             report = SensorRunReport(sensor.sensor_id, outcome, error)
-            text = result.stdout.path.read_text(encoding="utf-8", errors="replace")
-            report.accepted, report.rejected = parse_output(sensor.sensor_id, text, self.config, self.clock.now())
+            report.accepted, report.rejected = await anyio.to_thread.run_sync(
+                self._parse, sensor.sensor_id, result.stdout.path
+            )
         if dry_run:
             return report
         await self._record(sensor, report, started)
@@ -218,6 +277,12 @@ class SensorService:
             report.counts.as_dict(),
             self.clock.now(),
         )
+        if self.metrics is not None:
+            self.metrics.sensor_run(sensor.sensor_id, report.result, report.counts.as_dict())
+
+    def _parse(self, sensor_id: str, stdout: Path) -> tuple[list[AcceptedEvent], list[RejectedLine]]:
+        text = stdout.read_text(encoding="utf-8", errors="replace")
+        return parse_output(sensor_id, text, self.config, self.clock.now())
 
     def _spec(self, sensor: Sensor) -> ProcessSpec:
         home = self.config.paths.state_dir / "sensors" / sensor.sensor_id

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agentd.clock import parse_ts
+from agentd.store.migrations import available_migrations
 
 ALL_FIELDS = (
     "--type",
@@ -134,11 +136,12 @@ def test_events_json_lines_and_after(initialised: Any) -> None:
     initialised("task", "add", "--type", "example")
     initialised("task", "add", "--type", "example")
     events = initialised("events", "--json").json_lines()
-    assert [e["type"] for e in events] == ["migration_applied", "task_enqueued", "task_enqueued"]
-    assert [e["sequence"] for e in events] == [1, 2, 3]
-    assert events[1]["prev_hash"] == events[0]["hash"]
-    later = initialised("events", "--json", "--after", "2").json_lines()
-    assert [e["sequence"] for e in later] == [3]
+    migrations = len(available_migrations())
+    assert [e["type"] for e in events] == ["migration_applied"] * migrations + ["task_enqueued", "task_enqueued"]
+    assert [e["sequence"] for e in events] == list(range(1, migrations + 3))
+    assert all(later["prev_hash"] == earlier["hash"] for earlier, later in itertools.pairwise(events))
+    after = initialised("events", "--json", "--after", str(migrations + 1)).json_lines()
+    assert [e["sequence"] for e in after] == [migrations + 2]
 
 
 def test_status_counts_and_oldest_pending(initialised: Any) -> None:
@@ -146,7 +149,7 @@ def test_status_counts_and_oldest_pending(initialised: Any) -> None:
     initialised("task", "add", "--type", "example", "--delay", "10")
     status = initialised("status", "--json").json()
     assert status["counts"]["pending"] == 2 and status["counts"]["completed"] == 0
-    assert status["schema_version"] == 1
+    assert status["schema_version"] == len(available_migrations())
     assert status["oldest_pending_age_s"] is not None and status["oldest_pending_age_s"] < 60
     assert status["next_available_at"] is not None
 

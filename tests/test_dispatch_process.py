@@ -22,6 +22,7 @@ from agentd.config import Config, load_config
 from agentd.intake import prepare_task
 from agentd.records import RuntimeEvent, TaskIntent
 from agentd.store import Store, init_state_dir, migrate, open_store
+from agentd.wake import poke
 
 
 def ok(**fields: Any) -> dict[str, Any]:
@@ -51,8 +52,10 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
 class Agent:
     """A test agent on disk, and `agentd dispatch` processes started against it."""
 
-    def __init__(self, directory: Path, env: dict[str, str]) -> None:
-        self.config_path = agent_config(directory)
+    def __init__(
+        self, directory: Path, env: dict[str, str], mutate: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
+        self.config_path = agent_config(directory, mutate)
         self.config: Config = load_config(self.config_path)
         init_state_dir(self.config.paths.state_dir, self.config.paths.workspace)
         migrate(self.config.db_path, SystemClock())
@@ -64,7 +67,9 @@ class Agent:
     def add(self, task_type: str = "scripted", **payload: Any) -> int:
         intent = TaskIntent(task_type=task_type, source="test", payload=payload)
         now = SystemClock().now()
-        return self.store.enqueue_task(prepare_task(intent, self.config, now, trusted=True), now).task_id
+        task_id = self.store.enqueue_task(prepare_task(intent, self.config, now, trusted=True), now).task_id
+        poke(self.config.paths.state_dir)  # as `agentd task add` does
+        return task_id
 
     def start(self, *args: str, **env: str) -> subprocess.Popen[bytes]:
         log = open(self.directory / f"dispatch-{len(self.processes)}.log", "wb")  # noqa: SIM115

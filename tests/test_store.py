@@ -16,6 +16,8 @@ from agentd.records import TaskIntent
 from agentd.store import Store, init_state_dir, migrate, open_store
 from agentd.store.migrations import Migration, available_migrations
 
+NEXT = len(available_migrations()) + 1  # the version a new migration would get
+
 
 def test_migrate_twice_is_a_no_op(tmp_path: Path, clock: FakeClock) -> None:
     db = tmp_path / "agentd.db"
@@ -41,9 +43,11 @@ def test_a_database_behind_the_code_says_run_migrate(tmp_path: Path, clock: Fake
     db = tmp_path / "agentd.db"
     migrate(db, clock)
     newer = [*available_migrations(), Migration(len(available_migrations()) + 1, "later", "CREATE TABLE later (x);")]
-    with pytest.raises(SchemaMismatch, match=r"behind this agentd \(pending: 0002_later.sql\); run `agentd migrate`"):
+    with pytest.raises(
+        SchemaMismatch, match=rf"behind this agentd \(pending: {NEXT:04d}_later.sql\); run `agentd migrate`"
+    ):
         open_store(db, clock, newer)
-    assert [m.filename for m in migrate(db, clock, newer)] == ["0002_later.sql"]
+    assert [m.filename for m in migrate(db, clock, newer)] == [f"{NEXT:04d}_later.sql"]
     open_store(db, clock, newer).close()
 
 
@@ -60,14 +64,14 @@ def test_a_failing_migration_leaves_nothing_behind(tmp_path: Path, clock: FakeCl
     migrate(db, clock)
     broken = [
         *available_migrations(),
-        Migration(2, "broken", "CREATE TABLE half (x);\nINSERT INTO nowhere VALUES (1);"),
+        Migration(NEXT, "broken", "CREATE TABLE half (x);\nINSERT INTO nowhere VALUES (1);"),
     ]
     with pytest.raises(sqlite3.OperationalError):
         migrate(db, clock, broken)
-    with pytest.raises(SchemaMismatch, match=r"pending: 0002_broken\.sql"):
+    with pytest.raises(SchemaMismatch, match=rf"pending: {NEXT:04d}_broken\.sql"):
         open_store(db, clock, broken)
     store = open_store(db, clock)
-    assert store.schema_version == 1
+    assert store.schema_version == NEXT - 1
 
 
 def test_missing_database_says_init(tmp_path: Path, clock: FakeClock) -> None:

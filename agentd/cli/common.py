@@ -103,15 +103,3 @@ def print_fields(pairs: Iterable[tuple[str, Any]]) -> None:
             continue
         shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value
         print(f"{key.ljust(width)}  {shown}")
-
-
-def age(seconds: float) -> str:
-    """Human duration: 42s, 3m12s, 2h05m, 3d04h."""
-    seconds = int(max(seconds, 0))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"

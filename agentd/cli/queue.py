@@ -11,7 +11,6 @@ from pydantic import ValidationError
 
 from agentd.cli.common import (
     add_command,
-    age,
     config_from,
     option,
     print_fields,
@@ -20,12 +19,13 @@ from agentd.cli.common import (
     store_from,
     wants_json,
 )
-from agentd.clock import SystemClock, format_ts
+from agentd.clock import SystemClock, age, format_ts, parse_ts
 from agentd.errors import InputError
 from agentd.intake import prepare_task
 from agentd.records import TaskIntent, TaskRecord
 from agentd.wake import poke
 
+STALE_STATUS_S = 30.0  # services refresh their status line every 5 s
 STATUSES = ("pending", "running", "completed", "retryable_failure", "permanent_failure", "blocked", "operator_canceled")
 
 
@@ -312,8 +312,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     try:
         now = clock.now()
         summary = store.queue_summary(now)
+        services = store.service_statuses()
+        holder = store.dispatch_lock_holder()
     finally:
         store.close()
+    for service in services:  # honest: a line nobody refreshed lately is stale, not live
+        quiet = (now - parse_ts(service["updated_at"])).total_seconds()
+        service["stale"] = service["status"] != "stopped" and quiet > STALE_STATUS_S
+        service["updated_ago_s"] = round(quiet, 1)
     oldest_age = (now - summary.oldest_pending_at).total_seconds() if summary.oldest_pending_at else None
     counts = {status: summary.counts.get(status, 0) for status in STATUSES}
     if wants_json(args):
@@ -327,6 +333,14 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "counts": counts,
                 "oldest_pending_age_s": oldest_age,
                 "next_available_at": format_ts(summary.next_available_at) if summary.next_available_at else None,
+                "services": services,
+                "dispatch_lock": {
+                    "pid": holder.pid,
+                    "host": holder.host,
+                    "heartbeat_at": format_ts(holder.heartbeat_at),
+                }
+                if holder
+                else None,
             }
         )
         return 0
@@ -335,4 +349,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"oldest pending: {age(oldest_age) if oldest_age is not None else 'none waiting'}")
     if summary.next_available_at:
         print(f"next delayed task due in {age((summary.next_available_at - now).total_seconds())}")
+    for service in services:
+        state = f"stale: no update for {age(service['updated_ago_s'])}" if service["stale"] else "live"
+        print(f"{service['service']} (pid {service['pid']}, {state}): {service['status']}")
+    if not services:
+        print("no service has run against this database yet")
     return 0

@@ -14,8 +14,9 @@ from agentd.cli.common import add_command, check_live_workflows, config_from, st
 from agentd.clock import SystemClock
 from agentd.config import Config
 from agentd.dispatch import Dispatcher
+from agentd.metrics import DispatchMetrics, SensorMetrics
 from agentd.sensing import SensorService
-from agentd.store import AsyncStore
+from agentd.store import AsyncStore, init_state_dir
 
 logger = logging.getLogger("agentd.run")
 
@@ -48,6 +49,7 @@ def register(commands: Any) -> None:
 
 def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
     config = config_from(args)
+    init_state_dir(config.paths.state_dir, config.paths.workspace)  # StateDirectory= made only the first
     store = store_from(config)
     try:
         check_live_workflows(config, store)
@@ -60,7 +62,7 @@ def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
 def cmd_dispatch(args: argparse.Namespace) -> int:
     config, db = _open(args)
     try:
-        dispatcher = Dispatcher(config, db, clock=SystemClock())
+        dispatcher = Dispatcher(config, db, clock=SystemClock(), metrics=_dispatch_metrics(config))
         anyio.run(functools.partial(dispatcher.run, until_idle=args.until_idle))
     finally:
         db.close()
@@ -70,7 +72,7 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
 def cmd_sensors(args: argparse.Namespace) -> int:
     config, db = _open(args)
     try:
-        service = SensorService(config, db, clock=SystemClock())
+        service = SensorService(config, db, clock=SystemClock(), metrics=_sensor_metrics(config))
         anyio.run(functools.partial(service.run, once=args.once))
     finally:
         db.close()
@@ -82,13 +84,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     config, dispatch_db = _open(args)
     sensors_db = AsyncStore(store_from(config))
     try:
-        dispatcher = Dispatcher(config, dispatch_db, clock=SystemClock())
-        sensors = SensorService(config, sensors_db, clock=SystemClock())
+        dispatcher = Dispatcher(config, dispatch_db, clock=SystemClock(), metrics=_dispatch_metrics(config))
+        sensors = SensorService(config, sensors_db, clock=SystemClock(), metrics=_sensor_metrics(config))
         anyio.run(_run_both, dispatcher, sensors)
     finally:
         dispatch_db.close()
         sensors_db.close()
     return 0
+
+
+def _dispatch_metrics(config: Config) -> DispatchMetrics | None:
+    if not config.metrics.enabled:
+        return None
+    return DispatchMetrics(config.agent.agent_id, config.db_path, SystemClock())
+
+
+def _sensor_metrics(config: Config) -> SensorMetrics | None:
+    if not config.metrics.enabled:
+        return None
+    return SensorMetrics(config.agent.agent_id, config.db_path, SystemClock())
 
 
 async def _run_both(dispatcher: Dispatcher, sensors: SensorService) -> None:

@@ -11,7 +11,6 @@ from pydantic import ValidationError
 
 from agentd.cli.common import (
     add_command,
-    age,
     config_from,
     option,
     print_fields,
@@ -20,7 +19,7 @@ from agentd.cli.common import (
     store_from,
     wants_json,
 )
-from agentd.clock import SystemClock, format_ts
+from agentd.clock import SystemClock, age, format_ts
 from agentd.errors import InputError, NotFound
 from agentd.records import TaskIntent
 from agentd.sensing import SensorService

@@ -183,6 +183,42 @@ class OutboxVerbs(AttemptVerbs):
         ]
         return parse_optional_ts(min((row[0] for row in waiting if row), default=None))
 
+    def report_service_status(
+        self, service: str, pid: int, status: str, metrics_url: str | None, started_at: datetime, now: datetime
+    ) -> None:
+        """A running service's status line (not an event: it changes every few seconds)."""
+        with self._transaction():
+            self._conn.execute(
+                """INSERT INTO service_status (service, pid, status, metrics_url, started_at, updated_at)
+                   VALUES (?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (service) DO UPDATE SET pid = excluded.pid, status = excluded.status,
+                       metrics_url = excluded.metrics_url, started_at = excluded.started_at,
+                       updated_at = excluded.updated_at""",
+                (service, pid, status, metrics_url, ts(started_at), ts(now)),
+            )
+
+    def waiting_count(self, now: datetime) -> int:
+        """Tasks claimable now (pending or retrying and due)."""
+        row = self._conn.execute(
+            """SELECT (SELECT COUNT(*) FROM tasks WHERE status = 'pending' AND available_at <= :now)
+                    + (SELECT COUNT(*) FROM tasks WHERE status = 'retryable_failure' AND available_at <= :now)""",
+            {"now": ts(now)},
+        ).fetchone()
+        return int(row[0])
+
+    def service_statuses(self) -> list[dict[str, Any]]:
+        rows = self._conn.execute("SELECT * FROM service_status ORDER BY service").fetchall()
+        return [dict(row) for row in rows]
+
+    def last_successful_attempt_at(self) -> datetime | None:
+        from agentd.store.base import parse_optional_ts
+
+        row = self._conn.execute(
+            """SELECT ended_at FROM task_attempts WHERE ended_at IS NOT NULL AND retry_class = 'none'
+                   AND exit_status = 'ok' ORDER BY ended_at DESC LIMIT 1"""
+        ).fetchone()
+        return parse_optional_ts(row[0] if row else None)
+
     def record_event(self, event_type: str, now: datetime, payload: dict[str, Any] | None = None) -> None:
         """A service-level event with no other state change (dispatch_started, dispatch_idle, …)."""
         with self._transaction():

@@ -309,10 +309,11 @@ class WorkflowVerbs(OutboxVerbs):
 
     def enqueue_due_schedules(
         self, now: datetime, make_task: Callable[[RecurringScheduleRecord], NewTask | str]
-    ) -> int:
+    ) -> list[str]:
         """One task per due schedule at most, none while its previous task is still open; every
-        due schedule's next run moves to one interval after now (coalesced catch-up)."""
-        created = 0
+        due schedule's next run moves to one interval after now (coalesced catch-up). Returns the
+        ids of the schedules that created a task."""
+        created: list[str] = []
         with self._transaction():
             due = self._conn.execute(
                 "SELECT * FROM schedules WHERE enabled = 1 AND next_run_at <= ? ORDER BY next_run_at", (ts(now),)
@@ -339,7 +340,8 @@ class WorkflowVerbs(OutboxVerbs):
                             schedule_id=schedule.schedule_id,
                             payload={"due_at": ts(schedule.next_run_at)},
                         )
-                        last_run, created = now, created + 1
+                        last_run = now
+                        created.append(schedule.schedule_id)
                 self._conn.execute(
                     "UPDATE schedules SET next_run_at = ?, last_run_at = ?, updated_at = ? WHERE schedule_id = ?",
                     (ts(next_run_after(now, schedule.interval_seconds)), ts(last_run), ts(now), schedule.schedule_id),

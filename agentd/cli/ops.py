@@ -1,0 +1,69 @@
+"""Putting an agent on a VM: `agentd install` and `agentd uninstall`."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentd.cli.common import add_command, print_json, wants_json
+from agentd.errors import InputError
+from agentd.install import enable_command, install, uninstall
+
+
+def register(commands: Any) -> None:
+    inst = add_command(
+        commands, "install", cmd_install, "lay out this VM for an agent: identity TOML, units, user, state dir"
+    )
+    inst.add_argument("--root", default="/", metavar="DIR", help="lay the tree out under DIR instead of /")
+    un = add_command(
+        commands,
+        "uninstall",
+        cmd_uninstall,
+        "stop and remove an agent's units; its config and state stay unless --purge",
+    )
+    un.add_argument("--root", default="/", metavar="DIR")
+    un.add_argument("--purge", action="store_true", help="also delete the agent's config and state dir")
+
+
+def _agent(args: argparse.Namespace) -> str:
+    agent = getattr(args, "agent", None)
+    if not agent:
+        raise InputError("--agent NAME is required: the agent to install (e.g. --agent arc)")
+    return str(agent)
+
+
+def _agentd_bin() -> Path:
+    found = shutil.which("agentd")
+    return Path(found).resolve() if found else Path(sys.executable).parent / "agentd"
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    agent = _agent(args)
+    report = install(agent, Path(args.root), _agentd_bin())
+    if wants_json(args):
+        print_json({**vars(report), "enable": enable_command(agent)})
+        return 0
+    for path in report.changed:
+        print(f"wrote     {path}")
+    for path in report.kept:
+        print(f"kept      {path} (exists; not replaced)")
+    if not report.changed:
+        print("nothing to change: already installed")
+    print(f"\nnext: {enable_command(agent)}")
+    return 0
+
+
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    agent = _agent(args)
+    report = uninstall(agent, Path(args.root), purge=args.purge)
+    if wants_json(args):
+        print_json(vars(report))
+        return 0
+    for path in report.changed:
+        print(f"removed   {path}")
+    for path in report.kept:
+        print(f"kept      {path} (agentd uninstall --purge deletes it)")
+    return 0

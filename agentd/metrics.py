@@ -1,0 +1,204 @@
+"""Prometheus metrics (DESIGN §8): each service serves /metrics on its own port.
+
+What the database knows (tasks by status, oldest pending age) is read at scrape time on the
+scrape thread's own read connection, so both services report the same numbers and a scrape
+never waits for an attempt. What happens inside a service (attempts, cost, sensor runs) is
+counted in that service.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from agentd import __version__
+from agentd.clock import Clock
+from agentd.store import Store, open_store
+
+logger = logging.getLogger(__name__)
+
+TASK_STATUSES = (
+    "pending",
+    "running",
+    "completed",
+    "retryable_failure",
+    "permanent_failure",
+    "blocked",
+    "operator_canceled",
+)
+DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
+
+
+class QueueCollector(Collector):
+    """Tasks by status and the oldest pending task's age, from the database at scrape time."""
+
+    def __init__(self, db_path: Path, clock: Clock) -> None:
+        self._db_path, self._clock = db_path, clock
+        self._store: Store | None = None
+        self._lock = threading.Lock()
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            if self._store is None:
+                self._store = open_store(self._db_path, self._clock)
+            now = self._clock.now()
+            summary = self._store.queue_summary(now)
+        tasks = GaugeMetricFamily("agentd_tasks", "Tasks in the queue by status", labels=["status"])
+        for status in TASK_STATUSES:
+            tasks.add_metric([status], summary.counts.get(status, 0))
+        yield tasks
+        age = (now - summary.oldest_pending_at).total_seconds() if summary.oldest_pending_at else 0.0
+        yield GaugeMetricFamily(
+            "agentd_oldest_pending_task_age_seconds",
+            "How long the oldest claimable task has waited (0 when none waits)",
+            value=age,
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+
+class Metrics:
+    """One service's registry: the shared queue gauges plus that service's own counters."""
+
+    def __init__(self, service: str, agent_id: str, db_path: Path, clock: Clock) -> None:
+        self.service = service
+        self.registry = CollectorRegistry(auto_describe=True)
+        Info("agentd_build", "agentd version and agent", registry=self.registry).info(
+            {"version": __version__, "agent_id": agent_id, "service": service}
+        )
+        self._queue = QueueCollector(db_path, clock)
+        self.registry.register(self._queue)
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        self.url: str | None = None
+
+    def serve(self, listen: str) -> str:
+        """Start /metrics on HOST:PORT (port 0 picks a free one); return its URL."""
+        host, _, port = listen.rpartition(":")
+        host = host.strip("[]")
+        self._server, self._thread = start_http_server(int(port), addr=host, registry=self.registry)
+        bound = self._server.server_port
+        self.url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}/metrics"
+        logger.info("metrics_listening service=%s url=%s", self.service, self.url)
+        return self.url
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._queue.close()
+
+
+class DispatchMetrics(Metrics):
+    def __init__(self, agent_id: str, db_path: Path, clock: Clock) -> None:
+        super().__init__("dispatch", agent_id, db_path, clock)
+        r = self.registry
+        self.attempts = Counter(
+            "agentd_attempts", "Attempts that ended, by adapter and exit status", ["adapter", "exit_status"], registry=r
+        )
+        self.attempt_duration = Histogram(
+            "agentd_attempt_duration_seconds",
+            "Wall-clock duration of attempts",
+            ["adapter"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.cost = Counter(
+            "agentd_cost_usd",
+            "Model cost reported (or estimated) by the adapters, in USD",
+            ["adapter", "model"],
+            registry=r,
+        )
+        self.tokens = Counter(
+            "agentd_tokens",
+            "Model tokens by kind (input, output, cache_read, cache_write)",
+            ["adapter", "model", "kind"],
+            registry=r,
+        )
+        self.schedule_tasks = Counter(
+            "agentd_schedule_tasks_created", "Tasks enqueued by recurring schedules", ["schedule"], registry=r
+        )
+        self.workflow_transitions = Counter(
+            "agentd_workflow_transitions",
+            "Workflow moves: transition, complete or block",
+            ["workflow_type", "kind"],
+            registry=r,
+        )
+        self.lock_held = Gauge(
+            "agentd_dispatch_lock_held", "1 while this dispatcher holds the dispatch lock", registry=r
+        )
+        self.last_success = Gauge(
+            "agentd_last_successful_attempt_timestamp_seconds",
+            "When an attempt last completed its task (unix time)",
+            registry=r,
+        )
+        self.boot_sweep = Counter("agentd_boot_sweep_reclaimed", "Attempts reclaimed by the boot sweep", registry=r)
+
+    def attempt_finished(
+        self,
+        adapter: str,
+        exit_status: str,
+        seconds: float,
+        model: str | None,
+        usage: dict[str, Any],
+        completed_at: float | None,
+    ) -> None:
+        self.attempts.labels(adapter, exit_status).inc()
+        self.attempt_duration.labels(adapter).observe(max(seconds, 0.0))
+        model_label = model or "none"
+        if usage.get("cost_usd"):
+            self.cost.labels(adapter, model_label).inc(usage["cost_usd"])
+        for kind in ("input", "output", "cache_read", "cache_write"):
+            if usage.get(f"{kind}_tokens"):
+                self.tokens.labels(adapter, model_label, kind).inc(usage[f"{kind}_tokens"])
+        if completed_at is not None:
+            self.last_success.set(completed_at)
+
+
+class SensorMetrics(Metrics):
+    def __init__(self, agent_id: str, db_path: Path, clock: Clock) -> None:
+        super().__init__("sensors", agent_id, db_path, clock)
+        self.runs = Counter(
+            "agentd_sensor_runs",
+            "Sensor runs by result (ok, failed, timeout, start_failed)",
+            ["sensor", "result"],
+            registry=self.registry,
+        )
+        self.events = Counter(
+            "agentd_sensor_events",
+            "Sensor events by result (created, recorded, deduped, stale, rejected)",
+            ["sensor", "result"],
+            registry=self.registry,
+        )
+
+    def sensor_run(self, sensor: str, result: str, counts: dict[str, int]) -> None:
+        """One run: its result, and each of its events as created (a task or workflow), recorded
+        (new, nothing to create), deduped, stale or rejected."""
+        self.runs.labels(sensor, result if result in ("ok", "timeout", "start_failed") else "failed").inc()
+        created = counts.get("created", 0) + counts.get("workflows_created", 0)
+        by_result = {
+            "created": created,
+            "recorded": counts.get("recorded", 0) - created - counts.get("stale", 0),
+            "deduped": counts.get("deduped", 0),
+            "stale": counts.get("stale", 0),
+            "rejected": counts.get("rejected", 0),
+        }
+        for key, value in by_result.items():
+            if value > 0:
+                self.events.labels(sensor, key).inc(value)

@@ -1,0 +1,93 @@
+"""The sd_notify protocol, as systemd would see it: a real `agentd dispatch` and a datagram socket."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from queue import Empty, Queue
+
+import pytest
+from test_dispatch_process import Agent, ok
+
+
+class NotifySocket:
+    """What systemd listens on: every datagram the service sends, with the events at that moment."""
+
+    def __init__(self, path: Path, agent: Agent) -> None:
+        self.path, self.agent = path, agent
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.2)
+        self.messages: Queue[tuple[str, list[str]]] = Queue()
+        self.seen: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._receive, daemon=True)
+        self._thread.start()
+
+    def _receive(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(4096).decode()
+            except TimeoutError:
+                continue
+            events = [e.type for e in self.agent.store.read_events(limit=100_000)]
+            self.messages.put((data, events))
+
+    def wait_for(self, prefix: str, timeout: float = 20) -> tuple[str, list[str]]:
+        """The next datagram with a line starting with `prefix` (others are kept in `seen`)."""
+        while True:
+            try:
+                data, events = self.messages.get(timeout=timeout)
+            except Empty:
+                raise AssertionError(f"no {prefix} within {timeout}s") from None
+            self.seen.append(data)
+            if any(line.startswith(prefix) for line in data.splitlines()):
+                return data, events
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sock.close()
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[Agent]:
+    made = Agent(tmp_path, {})
+    yield made
+    made.close()
+
+
+def test_ready_after_the_boot_sweep_then_watchdog_status_and_stopping(agent: Agent, tmp_path: Path) -> None:
+    task_id = agent.add(once_marker="first", sleep_first_s=600, sleep_s=3, outcome=ok())
+    crashed = agent.start()  # leaves an open attempt behind for the sweep
+    agent.wait_event("task_started", task_id)
+    crashed.send_signal(signal.SIGKILL)
+    crashed.wait(timeout=10)
+
+    notify = NotifySocket(tmp_path / "notify.sock", agent)
+    try:
+        service = agent.start(NOTIFY_SOCKET=str(notify.path), WATCHDOG_USEC="1000000")
+        _, events_at_ready = notify.wait_for("READY=1")
+        assert "boot_sweep_reclaimed" in events_at_ready, "READY=1 only after the boot sweep"
+        assert "dispatch_lock_stale_cleared" in events_at_ready
+        notify.wait_for(f"STATUS=running task {task_id} (scripted, no model)")
+        notify.wait_for("WATCHDOG=1")
+        notify.wait_for("WATCHDOG=1")  # periodic: it keeps coming while the attempt runs
+        agent.wait_event("task_finished", task_id, timeout=20)
+        notify.wait_for("STATUS=idle, 0 pending")
+        service.send_signal(signal.SIGTERM)
+        notify.wait_for("STOPPING=1")
+        assert service.wait(timeout=15) == 0
+    finally:
+        notify.close()
+    statuses = [line for data in notify.seen for line in data.splitlines() if line.startswith("STATUS=")]
+    assert len(set(statuses)) >= 3, statuses
+
+
+def test_without_notify_socket_nothing_is_sent_and_it_still_runs(agent: Agent) -> None:
+    service = agent.start("--until-idle")
+    assert service.wait(timeout=20) == 0
+    assert "Traceback" not in agent.log(0)
