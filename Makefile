@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := config/identity.example.toml
 
-.PHONY: run test test-slow lint bench clean
+.PHONY: run test test-harness test-slow lint bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentd needs python3 >= 3.11, found " + sys.version.split()[0] + "; run: make PYTHON=python3.11 ...")'
@@ -33,6 +33,12 @@ run: $(VENV)/.installed
 ## test: the whole default suite (fails if no test ran)
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
+
+## test-harness: install the pinned claude, codex and hermes CLIs into .cache/harness, then run
+## the adapter contract against them inside a loopback-only network namespace
+test-harness: $(VENV)/.installed-test
+	tests/harness/install.sh
+	tests/harness/isolated.sh $(BIN)/python -m pytest -m harness
 
 ## test-slow: the long forms of the slow suites
 test-slow: $(VENV)/.installed-test

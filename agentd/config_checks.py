@@ -92,15 +92,51 @@ def _adapters(config: Config) -> list[Problem]:
                     Problem(src, f"{key}.working_dir", f"expected a folder, found none at {adapter.working_dir}")
                 )
         if isinstance(adapter, ClaudeCodeAdapter | CodexAdapter | HermesAgentAdapter):
-            trusted = adapter.autonomy is not None and adapter.autonomy.profile == "trusted-vm"
-            if adapter.sandbox == "danger-full-access" and not trusted:
-                problems.append(
-                    Problem(
-                        src,
-                        f"{key}.sandbox",
-                        'danger-full-access needs autonomy.profile = "trusted-vm" declared on this adapter',
-                    )
+            problems += _posture(src, key, adapter)
+    return problems
+
+
+# Flags that drop a harness's permission checks: only with the trusted-vm posture declared.
+BYPASS_FLAGS = (
+    "--dangerously-skip-permissions",
+    "bypassPermissions",
+    "--dangerously-bypass-approvals-and-sandbox",
+    "danger-full-access",
+    "--yolo",
+)
+
+
+def _posture(src: str, key: str, adapter: ClaudeCodeAdapter | CodexAdapter | HermesAgentAdapter) -> list[Problem]:
+    problems = []
+    trusted = adapter.autonomy is not None and adapter.autonomy.profile == "trusted-vm"
+    if adapter.sandbox == "danger-full-access" and not trusted:
+        problems.append(
+            Problem(
+                src,
+                f"{key}.sandbox",
+                'danger-full-access needs autonomy.profile = "trusted-vm" declared on this adapter',
+            )
+        )
+    args = [*(adapter.extra_args or []), *((adapter.autonomy.required_args or []) if adapter.autonomy else [])]
+    for arg in args:
+        if any(flag in arg for flag in BYPASS_FLAGS) and not trusted:
+            problems.append(
+                Problem(
+                    src,
+                    f"{key}.extra_args",
+                    f"{arg!r} bypasses the harness's permission checks; "
+                    'declare autonomy.profile = "trusted-vm" instead of passing it',
                 )
+            )
+    if isinstance(adapter, HermesAgentAdapter) and adapter.sandbox is not None:
+        problems.append(
+            Problem(
+                src,
+                f"{key}.sandbox",
+                "hermes -z has no sandbox setting agentd could enforce; "
+                "remove it (run hermes adapters in a VM you trust, or not at all)",
+            )
+        )
     return problems
 
 

@@ -274,7 +274,7 @@ class Dispatcher:
     async def _execute(self, prepared: Prepared, control: AttemptControl) -> AdapterRun | None:
         task_id, attempt_id = prepared.task.task_id, prepared.attempt_id
 
-        async def started(pid: int) -> None:
+        async def started(pid: int | None) -> None:
             await self.db.call(Store.mark_attempt_started, task_id, attempt_id, pid, self.clock.now())
 
         with control.scope:
@@ -451,8 +451,7 @@ class Dispatcher:
     async def boot_sweep(self) -> None:
         """Close every attempt a dead dispatcher left open; kill what it left running."""
         for task, attempt in await self.db.call(Store.running_attempts):
-            group = await self.db.call(Store.process_group_of, attempt.attempt_id)
-            killed = procs.kill_attempt_processes(group, attempt.attempt_id)
+            killed = procs.kill_marked(procs.attempt_marker(attempt.attempt_id))
             end = await anyio.to_thread.run_sync(self._sweep_end, task, attempt, killed)
             await self.db.call(Store.finish_attempt, end)
             if self.metrics is not None:

@@ -57,30 +57,32 @@ def is_running(identity: ProcessIdentity, here: ProcessIdentity) -> bool | None:
     return start_ticks(identity.pid) == identity.started
 
 
-def attempt_processes(process_group: int, attempt_id: str) -> list[int]:
-    """Living members of `process_group` that carry this attempt's AGENTD_ATTEMPT_ID."""
-    marker = f"AGENTD_ATTEMPT_ID={attempt_id}".encode()
+def marked_processes(marker: str) -> list[int]:
+    """Living processes whose environment holds `marker` (e.g. AGENTD_ATTEMPT_ID=…), in any group
+    or session: the harness CLIs start their tools with setsid, out of reach of killpg."""
+    needle = marker.encode()
     found = []
     for entry in PROC.iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) != process_group or fields[0] == "Z":
+            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
                 continue
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
                 found.append(int(entry.name))
-        except (OSError, IndexError, ValueError):
+        except (OSError, IndexError):
             continue  # gone meanwhile, or not ours to read
     return found
 
 
-def kill_attempt_processes(process_group: int | None, attempt_id: str) -> list[int]:
-    """SIGKILL what an attempt left running (after a dispatcher crash); return the pids."""
-    if process_group is None:
-        return []
-    pids = attempt_processes(process_group, attempt_id)
+def kill_marked(marker: str) -> list[int]:
+    """SIGKILL every living process carrying `marker`; return their pids."""
+    pids = marked_processes(marker)
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     return pids
+
+
+def attempt_marker(attempt_id: str) -> str:
+    return f"AGENTD_ATTEMPT_ID={attempt_id}"

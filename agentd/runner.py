@@ -20,7 +20,10 @@ from typing import IO
 import anyio
 import anyio.abc
 
+from agentd.procs import kill_marked
+
 CHUNK_BYTES = 64 * 1024
+PIPE_DRAIN_S = 2.0  # after the run's processes are stopped, how long its output may still arrive
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,9 @@ class ProcessSpec:
     kill_grace_s: float = 5.0
     output_cap_bytes: int = 16 * 1024 * 1024
     stdin: bytes = b""
+    # An env entry (NAME=value) every process of this run inherits: whatever still carries it
+    # when the run ends is killed too, even if it left the process group (setsid).
+    marker: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,8 +78,8 @@ class ProcessResult:
         return f"exit {self.exit_code}"
 
 
-class _CappedFile:
-    """Writes the first `cap` bytes of a stream to a file, counts the rest."""
+class CappedFile:
+    """Writes the first `cap` bytes of a stream to a file (0600), counts the rest."""
 
     def __init__(self, path: Path, cap: int) -> None:
         self.path, self.cap, self.seen, self.kept = path, cap, 0, 0
@@ -102,8 +108,8 @@ async def run_process(
 ) -> ProcessResult:
     """Run `spec` to completion or timeout; see the module docstring for the guarantees."""
     started = anyio.current_time()
-    stdout = _CappedFile(spec.stdout_path, spec.output_cap_bytes)
-    stderr = _CappedFile(spec.stderr_path, spec.output_cap_bytes)
+    stdout = CappedFile(spec.stdout_path, spec.output_cap_bytes)
+    stderr = CappedFile(spec.stderr_path, spec.output_cap_bytes)
     try:
         process = await anyio.open_process(
             list(spec.argv),
@@ -129,10 +135,12 @@ async def run_process(
             with anyio.move_on_after(spec.timeout_s) as deadline:
                 await process.wait()
             timed_out = deadline.cancelled_caught
-            await _stop_group(process, spec.kill_grace_s)
+            await _stop_group(process, spec.kill_grace_s, spec.marker)
+            # Whatever still holds our pipes now left the group without the marker: stop reading.
+            group.cancel_scope.deadline = anyio.current_time() + PIPE_DRAIN_S
     finally:
         with anyio.CancelScope(shield=True):
-            await _stop_group(process, spec.kill_grace_s)
+            await _stop_group(process, spec.kill_grace_s, spec.marker)
             await process.aclose()
             out, err = stdout.close(), stderr.close()
     code = process.returncode
@@ -148,14 +156,17 @@ async def run_process(
     )
 
 
-async def _stop_group(process: anyio.abc.Process, grace_s: float) -> None:
-    """TERM the group and wait up to grace for the leader; then KILL whatever is left."""
+async def _stop_group(process: anyio.abc.Process, grace_s: float, marker: str | None) -> None:
+    """TERM the group and wait up to grace for the leader; then KILL whatever is left, in the
+    group or (by marker) out of it."""
     if process.returncode is None:
         kill_group(process.pid, signal.SIGTERM)
         with anyio.move_on_after(grace_s):
             await process.wait()
     kill_group(process.pid, signal.SIGKILL)  # stragglers the leader left behind, or the leader
     await process.wait()
+    if marker is not None:
+        kill_marked(marker)
 
 
 def kill_group(pgid: int, sig: signal.Signals) -> bool:
@@ -169,7 +180,7 @@ def kill_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
-async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: _CappedFile) -> None:
+async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: CappedFile) -> None:
     if stream is None:
         return
     try:

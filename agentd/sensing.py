@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from agentd.clock import Clock, age
 from agentd.config import Config, passthrough_environment, read_env_file, systemd_watchdog_interval
 from agentd.errors import InputError
+from agentd.hashing import new_ulid
 from agentd.intake import prepare_task
 from agentd.metrics import SensorMetrics
 from agentd.records import SensorEvent
@@ -292,8 +293,10 @@ class SensorService:
         if sensor.env_file is not None:
             env.update(read_env_file(sensor.env_file))
         env.update(sensor.manifest.env)
+        run_id = new_ulid(self.clock)  # every process of this run carries it: none outlives the run
         env.update(
             AGENTD_SENSOR_ID=sensor.sensor_id,
+            AGENTD_SENSOR_RUN=run_id,
             AGENTD_SENSOR_STATE_DIR=str(home / "state"),
             AGENTD_WORKSPACE=str(self.config.paths.workspace),
             AGENTD_CONFIG=str(self.config.path),
@@ -307,6 +310,7 @@ class SensorService:
             timeout_s=sensor.manifest.timeout_seconds or self.config.sensors.default_timeout_s,
             kill_grace_s=self.config.sensors.kill_grace_s,
             output_cap_bytes=self.config.sensors.output_cap_bytes,
+            marker=f"AGENTD_SENSOR_RUN={run_id}",
         )
 
     async def _sleep_until_due(self) -> None:

@@ -15,11 +15,12 @@ from agentd.store import Store, migrate, open_store
 
 @pytest.fixture(autouse=True)
 def _clean_agentd_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test sees the developer's AGENTD_* variables."""
+    """No test sees the developer's config overrides (AGENTD_CONFIG, AGENTD_<SECTION>__<KEY>);
+    variables that steer the test run itself (AGENTD_HARNESS_CACHE, …) stay."""
     import os
 
     for name in list(os.environ):
-        if name.startswith("AGENTD_"):
+        if name == "AGENTD_CONFIG" or (name.startswith("AGENTD_") and "__" in name):
             monkeypatch.delenv(name)
 
 

@@ -123,3 +123,32 @@ async def test_a_gigabyte_of_output_is_capped_without_growing_memory(tmp_path: P
     assert log.stat().st_size < (1 << 20) + 200
     assert log.read_bytes().endswith(b"bytes; 1072693248 more dropped]\n")
     assert grown_kib < 64 * 1024, f"the dispatcher grew by {grown_kib} KiB"
+
+
+async def test_a_process_that_left_the_group_with_setsid_still_dies_with_the_run(tmp_path: Path) -> None:
+    """The harness CLIs start their tools in a new session; killpg cannot reach those."""
+    code = (
+        "import subprocess, sys\n"
+        "escapee = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+        "print(escapee.pid, flush=True)\n"
+    )
+    marker = "AGENTD_ATTEMPT_ID=01TESTMARKER"
+    env = {"PATH": os.environ["PATH"], "AGENTD_ATTEMPT_ID": "01TESTMARKER"}
+    result = await run_process(spec(tmp_path, code, env=env, marker=marker))
+    assert result.exit_code == 0
+    escapee = int((tmp_path / "stdout.log").read_text())
+    assert not alive(escapee), "a process carrying the run's marker outlived it"
+
+
+async def test_without_a_marker_only_the_group_is_reached(tmp_path: Path) -> None:
+    code = (
+        "import subprocess, sys\n"
+        "escapee = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+        "print(escapee.pid, flush=True)\n"
+    )
+    await run_process(spec(tmp_path, code))
+    escapee = int((tmp_path / "stdout.log").read_text())
+    try:
+        assert alive(escapee)  # which is why every attempt and sensor run carries a marker
+    finally:
+        os.kill(escapee, signal.SIGKILL)

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 from agentd.adapters.base import Adapter, AdapterRun, AttemptContext, Usage
+from agentd.adapters.claude import ClaudeCodeAdapter
+from agentd.adapters.codex import CodexAdapter
+from agentd.adapters.hermes import HermesAgentAdapter
+from agentd.adapters.ollama import OllamaGenerateAdapter
 from agentd.adapters.script import ScriptAdapter
-from agentd.errors import InputError
 from agentd.records import AdapterConfig
 
 __all__ = ["Adapter", "AdapterRun", "AttemptContext", "Usage", "adapter_for"]
 
-_KINDS: dict[str, Adapter] = {"script": ScriptAdapter()}
+_KINDS: dict[str, Adapter] = {
+    "script": ScriptAdapter(),
+    "claude-code": ClaudeCodeAdapter(),
+    "codex": CodexAdapter(),
+    "hermes-agent": HermesAgentAdapter(),
+    "ollama-generate": OllamaGenerateAdapter(),
+}
 
 
 def adapter_for(config: AdapterConfig) -> Adapter:
-    try:
-        return _KINDS[config.kind]
-    except KeyError:
-        raise InputError(f"adapter {config.adapter_id}: kind {config.kind!r} is not runnable in this agentd") from None
+    return _KINDS[config.kind]

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from agentd.evidence import AttemptPaths, write_private
+from agentd.procs import attempt_marker
 from agentd.records import AdapterConfig, TaskRecord
 from agentd.runner import ProcessResult, ProcessSpec, run_process
 
 FINAL_MESSAGE_MAX_BYTES = 1024 * 1024  # the outcome block is at the end; the head is in stdout.log
 
-OnStarted = Callable[[int], Awaitable[None]]
+OnStarted = Callable[[int | None], Awaitable[None]]  # the process group leader's pid, None for HTTP
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class AdapterRun:
     failure: str | None  # what went wrong at the adapter level, for people
     final_message: str | None
     rate_limited: bool = False
-    usage: Usage = Usage()
+    usage: Usage = field(default_factory=Usage)
     model: str | None = None  # as the adapter reported it
     cli_version: str | None = None
     diagnostics: dict[str, Any] = field(default_factory=dict)
@@ -88,7 +89,11 @@ class SubprocessAdapter:
     def parse(self, ctx: AttemptContext, result: ProcessResult) -> AdapterRun:
         raise NotImplementedError
 
+    async def prepare(self, ctx: AttemptContext) -> None:
+        """Anything to learn before the run (the harness CLIs' versions)."""
+
     async def execute(self, ctx: AttemptContext, on_started: OnStarted) -> AdapterRun:
+        await self.prepare(ctx)
         invocation = self.build(ctx)
         for path, text in invocation.files.items():
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -105,6 +110,7 @@ class SubprocessAdapter:
                 kill_grace_s=ctx.kill_grace_s,
                 output_cap_bytes=ctx.output_cap_bytes,
                 stdin=invocation.stdin,
+                marker=attempt_marker(ctx.attempt_id),
             ),
             on_started=on_started,
         )

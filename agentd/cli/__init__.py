@@ -11,11 +11,11 @@ import sys
 from collections.abc import Sequence
 
 from agentd import __version__
-from agentd.cli import ops, queue, services, setup, work
+from agentd.cli import harness, ops, queue, services, setup, work
 from agentd.cli.common import COMMON, CommandError
 from agentd.errors import AgentdError, ConfigError
 
-COMMAND_MODULES = (setup, queue, work, services, ops)
+COMMAND_MODULES = (setup, queue, work, harness, services, ops)
 
 
 def build_parser() -> argparse.ArgumentParser:

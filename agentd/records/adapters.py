@@ -88,6 +88,10 @@ class HermesAgentAdapter(_SubprocessAdapter):
     provider: str | None = Field(default=None, description="agentd: hermes model.provider")
     base_url: str | None = Field(default=None, description="agentd: hermes model.base_url")
     context_length: int | None = Field(default=None, ge=64000, description="agentd")
+    api_key_env: str | None = Field(
+        default=None, description="agentd: env var (from env_file) whose value becomes hermes's model.api_key"
+    )
+    max_retries: int = Field(default=1, ge=1, le=5, description="agentd: hermes agent.api_max_retries")
 
 
 class OllamaGenerateAdapter(Record):

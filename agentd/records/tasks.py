@@ -155,6 +155,9 @@ class TaskAttempt(Record):
     result_path: str | None = None
     last_message_path: str | None = None
     diagnostics: JsonObject | None = None
+    usage: JsonObject | None = Field(
+        default=None, description="agentd: tokens (input/output/cache) and cost_usd, cost_estimated"
+    )
 
 
 class ArtifactRecord(Record):

@@ -238,8 +238,9 @@ class AttemptVerbs(_TaskVerbs):
                 payload={"bundle_hash": bundle_hash, **details},
             )
 
-    def mark_attempt_started(self, task_id: int, attempt_id: str, pid: int, now: datetime) -> None:
-        """The adapter runs as the leader of process group `pid` (the boot sweep kills it by that)."""
+    def mark_attempt_started(self, task_id: int, attempt_id: str, pid: int | None, now: datetime) -> None:
+        """The adapter runs as the leader of process group `pid` (the boot sweep kills it by that);
+        None for an adapter that runs no process (ollama-generate speaks HTTP)."""
         with self._transaction():
             self._conn.execute(
                 "UPDATE task_attempts SET pid = ?, process_group = ? WHERE attempt_id = ?", (pid, pid, attempt_id)
@@ -257,12 +258,6 @@ class AttemptVerbs(_TaskVerbs):
                WHERE t.status = 'running' AND a.ended_at IS NULL ORDER BY a.task_id"""
         ).fetchall()
         return [(self.get_task_or_raise(row["task_id"]), attempt_from_row(row)) for row in rows]
-
-    def process_group_of(self, attempt_id: str) -> int | None:
-        row = self._conn.execute(
-            "SELECT process_group FROM task_attempts WHERE attempt_id = ?", (attempt_id,)
-        ).fetchone()
-        return None if row is None else row[0]
 
     def finish_attempt(self, end: AttemptEnd) -> TaskRecord:
         """The outcome commit: one transaction, or nothing at all."""

@@ -119,7 +119,16 @@ def attempt_from_row(row: sqlite3.Row) -> TaskAttempt:
         result_path=row["result_path"],
         last_message_path=row["last_message_path"],
         diagnostics=loads(row["diagnostics"]),
+        usage=_usage(row),
     )
+
+
+def _usage(row: sqlite3.Row) -> dict[str, Any] | None:
+    fields = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd")
+    found = {name: row[name] for name in fields if row[name] is not None}
+    if row["cost_usd"] is not None:
+        found["cost_estimated"] = bool(row["cost_estimated"])
+    return found or None
 
 
 class TaskVerbs(StoreBase):
@@ -202,6 +211,24 @@ class TaskVerbs(StoreBase):
     def attempts_of(self, task_id: int) -> list[TaskAttempt]:
         rows = self._conn.execute(
             "SELECT * FROM task_attempts WHERE task_id = ? ORDER BY attempt_number", (task_id,)
+        ).fetchall()
+        return [attempt_from_row(r) for r in rows]
+
+    def attempt_usage(
+        self, *, task_id: int | None = None, since: datetime | None = None, limit: int = 1000
+    ) -> list[TaskAttempt]:
+        """Finished attempts, newest first, for cost and token accounting."""
+        clauses: list[str] = ["ended_at IS NOT NULL"]
+        params: list[Any] = []
+        if task_id is not None:
+            clauses.append("task_id = ?")
+            params.append(task_id)
+        if since is not None:
+            clauses.append("ended_at >= ?")
+            params.append(ts(since))
+        rows = self._conn.execute(
+            f"SELECT * FROM task_attempts WHERE {' AND '.join(clauses)} ORDER BY ended_at DESC LIMIT ?",
+            (*params, limit),
         ).fetchall()
         return [attempt_from_row(r) for r in rows]
 

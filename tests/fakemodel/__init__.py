@@ -15,16 +15,17 @@ It speaks enough of four model APIs for Claude Code, Codex, Hermes and agentd's 
 
 Probes never consume a turn: ``GET /v1/models`` and ``GET /api/v1/models`` (an OpenAI-style list
 with ``context_length``, which also carries the Anthropic list fields), ``GET /api/tags``,
-``POST /api/show``, ``GET /api/version`` and the Anthropic ``count_tokens``. Any other path gets a
-404 JSON body and is recorded with protocol ``"unknown"``.
+``POST /api/show``, ``GET /api/version`` and the Anthropic ``count_tokens``. ``HEAD`` on any path
+(Claude Code sends ``HEAD /`` to warm up its connection before its first call) is answered 200
+with no body. Any other path gets a 404 JSON body and is recorded with protocol ``"unknown"``.
 
 Each model call takes the next scripted turn. The queue is shared by all protocols: `Reply`,
 `ToolCall`, `Fail` (for ``times`` calls) and `Hang`. When the queue is empty the call gets
 ``default``, or a 500 "no scripted turn left" if there is no default. Every request is recorded
 in `FakeModelServer.requests` before it is answered. Its ``protocol`` is one of ``anthropic``,
 ``anthropic.count_tokens``, ``responses``, ``chat``, ``ollama.generate``, ``ollama.chat``,
-``models``, ``ollama.tags``, ``ollama.show``, ``ollama.version`` or ``unknown``. Header names are
-lower-cased.
+``models``, ``ollama.tags``, ``ollama.show``, ``ollama.version``, ``head`` or ``unknown``. Header
+names are lower-cased.
 
 HTTP: it speaks HTTP/1.1. JSON answers carry ``Content-Length`` and keep the connection alive.
 Streams are sent chunked, with ``Connection: close`` and a flush after every event. A 429 also

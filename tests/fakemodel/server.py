@@ -178,6 +178,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
 
+    def do_HEAD(self) -> None:
+        """A connection warm-up (Claude Code sends ``HEAD /`` first): recorded as ``head``, answered 200, no body."""
+        url = urlsplit(self.path)
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        path = url.path.rstrip("/") or "/"
+        request = RecordedRequest(self.command, path, headers, _decode_body(self._read_body()), "head", url.query)
+        self.server.fake._admit(request, consume=False)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        self.wfile.flush()
+
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the request log is `FakeModelServer.requests`."""
 

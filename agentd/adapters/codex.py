@@ -1,0 +1,139 @@
+"""codex: `codex exec --json` (seed 000 §2; facts: reference/harness-clis.md §2).
+
+A per-attempt CODEX_HOME holds config.toml: the model, the adapter's custom provider, update
+checks, analytics and plugin sync off, and retries lowered so a failing provider fails fast.
+Success is exit 0 with `turn.completed` and no `turn.failed` (an `item` of type `error` alone
+is a warning). The final text is the `-o` file, else the last `agent_message`. Codex reports
+tokens but no cost: the adapter's price table gives an estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import tomli_w
+
+from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, Usage, read_tail
+from agentd.adapters.harness import (
+    HarnessAdapter,
+    ParsedRun,
+    base_args,
+    estimate_cost,
+    json_lines,
+    request_timeout_ms,
+    scratch,
+    to_run,
+    trusted,
+)
+from agentd.records import CodexAdapter as CodexConfig
+from agentd.runner import ProcessResult
+
+LAST_MESSAGE = "codex-last-message.txt"
+
+
+class CodexAdapter(HarnessAdapter):
+    kind = "codex"
+
+    def build(self, ctx: AttemptContext) -> Invocation:
+        config = ctx.adapter
+        assert isinstance(config, CodexConfig)
+        home = scratch(ctx, "codex")
+        sandbox = config.sandbox or "read-only"
+        if sandbox == "danger-full-access" and not trusted(config):
+            sandbox = "workspace-write"  # config check refuses this combination; never widen silently
+        argv = [
+            config.command,
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--ephemeral",
+            "-o",
+            str(ctx.paths.root / LAST_MESSAGE),
+            "-s",
+            sandbox,
+        ]
+        if ctx.model:
+            argv += ["-m", ctx.model]
+        env = {**ctx.env, "CODEX_HOME": str(home)}
+        files = {home / "config.toml": tomli_w.dumps(codex_config(config, ctx.model))}
+        # The prompt as stdin ("-"): a bundle can be longer than one argv string may be.
+        return Invocation([*argv, *base_args(config), "-"], env, stdin=ctx.bundle_text.encode(), files=files)
+
+    def parse(self, ctx: AttemptContext, result: ProcessResult) -> AdapterRun:
+        config = ctx.adapter
+        assert isinstance(config, CodexConfig)
+        parsed = parse_codex_events(read_tail(ctx.paths.stdout))
+        last = ctx.paths.root / LAST_MESSAGE
+        if last.is_file() and last.stat().st_size:
+            parsed = replace(parsed, final_message=last.read_text(encoding="utf-8", errors="replace"))
+        model = ctx.model or config.model
+        price = (config.prices or {}).get(model) if model else None
+        parsed = replace(parsed, usage=estimate_cost(parsed.usage, price), model=model)
+        return to_run(ctx, result, parsed, self.version(ctx))
+
+
+def codex_config(config: CodexConfig, model: str | None) -> dict[str, Any]:
+    """$CODEX_HOME/config.toml: quiet, loopback-friendly, failing fast."""
+    document: dict[str, Any] = {
+        "check_for_update_on_startup": False,
+        "analytics": {"enabled": False},
+        "features": {"plugins": False, "remote_plugin": False, "apps": False},
+    }
+    if model:
+        document["model"] = model
+    if config.provider is not None:
+        provider = config.provider
+        entry: dict[str, Any] = {
+            "name": provider.name or provider.id,
+            "wire_api": provider.wire_api,
+            "request_max_retries": 1,
+            "stream_max_retries": 1,
+            "stream_idle_timeout_ms": request_timeout_ms(config),
+        }
+        if provider.base_url:
+            entry["base_url"] = provider.base_url
+        if provider.env_key:
+            entry["env_key"] = provider.env_key
+        if provider.requires_openai_auth is not None:
+            entry["requires_openai_auth"] = provider.requires_openai_auth
+        document["model_provider"] = provider.id
+        document["model_providers"] = {provider.id: entry}
+    return document
+
+
+def parse_codex_events(text: str) -> ParsedRun:
+    """codex's JSONL events reduced to a verdict: turn.completed or turn.failed."""
+    events = json_lines(text)
+    completed = next((e for e in reversed(events) if e.get("type") == "turn.completed"), None)
+    failed = next((e for e in reversed(events) if e.get("type") == "turn.failed"), None)
+    items = [e.get("item") or {} for e in events if e.get("type") == "item.completed"]
+    messages = [i.get("text") for i in items if i.get("type") == "agent_message" and isinstance(i.get("text"), str)]
+    diagnostics = {
+        "commands": [i.get("command") for i in items if i.get("type") == "command_execution"],
+        "warnings": [i.get("message") for i in items if i.get("type") == "error"][:10],
+    }
+    if failed is not None:
+        message = (failed.get("error") or {}).get("message") or "codex reported turn.failed"
+        return ParsedRun(True, False, messages[-1] if messages else None, message, diagnostics=diagnostics)
+    if completed is None:
+        return ParsedRun(
+            False,
+            False,
+            messages[-1] if messages else None,
+            "codex ended without turn.completed (killed, or cut off)",
+            diagnostics=diagnostics,
+        )
+    usage = completed.get("usage") or {}
+    return ParsedRun(
+        finished=True,
+        succeeded=True,
+        final_message=messages[-1] if messages else None,
+        usage=Usage(
+            input_tokens=usage.get("input_tokens"),
+            output_tokens=usage.get("output_tokens"),
+            cache_read_tokens=usage.get("cached_input_tokens"),
+            cache_write_tokens=usage.get("cache_write_input_tokens"),
+        ),
+        diagnostics=diagnostics,
+    )

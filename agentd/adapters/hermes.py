@@ -1,0 +1,106 @@
+"""hermes-agent: `hermes -z PROMPT --usage-file FILE` (seed 000 §2; facts: reference/harness-clis.md §3).
+
+A per-attempt HERMES_HOME holds config.yaml (provider, base_url, model, context_length, lazy
+installs off). Hermes exits 0 even when its model call failed, so the run is judged by the
+usage file (`completed` true, `failed` false); no usage file means it was killed. The final
+text is stdout; tokens and cost status come from the usage file.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, Usage, read_tail
+from agentd.adapters.harness import HarnessAdapter, ParsedRun, base_args, request_timeout_ms, scratch, to_run
+from agentd.records import HermesAgentAdapter as HermesConfig
+from agentd.runner import ProcessResult
+
+USAGE_FILE = "hermes-usage.json"
+DEFAULT_CONTEXT_LENGTH = 262_144
+
+
+class HermesAgentAdapter(HarnessAdapter):
+    kind = "hermes-agent"
+
+    def build(self, ctx: AttemptContext) -> Invocation:
+        config = ctx.adapter
+        assert isinstance(config, HermesConfig)
+        home = scratch(ctx, "hermes")
+        argv = [config.command, "-z", ctx.bundle_text, "--usage-file", str(ctx.paths.root / USAGE_FILE)]
+        if ctx.model:
+            argv += ["-m", ctx.model]
+        seconds = str(request_timeout_ms(config) // 1000)
+        env = {
+            **ctx.env,
+            "HERMES_HOME": str(home),
+            "HERMES_DISABLE_LAZY_INSTALLS": "1",
+            "HERMES_API_TIMEOUT": seconds,
+            "HERMES_STREAM_READ_TIMEOUT": seconds,
+            "HERMES_STREAM_STALE_TIMEOUT": seconds,
+            "HERMES_STREAM_STALE_GIVEUP": "1",
+            "HERMES_STREAM_RETRIES": "0",
+        }
+        api_key = env.get(config.api_key_env) if config.api_key_env else None
+        files = {home / "config.yaml": hermes_config(config, ctx.model, api_key)}
+        return Invocation([*argv, *base_args(config)], env, files=files)
+
+    def parse(self, ctx: AttemptContext, result: ProcessResult) -> AdapterRun:
+        (ctx.paths.scratch / "hermes" / "config.yaml").unlink(missing_ok=True)  # it held the provider key
+        usage_path = ctx.paths.root / USAGE_FILE
+        usage_text = usage_path.read_text(encoding="utf-8") if usage_path.is_file() else None
+        return to_run(ctx, result, parse_hermes(usage_text, read_tail(ctx.paths.stdout)), self.version(ctx))
+
+
+def hermes_config(config: HermesConfig, model: str | None, api_key: str | None = None) -> str:
+    """$HERMES_HOME/config.yaml. JSON is valid YAML, so no YAML library is needed to write it.
+
+    Hermes reads its provider key only from here; the file is 0600 in the attempt's scratch dir
+    and is removed when the run ends.
+    """
+    document: dict[str, Any] = {
+        "model": {
+            "provider": config.provider or "custom",
+            "default": model or config.model or "",
+            "context_length": config.context_length or DEFAULT_CONTEXT_LENGTH,
+        },
+        "security": {"allow_lazy_installs": False},
+        "agent": {"api_max_retries": config.max_retries},
+    }
+    if config.base_url:
+        document["model"]["base_url"] = config.base_url
+    if api_key:
+        document["model"]["api_key"] = api_key
+    return json.dumps(document, indent=2) + "\n"
+
+
+def parse_hermes(usage_text: str | None, stdout: str) -> ParsedRun:
+    """Judge by the usage file; stdout is the final text (or, on failure, the error)."""
+    if usage_text is None:
+        return ParsedRun(False, False, None, "hermes wrote no usage file (killed before it finished)")
+    try:
+        usage = json.loads(usage_text)
+    except json.JSONDecodeError as exc:
+        return ParsedRun(False, False, None, f"hermes's usage file is not JSON ({exc})")
+    succeeded = bool(usage.get("completed")) and not usage.get("failed")
+    text = stdout.strip()
+    return ParsedRun(
+        finished=True,
+        succeeded=succeeded,
+        final_message=text if succeeded else None,
+        failure=None if succeeded else (usage.get("failure") or text or "hermes reported failed"),
+        usage=Usage(
+            input_tokens=usage.get("input_tokens"),
+            output_tokens=usage.get("output_tokens"),
+            cache_read_tokens=usage.get("cache_read_tokens"),
+            cache_write_tokens=usage.get("cache_write_tokens"),
+            cost_usd=usage.get("estimated_cost_usd") if usage.get("cost_status") not in (None, "unknown") else None,
+            cost_estimated=usage.get("cost_status") == "estimated",
+        ),
+        model=usage.get("model"),
+        diagnostics={
+            "api_calls": usage.get("api_calls"),
+            "cost_status": usage.get("cost_status"),
+            "provider": usage.get("provider"),
+        },
+    )

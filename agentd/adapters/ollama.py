@@ -1,0 +1,113 @@
+"""ollama-generate: POST /api/generate to the adapter's endpoint (seed 000 §2; reference §4).
+
+No subprocess: httpx streams the NDJSON answer into the attempt's stdout.log as it arrives,
+under the adapter's timeout_ms. The final text is the concatenated `response`; tokens are
+`prompt_eval_count` and `eval_count`. A refused connection, an HTTP error or a malformed line
+is a failure with its reason (429: rate limited).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+
+from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted, Usage
+from agentd.records import OllamaGenerateAdapter as OllamaConfig
+from agentd.runner import CappedFile
+
+
+@dataclass
+class _Stream:
+    texts: list[str] = field(default_factory=list)
+    final: dict[str, Any] | None = None
+    failure: str | None = None
+    status: int | None = None
+    lines: int = 0
+
+
+class OllamaGenerateAdapter:
+    kind = "ollama-generate"
+
+    async def execute(self, ctx: AttemptContext, on_started: OnStarted) -> AdapterRun:
+        config = ctx.adapter
+        assert isinstance(config, OllamaConfig)
+        model = ctx.model or config.model
+        body = {"model": model, "prompt": ctx.bundle_text, "stream": True}
+        ctx.paths.stdin.write_text(json.dumps({**body, "prompt": "<prompt.md>"}) + "\n", encoding="utf-8")
+        await on_started(None)
+        sink, stream = CappedFile(ctx.paths.stdout, ctx.output_cap_bytes), _Stream()
+        started = anyio.current_time()
+        try:
+            with anyio.move_on_after(ctx.timeout_s) as deadline:
+                await _generate(config.endpoint.rstrip("/") + "/api/generate", body, ctx.timeout_s, sink, stream)
+        finally:  # no await here: closing the evidence cannot be interrupted
+            sink.close()
+            ctx.paths.stderr.write_text(stream.failure or "", encoding="utf-8")
+        if deadline.cancelled_caught:
+            stream.failure = f"no complete answer from {config.endpoint} within {ctx.timeout_s:g}s"
+        ok = stream.failure is None and stream.final is not None
+        final = stream.final or {}
+        return AdapterRun(
+            exit_status="timeout" if deadline.cancelled_caught else ("ok" if ok else "error"),
+            ok=ok,
+            failure=None if ok else (stream.failure or "the stream ended without a done record"),
+            final_message="".join(stream.texts) if ok else None,
+            rate_limited=stream.status == 429,
+            usage=Usage(input_tokens=final.get("prompt_eval_count"), output_tokens=final.get("eval_count")),
+            model=final.get("model") or model,
+            diagnostics={
+                "http_status": stream.status,
+                "lines": stream.lines,
+                "elapsed_s": round(anyio.current_time() - started, 3),
+                "done_reason": final.get("done_reason"),
+            },
+        )
+
+
+async def _generate(url: str, body: dict[str, Any], timeout_s: float, sink: CappedFile, stream: _Stream) -> None:
+    try:
+        client = httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(timeout_s))
+        async with client, client.stream("POST", url, json=body) as response:
+            stream.status = response.status_code
+            if response.status_code >= 400:
+                text = (await response.aread()).decode("utf-8", errors="replace")
+                sink.write(text.encode())
+                stream.failure = f"HTTP {response.status_code}: {_error_text(text)}"
+                return
+            async for line in response.aiter_lines():
+                sink.write(line.encode() + b"\n")
+                if line.strip() and not _take(line, stream):
+                    return
+    except httpx.ConnectError as exc:
+        stream.failure = f"cannot connect to {url}: {exc}"
+    except httpx.HTTPError as exc:
+        stream.failure = f"{type(exc).__name__} talking to {url}: {exc}"
+
+
+def _take(line: str, stream: _Stream) -> bool:
+    """One NDJSON line; False ends the stream (an error or a malformed line)."""
+    stream.lines += 1
+    try:
+        chunk = json.loads(line)
+    except json.JSONDecodeError:
+        stream.failure = f"malformed line {stream.lines} from ollama: {line[:200]!r}"
+        return False
+    if not isinstance(chunk, dict) or "error" in chunk:
+        stream.failure = f"ollama error: {chunk.get('error') if isinstance(chunk, dict) else chunk!r}"
+        return False
+    stream.texts.append(str(chunk.get("response", "")))
+    if chunk.get("done"):
+        stream.final = chunk
+    return True
+
+
+def _error_text(text: str) -> str:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text.strip()[:300]
+    return str(value.get("error", value))[:300] if isinstance(value, dict) else text[:300]
