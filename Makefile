@@ -44,8 +44,12 @@ test-harness: $(VENV)/.installed-test
 test-slow: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m slow
 
+## bench: the benchmark suite at full size; rewrites bench/BENCHMARKS.md
+bench: $(VENV)/.installed-test
+	$(BIN)/python bench/run.py --write
+
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check agentd tests
+	$(BIN)/ruff check agentd tests bench
 	$(BIN)/mypy
 
 clean:

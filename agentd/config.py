@@ -24,11 +24,10 @@ from agentd.hashing import sha256_hex
 from agentd.records import (
     AdapterConfig,
     AgentConstitution,
+    AgentFields,
     AgentIdentity,
-    ExternalName,
     Identifier,
     JsonObject,
-    OnchainIdentity,
     SubagentProfile,
     TaskIntent,
     TaskTypeSpec,
@@ -51,19 +50,8 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class AgentSection(Section):
-    """AgentIdentity (seed §1) without soul_ref/purpose_ref: [constitution] owns those paths."""
-
-    agent_id: Identifier
-    internal_name: Identifier
-    display_name: str
-    external_name: ExternalName | None = None
-    onchain_identity: OnchainIdentity | None = None
-    codename: str | None = None
-    host: str | None = None
-    user: str | None = None
-    runtime_instance_id: str | None = None
-    metadata: JsonObject | None = None
+class AgentSection(AgentFields):
+    """[agent]: AgentIdentity (seed §1) without soul_ref/purpose_ref, which [constitution] owns."""
 
 
 class ConstitutionSection(Section):
@@ -73,17 +61,10 @@ class ConstitutionSection(Section):
     revised_at: Timestamp
 
 
-class WalletSection(Section):
-    agent_id: str | None = None
-    chain: str
-    network: str | None = None
-    address: str
-    public_key: str | None = None
-    name: str | None = None
-    capabilities: list[str] | None = None
-    onchain_identity_contract: str | None = None
-    reputation_ref: str | None = None
-    metadata: JsonObject | None = None
+class WalletSection(WalletIdentity):
+    """A [[wallets]] entry: a WalletIdentity whose agent_id may be left to the agent's."""
+
+    agent_id: str | None = None  # type: ignore[assignment]
 
 
 class PathsSection(Section):

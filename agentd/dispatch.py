@@ -25,7 +25,7 @@ from agentd.adapters import AdapterRun
 from agentd.attempt import AttemptPreparer, Prepared, judge, plan_attempt, retry_policy
 from agentd.bundle import WorkflowStep
 from agentd.clock import Clock, age
-from agentd.config import Config, systemd_watchdog_interval, task_intent_from_schedule
+from agentd.config import Config, task_intent_from_schedule
 from agentd.errors import AgentdError, DispatchLocked, InputError
 from agentd.evidence import attempt_paths, prepare_attempt_dir, write_manifest
 from agentd.hashing import new_ulid
@@ -41,7 +41,7 @@ from agentd.records import (
     WorkflowRecord,
     WorkflowRef,
 )
-from agentd.service import Notifier
+from agentd.service import Notifier, keep_alive
 from agentd.store import AsyncStore, AttemptEnd, Claim, LockHolder, OutboxItem, ScheduleSpecRow, Store
 from agentd.store.attempts import AttemptPlan
 from agentd.wake import doorbell
@@ -50,7 +50,6 @@ from agentd.workflows import Change, StepResult, accepted_signals, judge_step, s
 logger = logging.getLogger(__name__)
 
 CANCEL_POLL_S = 1.0  # a running task's cancel flag is checked at least this often
-STATUS_REFRESH_S = 5.0  # the status line (and the watchdog, unless systemd wants it sooner)
 
 
 class LockLost(AgentdError):
@@ -112,7 +111,7 @@ class Dispatcher:
                     services.start_soon(self._watch_signals)
                 await services.start(self._listen_for_pokes)
                 self.notifier.ready(await self.status_line())
-                services.start_soon(self._keep_alive)
+                services.start_soon(keep_alive, self.notifier, self.status_line, self._report_status)
                 while not self._stopping:
                     if not await self.tick(self.clock.now()):
                         if until_idle:
@@ -170,24 +169,11 @@ class Dispatcher:
         later = f", next due in {age((upcoming - now).total_seconds())}" if upcoming else ""
         return f"idle, {waiting} pending{later}"
 
-    async def _keep_alive(self) -> None:
-        """Feed the watchdog and refresh the status line from a task of its own: a long attempt
-        does not starve it, a wedged event loop does."""
-        interval = min(systemd_watchdog_interval() or STATUS_REFRESH_S, STATUS_REFRESH_S)
-        while True:
-            self.notifier.watchdog()
-            line = await self.status_line()
-            self.notifier.status(line)
-            await self.db.call(
-                Store.report_service_status,
-                "dispatch",
-                self.identity.pid,
-                line,
-                self.metrics.url if self.metrics else None,
-                self.started_at,
-                self.clock.now(),
-            )
-            await anyio.sleep(interval)
+    async def _report_status(self, line: str) -> None:
+        url = self.metrics.url if self.metrics else None
+        await self.db.call(
+            Store.report_service_status, "dispatch", self.identity.pid, line, url, self.started_at, self.clock.now()
+        )
 
     def request_stop(self, *, immediately: bool = False) -> None:
         """Stop claiming; the running attempt gets the grace period (none if immediately)."""

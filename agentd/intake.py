@@ -62,8 +62,8 @@ def prepare_task(
     if spec is None:
         known = ", ".join(sorted(config.task_types))
         raise InputError(f"task_type: unknown task type {intent.task_type!r}; registered: {known}")
-    schema = config.payload_schemas[spec.payload_schema_id]
-    for error in sorted(Draft202012Validator(schema).iter_errors(intent.payload), key=str):
+    validator = _validator(spec.payload_schema_id, config.payload_schemas[spec.payload_schema_id])
+    for error in sorted(validator.iter_errors(intent.payload), key=str):
         where = "payload" + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
         problems.append(f"{where}: {error.message} (schema {spec.payload_schema_id})")
     profile_id = intent.requested_profile_id or spec.default_profile_id or config.dispatch.default_profile_id
@@ -104,6 +104,17 @@ def prepare_task(
         available_at=_available_at(intent, now),
         schedule_id=schedule_id,
     )
+
+
+_VALIDATORS: dict[tuple[str, int], Draft202012Validator] = {}
+
+
+def _validator(schema_id: str, schema: dict[str, Any]) -> Draft202012Validator:
+    """A compiled validator per schema (building one costs more than validating a payload)."""
+    key = (schema_id, id(schema))
+    if key not in _VALIDATORS:
+        _VALIDATORS[key] = Draft202012Validator(schema)
+    return _VALIDATORS[key]
 
 
 def known_models(config: Config) -> set[str]:

@@ -22,19 +22,11 @@ from prometheus_client.registry import Collector
 
 from agentd import __version__
 from agentd.clock import Clock
+from agentd.records import TASK_STATUSES
 from agentd.store import Store, open_store
 
 logger = logging.getLogger(__name__)
 
-TASK_STATUSES = (
-    "pending",
-    "running",
-    "completed",
-    "retryable_failure",
-    "permanent_failure",
-    "blocked",
-    "operator_canceled",
-)
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
 
 

@@ -23,7 +23,7 @@ import anyio.abc
 from pydantic import ValidationError
 
 from agentd.clock import Clock, age
-from agentd.config import Config, passthrough_environment, read_env_file, systemd_watchdog_interval
+from agentd.config import Config, passthrough_environment, read_env_file
 from agentd.errors import InputError
 from agentd.hashing import new_ulid
 from agentd.intake import prepare_task
@@ -31,15 +31,14 @@ from agentd.metrics import SensorMetrics
 from agentd.records import SensorEvent
 from agentd.runner import ProcessSpec, run_process
 from agentd.sensors import Sensor
-from agentd.service import Notifier
+from agentd.service import Notifier, keep_alive
 from agentd.store import AcceptedEvent, AsyncStore, IntakeCounts, RejectedLine, Store, WorkflowStart
 from agentd.wake import poke
-from agentd.workflows import state_of
+from agentd.workflows import start_state
 
 logger = logging.getLogger(__name__)
 
 BATCH = 500  # events per transaction: bounds how long one run holds the write lock
-STATUS_REFRESH_S = 5.0
 
 
 @dataclass
@@ -107,15 +106,10 @@ def _proposed_workflow(event: SensorEvent, config: Config) -> WorkflowStart | No
     proposal = event.proposed_workflow
     if proposal is None:
         return None
-    definition = config.workflows.get(proposal.template)
-    if definition is None:
-        raise _Rejected(
-            f"proposed_workflow: unknown workflow type {proposal.template!r}; known: "
-            f"{', '.join(sorted(config.workflows)) or 'none'}"
-        )
-    state = proposal.state or definition.initial_state
-    if state_of(definition, state) is None:
-        raise _Rejected(f"proposed_workflow: {proposal.template} has no state {state!r}")
+    try:
+        state = start_state(config.workflows, config.task_types, proposal.template, proposal.state)
+    except InputError as exc:
+        raise _Rejected(f"proposed_workflow: {exc}") from None
     return WorkflowStart(proposal.template, proposal.instance_key, state, proposal.context)
 
 
@@ -152,7 +146,7 @@ class SensorService:
                 services.start_soon(self._watch_signals)
             self.notifier.ready(await self.status_line())
             if not once:
-                services.start_soon(self._keep_alive)
+                services.start_soon(keep_alive, self.notifier, self.status_line, self._report_status)
             async with anyio.create_task_group() as runs:
                 while not self._stopping:
                     await self._start_due(runs, self.clock.now())
@@ -185,22 +179,11 @@ class SensorService:
         due = f", next due in {age((soonest - now).total_seconds())}" if soonest else ""
         return f"watching {len(self.sensors)} sensors" + (f"; running {running}" if running else "") + due
 
-    async def _keep_alive(self) -> None:
-        interval = min(systemd_watchdog_interval() or STATUS_REFRESH_S, STATUS_REFRESH_S)
-        while True:
-            self.notifier.watchdog()
-            line = await self.status_line()
-            self.notifier.status(line)
-            await self.db.call(
-                Store.report_service_status,
-                "sensors",
-                self.pid,
-                line,
-                self.metrics.url if self.metrics else None,
-                self.started_at,
-                self.clock.now(),
-            )
-            await anyio.sleep(interval)
+    async def _report_status(self, line: str) -> None:
+        url = self.metrics.url if self.metrics else None
+        await self.db.call(
+            Store.report_service_status, "sensors", self.pid, line, url, self.started_at, self.clock.now()
+        )
 
     @property
     def stopping(self) -> bool:

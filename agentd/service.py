@@ -7,12 +7,16 @@ terminal, in tests and under `make run`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
+import anyio
 import sdnotify
 
-from agentd.config import systemd_notify_socket
+from agentd.config import systemd_notify_socket, systemd_watchdog_interval
 
 logger = logging.getLogger(__name__)
+
+STATUS_REFRESH_S = 5.0  # the status line (and the watchdog, unless systemd wants it sooner)
 
 
 class Notifier:
@@ -44,3 +48,17 @@ class Notifier:
     def close(self) -> None:
         if self._systemd is not None and self._systemd.socket is not None:
             self._systemd.socket.close()
+
+
+async def keep_alive(
+    notifier: Notifier, status_line: Callable[[], Awaitable[str]], report: Callable[[str], Awaitable[None]]
+) -> None:
+    """Feed the watchdog and refresh the status line from a task of its own: a long attempt never
+    starves it, a wedged event loop does (which is what WatchdogSec is for)."""
+    interval = min(systemd_watchdog_interval() or STATUS_REFRESH_S, STATUS_REFRESH_S)
+    while True:
+        notifier.watchdog()
+        line = await status_line()
+        notifier.status(line)
+        await report(line)
+        await anyio.sleep(interval)

@@ -9,10 +9,12 @@ a state entered more than its cap blocks the workflow.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from agentd.errors import InputError
 from agentd.records import WorkflowDefinition, WorkflowRecord, WorkflowState
 
 GOAL_LOOP = WorkflowDefinition.model_validate(
@@ -43,6 +45,26 @@ def state_of(definition: WorkflowDefinition, state_id: str) -> WorkflowState | N
 
 def accepted_signals(state: WorkflowState) -> tuple[str, ...]:
     return tuple(t.signal for t in state.transitions or ()) + tuple(state.completion_signals or ())
+
+
+def start_state(
+    workflows: Mapping[str, WorkflowDefinition], task_types: Iterable[str], workflow_type: str, state: str | None
+) -> str:
+    """The state a new workflow of this type starts in (the initial one unless `state`); InputError
+    naming what is configured otherwise (and what a built-in would need)."""
+    definition = workflows.get(workflow_type)
+    if definition is None:
+        hint = ""
+        for builtin in BUILTIN_WORKFLOWS:
+            if builtin.workflow_type == workflow_type:
+                needed = ", ".join(missing_task_types(builtin, set(task_types)))
+                hint = f"; the built-in {workflow_type} needs task types {needed}"
+        known = ", ".join(sorted(workflows)) or "none"
+        raise InputError(f"unknown workflow type {workflow_type!r}; configured: {known}{hint}")
+    chosen = state or definition.initial_state
+    if state_of(definition, chosen) is None:
+        raise InputError(f"{workflow_type} has no state {chosen!r}")
+    return chosen
 
 
 def missing_task_types(definition: WorkflowDefinition, task_types: set[str]) -> list[str]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from pydantic import BaseModel
@@ -61,6 +62,17 @@ def config_from(args: argparse.Namespace) -> Config:
 
 def store_from(config: Config) -> Store:
     return open_store(config.db_path, SystemClock())
+
+
+@contextmanager
+def agent_store(args: argparse.Namespace) -> Iterator[tuple[Config, Store]]:
+    """The agent's config and its open store, closed when the command is done with it."""
+    config = config_from(args)
+    store = store_from(config)
+    try:
+        yield config, store
+    finally:
+        store.close()
 
 
 def check_live_workflows(config: Config, store: Store) -> None:

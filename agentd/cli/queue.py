@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from agentd.cli.common import (
     add_command,
+    agent_store,
     config_from,
     option,
     print_fields,
@@ -22,11 +23,10 @@ from agentd.cli.common import (
 from agentd.clock import SystemClock, age, format_ts, parse_ts
 from agentd.errors import InputError
 from agentd.intake import prepare_task
-from agentd.records import TaskIntent, TaskRecord
+from agentd.records import TASK_STATUSES, TaskIntent, TaskRecord
 from agentd.wake import poke
 
 STALE_STATUS_S = 30.0  # services refresh their status line every 5 s
-STATUSES = ("pending", "running", "completed", "retryable_failure", "permanent_failure", "blocked", "operator_canceled")
 
 
 def register(commands: Any) -> None:
@@ -57,7 +57,7 @@ def register(commands: Any) -> None:
     add.add_argument("--source", default="operator:cli", help="where the task came from")
 
     lst = add_command(task, "list", cmd_task_list, "tasks, newest first")
-    lst.add_argument("--status", action="append", choices=STATUSES, default=[], help="only these (repeatable)")
+    lst.add_argument("--status", action="append", choices=TASK_STATUSES, default=[], help="only these (repeatable)")
     lst.add_argument("--limit", type=int, default=50)
 
     show = add_command(task, "show", cmd_task_show, "one task: its record, attempts and events")
@@ -152,12 +152,8 @@ def cmd_task_add(args: argparse.Namespace) -> int:
 
 
 def cmd_task_list(args: argparse.Namespace) -> int:
-    config = config_from(args)
-    store = store_from(config)
-    try:
+    with agent_store(args) as (_, store):
         tasks = store.list_tasks(statuses=tuple(args.status), limit=args.limit)
-    finally:
-        store.close()
     if wants_json(args):
         print_json(tasks)
         return 0
@@ -180,14 +176,10 @@ def cmd_task_list(args: argparse.Namespace) -> int:
 
 
 def cmd_task_show(args: argparse.Namespace) -> int:
-    config = config_from(args)
-    store = store_from(config)
-    try:
+    with agent_store(args) as (_, store):
         task = store.get_task_or_raise(args.task_id)
         attempts = store.attempts_of(task.task_id)
         events = store.read_events(task_id=task.task_id)
-    finally:
-        store.close()
     if wants_json(args):
         print_json({"task": task, "attempts": attempts, "events": events})
         return 0
@@ -220,12 +212,8 @@ def cmd_task_show(args: argparse.Namespace) -> int:
 
 
 def cmd_task_cancel(args: argparse.Namespace) -> int:
-    config = config_from(args)
-    store = store_from(config)
-    try:
+    with agent_store(args) as (config, store):
         result = store.cancel_task(args.task_id, SystemClock().now())
-    finally:
-        store.close()
     poke(config.paths.state_dir)
     if wants_json(args):
         print_json({"task": result.task, "action": result.action})
@@ -237,9 +225,7 @@ def cmd_task_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_task_retry(args: argparse.Namespace) -> int:
-    config = config_from(args)
-    store = store_from(config)
-    try:
+    with agent_store(args) as (config, store):
         task = store.get_task_or_raise(args.task_id)
         spec = config.task_types.get(task.task_type)
         attempts = args.attempts or (spec.max_attempts if spec and spec.max_attempts else None)
@@ -247,8 +233,6 @@ def cmd_task_retry(args: argparse.Namespace) -> int:
         if attempts < 1:
             raise InputError(f"--attempts: expected at least 1, found {attempts}")
         task = store.retry_task(args.task_id, attempts, SystemClock().now())
-    finally:
-        store.close()
     poke(config.paths.state_dir)
     if wants_json(args):
         print_json(task)
@@ -321,7 +305,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         service["stale"] = service["status"] != "stopped" and quiet > STALE_STATUS_S
         service["updated_ago_s"] = round(quiet, 1)
     oldest_age = (now - summary.oldest_pending_at).total_seconds() if summary.oldest_pending_at else None
-    counts = {status: summary.counts.get(status, 0) for status in STATUSES}
+    counts = {status: summary.counts.get(status, 0) for status in TASK_STATUSES}
     if wants_json(args):
         print_json(
             {

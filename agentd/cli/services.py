@@ -6,7 +6,7 @@ import argparse
 import functools
 import logging
 import signal
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -19,6 +19,7 @@ from agentd.sensing import SensorService
 from agentd.store import AsyncStore, init_state_dir
 
 logger = logging.getLogger("agentd.run")
+M = TypeVar("M", DispatchMetrics, SensorMetrics)
 
 
 def register(commands: Any) -> None:
@@ -62,7 +63,7 @@ def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
 def cmd_dispatch(args: argparse.Namespace) -> int:
     config, db = _open(args)
     try:
-        dispatcher = Dispatcher(config, db, clock=SystemClock(), metrics=_dispatch_metrics(config))
+        dispatcher = Dispatcher(config, db, clock=SystemClock(), metrics=_metrics(config, DispatchMetrics))
         anyio.run(functools.partial(dispatcher.run, until_idle=args.until_idle))
     finally:
         db.close()
@@ -72,7 +73,7 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
 def cmd_sensors(args: argparse.Namespace) -> int:
     config, db = _open(args)
     try:
-        service = SensorService(config, db, clock=SystemClock(), metrics=_sensor_metrics(config))
+        service = SensorService(config, db, clock=SystemClock(), metrics=_metrics(config, SensorMetrics))
         anyio.run(functools.partial(service.run, once=args.once))
     finally:
         db.close()
@@ -84,8 +85,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config, dispatch_db = _open(args)
     sensors_db = AsyncStore(store_from(config))
     try:
-        dispatcher = Dispatcher(config, dispatch_db, clock=SystemClock(), metrics=_dispatch_metrics(config))
-        sensors = SensorService(config, sensors_db, clock=SystemClock(), metrics=_sensor_metrics(config))
+        dispatcher = Dispatcher(config, dispatch_db, clock=SystemClock(), metrics=_metrics(config, DispatchMetrics))
+        sensors = SensorService(config, sensors_db, clock=SystemClock(), metrics=_metrics(config, SensorMetrics))
         anyio.run(_run_both, dispatcher, sensors)
     finally:
         dispatch_db.close()
@@ -93,16 +94,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dispatch_metrics(config: Config) -> DispatchMetrics | None:
-    if not config.metrics.enabled:
-        return None
-    return DispatchMetrics(config.agent.agent_id, config.db_path, SystemClock())
-
-
-def _sensor_metrics(config: Config) -> SensorMetrics | None:
-    if not config.metrics.enabled:
-        return None
-    return SensorMetrics(config.agent.agent_id, config.db_path, SystemClock())
+def _metrics(config: Config, kind: type[M]) -> M | None:
+    """The service's metrics, unless [metrics] enabled = false."""
+    return kind(config.agent.agent_id, config.db_path, SystemClock()) if config.metrics.enabled else None
 
 
 async def _run_both(dispatcher: Dispatcher, sensors: SensorService) -> None:

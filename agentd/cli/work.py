@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from agentd.cli.common import (
     add_command,
+    agent_store,
     config_from,
     option,
     print_fields,
@@ -25,7 +26,7 @@ from agentd.records import TaskIntent
 from agentd.sensing import SensorService
 from agentd.store import AsyncStore, ScheduleSpecRow
 from agentd.wake import poke
-from agentd.workflows import missing_task_types, state_of
+from agentd.workflows import start_state
 
 
 def register(commands: Any) -> None:
@@ -82,22 +83,7 @@ def _json_object(text: str, flag: str) -> dict[str, Any]:
 
 def cmd_workflow_start(args: argparse.Namespace) -> int:
     config = config_from(args)
-    definition = config.workflows.get(args.workflow_type)
-    if definition is None:
-        from agentd.workflows import BUILTIN_WORKFLOWS
-
-        hint = ""
-        for builtin in BUILTIN_WORKFLOWS:
-            if builtin.workflow_type == args.workflow_type:
-                needed = ", ".join(missing_task_types(builtin, set(config.task_types)))
-                hint = f"; the built-in {builtin.workflow_type} needs task types {needed}"
-        raise InputError(
-            f"unknown workflow type {args.workflow_type!r}; configured: "
-            f"{', '.join(sorted(config.workflows)) or 'none'}{hint}"
-        )
-    state = args.state or definition.initial_state
-    if state_of(definition, state) is None:
-        raise InputError(f"--state: {args.workflow_type} has no state {state!r}")
+    state = start_state(config.workflows, config.task_types, args.workflow_type, args.state)
     context = _json_object(args.context, "--context")
     store = store_from(config)
     try:
@@ -123,12 +109,8 @@ def cmd_workflow_start(args: argparse.Namespace) -> int:
 
 
 def cmd_workflow_list(args: argparse.Namespace) -> int:
-    config = config_from(args)
-    store = store_from(config)
-    try:
+    with agent_store(args) as (_, store):
         workflows = store.list_workflows(statuses=tuple(args.status), limit=args.limit)
-    finally:
-        store.close()
     if wants_json(args):
         print_json(workflows)
         return 0
@@ -151,14 +133,10 @@ def cmd_workflow_list(args: argparse.Namespace) -> int:
 
 
 def cmd_workflow_show(args: argparse.Namespace) -> int:
-    config = config_from(args)
-    store = store_from(config)
-    try:
+    with agent_store(args) as (_, store):
         workflow = store.get_workflow_or_raise(args.workflow_id)
         steps = store.workflow_steps(workflow.workflow_id)
         events = store.read_events(workflow_id=workflow.workflow_id)
-    finally:
-        store.close()
     if wants_json(args):
         print_json({"workflow": workflow, "steps": steps, "events": events})
         return 0
@@ -227,12 +205,8 @@ def cmd_schedule_add(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule_list(args: argparse.Namespace) -> int:
-    config = config_from(args)
-    store = store_from(config)
-    try:
+    with agent_store(args) as (_, store):
         schedules = store.list_schedules()
-    finally:
-        store.close()
     if wants_json(args):
         print_json(schedules)
         return 0
@@ -254,24 +228,16 @@ def cmd_schedule_list(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule_rm(args: argparse.Namespace) -> int:
-    config = config_from(args)
-    store = store_from(config)
-    try:
+    with agent_store(args) as (_, store):
         store.remove_schedule(args.schedule_id, SystemClock().now())
-    finally:
-        store.close()
     if not wants_json(args):
         print(f"schedule {args.schedule_id} removed")
     return 0
 
 
 def cmd_sensor_list(args: argparse.Namespace) -> int:
-    config = config_from(args)
-    store = store_from(config)
-    try:
+    with agent_store(args) as (config, store):
         states = store.sensor_states()
-    finally:
-        store.close()
     now = SystemClock().now()
     rows: list[dict[str, Any]] = []
     for sensor in sorted(config.sensor_definitions.values(), key=lambda s: s.sensor_id):

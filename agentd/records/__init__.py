@@ -20,6 +20,7 @@ from agentd.records.adapters import (
 )
 from agentd.records.agent import (
     AgentConstitution,
+    AgentFields,
     AgentIdentity,
     ContextPolicy,
     ExternalName,
@@ -31,6 +32,7 @@ from agentd.records.agent import (
     WalletIdentity,
 )
 from agentd.records.base import (
+    TASK_STATUSES,
     TERMINAL_STATUSES,
     ArtifactRole,
     Identifier,
@@ -77,9 +79,11 @@ __all__ = [
     "EVENT_TYPES",
     "EXPORTED_RECORDS",
     "SEED_EVENT_TYPES",
+    "TASK_STATUSES",
     "TERMINAL_STATUSES",
     "AdapterConfig",
     "AgentConstitution",
+    "AgentFields",
     "AgentIdentity",
     "ArtifactRecord",
     "ArtifactRole",

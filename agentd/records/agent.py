@@ -24,21 +24,27 @@ class OnchainIdentity(Record):
     reputation_ref: str | None = None
 
 
-class AgentIdentity(Record):
-    schema_id = "agent-runtime/agent.identity/v1"
-    schema_mode = "validation"
+class AgentFields(Record):
+    """AgentIdentity as an identity TOML's [agent] writes it: the constitution's paths come from
+    [constitution], so soul_ref and purpose_ref are not among them."""
+
     agent_id: Identifier
     internal_name: Identifier
     external_name: ExternalName | None = None
     onchain_identity: OnchainIdentity | None = None
     display_name: str
     codename: str | None = None
-    purpose_ref: str | None = None
-    soul_ref: str | None = None
     host: str | None = None
     user: str | None = None
     runtime_instance_id: str | None = None
     metadata: JsonObject | None = None
+
+
+class AgentIdentity(AgentFields):
+    schema_id = "agent-runtime/agent.identity/v1"
+    schema_mode = "validation"
+    purpose_ref: str | None = None
+    soul_ref: str | None = None
 
 
 class AgentConstitution(Record):

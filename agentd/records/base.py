@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
@@ -40,6 +40,7 @@ TaskStatus = Literal[
     "blocked",
     "operator_canceled",
 ]
+TASK_STATUSES: tuple[TaskStatus, ...] = get_args(TaskStatus)
 TERMINAL_STATUSES: tuple[TaskStatus, ...] = (
     "completed",
     "permanent_failure",
