@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from agentd import __version__
 from agentd.clock import Clock
+from agentd.errors import AgentdError
 from agentd.records import TASK_STATUSES
 from agentd.store import Store, open_store
 
@@ -81,7 +82,13 @@ class Metrics:
         """Start /metrics on HOST:PORT (port 0 picks a free one); return its URL."""
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
-        self._server, self._thread = start_http_server(int(port), addr=host, registry=self.registry)
+        try:
+            self._server, self._thread = start_http_server(int(port), addr=host, registry=self.registry)
+        except (OSError, ValueError) as exc:
+            key = f"{self.service}_listen"
+            raise AgentdError(
+                f"metrics: cannot listen on {listen} ({exc}); change [metrics] {key} (or set [metrics] enabled = false)"
+            ) from None
         bound = self._server.server_port
         self.url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}/metrics"
         logger.info("metrics_listening service=%s url=%s", self.service, self.url)

@@ -139,3 +139,23 @@ def test_metrics_bind_loopback_by_default() -> None:
     defaults = MetricsSection()
     assert defaults.dispatch_listen.startswith("127.0.0.1:") and defaults.sensors_listen.startswith("127.0.0.1:")
     assert defaults.dispatch_listen != defaults.sensors_listen
+
+
+def test_a_taken_metrics_port_is_a_clear_error(agent: Agent) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        agent.env["AGENTD_METRICS__DISPATCH_LISTEN"] = f"127.0.0.1:{port}"
+        result = subprocess.run(
+            [sys.executable, "-m", "agentd", "--config", str(agent.config_path), "dispatch", "--until-idle"],
+            env=agent.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"metrics: cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "change [metrics] dispatch_listen" in result.stderr

@@ -43,3 +43,20 @@ def test_sensors_and_dispatcher_share_the_database_under_load(tmp_path: Path) ->
         assert agent.store.verify_event_chain() == []
     finally:
         agent.close()
+
+
+def test_a_second_agentd_run_says_dispatch_locked_without_a_traceback(tmp_path: Path) -> None:
+    agent = Agent(tmp_path, {"AGENTD_METRICS__ENABLED": "false"})
+    command = [sys.executable, "-m", "agentd", "--config", str(agent.config_path), "run"]
+    try:
+        with open(tmp_path / "first.log", "wb") as log:
+            first = subprocess.Popen(command, env=agent.env, stdout=log, stderr=subprocess.STDOUT)
+        wait_until(lambda: agent.event("dispatch_started"), 20, "the first dispatcher")
+        second = subprocess.run(command, env=agent.env, capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1
+        assert "dispatch_locked: another dispatcher holds the lock" in second.stderr
+        assert "Traceback" not in second.stderr
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0
+    finally:
+        agent.close()

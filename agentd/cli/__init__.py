@@ -9,6 +9,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from agentd import __version__
 from agentd.cli import harness, ops, queue, services, setup, work
@@ -16,6 +17,23 @@ from agentd.cli.common import COMMON, CommandError
 from agentd.errors import AgentdError, ConfigError
 
 COMMAND_MODULES = (setup, queue, work, harness, services, ops)
+
+
+def report(exc: AgentdError | CommandError) -> int:
+    """Print an error the way an operator reads it; return its exit code."""
+    if isinstance(exc, ConfigError):
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+    else:
+        print(f"agentd: {exc}", file=sys.stderr)
+    return exc.exit_code
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[Any]:
+    found: list[Any] = []
+    for exc in group.exceptions:
+        found += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,13 +59,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.handler(args) or 0)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        return exc.exit_code
     except (AgentdError, CommandError) as exc:
-        print(f"agentd: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return report(exc)
+    except BaseExceptionGroup as group:  # a service's task group: report ours plainly, raise the rest
+        ours, rest = group.split((AgentdError, CommandError))
+        if rest is not None or ours is None:
+            raise
+        return max(report(exc) for exc in _leaves(ours))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
