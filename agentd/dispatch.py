@@ -163,11 +163,7 @@ class Dispatcher:
         if self._stopping:
             return "stopping"
         now = self.clock.now()
-        waiting = await self.db.call(Store.waiting_count, now)
-        due = [await self.db.call(Store.next_due_at, now), await self.db.call(Store.next_schedule_due)]
-        upcoming = min((d for d in due if d is not None), default=None)
-        later = f", next due in {age((upcoming - now).total_seconds())}" if upcoming else ""
-        return f"idle, {waiting} pending{later}"
+        return _idle_line(now, *await self.db.call(Store.idle_outlook, now))
 
     async def _report_status(self, line: str) -> None:
         url = self.metrics.url if self.metrics else None
@@ -517,14 +513,15 @@ class Dispatcher:
 
     async def _sleep_until_due(self) -> None:
         now = self.clock.now()
-        due = [await self.db.call(Store.next_due_at, now), await self.db.call(Store.next_schedule_due)]
+        waiting, upcoming = await self.db.call(Store.idle_outlook, now)
         delay = self.config.dispatch.poll_ceiling_s
-        for moment in (d for d in due if d is not None):
-            delay = min(delay, (moment - now).total_seconds())
+        if upcoming is not None:
+            delay = min(delay, (upcoming - now).total_seconds())
         if not self._idle_noted:
             await self.db.call(Store.record_event, "dispatch_idle", now, {"next_due_in_s": round(delay, 3)})
             self._idle_noted = True
-        self.notifier.status(await self.status_line())
+        if not self._stopping:
+            self.notifier.status(_idle_line(now, waiting, upcoming))
         await self._wait_for_poke(delay)
 
     def _plan(self, task: TaskRecord) -> AttemptPlan:
@@ -537,3 +534,8 @@ class Dispatcher:
         if self.config.chaos.crash_at == name:
             logger.warning("chaos: crashing at %s", name)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _idle_line(now: datetime, waiting: int, upcoming: datetime | None) -> str:
+    later = f", next due in {age((upcoming - now).total_seconds())}" if upcoming else ""
+    return f"idle, {waiting} pending{later}"

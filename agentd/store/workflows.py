@@ -348,6 +348,12 @@ class WorkflowVerbs(OutboxVerbs):
                 )
         return created
 
+    def idle_outlook(self, now: datetime) -> tuple[int, datetime | None]:
+        """What an idle dispatcher needs in one read: tasks claimable now, and when the next task or
+        schedule falls due."""
+        due = [d for d in (self.next_due_at(now), self.next_schedule_due()) if d is not None]
+        return self.waiting_count(now), min(due, default=None)
+
     def next_schedule_due(self) -> datetime | None:
         row = self._conn.execute("SELECT MIN(next_run_at) FROM schedules WHERE enabled = 1").fetchone()
         return parse_optional_ts(row[0])
