@@ -1,12 +1,19 @@
-"""One attempt, before and after it runs: prepare (bundle, evidence dir, environment) and judge
-(outcome, completion gates, next state, sealed evidence, and what the outcome commit writes)."""
+"""One attempt, before and after it runs: prepare (bundle, evidence dir, environment) and
+conclude (redact what it left, judge it, seal the evidence, and say what the outcome commit writes).
+
+Every ending goes through `_seal`: a live attempt, one the boot sweep found after the runtime
+died, and one agentd itself failed. Each leaves a complete manifest and a redacted evidence dir.
+"""
 
 from __future__ import annotations
 
+import logging
 import random
+import shutil
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +22,25 @@ from agentd.adapters import Adapter, AdapterRun, AttemptContext, adapter_for
 from agentd.bundle import Bundle, BundleInput, PriorAttempt, RecentOutcome, SkillBrief, WorkflowStep, compile_bundle
 from agentd.clock import Clock, format_ts
 from agentd.config import Config, passthrough_environment, read_env_file
-from agentd.evidence import AttemptPaths, attempt_paths, prepare_attempt_dir, redact_files, write_manifest
+from agentd.containment import attempt_group
+from agentd.edge import MAX_RESULT_BYTES, scrub, scrub_value
+from agentd.errors import ConfigError
+from agentd.evidence import AttemptPaths, attempt_paths, prepare_attempt_dir, write_manifest
 from agentd.evidence import write_private as write_evidence
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
-from agentd.outcome import CompletionChecks, Decision, Extracted, Gated, RetryPolicy, decide, extract_outcome, gate
-from agentd.records import AdapterConfig, TaskOutcome, TaskRecord
+from agentd.judge import AttemptFacts, Verdict, judge
+from agentd.outcome import CompletionChecks, RetryPolicy
+from agentd.records import AdapterConfig, TaskAttempt, TaskOutcome, TaskRecord
+from agentd.redaction import Redactor
 from agentd.store import ArtifactRow, AsyncStore, AttemptEnd, Claim, OutboxRow, Store
 from agentd.store.attempts import AttemptPlan
+from agentd.store.base import is_storage_fault, os_storage_error
+
+logger = logging.getLogger(__name__)
+
+# Evidence files that are inputs agentd wrote (the bundle, the payload): never rewritten, their
+# hashes are what the manifest pins. Everything else the attempt left is redacted before sealing.
+INPUT_FILES = ("prompt.md", "stdin.json", "manifest.json")
 
 
 @dataclass(frozen=True)
@@ -31,7 +50,7 @@ class Prepared:
     ctx: AttemptContext
     bundle: Bundle
     checks: CompletionChecks
-    secrets: tuple[str, ...]
+    redactor: Redactor
 
     @property
     def task(self) -> TaskRecord:
@@ -87,7 +106,7 @@ class AttemptPreparer:
             },
             self.clock.now(),
         )
-        env, secrets = self._environment(adapter_config, task, attempt.attempt_id, paths, attempt.model, workflow)
+        env, redactor = self._environment(adapter_config, task, attempt.attempt_id, paths, attempt.model, workflow)
         working_dir: str | None = getattr(adapter_config, "working_dir", None)  # ollama has none
         cwd = Path(working_dir) if working_dir else config.paths.workspace
         ctx = AttemptContext(
@@ -103,8 +122,9 @@ class AttemptPreparer:
             timeout_s=adapter_config.timeout_ms / 1000,
             kill_grace_s=config.dispatch.kill_grace_s,
             output_cap_bytes=config.dispatch.output_cap_bytes,
+            group=attempt_group(config.paths.state_dir, attempt.attempt_id),
         )
-        return Prepared(claim, adapter_for(adapter_config), ctx, bundle, self._checks(task), tuple(secrets))
+        return Prepared(claim, adapter_for(adapter_config), ctx, bundle, completion_checks(config, task), redactor)
 
     async def _bundle_input(self, task: TaskRecord, attempt_number: int, workflow: WorkflowStep | None) -> BundleInput:
         config = self.config
@@ -146,18 +166,15 @@ class AttemptPreparer:
         paths: AttemptPaths,
         model: str | None,
         workflow: WorkflowStep | None,
-    ) -> tuple[dict[str, str], list[str]]:
+    ) -> tuple[dict[str, str], Redactor]:
         """Only what the adapter is configured to get: never the service's own environment."""
         config = self.config
         env = passthrough_environment()
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/local/bin:/usr/bin:/bin')}"
         env.update(HOME=str(paths.scratch / "home"), TMPDIR=str(paths.scratch / "tmp"))
-        secrets: list[str] = []
         env_file = getattr(adapter, "env_file", None)
-        if env_file:
-            from_file = read_env_file(Path(env_file))
-            env.update(from_file)
-            secrets += from_file.values()
+        from_file = read_env_file(Path(env_file)) if env_file else {}
+        env.update(from_file)
         env.update(getattr(adapter, "env", None) or {})
         env.update(
             AGENTD_TASK_ID=str(task.task_id),
@@ -178,22 +195,33 @@ class AttemptPreparer:
                 AGENTD_WORKFLOW_STATE=workflow.state_id,
                 AGENTD_WORKFLOW_ITERATION=str(workflow.iteration),
             )
-        return env, secrets
+        return env, Redactor(from_file.values())
 
-    def _checks(self, task: TaskRecord) -> CompletionChecks:
-        spec = self.config.task_types[task.task_type]
-        policy, required = spec.success_policy, task.evidence_requirements
-        return CompletionChecks(
-            required_artifacts=tuple(required.required_artifacts or ()) if required else (),
-            require_artifacts=bool(policy and policy.require_artifacts),
-            verify_file_changes=bool(
-                (policy and policy.verify_claimed_file_changes)
-                or (required and required.require_file_change_verification)
-            ),
-            require_adapter_audit=bool(
-                (policy and policy.require_adapter_audit) or (required and required.require_adapter_audit)
-            ),
-        )
+
+def completion_checks(config: Config, task: TaskRecord) -> CompletionChecks:
+    """What the task type and the intent ask completion to prove."""
+    spec = config.task_types.get(task.task_type)
+    policy, required = spec.success_policy if spec else None, task.evidence_requirements
+    return CompletionChecks(
+        required_artifacts=tuple(required.required_artifacts or ()) if required else (),
+        require_artifacts=bool(policy and policy.require_artifacts),
+        verify_file_changes=bool(
+            (policy and policy.verify_claimed_file_changes) or (required and required.require_file_change_verification)
+        ),
+        require_adapter_audit=bool(
+            (policy and policy.require_adapter_audit) or (required and required.require_adapter_audit)
+        ),
+    )
+
+
+def adapter_redactor(config: Config, adapter_id: str) -> Redactor:
+    """The adapter's secrets as they are now (the boot sweep re-reads its env_file)."""
+    env_file = getattr(config.adapters.get(adapter_id), "env_file", None)
+    try:
+        return Redactor(read_env_file(Path(env_file)).values() if env_file else ())
+    except (OSError, ConfigError):
+        logger.warning("cannot read %s to redact a reclaimed attempt's evidence", env_file)
+        return Redactor()
 
 
 def workflow_skills(config: Config, task: TaskRecord) -> list[str]:
@@ -206,132 +234,258 @@ def workflow_skills(config: Config, task: TaskRecord) -> list[str]:
     return []
 
 
-# --- judging ---------------------------------------------------------------------------------------
+# --- concluding: redact, judge, seal ---------------------------------------------------------------
 
 
 def retry_policy(config: Config) -> RetryPolicy:
     d = config.dispatch
     return RetryPolicy(
-        d.backoff_base_s, d.backoff_max_s, d.backoff_jitter, d.rate_limit_backoff_s, d.max_rate_limit_reschedules
+        d.backoff_base_s,
+        d.backoff_max_s,
+        d.backoff_jitter,
+        d.rate_limit_backoff_s,
+        d.max_rate_limit_reschedules,
+        d.crash_limit,
     )
 
 
-def judge(
+def conclude(
     config: Config, clock: Clock, rng: random.Random, prepared: Prepared, run: AdapterRun | None, stopped: str | None
 ) -> AttemptEnd:
-    """Decide the attempt's outcome from its evidence, seal the evidence, and say what to commit."""
-    paths, task = prepared.ctx.paths, prepared.task
+    """After the run: redact what it left (before anything is parsed), judge it, seal the evidence,
+    and say what the outcome commit writes."""
+    paths, redactor = prepared.ctx.paths, prepared.redactor
+    run = sanitized_run(run, redactor)
     if run is not None and run.final_message is not None:
         write_evidence(paths.last_message, run.final_message)
-    redact_files([paths.stdout, paths.stderr, paths.result, paths.last_message], list(prepared.secrets))
-    result_text = paths.result.read_text(encoding="utf-8", errors="replace") if paths.result.is_file() else None
-    extracted = extract_outcome(result_text, run.final_message if run else None)
-    gated, termination, failure_type = _gated(prepared, run, stopped, extracted)
+    redact_evidence(paths, redactor)
+    result_text, result_problem = read_result(paths)
+    process = run.process if run else None
+    facts = AttemptFacts(
+        task=prepared.task,
+        attempt=_attempt_of(prepared),
+        checks=prepared.checks,
+        workspace=prepared.ctx.workspace,
+        timeout_s=prepared.ctx.timeout_s,
+        run=run,
+        stopped=stopped if stopped in ("interrupted", "operator_canceled") else None,  # type: ignore[arg-type]
+        result_text=result_text,
+        result_problem=result_problem,
+        stdout_bytes=process.stdout.bytes_seen if process else _size(paths.stdout),
+    )
+    started = run is not None and not (process is not None and process.start_error)
+    return _seal(config, clock, rng, facts, redactor, bundle_hash=prepared.bundle.bundle_hash, started=started)
+
+
+def sweep_end(
+    config: Config, clock: Clock, rng: random.Random, task: TaskRecord, attempt: TaskAttempt, survivors: list[int]
+) -> AttemptEnd:
+    """An attempt a dead runtime left open. If its processes were gone and it left a result, that is
+    judged through the same gates as a live attempt (exit unknown); otherwise the runtime crashed
+    under it: re-queued without spending an attempt, unless it keeps happening (crash_limit)."""
+    paths = AttemptPaths(Path(attempt.evidence_dir)) if attempt.evidence_dir else _paths(config, task, attempt)
+    redactor = adapter_redactor(config, attempt.adapter_id)
+    redact_evidence(paths, redactor)
+    result_text, result_problem = read_result(paths) if not survivors else (None, None)
+    facts = AttemptFacts(
+        task=task,
+        attempt=attempt,
+        checks=completion_checks(config, task),
+        workspace=config.paths.workspace,
+        timeout_s=_timeout_s(config, attempt.adapter_id),
+        result_text=result_text,
+        result_problem=result_problem,
+        stdout_bytes=_size(paths.stdout),
+        swept=True,
+    )
+    notes = {"killed_pids": survivors, "judged": result_text is not None}
+    return _seal(
+        config,
+        clock,
+        rng,
+        facts,
+        redactor,
+        bundle_hash=attempt.bundle_hash,
+        started=attempt.pid is not None,
+        notes=notes,
+    )
+
+
+def internal_failure_end(
+    config: Config,
+    clock: Clock,
+    rng: random.Random,
+    task: TaskRecord,
+    attempt: TaskAttempt,
+    exc: BaseException,
+    *,
+    stage: str,
+    started: bool,
+    redactor: Redactor | None = None,
+) -> AttemptEnd:
+    """agentd itself failed (a bug, or a value nothing could store): a recorded failure naming the
+    exception, with nothing from the attempt's own outcome (that is what may have been poison)."""
+    redactor = redactor or adapter_redactor(config, attempt.adapter_id)
+    reason = redactor.text(scrub(f"agentd failed {stage}: {type(exc).__name__}: {exc}"))[:2000]
+    facts = AttemptFacts(
+        task=task,
+        attempt=attempt,
+        checks=completion_checks(config, task),
+        workspace=config.paths.workspace,
+        timeout_s=_timeout_s(config, attempt.adapter_id),
+        internal_error=reason,
+    )
+    return _seal(
+        config, clock, rng, facts, redactor, bundle_hash=attempt.bundle_hash, started=started, best_effort=True
+    )
+
+
+def _seal(
+    config: Config,
+    clock: Clock,
+    rng: random.Random,
+    facts: AttemptFacts,
+    redactor: Redactor,
+    *,
+    bundle_hash: str | None,
+    started: bool,
+    notes: dict[str, Any] | None = None,
+    best_effort: bool = False,
+) -> AttemptEnd:
+    """Judge the facts, write the manifest (complete on every path), and build the commit. An
+    unusable disk is a StorageError; with best_effort (agentd's own failure path) any other problem
+    writing the manifest is noted in the diagnostics rather than raised."""
+    task, attempt, run = facts.task, facts.attempt, facts.run
     now = clock.now()
-    decision = decide(
-        task,
-        task.free_attempt_count,
-        gated.outcome,
-        now=now,
-        policy=retry_policy(config),
-        rng=rng,
-        rate_limited=bool(run and run.rate_limited and stopped is None),
-        interrupted=stopped == "interrupted",
-    )
-    artifacts = _artifact_rows(config, prepared, gated, paths)
-    manifest = write_manifest(
-        paths, _manifest_fields(config, prepared, run, gated, decision, termination, failure_type, artifacts, now)
-    )
-    diagnostics = _diagnostics(run, extracted, gated, manifest["artifact_hash"])
+    verdict = judge(facts, now=now, policy=retry_policy(config), rng=rng)
+    paths = _paths(config, task, attempt)
+    side_effects = "possible" if started else "none"
+    artifacts = _artifact_rows(config, facts, verdict, paths)
+    fields = _manifest_fields(config, facts, verdict, artifacts, bundle_hash, side_effects, redactor.count, now)
+    artifact_hash, manifest_problem = None, None
+    try:
+        paths.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        artifact_hash = write_manifest(paths, fields)["artifact_hash"]
+    except Exception as exc:
+        if isinstance(exc, OSError) and is_storage_fault(exc):
+            raise os_storage_error(exc) from None
+        if not best_effort:
+            raise
+        manifest_problem = f"not written: {type(exc).__name__}: {scrub(str(exc))[:300]}"
+    shutil.rmtree(paths.scratch, ignore_errors=True)  # HOME and friends: not evidence, and may hold keys
+    decision, gated = verdict.decision, verdict.gated
+    diagnostics = _diagnostics(run, verdict, artifact_hash, redactor.count, notes or {})
+    if manifest_problem:
+        diagnostics["manifest_problem"] = manifest_problem
     return AttemptEnd(
-        attempt_id=prepared.attempt_id,
+        attempt_id=attempt.attempt_id,
         task_id=task.task_id,
         ended_at=now,
-        exit_status=run.exit_status if run else "error",
+        exit_status=verdict.exit_status,
         retry_class=decision.retry_class,
-        termination_reason=termination,
+        termination_reason=verdict.termination_reason,
         outcome=gated.outcome,
         status=decision.status,
         available_at=decision.available_at,
         last_error=decision.last_error,
         free_attempt=decision.free_attempt,
         rate_limited=decision.rate_limited,
+        crashed=decision.crashed,
+        side_effects=side_effects,
         model=run.model if run else None,
         downgrade_reasons=gated.reasons,
         artifacts=artifacts,
-        outbox=outbox_rows(config, prepared, gated.outcome, decision.status),
+        outbox=outbox_rows(config, task, attempt.attempt_id, gated.outcome, decision.status),
         diagnostics=diagnostics,
         usage=_usage(run),
         paths={
             name: str(getattr(paths, name)) if getattr(paths, name).exists() else None
             for name in ("stdout", "stderr", "result", "last_message")
         },
+        boot_sweep=facts.swept,
     )
 
 
-def _gated(
-    prepared: Prepared, run: AdapterRun | None, stopped: str | None, extracted: Extracted
-) -> tuple[Gated, str, str | None]:
-    """(gated outcome, termination_reason, failure_type)."""
-    if stopped == "operator_canceled":
-        outcome = TaskOutcome(
-            status="operator_canceled",
-            machine_status="canceled",
-            operator_summary="canceled by the operator while running; the adapter was stopped",
-        )
-        return Gated(outcome), "operator_canceled", "operator_canceled"
-    if stopped == "interrupted" or run is None:
-        outcome = TaskOutcome(
-            status="retryable_failure",
-            machine_status="needs_retry",
-            operator_summary="interrupted: the dispatcher was stopping and the grace period ran out",
-        )
-        return Gated(outcome), "interrupted", "interrupted"
-    process = run.process
-    if process is not None and process.start_error:
-        return Gated(_retry(process.start_error)), "start_failed", "start_error"
-    if run.exit_status == "timeout":
-        return (
-            Gated(_retry(f"timed out after {prepared.ctx.timeout_s:g}s; the process group was killed")),
-            "timeout",
-            "timeout",
-        )
-    if run.rate_limited:
-        return Gated(_retry(f"rate limited: {run.failure or 'the provider said slow down'}")), "exited", "rate_limited"
-    gated = gate(
-        extracted,
-        adapter_ok=run.ok,
-        adapter_failure=run.failure,
-        workspace=prepared.ctx.workspace,
-        attempt_started=prepared.claim.attempt.started_at if prepared.claim.attempt else prepared.task.updated_at,
-        checks=prepared.checks,
-        audit_bytes=process.stdout.bytes_seen if process else 1,
+def sanitized_run(run: AdapterRun | None, redactor: Redactor) -> AdapterRun | None:
+    """What the adapter reported, redacted and made storable before anything reads it."""
+    if run is None:
+        return None
+
+    def clean(text: str | None) -> str | None:
+        return None if text is None else redactor.text(scrub(text))
+
+    return replace(
+        run,
+        final_message=clean(run.final_message),
+        failure=clean(run.failure),
+        model=clean(run.model),
+        cli_version=clean(run.cli_version),
+        diagnostics=redactor.value(scrub_value(run.diagnostics)),
     )
-    if gated.outcome.status == "completed":
-        return gated, "exited", None
-    if extracted.outcome is None:
-        return gated, "exited", "adapter_error" if not run.ok else "no_outcome"
-    return gated, "exited", "gate_failed" if gated.downgraded else "model_reported_failure"
 
 
-def _retry(summary: str) -> TaskOutcome:
-    return TaskOutcome(status="retryable_failure", machine_status="needs_retry", operator_summary=summary)
+def redact_evidence(paths: AttemptPaths, redactor: Redactor) -> int:
+    """Every file the attempt left in its evidence dir (not the inputs agentd wrote)."""
+    if not redactor or not paths.root.is_dir():
+        return 0
+    return redactor.files(p for p in sorted(paths.root.iterdir()) if p.is_file() and p.name not in INPUT_FILES)
 
 
-def _artifact_rows(config: Config, prepared: Prepared, gated: Gated, paths: AttemptPaths) -> tuple[ArtifactRow, ...]:
-    spec = config.task_types[prepared.task.task_type]
-    role = (spec.artifact_roles or ["output"])[0]
+def read_result(paths: AttemptPaths) -> tuple[str | None, str | None]:
+    """result.json's text (at most MAX_RESULT_BYTES), or why it cannot be used."""
+    try:
+        with paths.result.open("rb") as handle:
+            data = handle.read(MAX_RESULT_BYTES + 1)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cannot read it ({exc.strerror})"
+    if len(data) > MAX_RESULT_BYTES:
+        return None, f"larger than {MAX_RESULT_BYTES} bytes; agentd reads at most that much"
+    return data.decode("utf-8", errors="replace"), None
+
+
+def _attempt_of(prepared: Prepared) -> TaskAttempt:
+    assert prepared.claim.attempt is not None
+    return prepared.claim.attempt
+
+
+def _paths(config: Config, task: TaskRecord, attempt: TaskAttempt) -> AttemptPaths:
+    return attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _timeout_s(config: Config, adapter_id: str) -> float:
+    adapter = config.adapters.get(adapter_id)
+    return adapter.timeout_ms / 1000 if adapter else 0.0
+
+
+def _artifact_rows(
+    config: Config, facts: AttemptFacts, verdict: Verdict, paths: AttemptPaths
+) -> tuple[ArtifactRow, ...]:
+    spec = config.task_types.get(facts.task.task_type)
+    role = (spec.artifact_roles if spec and spec.artifact_roles else ["output"])[0]
+    gated = verdict.gated
     rows = [ArtifactRow(role, f.relative_path, sha256_file(f.absolute_path)) for f in gated.artifacts]
-    if prepared.checks.require_adapter_audit and gated.outcome.status == "completed" and paths.stdout.is_file():
+    if facts.checks.require_adapter_audit and gated.outcome.status == "completed" and paths.stdout.is_file():
         audit = str(paths.stdout.relative_to(config.paths.state_dir))
         rows.append(ArtifactRow("adapter-audit", audit, sha256_file(paths.stdout), "text/plain"))
     return tuple(rows)
 
 
-def outbox_rows(config: Config, prepared: Prepared, outcome: TaskOutcome, status: str) -> tuple[OutboxRow, ...]:
+def outbox_rows(
+    config: Config, task: TaskRecord, attempt_id: str, outcome: TaskOutcome, status: str
+) -> tuple[OutboxRow, ...]:
     """Side effects the outcome asks for; applied after the commit, only if verified and allowed."""
-    task, attempt_id = prepared.task, prepared.attempt_id
-    policy = config.profiles[task.requested_profile_id].result_policy
+    profile = config.profiles.get(task.requested_profile_id)
+    allow_follow_ups = bool(profile and profile.result_policy.allow_follow_up_tasks)
+    allow_messages = bool(profile and profile.result_policy.allow_external_messages)
     rows = []
     if status == "completed":
         for i, intent in enumerate(outcome.follow_up_tasks or []):
@@ -342,7 +496,7 @@ def outbox_rows(config: Config, prepared: Prepared, outcome: TaskOutcome, status
                     intent.model_dump(mode="json"),
                     *(
                         ("pending", None)
-                        if policy.allow_follow_up_tasks
+                        if allow_follow_ups
                         else ("refused", {"reason": "the profile's result_policy does not allow follow-up tasks"})
                     ),
                 )
@@ -355,7 +509,7 @@ def outbox_rows(config: Config, prepared: Prepared, outcome: TaskOutcome, status
                     message,
                     *(
                         ("awaiting_handler", None)
-                        if policy.allow_external_messages
+                        if allow_messages
                         else ("refused", {"reason": "the profile's result_policy does not allow external messages"})
                     ),
                 )
@@ -379,18 +533,16 @@ def outbox_rows(config: Config, prepared: Prepared, outcome: TaskOutcome, status
 
 def _manifest_fields(
     config: Config,
-    prepared: Prepared,
-    run: AdapterRun | None,
-    gated: Gated,
-    decision: Decision,
-    termination: str,
-    failure_type: str | None,
+    facts: AttemptFacts,
+    verdict: Verdict,
     artifacts: tuple[ArtifactRow, ...],
-    now: Any,
+    bundle_hash: str | None,
+    side_effects: str,
+    redactions: int,
+    now: datetime,
 ) -> dict[str, Any]:
-    task, attempt, ctx = prepared.task, prepared.claim.attempt, prepared.ctx
-    assert attempt is not None
-    profile = config.profiles[task.requested_profile_id]
+    task, attempt, run = facts.task, facts.attempt, facts.run
+    profile = config.profiles.get(task.requested_profile_id)
     started = attempt.started_at
     return {
         "run_id": attempt.attempt_id,
@@ -402,12 +554,12 @@ def _manifest_fields(
         },
         "agent_ref": {
             "agent": config.agent.agent_id,
-            "profile": profile.profile_id,
-            "variant": sha256_hex(canonical_json(profile.model_dump(mode="json")))[:16],
+            "profile": task.requested_profile_id,
+            "variant": sha256_hex(canonical_json(profile.model_dump(mode="json")))[:16] if profile else None,
         },
         "task_ref": {"task_id": task.task_id, "task_type": task.task_type, "attempt_number": attempt.attempt_number},
         "task_hash": task_hash(task),
-        "bundle_hash": prepared.bundle.bundle_hash,
+        "bundle_hash": bundle_hash,
         "constitution": {
             "soul_hash": config.constitution.soul_hash,
             "purpose_hash": config.constitution.purpose_hash,
@@ -420,22 +572,25 @@ def _manifest_fields(
         },
         "model": (run.model if run else None) or attempt.model,
         "budgets": {
-            "timeout_s": ctx.timeout_s,
-            "kill_grace_s": ctx.kill_grace_s,
-            "output_cap_bytes": ctx.output_cap_bytes,
-            "max_prompt_chars": profile.context_policy.max_prompt_chars,
+            "timeout_s": facts.timeout_s,
+            "kill_grace_s": config.dispatch.kill_grace_s,
+            "output_cap_bytes": config.dispatch.output_cap_bytes,
+            "max_prompt_chars": profile.context_policy.max_prompt_chars if profile else None,
             "max_attempts": task.max_attempts,
         },
         "started_at": format_ts(started),
         "completed_at": format_ts(now),
         "wall_clock_elapsed_s": max((now - started).total_seconds(), 0.0),
-        "termination_reason": termination,
-        "failure_type": failure_type,
+        "termination_reason": verdict.termination_reason,
+        "failure_type": verdict.failure_type,
+        "exit_status": verdict.exit_status,
+        "side_effects": side_effects,
+        "redactions": {"count": redactions},
         "outcome": {
-            "status": gated.outcome.status,
-            "machine_status": gated.outcome.machine_status,
-            "next_status": decision.status,
-            "gate_reasons": list(gated.reasons),
+            "status": verdict.gated.outcome.status,
+            "machine_status": verdict.gated.outcome.machine_status,
+            "next_status": verdict.decision.status,
+            "gate_reasons": list(verdict.gated.reasons),
         },
         "artifacts": [{"role": a.role, "path": a.relative_path, "sha256": a.sha256} for a in artifacts],
     }
@@ -460,13 +615,19 @@ def task_hash(task: TaskRecord) -> str:
     return sha256_hex(canonical_json(fields))
 
 
-def _diagnostics(run: AdapterRun | None, extracted: Extracted, gated: Gated, artifact_hash: str) -> dict[str, Any]:
+def _diagnostics(
+    run: AdapterRun | None, verdict: Verdict, artifact_hash: str | None, redactions: int, notes: dict[str, Any]
+) -> dict[str, Any]:
     process = run.process if run else None
+    extracted, gated = verdict.extracted, verdict.gated
     found: dict[str, Any] = {
         "summary": gated.outcome.operator_summary[:2000],
         "outcome_source": extracted.source,
         "artifact_hash": artifact_hash,
+        **notes,
     }
+    if redactions:
+        found["redactions"] = redactions
     if extracted.problem and extracted.outcome is None:
         found["outcome_problem"] = extracted.problem
     if gated.reasons:

@@ -55,14 +55,25 @@ def format_ts(moment: datetime) -> str:
 
 
 def parse_ts(text: str) -> datetime:
-    """Parse an ISO-8601 timestamp that carries a zone ('Z' or an offset) into UTC."""
+    """Parse an ISO-8601 timestamp that carries a zone ('Z' or an offset) into UTC; a time that
+    falls outside the years 1..9999 once in UTC is refused (ValueError), never an OverflowError."""
     try:
         moment = datetime.fromisoformat(text)
     except ValueError as exc:
         raise ValueError(f"{text!r} is not an ISO-8601 timestamp like 2026-11-22T10:00:00Z") from exc
     if moment.tzinfo is None:
         raise ValueError(f"{text!r} has no time zone; write it in UTC with a trailing Z")
-    return moment.astimezone(UTC)
+    return to_utc(moment, text)
+
+
+def to_utc(moment: datetime, shown: object = None) -> datetime:
+    """An aware datetime in UTC; ValueError if it cannot be one (outside the years 1..9999 in UTC)."""
+    try:
+        return moment.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise ValueError(
+            f"{shown if shown is not None else moment.isoformat()!r} is outside the years 1..9999 once in UTC"
+        ) from None
 
 
 def age(seconds: float) -> str:

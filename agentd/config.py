@@ -47,7 +47,7 @@ MIB = 1024 * 1024
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class AgentSection(AgentFields):
@@ -74,29 +74,37 @@ class PathsSection(Section):
     workspace: Path
 
 
+DAY_S = 86_400.0
+YEAR_S = 31_536_000
+
+
 class DispatchSection(Section):
+    # Every duration has an upper bound: each one ends up in a timedelta or a sleep.
     poll_ceiling_s: float = Field(default=30.0, gt=0, le=3600)
-    grace_s: float = Field(default=30.0, ge=0, description="SIGTERM: time the attempt may finish")
-    kill_grace_s: float = Field(default=5.0, gt=0, description="adapter SIGTERM → SIGKILL")
-    lock_heartbeat_s: float = Field(default=5.0, gt=0)
-    lock_stale_s: float = Field(default=60.0, gt=0)
+    grace_s: float = Field(default=30.0, ge=0, le=DAY_S, description="SIGTERM: time the attempt may finish")
+    kill_grace_s: float = Field(default=5.0, gt=0, le=3600, description="adapter SIGTERM → SIGKILL")
+    lock_heartbeat_s: float = Field(default=5.0, gt=0, le=3600)
+    lock_stale_s: float = Field(default=60.0, gt=0, le=DAY_S)
     default_max_attempts: int = Field(default=3, ge=1, le=100)
     default_profile_id: Identifier | None = None
-    backoff_base_s: float = Field(default=30.0, ge=0)
-    backoff_max_s: float = Field(default=3600.0, ge=0)
+    backoff_base_s: float = Field(default=30.0, ge=0, le=DAY_S)
+    backoff_max_s: float = Field(default=3600.0, ge=0, le=30 * DAY_S)
     backoff_jitter: float = Field(default=0.2, ge=0, le=1)
-    rate_limit_backoff_s: float = Field(default=300.0, ge=0)
-    max_rate_limit_reschedules: int = Field(default=5, ge=0)
-    output_cap_bytes: int = Field(default=16 * MIB, ge=1024)
-    workflow_state_cap: int = Field(default=5, ge=1)
-    recent_memory_items: int = Field(default=5, ge=0)
+    rate_limit_backoff_s: float = Field(default=300.0, ge=0, le=DAY_S)
+    max_rate_limit_reschedules: int = Field(default=5, ge=0, le=1000)
+    output_cap_bytes: int = Field(default=16 * MIB, ge=1024, le=1024 * 1024 * MIB)
+    workflow_state_cap: int = Field(default=5, ge=1, le=1000)
+    recent_memory_items: int = Field(default=5, ge=0, le=100)
+    crash_limit: int = Field(
+        default=3, ge=1, le=100, description="boot sweeps in a row that end a task as crashed_runtime"
+    )
 
 
 class SensorsSection(Section):
     max_concurrent: int = Field(default=4, ge=1, le=64)
-    default_timeout_s: float = Field(default=60.0, gt=0)
-    kill_grace_s: float = Field(default=5.0, gt=0)
-    output_cap_bytes: int = Field(default=16 * MIB, ge=1024)
+    default_timeout_s: float = Field(default=60.0, gt=0, le=DAY_S)
+    kill_grace_s: float = Field(default=5.0, gt=0, le=3600)
+    output_cap_bytes: int = Field(default=16 * MIB, ge=1024, le=1024 * 1024 * MIB)
     tick_s: float = Field(default=1.0, gt=0, le=60)
 
 
@@ -118,14 +126,16 @@ class ScheduleSpec(Section):
     schedule_id: Identifier
     name: str | None = None
     enabled: bool = True
-    interval_seconds: int = Field(ge=1)
+    interval_seconds: int = Field(ge=1, le=YEAR_S)
     task: JsonObject = Field(description="a TaskIntent; source defaults to schedule:<id>")
 
 
 class Settings(BaseSettings):
     """The identity TOML's shape; the environment overrides any scalar of a section."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True, allow_inf_nan=False
+    )
 
     agent: AgentSection
     constitution: ConstitutionSection

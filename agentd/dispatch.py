@@ -8,6 +8,7 @@ period, then stop it and record it interrupted.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -22,21 +23,20 @@ from pydantic import ValidationError
 
 from agentd import procs
 from agentd.adapters import AdapterRun
-from agentd.attempt import AttemptPreparer, Prepared, judge, plan_attempt, retry_policy
+from agentd.attempt import AttemptPreparer, Prepared, conclude, internal_failure_end, plan_attempt, sweep_end
 from agentd.bundle import WorkflowStep
 from agentd.clock import Clock, age
 from agentd.config import Config, task_intent_from_schedule
-from agentd.errors import AgentdError, DispatchLocked, InputError
-from agentd.evidence import attempt_paths, prepare_attempt_dir, write_manifest
+from agentd.containment import attempt_group, sweep_run
+from agentd.errors import AgentdError, DispatchLocked, InputError, StorageError
+from agentd.evidence import attempt_paths
 from agentd.hashing import new_ulid
 from agentd.intake import NewTask, prepare_task
 from agentd.metrics import DispatchMetrics
-from agentd.outcome import decide
 from agentd.records import (
     RecurringScheduleRecord,
     TaskAttempt,
     TaskIntent,
-    TaskOutcome,
     TaskRecord,
     WorkflowRecord,
     WorkflowRef,
@@ -50,6 +50,7 @@ from agentd.workflows import Change, StepResult, accepted_signals, judge_step, s
 logger = logging.getLogger(__name__)
 
 CANCEL_POLL_S = 1.0  # a running task's cancel flag is checked at least this often
+FATAL = (StorageError,)  # what ends the service (exit 1, systemd restarts it); anything else is recorded
 
 
 class LockLost(AgentdError):
@@ -62,6 +63,7 @@ class AttemptControl:
     def __init__(self) -> None:
         self.scope = anyio.CancelScope()
         self.reason: str | None = None
+        self.started = False  # the adapter began: side effects may have happened from here on
 
     def stop(self, reason: str, after_s: float = 0.0) -> None:
         self.reason = self.reason or reason
@@ -103,20 +105,16 @@ class Dispatcher:
         """Run until SIGTERM/SIGINT (or, with until_idle, until nothing is claimable now)."""
         await self.start()
         try:
-            if self.metrics is not None:
-                self.metrics.serve(self.config.metrics.dispatch_listen)
             async with anyio.create_task_group() as services:
+                if self.metrics is not None:
+                    await services.start(self.metrics.serve, self.config.metrics.dispatch_listen)
                 services.start_soon(self._keep_lock)
                 if watch_signals:
                     services.start_soon(self._watch_signals)
                 await services.start(self._listen_for_pokes)
                 self.notifier.ready(await self.status_line())
                 services.start_soon(keep_alive, self.notifier, self.status_line, self._report_status)
-                while not self._stopping:
-                    if not await self.tick(self.clock.now()):
-                        if until_idle:
-                            break
-                        await self._sleep_until_due()
+                await self._loop(until_idle)
                 services.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
@@ -179,6 +177,26 @@ class Dispatcher:
         if self._control is not None:
             self._control.stop("interrupted", 0.0 if immediately else self.config.dispatch.grace_s)
 
+    async def _loop(self, until_idle: bool) -> None:
+        """Tick until stopped. A tick that fails is logged and retried after a pause that doubles up
+        to the poll ceiling (never a hot loop); only an unusable disk ends the service."""
+        pause = 1.0
+        while not self._stopping:
+            try:
+                worked = await self.tick(self.clock.now())
+            except FATAL:
+                raise
+            except Exception:
+                logger.exception("dispatch_tick_failed: retrying in %.0fs", pause)
+                await self._wait_for_poke(pause)
+                pause = min(pause * 2, self.config.dispatch.poll_ceiling_s)
+                continue
+            pause = 1.0
+            if not worked:
+                if until_idle:
+                    return
+                await self._sleep_until_due()
+
     async def tick(self, now: datetime) -> bool:
         """One pass in the seed's order; True if an attempt ran (or a claim was refused)."""
         await self.run_due_schedules(now)
@@ -220,29 +238,77 @@ class Dispatcher:
         return True
 
     async def run_attempt(self, claim: Claim) -> TaskRecord:
-        """prepare → execute → judge → the outcome commit."""
-        assert claim.attempt is not None
+        """prepare → execute → conclude (redact, judge, seal) → the outcome commit. Whatever goes
+        wrong inside agentd becomes the attempt's recorded internal_error; the service goes on."""
+        attempt = claim.attempt
+        assert attempt is not None
         control = AttemptControl()
         self._control = control
         if self._stopping:
             control.stop("interrupted", self.config.dispatch.grace_s)
+        prepared: Prepared | None = None
         try:
             prepared = await self.preparer.prepare(claim, await self.workflow_step(claim.task))
-            self._running = (claim.task.task_id, claim.attempt.adapter_id, claim.attempt.model, anyio.current_time())
+            self._running = (claim.task.task_id, attempt.adapter_id, attempt.model, anyio.current_time())
             self.notifier.status(await self.status_line())
             run = await self._execute(prepared, control)
             end = await anyio.to_thread.run_sync(
-                judge, self.config, self.clock, self.rng, prepared, run, control.stopped
+                conclude, self.config, self.clock, self.rng, prepared, run, control.stopped
             )
+        except FATAL:
+            raise
         except Exception as exc:  # the attempt's boundary: record it, never leave the task running
-            logger.exception("attempt %s of task %s failed inside agentd", claim.attempt.attempt_id, claim.task.task_id)
-            end = self._internal_failure(claim.task, claim.attempt, exc)
+            logger.exception("attempt %s of task %s failed inside agentd", attempt.attempt_id, claim.task.task_id)
+            end = await self._internal_failure(claim.task, attempt, exc, "running this attempt", control, prepared)
         finally:
             self._control = None
             self._running = None
-        task = await self.db.call(Store.finish_attempt, end)
-        self._count_attempt(claim.attempt, end)
+        task = await self._commit(claim.task, attempt, end, control, prepared)
+        self._count_attempt(attempt, end)
         return task
+
+    async def _commit(
+        self,
+        task: TaskRecord,
+        attempt: TaskAttempt,
+        end: AttemptEnd,
+        control: AttemptControl | None = None,
+        prepared: Prepared | None = None,
+    ) -> TaskRecord:
+        """The outcome commit. If SQLite refuses it (a value nothing caught earlier), the attempt is
+        recorded as agentd's internal_error naming why, so the task never stays running."""
+        try:
+            return await self.db.call(Store.finish_attempt, end)
+        except FATAL:
+            raise
+        except Exception as exc:
+            logger.exception("the outcome of attempt %s could not be recorded", attempt.attempt_id)
+            fallback = await self._internal_failure(task, attempt, exc, "recording its outcome", control, prepared)
+            return await self.db.call(Store.finish_attempt, fallback)
+
+    async def _internal_failure(
+        self,
+        task: TaskRecord,
+        attempt: TaskAttempt,
+        exc: BaseException,
+        stage: str,
+        control: AttemptControl | None,
+        prepared: Prepared | None,
+    ) -> AttemptEnd:
+        return await anyio.to_thread.run_sync(
+            functools.partial(
+                internal_failure_end,
+                self.config,
+                self.clock,
+                self.rng,
+                task,
+                attempt,
+                exc,
+                stage=stage,
+                started=bool(control and control.started),
+                redactor=prepared.redactor if prepared else None,
+            )
+        )
 
     def _count_attempt(self, attempt: TaskAttempt, end: AttemptEnd) -> None:
         if self.metrics is None:
@@ -257,6 +323,7 @@ class Dispatcher:
         task_id, attempt_id = prepared.task.task_id, prepared.attempt_id
 
         async def started(pid: int | None) -> None:
+            control.started = True
             await self.db.call(Store.mark_attempt_started, task_id, attempt_id, pid, self.clock.now())
 
         with control.scope:
@@ -275,16 +342,26 @@ class Dispatcher:
                 return
 
     async def apply_outbox(self) -> None:
-        """Apply every pending side effect, each exactly once (a crash re-applies, never doubles)."""
+        """Apply every pending side effect, each exactly once (a crash re-applies, never doubles).
+        An item that fails inside agentd is settled as refused with the reason; the rest go on."""
         for item in await self.db.call(Store.pending_outbox):
-            now = self.clock.now()
-            if item.kind == "follow_up_task":
-                new, refusal = self._follow_up(item, now)
-                await self.db.call(Store.apply_follow_up, item, new, refusal, now)
-            elif item.kind == "workflow_signal":
-                await self.apply_workflow_signal(item, now)
-            else:
-                await self.db.call(Store.settle_outbox, item, "awaiting_handler", {}, now)
+            try:
+                await self._apply_outbox_item(item, self.clock.now())
+            except FATAL:
+                raise
+            except Exception as exc:
+                logger.exception("outbox item %s could not be applied", item.idempotency_key)
+                reason = f"internal_error: {type(exc).__name__}: {exc}"[:500]
+                await self.db.call(Store.settle_outbox, item, "refused", {"reason": reason}, self.clock.now())
+
+    async def _apply_outbox_item(self, item: OutboxItem, now: datetime) -> None:
+        if item.kind == "follow_up_task":
+            new, refusal = self._follow_up(item, now)
+            await self.db.call(Store.apply_follow_up, item, new, refusal, now)
+        elif item.kind == "workflow_signal":
+            await self.apply_workflow_signal(item, now)
+        else:
+            await self.db.call(Store.settle_outbox, item, "awaiting_handler", {}, now)
 
     async def apply_workflow_signal(self, item: OutboxItem, now: datetime) -> None:
         """A step task ended: move its workflow on, complete it, or block it (never loop)."""
@@ -334,6 +411,9 @@ class Dispatcher:
             return replace(prepare_task(intent, self.config, now, trusted=False), schedule_id=schedule.schedule_id)
         except InputError as exc:
             return str(exc)
+        except Exception as exc:  # one schedule's problem is its own: refused and recorded, never a stall
+            logger.exception("schedule %s: its task could not be made", schedule.schedule_id)
+            return f"internal_error: {type(exc).__name__}: {exc}"
 
     def _step_task(self, workflow: WorkflowRecord, now: datetime) -> NewTask | str:
         definition = self.config.workflows.get(workflow.workflow_type)
@@ -357,6 +437,9 @@ class Dispatcher:
             new = prepare_task(intent, self.config, now, trusted=True)
         except InputError as exc:
             return f"cannot create the {state.state_id} task: {exc}"
+        except Exception as exc:  # blocks this workflow with the reason; the others go on
+            logger.exception("workflow %s: its %s task could not be made", workflow.workflow_id, state.state_id)
+            return f"cannot create the {state.state_id} task: internal_error: {type(exc).__name__}: {exc}"
         return replace(new, workflow_iteration=workflow.iteration)
 
     def _schedule_specs(self) -> list[ScheduleSpecRow]:
@@ -431,63 +514,22 @@ class Dispatcher:
                 raise LockLost("the dispatch lock was cleared by another dispatcher; stopping without committing")
 
     async def boot_sweep(self) -> None:
-        """Close every attempt a dead dispatcher left open; kill what it left running."""
+        """Close every attempt a dead dispatcher left open: kill what it left running, then judge
+        what it left (if its processes were gone) or count the crash against the task."""
         for task, attempt in await self.db.call(Store.running_attempts):
-            killed = procs.kill_marked(procs.attempt_marker(attempt.attempt_id))
-            end = await anyio.to_thread.run_sync(self._sweep_end, task, attempt, killed)
-            await self.db.call(Store.finish_attempt, end)
+            survivors = await sweep_run(attempt_group(self.config.paths.state_dir, attempt.attempt_id))
+            try:
+                end = await anyio.to_thread.run_sync(
+                    sweep_end, self.config, self.clock, self.rng, task, attempt, survivors
+                )
+            except FATAL:
+                raise
+            except Exception as exc:
+                logger.exception("boot sweep of attempt %s failed inside agentd", attempt.attempt_id)
+                end = await self._internal_failure(task, attempt, exc, "sweeping this attempt", None, None)
+            await self._commit(task, attempt, end)
             if self.metrics is not None:
                 self.metrics.boot_sweep.inc()
-
-    def _sweep_end(self, task: TaskRecord, attempt: TaskAttempt, killed: list[int]) -> AttemptEnd:
-        summary = "the dispatcher stopped abruptly during this attempt; reclaimed by the boot sweep"
-        return self._closing_end(task, attempt, summary, "boot_sweep", {"killed_pids": killed}, boot_sweep=True)
-
-    def _internal_failure(self, task: TaskRecord, attempt: TaskAttempt, exc: Exception) -> AttemptEnd:
-        return self._closing_end(task, attempt, f"agentd failed running this attempt: {exc!r}", "internal_error", {})
-
-    def _closing_end(
-        self,
-        task: TaskRecord,
-        attempt: TaskAttempt,
-        summary: str,
-        reason: str,
-        diagnostics: dict[str, object],
-        *,
-        boot_sweep: bool = False,
-    ) -> AttemptEnd:
-        now = self.clock.now()
-        outcome = TaskOutcome(status="retryable_failure", machine_status="needs_retry", operator_summary=summary)
-        decision = decide(
-            task, task.free_attempt_count, outcome, now=now, policy=retry_policy(self.config), rng=self.rng
-        )
-        paths = attempt_paths(self.config.paths.state_dir, task.task_id, attempt.attempt_id)
-        prepare_attempt_dir(paths)
-        if not paths.manifest.exists():  # evidence is written once; a manifest already there stays
-            write_manifest(
-                paths,
-                {
-                    "run_id": attempt.attempt_id,
-                    "task_ref": {"task_id": task.task_id},
-                    "termination_reason": reason,
-                    "failure_type": reason,
-                    "outcome": {"status": outcome.status, "next_status": decision.status},
-                },
-            )
-        return AttemptEnd(
-            attempt_id=attempt.attempt_id,
-            task_id=task.task_id,
-            ended_at=now,
-            exit_status="error",
-            retry_class=decision.retry_class,
-            termination_reason=reason,
-            outcome=outcome,
-            status=decision.status,
-            available_at=decision.available_at,
-            last_error=decision.last_error,
-            diagnostics={"summary": summary, **diagnostics},
-            boot_sweep=boot_sweep,
-        )
 
     async def _listen_for_pokes(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with doorbell(self.config.paths.state_dir) as sock:

@@ -52,3 +52,17 @@ class SchemaMismatch(AgentdError):
 
 class DispatchLocked(AgentdError):
     """Another live dispatcher holds the dispatch lock."""
+
+
+class StorageError(AgentdError):
+    """The state dir or its database cannot be used (full, read-only, unreadable, locked, damaged).
+
+    One line naming the path, what is wrong and what to do. Operator commands exit 2 (nothing was
+    written); the services exit 1 so systemd restarts them once the disk is usable again.
+    """
+
+    exit_code = 2
+
+    def __init__(self, path: object, problem: str, fix: str) -> None:
+        super().__init__(f"{path}: {problem}; {fix}")
+        self.path, self.problem = path, problem

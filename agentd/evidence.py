@@ -94,23 +94,6 @@ def write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def redact_files(paths: list[Path], secrets: list[str]) -> list[str]:
-    """Replace every secret value in these files; return the names of files that held one."""
-    needles = sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True)
-    touched = []
-    for path in paths:
-        if not needles or not path.is_file():
-            continue
-        data = path.read_bytes()
-        redacted = data
-        for needle in needles:
-            redacted = redacted.replace(needle.encode(), b"[redacted]")
-        if redacted != data:
-            path.write_bytes(redacted)
-            touched.append(path.name)
-    return touched
-
-
 def file_hashes(paths: AttemptPaths) -> dict[str, dict[str, Any]]:
     found = {}
     for name in EVIDENCE_FILES:

@@ -1,9 +1,14 @@
 """Prometheus metrics (DESIGN §8): each service serves /metrics on its own port.
 
 What the database knows (tasks by status, oldest pending age) is read at scrape time on the
-scrape thread's own read connection, so both services report the same numbers and a scrape
-never waits for an attempt. What happens inside a service (attempts, cost, sensor runs) is
-counted in that service.
+scrape's own read connection, so both services report the same numbers and a scrape never waits
+for an attempt. What happens inside a service (attempts, cost, sensor runs) is counted in that
+service.
+
+The endpoint is a small HTTP/1.1 server inside the service's event loop, not a thread per
+connection: at most MAX_CONNECTIONS at once (more are closed at once), each with
+CONNECTION_TIMEOUT_S to send its request and take the answer, so no client can hold the service's
+threads or memory. prometheus-client does the encoding.
 """
 
 from __future__ import annotations
@@ -13,9 +18,11 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+import anyio
+import anyio.abc
+import anyio.to_thread
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -29,6 +36,9 @@ from agentd.store import Store, open_store
 logger = logging.getLogger(__name__)
 
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
+MAX_CONNECTIONS = 8
+CONNECTION_TIMEOUT_S = 5.0
+MAX_REQUEST_BYTES = 8192
 
 
 class QueueCollector(Collector):
@@ -74,33 +84,56 @@ class Metrics:
         )
         self._queue = QueueCollector(db_path, clock)
         self.registry.register(self._queue)
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self._scrapes = anyio.CapacityLimiter(1)  # one scrape reads the database at a time
+        self._open = 0
         self.url: str | None = None
 
-    def serve(self, listen: str) -> str:
-        """Start /metrics on HOST:PORT (port 0 picks a free one); return its URL."""
+    async def serve(self, listen: str, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve /metrics on HOST:PORT (port 0 picks a free one) until cancelled; started() gives
+        the URL."""
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
         try:
-            self._server, self._thread = start_http_server(int(port), addr=host, registry=self.registry)
+            listener = await anyio.create_tcp_listener(local_host=host, local_port=int(port), reuse_port=False)
         except (OSError, ValueError) as exc:
             key = f"{self.service}_listen"
             raise AgentdError(
                 f"metrics: cannot listen on {listen} ({exc}); change [metrics] {key} (or set [metrics] enabled = false)"
             ) from None
-        bound = self._server.server_port
+        bound = listener.extra(anyio.abc.SocketAttribute.local_port)
         self.url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}/metrics"
         logger.info("metrics_listening service=%s url=%s", self.service, self.url)
-        return self.url
+        task_status.started(self.url)
+        async with listener:
+            await listener.serve(self._connection)
+
+    async def _connection(self, stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            if self._open >= MAX_CONNECTIONS:
+                return  # closed at once: a flood of connections costs the service nothing
+            self._open += 1
+            try:
+                with anyio.move_on_after(CONNECTION_TIMEOUT_S):
+                    await self._answer(stream)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError):
+                pass  # the client went away
+            finally:
+                self._open -= 1
+
+    async def _answer(self, stream: anyio.abc.SocketStream) -> None:
+        request = b""
+        while b"\r\n\r\n" not in request and len(request) < MAX_REQUEST_BYTES:
+            request += await stream.receive(MAX_REQUEST_BYTES)
+        method, path, *_ = [*request.split(b"\r\n", 1)[0].split(b" "), b"", b""]
+        if method not in (b"GET", b"HEAD"):
+            await stream.send(_response(405, b"only GET\n", b"text/plain"))
+        elif path.split(b"?", 1)[0] not in (b"/metrics", b"/"):
+            await stream.send(_response(404, b"try /metrics\n", b"text/plain"))
+        else:
+            body = await anyio.to_thread.run_sync(generate_latest, self.registry, limiter=self._scrapes)
+            await stream.send(_response(200, body, CONTENT_TYPE_LATEST.encode(), head=method == b"HEAD"))
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
         self._queue.close()
 
 
@@ -201,3 +234,14 @@ class SensorMetrics(Metrics):
         for key, value in by_result.items():
             if value > 0:
                 self.events.labels(sensor, key).inc(value)
+
+
+def _response(status: int, body: bytes, content_type: bytes, *, head: bool = False) -> bytes:
+    reason = {200: b"OK", 404: b"Not Found", 405: b"Method Not Allowed"}[status]
+    headers = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (
+        status,
+        reason,
+        content_type,
+        len(body),
+    )
+    return headers if head else headers + body

@@ -7,7 +7,6 @@ reasons; `decide` turns the gated outcome into the task's next status, retry tim
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass, field
@@ -16,7 +15,9 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import ValidationError
 
-from agentd.records import TaskOutcome, TaskRecord
+from agentd.edge import Refused
+from agentd.edge import loads as load_json
+from agentd.records import MachineStatus, OutcomeStatus, TaskOutcome, TaskRecord
 
 _FENCED_JSON = re.compile(r"```json[ \t]*\r?\n(.*?)```", re.DOTALL)
 MTIME_SLACK_S = 2.0  # filesystem timestamp granularity
@@ -29,9 +30,9 @@ class Extracted:
     problem: str | None = None
 
 
-def extract_outcome(result_text: str | None, final_message: str | None) -> Extracted:
+def extract_outcome(result_text: str | None, final_message: str | None, result_problem: str | None = None) -> Extracted:
     """The adapter's TaskOutcome, or why there is none."""
-    problems = []
+    problems = [f"result file: {result_problem}"] if result_problem else []
     if result_text and result_text.strip():
         outcome, problem = _parse(result_text)
         if outcome is not None:
@@ -50,9 +51,9 @@ def extract_outcome(result_text: str | None, final_message: str | None) -> Extra
 
 def _parse(text: str) -> tuple[TaskOutcome | None, str | None]:
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return None, f"not JSON ({exc})"
+        data = load_json(text, "outcome")
+    except Refused as exc:
+        return None, str(exc).removeprefix("outcome: ")
     try:
         return TaskOutcome.model_validate(data), None
     except ValidationError as exc:
@@ -91,7 +92,7 @@ class Gated:
 def gate(
     extracted: Extracted,
     *,
-    adapter_ok: bool,
+    adapter_ok: bool | None,
     adapter_failure: str | None,
     workspace: Path,
     attempt_started: datetime,
@@ -104,7 +105,7 @@ def gate(
         summary = extracted.problem or "no outcome"
         if adapter_failure:
             summary = f"{adapter_failure}; {summary}"
-        return Gated(_failure(summary, raw=None), (summary,))
+        return Gated(failure_outcome(summary), (summary,))
     if outcome.status == "operator_canceled":
         reason = "operator_canceled is the operator's to give, not the model's"
         return Gated(_downgrade(outcome, reason, status="permanent_failure"), (reason,))
@@ -113,7 +114,7 @@ def gate(
     reasons: list[str] = []
     if outcome.machine_status != "ok":
         reasons.append(f"completed needs machine_status ok, found {outcome.machine_status}")
-    if not adapter_ok:
+    if adapter_ok is False:  # None: its exit is unknown (the boot sweep found what it left)
         reasons.append(f"the adapter did not end cleanly ({adapter_failure or 'error'})")
     verified, artifact_reasons = _check_artifacts(outcome, workspace, checks)
     reasons += artifact_reasons
@@ -170,17 +171,24 @@ def resolve_in_workspace(relative: str, workspace: Path) -> tuple[Path, str | No
     return resolved, None
 
 
-def _failure(summary: str, *, raw: str | None) -> TaskOutcome:
-    return TaskOutcome(
-        status="retryable_failure", machine_status="needs_retry", operator_summary=summary, raw_output=raw
-    )
+MACHINE_STATUS: dict[str, MachineStatus] = {
+    "retryable_failure": "needs_retry",
+    "permanent_failure": "failed",
+    "blocked": "blocked",
+    "operator_canceled": "canceled",
+}
 
 
-def _downgrade(outcome: TaskOutcome, reason: str, status: str = "retryable_failure") -> TaskOutcome:
+def failure_outcome(summary: str, status: OutcomeStatus = "retryable_failure") -> TaskOutcome:
+    """Every outcome agentd itself gives a failed attempt (a timeout, a crash, a cancel, a bug)."""
+    return TaskOutcome(status=status, machine_status=MACHINE_STATUS[status], operator_summary=summary)
+
+
+def _downgrade(outcome: TaskOutcome, reason: str, status: OutcomeStatus = "retryable_failure") -> TaskOutcome:
     return outcome.model_copy(
         update={
             "status": status,
-            "machine_status": "needs_retry" if status == "retryable_failure" else "failed",
+            "machine_status": MACHINE_STATUS[status],
             "operator_summary": f"not completed: {reason} (model said: {outcome.operator_summary})",
         }
     )
@@ -196,6 +204,7 @@ class RetryPolicy:
     backoff_jitter: float
     rate_limit_backoff_s: float
     max_rate_limit_reschedules: int
+    crash_limit: int = 3  # boot sweeps in a row before a task is ended crashed_runtime
 
 
 @dataclass(frozen=True)
@@ -204,8 +213,9 @@ class Decision:
     retry_class: str  # none | retryable | permanent
     available_at: datetime | None  # when a retry may run
     last_error: str | None
-    free_attempt: bool = False  # rate-limited or interrupted: does not spend max_attempts
+    free_attempt: bool = False  # rate-limited, interrupted or crashed: does not spend max_attempts
     rate_limited: bool = False
+    crashed: bool = False  # the runtime died during the attempt (counted toward crash_limit)
     notes: tuple[str, ...] = field(default=())
 
 
@@ -219,12 +229,15 @@ def decide(
     rng: random.Random,
     rate_limited: bool = False,
     interrupted: bool = False,
+    crashed: bool = False,
 ) -> Decision:
     """Next status for a task whose attempt (already counted in attempt_count) just ended."""
     if outcome.status == "completed":
         return Decision("completed", "none", None, None)
     if outcome.status in ("permanent_failure", "blocked", "operator_canceled"):
         return Decision(outcome.status, "permanent", None, outcome.operator_summary)
+    if crashed:
+        return _after_crash(task, now, policy)
     free = rate_limited or interrupted
     counted = task.attempt_count - free_attempts_so_far - (1 if free else 0)
     if rate_limited and task.rate_limit_count + 1 > policy.max_rate_limit_reschedules:
@@ -242,6 +255,20 @@ def decide(
     return Decision(
         "retryable_failure", "retryable", now + timedelta(seconds=delay), outcome.operator_summary, free, rate_limited
     )
+
+
+def _after_crash(task: TaskRecord, now: datetime, policy: RetryPolicy) -> Decision:
+    """The runtime died during the attempt: not the task's fault, so no attempt is spent — unless
+    this task has now been running each of the last crash_limit times the runtime died."""
+    crashes = task.crash_count + 1
+    if crashes >= policy.crash_limit:
+        error = (
+            f"crashed_runtime: the runtime died during {crashes} attempts of this task in a row "
+            f"(limit [dispatch] crash_limit = {policy.crash_limit}); it is not run again by itself"
+        )
+        return Decision("permanent_failure", "permanent", None, error, free_attempt=True, crashed=True)
+    error = f"the runtime died during this attempt ({crashes} of {policy.crash_limit} in a row); run again"
+    return Decision("retryable_failure", "retryable", now, error, free_attempt=True, crashed=True)
 
 
 def backoff(base_s: float, retry_number: int, policy: RetryPolicy, rng: random.Random) -> float:

@@ -57,27 +57,39 @@ def is_running(identity: ProcessIdentity, here: ProcessIdentity) -> bool | None:
     return start_ticks(identity.pid) == identity.started
 
 
-def marked_processes(marker: str) -> list[int]:
+def uptime_ticks() -> int:
+    """Now, in the clock ticks since boot that /proc/PID/stat's start times use."""
+    try:
+        seconds = float((PROC / "uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return int(seconds * os.sysconf("SC_CLK_TCK"))
+
+
+def marked_processes(marker: str, started_after_ticks: int | None = None) -> list[int]:
     """Living processes whose environment holds `marker` (e.g. AGENTD_ATTEMPT_ID=…), in any group
-    or session: the harness CLIs start their tools with setsid, out of reach of killpg."""
+    or session: the harness CLIs start their tools with setsid, out of reach of killpg. With
+    `started_after_ticks`, only processes that started since then have their environment read."""
     needle = marker.encode()
+    floor = (started_after_ticks or 0) - os.sysconf("SC_CLK_TCK")  # a tick of slack either way
     found = []
     for entry in PROC.iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if fields[0] == "Z" or int(fields[19]) < floor:
                 continue
             if needle in (entry / "environ").read_bytes().split(b"\0"):
                 found.append(int(entry.name))
-        except (OSError, IndexError):
+        except (OSError, IndexError, ValueError):
             continue  # gone meanwhile, or not ours to read
     return found
 
 
-def kill_marked(marker: str) -> list[int]:
+def kill_marked(marker: str, started_after_ticks: int | None = None) -> list[int]:
     """SIGKILL every living process carrying `marker`; return their pids."""
-    pids = marked_processes(marker)
+    pids = marked_processes(marker, started_after_ticks)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)

@@ -3,8 +3,9 @@
 `run_process` gives each child its own process group, streams stdout/stderr into files up to a
 cap (the rest is counted and dropped, never held in memory), and enforces a hard timeout by
 killing the whole group: SIGTERM, then SIGKILL after a grace. When the child exits, whatever it
-left running in its group is killed too, and if the caller is cancelled the group is killed
-before the cancellation goes on. Nothing an attempt or a sensor starts outlives it.
+left running is killed too — in its group, and in its run's cgroup or by its marker (see
+agentd/containment.py) — and if the caller is cancelled that happens before the cancellation goes
+on. Nothing an attempt or a sensor starts outlives it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import IO
 import anyio
 import anyio.abc
 
-from agentd.procs import kill_marked
+from agentd import procs
+from agentd.containment import RunGroup, end_run, spawn
 
 CHUNK_BYTES = 64 * 1024
 PIPE_DRAIN_S = 2.0  # after the run's processes are stopped, how long its output may still arrive
@@ -37,9 +39,9 @@ class ProcessSpec:
     kill_grace_s: float = 5.0
     output_cap_bytes: int = 16 * 1024 * 1024
     stdin: bytes = b""
-    # An env entry (NAME=value) every process of this run inherits: whatever still carries it
-    # when the run ends is killed too, even if it left the process group (setsid).
-    marker: str | None = None
+    # The run this process starts (an attempt, a sensor run): whatever it started is killed when
+    # the run ends, even processes that left its process group (setsid). None: the group only.
+    group: RunGroup | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class ProcessResult:
     stdout: CapturedOutput
     stderr: CapturedOutput
     elapsed_s: float
+    stragglers: int = 0  # processes the run left behind that were killed when it ended
 
     @property
     def ok(self) -> bool:
@@ -108,39 +111,48 @@ async def run_process(
 ) -> ProcessResult:
     """Run `spec` to completion or timeout; see the module docstring for the guarantees."""
     started = anyio.current_time()
+    since = procs.uptime_ticks()
     stdout = CappedFile(spec.stdout_path, spec.output_cap_bytes)
     stderr = CappedFile(spec.stderr_path, spec.output_cap_bytes)
     try:
-        process = await anyio.open_process(
-            list(spec.argv),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=spec.cwd,
-            env=dict(spec.env),
-            start_new_session=True,  # its own process group: one killpg reaches everything it starts
+        process = await spawn(
+            spec.group,
+            lambda: anyio.open_process(
+                list(spec.argv),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=spec.cwd,
+                env=dict(spec.env),
+                start_new_session=True,  # its own process group: one killpg reaches everything it starts
+            ),
         )
     except OSError as exc:
+        if spec.group is not None:
+            await end_run(spec.group, since)  # removes the run's empty cgroup
         return ProcessResult(
             None, None, None, False, _start_error(spec.argv[0], exc), stdout.close(), stderr.close(), 0.0
         )
-    timed_out = False
+    timed_out, stragglers = False, None
     try:
         if on_started is not None:
             await on_started(process.pid)
-        async with anyio.create_task_group() as group:
-            group.start_soon(_pump, process.stdout, stdout)
-            group.start_soon(_pump, process.stderr, stderr)
-            group.start_soon(_feed, process.stdin, spec.stdin)
+        async with anyio.create_task_group() as pumps:
+            pumps.start_soon(_pump, process.stdout, stdout)
+            pumps.start_soon(_pump, process.stderr, stderr)
+            pumps.start_soon(_feed, process.stdin, spec.stdin)
             with anyio.move_on_after(spec.timeout_s) as deadline:
                 await process.wait()
             timed_out = deadline.cancelled_caught
-            await _stop_group(process, spec.kill_grace_s, spec.marker)
-            # Whatever still holds our pipes now left the group without the marker: stop reading.
-            group.cancel_scope.deadline = anyio.current_time() + PIPE_DRAIN_S
+            await _stop_group(process, spec.kill_grace_s)
+            stragglers = await _end(spec.group, since)
+            # Whatever still holds our pipes now escaped the run (no cgroup, no marker): stop reading.
+            pumps.cancel_scope.deadline = anyio.current_time() + PIPE_DRAIN_S
     finally:
         with anyio.CancelScope(shield=True):
-            await _stop_group(process, spec.kill_grace_s, spec.marker)
+            await _stop_group(process, spec.kill_grace_s)
+            if stragglers is None:
+                stragglers = await _end(spec.group, since)
             await process.aclose()
             out, err = stdout.close(), stderr.close()
     code = process.returncode
@@ -153,20 +165,23 @@ async def run_process(
         stdout=out,
         stderr=err,
         elapsed_s=anyio.current_time() - started,
+        stragglers=len(stragglers or []),
     )
 
 
-async def _stop_group(process: anyio.abc.Process, grace_s: float, marker: str | None) -> None:
-    """TERM the group and wait up to grace for the leader; then KILL whatever is left, in the
-    group or (by marker) out of it."""
+async def _stop_group(process: anyio.abc.Process, grace_s: float) -> None:
+    """TERM the group and wait up to grace for the leader; then KILL whatever is left in it."""
     if process.returncode is None:
         kill_group(process.pid, signal.SIGTERM)
         with anyio.move_on_after(grace_s):
             await process.wait()
     kill_group(process.pid, signal.SIGKILL)  # stragglers the leader left behind, or the leader
     await process.wait()
-    if marker is not None:
-        kill_marked(marker)
+
+
+async def _end(group: RunGroup | None, since: int) -> list[int]:
+    """The run's end: everything it started that is still alive, out of the group too."""
+    return await end_run(group, since) if group is not None else []
 
 
 def kill_group(pgid: int, sig: signal.Signals) -> bool:

@@ -9,7 +9,6 @@ transaction as the task or workflow the event creates.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -22,13 +21,18 @@ import anyio
 import anyio.abc
 from pydantic import ValidationError
 
+from agentd import procs
 from agentd.clock import Clock, age
 from agentd.config import Config, passthrough_environment, read_env_file
-from agentd.errors import InputError
+from agentd.containment import sensor_group, sweep_run
+from agentd.edge import Refused, scrub
+from agentd.edge import loads as load_json
+from agentd.errors import InputError, StorageError
 from agentd.hashing import new_ulid
 from agentd.intake import prepare_task
 from agentd.metrics import SensorMetrics
 from agentd.records import SensorEvent
+from agentd.redaction import Redactor
 from agentd.runner import ProcessSpec, run_process
 from agentd.sensors import Sensor
 from agentd.service import Notifier, keep_alive
@@ -39,12 +43,13 @@ from agentd.workflows import start_state
 logger = logging.getLogger(__name__)
 
 BATCH = 500  # events per transaction: bounds how long one run holds the write lock
+FATAL = (StorageError,)  # ends the service (systemd restarts it); anything else is one run's failure
 
 
 @dataclass
 class SensorRunReport:
     sensor_id: str
-    result: str  # ok | exit N | timeout | start_failed | internal_error
+    result: str  # ok | exit N | killed by SIG… | timeout | start_failed | internal_error
     error: str | None = None
     counts: IntakeCounts = field(default_factory=IntakeCounts)
     accepted: list[AcceptedEvent] = field(default_factory=list)
@@ -62,7 +67,10 @@ def parse_output(
         try:
             accepted.append(_accept(sensor_id, number, line, config, now))
         except _Rejected as exc:
-            rejected.append(RejectedLine(number, str(exc)))
+            rejected.append(RejectedLine(number, scrub(str(exc))))
+        except Exception as exc:  # one line's problem is its own: the lines around it still count
+            logger.exception("sensor %s line %d could not be judged", sensor_id, number)
+            rejected.append(RejectedLine(number, scrub(f"internal_error: {type(exc).__name__}: {exc}")[:500]))
     return accepted, rejected
 
 
@@ -72,9 +80,9 @@ class _Rejected(Exception):
 
 def _accept(sensor_id: str, number: int, line: str, config: Config, now: datetime) -> AcceptedEvent:
     try:
-        data = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise _Rejected(f"not JSON ({exc.msg} at column {exc.colno})") from None
+        data = load_json(line, "line")
+    except Refused as exc:
+        raise _Rejected(str(exc).removeprefix("line: ")) from None
     if not isinstance(data, dict):
         raise _Rejected(f"expected a JSON object, found {type(data).__name__}")
     data.setdefault("sensor_id", sensor_id)
@@ -130,8 +138,11 @@ class SensorService:
         self.pid = os.getpid()
         self._limiter = anyio.CapacityLimiter(config.sensors.max_concurrent)
         self._running: set[str] = set()
+        self._not_before: dict[str, datetime] = {}  # a run agentd could not record: not again before
         self._stopping = False
         self._wake = anyio.Event()
+        me = procs.this_process()
+        self._owner = {"pid": me.pid, "started": me.started, "host": me.host, "boot_id": me.boot_id}
 
     @property
     def sensors(self) -> list[Sensor]:
@@ -139,11 +150,12 @@ class SensorService:
 
     async def run(self, *, once: bool = False, watch_signals: bool = True) -> None:
         """Run sensors as they fall due until SIGTERM (with once: one pass over what is due)."""
-        if self.metrics is not None:
-            self.metrics.serve(self.config.metrics.sensors_listen)
         async with anyio.create_task_group() as services:
             if watch_signals:
                 services.start_soon(self._watch_signals)
+            if self.metrics is not None:
+                await services.start(self.metrics.serve, self.config.metrics.sensors_listen)
+            await self.sweep()
             self.notifier.ready(await self.status_line())
             if not once:
                 services.start_soon(keep_alive, self.notifier, self.status_line, self._report_status)
@@ -208,7 +220,8 @@ class SensorService:
         for sensor in self.sensors:
             state = states.get(sensor.sensor_id)
             due = state is None or state.next_run_at is None or state.next_run_at <= now
-            if due and sensor.sensor_id not in self._running:
+            held_back = self._not_before.get(sensor.sensor_id, now) > now
+            if due and not held_back and sensor.sensor_id not in self._running:
                 self._running.add(sensor.sensor_id)
                 runs.start_soon(self._run_guarded, sensor, reports)
 
@@ -217,39 +230,93 @@ class SensorService:
             report = await self.run_sensor(sensor)
             if reports is not None:
                 reports.append(report)
+        except FATAL:
+            raise
         except Exception:  # one sensor's failure is its own; the service and the others go on
             logger.exception("sensor %s failed inside agentd", sensor.sensor_id)
+            self._hold_back(sensor)
         finally:
             self._running.discard(sensor.sensor_id)
             self._wake.set()
 
+    def _hold_back(self, sensor: Sensor) -> None:
+        """A run agentd could not even record is not retried before its interval: never a hot loop."""
+        interval = timedelta(seconds=sensor.manifest.interval_seconds)
+        self._not_before[sensor.sensor_id] = self.clock.now() + interval
+
     async def run_sensor(self, sensor: Sensor, *, dry_run: bool = False) -> SensorRunReport:
-        """Run one sensor now: its process, its output judged line by line, recorded (unless dry_run)."""
+        """Run one sensor now: its process, its output judged line by line, recorded (unless dry_run).
+        Whatever goes wrong inside agentd is the run's recorded internal_error; valid lines still count."""
         started = self.clock.now()
-        async with self._limiter:
-            result = await run_process(self._spec(sensor))
-        if result.start_error:
-            report = SensorRunReport(sensor.sensor_id, "start_failed", result.start_error)
-        else:
-            outcome = "ok" if result.ok else ("timeout" if result.timed_out else result.describe())
-            error = None if result.ok else _tail(result.stderr.path) or outcome
-            report = SensorRunReport(sensor.sensor_id, outcome, error)
-            report.accepted, report.rejected = await anyio.to_thread.run_sync(
-                self._parse, sensor.sensor_id, result.stdout.path
-            )
-        if dry_run:
-            return report
-        await self._record(sensor, report, started)
+        run_id = new_ulid(self.clock)  # every process of this run carries it: none outlives the run
+        redactor = Redactor()
+        if not dry_run:
+            await self.db.call(Store.begin_sensor_run, sensor.sensor_id, run_id, self._owner, started)
+        try:
+            redactor = self._redactor(sensor)
+            report = await self._observe(sensor, run_id, redactor)
+            if not dry_run:
+                await self._record(sensor, report)
+        except FATAL:
+            raise
+        except Exception as exc:
+            logger.exception("sensor %s: run %s failed inside agentd", sensor.sensor_id, run_id)
+            error = redactor.text(scrub(f"{type(exc).__name__}: {exc}"))
+            report = SensorRunReport(sensor.sensor_id, "internal_error", error[:2000])
+        if not dry_run:
+            await self._finish(sensor, report, started)
         return report
 
-    async def _record(self, sensor: Sensor, report: SensorRunReport, started: datetime) -> None:
+    async def _observe(self, sensor: Sensor, run_id: str, redactor: Redactor) -> SensorRunReport:
+        """The sensor's process, its output redacted, then judged line by line."""
+        async with self._limiter:
+            result = await run_process(self._spec(sensor, run_id))
+        await anyio.to_thread.run_sync(redactor.files, [result.stdout.path, result.stderr.path])
+        if result.start_error:
+            return SensorRunReport(sensor.sensor_id, "start_failed", result.start_error)
+        outcome = "ok" if result.ok else ("timeout" if result.timed_out else result.describe())
+        error = None if result.ok else _tail(result.stderr.path) or outcome
+        report = SensorRunReport(sensor.sensor_id, outcome, error)
+        report.accepted, report.rejected = await anyio.to_thread.run_sync(
+            self._parse, sensor.sensor_id, result.stdout.path
+        )
+        return report
+
+    def _redactor(self, sensor: Sensor) -> Redactor:
+        return Redactor(read_env_file(sensor.env_file).values() if sensor.env_file is not None else ())
+
+    async def _record(self, sensor: Sensor, report: SensorRunReport) -> None:
         for offset in range(0, max(len(report.accepted), 1), BATCH):
             batch = report.accepted[offset : offset + BATCH]
             rejected = report.rejected if offset == 0 else []
-            counts = await self.db.call(Store.record_sensor_events, sensor.sensor_id, batch, rejected, self.clock.now())
-            report.counts.add(counts)
+            report.counts.add(await self._record_batch(sensor.sensor_id, batch, rejected))
         if report.counts.created or report.counts.workflows_created:
             poke(self.config.paths.state_dir)  # new work: wake the dispatcher now
+
+    async def _record_batch(
+        self, sensor_id: str, batch: list[AcceptedEvent], rejected: list[RejectedLine]
+    ) -> IntakeCounts:
+        """One transaction for the batch; if it fails, each event on its own, and an event that
+        still fails is recorded as rejected with the reason: its neighbours are kept."""
+        try:
+            return await self.db.call(Store.record_sensor_events, sensor_id, batch, rejected, self.clock.now())
+        except FATAL:
+            raise
+        except Exception:
+            logger.exception("sensor %s: a batch of %d events failed; recording them one by one", sensor_id, len(batch))
+        counts = IntakeCounts()
+        for item in batch:
+            try:
+                counts.add(await self.db.call(Store.record_sensor_events, sensor_id, [item], [], self.clock.now()))
+            except FATAL:
+                raise
+            except Exception as exc:
+                reason = scrub(f"internal_error: {type(exc).__name__}: {exc}")[:500]
+                rejected = [*rejected, RejectedLine(item.line, reason)]
+        counts.add(await self.db.call(Store.record_sensor_events, sensor_id, [], rejected, self.clock.now()))
+        return counts
+
+    async def _finish(self, sensor: Sensor, report: SensorRunReport, started: datetime) -> None:
         next_run = started + timedelta(seconds=sensor.manifest.interval_seconds)
         await self.db.call(
             Store.finish_sensor_run,
@@ -264,11 +331,26 @@ class SensorService:
         if self.metrics is not None:
             self.metrics.sensor_run(sensor.sensor_id, report.result, report.counts.as_dict())
 
+    async def sweep(self) -> None:
+        """The sensor boot sweep: runs recorded in flight whose service is dead are killed and closed."""
+        me = procs.this_process()
+        for sensor_id, run_id, owner, _started in await self.db.call(Store.open_sensor_runs):
+            holder = procs.ProcessIdentity(
+                int(owner.get("pid", 0)),
+                int(owner.get("started", 0)),
+                str(owner.get("host", "")),
+                str(owner.get("boot_id", "")),
+            )
+            if procs.is_running(holder, me) is not False:
+                continue  # alive, or on another host: not ours to sweep
+            killed = await sweep_run(sensor_group(self.config.paths.state_dir, run_id))
+            await self.db.call(Store.reclaim_sensor_run, sensor_id, run_id, len(killed), self.clock.now())
+
     def _parse(self, sensor_id: str, stdout: Path) -> tuple[list[AcceptedEvent], list[RejectedLine]]:
         text = stdout.read_text(encoding="utf-8", errors="replace")
         return parse_output(sensor_id, text, self.config, self.clock.now())
 
-    def _spec(self, sensor: Sensor) -> ProcessSpec:
+    def _spec(self, sensor: Sensor, run_id: str) -> ProcessSpec:
         home = self.config.paths.state_dir / "sensors" / sensor.sensor_id
         (home / "state").mkdir(mode=0o700, parents=True, exist_ok=True)
         env = passthrough_environment()
@@ -276,7 +358,6 @@ class SensorService:
         if sensor.env_file is not None:
             env.update(read_env_file(sensor.env_file))
         env.update(sensor.manifest.env)
-        run_id = new_ulid(self.clock)  # every process of this run carries it: none outlives the run
         env.update(
             AGENTD_SENSOR_ID=sensor.sensor_id,
             AGENTD_SENSOR_RUN=run_id,
@@ -293,7 +374,7 @@ class SensorService:
             timeout_s=sensor.manifest.timeout_seconds or self.config.sensors.default_timeout_s,
             kill_grace_s=self.config.sensors.kill_grace_s,
             output_cap_bytes=self.config.sensors.output_cap_bytes,
-            marker=f"AGENTD_SENSOR_RUN={run_id}",
+            group=sensor_group(self.config.paths.state_dir, run_id),
         )
 
     async def _sleep_until_due(self) -> None:

@@ -20,11 +20,13 @@ MANIFEST = "sensor.toml"
 
 
 class SensorManifest(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     description: str
-    interval_seconds: float = Field(ge=1)
-    timeout_seconds: float | None = Field(default=None, gt=0, description="default: [sensors] default_timeout_s")
+    interval_seconds: float = Field(ge=1, le=31_536_000)
+    timeout_seconds: float | None = Field(
+        default=None, gt=0, le=86_400, description="default: [sensors] default_timeout_s"
+    )
     command: list[str] | str = Field(description="argv; a relative executable resolves in the sensor folder")
     env: dict[str, str] = {}
     env_file: str | None = None

@@ -104,7 +104,7 @@ def test_list_filters_by_status_and_limit(initialised: Any) -> None:
         ),
         (("--type", "example", "--payload", '{"sleep_s": "long"}'), "payload.sleep_s: 'long' is not of type 'number'"),
         (("--type", "example", "--payload", "[1"), "--payload: expected a JSON object, found invalid JSON"),
-        (("--type", "example", "--payload", "[1]"), "--payload: Input should be a valid dictionary"),
+        (("--type", "example", "--payload", "[1]"), "--payload: expected a JSON object, found list"),
         (
             ("--type", "example", "--priority", "0"),
             "--priority: expected 1 (most urgent) to 10 (least urgent), found 0",

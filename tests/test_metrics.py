@@ -159,3 +159,61 @@ def test_a_taken_metrics_port_is_a_clear_error(agent: Agent) -> None:
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"metrics: cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "change [metrics] dispatch_listen" in result.stderr
+
+
+def threads_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no thread count for pid {pid}")
+
+
+def test_a_thousand_idle_connections_cannot_hold_the_dispatcher(agent: Agent) -> None:
+    """Finding 6: a thread per idle connection made 1005 threads; now the endpoint lives in the event
+    loop, caps its connections and times each one out, and attempts keep running meanwhile."""
+    import socket
+
+    dispatcher = agent.start()
+    url = metrics_urls_of(agent, "dispatch")
+    host, port = url.removeprefix("http://").split("/")[0].rsplit(":", 1)
+    idle: list[socket.socket] = []
+    try:
+        before = threads_of(dispatcher.pid)
+        for _ in range(1000):
+            sock = socket.create_connection((host, int(port)), timeout=5)
+            sock.sendall(b"GET /metr")  # a request that never finishes
+            idle.append(sock)
+        task_id = agent.add(outcome=ok())
+        agent.wait_event("task_finished", task_id, timeout=30)
+        assert agent.store.get_task_or_raise(task_id).status == "completed"
+        assert threads_of(dispatcher.pid) <= before + 4, "idle connections must not pin threads"
+        assert dispatcher.poll() is None
+    finally:
+        for sock in idle:
+            sock.close()
+    wait_until(lambda: scrape_ok(url), 15, "a scrape to be answered once the flood is gone")
+    dispatcher.send_signal(signal.SIGTERM)
+    assert dispatcher.wait(timeout=30) == 0
+
+
+def metrics_urls_of(agent: Agent, service: str) -> str:
+    def found() -> str | None:
+        return next((r["metrics_url"] for r in agent.store.service_statuses() if r["service"] == service), None)
+
+    return wait_until(found, 20, f"{service} to publish its metrics URL")  # type: ignore[no-any-return]
+
+
+def scrape_ok(url: str) -> bool:
+    try:
+        with httpx.Client(trust_env=False, timeout=2) as client:
+            return client.get(url).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_both_units_cap_their_tasks() -> None:
+    from support import REPO
+
+    for unit in ("agentd-dispatch@.service", "agentd-sensors@.service"):
+        text = (REPO / "units" / unit).read_text()
+        assert "\nTasksMax=" in text, unit

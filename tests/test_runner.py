@@ -12,6 +12,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from agentd import containment
+from agentd.containment import RunGroup
 from agentd.runner import ProcessSpec, run_process
 
 pytestmark = pytest.mark.asyncio
@@ -132,15 +134,53 @@ async def test_a_process_that_left_the_group_with_setsid_still_dies_with_the_run
         "escapee = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
         "print(escapee.pid, flush=True)\n"
     )
-    marker = "AGENTD_ATTEMPT_ID=01TESTMARKER"
     env = {"PATH": os.environ["PATH"], "AGENTD_ATTEMPT_ID": "01TESTMARKER"}
-    result = await run_process(spec(tmp_path, code, env=env, marker=marker))
-    assert result.exit_code == 0
+    result = await run_process(spec(tmp_path, code, env=env, group=group(tmp_path, "01TESTMARKER")))
+    assert result.exit_code == 0 and result.stragglers >= 1
     escapee = int((tmp_path / "stdout.log").read_text())
-    assert not alive(escapee), "a process carrying the run's marker outlived it"
+    assert not alive(escapee), "a process the run started outlived it"
 
 
-async def test_without_a_marker_only_the_group_is_reached(tmp_path: Path) -> None:
+def group(tmp_path: Path, run_id: str) -> RunGroup:
+    return containment.attempt_group(tmp_path / "state", run_id)
+
+
+# A tool that daemonises for real: double fork, setsid, and an empty environment (no marker).
+DAEMON = (
+    "import os, subprocess, sys\n"
+    "code = 'import os, sys, time\\nif os.fork(): os._exit(0)\\nos.setsid()\\nif os.fork(): os._exit(0)\\n"
+    "print(os.getpid(), flush=True)\\ntime.sleep(600)\\n'\n"
+    "subprocess.run([sys.executable, '-c', code], env={}, check=True)\n"
+)
+
+
+@pytest.mark.skipif(containment.cgroups() is None, reason="no writable cgroup v2 here: the marker fallback applies")
+async def test_an_empty_environment_setsid_daemon_dies_with_its_run(tmp_path: Path) -> None:
+    env = {"PATH": os.environ["PATH"], "AGENTD_ATTEMPT_ID": "01DAEMON"}
+    result = await run_process(spec(tmp_path, DAEMON, env=env, group=group(tmp_path, "01DAEMON")))
+    assert result.exit_code == 0
+    daemon = int((tmp_path / "stdout.log").read_text())
+    assert not alive(daemon), "a daemon with no marker escaped its run"
+    found = containment.cgroups()
+    run_dir = found.run_dir(group(tmp_path, "01DAEMON")) if found else None
+    assert run_dir is not None and run_dir.parent.name == containment.namespace_for(tmp_path / "state")
+    assert not run_dir.exists(), "the run's cgroup is removed with it"
+
+
+async def test_without_cgroups_the_documented_limit_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README: without a writable cgroup a process that both leaves the session and clears its
+    environment escapes until the service stops; one that keeps the marker is still found."""
+    monkeypatch.setitem(containment._CGROUPS, os.getpid(), None)
+    env = {"PATH": os.environ["PATH"], "AGENTD_ATTEMPT_ID": "01NOCG"}
+    await run_process(spec(tmp_path, DAEMON, env=env, group=group(tmp_path, "01NOCG")))
+    daemon = int((tmp_path / "stdout.log").read_text())
+    try:
+        assert alive(daemon)
+    finally:
+        os.kill(daemon, signal.SIGKILL)
+
+
+async def test_without_a_run_group_only_the_process_group_is_reached(tmp_path: Path) -> None:
     code = (
         "import subprocess, sys\n"
         "escapee = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
@@ -149,6 +189,6 @@ async def test_without_a_marker_only_the_group_is_reached(tmp_path: Path) -> Non
     await run_process(spec(tmp_path, code))
     escapee = int((tmp_path / "stdout.log").read_text())
     try:
-        assert alive(escapee)  # which is why every attempt and sensor run carries a marker
+        assert alive(escapee)  # which is why every attempt and sensor run has a run group
     finally:
         os.kill(escapee, signal.SIGKILL)

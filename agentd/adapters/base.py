@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from agentd.containment import RunGroup
 from agentd.evidence import AttemptPaths, write_private
-from agentd.procs import attempt_marker
 from agentd.records import AdapterConfig, TaskRecord
 from agentd.runner import ProcessResult, ProcessSpec, run_process
 
@@ -37,6 +37,7 @@ class AttemptContext:
     timeout_s: float
     kill_grace_s: float
     output_cap_bytes: int
+    group: RunGroup | None = None  # where the attempt's processes are kept (agentd/containment.py)
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class SubprocessAdapter:
                 kill_grace_s=ctx.kill_grace_s,
                 output_cap_bytes=ctx.output_cap_bytes,
                 stdin=invocation.stdin,
-                marker=attempt_marker(ctx.attempt_id),
+                group=ctx.group,
             ),
             on_started=on_started,
         )

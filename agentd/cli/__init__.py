@@ -7,25 +7,30 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sqlite3
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from agentd import __version__
 from agentd.cli import harness, ops, queue, services, setup, work
-from agentd.cli.common import COMMON, CommandError
-from agentd.errors import AgentdError, ConfigError
+from agentd.cli.common import COMMON, CommandError, check_argv
+from agentd.edge import printable
+from agentd.errors import AgentdError, ConfigError, StorageError
+from agentd.store.base import is_storage_fault, os_storage_error
 
 COMMAND_MODULES = (setup, queue, work, harness, services, ops)
 
 
-def report(exc: AgentdError | CommandError) -> int:
+def report(exc: AgentdError | CommandError, *, service: bool = False) -> int:
     """Print an error the way an operator reads it; return its exit code."""
     if isinstance(exc, ConfigError):
         for problem in exc.problems:
-            print(problem, file=sys.stderr)
+            print(printable(str(problem)), file=sys.stderr)
     else:
-        print(f"agentd: {exc}", file=sys.stderr)
+        print(f"agentd: {printable(str(exc), keep_newlines=True)}", file=sys.stderr)
+    if service and isinstance(exc, StorageError):
+        return 1  # a service exits 1 on unusable storage: systemd restarts it once the disk is usable
     return exc.exit_code
 
 
@@ -50,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        check_argv(argv)
+    except AgentdError as exc:
+        return report(exc)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -57,15 +67,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    service = bool(getattr(args, "service", False))
     try:
         return int(args.handler(args) or 0)
     except (AgentdError, CommandError) as exc:
-        return report(exc)
+        return report(exc, service=service)
     except BaseExceptionGroup as group:  # a service's task group: report ours plainly, raise the rest
         ours, rest = group.split((AgentdError, CommandError))
         if rest is not None or ours is None:
             raise
-        return max(report(exc) for exc in _leaves(ours))
+        return max(report(exc, service=service) for exc in _leaves(ours))
+    except sqlite3.DatabaseError as exc:  # a fault a read met (writes are converted in the store)
+        return report(StorageError("the database", str(exc), "check the state dir and its disk"), service=service)
+    except OSError as exc:
+        if not is_storage_fault(exc):
+            raise
+        return report(os_storage_error(exc), service=service)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

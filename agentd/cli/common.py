@@ -13,6 +13,9 @@ from pydantic import BaseModel
 
 from agentd.clock import SystemClock
 from agentd.config import Config, load_config, resolve_config_path
+from agentd.edge import INT64_MAX, NotJson, check_id, check_text, printable
+from agentd.edge import loads as load_json
+from agentd.errors import InputError
 from agentd.store import Store, open_store
 
 COMMON = argparse.ArgumentParser(add_help=False)
@@ -35,6 +38,43 @@ class CommandError(Exception):
     def __init__(self, message: str, exit_code: int = 2) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def record_id(text: str) -> int:
+    """argparse type for a task, workflow or event id: an integer SQLite can hold, 1 or more."""
+    try:
+        return check_id(int(text), "id")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected an id from 1 to {INT64_MAX}, found {text!r}") from exc
+
+
+def count(text: str) -> int:
+    """argparse type for --limit/--after/--last: 0 up to the largest SQLite integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= INT64_MAX:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {INT64_MAX}, found {text!r}")
+    return value
+
+
+def json_object(text: str, flag: str) -> dict[str, Any]:
+    """A JSON object option (--payload, --context), parsed by the same rules as every other edge."""
+    try:
+        value = load_json(text, flag)
+    except NotJson as exc:
+        raise InputError(f"{flag}: expected a JSON object, found invalid JSON ({exc.detail})") from None
+    if not isinstance(value, dict):
+        raise InputError(f"{flag}: expected a JSON object, found {type(value).__name__}")
+    return value
+
+
+def check_argv(argv: Sequence[str]) -> None:
+    """Every argument must be valid UTF-8 text (a lone surrogate is what invalid bytes decode to)."""
+    for index, arg in enumerate(argv):
+        where = argv[index - 1] if index and argv[index - 1].startswith("-") else f"argument {index + 1}"
+        check_text(arg, where)
 
 
 def add_command(group: Any, name: str, handler: Any, help_text: str, **kwargs: Any) -> argparse.ArgumentParser:
@@ -60,15 +100,16 @@ def config_from(args: argparse.Namespace) -> Config:
     return load_config(path)
 
 
-def store_from(config: Config) -> Store:
-    return open_store(config.db_path, SystemClock())
+def store_from(config: Config, *, readonly: bool = False) -> Store:
+    return open_store(config.db_path, SystemClock(), readonly=readonly)
 
 
 @contextmanager
-def agent_store(args: argparse.Namespace) -> Iterator[tuple[Config, Store]]:
-    """The agent's config and its open store, closed when the command is done with it."""
+def agent_store(args: argparse.Namespace, *, readonly: bool = False) -> Iterator[tuple[Config, Store]]:
+    """The agent's config and its open store, closed when the command is done with it. Commands
+    that only look open it read-only: they work on a read-only copy and can never write."""
     config = config_from(args)
-    store = store_from(config)
+    store = store_from(config, readonly=readonly)
     try:
         yield config, store
     finally:
@@ -100,7 +141,7 @@ def print_json(value: Any) -> None:
 
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    text_rows = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    text_rows = [["" if cell is None else printable(str(cell)) for cell in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in text_rows]) for i, h in enumerate(headers)]
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
     for row in text_rows:
@@ -113,5 +154,5 @@ def print_fields(pairs: Iterable[tuple[str, Any]]) -> None:
     for key, value in pairs:
         if value is None or value == [] or value == {}:
             continue
-        shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value
-        print(f"{key.ljust(width)}  {shown}")
+        shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else str(value)
+        print(f"{key.ljust(width)}  {printable(shown)}")

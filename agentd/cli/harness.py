@@ -14,7 +14,16 @@ import anyio
 import httpx
 
 from agentd.adapters.versions import cli_version
-from agentd.cli.common import add_command, config_from, print_json, print_table, store_from, wants_json
+from agentd.cli.common import (
+    add_command,
+    config_from,
+    count,
+    print_json,
+    print_table,
+    record_id,
+    store_from,
+    wants_json,
+)
 from agentd.clock import format_ts, parse_ts
 from agentd.config import Config, passthrough_environment
 from agentd.errors import InputError
@@ -34,9 +43,9 @@ def register(commands: Any) -> None:
         "--probe", action="store_true", help="binary found and its version, or endpoint reachable (no model call)"
     )
     cost = add_command(commands, "cost", cmd_cost, "cost and tokens per attempt, with totals by adapter and model")
-    cost.add_argument("--task", type=int, metavar="ID", help="only this task's attempts")
+    cost.add_argument("--task", type=record_id, metavar="ID", help="only this task's attempts")
     cost.add_argument("--since", metavar="TIMESTAMP", help="only attempts that ended at or after this UTC time")
-    cost.add_argument("--limit", type=int, default=50, help="attempts to list (totals cover them all)")
+    cost.add_argument("--limit", type=count, default=50, help="attempts to list (totals cover them all)")
 
 
 def cmd_adapters(args: argparse.Namespace) -> int:
@@ -119,7 +128,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         since = parse_ts(args.since) if args.since else None
     except ValueError as exc:
         raise InputError(f"--since: {exc}") from None
-    store = store_from(config)
+    store = store_from(config, readonly=True)
     try:
         attempts = store.attempt_usage(task_id=args.task, since=since, limit=100_000)
     finally:

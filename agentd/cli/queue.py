@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
@@ -13,20 +12,25 @@ from agentd.cli.common import (
     add_command,
     agent_store,
     config_from,
+    count,
+    json_object,
     option,
     print_fields,
     print_json,
     print_table,
+    record_id,
     store_from,
     wants_json,
 )
 from agentd.clock import SystemClock, age, format_ts, parse_ts
+from agentd.edge import printable
 from agentd.errors import InputError
 from agentd.intake import prepare_task
 from agentd.records import TASK_STATUSES, TaskIntent, TaskRecord
 from agentd.wake import poke
 
-STALE_STATUS_S = 30.0  # services refresh their status line every 5 s
+STALE_STATUS_S = 30.0
+MAX_ATTEMPTS = 100  # as a task type's max_attempts  # services refresh their status line every 5 s
 
 
 def register(commands: Any) -> None:
@@ -58,20 +62,20 @@ def register(commands: Any) -> None:
 
     lst = add_command(task, "list", cmd_task_list, "tasks, newest first")
     lst.add_argument("--status", action="append", choices=TASK_STATUSES, default=[], help="only these (repeatable)")
-    lst.add_argument("--limit", type=int, default=50)
+    lst.add_argument("--limit", type=count, default=50)
 
     show = add_command(task, "show", cmd_task_show, "one task: its record, attempts and events")
-    show.add_argument("task_id", type=int, metavar="ID")
+    show.add_argument("task_id", type=record_id, metavar="ID")
 
     cancel = add_command(
         task, "cancel", cmd_task_cancel, "cancel a task: a waiting one at once, a running one by stopping its adapter"
     )
-    cancel.add_argument("task_id", type=int, metavar="ID")
+    cancel.add_argument("task_id", type=record_id, metavar="ID")
 
     retry = add_command(
         task, "retry", cmd_task_retry, "re-queue a permanently failed, blocked or canceled task; its history stays"
     )
-    retry.add_argument("task_id", type=int, metavar="ID")
+    retry.add_argument("task_id", type=record_id, metavar="ID")
     retry.add_argument(
         "--attempts",
         type=int,
@@ -82,18 +86,15 @@ def register(commands: Any) -> None:
 
     events = add_command(commands, "events", cmd_events, "the event log, oldest first")
     events.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
-    events.add_argument("--task", type=int, metavar="ID", help="only this task's events")
-    events.add_argument("--after", type=int, default=0, metavar="SEQUENCE", help="start after this sequence")
-    events.add_argument("--limit", type=int, default=1000)
+    events.add_argument("--task", type=record_id, metavar="ID", help="only this task's events")
+    events.add_argument("--after", type=count, default=0, metavar="SEQUENCE", help="start after this sequence")
+    events.add_argument("--limit", type=count, default=1000)
 
     add_command(commands, "status", cmd_status, "queue counts, oldest pending age, schema version")
 
 
 def intent_from_args(args: argparse.Namespace) -> TaskIntent:
-    try:
-        payload = json.loads(args.payload)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--payload: expected a JSON object, found invalid JSON ({exc})") from None
+    payload = json_object(args.payload, "--payload")
     fields: dict[str, Any] = {
         "task_type": args.task_type,
         "source": args.source,
@@ -152,7 +153,7 @@ def cmd_task_add(args: argparse.Namespace) -> int:
 
 
 def cmd_task_list(args: argparse.Namespace) -> int:
-    with agent_store(args) as (_, store):
+    with agent_store(args, readonly=True) as (_, store):
         tasks = store.list_tasks(statuses=tuple(args.status), limit=args.limit)
     if wants_json(args):
         print_json(tasks)
@@ -176,7 +177,7 @@ def cmd_task_list(args: argparse.Namespace) -> int:
 
 
 def cmd_task_show(args: argparse.Namespace) -> int:
-    with agent_store(args) as (_, store):
+    with agent_store(args, readonly=True) as (_, store):
         task = store.get_task_or_raise(args.task_id)
         attempts = store.attempts_of(task.task_id)
         events = store.read_events(task_id=task.task_id)
@@ -230,8 +231,8 @@ def cmd_task_retry(args: argparse.Namespace) -> int:
         spec = config.task_types.get(task.task_type)
         attempts = args.attempts or (spec.max_attempts if spec and spec.max_attempts else None)
         attempts = attempts or config.dispatch.default_max_attempts
-        if attempts < 1:
-            raise InputError(f"--attempts: expected at least 1, found {attempts}")
+        if not 1 <= attempts <= MAX_ATTEMPTS:
+            raise InputError(f"--attempts: expected 1 to {MAX_ATTEMPTS}, found {attempts}")
         task = store.retry_task(args.task_id, attempts, SystemClock().now())
     poke(config.paths.state_dir)
     if wants_json(args):
@@ -255,7 +256,7 @@ def _detail(payload: dict[str, Any]) -> str:
 
 def cmd_events(args: argparse.Namespace) -> int:
     config = config_from(args)
-    store = store_from(config)
+    store = store_from(config, readonly=True)
     after = args.after
     try:
         while True:
@@ -276,8 +277,8 @@ def cmd_events(args: argparse.Namespace) -> int:
                         if v is not None
                     )
                     print(
-                        f"{event.sequence:>6}  {format_ts(event.timestamp)}  {event.type}  {ids}  "
-                        f"{_detail(event.payload)}".rstrip(),
+                        f"{event.sequence:>6}  {format_ts(event.timestamp)}  {event.type}  {printable(ids)}  "
+                        f"{printable(_detail(event.payload))}".rstrip(),
                         flush=True,
                     )
                 after = event.sequence
@@ -292,7 +293,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     config = config_from(args)
     clock = SystemClock()
-    store = store_from(config)
+    store = store_from(config, readonly=True)
     try:
         now = clock.now()
         summary = store.queue_summary(now)

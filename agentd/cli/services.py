@@ -30,7 +30,7 @@ def register(commands: Any) -> None:
         "run the dispatcher: lock, boot sweep, then one verified attempt at a time until SIGTERM",
     )
     dispatch.add_argument("--until-idle", action="store_true", help="drain what is claimable now, then exit 0")
-    dispatch.set_defaults(log_level=logging.INFO)
+    dispatch.set_defaults(log_level=logging.INFO, service=True)
     sensors = add_command(
         commands,
         "sensors",
@@ -38,14 +38,14 @@ def register(commands: Any) -> None:
         "run the sensor service: each sensor when due, its events into tasks and workflows once",
     )
     sensors.add_argument("--once", action="store_true", help="run every sensor that is due now, then exit")
-    sensors.set_defaults(log_level=logging.INFO)
+    sensors.set_defaults(log_level=logging.INFO, service=True)
     run = add_command(
         commands,
         "run",
         cmd_run,
         "run the dispatcher and the sensor service together in the foreground (Ctrl-C stops both)",
     )
-    run.set_defaults(log_level=logging.INFO)
+    run.set_defaults(log_level=logging.INFO, service=True)
 
 
 def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:

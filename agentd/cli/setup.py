@@ -101,7 +101,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_config_check(args: argparse.Namespace) -> int:
     config = config_from(args)
     if config.db_path.is_file():  # the config must also fit what is running
-        store = open_store(config.db_path, SystemClock())
+        store = open_store(config.db_path, SystemClock(), readonly=True)
         try:
             check_live_workflows(config, store)
         finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 import anyio
@@ -13,14 +12,18 @@ from agentd.cli.common import (
     add_command,
     agent_store,
     config_from,
+    count,
+    json_object,
     option,
     print_fields,
     print_json,
     print_table,
+    record_id,
     store_from,
     wants_json,
 )
 from agentd.clock import SystemClock, age, format_ts
+from agentd.config import YEAR_S
 from agentd.errors import InputError, NotFound
 from agentd.records import TaskIntent
 from agentd.sensing import SensorService
@@ -42,9 +45,9 @@ def register(commands: Any) -> None:
     start.add_argument("--state", help="start in this state instead of the initial one")
     lst = add_command(workflow, "list", cmd_workflow_list, "workflows, newest first")
     lst.add_argument("--status", action="append", choices=("active", "completed", "blocked"), default=[])
-    lst.add_argument("--limit", type=int, default=50)
+    lst.add_argument("--limit", type=count, default=50)
     show = add_command(workflow, "show", cmd_workflow_show, "a workflow's state history with the task of each step")
-    show.add_argument("workflow_id", type=int, metavar="ID")
+    show.add_argument("workflow_id", type=record_id, metavar="ID")
 
     schedule = commands.add_parser("schedule", help="recurring schedules").add_subparsers(
         dest="schedule_command", metavar="SUBCOMMAND", required=True
@@ -71,20 +74,10 @@ def register(commands: Any) -> None:
     run.add_argument("--dry-run", action="store_true", help="print what it would create; write nothing")
 
 
-def _json_object(text: str, flag: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{flag}: expected a JSON object, found invalid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise InputError(f"{flag}: expected a JSON object, found {type(value).__name__}")
-    return value
-
-
 def cmd_workflow_start(args: argparse.Namespace) -> int:
     config = config_from(args)
     state = start_state(config.workflows, config.task_types, args.workflow_type, args.state)
-    context = _json_object(args.context, "--context")
+    context = json_object(args.context, "--context")
     store = store_from(config)
     try:
         workflow, created = store.create_workflow(
@@ -109,7 +102,7 @@ def cmd_workflow_start(args: argparse.Namespace) -> int:
 
 
 def cmd_workflow_list(args: argparse.Namespace) -> int:
-    with agent_store(args) as (_, store):
+    with agent_store(args, readonly=True) as (_, store):
         workflows = store.list_workflows(statuses=tuple(args.status), limit=args.limit)
     if wants_json(args):
         print_json(workflows)
@@ -133,7 +126,7 @@ def cmd_workflow_list(args: argparse.Namespace) -> int:
 
 
 def cmd_workflow_show(args: argparse.Namespace) -> int:
-    with agent_store(args) as (_, store):
+    with agent_store(args, readonly=True) as (_, store):
         workflow = store.get_workflow_or_raise(args.workflow_id)
         steps = store.workflow_steps(workflow.workflow_id)
         events = store.read_events(workflow_id=workflow.workflow_id)
@@ -165,12 +158,12 @@ def cmd_workflow_show(args: argparse.Namespace) -> int:
 
 def cmd_schedule_add(args: argparse.Namespace) -> int:
     config = config_from(args)
-    if args.every < 1:
-        raise InputError(f"--every: expected at least 1 second, found {args.every}")
+    if not 1 <= args.every <= YEAR_S:
+        raise InputError(f"--every: expected 1 to {YEAR_S} seconds (a year), found {args.every}")
     fields: dict[str, Any] = {
         "task_type": args.task_type,
         "source": f"schedule:{args.schedule_id}",
-        "payload": _json_object(args.payload, "--payload"),
+        "payload": json_object(args.payload, "--payload"),
     }
     if args.subject:
         fields["subject"] = args.subject
@@ -205,7 +198,7 @@ def cmd_schedule_add(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule_list(args: argparse.Namespace) -> int:
-    with agent_store(args) as (_, store):
+    with agent_store(args, readonly=True) as (_, store):
         schedules = store.list_schedules()
     if wants_json(args):
         print_json(schedules)
@@ -236,7 +229,7 @@ def cmd_schedule_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_sensor_list(args: argparse.Namespace) -> int:
-    with agent_store(args) as (config, store):
+    with agent_store(args, readonly=True) as (config, store):
         states = store.sensor_states()
     now = SystemClock().now()
     rows: list[dict[str, Any]] = []

@@ -8,6 +8,8 @@ from pydantic import Field
 
 from agentd.records.base import Identifier, Record, Sandbox
 
+MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000  # a week: longer than any attempt should run
+
 
 class HarnessAutonomy(Record):
     schema_id = "agent-runtime/adapter.autonomy/v1"
@@ -48,7 +50,7 @@ class _SubprocessAdapter(Record):
     adapter_id: Identifier
     command: str = Field(min_length=1, description="the executable; never a shell string")
     working_dir: str | None = None
-    timeout_ms: int = Field(gt=0)
+    timeout_ms: int = Field(gt=0, le=MAX_TIMEOUT_MS)
     env_file: str | None = None
     env: dict[str, str] | None = None
     extra_args: list[str] | None = None
@@ -87,7 +89,7 @@ class HermesAgentAdapter(_SubprocessAdapter):
     autonomy: HarnessAutonomy | None = None
     provider: str | None = Field(default=None, description="agentd: hermes model.provider")
     base_url: str | None = Field(default=None, description="agentd: hermes model.base_url")
-    context_length: int | None = Field(default=None, ge=64000, description="agentd")
+    context_length: int | None = Field(default=None, ge=64000, le=100_000_000, description="agentd")
     api_key_env: str | None = Field(
         default=None, description="agentd: env var (from env_file) whose value becomes hermes's model.api_key"
     )
@@ -100,7 +102,7 @@ class OllamaGenerateAdapter(Record):
     kind: Literal["ollama-generate"]
     endpoint: str
     model: str
-    timeout_ms: int = Field(gt=0)
+    timeout_ms: int = Field(gt=0, le=MAX_TIMEOUT_MS)
 
 
 class ScriptAdapter(_SubprocessAdapter):

@@ -75,7 +75,7 @@ class WalletIdentity(Record):
 
 class ContextPolicy(Record):
     schema_id = "agent-runtime/agent.context-policy/v1"
-    max_prompt_chars: int = Field(gt=0)
+    max_prompt_chars: int = Field(gt=0, le=100_000_000)
     include_recent_memory: bool
 
 

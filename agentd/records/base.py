@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
-from agentd.clock import format_ts, parse_ts
+from agentd.clock import format_ts, parse_ts, to_utc
+from agentd.edge import check_value
 
 
 def _to_utc(value: Any) -> Any:
@@ -16,7 +17,7 @@ def _to_utc(value: Any) -> Any:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ValueError("a timestamp needs a time zone; write it in UTC with a trailing Z")
-        return value.astimezone(UTC)
+        return to_utc(value)
     return value
 
 
@@ -28,7 +29,14 @@ Timestamp = Annotated[
 ]
 Priority = Annotated[int, Field(ge=1, le=10, description="1 is the most urgent, 10 the least")]
 Identifier = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
-JsonObject = dict[str, Any]
+
+
+def _storable(value: dict[str, Any]) -> dict[str, Any]:
+    check_value(value, "value")  # NaN, lone surrogates, depth, int64: refused at the record's edge
+    return value
+
+
+JsonObject = Annotated[dict[str, Any], AfterValidator(_storable)]
 
 Sandbox = Literal["read-only", "workspace-write", "danger-full-access"]
 TaskStatus = Literal[
@@ -55,7 +63,7 @@ ArtifactRole = Literal["plan", "execute-report", "verify-report", "output", "sna
 class Record(BaseModel):
     """Common base: unknown fields are refused, instances are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     schema_id: ClassVar[str]
     # Records written by people (config, sensors) export their validation schema; records
     # agentd writes export what it serializes.

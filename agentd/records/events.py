@@ -45,6 +45,7 @@ AGENTD_EVENT_TYPES = (
     "sensor_event_rejected",
     "sensor_event_stale",
     "sensor_run_finished",
+    "sensor_run_reclaimed",
     "dispatch_started",
     "dispatch_stopped",
 )

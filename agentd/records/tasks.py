@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from agentd.edge import MAX_DESCRIPTION_CHARS, MAX_SUBJECT_CHARS, check_json_size
 from agentd.records.base import (
     ArtifactRole,
     Identifier,
@@ -43,9 +44,9 @@ class TaskIntent(Record):
     schema_id = "agent-runtime/task.intent/v1"
     schema_mode = "validation"
     task_type: Identifier
-    source: str = Field(min_length=1)
-    subject: str | None = None
-    description: str | None = None
+    source: str = Field(min_length=1, max_length=1024)
+    subject: str | None = Field(default=None, max_length=MAX_SUBJECT_CHARS)
+    description: str | None = Field(default=None, max_length=MAX_DESCRIPTION_CHARS)
     priority: Priority | None = None
     requested_profile_id: Identifier | None = None
     requested_adapter_id: Identifier | None = None
@@ -57,11 +58,16 @@ class TaskIntent(Record):
     payload: JsonObject
     evidence_requirements: EvidenceRequirements | None = None
 
+    @model_validator(mode="after")
+    def _payload_fits(self) -> TaskIntent:
+        check_json_size(self.payload, "payload")
+        return self
+
 
 class ProposedWorkflow(Record):
     schema_id = "agent-runtime/sensor.proposed-workflow/v1"
     template: Identifier
-    instance_key: str = Field(min_length=1)
+    instance_key: str = Field(min_length=1, max_length=512)
     state: str | None = None
     context: JsonObject | None = None
 
@@ -70,9 +76,9 @@ class SensorEvent(Record):
     schema_id = "agent-runtime/sensor.event/v1"
     schema_mode = "validation"
     sensor_id: Identifier
-    event_id: str = Field(min_length=1)
+    event_id: str = Field(min_length=1, max_length=512)
     observed_at: Timestamp
-    source_ref: str
+    source_ref: str = Field(max_length=4096)
     dedupe_key: str = Field(min_length=1, max_length=512)
     freshness_deadline: Timestamp | None = None
     payload: JsonObject
@@ -128,6 +134,9 @@ class TaskRecord(Record):
     schedule_id: str | None = Field(description="agentd: the schedule that created it")
     free_attempt_count: int = Field(description="agentd: attempts not spent (rate-limited or interrupted)")
     rate_limit_count: int = Field(description="agentd: rate-limited attempts (capped)")
+    crash_count: int = Field(
+        default=0, description="agentd: boot sweeps in a row that reclaimed it (crash_limit ends it crashed_runtime)"
+    )
     cancel_requested_at: Timestamp | None = Field(description="agentd: operator cancel pending")
 
 
@@ -144,9 +153,15 @@ class TaskAttempt(Record):
     runner_id: str
     started_at: Timestamp
     ended_at: Timestamp | None
-    exit_status: Literal["ok", "error", "timeout"] | None
+    exit_status: Literal["ok", "error", "timeout", "unknown"] | None = Field(
+        description="unknown: the boot sweep closed it after the runtime died; its process was gone"
+    )
     retry_class: Literal["none", "retryable", "permanent"] | None
     termination_reason: str | None = Field(description="agentd: why the attempt ended")
+    side_effects: Literal["none", "possible"] | None = Field(
+        default=None, description="agentd: whether the adapter ran far enough for side effects to have happened"
+    )
+    pid: int | None = Field(default=None, description="agentd: the adapter's process (group leader), once started")
     bundle_hash: str | None = Field(description="agentd: sha256 of the compiled bundle")
     evidence_dir: str | None = Field(description="agentd: the attempt's evidence directory")
     prompt_path: str | None = None

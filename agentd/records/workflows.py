@@ -58,7 +58,7 @@ class RecurringScheduleRecord(Record):
     schedule_id: str
     name: str
     enabled: bool
-    interval_seconds: int = Field(ge=1)
+    interval_seconds: int = Field(ge=1, le=31_536_000)
     next_run_at: Timestamp
     last_run_at: Timestamp | None
     task: TaskIntent

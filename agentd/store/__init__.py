@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
@@ -18,7 +19,7 @@ import anyio.to_thread
 from agentd.clock import Clock
 from agentd.errors import SchemaMismatch
 from agentd.store.attempts import ArtifactRow, AttemptEnd, AttemptPlan, Claim, LockHolder, OutboxRow
-from agentd.store.base import connect
+from agentd.store.base import SERVICE_BUSY_RETRY_S, connect, os_storage_error, storage_error
 from agentd.store.events import ChainBreak, EventVerbs
 from agentd.store.migrations import (
     Migration,
@@ -66,11 +67,14 @@ class Store(SensingVerbs, EventVerbs):
     schema_version: int = 0
 
 
-def open_store(path: Path, clock: Clock, migrations: list[Migration] | None = None) -> Store:
-    """Open an existing, fully migrated database; refuse one that is missing, behind or edited."""
+def open_store(path: Path, clock: Clock, migrations: list[Migration] | None = None, *, readonly: bool = False) -> Store:
+    """Open an existing, fully migrated database; refuse one that is missing, behind or edited.
+    `readonly` never writes (read-only commands; a read-only copy of a state dir)."""
     if not path.is_file():
+        if path.parent.exists() and not os.access(path.parent, os.R_OK | os.X_OK):
+            raise os_storage_error(PermissionError(13, "Permission denied", str(path.parent)))
         raise SchemaMismatch(f"no database at {path}; run `agentd init` (or `agentd migrate`) first")
-    conn = connect(path)
+    conn = connect(path, readonly=readonly)
     try:
         version = require_current(conn, migrations or available_migrations(), path)
     except BaseException:
@@ -83,19 +87,29 @@ def open_store(path: Path, clock: Clock, migrations: list[Migration] | None = No
 
 def init_state_dir(state_dir: Path, workspace: Path | None = None) -> None:
     """The state dir (0700) and, when given, the workspace; existing modes are tightened."""
-    for directory in (state_dir, state_dir / "attempts"):
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(directory, 0o700)
-    if workspace is not None:
-        workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        for directory in (state_dir, state_dir / "attempts"):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if directory.stat().st_mode & 0o777 != 0o700:
+                os.chmod(directory, 0o700)
+        if workspace is not None:
+            workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise os_storage_error(exc, state_dir) from None
 
 
 def migrate(path: Path, clock: Clock, migrations: list[Migration] | None = None) -> list[Migration]:
     """Create the database if needed and apply pending migrations; return those applied."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise os_storage_error(exc, path.parent) from None
     conn = connect(path)
     try:
-        applied = apply_migrations(conn, clock.now(), migrations or available_migrations())
+        try:
+            applied = apply_migrations(conn, clock.now(), migrations or available_migrations())
+        except sqlite3.Error as exc:
+            raise storage_error(exc, path) or exc from None
         if applied:
             store = Store(conn, clock, path)
             with store._transaction():
@@ -120,6 +134,7 @@ class AsyncStore:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        store.busy_retry_s = SERVICE_BUSY_RETRY_S  # a service waits out a long-held write lock
         self._limiter = anyio.CapacityLimiter(1)
 
     async def call(self, verb: Callable[Concatenate[Store, P], T], *args: P.args, **kwargs: P.kwargs) -> T:

@@ -80,7 +80,7 @@ class AttemptEnd:
     attempt_id: str
     task_id: int
     ended_at: datetime
-    exit_status: str
+    exit_status: str  # ok | error | timeout | unknown (the boot sweep found it; its exit was not seen)
     retry_class: str
     termination_reason: str
     outcome: TaskOutcome
@@ -89,6 +89,8 @@ class AttemptEnd:
     last_error: str | None
     free_attempt: bool = False
     rate_limited: bool = False
+    crashed: bool = False  # the runtime died during it: counts toward the task's crash_limit
+    side_effects: str = "possible"  # none: the adapter never started
     model: str | None = None
     downgrade_reasons: tuple[str, ...] = ()
     artifacts: tuple[ArtifactRow, ...] = ()
@@ -315,7 +317,7 @@ class AttemptVerbs(_TaskVerbs):
         usage = end.usage
         cursor = self._conn.execute(
             """UPDATE task_attempts SET ended_at = ?, exit_status = ?, retry_class = ?, termination_reason = ?,
-                   model = COALESCE(?, model), stdout_path = ?, stderr_path = ?, result_path = ?,
+                   side_effects = ?, model = COALESCE(?, model), stdout_path = ?, stderr_path = ?, result_path = ?,
                    last_message_path = ?, diagnostics = ?, cost_usd = ?, cost_estimated = ?, input_tokens = ?,
                    output_tokens = ?, cache_read_tokens = ?, cache_write_tokens = ?
                WHERE attempt_id = ? AND ended_at IS NULL""",
@@ -324,6 +326,7 @@ class AttemptVerbs(_TaskVerbs):
                 end.exit_status,
                 end.retry_class,
                 end.termination_reason,
+                end.side_effects,
                 end.model,
                 end.paths.get("stdout"),
                 end.paths.get("stderr"),
@@ -351,7 +354,7 @@ class AttemptVerbs(_TaskVerbs):
             """UPDATE tasks SET status = ?, outcome = ?, last_error = ?, updated_at = ?,
                    available_at = COALESCE(?, available_at), finished_at = ?,
                    free_attempt_count = free_attempt_count + ?, rate_limit_count = rate_limit_count + ?,
-                   cancel_requested_at = NULL
+                   crash_count = CASE WHEN ? THEN crash_count + 1 ELSE 0 END, cancel_requested_at = NULL
                WHERE id = ? AND status = 'running'""",
             (
                 end.status,
@@ -362,6 +365,7 @@ class AttemptVerbs(_TaskVerbs):
                 ts(end.ended_at) if terminal else None,
                 int(end.free_attempt),
                 int(end.rate_limited),
+                int(end.crashed),
                 end.task_id,
             ),
         )
@@ -371,7 +375,17 @@ class AttemptVerbs(_TaskVerbs):
     def _append_events_of(self, end: AttemptEnd, ids: dict[str, Any]) -> None:
         at = end.ended_at
         if end.boot_sweep:
-            self._append_event("boot_sweep_reclaimed", at, **ids, payload={"next_status": end.status})
+            self._append_event(
+                "boot_sweep_reclaimed",
+                at,
+                **ids,
+                payload={
+                    "next_status": end.status,
+                    "judged": not end.crashed,
+                    "side_effects": end.side_effects,
+                    "killed": len(end.diagnostics.get("killed_pids") or []),
+                },
+            )
         if end.downgrade_reasons:
             self._append_event("outcome_downgraded", at, **ids, payload={"reasons": list(end.downgrade_reasons)})
         self._append_event(

@@ -6,44 +6,145 @@ Every verb of the Store runs as one plain function on one connection, so a whole
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from agentd.clock import Clock, format_ts, parse_ts
+from agentd.edge import printable
+from agentd.errors import StorageError
 from agentd.hashing import GENESIS_HASH, chain_hash, new_ulid
 from agentd.records import EVENT_TYPES
 
 logger = logging.getLogger("agentd.events")
 
 EVENT_SCHEMA_VERSION = 1
-BUSY_TIMEOUT_MS = 10_000
+BUSY_TIMEOUT_MS = 5_000  # SQLite's own wait for the write lock, per try
+# How long a verb keeps retrying a write lock someone else holds, before it reports it. Services
+# wait longer than an operator's command: losing an outcome is worse than waiting for it.
+BUSY_RETRY_S = 30.0
+SERVICE_BUSY_RETRY_S = 600.0
 # FULL: a committed outcome or an accepted task survives a power cut. At one attempt at a
 # time the ~150 µs it costs per transaction is noise (README, "Durability").
 SYNCHRONOUS = "FULL"
 
 
-def connect(path: Path) -> sqlite3.Connection:
-    """Open (creating 0600 if absent) the database with agentd's pragmas."""
+def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """Open (creating 0600 if absent) the database with agentd's pragmas; `readonly` opens an
+    existing one for reading only (also on a read-only file system or a copy nobody may write)."""
+    try:
+        return _open_readonly(path) if readonly else _open_writable(path)
+    except OSError as exc:
+        raise os_storage_error(exc, path) from None
+    except sqlite3.Error as exc:
+        raise storage_error(exc, path) or exc from None
+
+
+def _open_writable(path: Path) -> sqlite3.Connection:
     if not path.exists():
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode = WAL")
+    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
 
 
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    """mode=ro reads a live database (its WAL included); where even that is impossible (a read-only
+    copy whose -shm file cannot be created) the file is opened immutable: what it holds on disk."""
+    uri = f"file:{quote(str(path.absolute()))}"
+    last: sqlite3.Error | None = None
+    for flags in ("mode=ro", "mode=ro&immutable=1"):
+        conn = sqlite3.connect(
+            f"{uri}?{flags}", uri=True, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+        )
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error as exc:
+            conn.close()
+            last = exc
+            continue
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA query_only = 1")
+        return conn
+    assert last is not None
+    raise last
+
+
+# SQLite's primary result codes for a database that cannot be used (not a bug in a statement).
+_FAULTS = {
+    5: ("another process holds its write lock", "find it with `fuser {path}` and let it finish, then retry"),
+    8: (
+        "it is read-only",
+        "remount the state dir read-write (read-only commands still work: status, task list/show, events)",
+    ),
+    10: ("a disk I/O error", "check the disk (dmesg, smartctl); agentd retries when the service restarts"),
+    11: ("the database file is damaged", "restore it from a backup, or move it aside and run `agentd init`"),
+    13: ("the disk is full", "free space (old evidence under attempts/ can go); the services resume by themselves"),
+    14: (
+        "it cannot be opened",
+        "check that it exists and that this user may read and write it (sudo -u agentd agentd …)",
+    ),
+    23: ("permission denied", "run as the user that owns the state dir (sudo -u agentd agentd …)"),
+    26: ("it is not an agentd database", "point [paths] state_dir at the right folder"),
+}
+
+
+def storage_error(exc: sqlite3.Error, path: Path) -> StorageError | None:
+    """The StorageError an SQLite error means, or None when it is a statement's own problem (a
+    constraint, a bug) rather than the storage's."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return None
+    fault = _FAULTS.get(code & 0xFF)
+    if fault is None:
+        return None
+    problem, fix = fault
+    if code & 0xFF == 14 and path.exists() and not os.access(path, os.R_OK):
+        problem, fix = _FAULTS[23]
+    return StorageError(path, problem, fix.format(path=path))
+
+
+_OS_FAULTS = {
+    errno.ENOSPC: 13,
+    errno.EDQUOT: 13,
+    errno.EROFS: 8,
+    errno.EACCES: 23,
+    errno.EPERM: 23,
+    errno.EIO: 10,
+}
+
+
+def os_storage_error(exc: OSError, path: Path | None = None) -> StorageError:
+    """A file-system error while agentd wrote its state, as one clear line."""
+    where = exc.filename or path or "the state dir"
+    fault = _FAULTS.get(_OS_FAULTS.get(exc.errno or 0, 0))
+    if fault is None:
+        return StorageError(where, exc.strerror or str(exc), "check the state dir and the disk it is on")
+    problem, fix = fault
+    return StorageError(where, problem, fix.format(path=where))
+
+
+def is_storage_fault(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _OS_FAULTS
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """JSON for a column; NaN/Infinity are refused here (ValueError), never handed to SQLite."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def loads(text: str | None) -> Any:
@@ -65,6 +166,7 @@ class StoreBase:
         self._conn = conn
         self.clock = clock
         self.path = path
+        self.busy_retry_s = BUSY_RETRY_S
         self._log_after_commit: list[tuple[str, dict[str, Any]]] = []
 
     def close(self) -> None:
@@ -72,18 +174,43 @@ class StoreBase:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE: take the write lock up front so the transaction cannot deadlock."""
-        self._conn.execute("BEGIN IMMEDIATE")
+        """BEGIN IMMEDIATE: take the write lock up front so the transaction cannot deadlock. A lock
+        someone else holds is waited for (with backoff, up to busy_retry_s); a storage fault
+        (disk full, read-only, I/O error) rolls back and becomes one StorageError."""
+        self._begin()
         try:
             yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
+            self._conn.execute("COMMIT")
+        except BaseException as exc:
+            self._rollback()
             self._log_after_commit.clear()
+            if isinstance(exc, sqlite3.Error) and (fault := storage_error(exc, self.path)) is not None:
+                raise fault from None
             raise
-        self._conn.execute("COMMIT")
         for event_type, fields in self._log_after_commit:
-            logger.info("%s %s", event_type, " ".join(f"{k}={v}" for k, v in fields.items() if v is not None))
+            shown = " ".join(f"{k}={printable(str(v))}" for k, v in fields.items() if v is not None)
+            logger.info("%s %s", event_type, shown)
         self._log_after_commit.clear()
+
+    def _begin(self) -> None:
+        deadline, pause = time.monotonic() + self.busy_retry_s, 0.05
+        while True:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.Error as exc:
+                busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF in (5, 6)  # BUSY, LOCKED
+                if not busy or time.monotonic() + pause > deadline:
+                    raise storage_error(exc, self.path) or exc from None
+            time.sleep(pause)  # on the store's worker thread: the event loop is not held up
+            pause = min(pause * 2, 2.0)
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                logger.warning("ROLLBACK failed; SQLite rolls the transaction back itself", exc_info=True)
 
     def _append_event(
         self,

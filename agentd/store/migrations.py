@@ -18,6 +18,9 @@ from agentd.hashing import sha256_hex
 from agentd.resources import data_dir
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+# A migration that rebuilds a table others reference starts with this line: it runs with foreign
+# keys off (SQLite cannot switch them inside a transaction) and is checked before it commits.
+FOREIGN_KEYS_OFF = "-- agentd: foreign_keys off"
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,10 @@ class Migration:
     @property
     def checksum(self) -> str:
         return sha256_hex(self.sql.encode())
+
+    @property
+    def rebuilds_tables(self) -> bool:
+        return self.sql.startswith(FOREIGN_KEYS_OFF)
 
 
 def available_migrations(directory: Path | None = None) -> list[Migration]:
@@ -90,19 +97,34 @@ def apply_migrations(conn: sqlite3.Connection, now: datetime, migrations: list[M
     _ensure_table(conn)
     pending = pending_migrations(conn, migrations)
     for migration in pending:
-        conn.execute("BEGIN IMMEDIATE")
+        if migration.rebuilds_tables:
+            conn.execute("PRAGMA foreign_keys = OFF")
         try:
-            for statement in _statements(migration.sql):
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
-                (migration.version, migration.name, migration.checksum, format_ts(now)),
-            )
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+            _apply(conn, migration, now)
+        finally:
+            conn.execute("PRAGMA foreign_keys = ON")
     return pending
+
+
+def _apply(conn: sqlite3.Connection, migration: Migration, now: datetime) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _statements(migration.sql):
+            conn.execute(statement)
+        broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            raise SchemaMismatch(
+                f"migration {migration.filename} would leave {len(broken)} rows pointing at nothing "
+                f"(first: table {broken[0][0]}, row {broken[0][1]}); nothing was changed"
+            )
+        conn.execute(
+            "INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
+            (migration.version, migration.name, migration.checksum, format_ts(now)),
+        )
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def require_current(conn: sqlite3.Connection, migrations: list[Migration], path: Path) -> int:

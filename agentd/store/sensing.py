@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from agentd.clock import parse_ts
 from agentd.intake import NewTask
 from agentd.records import SensorEvent
-from agentd.store.base import dumps, parse_optional_ts, ts
+from agentd.store.base import dumps, loads, parse_optional_ts, ts
 from agentd.store.workflows import WorkflowVerbs
 
 MAX_REJECTION_EVENTS = 100  # per run; the rest are counted in sensor_run_finished
@@ -145,6 +146,37 @@ class SensingVerbs(WorkflowVerbs):
             (result, task_id, workflow_id, row[0]),
         )
 
+    def begin_sensor_run(self, sensor_id: str, run_id: str, owner: dict[str, Any], now: datetime) -> None:
+        """A run is in flight, and whose: a restarted service sweeps what a dead owner left running."""
+        with self._transaction():
+            self._conn.execute(
+                """INSERT INTO sensor_state (sensor_id, run_id, run_owner, run_started_at, updated_at)
+                   VALUES (?, ?, ?, ?, ?)
+                   ON CONFLICT (sensor_id) DO UPDATE SET run_id = excluded.run_id, run_owner = excluded.run_owner,
+                       run_started_at = excluded.run_started_at, updated_at = excluded.updated_at""",
+                (sensor_id, run_id, dumps(owner), ts(now), ts(now)),
+            )
+
+    def open_sensor_runs(self) -> list[tuple[str, str, dict[str, Any], datetime]]:
+        """(sensor, run id, owner, started) of every run recorded in flight."""
+        rows = self._conn.execute(
+            "SELECT sensor_id, run_id, run_owner, run_started_at FROM sensor_state WHERE run_id IS NOT NULL"
+        ).fetchall()
+        return [(r[0], r[1], loads(r[2]) or {}, parse_ts(r[3])) for r in rows]
+
+    def reclaim_sensor_run(self, sensor_id: str, run_id: str, killed: int, now: datetime) -> None:
+        """Close a run whose service died: what it printed but did not record, it prints again."""
+        with self._transaction():
+            cursor = self._conn.execute(
+                """UPDATE sensor_state SET run_id = NULL, run_owner = NULL, run_started_at = NULL, updated_at = ?
+                   WHERE sensor_id = ? AND run_id = ?""",
+                (ts(now), sensor_id, run_id),
+            )
+            if cursor.rowcount:
+                self._append_event(
+                    "sensor_run_reclaimed", now, sensor_id=sensor_id, payload={"run_id": run_id, "killed": killed}
+                )
+
     def finish_sensor_run(
         self,
         sensor_id: str,
@@ -162,7 +194,8 @@ class SensingVerbs(WorkflowVerbs):
                        updated_at) VALUES (?, ?, ?, ?, ?, 1, ?)
                    ON CONFLICT (sensor_id) DO UPDATE SET last_run_at = excluded.last_run_at,
                        next_run_at = excluded.next_run_at, last_result = excluded.last_result,
-                       last_error = excluded.last_error, runs = runs + 1, updated_at = excluded.updated_at""",
+                       last_error = excluded.last_error, runs = runs + 1, updated_at = excluded.updated_at,
+                       run_id = NULL, run_owner = NULL, run_started_at = NULL""",
                 (sensor_id, ts(started_at), ts(next_run_at), result, error, ts(now)),
             )
             self._append_event(

@@ -21,8 +21,9 @@ from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
 TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.priority, t.payload,
     t.requested_profile_id, t.requested_adapter_id, t.requested_model, t.skill_ids,
     t.evidence_requirements, t.workflow_id, t.workflow_state, t.workflow_iteration, t.schedule_id,
-    t.status, t.max_attempts, t.attempt_count, t.free_attempt_count, t.rate_limit_count, t.available_at, t.created_at,
-    t.updated_at, t.started_at, t.finished_at, t.outcome, t.last_error, t.cancel_requested_at,
+    t.status, t.max_attempts, t.attempt_count, t.free_attempt_count, t.rate_limit_count, t.crash_count,
+    t.available_at, t.created_at, t.updated_at, t.started_at, t.finished_at, t.outcome, t.last_error,
+    t.cancel_requested_at,
     w.instance_key AS workflow_instance_key"""
 TASK_FROM = "tasks t LEFT JOIN workflows w ON w.id = t.workflow_id"
 
@@ -93,6 +94,7 @@ def task_from_row(row: sqlite3.Row) -> TaskRecord:
         schedule_id=row["schedule_id"],
         free_attempt_count=row["free_attempt_count"],
         rate_limit_count=row["rate_limit_count"],
+        crash_count=row["crash_count"],
         cancel_requested_at=parse_optional_ts(row["cancel_requested_at"]),
     )
 
@@ -111,6 +113,8 @@ def attempt_from_row(row: sqlite3.Row) -> TaskAttempt:
         exit_status=row["exit_status"],
         retry_class=row["retry_class"],
         termination_reason=row["termination_reason"],
+        side_effects=row["side_effects"],
+        pid=row["pid"],
         bundle_hash=row["bundle_hash"],
         evidence_dir=row["evidence_dir"],
         prompt_path=row["prompt_path"],

@@ -1,15 +1,29 @@
 #!/usr/bin/env python3
-"""A test adapter driven by its payload: {"outcome": {...}, "stdout": "...", "sleep_s": N,
+"""A test adapter driven by its payload: {"outcome": {...}, "stdout": "...", "stderr": "...", "sleep_s": N,
 "files": {"path": "text"}, "exit": N, "env_dump": true, "once_marker": "path",
-"stubborn": true (ignore SIGTERM, start a grandchild that ignores it too, write both pids to pids.txt)}."""
+"raw_result": "text written to $AGENTD_RESULT_PATH as-is (poison the outcome)",
+"stubborn": true (ignore SIGTERM, start a grandchild that ignores it too, write both pids to pids.txt),
+"daemon": "path" (double-fork a setsid daemon with an empty environment; it writes its pid to path)}.
+Text fields may name environment variables as ${NAME}, or ${json:NAME} for the value escaped as inside a
+JSON string (how a test makes the script echo a secret)."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+
+def expand(text):
+    def value(match):
+        found = os.environ.get(match.group(2), "")
+        return json.dumps(found)[1:-1] if match.group(1) else found
+
+    return re.sub(r"\$\{(json:)?([A-Z0-9_]+)\}", value, text)
+
 
 payload = json.loads(sys.stdin.read() or "{}")
 marker = payload.get("once_marker")
@@ -21,15 +35,29 @@ if payload.get("stubborn"):
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
     grandchild = subprocess.Popen([sys.executable, "-c", stubborn])
     Path("pids.txt").write_text(f"{os.getpid()} {grandchild.pid}")
+if payload.get("daemon"):
+    code = (
+        "import os, sys, time\n"
+        "if os.fork(): os._exit(0)\n"
+        "os.setsid()\n"
+        "if os.fork(): os._exit(0)\n"
+        "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+        "time.sleep(600)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, os.path.abspath(payload["daemon"])], env={}, check=True)
 for path, text in payload.get("files", {}).items():
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(text)
+    Path(path).write_text(expand(text))
 if payload.get("env_dump"):
     print(json.dumps(dict(os.environ)))
 if "stdout" in payload:
-    print(payload["stdout"])
+    print(expand(payload["stdout"]))
+if "stderr" in payload:
+    print(expand(payload["stderr"]), file=sys.stderr)
 sys.stdout.flush()
 time.sleep(payload.get("sleep_s", 0))
 if "outcome" in payload:
-    Path(os.environ["AGENTD_RESULT_PATH"]).write_text(json.dumps(payload["outcome"]))
+    Path(os.environ["AGENTD_RESULT_PATH"]).write_text(expand(json.dumps(payload["outcome"])))
+if "raw_result" in payload:
+    Path(os.environ["AGENTD_RESULT_PATH"]).write_text(expand(payload["raw_result"]))
 sys.exit(payload.get("exit", 0))

@@ -1,0 +1,155 @@
+"""What agentd accepts at its edges: values SQLite and JSON can hold, within documented limits.
+
+One validator for every surface that brings data in (CLI arguments, sensor lines, result files,
+follow-up tasks, the TOML): NaN and Infinity, lone surrogates, nesting deeper than MAX_DEPTH,
+integers outside int64 and oversized text are refused with what was wrong, where, and what was
+expected. Nothing that passes here can make a later write fail.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from agentd.errors import InputError
+
+MAX_DEPTH = 64  # nested objects/arrays in any JSON agentd stores (SQLite's own limit is 1000)
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_SUBJECT_CHARS = 500
+MAX_DESCRIPTION_CHARS = 64 * 1024
+MAX_PAYLOAD_BYTES = 1024 * 1024  # a task payload or workflow context, as stored JSON
+MAX_RESULT_BYTES = 16 * 1024 * 1024  # result.json is read at most this far
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class Refused(InputError, ValueError):
+    """A value agentd cannot hold. A ValueError too, so pydantic validators report it as theirs."""
+
+
+class NotJson(Refused):
+    """Text that does not parse as JSON at all; `detail` is the parser's reason."""
+
+    def __init__(self, where: str, detail: str) -> None:
+        super().__init__(f"{where}: not JSON ({detail})")
+        self.detail = detail
+
+
+def loads(text: str | bytes, where: str) -> Any:
+    """Parse JSON strictly: what json.loads accepts and SQLite could not hold is refused."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except Refused as exc:
+        raise Refused(f"{where}: {exc}") from None
+    except RecursionError:
+        raise Refused(f"{where}: JSON nested deeper than {MAX_DEPTH} levels") from None
+    except UnicodeDecodeError as exc:
+        raise NotJson(where, f"not UTF-8: {exc.reason} at byte {exc.start}") from None
+    except json.JSONDecodeError as exc:
+        at = f"column {exc.colno}" if exc.lineno == 1 else f"line {exc.lineno} column {exc.colno}"
+        raise NotJson(where, f"{exc.msg} at {at}") from None
+    except ValueError as exc:  # e.g. an integer longer than Python will parse
+        raise Refused(f"{where}: not JSON agentd can hold ({exc})") from None
+    check_value(value, where)
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise Refused(f"{name} is not a JSON number; agentd stores finite numbers only")
+
+
+def check_value(value: Any, where: str) -> None:
+    """Refuse NaN/Infinity, lone surrogates (in keys too), integers outside int64 and nesting deeper
+    than MAX_DEPTH. Iterative, so no input can exhaust the stack."""
+    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= MAX_DEPTH:
+                raise Refused(f"{_abbreviated(path)}: nested deeper than {MAX_DEPTH} levels")
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in pairs:
+                if isinstance(key, str):
+                    check_text(key, f"{path}: a key")
+                stack.append((child, f"{path}[{key!r}]" if isinstance(key, int) else f"{path}.{key}", depth + 1))
+        elif isinstance(item, str):
+            check_text(item, path)
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not INT64_MIN <= item <= INT64_MAX:
+                raise Refused(f"{path}: {_short(item)} is outside the 64-bit integer range")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise Refused(f"{path}: {item} is not a finite number")
+        else:
+            raise Refused(f"{path}: a {type(item).__name__} is not a JSON value")
+
+
+def check_text(text: str, where: str, max_chars: int | None = None) -> str:
+    """Text agentd can store and print: valid Unicode (no lone surrogates) within a length."""
+    match = _SURROGATE.search(text)
+    if match is not None:
+        raise Refused(
+            f"{where}: not valid Unicode (a lone surrogate U+{ord(match.group()):04X} at character {match.start()}; "
+            "invalid UTF-8 bytes decode to these)"
+        )
+    if max_chars is not None and len(text) > max_chars:
+        raise Refused(f"{where}: {len(text)} characters, expected at most {max_chars}")
+    return text
+
+
+def check_json_size(value: Any, where: str, limit: int = MAX_PAYLOAD_BYTES) -> None:
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > limit:
+        raise Refused(f"{where}: {size} bytes as JSON, expected at most {limit}")
+
+
+def check_id(value: int, where: str) -> int:
+    """A database id: 1 up to the largest SQLite integer."""
+    if not 1 <= value <= INT64_MAX:
+        raise Refused(f"{where}: expected an id from 1 to {INT64_MAX}, found {_short(value)}")
+    return value
+
+
+def scrub(text: str) -> str:
+    """Text an adapter reported (not a record it asked us to store): lone surrogates become U+FFFD
+    so the report can be kept as evidence instead of refused."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def scrub_value(value: Any) -> Any:
+    """`scrub` over a JSON-like structure; non-finite floats become None, oversized ints text."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {scrub(str(k)): scrub_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub_value(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        return str(value)
+    return value
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str, *, keep_newlines: bool = False) -> str:
+    """Text safe to print on a terminal or in a log line: control characters (ESC and friends, and
+    newlines unless kept) shown as escapes, so stored data can never drive the operator's terminal."""
+    pattern = _CONTROL_BUT_NEWLINE if keep_newlines else _CONTROL
+    return pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", scrub(text))
+
+
+def _abbreviated(path: str) -> str:
+    return path if len(path) <= 80 else f"{path[:40]}…{path[-30:]}"
+
+
+def _short(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 30 else f"{text[:12]}…({len(text)} digits)"
