@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := config/identity.example.toml
 
-.PHONY: run test test-harness test-slow lint bench clean
+.PHONY: run test test-harness test-slow chaos lint bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentd needs python3 >= 3.11, found " + sys.version.split()[0] + "; run: make PYTHON=python3.11 ...")'
@@ -43,6 +43,10 @@ test-harness: $(VENV)/.installed-test
 ## test-slow: the long forms of the slow suites
 test-slow: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m slow
+
+## chaos: real services under >= 50 SIGKILLs with poisoned input from every surface; prints the table
+chaos: $(VENV)/.installed-test
+	$(BIN)/python tests/chaos.py --kills 60
 
 ## bench: the benchmark suite at full size; rewrites bench/BENCHMARKS.md
 bench: $(VENV)/.installed-test

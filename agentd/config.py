@@ -245,7 +245,9 @@ def load_config(path: Path) -> Config:
     problems = _protected_env_problems()
     if problems:  # anything checked after an identity override would be about the wrong agent
         raise ConfigError(problems)
-    problems = _duplicates(source, raw)
+    problems = _duplicates(source, raw) + _nul_problems(source, raw)
+    if problems:
+        raise ConfigError(problems)
     _resolve_relative_paths(raw, path.parent)
     try:
         settings = Settings(**raw)
@@ -417,6 +419,8 @@ def _payload_schemas(source: str, declared: Mapping[str, Path]) -> tuple[dict[st
             Draft202012Validator.check_schema(schema)
         except FileNotFoundError:
             problems.append(Problem(source, key, f"expected a JSON Schema file, found nothing at {file}"))
+        except OSError as exc:
+            problems.append(Problem(source, key, f"expected a JSON Schema file, cannot read {file}: {exc.strerror}"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             problems.append(Problem(source, key, f"{file} is not JSON: {exc}"))
         except SchemaError as exc:
@@ -443,8 +447,8 @@ def _duplicates(source: str, raw: dict[str, Any]) -> list[Problem]:
         entries = raw.get(table)
         for index, entry in enumerate(entries if isinstance(entries, list) else []):
             ident = entry.get(id_key) if isinstance(entry, dict) else None
-            if ident is None:
-                continue
+            if not isinstance(ident, str):
+                continue  # missing or not text: validation says what it expected
             if ident in seen:
                 problems.append(
                     Problem(
@@ -453,6 +457,17 @@ def _duplicates(source: str, raw: dict[str, Any]) -> list[Problem]:
                 )
             seen.setdefault(ident, index)
     return problems
+
+
+def _nul_problems(source: str, raw: Any, key: str = "") -> list[Problem]:
+    """A NUL character is never part of a name, a path or a command: refused wherever it is."""
+    if isinstance(raw, str):
+        return [Problem(source, key, "contains a NUL character (\\x00); remove it")] if "\x00" in raw else []
+    if isinstance(raw, dict):
+        return [p for k, v in raw.items() for p in _nul_problems(source, v, f"{key}.{k}" if key else str(k))]
+    if isinstance(raw, list):
+        return [p for i, v in enumerate(raw) for p in _nul_problems(source, v, f"{key}[{i}]")]
+    return []
 
 
 def cross_check(config: Config) -> list[Problem]:

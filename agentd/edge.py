@@ -71,6 +71,8 @@ def check_value(value: Any, where: str) -> None:
                 raise Refused(f"{_abbreviated(path)}: nested deeper than {MAX_DEPTH} levels")
             pairs = item.items() if isinstance(item, dict) else enumerate(item)
             for key, child in pairs:
+                if isinstance(item, dict) and not isinstance(key, str):
+                    raise Refused(f"{path}: a key must be text, found {type(key).__name__}")
                 if isinstance(key, str):
                     check_text(key, f"{path}: a key")
                 stack.append((child, f"{path}[{key!r}]" if isinstance(key, int) else f"{path}.{key}", depth + 1))

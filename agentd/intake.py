@@ -134,7 +134,10 @@ def _available_at(intent: TaskIntent, now: datetime) -> datetime:
     if intent.available_at is not None:
         return intent.available_at
     if intent.schedule is not None:
-        return now + timedelta(minutes=intent.schedule.delay_minutes)
+        try:
+            return now + timedelta(minutes=intent.schedule.delay_minutes)
+        except OverflowError:
+            raise InputError("schedule.delay_minutes: the task would fall due after the year 9999") from None
     return now
 
 

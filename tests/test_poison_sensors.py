@@ -136,6 +136,7 @@ time.sleep(600)
         assert alive(sensor_pid), "a sensor outlives a SIGKILL of its service: only a sweep stops it"
         second = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
+
             def reclaimed() -> list[Any]:
                 return [e for e in rig.store.read_events(limit=10_000) if e.type == "sensor_run_reclaimed"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from agentd import __version__
 from agentd.cli import harness, ops, queue, services, setup, work
-from agentd.cli.common import COMMON, CommandError, check_argv
+from agentd.cli.common import COMMON, CommandError, Parser, check_argv
 from agentd.edge import printable
 from agentd.errors import AgentdError, ConfigError, StorageError
 from agentd.store.base import is_storage_fault, os_storage_error
@@ -42,7 +42,7 @@ def _leaves(group: BaseExceptionGroup[Any]) -> list[Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="agentd",
         description="An agent runtime: a durable task queue, one verified attempt at a time.",
         parents=[COMMON],
@@ -61,7 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AgentdError as exc:
         return report(exc)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except CommandError as exc:
+        return report(exc)
     logging.basicConfig(
         level=logging.DEBUG if getattr(args, "verbose", False) else getattr(args, "log_level", logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

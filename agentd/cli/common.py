@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import BaseModel
 
@@ -18,7 +18,16 @@ from agentd.edge import loads as load_json
 from agentd.errors import InputError
 from agentd.store import Store, open_store
 
-COMMON = argparse.ArgumentParser(add_help=False)
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (`agentd: --limit: expected…`) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("agentd").strip()
+        raise CommandError(f"{command + ': ' if command else ''}{message}; see `{self.prog} --help`")
+
+
+COMMON = Parser(add_help=False)
 COMMON.add_argument(
     "--config",
     metavar="FILE",

@@ -105,17 +105,32 @@ _FAULTS = {
 
 def storage_error(exc: sqlite3.Error, path: Path) -> StorageError | None:
     """The StorageError an SQLite error means, or None when it is a statement's own problem (a
-    constraint, a bug) rather than the storage's."""
+    constraint, a bug) rather than the storage's. SQLite reports a full or read-only file system
+    as an I/O error or "cannot open" at times, so the file system is asked what it is."""
     code = getattr(exc, "sqlite_errorcode", None)
-    if code is None:
+    if code is None or (code & 0xFF) not in _FAULTS:
         return None
-    fault = _FAULTS.get(code & 0xFF)
-    if fault is None:
-        return None
-    problem, fix = fault
-    if code & 0xFF == 14 and path.exists() and not os.access(path, os.R_OK):
-        problem, fix = _FAULTS[23]
+    primary = code & 0xFF
+    if primary in (8, 10, 13, 14):  # READONLY, IOERR, FULL, CANTOPEN: which is it really?
+        primary = _file_system_fault(path) or primary
+    problem, fix = _FAULTS[primary]
     return StorageError(path, problem, fix.format(path=path))
+
+
+def _file_system_fault(path: Path) -> int | None:
+    """READONLY, FULL or PERM if the state dir's file system says so, else None."""
+    directory = path if path.is_dir() else path.parent
+    try:
+        stats = os.statvfs(directory)
+    except OSError:
+        return None
+    if stats.f_flag & os.ST_RDONLY:
+        return 8
+    if stats.f_bavail == 0 or stats.f_favail == 0:
+        return 13
+    if not os.access(directory, os.R_OK | os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.R_OK)):
+        return 23
+    return None
 
 
 _OS_FAULTS = {
@@ -132,6 +147,8 @@ def os_storage_error(exc: OSError, path: Path | None = None) -> StorageError:
     """A file-system error while agentd wrote its state, as one clear line."""
     where = exc.filename or path or "the state dir"
     fault = _FAULTS.get(_OS_FAULTS.get(exc.errno or 0, 0))
+    if exc.errno == errno.EIO and isinstance(where, str | Path):
+        fault = _FAULTS.get(_file_system_fault(Path(where)) or 10)
     if fault is None:
         return StorageError(where, exc.strerror or str(exc), "check the state dir and the disk it is on")
     problem, fix = fault

@@ -3,7 +3,9 @@
 "files": {"path": "text"}, "exit": N, "env_dump": true, "once_marker": "path",
 "raw_result": "text written to $AGENTD_RESULT_PATH as-is (poison the outcome)",
 "stubborn": true (ignore SIGTERM, start a grandchild that ignores it too, write both pids to pids.txt),
-"daemon": "path" (double-fork a setsid daemon with an empty environment; it writes its pid to path)}.
+"daemon": "path" (double-fork a setsid daemon with an empty environment; it writes its pid to path),
+"append": "path" (append "TASK ATTEMPT" to it: a side effect), "stdout_hex": "raw bytes for stdout",
+"result_symlink": "target" (make the result file a symlink to it)}.
 Text fields may name environment variables as ${NAME}, or ${json:NAME} for the value escaped as inside a
 JSON string (how a test makes the script echo a secret)."""
 
@@ -45,6 +47,12 @@ if payload.get("daemon"):
         "time.sleep(600)\n"
     )
     subprocess.run([sys.executable, "-c", code, os.path.abspath(payload["daemon"])], env={}, check=True)
+if payload.get("append"):
+    with open(payload["append"], "a") as log:
+        log.write(f"{os.environ['AGENTD_TASK_ID']} {os.environ['AGENTD_ATTEMPT_ID']}\n")
+if payload.get("stdout_hex"):
+    sys.stdout.buffer.write(bytes.fromhex(payload["stdout_hex"]))
+    sys.stdout.buffer.write(b"\n")
 for path, text in payload.get("files", {}).items():
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(expand(text))
@@ -58,6 +66,8 @@ sys.stdout.flush()
 time.sleep(payload.get("sleep_s", 0))
 if "outcome" in payload:
     Path(os.environ["AGENTD_RESULT_PATH"]).write_text(expand(json.dumps(payload["outcome"])))
+if "result_symlink" in payload:
+    os.symlink(payload["result_symlink"], os.environ["AGENTD_RESULT_PATH"])
 if "raw_result" in payload:
     Path(os.environ["AGENTD_RESULT_PATH"]).write_text(expand(payload["raw_result"]))
 sys.exit(payload.get("exit", 0))

@@ -1,0 +1,540 @@
+"""The chaos harness: real `agentd dispatch` and `agentd sensors` processes on one state dir, a
+seeded workload with poisoned inputs from every surface, SIGKILLs at random moments, and then a
+proof from the database, the evidence and the logs that nothing was lost, duplicated, re-run,
+leaked or left running.
+
+    make chaos                        # python tests/chaos.py --kills 60
+    python tests/chaos.py --kills 12 --seed 7 --keep DIR
+
+The short form runs in `make test` (tests/test_chaos.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from support import agent_config
+
+from agentd.clock import SystemClock
+from agentd.config import load_config
+from agentd.records import TERMINAL_STATUSES
+from agentd.store import Store, init_state_dir, migrate, open_store
+
+SECRET = 'chaos-Sk3y"with\\quote-0123456789'  # JSON escapes the quote and the backslash
+SENSOR_SECRET = "chaos-sensor-token-9876543210"
+CLAIMABLE = ("pending", "retryable_failure")
+
+
+def ok(**fields: Any) -> dict[str, Any]:
+    return {"status": "completed", "machine_status": "ok", "operator_summary": "done", **fields}
+
+
+@dataclass
+class Service:
+    """One of the two services, started and restarted as real processes."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    logs: Path
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+    kills: int = 0
+    exits: list[tuple[int, str]] = field(default_factory=list)  # (return code, who ended it)
+
+    def start(self) -> None:
+        log = open(self.logs / f"{self.name}-{self.starts}.log", "wb")  # noqa: SIM115
+        self.process = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.starts += 1
+
+    def poll(self) -> None:
+        """A service that exited by itself is recorded (an invariant failure) and restarted."""
+        if self.process is not None and self.process.poll() is not None:
+            self.exits.append((self.process.returncode, "itself"))
+            self.start()
+
+    def kill(self) -> None:
+        self.poll()
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.exits.append((self.process.wait(timeout=30), "harness SIGKILL"))
+        self.kills += 1
+
+    def stop(self) -> None:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            self.exits.append((self.process.returncode, "itself"))
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.exits.append((self.process.wait(timeout=60), "harness SIGTERM"))
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.exits.append((self.process.wait(), "did not stop on SIGTERM"))
+
+    def log_text(self) -> str:
+        return "".join(p.read_text(errors="replace") for p in sorted(self.logs.glob(f"{self.name}-*.log")))
+
+
+@dataclass
+class Report:
+    seconds: float = 0.0
+    kills: dict[str, int] = field(default_factory=dict)
+    tasks: Counter[str] = field(default_factory=Counter)
+    events: int = 0
+    poisoned: Counter[str] = field(default_factory=Counter)
+    checks: dict[str, list[str]] = field(default_factory=dict)  # invariant -> problems (empty: passed)
+
+    @property
+    def failed(self) -> list[str]:
+        return [name for name, problems in self.checks.items() if problems]
+
+    def table(self) -> str:
+        lines = [
+            f"chaos: {self.seconds:.0f}s, seed-driven; kills " + ", ".join(f"{k} {v}" for k, v in self.kills.items())
+        ]
+        lines.append(
+            "tasks     " + "  ".join(f"{k} {v}" for k, v in sorted(self.tasks.items())) + f"  (events {self.events})"
+        )
+        lines.append("poisoned  " + "  ".join(f"{k} {v}" for k, v in sorted(self.poisoned.items())))
+        lines.append("")
+        lines.append(f"{'invariant':<48} result")
+        for name, problems in self.checks.items():
+            lines.append(f"{name:<48} {'passed' if not problems else 'FAILED: ' + '; '.join(problems[:3])}")
+        passed = len(self.checks) - len(self.failed)
+        lines.append(f"\n{passed} of {len(self.checks)} invariant checks passed, {len(self.failed)} failed")
+        return "\n".join(lines)
+
+
+# --- the workload ------------------------------------------------------------------------------------
+
+FEED_SENSOR = """#!{python}
+import os, sys
+# Every run re-observes the whole feed (a sensor sees the world as it is); dedupe makes it once.
+with open(os.environ["FEED"], "rb") as feed:
+    sys.stdout.buffer.write(feed.read())
+print("debug token " + os.environ["TOKEN"], file=sys.stderr)
+"""
+
+
+TASK_KINDS = ("follow_up", "poison_result", "secret", "symlink", "bytes", "daemon")
+
+
+def task_payload(rng: random.Random, workspace: Path, tag: str, kind: str | None = None) -> tuple[dict[str, Any], str]:
+    """A scripted task's payload and the surface it poisons ('' for none)."""
+    side_log = str(workspace / "side-effects.log")
+    base = {"append": side_log, "sleep_s": round(rng.uniform(0.05, 0.8), 2)}
+    kind = kind or rng.choice(["plain"] * 5 + list(TASK_KINDS))
+    if kind == "follow_up":
+        follow = [{"task_type": "example", "source": "x", "subject": f"follow-up of {tag}", "payload": {}}]
+        return {**base, "outcome": ok(follow_up_tasks=follow)}, ""
+    if kind == "poison_result":
+        raw = rng.choice(
+            [
+                '{"status": "completed", "machine_status": "ok", "operator_summary": "x", "external_messages": [NaN]}',
+                '{"status": "completed", "machine_status": "ok", "operator_summary": "\\ud800"}',
+                '{"status": "completed", "machine_status": "ok", "operator_summary": "x", "follow_up_tasks": ['
+                + "[" * 3000
+                + "]" * 3000
+                + "]}",
+                '{"status": "completed", "machine_status": "ok", "operator_summary": 1e99999}',
+            ]
+        )
+        return {**base, "raw_result": raw}, "result file"
+    if kind == "secret":
+        block = json.dumps(ok(operator_summary="key ${json:API_KEY}"))
+        return {**base, "stdout": f"${{API_KEY}}\n```json\n{block}\n```", "stderr": "${API_KEY}"}, "adapter output"
+    if kind == "symlink":
+        return {**base, "result_symlink": "/dev/zero"}, "disk"
+    if kind == "bytes":
+        return {
+            **base,
+            "stdout_hex": "ff fe 1b 5b 32 4a ed a0 80 00".replace(" ", ""),
+            "outcome": ok(),
+        }, "adapter output"
+    if kind == "daemon":
+        return {**base, "daemon": str(workspace / f"daemon-{tag}.pid"), "outcome": ok()}, "escapee"
+    return {**base, "outcome": ok()}, ""
+
+
+def poison_lines(key: str) -> list[str]:
+    return [
+        f'{{"event_id": "{key}", "observed_at": "0001-01-01T00:00:00+05:00", "source_ref": "x", '
+        f'"dedupe_key": "{key}", "payload": {{}}}}',
+        f'{{"event_id": "{key}", "observed_at": "2026-01-01T00:00:00Z", "source_ref": "x", '
+        f'"dedupe_key": "{key}", "payload": {{"n": NaN}}}}',
+        f'{{"event_id": "{key}", "observed_at": "2026-01-01T00:00:00Z", "source_ref": "x", '
+        f'"dedupe_key": "\\udcff{key}", "payload": {{}}}}',
+        f'{{"event_id": "{key}", "observed_at": "2026-01-01T00:00:00Z", "source_ref": "x", '
+        f'"dedupe_key": "{key}", "payload": {{"n": 1{"0" * 30}}}}}',
+        "[" * 50000 + "]" * 50000,
+        "\x1b]0;pwned\x07 not json",
+    ]
+
+
+def sensor_line(rng: random.Random, workspace: Path, key: str) -> tuple[str, str]:
+    """One line of the feed: a valid event (proposing a task or a goal-loop) or a poisoned one."""
+    if rng.random() < 0.15:
+        return rng.choice(poison_lines(key)), "sensor line"
+    event: dict[str, Any] = {
+        "event_id": key,
+        "observed_at": "2026-01-01T00:00:00Z",
+        "source_ref": "chaos",
+        "dedupe_key": key,
+        "payload": {},
+    }
+    if rng.random() < 0.15:
+        answers = {"verify": rng.choice([["complete"], ["continue", "complete"]])}
+        event["proposed_workflow"] = {"template": "goal-loop", "instance_key": key, "context": {"answers": answers}}
+    else:
+        payload, surface = task_payload(rng, workspace, key)
+        event["proposed_task"] = {
+            "task_type": "scripted",
+            "source": "x",
+            "subject": f"sensed {key}",
+            "payload": payload,
+        }
+        return json.dumps(event), surface
+    return json.dumps(event), ""
+
+
+CLI_POISON = [
+    ["--payload", '{"x": NaN}'],
+    ["--payload", "[" * 1500 + "]" * 1500],
+    ["--subject", "x" * 600],
+    ["--at", "9999-12-31T23:59:59-01:00"],
+    ["--priority", "99999999999999999999"],
+    ["--payload", '{"n": 99999999999999999999999}'],
+]
+
+
+# --- the run -------------------------------------------------------------------------------------------
+
+
+class Chaos:
+    def __init__(self, directory: Path, seed: int) -> None:
+        self.dir, self.rng = directory, random.Random(seed)
+        self.workspace = directory / "workspace"
+        self.feed = directory / "feed.jsonl"
+        self.feed.write_text("")
+        self.valid_keys: list[str] = []
+        self.cli_poison_sources: list[str] = []
+        self.problems: list[str] = []  # what the harness itself saw go wrong (CLI exits)
+        self.poisoned: Counter[str] = Counter()
+        self.config_path = self._configure()
+        self.config = load_config(self.config_path)
+        init_state_dir(self.config.paths.state_dir, self.config.paths.workspace)
+        migrate(self.config.db_path, SystemClock())
+        logs = directory / "logs"
+        logs.mkdir()
+        self.env = {
+            k: v for k, v in os.environ.items() if k != "AGENTD_CONFIG" and not (k.startswith("AGENTD_") and "__" in k)
+        }
+        base = [sys.executable, "-m", "agentd", "--config", str(self.config_path)]
+        env = self.env
+        self.dispatch = Service("dispatch", [*base, "dispatch"], env, logs)
+        self.sensors = Service("sensors", [*base, "sensors"], env, logs)
+
+    def _configure(self) -> Path:
+        sensors = self.dir / "sensors" / "feed"
+        sensors.mkdir(parents=True)
+        script = sensors / "feed.py"
+        script.write_text(FEED_SENSOR.format(python=sys.executable))
+        script.chmod(0o755)
+        sensor_env = sensors / "secrets.env"
+        sensor_env.write_text(f"TOKEN={SENSOR_SECRET}\n")
+        sensor_env.chmod(0o600)
+        (sensors / "sensor.toml").write_text(
+            'description = "the chaos feed"\ninterval_seconds = 1\ntimeout_seconds = 20\n'
+            f'command = ["./feed.py"]\nenv_file = "secrets.env"\nenv = {{ FEED = "{self.feed}" }}\n'
+        )
+        adapter_env = self.dir / "scripted.env"
+        adapter_env.write_text(f"API_KEY='{SECRET}'\n")
+        adapter_env.chmod(0o600)
+        side_log = str(self.dir / "workspace" / "side-effects.log")
+
+        def mutate(raw: dict[str, Any]) -> None:
+            raw["paths"]["sensors_dir"] = str(self.dir / "sensors")
+            for adapter in raw["adapters"]:
+                if adapter["adapter_id"] == "scripted":
+                    adapter["env_file"] = str(adapter_env)
+            raw["dispatch"].update(backoff_base_s=0, grace_s=2, kill_grace_s=1, lock_heartbeat_s=1)
+            raw["metrics"] = {"dispatch_listen": "127.0.0.1:0", "sensors_listen": "127.0.0.1:0"}
+            raw["schedules"] = [
+                {
+                    "schedule_id": "chaos-tick",
+                    "interval_seconds": 3,
+                    "task": {"task_type": "scripted", "payload": {"append": side_log, "sleep_s": 0.3, "outcome": ok()}},
+                }
+            ]
+
+        return agent_config(self.dir, mutate)
+
+    def feed_more(self, count: int) -> None:
+        lines = []
+        for _ in range(count):
+            key = f"k{len(self.valid_keys)}-{self.rng.randrange(10**6)}"
+            line, surface = sensor_line(self.rng, self.workspace, key)
+            if surface:
+                self.poisoned[surface] += 1
+            if surface != "sensor line":
+                self.valid_keys.append(key)
+            lines.append(line)
+        with self.feed.open("a", encoding="utf-8", errors="surrogateescape") as feed:
+            feed.write("".join(line + "\n" for line in lines))
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "agentd", "--config", str(self.config_path), *args]
+        return subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=60)
+
+    def add_by_cli(self, *, poison: bool | None = None) -> None:
+        if poison if poison is not None else self.rng.random() < 0.5:
+            source = f"chaos:cli-poison:{len(self.cli_poison_sources)}"
+            self.cli_poison_sources.append(source)
+            self.poisoned["cli argument"] += 1
+            result = self.cli("task", "add", "--type", "scripted", "--source", source, *self.rng.choice(CLI_POISON))
+            if result.returncode != 2 or "Traceback" in result.stderr:
+                self.problems.append(f"poisoned task add exited {result.returncode}: {result.stderr[-200:]}")
+            return
+        payload, surface = task_payload(self.rng, self.workspace, f"cli{self.rng.randrange(10**6)}")
+        if surface:
+            self.poisoned[surface] += 1
+        result = self.cli("task", "add", "--type", "scripted", "--payload", json.dumps(payload))
+        if result.returncode != 0:
+            self.problems.append(f"task add exited {result.returncode}: {result.stderr[-200:]}")
+
+    def seed_workload(self) -> None:
+        """Every poisoned surface at least once, then a random mix."""
+        with self.feed.open("a", encoding="utf-8") as feed:
+            for line in poison_lines("seed-poison"):
+                feed.write(line + "\n")
+                self.poisoned["sensor line"] += 1
+        for kind in TASK_KINDS:
+            payload, surface = task_payload(self.rng, self.workspace, f"seed-{kind}", kind)
+            if surface:
+                self.poisoned[surface] += 1
+            event = {
+                "event_id": f"seed-{kind}",
+                "observed_at": "2026-01-01T00:00:00Z",
+                "source_ref": "chaos",
+                "dedupe_key": f"seed-{kind}",
+                "payload": {},
+                "proposed_task": {"task_type": "scripted", "source": "x", "payload": payload},
+            }
+            with self.feed.open("a", encoding="utf-8") as feed:
+                feed.write(json.dumps(event) + "\n")
+            self.valid_keys.append(f"seed-{kind}")
+        self.feed_more(20)
+
+    def run(self, kills: int, deadline_s: float) -> Report:
+        started = time.monotonic()
+        self.seed_workload()
+        self.dispatch.start()
+        self.sensors.start()
+        self.add_by_cli(poison=True)
+        pause = threading.Event()
+        done = 0
+        while done < kills and time.monotonic() - started < deadline_s:
+            pause.wait(self.rng.uniform(0.3, 1.8))
+            for service in (self.dispatch, self.sensors):
+                service.poll()
+            action = self.rng.random()
+            if action < 0.25:
+                self.feed_more(self.rng.randint(1, 6))
+            elif action < 0.35:
+                self.add_by_cli()
+            victim = self.rng.choice([self.dispatch, self.dispatch, self.sensors])
+            victim.kill()
+            done += 1
+            pause.wait(self.rng.uniform(0.0, 0.4))
+            victim.start()
+        self._drain(started, deadline_s)
+        self.dispatch.stop()
+        self.sensors.stop()
+        report = self.check()
+        report.seconds = time.monotonic() - started
+        return report
+
+    def _drain(self, started: float, deadline_s: float) -> None:
+        """No more kills: wait until every sensed key made its work and nothing is due or running."""
+        store = open_store(self.config.db_path, SystemClock(), readonly=True)
+        pause = threading.Event()
+        quiet = 0
+        try:
+            limit = time.monotonic() + max(60.0, deadline_s - (time.monotonic() - started))
+            while time.monotonic() < limit and quiet < 3:
+                pause.wait(0.5)
+                for service in (self.dispatch, self.sensors):
+                    service.poll()
+                now = SystemClock().now()
+                tasks = store.list_tasks(limit=1_000_000)
+                busy = any(
+                    t.status == "running" or (t.status in CLAIMABLE and t.available_at <= now and t.schedule_id is None)
+                    for t in tasks
+                )
+                sensed = {r for (r,) in store._conn.execute("SELECT dedupe_key FROM sensor_events").fetchall()}
+                quiet = quiet + 1 if not busy and set(self.valid_keys) <= sensed else 0
+        finally:
+            store.close()
+
+    # --- the proof -----------------------------------------------------------------------------------
+
+    def check(self) -> Report:
+        store = open_store(self.config.db_path, SystemClock(), readonly=True)
+        try:
+            return self._check(store)
+        finally:
+            store.close()
+
+    def _check(self, store: Store) -> Report:
+        report = Report(poisoned=self.poisoned)
+        report.kills = {"dispatch": self.dispatch.kills, "sensors": self.sensors.kills}
+        conn = store._conn
+        tasks = store.list_tasks(limit=1_000_000)
+        report.tasks = Counter(t.status for t in tasks)
+        report.events = store.last_event_sequence()
+        checks: dict[str, Callable[[], list[str]]] = {
+            "every sensed event made exactly one task or workflow": lambda: self._sensed_once(conn),
+            "every task terminal or claimable": lambda: [
+                f"task {t.task_id} is {t.status}" for t in tasks if t.status not in (*TERMINAL_STATUSES, *CLAIMABLE)
+            ],
+            "no attempt left open": lambda: [
+                f"attempt {r[0]} of task {r[1]}"
+                for r in conn.execute("SELECT attempt_id, task_id FROM task_attempts WHERE ended_at IS NULL")
+            ],
+            "no completed task ran again": lambda: self._not_rerun(store, tasks),
+            "every follow-up exists exactly once": lambda: self._follow_ups_once(conn),
+            "no secret under the state dir or in the logs": self._no_secrets,
+            "the event chain verifies": lambda: [f"{b.sequence}: {b.reason}" for b in store.verify_event_chain()],
+            "no service exited except by the harness": self._clean_exits,
+            "poisoned CLI input refused, nothing written": lambda: (
+                self.problems + [f"task from {s}" for s in self.cli_poison_sources if any(t.source == s for t in tasks)]
+            ),
+            "no process outlived its attempt": self._no_escapees,
+            "workflows ended or waiting on a step task": lambda: self._workflows(conn),
+        }
+        report.checks = {name: check() for name, check in checks.items()}
+        return report
+
+    def _sensed_once(self, conn: Any) -> list[str]:
+        problems = []
+        rows = {r[0]: r for r in conn.execute("SELECT dedupe_key, result, task_id, workflow_id FROM sensor_events")}
+        for key in self.valid_keys:
+            row = rows.get(key)
+            if row is None or row[1] != "created":
+                problems.append(f"{key}: {row[1] if row else 'never recorded'}")
+        sources = Counter(r[0] for r in conn.execute("SELECT source FROM tasks WHERE source LIKE 'sensor:feed:%'"))
+        problems += [f"{source} made {n} tasks" for source, n in sources.items() if n != 1]
+        return problems
+
+    def _not_rerun(self, store: Store, tasks: list[Any]) -> list[str]:
+        problems = []
+        for task in tasks:
+            if task.status != "completed":
+                continue
+            attempts = store.attempts_of(task.task_id)
+            done = [a for a in attempts if a.retry_class == "none"]
+            if len(done) != 1 or attempts[-1].attempt_id != done[0].attempt_id:
+                problems.append(f"task {task.task_id}: attempts after the one that completed it")
+        return problems
+
+    def _follow_ups_once(self, conn: Any) -> list[str]:
+        problems = [
+            f"outbox {r[0]} still {r[1]}"
+            for r in conn.execute("SELECT idempotency_key, status FROM outbox WHERE kind = 'follow_up_task'")
+            if r[1] not in ("applied", "refused")
+        ]
+        keys = Counter(
+            json.loads(r[0]).get("outbox_key")
+            for r in conn.execute("SELECT payload FROM events WHERE type = 'task_enqueued'")
+            if "outbox_key" in r[0]
+        )
+        return problems + [f"{key} made {n} tasks" for key, n in keys.items() if n != 1]
+
+    def _no_secrets(self) -> list[str]:
+        needles = [s.encode() for secret in (SECRET, SENSOR_SECRET) for s in (secret, json.dumps(secret)[1:-1])]
+        places = [
+            str(path.relative_to(self.dir))
+            for path in self.config.paths.state_dir.rglob("*")
+            if path.is_file() and any(n in path.read_bytes() for n in needles)
+        ]
+        logs = self.dispatch.log_text() + self.sensors.log_text()
+        return places + ["service logs"] * any(n.decode() in logs for n in needles)
+
+    def _clean_exits(self) -> list[str]:
+        problems = []
+        for service in (self.dispatch, self.sensors):
+            for code, by in service.exits:
+                expected = {"harness SIGKILL": -signal.SIGKILL, "harness SIGTERM": 0}.get(by)
+                if code != expected:
+                    problems.append(f"{service.name} exited {code} ({by}); see {service.logs}")
+        return problems
+
+    def _no_escapees(self) -> list[str]:
+        alive = []
+        for pid_file in self.workspace.glob("daemon-*.pid"):
+            pid = int(pid_file.read_text() or 0)
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state != "Z":
+                alive.append(f"daemon {pid} ({pid_file.name})")
+        return alive
+
+    def _workflows(self, conn: Any) -> list[str]:
+        problems = []
+        for workflow_id, state, iteration in conn.execute(
+            "SELECT id, current_state, iteration FROM workflows WHERE status = 'active'"
+        ):
+            step = conn.execute(
+                "SELECT status FROM tasks WHERE workflow_id = ? AND workflow_state = ? AND workflow_iteration = ?",
+                (workflow_id, state, iteration),
+            ).fetchone()
+            if step is None or step[0] in TERMINAL_STATUSES:
+                problems.append(f"workflow {workflow_id} is active at {state}#{iteration} with no open step task")
+        return problems
+
+
+def run_chaos(directory: Path, *, kills: int, seed: int, deadline_s: float) -> Report:
+    return Chaos(directory, seed).run(kills, deadline_s)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kills", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--deadline", type=float, default=540.0, help="seconds for the killing phase")
+    parser.add_argument("--keep", metavar="DIR", help="run in DIR and keep it (default: a temp dir, removed)")
+    args = parser.parse_args()
+    if args.keep:
+        directory = Path(args.keep)
+        directory.mkdir(parents=True, exist_ok=False)
+        report = run_chaos(directory, kills=args.kills, seed=args.seed, deadline_s=args.deadline)
+    else:
+        with tempfile.TemporaryDirectory(prefix="agentd-chaos-") as tmp:
+            report = run_chaos(Path(tmp), kills=args.kills, seed=args.seed, deadline_s=args.deadline)
+    print(f"seed {args.seed}")
+    print(report.table())
+    return 1 if report.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
