@@ -120,10 +120,15 @@ def test_a_user_who_cannot_read_the_state_dir_gets_one_line(agent: Path, tmp_pat
     """The state dir belongs to another user; agentd runs without the power to override that
     (root with CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH dropped: the checks an ordinary user meets)."""
     state = tmp_path / "state"
-    for path in [state, *state.rglob("*")]:
+    owned = [state, *state.rglob("*")]
+    for path in owned:
         os.chown(path, 65534, 65534)
-    for args in (("status",), ("task", "list"), ("task", "add", "--type", "example"), ("events",), ("init",)):
-        one_clear_line(agentd(agent, *args, without_dac=True), 2, "permission denied", "sudo -u agentd")
+    try:
+        for args in (("status",), ("task", "list"), ("task", "add", "--type", "example"), ("events",), ("init",)):
+            one_clear_line(agentd(agent, *args, without_dac=True), 2, "permission denied", "sudo -u agentd")
+    finally:  # leave nothing pytest's own cleanup (run in a user namespace by make test-harness) cannot remove
+        for path in owned:
+            os.chown(path, 0, 0)
 
 
 def test_a_write_lock_held_past_the_busy_timeout_is_waited_for(
