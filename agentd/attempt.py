@@ -1,8 +1,10 @@
-"""One attempt, before and after it runs: prepare (bundle, evidence dir, environment) and
-conclude (redact what it left, judge it, seal the evidence, and say what the outcome commit writes).
+"""One attempt, before and after it runs.
 
-Every ending goes through `_seal`: a live attempt, one the boot sweep found after the runtime
-died, and one agentd itself failed. Each leaves a complete manifest and a redacted evidence dir.
+prepare: the bundle, the evidence dir, the environment, the adapter. After it: `gather` the facts
+(redact what it left before anything reads it, read the result, look up every file the outcome
+names), `judge` them (agentd/judge.py, pure), and `finish` (seal the manifest, drop scratch/).
+Every ending goes this way: a live attempt (`conclude`), one the boot sweep found after the
+runtime died (`sweep_end`), and one agentd itself failed (`internal_failure_end`).
 """
 
 from __future__ import annotations
@@ -12,39 +14,36 @@ import random
 import shutil
 import socket
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from agentd import __version__
 from agentd.adapters import Adapter, AdapterRun, AttemptContext, adapter_for
 from agentd.bundle import Bundle, BundleInput, PriorAttempt, RecentOutcome, SkillBrief, WorkflowStep, compile_bundle
 from agentd.clock import Clock, format_ts
-from agentd.config import Config, passthrough_environment, read_env_file
+from agentd.config import Config, read_env_file
 from agentd.containment import attempt_group
 from agentd.edge import MAX_RESULT_BYTES, scrub, scrub_value
-from agentd.errors import ConfigError
-from agentd.evidence import AttemptPaths, attempt_paths, prepare_attempt_dir, write_manifest
-from agentd.evidence import write_private as write_evidence
+from agentd.errors import ConfigError, InputError
+from agentd.evidence import AttemptPaths, attempt_paths, make_attempt_dir, seal, write_private
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
-from agentd.judge import AttemptFacts, Verdict, judge
-from agentd.outcome import CompletionChecks, RetryPolicy
-from agentd.records import AdapterConfig, TaskAttempt, TaskOutcome, TaskRecord
+from agentd.judge import AttemptFacts, OutboxPolicy, Stopped, extracted_of, judge
+from agentd.outcome import CompletionChecks, FileFact, RetryPolicy, paths_to_check
+from agentd.records import AdapterConfig, ArtifactRow, AttemptEnd, AttemptPlan, Claim, TaskAttempt, TaskRecord
 from agentd.redaction import Redactor
-from agentd.store import ArtifactRow, AsyncStore, AttemptEnd, Claim, OutboxRow, Store
-from agentd.store.attempts import AttemptPlan
-from agentd.store.base import is_storage_fault, os_storage_error
+from agentd.runner import child_environment
+from agentd.store import AsyncStore, Store
+from agentd.workflows import accepted_signals, state_of
 
 logger = logging.getLogger(__name__)
-
-# Evidence files that are inputs agentd wrote (the bundle, the payload): never rewritten, their
-# hashes are what the manifest pins. Everything else the attempt left is redacted before sealing.
-INPUT_FILES = ("prompt.md", "stdin.json", "manifest.json")
 
 
 @dataclass(frozen=True)
 class Prepared:
+    """An attempt ready to run: its adapter, its context, its bundle and its secrets."""
+
     claim: Claim
     adapter: Adapter
     ctx: AttemptContext
@@ -57,16 +56,18 @@ class Prepared:
         return self.claim.task
 
     @property
-    def attempt_id(self) -> str:
+    def attempt(self) -> TaskAttempt:
         assert self.claim.attempt is not None
-        return self.claim.attempt.attempt_id
+        return self.claim.attempt
+
+    @property
+    def attempt_id(self) -> str:
+        return self.attempt.attempt_id
 
 
 def plan_attempt(config: Config, task: TaskRecord) -> AttemptPlan:
     """Adapter: requested → task type → profile. Model: requested → type → profile → adapter.
     Priority never chooses either. Raises InputError if the config no longer allows the task."""
-    from agentd.errors import InputError
-
     spec = config.task_types.get(task.task_type)
     profile = config.profiles.get(task.requested_profile_id)
     if spec is None or profile is None:
@@ -82,33 +83,40 @@ def plan_attempt(config: Config, task: TaskRecord) -> AttemptPlan:
 
 
 class AttemptPreparer:
-    def __init__(self, config: Config, db: AsyncStore, clock: Clock) -> None:
-        self.config, self.db, self.clock = config, db, clock
+    def __init__(
+        self,
+        config: Config,
+        db: AsyncStore,
+        clock: Clock,
+        adapters: Callable[[AdapterConfig], Adapter] = adapter_for,
+    ) -> None:
+        self.config, self.db, self.clock, self.adapters = config, db, clock, adapters
 
-    async def prepare(self, claim: Claim, workflow: WorkflowStep | None = None) -> Prepared:
+    async def prepare(self, claim: Claim) -> Prepared:
         assert claim.attempt is not None
         task, attempt, config = claim.task, claim.attempt, self.config
         adapter_config = config.adapters[attempt.adapter_id]
         paths = attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id)
-        prepare_attempt_dir(paths)
+        make_attempt_dir(paths)
+        workflow = await self.workflow_step(task)
         bundle = compile_bundle(await self._bundle_input(task, attempt.attempt_number, workflow))
-        write_evidence(paths.prompt, bundle.text)
+        write_private(paths.prompt, bundle.text)
+        details = {
+            "chars": bundle.chars,
+            "over_budget_chars": bundle.over_budget_chars,
+            "cuts": [{"section": c.section, "chars": c.chars_removed} for c in bundle.cuts],
+        }
         await self.db.call(
             Store.record_bundle,
             task.task_id,
             attempt.attempt_id,
             bundle.bundle_hash,
             str(paths.prompt),
-            {
-                "chars": bundle.chars,
-                "over_budget_chars": bundle.over_budget_chars,
-                "cuts": [{"section": c.section, "chars": c.chars_removed} for c in bundle.cuts],
-            },
+            details,
             self.clock.now(),
         )
-        env, redactor = self._environment(adapter_config, task, attempt.attempt_id, paths, attempt.model, workflow)
+        env, redactor = self._environment(adapter_config, task, attempt, paths, workflow)
         working_dir: str | None = getattr(adapter_config, "working_dir", None)  # ollama has none
-        cwd = Path(working_dir) if working_dir else config.paths.workspace
         ctx = AttemptContext(
             task=task,
             attempt_id=attempt.attempt_id,
@@ -116,7 +124,7 @@ class AttemptPreparer:
             model=attempt.model,
             paths=paths,
             workspace=config.paths.workspace,
-            cwd=cwd,
+            cwd=Path(working_dir) if working_dir else config.paths.workspace,
             env=env,
             bundle_text=bundle.text,
             timeout_s=adapter_config.timeout_ms / 1000,
@@ -124,7 +132,22 @@ class AttemptPreparer:
             output_cap_bytes=config.dispatch.output_cap_bytes,
             group=attempt_group(config.paths.state_dir, attempt.attempt_id),
         )
-        return Prepared(claim, adapter_for(adapter_config), ctx, bundle, completion_checks(config, task), redactor)
+        return Prepared(claim, self.adapters(adapter_config), ctx, bundle, completion_checks(config, task), redactor)
+
+    async def workflow_step(self, task: TaskRecord) -> WorkflowStep | None:
+        """What the bundle tells a step task about its workflow, including the signals it may give."""
+        if task.workflow_ref is None:
+            return None
+        workflow = await self.db.call(Store.get_workflow_or_raise, task.workflow_ref.workflow_id)
+        definition = self.config.workflows.get(workflow.workflow_type)
+        state = state_of(definition, task.workflow_ref.state_id) if definition else None
+        return WorkflowStep(
+            workflow.workflow_id,
+            workflow.workflow_type,
+            task.workflow_ref.state_id,
+            task.workflow_iteration or workflow.iteration,
+            accepted_signals(state) if state else (),
+        )
 
     async def _bundle_input(self, task: TaskRecord, attempt_number: int, workflow: WorkflowStep | None) -> BundleInput:
         config = self.config
@@ -162,40 +185,40 @@ class AttemptPreparer:
         self,
         adapter: AdapterConfig,
         task: TaskRecord,
-        attempt_id: str,
+        attempt: TaskAttempt,
         paths: AttemptPaths,
-        model: str | None,
         workflow: WorkflowStep | None,
     ) -> tuple[dict[str, str], Redactor]:
         """Only what the adapter is configured to get: never the service's own environment."""
         config = self.config
-        env = passthrough_environment()
-        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/local/bin:/usr/bin:/bin')}"
-        env.update(HOME=str(paths.scratch / "home"), TMPDIR=str(paths.scratch / "tmp"))
-        env_file = getattr(adapter, "env_file", None)
-        from_file = read_env_file(Path(env_file)) if env_file else {}
-        env.update(from_file)
-        env.update(getattr(adapter, "env", None) or {})
-        env.update(
-            AGENTD_TASK_ID=str(task.task_id),
-            AGENTD_ATTEMPT_ID=attempt_id,  # the idempotency key an adapter can pass on
-            AGENTD_TASK_TYPE=task.task_type,
-            AGENTD_RESULT_PATH=str(paths.result),
-            AGENTD_BUNDLE_PATH=str(paths.prompt),
-            AGENTD_WORKSPACE=str(config.paths.workspace),
-            AGENTD_CONFIG=str(config.path),
-            AGENTD_PATHS__STATE_DIR=str(config.paths.state_dir),
-            AGENTD_PATHS__WORKSPACE=str(config.paths.workspace),
-        )
-        if model:
-            env["AGENTD_MODEL"] = model
+        agentd = {
+            "AGENTD_TASK_ID": str(task.task_id),
+            "AGENTD_ATTEMPT_ID": attempt.attempt_id,  # the idempotency key an adapter can pass on
+            "AGENTD_TASK_TYPE": task.task_type,
+            "AGENTD_RESULT_PATH": str(paths.result),
+            "AGENTD_BUNDLE_PATH": str(paths.prompt),
+            "AGENTD_WORKSPACE": str(config.paths.workspace),
+            "AGENTD_CONFIG": str(config.path),
+            "AGENTD_PATHS__STATE_DIR": str(config.paths.state_dir),
+            "AGENTD_PATHS__WORKSPACE": str(config.paths.workspace),
+        }
+        if attempt.model:
+            agentd["AGENTD_MODEL"] = attempt.model
         if workflow is not None:
-            env.update(
+            agentd.update(
                 AGENTD_WORKFLOW_ID=str(workflow.workflow_id),
                 AGENTD_WORKFLOW_STATE=workflow.state_id,
                 AGENTD_WORKFLOW_ITERATION=str(workflow.iteration),
             )
-        return env, Redactor(from_file.values())
+        env_file = getattr(adapter, "env_file", None)
+        return child_environment(
+            home=paths.scratch / "home",
+            tmp=paths.scratch / "tmp",
+            env_file=Path(env_file) if env_file else None,
+            env=getattr(adapter, "env", None),
+            agentd=agentd,
+            path_first=str(Path(sys.executable).parent),  # `agentd skills run` works from an attempt
+        )
 
 
 def completion_checks(config: Config, task: TaskRecord) -> CompletionChecks:
@@ -214,16 +237,6 @@ def completion_checks(config: Config, task: TaskRecord) -> CompletionChecks:
     )
 
 
-def adapter_redactor(config: Config, adapter_id: str) -> Redactor:
-    """The adapter's secrets as they are now (the boot sweep re-reads its env_file)."""
-    env_file = getattr(config.adapters.get(adapter_id), "env_file", None)
-    try:
-        return Redactor(read_env_file(Path(env_file)).values() if env_file else ())
-    except (OSError, ConfigError):
-        logger.warning("cannot read %s to redact a reclaimed attempt's evidence", env_file)
-        return Redactor()
-
-
 def workflow_skills(config: Config, task: TaskRecord) -> list[str]:
     if task.workflow_ref is None:
         return []
@@ -234,7 +247,14 @@ def workflow_skills(config: Config, task: TaskRecord) -> list[str]:
     return []
 
 
-# --- concluding: redact, judge, seal ---------------------------------------------------------------
+def adapter_redactor(config: Config, adapter_id: str) -> Redactor:
+    """The adapter's secrets as they are now (the boot sweep re-reads its env_file)."""
+    env_file = getattr(config.adapters.get(adapter_id), "env_file", None)
+    try:
+        return Redactor(read_env_file(Path(env_file)).values() if env_file else ())
+    except (OSError, ConfigError):
+        logger.warning("cannot read %s to redact a reclaimed attempt's evidence", env_file)
+        return Redactor()
 
 
 def retry_policy(config: Config) -> RetryPolicy:
@@ -249,32 +269,30 @@ def retry_policy(config: Config) -> RetryPolicy:
     )
 
 
+# --- the three endings ---------------------------------------------------------------------------
+
+
 def conclude(
     config: Config, clock: Clock, rng: random.Random, prepared: Prepared, run: AdapterRun | None, stopped: str | None
 ) -> AttemptEnd:
-    """After the run: redact what it left (before anything is parsed), judge it, seal the evidence,
-    and say what the outcome commit writes."""
+    """A live attempt's end: its run redacted before anything reads it, then judged and sealed."""
     paths, redactor = prepared.ctx.paths, prepared.redactor
     run = sanitized_run(run, redactor)
     if run is not None and run.final_message is not None:
-        write_evidence(paths.last_message, run.final_message)
-    redact_evidence(paths, redactor)
-    result_text, result_problem = read_result(paths)
+        write_private(paths.last_message, run.final_message)
     process = run.process if run else None
-    facts = AttemptFacts(
-        task=prepared.task,
-        attempt=_attempt_of(prepared),
-        checks=prepared.checks,
-        workspace=prepared.ctx.workspace,
-        timeout_s=prepared.ctx.timeout_s,
+    facts = gather(
+        config,
+        prepared.task,
+        prepared.attempt,
+        paths,
+        redactor,
         run=run,
         stopped=stopped if stopped in ("interrupted", "operator_canceled") else None,  # type: ignore[arg-type]
-        result_text=result_text,
-        result_problem=result_problem,
-        stdout_bytes=process.stdout.bytes_seen if process else _size(paths.stdout),
+        started=run is not None,
+        stdout_bytes=process.stdout.bytes_seen if process else None,
     )
-    started = run is not None and not (process is not None and process.start_error)
-    return _seal(config, clock, rng, facts, redactor, bundle_hash=prepared.bundle.bundle_hash, started=started)
+    return finish(config, clock, rng, facts, bundle_hash=prepared.bundle.bundle_hash)
 
 
 def sweep_end(
@@ -283,32 +301,24 @@ def sweep_end(
     """An attempt a dead runtime left open. If its processes were gone and it left a result, that is
     judged through the same gates as a live attempt (exit unknown); otherwise the runtime crashed
     under it: re-queued without spending an attempt, unless it keeps happening (crash_limit)."""
-    paths = AttemptPaths(Path(attempt.evidence_dir)) if attempt.evidence_dir else _paths(config, task, attempt)
-    redactor = adapter_redactor(config, attempt.adapter_id)
-    redact_evidence(paths, redactor)
-    result_text, result_problem = read_result(paths) if not survivors else (None, None)
-    facts = AttemptFacts(
-        task=task,
-        attempt=attempt,
-        checks=completion_checks(config, task),
-        workspace=config.paths.workspace,
-        timeout_s=_timeout_s(config, attempt.adapter_id),
-        result_text=result_text,
-        result_problem=result_problem,
-        stdout_bytes=_size(paths.stdout),
-        swept=True,
+    paths = (
+        AttemptPaths(Path(attempt.evidence_dir))
+        if attempt.evidence_dir
+        else attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id)
     )
-    notes = {"killed_pids": survivors, "judged": result_text is not None}
-    return _seal(
+    facts = gather(
         config,
-        clock,
-        rng,
-        facts,
-        redactor,
-        bundle_hash=attempt.bundle_hash,
+        task,
+        attempt,
+        paths,
+        adapter_redactor(config, attempt.adapter_id),
+        swept=True,
+        read_result=not survivors,  # a result beside live processes may be half-written: not judged
         started=attempt.pid is not None,
-        notes=notes,
+        notes={"killed_pids": survivors},
     )
+    facts = replace(facts, notes={**facts.notes, "judged": facts.result_text is not None})
+    return finish(config, clock, rng, facts, bundle_hash=attempt.bundle_hash)
 
 
 def internal_failure_end(
@@ -331,79 +341,102 @@ def internal_failure_end(
         task=task,
         attempt=attempt,
         checks=completion_checks(config, task),
-        workspace=config.paths.workspace,
         timeout_s=_timeout_s(config, attempt.adapter_id),
         internal_error=reason,
+        started=started,
+        outbox_policy=_outbox_policy(config, task),
+        redactions=redactor.count,
     )
-    return _seal(
-        config, clock, rng, facts, redactor, bundle_hash=attempt.bundle_hash, started=started, best_effort=True
-    )
+    return finish(config, clock, rng, facts, bundle_hash=attempt.bundle_hash, best_effort=True)
 
 
-def _seal(
+def gather(
+    config: Config,
+    task: TaskRecord,
+    attempt: TaskAttempt,
+    paths: AttemptPaths,
+    redactor: Redactor,
+    *,
+    run: AdapterRun | None = None,
+    stopped: Stopped | None = None,
+    swept: bool = False,
+    read_result: bool = True,
+    started: bool = True,
+    stdout_bytes: int | None = None,
+    notes: Mapping[str, Any] | None = None,
+) -> AttemptFacts:
+    """Everything the judge needs, from the evidence dir and the workspace: redacted first."""
+    redact_evidence(paths, redactor)
+    result_text, result_problem = read_result_file(paths) if read_result else (None, None)
+    checks = completion_checks(config, task)
+    facts = AttemptFacts(
+        task=task,
+        attempt=attempt,
+        checks=checks,
+        timeout_s=_timeout_s(config, attempt.adapter_id),
+        run=run,
+        stopped=stopped,
+        result_text=result_text,
+        result_problem=result_problem,
+        stdout_bytes=_size(paths.stdout) if stdout_bytes is None else stdout_bytes,
+        swept=swept,
+        started=started,
+        artifact_role=_artifact_role(config, task),
+        outbox_policy=_outbox_policy(config, task),
+        notes=dict(notes or {}),
+        redactions=redactor.count,
+    )
+    extracted = extracted_of(facts)
+    files = {p: file_fact(p, config.paths.workspace) for p in paths_to_check(extracted.outcome, checks)}
+    audit = None
+    if checks.require_adapter_audit and paths.stdout.is_file():
+        relative = str(paths.stdout.relative_to(config.paths.state_dir))
+        audit = ArtifactRow("adapter-audit", relative, sha256_file(paths.stdout), "text/plain")
+    evidence = {n: str(getattr(paths, n)) if getattr(paths, n).exists() else None for n in EVIDENCE_PATHS}
+    return replace(facts, extracted=extracted, files=files, audit=audit, evidence=evidence)
+
+
+EVIDENCE_PATHS = ("stdout", "stderr", "result", "last_message")
+
+
+def finish(
     config: Config,
     clock: Clock,
     rng: random.Random,
     facts: AttemptFacts,
-    redactor: Redactor,
     *,
     bundle_hash: str | None,
-    started: bool,
-    notes: dict[str, Any] | None = None,
     best_effort: bool = False,
 ) -> AttemptEnd:
-    """Judge the facts, write the manifest (complete on every path), and build the commit. An
-    unusable disk is a StorageError; with best_effort (agentd's own failure path) any other problem
-    writing the manifest is noted in the diagnostics rather than raised."""
-    task, attempt, run = facts.task, facts.attempt, facts.run
+    """Judge, seal the manifest (complete on every path), drop scratch/, and say what to commit."""
     now = clock.now()
-    verdict = judge(facts, now=now, policy=retry_policy(config), rng=rng)
-    paths = _paths(config, task, attempt)
-    side_effects = "possible" if started else "none"
-    artifacts = _artifact_rows(config, facts, verdict, paths)
-    fields = _manifest_fields(config, facts, verdict, artifacts, bundle_hash, side_effects, redactor.count, now)
-    artifact_hash, manifest_problem = None, None
-    try:
-        paths.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        artifact_hash = write_manifest(paths, fields)["artifact_hash"]
-    except Exception as exc:
-        if isinstance(exc, OSError) and is_storage_fault(exc):
-            raise os_storage_error(exc) from None
-        if not best_effort:
-            raise
-        manifest_problem = f"not written: {type(exc).__name__}: {scrub(str(exc))[:300]}"
+    end = judge(facts, now=now, policy=retry_policy(config), rng=rng)
+    paths = attempt_paths(config.paths.state_dir, facts.task.task_id, facts.attempt.attempt_id)
+    fields = manifest_fields(config, facts, end, bundle_hash)
+    artifact_hash, problem = seal(paths, fields, best_effort=best_effort)
     shutil.rmtree(paths.scratch, ignore_errors=True)  # HOME and friends: not evidence, and may hold keys
-    decision, gated = verdict.decision, verdict.gated
-    diagnostics = _diagnostics(run, verdict, artifact_hash, redactor.count, notes or {})
-    if manifest_problem:
-        diagnostics["manifest_problem"] = manifest_problem
-    return AttemptEnd(
-        attempt_id=attempt.attempt_id,
-        task_id=task.task_id,
-        ended_at=now,
-        exit_status=verdict.exit_status,
-        retry_class=decision.retry_class,
-        termination_reason=verdict.termination_reason,
-        outcome=gated.outcome,
-        status=decision.status,
-        available_at=decision.available_at,
-        last_error=decision.last_error,
-        free_attempt=decision.free_attempt,
-        rate_limited=decision.rate_limited,
-        crashed=decision.crashed,
-        side_effects=side_effects,
-        model=run.model if run else None,
-        downgrade_reasons=gated.reasons,
-        artifacts=artifacts,
-        outbox=outbox_rows(config, task, attempt.attempt_id, gated.outcome, decision.status),
-        diagnostics=diagnostics,
-        usage=_usage(run),
-        paths={
-            name: str(getattr(paths, name)) if getattr(paths, name).exists() else None
-            for name in ("stdout", "stderr", "result", "last_message")
-        },
-        boot_sweep=facts.swept,
-    )
+    diagnostics = {**end.diagnostics, "artifact_hash": artifact_hash}
+    if problem:
+        diagnostics["manifest_problem"] = problem
+    return replace(end, diagnostics=diagnostics)
+
+
+def file_fact(relative: str, workspace: Path) -> FileFact:
+    """What the workspace holds at a path an outcome names; refused if it is not inside it
+    (absolute, `..`, or a symlink leading out)."""
+    pure = PurePosixPath(relative)
+    root = workspace.resolve()
+    if pure.is_absolute() or ".." in pure.parts or not relative.strip():
+        return FileFact(relative, f"path {relative!r} is outside the workspace")
+    resolved = (root / pure).resolve()
+    if not resolved.is_relative_to(root):
+        return FileFact(relative, f"path {relative!r} leads outside the workspace")
+    try:
+        stat = resolved.stat()
+    except OSError:
+        return FileFact(relative)
+    is_file = resolved.is_file()
+    return FileFact(relative, None, True, is_file, stat.st_mtime, sha256_file(resolved) if is_file else None)
 
 
 def sanitized_run(run: AdapterRun | None, redactor: Redactor) -> AdapterRun | None:
@@ -431,7 +464,11 @@ def redact_evidence(paths: AttemptPaths, redactor: Redactor) -> int:
     return redactor.files(p for p in sorted(paths.root.iterdir()) if p.is_file() and p.name not in INPUT_FILES)
 
 
-def read_result(paths: AttemptPaths) -> tuple[str | None, str | None]:
+# Evidence files that are inputs agentd wrote (the bundle, the payload, the seal): never rewritten.
+INPUT_FILES = ("prompt.md", "stdin.json", "manifest.json")
+
+
+def read_result_file(paths: AttemptPaths) -> tuple[str | None, str | None]:
     """result.json's text (at most MAX_RESULT_BYTES), or why it cannot be used."""
     try:
         with paths.result.open("rb") as handle:
@@ -445,102 +482,9 @@ def read_result(paths: AttemptPaths) -> tuple[str | None, str | None]:
     return data.decode("utf-8", errors="replace"), None
 
 
-def _attempt_of(prepared: Prepared) -> TaskAttempt:
-    assert prepared.claim.attempt is not None
-    return prepared.claim.attempt
-
-
-def _paths(config: Config, task: TaskRecord, attempt: TaskAttempt) -> AttemptPaths:
-    return attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id)
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _timeout_s(config: Config, adapter_id: str) -> float:
-    adapter = config.adapters.get(adapter_id)
-    return adapter.timeout_ms / 1000 if adapter else 0.0
-
-
-def _artifact_rows(
-    config: Config, facts: AttemptFacts, verdict: Verdict, paths: AttemptPaths
-) -> tuple[ArtifactRow, ...]:
-    spec = config.task_types.get(facts.task.task_type)
-    role = (spec.artifact_roles if spec and spec.artifact_roles else ["output"])[0]
-    gated = verdict.gated
-    rows = [ArtifactRow(role, f.relative_path, sha256_file(f.absolute_path)) for f in gated.artifacts]
-    if facts.checks.require_adapter_audit and gated.outcome.status == "completed" and paths.stdout.is_file():
-        audit = str(paths.stdout.relative_to(config.paths.state_dir))
-        rows.append(ArtifactRow("adapter-audit", audit, sha256_file(paths.stdout), "text/plain"))
-    return tuple(rows)
-
-
-def outbox_rows(
-    config: Config, task: TaskRecord, attempt_id: str, outcome: TaskOutcome, status: str
-) -> tuple[OutboxRow, ...]:
-    """Side effects the outcome asks for; applied after the commit, only if verified and allowed."""
-    profile = config.profiles.get(task.requested_profile_id)
-    allow_follow_ups = bool(profile and profile.result_policy.allow_follow_up_tasks)
-    allow_messages = bool(profile and profile.result_policy.allow_external_messages)
-    rows = []
-    if status == "completed":
-        for i, intent in enumerate(outcome.follow_up_tasks or []):
-            rows.append(
-                OutboxRow(
-                    "follow_up_task",
-                    f"{attempt_id}:follow_up:{i}",
-                    intent.model_dump(mode="json"),
-                    *(
-                        ("pending", None)
-                        if allow_follow_ups
-                        else ("refused", {"reason": "the profile's result_policy does not allow follow-up tasks"})
-                    ),
-                )
-            )
-        for i, message in enumerate(outcome.external_messages or []):
-            rows.append(
-                OutboxRow(
-                    "external_message",
-                    f"{attempt_id}:message:{i}",
-                    message,
-                    *(
-                        ("awaiting_handler", None)
-                        if allow_messages
-                        else ("refused", {"reason": "the profile's result_policy does not allow external messages"})
-                    ),
-                )
-            )
-    if task.workflow_ref is not None and status in ("completed", "permanent_failure", "blocked", "operator_canceled"):
-        rows.append(
-            OutboxRow(
-                "workflow_signal",
-                f"{attempt_id}:workflow",
-                {
-                    "workflow_id": task.workflow_ref.workflow_id,
-                    "state_id": task.workflow_ref.state_id,
-                    "iteration": task.workflow_iteration,
-                    "signal": outcome.workflow_signal,
-                    "task_status": status,
-                },
-            )
-        )
-    return tuple(rows)
-
-
-def _manifest_fields(
-    config: Config,
-    facts: AttemptFacts,
-    verdict: Verdict,
-    artifacts: tuple[ArtifactRow, ...],
-    bundle_hash: str | None,
-    side_effects: str,
-    redactions: int,
-    now: datetime,
-) -> dict[str, Any]:
+def manifest_fields(config: Config, facts: AttemptFacts, end: AttemptEnd, bundle_hash: str | None) -> dict[str, Any]:
+    """The manifest (DESIGN §7, seed 001): who ran what, on which inputs, under which budgets, how
+    it ended. Pure: the files' hashes are added when it is sealed."""
     task, attempt, run = facts.task, facts.attempt, facts.run
     profile = config.profiles.get(task.requested_profile_id)
     started = attempt.started_at
@@ -579,20 +523,20 @@ def _manifest_fields(
             "max_attempts": task.max_attempts,
         },
         "started_at": format_ts(started),
-        "completed_at": format_ts(now),
-        "wall_clock_elapsed_s": max((now - started).total_seconds(), 0.0),
-        "termination_reason": verdict.termination_reason,
-        "failure_type": verdict.failure_type,
-        "exit_status": verdict.exit_status,
-        "side_effects": side_effects,
-        "redactions": {"count": redactions},
+        "completed_at": format_ts(end.ended_at),
+        "wall_clock_elapsed_s": max((end.ended_at - started).total_seconds(), 0.0),
+        "termination_reason": end.termination_reason,
+        "failure_type": end.diagnostics.get("failure_type"),
+        "exit_status": end.exit_status,
+        "side_effects": end.side_effects,
+        "redactions": {"count": facts.redactions},
         "outcome": {
-            "status": verdict.gated.outcome.status,
-            "machine_status": verdict.gated.outcome.machine_status,
-            "next_status": verdict.decision.status,
-            "gate_reasons": list(verdict.gated.reasons),
+            "status": end.outcome.status,
+            "machine_status": end.outcome.machine_status,
+            "next_status": end.status,
+            "gate_reasons": list(end.downgrade_reasons),
         },
-        "artifacts": [{"role": a.role, "path": a.relative_path, "sha256": a.sha256} for a in artifacts],
+        "artifacts": [{"role": a.role, "path": a.relative_path, "sha256": a.sha256} for a in end.artifacts],
     }
 
 
@@ -615,53 +559,25 @@ def task_hash(task: TaskRecord) -> str:
     return sha256_hex(canonical_json(fields))
 
 
-def _diagnostics(
-    run: AdapterRun | None, verdict: Verdict, artifact_hash: str | None, redactions: int, notes: dict[str, Any]
-) -> dict[str, Any]:
-    process = run.process if run else None
-    extracted, gated = verdict.extracted, verdict.gated
-    found: dict[str, Any] = {
-        "summary": gated.outcome.operator_summary[:2000],
-        "outcome_source": extracted.source,
-        "artifact_hash": artifact_hash,
-        **notes,
-    }
-    if redactions:
-        found["redactions"] = redactions
-    if extracted.problem and extracted.outcome is None:
-        found["outcome_problem"] = extracted.problem
-    if gated.reasons:
-        found["gate_failures"] = list(gated.reasons)
-    if run is not None:
-        found.update(run.diagnostics)
-        if run.failure:
-            found["adapter_failure"] = run.failure
-        if run.rate_limited:
-            found["rate_limited"] = True
-        if run.cli_version:
-            found["cli_version"] = run.cli_version
-    if process is not None:
-        found.update(
-            exit_code=process.exit_code,
-            signal=process.signal,
-            elapsed_s=round(process.elapsed_s, 3),
-            stdout_bytes=process.stdout.bytes_seen,
-            stderr_bytes=process.stderr.bytes_seen,
-            stdout_truncated=process.stdout.truncated,
-            stderr_truncated=process.stderr.truncated,
-        )
-    return found
+def _artifact_role(config: Config, task: TaskRecord) -> str:
+    spec = config.task_types.get(task.task_type)
+    return (spec.artifact_roles if spec and spec.artifact_roles else ["output"])[0]
 
 
-def _usage(run: AdapterRun | None) -> dict[str, Any]:
-    if run is None:
-        return {}
-    u = run.usage
-    return {
-        "input_tokens": u.input_tokens,
-        "output_tokens": u.output_tokens,
-        "cache_read_tokens": u.cache_read_tokens,
-        "cache_write_tokens": u.cache_write_tokens,
-        "cost_usd": u.cost_usd,
-        "cost_estimated": int(u.cost_estimated) if u.cost_usd is not None else None,
-    }
+def _outbox_policy(config: Config, task: TaskRecord) -> OutboxPolicy:
+    profile = config.profiles.get(task.requested_profile_id)
+    if profile is None:
+        return OutboxPolicy()
+    return OutboxPolicy(profile.result_policy.allow_follow_up_tasks, profile.result_policy.allow_external_messages)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _timeout_s(config: Config, adapter_id: str) -> float:
+    adapter = config.adapters.get(adapter_id)
+    return adapter.timeout_ms / 1000 if adapter else 0.0

@@ -1,7 +1,9 @@
-"""The identity TOML (DESIGN §2), validated once at the edge into one frozen Config.
+"""The identity TOML (DESIGN §2) parsed into one frozen Config: the bottom of agentd's imports.
 
-Environment overrides (`AGENTD_<SECTION>__<KEY>`) are read here and nowhere else. Every
-problem is collected and reported together as `FILE: key.path: expected…, found…`.
+Environment overrides (`AGENTD_<SECTION>__<KEY>`) are read here and nowhere else. This module
+parses and checks each value on its own; agentd/validation.py checks the references between
+sections and is where the whole config is loaded (`load_config`). Every problem is reported as
+`FILE: key.path: expected…, found…`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from agentd.records import (
     AgentFields,
     AgentIdentity,
     Identifier,
-    JsonObject,
+    ScheduleSpec,
     SubagentProfile,
     TaskIntent,
     TaskTypeSpec,
@@ -35,6 +37,7 @@ from agentd.records import (
     WalletIdentity,
     WorkflowDefinition,
 )
+from agentd.resources import example_config
 from agentd.sensors import Sensor, load_sensors
 from agentd.skills import Skill, load_skills
 
@@ -120,16 +123,6 @@ class ChaosSection(Section):
     crash_at: Literal["after_claim", "after_outcome_commit"] | None = None
 
 
-class ScheduleSpec(Section):
-    """A `[[schedules]]` entry; becomes a RecurringScheduleRecord when dispatch starts."""
-
-    schedule_id: Identifier
-    name: str | None = None
-    enabled: bool = True
-    interval_seconds: int = Field(ge=1, le=YEAR_S)
-    task: JsonObject = Field(description="a TaskIntent; source defaults to schedule:<id>")
-
-
 class Settings(BaseSettings):
     """The identity TOML's shape; the environment overrides any scalar of a section."""
 
@@ -212,8 +205,6 @@ def resolve_config_path(given: str | None, agent: str | None = None) -> tuple[Pa
     Order: --config, $AGENTD_CONFIG, /etc/agentd/<agent>.toml, the only TOML in /etc/agentd,
     then the embedded example (only on a machine with no /etc/agentd TOML at all).
     """
-    from agentd.resources import example_config
-
     if given:
         return Path(given), None
     if os.environ.get(CONFIG_ENV):
@@ -230,8 +221,9 @@ def resolve_config_path(given: str | None, agent: str | None = None) -> tuple[Pa
     return path, f"using the embedded default config {path}; pass --config for a real agent"
 
 
-def load_config(path: Path) -> Config:
-    """Read, validate and cross-check the identity TOML; raise ConfigError listing every problem."""
+def parse_config(path: Path) -> tuple[Config, list[Problem]]:
+    """Read and validate the identity TOML into a Config, with the problems found in what it names
+    (missing files, bad schemas); ConfigError when no Config can be built at all."""
     path = path.absolute()
     source = str(path)
     try:
@@ -254,10 +246,7 @@ def load_config(path: Path) -> Config:
     except ValidationError as exc:
         raise ConfigError(problems + _validation_problems(exc, raw, source)) from None
     config, found = _assemble(path, settings)
-    problems += found + cross_check(config)
-    if problems:
-        raise ConfigError(problems)
-    return config
+    return config, problems + found
 
 
 def _protected_env_problems() -> list[Problem]:
@@ -375,11 +364,36 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
     return config, problems
 
 
+# The built-in goal-loop (seed 000 §10): plan → execute → verify; verify's signal decides.
+GOAL_LOOP = WorkflowDefinition.model_validate(
+    {
+        "workflow_type": "goal-loop",
+        "initial_state": "plan",
+        "states": [
+            {"state_id": "plan", "task_type": "plan", "transitions": [{"signal": "ok", "next_state": "execute"}]},
+            {"state_id": "execute", "task_type": "execute", "transitions": [{"signal": "ok", "next_state": "verify"}]},
+            {
+                "state_id": "verify",
+                "task_type": "verify",
+                "transitions": [
+                    {"signal": "continue", "next_state": "execute"},
+                    {"signal": "revise_plan", "next_state": "plan"},
+                ],
+                "completion_signals": ["complete"],
+            },
+        ],
+    }
+)
+BUILTIN_WORKFLOWS = (GOAL_LOOP,)
+
+
+def missing_task_types(definition: WorkflowDefinition, task_types: set[str]) -> list[str]:
+    return sorted({s.task_type for s in definition.states if s.task_type and s.task_type not in task_types})
+
+
 def _with_builtin_workflows(settings: Settings) -> dict[str, WorkflowDefinition]:
     """The TOML's workflows, plus each built-in (goal-loop) the TOML does not define and whose
     task types it registers."""
-    from agentd.workflows import BUILTIN_WORKFLOWS, missing_task_types
-
     workflows = {w.workflow_type: w for w in settings.workflows}
     task_types = {t.task_type for t in settings.task_types}
     for builtin in BUILTIN_WORKFLOWS:
@@ -468,13 +482,6 @@ def _nul_problems(source: str, raw: Any, key: str = "") -> list[Problem]:
     if isinstance(raw, list):
         return [p for i, v in enumerate(raw) for p in _nul_problems(source, v, f"{key}[{i}]")]
     return []
-
-
-def cross_check(config: Config) -> list[Problem]:
-    """Every reference between sections resolves (seed §1a, §3, §10, §13)."""
-    from agentd.config_checks import check_references
-
-    return check_references(config)
 
 
 def task_intent_from_schedule(spec: ScheduleSpec) -> TaskIntent:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentd.edge import scrub
+from agentd.faults import is_storage_fault, os_storage_error
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
 
 EVIDENCE_SPEC = "agentd-evidence/v1"
@@ -79,7 +81,7 @@ def attempt_paths(state_dir: Path, task_id: int, attempt_id: str) -> AttemptPath
     return AttemptPaths(state_dir / "attempts" / str(task_id) / attempt_id)
 
 
-def prepare_attempt_dir(paths: AttemptPaths) -> None:
+def make_attempt_dir(paths: AttemptPaths) -> None:
     paths.root.mkdir(mode=0o700, parents=True, exist_ok=True)
     for sub in ("home", "tmp"):
         (paths.scratch / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -105,6 +107,20 @@ def file_hashes(paths: AttemptPaths) -> dict[str, dict[str, Any]]:
 
 def artifact_hash(manifest: dict[str, Any]) -> str:
     return sha256_hex(canonical_json({key: manifest.get(key) for key in NON_VOLATILE}))
+
+
+def seal(paths: AttemptPaths, fields: dict[str, Any], *, best_effort: bool = False) -> tuple[str | None, str | None]:
+    """Hash the attempt's files and write its manifest: (artifact_hash, None), or with best_effort
+    (agentd's own failure path) (None, why not) for anything but an unusable disk."""
+    try:
+        paths.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return write_manifest(paths, fields)["artifact_hash"], None
+    except Exception as exc:
+        if isinstance(exc, OSError) and is_storage_fault(exc):
+            raise os_storage_error(exc) from None
+        if not best_effort:
+            raise
+        return None, f"not written: {type(exc).__name__}: {scrub(str(exc))[:300]}"
 
 
 def write_manifest(paths: AttemptPaths, fields: dict[str, Any]) -> dict[str, Any]:

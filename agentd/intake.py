@@ -1,12 +1,11 @@
-"""TaskIntent → the row to insert: the one validation every producer of work goes through.
+"""TaskIntent → the task to insert: the one admission every producer of work goes through.
 
-Pure: the CLI, sensors, schedules, workflows and follow-up tasks all call `prepare_task`, so a
+Pure: the CLI, sensors, schedules, workflows and follow-up tasks all call `admit_task`, so a
 task is accepted or refused by the same rules whoever proposes it (seed 000 §6, §13).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from jsonschema import Draft202012Validator
 
 from agentd.errors import InputError
-from agentd.records import EvidenceRequirements, TaskIntent, WorkflowRef
+from agentd.records import EvidenceRequirements, NewTask, TaskIntent
 
 if TYPE_CHECKING:
     from agentd.config import Config
@@ -22,29 +21,7 @@ if TYPE_CHECKING:
 DEFAULT_PRIORITY = 5
 
 
-@dataclass(frozen=True)
-class NewTask:
-    """A validated intent with every default resolved; the store inserts it as-is."""
-
-    task_type: str
-    source: str
-    subject: str | None
-    description: str | None
-    priority: int
-    payload: dict[str, Any]
-    requested_profile_id: str
-    requested_adapter_id: str | None
-    requested_model: str | None
-    skill_ids: tuple[str, ...]
-    evidence_requirements: EvidenceRequirements | None
-    workflow_ref: WorkflowRef | None
-    max_attempts: int
-    available_at: datetime
-    schedule_id: str | None = None
-    workflow_iteration: int | None = None
-
-
-def prepare_task(
+def admit_task(
     intent: TaskIntent,
     config: Config,
     now: datetime,

@@ -1,33 +1,44 @@
-"""Judging an attempt from what it left: the same gates for a live attempt, one the boot sweep
-found after the runtime died, and one agentd itself failed (seed 000 §9, seed 004).
+"""Judging an attempt from what it left: the same gates for a live attempt, one the boot sweep found
+after the runtime died, and one agentd itself failed (seed 000 §9, seed 004).
 
-`judge` takes facts gathered (and redacted) beforehand and returns the verdict: the outcome after
-the completion gates, the task's next state, and why the attempt ended.
+Pure. `judge` takes facts gathered (and redacted) beforehand — the adapter's run, the result text,
+what the workspace holds at every path the outcome names — and returns the whole AttemptEnd the
+outcome commit writes: outcome after the completion gates, the task's next state, artifacts,
+outbox entries, diagnostics and usage. Sealing the evidence is agentd/evidence.py's job.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from agentd.adapters.base import AdapterRun
-from agentd.outcome import (
-    CompletionChecks,
-    Decision,
-    Extracted,
-    Gated,
-    RetryPolicy,
-    decide,
-    extract_outcome,
-    failure_outcome,
-    gate,
+from agentd.outcome import CompletionChecks, Extracted, FileFact, Gated, RetryPolicy, decide, extract_outcome, gate
+from agentd.records import (
+    ArtifactRow,
+    AttemptEnd,
+    ExitStatus,
+    OutboxEntry,
+    OutboxKind,
+    SideEffects,
+    TaskAttempt,
+    TaskOutcome,
+    TaskRecord,
 )
-from agentd.records import TaskAttempt, TaskRecord
 
 Stopped = Literal["interrupted", "operator_canceled"]
+
+
+@dataclass(frozen=True)
+class OutboxPolicy:
+    """The profile's result_policy, as judging needs it."""
+
+    allow_follow_ups: bool = False
+    allow_messages: bool = False
 
 
 @dataclass(frozen=True)
@@ -37,15 +48,23 @@ class AttemptFacts:
     task: TaskRecord
     attempt: TaskAttempt
     checks: CompletionChecks
-    workspace: Path
     timeout_s: float
     run: AdapterRun | None = None  # None: it never ran to an end we saw
     stopped: Stopped | None = None  # stopped from outside: a service stop, or the operator
     result_text: str | None = None  # what the adapter left in $AGENTD_RESULT_PATH
     result_problem: str | None = None  # why result_text is missing although a file was there
+    extracted: Extracted | None = None  # the outcome found in the result text / final message
+    files: Mapping[str, FileFact] = field(default_factory=dict)  # every workspace path the outcome names
     stdout_bytes: int = 0
+    audit: ArtifactRow | None = None  # stdout as the adapter-audit artifact, when a task asks for one
+    evidence: Mapping[str, str | None] = field(default_factory=dict)  # stdout/stderr/result/last_message paths
     swept: bool = False  # the boot sweep closed it: the runtime died during it, its exit is unknown
     internal_error: str | None = None  # agentd itself failed during the attempt, and how
+    started: bool = True  # the adapter began: side effects may have happened
+    artifact_role: str = "output"
+    outbox_policy: OutboxPolicy = OutboxPolicy()
+    notes: Mapping[str, Any] = field(default_factory=dict)  # for the diagnostics (killed pids, …)
+    redactions: int = 0
 
     @property
     def crashed(self) -> bool:
@@ -53,25 +72,22 @@ class AttemptFacts:
         return self.swept and self.result_text is None
 
 
-@dataclass(frozen=True)
-class Verdict:
-    extracted: Extracted
-    gated: Gated
-    decision: Decision
-    termination_reason: str
-    failure_type: str | None
-    exit_status: Literal["ok", "error", "timeout", "unknown"]
+def extracted_of(facts: AttemptFacts) -> Extracted:
+    """The outcome the facts carry (found from the result text or the final message)."""
+    if facts.extracted is not None:
+        return facts.extracted
+    final = facts.run.final_message if facts.run is not None else None
+    return extract_outcome(facts.result_text, final, facts.result_problem)
 
 
-def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: random.Random) -> Verdict:
-    """The attempt's outcome (after the completion gates), the task's next state, and why it ended."""
-    run = facts.run
-    final_message = run.final_message if run is not None else None
-    extracted = extract_outcome(facts.result_text, final_message, facts.result_problem)
+def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: random.Random) -> AttemptEnd:
+    """The attempt's end, decided from its facts: what the outcome commit writes."""
+    run, task, attempt = facts.run, facts.task, facts.attempt
+    extracted = extracted_of(facts)
     gated, termination, failure_type = _gated(facts, extracted)
     decision = decide(
-        facts.task,
-        facts.task.free_attempt_count,
+        task,
+        task.free_attempt_count,
         gated.outcome,
         now=now,
         policy=policy,
@@ -82,10 +98,40 @@ def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: rando
     )
     if decision.crashed and decision.status == "permanent_failure":
         termination = "crashed_runtime"
-    return Verdict(extracted, gated, decision, termination, failure_type, _exit_status(facts))
+    diagnostics = _diagnostics(facts, extracted, gated, failure_type)
+    return AttemptEnd(
+        attempt_id=attempt.attempt_id,
+        task_id=task.task_id,
+        ended_at=now,
+        exit_status=_exit_status(facts),
+        retry_class=decision.retry_class,
+        termination_reason=termination,
+        outcome=gated.outcome,
+        status=decision.status,
+        available_at=decision.available_at,
+        last_error=decision.last_error,
+        free_attempt=decision.free_attempt,
+        rate_limited=decision.rate_limited,
+        crashed=decision.crashed,
+        side_effects=side_effects(facts),
+        model=run.model if run else None,
+        downgrade_reasons=gated.reasons,
+        artifacts=_artifacts(facts, gated),
+        outbox=outbox_entries(task, attempt.attempt_id, gated.outcome, decision.status, facts.outbox_policy),
+        diagnostics=diagnostics,
+        usage=_usage(run),
+        paths=dict(facts.evidence),
+        boot_sweep=facts.swept,
+    )
 
 
-def _exit_status(facts: AttemptFacts) -> Literal["ok", "error", "timeout", "unknown"]:
+def side_effects(facts: AttemptFacts) -> SideEffects:
+    process = facts.run.process if facts.run else None
+    never_ran = not facts.started or (process is not None and process.start_error is not None)
+    return "none" if never_ran else "possible"
+
+
+def _exit_status(facts: AttemptFacts) -> ExitStatus:
     if facts.swept:
         return "unknown"
     return facts.run.exit_status if facts.run is not None else "error"
@@ -94,28 +140,28 @@ def _exit_status(facts: AttemptFacts) -> Literal["ok", "error", "timeout", "unkn
 def _gated(facts: AttemptFacts, extracted: Extracted) -> tuple[Gated, str, str | None]:
     """(gated outcome, termination_reason, failure_type)."""
     if facts.internal_error is not None:
-        return Gated(failure_outcome(facts.internal_error)), "internal_error", "internal_error"
+        return Gated(TaskOutcome.failure(facts.internal_error)), "internal_error", "internal_error"
     if facts.stopped == "operator_canceled":
         summary = "canceled by the operator while running; the adapter was stopped"
-        return Gated(failure_outcome(summary, "operator_canceled")), "operator_canceled", "operator_canceled"
+        return Gated(TaskOutcome.failure(summary, "operator_canceled")), "operator_canceled", "operator_canceled"
     if facts.crashed:
         summary = "the runtime died during this attempt; the boot sweep reclaimed it"
-        return Gated(failure_outcome(summary)), "boot_sweep", "crashed_runtime"
+        return Gated(TaskOutcome.failure(summary)), "boot_sweep", "crashed_runtime"
     if facts.swept:
         return _gate(facts, extracted, adapter_ok=None, adapter_failure=None, termination="boot_sweep")
     run = facts.run
     if facts.stopped == "interrupted" or run is None:
         summary = "interrupted: the dispatcher was stopping and the grace period ran out"
-        return Gated(failure_outcome(summary)), "interrupted", "interrupted"
+        return Gated(TaskOutcome.failure(summary)), "interrupted", "interrupted"
     process = run.process
     if process is not None and process.start_error:
-        return Gated(failure_outcome(process.start_error)), "start_failed", "start_error"
+        return Gated(TaskOutcome.failure(process.start_error)), "start_failed", "start_error"
     if run.exit_status == "timeout":
         summary = f"timed out after {facts.timeout_s:g}s; the process group was killed"
-        return Gated(failure_outcome(summary)), "timeout", "timeout"
+        return Gated(TaskOutcome.failure(summary)), "timeout", "timeout"
     if run.rate_limited:
         summary = f"rate limited: {run.failure or 'the provider said slow down'}"
-        return Gated(failure_outcome(summary)), "exited", "rate_limited"
+        return Gated(TaskOutcome.failure(summary)), "exited", "rate_limited"
     return _gate(facts, extracted, adapter_ok=run.ok, adapter_failure=run.failure, termination="exited")
 
 
@@ -126,7 +172,7 @@ def _gate(
         extracted,
         adapter_ok=adapter_ok,
         adapter_failure=adapter_failure,
-        workspace=facts.workspace,
+        files=facts.files,
         attempt_started=facts.attempt.started_at,
         checks=facts.checks,
         audit_bytes=facts.stdout_bytes,
@@ -136,3 +182,99 @@ def _gate(
     if extracted.outcome is None:
         return gated, termination, "adapter_error" if adapter_ok is False else "no_outcome"
     return gated, termination, "gate_failed" if gated.downgraded else "model_reported_failure"
+
+
+def _artifacts(facts: AttemptFacts, gated: Gated) -> tuple[ArtifactRow, ...]:
+    rows = [ArtifactRow(facts.artifact_role, str(Path(f.relative_path)), f.sha256) for f in gated.artifacts]
+    if facts.checks.require_adapter_audit and gated.outcome.status == "completed" and facts.audit is not None:
+        rows.append(facts.audit)
+    return tuple(rows)
+
+
+def outbox_entries(
+    task: TaskRecord, attempt_id: str, outcome: TaskOutcome, status: str, policy: OutboxPolicy
+) -> tuple[OutboxEntry, ...]:
+    """Side effects the outcome asks for; applied after the commit, only if verified and allowed."""
+    entries = []
+    if status == "completed":
+        for i, intent in enumerate(outcome.follow_up_tasks or []):
+            entries.append(
+                OutboxEntry("follow_up_task", f"{attempt_id}:follow_up:{i}", intent.model_dump(mode="json"))
+                if policy.allow_follow_ups
+                else _refused(
+                    "follow_up_task", f"{attempt_id}:follow_up:{i}", intent.model_dump(mode="json"), "follow-up tasks"
+                )
+            )
+        for i, message in enumerate(outcome.external_messages or []):
+            key = f"{attempt_id}:message:{i}"
+            entries.append(
+                OutboxEntry("external_message", key, message, "awaiting_handler")
+                if policy.allow_messages
+                else _refused("external_message", key, message, "external messages")
+            )
+    if task.workflow_ref is not None and status in ("completed", "permanent_failure", "blocked", "operator_canceled"):
+        signal = {
+            "workflow_id": task.workflow_ref.workflow_id,
+            "state_id": task.workflow_ref.state_id,
+            "iteration": task.workflow_iteration,
+            "signal": outcome.workflow_signal,
+            "task_status": status,
+        }
+        entries.append(OutboxEntry("workflow_signal", f"{attempt_id}:workflow", signal))
+    return tuple(entries)
+
+
+def _refused(kind: OutboxKind, key: str, payload: dict[str, Any], what: str) -> OutboxEntry:
+    reason = f"the profile's result_policy does not allow {what}"
+    return OutboxEntry(kind, key, payload, "refused", {"reason": reason})
+
+
+def _diagnostics(facts: AttemptFacts, extracted: Extracted, gated: Gated, failure_type: str | None) -> dict[str, Any]:
+    run = facts.run
+    process = run.process if run else None
+    found: dict[str, Any] = {
+        "summary": gated.outcome.operator_summary[:2000],
+        "outcome_source": extracted.source,
+        "failure_type": failure_type,
+        **facts.notes,
+    }
+    if facts.redactions:
+        found["redactions"] = facts.redactions
+    if extracted.problem and extracted.outcome is None:
+        found["outcome_problem"] = extracted.problem
+    if gated.reasons:
+        found["gate_failures"] = list(gated.reasons)
+    if run is not None:
+        found.update(run.diagnostics)
+        if run.failure:
+            found["adapter_failure"] = run.failure
+        if run.rate_limited:
+            found["rate_limited"] = True
+        if run.cli_version:
+            found["cli_version"] = run.cli_version
+    if process is not None:
+        found.update(
+            exit_code=process.exit_code,
+            signal=process.signal,
+            elapsed_s=round(process.elapsed_s, 3),
+            stdout_bytes=process.stdout.bytes_seen,
+            stderr_bytes=process.stderr.bytes_seen,
+            stdout_truncated=process.stdout.truncated,
+            stderr_truncated=process.stderr.truncated,
+            stragglers=process.stragglers,
+        )
+    return found
+
+
+def _usage(run: AdapterRun | None) -> dict[str, Any]:
+    if run is None:
+        return {}
+    u = run.usage
+    return {
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "cache_read_tokens": u.cache_read_tokens,
+        "cache_write_tokens": u.cache_write_tokens,
+        "cost_usd": u.cost_usd,
+        "cost_estimated": int(u.cost_estimated) if u.cost_usd is not None else None,
+    }

@@ -172,15 +172,30 @@ class DispatchMetrics(Metrics):
             ["workflow_type", "kind"],
             registry=r,
         )
-        self.lock_held = Gauge(
+        self._lock_held = Gauge(
             "agentd_dispatch_lock_held", "1 while this dispatcher holds the dispatch lock", registry=r
         )
-        self.last_success = Gauge(
+        self._last_success = Gauge(
             "agentd_last_successful_attempt_timestamp_seconds",
             "When an attempt last completed its task (unix time)",
             registry=r,
         )
-        self.boot_sweep = Counter("agentd_boot_sweep_reclaimed", "Attempts reclaimed by the boot sweep", registry=r)
+        self._boot_sweep = Counter("agentd_boot_sweep_reclaimed", "Attempts reclaimed by the boot sweep", registry=r)
+
+    def lock_held(self, held: bool) -> None:
+        self._lock_held.set(int(held))
+
+    def last_success(self, at: float) -> None:
+        self._last_success.set(at)
+
+    def boot_swept(self) -> None:
+        self._boot_sweep.inc()
+
+    def schedule_created(self, schedule_id: str) -> None:
+        self.schedule_tasks.labels(schedule_id).inc()
+
+    def workflow_moved(self, workflow_type: str, kind: str) -> None:
+        self.workflow_transitions.labels(workflow_type, kind).inc()
 
     def attempt_finished(
         self,
@@ -200,7 +215,7 @@ class DispatchMetrics(Metrics):
             if usage.get(f"{kind}_tokens"):
                 self.tokens.labels(adapter, model_label, kind).inc(usage[f"{kind}_tokens"])
         if completed_at is not None:
-            self.last_success.set(completed_at)
+            self._last_success.set(completed_at)
 
 
 class SensorMetrics(Metrics):
@@ -245,3 +260,46 @@ def _response(status: int, body: bytes, content_type: bytes, *, head: bool = Fal
         len(body),
     )
     return headers if head else headers + body
+
+
+class NullMetrics:
+    """What a service counts when `[metrics] enabled = false` (and in one-shot runs): nothing."""
+
+    url: str | None = None
+
+    async def serve(
+        self, listen: str, *, task_status: anyio.abc.TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started(None)
+
+    def close(self) -> None:
+        pass
+
+    def attempt_finished(self, *args: Any) -> None:
+        pass
+
+    def lock_held(self, held: bool) -> None:
+        pass
+
+    def last_success(self, at: float) -> None:
+        pass
+
+    def boot_swept(self) -> None:
+        pass
+
+    def schedule_created(self, schedule_id: str) -> None:
+        pass
+
+    def workflow_moved(self, workflow_type: str, kind: str) -> None:
+        pass
+
+    def sensor_run(self, sensor: str, result: str, counts: dict[str, int]) -> None:
+        pass
+
+
+def dispatch_metrics(enabled: bool, agent_id: str, db_path: Path, clock: Clock) -> DispatchMetrics | NullMetrics:
+    return DispatchMetrics(agent_id, db_path, clock) if enabled else NullMetrics()
+
+
+def sensor_metrics(enabled: bool, agent_id: str, db_path: Path, clock: Clock) -> SensorMetrics | NullMetrics:
+    return SensorMetrics(agent_id, db_path, clock) if enabled else NullMetrics()

@@ -1,23 +1,25 @@
 """From what an adapter left behind to the task's next state (seed 000 §9, seed 004).
 
 Pure. `extract_outcome` finds the TaskOutcome (result file first, then the last fenced json
-block of the final message); `gate` checks completion against evidence and downgrades with
-reasons; `decide` turns the gated outcome into the task's next status, retry time and counters.
+block of the final message); `gate` checks completion against what the workspace holds (file
+facts looked up beforehand) and downgrades with reasons; `decide` turns the gated outcome into the
+task's next status, retry time and counters.
 """
 
 from __future__ import annotations
 
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path, PurePosixPath
 
 from pydantic import ValidationError
 
 from agentd.edge import Refused
 from agentd.edge import loads as load_json
-from agentd.records import MachineStatus, OutcomeStatus, TaskOutcome, TaskRecord
+from agentd.records import OutcomeStatus, RetryClass, TaskOutcome, TaskRecord, TaskStatus
+from agentd.records.tasks import MACHINE_STATUS_OF
 
 _FENCED_JSON = re.compile(r"```json[ \t]*\r?\n(.*?)```", re.DOTALL)
 MTIME_SLACK_S = 2.0  # filesystem timestamp granularity
@@ -73,16 +75,22 @@ class CompletionChecks:
 
 
 @dataclass(frozen=True)
-class VerifiedFile:
+class FileFact:
+    """What the workspace holds at a path an outcome or a task type names, looked up before judging."""
+
     relative_path: str
-    absolute_path: Path
+    problem: str | None = None  # the path is not one inside the workspace, and why
+    exists: bool = False
+    is_file: bool = False
+    mtime: float | None = None
+    sha256: str | None = None
 
 
 @dataclass(frozen=True)
 class Gated:
     outcome: TaskOutcome
     reasons: tuple[str, ...] = ()  # why a claimed completion was downgraded
-    artifacts: tuple[VerifiedFile, ...] = ()
+    artifacts: tuple[FileFact, ...] = ()
 
     @property
     def downgraded(self) -> bool:
@@ -94,18 +102,19 @@ def gate(
     *,
     adapter_ok: bool | None,
     adapter_failure: str | None,
-    workspace: Path,
+    files: Mapping[str, FileFact],
     attempt_started: datetime,
     checks: CompletionChecks,
     audit_bytes: int,
 ) -> Gated:
-    """Completed only if the evidence agrees; otherwise a retryable failure saying why."""
+    """Completed only if the evidence agrees; otherwise a retryable failure saying why. `files` holds
+    a fact for every path `paths_to_check` names."""
     outcome = extracted.outcome
     if outcome is None:
         summary = extracted.problem or "no outcome"
         if adapter_failure:
             summary = f"{adapter_failure}; {summary}"
-        return Gated(failure_outcome(summary), (summary,))
+        return Gated(TaskOutcome.failure(summary), (summary,))
     if outcome.status == "operator_canceled":
         reason = "operator_canceled is the operator's to give, not the model's"
         return Gated(_downgrade(outcome, reason, status="permanent_failure"), (reason,))
@@ -116,10 +125,10 @@ def gate(
         reasons.append(f"completed needs machine_status ok, found {outcome.machine_status}")
     if adapter_ok is False:  # None: its exit is unknown (the boot sweep found what it left)
         reasons.append(f"the adapter did not end cleanly ({adapter_failure or 'error'})")
-    verified, artifact_reasons = _check_artifacts(outcome, workspace, checks)
+    verified, artifact_reasons = _check_artifacts(outcome, files, checks)
     reasons += artifact_reasons
     if checks.verify_file_changes:
-        reasons += _check_file_changes(outcome.file_changes or [], workspace, attempt_started)
+        reasons += _check_file_changes(outcome.file_changes or [], files, attempt_started)
     if checks.require_adapter_audit and audit_bytes == 0:
         reasons.append("an adapter audit is required but the adapter printed nothing")
     if reasons:
@@ -127,68 +136,49 @@ def gate(
     return Gated(outcome, (), tuple(verified))
 
 
+def paths_to_check(outcome: TaskOutcome | None, checks: CompletionChecks) -> list[str]:
+    """Every workspace path the gate will ask about for this outcome."""
+    claimed = [*(outcome.artifact_paths or []), *(outcome.file_changes or [])] if outcome else []
+    return list(dict.fromkeys([*claimed, *checks.required_artifacts]))
+
+
 def _check_artifacts(
-    outcome: TaskOutcome, workspace: Path, checks: CompletionChecks
-) -> tuple[list[VerifiedFile], list[str]]:
+    outcome: TaskOutcome, files: Mapping[str, FileFact], checks: CompletionChecks
+) -> tuple[list[FileFact], list[str]]:
     verified, reasons = [], []
     claimed = list(outcome.artifact_paths or [])
     if checks.require_artifacts and not claimed and not checks.required_artifacts:
         reasons.append("this task type requires artifacts and none were claimed")
     for relative in dict.fromkeys([*claimed, *checks.required_artifacts]):
-        path, problem = resolve_in_workspace(relative, workspace)
-        if problem:
-            reasons.append(problem)
-        elif not path.is_file():
+        fact = files.get(relative, FileFact(relative))
+        if fact.problem:
+            reasons.append(fact.problem)
+        elif not fact.is_file:
             required = " (required)" if relative in checks.required_artifacts else ""
             reasons.append(f"artifact {relative!r}{required} does not exist in the workspace")
         else:
-            verified.append(VerifiedFile(str(PurePosixPath(relative)), path))
+            verified.append(fact)
     return verified, reasons
 
 
-def _check_file_changes(claimed: list[str], workspace: Path, started: datetime) -> list[str]:
+def _check_file_changes(claimed: list[str], files: Mapping[str, FileFact], started: datetime) -> list[str]:
     reasons = []
     for relative in claimed:
-        path, problem = resolve_in_workspace(relative, workspace)
-        if problem:
-            reasons.append(problem)
-        elif not path.exists():
+        fact = files.get(relative, FileFact(relative))
+        if fact.problem:
+            reasons.append(fact.problem)
+        elif not fact.exists:
             reasons.append(f"claimed change to {relative!r}, which does not exist")
-        elif path.stat().st_mtime < started.timestamp() - MTIME_SLACK_S:
+        elif (fact.mtime or 0.0) < started.timestamp() - MTIME_SLACK_S:
             reasons.append(f"claimed change to {relative!r}, which was not modified during the attempt")
     return reasons
-
-
-def resolve_in_workspace(relative: str, workspace: Path) -> tuple[Path, str | None]:
-    """A workspace path, or why it is not one (absolute, `..`, or a symlink leading out)."""
-    pure = PurePosixPath(relative)
-    root = workspace.resolve()
-    if pure.is_absolute() or ".." in pure.parts or not relative.strip():
-        return root, f"path {relative!r} is outside the workspace"
-    resolved = (root / pure).resolve()
-    if not resolved.is_relative_to(root):
-        return root, f"path {relative!r} leads outside the workspace"
-    return resolved, None
-
-
-MACHINE_STATUS: dict[str, MachineStatus] = {
-    "retryable_failure": "needs_retry",
-    "permanent_failure": "failed",
-    "blocked": "blocked",
-    "operator_canceled": "canceled",
-}
-
-
-def failure_outcome(summary: str, status: OutcomeStatus = "retryable_failure") -> TaskOutcome:
-    """Every outcome agentd itself gives a failed attempt (a timeout, a crash, a cancel, a bug)."""
-    return TaskOutcome(status=status, machine_status=MACHINE_STATUS[status], operator_summary=summary)
 
 
 def _downgrade(outcome: TaskOutcome, reason: str, status: OutcomeStatus = "retryable_failure") -> TaskOutcome:
     return outcome.model_copy(
         update={
             "status": status,
-            "machine_status": MACHINE_STATUS[status],
+            "machine_status": MACHINE_STATUS_OF[status],
             "operator_summary": f"not completed: {reason} (model said: {outcome.operator_summary})",
         }
     )
@@ -209,8 +199,8 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class Decision:
-    status: str  # the task's next status
-    retry_class: str  # none | retryable | permanent
+    status: TaskStatus  # the task's next status
+    retry_class: RetryClass
     available_at: datetime | None  # when a retry may run
     last_error: str | None
     free_attempt: bool = False  # rate-limited, interrupted or crashed: does not spend max_attempts

@@ -22,7 +22,9 @@ import anyio
 import anyio.abc
 
 from agentd import procs
+from agentd.config import passthrough_environment, read_env_file
 from agentd.containment import RunGroup, end_run, spawn
+from agentd.redaction import Redactor
 
 CHUNK_BYTES = 64 * 1024
 PIPE_DRAIN_S = 2.0  # after the run's processes are stopped, how long its output may still arrive
@@ -42,6 +44,35 @@ class ProcessSpec:
     # The run this process starts (an attempt, a sensor run): whatever it started is killed when
     # the run ends, even processes that left its process group (setsid). None: the group only.
     group: RunGroup | None = None
+
+
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def child_environment(
+    *,
+    home: Path,
+    agentd: Mapping[str, str],
+    tmp: Path | None = None,
+    env_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    path_first: str | None = None,
+) -> tuple[dict[str, str], Redactor]:
+    """The only environment a child gets (an attempt's adapter or a sensor): PATH and locale from
+    the service, its own HOME (and TMPDIR), its env_file and env, and agentd's AGENTD_* variables;
+    never the rest of the service's environment. Every env_file value is a secret: the Redactor
+    returned knows them."""
+    found = passthrough_environment()
+    if path_first:
+        found["PATH"] = f"{path_first}:{found.get('PATH', DEFAULT_PATH)}"
+    found["HOME"] = str(home)
+    if tmp is not None:
+        found["TMPDIR"] = str(tmp)
+    secrets = read_env_file(env_file) if env_file is not None else {}
+    found.update(secrets)
+    found.update(env or {})
+    found.update(agentd)
+    return found, Redactor(secrets.values())
 
 
 @dataclass(frozen=True)

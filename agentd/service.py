@@ -1,22 +1,33 @@
-"""What a long-running service tells systemd: READY, STATUS, WATCHDOG, STOPPING.
+"""The shell both long-running services share: READY, STATUS, WATCHDOG and STOPPING for systemd,
+the status line in the database (`agentd status`), the /metrics endpoint, stop bookkeeping, and one
+signal watcher for however many services run in the process (`agentd run` runs two).
 
-Outside systemd (no NOTIFY_SOCKET) every call is a no-op, so the services run unchanged in a
-terminal, in tests and under `make run`.
+Outside systemd (no NOTIFY_SOCKET) every notification is a no-op, so the services run unchanged in
+a terminal, in tests and under `make run`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from collections.abc import Awaitable, Callable
+from typing import Literal, Protocol
 
 import anyio
+import anyio.abc
 import sdnotify
 
+from agentd.clock import Clock
 from agentd.config import systemd_notify_socket, systemd_watchdog_interval
+from agentd.metrics import DispatchMetrics, NullMetrics, SensorMetrics
+from agentd.store import AsyncStore, Store
 
 logger = logging.getLogger(__name__)
 
-STATUS_REFRESH_S = 5.0  # the status line (and the watchdog, unless systemd wants it sooner)
+STATUS_REFRESH_S = 5.0  # the status line in the database (and systemd's STATUS=)
+ServiceName = Literal["dispatch", "sensors"]
+StatusLine = Callable[[], Awaitable[str]]
 
 
 class Notifier:
@@ -50,15 +61,90 @@ class Notifier:
             self._systemd.socket.close()
 
 
-async def keep_alive(
-    notifier: Notifier, status_line: Callable[[], Awaitable[str]], report: Callable[[str], Awaitable[None]]
-) -> None:
-    """Feed the watchdog and refresh the status line from a task of its own: a long attempt never
-    starves it, a wedged event loop does (which is what WatchdogSec is for)."""
-    interval = min(systemd_watchdog_interval() or STATUS_REFRESH_S, STATUS_REFRESH_S)
-    while True:
-        notifier.watchdog()
-        line = await status_line()
-        notifier.status(line)
-        await report(line)
-        await anyio.sleep(interval)
+class Shell:
+    """Everything a service does besides its work, started with `serve` inside the service's task
+    group and ended with `stopped`."""
+
+    def __init__(
+        self,
+        name: ServiceName,
+        db: AsyncStore,
+        clock: Clock,
+        metrics: DispatchMetrics | SensorMetrics | NullMetrics,
+        listen: str,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.name, self.db, self.clock, self.metrics, self.listen = name, db, clock, metrics, listen
+        self.notifier = notifier or Notifier()
+        self.pid = os.getpid()
+        self.started_at = clock.now()
+
+    async def serve(self, group: anyio.abc.TaskGroup, status_line: StatusLine) -> None:
+        """/metrics, READY (after whatever the service did before: the boot sweep), the watchdog and
+        the status refresh, each a task of its own."""
+        await group.start(self.metrics.serve, self.listen)
+        self.notifier.ready(await status_line())
+        group.start_soon(self._feed_watchdog)
+        group.start_soon(self._refresh_status, status_line)
+
+    async def _feed_watchdog(self) -> None:
+        """A timer of its own that never waits on the database: a long attempt or a long-held write
+        lock does not trip WatchdogSec; a wedged event loop does, which is what it is for."""
+        interval = systemd_watchdog_interval()
+        if interval is None:
+            return
+        while True:
+            self.notifier.watchdog()
+            await anyio.sleep(interval)
+
+    async def _refresh_status(self, status_line: StatusLine) -> None:
+        while True:
+            line = await status_line()
+            self.notifier.status(line)
+            await self.report(line)
+            await anyio.sleep(STATUS_REFRESH_S)
+
+    async def report(self, line: str) -> None:
+        await self.db.call(
+            Store.report_service_status, self.name, self.pid, line, self.metrics.url, self.started_at, self.clock.now()
+        )
+
+    def status(self, line: str) -> None:
+        self.notifier.status(line)
+
+    def stopping(self, line: str) -> None:
+        self.notifier.stopping(line)
+
+    async def stopped(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.report("stopped")
+        self.notifier.close()
+        self.metrics.close()
+
+
+class Service(Protocol):
+    async def run(self) -> None: ...
+
+    def request_stop(self, *, immediately: bool = False) -> None: ...
+
+
+async def run_services(*services: Service, watch_signals: bool = True) -> None:
+    """Run the services until they end; SIGTERM/SIGINT asks each to stop, a second signal asks
+    them to stop at once (no grace period)."""
+    async with anyio.create_task_group() as group:
+        if watch_signals:
+            group.start_soon(_watch_signals, services)
+        async with anyio.create_task_group() as running:
+            for service in services:
+                running.start_soon(service.run)
+        group.cancel_scope.cancel()
+
+
+async def _watch_signals(services: tuple[Service, ...]) -> None:
+    received = 0
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            received += 1
+            logger.info("%s received: stopping%s", signal.Signals(signum).name, " at once" if received > 1 else "")
+            for service in services:
+                service.request_stop(immediately=received > 1)

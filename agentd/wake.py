@@ -3,6 +3,7 @@
 Whoever adds work (`agentd task add`, the sensor service) or wants a running task stopped
 (`agentd task cancel`) sends one byte; the dispatcher wakes from its idle sleep at once instead
 of at the poll ceiling. No listener means nothing is lost: the work is in the database.
+`Doorbell` is the listening side, and any service's "wake me early" (a ring from inside).
 """
 
 from __future__ import annotations
@@ -51,3 +52,33 @@ async def doorbell(state_dir: Path) -> AsyncIterator[anyio.abc.UNIXDatagramSocke
     finally:
         await sock.aclose()
         path.unlink(missing_ok=True)
+
+
+class Doorbell:
+    """Wait until rung (from the socket, or by `ring()` in this process) or a timeout passes."""
+
+    def __init__(self) -> None:
+        self._rung = anyio.Event()
+
+    def ring(self) -> None:
+        self._rung.set()
+
+    async def wait(self, timeout_s: float) -> None:
+        with anyio.move_on_after(max(timeout_s, 0.0)):
+            await self._rung.wait()
+        if self._rung.is_set():
+            self._rung = anyio.Event()
+
+    async def listen(
+        self, state_dir: Path, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Bind the state dir's socket and ring on every poke until cancelled (without a socket,
+        e.g. a path too long for one, the callers' poll ceilings still hold)."""
+        async with doorbell(state_dir) as sock:
+            task_status.started()
+            if sock is None:
+                await anyio.sleep_forever()
+                return
+            while True:
+                await sock.receive()
+                self.ring()

@@ -10,33 +10,12 @@ a state entered more than its cap blocks the workflow.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from agentd.config import BUILTIN_WORKFLOWS, missing_task_types
 from agentd.errors import InputError
-from agentd.records import WorkflowDefinition, WorkflowRecord, WorkflowState
-
-GOAL_LOOP = WorkflowDefinition.model_validate(
-    {
-        "workflow_type": "goal-loop",
-        "initial_state": "plan",
-        "states": [
-            {"state_id": "plan", "task_type": "plan", "transitions": [{"signal": "ok", "next_state": "execute"}]},
-            {"state_id": "execute", "task_type": "execute", "transitions": [{"signal": "ok", "next_state": "verify"}]},
-            {
-                "state_id": "verify",
-                "task_type": "verify",
-                "transitions": [
-                    {"signal": "continue", "next_state": "execute"},
-                    {"signal": "revise_plan", "next_state": "plan"},
-                ],
-                "completion_signals": ["complete"],
-            },
-        ],
-    }
-)
-BUILTIN_WORKFLOWS = (GOAL_LOOP,)
+from agentd.records import Change, StepResult, WorkflowDefinition, WorkflowRecord, WorkflowState
 
 
 def state_of(definition: WorkflowDefinition, state_id: str) -> WorkflowState | None:
@@ -67,30 +46,7 @@ def start_state(
     return chosen
 
 
-def missing_task_types(definition: WorkflowDefinition, task_types: set[str]) -> list[str]:
-    return sorted({s.task_type for s in definition.states if s.task_type and s.task_type not in task_types})
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What a finished step task reported, as the outbox carries it."""
-
-    workflow_id: int
-    state_id: str
-    iteration: int
-    signal: str | None
-    task_status: str
-    task_id: int
-
-
-@dataclass(frozen=True)
-class Change:
-    kind: str  # "transition" | "complete" | "block" | "ignore"
-    next_state: str | None = None
-    reason: str | None = None
-
-
-def judge_step(
+def next_move(
     definition: WorkflowDefinition | None, workflow: WorkflowRecord, step: StepResult, entries: dict[str, int], cap: int
 ) -> Change:
     """The workflow's next move after one of its step tasks ended."""

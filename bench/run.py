@@ -25,11 +25,15 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from agentd.clock import FakeClock, format_ts  # noqa: E402
-from agentd.config import load_config  # noqa: E402
-from agentd.intake import prepare_task  # noqa: E402
-from agentd.records import SensorEvent, TaskIntent  # noqa: E402
-from agentd.store import AcceptedEvent, Store, init_state_dir, migrate, open_store  # noqa: E402
-from agentd.store.attempts import AttemptPlan  # noqa: E402
+from agentd.intake import admit_task  # noqa: E402
+from agentd.records import (  # noqa: E402
+    AcceptedEvent,
+    AttemptPlan,
+    SensorEvent,
+    TaskIntent,
+)
+from agentd.store import Store, init_state_dir, migrate, open_store  # noqa: E402
+from agentd.validation import load_config  # noqa: E402
 
 
 def fresh(directory: Path) -> tuple[object, Store, FakeClock]:
@@ -69,7 +73,7 @@ def bench_claim(directory: Path, rows: int, claims: int) -> dict[str, float]:
         timings = []
         for _ in range(claims):
             started = time.perf_counter()
-            claim = store.claim_next_task(clock.now(), "bench", lambda _task: plan, lambda t, a: f"/tmp/{t}/{a}")
+            claim = store.claim_next_task(clock.now(), "bench", lambda _task: plan, Path("/tmp/agentd-bench"))
             timings.append(time.perf_counter() - started)
             assert claim is not None
         key = "after ANALYZE" if analyzed else "before ANALYZE"
@@ -84,7 +88,7 @@ def bench_enqueue(directory: Path, count: int) -> dict[str, float]:
     intent = TaskIntent(task_type="example", source="bench", payload={"note": "hello"})
     started = time.perf_counter()
     for _ in range(count):
-        store.enqueue_task(prepare_task(intent, config, clock.now(), trusted=True), clock.now())  # type: ignore[arg-type]
+        store.enqueue_task(admit_task(intent, config, clock.now(), trusted=True), clock.now())  # type: ignore[arg-type]
     elapsed = time.perf_counter() - started
     store.close()
     return {"enqueue per task µs (validation + transaction)": elapsed / count * 1e6}
@@ -104,7 +108,7 @@ def bench_sensor_intake(directory: Path, count: int) -> dict[str, float]:
             payload={},
             proposed_task=TaskIntent(task_type="example", source="x", payload={}),
         )
-        task = prepare_task(event.proposed_task, config, now, trusted=False)  # type: ignore[arg-type]
+        task = admit_task(event.proposed_task, config, now, trusted=False)  # type: ignore[arg-type]
         accepted.append(AcceptedEvent(n, event, task))
     results = {}
     for label in ("new", "deduped"):

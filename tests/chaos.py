@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import agent_config
 
 from agentd.clock import SystemClock
-from agentd.config import load_config
 from agentd.records import TERMINAL_STATUSES
 from agentd.store import Store, init_state_dir, migrate, open_store
+from agentd.validation import load_config
 
 SECRET = 'chaos-Sk3y"with\\quote-0123456789'  # JSON escapes the quote and the backslash
 SENSOR_SECRET = "chaos-sensor-token-9876543210"

@@ -9,8 +9,9 @@ from support import EXAMPLE_CONFIG, CliResult
 
 from agentd.cli import main
 from agentd.clock import FakeClock
-from agentd.config import Config, load_config
+from agentd.config import Config
 from agentd.store import Store, migrate, open_store
+from agentd.validation import load_config
 
 
 @pytest.fixture(autouse=True)
@@ -84,12 +85,12 @@ class Rig:
         return Dispatcher(self.config, self.db, clock=self.clock, rng=random.Random(seed))
 
     def add(self, task_type: str = "example", **fields: Any) -> Any:
-        from agentd.intake import prepare_task
+        from agentd.intake import admit_task
         from agentd.records import TaskIntent
 
         intent = TaskIntent.model_validate({"task_type": task_type, "source": "test", "payload": {}, **fields})
         return self.store.enqueue_task(
-            prepare_task(intent, self.config, self.clock.now(), trusted=True), self.clock.now()
+            admit_task(intent, self.config, self.clock.now(), trusted=True), self.clock.now()
         )
 
     def events(self, task_id: int | None = None) -> list[Any]:
@@ -134,7 +135,7 @@ def sensing(rig_factory: Callable[..., Any], sensors_dir: Path) -> Callable[[], 
 
     def make() -> Any:
         rig = rig_factory(lambda raw: raw["paths"].update(sensors_dir=str(sensors_dir)))
-        from agentd.sensing import SensorService
+        from agentd.sensor_service import SensorService
 
         rig.service = SensorService(rig.config, rig.db, clock=rig.clock)
         return rig

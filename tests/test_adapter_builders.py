@@ -15,7 +15,7 @@ from agentd.adapters.base import AttemptContext, Invocation
 from agentd.adapters.claude import ClaudeCodeAdapter
 from agentd.adapters.codex import CodexAdapter
 from agentd.adapters.hermes import HermesAgentAdapter
-from agentd.evidence import AttemptPaths, prepare_attempt_dir
+from agentd.evidence import AttemptPaths, make_attempt_dir
 from agentd.records import AdapterConfig, TaskRecord
 
 BYPASS = ("--dangerously-skip-permissions", "bypassPermissions", "--dangerously-bypass-approvals-and-sandbox")
@@ -29,7 +29,7 @@ def ctx(
     task: TaskRecord | None = None,
 ) -> AttemptContext:
     paths = AttemptPaths(tmp_path / "attempt")
-    prepare_attempt_dir(paths)
+    make_attempt_dir(paths)
     config = TypeAdapter(AdapterConfig).validate_python(
         {"adapter_id": "a", "command": "cli", "timeout_ms": 60_000, **adapter}
     )
@@ -132,8 +132,8 @@ def test_hermes_gets_its_key_only_through_its_config_file(tmp_path: Path) -> Non
 def test_config_check_refuses_a_bypass_without_the_trusted_posture(tmp_path: Path, adapter: dict[str, Any]) -> None:
     from support import write_config
 
-    from agentd.config import load_config
     from agentd.errors import ConfigError
+    from agentd.validation import load_config
 
     entry = {"adapter_id": "harness", "command": "cli", "timeout_ms": 1000, **adapter}
     path = write_config(tmp_path, lambda raw: raw["adapters"].append(entry))
@@ -145,7 +145,7 @@ def test_config_check_refuses_a_bypass_without_the_trusted_posture(tmp_path: Pat
 def test_the_trusted_posture_makes_the_same_flags_acceptable(tmp_path: Path) -> None:
     from support import write_config
 
-    from agentd.config import load_config
+    from agentd.validation import load_config
 
     entry = {
         "adapter_id": "harness",

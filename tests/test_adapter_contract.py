@@ -21,11 +21,11 @@ from fakemodel import Fail, FakeModelServer, Hang, Reply, ToolCall, Turn
 from support import ADAPTERS, REPO, write_config
 
 from agentd.clock import SystemClock
-from agentd.config import load_config
 from agentd.evidence import verify_attempt_dir
 from agentd.procs import marked_processes
 from agentd.records import TaskAttempt, TaskRecord
 from agentd.store import Store, init_state_dir, migrate, open_store
+from agentd.validation import load_config
 
 CACHE = Path(os.environ.get("AGENTD_HARNESS_CACHE", REPO / ".cache" / "harness"))
 CLIS = {

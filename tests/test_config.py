@@ -10,8 +10,8 @@ import pytest
 from support import EXAMPLE_CONFIG, write_config
 
 from agentd.cli import main
-from agentd.config import load_config
 from agentd.errors import ConfigError
+from agentd.validation import load_config
 
 
 def problems_of(path: Path) -> list[str]:

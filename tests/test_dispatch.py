@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agentd.evidence import verify_attempt_dir
-from agentd.records import TaskRecord
+from agentd.records import TaskOutcome, TaskRecord
 
 pytestmark = pytest.mark.asyncio
 
@@ -226,7 +226,7 @@ async def test_follow_ups_are_applied_once_when_allowed(rig: Any) -> None:
     assert child.subject == "next step" and child.source == f"follow_up:task:{task.task_id}"
     dispatcher = rig.dispatcher()
     await dispatcher.start()
-    await dispatcher.apply_outbox()  # a second application finds nothing pending
+    await dispatcher.outbox.apply_pending()  # a second application finds nothing pending
     await dispatcher.stop()
     assert len(rig.store.list_tasks()) == 2
 
@@ -248,7 +248,10 @@ async def test_an_invalid_follow_up_is_refused_not_enqueued(rig: Any) -> None:
 
 async def test_cancel_a_pending_task_and_retry_a_failed_one(rig: Any) -> None:
     waiting = rig.add()
-    assert rig.store.cancel_task(waiting.task_id, rig.clock.now()).action == "canceled"
+    assert (
+        rig.store.cancel_task(waiting.task_id, TaskOutcome.failure("x", "operator_canceled"), rig.clock.now()).action
+        == "canceled"
+    )
     assert rig.store.get_task_or_raise(waiting.task_id).status == "operator_canceled"
     failing = rig.add("flaky", payload={})
     dispatcher = rig.dispatcher()

@@ -18,10 +18,11 @@ from support import agent_config
 
 from agentd.cli import main
 from agentd.clock import SystemClock
-from agentd.config import Config, load_config
-from agentd.intake import prepare_task
+from agentd.config import Config
+from agentd.intake import admit_task
 from agentd.records import RuntimeEvent, TaskIntent
 from agentd.store import Store, init_state_dir, migrate, open_store
+from agentd.validation import load_config
 from agentd.wake import poke
 
 
@@ -67,7 +68,7 @@ class Agent:
     def add(self, task_type: str = "scripted", **payload: Any) -> int:
         intent = TaskIntent(task_type=task_type, source="test", payload=payload)
         now = SystemClock().now()
-        task_id = self.store.enqueue_task(prepare_task(intent, self.config, now, trusted=True), now).task_id
+        task_id = self.store.enqueue_task(admit_task(intent, self.config, now, trusted=True), now).task_id
         poke(self.config.paths.state_dir)  # as `agentd task add` does
         return task_id
 

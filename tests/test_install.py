@@ -15,7 +15,7 @@ import pytest
 from support import REPO
 
 from agentd.cli import main
-from agentd.config import load_config
+from agentd.validation import load_config
 
 
 def tree(root: Path) -> dict[str, tuple[int, str]]:

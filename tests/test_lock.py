@@ -13,7 +13,8 @@ import pytest
 
 from agentd import procs
 from agentd.errors import DispatchLocked
-from agentd.store import LockHolder, open_store
+from agentd.records import LockHolder
+from agentd.store import open_store
 
 pytestmark = pytest.mark.asyncio
 
@@ -28,7 +29,7 @@ def holder(
 
 
 def plant(rig: Any, planted: LockHolder) -> None:
-    assert rig.store.acquire_dispatch_lock(planted, planted.heartbeat_at, lambda _: None).acquired
+    assert rig.store.acquire_dispatch_lock(planted, planted.heartbeat_at).acquired
 
 
 @pytest.fixture
@@ -44,14 +45,14 @@ async def test_a_lock_from_a_dead_pid_is_cleared(rig: Any) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     plant(rig, holder(rig, dead.pid, started=123))
-    await rig.dispatcher().take_lock()
+    await rig.dispatcher().lock.take()
     [cleared] = [e for e in rig.events() if e.type == "dispatch_lock_stale_cleared"]
     assert cleared.payload["pid"] == dead.pid and "is not running" in cleared.payload["reason"]
 
 
 async def test_a_live_unrelated_pid_with_an_old_heartbeat_is_cleared(rig: Any, sleeper: Any) -> None:
     plant(rig, holder(rig, sleeper.pid, heartbeat_age_s=3600))
-    await rig.dispatcher().take_lock()
+    await rig.dispatcher().lock.take()
     [cleared] = [e for e in rig.events() if e.type == "dispatch_lock_stale_cleared"]
     assert "heartbeat 3600s old" in cleared.payload["reason"]
 
@@ -59,26 +60,26 @@ async def test_a_live_unrelated_pid_with_an_old_heartbeat_is_cleared(rig: Any, s
 async def test_a_reused_pid_is_not_mistaken_for_the_holder(rig: Any, sleeper: Any) -> None:
     real_start = procs.start_ticks(sleeper.pid) or 0
     plant(rig, holder(rig, sleeper.pid, started=real_start - 1))  # same pid, different process
-    await rig.dispatcher().take_lock()
+    await rig.dispatcher().lock.take()
     assert any(e.type == "dispatch_lock_stale_cleared" for e in rig.events())
 
 
 async def test_a_live_holder_with_a_fresh_heartbeat_keeps_the_lock(rig: Any, sleeper: Any) -> None:
     plant(rig, holder(rig, sleeper.pid, heartbeat_age_s=5))
     with pytest.raises(DispatchLocked, match=rf"dispatch_locked: .*pid {sleeper.pid} on"):
-        await rig.dispatcher().take_lock()
+        await rig.dispatcher().lock.take()
     assert any(e.type == "dispatch_locked" for e in rig.events())
 
 
 async def test_a_long_attempt_does_not_age_the_lock_out(rig: Any) -> None:
     """The heartbeat is fed independently of the attempt (the ancestor's age-only lock expired)."""
     dispatcher = rig.dispatcher()
-    await dispatcher.take_lock()
+    await dispatcher.lock.take()
     for _ in range(10):  # ten minutes of heartbeats during one attempt
         rig.clock.advance(60)
         assert rig.store.heartbeat_dispatch_lock(dispatcher.holder_id, rig.clock.now())
     with pytest.raises(DispatchLocked):
-        await rig.dispatcher().take_lock()
+        await rig.dispatcher().lock.take()
 
 
 async def test_two_processes_clearing_the_same_stale_lock_one_wins(rig: Any) -> None:
@@ -91,12 +92,9 @@ async def test_two_processes_clearing_the_same_stale_lock_one_wins(rig: Any) -> 
     def contender(name: str) -> None:
         store = open_store(rig.config.db_path, rig.clock)
         me = LockHolder(name, 10**6, 1, "elsewhere", "x", rig.clock.now(), rig.clock.now())
+        judged = store.dispatch_lock_holder()  # both judge the same holder stale, then race
         barrier.wait()
-
-        def staleness(current: LockHolder) -> str | None:
-            return "dead" if current.holder_id == "someone-else" else None
-
-        results.append(store.acquire_dispatch_lock(me, rig.clock.now(), staleness).acquired)
+        results.append(store.acquire_dispatch_lock(me, rig.clock.now(), judged, "dead").acquired)
         store.close()
 
     threads = [threading.Thread(target=contender, args=(f"c{i}",)) for i in range(2)]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agentd.clock import FakeClock
-from agentd.evidence import AttemptPaths, prepare_attempt_dir, verify_attempt_dir, write_manifest
+from agentd.evidence import AttemptPaths, make_attempt_dir, verify_attempt_dir, write_manifest
 from agentd.outcome import RetryPolicy, backoff, decide, extract_outcome
 from agentd.records import TaskOutcome, TaskRecord
 
@@ -124,7 +124,7 @@ def test_model_reported_terminal_statuses_are_kept(status: str) -> None:
 
 def test_evidence_verify_catches_an_edited_file_and_a_forged_hash(tmp_path: Path) -> None:
     paths = AttemptPaths(tmp_path / "attempt")
-    prepare_attempt_dir(paths)
+    make_attempt_dir(paths)
     paths.stdout.write_text("honest output\n")
     paths.prompt.write_text("the bundle\n")
     write_manifest(paths, {"run_id": "a1", "termination_reason": "exited"})

@@ -14,10 +14,14 @@ from typing import Any
 import pytest
 
 from agentd.evidence import verify_attempt_dir
-from agentd.records import TaskOutcome
-from agentd.store import AttemptEnd, Store
+from agentd.records import AttemptEnd, TaskOutcome
+from agentd.store import Store
 
 pytestmark = pytest.mark.asyncio
+
+
+def evidence_root(rig: Any) -> Path:
+    return Path(rig.config.paths.state_dir) / "attempts"
 
 
 def ok(**fields: Any) -> dict[str, Any]:
@@ -75,7 +79,7 @@ async def test_an_outcome_sqlite_refuses_is_recorded_as_internal_error_naming_wh
     dispatcher = rig.dispatcher()
     await dispatcher.start()
     claim = await dispatcher.db.call(
-        Store.claim_next_task, rig.clock.now(), dispatcher.holder_id, dispatcher._plan, dispatcher._evidence_dir
+        Store.claim_next_task, rig.clock.now(), dispatcher.holder_id, dispatcher._plan, evidence_root(rig)
     )
     poisoned = AttemptEnd(
         attempt_id=claim.attempt.attempt_id,
@@ -90,7 +94,7 @@ async def test_an_outcome_sqlite_refuses_is_recorded_as_internal_error_naming_wh
         last_error=None,
         diagnostics={"elapsed_s": float("nan")},
     )
-    recorded = await dispatcher._commit(claim.task, claim.attempt, poisoned)
+    recorded = await dispatcher.attempts.commit(claim.task, claim.attempt, poisoned)
     await dispatcher.stop()
     assert recorded.status == "retryable_failure"
     [attempt] = rig.store.attempts_of(task.task_id)
@@ -176,7 +180,7 @@ async def test_a_secret_in_a_failure_and_in_follow_ups_is_redacted(secret_rig: A
 async def claim_and_die(rig: Any, task_id: int, *, result: dict[str, Any] | None, started: bool = True) -> Any:
     """Claim the task as a dispatcher that then dies (its attempt stays open), leaving `result`."""
     dead = rig.dispatcher()
-    claim = await dead.db.call(Store.claim_next_task, rig.clock.now(), "dead-runner", dead._plan, dead._evidence_dir)
+    claim = await dead.db.call(Store.claim_next_task, rig.clock.now(), "dead-runner", dead._plan, evidence_root(rig))
     assert claim.task.task_id == task_id
     evidence = Path(claim.attempt.evidence_dir)
     evidence.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ from support import agent_config
 
 from agentd.clock import FakeClock
 from agentd.errors import StorageError
-from agentd.intake import prepare_task
+from agentd.intake import admit_task
 from agentd.records import TaskIntent
 from agentd.store import base as store_base
 from agentd.store import migrate, open_store
@@ -143,12 +143,12 @@ def test_a_write_lock_held_past_the_busy_timeout_is_waited_for(
     release.start()
     try:
         intent = TaskIntent(task_type="example", source="test", payload={})
-        task = store.enqueue_task(prepare_task(intent, config, clock.now(), trusted=True), clock.now())
+        task = store.enqueue_task(admit_task(intent, config, clock.now(), trusted=True), clock.now())
         assert task.task_id == 1  # retried with backoff until the lock was free
         holder.execute("BEGIN IMMEDIATE")
         store.busy_retry_s = 0.3
         with pytest.raises(StorageError, match="another process holds its write lock"):
-            store.enqueue_task(prepare_task(intent, config, clock.now(), trusted=True), clock.now())
+            store.enqueue_task(admit_task(intent, config, clock.now(), trusted=True), clock.now())
     finally:
         release.join()
         if holder.in_transaction:

@@ -26,10 +26,11 @@ from support import EXAMPLE_CONFIG, REPO
 from agentd import edge
 from agentd.cli import main
 from agentd.clock import FakeClock
-from agentd.config import Config, load_config
+from agentd.config import Config
 from agentd.errors import ConfigError
 from agentd.outcome import Extracted, extract_outcome
-from agentd.sensing import parse_output
+from agentd.sensor_runs import parse_output
+from agentd.validation import load_config
 
 FAST = settings(max_examples=300, deadline=None)
 CONTROL_CHARS = [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0))]

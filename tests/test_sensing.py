@@ -11,7 +11,7 @@ import pytest
 from support import task_subjects, write_sensor
 
 from agentd.clock import SystemClock
-from agentd.sensing import SensorService
+from agentd.sensor_service import SensorService
 
 pytestmark = pytest.mark.asyncio
 
@@ -131,7 +131,7 @@ async def test_a_hanging_sensor_is_killed_and_the_others_still_run_on_time(sensi
     service = SensorService(rig.config, rig.db, clock=SystemClock())
     started = time.monotonic()
     async with anyio.create_task_group() as group:
-        group.start_soon(lambda: service.run(watch_signals=False))
+        group.start_soon(lambda: service.run())
         with anyio.fail_after(10):  # the database is the only channel between the service and us
             while not any(e.type == "sensor_run_finished" and e.sensor_id == "hang" for e in rig.events()):  # noqa: ASYNC110
                 await anyio.sleep(0.05)

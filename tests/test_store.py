@@ -11,7 +11,7 @@ import pytest
 
 from agentd.clock import FakeClock
 from agentd.errors import SchemaMismatch
-from agentd.intake import prepare_task
+from agentd.intake import admit_task
 from agentd.records import TaskIntent
 from agentd.store import Store, init_state_dir, migrate, open_store
 from agentd.store.migrations import Migration, available_migrations
@@ -99,7 +99,7 @@ def _intent(**fields: Any) -> TaskIntent:
 
 def test_the_event_chain_detects_edits_and_removals(store: Store, config: Any, clock: FakeClock) -> None:
     for n in range(3):
-        store.enqueue_task(prepare_task(_intent(subject=f"t{n}"), config, clock.now(), trusted=True), clock.now())
+        store.enqueue_task(admit_task(_intent(subject=f"t{n}"), config, clock.now(), trusted=True), clock.now())
     assert store.verify_event_chain() == []
     with sqlite3.connect(store.path) as raw:
         raw.execute("UPDATE events SET payload = json_set(payload, '$.priority', 1) WHERE sequence = 3")

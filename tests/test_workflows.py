@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from agentd.clock import FakeClock
-from agentd.records import WorkflowRecord
-from agentd.workflows import GOAL_LOOP, StepResult, judge_step
+from agentd.config import GOAL_LOOP
+from agentd.records import StepResult, WorkflowRecord
+from agentd.workflows import next_move
 
 pytestmark = pytest.mark.asyncio
 
@@ -87,9 +88,9 @@ async def test_a_signal_from_an_older_iteration_is_ignored() -> None:
         blocked_reason=None,
     )
     stale = StepResult(1, "verify", 3, "continue", "completed", 9)
-    assert judge_step(GOAL_LOOP, workflow, stale, {"execute": 2}, 5).kind == "ignore"
+    assert next_move(GOAL_LOOP, workflow, stale, {"execute": 2}, 5).kind == "ignore"
     current = StepResult(1, "execute", 4, "ok", "completed", 10)
-    assert judge_step(GOAL_LOOP, workflow, current, {"execute": 2, "verify": 1}, 5).next_state == "verify"
+    assert next_move(GOAL_LOOP, workflow, current, {"execute": 2, "verify": 1}, 5).next_state == "verify"
 
 
 async def test_config_refuses_to_strand_a_live_workflow(rig: Any, tmp_path: Path, cli: Any) -> None:
@@ -145,7 +146,7 @@ async def test_config_schedules_are_upserted_and_removed_with_the_config(rig_fac
     assert [e.type for e in rig.events()].count("schedule_upserted") == 1
     from support import agent_config
 
-    from agentd.config import load_config
+    from agentd.validation import load_config
 
     rig.config = load_config(agent_config(tmp_path))  # the schedule is gone from the TOML
     rig.store.release_dispatch_lock(rig.store.dispatch_lock_holder().holder_id)  # type: ignore[union-attr]

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentd import __version__
-from agentd.cli import harness, ops, queue, services, setup, work
+from agentd.cli import adapters, cost, ops, queue, services, setup, work
 from agentd.cli.common import COMMON, CommandError, Parser, check_argv
 from agentd.edge import printable
 from agentd.errors import AgentdError, ConfigError, StorageError
-from agentd.store.base import is_storage_fault, os_storage_error
+from agentd.faults import is_storage_fault, os_storage_error
 
-COMMAND_MODULES = (setup, queue, work, harness, services, ops)
+COMMAND_MODULES = (setup, queue, work, adapters, cost, services, ops)
 
 
 def report(exc: AgentdError | CommandError, *, service: bool = False) -> int:

@@ -12,11 +12,12 @@ from typing import Any, NoReturn
 from pydantic import BaseModel
 
 from agentd.clock import SystemClock
-from agentd.config import Config, load_config, resolve_config_path
+from agentd.config import Config, resolve_config_path
 from agentd.edge import INT64_MAX, NotJson, check_id, check_text, printable
 from agentd.edge import loads as load_json
-from agentd.errors import InputError
+from agentd.errors import ConfigError, InputError
 from agentd.store import Store, open_store
+from agentd.validation import load_config, stranded_workflows
 
 
 class Parser(argparse.ArgumentParser):
@@ -127,9 +128,6 @@ def agent_store(args: argparse.Namespace, *, readonly: bool = False) -> Iterator
 
 def check_live_workflows(config: Config, store: Store) -> None:
     """Refuse a config that would strand a live workflow in a state it no longer has."""
-    from agentd.config_checks import stranded_workflows
-    from agentd.errors import ConfigError
-
     problems = stranded_workflows(config, store.live_workflow_states())
     if problems:
         raise ConfigError(problems)

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agentd import control
 from agentd.cli.common import (
     add_command,
     agent_store,
@@ -25,9 +26,8 @@ from agentd.cli.common import (
 from agentd.clock import SystemClock, age, format_ts, parse_ts
 from agentd.edge import printable
 from agentd.errors import InputError
-from agentd.intake import prepare_task
 from agentd.records import TASK_STATUSES, TaskIntent, TaskRecord
-from agentd.wake import poke
+from agentd.status import snapshot
 
 STALE_STATUS_S = 30.0
 MAX_ATTEMPTS = 100  # as a task type's max_attempts  # services refresh their status line every 5 s
@@ -134,16 +134,9 @@ def _intent_error(err: Any) -> str:
 
 
 def cmd_task_add(args: argparse.Namespace) -> int:
-    config = config_from(args)
-    clock = SystemClock()
     intent = intent_from_args(args)
-    new = prepare_task(intent, config, clock.now(), trusted=True)
-    store = store_from(config)
-    try:
-        task = store.enqueue_task(new, clock.now())
-    finally:
-        store.close()
-    poke(config.paths.state_dir)
+    with agent_store(args) as (config, store):
+        task = control.add_task(config, store, intent, SystemClock().now())
     if wants_json(args):
         print_json(task)
     else:
@@ -214,8 +207,7 @@ def cmd_task_show(args: argparse.Namespace) -> int:
 
 def cmd_task_cancel(args: argparse.Namespace) -> int:
     with agent_store(args) as (config, store):
-        result = store.cancel_task(args.task_id, SystemClock().now())
-    poke(config.paths.state_dir)
+        result = control.cancel_task(config, store, args.task_id, SystemClock().now())
     if wants_json(args):
         print_json({"task": result.task, "action": result.action})
     elif result.action == "canceled":
@@ -227,18 +219,12 @@ def cmd_task_cancel(args: argparse.Namespace) -> int:
 
 def cmd_task_retry(args: argparse.Namespace) -> int:
     with agent_store(args) as (config, store):
-        task = store.get_task_or_raise(args.task_id)
-        spec = config.task_types.get(task.task_type)
-        attempts = args.attempts or (spec.max_attempts if spec and spec.max_attempts else None)
-        attempts = attempts or config.dispatch.default_max_attempts
-        if not 1 <= attempts <= MAX_ATTEMPTS:
-            raise InputError(f"--attempts: expected 1 to {MAX_ATTEMPTS}, found {attempts}")
-        task = store.retry_task(args.task_id, attempts, SystemClock().now())
-    poke(config.paths.state_dir)
+        task = control.retry_task(config, store, args.task_id, args.attempts, SystemClock().now())
     if wants_json(args):
         print_json(task)
     else:
-        print(f"task {task.task_id} re-queued with {attempts} more attempts (history kept)")
+        more = task.max_attempts - task.attempt_count + task.free_attempt_count
+        print(f"task {task.task_id} re-queued with {more} more attempts (history kept)")
     return 0
 
 
@@ -291,52 +277,21 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    config = config_from(args)
-    clock = SystemClock()
-    store = store_from(config, readonly=True)
-    try:
-        now = clock.now()
-        summary = store.queue_summary(now)
-        services = store.service_statuses()
-        holder = store.dispatch_lock_holder()
-    finally:
-        store.close()
-    for service in services:  # honest: a line nobody refreshed lately is stale, not live
-        quiet = (now - parse_ts(service["updated_at"])).total_seconds()
-        service["stale"] = service["status"] != "stopped" and quiet > STALE_STATUS_S
-        service["updated_ago_s"] = round(quiet, 1)
-    oldest_age = (now - summary.oldest_pending_at).total_seconds() if summary.oldest_pending_at else None
-    counts = {status: summary.counts.get(status, 0) for status in TASK_STATUSES}
+    with agent_store(args, readonly=True) as (config, store):
+        now = SystemClock().now()
+        shown = snapshot(config, store, now)
     if wants_json(args):
-        print_json(
-            {
-                "agent_id": config.agent.agent_id,
-                "database": str(config.db_path),
-                "state_dir": str(config.paths.state_dir),
-                "workspace": str(config.paths.workspace),
-                "schema_version": summary.schema_version,
-                "counts": counts,
-                "oldest_pending_age_s": oldest_age,
-                "next_available_at": format_ts(summary.next_available_at) if summary.next_available_at else None,
-                "services": services,
-                "dispatch_lock": {
-                    "pid": holder.pid,
-                    "host": holder.host,
-                    "heartbeat_at": format_ts(holder.heartbeat_at),
-                }
-                if holder
-                else None,
-            }
-        )
+        print_json(shown)
         return 0
-    print(f"agent {config.agent.agent_id}  database {config.db_path}  schema version {summary.schema_version}")
-    print("  ".join(f"{status} {count}" for status, count in counts.items()))
-    print(f"oldest pending: {age(oldest_age) if oldest_age is not None else 'none waiting'}")
-    if summary.next_available_at:
-        print(f"next delayed task due in {age((summary.next_available_at - now).total_seconds())}")
-    for service in services:
+    print(f"agent {shown['agent_id']}  database {shown['database']}  schema version {shown['schema_version']}")
+    print("  ".join(f"{status} {count}" for status, count in shown["counts"].items()))
+    oldest = shown["oldest_pending_age_s"]
+    print(f"oldest pending: {age(oldest) if oldest is not None else 'none waiting'}")
+    if shown["next_available_at"]:
+        print(f"next delayed task due in {age((parse_ts(shown['next_available_at']) - now).total_seconds())}")
+    for service in shown["services"]:
         state = f"stale: no update for {age(service['updated_ago_s'])}" if service["stale"] else "live"
-        print(f"{service['service']} (pid {service['pid']}, {state}): {service['status']}")
-    if not services:
+        print(f"{service['service']} (pid {service['pid']}, {state}): {printable(service['status'])}")
+    if not shown["services"]:
         print("no service has run against this database yet")
     return 0

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
-import signal
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 
@@ -14,12 +12,12 @@ from agentd.cli.common import add_command, check_live_workflows, config_from, st
 from agentd.clock import SystemClock
 from agentd.config import Config
 from agentd.dispatch import Dispatcher
-from agentd.metrics import DispatchMetrics, SensorMetrics
-from agentd.sensing import SensorService
+from agentd.metrics import DispatchMetrics, NullMetrics, SensorMetrics, dispatch_metrics, sensor_metrics
+from agentd.sensor_service import SensorService
+from agentd.service import run_services
 from agentd.store import AsyncStore, init_state_dir
 
 logger = logging.getLogger("agentd.run")
-M = TypeVar("M", DispatchMetrics, SensorMetrics)
 
 
 def register(commands: Any) -> None:
@@ -63,8 +61,10 @@ def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
 def cmd_dispatch(args: argparse.Namespace) -> int:
     config, db = _open(args)
     try:
-        dispatcher = Dispatcher(config, db, clock=SystemClock(), metrics=_metrics(config, DispatchMetrics))
-        anyio.run(functools.partial(dispatcher.run, until_idle=args.until_idle))
+        dispatcher = Dispatcher(
+            config, db, clock=SystemClock(), metrics=_dispatch_metrics(config), until_idle=args.until_idle
+        )
+        anyio.run(run_services, dispatcher)
     finally:
         db.close()
     return 0
@@ -73,8 +73,8 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
 def cmd_sensors(args: argparse.Namespace) -> int:
     config, db = _open(args)
     try:
-        service = SensorService(config, db, clock=SystemClock(), metrics=_metrics(config, SensorMetrics))
-        anyio.run(functools.partial(service.run, once=args.once))
+        service = SensorService(config, db, clock=SystemClock(), metrics=_sensor_metrics(config), once=args.once)
+        anyio.run(run_services, service)
     finally:
         db.close()
     return 0
@@ -85,33 +85,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     config, dispatch_db = _open(args)
     sensors_db = AsyncStore(store_from(config))
     try:
-        dispatcher = Dispatcher(config, dispatch_db, clock=SystemClock(), metrics=_metrics(config, DispatchMetrics))
-        sensors = SensorService(config, sensors_db, clock=SystemClock(), metrics=_metrics(config, SensorMetrics))
-        anyio.run(_run_both, dispatcher, sensors)
+        dispatcher = Dispatcher(config, dispatch_db, clock=SystemClock(), metrics=_dispatch_metrics(config))
+        sensors = SensorService(config, sensors_db, clock=SystemClock(), metrics=_sensor_metrics(config))
+        anyio.run(run_services, dispatcher, sensors)
     finally:
         dispatch_db.close()
         sensors_db.close()
     return 0
 
 
-def _metrics(config: Config, kind: type[M]) -> M | None:
-    """The service's metrics, unless [metrics] enabled = false."""
-    return kind(config.agent.agent_id, config.db_path, SystemClock()) if config.metrics.enabled else None
+def _dispatch_metrics(config: Config) -> DispatchMetrics | NullMetrics:
+    return dispatch_metrics(config.metrics.enabled, config.agent.agent_id, config.db_path, SystemClock())
 
 
-async def _run_both(dispatcher: Dispatcher, sensors: SensorService) -> None:
-    async with anyio.create_task_group() as group:
-        group.start_soon(_forward_signals, dispatcher, sensors)
-        async with anyio.create_task_group() as services:
-            services.start_soon(functools.partial(dispatcher.run, watch_signals=False))
-            services.start_soon(functools.partial(sensors.run, watch_signals=False))
-        group.cancel_scope.cancel()
-
-
-async def _forward_signals(dispatcher: Dispatcher, sensors: SensorService) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            logger.info("%s received: stopping both services", signal.Signals(signum).name)
-            immediately = sensors.stopping  # a second signal does not wait for the grace period
-            sensors.request_stop()
-            dispatcher.request_stop(immediately=immediately)
+def _sensor_metrics(config: Config) -> SensorMetrics | NullMetrics:
+    return sensor_metrics(config.metrics.enabled, config.agent.agent_id, config.db_path, SystemClock())

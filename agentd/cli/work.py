@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 from pydantic import ValidationError
 
+from agentd import control
 from agentd.cli.common import (
     add_command,
     agent_store,
@@ -25,11 +26,9 @@ from agentd.cli.common import (
 from agentd.clock import SystemClock, age, format_ts
 from agentd.config import YEAR_S
 from agentd.errors import InputError, NotFound
-from agentd.records import TaskIntent
-from agentd.sensing import SensorService
-from agentd.store import AsyncStore, ScheduleSpecRow
-from agentd.wake import poke
-from agentd.workflows import start_state
+from agentd.records import ScheduleSpec
+from agentd.sensor_runs import SensorRunner
+from agentd.store import AsyncStore
 
 
 def register(commands: Any) -> None:
@@ -75,22 +74,11 @@ def register(commands: Any) -> None:
 
 
 def cmd_workflow_start(args: argparse.Namespace) -> int:
-    config = config_from(args)
-    state = start_state(config.workflows, config.task_types, args.workflow_type, args.state)
     context = json_object(args.context, "--context")
-    store = store_from(config)
-    try:
-        workflow, created = store.create_workflow(
-            args.workflow_type, args.instance_key, state, context, SystemClock().now(), "operator:cli"
+    with agent_store(args) as (config, store):
+        workflow = control.start_workflow(
+            config, store, args.workflow_type, args.instance_key, context, args.state, SystemClock().now()
         )
-    finally:
-        store.close()
-    if not created:
-        raise InputError(
-            f"{args.workflow_type} {args.instance_key!r} already exists as workflow "
-            f"{workflow.workflow_id} ({workflow.status})"
-        )
-    poke(config.paths.state_dir)
     if wants_json(args):
         print_json(workflow)
     else:
@@ -157,39 +145,20 @@ def cmd_workflow_show(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule_add(args: argparse.Namespace) -> int:
-    config = config_from(args)
     if not 1 <= args.every <= YEAR_S:
         raise InputError(f"--every: expected 1 to {YEAR_S} seconds (a year), found {args.every}")
-    fields: dict[str, Any] = {
-        "task_type": args.task_type,
-        "source": f"schedule:{args.schedule_id}",
-        "payload": json_object(args.payload, "--payload"),
-    }
+    task: dict[str, Any] = {"task_type": args.task_type, "payload": json_object(args.payload, "--payload")}
     if args.subject:
-        fields["subject"] = args.subject
+        task["subject"] = args.subject
     if args.priority is not None:
-        fields["priority"] = args.priority
+        task["priority"] = args.priority
+    fields = {"schedule_id": args.schedule_id, "name": args.name, "enabled": not args.disabled}
     try:
-        intent = TaskIntent.model_validate(fields)
+        spec = ScheduleSpec.model_validate({**fields, "interval_seconds": args.every, "task": task})
+        with agent_store(args) as (config, store):
+            schedule = control.add_schedule(config, store, spec, SystemClock().now())
     except ValidationError as exc:
         raise InputError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
-    from agentd.intake import prepare_task
-
-    now = SystemClock().now()
-    prepare_task(intent, config, now, trusted=False)  # refuse now what would be refused every interval
-    spec = ScheduleSpecRow(
-        args.schedule_id,
-        args.name or args.schedule_id,
-        not args.disabled,
-        args.every,
-        intent.model_dump(mode="json", exclude_none=True),
-    )
-    store = store_from(config)
-    try:
-        schedule = store.add_schedule(spec, now)
-    finally:
-        store.close()
-    poke(config.paths.state_dir)
     if wants_json(args):
         print_json(schedule)
     else:
@@ -282,8 +251,8 @@ def cmd_sensor_run(args: argparse.Namespace) -> int:
         raise NotFound(f"no sensor {args.sensor_id!r}; known: {', '.join(sorted(config.sensor_definitions)) or 'none'}")
     db = AsyncStore(store_from(config))
     try:
-        service = SensorService(config, db, clock=SystemClock())
-        report = anyio.run(lambda: service.run_sensor(sensor, dry_run=option(args, "dry_run", False)))
+        runner = SensorRunner(config, db, SystemClock())
+        report = anyio.run(lambda: runner.run(sensor, dry_run=option(args, "dry_run", False)))
     finally:
         db.close()
     proposed: list[dict[str, Any]] = [

@@ -89,6 +89,15 @@ class SensorEvent(Record):
 # --- §9 outcome, §7 record, §8 attempt ------------------------------------------------------------
 
 
+MACHINE_STATUS_OF: dict[OutcomeStatus, MachineStatus] = {
+    "completed": "ok",
+    "retryable_failure": "needs_retry",
+    "permanent_failure": "failed",
+    "blocked": "blocked",
+    "operator_canceled": "canceled",
+}
+
+
 class TaskOutcome(Record):
     schema_id = "agent-runtime/task.outcome/v1"
     schema_mode = "validation"
@@ -101,6 +110,11 @@ class TaskOutcome(Record):
     workflow_signal: str | None = None
     follow_up_tasks: list[TaskIntent] | None = None
     external_messages: list[JsonObject] | None = None
+
+    @classmethod
+    def failure(cls, summary: str, status: OutcomeStatus = "retryable_failure") -> TaskOutcome:
+        """Every outcome agentd itself gives (a timeout, a crash, a cancel, its own failure)."""
+        return cls(status=status, machine_status=MACHINE_STATUS_OF[status], operator_summary=summary)
 
 
 class TaskRecord(Record):

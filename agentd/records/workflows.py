@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from pydantic import Field
 
 from agentd.records.base import Identifier, JsonObject, Record, Timestamp
 from agentd.records.tasks import TaskIntent
+from agentd.records.work import NewTask
+
+YEAR_S = 31_536_000
 
 
 class WorkflowTransition(Record):
@@ -64,3 +69,71 @@ class RecurringScheduleRecord(Record):
     task: TaskIntent
     created_at: Timestamp
     updated_at: Timestamp
+
+
+class ScheduleSpec(Record):
+    """A recurring schedule as it is defined (a `[[schedules]]` entry or `agentd schedule add`);
+    the RecurringScheduleRecord is that definition with its timing, as stored."""
+
+    schema_id = "agent-runtime/schedule.spec/v1"
+    schema_mode = "validation"
+    schedule_id: Identifier
+    name: str | None = None
+    enabled: bool = True
+    interval_seconds: int = Field(ge=1, le=YEAR_S)
+    task: JsonObject = Field(description="a TaskIntent; source defaults to schedule:<id>")
+
+
+# --- the workflow engine's decisions, made before the store writes them -----------------------------
+
+ChangeKind = Literal["transition", "complete", "block", "ignore"]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What a finished step task reported, as the outbox carries it."""
+
+    workflow_id: int
+    state_id: str
+    iteration: int
+    signal: str | None
+    task_status: str
+    task_id: int
+
+
+@dataclass(frozen=True)
+class Change:
+    """A workflow's next move after one of its steps ended."""
+
+    kind: ChangeKind
+    next_state: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    """For an active workflow whose current entry has no task yet: the task to create, or why the
+    workflow blocks ("" : the state has no task type and waits for a signal)."""
+
+    workflow_id: int
+    state: str
+    iteration: int
+    task: NewTask | None = None
+    block_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class DueSchedule:
+    schedule: RecurringScheduleRecord
+    has_open_task: bool
+
+
+@dataclass(frozen=True)
+class ScheduleRun:
+    """What one due schedule does this time: create its task, record why not, or just move on."""
+
+    schedule_id: str
+    due_at: datetime
+    next_run_at: datetime
+    task: NewTask | None = None
+    refusal: str | None = None

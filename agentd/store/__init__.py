@@ -10,6 +10,7 @@ import functools
 import os
 import sqlite3
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -18,38 +19,29 @@ import anyio.to_thread
 
 from agentd.clock import Clock
 from agentd.errors import SchemaMismatch
-from agentd.store.attempts import ArtifactRow, AttemptEnd, AttemptPlan, Claim, LockHolder, OutboxRow
-from agentd.store.base import SERVICE_BUSY_RETRY_S, connect, os_storage_error, storage_error
+from agentd.faults import os_storage_error, storage_error
+from agentd.store.attempts import AttemptVerbs, Planner
+from agentd.store.base import SERVICE_BUSY_RETRY_S, connect
 from agentd.store.events import ChainBreak, EventVerbs
+from agentd.store.lock import LockVerbs
 from agentd.store.migrations import (
     Migration,
     apply_migrations,
     available_migrations,
     require_current,
 )
-from agentd.store.outbox import OutboxItem
-from agentd.store.sensing import AcceptedEvent, IntakeCounts, RejectedLine, SensingVerbs, SensorState, WorkflowStart
-from agentd.store.tasks import QueueSummary
-from agentd.store.workflows import ScheduleSpecRow
+from agentd.store.outbox import OutboxVerbs
+from agentd.store.schedules import ScheduleVerbs
+from agentd.store.sensing import SensingVerbs
+from agentd.store.status import StatusVerbs
+from agentd.store.tasks import TaskVerbs
+from agentd.store.workflows import WorkflowVerbs
 
 __all__ = [
-    "AcceptedEvent",
-    "ArtifactRow",
     "AsyncStore",
-    "AttemptEnd",
-    "AttemptPlan",
     "ChainBreak",
-    "Claim",
-    "IntakeCounts",
-    "LockHolder",
-    "OutboxItem",
-    "OutboxRow",
-    "QueueSummary",
-    "RejectedLine",
-    "ScheduleSpecRow",
-    "SensorState",
+    "Planner",
     "Store",
-    "WorkflowStart",
     "init_state_dir",
     "migrate",
     "open_store",
@@ -61,10 +53,27 @@ T = TypeVar("T")
 DB_NAME = "agentd.db"
 
 
-class Store(SensingVerbs, EventVerbs):
-    """Domain verbs over one connection; each public verb is at most one transaction."""
+class Store(
+    TaskVerbs,
+    AttemptVerbs,
+    LockVerbs,
+    OutboxVerbs,
+    EventVerbs,
+    SensingVerbs,
+    WorkflowVerbs,
+    ScheduleVerbs,
+    StatusVerbs,
+):
+    """Domain verbs over one connection, one group per concept (each extends StoreBase directly);
+    each public verb is at most one transaction."""
 
     schema_version: int = 0
+
+    def idle_outlook(self, now: datetime) -> tuple[int, datetime | None]:
+        """What an idle dispatcher needs in one read: tasks claimable now, and when the next task or
+        schedule falls due."""
+        due = [d for d in (self.next_due_at(now), self.next_schedule_due()) if d is not None]
+        return self.waiting_count(now), min(due, default=None)
 
 
 def open_store(path: Path, clock: Clock, migrations: list[Migration] | None = None, *, readonly: bool = False) -> Store:

@@ -1,224 +1,141 @@
-"""Dispatch verbs: the lock, the claim, and an attempt's life from claimed to closed.
+"""Attempts: the claim, an attempt's life from claimed to closed, and what attempts cost.
 
 `finish_attempt` is the outcome commit of DESIGN §4: the attempt closed, the task's status,
-outcome and counters, its artifacts, its outbox rows and their events, in one transaction.
+outcome and counters, its artifacts, its outbox entries and their events, in one transaction.
 """
 
 from __future__ import annotations
 
-import sqlite3
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from agentd.clock import parse_ts
 from agentd.errors import InputError
 from agentd.hashing import new_ulid
-from agentd.records import TERMINAL_STATUSES, TaskAttempt, TaskOutcome, TaskRecord
-from agentd.store.base import dumps, ts
-from agentd.store.tasks import CLAIM_SQL, attempt_from_row
-from agentd.store.tasks import TaskVerbs as _TaskVerbs
+from agentd.records import (
+    TERMINAL_STATUSES,
+    AttemptEnd,
+    AttemptPlan,
+    Claim,
+    CostTotal,
+    TaskAttempt,
+    TaskRecord,
+)
+from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
+from agentd.store.rows import attempt_from_row
+from agentd.store.tasks import read_task_or_raise
+
+logger = logging.getLogger(__name__)
 
 OUTCOME_SUMMARY_MAX = 4000
 
+# The next claimable task: priority 1 first, then available_at, then id. One index seek per
+# priority (1..10, a CHECK constraint) rather than one ordered walk, so tasks waiting in the
+# future never slow the claim down and no ANALYZE statistics can change the plan.
+_CLAIM_BRANCH = """SELECT * FROM (
+    SELECT id, priority, available_at FROM tasks
+    WHERE status IN ('pending', 'retryable_failure') AND awaiting_approval = 0
+      AND priority = {priority} AND available_at <= :now
+    ORDER BY available_at, id LIMIT 1)"""
+NEXT_CLAIMABLE_SQL = (
+    "SELECT id FROM ("
+    + " UNION ALL ".join(_CLAIM_BRANCH.format(priority=p) for p in range(1, 11))
+    + ") ORDER BY priority, available_at, id LIMIT 1"
+)
+# One statement, inside BEGIN IMMEDIATE: two dispatchers could never both win the same row.
+CLAIM_SQL = f"""UPDATE tasks
+    SET status = 'running', attempt_count = attempt_count + 1,
+        started_at = :now, updated_at = :now, finished_at = NULL
+    WHERE id = ({NEXT_CLAIMABLE_SQL})
+    RETURNING id"""
 
-@dataclass(frozen=True)
-class LockHolder:
-    holder_id: str
-    pid: int
-    pid_started: int
-    host: str
-    boot_id: str
-    acquired_at: datetime
-    heartbeat_at: datetime
-
-
-@dataclass(frozen=True)
-class LockAttempt:
-    acquired: bool
-    holder: LockHolder  # ours when acquired, else the live holder
-    cleared: LockHolder | None = None
-    cleared_because: str | None = None
-
-
-@dataclass(frozen=True)
-class AttemptPlan:
-    adapter_id: str
-    adapter_kind: str
-    model: str | None
+Planner = Callable[[TaskRecord], AttemptPlan]  # pure: the config's choice of adapter and model
 
 
-@dataclass(frozen=True)
-class Claim:
-    task: TaskRecord
-    attempt: TaskAttempt | None
-    refused: str | None = None  # the config can no longer run this task: it failed permanently
+class AttemptVerbs(StoreBase):
+    # --- claiming -------------------------------------------------------------------------------
 
+    def claim_next_task(self, now: datetime, runner_id: str, plan: Planner, evidence_root: Path) -> Claim | None:
+        """Claim the next task and open its attempt (task_claimed), or None if nothing is due.
 
-@dataclass(frozen=True)
-class ArtifactRow:
-    role: str
-    relative_path: str
-    sha256: str | None
-    content_type: str | None = None
-
-
-@dataclass(frozen=True)
-class OutboxRow:
-    kind: str  # follow_up_task | external_message | workflow_signal
-    idempotency_key: str
-    payload: dict[str, Any]
-    status: str = "pending"  # or refused / awaiting_handler, decided by policy at commit
-    result: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class AttemptEnd:
-    """Everything the outcome commit writes, decided before the transaction starts."""
-
-    attempt_id: str
-    task_id: int
-    ended_at: datetime
-    exit_status: str  # ok | error | timeout | unknown (the boot sweep found it; its exit was not seen)
-    retry_class: str
-    termination_reason: str
-    outcome: TaskOutcome
-    status: str
-    available_at: datetime | None
-    last_error: str | None
-    free_attempt: bool = False
-    rate_limited: bool = False
-    crashed: bool = False  # the runtime died during it: counts toward the task's crash_limit
-    side_effects: str = "possible"  # none: the adapter never started
-    model: str | None = None
-    downgrade_reasons: tuple[str, ...] = ()
-    artifacts: tuple[ArtifactRow, ...] = ()
-    outbox: tuple[OutboxRow, ...] = ()
-    diagnostics: dict[str, Any] = field(default_factory=dict)
-    usage: dict[str, Any] = field(default_factory=dict)
-    paths: dict[str, str | None] = field(default_factory=dict)
-    boot_sweep: bool = False
-
-
-def _holder_from_row(row: sqlite3.Row) -> LockHolder:
-    return LockHolder(
-        holder_id=row["holder_id"],
-        pid=row["pid"],
-        pid_started=row["pid_started"],
-        host=row["host"],
-        boot_id=row["boot_id"],
-        acquired_at=parse_ts(row["acquired_at"]),
-        heartbeat_at=parse_ts(row["heartbeat_at"]),
-    )
-
-
-class AttemptVerbs(_TaskVerbs):
-    # --- the dispatch lock ----------------------------------------------------------------------
-
-    def acquire_dispatch_lock(
-        self, me: LockHolder, now: datetime, staleness: Callable[[LockHolder], str | None]
-    ) -> LockAttempt:
-        """Take the lock, clearing a stale one; two processes clearing it at once: one wins."""
+        `plan` is pure (config lookups only). A task the config can no longer run ends
+        permanent_failure with the reason; a row that no longer reads back as a task (edited by
+        hand, written by an older agentd) is failed the same way and the claim moves on: no single
+        row can block the queue."""
         with self._transaction():
-            row = self._conn.execute("SELECT * FROM dispatch_lock WHERE id = 1").fetchone()
-            cleared, reason = None, None
-            if row is not None:
-                current = _holder_from_row(row)
-                reason = staleness(current)
-                if reason is None:
-                    self._append_event("dispatch_locked", now, payload=_holder_payload(current, prefix="holder_"))
-                    return LockAttempt(False, current)
-                self._conn.execute("DELETE FROM dispatch_lock WHERE id = 1 AND holder_id = ?", (current.holder_id,))
-                self._append_event(
-                    "dispatch_lock_stale_cleared", now, payload={**_holder_payload(current), "reason": reason}
-                )
-                cleared = current
-            self._conn.execute(
-                """INSERT INTO dispatch_lock (id, holder_id, pid, pid_started, host, boot_id, acquired_at, heartbeat_at)
-                   VALUES (1, ?, ?, ?, ?, ?, ?, ?)""",
-                (me.holder_id, me.pid, me.pid_started, me.host, me.boot_id, ts(now), ts(now)),
-            )
-        return LockAttempt(True, me, cleared, reason)
+            while (row := self._conn.execute(CLAIM_SQL, {"now": ts(now)}).fetchone()) is not None:
+                try:
+                    task = read_task_or_raise(self, row["id"])
+                except Exception as exc:
+                    logger.exception("task %s cannot be read back; failing it", row["id"])
+                    self._fail_unreadable(row["id"], f"internal_error: {type(exc).__name__}: {exc}"[:500], now)
+                    continue
+                try:
+                    chosen = plan(task)
+                except InputError as exc:
+                    return Claim(self._refuse_claimed(task, str(exc), now), None, str(exc))
+                return Claim(task, self._open_attempt(task, chosen, runner_id, evidence_root, now))
+        return None
 
-    def heartbeat_dispatch_lock(self, holder_id: str, now: datetime) -> bool:
-        """Refresh our heartbeat; False means the lock is no longer ours."""
-        with self._transaction():
-            cursor = self._conn.execute(
-                "UPDATE dispatch_lock SET heartbeat_at = ? WHERE id = 1 AND holder_id = ?", (ts(now), holder_id)
-            )
-        return cursor.rowcount == 1
-
-    def release_dispatch_lock(self, holder_id: str) -> None:
-        with self._transaction():
-            self._conn.execute("DELETE FROM dispatch_lock WHERE id = 1 AND holder_id = ?", (holder_id,))
-
-    def dispatch_lock_holder(self) -> LockHolder | None:
-        row = self._conn.execute("SELECT * FROM dispatch_lock WHERE id = 1").fetchone()
-        return None if row is None else _holder_from_row(row)
-
-    # --- claiming and running -------------------------------------------------------------------
-
-    def claim_next_task(
-        self,
-        now: datetime,
-        runner_id: str,
-        plan: Callable[[TaskRecord], AttemptPlan],
-        evidence_dir: Callable[[int, str], str],
-    ) -> Claim | None:
-        """Claim the next task and open its attempt (task_claimed), or None if nothing is due."""
-        with self._transaction():
-            row = self._conn.execute(CLAIM_SQL, {"now": ts(now)}).fetchone()
-            if row is None:
-                return None
-            task = self.get_task_or_raise(row["id"])
-            try:
-                chosen = plan(task)
-            except InputError as exc:
-                return Claim(self._refuse_claimed(task, str(exc), now), None, str(exc))
-            attempt_id = new_ulid(self.clock)
-            self._conn.execute(
-                """INSERT INTO task_attempts (attempt_id, task_id, attempt_number, adapter_id, adapter_kind,
-                       model, runner_id, started_at, evidence_dir)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                (
-                    attempt_id,
-                    task.task_id,
-                    task.attempt_count,
-                    chosen.adapter_id,
-                    chosen.adapter_kind,
-                    chosen.model,
-                    runner_id,
-                    ts(now),
-                    evidence_dir(task.task_id, attempt_id),
-                ),
-            )
-            self._append_event(
-                "task_claimed",
-                now,
-                task_id=task.task_id,
-                attempt_id=attempt_id,
-                workflow_id=task.workflow_ref.workflow_id if task.workflow_ref else None,
-                payload={
-                    "attempt_number": task.attempt_count,
-                    "adapter": chosen.adapter_id,
-                    "model": chosen.model,
-                    "priority": task.priority,
-                },
-            )
-            attempt = self._attempt(attempt_id)
-        return Claim(task, attempt)
+    def _open_attempt(
+        self, task: TaskRecord, chosen: AttemptPlan, runner_id: str, evidence_root: Path, now: datetime
+    ) -> TaskAttempt:
+        attempt_id = new_ulid(self.clock)
+        self._conn.execute(
+            """INSERT INTO task_attempts (attempt_id, task_id, attempt_number, adapter_id, adapter_kind,
+                   model, runner_id, started_at, evidence_dir)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            (
+                attempt_id,
+                task.task_id,
+                task.attempt_count,
+                chosen.adapter_id,
+                chosen.adapter_kind,
+                chosen.model,
+                runner_id,
+                ts(now),
+                str(evidence_root / str(task.task_id) / attempt_id),
+            ),
+        )
+        self._append_event(
+            "task_claimed",
+            now,
+            task_id=task.task_id,
+            attempt_id=attempt_id,
+            workflow_id=task.workflow_ref.workflow_id if task.workflow_ref else None,
+            payload={
+                "attempt_number": task.attempt_count,
+                "adapter": chosen.adapter_id,
+                "model": chosen.model,
+                "priority": task.priority,
+            },
+        )
+        return self._attempt(attempt_id)
 
     def _refuse_claimed(self, task: TaskRecord, reason: str, now: datetime) -> TaskRecord:
+        self._fail_unreadable(task.task_id, reason, now)
+        return read_task_or_raise(self, task.task_id)
+
+    def _fail_unreadable(self, task_id: int, reason: str, now: datetime) -> None:
         self._conn.execute(
             """UPDATE tasks SET status = 'permanent_failure', last_error = ?, finished_at = ?, updated_at = ?,
                    attempt_count = attempt_count - 1 WHERE id = ?""",
-            (reason, ts(now), ts(now), task.task_id),
+            (reason, ts(now), ts(now), task_id),
         )
         self._append_event(
-            "task_finished", now, task_id=task.task_id, payload={"status": "permanent_failure", "reason": reason}
+            "task_finished", now, task_id=task_id, payload={"status": "permanent_failure", "reason": reason}
         )
-        return self.get_task_or_raise(task.task_id)
+
+    def explain_claim(self, now: datetime, *, analyze: bool = False) -> list[str]:
+        """The query plan of the claim (tests and `make bench` check it uses tasks_claim)."""
+        if analyze:
+            self._conn.execute("ANALYZE")
+        rows = self._conn.execute(f"EXPLAIN QUERY PLAN {CLAIM_SQL}", {"now": ts(now)}).fetchall()
+        return [row[3] for row in rows]
+
+    # --- an attempt's life ----------------------------------------------------------------------
 
     def _attempt(self, attempt_id: str) -> TaskAttempt:
         row = self._conn.execute("SELECT * FROM task_attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
@@ -259,7 +176,7 @@ class AttemptVerbs(_TaskVerbs):
             """SELECT a.* FROM task_attempts a JOIN tasks t ON t.id = a.task_id
                WHERE t.status = 'running' AND a.ended_at IS NULL ORDER BY a.task_id"""
         ).fetchall()
-        return [(self.get_task_or_raise(row["task_id"]), attempt_from_row(row)) for row in rows]
+        return [(read_task_or_raise(self, row["task_id"]), attempt_from_row(row)) for row in rows]
 
     def finish_attempt(self, end: AttemptEnd) -> TaskRecord:
         """The outcome commit: one transaction, or nothing at all."""
@@ -268,50 +185,56 @@ class AttemptVerbs(_TaskVerbs):
             self._update_task(end)
             workflow_id = self._conn.execute("SELECT workflow_id FROM tasks WHERE id = ?", (end.task_id,)).fetchone()[0]
             ids = {"task_id": end.task_id, "attempt_id": end.attempt_id, "workflow_id": workflow_id}
-            for artifact in end.artifacts:
-                self._conn.execute(
-                    """INSERT INTO artifacts (artifact_id, task_id, attempt_id, role, relative_path, content_type,
-                           sha256, created_at, verified_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                    (
-                        new_ulid(self.clock),
-                        end.task_id,
-                        end.attempt_id,
-                        artifact.role,
-                        artifact.relative_path,
-                        artifact.content_type,
-                        artifact.sha256,
-                        ts(end.ended_at),
-                        ts(end.ended_at),
-                    ),
-                )
-                self._append_event(
-                    "artifact_recorded",
-                    end.ended_at,
-                    **ids,
-                    payload={"role": artifact.role, "path": artifact.relative_path},
-                )
-            for entry in end.outbox:
-                self._conn.execute(
-                    """INSERT INTO outbox (task_id, attempt_id, kind, idempotency_key, payload, status, result,
-                           created_at, applied_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                    (
-                        end.task_id,
-                        end.attempt_id,
-                        entry.kind,
-                        entry.idempotency_key,
-                        dumps(entry.payload),
-                        entry.status,
-                        dumps(entry.result) if entry.result else None,
-                        ts(end.ended_at),
-                        ts(end.ended_at) if entry.status == "refused" else None,
-                    ),
-                )
-                if entry.status == "refused":
-                    self._append_event(
-                        "outbox_refused", end.ended_at, **ids, payload={"kind": entry.kind, **(entry.result or {})}
-                    )
+            self._insert_artifacts(end, ids)
+            self._insert_outbox(end, ids)
             self._append_events_of(end, ids)
-        return self.get_task_or_raise(end.task_id)
+        return read_task_or_raise(self, end.task_id)
+
+    def _insert_artifacts(self, end: AttemptEnd, ids: dict[str, Any]) -> None:
+        for artifact in end.artifacts:
+            self._conn.execute(
+                """INSERT INTO artifacts (artifact_id, task_id, attempt_id, role, relative_path, content_type,
+                       sha256, created_at, verified_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (
+                    new_ulid(self.clock),
+                    end.task_id,
+                    end.attempt_id,
+                    artifact.role,
+                    artifact.relative_path,
+                    artifact.content_type,
+                    artifact.sha256,
+                    ts(end.ended_at),
+                    ts(end.ended_at),
+                ),
+            )
+            self._append_event(
+                "artifact_recorded",
+                end.ended_at,
+                **ids,
+                payload={"role": artifact.role, "path": artifact.relative_path},
+            )
+
+    def _insert_outbox(self, end: AttemptEnd, ids: dict[str, Any]) -> None:
+        for entry in end.outbox:
+            self._conn.execute(
+                """INSERT INTO outbox (task_id, attempt_id, kind, idempotency_key, payload, status, result,
+                       created_at, applied_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (
+                    end.task_id,
+                    end.attempt_id,
+                    entry.kind,
+                    entry.idempotency_key,
+                    dumps(entry.payload),
+                    entry.status,
+                    dumps(entry.result) if entry.result else None,
+                    ts(end.ended_at),
+                    ts(end.ended_at) if entry.status == "refused" else None,
+                ),
+            )
+            if entry.status == "refused":
+                self._append_event(
+                    "outbox_refused", end.ended_at, **ids, payload={"kind": entry.kind, **(entry.result or {})}
+                )
 
     def _close_attempt(self, end: AttemptEnd) -> None:
         usage = end.usage
@@ -419,11 +342,61 @@ class AttemptVerbs(_TaskVerbs):
                 payload={"status": end.status, "summary": end.outcome.operator_summary[:200]},
             )
 
+    # --- reading attempts -----------------------------------------------------------------------
 
-def _holder_payload(holder: LockHolder, prefix: str = "") -> dict[str, Any]:
-    return {
-        f"{prefix}pid": holder.pid,
-        f"{prefix}host": holder.host,
-        f"{prefix}id": holder.holder_id,
-        f"{prefix}heartbeat_at": ts(holder.heartbeat_at),
-    }
+    def attempts_of(self, task_id: int) -> list[TaskAttempt]:
+        rows = self._conn.execute(
+            "SELECT * FROM task_attempts WHERE task_id = ? ORDER BY attempt_number", (task_id,)
+        ).fetchall()
+        return [attempt_from_row(r) for r in rows]
+
+    def failure_summaries(self, task_id: int) -> list[tuple[int, str, str]]:
+        """(attempt number, termination reason, summary) of the task's failed attempts: what the
+        next bundle re-injects (seed 004)."""
+        rows = self._conn.execute(
+            """SELECT attempt_number, termination_reason, diagnostics FROM task_attempts
+               WHERE task_id = ? AND ended_at IS NOT NULL AND retry_class != 'none' ORDER BY attempt_number""",
+            (task_id,),
+        ).fetchall()
+        return [(r[0], r[1] or "error", str((loads(r[2]) or {}).get("summary", ""))) for r in rows]
+
+    def attempt_usage(
+        self, *, task_id: int | None = None, since: datetime | None = None, limit: int = 1000
+    ) -> list[TaskAttempt]:
+        """Finished attempts, newest first, for cost and token accounting."""
+        where, params = _usage_filter(task_id, since)
+        rows = self._conn.execute(
+            f"SELECT * FROM task_attempts WHERE {where} ORDER BY ended_at DESC LIMIT ?", (*params, limit)
+        ).fetchall()
+        return [attempt_from_row(r) for r in rows]
+
+    def cost_totals(self, *, task_id: int | None = None, since: datetime | None = None) -> list[CostTotal]:
+        """Attempts, tokens and cost per adapter and model (every finished attempt that matches)."""
+        where, params = _usage_filter(task_id, since)
+        rows = self._conn.execute(
+            f"""SELECT adapter_id, COALESCE(model, ''), COUNT(*), COALESCE(SUM(input_tokens), 0),
+                   COALESCE(SUM(output_tokens), 0), SUM(cost_usd), COALESCE(MAX(cost_estimated), 0)
+                FROM task_attempts WHERE {where} GROUP BY adapter_id, COALESCE(model, '')
+                ORDER BY adapter_id, COALESCE(model, '')""",
+            params,
+        ).fetchall()
+        return [CostTotal(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6])) for r in rows]
+
+    def last_successful_attempt_at(self) -> datetime | None:
+        row = self._conn.execute(
+            """SELECT ended_at FROM task_attempts WHERE ended_at IS NOT NULL AND retry_class = 'none'
+                   AND exit_status = 'ok' ORDER BY ended_at DESC LIMIT 1"""
+        ).fetchone()
+        return parse_optional_ts(row[0] if row else None)
+
+
+def _usage_filter(task_id: int | None, since: datetime | None) -> tuple[str, tuple[Any, ...]]:
+    clauses: list[str] = ["ended_at IS NOT NULL"]
+    params: list[Any] = []
+    if task_id is not None:
+        clauses.append("task_id = ?")
+        params.append(task_id)
+    if since is not None:
+        clauses.append("ended_at >= ?")
+        params.append(ts(since))
+    return " AND ".join(clauses), tuple(params)

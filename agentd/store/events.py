@@ -1,52 +1,21 @@
-"""Reading the event log and proving its hash chain intact (DESIGN §6)."""
+"""The event log: reading it, appending a service-level event, and proving its hash chain (DESIGN §6)."""
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
-from agentd.clock import parse_ts
 from agentd.hashing import GENESIS_HASH, chain_hash
 from agentd.records import RuntimeEvent
 from agentd.store.base import StoreBase, loads
-
-_BODY_FIELDS = (
-    "event_id",
-    "type",
-    "timestamp",
-    "sequence",
-    "schema_version",
-    "task_id",
-    "attempt_id",
-    "workflow_id",
-    "schedule_id",
-    "sensor_id",
-)
+from agentd.store.rows import EVENT_BODY_FIELDS, event_from_row
 
 
 @dataclass(frozen=True)
 class ChainBreak:
     sequence: int
     reason: str
-
-
-def event_from_row(row: sqlite3.Row) -> RuntimeEvent:
-    return RuntimeEvent(
-        event_id=row["event_id"],
-        type=row["type"],
-        timestamp=parse_ts(row["timestamp"]),
-        sequence=row["sequence"],
-        schema_version=row["schema_version"],
-        task_id=row["task_id"],
-        attempt_id=row["attempt_id"],
-        workflow_id=row["workflow_id"],
-        schedule_id=row["schedule_id"],
-        sensor_id=row["sensor_id"],
-        payload=loads(row["payload"]),
-        refs=loads(row["refs"]),
-        prev_hash=row["prev_hash"],
-        hash=row["hash"],
-    )
 
 
 class EventVerbs(StoreBase):
@@ -74,6 +43,11 @@ class EventVerbs(StoreBase):
     def last_event_sequence(self) -> int:
         return int(self._conn.execute("SELECT COALESCE(MAX(sequence), 0) FROM events").fetchone()[0])
 
+    def record_event(self, event_type: str, now: datetime, payload: dict[str, Any] | None = None) -> None:
+        """A service-level event with no other state change (dispatch_started, dispatch_idle, …)."""
+        with self._transaction():
+            self._append_event(event_type, now, payload=payload)
+
     def verify_event_chain(self, batch: int = 10_000) -> list[ChainBreak]:
         """Recompute every hash; each row must continue the previous one with no gaps."""
         breaks, prev_hash, expected, after = [], GENESIS_HASH, 1, 0
@@ -85,7 +59,7 @@ class EventVerbs(StoreBase):
                     breaks.append(ChainBreak(row["sequence"], f"expected sequence {expected}: events are missing"))
                 if row["prev_hash"] != prev_hash:
                     breaks.append(ChainBreak(row["sequence"], "prev_hash does not match the previous event"))
-                body = {field: row[field] for field in _BODY_FIELDS}
+                body = {field: row[field] for field in EVENT_BODY_FIELDS}
                 body["payload"], body["refs"] = loads(row["payload"]), loads(row["refs"])
                 if chain_hash(row["prev_hash"], body) != row["hash"]:
                     breaks.append(ChainBreak(row["sequence"], "hash does not match the event's content"))

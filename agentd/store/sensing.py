@@ -1,75 +1,21 @@
-"""Sensor intake verbs: each observed event once (UNIQUE(sensor_id, dedupe_key)), in the same
-transaction as the task or workflow it creates; and each sensor's schedule."""
+"""Sensor intake: each observed event once (UNIQUE(sensor_id, dedupe_key)), in the same transaction
+as the task or workflow it creates; each sensor's schedule; the runs in flight."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from agentd.clock import parse_ts
-from agentd.intake import NewTask
-from agentd.records import SensorEvent
-from agentd.store.base import dumps, loads, parse_optional_ts, ts
-from agentd.store.workflows import WorkflowVerbs
+from agentd.records import AcceptedEvent, IntakeCounts, OpenSensorRun, RejectedLine, SensorState
+from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
+from agentd.store.tasks import insert_task
+from agentd.store.workflows import insert_workflow
 
 MAX_REJECTION_EVENTS = 100  # per run; the rest are counted in sensor_run_finished
 
 
-@dataclass(frozen=True)
-class WorkflowStart:
-    workflow_type: str
-    instance_key: str
-    state: str
-    context: dict[str, Any] | None
-
-
-@dataclass(frozen=True)
-class AcceptedEvent:
-    line: int
-    event: SensorEvent
-    task: NewTask | None = None
-    workflow: WorkflowStart | None = None
-    stale: bool = False
-
-
-@dataclass(frozen=True)
-class RejectedLine:
-    line: int
-    reason: str
-
-
-@dataclass
-class IntakeCounts:
-    recorded: int = 0
-    created: int = 0
-    deduped: int = 0
-    stale: int = 0
-    rejected: int = 0
-    workflows_created: int = 0
-    workflows_deduped: int = 0
-    task_ids: list[int] = field(default_factory=list)
-
-    def add(self, other: IntakeCounts) -> None:
-        for name in ("recorded", "created", "deduped", "stale", "rejected", "workflows_created", "workflows_deduped"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.task_ids += other.task_ids
-
-    def as_dict(self) -> dict[str, int]:
-        return {k: v for k, v in vars(self).items() if isinstance(v, int)}
-
-
-@dataclass(frozen=True)
-class SensorState:
-    sensor_id: str
-    last_run_at: datetime | None
-    next_run_at: datetime | None
-    last_result: str | None
-    last_error: str | None
-    runs: int
-
-
-class SensingVerbs(WorkflowVerbs):
+class SensingVerbs(StoreBase):
     def record_sensor_events(
         self, sensor_id: str, accepted: list[AcceptedEvent], rejected: list[RejectedLine], now: datetime
     ) -> IntakeCounts:
@@ -120,14 +66,15 @@ class SensingVerbs(WorkflowVerbs):
             result = "stale"
             counts.stale += 1
         elif item.task is not None:
-            task_id = self._insert_task(item.task, now, {"sensor_id": sensor_id})
+            task_id = insert_task(self, item.task, now, {"sensor_id": sensor_id})
             self._append_event("sensor_task_created", now, task_id=task_id, **ids)
             result = "created"
             counts.created += 1
             counts.task_ids.append(task_id)
         if not item.stale and item.workflow is not None:
             start = item.workflow
-            workflow_id, created = self._create_workflow(
+            workflow_id, created = insert_workflow(
+                self,
                 start.workflow_type,
                 start.instance_key,
                 start.state,
@@ -157,12 +104,12 @@ class SensingVerbs(WorkflowVerbs):
                 (sensor_id, run_id, dumps(owner), ts(now), ts(now)),
             )
 
-    def open_sensor_runs(self) -> list[tuple[str, str, dict[str, Any], datetime]]:
-        """(sensor, run id, owner, started) of every run recorded in flight."""
+    def open_sensor_runs(self) -> list[OpenSensorRun]:
+        """Every sensor run recorded in flight, with its owner."""
         rows = self._conn.execute(
             "SELECT sensor_id, run_id, run_owner, run_started_at FROM sensor_state WHERE run_id IS NOT NULL"
         ).fetchall()
-        return [(r[0], r[1], loads(r[2]) or {}, parse_ts(r[3])) for r in rows]
+        return [OpenSensorRun(r[0], r[1], loads(r[2]) or {}, parse_ts(r[3])) for r in rows]
 
     def reclaim_sensor_run(self, sensor_id: str, run_id: str, killed: int, now: datetime) -> None:
         """Close a run whose service died: what it printed but did not record, it prints again."""

@@ -1,66 +1,64 @@
-"""Workflow and schedule verbs: state entries, step tasks, signals, due schedules."""
+"""Workflows: instances, their state entries, step tasks and signals (seed 000 §10).
+
+The workflow engine (agentd/workflows.py) decides; these verbs write its decisions, each after
+re-checking that the workflow is still where it was when the decision was made."""
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agentd.clock import parse_ts
-from agentd.errors import InputError, NotFound
-from agentd.intake import NewTask
-from agentd.records import RecurringScheduleRecord, TaskIntent, TaskRecord, WorkflowRecord
-from agentd.store.base import dumps, loads, parse_optional_ts, ts
-from agentd.store.outbox import OutboxItem, OutboxVerbs
-from agentd.workflows import Change, next_run_after
-
-OPEN_STATUSES = ("pending", "retryable_failure", "running")
+from agentd.errors import NotFound
+from agentd.records import Change, OutboxEntry, StepDecision, TaskRecord, WorkflowRecord
+from agentd.store.base import StoreBase, dumps, loads, ts
+from agentd.store.outbox import settle, still_pending
+from agentd.store.rows import workflow_from_row
+from agentd.store.tasks import insert_task, read_task_or_raise
 
 
-@dataclass(frozen=True)
-class ScheduleSpecRow:
-    schedule_id: str
-    name: str
-    enabled: bool
-    interval_seconds: int
-    task: dict[str, Any]
-
-
-def workflow_from_row(row: sqlite3.Row) -> WorkflowRecord:
-    return WorkflowRecord(
-        workflow_id=row["id"],
-        workflow_type=row["workflow_type"],
-        instance_key=row["instance_key"],
-        current_state=row["current_state"],
-        context=loads(row["context"]),
-        status=row["status"],
-        created_at=parse_ts(row["created_at"]),
-        updated_at=parse_ts(row["updated_at"]),
-        completed_at=parse_optional_ts(row["completed_at"]),
-        iteration=row["iteration"],
-        blocked_reason=row["blocked_reason"],
+def insert_workflow(
+    store: StoreBase,
+    workflow_type: str,
+    instance_key: str,
+    state: str,
+    context: dict[str, Any] | None,
+    now: datetime,
+    origin: str,
+    sensor_id: str | None = None,
+) -> tuple[int, bool]:
+    """A new active workflow in `state` (workflow_started), or the existing one for (type, key);
+    the caller holds the transaction. Returns (id, created)."""
+    cursor = store._conn.execute(
+        """INSERT INTO workflows (workflow_type, instance_key, current_state, context, state_entries,
+               created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+           ON CONFLICT (workflow_type, instance_key) DO NOTHING RETURNING id""",
+        (
+            workflow_type,
+            instance_key,
+            state,
+            dumps(context) if context is not None else None,
+            dumps({state: 1}),
+            ts(now),
+            ts(now),
+        ),
     )
-
-
-def schedule_from_row(row: sqlite3.Row) -> RecurringScheduleRecord:
-    return RecurringScheduleRecord(
-        schedule_id=row["schedule_id"],
-        name=row["name"],
-        enabled=bool(row["enabled"]),
-        interval_seconds=row["interval_seconds"],
-        next_run_at=parse_ts(row["next_run_at"]),
-        last_run_at=parse_optional_ts(row["last_run_at"]),
-        task=TaskIntent.model_validate(loads(row["task"])),
-        created_at=parse_ts(row["created_at"]),
-        updated_at=parse_ts(row["updated_at"]),
+    row = cursor.fetchone()
+    if row is None:
+        existing = store._conn.execute(
+            "SELECT id FROM workflows WHERE workflow_type = ? AND instance_key = ?", (workflow_type, instance_key)
+        ).fetchone()
+        return existing[0], False
+    store._append_event(
+        "workflow_started",
+        now,
+        workflow_id=row[0],
+        sensor_id=sensor_id,
+        payload={"workflow_type": workflow_type, "instance_key": instance_key, "state": state, "origin": origin},
     )
+    return row[0], True
 
 
-class WorkflowVerbs(OutboxVerbs):
-    # --- workflows ------------------------------------------------------------------------------
-
+class WorkflowVerbs(StoreBase):
     def create_workflow(
         self,
         workflow_type: str,
@@ -72,47 +70,8 @@ class WorkflowVerbs(OutboxVerbs):
     ) -> tuple[WorkflowRecord, bool]:
         """A new active workflow in `state`, or the existing one for (type, instance_key)."""
         with self._transaction():
-            workflow_id, created = self._create_workflow(workflow_type, instance_key, state, context, now, origin)
+            workflow_id, created = insert_workflow(self, workflow_type, instance_key, state, context, now, origin)
         return self.get_workflow_or_raise(workflow_id), created
-
-    def _create_workflow(
-        self,
-        workflow_type: str,
-        instance_key: str,
-        state: str,
-        context: dict[str, Any] | None,
-        now: datetime,
-        origin: str,
-        sensor_id: str | None = None,
-    ) -> tuple[int, bool]:
-        cursor = self._conn.execute(
-            """INSERT INTO workflows (workflow_type, instance_key, current_state, context, state_entries,
-                   created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)
-               ON CONFLICT (workflow_type, instance_key) DO NOTHING RETURNING id""",
-            (
-                workflow_type,
-                instance_key,
-                state,
-                dumps(context) if context is not None else None,
-                dumps({state: 1}),
-                ts(now),
-                ts(now),
-            ),
-        )
-        row = cursor.fetchone()
-        if row is None:
-            existing = self._conn.execute(
-                "SELECT id FROM workflows WHERE workflow_type = ? AND instance_key = ?", (workflow_type, instance_key)
-            ).fetchone()
-            return existing[0], False
-        self._append_event(
-            "workflow_started",
-            now,
-            workflow_id=row[0],
-            sensor_id=sensor_id,
-            payload={"workflow_type": workflow_type, "instance_key": instance_key, "state": state, "origin": origin},
-        )
-        return row[0], True
 
     def get_workflow(self, workflow_id: int) -> WorkflowRecord | None:
         row = self._conn.execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
@@ -136,7 +95,7 @@ class WorkflowVerbs(OutboxVerbs):
         rows = self._conn.execute(
             "SELECT id FROM tasks WHERE workflow_id = ? ORDER BY workflow_iteration, id", (workflow_id,)
         ).fetchall()
-        return [self.get_task_or_raise(r[0]) for r in rows]
+        return [read_task_or_raise(self, r[0]) for r in rows]
 
     def state_entries(self, workflow_id: int) -> dict[str, int]:
         row = self._conn.execute("SELECT state_entries FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
@@ -149,81 +108,112 @@ class WorkflowVerbs(OutboxVerbs):
         ).fetchall()
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
-    def create_step_tasks(self, now: datetime, make_task: Callable[[WorkflowRecord], NewTask | str]) -> int:
-        """For each active workflow whose current (state, iteration) has no task yet, create it —
-        or block the workflow if its task cannot be made. Returns how many tasks were created."""
+    # --- step tasks -----------------------------------------------------------------------------
+
+    def workflows_awaiting_step(self) -> list[WorkflowRecord]:
+        """Active workflows whose current (state, iteration) has no task yet."""
+        rows = self._conn.execute(
+            """SELECT w.* FROM workflows w WHERE w.status = 'active' AND NOT EXISTS (
+                   SELECT 1 FROM tasks t WHERE t.workflow_id = w.id AND t.workflow_state = w.current_state
+                     AND t.workflow_iteration = w.iteration)"""
+        ).fetchall()
+        return [workflow_from_row(r) for r in rows]
+
+    def create_step_tasks(self, decisions: list[StepDecision], now: datetime) -> int:
+        """Write the engine's decisions: each step's task, or its workflow blocked. A decision about a
+        workflow that moved on, or whose step now exists, is dropped. Returns tasks created."""
         created = 0
         with self._transaction():
-            rows = self._conn.execute(
-                """SELECT w.* FROM workflows w WHERE w.status = 'active' AND NOT EXISTS (
-                       SELECT 1 FROM tasks t WHERE t.workflow_id = w.id AND t.workflow_state = w.current_state
-                         AND t.workflow_iteration = w.iteration)"""
-            ).fetchall()
-            for workflow in map(workflow_from_row, rows):
-                made = make_task(workflow)
-                if isinstance(made, str):
-                    if made:  # an empty reason: the state has no task; the workflow waits there
-                        self._block_workflow(workflow.workflow_id, made, now)
+            for decision in decisions:
+                if not self._awaits_step(decision):
                     continue
-                task_id = self._insert_task(made, now)
+                if decision.task is None:
+                    if decision.block_reason:  # "": a state with no task type waits for a signal
+                        self._block_workflow(decision.workflow_id, decision.block_reason, now)
+                    continue
+                task_id = insert_task(self, decision.task, now)
                 self._append_event(
                     "workflow_task_created",
                     now,
                     task_id=task_id,
-                    workflow_id=workflow.workflow_id,
-                    payload={"state": workflow.current_state, "iteration": workflow.iteration},
+                    workflow_id=decision.workflow_id,
+                    payload={"state": decision.state, "iteration": decision.iteration},
                 )
                 created += 1
         return created
 
-    def apply_step_result(
-        self, item: OutboxItem, judge: Callable[[WorkflowRecord, dict[str, int]], Change], now: datetime
+    def _awaits_step(self, decision: StepDecision) -> bool:
+        row = self._conn.execute(
+            """SELECT 1 FROM workflows w WHERE w.id = ? AND w.status = 'active' AND w.current_state = ?
+                   AND w.iteration = ? AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.workflow_id = w.id
+                   AND t.workflow_state = w.current_state AND t.workflow_iteration = w.iteration)""",
+            (decision.workflow_id, decision.state, decision.iteration),
+        ).fetchone()
+        return row is not None
+
+    # --- signals --------------------------------------------------------------------------------
+
+    def workflow_for_signal(self, entry: OutboxEntry) -> tuple[WorkflowRecord, dict[str, int]] | None:
+        """The workflow a pending workflow_signal entry is for, and its state entries (None if the
+        entry was already applied)."""
+        if not still_pending(self, entry.outbox_id):
+            return None
+        workflow = self.get_workflow_or_raise(int(entry.payload["workflow_id"]))
+        return workflow, self.state_entries(workflow.workflow_id)
+
+    def apply_workflow_change(
+        self, entry: OutboxEntry, judged: WorkflowRecord, change: Change, now: datetime
     ) -> Change | None:
-        """Apply a finished step's signal to its workflow and settle the outbox row, once."""
+        """Apply the engine's move (judged on `judged`) and settle the entry, once. If the workflow
+        moved on meanwhile, the move is recorded as ignored instead."""
         with self._transaction():
-            if not self._still_pending(item.outbox_id):
+            if not still_pending(self, entry.outbox_id):
                 return None
-            workflow = self.get_workflow_or_raise(int(item.payload["workflow_id"]))
-            entries = self.state_entries(workflow.workflow_id)
-            change = judge(workflow, entries)
-            wid = workflow.workflow_id
-            if change.kind == "transition" and change.next_state is not None:
-                entries[change.next_state] = entries.get(change.next_state, 0) + 1
-                self._conn.execute(
-                    """UPDATE workflows SET current_state = ?, iteration = iteration + 1, state_entries = ?,
-                           updated_at = ? WHERE id = ?""",
-                    (change.next_state, dumps(entries), ts(now), wid),
-                )
-                self._append_event(
-                    "workflow_transitioned",
-                    now,
-                    workflow_id=wid,
-                    task_id=item.task_id,
-                    payload={
-                        "from": workflow.current_state,
-                        "to": change.next_state,
-                        "signal": item.payload.get("signal"),
-                        "iteration": workflow.iteration + 1,
-                    },
-                )
-            elif change.kind == "complete":
-                self._conn.execute(
-                    "UPDATE workflows SET status = 'completed', completed_at = ?, updated_at = ? WHERE id = ?",
-                    (ts(now), ts(now), wid),
-                )
-                self._append_event(
-                    "workflow_completed",
-                    now,
-                    workflow_id=wid,
-                    task_id=item.task_id,
-                    payload={"state": workflow.current_state, "signal": item.payload.get("signal")},
-                )
-            elif change.kind == "block":
-                self._block_workflow(wid, change.reason or "blocked", now, task_id=item.task_id)
-            self._settle(
-                item, "applied", {"change": change.kind, "reason": change.reason, "to": change.next_state}, now
+            current = self.get_workflow_or_raise(judged.workflow_id)
+            if (current.status, current.current_state, current.iteration) != (
+                judged.status,
+                judged.current_state,
+                judged.iteration,
+            ):
+                change = Change("ignore", reason="the workflow moved on while this signal was judged")
+            self._apply_change(entry, current, change, now)
+            settle(
+                self, entry, "applied", {"change": change.kind, "reason": change.reason, "to": change.next_state}, now
             )
         return change
+
+    def _apply_change(self, entry: OutboxEntry, workflow: WorkflowRecord, change: Change, now: datetime) -> None:
+        wid, signal = workflow.workflow_id, entry.payload.get("signal")
+        if change.kind == "transition" and change.next_state is not None:
+            entries = self.state_entries(wid)
+            entries[change.next_state] = entries.get(change.next_state, 0) + 1
+            self._conn.execute(
+                """UPDATE workflows SET current_state = ?, iteration = iteration + 1, state_entries = ?,
+                       updated_at = ? WHERE id = ?""",
+                (change.next_state, dumps(entries), ts(now), wid),
+            )
+            payload = {"from": workflow.current_state, "to": change.next_state, "signal": signal}
+            self._append_event(
+                "workflow_transitioned",
+                now,
+                workflow_id=wid,
+                task_id=entry.task_id,
+                payload={**payload, "iteration": workflow.iteration + 1},
+            )
+        elif change.kind == "complete":
+            self._conn.execute(
+                "UPDATE workflows SET status = 'completed', completed_at = ?, updated_at = ? WHERE id = ?",
+                (ts(now), ts(now), wid),
+            )
+            self._append_event(
+                "workflow_completed",
+                now,
+                workflow_id=wid,
+                task_id=entry.task_id,
+                payload={"state": workflow.current_state, "signal": signal},
+            )
+        elif change.kind == "block":
+            self._block_workflow(wid, change.reason or "blocked", now, task_id=entry.task_id)
 
     def _block_workflow(self, workflow_id: int, reason: str, now: datetime, task_id: int | None = None) -> None:
         self._conn.execute(
@@ -233,127 +223,3 @@ class WorkflowVerbs(OutboxVerbs):
         self._append_event(
             "workflow_blocked", now, workflow_id=workflow_id, task_id=task_id, payload={"reason": reason}
         )
-
-    # --- schedules ------------------------------------------------------------------------------
-
-    def upsert_config_schedules(self, specs: list[ScheduleSpecRow], now: datetime) -> None:
-        """Make the config's schedules the database's (keeping their timing); drop removed ones."""
-        with self._transaction():
-            existing = {
-                r["schedule_id"]: r
-                for r in self._conn.execute("SELECT * FROM schedules WHERE origin = 'config'").fetchall()
-            }
-            for spec in specs:
-                row = existing.pop(spec.schedule_id, None)
-                if row is not None and (
-                    row["name"],
-                    bool(row["enabled"]),
-                    row["interval_seconds"],
-                    loads(row["task"]),
-                ) == (spec.name, spec.enabled, spec.interval_seconds, spec.task):
-                    continue
-                self._put_schedule(spec, "config", now, new=row is None)
-            for schedule_id in existing:
-                self._remove_schedule(schedule_id, now)
-
-    def add_schedule(self, spec: ScheduleSpecRow, now: datetime) -> RecurringScheduleRecord:
-        with self._transaction():
-            if self._conn.execute("SELECT 1 FROM schedules WHERE schedule_id = ?", (spec.schedule_id,)).fetchone():
-                raise InputError(f"schedule {spec.schedule_id!r} exists; `agentd schedule rm` it first")
-            self._put_schedule(spec, "operator", now, new=True)
-        return self.list_schedules(spec.schedule_id)[0]
-
-    def remove_schedule(self, schedule_id: str, now: datetime) -> None:
-        with self._transaction():
-            row = self._conn.execute("SELECT origin FROM schedules WHERE schedule_id = ?", (schedule_id,)).fetchone()
-            if row is None:
-                raise NotFound(f"no schedule {schedule_id!r}; `agentd schedule list` shows them")
-            if row[0] == "config":
-                raise InputError(f"schedule {schedule_id!r} comes from the identity TOML; remove it there")
-            self._remove_schedule(schedule_id, now)
-
-    def _put_schedule(self, spec: ScheduleSpecRow, origin: str, now: datetime, *, new: bool) -> None:
-        self._conn.execute(
-            """INSERT INTO schedules (schedule_id, name, enabled, interval_seconds, next_run_at, task, origin,
-                   created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-               ON CONFLICT (schedule_id) DO UPDATE SET name = excluded.name, enabled = excluded.enabled,
-                   interval_seconds = excluded.interval_seconds, task = excluded.task,
-                   updated_at = excluded.updated_at""",
-            (
-                spec.schedule_id,
-                spec.name,
-                int(spec.enabled),
-                spec.interval_seconds,
-                ts(now),
-                dumps(spec.task),
-                origin,
-                ts(now),
-                ts(now),
-            ),
-        )
-        self._append_event(
-            "schedule_upserted",
-            now,
-            schedule_id=spec.schedule_id,
-            payload={"interval_seconds": spec.interval_seconds, "enabled": spec.enabled, "origin": origin, "new": new},
-        )
-
-    def _remove_schedule(self, schedule_id: str, now: datetime) -> None:
-        self._conn.execute("DELETE FROM schedules WHERE schedule_id = ?", (schedule_id,))
-        self._append_event("schedule_removed", now, schedule_id=schedule_id)
-
-    def list_schedules(self, schedule_id: str | None = None) -> list[RecurringScheduleRecord]:
-        where, params = ("WHERE schedule_id = ?", (schedule_id,)) if schedule_id else ("", ())
-        rows = self._conn.execute(f"SELECT * FROM schedules {where} ORDER BY schedule_id", params).fetchall()
-        return [schedule_from_row(r) for r in rows]
-
-    def enqueue_due_schedules(
-        self, now: datetime, make_task: Callable[[RecurringScheduleRecord], NewTask | str]
-    ) -> list[str]:
-        """One task per due schedule at most, none while its previous task is still open; every
-        due schedule's next run moves to one interval after now (coalesced catch-up). Returns the
-        ids of the schedules that created a task."""
-        created: list[str] = []
-        with self._transaction():
-            due = self._conn.execute(
-                "SELECT * FROM schedules WHERE enabled = 1 AND next_run_at <= ? ORDER BY next_run_at", (ts(now),)
-            ).fetchall()
-            for schedule in map(schedule_from_row, due):
-                open_task = self._conn.execute(
-                    f"""SELECT id FROM tasks WHERE schedule_id = ?
-                        AND status IN ({", ".join("?" * len(OPEN_STATUSES))}) LIMIT 1""",
-                    (schedule.schedule_id, *OPEN_STATUSES),
-                ).fetchone()
-                last_run = schedule.last_run_at
-                if open_task is None:
-                    made = make_task(schedule)
-                    if isinstance(made, str):
-                        self._append_event(
-                            "schedule_task_refused", now, schedule_id=schedule.schedule_id, payload={"reason": made}
-                        )
-                    else:
-                        task_id = self._insert_task(made, now)
-                        self._append_event(
-                            "schedule_task_created",
-                            now,
-                            task_id=task_id,
-                            schedule_id=schedule.schedule_id,
-                            payload={"due_at": ts(schedule.next_run_at)},
-                        )
-                        last_run = now
-                        created.append(schedule.schedule_id)
-                self._conn.execute(
-                    "UPDATE schedules SET next_run_at = ?, last_run_at = ?, updated_at = ? WHERE schedule_id = ?",
-                    (ts(next_run_after(now, schedule.interval_seconds)), ts(last_run), ts(now), schedule.schedule_id),
-                )
-        return created
-
-    def idle_outlook(self, now: datetime) -> tuple[int, datetime | None]:
-        """What an idle dispatcher needs in one read: tasks claimable now, and when the next task or
-        schedule falls due."""
-        due = [d for d in (self.next_due_at(now), self.next_schedule_due()) if d is not None]
-        return self.waiting_count(now), min(due, default=None)
-
-    def next_schedule_due(self) -> datetime | None:
-        row = self._conn.execute("SELECT MIN(next_run_at) FROM schedules WHERE enabled = 1").fetchone()
-        return parse_optional_ts(row[0])

@@ -1,7 +1,8 @@
-"""Cross-references of the identity TOML: every id one section names exists in another.
+"""Loading the whole identity TOML: parsed (agentd/config.py), then every reference between
+sections checked: every id one section names exists in another. Seed 000 §1a (wallet/on-chain
+consistency), §3 (every profile field enforced), §10 (workflow states), §13 (task types).
 
-Pure: takes a Config, returns Problems. Seed 000 §1a (wallet/on-chain consistency), §3 (every
-profile field enforced), §10 (workflow states), §13 (task types).
+Above config, intake and workflows in the import graph: it checks with their rules.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from agentd.config import Config, task_intent_from_schedule
-from agentd.errors import InputError, Problem
+from agentd.config import Config, parse_config, task_intent_from_schedule
+from agentd.errors import ConfigError, InputError, Problem
+from agentd.intake import admit_task
 from agentd.records import (
     ClaudeCodeAdapter,
     CodexAdapter,
@@ -20,6 +22,7 @@ from agentd.records import (
     ScriptAdapter,
     SubagentProfile,
 )
+from agentd.workflows import state_of
 
 # Which adapter kinds a profile style can drive; script and ollama serve any style.
 STYLE_KINDS = {
@@ -27,6 +30,15 @@ STYLE_KINDS = {
     "codex-like": {"codex", "script", "ollama-generate"},
     "hermes-like": {"hermes-agent", "script", "ollama-generate"},
 }
+
+
+def load_config(path: Path) -> Config:
+    """Read, validate and cross-check the identity TOML; ConfigError lists every problem found."""
+    config, problems = parse_config(path)
+    problems += check_references(config)
+    if problems:
+        raise ConfigError(problems)
+    return config
 
 
 def check_references(config: Config) -> list[Problem]:
@@ -251,14 +263,12 @@ def _workflows(config: Config) -> list[Problem]:
 
 
 def _schedules(config: Config) -> list[Problem]:
-    from agentd.intake import prepare_task
-
     src, problems = str(config.path), []
     for index, spec in enumerate(config.schedules):
         key = f"schedules[{index}].task"
         try:
             intent = task_intent_from_schedule(spec)
-            prepare_task(intent, config, config.constitution.revised_at, trusted=False)
+            admit_task(intent, config, config.constitution.revised_at, trusted=False)
         except ValidationError as exc:
             for err in exc.errors():
                 problems.append(Problem(src, f"{key}." + ".".join(str(p) for p in err["loc"]), err["msg"]))
@@ -274,8 +284,6 @@ def _unknown(src: str, key: str, noun: str, found: str, known: object) -> Proble
 
 def stranded_workflows(config: Config, live: list[tuple[int, str, str, str]]) -> list[Problem]:
     """Live workflows whose type or current state the config no longer has (seed 000 §10)."""
-    from agentd.workflows import state_of
-
     problems = []
     for workflow_id, workflow_type, instance_key, state in live:
         definition = config.workflows.get(workflow_type)

@@ -1,0 +1,58 @@
+"""Is each configured adapter runnable? Its binary and `--version`, or its endpoint and model —
+without a model call (no tokens spent). `agentd adapters --probe`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agentd.adapters.versions import cli_version
+from agentd.config import Config, passthrough_environment
+from agentd.records import AdapterConfig, OllamaGenerateAdapter
+
+PROBE_TIMEOUT_S = 5.0
+
+
+async def probe_adapters(config: Config) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="agentd-probe-") as scratch:
+        for adapter in config.adapters.values():
+            results[adapter.adapter_id] = await _probe(adapter, Path(scratch))
+    return results
+
+
+async def _probe(adapter: AdapterConfig, scratch: Path) -> dict[str, Any]:
+    if isinstance(adapter, OllamaGenerateAdapter):
+        return await _probe_endpoint(adapter)
+    command = adapter.command
+    path = Path(command) if "/" in command else (Path(found) if (found := shutil.which(command)) else None)
+    if path is None or not os.access(path, os.X_OK):
+        return {"ok": False, "probe": f"not found: {command}", "version": None}
+    version = None
+    if adapter.kind != "script":
+        version = await cli_version(adapter.kind, str(path), scratch, passthrough_environment().get("PATH", ""))
+    ok = adapter.kind == "script" or version is not None
+    return {"ok": ok, "probe": "found" if ok else "found, but --version failed", "version": version}
+
+
+async def _probe_endpoint(adapter: OllamaGenerateAdapter) -> dict[str, Any]:
+    url = adapter.endpoint.rstrip("/") + "/api/tags"
+    try:
+        async with httpx.AsyncClient(trust_env=False, timeout=PROBE_TIMEOUT_S) as client:
+            response = await client.get(url)
+        names = [m.get("name") for m in response.json().get("models", [])] if response.status_code == 200 else []
+    except (httpx.HTTPError, ValueError) as exc:
+        return {"ok": False, "probe": f"unreachable: {exc}", "version": None}
+    if response.status_code != 200:
+        return {"ok": False, "probe": f"HTTP {response.status_code} from {url}", "version": None}
+    has_model = adapter.model in names or f"{adapter.model}:latest" in names
+    return {
+        "ok": has_model,
+        "probe": "reachable" + ("" if has_model else f"; model {adapter.model!r} not listed"),
+        "version": None,
+    }

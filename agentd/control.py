@@ -1,0 +1,81 @@
+"""The operator's control plane: every action `agentd` takes on an agent's queue on a person's
+behalf. Each validates the way the runtime itself does, writes through the store in one
+transaction, and rings the dispatcher's doorbell so it acts at once."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from agentd.config import Config
+from agentd.errors import InputError
+from agentd.intake import admit_task
+from agentd.intents import schedule_spec
+from agentd.records import (
+    CancelResult,
+    RecurringScheduleRecord,
+    ScheduleSpec,
+    TaskIntent,
+    TaskOutcome,
+    TaskRecord,
+    WorkflowRecord,
+)
+from agentd.store import Store
+from agentd.wake import poke
+from agentd.workflows import start_state
+
+MAX_ATTEMPTS = 100  # as a task type's max_attempts
+
+
+def add_task(config: Config, store: Store, intent: TaskIntent, now: datetime) -> TaskRecord:
+    """The operator may give an absolute time (`--at`): a trusted intent."""
+    task = store.enqueue_task(admit_task(intent, config, now, trusted=True), now)
+    poke(config.paths.state_dir)
+    return task
+
+
+def cancel_task(config: Config, store: Store, task_id: int, now: datetime) -> CancelResult:
+    outcome = TaskOutcome.failure("canceled by the operator before it ran", "operator_canceled")
+    result = store.cancel_task(task_id, outcome, now)
+    poke(config.paths.state_dir)  # a running task: the dispatcher stops its adapter now
+    return result
+
+
+def retry_task(config: Config, store: Store, task_id: int, attempts: int | None, now: datetime) -> TaskRecord:
+    """Re-queue with `attempts` more (default: its task type's max_attempts, else the dispatch default)."""
+    task = store.get_task_or_raise(task_id)
+    spec = config.task_types.get(task.task_type)
+    more = attempts or (spec.max_attempts if spec and spec.max_attempts else config.dispatch.default_max_attempts)
+    if not 1 <= more <= MAX_ATTEMPTS:
+        raise InputError(f"--attempts: expected 1 to {MAX_ATTEMPTS}, found {more}")
+    retried = store.retry_task(task_id, more, now)
+    poke(config.paths.state_dir)
+    return retried
+
+
+def add_schedule(config: Config, store: Store, spec: ScheduleSpec, now: datetime) -> RecurringScheduleRecord:
+    """A schedule whose task is refused now would be refused every interval: it is refused now."""
+    stored = schedule_spec(spec)
+    admit_task(TaskIntent.model_validate(stored.task), config, now, trusted=False)
+    schedule = store.add_schedule(stored, now)
+    poke(config.paths.state_dir)
+    return schedule
+
+
+def start_workflow(
+    config: Config,
+    store: Store,
+    workflow_type: str,
+    instance_key: str,
+    context: dict[str, Any],
+    state: str | None,
+    now: datetime,
+) -> WorkflowRecord:
+    chosen = start_state(config.workflows, config.task_types, workflow_type, state)
+    workflow, created = store.create_workflow(workflow_type, instance_key, chosen, context, now, "operator:cli")
+    if not created:
+        raise InputError(
+            f"{workflow_type} {instance_key!r} already exists as workflow {workflow.workflow_id} ({workflow.status})"
+        )
+    poke(config.paths.state_dir)
+    return workflow

@@ -1,0 +1,112 @@
+"""The tasks the runtime makes itself: a schedule's, a workflow step's, a follow-up an outcome asked
+for. Each goes through the same admission as `agentd task add` (agentd/intake.py), and a task that
+cannot be made is a recorded reason, never an exception: one schedule, workflow or follow-up
+cannot stall the others."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import datetime
+
+from pydantic import ValidationError
+
+from agentd.config import Config, task_intent_from_schedule
+from agentd.errors import InputError
+from agentd.intake import admit_task
+from agentd.records import (
+    DueSchedule,
+    NewTask,
+    OutboxEntry,
+    ScheduleRun,
+    ScheduleSpec,
+    StepDecision,
+    TaskIntent,
+    WorkflowRecord,
+    WorkflowRef,
+)
+from agentd.workflows import next_run_after, state_of, step_payload
+
+logger = logging.getLogger(__name__)
+
+
+def schedule_spec(spec: ScheduleSpec) -> ScheduleSpec:
+    """A schedule as stored: its task a complete TaskIntent (source schedule:<id>)."""
+    task = task_intent_from_schedule(spec).model_dump(mode="json", exclude_none=True)
+    return spec.model_copy(update={"task": task, "name": spec.name or spec.schedule_id})
+
+
+def schedule_runs(due: list[DueSchedule], config: Config, now: datetime) -> list[ScheduleRun]:
+    """What each due schedule does now: its task (unless the last one is still open) or why it
+    cannot make one; either way its next run is one interval from now (coalesced catch-up)."""
+    runs = []
+    for item in due:
+        schedule = item.schedule
+        task, refusal = None, None
+        if not item.has_open_task:
+            task, refusal = _admitted(
+                schedule.task.model_copy(update={"source": f"schedule:{schedule.schedule_id}"}), config, now
+            )
+            task = replace(task, schedule_id=schedule.schedule_id) if task else None
+        runs.append(
+            ScheduleRun(
+                schedule.schedule_id,
+                schedule.next_run_at,
+                next_run_after(now, schedule.interval_seconds),
+                task,
+                refusal,
+            )
+        )
+    return runs
+
+
+def step_decisions(workflows: list[WorkflowRecord], config: Config, now: datetime) -> list[StepDecision]:
+    """For each active workflow whose current entry has no task: the task, or why it blocks."""
+    return [_step_decision(workflow, config, now) for workflow in workflows]
+
+
+def _step_decision(workflow: WorkflowRecord, config: Config, now: datetime) -> StepDecision:
+    decision = StepDecision(workflow.workflow_id, workflow.current_state, workflow.iteration)
+    definition = config.workflows.get(workflow.workflow_type)
+    state = state_of(definition, workflow.current_state) if definition else None
+    if definition is None or state is None:
+        reason = f"workflow {workflow.workflow_type} has no state {workflow.current_state!r} any more"
+        return replace(decision, block_reason=reason)
+    if state.task_type is None:
+        return replace(decision, block_reason="")  # a state without a task: it waits for a signal
+    intent = TaskIntent(
+        task_type=state.task_type,
+        source=f"workflow:{workflow.workflow_id}:{state.state_id}:{workflow.iteration}",
+        subject=f"{workflow.workflow_type} {workflow.instance_key}: {state.state_id} (#{workflow.iteration})"[:500],
+        requested_profile_id=state.default_profile_id,
+        skill_ids=state.default_skill_ids,
+        workflow_ref=WorkflowRef(
+            workflow_id=workflow.workflow_id, state_id=state.state_id, instance_key=workflow.instance_key
+        ),
+        payload=step_payload(workflow),
+    )
+    task, refusal = _admitted(intent, config, now, trusted=True)
+    if task is None:
+        return replace(decision, block_reason=f"cannot create the {state.state_id} task: {refusal}")
+    return replace(decision, task=replace(task, workflow_iteration=workflow.iteration))
+
+
+def follow_up(entry: OutboxEntry, config: Config, now: datetime) -> tuple[NewTask | None, str | None]:
+    """A follow-up task an outcome asked for, admitted like any untrusted proposal (or why not)."""
+    try:
+        intent = TaskIntent.model_validate({**entry.payload, "source": f"follow_up:task:{entry.task_id}"})
+    except ValidationError as exc:
+        return None, f"not a valid TaskIntent: {exc.errors()[0]['msg']}"
+    return _admitted(intent, config, now)
+
+
+def _admitted(
+    intent: TaskIntent, config: Config, now: datetime, *, trusted: bool = False
+) -> tuple[NewTask | None, str | None]:
+    try:
+        return admit_task(intent, config, now, trusted=trusted), None
+    except InputError as exc:
+        return None, str(exc)
+    except Exception as exc:  # a bug or a value nothing foresaw: recorded, never a stall
+        logger.exception("the task %s could not be made", intent.source)
+        return None, f"internal_error: {type(exc).__name__}: {exc}"

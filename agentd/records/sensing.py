@@ -1,0 +1,74 @@
+"""Value types of sensor intake: a judged line (accepted or rejected), what a run recorded, and a
+sensor's schedule state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from agentd.records.tasks import SensorEvent
+from agentd.records.work import NewTask
+
+
+@dataclass(frozen=True)
+class WorkflowStart:
+    workflow_type: str
+    instance_key: str
+    state: str
+    context: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class AcceptedEvent:
+    line: int
+    event: SensorEvent
+    task: NewTask | None = None
+    workflow: WorkflowStart | None = None
+    stale: bool = False
+
+
+@dataclass(frozen=True)
+class RejectedLine:
+    line: int
+    reason: str
+
+
+@dataclass
+class IntakeCounts:
+    recorded: int = 0
+    created: int = 0
+    deduped: int = 0
+    stale: int = 0
+    rejected: int = 0
+    workflows_created: int = 0
+    workflows_deduped: int = 0
+    task_ids: list[int] = field(default_factory=list)
+
+    def add(self, other: IntakeCounts) -> None:
+        for name in ("recorded", "created", "deduped", "stale", "rejected", "workflows_created", "workflows_deduped"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.task_ids += other.task_ids
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: v for k, v in vars(self).items() if isinstance(v, int)}
+
+
+@dataclass(frozen=True)
+class SensorState:
+    sensor_id: str
+    last_run_at: datetime | None
+    next_run_at: datetime | None
+    last_result: str | None
+    last_error: str | None
+    runs: int
+
+
+@dataclass(frozen=True)
+class OpenSensorRun:
+    """A sensor run recorded in flight, and the service process that owns it."""
+
+    sensor_id: str
+    run_id: str
+    owner: dict[str, Any]
+    started_at: datetime

@@ -1,0 +1,151 @@
+"""Value types the runtime passes between its layers: a task ready to insert, a claim, the end of an
+attempt and the side effects it asks for, the dispatch lock's holder. Plain frozen dataclasses:
+decided in the pure middle, written as-is by the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from agentd.records.base import TaskStatus
+from agentd.records.tasks import EvidenceRequirements, TaskAttempt, TaskOutcome, TaskRecord, WorkflowRef
+
+ExitStatus = Literal["ok", "error", "timeout", "unknown"]  # unknown: the boot sweep found it, its exit unseen
+RetryClass = Literal["none", "retryable", "permanent"]
+SideEffects = Literal["none", "possible"]  # none: the adapter never started
+OutboxKind = Literal["follow_up_task", "external_message", "workflow_signal"]
+OutboxStatus = Literal["pending", "applied", "refused", "awaiting_handler"]
+
+
+@dataclass(frozen=True)
+class NewTask:
+    """A validated intent with every default resolved (agentd/intake.py); the store inserts it as-is."""
+
+    task_type: str
+    source: str
+    subject: str | None
+    description: str | None
+    priority: int
+    payload: dict[str, Any]
+    requested_profile_id: str
+    requested_adapter_id: str | None
+    requested_model: str | None
+    skill_ids: tuple[str, ...]
+    evidence_requirements: EvidenceRequirements | None
+    workflow_ref: WorkflowRef | None
+    max_attempts: int
+    available_at: datetime
+    schedule_id: str | None = None
+    workflow_iteration: int | None = None
+
+
+@dataclass(frozen=True)
+class AttemptPlan:
+    """Which adapter and model an attempt runs with (agentd/attempt.py plan_attempt)."""
+
+    adapter_id: str
+    adapter_kind: str
+    model: str | None
+
+
+@dataclass(frozen=True)
+class Claim:
+    task: TaskRecord
+    attempt: TaskAttempt | None
+    refused: str | None = None  # the config can no longer run this task: it failed permanently
+
+
+@dataclass(frozen=True)
+class ArtifactRow:
+    role: str
+    relative_path: str
+    sha256: str | None
+    content_type: str | None = None
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    """A side effect an outcome asked for: written with the outcome, applied after it, once.
+
+    Written entries carry no ids yet; entries read back for applying carry all three."""
+
+    kind: OutboxKind
+    idempotency_key: str
+    payload: dict[str, Any]
+    status: OutboxStatus = "pending"  # refused or awaiting_handler when policy decides at commit
+    result: dict[str, Any] | None = None
+    outbox_id: int | None = None
+    task_id: int | None = None
+    attempt_id: str | None = None
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """Everything the outcome commit writes, decided before the transaction starts."""
+
+    attempt_id: str
+    task_id: int
+    ended_at: datetime
+    exit_status: ExitStatus
+    retry_class: RetryClass
+    termination_reason: str
+    outcome: TaskOutcome
+    status: TaskStatus
+    available_at: datetime | None
+    last_error: str | None
+    free_attempt: bool = False
+    rate_limited: bool = False
+    crashed: bool = False  # the runtime died during it: counts toward the task's crash_limit
+    side_effects: SideEffects = "possible"
+    model: str | None = None
+    downgrade_reasons: tuple[str, ...] = ()
+    artifacts: tuple[ArtifactRow, ...] = ()
+    outbox: tuple[OutboxEntry, ...] = ()
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    paths: dict[str, str | None] = field(default_factory=dict)
+    boot_sweep: bool = False
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    task: TaskRecord
+    action: Literal["canceled", "requested"]  # it was waiting / the dispatcher will stop its adapter
+
+
+@dataclass(frozen=True)
+class QueueSummary:
+    counts: dict[str, int]
+    oldest_pending_at: datetime | None
+    next_available_at: datetime | None
+    schema_version: int
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    holder_id: str
+    pid: int
+    pid_started: int
+    host: str
+    boot_id: str
+    acquired_at: datetime
+    heartbeat_at: datetime
+
+
+@dataclass(frozen=True)
+class LockAttempt:
+    acquired: bool
+    holder: LockHolder  # ours when acquired, else the live holder
+    cleared: LockHolder | None = None
+
+
+@dataclass(frozen=True)
+class CostTotal:
+    adapter: str
+    model: str
+    attempts: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    cost_estimated: bool

@@ -1,0 +1,133 @@
+"""The sensor service (`agentd sensors`): each sensor run when it is due, grounded work into the
+queue once (a run itself: agentd/sensor_runs.py).
+
+Schedules live in the database, so a restart neither re-runs early nor forgets. At most
+`max_concurrent` run at once, each under its own hard timeout: one slow or crashing sensor never
+holds up the others. A run agentd could not even record is not retried before its interval.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+import anyio
+import anyio.abc
+
+from agentd.clock import Clock, age
+from agentd.config import Config
+from agentd.metrics import NullMetrics, SensorMetrics
+from agentd.sensor_runs import FATAL, SensorRunner, SensorRunReport, sweep_sensor_runs
+from agentd.sensors import Sensor
+from agentd.service import Notifier, Shell
+from agentd.store import AsyncStore, Store
+from agentd.wake import Doorbell
+
+logger = logging.getLogger(__name__)
+
+
+class SensorService:
+    def __init__(
+        self,
+        config: Config,
+        db: AsyncStore,
+        *,
+        clock: Clock,
+        notifier: Notifier | None = None,
+        metrics: SensorMetrics | NullMetrics | None = None,
+        once: bool = False,
+    ) -> None:
+        self.config, self.db, self.clock, self.once = config, db, clock, once
+        metrics = metrics or NullMetrics()
+        self.shell = Shell("sensors", db, clock, metrics, config.metrics.sensors_listen, notifier)
+        self.runner = SensorRunner(config, db, clock, metrics)
+        self.doorbell = Doorbell()
+        self._running: set[str] = set()
+        self._not_before: dict[str, datetime] = {}  # a run agentd could not record: not again before
+        self.stopping = False
+
+    @property
+    def sensors(self) -> list[Sensor]:
+        return [s for s in self.config.sensor_definitions.values() if s.manifest.enabled]
+
+    async def run(self) -> None:
+        """Run sensors as they fall due until stopped (once: one pass over what is due)."""
+        async with anyio.create_task_group() as group:
+            await sweep_sensor_runs(self.config, self.db, self.clock)
+            await self.shell.serve(group, self.status_line)
+            async with anyio.create_task_group() as runs:
+                while not self.stopping:
+                    await self._start_due(runs, self.clock.now())
+                    if self.once:
+                        break
+                    await self._sleep_until_due()
+                if self.stopping:
+                    runs.cancel_scope.cancel()  # every sensor is idempotent: what it printed stays recorded
+            group.cancel_scope.cancel()
+        await self.shell.stopped()
+
+    async def status_line(self) -> str:
+        """What the sensor service is doing, in one line (systemd STATUS=, `agentd status`)."""
+        if self.stopping:
+            return "stopping"
+        running = ", ".join(sorted(self._running))
+        soonest = min(await self._next_runs(), default=None)
+        due = f", next due in {age((soonest - self.clock.now()).total_seconds())}" if soonest else ""
+        return f"watching {len(self.sensors)} sensors" + (f"; running {running}" if running else "") + due
+
+    def request_stop(self, *, immediately: bool = False) -> None:
+        self.stopping = True
+        self.doorbell.ring()
+        self.shell.stopping("stopping")
+
+    async def run_sensor(self, sensor: Sensor, *, dry_run: bool = False) -> SensorRunReport:
+        return await self.runner.run(sensor, dry_run=dry_run)
+
+    async def run_due(self, now: datetime) -> list[SensorRunReport]:
+        """Run every due sensor now, concurrently, and wait for all of them (tests, --once)."""
+        reports: list[SensorRunReport] = []
+        async with anyio.create_task_group() as runs:
+            await self._start_due(runs, now, reports)
+        return reports
+
+    async def _start_due(
+        self, runs: anyio.abc.TaskGroup, now: datetime, reports: list[SensorRunReport] | None = None
+    ) -> None:
+        states = await self.db.call(Store.sensor_states)
+        for sensor in self.sensors:
+            state = states.get(sensor.sensor_id)
+            due = state is None or state.next_run_at is None or state.next_run_at <= now
+            held_back = self._not_before.get(sensor.sensor_id, now) > now
+            if due and not held_back and sensor.sensor_id not in self._running:
+                self._running.add(sensor.sensor_id)
+                runs.start_soon(self._run_guarded, sensor, reports)
+
+    async def _run_guarded(self, sensor: Sensor, reports: list[SensorRunReport] | None) -> None:
+        try:
+            report = await self.runner.run(sensor)
+            if reports is not None:
+                reports.append(report)
+        except FATAL:
+            raise
+        except Exception:  # one sensor's failure is its own; the service and the others go on
+            logger.exception("sensor %s failed inside agentd", sensor.sensor_id)
+            interval = timedelta(seconds=sensor.manifest.interval_seconds)
+            self._not_before[sensor.sensor_id] = self.clock.now() + interval
+        finally:
+            self._running.discard(sensor.sensor_id)
+            self.doorbell.ring()
+
+    async def _next_runs(self) -> list[datetime]:
+        states = await self.db.call(Store.sensor_states)
+        return [
+            next_run
+            for s in self.sensors
+            if s.sensor_id not in self._running
+            and s.sensor_id in states
+            and (next_run := states[s.sensor_id].next_run_at) is not None
+        ]
+
+    async def _sleep_until_due(self) -> None:
+        now = self.clock.now()
+        waits = [(due - now).total_seconds() for due in await self._next_runs()]
+        await self.doorbell.wait(max(min([self.config.sensors.tick_s, *waits]), 0.0))

@@ -1,0 +1,184 @@
+"""Rows to records: every SELECT the store runs comes back through one of these."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from agentd.clock import parse_ts
+from agentd.records import (
+    EvidenceRequirements,
+    LockHolder,
+    RecurringScheduleRecord,
+    RuntimeEvent,
+    TaskAttempt,
+    TaskIntent,
+    TaskOutcome,
+    TaskRecord,
+    WorkflowRecord,
+    WorkflowRef,
+)
+from agentd.store.base import loads, parse_optional_ts
+
+TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.priority, t.payload,
+    t.requested_profile_id, t.requested_adapter_id, t.requested_model, t.skill_ids,
+    t.evidence_requirements, t.workflow_id, t.workflow_state, t.workflow_iteration, t.schedule_id,
+    t.status, t.max_attempts, t.attempt_count, t.free_attempt_count, t.rate_limit_count, t.crash_count,
+    t.available_at, t.created_at, t.updated_at, t.started_at, t.finished_at, t.outcome, t.last_error,
+    t.cancel_requested_at,
+    w.instance_key AS workflow_instance_key"""
+TASK_FROM = "tasks t LEFT JOIN workflows w ON w.id = t.workflow_id"
+
+
+def task_from_row(row: sqlite3.Row) -> TaskRecord:
+    outcome = loads(row["outcome"])
+    evidence = loads(row["evidence_requirements"])
+    workflow_ref = None
+    if row["workflow_id"] is not None:
+        workflow_ref = WorkflowRef(
+            workflow_id=row["workflow_id"],
+            state_id=row["workflow_state"],
+            instance_key=row["workflow_instance_key"],
+        )
+    return TaskRecord(
+        task_id=row["id"],
+        task_type=row["task_type"],
+        source=row["source"],
+        subject=row["subject"],
+        description=row["description"],
+        priority=row["priority"],
+        payload=loads(row["payload"]),
+        requested_profile_id=row["requested_profile_id"],
+        requested_adapter_id=row["requested_adapter_id"],
+        requested_model=row["requested_model"],
+        status=row["status"],
+        max_attempts=row["max_attempts"],
+        attempt_count=row["attempt_count"],
+        available_at=parse_ts(row["available_at"]),
+        created_at=parse_ts(row["created_at"]),
+        updated_at=parse_ts(row["updated_at"]),
+        started_at=parse_optional_ts(row["started_at"]),
+        finished_at=parse_optional_ts(row["finished_at"]),
+        outcome=TaskOutcome.model_validate(outcome) if outcome is not None else None,
+        last_error=row["last_error"],
+        skill_ids=loads(row["skill_ids"]),
+        evidence_requirements=EvidenceRequirements.model_validate(evidence) if evidence else None,
+        workflow_ref=workflow_ref,
+        workflow_iteration=row["workflow_iteration"],
+        schedule_id=row["schedule_id"],
+        free_attempt_count=row["free_attempt_count"],
+        rate_limit_count=row["rate_limit_count"],
+        crash_count=row["crash_count"],
+        cancel_requested_at=parse_optional_ts(row["cancel_requested_at"]),
+    )
+
+
+def attempt_from_row(row: sqlite3.Row) -> TaskAttempt:
+    return TaskAttempt(
+        attempt_id=row["attempt_id"],
+        task_id=row["task_id"],
+        attempt_number=row["attempt_number"],
+        adapter_id=row["adapter_id"],
+        adapter_kind=row["adapter_kind"],
+        model=row["model"],
+        runner_id=row["runner_id"],
+        started_at=parse_ts(row["started_at"]),
+        ended_at=parse_optional_ts(row["ended_at"]),
+        exit_status=row["exit_status"],
+        retry_class=row["retry_class"],
+        termination_reason=row["termination_reason"],
+        side_effects=row["side_effects"],
+        pid=row["pid"],
+        bundle_hash=row["bundle_hash"],
+        evidence_dir=row["evidence_dir"],
+        prompt_path=row["prompt_path"],
+        stdout_path=row["stdout_path"],
+        stderr_path=row["stderr_path"],
+        result_path=row["result_path"],
+        last_message_path=row["last_message_path"],
+        diagnostics=loads(row["diagnostics"]),
+        usage=_usage(row),
+    )
+
+
+def _usage(row: sqlite3.Row) -> dict[str, Any] | None:
+    fields = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd")
+    found = {name: row[name] for name in fields if row[name] is not None}
+    if row["cost_usd"] is not None:
+        found["cost_estimated"] = bool(row["cost_estimated"])
+    return found or None
+
+
+def workflow_from_row(row: sqlite3.Row) -> WorkflowRecord:
+    return WorkflowRecord(
+        workflow_id=row["id"],
+        workflow_type=row["workflow_type"],
+        instance_key=row["instance_key"],
+        current_state=row["current_state"],
+        context=loads(row["context"]),
+        status=row["status"],
+        created_at=parse_ts(row["created_at"]),
+        updated_at=parse_ts(row["updated_at"]),
+        completed_at=parse_optional_ts(row["completed_at"]),
+        iteration=row["iteration"],
+        blocked_reason=row["blocked_reason"],
+    )
+
+
+def schedule_from_row(row: sqlite3.Row) -> RecurringScheduleRecord:
+    return RecurringScheduleRecord(
+        schedule_id=row["schedule_id"],
+        name=row["name"],
+        enabled=bool(row["enabled"]),
+        interval_seconds=row["interval_seconds"],
+        next_run_at=parse_ts(row["next_run_at"]),
+        last_run_at=parse_optional_ts(row["last_run_at"]),
+        task=TaskIntent.model_validate(loads(row["task"])),
+        created_at=parse_ts(row["created_at"]),
+        updated_at=parse_ts(row["updated_at"]),
+    )
+
+
+EVENT_BODY_FIELDS = (
+    "event_id",
+    "type",
+    "timestamp",
+    "sequence",
+    "schema_version",
+    "task_id",
+    "attempt_id",
+    "workflow_id",
+    "schedule_id",
+    "sensor_id",
+)
+
+
+def event_from_row(row: sqlite3.Row) -> RuntimeEvent:
+    return RuntimeEvent(
+        event_id=row["event_id"],
+        type=row["type"],
+        timestamp=parse_ts(row["timestamp"]),
+        sequence=row["sequence"],
+        schema_version=row["schema_version"],
+        task_id=row["task_id"],
+        attempt_id=row["attempt_id"],
+        workflow_id=row["workflow_id"],
+        schedule_id=row["schedule_id"],
+        sensor_id=row["sensor_id"],
+        payload=loads(row["payload"]),
+        refs=loads(row["refs"]),
+        prev_hash=row["prev_hash"],
+        hash=row["hash"],
+    )
+
+
+def holder_from_row(row: sqlite3.Row) -> LockHolder:
+    return LockHolder(
+        holder_id=row["holder_id"],
+        pid=row["pid"],
+        pid_started=row["pid_started"],
+        host=row["host"],
+        boot_id=row["boot_id"],
+        acquired_at=parse_ts(row["acquired_at"]),
+        heartbeat_at=parse_ts(row["heartbeat_at"]),
+    )

@@ -1,0 +1,139 @@
+"""Recurring schedules (seed 000 §11, §11b): definitions with their timing, and each due run.
+
+Which task a due schedule makes (and whether it may) is decided before the transaction;
+`record_schedule_runs` writes it after re-checking the schedule is still due and has no task open."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from agentd.errors import InputError, NotFound
+from agentd.records import DueSchedule, RecurringScheduleRecord, ScheduleRun, ScheduleSpec
+from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
+from agentd.store.rows import schedule_from_row
+from agentd.store.tasks import insert_task
+
+OPEN_STATUSES = ("pending", "retryable_failure", "running")
+_OPEN_TASK = f"""SELECT 1 FROM tasks WHERE schedule_id = ?
+    AND status IN ({", ".join(repr(s) for s in OPEN_STATUSES)}) LIMIT 1"""
+
+
+class ScheduleVerbs(StoreBase):
+    def upsert_config_schedules(self, specs: list[ScheduleSpec], now: datetime) -> None:
+        """Make the config's schedules the database's (keeping their timing); drop removed ones."""
+        with self._transaction():
+            existing = {
+                r["schedule_id"]: r
+                for r in self._conn.execute("SELECT * FROM schedules WHERE origin = 'config'").fetchall()
+            }
+            for spec in specs:
+                row = existing.pop(spec.schedule_id, None)
+                stored = (
+                    (row["name"], bool(row["enabled"]), row["interval_seconds"], loads(row["task"])) if row else None
+                )
+                if stored == (spec.name or spec.schedule_id, spec.enabled, spec.interval_seconds, spec.task):
+                    continue
+                self._put_schedule(spec, "config", now, new=row is None)
+            for schedule_id in existing:
+                self._remove_schedule(schedule_id, now)
+
+    def add_schedule(self, spec: ScheduleSpec, now: datetime) -> RecurringScheduleRecord:
+        with self._transaction():
+            if self._conn.execute("SELECT 1 FROM schedules WHERE schedule_id = ?", (spec.schedule_id,)).fetchone():
+                raise InputError(f"schedule {spec.schedule_id!r} exists; `agentd schedule rm` it first")
+            self._put_schedule(spec, "operator", now, new=True)
+        return self.list_schedules(spec.schedule_id)[0]
+
+    def remove_schedule(self, schedule_id: str, now: datetime) -> None:
+        with self._transaction():
+            row = self._conn.execute("SELECT origin FROM schedules WHERE schedule_id = ?", (schedule_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no schedule {schedule_id!r}; `agentd schedule list` shows them")
+            if row[0] == "config":
+                raise InputError(f"schedule {schedule_id!r} comes from the identity TOML; remove it there")
+            self._remove_schedule(schedule_id, now)
+
+    def _put_schedule(self, spec: ScheduleSpec, origin: str, now: datetime, *, new: bool) -> None:
+        self._conn.execute(
+            """INSERT INTO schedules (schedule_id, name, enabled, interval_seconds, next_run_at, task, origin,
+                   created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT (schedule_id) DO UPDATE SET name = excluded.name, enabled = excluded.enabled,
+                   interval_seconds = excluded.interval_seconds, task = excluded.task,
+                   updated_at = excluded.updated_at""",
+            (
+                spec.schedule_id,
+                spec.name or spec.schedule_id,
+                int(spec.enabled),
+                spec.interval_seconds,
+                ts(now),
+                dumps(spec.task),
+                origin,
+                ts(now),
+                ts(now),
+            ),
+        )
+        self._append_event(
+            "schedule_upserted",
+            now,
+            schedule_id=spec.schedule_id,
+            payload={"interval_seconds": spec.interval_seconds, "enabled": spec.enabled, "origin": origin, "new": new},
+        )
+
+    def _remove_schedule(self, schedule_id: str, now: datetime) -> None:
+        self._conn.execute("DELETE FROM schedules WHERE schedule_id = ?", (schedule_id,))
+        self._append_event("schedule_removed", now, schedule_id=schedule_id)
+
+    def list_schedules(self, schedule_id: str | None = None) -> list[RecurringScheduleRecord]:
+        where, params = ("WHERE schedule_id = ?", (schedule_id,)) if schedule_id else ("", ())
+        rows = self._conn.execute(f"SELECT * FROM schedules {where} ORDER BY schedule_id", params).fetchall()
+        return [schedule_from_row(r) for r in rows]
+
+    def due_schedules(self, now: datetime) -> list[DueSchedule]:
+        """Enabled schedules due at `now`, each with whether its previous task is still open."""
+        rows = self._conn.execute(
+            "SELECT * FROM schedules WHERE enabled = 1 AND next_run_at <= ? ORDER BY next_run_at", (ts(now),)
+        ).fetchall()
+        return [
+            DueSchedule(
+                schedule_from_row(r), self._conn.execute(_OPEN_TASK, (r["schedule_id"],)).fetchone() is not None
+            )
+            for r in rows
+        ]
+
+    def record_schedule_runs(self, runs: list[ScheduleRun], now: datetime) -> list[str]:
+        """Write each due schedule's run: its task (schedule_task_created) or why not
+        (schedule_task_refused), and its next run. Returns the schedules that created a task."""
+        created: list[str] = []
+        with self._transaction():
+            for run in runs:
+                row = self._conn.execute(
+                    "SELECT last_run_at FROM schedules WHERE schedule_id = ? AND enabled = 1 AND next_run_at <= ?",
+                    (run.schedule_id, ts(now)),
+                ).fetchone()
+                if row is None:
+                    continue  # removed, disabled or already run meanwhile
+                last_run = parse_optional_ts(row[0])
+                if run.task is not None and self._conn.execute(_OPEN_TASK, (run.schedule_id,)).fetchone() is None:
+                    task_id = insert_task(self, run.task, now)
+                    self._append_event(
+                        "schedule_task_created",
+                        now,
+                        task_id=task_id,
+                        schedule_id=run.schedule_id,
+                        payload={"due_at": ts(run.due_at)},
+                    )
+                    last_run = now
+                    created.append(run.schedule_id)
+                elif run.refusal is not None:
+                    self._append_event(
+                        "schedule_task_refused", now, schedule_id=run.schedule_id, payload={"reason": run.refusal}
+                    )
+                self._conn.execute(
+                    "UPDATE schedules SET next_run_at = ?, last_run_at = ?, updated_at = ? WHERE schedule_id = ?",
+                    (ts(run.next_run_at), ts(last_run), ts(now), run.schedule_id),
+                )
+        return created
+
+    def next_schedule_due(self) -> datetime | None:
+        row = self._conn.execute("SELECT MIN(next_run_at) FROM schedules WHERE enabled = 1").fetchone()
+        return parse_optional_ts(row[0])

@@ -1,0 +1,28 @@
+"""What each running service says about itself (its STATUS= line and metrics URL), refreshed
+every few seconds; not events: it changes too often to belong in the audit log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from agentd.store.base import StoreBase, ts
+
+
+class StatusVerbs(StoreBase):
+    def report_service_status(
+        self, service: str, pid: int, status: str, metrics_url: str | None, started_at: datetime, now: datetime
+    ) -> None:
+        with self._transaction():
+            self._conn.execute(
+                """INSERT INTO service_status (service, pid, status, metrics_url, started_at, updated_at)
+                   VALUES (?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (service) DO UPDATE SET pid = excluded.pid, status = excluded.status,
+                       metrics_url = excluded.metrics_url, started_at = excluded.started_at,
+                       updated_at = excluded.updated_at""",
+                (service, pid, status, metrics_url, ts(started_at), ts(now)),
+            )
+
+    def service_statuses(self) -> list[dict[str, Any]]:
+        rows = self._conn.execute("SELECT * FROM service_status ORDER BY service").fetchall()
+        return [dict(row) for row in rows]
