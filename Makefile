@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := config/identity.example.toml
 
-.PHONY: run test test-harness test-slow chaos lint bench clean
+.PHONY: run test test-fast test-harness test-slow chaos lint bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentd needs python3 >= 3.11, found " + sys.version.split()[0] + "; run: make PYTHON=python3.11 ...")'
@@ -30,9 +30,13 @@ run: $(VENV)/.installed
 	  echo "  drop .txt files into $$ws/inbox (each a task) or $$ws/goals (each a goal-loop workflow)"
 	$(BIN)/agentd --config $(DEMO) run
 
-## test: the whole default suite (fails if no test ran)
+## test: the whole default suite, both tiers, four workers (fails if no test ran)
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 4
+
+## test-fast: the fast tier only (no child processes): pure logic, store verbs, in-process adapters
+test-fast: $(VENV)/.installed-test
+	AGENTD_TEST_TIER=fast $(BIN)/python -m pytest -n 2 -m "not process"
 
 ## test-harness: install the pinned claude, codex and hermes CLIs into .cache/harness, then run
 ## the adapter contract against them inside a loopback-only network namespace
@@ -55,6 +59,7 @@ bench: $(VENV)/.installed-test
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check agentd tests bench
 	$(BIN)/mypy
+	MYPYPATH=tests $(BIN)/mypy --strict tests/rig.py tests/inprocess.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -61,33 +61,44 @@ def _no_constant(name: str) -> Any:
 
 
 def check_value(value: Any, where: str) -> None:
-    """Refuse NaN/Infinity, lone surrogates (in keys too), integers outside int64 and nesting deeper
-    than MAX_DEPTH. Iterative, so no input can exhaust the stack."""
+    """Refuse NaN/Infinity, lone surrogates (in keys too), non-text keys, integers outside int64 and
+    nesting deeper than MAX_DEPTH. Iterative, so no input can exhaust the stack."""
     stack: list[tuple[Any, str, int]] = [(value, where, 0)]
     while stack:
         item, path, depth = stack.pop()
         if isinstance(item, dict | list):
             if depth >= MAX_DEPTH:
                 raise Refused(f"{_abbreviated(path)}: nested deeper than {MAX_DEPTH} levels")
-            pairs = item.items() if isinstance(item, dict) else enumerate(item)
-            for key, child in pairs:
-                if isinstance(item, dict) and not isinstance(key, str):
-                    raise Refused(f"{path}: a key must be text, found {type(key).__name__}")
-                if isinstance(key, str):
-                    check_text(key, f"{path}: a key")
-                stack.append((child, f"{path}[{key!r}]" if isinstance(key, int) else f"{path}.{key}", depth + 1))
-        elif isinstance(item, str):
-            check_text(item, path)
-        elif isinstance(item, bool) or item is None:
-            continue
-        elif isinstance(item, int):
-            if not INT64_MIN <= item <= INT64_MAX:
-                raise Refused(f"{path}: {_short(item)} is outside the 64-bit integer range")
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                raise Refused(f"{path}: {item} is not a finite number")
+            stack += _children(item, path, depth)
         else:
-            raise Refused(f"{path}: a {type(item).__name__} is not a JSON value")
+            _check_scalar(item, path)
+
+
+def _children(item: dict[Any, Any] | list[Any], path: str, depth: int) -> list[tuple[Any, str, int]]:
+    if isinstance(item, list):
+        return [(child, f"{path}[{index}]", depth + 1) for index, child in enumerate(item)]
+    children = []
+    for key, child in item.items():
+        if not isinstance(key, str):
+            raise Refused(f"{path}: a key must be text, found {type(key).__name__}")
+        check_text(key, f"{path}: a key")
+        children.append((child, f"{path}.{key}", depth + 1))
+    return children
+
+
+def _check_scalar(item: Any, path: str) -> None:
+    if isinstance(item, str):
+        check_text(item, path)
+    elif isinstance(item, bool) or item is None:
+        return
+    elif isinstance(item, int):
+        if not INT64_MIN <= item <= INT64_MAX:
+            raise Refused(f"{path}: {_short(item)} is outside the 64-bit integer range")
+    elif isinstance(item, float):
+        if not math.isfinite(item):
+            raise Refused(f"{path}: {item} is not a finite number")
+    else:
+        raise Refused(f"{path}: a {type(item).__name__} is not a JSON value")
 
 
 def check_text(text: str, where: str, max_chars: int | None = None) -> str:

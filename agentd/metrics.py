@@ -223,7 +223,7 @@ class SensorMetrics(Metrics):
         super().__init__("sensors", agent_id, db_path, clock)
         self.runs = Counter(
             "agentd_sensor_runs",
-            "Sensor runs by result (ok, failed, timeout, start_failed)",
+            "Sensor runs by kind (ok, failed, timeout, start_failed, internal_error)",
             ["sensor", "result"],
             registry=self.registry,
         )
@@ -234,10 +234,10 @@ class SensorMetrics(Metrics):
             registry=self.registry,
         )
 
-    def sensor_run(self, sensor: str, result: str, counts: dict[str, int]) -> None:
-        """One run: its result, and each of its events as created (a task or workflow), recorded
-        (new, nothing to create), deduped, stale or rejected."""
-        self.runs.labels(sensor, result if result in ("ok", "timeout", "start_failed") else "failed").inc()
+    def sensor_run(self, sensor: str, kind: str, counts: dict[str, int]) -> None:
+        """One run: its kind (ok, failed, timeout, start_failed, internal_error), and each of its events
+        as created (a task or workflow), recorded (new, nothing to create), deduped, stale or rejected."""
+        self.runs.labels(sensor, kind).inc()
         created = counts.get("created", 0) + counts.get("workflows_created", 0)
         by_result = {
             "created": created,
@@ -293,7 +293,7 @@ class NullMetrics:
     def workflow_moved(self, workflow_type: str, kind: str) -> None:
         pass
 
-    def sensor_run(self, sensor: str, result: str, counts: dict[str, int]) -> None:
+    def sensor_run(self, sensor: str, kind: str, counts: dict[str, int]) -> None:
         pass
 
 

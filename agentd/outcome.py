@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -28,7 +29,7 @@ MTIME_SLACK_S = 2.0  # filesystem timestamp granularity
 @dataclass(frozen=True)
 class Extracted:
     outcome: TaskOutcome | None
-    source: str  # "result_file", "final_message" or "none"
+    source: Literal["result_file", "final_message", "none"]
     problem: str | None = None
 
 

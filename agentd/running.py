@@ -15,7 +15,8 @@ from collections.abc import Callable
 import anyio
 
 from agentd.adapters import Adapter, AdapterRun, adapter_for
-from agentd.attempt import AttemptPreparer, Prepared, conclude, internal_failure_end
+from agentd.attempt import AttemptPreparer, Prepared
+from agentd.attempt_end import conclude, internal_failure_end
 from agentd.clock import Clock, age
 from agentd.config import Config
 from agentd.errors import StorageError

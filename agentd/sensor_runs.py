@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Literal
 
 import anyio
 from pydantic import ValidationError
@@ -40,13 +41,14 @@ logger = logging.getLogger(__name__)
 
 BATCH = 500  # events per transaction: bounds how long one run holds the write lock
 FATAL = (StorageError,)  # ends the service (systemd restarts it); anything else is one run's failure
-SensorResult = str  # ok | exit N | killed by SIG… | timeout | start_failed | internal_error
+SensorRunKind = Literal["ok", "failed", "timeout", "start_failed", "internal_error"]
 
 
 @dataclass
 class SensorRunReport:
     sensor_id: str
-    result: SensorResult
+    kind: SensorRunKind
+    result: str  # for people: the kind, or how it failed ("exit 3", "killed by SIGKILL")
     error: str | None = None
     counts: IntakeCounts = field(default_factory=IntakeCounts)
     accepted: list[AcceptedEvent] = field(default_factory=list)
@@ -149,7 +151,7 @@ class SensorRunner:
         except Exception as exc:
             logger.exception("sensor %s: run %s failed inside agentd", sensor.sensor_id, run_id)
             error = redactor.text(scrub(f"{type(exc).__name__}: {exc}"))
-            report = SensorRunReport(sensor.sensor_id, "internal_error", error[:2000])
+            report = SensorRunReport(sensor.sensor_id, "internal_error", "internal_error", error[:2000])
         if not dry_run:
             await self._finish(sensor, report, started)
         return report
@@ -160,10 +162,11 @@ class SensorRunner:
             result = await run_process(spec)
         await anyio.to_thread.run_sync(redactor.files, [result.stdout.path, result.stderr.path])
         if result.start_error:
-            return SensorRunReport(sensor.sensor_id, "start_failed", result.start_error)
-        outcome = "ok" if result.ok else ("timeout" if result.timed_out else result.describe())
-        error = None if result.ok else _tail(result.stderr.path) or outcome
-        report = SensorRunReport(sensor.sensor_id, outcome, error)
+            return SensorRunReport(sensor.sensor_id, "start_failed", "start_failed", result.start_error)
+        kind: SensorRunKind = "ok" if result.ok else ("timeout" if result.timed_out else "failed")
+        described = result.describe() if kind == "failed" else kind
+        error = None if result.ok else _tail(result.stderr.path) or described
+        report = SensorRunReport(sensor.sensor_id, kind, described, error)
         report.accepted, report.rejected = await anyio.to_thread.run_sync(
             self._parse, sensor.sensor_id, result.stdout.path
         )
@@ -213,7 +216,7 @@ class SensorRunner:
             counts,
             self.clock.now(),
         )
-        self.metrics.sensor_run(sensor.sensor_id, report.result, counts)
+        self.metrics.sensor_run(sensor.sensor_id, report.kind, counts)
 
     def _parse(self, sensor_id: str, stdout: Path) -> tuple[list[AcceptedEvent], list[RejectedLine]]:
         text = stdout.read_text(encoding="utf-8", errors="replace")

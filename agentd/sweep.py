@@ -12,7 +12,7 @@ import logging
 
 import anyio
 
-from agentd.attempt import sweep_end
+from agentd.attempt_end import sweep_end
 from agentd.containment import attempt_group, sweep_run
 from agentd.running import FATAL, AttemptRunner
 from agentd.store import Store

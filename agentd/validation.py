@@ -16,11 +16,11 @@ from agentd.config import Config, parse_config, task_intent_from_schedule
 from agentd.errors import ConfigError, InputError, Problem
 from agentd.intake import admit_task
 from agentd.records import (
-    ClaudeCodeAdapter,
-    CodexAdapter,
-    HermesAgentAdapter,
-    ScriptAdapter,
+    HarnessAdapterConfig,
+    HermesAgentAdapterConfig,
     SubagentProfile,
+    SubprocessAdapterConfig,
+    WorkflowState,
 )
 from agentd.workflows import state_of
 
@@ -93,7 +93,7 @@ def _adapters(config: Config) -> list[Problem]:
     src, problems = str(config.path), []
     for index, adapter in enumerate(config.adapters.values()):
         key = f"adapters[{index}]"
-        if isinstance(adapter, ScriptAdapter | ClaudeCodeAdapter | CodexAdapter | HermesAgentAdapter):
+        if isinstance(adapter, SubprocessAdapterConfig):
             command = Path(adapter.command)
             if "/" in adapter.command and not os.access(command, os.X_OK):
                 problems.append(Problem(src, f"{key}.command", f"expected an executable file, found none at {command}"))
@@ -103,7 +103,7 @@ def _adapters(config: Config) -> list[Problem]:
                 problems.append(
                     Problem(src, f"{key}.working_dir", f"expected a folder, found none at {adapter.working_dir}")
                 )
-        if isinstance(adapter, ClaudeCodeAdapter | CodexAdapter | HermesAgentAdapter):
+        if isinstance(adapter, HarnessAdapterConfig):
             problems += _posture(src, key, adapter)
     return problems
 
@@ -118,7 +118,7 @@ BYPASS_FLAGS = (
 )
 
 
-def _posture(src: str, key: str, adapter: ClaudeCodeAdapter | CodexAdapter | HermesAgentAdapter) -> list[Problem]:
+def _posture(src: str, key: str, adapter: HarnessAdapterConfig) -> list[Problem]:
     problems = []
     trusted = adapter.autonomy is not None and adapter.autonomy.profile == "trusted-vm"
     if adapter.sandbox == "danger-full-access" and not trusted:
@@ -140,7 +140,7 @@ def _posture(src: str, key: str, adapter: ClaudeCodeAdapter | CodexAdapter | Her
                     'declare autonomy.profile = "trusted-vm" instead of passing it',
                 )
             )
-    if isinstance(adapter, HermesAgentAdapter) and adapter.sandbox is not None:
+    if isinstance(adapter, HermesAgentAdapterConfig) and adapter.sandbox is not None:
         problems.append(
             Problem(
                 src,
@@ -231,34 +231,31 @@ def _workflows(config: Config) -> list[Problem]:
         if definition.initial_state not in state_ids:
             problems.append(_unknown(src, f"{key}.initial_state", "state", definition.initial_state, state_ids))
         for i, state in enumerate(definition.states):
-            skey = f"{key}.states[{i}]"
-            if state.task_type is not None and state.task_type not in config.task_types:
-                problems.append(_unknown(src, f"{skey}.task_type", "task type", state.task_type, config.task_types))
-            if state.emits_task_intent is not None and state.emits_task_intent != (state.task_type is not None):
-                problems.append(
-                    Problem(
-                        src,
-                        f"{skey}.emits_task_intent",
-                        f"is {state.emits_task_intent} but task_type is {state.task_type!r}",
-                    )
-                )
-            if state.default_profile_id is not None and state.default_profile_id not in config.profiles:
-                problems.append(
-                    _unknown(src, f"{skey}.default_profile_id", "profile", state.default_profile_id, config.profiles)
-                )
-            for j, skill_id in enumerate(state.default_skill_ids or ()):
-                if skill_id not in config.skills:
-                    problems.append(_unknown(src, f"{skey}.default_skill_ids[{j}]", "skill", skill_id, config.skills))
-            for j, transition in enumerate(state.transitions or ()):
-                if transition.next_state not in state_ids:
-                    problems.append(
-                        _unknown(src, f"{skey}.transitions[{j}].next_state", "state", transition.next_state, state_ids)
-                    )
-            overlap = {t.signal for t in state.transitions or ()} & set(state.completion_signals or ())
-            if overlap:
-                problems.append(
-                    Problem(src, skey, f"signals {sorted(overlap)} are both transitions and completion signals")
-                )
+            problems += _state(src, f"{key}.states[{i}]", state, state_ids, config)
+    return problems
+
+
+def _state(src: str, key: str, state: WorkflowState, state_ids: list[str], config: Config) -> list[Problem]:
+    problems = []
+    if state.task_type is not None and state.task_type not in config.task_types:
+        problems.append(_unknown(src, f"{key}.task_type", "task type", state.task_type, config.task_types))
+    if state.emits_task_intent is not None and state.emits_task_intent != (state.task_type is not None):
+        found = f"is {state.emits_task_intent} but task_type is {state.task_type!r}"
+        problems.append(Problem(src, f"{key}.emits_task_intent", found))
+    if state.default_profile_id is not None and state.default_profile_id not in config.profiles:
+        problems.append(
+            _unknown(src, f"{key}.default_profile_id", "profile", state.default_profile_id, config.profiles)
+        )
+    for j, skill_id in enumerate(state.default_skill_ids or ()):
+        if skill_id not in config.skills:
+            problems.append(_unknown(src, f"{key}.default_skill_ids[{j}]", "skill", skill_id, config.skills))
+    for j, transition in enumerate(state.transitions or ()):
+        if transition.next_state not in state_ids:
+            where = f"{key}.transitions[{j}].next_state"
+            problems.append(_unknown(src, where, "state", transition.next_state, state_ids))
+    overlap = {t.signal for t in state.transitions or ()} & set(state.completion_signals or ())
+    if overlap:
+        problems.append(Problem(src, key, f"signals {sorted(overlap)} are both transitions and completion signals"))
     return problems
 
 

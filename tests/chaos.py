@@ -137,10 +137,15 @@ print("debug token " + os.environ["TOKEN"], file=sys.stderr)
 TASK_KINDS = ("follow_up", "poison_result", "secret", "symlink", "bytes", "daemon")
 
 
-def task_payload(rng: random.Random, workspace: Path, tag: str, kind: str | None = None) -> tuple[dict[str, Any], str]:
+TASK_S = (0.05, 0.8)  # how long a scripted task works (kills land mid-attempt); the short form shortens it
+
+
+def task_payload(
+    rng: random.Random, workspace: Path, tag: str, kind: str | None = None, task_s: tuple[float, float] = TASK_S
+) -> tuple[dict[str, Any], str]:
     """A scripted task's payload and the surface it poisons ('' for none)."""
     side_log = str(workspace / "side-effects.log")
-    base = {"append": side_log, "sleep_s": round(rng.uniform(0.05, 0.8), 2)}
+    base = {"append": side_log, "sleep_s": round(rng.uniform(*task_s), 2)}
     kind = kind or rng.choice(["plain"] * 5 + list(TASK_KINDS))
     if kind == "follow_up":
         follow = [{"task_type": "example", "source": "x", "subject": f"follow-up of {tag}", "payload": {}}]
@@ -189,7 +194,7 @@ def poison_lines(key: str) -> list[str]:
     ]
 
 
-def sensor_line(rng: random.Random, workspace: Path, key: str) -> tuple[str, str]:
+def sensor_line(rng: random.Random, workspace: Path, key: str, task_s: tuple[float, float]) -> tuple[str, str]:
     """One line of the feed: a valid event (proposing a task or a goal-loop) or a poisoned one."""
     if rng.random() < 0.15:
         return rng.choice(poison_lines(key)), "sensor line"
@@ -204,7 +209,7 @@ def sensor_line(rng: random.Random, workspace: Path, key: str) -> tuple[str, str
         answers = {"verify": rng.choice([["complete"], ["continue", "complete"]])}
         event["proposed_workflow"] = {"template": "goal-loop", "instance_key": key, "context": {"answers": answers}}
     else:
-        payload, surface = task_payload(rng, workspace, key)
+        payload, surface = task_payload(rng, workspace, key, task_s=task_s)
         event["proposed_task"] = {
             "task_type": "scripted",
             "source": "x",
@@ -229,8 +234,8 @@ CLI_POISON = [
 
 
 class Chaos:
-    def __init__(self, directory: Path, seed: int) -> None:
-        self.dir, self.rng = directory, random.Random(seed)
+    def __init__(self, directory: Path, seed: int, task_s: tuple[float, float] = TASK_S) -> None:
+        self.dir, self.rng, self.task_s = directory, random.Random(seed), task_s
         self.workspace = directory / "workspace"
         self.feed = directory / "feed.jsonl"
         self.feed.write_text("")
@@ -291,7 +296,7 @@ class Chaos:
         lines = []
         for _ in range(count):
             key = f"k{len(self.valid_keys)}-{self.rng.randrange(10**6)}"
-            line, surface = sensor_line(self.rng, self.workspace, key)
+            line, surface = sensor_line(self.rng, self.workspace, key, self.task_s)
             if surface:
                 self.poisoned[surface] += 1
             if surface != "sensor line":
@@ -313,7 +318,7 @@ class Chaos:
             if result.returncode != 2 or "Traceback" in result.stderr:
                 self.problems.append(f"poisoned task add exited {result.returncode}: {result.stderr[-200:]}")
             return
-        payload, surface = task_payload(self.rng, self.workspace, f"cli{self.rng.randrange(10**6)}")
+        payload, surface = task_payload(self.rng, self.workspace, f"cli{self.rng.randrange(10**6)}", task_s=self.task_s)
         if surface:
             self.poisoned[surface] += 1
         result = self.cli("task", "add", "--type", "scripted", "--payload", json.dumps(payload))
@@ -327,7 +332,7 @@ class Chaos:
                 feed.write(line + "\n")
                 self.poisoned["sensor line"] += 1
         for kind in TASK_KINDS:
-            payload, surface = task_payload(self.rng, self.workspace, f"seed-{kind}", kind)
+            payload, surface = task_payload(self.rng, self.workspace, f"seed-{kind}", kind, self.task_s)
             if surface:
                 self.poisoned[surface] += 1
             event = {
@@ -343,7 +348,7 @@ class Chaos:
             self.valid_keys.append(f"seed-{kind}")
         self.feed_more(20)
 
-    def run(self, kills: int, deadline_s: float) -> Report:
+    def run(self, kills: int, deadline_s: float, pace_s: tuple[float, float] = (0.3, 1.8)) -> Report:
         started = time.monotonic()
         self.seed_workload()
         self.dispatch.start()
@@ -352,7 +357,7 @@ class Chaos:
         pause = threading.Event()
         done = 0
         while done < kills and time.monotonic() - started < deadline_s:
-            pause.wait(self.rng.uniform(0.3, 1.8))
+            pause.wait(self.rng.uniform(*pace_s))
             for service in (self.dispatch, self.sensors):
                 service.poll()
             action = self.rng.random()
@@ -513,8 +518,17 @@ class Chaos:
         return problems
 
 
-def run_chaos(directory: Path, *, kills: int, seed: int, deadline_s: float) -> Report:
-    return Chaos(directory, seed).run(kills, deadline_s)
+def run_chaos(
+    directory: Path,
+    *,
+    kills: int,
+    seed: int,
+    deadline_s: float,
+    pace_s: tuple[float, float] = (0.3, 1.8),
+    task_s: tuple[float, float] = TASK_S,
+) -> Report:
+    """`pace_s`: seconds between kills; `task_s`: how long each scripted task works."""
+    return Chaos(directory, seed, task_s).run(kills, deadline_s, pace_s)
 
 
 def main() -> int:

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rig import Rig
 from support import EXAMPLE_CONFIG, CliResult
 
 from agentd.cli import main
@@ -23,6 +24,9 @@ def _clean_agentd_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name == "AGENTD_CONFIG" or (name.startswith("AGENTD_") and "__" in name):
             monkeypatch.delenv(name)
+    # No test binds a fixed port: the suite passes beside a running agentd (and in parallel).
+    monkeypatch.setenv("AGENTD_METRICS__DISPATCH_LISTEN", "127.0.0.1:0")
+    monkeypatch.setenv("AGENTD_METRICS__SENSORS_LISTEN", "127.0.0.1:0")
 
 
 @pytest.fixture
@@ -65,42 +69,6 @@ def cli(capsys: pytest.CaptureFixture[str], state_dir: Path) -> Callable[..., Cl
     return run
 
 
-class Rig:
-    """A test agent: config, migrated store, and dispatchers on a fake clock."""
-
-    def __init__(self, config: Config, clock: FakeClock) -> None:
-        from agentd.store import AsyncStore, init_state_dir
-
-        self.config, self.clock = config, clock
-        init_state_dir(config.paths.state_dir, config.paths.workspace)
-        migrate(config.db_path, clock)
-        self.store = open_store(config.db_path, clock)
-        self.db = AsyncStore(open_store(config.db_path, clock))
-
-    def dispatcher(self, seed: int = 7) -> Any:
-        import random
-
-        from agentd.dispatch import Dispatcher
-
-        return Dispatcher(self.config, self.db, clock=self.clock, rng=random.Random(seed))
-
-    def add(self, task_type: str = "example", **fields: Any) -> Any:
-        from agentd.intake import admit_task
-        from agentd.records import TaskIntent
-
-        intent = TaskIntent.model_validate({"task_type": task_type, "source": "test", "payload": {}, **fields})
-        return self.store.enqueue_task(
-            admit_task(intent, self.config, self.clock.now(), trusted=True), self.clock.now()
-        )
-
-    def events(self, task_id: int | None = None) -> list[Any]:
-        return self.store.read_events(task_id=task_id, limit=100_000)
-
-    def close(self) -> None:
-        self.store.close()
-        self.db.close()
-
-
 @pytest.fixture
 def rig_factory(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Rig]]:
     from support import agent_config
@@ -130,14 +98,10 @@ def sensors_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def sensing(rig_factory: Callable[..., Any], sensors_dir: Path) -> Callable[[], Any]:
-    """A rig whose sensors_dir is the test's, and a SensorService on it."""
+def sensing(rig_factory: Callable[..., Rig], sensors_dir: Path) -> Callable[[], Rig]:
+    """A rig whose sensors_dir is the test's (its `service` runs them)."""
 
-    def make() -> Any:
-        rig = rig_factory(lambda raw: raw["paths"].update(sensors_dir=str(sensors_dir)))
-        from agentd.sensor_service import SensorService
-
-        rig.service = SensorService(rig.config, rig.db, clock=rig.clock)
-        return rig
+    def make() -> Rig:
+        return rig_factory(lambda raw: raw["paths"].update(sensors_dir=str(sensors_dir)))
 
     return make

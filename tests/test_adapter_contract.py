@@ -27,6 +27,8 @@ from agentd.records import TaskAttempt, TaskRecord
 from agentd.store import Store, init_state_dir, migrate, open_store
 from agentd.validation import load_config
 
+pytestmark = pytest.mark.process
+
 CACHE = Path(os.environ.get("AGENTD_HARNESS_CACHE", REPO / ".cache" / "harness"))
 CLIS = {
     "claude-code": CACHE / "npm/node_modules/.bin/claude",

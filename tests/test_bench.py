@@ -19,6 +19,7 @@ MEASUREMENTS = (
 )
 
 
+@pytest.mark.process
 def test_the_quick_benchmark_runs_and_reports_every_measurement() -> None:
     result = subprocess.run(
         [sys.executable, str(REPO / "bench" / "run.py"), "--quick"],

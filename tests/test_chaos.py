@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from chaos import run_chaos
+
+pytestmark = pytest.mark.process
 
 
 def test_chaos_short_form(tmp_path: Path) -> None:
-    report = run_chaos(tmp_path, kills=10, seed=2026, deadline_s=40.0)
+    report = run_chaos(tmp_path, kills=10, seed=2026, deadline_s=40.0, pace_s=(0.2, 1.0), task_s=(0.02, 0.25))
     assert sum(report.kills.values()) >= 10, report.table()
     assert len(report.poisoned) >= 6, report.table()  # every poisoned surface was exercised
     assert report.failed == [], report.table()

@@ -172,6 +172,7 @@ def test_identity_show(initialised: Any, config: Any) -> None:
     assert shown["wallets"][0]["agent_id"] == "demo"
 
 
+@pytest.mark.process
 def test_skills_list_show_and_run(initialised: Any, state_dir: Path) -> None:
     assert [s["skill_id"] for s in initialised("skills", "list", "--json").json()] == ["example"]
     assert "Keep short notes" in initialised("skills", "show", "example").out

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rig import Rig
 
 from agentd.evidence import verify_attempt_dir
 from agentd.records import TaskOutcome, TaskRecord
@@ -26,7 +28,7 @@ SEED_ORDER = [
 ]
 
 
-def claim_order(rig: Any) -> list[int]:
+def claim_order(rig: Rig) -> list[int]:
     return [e.task_id for e in rig.events() if e.type == "task_claimed"]
 
 
@@ -35,7 +37,7 @@ def is_subsequence(wanted: list[str], seen: list[str]) -> bool:
     return all(kind in it for kind in wanted)
 
 
-async def test_200_tasks_drain_in_priority_then_time_order(rig: Any) -> None:
+async def test_200_tasks_drain_in_priority_then_time_order(rig: Rig) -> None:
     chooser = random.Random(2026)
     start = rig.clock.now()
     tasks = [
@@ -68,7 +70,7 @@ async def test_200_tasks_drain_in_priority_then_time_order(rig: Any) -> None:
         assert is_subsequence(SEED_ORDER, [e.type for e in rig.events(task.task_id)])
 
 
-async def test_priority_1_is_claimed_before_priority_5_and_10(rig: Any) -> None:
+async def test_priority_1_is_claimed_before_priority_5_and_10(rig: Rig) -> None:
     low, default, urgent = rig.add(priority=10), rig.add(), rig.add(priority=1)
     dispatcher = rig.dispatcher()
     await dispatcher.start()
@@ -76,9 +78,9 @@ async def test_priority_1_is_claimed_before_priority_5_and_10(rig: Any) -> None:
     assert claim_order(rig) == [urgent.task_id, default.task_id, low.task_id]
 
 
-async def finish_one(rig: Any, **payload: Any) -> TaskRecord:
+async def finish_one(rig: Rig, processes: bool = False, **payload: Any) -> TaskRecord:
     task = rig.add("scripted", payload=payload)
-    dispatcher = rig.dispatcher()
+    dispatcher = rig.dispatcher(processes=processes)
     await dispatcher.start()
     await dispatcher.claim_and_run(rig.clock.now())
     await dispatcher.stop()
@@ -89,13 +91,13 @@ def ok(**fields: Any) -> dict[str, Any]:
     return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
-async def test_exit_0_without_an_outcome_is_not_completed(rig: Any) -> None:
+async def test_exit_0_without_an_outcome_is_not_completed(rig: Rig) -> None:
     task = await finish_one(rig, stdout="All done, trust me!")
     assert task.status == "retryable_failure"
     assert "no structured outcome" in (task.last_error or "")
 
 
-async def test_outcome_in_the_last_fenced_json_block_of_stdout(rig: Any) -> None:
+async def test_outcome_in_the_last_fenced_json_block_of_stdout(rig: Rig) -> None:
     message = 'Working...\n```json\n{"status": "failed"}\n```\nthen:\n```json\n' + json.dumps(ok()) + "\n```\n"
     task = await finish_one(rig, stdout=message)
     assert task.status == "completed"
@@ -103,7 +105,7 @@ async def test_outcome_in_the_last_fenced_json_block_of_stdout(rig: Any) -> None
     assert attempt.diagnostics["outcome_source"] == "final_message"
 
 
-async def test_a_claimed_artifact_that_does_not_exist_is_not_completed(rig: Any) -> None:
+async def test_a_claimed_artifact_that_does_not_exist_is_not_completed(rig: Rig) -> None:
     task = await finish_one(rig, outcome=ok(artifact_paths=["report.md"]))
     assert task.status == "retryable_failure"
     assert "artifact 'report.md' does not exist in the workspace" in (task.last_error or "")
@@ -112,14 +114,14 @@ async def test_a_claimed_artifact_that_does_not_exist_is_not_completed(rig: Any)
 
 
 @pytest.mark.parametrize("path", ["../escape.txt", "/etc/hostname", "link/hostname"])
-async def test_an_artifact_outside_the_workspace_is_not_completed(rig: Any, path: str) -> None:
+async def test_an_artifact_outside_the_workspace_is_not_completed(rig: Rig, path: str) -> None:
     (rig.config.paths.workspace / "link").symlink_to("/etc")
     task = await finish_one(rig, outcome=ok(artifact_paths=[path]))
     assert task.status == "retryable_failure"
     assert "outside the workspace" in (task.last_error or "")
 
 
-async def test_a_real_artifact_completes_and_is_recorded(rig: Any) -> None:
+async def test_a_real_artifact_completes_and_is_recorded(rig: Rig) -> None:
     task = await finish_one(rig, files={"out/result.txt": "42"}, outcome=ok(artifact_paths=["out/result.txt"]))
     assert task.status == "completed"
     shown = rig.store.attempts_of(task.task_id)[0]
@@ -128,14 +130,14 @@ async def test_a_real_artifact_completes_and_is_recorded(rig: Any) -> None:
     assert manifest["outcome"]["status"] == "completed" and manifest["termination_reason"] == "exited"
 
 
-async def test_completed_needs_machine_status_ok_and_exit_0(rig: Any) -> None:
+async def test_completed_needs_machine_status_ok_and_exit_0(rig: Rig) -> None:
     task = await finish_one(rig, outcome=ok(machine_status="failed"))
     assert task.status == "retryable_failure" and "machine_status ok" in (task.last_error or "")
     task = await finish_one(rig, outcome=ok(), exit=3)
     assert task.status == "retryable_failure" and "did not end cleanly (exit 3)" in (task.last_error or "")
 
 
-async def test_the_model_cannot_claim_operator_canceled(rig: Any) -> None:
+async def test_the_model_cannot_claim_operator_canceled(rig: Rig) -> None:
     task = await finish_one(
         rig,
         outcome={"status": "operator_canceled", "machine_status": "canceled", "operator_summary": "I cancel myself"},
@@ -143,7 +145,7 @@ async def test_the_model_cannot_claim_operator_canceled(rig: Any) -> None:
     assert task.status == "permanent_failure"
 
 
-async def test_max_attempts_then_permanent_failure_with_backoff_and_reinjection(rig: Any) -> None:
+async def test_max_attempts_then_permanent_failure_with_backoff_and_reinjection(rig: Rig) -> None:
     task = rig.add("flaky")
     dispatcher = rig.dispatcher()
     await dispatcher.start()
@@ -168,10 +170,11 @@ async def test_max_attempts_then_permanent_failure_with_backoff_and_reinjection(
     assert [e.type for e in rig.events(task.task_id)].count("task_retry_scheduled") == 2
 
 
-async def test_timeout_kills_a_term_ignoring_adapter_and_its_grandchild(rig_factory: Any) -> None:
+@pytest.mark.process
+async def test_timeout_kills_a_term_ignoring_adapter_and_its_grandchild(rig_factory: Callable[..., Rig]) -> None:
     rig = rig_factory(lambda raw: raw["adapters"][1].update(timeout_ms=1500))
     started = time.monotonic()
-    task = await finish_one(rig, stubborn=True, sleep_s=600)
+    task = await finish_one(rig, processes=True, stubborn=True, sleep_s=600)
     assert time.monotonic() - started < 1.5 + 1.0 + 2.0  # timeout + kill grace + slack
     assert task.status == "retryable_failure" and "timed out after 1.5s" in (task.last_error or "")
     [attempt] = rig.store.attempts_of(task.task_id)
@@ -192,22 +195,23 @@ def dead_or_zombie(pid: int) -> bool:
     return False
 
 
-async def test_recent_outcomes_reach_the_next_bundle(rig: Any) -> None:
+async def test_recent_outcomes_reach_the_next_bundle(rig: Rig) -> None:
     first = await finish_one(rig, outcome=ok(operator_summary="filed the quarterly report"))
     second = await finish_one(rig, outcome=ok())
     prompt = Path(rig.store.attempts_of(second.task_id)[0].prompt_path).read_text()
     assert f"task {first.task_id} (scripted) completed: filed the quarterly report" in prompt
 
 
+@pytest.mark.process
 async def test_the_adapter_sees_only_its_configured_environment(
-    rig_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rig_factory: Callable[..., Rig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     secret_file = tmp_path / "adapter.env"
     secret_file.write_text("API_TOKEN=s3cr3t-value-123\n")
     secret_file.chmod(0o600)
     monkeypatch.setenv("SERVICE_ONLY_SECRET", "do-not-leak")
     rig = rig_factory(lambda raw: raw["adapters"][1].update(env_file=str(secret_file), env={"MODE": "test"}))
-    task = await finish_one(rig, env_dump=True, outcome=ok())
+    task = await finish_one(rig, processes=True, env_dump=True, outcome=ok())
     [attempt] = rig.store.attempts_of(task.task_id)
     printed = Path(attempt.stdout_path).read_text()
     assert "s3cr3t-value-123" not in printed and "[redacted]" in printed  # redacted by value
@@ -218,7 +222,7 @@ async def test_the_adapter_sees_only_its_configured_environment(
     assert env["HOME"].startswith(attempt.evidence_dir)
 
 
-async def test_follow_ups_are_applied_once_when_allowed(rig: Any) -> None:
+async def test_follow_ups_are_applied_once_when_allowed(rig: Rig) -> None:
     follow = {"task_type": "example", "source": "model", "subject": "next step", "payload": {}}
     task = await finish_one(rig, outcome=ok(follow_up_tasks=[follow]))
     assert task.status == "completed"
@@ -231,7 +235,7 @@ async def test_follow_ups_are_applied_once_when_allowed(rig: Any) -> None:
     assert len(rig.store.list_tasks()) == 2
 
 
-async def test_follow_ups_are_refused_when_the_profile_forbids(rig_factory: Any) -> None:
+async def test_follow_ups_are_refused_when_the_profile_forbids(rig_factory: Callable[..., Rig]) -> None:
     rig = rig_factory(lambda raw: raw["profiles"][0]["result_policy"].update(allow_follow_up_tasks=False))
     follow = {"task_type": "example", "source": "model", "payload": {}}
     task = await finish_one(rig, outcome=ok(follow_up_tasks=[follow]))
@@ -240,13 +244,13 @@ async def test_follow_ups_are_refused_when_the_profile_forbids(rig_factory: Any)
     assert entry["status"] == "refused" and "does not allow follow-up tasks" in entry["result"]["reason"]
 
 
-async def test_an_invalid_follow_up_is_refused_not_enqueued(rig: Any) -> None:
+async def test_an_invalid_follow_up_is_refused_not_enqueued(rig: Rig) -> None:
     task = await finish_one(rig, outcome=ok(follow_up_tasks=[{"task_type": "nope", "source": "m", "payload": {}}]))
     [entry] = rig.store.outbox_of(task.task_id)
     assert entry["status"] == "refused" and "unknown task type 'nope'" in entry["result"]["reason"]
 
 
-async def test_cancel_a_pending_task_and_retry_a_failed_one(rig: Any) -> None:
+async def test_cancel_a_pending_task_and_retry_a_failed_one(rig: Rig) -> None:
     waiting = rig.add()
     assert (
         rig.store.cancel_task(waiting.task_id, TaskOutcome.failure("x", "operator_canceled"), rig.clock.now()).action
@@ -267,7 +271,7 @@ async def test_cancel_a_pending_task_and_retry_a_failed_one(rig: Any) -> None:
     await dispatcher.stop()
 
 
-async def test_a_completed_task_is_never_retried(rig: Any) -> None:
+async def test_a_completed_task_is_never_retried(rig: Rig) -> None:
     done = await finish_one(rig, outcome=ok())
     from agentd.errors import InputError
 
@@ -275,7 +279,7 @@ async def test_a_completed_task_is_never_retried(rig: Any) -> None:
         rig.store.retry_task(done.task_id, 1, rig.clock.now())
 
 
-async def test_prompt_budget_cuts_are_recorded(rig_factory: Any) -> None:
+async def test_prompt_budget_cuts_are_recorded(rig_factory: Callable[..., Rig]) -> None:
     rig = rig_factory(lambda raw: raw["profiles"][0]["context_policy"].update(max_prompt_chars=1200))
     task = rig.add("scripted", payload={"outcome": ok(), "padding": "x" * 5000})
     dispatcher = rig.dispatcher()

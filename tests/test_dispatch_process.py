@@ -25,6 +25,8 @@ from agentd.store import Store, init_state_dir, migrate, open_store
 from agentd.validation import load_config
 from agentd.wake import poke
 
+pytestmark = pytest.mark.process
+
 
 def ok(**fields: Any) -> dict[str, Any]:
     return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}

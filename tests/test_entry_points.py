@@ -15,6 +15,8 @@ from support import EXAMPLE_CONFIG, REPO
 
 from agentd.store.migrations import available_migrations
 
+pytestmark = pytest.mark.process
+
 
 def line_reader(stream: object) -> Queue[str]:
     lines: Queue[str] = Queue()

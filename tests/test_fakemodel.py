@@ -12,6 +12,8 @@ import httpx
 import pytest
 from fakemodel import NO_TURN_LEFT, Fail, FakeModelServer, Hang, Reply, ToolCall
 
+pytestmark = pytest.mark.process
+
 SHORT = httpx.Timeout(0.15)
 TEXT = "Hello from the fake model, with a few more words to split."
 

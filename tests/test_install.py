@@ -99,6 +99,7 @@ def analyzer() -> str:
     return found
 
 
+@pytest.mark.process
 def test_systemd_analyze_verify_passes_on_both_units(installed: Path) -> None:
     units = [
         installed / "etc/systemd/system" / name for name in ("agentd-dispatch@.service", "agentd-sensors@.service")

@@ -10,17 +10,18 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from rig import Rig
 
 from agentd import procs
 from agentd.errors import DispatchLocked
 from agentd.records import LockHolder
 from agentd.store import open_store
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.process, pytest.mark.asyncio]
 
 
 def holder(
-    rig: Any, pid: int, *, started: int | None = None, heartbeat_age_s: float = 0, host: str | None = None
+    rig: Rig, pid: int, *, started: int | None = None, heartbeat_age_s: float = 0, host: str | None = None
 ) -> LockHolder:
     here = procs.this_process()
     beat = rig.clock.now() - timedelta(seconds=heartbeat_age_s)
@@ -28,7 +29,7 @@ def holder(
     return LockHolder("someone-else", pid, ticks, host or here.host, here.boot_id, beat, beat)
 
 
-def plant(rig: Any, planted: LockHolder) -> None:
+def plant(rig: Rig, planted: LockHolder) -> None:
     assert rig.store.acquire_dispatch_lock(planted, planted.heartbeat_at).acquired
 
 
@@ -41,7 +42,7 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     process.wait()
 
 
-async def test_a_lock_from_a_dead_pid_is_cleared(rig: Any) -> None:
+async def test_a_lock_from_a_dead_pid_is_cleared(rig: Rig) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     plant(rig, holder(rig, dead.pid, started=123))
@@ -50,28 +51,28 @@ async def test_a_lock_from_a_dead_pid_is_cleared(rig: Any) -> None:
     assert cleared.payload["pid"] == dead.pid and "is not running" in cleared.payload["reason"]
 
 
-async def test_a_live_unrelated_pid_with_an_old_heartbeat_is_cleared(rig: Any, sleeper: Any) -> None:
+async def test_a_live_unrelated_pid_with_an_old_heartbeat_is_cleared(rig: Rig, sleeper: Any) -> None:
     plant(rig, holder(rig, sleeper.pid, heartbeat_age_s=3600))
     await rig.dispatcher().lock.take()
     [cleared] = [e for e in rig.events() if e.type == "dispatch_lock_stale_cleared"]
     assert "heartbeat 3600s old" in cleared.payload["reason"]
 
 
-async def test_a_reused_pid_is_not_mistaken_for_the_holder(rig: Any, sleeper: Any) -> None:
+async def test_a_reused_pid_is_not_mistaken_for_the_holder(rig: Rig, sleeper: Any) -> None:
     real_start = procs.start_ticks(sleeper.pid) or 0
     plant(rig, holder(rig, sleeper.pid, started=real_start - 1))  # same pid, different process
     await rig.dispatcher().lock.take()
     assert any(e.type == "dispatch_lock_stale_cleared" for e in rig.events())
 
 
-async def test_a_live_holder_with_a_fresh_heartbeat_keeps_the_lock(rig: Any, sleeper: Any) -> None:
+async def test_a_live_holder_with_a_fresh_heartbeat_keeps_the_lock(rig: Rig, sleeper: Any) -> None:
     plant(rig, holder(rig, sleeper.pid, heartbeat_age_s=5))
     with pytest.raises(DispatchLocked, match=rf"dispatch_locked: .*pid {sleeper.pid} on"):
         await rig.dispatcher().lock.take()
     assert any(e.type == "dispatch_locked" for e in rig.events())
 
 
-async def test_a_long_attempt_does_not_age_the_lock_out(rig: Any) -> None:
+async def test_a_long_attempt_does_not_age_the_lock_out(rig: Rig) -> None:
     """The heartbeat is fed independently of the attempt (the ancestor's age-only lock expired)."""
     dispatcher = rig.dispatcher()
     await dispatcher.lock.take()
@@ -82,7 +83,7 @@ async def test_a_long_attempt_does_not_age_the_lock_out(rig: Any) -> None:
         await rig.dispatcher().lock.take()
 
 
-async def test_two_processes_clearing_the_same_stale_lock_one_wins(rig: Any) -> None:
+async def test_two_processes_clearing_the_same_stale_lock_one_wins(rig: Rig) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     plant(rig, holder(rig, dead.pid, started=1))

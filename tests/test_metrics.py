@@ -18,6 +18,8 @@ from test_dispatch_process import Agent, ok, wait_until
 
 from agentd.clock import SystemClock
 
+pytestmark = pytest.mark.process
+
 COMMON = {"agentd_build_info": "gauge", "agentd_tasks": "gauge", "agentd_oldest_pending_task_age_seconds": "gauge"}
 DISPATCH = {
     **COMMON,
@@ -134,7 +136,7 @@ def test_both_services_expose_every_metric_and_the_counters_move(agent: Agent, t
 
 
 def test_metrics_bind_loopback_by_default() -> None:
-    from agentd.config import MetricsSection
+    from agentd.settings import MetricsSection
 
     defaults = MetricsSection()
     assert defaults.dispatch_listen.startswith("127.0.0.1:") and defaults.sensors_listen.startswith("127.0.0.1:")

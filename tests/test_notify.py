@@ -12,6 +12,8 @@ from queue import Empty, Queue
 import pytest
 from test_dispatch_process import Agent, ok
 
+pytestmark = pytest.mark.process
+
 
 class NotifySocket:
     """What systemd listens on: every datagram the service sends, with the events at that moment."""

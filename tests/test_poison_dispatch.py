@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rig import Rig
 
 from agentd.evidence import verify_attempt_dir
 from agentd.records import AttemptEnd, TaskOutcome
@@ -20,7 +21,7 @@ from agentd.store import Store
 pytestmark = pytest.mark.asyncio
 
 
-def evidence_root(rig: Any) -> Path:
+def evidence_root(rig: Rig) -> Path:
     return Path(rig.config.paths.state_dir) / "attempts"
 
 
@@ -28,7 +29,7 @@ def ok(**fields: Any) -> dict[str, Any]:
     return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
-async def run_one(rig: Any, **payload: Any) -> Any:
+async def run_one(rig: Rig, **payload: Any) -> Any:
     task = rig.add("scripted", payload=payload)
     dispatcher = rig.dispatcher()
     await dispatcher.start()
@@ -56,7 +57,7 @@ POISONED_OUTCOMES = {
 
 
 @pytest.mark.parametrize("raw", POISONED_OUTCOMES.values(), ids=POISONED_OUTCOMES.keys())
-async def test_a_poisoned_outcome_is_a_recorded_failure_and_dispatch_goes_on(rig: Any, raw: str) -> None:
+async def test_a_poisoned_outcome_is_a_recorded_failure_and_dispatch_goes_on(rig: Rig, raw: str) -> None:
     poisoned = rig.add("scripted", payload={"raw_result": raw})
     after = rig.add("scripted", payload={"outcome": ok()})
     dispatcher = rig.dispatcher()
@@ -72,7 +73,7 @@ async def test_a_poisoned_outcome_is_a_recorded_failure_and_dispatch_goes_on(rig
     assert rig.store.verify_event_chain() == []
 
 
-async def test_an_outcome_sqlite_refuses_is_recorded_as_internal_error_naming_why(rig: Any) -> None:
+async def test_an_outcome_sqlite_refuses_is_recorded_as_internal_error_naming_why(rig: Rig) -> None:
     """The commit boundary: whatever the outcome commit raises (here a NaN that slipped into the
     diagnostics) becomes the attempt's internal_error, and the task never stays running."""
     task = rig.add("scripted", payload={})
@@ -122,7 +123,7 @@ def secret_rig(rig_factory: Callable[..., Any], tmp_path: Path) -> Any:
     return rig_factory(mutate)
 
 
-def leaks(rig: Any, secret: str) -> list[str]:
+def leaks(rig: Rig, secret: str) -> list[str]:
     """Every place under the state dir (files, and every text column of the database) holding it."""
     found = []
     needles = [secret.encode(), json.dumps(secret)[1:-1].encode()]
@@ -138,7 +139,7 @@ def leaks(rig: Any, secret: str) -> list[str]:
 
 
 async def test_a_secret_in_the_final_message_outcome_is_redacted_everywhere(
-    secret_rig: Any, caplog: pytest.LogCaptureFixture
+    secret_rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     block = json.dumps(ok(operator_summary="the key is ${json:API_KEY}"))
@@ -162,7 +163,7 @@ async def test_a_secret_in_the_final_message_outcome_is_redacted_everywhere(
     assert not [r for r in caplog.records if SECRET in r.getMessage()]
 
 
-async def test_a_secret_in_a_failure_and_in_follow_ups_is_redacted(secret_rig: Any) -> None:
+async def test_a_secret_in_a_failure_and_in_follow_ups_is_redacted(secret_rig: Rig) -> None:
     outcome = ok(
         operator_summary="${json:API_KEY}",
         follow_up_tasks=[{"task_type": "example", "source": "x", "subject": "use ${json:API_KEY}", "payload": {}}],
@@ -177,7 +178,7 @@ async def test_a_secret_in_a_failure_and_in_follow_ups_is_redacted(secret_rig: A
 # --- finding 4: the boot sweep judges what a dead attempt left ------------------------------------
 
 
-async def claim_and_die(rig: Any, task_id: int, *, result: dict[str, Any] | None, started: bool = True) -> Any:
+async def claim_and_die(rig: Rig, task_id: int, *, result: dict[str, Any] | None, started: bool = True) -> Any:
     """Claim the task as a dispatcher that then dies (its attempt stays open), leaving `result`."""
     dead = rig.dispatcher()
     claim = await dead.db.call(Store.claim_next_task, rig.clock.now(), "dead-runner", dead._plan, evidence_root(rig))
@@ -191,7 +192,7 @@ async def claim_and_die(rig: Any, task_id: int, *, result: dict[str, Any] | None
     return claim
 
 
-async def test_a_finished_attempt_the_runtime_died_under_is_judged_not_rerun(rig: Any) -> None:
+async def test_a_finished_attempt_the_runtime_died_under_is_judged_not_rerun(rig: Rig) -> None:
     task = rig.add("scripted", payload={})
     await claim_and_die(rig, task.task_id, result=ok())
     dispatcher = rig.dispatcher()
@@ -214,7 +215,7 @@ async def test_a_finished_attempt_the_runtime_died_under_is_judged_not_rerun(rig
     assert manifest["task_hash"] and manifest["runtime_identity"]["agent_id"] == rig.config.agent.agent_id
 
 
-async def test_a_swept_result_still_goes_through_the_gates(rig: Any) -> None:
+async def test_a_swept_result_still_goes_through_the_gates(rig: Rig) -> None:
     task = rig.add("scripted", payload={})
     await claim_and_die(rig, task.task_id, result=ok(artifact_paths=["missing.txt"]))
     dispatcher = rig.dispatcher()
@@ -224,7 +225,7 @@ async def test_a_swept_result_still_goes_through_the_gates(rig: Any) -> None:
     assert task.status == "retryable_failure" and "missing.txt" in (task.last_error or "")
 
 
-async def test_crashes_do_not_spend_attempts_but_a_task_that_keeps_crashing_ends_crashed_runtime(rig: Any) -> None:
+async def test_crashes_do_not_spend_attempts_but_a_task_that_keeps_crashing_ends_crashed_runtime(rig: Rig) -> None:
     task = rig.add("scripted", payload={"outcome": ok()})
     limit = rig.config.dispatch.crash_limit
     for crash in range(1, limit + 1):
@@ -241,7 +242,7 @@ async def test_crashes_do_not_spend_attempts_but_a_task_that_keeps_crashing_ends
     assert rig.store.attempts_of(task.task_id)[-1].termination_reason == "crashed_runtime"
 
 
-async def test_one_crash_then_a_clean_attempt_resets_the_count_and_spent_nothing(rig: Any) -> None:
+async def test_one_crash_then_a_clean_attempt_resets_the_count_and_spent_nothing(rig: Rig) -> None:
     task = rig.add("scripted", payload={"outcome": ok()})
     await claim_and_die(rig, task.task_id, result=None, started=False)
     dispatcher = rig.dispatcher()

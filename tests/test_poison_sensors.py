@@ -8,14 +8,18 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rig import Rig
 from support import task_subjects, write_sensor
 from test_dispatch_process import alive, wait_until
 
 from agentd.store import Store
+
+pytestmark = pytest.mark.process
 
 POISON_LINES = """
 print(event("a"))
@@ -33,7 +37,7 @@ print(event("b"))
 
 @pytest.mark.asyncio
 async def test_poisoned_lines_are_rejected_one_by_one_and_their_neighbours_count(
-    sensing: Any, sensors_dir: Path
+    sensing: Callable[[], Rig], sensors_dir: Path
 ) -> None:
     write_sensor(sensors_dir, "poison", POISON_LINES)
     rig = sensing()
@@ -53,7 +57,9 @@ async def test_poisoned_lines_are_rejected_one_by_one_and_their_neighbours_count
     assert rig.store.verify_event_chain() == []
 
 
-def test_sensor_run_of_poisoned_output_exits_0_without_a_traceback(sensing: Any, sensors_dir: Path, cli: Any) -> None:
+def test_sensor_run_of_poisoned_output_exits_0_without_a_traceback(
+    sensing: Callable[[], Rig], sensors_dir: Path, cli: Any
+) -> None:
     write_sensor(sensors_dir, "poison", POISON_LINES)
     rig = sensing()
     result = cli("sensor", "run", "poison", config=rig.config.path)
@@ -64,7 +70,7 @@ def test_sensor_run_of_poisoned_output_exits_0_without_a_traceback(sensing: Any,
 
 @pytest.mark.asyncio
 async def test_a_run_agentd_fails_is_recorded_and_not_rerun_before_its_interval(
-    sensing: Any, sensors_dir: Path, tmp_path: Path
+    sensing: Callable[[], Rig], sensors_dir: Path, tmp_path: Path
 ) -> None:
     env_file = tmp_path / "sensor.env"
     env_file.write_text("TOKEN=abcdefgh\n")
@@ -88,7 +94,7 @@ SECRET = "ghp_s3cret-token-value"
 
 @pytest.mark.asyncio
 async def test_sensor_secrets_are_redacted_from_events_logs_and_tasks(
-    sensing: Any, sensors_dir: Path, tmp_path: Path
+    sensing: Callable[[], Rig], sensors_dir: Path, tmp_path: Path
 ) -> None:
     env_file = tmp_path / "sensor.env"
     env_file.write_text(f"TOKEN={SECRET}\n")
@@ -113,11 +119,13 @@ sys.exit(3)
         assert not [r for r in rows if SECRET in json.dumps([str(v) for v in tuple(r)])], table
 
 
-def running_as(rig: Any, pid: int) -> bool:
+def running_as(rig: Rig, pid: int) -> bool:
     return any(s["pid"] == pid and s["status"] != "stopped" for s in rig.store.service_statuses())
 
 
-def test_a_sensor_left_running_by_a_killed_service_is_swept_at_restart(sensing: Any, sensors_dir: Path) -> None:
+def test_a_sensor_left_running_by_a_killed_service_is_swept_at_restart(
+    sensing: Callable[[], Rig], sensors_dir: Path
+) -> None:
     body = """
 with open(os.path.join(os.environ["AGENTD_SENSOR_STATE_DIR"], "pid"), "w") as f:
     f.write(str(os.getpid()))

@@ -27,6 +27,8 @@ from agentd.records import TaskIntent
 from agentd.store import base as store_base
 from agentd.store import migrate, open_store
 
+pytestmark = pytest.mark.process
+
 ROOT = os.geteuid() == 0 and shutil.which("mount") is not None
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root to mount a full or read-only file system")
 

@@ -58,6 +58,7 @@ def test_every_subcommand_has_help(command: tuple[str, ...], capsys: pytest.Capt
     assert "usage: agentd " + " ".join(command) in capsys.readouterr().out
 
 
+@pytest.mark.process
 def test_the_console_script_runs_the_tour(tmp_path: Path) -> None:
     """The real executable, as a newcomer types it: init, add, list."""
     env = {

@@ -32,7 +32,13 @@ from agentd.outcome import Extracted, extract_outcome
 from agentd.sensor_runs import parse_output
 from agentd.validation import load_config
 
-FAST = settings(max_examples=300, deadline=None)
+
+# `make test-fast` runs a quarter of the examples (AGENTD_TEST_TIER=fast); `make test` all of them.
+def examples(full: int) -> int:
+    return max(full // 4, 10) if os.environ.get("AGENTD_TEST_TIER") == "fast" else full
+
+
+FAST = settings(max_examples=examples(300), deadline=None)
 CONTROL_CHARS = [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0))]
 LINE_BREAKS = ["\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 
@@ -341,7 +347,7 @@ def final_messages(draw: st.DrawFn) -> str:
     return "".join(parts)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.none() | OUTCOME_TEXT, st.none() | final_messages(), st.none() | ANY_TEXT)
 @example('{"status": "completed", "machine_status": "ok", "operator_summary": NaN}', None, None)
 @example(None, '```json\n{"status": "completed", "machine_status": "ok", "operator_summary": "\\ud800"}\n```', "")
@@ -456,7 +462,7 @@ def _judged_lines(sensor_id: str, text: str, config: Config, now: datetime) -> t
     return accepted, rejected
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(SENSOR_ID, sensor_outputs(), NOW)
 @example("inbox", render({**BASE_EVENT, "sensor_id": "inbox"}) + "\n\n  \n{]\n", FakeClock().now())
 def test_parse_output_judges_every_line_once_and_never_raises(
@@ -465,7 +471,7 @@ def test_parse_output_judges_every_line_once_and_never_raises(
     _judged_lines(sensor_id, text, example_config, now)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(SENSOR_ID, sensor_outputs(), NOW)
 def test_parse_output_rejects_lines_for_a_reason_not_an_internal_error(
     example_config: Config, sensor_id: str, text: str, now: datetime
@@ -611,7 +617,7 @@ REVISED_AT = ("constitution", "revised_at")
 FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(MUTATION, min_size=1, max_size=3))
 @example([])
 @example([("set", ("dispatch", "poll_ceiling_s"), math.nan)])
@@ -702,7 +708,7 @@ PAYLOAD_TEXT = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(SUBJECT_TEXT, PAYLOAD_TEXT)
 @example("\udcff", "{}")
 @example("a\x1b[31m\x00b", '{"note": "\\u0000"}')

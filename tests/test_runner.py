@@ -16,7 +16,7 @@ from agentd import containment
 from agentd.containment import RunGroup
 from agentd.runner import ProcessSpec, run_process
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.process, pytest.mark.asyncio]
 
 
 def spec(tmp_path: Path, code: str, **overrides: object) -> ProcessSpec:
@@ -145,12 +145,16 @@ def group(tmp_path: Path, run_id: str) -> RunGroup:
     return containment.attempt_group(tmp_path / "state", run_id)
 
 
-# A tool that daemonises for real: double fork, setsid, and an empty environment (no marker).
+# A tool that daemonises for real: double fork, setsid, and an empty environment (no marker). The
+# leader waits until the daemon has written its pid (daemon.pid), then exits: the run ends with the
+# daemon alive and detached.
 DAEMON = (
-    "import os, subprocess, sys\n"
-    "code = 'import os, sys, time\\nif os.fork(): os._exit(0)\\nos.setsid()\\nif os.fork(): os._exit(0)\\n"
-    "print(os.getpid(), flush=True)\\ntime.sleep(600)\\n'\n"
+    "import os, subprocess, sys, time\n"
+    "code = 'import os, time\\nif os.fork(): os._exit(0)\\nos.setsid()\\nif os.fork(): os._exit(0)\\n"
+    'open("daemon.pid.tmp", "w").write(str(os.getpid())); os.rename("daemon.pid.tmp", "daemon.pid")\\n'
+    "time.sleep(600)\\n'\n"
     "subprocess.run([sys.executable, '-c', code], env={}, check=True)\n"
+    "while not os.path.exists('daemon.pid'): time.sleep(0.01)\n"
 )
 
 
@@ -159,7 +163,7 @@ async def test_an_empty_environment_setsid_daemon_dies_with_its_run(tmp_path: Pa
     env = {"PATH": os.environ["PATH"], "AGENTD_ATTEMPT_ID": "01DAEMON"}
     result = await run_process(spec(tmp_path, DAEMON, env=env, group=group(tmp_path, "01DAEMON")))
     assert result.exit_code == 0
-    daemon = int((tmp_path / "stdout.log").read_text())
+    daemon = int((tmp_path / "daemon.pid").read_text())
     assert not alive(daemon), "a daemon with no marker escaped its run"
     found = containment.cgroups()
     run_dir = found.run_dir(group(tmp_path, "01DAEMON")) if found else None
@@ -173,7 +177,7 @@ async def test_without_cgroups_the_documented_limit_holds(tmp_path: Path, monkey
     monkeypatch.setitem(containment._CGROUPS, os.getpid(), None)
     env = {"PATH": os.environ["PATH"], "AGENTD_ATTEMPT_ID": "01NOCG"}
     await run_process(spec(tmp_path, DAEMON, env=env, group=group(tmp_path, "01NOCG")))
-    daemon = int((tmp_path / "stdout.log").read_text())
+    daemon = int((tmp_path / "daemon.pid").read_text())
     try:
         assert alive(daemon)
     finally:

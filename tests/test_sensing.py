@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
+from rig import Rig
 from support import task_subjects, write_sensor
 
 from agentd.clock import SystemClock
 from agentd.sensor_service import SensorService
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.process, pytest.mark.asyncio]
 
 
-async def test_the_same_1000_events_for_5_runs_make_1000_tasks(sensing: Any, sensors_dir: Path) -> None:
+async def test_the_same_1000_events_for_5_runs_make_1000_tasks(sensing: Callable[[], Rig], sensors_dir: Path) -> None:
     write_sensor(sensors_dir, "repeat", "for n in range(1000): print(event(n))", interval=60)
     rig = sensing()
     for _ in range(5):
@@ -29,7 +30,9 @@ async def test_the_same_1000_events_for_5_runs_make_1000_tasks(sensing: Any, sen
     assert all(t.source.startswith("sensor:repeat:") for t in rig.store.list_tasks(limit=10))
 
 
-async def test_a_sensor_killed_mid_output_then_rerun_creates_each_task_once(sensing: Any, sensors_dir: Path) -> None:
+async def test_a_sensor_killed_mid_output_then_rerun_creates_each_task_once(
+    sensing: Callable[[], Rig], sensors_dir: Path
+) -> None:
     body = """
 marker = os.path.join(os.environ["AGENTD_SENSOR_STATE_DIR"], "ran-once")
 first = not os.path.exists(marker)
@@ -49,7 +52,9 @@ for n in range(1000):
     assert task_subjects(rig) == sorted(f"task {n}" for n in range(1000))
 
 
-async def test_malformed_lines_are_rejected_by_number_and_the_rest_still_count(sensing: Any, sensors_dir: Path) -> None:
+async def test_malformed_lines_are_rejected_by_number_and_the_rest_still_count(
+    sensing: Callable[[], Rig], sensors_dir: Path
+) -> None:
     body = """
 print(event("a"))
 print("this is not json")
@@ -70,7 +75,7 @@ print(event("d"))
     assert "expected a JSON object" in rejected[6]
 
 
-async def test_a_rejected_event_keeps_its_dedupe_key_free(sensing: Any, sensors_dir: Path) -> None:
+async def test_a_rejected_event_keeps_its_dedupe_key_free(sensing: Callable[[], Rig], sensors_dir: Path) -> None:
     """The sensor's key is not spent on an event agentd refused: once the cause is fixed, it counts."""
     write_sensor(
         sensors_dir,
@@ -89,7 +94,7 @@ async def test_a_rejected_event_keeps_its_dedupe_key_free(sensing: Any, sensors_
     assert len(task_subjects(rig)) == 1
 
 
-async def test_stale_events_are_recorded_without_a_task(sensing: Any, sensors_dir: Path) -> None:
+async def test_stale_events_are_recorded_without_a_task(sensing: Callable[[], Rig], sensors_dir: Path) -> None:
     write_sensor(sensors_dir, "late", 'print(event("old", freshness_deadline="2000-01-01T00:00:00Z"))')
     rig = sensing()
     [report] = await rig.service.run_due(rig.clock.now())
@@ -97,7 +102,7 @@ async def test_stale_events_are_recorded_without_a_task(sensing: Any, sensors_di
     assert any(e.type == "sensor_event_stale" for e in rig.events())
 
 
-async def test_proposed_workflows_are_created_once(sensing: Any, sensors_dir: Path) -> None:
+async def test_proposed_workflows_are_created_once(sensing: Callable[[], Rig], sensors_dir: Path) -> None:
     proposal = '{"template": "goal-loop", "instance_key": "g1", "context": {"goal": "x"}}'
     body = (
         f'print(event("w", proposed_task=None, proposed_workflow={proposal}))\n'
@@ -111,7 +116,7 @@ async def test_proposed_workflows_are_created_once(sensing: Any, sensors_dir: Pa
     assert workflow.instance_key == "g1" and workflow.current_state == "plan"
 
 
-async def test_a_restart_neither_reruns_early_nor_forgets(sensing: Any, sensors_dir: Path) -> None:
+async def test_a_restart_neither_reruns_early_nor_forgets(sensing: Callable[[], Rig], sensors_dir: Path) -> None:
     write_sensor(sensors_dir, "tick", "print(event(time.time()))", interval=300)
     rig = sensing()
     assert len(await rig.service.run_due(rig.clock.now())) == 1
@@ -124,7 +129,9 @@ async def test_a_restart_neither_reruns_early_nor_forgets(sensing: Any, sensors_
     assert state.runs == 2
 
 
-async def test_a_hanging_sensor_is_killed_and_the_others_still_run_on_time(sensing: Any, sensors_dir: Path) -> None:
+async def test_a_hanging_sensor_is_killed_and_the_others_still_run_on_time(
+    sensing: Callable[[], Rig], sensors_dir: Path
+) -> None:
     write_sensor(sensors_dir, "hang", "time.sleep(600)", interval=60, timeout=2)
     write_sensor(sensors_dir, "quick", "print(event(time.time()))", interval=1)
     rig = sensing()

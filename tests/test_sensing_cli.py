@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+from rig import Rig
 from support import task_subjects, write_sensor
 
+pytestmark = pytest.mark.process
 
-def test_sensor_list_and_run_dry_run(sensing: Any, sensors_dir: Path, cli: Any) -> None:
+
+def test_sensor_list_and_run_dry_run(sensing: Callable[[], Rig], sensors_dir: Path, cli: Any) -> None:
     write_sensor(sensors_dir, "one", 'print(event("only"))\nprint("junk")')
     rig = sensing()
     dry = cli("sensor", "run", "one", "--dry-run", "--json", config=rig.config.path)

@@ -7,8 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support import write_sensor
 from test_dispatch_process import Agent, wait_until
+
+pytestmark = pytest.mark.process
 
 LOAD = """
 state = os.path.join(os.environ["AGENTD_SENSOR_STATE_DIR"], "runs")

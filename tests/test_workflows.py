@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rig import Rig
 
 from agentd.clock import FakeClock
 from agentd.config import GOAL_LOOP
@@ -15,7 +17,7 @@ from agentd.workflows import next_move
 pytestmark = pytest.mark.asyncio
 
 
-async def run_workflow(rig: Any, context: dict[str, Any], key: str = "w1") -> tuple[WorkflowRecord, list[Any]]:
+async def run_workflow(rig: Rig, context: dict[str, Any], key: str = "w1") -> tuple[WorkflowRecord, list[Any]]:
     workflow, created = rig.store.create_workflow("goal-loop", key, "plan", context, rig.clock.now(), "test")
     assert created
     dispatcher = rig.dispatcher()
@@ -31,7 +33,7 @@ def states(steps: list[Any]) -> list[str]:
     return [t.workflow_ref.state_id for t in steps]
 
 
-async def test_goal_loop_continue_then_complete_takes_exactly_five_tasks(rig: Any) -> None:
+async def test_goal_loop_continue_then_complete_takes_exactly_five_tasks(rig: Rig) -> None:
     workflow, steps = await run_workflow(rig, {"answers": {"verify": ["continue", "complete"]}})
     assert workflow.status == "completed" and workflow.completed_at is not None
     assert states(steps) == ["plan", "execute", "verify", "execute", "verify"]
@@ -42,7 +44,7 @@ async def test_goal_loop_continue_then_complete_takes_exactly_five_tasks(rig: An
     assert kinds[-1] == "workflow_completed"
 
 
-async def test_verify_continue_forever_is_blocked_at_the_cap(rig: Any) -> None:
+async def test_verify_continue_forever_is_blocked_at_the_cap(rig: Rig) -> None:
     workflow, steps = await run_workflow(rig, {"answers": {"verify": ["continue"]}})
     assert workflow.status == "blocked"
     assert "state execute would be entered 6 times (cap 5)" in (workflow.blocked_reason or "")
@@ -51,7 +53,7 @@ async def test_verify_continue_forever_is_blocked_at_the_cap(rig: Any) -> None:
 
 @pytest.mark.parametrize(("answer", "reason"), [(None, "got signal None"), ("maybe", "got signal 'maybe'")])
 async def test_verify_without_a_known_signal_blocks_rather_than_spins(
-    rig: Any, answer: str | None, reason: str
+    rig: Rig, answer: str | None, reason: str
 ) -> None:
     workflow, steps = await run_workflow(rig, {"answers": {"verify": [answer]}})
     assert workflow.status == "blocked" and reason in (workflow.blocked_reason or "")
@@ -59,13 +61,13 @@ async def test_verify_without_a_known_signal_blocks_rather_than_spins(
     assert len(steps) == 3
 
 
-async def test_a_permanently_failed_step_blocks_the_workflow(rig: Any) -> None:
+async def test_a_permanently_failed_step_blocks_the_workflow(rig: Rig) -> None:
     workflow, steps = await run_workflow(rig, {"fail": "execute"})
     assert workflow.status == "blocked" and "ended permanent_failure" in (workflow.blocked_reason or "")
     assert states(steps) == ["plan", "execute"]
 
 
-async def test_the_bundle_tells_a_step_which_signals_it_may_give(rig: Any) -> None:
+async def test_the_bundle_tells_a_step_which_signals_it_may_give(rig: Rig) -> None:
     _, steps = await run_workflow(rig, {"answers": {"verify": ["complete"]}})
     prompt = Path(rig.store.attempts_of(steps[-1].task_id)[0].prompt_path).read_text()
     assert "step 'verify' (iteration 3)" in prompt
@@ -93,7 +95,7 @@ async def test_a_signal_from_an_older_iteration_is_ignored() -> None:
     assert next_move(GOAL_LOOP, workflow, current, {"execute": 2, "verify": 1}, 5).next_state == "verify"
 
 
-async def test_config_refuses_to_strand_a_live_workflow(rig: Any, tmp_path: Path, cli: Any) -> None:
+async def test_config_refuses_to_strand_a_live_workflow(rig: Rig, tmp_path: Path, cli: Any) -> None:
     workflow, _ = rig.store.create_workflow("goal-loop", "stranded", "verify", {}, rig.clock.now(), "test")
     from support import agent_config
 
@@ -112,7 +114,7 @@ async def test_config_refuses_to_strand_a_live_workflow(rig: Any, tmp_path: Path
     assert cli("dispatch", "--until-idle", config=path).code == 2
 
 
-async def test_a_schedule_coalesces_missed_runs_and_waits_for_its_open_task(rig_factory: Any) -> None:
+async def test_a_schedule_coalesces_missed_runs_and_waits_for_its_open_task(rig_factory: Callable[..., Rig]) -> None:
     schedule = {"schedule_id": "beat", "interval_seconds": 60, "task": {"task_type": "example", "subject": "beat"}}
     rig = rig_factory(lambda raw: raw.update(schedules=[schedule]))
     dispatcher = rig.dispatcher()
@@ -136,7 +138,9 @@ async def test_a_schedule_coalesces_missed_runs_and_waits_for_its_open_task(rig_
     await dispatcher.stop()
 
 
-async def test_config_schedules_are_upserted_and_removed_with_the_config(rig_factory: Any, tmp_path: Path) -> None:
+async def test_config_schedules_are_upserted_and_removed_with_the_config(
+    rig_factory: Callable[..., Rig], tmp_path: Path
+) -> None:
     schedule = {"schedule_id": "beat", "interval_seconds": 60, "task": {"task_type": "example"}}
     rig = rig_factory(lambda raw: raw.update(schedules=[schedule]))
     dispatcher = rig.dispatcher()

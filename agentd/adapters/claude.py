@@ -22,7 +22,7 @@ from agentd.adapters.harness import (
     to_run,
     trusted,
 )
-from agentd.records import ClaudeCodeAdapter as ClaudeConfig
+from agentd.records import ClaudeCodeAdapterConfig as ClaudeConfig
 from agentd.runner import ProcessResult
 
 BYPASS_FLAGS = ("--dangerously-skip-permissions", "--permission-mode=bypassPermissions")

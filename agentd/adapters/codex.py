@@ -26,7 +26,7 @@ from agentd.adapters.harness import (
     to_run,
     trusted,
 )
-from agentd.records import CodexAdapter as CodexConfig
+from agentd.records import CodexAdapterConfig as CodexConfig
 from agentd.runner import ProcessResult
 
 LAST_MESSAGE = "codex-last-message.txt"

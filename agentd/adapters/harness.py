@@ -16,10 +16,9 @@ from typing import Any
 
 from agentd.adapters.base import AdapterRun, AttemptContext, SubprocessAdapter, Usage
 from agentd.adapters.versions import cached_version, cli_version
-from agentd.records import ClaudeCodeAdapter, CodexAdapter, HermesAgentAdapter, TokenPrice
+from agentd.records import HarnessAdapterConfig, TokenPrice
 from agentd.runner import ProcessResult
 
-HarnessConfig = ClaudeCodeAdapter | CodexAdapter | HermesAgentAdapter
 RATE_LIMIT = re.compile(r"\b429\b|rate.?limit|too many requests", re.IGNORECASE)
 MIN_REQUEST_TIMEOUT_MS = 5_000
 
@@ -43,17 +42,17 @@ def scratch(ctx: AttemptContext, name: str) -> Path:
     return path
 
 
-def request_timeout_ms(adapter: HarnessConfig) -> int:
+def request_timeout_ms(adapter: HarnessAdapterConfig) -> int:
     """The CLI's per-request timeout: a third of the attempt's, so a retry still fits."""
     return max(MIN_REQUEST_TIMEOUT_MS, adapter.timeout_ms // 3)
 
 
-def trusted(adapter: HarnessConfig) -> bool:
+def trusted(adapter: HarnessAdapterConfig) -> bool:
     """The trusted-VM posture, declared on the adapter: never inferred, never in extra_args."""
     return adapter.autonomy is not None and adapter.autonomy.profile == "trusted-vm"
 
 
-def base_args(adapter: HarnessConfig) -> list[str]:
+def base_args(adapter: HarnessAdapterConfig) -> list[str]:
     return [*(adapter.autonomy.required_args or [] if adapter.autonomy else []), *(adapter.extra_args or [])]
 
 

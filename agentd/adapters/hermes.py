@@ -13,7 +13,7 @@ from typing import Any
 
 from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, Usage, read_tail
 from agentd.adapters.harness import HarnessAdapter, ParsedRun, base_args, request_timeout_ms, scratch, to_run
-from agentd.records import HermesAgentAdapter as HermesConfig
+from agentd.records import HermesAgentAdapterConfig as HermesConfig
 from agentd.runner import ProcessResult
 
 USAGE_FILE = "hermes-usage.json"

@@ -16,7 +16,7 @@ import anyio
 import httpx
 
 from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted, Usage
-from agentd.records import OllamaGenerateAdapter as OllamaConfig
+from agentd.records import OllamaGenerateAdapterConfig as OllamaConfig
 from agentd.runner import CappedFile
 
 

@@ -13,7 +13,7 @@ import httpx
 
 from agentd.adapters.versions import cli_version
 from agentd.config import Config, passthrough_environment
-from agentd.records import AdapterConfig, OllamaGenerateAdapter
+from agentd.records import AdapterConfig, OllamaGenerateAdapterConfig
 
 PROBE_TIMEOUT_S = 5.0
 
@@ -27,7 +27,7 @@ async def probe_adapters(config: Config) -> dict[str, dict[str, Any]]:
 
 
 async def _probe(adapter: AdapterConfig, scratch: Path) -> dict[str, Any]:
-    if isinstance(adapter, OllamaGenerateAdapter):
+    if isinstance(adapter, OllamaGenerateAdapterConfig):
         return await _probe_endpoint(adapter)
     command = adapter.command
     path = Path(command) if "/" in command else (Path(found) if (found := shutil.which(command)) else None)
@@ -40,7 +40,7 @@ async def _probe(adapter: AdapterConfig, scratch: Path) -> dict[str, Any]:
     return {"ok": ok, "probe": "found" if ok else "found, but --version failed", "version": version}
 
 
-async def _probe_endpoint(adapter: OllamaGenerateAdapter) -> dict[str, Any]:
+async def _probe_endpoint(adapter: OllamaGenerateAdapterConfig) -> dict[str, Any]:
     url = adapter.endpoint.rstrip("/") + "/api/tags"
     try:
         async with httpx.AsyncClient(trust_env=False, timeout=PROBE_TIMEOUT_S) as client:

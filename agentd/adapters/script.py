@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, SubprocessAdapter, exit_status_of, read_tail
-from agentd.records import ScriptAdapter as ScriptAdapterConfig
+from agentd.records import ScriptAdapterConfig
 from agentd.runner import ProcessResult
 
 

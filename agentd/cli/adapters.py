@@ -9,7 +9,7 @@ import anyio
 
 from agentd.adapters.probe import probe_adapters
 from agentd.cli.common import add_command, config_from, print_json, print_table, wants_json
-from agentd.records import AdapterConfig, OllamaGenerateAdapter
+from agentd.records import AdapterConfig, OllamaGenerateAdapterConfig
 
 
 def register(commands: Any) -> None:
@@ -48,7 +48,7 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 
 def _describe(adapter: AdapterConfig) -> dict[str, Any]:
     autonomy = getattr(adapter, "autonomy", None)
-    target = adapter.endpoint if isinstance(adapter, OllamaGenerateAdapter) else adapter.command
+    target = adapter.endpoint if isinstance(adapter, OllamaGenerateAdapterConfig) else adapter.command
     return {
         "adapter_id": adapter.adapter_id,
         "kind": adapter.kind,

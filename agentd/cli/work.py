@@ -24,10 +24,10 @@ from agentd.cli.common import (
     wants_json,
 )
 from agentd.clock import SystemClock, age, format_ts
-from agentd.config import YEAR_S
 from agentd.errors import InputError, NotFound
 from agentd.records import ScheduleSpec
 from agentd.sensor_runs import SensorRunner
+from agentd.settings import YEAR_S
 from agentd.store import AsyncStore
 
 

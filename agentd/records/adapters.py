@@ -56,7 +56,7 @@ class _SubprocessAdapter(Record):
     extra_args: list[str] | None = None
 
 
-class ClaudeCodeAdapter(_SubprocessAdapter):
+class ClaudeCodeAdapterConfig(_SubprocessAdapter):
     schema_id = "agent-runtime/adapter.claude-code/v1"
     kind: Literal["claude-code"]
     sandbox: Sandbox | None = None
@@ -69,7 +69,7 @@ class ClaudeCodeAdapter(_SubprocessAdapter):
     allowed_tools: list[str] | None = Field(default=None, description="agentd: --allowedTools")
 
 
-class CodexAdapter(_SubprocessAdapter):
+class CodexAdapterConfig(_SubprocessAdapter):
     schema_id = "agent-runtime/adapter.codex/v1"
     kind: Literal["codex"]
     sandbox: Sandbox | None = None
@@ -81,7 +81,7 @@ class CodexAdapter(_SubprocessAdapter):
     )
 
 
-class HermesAgentAdapter(_SubprocessAdapter):
+class HermesAgentAdapterConfig(_SubprocessAdapter):
     schema_id = "agent-runtime/adapter.hermes-agent/v1"
     kind: Literal["hermes-agent"]
     sandbox: Sandbox | None = None
@@ -96,7 +96,7 @@ class HermesAgentAdapter(_SubprocessAdapter):
     max_retries: int = Field(default=1, ge=1, le=5, description="agentd: hermes agent.api_max_retries")
 
 
-class OllamaGenerateAdapter(Record):
+class OllamaGenerateAdapterConfig(Record):
     schema_id = "agent-runtime/adapter.ollama-generate/v1"
     adapter_id: Identifier
     kind: Literal["ollama-generate"]
@@ -105,20 +105,22 @@ class OllamaGenerateAdapter(Record):
     timeout_ms: int = Field(gt=0, le=MAX_TIMEOUT_MS)
 
 
-class ScriptAdapter(_SubprocessAdapter):
+class ScriptAdapterConfig(_SubprocessAdapter):
     schema_id = "agent-runtime/adapter.script/v1"
     kind: Literal["script"]
     autonomy: ScriptAutonomy | None = None
 
 
+HarnessAdapterConfig = ClaudeCodeAdapterConfig | CodexAdapterConfig | HermesAgentAdapterConfig
+SubprocessAdapterConfig = HarnessAdapterConfig | ScriptAdapterConfig
 AdapterConfig = Annotated[
-    ClaudeCodeAdapter | CodexAdapter | HermesAgentAdapter | OllamaGenerateAdapter | ScriptAdapter,
+    HarnessAdapterConfig | OllamaGenerateAdapterConfig | ScriptAdapterConfig,
     Field(discriminator="kind"),
 ]
 ADAPTER_MODELS: tuple[type[Record], ...] = (
-    ClaudeCodeAdapter,
-    CodexAdapter,
-    HermesAgentAdapter,
-    OllamaGenerateAdapter,
-    ScriptAdapter,
+    ClaudeCodeAdapterConfig,
+    CodexAdapterConfig,
+    HermesAgentAdapterConfig,
+    OllamaGenerateAdapterConfig,
+    ScriptAdapterConfig,
 )

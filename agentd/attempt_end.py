@@ -1,0 +1,341 @@
+"""How an attempt ends, whichever way it ends: a live attempt (`conclude`), one the boot sweep found
+after the runtime died (`sweep_end`), and one agentd itself failed (`internal_failure_end`).
+
+Each `gather`s the facts — what the attempt left, redacted before anything reads it; its result;
+what the workspace holds at every path the outcome names — has them judged (agentd/judge.py, pure)
+and `finish`es: the manifest sealed (complete on every path), scratch/ removed, the commit built.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from agentd import __version__
+from agentd.adapters import AdapterRun
+from agentd.attempt import Prepared, adapter_redactor, completion_checks, retry_policy
+from agentd.clock import Clock, format_ts
+from agentd.config import Config
+from agentd.edge import MAX_RESULT_BYTES, scrub, scrub_value
+from agentd.evidence import AttemptPaths, attempt_paths, seal, write_private
+from agentd.hashing import canonical_json, sha256_file, sha256_hex
+from agentd.judge import AttemptFacts, OutboxPolicy, Stopped, extracted_of, judge
+from agentd.outcome import FileFact, paths_to_check
+from agentd.records import ArtifactRow, AttemptEnd, TaskAttempt, TaskRecord
+from agentd.redaction import Redactor
+
+
+def conclude(
+    config: Config, clock: Clock, rng: random.Random, prepared: Prepared, run: AdapterRun | None, stopped: str | None
+) -> AttemptEnd:
+    """A live attempt's end: its run redacted before anything reads it, then judged and sealed."""
+    paths, redactor = prepared.ctx.paths, prepared.redactor
+    run = sanitized_run(run, redactor)
+    if run is not None and run.final_message is not None:
+        write_private(paths.last_message, run.final_message)
+    process = run.process if run else None
+    facts = gather(
+        config,
+        prepared.task,
+        prepared.attempt,
+        paths,
+        redactor,
+        run=run,
+        stopped=stopped if stopped in ("interrupted", "operator_canceled") else None,  # type: ignore[arg-type]
+        started=run is not None,
+        stdout_bytes=process.stdout.bytes_seen if process else None,
+    )
+    return finish(config, clock, rng, facts, bundle_hash=prepared.bundle.bundle_hash)
+
+
+def sweep_end(
+    config: Config, clock: Clock, rng: random.Random, task: TaskRecord, attempt: TaskAttempt, survivors: list[int]
+) -> AttemptEnd:
+    """An attempt a dead runtime left open. If its processes were gone and it left a result, that is
+    judged through the same gates as a live attempt (exit unknown); otherwise the runtime crashed
+    under it: re-queued without spending an attempt, unless it keeps happening (crash_limit)."""
+    paths = (
+        AttemptPaths(Path(attempt.evidence_dir))
+        if attempt.evidence_dir
+        else attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id)
+    )
+    facts = gather(
+        config,
+        task,
+        attempt,
+        paths,
+        adapter_redactor(config, attempt.adapter_id),
+        swept=True,
+        read_result=not survivors,  # a result beside live processes may be half-written: not judged
+        started=attempt.pid is not None,
+        notes={"killed_pids": survivors},
+    )
+    facts = replace(facts, notes={**facts.notes, "judged": facts.result_text is not None})
+    return finish(config, clock, rng, facts, bundle_hash=attempt.bundle_hash)
+
+
+def internal_failure_end(
+    config: Config,
+    clock: Clock,
+    rng: random.Random,
+    task: TaskRecord,
+    attempt: TaskAttempt,
+    exc: BaseException,
+    *,
+    stage: str,
+    started: bool,
+    redactor: Redactor | None = None,
+) -> AttemptEnd:
+    """agentd itself failed (a bug, or a value nothing could store): a recorded failure naming the
+    exception, with nothing from the attempt's own outcome (that is what may have been poison)."""
+    redactor = redactor or adapter_redactor(config, attempt.adapter_id)
+    reason = redactor.text(scrub(f"agentd failed {stage}: {type(exc).__name__}: {exc}"))[:2000]
+    facts = AttemptFacts(
+        task=task,
+        attempt=attempt,
+        checks=completion_checks(config, task),
+        timeout_s=_timeout_s(config, attempt.adapter_id),
+        internal_error=reason,
+        started=started,
+        outbox_policy=_outbox_policy(config, task),
+        redactions=redactor.count,
+    )
+    return finish(config, clock, rng, facts, bundle_hash=attempt.bundle_hash, best_effort=True)
+
+
+def gather(
+    config: Config,
+    task: TaskRecord,
+    attempt: TaskAttempt,
+    paths: AttemptPaths,
+    redactor: Redactor,
+    *,
+    run: AdapterRun | None = None,
+    stopped: Stopped | None = None,
+    swept: bool = False,
+    read_result: bool = True,
+    started: bool = True,
+    stdout_bytes: int | None = None,
+    notes: Mapping[str, Any] | None = None,
+) -> AttemptFacts:
+    """Everything the judge needs, from the evidence dir and the workspace: redacted first."""
+    redact_evidence(paths, redactor)
+    result_text, result_problem = read_result_file(paths) if read_result else (None, None)
+    checks = completion_checks(config, task)
+    facts = AttemptFacts(
+        task=task,
+        attempt=attempt,
+        checks=checks,
+        timeout_s=_timeout_s(config, attempt.adapter_id),
+        run=run,
+        stopped=stopped,
+        result_text=result_text,
+        result_problem=result_problem,
+        stdout_bytes=_size(paths.stdout) if stdout_bytes is None else stdout_bytes,
+        swept=swept,
+        started=started,
+        artifact_role=_artifact_role(config, task),
+        outbox_policy=_outbox_policy(config, task),
+        notes=dict(notes or {}),
+        redactions=redactor.count,
+    )
+    extracted = extracted_of(facts)
+    files = {p: file_fact(p, config.paths.workspace) for p in paths_to_check(extracted.outcome, checks)}
+    audit = None
+    if checks.require_adapter_audit and paths.stdout.is_file():
+        relative = str(paths.stdout.relative_to(config.paths.state_dir))
+        audit = ArtifactRow("adapter-audit", relative, sha256_file(paths.stdout), "text/plain")
+    evidence = {n: str(getattr(paths, n)) if getattr(paths, n).exists() else None for n in EVIDENCE_PATHS}
+    return replace(facts, extracted=extracted, files=files, audit=audit, evidence=evidence)
+
+
+EVIDENCE_PATHS = ("stdout", "stderr", "result", "last_message")
+
+
+def finish(
+    config: Config,
+    clock: Clock,
+    rng: random.Random,
+    facts: AttemptFacts,
+    *,
+    bundle_hash: str | None,
+    best_effort: bool = False,
+) -> AttemptEnd:
+    """Judge, seal the manifest (complete on every path), drop scratch/, and say what to commit."""
+    now = clock.now()
+    end = judge(facts, now=now, policy=retry_policy(config), rng=rng)
+    paths = attempt_paths(config.paths.state_dir, facts.task.task_id, facts.attempt.attempt_id)
+    fields = manifest_fields(config, facts, end, bundle_hash)
+    artifact_hash, problem = seal(paths, fields, best_effort=best_effort)
+    shutil.rmtree(paths.scratch, ignore_errors=True)  # HOME and friends: not evidence, and may hold keys
+    diagnostics = {**end.diagnostics, "artifact_hash": artifact_hash}
+    if problem:
+        diagnostics["manifest_problem"] = problem
+    return replace(end, diagnostics=diagnostics)
+
+
+def file_fact(relative: str, workspace: Path) -> FileFact:
+    """What the workspace holds at a path an outcome names; refused if it is not inside it
+    (absolute, `..`, or a symlink leading out)."""
+    pure = PurePosixPath(relative)
+    root = workspace.resolve()
+    if pure.is_absolute() or ".." in pure.parts or not relative.strip():
+        return FileFact(relative, f"path {relative!r} is outside the workspace")
+    resolved = (root / pure).resolve()
+    if not resolved.is_relative_to(root):
+        return FileFact(relative, f"path {relative!r} leads outside the workspace")
+    try:
+        stat = resolved.stat()
+    except OSError:
+        return FileFact(relative)
+    is_file = resolved.is_file()
+    return FileFact(relative, None, True, is_file, stat.st_mtime, sha256_file(resolved) if is_file else None)
+
+
+def sanitized_run(run: AdapterRun | None, redactor: Redactor) -> AdapterRun | None:
+    """What the adapter reported, redacted and made storable before anything reads it."""
+    if run is None:
+        return None
+
+    def clean(text: str | None) -> str | None:
+        return None if text is None else redactor.text(scrub(text))
+
+    return replace(
+        run,
+        final_message=clean(run.final_message),
+        failure=clean(run.failure),
+        model=clean(run.model),
+        cli_version=clean(run.cli_version),
+        diagnostics=redactor.value(scrub_value(run.diagnostics)),
+    )
+
+
+def redact_evidence(paths: AttemptPaths, redactor: Redactor) -> int:
+    """Every file the attempt left in its evidence dir (not the inputs agentd wrote)."""
+    if not redactor or not paths.root.is_dir():
+        return 0
+    return redactor.files(p for p in sorted(paths.root.iterdir()) if p.is_file() and p.name not in INPUT_FILES)
+
+
+# Evidence files that are inputs agentd wrote (the bundle, the payload, the seal): never rewritten.
+INPUT_FILES = ("prompt.md", "stdin.json", "manifest.json")
+
+
+def read_result_file(paths: AttemptPaths) -> tuple[str | None, str | None]:
+    """result.json's text (at most MAX_RESULT_BYTES), or why it cannot be used."""
+    try:
+        with paths.result.open("rb") as handle:
+            data = handle.read(MAX_RESULT_BYTES + 1)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cannot read it ({exc.strerror})"
+    if len(data) > MAX_RESULT_BYTES:
+        return None, f"larger than {MAX_RESULT_BYTES} bytes; agentd reads at most that much"
+    return data.decode("utf-8", errors="replace"), None
+
+
+def manifest_fields(config: Config, facts: AttemptFacts, end: AttemptEnd, bundle_hash: str | None) -> dict[str, Any]:
+    """The manifest (DESIGN §7, seed 001): who ran what, on which inputs, under which budgets, how
+    it ended. Pure: the files' hashes are added when it is sealed."""
+    task, attempt, run = facts.task, facts.attempt, facts.run
+    profile = config.profiles.get(task.requested_profile_id)
+    started = attempt.started_at
+    return {
+        "run_id": attempt.attempt_id,
+        "runtime_identity": {
+            "agentd_version": __version__,
+            "host": socket.gethostname(),
+            "agent_id": config.agent.agent_id,
+            "runner_id": attempt.runner_id,
+        },
+        "agent_ref": {
+            "agent": config.agent.agent_id,
+            "profile": task.requested_profile_id,
+            "variant": sha256_hex(canonical_json(profile.model_dump(mode="json")))[:16] if profile else None,
+        },
+        "task_ref": {"task_id": task.task_id, "task_type": task.task_type, "attempt_number": attempt.attempt_number},
+        "task_hash": task_hash(task),
+        "bundle_hash": bundle_hash,
+        "constitution": {
+            "soul_hash": config.constitution.soul_hash,
+            "purpose_hash": config.constitution.purpose_hash,
+            "version": config.constitution.version,
+        },
+        "adapter": {
+            "adapter_id": attempt.adapter_id,
+            "kind": attempt.adapter_kind,
+            "cli_version": run.cli_version if run else None,
+        },
+        "model": (run.model if run else None) or attempt.model,
+        "budgets": {
+            "timeout_s": facts.timeout_s,
+            "kill_grace_s": config.dispatch.kill_grace_s,
+            "output_cap_bytes": config.dispatch.output_cap_bytes,
+            "max_prompt_chars": profile.context_policy.max_prompt_chars if profile else None,
+            "max_attempts": task.max_attempts,
+        },
+        "started_at": format_ts(started),
+        "completed_at": format_ts(end.ended_at),
+        "wall_clock_elapsed_s": max((end.ended_at - started).total_seconds(), 0.0),
+        "termination_reason": end.termination_reason,
+        "failure_type": end.diagnostics.get("failure_type"),
+        "exit_status": end.exit_status,
+        "side_effects": end.side_effects,
+        "redactions": {"count": facts.redactions},
+        "outcome": {
+            "status": end.outcome.status,
+            "machine_status": end.outcome.machine_status,
+            "next_status": end.status,
+            "gate_reasons": list(end.downgrade_reasons),
+        },
+        "artifacts": [{"role": a.role, "path": a.relative_path, "sha256": a.sha256} for a in end.artifacts],
+    }
+
+
+def task_hash(task: TaskRecord) -> str:
+    """What was asked, independent of when or how often: the task's frozen inputs."""
+    fields = task.model_dump(
+        mode="json",
+        include={
+            "task_type",
+            "subject",
+            "description",
+            "payload",
+            "skill_ids",
+            "evidence_requirements",
+            "requested_profile_id",
+            "requested_adapter_id",
+            "requested_model",
+        },
+    )
+    return sha256_hex(canonical_json(fields))
+
+
+def _artifact_role(config: Config, task: TaskRecord) -> str:
+    spec = config.task_types.get(task.task_type)
+    return (spec.artifact_roles if spec and spec.artifact_roles else ["output"])[0]
+
+
+def _outbox_policy(config: Config, task: TaskRecord) -> OutboxPolicy:
+    profile = config.profiles.get(task.requested_profile_id)
+    if profile is None:
+        return OutboxPolicy()
+    return OutboxPolicy(profile.result_policy.allow_follow_up_tasks, profile.result_policy.allow_external_messages)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _timeout_s(config: Config, adapter_id: str) -> float:
+    adapter = config.adapters.get(adapter_id)
+    return adapter.timeout_ms / 1000 if adapter else 0.0

@@ -1,0 +1,47 @@
+"""The test agent: a config, a migrated SQLite file, dispatchers and a sensor service on a fake clock.
+
+A rig's dispatcher runs its adapters in this process (tests/inprocess.py) unless a test asks for real
+processes (`rig.dispatcher(processes=True)`): the fast tier needs no child processes."""
+
+from __future__ import annotations
+
+import random
+
+from inprocess import in_process
+
+from agentd.clock import FakeClock
+from agentd.config import Config
+from agentd.dispatch import Dispatcher
+from agentd.intake import admit_task
+from agentd.records import RuntimeEvent, TaskIntent, TaskRecord
+from agentd.sensor_service import SensorService
+from agentd.store import AsyncStore, Store, init_state_dir, migrate, open_store
+
+
+class Rig:
+    def __init__(self, config: Config, clock: FakeClock) -> None:
+        self.config, self.clock = config, clock
+        init_state_dir(config.paths.state_dir, config.paths.workspace)
+        migrate(config.db_path, clock)
+        self.store: Store = open_store(config.db_path, clock)
+        self.db = AsyncStore(open_store(config.db_path, clock))
+        self.service = SensorService(config, self.db, clock=clock)
+
+    def dispatcher(self, seed: int = 7, *, processes: bool = False) -> Dispatcher:
+        """In-process adapters unless `processes`: then the real ones in tests/adapters/."""
+        if processes:
+            return Dispatcher(self.config, self.db, clock=self.clock, rng=random.Random(seed))
+        return Dispatcher(self.config, self.db, clock=self.clock, rng=random.Random(seed), adapters=in_process)
+
+    def add(self, task_type: str = "example", **fields: object) -> TaskRecord:
+        intent = TaskIntent.model_validate({"task_type": task_type, "source": "test", "payload": {}, **fields})
+        return self.store.enqueue_task(
+            admit_task(intent, self.config, self.clock.now(), trusted=True), self.clock.now()
+        )
+
+    def events(self, task_id: int | None = None) -> list[RuntimeEvent]:
+        return self.store.read_events(task_id=task_id, limit=100_000)
+
+    def close(self) -> None:
+        self.store.close()
+        self.db.close()
