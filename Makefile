@@ -39,10 +39,11 @@ test-fast: $(VENV)/.installed-test
 	AGENTD_TEST_TIER=fast $(BIN)/python -m pytest -n 2 -m "not process"
 
 ## test-harness: install the pinned claude, codex and hermes CLIs into .cache/harness, then run
-## the adapter contract against them inside a loopback-only network namespace
+## the adapter contract against them inside a loopback-only network namespace (with a temp root of its
+## own: inside the namespace pytest could not clean files other suites left owned by other users)
 test-harness: $(VENV)/.installed-test
 	tests/harness/install.sh
-	tests/harness/isolated.sh $(BIN)/python -m pytest -m harness
+	tests/harness/isolated.sh $(BIN)/python -m pytest -m harness --basetemp=.cache/harness-tmp
 
 ## test-slow: the long forms of the slow suites
 test-slow: $(VENV)/.installed-test

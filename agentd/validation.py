@@ -8,6 +8,7 @@ Above config, intake and workflows in the import graph: it checks with their rul
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -164,61 +165,54 @@ def _profiles(config: Config) -> list[Problem]:
     src, problems = str(config.path), []
     for index, profile in enumerate(config.profiles.values()):
         problems += _profile(src, f"profiles[{index}]", profile, config)
-    default = config.dispatch.default_profile_id
-    if default is not None and default not in config.profiles:
-        problems.append(_unknown(src, "dispatch.default_profile_id", "profile", default, config.profiles))
+    problems += _refs(
+        src, [("dispatch.default_profile_id", "profile", config.dispatch.default_profile_id, config.profiles)]
+    )
     return problems
 
 
 def _profile(src: str, key: str, profile: SubagentProfile, config: Config) -> list[Problem]:
-    problems = []
     adapter = config.adapters.get(profile.default_adapter_id)
-    if adapter is None:
-        problems.append(
-            _unknown(src, f"{key}.default_adapter_id", "adapter", profile.default_adapter_id, config.adapters)
-        )
-    elif adapter.kind not in STYLE_KINDS[profile.style]:
-        problems.append(
-            Problem(
-                src, f"{key}.style", f"{profile.style} cannot drive a {adapter.kind} adapter ({adapter.adapter_id})"
-            )
-        )
-    for i, skill_id in enumerate(profile.skill_ids):
-        if skill_id not in config.skills:
-            problems.append(_unknown(src, f"{key}.skill_ids[{i}]", "skill", skill_id, config.skills))
-    return problems
+    problems = _refs(src, [(f"{key}.default_adapter_id", "adapter", profile.default_adapter_id, config.adapters)])
+    if adapter is not None and adapter.kind not in STYLE_KINDS[profile.style]:
+        found = f"{profile.style} cannot drive a {adapter.kind} adapter ({adapter.adapter_id})"
+        problems.append(Problem(src, f"{key}.style", found))
+    return problems + _refs(src, _skill_refs(f"{key}.skill_ids", profile.skill_ids, config))
 
 
 def _task_types(config: Config) -> list[Problem]:
     src, problems = str(config.path), []
     for index, spec in enumerate(config.task_types.values()):
         key = f"task_types[{index}]"
-        if spec.payload_schema_id not in config.payload_schemas:
-            problems.append(
-                _unknown(
-                    src, f"{key}.payload_schema_id", "payload schema", spec.payload_schema_id, config.payload_schemas
-                )
-            )
-        if spec.default_profile_id is not None and spec.default_profile_id not in config.profiles:
-            problems.append(
-                _unknown(src, f"{key}.default_profile_id", "profile", spec.default_profile_id, config.profiles)
-            )
+        problems += _refs(
+            src,
+            [
+                (f"{key}.payload_schema_id", "payload schema", spec.payload_schema_id, config.payload_schemas),
+                (f"{key}.default_profile_id", "profile", spec.default_profile_id, config.profiles),
+                (f"{key}.default_adapter_id", "adapter", spec.default_adapter_id, config.adapters),
+                *_skill_refs(f"{key}.allowed_skill_ids", spec.allowed_skill_ids, config),
+            ],
+        )
         if spec.default_profile_id is None and config.dispatch.default_profile_id is None:
-            problems.append(
-                Problem(
-                    src,
-                    f"{key}.default_profile_id",
-                    "required: no profile would run this task type (or set dispatch.default_profile_id)",
-                )
-            )
-        if spec.default_adapter_id is not None and spec.default_adapter_id not in config.adapters:
-            problems.append(
-                _unknown(src, f"{key}.default_adapter_id", "adapter", spec.default_adapter_id, config.adapters)
-            )
-        for i, skill_id in enumerate(spec.allowed_skill_ids or ()):
-            if skill_id not in config.skills:
-                problems.append(_unknown(src, f"{key}.allowed_skill_ids[{i}]", "skill", skill_id, config.skills))
+            needed = "required: no profile would run this task type (or set dispatch.default_profile_id)"
+            problems.append(Problem(src, f"{key}.default_profile_id", needed))
     return problems
+
+
+Reference = tuple[str, str, str | None, Collection[str]]  # key path, what it names, the id, the known ids
+
+
+def _refs(src: str, references: list[Reference]) -> list[Problem]:
+    """Every id a section names must be one another section declares (None: nothing named)."""
+    return [
+        _unknown(src, key, noun, found, known)
+        for key, noun, found, known in references
+        if found is not None and found not in known
+    ]
+
+
+def _skill_refs(key: str, skill_ids: list[str] | None, config: Config) -> list[Reference]:
+    return [(f"{key}[{i}]", "skill", skill_id, config.skills) for i, skill_id in enumerate(skill_ids or ())]
 
 
 def _workflows(config: Config) -> list[Problem]:
@@ -236,23 +230,21 @@ def _workflows(config: Config) -> list[Problem]:
 
 
 def _state(src: str, key: str, state: WorkflowState, state_ids: list[str], config: Config) -> list[Problem]:
-    problems = []
-    if state.task_type is not None and state.task_type not in config.task_types:
-        problems.append(_unknown(src, f"{key}.task_type", "task type", state.task_type, config.task_types))
+    problems = _refs(
+        src,
+        [
+            (f"{key}.task_type", "task type", state.task_type, config.task_types),
+            (f"{key}.default_profile_id", "profile", state.default_profile_id, config.profiles),
+            *_skill_refs(f"{key}.default_skill_ids", state.default_skill_ids, config),
+            *[
+                (f"{key}.transitions[{j}].next_state", "state", t.next_state, state_ids)
+                for j, t in enumerate(state.transitions or ())
+            ],
+        ],
+    )
     if state.emits_task_intent is not None and state.emits_task_intent != (state.task_type is not None):
         found = f"is {state.emits_task_intent} but task_type is {state.task_type!r}"
         problems.append(Problem(src, f"{key}.emits_task_intent", found))
-    if state.default_profile_id is not None and state.default_profile_id not in config.profiles:
-        problems.append(
-            _unknown(src, f"{key}.default_profile_id", "profile", state.default_profile_id, config.profiles)
-        )
-    for j, skill_id in enumerate(state.default_skill_ids or ()):
-        if skill_id not in config.skills:
-            problems.append(_unknown(src, f"{key}.default_skill_ids[{j}]", "skill", skill_id, config.skills))
-    for j, transition in enumerate(state.transitions or ()):
-        if transition.next_state not in state_ids:
-            where = f"{key}.transitions[{j}].next_state"
-            problems.append(_unknown(src, where, "state", transition.next_state, state_ids))
     overlap = {t.signal for t in state.transitions or ()} & set(state.completion_signals or ())
     if overlap:
         problems.append(Problem(src, key, f"signals {sorted(overlap)} are both transitions and completion signals"))

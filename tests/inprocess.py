@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
+
+from adapters.stepper import count_run, step_outcome
 
 from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted
 from agentd.records import AdapterConfig
@@ -77,20 +78,10 @@ class InProcessAdapter:
         return int(payload.get("exit", 0)), stdout, stderr
 
     def _stepper(self, ctx: AttemptContext, payload: dict[str, Any]) -> tuple[int, str, str]:
-        """stepper.py: the signal the workflow's context scripts for the n-th run of this state."""
+        """stepper.py's rule: the signal the workflow's context scripts for the n-th run of this state."""
         state = ctx.env["AGENTD_WORKFLOW_STATE"]
-        counter = Path(ctx.cwd / f".stepper-{ctx.env['AGENTD_WORKFLOW_ID']}-{state}")
-        runs = int(counter.read_text()) + 1 if counter.exists() else 1
-        counter.write_text(str(runs))
-        if payload.get("fail") == state:
-            outcome = {"status": "permanent_failure", "machine_status": "failed", "operator_summary": f"{state} failed"}
-        else:
-            answers = payload.get("answers", {}).get(state, ["ok"])
-            signal = answers[min(runs, len(answers)) - 1]
-            outcome = ok(operator_summary=f"{state} #{runs}: {signal}")
-            if signal is not None:
-                outcome["workflow_signal"] = signal
-        ctx.paths.result.write_text(json.dumps(outcome))
+        runs = count_run(ctx.cwd, ctx.env["AGENTD_WORKFLOW_ID"], state)
+        ctx.paths.result.write_text(json.dumps(step_outcome(payload, state, runs)))
         return 0, "", ""
 
 
