@@ -86,3 +86,28 @@ def age(seconds: float) -> str:
     if seconds < 86400:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+def ago(moment: datetime, now: datetime) -> str:
+    """A timestamp for people: `2026-11-23T10:00:00Z (3m12s ago)`, or `(in 5m00s)` for the future."""
+    seconds = (now - moment).total_seconds()
+    relative = f"{age(seconds)} ago" if seconds >= 0 else f"in {age(-seconds)}"
+    return f"{format_ts(moment)[:19]}Z ({relative})"
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str, bare_unit: str = "s") -> float:
+    """`90s`, `15m`, `2h`, `7d` (or a bare number, in `bare_unit`) → seconds; ValueError naming the
+    forms accepted. One grammar for every duration an operator types (--delay, --every, --since)."""
+    value = text.strip().lower()
+    unit = value[-1] if value and value[-1] in DURATION_UNITS else bare_unit
+    number = value[:-1] if value and value[-1] in DURATION_UNITS else value
+    try:
+        amount = float(number)
+    except ValueError:
+        amount = float("nan")
+    if not (amount == amount and 0 <= amount <= 100 * 365 * 86400):  # NaN, negative or beyond a century
+        raise ValueError(f"expected a duration like 90s, 15m, 2h or 7d, found {text!r}")
+    return amount * DURATION_UNITS[unit]

@@ -18,7 +18,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agentd.errors import ConfigError, Problem
 from agentd.hashing import sha256_hex
@@ -42,6 +42,7 @@ from agentd.settings import (
     DispatchSection,
     MetricsSection,
     PathsSection,
+    RetentionSection,
     SensorsSection,
     Settings,
 )
@@ -69,6 +70,7 @@ class Config:
     sensors: SensorsSection
     metrics: MetricsSection
     chaos: ChaosSection
+    retention: RetentionSection
     adapters: Mapping[str, AdapterConfig]
     profiles: Mapping[str, SubagentProfile]
     task_types: Mapping[str, TaskTypeSpec]
@@ -99,12 +101,20 @@ def resolve_config_path(given: str | None, agent: str | None = None) -> tuple[Pa
     Order: --config, $AGENTD_CONFIG, /etc/agentd/<agent>.toml, the only TOML in /etc/agentd,
     then the embedded example (only on a machine with no /etc/agentd TOML at all).
     """
-    if given:
-        return Path(given), None
-    if os.environ.get(CONFIG_ENV):
-        return Path(os.environ[CONFIG_ENV]), None
-    if agent:
-        return SYSTEM_CONFIG_DIR / f"{agent}.toml", None
+    named = [
+        (source, Path(value))
+        for source, value in (
+            ("--config", given),
+            (f"${CONFIG_ENV}", os.environ.get(CONFIG_ENV)),
+            (f"--agent {agent}", str(SYSTEM_CONFIG_DIR / f"{agent}.toml") if agent else None),
+        )
+        if value
+    ]
+    if len({os.path.realpath(path) for _, path in named}) > 1:  # which agent a command acts on is never a guess
+        (first, one), (second, other) = named[:2]
+        raise ConfigError([Problem(first, "", f"names {one}, but {second} names {other}: give only one")])
+    if named:
+        return named[0][1], None
     installed = sorted(SYSTEM_CONFIG_DIR.glob("*.toml")) if SYSTEM_CONFIG_DIR.is_dir() else []
     if len(installed) == 1:
         return installed[0], None
@@ -128,7 +138,7 @@ def parse_config(path: Path) -> tuple[Config, list[Problem]]:
         raise ConfigError([Problem(source, "", f"not valid TOML: {exc}")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([Problem(source, "", f"cannot read it: {exc}")]) from None
-    problems = _protected_env_problems()
+    problems = _protected_env_problems() + environment_problems()
     if problems:  # anything checked after an identity override would be about the wrong agent
         raise ConfigError(problems)
     problems = _duplicates(source, raw) + _nul_problems(source, raw)
@@ -149,6 +159,40 @@ def _protected_env_problems() -> list[Problem]:
         for name in PROTECTED_ENV
         if name in os.environ
     ]
+
+
+def environment_problems() -> list[Problem]:
+    """Every AGENTD_<SECTION>__<KEY> variable must name a key of a [section] table: a misspelt one
+    would otherwise be ignored, and the operator would believe it applied."""
+    problems = []
+    for name in sorted(os.environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or "__" not in upper or name in PROTECTED_ENV:
+            continue
+        section, _, key = upper.removeprefix(ENV_PREFIX).lower().partition("__")
+        model = _section_model(section)
+        if model is None:
+            found = f"no [{section}] table can be set from the environment"
+            problems.append(Problem(name, "", f"{found}; expected AGENTD_<SECTION>__<KEY> for one of {ENV_SECTIONS}"))
+        elif key not in model.model_fields:
+            keys = ", ".join(model.model_fields)
+            problems.append(Problem(name, "", f"[{section}] has no key {key!r}; expected one of {keys}"))
+    return problems
+
+
+def _section_model(section: str) -> type[BaseModel] | None:
+    field = Settings.model_fields.get(section)
+    annotation = field.annotation if field else None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+ENV_SECTIONS = ", ".join(
+    name
+    for name, field in Settings.model_fields.items()
+    if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+)
 
 
 def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
@@ -215,6 +259,9 @@ def _describe(err: Any) -> str:
         return "unknown key (check its spelling against README's configuration reference)"
     if kind == "union_tag_invalid":
         return f"expected one of {err['ctx']['expected_tags']}, found {err['ctx']['tag']!r}"
+    message = f"{err['msg'][0].lower()}{err['msg'][1:]}"
+    if kind == "value_error" and "found" in message:  # our validator already says what it found
+        return message.removeprefix("value error, ")
     return f"{err['msg'][0].lower()}{err['msg'][1:]}, found {found!r}"
 
 
@@ -244,6 +291,7 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         sensors=settings.sensors,
         metrics=settings.metrics,
         chaos=settings.chaos,
+        retention=settings.retention,
         adapters={a.adapter_id: a for a in settings.adapters},
         profiles={p.profile_id: p for p in settings.profiles},
         task_types={t.task_type: t for t in settings.task_types},

@@ -10,7 +10,7 @@ from typing import Any
 from agentd.config import Config
 from agentd.errors import InputError
 from agentd.intake import admit_task
-from agentd.intents import schedule_spec
+from agentd.intents import first_step_refusal, schedule_spec
 from agentd.records import (
     CancelResult,
     RecurringScheduleRecord,
@@ -45,7 +45,11 @@ def retry_task(config: Config, store: Store, task_id: int, attempts: int | None,
     """Re-queue with `attempts` more (default: its task type's max_attempts, else the dispatch default)."""
     task = store.get_task_or_raise(task_id)
     spec = config.task_types.get(task.task_type)
-    more = attempts or (spec.max_attempts if spec and spec.max_attempts else config.dispatch.default_max_attempts)
+    more = (
+        attempts
+        if attempts is not None
+        else (spec.max_attempts if spec and spec.max_attempts else config.dispatch.default_max_attempts)
+    )
     if not 1 <= more <= MAX_ATTEMPTS:
         raise InputError(f"--attempts: expected 1 to {MAX_ATTEMPTS}, found {more}")
     retried = store.retry_task(task_id, more, now)
@@ -72,6 +76,9 @@ def start_workflow(
     now: datetime,
 ) -> WorkflowRecord:
     chosen = start_state(config.workflows, config.task_types, workflow_type, state)
+    refusal = first_step_refusal(config, workflow_type, instance_key, chosen, context, now)
+    if refusal:
+        raise InputError(f"--context: the {chosen} step could not take it: {refusal}")
     workflow, created = store.create_workflow(workflow_type, instance_key, chosen, context, now, "operator:cli")
     if not created:
         raise InputError(

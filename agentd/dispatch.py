@@ -110,8 +110,20 @@ class Dispatcher:
         """Stop claiming; the running attempt gets the grace period (none if immediately)."""
         self._stopping = True
         self.doorbell.ring()
-        self.shell.stopping("stopping: waiting for the running attempt" if self.attempts.busy else "stopping")
-        self.attempts.stop("interrupted", 0.0 if immediately else self.config.dispatch.grace_s)
+        running = self.attempts.describe()
+        grace = 0.0 if immediately else self.config.dispatch.grace_s
+        if running is None:
+            line = "stopping"
+        elif immediately:
+            line = f"stopping at once: ending {running}"
+        else:
+            line = (
+                f"stopping: waiting up to {age(grace)} for {running} to finish "
+                "(then it is stopped and recorded interrupted); a second SIGTERM or Ctrl-C stops it at once"
+            )
+        logger.info(line)
+        self.shell.stopping(line)
+        self.attempts.stop("interrupted", grace)
 
     async def _loop(self) -> None:
         """Tick until stopped. A tick that fails is logged and retried after a pause that doubles up
@@ -140,9 +152,10 @@ class Dispatcher:
         return await self.claim_and_run(now)
 
     async def run_until_idle(self) -> int:
-        """Tick until nothing is claimable at the clock's now; return how many tasks were claimed."""
+        """Tick until nothing is claimable at the clock's now, or until asked to stop; return how many
+        tasks were claimed."""
         claimed = 0
-        while await self.tick(self.clock.now()):
+        while not self._stopping and await self.tick(self.clock.now()):
             claimed += 1
         return claimed
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -24,6 +25,7 @@ from agentd.records import (
     TaskIntent,
     WorkflowRecord,
     WorkflowRef,
+    WorkflowState,
 )
 from agentd.workflows import next_run_after, state_of, step_payload
 
@@ -74,16 +76,13 @@ def _step_decision(workflow: WorkflowRecord, config: Config, now: datetime) -> S
         return replace(decision, block_reason=reason)
     if state.task_type is None:
         return replace(decision, block_reason="")  # a state without a task: it waits for a signal
-    intent = TaskIntent(
-        task_type=state.task_type,
-        source=f"workflow:{workflow.workflow_id}:{state.state_id}:{workflow.iteration}",
-        subject=f"{workflow.workflow_type} {workflow.instance_key}: {state.state_id} (#{workflow.iteration})"[:500],
-        requested_profile_id=state.default_profile_id,
-        skill_ids=state.default_skill_ids,
-        workflow_ref=WorkflowRef(
-            workflow_id=workflow.workflow_id, state_id=state.state_id, instance_key=workflow.instance_key
-        ),
-        payload=step_payload(workflow),
+    intent = _step_intent(
+        workflow.workflow_id,
+        workflow.workflow_type,
+        workflow.instance_key,
+        state,
+        workflow.iteration,
+        step_payload(workflow),
     )
     task, refusal = _admitted(intent, config, now, trusted=True)
     if task is None:
@@ -98,6 +97,40 @@ def follow_up(entry: OutboxEntry, config: Config, now: datetime) -> tuple[NewTas
     except ValidationError as exc:
         return None, f"not a valid TaskIntent: {exc.errors()[0]['msg']}"
     return _admitted(intent, config, now)
+
+
+def first_step_refusal(
+    config: Config, workflow_type: str, instance_key: str, state_id: str, context: dict[str, Any], now: datetime
+) -> str | None:
+    """Why a workflow starting in `state_id` with this context could not make its first step task
+    (its payload refused by the task type's schema, say), or None: `workflow start` refuses it at
+    once instead of starting a workflow that blocks on its first step."""
+    definition = config.workflows.get(workflow_type)
+    state = state_of(definition, state_id) if definition else None
+    if state is None or state.task_type is None:
+        return None
+    intent = _step_intent(1, workflow_type, instance_key, state, 1, dict(context))
+    task, refusal = _admitted(intent, config, now, trusted=True)
+    return None if task is not None else refusal
+
+
+def _step_intent(
+    workflow_id: int,
+    workflow_type: str,
+    instance_key: str,
+    state: WorkflowState,
+    iteration: int,
+    payload: dict[str, Any],
+) -> TaskIntent:
+    return TaskIntent(
+        task_type=state.task_type,
+        source=f"workflow:{workflow_id}:{state.state_id}:{iteration}",
+        subject=f"{workflow_type} {instance_key}: {state.state_id} (#{iteration})"[:500],
+        requested_profile_id=state.default_profile_id,
+        skill_ids=state.default_skill_ids,
+        workflow_ref=WorkflowRef(workflow_id=workflow_id, state_id=state.state_id, instance_key=instance_key),
+        payload=payload,
+    )
 
 
 def _admitted(

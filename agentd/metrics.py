@@ -16,24 +16,37 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
 import anyio.to_thread
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from agentd import __version__
-from agentd.clock import Clock
+from agentd import __version__, procs
+from agentd.clock import Clock, parse_ts
 from agentd.errors import AgentdError
 from agentd.records import TASK_STATUSES
+from agentd.status import liveness
 from agentd.store import Store, open_store
 
 logger = logging.getLogger(__name__)
+# a `_created` series per counter doubles the scrape, and no query of ours reads it
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
 MAX_CONNECTIONS = 8
@@ -55,16 +68,58 @@ class QueueCollector(Collector):
                 self._store = open_store(self._db_path, self._clock)
             now = self._clock.now()
             summary = self._store.queue_summary(now)
+            running = self._store.running_now()
+            services = self._store.service_statuses()
         tasks = GaugeMetricFamily("agentd_tasks", "Tasks in the queue by status", labels=["status"])
         for status in TASK_STATUSES:
             tasks.add_metric([status], summary.counts.get(status, 0))
         yield tasks
+        waiting = GaugeMetricFamily(
+            "agentd_tasks_waiting",
+            "Waiting tasks by why: claimable now, waiting for a retry's backoff, delayed (--delay/--at)",
+            labels=["reason"],
+        )
+        for reason, count in (
+            ("claimable", summary.claimable),
+            ("retry_waiting", summary.retry_waiting),
+            ("delayed", summary.delayed),
+        ):
+            waiting.add_metric([reason], count)
+        yield waiting
         age = (now - summary.oldest_pending_at).total_seconds() if summary.oldest_pending_at else 0.0
         yield GaugeMetricFamily(
             "agentd_oldest_pending_task_age_seconds",
             "How long the oldest claimable task has waited (0 when none waits)",
             value=age,
         )
+        longest = max(((now - r.started_at).total_seconds() for r in running), default=0.0)
+        yield GaugeMetricFamily(
+            "agentd_running_attempt_age_seconds",
+            "How long the running attempt has run (0 when none runs)",
+            value=longest,
+        )
+        yield from self._services(services, now)
+
+    def _services(self, rows: list[dict[str, Any]], now: datetime) -> Iterator[Metric]:
+        """Each service as `agentd status` judges it: live only while the process that wrote its row
+        runs and the row is fresh (so a scrape of one service tells whether the other is alive)."""
+        live = GaugeMetricFamily(
+            "agentd_service_live",
+            "1 while the service's process runs and reports; 0 stale, down or stopped",
+            labels=["service"],
+        )
+        quiet = GaugeMetricFamily(
+            "agentd_service_heartbeat_age_seconds",
+            "Seconds since the service last updated its status",
+            labels=["service"],
+        )
+        here = procs.this_process()
+        for row in rows:
+            silent = (now - parse_ts(row["updated_at"])).total_seconds()
+            live.add_metric([row["service"]], int(liveness(row, silent, here) == "live"))
+            quiet.add_metric([row["service"]], max(silent, 0.0))
+        yield live
+        yield quiet
 
     def close(self) -> None:
         with self._lock:
@@ -142,7 +197,11 @@ class DispatchMetrics(Metrics):
         super().__init__("dispatch", agent_id, db_path, clock)
         r = self.registry
         self.attempts = Counter(
-            "agentd_attempts", "Attempts that ended, by adapter and exit status", ["adapter", "exit_status"], registry=r
+            "agentd_attempts",
+            "Attempts that ended, by adapter, outcome (completed, retryable_failure, permanent_failure, blocked, "
+            "operator_canceled, rate_limited, interrupted, crashed_runtime) and the adapter's exit status",
+            ["adapter", "outcome", "exit_status"],
+            registry=r,
         )
         self.attempt_duration = Histogram(
             "agentd_attempt_duration_seconds",
@@ -200,13 +259,14 @@ class DispatchMetrics(Metrics):
     def attempt_finished(
         self,
         adapter: str,
+        outcome: str,
         exit_status: str,
         seconds: float,
         model: str | None,
         usage: dict[str, Any],
         completed_at: float | None,
     ) -> None:
-        self.attempts.labels(adapter, exit_status).inc()
+        self.attempts.labels(adapter, outcome, exit_status).inc()
         self.attempt_duration.labels(adapter).observe(max(seconds, 0.0))
         model_label = model or "none"
         if usage.get("cost_usd"):

@@ -146,18 +146,10 @@ async def run_process(
     stdout = CappedFile(spec.stdout_path, spec.output_cap_bytes)
     stderr = CappedFile(spec.stderr_path, spec.output_cap_bytes)
     try:
-        process = await spawn(
-            spec.group,
-            lambda: anyio.open_process(
-                list(spec.argv),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=spec.cwd,
-                env=dict(spec.env),
-                start_new_session=True,  # its own process group: one killpg reaches everything it starts
-            ),
-        )
+        # Shielded: a stop that lands while the process is being forked must not lose the process
+        # (or leak its output files); once it exists, the finally below stops it.
+        with anyio.CancelScope(shield=True):
+            process = await _spawn(spec)
     except OSError as exc:
         if spec.group is not None:
             await end_run(spec.group, since)  # removes the run's empty cgroup
@@ -197,6 +189,21 @@ async def run_process(
         stderr=err,
         elapsed_s=anyio.current_time() - started,
         stragglers=len(stragglers or []),
+    )
+
+
+async def _spawn(spec: ProcessSpec) -> anyio.abc.Process:
+    return await spawn(
+        spec.group,
+        lambda: anyio.open_process(
+            list(spec.argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=spec.cwd,
+            env=dict(spec.env),
+            start_new_session=True,  # its own process group: one killpg reaches everything it starts
+        ),
     )
 
 

@@ -182,5 +182,5 @@ class AttemptRunner:
         completed = end.ended_at.timestamp() if end.status == "completed" else None
         seconds = (end.ended_at - attempt.started_at).total_seconds()
         self.metrics.attempt_finished(
-            attempt.adapter_id, end.exit_status, seconds, end.model or attempt.model, end.usage, completed
+            attempt.adapter_id, end.kind, end.exit_status, seconds, end.model or attempt.model, end.usage, completed
         )

@@ -215,6 +215,7 @@ class SensorRunner:
             report.error,
             counts,
             self.clock.now(),
+            quiet=is_quiet(report),
         )
         self.metrics.sensor_run(sensor.sensor_id, report.kind, counts)
 
@@ -269,6 +270,14 @@ async def sweep_sensor_runs(config: Config, db: AsyncStore, clock: Clock) -> int
         await db.call(Store.reclaim_sensor_run, run.sensor_id, run.run_id, len(killed), clock.now())
         swept += 1
     return swept
+
+
+def is_quiet(report: SensorRunReport) -> bool:
+    """A run that found nothing new and nothing wrong: an ok exit, every line a known event. It leaves
+    no sensor_run_finished event (only the sensor's state and the metrics say it ran)."""
+    counts = report.counts
+    nothing_new = not counts.recorded and not counts.rejected and not report.rejected
+    return report.kind == "ok" and not report.error and nothing_new
 
 
 def _tail(path: Path, limit: int = 2000) -> str | None:

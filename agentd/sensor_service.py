@@ -4,6 +4,8 @@ queue once (a run itself: agentd/sensor_runs.py).
 Schedules live in the database, so a restart neither re-runs early nor forgets. At most
 `max_concurrent` run at once, each under its own hard timeout: one slow or crashing sensor never
 holds up the others. A run agentd could not even record is not retried before its interval.
+The service also applies [retention] (agentd/retention.py): a minute after it starts, then every
+`interval_s`; a pass that fails is logged and recorded, and the service goes on.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import anyio.abc
 
 from agentd.clock import Clock, age
 from agentd.config import Config
+from agentd.edge import scrub
 from agentd.metrics import NullMetrics, SensorMetrics
+from agentd.retention import Cutoffs, RetentionReport, apply_retention
 from agentd.sensor_runs import FATAL, SensorRunner, SensorRunReport, sweep_sensor_runs
 from agentd.sensors import Sensor
 from agentd.service import Notifier, Shell
@@ -24,6 +28,9 @@ from agentd.store import AsyncStore, Store
 from agentd.wake import Doorbell
 
 logger = logging.getLogger(__name__)
+
+RETENTION_FIRST_S = 60.0  # after start: the first pass waits for the boot sweep and the first runs
+RETENTION_CATCH_UP_S = 10.0  # a bounded pass that left more: the next one comes this soon
 
 
 class SensorService:
@@ -44,6 +51,7 @@ class SensorService:
         self.doorbell = Doorbell()
         self._running: set[str] = set()
         self._not_before: dict[str, datetime] = {}  # a run agentd could not record: not again before
+        self._retention_due: datetime | None = None  # set when the service starts (or first asked)
         self.stopping = False
 
     @property
@@ -60,6 +68,8 @@ class SensorService:
                     await self._start_due(runs, self.clock.now())
                     if self.once:
                         break
+                    if self._take_retention_pass(self.clock.now()):
+                        runs.start_soon(self._apply_retention, self.clock.now())
                     await self._sleep_until_due()
                 if self.stopping:
                     runs.cancel_scope.cancel()  # every sensor is idempotent: what it printed stays recorded
@@ -117,6 +127,37 @@ class SensorService:
             self._running.discard(sensor.sensor_id)
             self.doorbell.ring()
 
+    async def apply_retention_if_due(self, now: datetime) -> RetentionReport | None:
+        """One bounded retention pass if it is due (the first RETENTION_FIRST_S after the service started,
+        then every interval_s), or None."""
+        return await self._apply_retention(now) if self._take_retention_pass(now) else None
+
+    def _take_retention_pass(self, now: datetime) -> bool:
+        if self._retention_due is None:
+            self._retention_due = now + timedelta(seconds=RETENTION_FIRST_S)
+        if now < self._retention_due:
+            return False
+        self._retention_due = now + timedelta(seconds=self.config.retention.interval_s)
+        return True
+
+    async def _apply_retention(self, now: datetime) -> RetentionReport | None:
+        """A retention pass is its own boundary: whatever it raises is logged and recorded as
+        retention_failed, and the service (and the next pass, an interval later) goes on."""
+        cutoffs = Cutoffs.configured(self.config.retention, now)
+        try:
+            report = await self.db.call(apply_retention, self.config, cutoffs, now, bounded=True)
+        except Exception as exc:
+            logger.exception("retention_failed: the next retention pass is in %ss", self.config.retention.interval_s)
+            error = scrub(f"{type(exc).__name__}: {exc}")[:500]
+            try:
+                await self.db.call(Store.record_event, "retention_failed", self.clock.now(), {"error": error})
+            except Exception:  # the storage itself is failing: the log line above is the record
+                logger.exception("retention_failed could not be recorded")
+            return None
+        if report.more:  # bounded, and more is old enough: catch up soon
+            self._retention_due = self.clock.now() + timedelta(seconds=RETENTION_CATCH_UP_S)
+        return report
+
     async def _next_runs(self) -> list[datetime]:
         states = await self.db.call(Store.sensor_states)
         return [
@@ -129,5 +170,6 @@ class SensorService:
 
     async def _sleep_until_due(self) -> None:
         now = self.clock.now()
-        waits = [(due - now).total_seconds() for due in await self._next_runs()]
+        dues = [*await self._next_runs(), *([self._retention_due] if self._retention_due else [])]
+        waits = [(due - now).total_seconds() for due in dues]
         await self.doorbell.wait(max(min([self.config.sensors.tick_s, *waits]), 0.0))

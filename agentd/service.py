@@ -9,7 +9,6 @@ a terminal, in tests and under `make run`.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 from collections.abc import Awaitable, Callable
 from typing import Literal, Protocol
@@ -18,6 +17,7 @@ import anyio
 import anyio.abc
 import sdnotify
 
+from agentd import procs
 from agentd.clock import Clock
 from agentd.config import systemd_notify_socket, systemd_watchdog_interval
 from agentd.metrics import DispatchMetrics, NullMetrics, SensorMetrics
@@ -76,7 +76,7 @@ class Shell:
     ) -> None:
         self.name, self.db, self.clock, self.metrics, self.listen = name, db, clock, metrics, listen
         self.notifier = notifier or Notifier()
-        self.pid = os.getpid()
+        self.identity = procs.this_process()
         self.started_at = clock.now()
 
     async def serve(self, group: anyio.abc.TaskGroup, status_line: StatusLine) -> None:
@@ -106,7 +106,13 @@ class Shell:
 
     async def report(self, line: str) -> None:
         await self.db.call(
-            Store.report_service_status, self.name, self.pid, line, self.metrics.url, self.started_at, self.clock.now()
+            Store.report_service_status,
+            self.name,
+            self.identity,
+            line,
+            self.metrics.url,
+            self.started_at,
+            self.clock.now(),
         )
 
     def status(self, line: str) -> None:

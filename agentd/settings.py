@@ -3,10 +3,12 @@ own, with documented defaults and bounds. Parsing the file into a Config is agen
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from agentd.records import (
@@ -87,10 +89,57 @@ class SensorsSection(Section):
     tick_s: float = Field(default=1.0, gt=0, le=60)
 
 
+def listen_address(value: str) -> str:
+    """HOST:PORT for a metrics endpoint: an IPv4 address, [IPv6] or a host name, and a port 0-65535
+    (0: the OS picks one; for tests and one-off runs)."""
+    host, sep, port = value.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    bare = host[1:-1] if bracketed else host
+    if ":" in bare and not bracketed:
+        raise ValueError(f"expected an IPv6 address in brackets (e.g. [::1]:9478), found {value!r}")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT with a port from 0 to 65535 (e.g. 127.0.0.1:9478), found {value!r}")
+    try:
+        ipaddress.ip_address(bare)
+    except ValueError:
+        if ":" in bare or not HOST_NAME.fullmatch(bare):
+            raise ValueError(f"expected an IP address, [IPv6] or a host name before the port, found {host!r}") from None
+    return value
+
+
+ListenAddress = Annotated[str, AfterValidator(listen_address)]
+HOST_NAME = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
+
+
 class MetricsSection(Section):
+    """[metrics]. Each agent on a VM needs its own pair of ports: `agentd install` picks a free pair
+    (9478/9479, then 9480/9481, …) and writes it here."""
+
     enabled: bool = True
-    dispatch_listen: str = "127.0.0.1:9478"
-    sensors_listen: str = "127.0.0.1:9479"
+    dispatch_listen: ListenAddress = "127.0.0.1:9478"
+    sensors_listen: ListenAddress = "127.0.0.1:9479"
+
+    @model_validator(mode="after")
+    def _two_ports(self) -> MetricsSection:
+        if self.dispatch_listen == self.sensors_listen and not self.dispatch_listen.endswith(":0"):
+            raise ValueError(
+                f"dispatch_listen and sensors_listen are both {self.dispatch_listen!r}: give each its own port"
+            )
+        return self
+
+
+class RetentionSection(Section):
+    """[retention]: how long agentd keeps what piles up, in days; 0 keeps that kind forever. The sensor
+    service applies it every interval_s (first a minute after it starts); `agentd prune` applies it now.
+    Nothing of a task that is not finished is ever removed (README, "Retention")."""
+
+    evidence_days: int = Field(default=90, ge=0, le=36_500, description="attempt evidence of finished tasks")
+    sensor_logs_days: int = Field(default=7, ge=0, le=36_500, description="a sensor's last stdout/stderr logs")
+    events_days: int = Field(default=365, ge=0, le=36_500, description="the oldest events, as a checkpointed prefix")
+    tasks_days: int = Field(default=365, ge=0, le=36_500, description="finished tasks, their events and evidence gone")
+    interval_s: int = Field(default=3600, ge=60, le=7 * 86_400, description="how often the sensor service applies it")
 
 
 class ChaosSection(Section):
@@ -113,6 +162,7 @@ class Settings(BaseSettings):
     dispatch: DispatchSection = DispatchSection()
     sensors: SensorsSection = SensorsSection()
     metrics: MetricsSection = MetricsSection()
+    retention: RetentionSection = RetentionSection()
     chaos: ChaosSection = ChaosSection()
     adapters: list[AdapterConfig] = Field(min_length=1)
     profiles: list[SubagentProfile] = Field(min_length=1)
@@ -131,5 +181,3 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (env_settings, init_settings)  # the environment wins over the file
-
-

@@ -1,22 +1,31 @@
-"""The agent's status as an operator reads it (`agentd status`): the queue, each service's own
-line, the dispatch lock. A service line nobody refreshed lately is reported stale, never live."""
+"""The agent's status as an operator reads it (`agentd status`, the service gauges in /metrics).
+
+Nothing here is inferred from a service's own word: a service is `live` only while the very
+process that wrote its row (pid, start time, host, boot) runs and its row is fresh; otherwise it is
+`stale` (running but silent), `down` (that process is gone) or `stopped` (it said so), with how long
+ago it was last heard from. The running task comes from its open attempt, and "pending" means
+claimable now: tasks waiting for a retry or delayed are counted on their own.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
+from agentd import procs
 from agentd.clock import format_ts, parse_ts
 from agentd.config import Config
 from agentd.records import TASK_STATUSES
 from agentd.store import Store
 
-STALE_STATUS_S = 30.0  # services refresh their status line every 5 s
+STALE_STATUS_S = 30.0  # services refresh their row every 5 s
+Liveness = Literal["live", "stale", "down", "stopped", "unknown"]
 
 
 def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
     summary = store.queue_summary(now)
     holder = store.dispatch_lock_holder()
+    here = procs.this_process()
     return {
         "agent_id": config.agent.agent_id,
         "database": str(config.db_path),
@@ -24,17 +33,49 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
         "workspace": str(config.paths.workspace),
         "schema_version": summary.schema_version,
         "counts": {status: summary.counts.get(status, 0) for status in TASK_STATUSES},
+        "waiting": {
+            "claimable": summary.claimable,
+            "retry_waiting": summary.retry_waiting,
+            "delayed": summary.delayed,
+        },
         "oldest_pending_age_s": (now - summary.oldest_pending_at).total_seconds()
         if summary.oldest_pending_at
         else None,
         "next_available_at": format_ts(summary.next_available_at) if summary.next_available_at else None,
-        "services": [service_health(row, now) for row in store.service_statuses()],
+        "running": [
+            {
+                "task_id": r.task_id,
+                "task_type": r.task_type,
+                "attempt_id": r.attempt_id,
+                "adapter_id": r.adapter_id,
+                "model": r.model,
+                "started_at": format_ts(r.started_at),
+                "elapsed_s": round((now - r.started_at).total_seconds(), 1),
+            }
+            for r in store.running_now()
+        ],
+        "services": [service_health(row, now, here) for row in store.service_statuses()],
         "dispatch_lock": {"pid": holder.pid, "host": holder.host, "heartbeat_at": format_ts(holder.heartbeat_at)}
         if holder
         else None,
     }
 
 
-def service_health(row: dict[str, Any], now: datetime) -> dict[str, Any]:
+def service_health(row: dict[str, Any], now: datetime, here: procs.ProcessIdentity) -> dict[str, Any]:
+    """The row, with `liveness` and how long ago it was last updated."""
     quiet = (now - parse_ts(row["updated_at"])).total_seconds()
-    return {**row, "stale": row["status"] != "stopped" and quiet > STALE_STATUS_S, "updated_ago_s": round(quiet, 1)}
+    return {**row, "liveness": liveness(row, quiet, here), "updated_ago_s": round(quiet, 1)}
+
+
+def liveness(row: dict[str, Any], quiet_s: float, here: procs.ProcessIdentity) -> Liveness:
+    if row["status"] == "stopped":
+        return "stopped"
+    owner = procs.ProcessIdentity(
+        row["pid"], row.get("pid_started") or 0, row.get("host") or "", row.get("boot_id") or ""
+    )
+    running = procs.is_running(owner, here) if row.get("pid_started") is not None else None
+    if running is False:
+        return "down"
+    if quiet_s > STALE_STATUS_S:
+        return "stale"
+    return "live" if running else "unknown"  # another host, or a row from before agentd recorded who wrote it

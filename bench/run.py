@@ -15,6 +15,7 @@ import os
 import platform
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -120,6 +121,32 @@ def bench_sensor_intake(directory: Path, count: int) -> dict[str, float]:
     return results
 
 
+def bench_cli_startup(directory: Path, runs: int) -> dict[str, float]:
+    """Wall time of `agentd status` and `agentd task add` as an operator runs them: a new
+    interpreter each time (the median of `runs`), and `python -c pass` for the floor."""
+    env = {
+        **os.environ,
+        "AGENTD_PATHS__STATE_DIR": str(directory / "state"),
+        "AGENTD_PATHS__WORKSPACE": str(directory / "workspace"),
+    }
+    agentd = [sys.executable, "-m", "agentd", "--config", str(REPO / "config" / "identity.example.toml")]
+    subprocess.run([*agentd, "init"], env=env, check=True, capture_output=True)
+    commands = {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "agentd status": [*agentd, "status"],
+        "agentd task add": [*agentd, "task", "add", "--type", "example", "--subject", "bench"],
+    }
+    results = {}
+    for name, command in commands.items():
+        timings = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            subprocess.run(command, env=env, check=True, capture_output=True)
+            timings.append(time.perf_counter() - started)
+        results[f"start-up ms ({name}, median of {runs})"] = statistics.median(timings) * 1e3
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes (the short form inside make test)")
@@ -131,6 +158,7 @@ def main() -> int:
         results.update(bench_claim(Path(tmp) / "claim", rows, claims))
         results.update(bench_enqueue(Path(tmp) / "enqueue", enqueues))
         results.update(bench_sensor_intake(Path(tmp) / "sensors", events))
+        results.update(bench_cli_startup(Path(tmp) / "cli", 3 if args.quick else 15))
     lines = [f"| {name} | {value:,.1f} |" for name, value in results.items()]
     report = "\n".join(
         [

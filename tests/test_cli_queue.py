@@ -117,7 +117,7 @@ def test_list_filters_by_status_and_limit(initialised: Any) -> None:
         (("--type", "example", "--profile", "nope"), "requested_profile_id: unknown profile 'nope'; known: operator"),
         (("--type", "example", "--adapter", "nope"), "requested_adapter_id: unknown adapter 'nope'; known: script"),
         (("--type", "example", "--model", "gpt-9"), "requested_model: unknown model 'gpt-9'"),
-        (("--type", "example", "--at", "tomorrow"), "--at: Value error, 'tomorrow' is not an ISO-8601 timestamp"),
+        (("--type", "example", "--at", "tomorrow"), "--at: 'tomorrow' is not an ISO-8601 timestamp"),
         (("--type", "example", "--require-artifact", "../etc/passwd"), "must stay inside the workspace"),
     ],
 )

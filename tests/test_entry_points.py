@@ -34,7 +34,7 @@ def test_events_follow_streams_new_events(tmp_path: Path) -> None:
     agentd = [sys.executable, "-m", "agentd", "--config", str(EXAMPLE_CONFIG)]
     subprocess.run([*agentd, "init"], env=env, check=True, capture_output=True, timeout=60)
     with subprocess.Popen(
-        [*agentd, "events", "--follow", "--json"], env=env, stdout=subprocess.PIPE, text=True
+        [*agentd, "events", "--follow", "--after", "0", "--json"], env=env, stdout=subprocess.PIPE, text=True
     ) as follower:
         try:
             lines = line_reader(follower.stdout)

@@ -6,15 +6,21 @@ import hashlib
 import os
 import re
 import shutil
+import socket
 import stat
 import subprocess
+import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import REPO
+from support import EXAMPLE_CONFIG, REPO, example_raw
 
+from agentd import install as install_module
 from agentd.cli import main
+from agentd.install import hidden_from_units
+from agentd.ports import LOOPBACK, PORT_BASE, free_pair, port_is_free
 from agentd.validation import load_config
 
 
@@ -80,7 +86,7 @@ def test_uninstall_keeps_config_and_state_unless_purged(installed: Path) -> None
     assert main(["uninstall", "--root", str(installed), "--agent", "demo"]) == 0
     assert not (installed / "etc/systemd/system/agentd-dispatch@.service").exists()
     assert (installed / "etc/agentd/demo.toml").exists() and (installed / "var/lib/agentd/demo").is_dir()
-    assert main(["uninstall", "--root", str(installed), "--agent", "demo", "--purge"]) == 0
+    assert main(["uninstall", "--root", str(installed), "--agent", "demo", "--purge", "--yes"]) == 0
     assert not (installed / "etc/agentd/demo.toml").exists() and not (installed / "var/lib/agentd/demo").exists()
 
 
@@ -123,3 +129,290 @@ def test_the_units_carry_the_operational_contract() -> None:
     dispatch = dict(re.findall(r"^(\w+)=(.*)$", (REPO / "units/agentd-dispatch@.service").read_text(), re.M))
     defaults: Any = load_config(REPO / "config/identity.example.toml").dispatch
     assert int(dispatch["TimeoutStopSec"].rstrip("s")) > defaults.grace_s + defaults.kill_grace_s
+
+
+# --- "Honest operations": one test (or more) per finding, each failing on the code before it ------
+
+
+def install_agent(root: Path, agent: str, *extra: str) -> None:
+    assert main(["install", "--root", str(root), "--agent", agent, *extra]) == 0
+
+
+def metrics_of(root: Path, agent: str) -> dict[str, Any]:
+    metrics: dict[str, Any] = tomllib.loads((root / f"etc/agentd/{agent}.toml").read_text())["metrics"]
+    return metrics
+
+
+def ports_of(root: Path, agent: str) -> tuple[int, int]:
+    metrics = metrics_of(root, agent)
+    dispatch, sensors = (int(metrics[key].rpartition(":")[2]) for key in ("dispatch_listen", "sensors_listen"))
+    return dispatch, sensors
+
+
+# 1. every agent its own pair of metrics ports
+
+
+def test_a_pair_another_agent_names_or_something_listens_on_is_skipped() -> None:
+    assert free_pair(set(), is_free=lambda port: True) == (PORT_BASE, PORT_BASE + 1)
+    assert free_pair({9478, 9479}, is_free=lambda port: port != 9480) == (9482, 9483)
+    assert free_pair({9479}, is_free=lambda port: True) == (9480, 9481), "a pair is taken if either port is"
+
+
+def test_a_port_bound_on_loopback_is_not_free() -> None:
+    with socket.socket() as held:
+        held.bind((LOOPBACK, 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert not port_is_free(port)
+        dispatch, sensors = free_pair(set(), start=port)
+    assert dispatch >= port + 2 and sensors == dispatch + 1
+
+
+def test_install_picks_ports_no_other_agent_names_and_skips_an_unreadable_toml(
+    installed: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = installed / "etc/agentd/broken.toml"
+    broken.write_text("this is [not toml\n")
+    install_agent(installed, "web")
+    captured = capsys.readouterr()
+    assert f"warning: skipped {broken} when picking metrics ports" in captured.err
+    demo, web = ports_of(installed, "demo"), ports_of(installed, "web")
+    assert not set(demo) & set(web) and web[1] == web[0] + 1 and (web[0] - PORT_BASE) % 2 == 0
+    assert f"metrics   {web[0]} (dispatch) and {web[1]} (sensors)" in captured.out
+
+
+def test_config_check_refuses_a_metrics_address_another_installed_agent_uses(
+    installed: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AGENTD_METRICS__DISPATCH_LISTEN", "AGENTD_METRICS__SENSORS_LISTEN"):
+        monkeypatch.delenv(name)  # the addresses in the files are checked here, and nothing binds them
+    install_agent(installed, "web")
+    demo_toml, web_toml = installed / "etc/agentd/demo.toml", installed / "etc/agentd/web.toml"
+    taken, own = metrics_of(installed, "demo")["dispatch_listen"], metrics_of(installed, "web")["sensors_listen"]
+    web_toml.write_text(web_toml.read_text().replace(f'sensors_listen = "{own}"', f'sensors_listen = "{taken}"'))
+    capsys.readouterr()
+    assert main(["config", "check", "--config", str(web_toml)]) == 2
+    err = capsys.readouterr().err
+    assert f"{web_toml}: metrics.sensors_listen: {taken} is also {demo_toml}'s metrics.dispatch_listen" in err
+    demo_toml.write_text(demo_toml.read_text().replace("[metrics]\n", "[metrics]\nenabled = false\n"))
+    assert main(["config", "check", "--config", str(web_toml)]) == 0, "a disabled endpoint listens on nothing"
+
+
+# 2. the example's comments survive install, and the header names the real agent
+
+
+def expected_config(agent: str, ports: tuple[int, int]) -> dict[str, Any]:
+    """What install wrote before it kept comments (tomli_w of these edits), plus the ports."""
+    raw = example_raw()
+    raw["agent"].update(agent_id=agent, internal_name=agent, display_name=agent.capitalize())
+    raw["constitution"].update(soul_path=f"{agent}/SOUL.md", purpose_path=f"{agent}/PURPOSE.md")
+    raw["paths"] = {
+        "state_dir": f"/var/lib/agentd/{agent}",
+        "workspace": f"/var/lib/agentd/{agent}/workspace",
+        "skills_dir": f"{agent}/skills",
+        "sensors_dir": f"{agent}/sensors",
+    }
+    raw["payload_schemas"] = {key: f"{agent}/{value}" for key, value in raw["payload_schemas"].items()}
+    for adapter in raw["adapters"]:
+        if adapter["kind"] == "script":
+            adapter["command"] = f"{agent}/{adapter['command']}"
+    raw["metrics"].update(dispatch_listen=f"127.0.0.1:{ports[0]}", sensors_listen=f"127.0.0.1:{ports[1]}")
+    return raw
+
+
+def test_the_written_config_keeps_the_examples_comments_and_names_the_agent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_agent(tmp_path, "web")
+    assert "without the example's comments" not in capsys.readouterr().err
+    text = (tmp_path / "etc/agentd/web.toml").read_text()
+    assert tomllib.loads(text) == expected_config("web", ports_of(tmp_path, "web"))
+    header = text[: text.index("\n\n")]
+    assert "`agentd config check --agent web`" in header and "NAME" not in header and "demo" not in header
+    example = EXAMPLE_CONFIG.read_text().splitlines()
+    body = example[next(i for i, line in enumerate(example) if not line.startswith("#")) :]
+    comments = [line[line.index("#") :] for line in body if "#" in line]
+    assert len(comments) > 10
+    for comment in comments:
+        assert comment in text, comment
+    assert 'internal_name = "web"           # load-bearing' in text, "an inline comment keeps its column"
+
+
+def test_an_example_the_edits_cannot_fit_is_written_without_comments_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copytree(REPO / "config", tmp_path / "config")
+    example = tmp_path / "config/identity.example.toml"
+    example.write_text(example.read_text().replace("[paths]\n", '[paths]\nlogs_dir = "../var/demo/logs"\n'))
+    monkeypatch.setattr(install_module, "example_config", lambda: example)
+    install_agent(tmp_path / "root", "web")
+    assert "web.toml: written without the example's comments" in capsys.readouterr().err
+    written = (tmp_path / "root/etc/agentd/web.toml").read_text()
+    assert tomllib.loads(written) == expected_config("web", ports_of(tmp_path / "root", "web"))
+    assert "`agentd config check --agent web`" in written
+
+
+# 3. an agentd the units cannot see
+
+
+@pytest.fixture
+def on_this_system(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """install's rules for the real root (/), its writes sent to a temp dir and no setup command run:
+    a refusal that broke could not touch this machine."""
+    sandbox = tmp_path / "sandbox"
+
+    class Sandboxed(install_module.Layout):
+        def _in_root(self, path: str) -> Path:
+            return sandbox / path.lstrip("/")
+
+    def refuse(argv: list[str], **kwargs: Any) -> None:
+        raise AssertionError(f"install ran {argv} on this machine")
+
+    monkeypatch.setattr(install_module, "Layout", Sandboxed)
+    monkeypatch.setattr(install_module, "run_setup_command", refuse)
+    return sandbox
+
+
+@pytest.mark.parametrize(
+    "agentd_bin", ["/tmp/x/agentd", "/var/tmp/agentd", "/home/ann/.venv/bin/agentd", "/root/agentd", "/run/user/0/a"]
+)
+def test_an_agentd_the_units_cannot_see_is_refused(
+    on_this_system: Path, capsys: pytest.CaptureFixture[str], agentd_bin: str
+) -> None:
+    assert main(["install", "--agent", "web", "--agentd-bin", agentd_bin]) == 2
+    err = capsys.readouterr().err
+    assert f"agentd at {agentd_bin} cannot be started by the units" in err and "PrivateTmp=/ProtectHome=" in err
+    assert "--agentd-bin PATH" in err and len(err.strip().splitlines()) == 1
+    assert not on_this_system.exists()
+
+
+@pytest.mark.parametrize(
+    ("agentd_bin", "expected"),
+    [
+        ("agentd", "--agentd-bin: expected an absolute path"),
+        ("/opt/my agentd/agentd", "--agentd-bin: expected an absolute path"),
+        ("/opt/agentd%i", "--agentd-bin: expected an absolute path"),
+        ("/opt/nowhere/agentd", "--agentd-bin: /opt/nowhere/agentd is not an executable file"),
+        ("/usr", "--agentd-bin: /usr is not an executable file"),
+    ],
+)
+def test_a_bad_agentd_bin_is_refused(
+    on_this_system: Path, capsys: pytest.CaptureFixture[str], agentd_bin: str, expected: str
+) -> None:
+    assert main(["install", "--agent", "web", "--agentd-bin", agentd_bin]) == 2
+    assert expected in capsys.readouterr().err
+    assert not on_this_system.exists()
+
+
+def test_a_staging_root_only_warns_about_an_agentd_the_units_cannot_see(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_agent(tmp_path, "web", "--agentd-bin", "/home/ann/agentd")
+    assert "warning: the units run /home/ann/agentd, which they cannot see" in capsys.readouterr().err
+    unit = (tmp_path / "etc/systemd/system/agentd-dispatch@.service").read_text()
+    assert "ExecStart=/home/ann/agentd --config /etc/agentd/%i.toml dispatch" in unit
+
+
+def test_an_agentd_linked_or_interpreted_from_a_hidden_folder_is_unreachable(tmp_path: Path) -> None:
+    if not Path("/dev/shm").is_dir() or not tmp_path.resolve().is_relative_to("/tmp"):
+        pytest.skip("needs /dev/shm (a folder the units see) and pytest's temp dir under /tmp (one they do not)")
+    target = tmp_path / "agentd"
+    target.write_text("#!/usr/bin/python3\n")
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as folder:
+        script, link = Path(folder) / "agentd", Path(folder) / "link"
+        script.write_text("#!/home/ann/.venv/bin/python\nfrom agentd.cli import main\n")
+        link.symlink_to(target)
+        assert "/home/ann/.venv/bin/python is under /home" in str(hidden_from_units(script))
+        assert f"{target} is under /tmp" in str(hidden_from_units(link))
+        script.write_text("#!/usr/bin/python3\n")
+        assert hidden_from_units(script) is None
+
+
+# 4. uninstall: not installed, purge confirmed, shared files with the last agent
+
+
+def test_uninstalling_an_agent_that_is_not_installed_is_an_error(
+    installed: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = tree(installed)
+    assert main(["uninstall", "--root", str(installed), "--agent", "never"]) == 2
+    assert f"agent 'never' is not installed (no {installed}/etc/agentd/never.toml)" in capsys.readouterr().err
+    assert tree(installed) == before
+
+
+def test_purge_without_yes_says_what_it_would_delete_and_deletes_nothing(
+    installed: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = tree(installed)
+    assert main(["uninstall", "--root", str(installed), "--agent", "demo", "--purge"]) == 2
+    err = capsys.readouterr().err
+    assert f"--purge deletes {installed}/etc/agentd/demo.toml" in err and f"{installed}/var/lib/agentd/demo" in err
+    assert "add --yes to confirm" in err
+    assert tree(installed) == before
+
+
+def test_the_shared_units_and_sysusers_file_go_with_the_last_agent(installed: Path) -> None:
+    install_agent(installed, "web")
+    shared = [
+        installed / "etc/systemd/system/agentd-dispatch@.service",
+        installed / "etc/systemd/system/agentd-sensors@.service",
+        installed / "etc/sysusers.d/agentd.conf",
+    ]
+    assert main(["uninstall", "--root", str(installed), "--agent", "web", "--purge", "--yes"]) == 0
+    assert all(path.is_file() for path in shared), "demo still uses them"
+    assert main(["uninstall", "--root", str(installed), "--agent", "demo", "--purge", "--yes"]) == 0
+    assert not any(path.exists() for path in shared)
+
+
+# 5. hardening: system-call filter, IPC clean-up, private mounts
+
+
+def test_the_units_filter_system_calls_remove_ipc_and_keep_mounts_private() -> None:
+    for name in ("agentd-dispatch@.service", "agentd-sensors@.service"):
+        unit = (REPO / "units" / name).read_text()
+        settings = dict(re.findall(r"^(\w+)=(.*)$", unit, re.M))
+        assert settings["RemoveIPC"] == "yes" and settings["PrivateMounts"] == "yes", name
+        assert re.findall(r"^SystemCallFilter=(.*)$", unit, re.M)[0] == "@system-service", name
+        assert settings["SystemCallErrorNumber"] == "EPERM", name
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(
+    ("unit", "exposure"), [("agentd-dispatch@demo.service", 2.6), ("agentd-sensors@demo.service", 1.7)]
+)
+def test_the_units_exposure_stays_at_the_measured_level(installed: Path, unit: str, exposure: float) -> None:
+    """`systemd-analyze security` scores 0 (locked down) to 10; these were 4.0 and 3.2 before the filter."""
+    path = installed / "etc/systemd/system" / unit  # the instance, read from its template beside it
+    result = subprocess.run(
+        [analyzer(), "security", "--offline=yes", "--no-pager", f"--threshold={round(exposure * 10)}", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout[-400:] + result.stderr
+
+
+# 6. acceptance: two agents, two pairs of ports, four instantiated units that verify
+
+
+@pytest.mark.process
+def test_two_agents_get_distinct_ports_and_their_units_verify(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AGENTD_METRICS__DISPATCH_LISTEN", "AGENTD_METRICS__SENSORS_LISTEN"):
+        monkeypatch.delenv(name)  # config check below compares the ports the files name
+    root = tmp_path / "root"
+    install_agent(root, "web")
+    install_agent(root, "api")
+    assert "skipped" not in capsys.readouterr().err
+    assert len({*ports_of(root, "web"), *ports_of(root, "api")}) == 4
+    for agent in ("web", "api"):
+        assert main(["config", "check", "--config", str(root / f"etc/agentd/{agent}.toml")]) == 0
+    units = root / "etc/systemd/system"
+    instances = [
+        str(units / f"agentd-{service}@{agent}.service")
+        for service in ("dispatch", "sensors")
+        for agent in ("web", "api")
+    ]
+    result = subprocess.run([analyzer(), "verify", "--man=no", *instances], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stderr.strip() == "", result.stderr

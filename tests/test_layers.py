@@ -27,7 +27,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("agentd.config", "agentd.settings", "agentd.sensors", "agentd.skills", "agentd.schemas"),
     ("agentd.store",),
     ("agentd.intake", "agentd.workflows", "agentd.bundle", "agentd.outcome", "agentd.validation", "agentd.intents"),
-    ("agentd.containment", "agentd.runner", "agentd.evidence", "agentd.adapters", "agentd.judge", "agentd.metrics"),
+    (
+        "agentd.containment",
+        "agentd.runner",
+        "agentd.evidence",
+        "agentd.adapters",
+        "agentd.judge",
+        "agentd.status",
+        "agentd.metrics",
+    ),
     (
         "agentd.attempt",
         "agentd.attempt_end",
@@ -36,12 +44,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.sweep",
         "agentd.outbox",
         "agentd.sensor_runs",
-        "agentd.status",
+        "agentd.retention",
         "agentd.control",
         "agentd.service",
     ),
     ("agentd.dispatch", "agentd.sensor_service"),
-    ("agentd.install", "agentd.cli", "agentd.__main__"),
+    ("agentd.install", "agentd.ports", "agentd.cli", "agentd.__main__"),
 )
 
 

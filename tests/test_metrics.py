@@ -20,7 +20,15 @@ from agentd.clock import SystemClock
 
 pytestmark = pytest.mark.process
 
-COMMON = {"agentd_build_info": "gauge", "agentd_tasks": "gauge", "agentd_oldest_pending_task_age_seconds": "gauge"}
+COMMON = {
+    "agentd_build_info": "gauge",
+    "agentd_tasks": "gauge",
+    "agentd_tasks_waiting": "gauge",
+    "agentd_oldest_pending_task_age_seconds": "gauge",
+    "agentd_running_attempt_age_seconds": "gauge",
+    "agentd_service_live": "gauge",
+    "agentd_service_heartbeat_age_seconds": "gauge",
+}
 DISPATCH = {
     **COMMON,
     "agentd_attempts": "counter",
@@ -110,9 +118,13 @@ def test_both_services_expose_every_metric_and_the_counters_move(agent: Agent, t
             assert value(families, "agentd_tasks", status="running") == 1
             assert value(families, "agentd_tasks", status="completed") == 7
             assert value(families, "agentd_build_info", agent_id="demo") == 1
+            assert value(families, "agentd_service_live", service="dispatch") == 1
+            assert value(families, "agentd_service_live", service="sensors") == 1
+            assert value(families, "agentd_running_attempt_age_seconds") > 0
+            assert not [s.name for f in families.values() for s in f.samples if s.name.endswith("_created")]
         d, s = during["dispatch"], during["sensors"]
-        assert value(d, "agentd_attempts", "agentd_attempts_total", adapter="script", exit_status="ok") == 4
-        assert value(d, "agentd_attempts", "agentd_attempts_total", adapter="stepper", exit_status="ok") == 3
+        assert value(d, "agentd_attempts", "agentd_attempts_total", adapter="script", outcome="completed") == 4
+        assert value(d, "agentd_attempts", "agentd_attempts_total", adapter="stepper", outcome="completed") == 3
         assert (
             value(d, "agentd_attempt_duration_seconds", "agentd_attempt_duration_seconds_count", adapter="script") == 4
         )
@@ -152,7 +164,16 @@ def test_a_taken_metrics_port_is_a_clear_error(agent: Agent) -> None:
         port = taken.getsockname()[1]
         agent.env["AGENTD_METRICS__DISPATCH_LISTEN"] = f"127.0.0.1:{port}"
         result = subprocess.run(
-            [sys.executable, "-m", "agentd", "--config", str(agent.config_path), "dispatch", "--until-idle"],
+            [
+                sys.executable,
+                "-m",
+                "agentd",
+                "--config",
+                str(agent.config_path),
+                "dispatch",
+                "--until-idle",
+                "--metrics",
+            ],
             env=agent.env,
             capture_output=True,
             text=True,

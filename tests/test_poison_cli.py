@@ -52,7 +52,7 @@ def refused(cli: Any, *args: str) -> str:
         (("task", "add", "--type", "example", "--subject", "bad \udcff bytes"), "not valid Unicode"),
         (("task", "add", "--type", "example", "--delay", "nan"), "--delay"),
         (("task", "add", "--type", "example", "--priority", BIG), "--priority: expected 1"),
-        (("schedule", "add", "s1", "--type", "example", "--every", BIG), "--every: expected 1 to"),
+        (("schedule", "add", "s1", "--type", "example", "--every", BIG), "--every: expected a duration like"),
         (("workflow", "start", "goal-loop", "k", "--context", '{"a": NaN}'), "NaN"),
     ],
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import anyio
@@ -24,10 +25,57 @@ async def test_the_same_1000_events_for_5_runs_make_1000_tasks(sensing: Callable
         [report] = await rig.service.run_due(rig.clock.now())
         assert report.result == "ok"
         rig.clock.advance(60)
-    assert len(task_subjects(rig)) == 1000
+    assert len(task_subjects(rig)) == 1000 and report.counts.deduped == 1000
     kinds = [e.type for e in rig.events()]
-    assert kinds.count("sensor_task_created") == 1000 and kinds.count("sensor_event_deduped") == 4000
+    assert kinds.count("sensor_task_created") == 1000 and kinds.count("sensor_event_deduped") == 0
     assert all(t.source.startswith("sensor:repeat:") for t in rig.store.list_tasks(limit=10))
+
+
+async def test_repeated_lines_are_counted_and_a_run_with_nothing_new_writes_no_event(
+    sensing: Callable[[], Rig], sensors_dir: Path
+) -> None:
+    """Honest operations, finding 5: the audit log is not a diary of sensors seeing what they saw before."""
+    write_sensor(sensors_dir, "same", 'print(event("a"))\nprint(event("b"))', interval=60)
+    rig = sensing()
+    for _ in range(10):
+        await rig.service.run_due(rig.clock.now())
+        rig.clock.advance(60)
+    first_run = [e.type for e in rig.events() if e.sensor_id == "same"]
+    assert first_run.count("sensor_event_recorded") == 2 and first_run.count("sensor_run_finished") == 1
+    assert "sensor_event_deduped" not in first_run
+    [state] = rig.store.sensor_states().values()
+    assert state.runs == 10 and state.last_result == "ok"  # `sensor list` still says when it last ran
+    assert state.last_run_at == rig.clock.now() - timedelta(seconds=60)
+
+
+async def test_a_run_with_something_new_or_wrong_keeps_its_event_and_counts_its_repeats(
+    sensing: Callable[[], Rig], sensors_dir: Path
+) -> None:
+    body = """
+state = os.path.join(os.environ["AGENTD_SENSOR_STATE_DIR"], "runs")
+run = int(open(state).read()) + 1 if os.path.exists(state) else 1
+open(state, "w").write(str(run))
+print(event("a"))
+print(event("b"))
+if run == 2:
+    print(event("c"))
+if run == 3:
+    print("not json")
+if run == 4:
+    sys.exit(3)
+"""
+    write_sensor(sensors_dir, "mostly-same", body, interval=60)
+    rig = sensing()
+    for _ in range(5):
+        await rig.service.run_due(rig.clock.now())
+        rig.clock.advance(60)
+    finished = [e.payload for e in rig.events() if e.type == "sensor_run_finished"]
+    assert [(p["result"], p["recorded"], p["deduped"], p["rejected"]) for p in finished] == [
+        ("ok", 2, 0, 0),  # new events
+        ("ok", 1, 2, 0),  # one new event among repeats
+        ("ok", 0, 2, 1),  # a rejected line
+        ("exit 3", 0, 2, 0),  # a failure
+    ]  # and the fifth run saw nothing new: no event
 
 
 async def test_a_sensor_killed_mid_output_then_rerun_creates_each_task_once(

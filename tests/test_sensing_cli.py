@@ -26,6 +26,10 @@ def test_sensor_list_and_run_dry_run(sensing: Callable[[], Rig], sensors_dir: Pa
     assert task_subjects(rig) == ["task only"]
     [listed] = cli("sensor", "list", "--json", config=rig.config.path).json()
     assert listed["sensor_id"] == "one" and listed["runs"] == 1 and listed["last_result"] == "ok"
+    again = cli("sensor", "run", "one", "--dry-run", "--json", config=rig.config.path).json()
+    assert again["events"][0]["seen"] is True, "an event already taken is not shown as new work"
+    text = cli("sensor", "run", "one", "--dry-run", config=rig.config.path).out
+    assert "only → already seen: nothing to do" in text
 
 
 def test_sensor_toml_problems_are_config_problems(sensors_dir: Path, tmp_path: Path, cli: Any) -> None:

@@ -9,17 +9,18 @@ import argparse
 import logging
 import sqlite3
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from agentd import __version__
-from agentd.cli import adapters, cost, ops, queue, services, setup, work
+from agentd.cli import adapters, cost, ops, queue, retention, services, setup, work
 from agentd.cli.common import COMMON, CommandError, Parser, check_argv
 from agentd.edge import printable
 from agentd.errors import AgentdError, ConfigError, StorageError
 from agentd.faults import is_storage_fault, os_storage_error
 
-COMMAND_MODULES = (setup, queue, work, adapters, cost, services, ops)
+COMMAND_MODULES = (setup, queue, work, adapters, cost, services, ops, retention)
 
 
 def report(exc: AgentdError | CommandError, *, service: bool = False) -> int:
@@ -32,6 +33,13 @@ def report(exc: AgentdError | CommandError, *, service: bool = False) -> int:
     if service and isinstance(exc, StorageError):
         return 1  # a service exits 1 on unusable storage: systemd restarts it once the disk is usable
     return exc.exit_code
+
+
+class UtcFormatter(logging.Formatter):
+    """Log times as the events show them: UTC with a Z (`2026-11-23T10:00:00.123Z`), not local time."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
 
 
 def _leaves(group: BaseExceptionGroup[Any]) -> list[Any]:
@@ -65,10 +73,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except CommandError as exc:
         return report(exc)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(UtcFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(
         level=logging.DEBUG if getattr(args, "verbose", False) else getattr(args, "log_level", logging.WARNING),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+        handlers=[handler],
     )
     service = bool(getattr(args, "service", False))
     try:

@@ -5,9 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import anyio
-
-from agentd.adapters.probe import probe_adapters
 from agentd.cli.common import add_command, config_from, print_json, print_table, wants_json
 from agentd.records import AdapterConfig, OllamaGenerateAdapterConfig
 
@@ -28,6 +25,10 @@ def cmd_adapters(args: argparse.Namespace) -> int:
     config = config_from(args)
     rows = [_describe(a) for a in config.adapters.values()]
     if args.probe:
+        import anyio
+
+        from agentd.adapters.probe import probe_adapters
+
         probes = anyio.run(probe_adapters, config)
         for row in rows:
             row.update(probes[row["adapter_id"]])

@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from agentd.clock import SystemClock
+from agentd.clock import SystemClock, parse_duration, parse_ts
 from agentd.config import Config, resolve_config_path
+from agentd.control import MAX_ATTEMPTS
 from agentd.edge import INT64_MAX, NotJson, check_id, check_text, printable
 from agentd.edge import loads as load_json
 from agentd.errors import ConfigError, InputError
@@ -69,6 +71,46 @@ def count(text: str) -> int:
     return value
 
 
+def attempts(text: str) -> int:
+    """argparse type for --attempts: 1 to MAX_ATTEMPTS (0 is refused, not read as "the default")."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_ATTEMPTS:
+        raise argparse.ArgumentTypeError(f"expected 1 to {MAX_ATTEMPTS} attempts, found {text!r}")
+    return value
+
+
+def duration(bare_unit: str) -> Callable[[str], float]:
+    """argparse type for a duration (90s, 15m, 2h, 7d) in seconds; a bare number is in `bare_unit`
+    (minutes for --delay, seconds for --every: what they meant before units existed)."""
+
+    def parse(text: str) -> float:
+        try:
+            return parse_duration(text, bare_unit)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def moment(text: str) -> datetime:
+    """argparse type for a point in time: an ISO-8601 time (UTC unless it says otherwise; a date alone
+    is its midnight), or an age (30m, 2h, 7d) before now."""
+    try:
+        return SystemClock().now() - timedelta(seconds=parse_duration(text, "s"))
+    except ValueError:
+        pass
+    full = text + "T00:00:00" if len(text) == 10 else text  # a date alone: its midnight, UTC
+    try:
+        return parse_ts(full if any(c in full[10:] for c in "Zz+-") else full + "Z")
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a UTC time like 2026-11-23T10:00:00Z or an age like 30m, 2h, 7d, found {text!r}"
+        ) from None
+
+
 def json_object(text: str, flag: str) -> dict[str, Any]:
     """A JSON object option (--payload, --context), parsed by the same rules as every other edge."""
     try:
@@ -78,6 +120,41 @@ def json_object(text: str, flag: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputError(f"{flag}: expected a JSON object, found {type(value).__name__}")
     return value
+
+
+FLAGS = {
+    "task_type": "--type",
+    "payload": "--payload",
+    "priority": "--priority",
+    "available_at": "--at",
+    "schedule": "--delay",
+    "skill_ids": "--skill",
+    "requested_profile_id": "--profile",
+    "requested_adapter_id": "--adapter",
+    "requested_model": "--model",
+    "schedule_id": "ID",
+    "interval_seconds": "--every",
+    "evidence_requirements": "--require-artifact",
+}
+
+
+def input_problems(exc: ValidationError) -> str:
+    """A refused task or schedule in the words of its command line, the same for every command:
+    `--priority: expected 1 (most urgent) to 10 (least urgent), found 0`."""
+    problems = []
+    for err in exc.errors():
+        loc = [str(part) for part in err["loc"] if part != "task"]  # schedule add's task fields are its own flags
+        flag = FLAGS.get(loc[0], "--" + loc[0].replace("_", "-")) if loc else "input"
+        if err["type"] == "string_pattern_mismatch":
+            allowed = "letters, digits and . _ : - (starting with a letter or digit)"
+            problems.append(f"{flag}: expected {allowed}, found {err['input']!r}")
+        elif loc and loc[0] == "priority":
+            problems.append(f"--priority: expected 1 (most urgent) to 10 (least urgent), found {err.get('input')!r}")
+        else:
+            message = str(err["msg"]).removeprefix("Value error, ")
+            found = "" if "found" in message else f", found {err.get('input')!r}"
+            problems.append(f"{flag}: {message[0].lower()}{message[1:]}{found}")
+    return "; ".join(problems)
 
 
 def check_argv(argv: Sequence[str]) -> None:

@@ -17,15 +17,21 @@ def register(commands: Any) -> None:
     inst = add_command(
         commands, "install", cmd_install, "lay out this VM for an agent: identity TOML, units, user, state dir"
     )
-    inst.add_argument("--root", default="/", metavar="DIR", help="lay the tree out under DIR instead of /")
+    inst.add_argument("--root", default="/", metavar="DIR", help="lay the tree out under DIR instead of / (staging)")
+    inst.add_argument(
+        "--agentd-bin",
+        metavar="PATH",
+        help="the agentd the units run (default: the one running this command); must be outside /tmp, /home, …",
+    )
     un = add_command(
         commands,
         "uninstall",
         cmd_uninstall,
-        "stop and remove an agent's units; its config and state stay unless --purge",
+        "stop and remove an agent's units; its config and state stay unless --purge --yes",
     )
-    un.add_argument("--root", default="/", metavar="DIR")
-    un.add_argument("--purge", action="store_true", help="also delete the agent's config and state dir")
+    un.add_argument("--root", default="/", metavar="DIR", help="the tree install laid out under DIR")
+    un.add_argument("--purge", action="store_true", help="also delete the agent's config and state dir (needs --yes)")
+    un.add_argument("--yes", action="store_true", help="confirm --purge: its database and evidence are gone for good")
 
 
 def _agent(args: argparse.Namespace) -> str:
@@ -35,14 +41,21 @@ def _agent(args: argparse.Namespace) -> str:
     return str(agent)
 
 
-def _agentd_bin() -> Path:
-    found = shutil.which("agentd")
-    return Path(found).resolve() if found else Path(sys.executable).parent / "agentd"
+def _agentd_bin(args: argparse.Namespace) -> Path:
+    """The agentd the units should run: --agentd-bin, else the one beside this Python (the agentd that
+    is running install), else the one on PATH."""
+    if args.agentd_bin:
+        return Path(args.agentd_bin)
+    beside = Path(sys.executable).parent / "agentd"
+    found = beside if beside.is_file() else shutil.which("agentd")
+    return Path(found).resolve() if found else beside
 
 
 def cmd_install(args: argparse.Namespace) -> int:
     agent = _agent(args)
-    report = install(agent, Path(args.root), _agentd_bin())
+    report = install(agent, Path(args.root), _agentd_bin(args))
+    for warning in report.warnings:
+        print(f"agentd: warning: {warning}", file=sys.stderr)
     if wants_json(args):
         print_json({**vars(report), "enable": enable_command(agent)})
         return 0
@@ -50,6 +63,8 @@ def cmd_install(args: argparse.Namespace) -> int:
         print(f"wrote     {path}")
     for path in report.kept:
         print(f"kept      {path} (exists; not replaced)")
+    if report.ports:
+        print(f"metrics   {report.ports[0]} (dispatch) and {report.ports[1]} (sensors) on 127.0.0.1")
     if not report.changed:
         print("nothing to change: already installed")
     print(f"\nnext: {enable_command(agent)}")
@@ -58,12 +73,12 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
     agent = _agent(args)
-    report = uninstall(agent, Path(args.root), purge=args.purge)
+    report = uninstall(agent, Path(args.root), purge=args.purge, yes=args.yes)
     if wants_json(args):
         print_json(vars(report))
         return 0
     for path in report.changed:
         print(f"removed   {path}")
     for path in report.kept:
-        print(f"kept      {path} (agentd uninstall --purge deletes it)")
+        print(f"kept      {path} (agentd uninstall --purge --yes deletes it)")
     return 0

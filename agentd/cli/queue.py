@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -12,9 +14,13 @@ from agentd import control
 from agentd.cli.common import (
     add_command,
     agent_store,
+    attempts,
     config_from,
     count,
+    duration,
+    input_problems,
     json_object,
+    moment,
     option,
     print_fields,
     print_json,
@@ -23,14 +29,11 @@ from agentd.cli.common import (
     store_from,
     wants_json,
 )
-from agentd.clock import SystemClock, age, format_ts, parse_ts
+from agentd.clock import SystemClock, age, ago, format_ts, parse_ts
 from agentd.edge import printable
 from agentd.errors import InputError
-from agentd.records import TASK_STATUSES, TaskIntent, TaskRecord
+from agentd.records import TASK_STATUSES, RuntimeEvent, TaskIntent, TaskRecord
 from agentd.status import snapshot
-
-STALE_STATUS_S = 30.0
-MAX_ATTEMPTS = 100  # as a task type's max_attempts  # services refresh their status line every 5 s
 
 
 def register(commands: Any) -> None:
@@ -56,7 +59,12 @@ def register(commands: Any) -> None:
         help="a file (relative to the workspace) the attempt must leave behind (repeatable)",
     )
     when = add.add_mutually_exclusive_group()
-    when.add_argument("--delay", type=float, metavar="MINUTES", help="available after this many minutes")
+    when.add_argument(
+        "--delay",
+        type=duration("m"),
+        metavar="DURATION",
+        help="available after this long: 90s, 15m, 2h, 1d (a bare number is minutes)",
+    )
     when.add_argument("--at", metavar="TIMESTAMP", help="available at this UTC time (operator only)")
     add.add_argument("--source", default="operator:cli", help="where the task came from")
 
@@ -78,17 +86,34 @@ def register(commands: Any) -> None:
     retry.add_argument("task_id", type=record_id, metavar="ID")
     retry.add_argument(
         "--attempts",
-        type=int,
+        type=attempts,
         default=None,
         metavar="N",
         help="attempts it gets (default: its task type's max_attempts)",
     )
 
     events = add_command(commands, "events", cmd_events, "the event log, oldest first")
-    events.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
+    events.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing new events (from now, unless --after/--since/--last)"
+    )
     events.add_argument("--task", type=record_id, metavar="ID", help="only this task's events")
-    events.add_argument("--after", type=count, default=0, metavar="SEQUENCE", help="start after this sequence")
-    events.add_argument("--limit", type=count, default=1000)
+    events.add_argument(
+        "--type",
+        dest="types",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        help="only events of this type (repeatable)",
+    )
+    events.add_argument("--after", type=count, default=None, metavar="SEQUENCE", help="start after this sequence")
+    events.add_argument(
+        "--since",
+        type=moment,
+        metavar="WHEN",
+        help="only events at or after WHEN: a UTC time, or an age like 30m, 2h, 7d",
+    )
+    events.add_argument("--last", type=count, metavar="N", help="only the newest N (still printed oldest first)")
+    events.add_argument("--limit", type=count, default=1000, help="at most this many (default 1000)")
 
     add_command(commands, "status", cmd_status, "queue counts, oldest pending age, schema version")
 
@@ -108,7 +133,7 @@ def intent_from_args(args: argparse.Namespace) -> TaskIntent:
         "skill_ids": args.skills or None,
     }
     if args.delay is not None:
-        fields["schedule"] = {"delay_minutes": args.delay}
+        fields["schedule"] = {"delay_minutes": args.delay / 60}
     if args.at is not None:
         fields["available_at"] = args.at
     if args.artifacts:
@@ -116,21 +141,7 @@ def intent_from_args(args: argparse.Namespace) -> TaskIntent:
     try:
         return TaskIntent.model_validate(fields)
     except ValidationError as exc:
-        raise InputError("; ".join(_intent_error(e) for e in exc.errors())) from None
-
-
-def _intent_error(err: Any) -> str:
-    flag = {
-        "task_type": "--type",
-        "payload": "--payload",
-        "priority": "--priority",
-        "available_at": "--at",
-        "schedule": "--delay",
-        "skill_ids": "--skill",
-    }.get(str(err["loc"][0]), str(err["loc"][0]))
-    if err["loc"][0] == "priority":
-        return f"--priority: expected 1 (most urgent) to 10 (least urgent), found {err.get('input')!r}"
-    return f"{flag}: {err['msg']}, found {err.get('input')!r}"
+        raise InputError(input_problems(exc)) from None
 
 
 def cmd_task_add(args: argparse.Namespace) -> int:
@@ -173,34 +184,39 @@ def cmd_task_show(args: argparse.Namespace) -> int:
     with agent_store(args, readonly=True) as (_, store):
         task = store.get_task_or_raise(args.task_id)
         attempts = store.attempts_of(task.task_id)
-        events = store.read_events(task_id=task.task_id)
+        events = store.read_events(task_id=task.task_id, limit=100_000)
     if wants_json(args):
         print_json({"task": task, "attempts": attempts, "events": events})
         return 0
-    print_task(task)
+    now = SystemClock().now()
+    print_task(task, now)
+    outcomes = {e.attempt_id: e.payload.get("outcome") for e in events if e.type == "task_attempt_finished"}
     if attempts:
         print("\nattempts")
         print_table(
-            ["#", "ATTEMPT", "ADAPTER", "MODEL", "EXIT", "RETRY", "REASON", "STARTED", "ENDED"],
+            ["#", "ATTEMPT", "ADAPTER", "MODEL", "OUTCOME", "EXIT", "ENDED BY", "STARTED", "TOOK"],
             [
                 (
                     a.attempt_number,
                     a.attempt_id,
                     a.adapter_id,
-                    a.model,
-                    a.exit_status,
-                    a.retry_class,
-                    a.termination_reason,
-                    format_ts(a.started_at),
-                    format_ts(a.ended_at) if a.ended_at else "",
+                    a.model or "-",
+                    outcomes.get(a.attempt_id) or ("running" if a.ended_at is None else "-"),
+                    a.exit_status or "-",
+                    a.termination_reason or "-",
+                    ago(a.started_at, now),
+                    age(((a.ended_at or now) - a.started_at).total_seconds()),
                 )
                 for a in attempts
             ],
         )
-    print("\nevents")
+        print("\nevidence")
+        for a in attempts:
+            print(f"  #{a.attempt_number}  {printable(a.evidence_dir or '(none: the attempt never started)')}")
+    print(f"\nevents ({len(events)}; `agentd events --task {task.task_id} --json` has every field)")
     print_table(
         ["SEQ", "TIME", "TYPE", "DETAIL"],
-        [(e.sequence, format_ts(e.timestamp), e.type, _detail(e.payload)) for e in events],
+        [(e.sequence, format_ts(e.timestamp)[:19] + "Z", e.type, detail(e.payload)) for e in events],
     )
     return 0
 
@@ -228,52 +244,118 @@ def cmd_task_retry(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_task(task: TaskRecord) -> None:
-    data = task.model_dump(mode="json")
-    outcome = data.pop("outcome")
-    print_fields(data.items())
-    if outcome:
-        print_fields([("outcome", outcome)])
+def print_task(task: TaskRecord, now: datetime) -> None:
+    print(f"task {task.task_id}  {task.status}  ({task.task_type}, priority {task.priority})")
+    used = f"{task.attempt_count} of {task.max_attempts}"
+    rows: list[tuple[str, Any]] = [
+        ("subject", task.subject),
+        ("description", task.description),
+        ("source", task.source),
+        ("created", ago(task.created_at, now)),
+        ("available", ago(task.available_at, now) if task.status in ("pending", "retryable_failure") else None),
+        ("started", ago(task.started_at, now) if task.started_at else None),
+        ("finished", ago(task.finished_at, now) if task.finished_at else None),
+        ("attempts", used + (f" (+{task.free_attempt_count} not counted)" if task.free_attempt_count else "")),
+        ("profile", task.requested_profile_id),
+        ("adapter", task.requested_adapter_id),
+        ("model", task.requested_model),
+        ("skills", ", ".join(task.skill_ids) or None),
+        ("workflow", _workflow(task)),
+        ("schedule", task.schedule_id),
+        ("cancel", f"requested {ago(task.cancel_requested_at, now)}" if task.cancel_requested_at else None),
+        ("payload", task.payload or None),
+        ("last error", task.last_error),
+    ]
+    print_fields(rows)
+    if task.outcome:
+        outcome = task.outcome
+        print(f"\noutcome  {outcome.status} ({outcome.machine_status})")
+        print_fields(
+            [
+                ("  summary", outcome.operator_summary),
+                ("  artifacts", ", ".join(outcome.artifact_paths or []) or None),
+                ("  changed", ", ".join(outcome.file_changes or []) or None),
+                ("  signal", outcome.workflow_signal),
+                ("  follow-ups", len(outcome.follow_up_tasks or []) or None),
+                ("  messages", len(outcome.external_messages or []) or None),
+            ]
+        )
 
 
-def _detail(payload: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in payload.items() if not isinstance(v, dict | list))[:100]
+def _workflow(task: TaskRecord) -> str | None:
+    ref = task.workflow_ref
+    if ref is None:
+        return None
+    return f"{ref.workflow_id} ({ref.instance_key}), step {ref.state_id} #{task.workflow_iteration}"
+
+
+DETAIL_CHARS = 160
+
+
+def detail(payload: dict[str, Any]) -> str:
+    """An event's payload on one line: key=value, values as JSON (no Python reprs); a long one is
+    cut with a marker saying how much is left (`--json` shows it all)."""
+    text = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}" for k, v in payload.items())
+    if len(text) <= DETAIL_CHARS:
+        return text
+    return f"{text[:DETAIL_CHARS]}… (+{len(text) - DETAIL_CHARS} chars)"
+
+
+EVENT_HEADER = f"{'SEQ':>6}  {'TIME':<20}  TYPE  IDS  DETAIL"
 
 
 def cmd_events(args: argparse.Namespace) -> int:
     config = config_from(args)
     store = store_from(config, readonly=True)
-    after = args.after
     try:
-        while True:
-            events = store.read_events(after=after, task_id=args.task, limit=args.limit)
-            for event in events:
-                if wants_json(args):
-                    print(event.model_dump_json(), flush=True)
-                else:
-                    ids = " ".join(
-                        f"{k}={v}"
-                        for k, v in (
-                            ("task", event.task_id),
-                            ("attempt", event.attempt_id),
-                            ("workflow", event.workflow_id),
-                            ("schedule", event.schedule_id),
-                            ("sensor", event.sensor_id),
-                        )
-                        if v is not None
-                    )
-                    print(
-                        f"{event.sequence:>6}  {format_ts(event.timestamp)}  {event.type}  {printable(ids)}  "
-                        f"{printable(_detail(event.payload))}".rstrip(),
-                        flush=True,
-                    )
-                after = event.sequence
-            if not option(args, "follow"):
-                return 0
-            if len(events) < args.limit:
-                time.sleep(0.5)  # the follower polls; the database is the only channel
+        if args.task is not None:
+            store.get_task_or_raise(args.task)  # a task that does not exist is an error, not an empty log
+        _events(args, store)
     finally:
         store.close()
+    return 0
+
+
+def _events(args: argparse.Namespace, store: Any) -> None:
+    """Print the chosen events; with --follow keep polling. Following alone starts at the end."""
+    from_start = args.after is not None or args.since is not None or args.last is not None
+    after = args.after or 0
+    if option(args, "follow") and not from_start:
+        after = store.last_event_sequence()
+    query = {"task_id": args.task, "types": tuple(args.types), "since": args.since}
+    events = store.read_events(
+        after=after, limit=args.last if args.last is not None else args.limit, last=args.last is not None, **query
+    )
+    if not wants_json(args):
+        print(EVENT_HEADER, flush=True)
+    while True:
+        for event in events:
+            _print_event(args, event)
+            after = event.sequence
+        if not option(args, "follow"):
+            return
+        if len(events) < args.limit:
+            time.sleep(0.5)  # the follower polls; the database is the only channel
+        events = store.read_events(after=after, limit=args.limit, **query)
+
+
+def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
+    if wants_json(args):
+        print(event.model_dump_json(), flush=True)
+        return
+    ids = " ".join(
+        f"{k}={v}"
+        for k, v in (
+            ("task", event.task_id),
+            ("attempt", event.attempt_id),
+            ("workflow", event.workflow_id),
+            ("schedule", event.schedule_id),
+            ("sensor", event.sensor_id),
+        )
+        if v is not None
+    )
+    parts = [f"{event.sequence:>6}", format_ts(event.timestamp)[:19] + "Z", event.type, ids, detail(event.payload)]
+    print(printable("  ".join(part for part in parts if part)), flush=True)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -284,14 +366,38 @@ def cmd_status(args: argparse.Namespace) -> int:
         print_json(shown)
         return 0
     print(f"agent {shown['agent_id']}  database {shown['database']}  schema version {shown['schema_version']}")
-    print("  ".join(f"{status} {count}" for status, count in shown["counts"].items()))
+    print("tasks    " + "  ".join(f"{status} {n}" for status, n in shown["counts"].items()))
+    waiting = shown["waiting"]
+    print(
+        f"waiting  {waiting['claimable']} claimable now, {waiting['retry_waiting']} waiting to retry, "
+        f"{waiting['delayed']} delayed"
+    )
     oldest = shown["oldest_pending_age_s"]
-    print(f"oldest pending: {age(oldest) if oldest is not None else 'none waiting'}")
+    print(f"oldest claimable task: waiting {age(oldest)}" if oldest is not None else "oldest claimable task: none")
     if shown["next_available_at"]:
-        print(f"next delayed task due in {age((parse_ts(shown['next_available_at']) - now).total_seconds())}")
+        print(f"next waiting task due: {ago(parse_ts(shown['next_available_at']), now)}")
+    for run in shown["running"]:
+        print(
+            f"running  task {run['task_id']} ({run['task_type']}), attempt {run['attempt_id']} on {run['adapter_id']}"
+            f" for {age(run['elapsed_s'])}"
+        )
     for service in shown["services"]:
-        state = f"stale: no update for {age(service['updated_ago_s'])}" if service["stale"] else "live"
-        print(f"{service['service']} (pid {service['pid']}, {state}): {printable(service['status'])}")
+        print(printable(_service_line(service)))
     if not shown["services"]:
         print("no service has run against this database yet")
     return 0
+
+
+SERVICE_WORDS = {
+    "live": "live",
+    "stale": "STALE: running, but silent for {quiet}",
+    "down": "DOWN: its process is gone; last heard from {quiet} ago",
+    "stopped": "stopped {quiet} ago",
+    "unknown": "unknown: another host wrote this row ({quiet} ago)",
+}
+
+
+def _service_line(service: dict[str, Any]) -> str:
+    state = SERVICE_WORDS[service["liveness"]].format(quiet=age(service["updated_ago_s"]))
+    said = "" if service["liveness"] in ("down", "stopped") else f": {service['status']}"
+    return f"{service['service']:<8} pid {service['pid']}, {state}{said}"

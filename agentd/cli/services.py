@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
-
-import anyio
+from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import add_command, check_live_workflows, config_from, store_from
 from agentd.clock import SystemClock
 from agentd.config import Config
-from agentd.dispatch import Dispatcher
-from agentd.metrics import DispatchMetrics, NullMetrics, SensorMetrics, dispatch_metrics, sensor_metrics
-from agentd.sensor_service import SensorService
-from agentd.service import run_services
 from agentd.store import AsyncStore, init_state_dir
+
+if TYPE_CHECKING:  # the services' modules are imported by their commands: the others start faster without them
+    from agentd.metrics import DispatchMetrics, NullMetrics, SensorMetrics
 
 logger = logging.getLogger("agentd.run")
 
@@ -28,6 +25,9 @@ def register(commands: Any) -> None:
         "run the dispatcher: lock, boot sweep, then one verified attempt at a time until SIGTERM",
     )
     dispatch.add_argument("--until-idle", action="store_true", help="drain what is claimable now, then exit 0")
+    dispatch.add_argument(
+        "--metrics", action="store_true", help="with --until-idle: serve /metrics too (a service always does)"
+    )
     dispatch.set_defaults(log_level=logging.INFO, service=True)
     sensors = add_command(
         commands,
@@ -36,6 +36,9 @@ def register(commands: Any) -> None:
         "run the sensor service: each sensor when due, its events into tasks and workflows once",
     )
     sensors.add_argument("--once", action="store_true", help="run every sensor that is due now, then exit")
+    sensors.add_argument(
+        "--metrics", action="store_true", help="with --once: serve /metrics too (a service always does)"
+    )
     sensors.set_defaults(log_level=logging.INFO, service=True)
     run = add_command(
         commands,
@@ -47,10 +50,12 @@ def register(commands: Any) -> None:
 
 
 def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
+    """The migrated database (a missing one is refused before anything is created: `init` and the
+    units' `ExecStartPre=agentd migrate` make it), then the state dir's folders."""
     config = config_from(args)
-    init_state_dir(config.paths.state_dir, config.paths.workspace)  # StateDirectory= made only the first
     store = store_from(config)
     try:
+        init_state_dir(config.paths.state_dir, config.paths.workspace)  # StateDirectory= made only the first
         check_live_workflows(config, store)
     except BaseException:
         store.close()
@@ -59,10 +64,19 @@ def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
 
 
 def cmd_dispatch(args: argparse.Namespace) -> int:
+    import anyio
+
+    from agentd.dispatch import Dispatcher
+    from agentd.service import run_services
+
     config, db = _open(args)
     try:
         dispatcher = Dispatcher(
-            config, db, clock=SystemClock(), metrics=_dispatch_metrics(config), until_idle=args.until_idle
+            config,
+            db,
+            clock=SystemClock(),
+            metrics=_dispatch_metrics(config, one_shot=args.until_idle and not args.metrics),
+            until_idle=args.until_idle,
         )
         anyio.run(run_services, dispatcher)
     finally:
@@ -71,9 +85,20 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
 
 
 def cmd_sensors(args: argparse.Namespace) -> int:
+    import anyio
+
+    from agentd.sensor_service import SensorService
+    from agentd.service import run_services
+
     config, db = _open(args)
     try:
-        service = SensorService(config, db, clock=SystemClock(), metrics=_sensor_metrics(config), once=args.once)
+        service = SensorService(
+            config,
+            db,
+            clock=SystemClock(),
+            metrics=_sensor_metrics(config, one_shot=args.once and not args.metrics),
+            once=args.once,
+        )
         anyio.run(run_services, service)
     finally:
         db.close()
@@ -82,6 +107,12 @@ def cmd_sensors(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Both services in one process, each with its own database connection (as under systemd)."""
+    import anyio
+
+    from agentd.dispatch import Dispatcher
+    from agentd.sensor_service import SensorService
+    from agentd.service import run_services
+
     config, dispatch_db = _open(args)
     sensors_db = AsyncStore(store_from(config))
     try:
@@ -94,9 +125,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dispatch_metrics(config: Config) -> DispatchMetrics | NullMetrics:
-    return dispatch_metrics(config.metrics.enabled, config.agent.agent_id, config.db_path, SystemClock())
+def _dispatch_metrics(config: Config, *, one_shot: bool = False) -> DispatchMetrics | NullMetrics:
+    """A one-shot run (--until-idle) serves no metrics unless asked: it would take the port of the
+    agent's own service, and nothing scrapes a process that is about to exit."""
+    from agentd.metrics import dispatch_metrics
+
+    enabled = config.metrics.enabled and not one_shot
+    return dispatch_metrics(enabled, config.agent.agent_id, config.db_path, SystemClock())
 
 
-def _sensor_metrics(config: Config) -> SensorMetrics | NullMetrics:
-    return sensor_metrics(config.metrics.enabled, config.agent.agent_id, config.db_path, SystemClock())
+def _sensor_metrics(config: Config, *, one_shot: bool = False) -> SensorMetrics | NullMetrics:
+    from agentd.metrics import sensor_metrics
+
+    enabled = config.metrics.enabled and not one_shot
+    return sensor_metrics(enabled, config.agent.agent_id, config.db_path, SystemClock())

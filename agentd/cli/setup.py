@@ -20,8 +20,7 @@ from agentd.cli.common import (
 )
 from agentd.clock import SystemClock
 from agentd.errors import InputError, NotFound
-from agentd.runner import run_foreground
-from agentd.schemas import json_schemas
+from agentd.ports import refuse_shared_ports
 from agentd.store import init_state_dir, migrate, open_store
 
 
@@ -100,6 +99,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     config = config_from(args)
+    refuse_shared_ports(config.path, config.metrics)  # another agent in /etc/agentd on the same port
     if config.db_path.is_file():  # the config must also fit what is running
         store = open_store(config.db_path, SystemClock(), readonly=True)
         try:
@@ -124,6 +124,8 @@ def cmd_schema_export(args: argparse.Namespace) -> int:
         raise InputError(f"{target} exists and is not a folder")
     target.mkdir(parents=True, exist_ok=True)
     written = []
+    from agentd.schemas import json_schemas
+
     for schema_id, schema in sorted(json_schemas().items()):
         path = target / (schema_id.removeprefix("agent-runtime/").replace("/", ".") + ".schema.json")
         tmp = path.with_suffix(".tmp")
@@ -210,6 +212,8 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
         raise InputError(f"skill {skill.skill_id} declares no command {args.command_name!r} (declared: {declared})")
     extra = args.arguments[1:] if args.arguments[:1] == ["--"] else args.arguments
     cwd = config.paths.workspace if config.paths.workspace.is_dir() else Path.cwd()
+    from agentd.runner import run_foreground
+
     return run_foreground([*argv, *extra], cwd=cwd)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import anyio
 from pydantic import ValidationError
 
 from agentd import control
@@ -14,6 +13,8 @@ from agentd.cli.common import (
     agent_store,
     config_from,
     count,
+    duration,
+    input_problems,
     json_object,
     option,
     print_fields,
@@ -26,7 +27,6 @@ from agentd.cli.common import (
 from agentd.clock import SystemClock, age, format_ts
 from agentd.errors import InputError, NotFound
 from agentd.records import ScheduleSpec
-from agentd.sensor_runs import SensorRunner
 from agentd.settings import YEAR_S
 from agentd.store import AsyncStore
 
@@ -53,7 +53,13 @@ def register(commands: Any) -> None:
     )
     add = add_command(schedule, "add", cmd_schedule_add, "add a recurring schedule that enqueues a task every interval")
     add.add_argument("schedule_id", metavar="ID")
-    add.add_argument("--every", type=int, required=True, metavar="SECONDS", help="interval in seconds")
+    add.add_argument(
+        "--every",
+        type=duration("s"),
+        required=True,
+        metavar="DURATION",
+        help="interval: 90s, 15m, 2h, 1d (a bare number is seconds)",
+    )
     add.add_argument("--type", dest="task_type", required=True, help="the task type to enqueue")
     add.add_argument("--subject")
     add.add_argument("--payload", default="{}")
@@ -145,8 +151,9 @@ def cmd_workflow_show(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule_add(args: argparse.Namespace) -> int:
-    if not 1 <= args.every <= YEAR_S:
-        raise InputError(f"--every: expected 1 to {YEAR_S} seconds (a year), found {args.every}")
+    every = int(args.every)
+    if not 1 <= every <= YEAR_S or every != args.every:
+        raise InputError(f"--every: expected whole seconds from 1s to 365d, found {args.every:g}s")
     task: dict[str, Any] = {"task_type": args.task_type, "payload": json_object(args.payload, "--payload")}
     if args.subject:
         task["subject"] = args.subject
@@ -154,15 +161,15 @@ def cmd_schedule_add(args: argparse.Namespace) -> int:
         task["priority"] = args.priority
     fields = {"schedule_id": args.schedule_id, "name": args.name, "enabled": not args.disabled}
     try:
-        spec = ScheduleSpec.model_validate({**fields, "interval_seconds": args.every, "task": task})
+        spec = ScheduleSpec.model_validate({**fields, "interval_seconds": every, "task": task})
         with agent_store(args) as (config, store):
             schedule = control.add_schedule(config, store, spec, SystemClock().now())
     except ValidationError as exc:
-        raise InputError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+        raise InputError(input_problems(exc)) from None
     if wants_json(args):
         print_json(schedule)
     else:
-        print(f"schedule {schedule.schedule_id} added: a {args.task_type} task every {args.every}s, first due now")
+        print(f"schedule {schedule.schedule_id} added: a {args.task_type} task every {age(every)}, first due now")
     return 0
 
 
@@ -245,6 +252,11 @@ def _due(next_due: str | None, now: Any) -> str:
 
 
 def cmd_sensor_run(args: argparse.Namespace) -> int:
+    # imported here, not at the top: `agentd task add` and `agentd status` must not pay for it
+    import anyio
+
+    from agentd.sensor_runs import SensorRunner
+
     config = config_from(args)
     sensor = config.sensor_definitions.get(args.sensor_id)
     if sensor is None:
@@ -253,12 +265,15 @@ def cmd_sensor_run(args: argparse.Namespace) -> int:
     try:
         runner = SensorRunner(config, db, SystemClock())
         report = anyio.run(lambda: runner.run(sensor, dry_run=option(args, "dry_run", False)))
+        keys = [a.event.dedupe_key for a in report.accepted]
+        seen = db.store.seen_dedupe_keys(sensor.sensor_id, keys) if option(args, "dry_run", False) else set()
     finally:
         db.close()
     proposed: list[dict[str, Any]] = [
         {
             "line": a.line,
             "dedupe_key": a.event.dedupe_key,
+            "seen": a.event.dedupe_key in seen,
             "stale": a.stale,
             "task": {"task_type": a.task.task_type, "subject": a.task.subject} if a.task else None,
             "workflow": vars(a.workflow) if a.workflow else None,
@@ -282,6 +297,8 @@ def cmd_sensor_run(args: argparse.Namespace) -> int:
         if args.dry_run:
             for item in proposed:
                 what = item["task"] or item["workflow"] or ("stale" if item["stale"] else "recorded only")
+                if item["seen"]:
+                    what = "already seen: nothing to do"
                 print(f"  line {item['line']}: {item['dedupe_key']} → {what}")
         else:
             print("  " + "  ".join(f"{k} {v}" for k, v in report.counts.as_dict().items()))

@@ -91,6 +91,7 @@ from agentd.records.work import (
     OutboxStatus,
     QueueSummary,
     RetryClass,
+    RunningAttempt,
     SideEffects,
 )
 from agentd.records.workflows import (
@@ -166,6 +167,7 @@ __all__ = [
     "RelativeSchedule",
     "ResultPolicy",
     "RetryClass",
+    "RunningAttempt",
     "RuntimeEvent",
     "Sandbox",
     "ScheduleRun",

@@ -48,6 +48,11 @@ AGENTD_EVENT_TYPES = (
     "sensor_run_reclaimed",
     "dispatch_started",
     "dispatch_stopped",
+    "evidence_pruned",
+    "events_pruned",
+    "tasks_pruned",
+    "sensor_logs_pruned",
+    "retention_failed",
 )
 EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES
 

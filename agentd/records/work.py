@@ -107,6 +107,19 @@ class AttemptEnd:
     paths: dict[str, str | None] = field(default_factory=dict)
     boot_sweep: bool = False
 
+    @property
+    def kind(self) -> str:
+        """How the attempt ended, as `agentd_attempts_total{outcome}` counts it: the outcome's status
+        (completed, retryable_failure, permanent_failure, blocked, operator_canceled), or what
+        spent no attempt (rate_limited, interrupted) or was agentd's own fault (crashed_runtime)."""
+        if self.rate_limited:
+            return "rate_limited"
+        if self.termination_reason == "interrupted":
+            return "interrupted"
+        if self.crashed:
+            return "crashed_runtime"
+        return self.outcome.status
+
 
 @dataclass(frozen=True)
 class CancelResult:
@@ -116,10 +129,13 @@ class CancelResult:
 
 @dataclass(frozen=True)
 class QueueSummary:
-    counts: dict[str, int]
-    oldest_pending_at: datetime | None
+    counts: dict[str, int]  # by status
+    oldest_pending_at: datetime | None  # the oldest claimable task's available_at
     next_available_at: datetime | None
     schema_version: int
+    claimable: int = 0  # pending or retrying, and due now: what the dispatcher would claim
+    retry_waiting: int = 0  # retryable_failure, its backoff not over
+    delayed: int = 0  # pending, available later (--delay, --at)
 
 
 @dataclass(frozen=True)
@@ -138,6 +154,16 @@ class LockAttempt:
     acquired: bool
     holder: LockHolder  # ours when acquired, else the live holder
     cleared: LockHolder | None = None
+
+
+@dataclass(frozen=True)
+class RunningAttempt:
+    task_id: int
+    task_type: str
+    attempt_id: str
+    adapter_id: str
+    model: str | None
+    started_at: datetime
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from agentd.store.migrations import (
     require_current,
 )
 from agentd.store.outbox import OutboxVerbs
+from agentd.store.retention import RetentionVerbs
 from agentd.store.schedules import ScheduleVerbs
 from agentd.store.sensing import SensingVerbs
 from agentd.store.status import StatusVerbs
@@ -63,6 +64,7 @@ class Store(
     WorkflowVerbs,
     ScheduleVerbs,
     StatusVerbs,
+    RetentionVerbs,
 ):
     """Domain verbs over one connection, one group per concept (each extends StoreBase directly);
     each public verb is at most one transaction."""

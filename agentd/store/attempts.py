@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agentd.clock import parse_ts
 from agentd.errors import InputError
 from agentd.hashing import new_ulid
 from agentd.records import (
@@ -20,6 +21,7 @@ from agentd.records import (
     AttemptPlan,
     Claim,
     CostTotal,
+    RunningAttempt,
     TaskAttempt,
     TaskRecord,
 )
@@ -177,6 +179,15 @@ class AttemptVerbs(StoreBase):
                WHERE t.status = 'running' AND a.ended_at IS NULL ORDER BY a.task_id"""
         ).fetchall()
         return [(read_task_or_raise(self, row["task_id"]), attempt_from_row(row)) for row in rows]
+
+    def running_now(self) -> list[RunningAttempt]:
+        """The attempts open right now (the truth `agentd status` shows, not a service's cached line)."""
+        rows = self._conn.execute(
+            """SELECT a.task_id, t.task_type, a.attempt_id, a.adapter_id, a.model, a.started_at
+               FROM task_attempts a JOIN tasks t ON t.id = a.task_id
+               WHERE a.ended_at IS NULL AND t.status = 'running' ORDER BY a.started_at"""
+        ).fetchall()
+        return [RunningAttempt(r[0], r[1], r[2], r[3], r[4], parse_ts(r[5])) for r in rows]
 
     def finish_attempt(self, end: AttemptEnd) -> TaskRecord:
         """The outcome commit: one transaction, or nothing at all."""

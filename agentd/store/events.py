@@ -1,21 +1,42 @@
-"""The event log: reading it, appending a service-level event, and proving its hash chain (DESIGN §6)."""
+"""The event log: reading it, appending a service-level event, proving its hash chain (DESIGN §6), and pruning
+its oldest prefix behind a checkpoint the chain continues from."""
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from agentd.hashing import GENESIS_HASH, chain_hash
-from agentd.records import RuntimeEvent
-from agentd.store.base import StoreBase, loads
+from agentd.records import TASK_STATUSES, TERMINAL_STATUSES, RuntimeEvent
+from agentd.store.base import StoreBase, loads, ts
 from agentd.store.rows import EVENT_BODY_FIELDS, event_from_row
+
+LIVE_STATUSES = tuple(status for status in TASK_STATUSES if status not in TERMINAL_STATUSES)
 
 
 @dataclass(frozen=True)
 class ChainBreak:
     sequence: int
     reason: str
+
+
+@dataclass(frozen=True)
+class EventCheckpoint:
+    """A pruned prefix of the chain: its last sequence and hash, and how many events went with it."""
+
+    through_sequence: int
+    through_hash: str
+    removed: int
+
+
+@dataclass(frozen=True)
+class EventPrefix:
+    """What pruning up to a cutoff would remove: events through this sequence (0: none), how many."""
+
+    through: int
+    count: int
 
 
 class EventVerbs(StoreBase):
@@ -25,20 +46,31 @@ class EventVerbs(StoreBase):
         after: int = 0,
         task_id: int | None = None,
         workflow_id: int | None = None,
+        types: tuple[str, ...] = (),
+        since: datetime | None = None,
         limit: int = 1000,
+        last: bool = False,
     ) -> list[RuntimeEvent]:
-        """Events in sequence order after `after`, optionally for one task or workflow."""
-        clauses, params = ["sequence > ?"], [after]
-        if task_id is not None:
-            clauses.append("task_id = ?")
-            params.append(task_id)
-        if workflow_id is not None:
-            clauses.append("workflow_id = ?")
-            params.append(workflow_id)
+        """Events in sequence order after `after`, optionally for one task or workflow, of some types,
+        at or after `since`; `last`: the newest `limit` of them (still oldest first)."""
+        clauses: list[str] = ["sequence > ?"]
+        params: list[object] = [after]
+        for column, value in (("task_id", task_id), ("workflow_id", workflow_id)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if types:
+            clauses.append(f"type IN ({', '.join('?' * len(types))})")
+            params.extend(types)
+        if since is not None:
+            clauses.append("timestamp >= ?")
+            params.append(ts(since))
+        order = "DESC" if last else "ASC"
         rows = self._conn.execute(
-            f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY sequence LIMIT ?", (*params, limit)
+            f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY sequence {order} LIMIT ?", (*params, limit)
         ).fetchall()
-        return [event_from_row(r) for r in rows]
+        events = [event_from_row(r) for r in rows]
+        return events[::-1] if last else events
 
     def last_event_sequence(self) -> int:
         return int(self._conn.execute("SELECT COALESCE(MAX(sequence), 0) FROM events").fetchone()[0])
@@ -49,19 +81,127 @@ class EventVerbs(StoreBase):
             self._append_event(event_type, now, payload=payload)
 
     def verify_event_chain(self, batch: int = 10_000) -> list[ChainBreak]:
-        """Recompute every hash; each row must continue the previous one with no gaps."""
-        breaks, prev_hash, expected, after = [], GENESIS_HASH, 1, 0
+        """Recompute every hash; each row must continue the previous one with no gaps. A pruned prefix
+        (`agentd prune`) is accepted only where the latest checkpoint says it ends: the first event left
+        continues the checkpoint's hash, and an events_pruned event in the chain confirms the checkpoint."""
+        checkpoint = self.latest_event_checkpoint()
+        walk = _ChainWalk(checkpoint)
         while rows := self._conn.execute(
-            "SELECT * FROM events WHERE sequence > ? ORDER BY sequence LIMIT ?", (after, batch)
+            "SELECT * FROM events WHERE sequence > ? ORDER BY sequence LIMIT ?", (walk.after, batch)
         ).fetchall():
             for row in rows:
-                if row["sequence"] != expected:
-                    breaks.append(ChainBreak(row["sequence"], f"expected sequence {expected}: events are missing"))
-                if row["prev_hash"] != prev_hash:
-                    breaks.append(ChainBreak(row["sequence"], "prev_hash does not match the previous event"))
-                body = {field: row[field] for field in EVENT_BODY_FIELDS}
-                body["payload"], body["refs"] = loads(row["payload"]), loads(row["refs"])
-                if chain_hash(row["prev_hash"], body) != row["hash"]:
-                    breaks.append(ChainBreak(row["sequence"], "hash does not match the event's content"))
-                prev_hash, expected, after = row["hash"], row["sequence"] + 1, row["sequence"]
-        return breaks
+                walk.check(row)
+        if checkpoint is not None:
+            walk.breaks += self._checkpoint_breaks(checkpoint, walk.confirmed)
+        return walk.breaks
+
+    def _checkpoint_breaks(self, checkpoint: EventCheckpoint, confirmed: bool) -> list[ChainBreak]:
+        """The pruned prefix: confirmed inside the chain, and every event of it removed by a pruning."""
+        through, found = checkpoint.through_sequence, []
+        if not confirmed:
+            found.append(
+                ChainBreak(
+                    through,
+                    f"the checkpoint through sequence {through} is not confirmed by an events_pruned event: "
+                    "events were removed outside `agentd prune`",
+                )
+            )
+        counted = self._conn.execute("SELECT COALESCE(SUM(removed), 0) FROM event_checkpoints").fetchone()[0]
+        if counted != through:
+            found.append(
+                ChainBreak(
+                    through,
+                    f"prunings removed {counted} of the {through} events through sequence {through}: "
+                    "the others were removed outside `agentd prune`",
+                )
+            )
+        return found
+
+    def latest_event_checkpoint(self) -> EventCheckpoint | None:
+        """Where the kept part of the chain starts, if a prefix was pruned."""
+        row = self._conn.execute(
+            "SELECT through_sequence, through_hash, removed FROM event_checkpoints ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        return None if row is None else EventCheckpoint(row[0], row[1], row[2])
+
+    def prunable_event_prefix(self, cutoff: datetime) -> EventPrefix:
+        """The longest prefix of the chain that is all older than `cutoff` and ends before the first
+        event of any task still live (so nothing of unfinished work is ever removed)."""
+        live = ", ".join(f"'{status}'" for status in LIVE_STATUSES)
+        young, oldest_live, last = self._conn.execute(
+            f"""SELECT (SELECT sequence FROM events WHERE timestamp >= ? ORDER BY sequence LIMIT 1),
+                   (SELECT MIN((SELECT MIN(e.sequence) FROM events e WHERE e.task_id = t.id))
+                      FROM tasks t WHERE t.status IN ({live})),
+                   (SELECT MAX(sequence) FROM events)""",
+            (ts(cutoff),),
+        ).fetchone()
+        if last is None:
+            return EventPrefix(0, 0)
+        through = min(x for x in (young, oldest_live, last + 1) if x is not None) - 1
+        count = self._conn.execute("SELECT COUNT(*) FROM events WHERE sequence <= ?", (through,)).fetchone()[0]
+        return EventPrefix(through if count else 0, int(count))
+
+    def prune_events(self, through: int, now: datetime, batch: int = 50_000) -> EventCheckpoint | None:
+        """Remove the oldest events up to `through` (at most `batch` of them: one transaction holds the
+        write lock briefly), leaving a checkpoint and an events_pruned event that continue the chain.
+        None when nothing up to `through` is left."""
+        with self._transaction():
+            first = self._conn.execute("SELECT MIN(sequence) FROM events").fetchone()[0]
+            if first is None or first > through:
+                return None
+            end = self._conn.execute(
+                "SELECT sequence, hash FROM events WHERE sequence <= ? ORDER BY sequence DESC LIMIT 1",
+                (min(through, first + batch - 1),),
+            ).fetchone()
+            removed = self._conn.execute("SELECT COUNT(*) FROM events WHERE sequence <= ?", (end[0],)).fetchone()[0]
+            checkpoint = EventCheckpoint(end[0], end[1], int(removed))
+            # The event first, so the table is never empty: the chain's next sequence and hash come from its tail.
+            self._append_event(
+                "events_pruned",
+                now,
+                payload={"through_sequence": end[0], "through_hash": end[1], "removed": checkpoint.removed},
+            )
+            self._conn.execute("DELETE FROM events WHERE sequence <= ?", (end[0],))
+            self._conn.execute(
+                """INSERT INTO event_checkpoints (through_sequence, through_hash, removed, pruned_at)
+                   VALUES (?, ?, ?, ?)""",
+                (end[0], end[1], checkpoint.removed, ts(now)),
+            )
+        return checkpoint
+
+
+class _ChainWalk:
+    """The verifier's state as it walks the chain in order."""
+
+    def __init__(self, checkpoint: EventCheckpoint | None) -> None:
+        self.checkpoint = checkpoint
+        self.breaks: list[ChainBreak] = []
+        self.prev_hash = checkpoint.through_hash if checkpoint else GENESIS_HASH
+        self.expected = checkpoint.through_sequence + 1 if checkpoint else 1
+        self.after = 0  # from the start: an event the checkpoint says was pruned must not be there
+        self.confirmed = False
+        self.first = True
+
+    def check(self, row: sqlite3.Row) -> None:
+        sequence = row["sequence"]
+        if self.checkpoint and sequence <= self.checkpoint.through_sequence:
+            reason = f"still present below the checkpoint through sequence {self.checkpoint.through_sequence}"
+            self.breaks.append(ChainBreak(sequence, reason))
+            self.after = sequence
+            return
+        if sequence != self.expected:
+            self.breaks.append(ChainBreak(sequence, f"expected sequence {self.expected}: events are missing"))
+        if row["prev_hash"] != self.prev_hash:
+            previous = "the checkpoint of the pruned events" if self.first and self.checkpoint else "the previous event"
+            self.breaks.append(ChainBreak(sequence, f"prev_hash does not match {previous}"))
+        body = {field: row[field] for field in EVENT_BODY_FIELDS}
+        body["payload"], body["refs"] = loads(row["payload"]), loads(row["refs"])
+        if chain_hash(row["prev_hash"], body) != row["hash"]:
+            self.breaks.append(ChainBreak(sequence, "hash does not match the event's content"))
+        if self.checkpoint and row["type"] == "events_pruned":
+            pruned = body["payload"]
+            self.confirmed |= (pruned.get("through_sequence"), pruned.get("through_hash")) == (
+                self.checkpoint.through_sequence,
+                self.checkpoint.through_hash,
+            )
+        self.prev_hash, self.expected, self.after, self.first = row["hash"], sequence + 1, sequence, False

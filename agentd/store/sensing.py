@@ -54,8 +54,7 @@ class SensingVerbs(StoreBase):
             "sensor_id": sensor_id,
             "payload": {"dedupe_key": event.dedupe_key, "event_id": event.event_id},
         }
-        if row is None:
-            self._append_event("sensor_event_deduped", now, **ids)  # and nothing else
+        if row is None:  # seen before: counted (sensor_run_finished says how many), no event of its own
             counts.deduped += 1
             return
         self._append_event("sensor_event_recorded", now, **ids)
@@ -133,8 +132,11 @@ class SensingVerbs(StoreBase):
         error: str | None,
         summary: dict[str, Any],
         now: datetime,
+        *,
+        quiet: bool = False,
     ) -> None:
-        """Remember when the sensor ran and when it is next due (a restart neither re-runs early nor forgets)."""
+        """Remember when the sensor ran and when it is next due (a restart neither re-runs early nor forgets).
+        A `quiet` run (nothing new, nothing wrong) updates only this state: the audit log is not its diary."""
         with self._transaction():
             self._conn.execute(
                 """INSERT INTO sensor_state (sensor_id, last_run_at, next_run_at, last_result, last_error, runs,
@@ -145,12 +147,28 @@ class SensingVerbs(StoreBase):
                        run_id = NULL, run_owner = NULL, run_started_at = NULL""",
                 (sensor_id, ts(started_at), ts(next_run_at), result, error, ts(now)),
             )
+            if quiet:
+                return
             self._append_event(
                 "sensor_run_finished",
                 now,
                 sensor_id=sensor_id,
                 payload={"result": result, **({"error": error[:300]} if error else {}), **summary},
             )
+
+    def seen_dedupe_keys(self, sensor_id: str, keys: list[str]) -> set[str]:
+        """Which of these keys the sensor has already used (`sensor run --dry-run` shows them as seen,
+        not as new work)."""
+        seen: set[str] = set()
+        for start in range(0, len(keys), 500):  # under SQLite's bound-parameter limit
+            chunk = keys[start : start + 500]
+            marks = ", ".join("?" * len(chunk))
+            rows = self._conn.execute(
+                f"SELECT dedupe_key FROM sensor_events WHERE sensor_id = ? AND dedupe_key IN ({marks})",
+                (sensor_id, *chunk),
+            ).fetchall()
+            seen.update(row[0] for row in rows)
+        return seen
 
     def sensor_states(self) -> dict[str, SensorState]:
         rows = self._conn.execute("SELECT * FROM sensor_state").fetchall()

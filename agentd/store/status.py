@@ -6,21 +6,31 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from agentd.procs import ProcessIdentity
 from agentd.store.base import StoreBase, ts
 
 
 class StatusVerbs(StoreBase):
     def report_service_status(
-        self, service: str, pid: int, status: str, metrics_url: str | None, started_at: datetime, now: datetime
+        self,
+        service: str,
+        me: ProcessIdentity,
+        status: str,
+        metrics_url: str | None,
+        started_at: datetime,
+        now: datetime,
     ) -> None:
+        """The service's line, with who it is (pid, its start time, host, boot): `agentd status` calls
+        it live only while that very process runs."""
         with self._transaction():
             self._conn.execute(
-                """INSERT INTO service_status (service, pid, status, metrics_url, started_at, updated_at)
-                   VALUES (?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (service) DO UPDATE SET pid = excluded.pid, status = excluded.status,
+                """INSERT INTO service_status (service, pid, pid_started, host, boot_id, status, metrics_url,
+                       started_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (service) DO UPDATE SET pid = excluded.pid, pid_started = excluded.pid_started,
+                       host = excluded.host, boot_id = excluded.boot_id, status = excluded.status,
                        metrics_url = excluded.metrics_url, started_at = excluded.started_at,
                        updated_at = excluded.updated_at""",
-                (service, pid, status, metrics_url, ts(started_at), ts(now)),
+                (service, me.pid, me.started, me.host, me.boot_id, status, metrics_url, ts(started_at), ts(now)),
             )
 
     def service_statuses(self) -> list[dict[str, Any]]:

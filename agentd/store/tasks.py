@@ -157,23 +157,29 @@ class TaskVerbs(StoreBase):
     # --- the queue over time ------------------------------------------------------------------
 
     def queue_summary(self, now: datetime) -> QueueSummary:
+        """Counts by status, and what waiting means now: claimable, waiting for a retry, delayed."""
         counts = dict(self._conn.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status").fetchall())
-        waiting = [
-            self._conn.execute(
-                "SELECT MIN(available_at) FROM tasks WHERE status = ? AND available_at <= ?", (status, ts(now))
-            ).fetchone()[0]
+        at = ts(now)
+        due = {  # one index range per status (tasks_status)
+            (status, is_due): self._conn.execute(
+                f"SELECT COUNT(*), MIN(available_at) FROM tasks WHERE status = ? AND available_at {op} ?",
+                (status, at),
+            ).fetchone()
             for status in WAITING
-        ]
-        upcoming = [
-            self._conn.execute(
-                "SELECT MIN(available_at) FROM tasks WHERE status = ? AND available_at > ?", (status, ts(now))
-            ).fetchone()[0]
-            for status in WAITING
-        ]
+            for is_due, op in ((True, "<="), (False, ">"))
+        }
         version = self._conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
-        oldest = min((w for w in waiting if w), default=None)
-        following = min((u for u in upcoming if u), default=None)
-        return QueueSummary(counts, parse_optional_ts(oldest), parse_optional_ts(following), version)
+        oldest = min((due[(s, True)][1] for s in WAITING if due[(s, True)][1]), default=None)
+        following = min((due[(s, False)][1] for s in WAITING if due[(s, False)][1]), default=None)
+        return QueueSummary(
+            counts,
+            parse_optional_ts(oldest),
+            parse_optional_ts(following),
+            version,
+            claimable=sum(due[(s, True)][0] for s in WAITING),
+            retry_waiting=due[("retryable_failure", False)][0],
+            delayed=due[("pending", False)][0],
+        )
 
     def next_due_at(self, now: datetime) -> datetime | None:
         """When the earliest waiting task becomes claimable (None if none waits)."""

@@ -27,11 +27,16 @@ def insert_workflow(
     sensor_id: str | None = None,
 ) -> tuple[int, bool]:
     """A new active workflow in `state` (workflow_started), or the existing one for (type, key);
-    the caller holds the transaction. Returns (id, created)."""
+    the caller holds the transaction. Returns (id, created). An existing one is looked up first: a
+    refused duplicate must not use up an id (an upsert that does nothing still advances AUTOINCREMENT)."""
+    existing = store._conn.execute(
+        "SELECT id FROM workflows WHERE workflow_type = ? AND instance_key = ?", (workflow_type, instance_key)
+    ).fetchone()
+    if existing is not None:
+        return existing[0], False
     cursor = store._conn.execute(
         """INSERT INTO workflows (workflow_type, instance_key, current_state, context, state_entries,
-               created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)
-           ON CONFLICT (workflow_type, instance_key) DO NOTHING RETURNING id""",
+               created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id""",
         (
             workflow_type,
             instance_key,
@@ -43,11 +48,6 @@ def insert_workflow(
         ),
     )
     row = cursor.fetchone()
-    if row is None:
-        existing = store._conn.execute(
-            "SELECT id FROM workflows WHERE workflow_type = ? AND instance_key = ?", (workflow_type, instance_key)
-        ).fetchone()
-        return existing[0], False
     store._append_event(
         "workflow_started",
         now,
