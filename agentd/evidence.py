@@ -38,6 +38,123 @@ NON_VOLATILE = (
     "artifacts",
 )
 
+_SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+_TEXT = {"type": "string", "minLength": 1}
+_MAYBE_TEXT = {"type": ["string", "null"]}
+_TIME = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$"}
+# The sealed manifest (agentd-evidence/v1), as `agentd evidence verify` holds every manifest to it:
+# what every ending (completed, failed, timed out, canceled, interrupted, boot-swept, agentd's own
+# failure) writes. Extra fields are allowed for later versions; the listed ones must be as here.
+MANIFEST_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "agentd-evidence/v1",
+    "type": "object",
+    "required": [
+        "spec_version",
+        "run_id",
+        "runtime_identity",
+        "agent_ref",
+        "task_ref",
+        "task_hash",
+        "bundle_hash",
+        "constitution",
+        "adapter",
+        "model",
+        "budgets",
+        "started_at",
+        "completed_at",
+        "wall_clock_elapsed_s",
+        "termination_reason",
+        "failure_type",
+        "exit_status",
+        "side_effects",
+        "redactions",
+        "outcome",
+        "artifacts",
+        "files",
+        "artifact_hash",
+    ],
+    "properties": {
+        "spec_version": {"const": EVIDENCE_SPEC},
+        "run_id": {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Z]{26}$"},
+        "runtime_identity": {
+            "type": "object",
+            "required": ["agentd_version", "host", "agent_id", "runner_id"],
+            "properties": {"agentd_version": _TEXT, "host": _TEXT, "agent_id": _TEXT, "runner_id": _TEXT},
+        },
+        "agent_ref": {
+            "type": "object",
+            "required": ["agent", "profile", "variant"],
+            "properties": {"agent": _TEXT, "profile": _TEXT, "variant": _MAYBE_TEXT},
+        },
+        "task_ref": {
+            "type": "object",
+            "required": ["task_id", "task_type", "attempt_number"],
+            "properties": {
+                "task_id": {"type": "integer", "minimum": 1},
+                "task_type": _TEXT,
+                "attempt_number": {"type": "integer", "minimum": 1},
+            },
+        },
+        "task_hash": _SHA256,
+        "bundle_hash": {"anyOf": [_SHA256, {"type": "null"}]},
+        "constitution": {
+            "type": "object",
+            "required": ["soul_hash", "purpose_hash", "version"],
+            "properties": {"soul_hash": _SHA256, "purpose_hash": _SHA256, "version": _TEXT},
+        },
+        "adapter": {
+            "type": "object",
+            "required": ["adapter_id", "kind"],
+            "properties": {"adapter_id": _TEXT, "kind": _TEXT, "cli_version": _MAYBE_TEXT},
+        },
+        "model": _MAYBE_TEXT,
+        "budgets": {"type": "object"},
+        "started_at": _TIME,
+        "completed_at": _TIME,
+        "wall_clock_elapsed_s": {"type": "number", "minimum": 0},
+        "termination_reason": _TEXT,
+        "failure_type": _MAYBE_TEXT,
+        "exit_status": {"enum": ["ok", "error", "timeout", "unknown"]},
+        "side_effects": {"enum": ["none", "possible"]},
+        "redactions": {
+            "type": "object",
+            "required": ["count"],
+            "properties": {"count": {"type": "integer", "minimum": 0}},
+        },
+        "outcome": {
+            "type": "object",
+            "required": ["status", "machine_status", "next_status"],
+            "properties": {
+                "status": {
+                    "enum": ["completed", "retryable_failure", "permanent_failure", "blocked", "operator_canceled"]
+                },
+                "machine_status": {"enum": ["ok", "needs_retry", "blocked", "failed", "canceled"]},
+                "next_status": _TEXT,
+                "gate_reasons": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "artifacts": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["role", "path"],
+                "properties": {"role": _TEXT, "path": _TEXT, "sha256": {"anyOf": [_SHA256, {"type": "null"}]}},
+            },
+        },
+        "files": {
+            "type": "object",
+            "propertyNames": {"enum": list(EVIDENCE_FILES)},
+            "additionalProperties": {
+                "type": "object",
+                "required": ["sha256", "bytes"],
+                "properties": {"sha256": _SHA256, "bytes": {"type": "integer", "minimum": 0}},
+            },
+        },
+        "artifact_hash": _SHA256,
+    },
+}
+
 
 @dataclass(frozen=True)
 class AttemptPaths:

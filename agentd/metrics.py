@@ -70,6 +70,7 @@ class QueueCollector(Collector):
             summary = self._store.queue_summary(now)
             running = self._store.running_now()
             services = self._store.service_statuses()
+            head = self._store.chain_head()
         tasks = GaugeMetricFamily("agentd_tasks", "Tasks in the queue by status", labels=["status"])
         for status in TASK_STATUSES:
             tasks.add_metric([status], summary.counts.get(status, 0))
@@ -97,6 +98,11 @@ class QueueCollector(Collector):
             "agentd_running_attempt_age_seconds",
             "How long the running attempt has run (0 when none runs)",
             value=longest,
+        )
+        yield GaugeMetricFamily(
+            "agentd_event_chain_head_sequence",
+            "The last event's sequence: a scrape history that later finds it lower means events were cut",
+            value=head[0] if head else 0,
         )
         yield from self._services(services, now)
 

@@ -26,6 +26,7 @@ from agentd.store import AsyncStore, Store
 logger = logging.getLogger(__name__)
 
 STATUS_REFRESH_S = 5.0  # the status line in the database (and systemd's STATUS=)
+HEAD_EVERY = 100  # events between two chain_head lines in the journal (and one at every stop)
 ServiceName = Literal["dispatch", "sensors"]
 StatusLine = Callable[[], Awaitable[str]]
 
@@ -78,6 +79,7 @@ class Shell:
         self.notifier = notifier or Notifier()
         self.identity = procs.this_process()
         self.started_at = clock.now()
+        self._published = 0  # the last chain head sequence this service logged
 
     async def serve(self, group: anyio.abc.TaskGroup, status_line: StatusLine) -> None:
         """/metrics, READY (after whatever the service did before: the boot sweep), the watchdog and
@@ -102,7 +104,17 @@ class Shell:
             line = await status_line()
             self.notifier.status(line)
             await self.report(line)
+            await self.publish_head()
             await anyio.sleep(STATUS_REFRESH_S)
+
+    async def publish_head(self, *, always: bool = False) -> None:
+        """Log the event chain's head (`chain_head sequence=N hash=H`) once it has moved on by
+        HEAD_EVERY events, and at every stop: the journal holds it outside the state dir, so an
+        auditor can tell a chain whose last events were cut (`agentd evidence verify --expect-head`)."""
+        head = await self.db.call(Store.chain_head)
+        if head is not None and (head[0] >= self._published + HEAD_EVERY or (always and head[0] != self._published)):
+            self._published = head[0]
+            logger.info("chain_head sequence=%d hash=%s service=%s", head[0], head[1], self.name)
 
     async def report(self, line: str) -> None:
         await self.db.call(
@@ -124,6 +136,7 @@ class Shell:
     async def stopped(self) -> None:
         with anyio.CancelScope(shield=True):
             await self.report("stopped")
+            await self.publish_head(always=True)
         self.notifier.close()
         self.metrics.close()
 

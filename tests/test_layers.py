@@ -45,6 +45,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.outbox",
         "agentd.sensor_runs",
         "agentd.retention",
+        "agentd.audit",
         "agentd.control",
         "agentd.service",
     ),

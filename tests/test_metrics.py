@@ -28,6 +28,7 @@ COMMON = {
     "agentd_running_attempt_age_seconds": "gauge",
     "agentd_service_live": "gauge",
     "agentd_service_heartbeat_age_seconds": "gauge",
+    "agentd_event_chain_head_sequence": "gauge",
 }
 DISPATCH = {
     **COMMON,
@@ -121,6 +122,8 @@ def test_both_services_expose_every_metric_and_the_counters_move(agent: Agent, t
             assert value(families, "agentd_service_live", service="dispatch") == 1
             assert value(families, "agentd_service_live", service="sensors") == 1
             assert value(families, "agentd_running_attempt_age_seconds") > 0
+            head = agent.store.chain_head()
+            assert head is not None and value(families, "agentd_event_chain_head_sequence") <= head[0]
             assert not [s.name for f in families.values() for s in f.samples if s.name.endswith("_created")]
         d, s = during["dispatch"], during["sensors"]
         assert value(d, "agentd_attempts", "agentd_attempts_total", adapter="script", outcome="completed") == 4

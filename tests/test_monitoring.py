@@ -132,6 +132,7 @@ def test_agentd_exports_the_names_the_monitoring_is_written_for(exported: Export
         "agentd_running_attempt_age_seconds",
         "agentd_service_live",
         "agentd_service_heartbeat_age_seconds",
+        "agentd_event_chain_head_sequence",
         "agentd_attempts",
         "agentd_attempt_duration_seconds",
         "agentd_cost_usd",
@@ -365,6 +366,7 @@ WANTED = [
     ("service liveness", "agentd_service_live", "service"),
     ("running attempt age", "agentd_running_attempt_age_seconds", None),
     ("boot-sweep reclaims", "agentd_boot_sweep_reclaimed_total", None),
+    ("event chain head", "agentd_event_chain_head_sequence", None),
 ]
 
 

@@ -212,7 +212,8 @@ def cmd_task_show(args: argparse.Namespace) -> int:
         )
         print("\nevidence")
         for a in attempts:
-            print(f"  #{a.attempt_number}  {printable(a.evidence_dir or '(none: the attempt never started)')}")
+            pruned = f"  (deleted by retention {ago(a.evidence_pruned_at, now)})" if a.evidence_pruned_at else ""
+            print(f"  #{a.attempt_number}  {printable(a.evidence_dir or '(none: the attempt never started)')}{pruned}")
     print(f"\nevents ({len(events)}; `agentd events --task {task.task_id} --json` has every field)")
     print_table(
         ["SEQ", "TIME", "TYPE", "DETAIL"],

@@ -187,6 +187,9 @@ class TaskAttempt(Record):
     usage: JsonObject | None = Field(
         default=None, description="agentd: tokens (input/output/cache) and cost_usd, cost_estimated"
     )
+    evidence_pruned_at: Timestamp | None = Field(
+        default=None, description="agentd: when retention deleted its evidence folder (the row stays)"
+    )
 
 
 class ArtifactRecord(Record):

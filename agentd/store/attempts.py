@@ -361,6 +361,10 @@ class AttemptVerbs(StoreBase):
         ).fetchall()
         return [attempt_from_row(r) for r in rows]
 
+    def all_attempts(self) -> list[TaskAttempt]:
+        rows = self._conn.execute("SELECT * FROM task_attempts ORDER BY task_id, attempt_number").fetchall()
+        return [attempt_from_row(r) for r in rows]
+
     def failure_summaries(self, task_id: int) -> list[tuple[int, str, str]]:
         """(attempt number, termination reason, summary) of the task's failed attempts: what the
         next bundle re-injects (seed 004)."""

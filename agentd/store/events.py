@@ -72,6 +72,24 @@ class EventVerbs(StoreBase):
         events = [event_from_row(r) for r in rows]
         return events[::-1] if last else events
 
+    def chain_head(self) -> tuple[int, str] | None:
+        """The last event's (sequence, hash): what a service publishes for auditors to hold."""
+        row = self._conn.execute("SELECT sequence, hash FROM events ORDER BY sequence DESC LIMIT 1").fetchone()
+        return (row[0], row[1]) if row else None
+
+    def event_hash(self, sequence: int) -> str | None:
+        row = self._conn.execute("SELECT hash FROM events WHERE sequence = ?", (sequence,)).fetchone()
+        return row[0] if row else None
+
+    def event_count(self) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+
+    def event_sequence_reached(self) -> int:
+        """How far the sequence ever went (AUTOINCREMENT's high-water mark): above the last event's
+        sequence only if events were removed from the end."""
+        row = self._conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+        return int(row[0]) if row else 0
+
     def last_event_sequence(self) -> int:
         return int(self._conn.execute("SELECT COALESCE(MAX(sequence), 0) FROM events").fetchone()[0])
 

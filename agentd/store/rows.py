@@ -98,6 +98,7 @@ def attempt_from_row(row: sqlite3.Row) -> TaskAttempt:
         last_message_path=row["last_message_path"],
         diagnostics=loads(row["diagnostics"]),
         usage=_usage(row),
+        evidence_pruned_at=parse_optional_ts(row["evidence_pruned_at"]),
     )
 
 

@@ -1,0 +1,166 @@
+"""`agentd evidence verify`: what an auditor checks offline, from a (possibly read-only) copy of a
+state dir: the event chain, the head someone outside recorded, and every attempt's evidence.
+
+Each finding says where (an event sequence, a file, a manifest field) and what is wrong. Nothing is
+written: the database is opened read-only and the attempt folders are only read.
+
+What this protects against, and what not: the chain makes any edit, insertion or removal of an event
+visible, including removing the last ones (SQLite's AUTOINCREMENT high-water mark remembers how far
+the sequence went, and a head published outside the state dir — the journal's `chain_head` lines,
+`agentd_event_chain_head_sequence` — pins it for someone who can also rewrite that). Attempt
+manifests pin every evidence file by sha256. A writer with the agent's own user can rewrite the whole
+state dir consistently (chain and manifests recomputed); only a head held elsewhere, recorded before
+the rewrite, catches that. Adapters run as that same user."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from agentd.evidence import EVIDENCE_FILES, MANIFEST, MANIFEST_SCHEMA, verify_attempt_dir
+from agentd.records import TaskAttempt
+from agentd.store import Store
+
+HEAD = re.compile(r"^(\d+):([0-9a-f]{64})$")
+SCRATCH = "scratch"  # the attempt's HOME and temp files: removed when it ends, never evidence
+
+
+@dataclass(frozen=True)
+class Finding:
+    where: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
+
+
+@dataclass
+class Verification:
+    events: int = 0
+    attempts: int = 0
+    head: tuple[int, str] | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": not self.findings,
+            "events_checked": self.events,
+            "attempts_checked": self.attempts,
+            "head": {"sequence": self.head[0], "hash": self.head[1]} if self.head else None,
+            "findings": [{"where": f.where, "what": f.what} for f in self.findings],
+        }
+
+
+def parse_head(text: str) -> tuple[int, str]:
+    """`SEQ:HASH` as the journal's chain_head line prints it; ValueError naming the form otherwise."""
+    match = HEAD.match(text.strip().lower())
+    if match is None:
+        raise ValueError(f"expected SEQUENCE:SHA256 (e.g. 812:3f2a…, 64 hex digits), found {text!r}")
+    return int(match.group(1)), match.group(2)
+
+
+def verify(
+    store: Store, state_dir: Path, *, task_id: int | None = None, expect_head: tuple[int, str] | None = None
+) -> Verification:
+    """The chain (always whole: one task's events prove nothing without their predecessors), the
+    expected head, and the evidence of every attempt (or of one task's)."""
+    result = Verification()
+    result.events = store.event_count()
+    result.head = store.chain_head()
+    result.findings += [Finding(f"event {b.sequence}", b.reason) for b in store.verify_event_chain()]
+    result.findings += _tail_findings(store, result.head)
+    if expect_head is not None:
+        result.findings += _expected_head_findings(store, result.head, expect_head)
+    attempts = store.attempts_of(task_id) if task_id is not None else store.all_attempts()
+    for attempt in attempts:
+        result.attempts += 1
+        result.findings += _attempt_findings(state_dir, attempt)
+    if task_id is None:
+        result.findings += _unknown_folders(state_dir, {(a.task_id, a.attempt_id) for a in attempts})
+    return result
+
+
+def _tail_findings(store: Store, head: tuple[int, str] | None) -> list[Finding]:
+    reached = store.event_sequence_reached()
+    last = head[0] if head else 0
+    if reached > last:
+        return [Finding(f"event {last + 1}", f"events {last + 1}..{reached} were removed from the end of the chain")]
+    return []
+
+
+def _expected_head_findings(store: Store, head: tuple[int, str] | None, expected: tuple[int, str]) -> list[Finding]:
+    sequence, wanted = expected
+    where = f"event {sequence}"
+    found = store.event_hash(sequence)
+    if found is None:
+        last = head[0] if head else 0
+        if sequence > last:
+            return [Finding(where, f"the recorded head is {sequence}, but the chain ends at {last}: events cut")]
+        return [Finding(where, "the recorded head is missing from the chain")]
+    if found != wanted:
+        return [Finding(where, f"hash {found} differs from the recorded head {wanted}")]
+    return []
+
+
+def _attempt_findings(state_dir: Path, attempt: TaskAttempt) -> list[Finding]:
+    root = state_dir / "attempts" / str(attempt.task_id) / attempt.attempt_id
+    if attempt.ended_at is None:
+        return []  # still running: sealed when it ends
+    if getattr(attempt, "evidence_pruned_at", None):
+        return [Finding(str(root), "still present after it was pruned")] if root.exists() else []
+    if not root.is_dir():
+        return [Finding(str(root), f"attempt {attempt.attempt_id} of task {attempt.task_id} has no evidence folder")]
+    findings = [_as_finding(problem) for problem in verify_attempt_dir(root)]
+    manifest = _manifest(root)
+    if manifest is None:
+        return findings
+    for error in sorted(Draft202012Validator(MANIFEST_SCHEMA).iter_errors(manifest), key=lambda e: list(e.path)):
+        path = ".".join(str(p) for p in error.absolute_path) or "(top)"
+        findings.append(Finding(f"{root / MANIFEST} {path}", f"outside the manifest schema: {error.message}"))
+    findings += _row_agrees(root, manifest, attempt)
+    for extra in sorted(p.name for p in root.iterdir() if p.name not in (*EVIDENCE_FILES, MANIFEST, SCRATCH)):
+        findings.append(Finding(str(root / extra), "present but not part of the evidence"))
+    return findings
+
+
+def _row_agrees(root: Path, manifest: dict[str, Any], attempt: TaskAttempt) -> list[Finding]:
+    """The database's attempt row and the sealed manifest tell the same story."""
+    pairs = {
+        "run_id": attempt.attempt_id,
+        "exit_status": attempt.exit_status,
+        "termination_reason": attempt.termination_reason,
+    }
+    return [
+        Finding(f"{root / MANIFEST} {key}", f"says {manifest.get(key)!r}, the attempt row says {value!r}")
+        for key, value in pairs.items()
+        if manifest.get(key) != value
+    ]
+
+
+def _manifest(root: Path) -> dict[str, Any] | None:
+    try:
+        loaded = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def _unknown_folders(state_dir: Path, known: set[tuple[int, str]]) -> list[Finding]:
+    """An attempt folder no attempt row names: evidence of something the database does not know."""
+    findings = []
+    attempts = state_dir / "attempts"
+    for task_dir in sorted(attempts.iterdir()) if attempts.is_dir() else []:
+        for folder in sorted(task_dir.iterdir()) if task_dir.is_dir() else []:
+            if not task_dir.name.isdigit() or (int(task_dir.name), folder.name) not in known:
+                findings.append(Finding(str(folder), "an attempt folder no attempt in the database names"))
+    return findings
+
+
+def _as_finding(problem: str) -> Finding:
+    where, _, what = problem.partition(": ")
+    return Finding(where, what)

@@ -1,0 +1,216 @@
+"""`agentd evidence verify` on a real state dir the real dispatcher filled: clean when untouched
+(also from a copy it must not change), and each kind of tampering named where it happened."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from rig import Rig
+from support import CliResult
+
+from agentd import control
+from agentd.cli import main
+from agentd.evidence import MANIFEST, artifact_hash
+
+
+@pytest_asyncio.fixture
+async def filled(rig: Rig) -> Rig:
+    """A completed task, a task that failed three times, and one canceled before it ran."""
+    rig.add("example", subject="done")
+    rig.add("flaky", subject="fails")
+    canceled = rig.add("example", subject="canceled", schedule={"delay_minutes": 60})
+    control.cancel_task(rig.config, rig.store, canceled.task_id, rig.clock.now())
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    for _ in range(4):
+        await dispatcher.run_until_idle()
+        rig.clock.advance(3600)
+    return rig
+
+
+@pytest.fixture
+def verify(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
+    def run(rig: Rig, *args: str, state_dir: Path | None = None) -> CliResult:
+        if state_dir is not None:
+            monkeypatch.setenv("AGENTD_PATHS__STATE_DIR", str(state_dir))
+        capsys.readouterr()
+        code = main(["--config", str(rig.config.path), "evidence", "verify", *args])
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+def sql(rig: Rig, statement: str, *params: Any) -> None:
+    with sqlite3.connect(rig.config.db_path) as conn:
+        conn.execute(statement, params)
+
+
+def head(rig: Rig) -> str:
+    found = rig.store.chain_head()
+    assert found is not None
+    return f"{found[0]}:{found[1]}"
+
+
+def an_attempt_dir(rig: Rig) -> Path:
+    attempt = rig.store.all_attempts()[0]
+    return rig.config.paths.state_dir / "attempts" / str(attempt.task_id) / attempt.attempt_id
+
+
+@pytest.mark.asyncio
+async def test_an_untouched_state_dir_verifies_clean(filled: Rig, verify: Any) -> None:
+    result = verify(filled)
+    assert result.code == 0, result.out
+    assert result.out.startswith("clean: ") and f"head {head(filled)}" in result.out
+    shown = verify(filled, "--json", "--expect-head", head(filled)).json()
+    assert shown["ok"] is True and shown["attempts_checked"] == 4 and shown["findings"] == []
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.endswith(("-shm", "-wal"))
+    }
+
+
+@pytest.mark.asyncio
+async def test_a_copy_verifies_clean_and_is_not_changed(filled: Rig, verify: Any, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(filled.config.paths.state_dir, copy)
+    before = tree(copy)
+    for path in copy.rglob("*"):
+        os.chmod(path, 0o500 if path.is_dir() else 0o400)
+    try:
+        result = verify(filled, state_dir=copy)
+    finally:
+        for path in copy.rglob("*"):
+            os.chmod(path, 0o700 if path.is_dir() else 0o600)
+    assert result.code == 0, result.out
+    assert tree(copy) == before
+
+
+@pytest.mark.parametrize(
+    ("tamper", "spot"),
+    [
+        ("UPDATE events SET payload = json_set(payload, '$.x', 1) WHERE sequence = 5", "event 5"),
+        ("DELETE FROM events WHERE sequence = 1", "event 2"),
+        ("DELETE FROM events WHERE sequence = 7", "event 8"),
+    ],
+)
+@pytest.mark.asyncio
+async def test_an_edited_or_removed_event_is_named(filled: Rig, verify: Any, tamper: str, spot: str) -> None:
+    sql(filled, tamper)
+    result = verify(filled)
+    assert result.code == 1
+    assert any(line.startswith(spot) for line in result.out.splitlines()), result.out
+
+
+@pytest.mark.asyncio
+async def test_removing_the_last_events_is_caught(filled: Rig, verify: Any) -> None:
+    recorded = head(filled)
+    last = int(recorded.split(":")[0])
+    sql(filled, "DELETE FROM events WHERE sequence >= ?", last - 1)
+    result = verify(filled)
+    assert result.code == 1
+    assert f"event {last - 1}: events {last - 1}..{last} were removed from the end of the chain" in result.out
+    # A writer who also winds back SQLite's high-water mark: only the head held elsewhere catches it.
+    sql(filled, "UPDATE sqlite_sequence SET seq = ? WHERE name = 'events'", last - 2)
+    assert verify(filled).code == 0
+    caught = verify(filled, "--expect-head", recorded)
+    assert caught.code == 1
+    assert f"event {last}: the recorded head is {last}, but the chain ends at {last - 2}: events cut" in caught.out
+
+
+@pytest.mark.asyncio
+async def test_a_head_that_differs_is_named(filled: Rig, verify: Any) -> None:
+    sequence = head(filled).split(":")[0]
+    result = verify(filled, "--expect-head", f"{sequence}:{'0' * 64}")
+    assert result.code == 1 and f"event {sequence}: hash " in result.out
+
+
+@pytest.mark.asyncio
+async def test_an_edited_evidence_file_is_named(filled: Rig, verify: Any) -> None:
+    stdout = an_attempt_dir(filled) / "stdout.log"
+    stdout.write_text(stdout.read_text() + "one more line\n")
+    result = verify(filled)
+    assert result.code == 1
+    assert f"{stdout}: sha256 differs from the manifest" in result.out
+
+
+@pytest.mark.asyncio
+async def test_an_edited_manifest_field_is_named(filled: Rig, verify: Any) -> None:
+    manifest_path = an_attempt_dir(filled) / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    os.chmod(manifest_path, 0o600)
+    manifest["outcome"]["status"] = "completed" if manifest["outcome"]["status"] != "completed" else "blocked"
+    manifest_path.write_text(json.dumps(manifest))
+    result = verify(filled)
+    assert result.code == 1 and f"{manifest_path}: artifact_hash does not match its fields" in result.out
+
+
+@pytest.mark.asyncio
+async def test_a_manifest_field_outside_its_schema_is_named_even_with_a_recomputed_hash(
+    filled: Rig, verify: Any
+) -> None:
+    manifest_path = an_attempt_dir(filled) / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    os.chmod(manifest_path, 0o600)
+    manifest["exit_status"] = "fine"
+    manifest["redactions"] = {"count": -1}
+    manifest["artifact_hash"] = artifact_hash(manifest)
+    manifest_path.write_text(json.dumps(manifest))
+    out = verify(filled).out
+    assert f"{manifest_path} exit_status: outside the manifest schema" in out
+    assert f"{manifest_path} redactions.count: outside the manifest schema" in out
+    assert f"{manifest_path} exit_status: says 'fine', the attempt row says" in out
+
+
+@pytest.mark.asyncio
+async def test_missing_and_extra_files_and_folders_are_named(filled: Rig, verify: Any) -> None:
+    folder = an_attempt_dir(filled)
+    (folder / "stderr.log").unlink()
+    (folder / "planted.sh").write_text("echo hi\n")
+    stray = filled.config.paths.state_dir / "attempts" / "999" / "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+    stray.mkdir(parents=True)
+    out = verify(filled).out
+    assert f"{folder / 'stderr.log'}: listed in the manifest but missing" in out
+    assert f"{folder / 'planted.sh'}: present but not part of the evidence" in out
+    assert f"{stray}: an attempt folder no attempt in the database names" in out
+
+
+@pytest.mark.asyncio
+async def test_one_task_and_bad_input(filled: Rig, verify: Any) -> None:
+    [task] = [t for t in filled.store.list_tasks() if t.subject == "fails"]
+    shown = verify(filled, "--task", str(task.task_id), "--json").json()
+    assert shown["ok"] is True and shown["attempts_checked"] == 3
+    refused = verify(filled, "--expect-head", "12:abc")
+    assert refused.code == 2 and "expected SEQUENCE:SHA256" in refused.err
+    missing = verify(filled, "--task", "99999")
+    assert missing.code == 2 and "task 99999 does not exist" in missing.err
+
+
+def test_a_service_publishes_the_chain_head_in_its_log_when_it_stops(
+    cli: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    assert cli("init").code == 0
+    assert cli("task", "add", "--type", "example").code == 0
+    with caplog.at_level(logging.INFO, logger="agentd.service"):
+        assert cli("dispatch", "--until-idle").code == 0
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("chain_head ")]
+    assert len(lines) == 1
+    _, sequence, digest, _ = lines[0].split(" ")
+    published = f"{sequence.removeprefix('sequence=')}:{digest.removeprefix('hash=')}"
+    clean = cli("evidence", "verify", "--expect-head", published)
+    assert clean.code == 0, clean.out
