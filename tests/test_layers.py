@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.sensor_runs",
         "agentd.retention",
         "agentd.audit",
+        "agentd.export",
         "agentd.control",
         "agentd.service",
     ),

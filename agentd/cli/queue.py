@@ -114,8 +114,16 @@ def register(commands: Any) -> None:
     )
     events.add_argument("--last", type=count, metavar="N", help="only the newest N (still printed oldest first)")
     events.add_argument("--limit", type=count, default=1000, help="at most this many (default 1000)")
+    events.add_argument(
+        "--format",
+        choices=("text", "json", "agent-runtime"),
+        help='agent-runtime: one seed-002 public-core event envelope per line (README "Export")',
+    )
 
-    add_command(commands, "status", cmd_status, "queue counts, oldest pending age, schema version")
+    status = add_command(commands, "status", cmd_status, "queue counts, oldest pending age, schema version")
+    status.add_argument(
+        "--format", choices=("text", "json", "agent-runtime"), help="agent-runtime: a seed-002 session snapshot"
+    )
 
 
 def intent_from_args(args: argparse.Namespace) -> TaskIntent:
@@ -311,6 +319,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     try:
         if args.task is not None:
             store.get_task_or_raise(args.task)  # a task that does not exist is an error, not an empty log
+        args.agent_id = config.agent.agent_id
         _events(args, store)
     finally:
         store.close()
@@ -327,7 +336,7 @@ def _events(args: argparse.Namespace, store: Any) -> None:
     events = store.read_events(
         after=after, limit=args.last if args.last is not None else args.limit, last=args.last is not None, **query
     )
-    if not wants_json(args):
+    if _format(args) == "text":
         print(EVENT_HEADER, flush=True)
     while True:
         for event in events:
@@ -340,8 +349,17 @@ def _events(args: argparse.Namespace, store: Any) -> None:
         events = store.read_events(after=after, limit=args.limit, **query)
 
 
+def _format(args: argparse.Namespace) -> str:
+    return str(option(args, "format") or ("json" if wants_json(args) else "text"))
+
+
 def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
-    if wants_json(args):
+    if _format(args) == "agent-runtime":
+        from agentd.export import runtime_event
+
+        print(json.dumps(runtime_event(event, args.agent_id), ensure_ascii=False), flush=True)
+        return
+    if _format(args) == "json":
         print(event.model_dump_json(), flush=True)
         return
     ids = " ".join(
@@ -363,7 +381,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     with agent_store(args, readonly=True) as (config, store):
         now = SystemClock().now()
         shown = snapshot(config, store, now)
-    if wants_json(args):
+        if _format(args) == "agent-runtime":
+            print_json(_runtime_snapshot(store, shown, now))
+            return 0
+    if _format(args) == "json":
         print_json(shown)
         return 0
     print(f"agent {shown['agent_id']}  database {shown['database']}  schema version {shown['schema_version']}")
@@ -402,3 +423,13 @@ def _service_line(service: dict[str, Any]) -> str:
     state = SERVICE_WORDS[service["liveness"]].format(quiet=age(service["updated_ago_s"]))
     said = "" if service["liveness"] in ("down", "stopped") else f": {service['status']}"
     return f"{service['service']:<8} pid {service['pid']}, {state}{said}"
+
+
+def _runtime_snapshot(store: Any, shown: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """Every live task and the 50 newest others, with their attempts."""
+    from agentd.export import runtime_snapshot
+
+    live = store.list_tasks(statuses=("pending", "running", "retryable_failure"), limit=1_000_000)
+    recent = store.list_tasks(statuses=("completed", "permanent_failure", "blocked", "operator_canceled"), limit=50)
+    tasks = sorted(live + recent, key=lambda t: t.task_id)
+    return runtime_snapshot(shown, tasks, {t.task_id: store.attempts_of(t.task_id) for t in tasks}, now)

@@ -1,0 +1,113 @@
+"""The Agent Runtime (seed 002) export, validated against that project's own published schemas in
+../shared/reference/agent-runtime (read from there, never copied into the repo)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+from rig import Rig
+from support import REPO, write_sensor
+
+from agentd import control
+from agentd.clock import parse_ts
+from agentd.export import EVENT_MAP, GENERIC, runtime_event, runtime_snapshot
+from agentd.records import EVENT_TYPES, ScheduleSpec
+from agentd.status import snapshot
+
+SCHEMAS = REPO.parent / "shared" / "reference" / "agent-runtime"
+pytestmark = pytest.mark.skipif(not SCHEMAS.is_dir(), reason="../shared/reference is not beside the checkout")
+
+
+def schema(name: str) -> Draft202012Validator:
+    return Draft202012Validator(
+        json.loads((SCHEMAS / name).read_text()), format_checker=Draft202012Validator.FORMAT_CHECKER
+    )
+
+
+def test_every_agentd_event_type_has_a_mapping() -> None:
+    assert set(EVENT_MAP) == set(EVENT_TYPES)
+    enum = set(json.loads((SCHEMAS / "agentruntime-event.schema.json").read_text())["properties"]["type"]["enum"])
+    assert set(EVENT_MAP.values()) <= enum
+
+
+@pytest.mark.process
+@pytest.mark.asyncio
+async def test_a_whole_lifecycle_validates_against_the_public_core_schemas(
+    sensing: Any, sensors_dir: Path, capsys: Any
+) -> None:
+    write_sensor(sensors_dir, "feed", 'print(event("a"))\nprint(event("a"))\nprint("junk")')
+    rig: Rig = sensing()
+    rig.add("example", subject="done")
+    rig.add("flaky", subject="retried until it fails")
+    waiting = rig.add("example", subject="canceled", schedule={"delay_minutes": 60})
+    control.cancel_task(rig.config, rig.store, waiting.task_id, rig.clock.now())
+    control.start_workflow(
+        rig.config, rig.store, "goal-loop", "m1", {"answers": {"verify": ["complete"]}}, None, rig.clock.now()
+    )
+    spec = ScheduleSpec.model_validate(
+        {"schedule_id": "hourly", "interval_seconds": 3600, "task": {"task_type": "example"}}
+    )
+    control.add_schedule(rig.config, rig.store, spec, rig.clock.now())
+    await rig.service.run_due(rig.clock.now())
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    for _ in range(4):
+        await dispatcher.run_due_schedules(rig.clock.now())
+        await dispatcher.run_until_idle()
+        rig.clock.advance(3600)
+
+    events = rig.events()
+    kinds = {e.type for e in events}
+    assert {
+        "task_enqueued", "task_claimed", "task_started", "task_attempt_finished", "task_retry_scheduled",
+        "task_finished", "artifact_recorded", "outbox_applied", "schedule_upserted", "schedule_task_created",
+        "sensor_event_recorded", "sensor_event_rejected", "sensor_task_created", "sensor_run_finished",
+        "workflow_started", "workflow_task_created", "workflow_transitioned", "workflow_completed",
+    } <= kinds  # fmt: skip
+    validator = schema("agentruntime-event.schema.json")
+    exported = [runtime_event(e, rig.config.agent.agent_id) for e in events]
+    problems = [(x["nativeStatus"], e.message) for x in exported for e in validator.iter_errors(x)]
+    assert problems == []
+    assert all(parse_ts(x["timestamp"]) for x in exported)
+    assert [x["sequence"] for x in exported] == [e.sequence for e in events]
+    failed = [
+        x for x in exported if x["nativeStatus"] == "task_attempt_finished" and x["payload"]["outcome"] != "completed"
+    ]
+    assert failed and {x["type"] for x in failed} == {"task.attempt.failed"}
+    generic = sorted({x["nativeStatus"] for x in exported if x["type"] == GENERIC})
+    assert set(generic) <= {k for k, v in EVENT_MAP.items() if v == GENERIC}
+
+    status = snapshot(rig.config, rig.store, rig.clock.now())
+    tasks = rig.store.list_tasks(limit=1000)
+    shown = runtime_snapshot(
+        status, tasks, {t.task_id: rig.store.attempts_of(t.task_id) for t in tasks}, rig.clock.now()
+    )
+    assert list(schema("agentruntime-snapshot.schema.json").iter_errors(shown)) == []
+    statuses = {t["nativeStatus"]: t["status"] for t in shown["tasks"]}
+    assert statuses["completed"] == "completed" and statuses["operator_canceled"] == "cancelled"
+    assert statuses["permanent_failure"] == "failed"
+    # jsonschema checks `format: date-time` only with an extra package; agentd's times are parsed here instead
+    assert all(parse_ts(t["createdAt"]) and parse_ts(t["updatedAt"]) for t in shown["tasks"])
+
+
+def test_a_running_task_whose_dispatcher_is_gone_is_lost_not_running(rig: Rig) -> None:
+    task = rig.add("example")
+    rig.store._conn.execute("UPDATE tasks SET status = 'running' WHERE id = ?", (task.task_id,))
+    status = snapshot(rig.config, rig.store, rig.clock.now())
+    [shown] = runtime_snapshot(status, rig.store.list_tasks(), {}, rig.clock.now())["tasks"]
+    assert shown["status"] == "lost" and shown["nativeStatus"] == "running"
+
+
+def test_the_cli_prints_both(cli: Any) -> None:
+    assert cli("init").code == 0
+    assert cli("task", "add", "--type", "example").code == 0
+    lines = cli("events", "--format", "agent-runtime").json_lines()
+    validator = schema("agentruntime-event.schema.json")
+    assert lines and all(not list(validator.iter_errors(line)) for line in lines)
+    assert lines[-1]["type"] == "task.queued" and lines[-1]["taskId"] == "1"
+    shown = cli("status", "--format", "agent-runtime").json()
+    assert list(schema("agentruntime-snapshot.schema.json").iter_errors(shown)) == []
