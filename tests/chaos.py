@@ -428,6 +428,8 @@ class Chaos:
             "every follow-up exists exactly once": lambda: self._follow_ups_once(conn),
             "no secret under the state dir or in the logs": self._no_secrets,
             "the event chain verifies": lambda: [f"{b.sequence}: {b.reason}" for b in store.verify_event_chain()],
+            "every task's status rebuilds from the events": lambda: self._read_model(store, tasks),
+            "agentd evidence verify finds nothing": lambda: self._evidence(store),
             "no service exited except by the harness": self._clean_exits,
             "poisoned CLI input refused, nothing written": lambda: (
                 self.problems + [f"task from {s}" for s in self.cli_poison_sources if any(t.source == s for t in tasks)]
@@ -482,6 +484,21 @@ class Chaos:
         ]
         logs = self.dispatch.log_text() + self.sensors.log_text()
         return places + ["service logs"] * any(n.decode() in logs for n in needles)
+
+    def _evidence(self, store: Any) -> list[str]:
+        from agentd.audit import verify
+
+        return [str(f) for f in verify(store, self.config.paths.state_dir).findings]
+
+    def _read_model(self, store: Any, tasks: list[Any]) -> list[str]:
+        from agentd.readmodel import task_statuses
+
+        rebuilt = task_statuses(store.read_events(limit=10_000_000))
+        return [
+            f"task {t.task_id}: {t.status} in the database, {rebuilt.get(t.task_id)} from its events"
+            for t in tasks
+            if rebuilt.get(t.task_id) != t.status
+        ]
 
     def _clean_exits(self) -> list[str]:
         problems = []

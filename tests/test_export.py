@@ -15,6 +15,7 @@ from support import REPO, write_sensor
 from agentd import control
 from agentd.clock import parse_ts
 from agentd.export import EVENT_MAP, GENERIC, runtime_event, runtime_snapshot
+from agentd.readmodel import task_statuses
 from agentd.records import EVENT_TYPES, ScheduleSpec
 from agentd.status import snapshot
 
@@ -81,8 +82,10 @@ async def test_a_whole_lifecycle_validates_against_the_public_core_schemas(
     generic = sorted({x["nativeStatus"] for x in exported if x["type"] == GENERIC})
     assert set(generic) <= {k for k, v in EVENT_MAP.items() if v == GENERIC}
 
-    status = snapshot(rig.config, rig.store, rig.clock.now())
     tasks = rig.store.list_tasks(limit=1000)
+    assert task_statuses(events) == {t.task_id: t.status for t in tasks}, "the queue rebuilds from its events alone"
+
+    status = snapshot(rig.config, rig.store, rig.clock.now())
     shown = runtime_snapshot(
         status, tasks, {t.task_id: rig.store.attempts_of(t.task_id) for t in tasks}, rig.clock.now()
     )

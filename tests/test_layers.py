@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.retention",
         "agentd.audit",
         "agentd.export",
+        "agentd.readmodel",
         "agentd.control",
         "agentd.service",
     ),

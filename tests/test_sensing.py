@@ -196,4 +196,6 @@ async def test_a_hanging_sensor_is_killed_and_the_others_still_run_on_time(
     assert hang.payload["result"] == "timeout"
     assert time.monotonic() - started < 2 + 1 + 3
     assert len(quick_runs) >= 2, "quick kept its 1 s schedule while hang was stuck"
-    assert len(task_subjects(rig)) == len(quick_runs)
+    created = [e for e in rig.events() if e.type == "sensor_task_created" and e.sensor_id == "quick"]
+    # A run the stop cancelled may have recorded its event (and task) before its run_finished: count tasks by event.
+    assert len(task_subjects(rig)) == len(created) >= len(quick_runs)
