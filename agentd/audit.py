@@ -14,7 +14,6 @@ the rewrite, catches that. Adapters run as that same user."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,11 +21,12 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from agentd.evidence import EVIDENCE_FILES, MANIFEST, MANIFEST_SCHEMA, verify_attempt_dir
+from agentd.evidence import EVIDENCE_FILES, MANIFEST, MANIFEST_SCHEMA, load_manifest, manifest_problems
 from agentd.records import TaskAttempt
 from agentd.store import Store
 
 HEAD = re.compile(r"^(\d+):([0-9a-f]{64})$")
+MANIFEST_VALIDATOR = Draft202012Validator(MANIFEST_SCHEMA)  # compiled once, not per attempt
 SCRATCH = "scratch"  # the attempt's HOME and temp files: removed when it ends, never evidence
 
 
@@ -111,15 +111,16 @@ def _attempt_findings(state_dir: Path, attempt: TaskAttempt) -> list[Finding]:
     root = state_dir / "attempts" / str(attempt.task_id) / attempt.attempt_id
     if attempt.ended_at is None:
         return []  # still running: sealed when it ends
-    if getattr(attempt, "evidence_pruned_at", None):
+    if attempt.evidence_pruned_at:
         return [Finding(str(root), "still present after it was pruned")] if root.exists() else []
     if not root.is_dir():
         return [Finding(str(root), f"attempt {attempt.attempt_id} of task {attempt.task_id} has no evidence folder")]
-    findings = [_as_finding(problem) for problem in verify_attempt_dir(root)]
-    manifest = _manifest(root)
+    manifest, problems = load_manifest(root)
+    findings = [_as_finding(problem) for problem in problems]
     if manifest is None:
         return findings
-    for error in sorted(Draft202012Validator(MANIFEST_SCHEMA).iter_errors(manifest), key=lambda e: list(e.path)):
+    findings += [_as_finding(problem) for problem in manifest_problems(root, manifest)]
+    for error in sorted(MANIFEST_VALIDATOR.iter_errors(manifest), key=lambda e: list(e.path)):
         path = ".".join(str(p) for p in error.absolute_path) or "(top)"
         findings.append(Finding(f"{root / MANIFEST} {path}", f"outside the manifest schema: {error.message}"))
     findings += _row_agrees(root, manifest, attempt)
@@ -140,14 +141,6 @@ def _row_agrees(root: Path, manifest: dict[str, Any], attempt: TaskAttempt) -> l
         for key, value in pairs.items()
         if manifest.get(key) != value
     ]
-
-
-def _manifest(root: Path) -> dict[str, Any] | None:
-    try:
-        loaded = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return loaded if isinstance(loaded, dict) else None
 
 
 def _unknown_folders(state_dir: Path, known: set[tuple[int, str]]) -> list[Finding]:

@@ -188,11 +188,7 @@ def _section_model(section: str) -> type[BaseModel] | None:
     return None
 
 
-ENV_SECTIONS = ", ".join(
-    name
-    for name, field in Settings.model_fields.items()
-    if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
-)
+ENV_SECTIONS = ", ".join(name for name in Settings.model_fields if _section_model(name) is not None)
 
 
 def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:

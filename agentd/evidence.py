@@ -12,11 +12,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from agentd.edge import scrub
 from agentd.faults import is_storage_fault, os_storage_error
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
+from agentd.records import MachineStatus, OutcomeStatus
 
 EVIDENCE_SPEC = "agentd-evidence/v1"
 MANIFEST = "manifest.json"
@@ -41,6 +42,13 @@ NON_VOLATILE = (
 _SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 _TEXT = {"type": "string", "minLength": 1}
 _MAYBE_TEXT = {"type": ["string", "null"]}
+
+
+def _object(properties: dict[str, Any], *optional: str) -> dict[str, Any]:
+    """A JSON Schema object whose properties are all required but the `optional` ones."""
+    return {"type": "object", "required": [k for k in properties if k not in optional], "properties": properties}
+
+
 _TIME = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$"}
 # The sealed manifest (agentd-evidence/v1), as `agentd evidence verify` holds every manifest to it:
 # what every ending (completed, failed, timed out, canceled, interrupted, boot-swept, agentd's own
@@ -48,111 +56,58 @@ _TIME = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\
 MANIFEST_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "agentd-evidence/v1",
-    "type": "object",
-    "required": [
-        "spec_version",
-        "run_id",
-        "runtime_identity",
-        "agent_ref",
-        "task_ref",
-        "task_hash",
-        "bundle_hash",
-        "constitution",
-        "adapter",
-        "model",
-        "budgets",
-        "started_at",
-        "completed_at",
-        "wall_clock_elapsed_s",
-        "termination_reason",
-        "failure_type",
-        "exit_status",
-        "side_effects",
-        "redactions",
-        "outcome",
-        "artifacts",
-        "files",
-        "artifact_hash",
-    ],
-    "properties": {
-        "spec_version": {"const": EVIDENCE_SPEC},
-        "run_id": {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Z]{26}$"},
-        "runtime_identity": {
-            "type": "object",
-            "required": ["agentd_version", "host", "agent_id", "runner_id"],
-            "properties": {"agentd_version": _TEXT, "host": _TEXT, "agent_id": _TEXT, "runner_id": _TEXT},
-        },
-        "agent_ref": {
-            "type": "object",
-            "required": ["agent", "profile", "variant"],
-            "properties": {"agent": _TEXT, "profile": _TEXT, "variant": _MAYBE_TEXT},
-        },
-        "task_ref": {
-            "type": "object",
-            "required": ["task_id", "task_type", "attempt_number"],
-            "properties": {
-                "task_id": {"type": "integer", "minimum": 1},
-                "task_type": _TEXT,
-                "attempt_number": {"type": "integer", "minimum": 1},
-            },
-        },
-        "task_hash": _SHA256,
-        "bundle_hash": {"anyOf": [_SHA256, {"type": "null"}]},
-        "constitution": {
-            "type": "object",
-            "required": ["soul_hash", "purpose_hash", "version"],
-            "properties": {"soul_hash": _SHA256, "purpose_hash": _SHA256, "version": _TEXT},
-        },
-        "adapter": {
-            "type": "object",
-            "required": ["adapter_id", "kind"],
-            "properties": {"adapter_id": _TEXT, "kind": _TEXT, "cli_version": _MAYBE_TEXT},
-        },
-        "model": _MAYBE_TEXT,
-        "budgets": {"type": "object"},
-        "started_at": _TIME,
-        "completed_at": _TIME,
-        "wall_clock_elapsed_s": {"type": "number", "minimum": 0},
-        "termination_reason": _TEXT,
-        "failure_type": _MAYBE_TEXT,
-        "exit_status": {"enum": ["ok", "error", "timeout", "unknown"]},
-        "side_effects": {"enum": ["none", "possible"]},
-        "redactions": {
-            "type": "object",
-            "required": ["count"],
-            "properties": {"count": {"type": "integer", "minimum": 0}},
-        },
-        "outcome": {
-            "type": "object",
-            "required": ["status", "machine_status", "next_status"],
-            "properties": {
-                "status": {
-                    "enum": ["completed", "retryable_failure", "permanent_failure", "blocked", "operator_canceled"]
+    **_object(
+        {
+            "spec_version": {"const": EVIDENCE_SPEC},
+            "run_id": {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Z]{26}$"},
+            "runtime_identity": _object(
+                {"agentd_version": _TEXT, "host": _TEXT, "agent_id": _TEXT, "runner_id": _TEXT}
+            ),
+            "agent_ref": _object({"agent": _TEXT, "profile": _TEXT, "variant": _MAYBE_TEXT}),
+            "task_ref": _object(
+                {
+                    "task_id": {"type": "integer", "minimum": 1},
+                    "task_type": _TEXT,
+                    "attempt_number": {"type": "integer", "minimum": 1},
+                }
+            ),
+            "task_hash": _SHA256,
+            "bundle_hash": {"anyOf": [_SHA256, {"type": "null"}]},
+            "constitution": _object({"soul_hash": _SHA256, "purpose_hash": _SHA256, "version": _TEXT}),
+            "adapter": _object({"adapter_id": _TEXT, "kind": _TEXT, "cli_version": _MAYBE_TEXT}, "cli_version"),
+            "model": _MAYBE_TEXT,
+            "budgets": {"type": "object"},
+            "started_at": _TIME,
+            "completed_at": _TIME,
+            "wall_clock_elapsed_s": {"type": "number", "minimum": 0},
+            "termination_reason": _TEXT,
+            "failure_type": _MAYBE_TEXT,
+            "exit_status": {"enum": ["ok", "error", "timeout", "unknown"]},
+            "side_effects": {"enum": ["none", "possible"]},
+            "redactions": _object({"count": {"type": "integer", "minimum": 0}}),
+            "outcome": _object(
+                {
+                    "status": {"enum": list(get_args(OutcomeStatus))},
+                    "machine_status": {"enum": list(get_args(MachineStatus))},
+                    "next_status": _TEXT,
+                    "gate_reasons": {"type": "array", "items": {"type": "string"}},
                 },
-                "machine_status": {"enum": ["ok", "needs_retry", "blocked", "failed", "canceled"]},
-                "next_status": _TEXT,
-                "gate_reasons": {"type": "array", "items": {"type": "string"}},
+                "gate_reasons",
+            ),
+            "artifacts": {
+                "type": "array",
+                "items": _object(
+                    {"role": _TEXT, "path": _TEXT, "sha256": {"anyOf": [_SHA256, {"type": "null"}]}}, "sha256"
+                ),
             },
-        },
-        "artifacts": {
-            "type": "array",
-            "items": {
+            "files": {
                 "type": "object",
-                "required": ["role", "path"],
-                "properties": {"role": _TEXT, "path": _TEXT, "sha256": {"anyOf": [_SHA256, {"type": "null"}]}},
+                "propertyNames": {"enum": list(EVIDENCE_FILES)},
+                "additionalProperties": _object({"sha256": _SHA256, "bytes": {"type": "integer", "minimum": 0}}),
             },
-        },
-        "files": {
-            "type": "object",
-            "propertyNames": {"enum": list(EVIDENCE_FILES)},
-            "additionalProperties": {
-                "type": "object",
-                "required": ["sha256", "bytes"],
-                "properties": {"sha256": _SHA256, "bytes": {"type": "integer", "minimum": 0}},
-            },
-        },
-        "artifact_hash": _SHA256,
-    },
+            "artifact_hash": _SHA256,
+        }
+    ),
 }
 
 
@@ -251,23 +206,39 @@ def write_manifest(paths: AttemptPaths, fields: dict[str, Any]) -> dict[str, Any
 
 def verify_attempt_dir(root: Path) -> list[str]:
     """Problems with one attempt's evidence: a missing or edited file, a forged hash."""
-    paths = AttemptPaths(root)
+    manifest, problems = load_manifest(root)
+    return problems if manifest is None else manifest_problems(root, manifest)
+
+
+def load_manifest(root: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """The attempt's sealed manifest, or None and why it cannot be read."""
+    path = root / MANIFEST
     try:
-        manifest = json.loads(paths.manifest.read_text(encoding="utf-8"))
+        loaded = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return [f"{root}: no {MANIFEST}"]
-    except json.JSONDecodeError as exc:
-        return [f"{paths.manifest}: not JSON ({exc})"]
+        return None, [f"{root}: no {MANIFEST}"]
+    except ValueError as exc:
+        return None, [f"{path}: not JSON ({exc})"]
+    if not isinstance(loaded, dict):
+        return None, [f"{path}: not a JSON object"]
+    return loaded, []
+
+
+def manifest_problems(root: Path, manifest: dict[str, Any]) -> list[str]:
+    """The files against the hashes the manifest records, and the manifest against its own hash.
+    A tampered manifest (files not an object, an entry without sha256) is reported, never raised."""
     problems = []
-    recorded = manifest.get("files", {})
-    actual = file_hashes(paths)
+    files = manifest.get("files")
+    recorded: dict[str, Any] = files if isinstance(files, dict) else {}
+    actual = file_hashes(AttemptPaths(root))
     for name in sorted(set(recorded) | set(actual)):
+        entry = recorded.get(name)
         if name not in actual:
             problems.append(f"{root / name}: listed in the manifest but missing")
         elif name not in recorded:
             problems.append(f"{root / name}: present but not in the manifest")
-        elif recorded[name]["sha256"] != actual[name]["sha256"]:
+        elif not isinstance(entry, dict) or entry.get("sha256") != actual[name]["sha256"]:
             problems.append(f"{root / name}: sha256 differs from the manifest (edited after the attempt)")
     if manifest.get("artifact_hash") != artifact_hash(manifest):
-        problems.append(f"{paths.manifest}: artifact_hash does not match its fields")
+        problems.append(f"{root / MANIFEST}: artifact_hash does not match its fields")
     return problems

@@ -293,17 +293,17 @@ def test_events_follow_starts_at_the_end(cli: Any, state_dir: Path) -> None:
 
 
 def _wait_for_follower(follower: subprocess.Popen[str]) -> None:
-    """The follower has read the end of the log once its process has the database open."""
-    import time
+    """The follower has fixed where it starts once it sleeps between polls: it has read the log's
+    end and found nothing new (its first sleep comes only after that read)."""
+    from test_dispatch_process import wait_until
 
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        fds = Path(f"/proc/{follower.pid}/fd")
-        if any(str(os.readlink(fd)).endswith("agentd.db") for fd in fds.iterdir() if fd.is_symlink()):
-            time.sleep(0.3)
-            return
-        time.sleep(0.05)
-    raise AssertionError("the follower never opened the database")
+    def polling() -> bool:
+        try:
+            return Path(f"/proc/{follower.pid}/wchan").read_text().endswith("nanosleep")
+        except OSError:
+            return False
+
+    wait_until(polling, 20, "the follower to poll the event log")
 
 
 # --- 7. readability ------------------------------------------------------------------------------

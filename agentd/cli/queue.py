@@ -432,4 +432,4 @@ def _runtime_snapshot(store: Any, shown: dict[str, Any], now: datetime) -> dict[
     live = store.list_tasks(statuses=("pending", "running", "retryable_failure"), limit=1_000_000)
     recent = store.list_tasks(statuses=("completed", "permanent_failure", "blocked", "operator_canceled"), limit=50)
     tasks = sorted(live + recent, key=lambda t: t.task_id)
-    return runtime_snapshot(shown, tasks, {t.task_id: store.attempts_of(t.task_id) for t in tasks}, now)
+    return runtime_snapshot(shown, tasks, store.attempts_by_task([t.task_id for t in tasks]), now)

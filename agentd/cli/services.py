@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import add_command, check_live_workflows, config_from, store_from
@@ -13,6 +14,7 @@ from agentd.store import AsyncStore, init_state_dir
 
 if TYPE_CHECKING:  # the services' modules are imported by their commands: the others start faster without them
     from agentd.metrics import DispatchMetrics, NullMetrics, SensorMetrics
+    from agentd.service import Service
 
 logger = logging.getLogger("agentd.run")
 
@@ -64,42 +66,42 @@ def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
 
 
 def cmd_dispatch(args: argparse.Namespace) -> int:
-    import anyio
-
     from agentd.dispatch import Dispatcher
-    from agentd.service import run_services
 
-    config, db = _open(args)
-    try:
-        dispatcher = Dispatcher(
+    one_shot = args.until_idle and not args.metrics
+    return _serve_one(
+        args,
+        lambda config, db: Dispatcher(
             config,
             db,
             clock=SystemClock(),
-            metrics=_dispatch_metrics(config, one_shot=args.until_idle and not args.metrics),
+            metrics=_dispatch_metrics(config, one_shot=one_shot),
             until_idle=args.until_idle,
-        )
-        anyio.run(run_services, dispatcher)
-    finally:
-        db.close()
-    return 0
+        ),
+    )
 
 
 def cmd_sensors(args: argparse.Namespace) -> int:
+    from agentd.sensor_service import SensorService
+
+    one_shot = args.once and not args.metrics
+    return _serve_one(
+        args,
+        lambda config, db: SensorService(
+            config, db, clock=SystemClock(), metrics=_sensor_metrics(config, one_shot=one_shot), once=args.once
+        ),
+    )
+
+
+def _serve_one(args: argparse.Namespace, build: Callable[[Config, AsyncStore], Service]) -> int:
+    """One service on its own connection until it ends (SIGTERM, or its one-shot pass)."""
     import anyio
 
-    from agentd.sensor_service import SensorService
     from agentd.service import run_services
 
     config, db = _open(args)
     try:
-        service = SensorService(
-            config,
-            db,
-            clock=SystemClock(),
-            metrics=_sensor_metrics(config, one_shot=args.once and not args.metrics),
-            once=args.once,
-        )
-        anyio.run(run_services, service)
+        anyio.run(run_services, build(config, db))
     finally:
         db.close()
     return 0

@@ -361,6 +361,14 @@ class AttemptVerbs(StoreBase):
         ).fetchall()
         return [attempt_from_row(r) for r in rows]
 
+    def attempts_by_task(self, task_ids: list[int]) -> dict[int, list[TaskAttempt]]:
+        """Several tasks' attempts, one query per 500 tasks (not one per task)."""
+        found: dict[int, list[TaskAttempt]] = {task_id: [] for task_id in task_ids}
+        sql = "SELECT * FROM task_attempts WHERE task_id IN ({marks}) ORDER BY task_id, attempt_number"
+        for row in self._rows_in(sql, task_ids):
+            found[row["task_id"]].append(attempt_from_row(row))
+        return found
+
     def all_attempts(self) -> list[TaskAttempt]:
         rows = self._conn.execute("SELECT * FROM task_attempts ORDER BY task_id, attempt_number").fetchall()
         return [attempt_from_row(r) for r in rows]

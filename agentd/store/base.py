@@ -113,6 +113,15 @@ class StoreBase:
     def close(self) -> None:
         self._conn.close()
 
+    def _rows_in(self, sql: str, values: list[Any], *params: Any) -> list[sqlite3.Row]:
+        """`sql` whose `{marks}` is an IN list of `values` (after `params`), run 500 values at a time:
+        under SQLite's bound-parameter limit however many there are."""
+        rows: list[sqlite3.Row] = []
+        for start in range(0, len(values), 500):
+            chunk = values[start : start + 500]
+            rows += self._conn.execute(sql.format(marks=", ".join("?" * len(chunk))), (*params, *chunk)).fetchall()
+        return rows
+
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE: take the write lock up front so the transaction cannot deadlock. A lock

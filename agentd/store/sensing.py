@@ -159,16 +159,8 @@ class SensingVerbs(StoreBase):
     def seen_dedupe_keys(self, sensor_id: str, keys: list[str]) -> set[str]:
         """Which of these keys the sensor has already used (`sensor run --dry-run` shows them as seen,
         not as new work)."""
-        seen: set[str] = set()
-        for start in range(0, len(keys), 500):  # under SQLite's bound-parameter limit
-            chunk = keys[start : start + 500]
-            marks = ", ".join("?" * len(chunk))
-            rows = self._conn.execute(
-                f"SELECT dedupe_key FROM sensor_events WHERE sensor_id = ? AND dedupe_key IN ({marks})",
-                (sensor_id, *chunk),
-            ).fetchall()
-            seen.update(row[0] for row in rows)
-        return seen
+        sql = "SELECT dedupe_key FROM sensor_events WHERE sensor_id = ? AND dedupe_key IN ({marks})"
+        return {row[0] for row in self._rows_in(sql, keys, sensor_id)}
 
     def sensor_states(self) -> dict[str, SensorState]:
         rows = self._conn.execute("SELECT * FROM sensor_state").fetchall()
