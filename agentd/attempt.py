@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agentd.adapters import Adapter, AttemptContext, adapter_for
 from agentd.bundle import Bundle, BundleInput, PriorAttempt, RecentOutcome, SkillBrief, WorkflowStep, compile_bundle
@@ -22,10 +23,12 @@ from agentd.config import Config, read_env_file
 from agentd.containment import attempt_group
 from agentd.errors import ConfigError, InputError
 from agentd.evidence import AttemptPaths, attempt_paths, make_attempt_dir, write_private
+from agentd.hashing import canonical_json, sha256_hex
 from agentd.outcome import CompletionChecks, RetryPolicy
-from agentd.records import AdapterConfig, AttemptPlan, Claim, TaskAttempt, TaskRecord
+from agentd.records import AdapterConfig, AttemptPlan, Claim, TaskAttempt, TaskRecord, WorkflowRecord
 from agentd.redaction import Redactor
 from agentd.runner import child_environment
+from agentd.skills import Skill
 from agentd.store import AsyncStore, Store
 from agentd.workflows import accepted_signals, state_of
 
@@ -127,19 +130,10 @@ class AttemptPreparer:
         return Prepared(claim, self.adapters(adapter_config), ctx, bundle, completion_checks(config, task), redactor)
 
     async def workflow_step(self, task: TaskRecord) -> WorkflowStep | None:
-        """What the bundle tells a step task about its workflow, including the signals it may give."""
         if task.workflow_ref is None:
             return None
         workflow = await self.db.call(Store.get_workflow_or_raise, task.workflow_ref.workflow_id)
-        definition = self.config.workflows.get(workflow.workflow_type)
-        state = state_of(definition, task.workflow_ref.state_id) if definition else None
-        return WorkflowStep(
-            workflow.workflow_id,
-            workflow.workflow_type,
-            task.workflow_ref.state_id,
-            task.workflow_iteration or workflow.iteration,
-            accepted_signals(state) if state else (),
-        )
+        return workflow_step(self.config, task, workflow)
 
     async def _bundle_input(self, task: TaskRecord, attempt_number: int, workflow: WorkflowStep | None) -> BundleInput:
         config = self.config
@@ -148,15 +142,15 @@ class AttemptPreparer:
         recent: list[tuple[int, str, str, str]] = []
         if profile.context_policy.include_recent_memory and config.dispatch.recent_memory_items:
             recent = await self.db.call(Store.recent_outcomes, config.dispatch.recent_memory_items, task.task_id)
-        skill_ids = dict.fromkeys([*profile.skill_ids, *task.skill_ids, *(workflow_skills(config, task))])
         skills = tuple(
             SkillBrief(
                 s.skill_id,
                 s.instructions,
                 tuple((c.name, c.description or "") for c in s.manifest.cli_commands or ()),
             )
-            for s in (config.skills[i] for i in skill_ids if i in config.skills)
+            for s in attempt_skills(config, task)
         )
+        spec = config.task_types.get(task.task_type)
         requirements = task.evidence_requirements
         return BundleInput(
             agent_name=config.agent.display_name,
@@ -171,6 +165,7 @@ class AttemptPreparer:
             recent_outcomes=tuple(RecentOutcome(*r) for r in recent),
             workflow=workflow,
             required_artifacts=tuple(requirements.required_artifacts or ()) if requirements else (),
+            artifact_roles=tuple(spec.artifact_roles or ()) if spec else (),
         )
 
     def _environment(
@@ -184,24 +179,13 @@ class AttemptPreparer:
         """Only what the adapter is configured to get: never the service's own environment."""
         config = self.config
         agentd = {
-            "AGENTD_TASK_ID": str(task.task_id),
-            "AGENTD_ATTEMPT_ID": attempt.attempt_id,  # the idempotency key an adapter can pass on
-            "AGENTD_TASK_TYPE": task.task_type,
+            **attempt_variables(config, task, attempt, workflow),
             "AGENTD_RESULT_PATH": str(paths.result),
             "AGENTD_BUNDLE_PATH": str(paths.prompt),
             "AGENTD_WORKSPACE": str(config.paths.workspace),
-            "AGENTD_CONFIG": str(config.path),
             "AGENTD_PATHS__STATE_DIR": str(config.paths.state_dir),
             "AGENTD_PATHS__WORKSPACE": str(config.paths.workspace),
         }
-        if attempt.model:
-            agentd["AGENTD_MODEL"] = attempt.model
-        if workflow is not None:
-            agentd.update(
-                AGENTD_WORKFLOW_ID=str(workflow.workflow_id),
-                AGENTD_WORKFLOW_STATE=workflow.state_id,
-                AGENTD_WORKFLOW_ITERATION=str(workflow.iteration),
-            )
         env_file = getattr(adapter, "env_file", None)
         return child_environment(
             home=paths.scratch / "home",
@@ -211,6 +195,42 @@ class AttemptPreparer:
             agentd=agentd,
             path_first=str(Path(sys.executable).parent),  # `agentd skills run` works from an attempt
         )
+
+
+def workflow_step(config: Config, task: TaskRecord, workflow: WorkflowRecord) -> WorkflowStep:
+    """What the bundle tells a step task about its workflow, including the signals it may give."""
+    assert task.workflow_ref is not None
+    definition = config.workflows.get(workflow.workflow_type)
+    state = state_of(definition, task.workflow_ref.state_id) if definition else None
+    return WorkflowStep(
+        workflow.workflow_id,
+        workflow.workflow_type,
+        task.workflow_ref.state_id,
+        task.workflow_iteration or workflow.iteration,
+        accepted_signals(state) if state else (),
+    )
+
+
+def attempt_variables(
+    config: Config, task: TaskRecord, attempt: TaskAttempt, workflow: WorkflowStep | None
+) -> dict[str, str]:
+    """The AGENTD_* values that say which attempt this is (not where it runs): what an attempt's
+    process gets, and what `agentd replay` gives the re-run."""
+    values = {
+        "AGENTD_TASK_ID": str(task.task_id),
+        "AGENTD_ATTEMPT_ID": attempt.attempt_id,  # the idempotency key an adapter can pass on
+        "AGENTD_TASK_TYPE": task.task_type,
+        "AGENTD_CONFIG": str(config.path),
+    }
+    if attempt.model:
+        values["AGENTD_MODEL"] = attempt.model
+    if workflow is not None:
+        values.update(
+            AGENTD_WORKFLOW_ID=str(workflow.workflow_id),
+            AGENTD_WORKFLOW_STATE=workflow.state_id,
+            AGENTD_WORKFLOW_ITERATION=str(workflow.iteration),
+        )
+    return values
 
 
 def completion_checks(config: Config, task: TaskRecord) -> CompletionChecks:
@@ -226,7 +246,26 @@ def completion_checks(config: Config, task: TaskRecord) -> CompletionChecks:
         require_adapter_audit=bool(
             (policy and policy.require_adapter_audit) or (required and required.require_adapter_audit)
         ),
+        artifact_roles=tuple(spec.artifact_roles) if spec and spec.artifact_roles else ("output",),
     )
+
+
+def attempt_skills(config: Config, task: TaskRecord) -> list[Skill]:
+    """The skills an attempt of the task is given: its profile's, its own, its workflow step's."""
+    profile = config.profiles.get(task.requested_profile_id)
+    ids = dict.fromkeys([*(profile.skill_ids if profile else ()), *task.skill_ids, *workflow_skills(config, task)])
+    return [config.skills[i] for i in ids if i in config.skills]
+
+
+def agent_variant(config: Config, task: TaskRecord) -> dict[str, Any]:
+    """The subagent's variant lineage (seed 000 §3): (skill id, skill version) of every skill it is
+    given and the version of its agent definition (the profile), with one id over all of them."""
+    profile = config.profiles.get(task.requested_profile_id)
+    lineage = {
+        "skills": [{"skill_id": s.skill_id, "version": s.version} for s in attempt_skills(config, task)],
+        "agent_def_version": sha256_hex(canonical_json(profile.model_dump(mode="json")))[:16] if profile else None,
+    }
+    return {"variant_id": sha256_hex(canonical_json(lineage))[:16], "variant": lineage}
 
 
 def workflow_skills(config: Config, task: TaskRecord) -> list[str]:

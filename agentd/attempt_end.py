@@ -17,17 +17,30 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from agentd import __version__
+from agentd.action_trace import Step, trace_lines, trace_of
 from agentd.adapters import AdapterRun
-from agentd.attempt import Prepared, adapter_redactor, completion_checks, retry_policy
+from agentd.attempt import Prepared, adapter_redactor, agent_variant, completion_checks, retry_policy
 from agentd.clock import Clock, format_ts
 from agentd.config import Config
 from agentd.edge import MAX_RESULT_BYTES, scrub, scrub_value
-from agentd.evidence import AttemptPaths, attempt_paths, seal, write_private
+from agentd.evidence import AttemptPaths, attempt_paths, seal, trace_summary, verify_attempt_dir, write_private
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
 from agentd.judge import AttemptFacts, OutboxPolicy, Stopped, extracted_of, judge
 from agentd.outcome import FileFact, paths_to_check
-from agentd.records import ArtifactRow, AttemptEnd, TaskAttempt, TaskRecord
+from agentd.records import (
+    AdapterConfig,
+    ArtifactRow,
+    AttemptEnd,
+    ClaudeCodeAdapterConfig,
+    CodexAdapterConfig,
+    HermesAgentAdapterConfig,
+    OllamaGenerateAdapterConfig,
+    ScriptAdapterConfig,
+    TaskAttempt,
+    TaskRecord,
+)
 from agentd.redaction import Redactor
+from agentd.runner import agentd_path, resolve_command
 
 
 def conclude(
@@ -139,7 +152,6 @@ def gather(
         stdout_bytes=_size(paths.stdout) if stdout_bytes is None else stdout_bytes,
         swept=swept,
         started=started,
-        artifact_role=_artifact_role(config, task),
         outbox_policy=_outbox_policy(config, task),
         notes=dict(notes or {}),
         redactions=redactor.count,
@@ -170,13 +182,46 @@ def finish(
     now = clock.now()
     end = judge(facts, now=now, policy=retry_policy(config), rng=rng)
     paths = attempt_paths(config.paths.state_dir, facts.task.task_id, facts.attempt.attempt_id)
-    fields = manifest_fields(config, facts, end, bundle_hash)
-    artifact_hash, problem = seal(paths, fields, best_effort=best_effort)
+    steps = action_steps(facts, end, paths)  # before scratch/ goes: a harness may keep its log there
+    fields = {**manifest_fields(config, facts, end, bundle_hash), "action_trace": trace_summary(steps)}
+    sealed, problem = seal(paths, fields, trace=trace_lines(steps), best_effort=best_effort)
+    if sealed and end.status == "completed" and strict_evidence(config, facts.task):
+        problems = verify_attempt_dir(paths.root)
+        if problems:  # judged again as a failure, and sealed again to say so
+            end = judge(
+                replace(facts, evidence_problems=tuple(problems)), now=now, policy=retry_policy(config), rng=rng
+            )
+            fields = {**manifest_fields(config, facts, end, bundle_hash), "action_trace": trace_summary(steps)}
+            sealed, problem = seal(paths, fields, trace=trace_lines(steps), best_effort=best_effort)
     shutil.rmtree(paths.scratch, ignore_errors=True)  # HOME and friends: not evidence, and may hold keys
-    diagnostics = {**end.diagnostics, "artifact_hash": artifact_hash}
+    diagnostics = {
+        **end.diagnostics,
+        "artifact_hash": sealed.artifact_hash if sealed else None,
+        "manifest_sha256": sealed.manifest_sha256 if sealed else None,
+    }
     if problem:
         diagnostics["manifest_problem"] = problem
     return replace(end, diagnostics=diagnostics)
+
+
+def strict_evidence(config: Config, task: TaskRecord) -> bool:
+    spec = config.task_types.get(task.task_type)
+    override = spec.strict_evidence if spec else None
+    return config.dispatch.strict_evidence if override is None else override
+
+
+def action_steps(facts: AttemptFacts, end: AttemptEnd, paths: AttemptPaths) -> list[Step]:
+    """The ordered steps the attempt took, from what its adapter printed (agentd/action_trace.py)."""
+    if not facts.started:
+        return []  # it never ran: there is nothing to trace
+    process = facts.run.process if facts.run else None
+    return trace_of(
+        facts.attempt.adapter_kind,
+        paths.root,
+        exit_code=process.exit_code if process else None,
+        started_at=format_ts(facts.attempt.started_at),
+        ended_at=format_ts(end.ended_at),
+    )
 
 
 def file_fact(relative: str, workspace: Path) -> FileFact:
@@ -246,6 +291,8 @@ def manifest_fields(config: Config, facts: AttemptFacts, end: AttemptEnd, bundle
     task, attempt, run = facts.task, facts.attempt, facts.run
     profile = config.profiles.get(task.requested_profile_id)
     started = attempt.started_at
+    model = (run.model if run else None) or attempt.model
+    spec = config.task_types.get(task.task_type)
     return {
         "run_id": attempt.attempt_id,
         "runtime_identity": {
@@ -257,9 +304,14 @@ def manifest_fields(config: Config, facts: AttemptFacts, end: AttemptEnd, bundle
         "agent_ref": {
             "agent": config.agent.agent_id,
             "profile": task.requested_profile_id,
-            "variant": sha256_hex(canonical_json(profile.model_dump(mode="json")))[:16] if profile else None,
+            **agent_variant(config, task),
         },
-        "task_ref": {"task_id": task.task_id, "task_type": task.task_type, "attempt_number": attempt.attempt_number},
+        "task_ref": {
+            "task_id": task.task_id,
+            "task_type": task.task_type,
+            "task_type_version": spec.version if spec else None,
+            "attempt_number": attempt.attempt_number,
+        },
         "task_hash": task_hash(task),
         "bundle_hash": bundle_hash,
         "constitution": {
@@ -271,14 +323,17 @@ def manifest_fields(config: Config, facts: AttemptFacts, end: AttemptEnd, bundle
             "adapter_id": attempt.adapter_id,
             "kind": attempt.adapter_kind,
             "cli_version": run.cli_version if run else None,
+            **script_command(config, attempt.adapter_id),
         },
-        "model": (run.model if run else None) or attempt.model,
+        "model": model,
+        "model_pin": model_pin(config.adapters.get(attempt.adapter_id), model, run),
         "budgets": {
             "timeout_s": facts.timeout_s,
             "kill_grace_s": config.dispatch.kill_grace_s,
             "output_cap_bytes": config.dispatch.output_cap_bytes,
             "max_prompt_chars": profile.context_policy.max_prompt_chars if profile else None,
             "max_attempts": task.max_attempts,
+            "max_turns": getattr(config.adapters.get(attempt.adapter_id), "max_turns", None),
         },
         "started_at": format_ts(started),
         "completed_at": format_ts(end.ended_at),
@@ -298,6 +353,39 @@ def manifest_fields(config: Config, facts: AttemptFacts, end: AttemptEnd, bundle
     }
 
 
+def script_command(config: Config, adapter_id: str) -> dict[str, Any]:
+    """For a script adapter, the argv it ran and the sha256 of its executable (what `agentd replay`
+    re-runs and checks); harness CLIs are pinned by their version instead."""
+    adapter = config.adapters.get(adapter_id)
+    if not isinstance(adapter, ScriptAdapterConfig):
+        return {}
+    cwd = Path(adapter.working_dir) if adapter.working_dir else config.paths.workspace
+    executable = resolve_command(adapter.command, cwd, agentd_path())
+    digest = sha256_file(executable) if executable is not None else None
+    return {"argv": [adapter.command, *(adapter.extra_args or [])], "command_sha256": digest}
+
+
+def model_pin(adapter: AdapterConfig | None, model: str | None, run: AdapterRun | None) -> dict[str, Any] | None:
+    """The model the attempt ran against and who served it (seed 001 determinism.tooling.models)."""
+    if adapter is None or model is None or adapter.kind == "script":
+        return None
+    provider, endpoint = PROVIDERS[adapter.kind], None
+    if isinstance(adapter, CodexAdapterConfig) and adapter.provider is not None:
+        provider, endpoint = adapter.provider.id, adapter.provider.base_url
+    elif isinstance(adapter, HermesAgentAdapterConfig):
+        provider, endpoint = adapter.provider or provider, adapter.base_url
+    elif isinstance(adapter, OllamaGenerateAdapterConfig):
+        endpoint = adapter.endpoint
+    elif isinstance(adapter, ClaudeCodeAdapterConfig):
+        endpoint = (adapter.env or {}).get("ANTHROPIC_BASE_URL")
+    version = run.cli_version if run else None  # the shim between agentd and the model (seed 001 §4.4)
+    return {"provider": provider, "model": model, "version": version, "endpoint": endpoint}
+
+
+# Who serves a harness's model when its config names no provider: the CLI's own default.
+PROVIDERS = {"claude-code": "anthropic", "codex": "openai", "hermes-agent": "hermes", "ollama-generate": "ollama"}
+
+
 def task_hash(task: TaskRecord) -> str:
     """What was asked, independent of when or how often: the task's frozen inputs."""
     fields = task.model_dump(
@@ -315,11 +403,6 @@ def task_hash(task: TaskRecord) -> str:
         },
     )
     return sha256_hex(canonical_json(fields))
-
-
-def _artifact_role(config: Config, task: TaskRecord) -> str:
-    spec = config.task_types.get(task.task_type)
-    return (spec.artifact_roles if spec and spec.artifact_roles else ["output"])[0]
 
 
 def _outbox_policy(config: Config, task: TaskRecord) -> OutboxPolicy:

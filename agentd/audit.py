@@ -8,9 +8,10 @@ What this protects against, and what not: the chain makes any edit, insertion or
 visible, including removing the last ones (SQLite's AUTOINCREMENT high-water mark remembers how far
 the sequence went, and a head published outside the state dir — the journal's `chain_head` lines,
 `agentd_event_chain_head_sequence` — pins it for someone who can also rewrite that). Attempt
-manifests pin every evidence file by sha256. A writer with the agent's own user can rewrite the whole
-state dir consistently (chain and manifests recomputed); only a head held elsewhere, recorded before
-the rewrite, catches that. Adapters run as that same user."""
+manifests pin every evidence file by sha256, and each manifest's own sha256 is in its attempt's
+task_attempt_finished event, so the chain pins the manifests too. A writer with the agent's own
+user can rewrite the whole state dir consistently (chain and manifests recomputed); only a head held
+elsewhere, recorded before the rewrite, catches that. Adapters run as that same user."""
 
 from __future__ import annotations
 
@@ -19,15 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
-from agentd.evidence import EVIDENCE_FILES, MANIFEST, MANIFEST_SCHEMA, load_manifest, manifest_problems
+from agentd.evidence import MANIFEST, check_attempt_dir
+from agentd.hashing import sha256_file
 from agentd.records import TaskAttempt
 from agentd.store import Store
 
 HEAD = re.compile(r"^(\d+):([0-9a-f]{64})$")
-MANIFEST_VALIDATOR = Draft202012Validator(MANIFEST_SCHEMA)  # compiled once, not per attempt
-SCRATCH = "scratch"  # the attempt's HOME and temp files: removed when it ends, never evidence
 
 
 @dataclass(frozen=True)
@@ -77,9 +75,10 @@ def verify(
     if expect_head is not None:
         result.findings += _expected_head_findings(store, result.head, expect_head)
     attempts = store.attempts_of(task_id) if task_id is not None else store.all_attempts()
+    sealed = store.sealed_manifests()
     for attempt in attempts:
         result.attempts += 1
-        result.findings += _attempt_findings(state_dir, attempt)
+        result.findings += _attempt_findings(state_dir, attempt, sealed.get(attempt.attempt_id))
     if task_id is None:
         result.findings += _unknown_folders(state_dir, {(a.task_id, a.attempt_id) for a in attempts})
     return result
@@ -107,7 +106,7 @@ def _expected_head_findings(store: Store, head: tuple[int, str] | None, expected
     return []
 
 
-def _attempt_findings(state_dir: Path, attempt: TaskAttempt) -> list[Finding]:
+def _attempt_findings(state_dir: Path, attempt: TaskAttempt, sealed: tuple[int, str] | None) -> list[Finding]:
     root = state_dir / "attempts" / str(attempt.task_id) / attempt.attempt_id
     if attempt.ended_at is None:
         return []  # still running: sealed when it ends
@@ -115,18 +114,18 @@ def _attempt_findings(state_dir: Path, attempt: TaskAttempt) -> list[Finding]:
         return [Finding(str(root), "still present after it was pruned")] if root.exists() else []
     if not root.is_dir():
         return [Finding(str(root), f"attempt {attempt.attempt_id} of task {attempt.task_id} has no evidence folder")]
-    manifest, problems = load_manifest(root)
+    manifest, problems = check_attempt_dir(root)
     findings = [_as_finding(problem) for problem in problems]
-    if manifest is None:
-        return findings
-    findings += [_as_finding(problem) for problem in manifest_problems(root, manifest)]
-    for error in sorted(MANIFEST_VALIDATOR.iter_errors(manifest), key=lambda e: list(e.path)):
-        path = ".".join(str(p) for p in error.absolute_path) or "(top)"
-        findings.append(Finding(f"{root / MANIFEST} {path}", f"outside the manifest schema: {error.message}"))
-    findings += _row_agrees(root, manifest, attempt)
-    for extra in sorted(p.name for p in root.iterdir() if p.name not in (*EVIDENCE_FILES, MANIFEST, SCRATCH)):
-        findings.append(Finding(str(root / extra), "present but not part of the evidence"))
-    return findings
+    if sealed is not None and (root / MANIFEST).is_file():
+        sequence, recorded = sealed
+        found = sha256_file(root / MANIFEST)
+        if found != recorded:
+            findings.append(
+                Finding(
+                    str(root / MANIFEST), f"sha256 {found} differs from the one event {sequence} recorded ({recorded})"
+                )
+            )
+    return findings if manifest is None else findings + _row_agrees(root, manifest, attempt)
 
 
 def _row_agrees(root: Path, manifest: dict[str, Any], attempt: TaskAttempt) -> list[Finding]:

@@ -62,6 +62,7 @@ class BundleInput:
     recent_outcomes: tuple[RecentOutcome, ...] = ()
     workflow: WorkflowStep | None = None
     required_artifacts: tuple[str, ...] = ()
+    artifact_roles: tuple[str, ...] = ()  # the roles the task type allows its artifacts
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,9 @@ def _reporting(inp: BundleInput) -> str:
     if inp.workflow is not None:
         accepted = ", ".join(inp.workflow.accepted_signals) or "none"
         signals = f'\n- "workflow_signal": one of {accepted} — it decides the workflow\'s next step.'
+    roles = ""
+    if len(inp.artifact_roles) > 1:
+        roles = f'\n- "artifact_roles": {{path: role}} for each artifact, one of {", ".join(inp.artifact_roles)}'
     policy = inp.profile.result_policy
     follow_ups = "allowed" if policy.allow_follow_up_tasks else "not allowed for this profile (they are refused)"
     return (
@@ -196,7 +200,7 @@ def _reporting(inp: BundleInput) -> str:
         '- "operator_summary": what you did, or why you could not\n'
         '- "artifact_paths": files you made, relative to the workspace; each is checked on disk\n'
         '- "file_changes": files you changed, relative to the workspace'
-        f"{signals}\n"
+        f"{roles}{signals}\n"
         f'- "follow_up_tasks": task intents for later ({follow_ups})\n'
         "Completion is judged from evidence, not from what you say: a claimed file that does not "
         "exist, or a path outside the workspace, turns completed into a failure.\n"

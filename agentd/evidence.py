@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
+from agentd.action_trace import TRACE_FILE, read_trace
 from agentd.edge import scrub
 from agentd.faults import is_storage_fault, os_storage_error
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
@@ -21,23 +23,23 @@ from agentd.records import MachineStatus, OutcomeStatus
 
 EVIDENCE_SPEC = "agentd-evidence/v1"
 MANIFEST = "manifest.json"
-EVIDENCE_FILES = ("prompt.md", "stdin.json", "stdout.log", "stderr.log", "result.json", "last_message.txt")
-# What a faithful replay must reproduce; timestamps, ids and the host may differ.
-NON_VOLATILE = (
-    "spec_version",
-    "agent_ref",
-    "task_hash",
-    "bundle_hash",
-    "constitution",
-    "adapter",
-    "model",
-    "budgets",
-    "termination_reason",
-    "failure_type",
-    "outcome",
-    "files",
-    "artifacts",
+EVIDENCE_FILES = (
+    "prompt.md",
+    "stdin.json",
+    "stdout.log",
+    "stderr.log",
+    "result.json",
+    "last_message.txt",
+    "action_trace.jsonl",
+    "hermes-usage.json",
 )
+# The artifact_hash is TraceCore's rule (seed 001 §6) applied to the manifest: the sha256 of its
+# canonical JSON without what differs between two runs of the same work. Left out: the run's and
+# the task's ids, the host, the times, and the inputs agentd rendered with those ids in them (the
+# bundle names the task id and attempt number); the action trace counts by its time-free digest.
+# What is left out is still pinned: every file by `files`, the manifest by the event chain.
+VOLATILE = ("run_id", "runtime_identity", "started_at", "completed_at", "wall_clock_elapsed_s", "bundle_hash")
+VOLATILE_FILES = ("prompt.md", "action_trace.jsonl")
 
 _SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 _TEXT = {"type": "string", "minLength": 1}
@@ -63,19 +65,59 @@ MANIFEST_SCHEMA: dict[str, Any] = {
             "runtime_identity": _object(
                 {"agentd_version": _TEXT, "host": _TEXT, "agent_id": _TEXT, "runner_id": _TEXT}
             ),
-            "agent_ref": _object({"agent": _TEXT, "profile": _TEXT, "variant": _MAYBE_TEXT}),
+            "agent_ref": _object(
+                {
+                    "agent": _TEXT,
+                    "profile": _TEXT,
+                    "variant_id": _TEXT,
+                    "variant": _object(
+                        {
+                            "skills": {
+                                "type": "array",
+                                "items": _object({"skill_id": _TEXT, "version": _TEXT}),
+                            },
+                            "agent_def_version": _MAYBE_TEXT,
+                        }
+                    ),
+                }
+            ),
             "task_ref": _object(
                 {
                     "task_id": {"type": "integer", "minimum": 1},
                     "task_type": _TEXT,
+                    "task_type_version": {"type": ["integer", "null"], "minimum": 1},
                     "attempt_number": {"type": "integer", "minimum": 1},
                 }
             ),
             "task_hash": _SHA256,
             "bundle_hash": {"anyOf": [_SHA256, {"type": "null"}]},
             "constitution": _object({"soul_hash": _SHA256, "purpose_hash": _SHA256, "version": _TEXT}),
-            "adapter": _object({"adapter_id": _TEXT, "kind": _TEXT, "cli_version": _MAYBE_TEXT}, "cli_version"),
+            "adapter": _object(
+                {
+                    "adapter_id": _TEXT,
+                    "kind": _TEXT,
+                    "cli_version": _MAYBE_TEXT,
+                    "argv": {"type": "array", "items": {"type": "string"}},
+                    "command_sha256": {"anyOf": [_SHA256, {"type": "null"}]},
+                },
+                "cli_version",
+                "argv",
+                "command_sha256",
+            ),
             "model": _MAYBE_TEXT,
+            "model_pin": {
+                "anyOf": [
+                    {"type": "null"},
+                    _object({"provider": _TEXT, "model": _TEXT, "version": _MAYBE_TEXT, "endpoint": _MAYBE_TEXT}),
+                ]
+            },
+            "action_trace": _object(
+                {
+                    "steps": {"type": "integer", "minimum": 0},
+                    "tool_calls": {"type": "integer", "minimum": 0},
+                    "digest": _SHA256,
+                }
+            ),
             "budgets": {"type": "object"},
             "started_at": _TIME,
             "completed_at": _TIME,
@@ -140,6 +182,10 @@ class AttemptPaths:
         return self.root / "last_message.txt"
 
     @property
+    def action_trace(self) -> Path:
+        return self.root / "action_trace.jsonl"
+
+    @property
     def manifest(self) -> Path:
         return self.root / MANIFEST
 
@@ -178,15 +224,30 @@ def file_hashes(paths: AttemptPaths) -> dict[str, dict[str, Any]]:
 
 
 def artifact_hash(manifest: dict[str, Any]) -> str:
-    return sha256_hex(canonical_json({key: manifest.get(key) for key in NON_VOLATILE}))
+    """Equal for two runs of the same work with the same result; see VOLATILE."""
+    stable = {k: v for k, v in manifest.items() if k not in (*VOLATILE, "artifact_hash")}
+    if isinstance(stable.get("task_ref"), dict):
+        stable["task_ref"] = {"task_type": stable["task_ref"].get("task_type")}
+    if isinstance(stable.get("files"), dict):
+        stable["files"] = {k: v for k, v in stable["files"].items() if k not in VOLATILE_FILES}
+    return sha256_hex(canonical_json(stable))
 
 
-def seal(paths: AttemptPaths, fields: dict[str, Any], *, best_effort: bool = False) -> tuple[str | None, str | None]:
-    """Hash the attempt's files and write its manifest: (artifact_hash, None), or with best_effort
-    (agentd's own failure path) (None, why not) for anything but an unusable disk."""
+@dataclass(frozen=True)
+class Sealed:
+    artifact_hash: str
+    manifest_sha256: str  # of manifest.json as written: the event chain records it
+
+
+def seal(
+    paths: AttemptPaths, fields: dict[str, Any], *, trace: str = "", best_effort: bool = False
+) -> tuple[Sealed | None, str | None]:
+    """Write the action trace, hash the attempt's files and write its manifest: (Sealed, None), or
+    with best_effort (agentd's own failure path) (None, why not) for anything but an unusable disk."""
     try:
         paths.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return write_manifest(paths, fields)["artifact_hash"], None
+        write_private(paths.action_trace, trace)
+        return write_manifest(paths, fields), None
     except Exception as exc:
         if isinstance(exc, OSError) and is_storage_fault(exc):
             raise os_storage_error(exc) from None
@@ -195,19 +256,69 @@ def seal(paths: AttemptPaths, fields: dict[str, Any], *, best_effort: bool = Fal
         return None, f"not written: {type(exc).__name__}: {scrub(str(exc))[:300]}"
 
 
-def write_manifest(paths: AttemptPaths, fields: dict[str, Any]) -> dict[str, Any]:
-    """Hash the evidence files, seal the manifest (read-only) and return it."""
+def write_manifest(paths: AttemptPaths, fields: dict[str, Any]) -> Sealed:
+    """Hash the evidence files and seal the manifest (read-only)."""
     manifest = {"spec_version": EVIDENCE_SPEC, **fields, "files": file_hashes(paths)}
     manifest["artifact_hash"] = artifact_hash(manifest)
-    write_private(paths.manifest, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    write_private(paths.manifest, text)
     os.chmod(paths.manifest, 0o400)
-    return manifest
+    return Sealed(manifest["artifact_hash"], sha256_hex(text.encode()))
+
+
+def trace_summary(steps: Sequence[Any]) -> dict[str, Any]:
+    """The manifest's account of the action trace: how many steps and tool calls, and a digest of
+    the steps without their times (what two runs of the same work share)."""
+    timeless = [{k: v for k, v in step.as_dict().items() if k not in ("started_at", "ended_at")} for step in steps]
+    return {
+        "steps": len(steps),
+        "tool_calls": sum(1 for step in steps if step.kind == "tool"),
+        "digest": sha256_hex(canonical_json(timeless)),
+    }
 
 
 def verify_attempt_dir(root: Path) -> list[str]:
-    """Problems with one attempt's evidence: a missing or edited file, a forged hash."""
+    return check_attempt_dir(root)[1]
+
+
+def check_attempt_dir(root: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """The sealed manifest and the problems with one attempt's evidence: a missing, extra or edited
+    file, a forged hash, a manifest outside its schema, an unreadable action trace. What
+    strict_evidence checks, and what `agentd evidence verify` checks of each attempt (beside what
+    only the database can tell)."""
     manifest, problems = load_manifest(root)
-    return problems if manifest is None else manifest_problems(root, manifest)
+    if manifest is None:
+        return None, problems
+    problems = manifest_problems(root, manifest) + schema_problems(root, manifest)
+    for extra in sorted(p.name for p in root.iterdir() if p.name not in (*EVIDENCE_FILES, MANIFEST, SCRATCH)):
+        problems.append(f"{root / extra}: present but not part of the evidence")
+    trace = root / TRACE_FILE
+    if trace.is_file():
+        try:
+            read_trace(trace)
+        except ValueError as exc:
+            problems.append(f"{trace}: {exc}")
+    return manifest, problems
+
+
+SCRATCH = "scratch"  # the attempt's HOME and temp files: removed when it ends, never evidence
+
+
+def schema_problems(root: Path, manifest: dict[str, Any]) -> list[str]:
+    """Every field outside MANIFEST_SCHEMA, by its path."""
+    global _validator
+    if _validator is None:
+        from jsonschema import Draft202012Validator  # not at import: the CLI starts without it
+
+        _validator = Draft202012Validator(MANIFEST_SCHEMA)
+    return [
+        f"{root / MANIFEST} {'.'.join(str(p) for p in error.absolute_path) or '(top)'}: "
+        f"outside the manifest schema: {error.message}"
+        for error in sorted(_validator.iter_errors(manifest), key=lambda e: list(e.path))
+    ]
+
+
+_validator: Any = None
 
 
 def load_manifest(root: Path) -> tuple[dict[str, Any] | None, list[str]]:

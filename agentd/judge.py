@@ -17,7 +17,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentd.adapters.base import AdapterRun
-from agentd.outcome import CompletionChecks, Extracted, FileFact, Gated, RetryPolicy, decide, extract_outcome, gate
+from agentd.outcome import (
+    CompletionChecks,
+    Extracted,
+    FileFact,
+    Gated,
+    RetryPolicy,
+    artifact_role,
+    decide,
+    downgrade,
+    extract_outcome,
+    gate,
+)
 from agentd.records import (
     ArtifactRow,
     AttemptEnd,
@@ -61,10 +72,10 @@ class AttemptFacts:
     swept: bool = False  # the boot sweep closed it: the runtime died during it, its exit is unknown
     internal_error: str | None = None  # agentd itself failed during the attempt, and how
     started: bool = True  # the adapter began: side effects may have happened
-    artifact_role: str = "output"
     outbox_policy: OutboxPolicy = OutboxPolicy()
     notes: Mapping[str, Any] = field(default_factory=dict)  # for the diagnostics (killed pids, …)
     redactions: int = 0
+    evidence_problems: tuple[str, ...] = ()  # strict_evidence: what the sealed evidence failed
 
     @property
     def crashed(self) -> bool:
@@ -85,6 +96,9 @@ def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: rando
     run, task, attempt = facts.run, facts.task, facts.attempt
     extracted = extracted_of(facts)
     gated, termination, failure_type = _gated(facts, extracted)
+    if facts.evidence_problems and gated.outcome.status == "completed":
+        reason = "its evidence did not verify: " + "; ".join(facts.evidence_problems)[:2000]
+        gated, failure_type = Gated(downgrade(gated.outcome, reason), (reason,)), "evidence_unverified"
     decision = decide(
         task,
         task.free_attempt_count,
@@ -185,7 +199,11 @@ def _gate(
 
 
 def _artifacts(facts: AttemptFacts, gated: Gated) -> tuple[ArtifactRow, ...]:
-    rows = [ArtifactRow(facts.artifact_role, str(Path(f.relative_path)), f.sha256) for f in gated.artifacts]
+    allowed = facts.checks.artifact_roles
+    rows = [
+        ArtifactRow(artifact_role(gated.outcome, f.relative_path, allowed), str(Path(f.relative_path)), f.sha256)
+        for f in gated.artifacts
+    ]
     if facts.checks.require_adapter_audit and gated.outcome.status == "completed" and facts.audit is not None:
         rows.append(facts.audit)
     return tuple(rows)

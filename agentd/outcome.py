@@ -73,6 +73,16 @@ class CompletionChecks:
     require_artifacts: bool = False
     verify_file_changes: bool = False
     require_adapter_audit: bool = False
+    artifact_roles: tuple[str, ...] = ("output",)  # the roles the task type allows; an artifact names one
+
+
+def artifact_role(outcome: TaskOutcome, relative: str, allowed: tuple[str, ...]) -> str:
+    """The role an artifact has: the one its outcome names for it, else the task type's only role,
+    else the generic `output` (an undeclared artifact of a several-role type is not given one of them)."""
+    declared = (outcome.artifact_roles or {}).get(relative)
+    if declared:
+        return declared
+    return allowed[0] if len(allowed) == 1 else "output"
 
 
 @dataclass(frozen=True)
@@ -118,7 +128,7 @@ def gate(
         return Gated(TaskOutcome.failure(summary), (summary,))
     if outcome.status == "operator_canceled":
         reason = "operator_canceled is the operator's to give, not the model's"
-        return Gated(_downgrade(outcome, reason, status="permanent_failure"), (reason,))
+        return Gated(downgrade(outcome, reason, status="permanent_failure"), (reason,))
     if outcome.status != "completed":
         return Gated(outcome)
     reasons: list[str] = []
@@ -133,7 +143,7 @@ def gate(
     if checks.require_adapter_audit and audit_bytes == 0:
         reasons.append("an adapter audit is required but the adapter printed nothing")
     if reasons:
-        return Gated(_downgrade(outcome, "; ".join(reasons)), tuple(reasons))
+        return Gated(downgrade(outcome, "; ".join(reasons)), tuple(reasons))
     return Gated(outcome, (), tuple(verified))
 
 
@@ -150,6 +160,12 @@ def _check_artifacts(
     claimed = list(outcome.artifact_paths or [])
     if checks.require_artifacts and not claimed and not checks.required_artifacts:
         reasons.append("this task type requires artifacts and none were claimed")
+    for relative, role in (outcome.artifact_roles or {}).items():
+        if relative not in claimed and relative not in checks.required_artifacts:
+            reasons.append(f"artifact_roles names {relative!r}, which is not among the artifacts")
+        elif role not in checks.artifact_roles:
+            allowed = ", ".join(checks.artifact_roles)
+            reasons.append(f"artifact {relative!r}: role {role!r} is not one this task type allows ({allowed})")
     for relative in dict.fromkeys([*claimed, *checks.required_artifacts]):
         fact = files.get(relative, FileFact(relative))
         if fact.problem:
@@ -175,7 +191,7 @@ def _check_file_changes(claimed: list[str], files: Mapping[str, FileFact], start
     return reasons
 
 
-def _downgrade(outcome: TaskOutcome, reason: str, status: OutcomeStatus = "retryable_failure") -> TaskOutcome:
+def downgrade(outcome: TaskOutcome, reason: str, status: OutcomeStatus = "retryable_failure") -> TaskOutcome:
     return outcome.model_copy(
         update={
             "status": status,

@@ -11,8 +11,10 @@ on. Nothing an attempt or a sensor starts outlives it.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +49,17 @@ class ProcessSpec:
 
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def agentd_path() -> str:
+    """PATH as an attempt's process gets it: agentd's own bin first (`agentd skills run` works)."""
+    return f"{Path(sys.executable).parent}:{passthrough_environment().get('PATH', DEFAULT_PATH)}"
+
+
+def resolve_command(command: str, cwd: Path, path: str) -> Path | None:
+    """The file `command` names as a process started in `cwd` with PATH `path` finds it."""
+    located = str(cwd / command) if "/" in command else shutil.which(command, path=path)
+    return Path(located) if located and Path(located).is_file() else None
 
 
 def child_environment(

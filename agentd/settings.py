@@ -79,6 +79,9 @@ class DispatchSection(Section):
     crash_limit: int = Field(
         default=3, ge=1, le=100, description="boot sweeps in a row that end a task as crashed_runtime"
     )
+    strict_evidence: bool = Field(
+        default=False, description="verify each sealed manifest before its task may be completed"
+    )
 
 
 class SensorsSection(Section):

@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from agentd.errors import Problem
+from agentd.hashing import canonical_json, sha256_hex
 from agentd.records import SkillManifest
 
 MANIFEST = "skill.toml"
@@ -24,6 +25,14 @@ class Skill:
     @property
     def skill_id(self) -> str:
         return self.manifest.skill_id
+
+    @property
+    def version(self) -> str:
+        """What the skill is now: its manifest and its instructions, hashed (skills carry no version
+        number of their own; any change to either is a new version)."""
+        return sha256_hex(
+            canonical_json({"manifest": self.manifest.model_dump(mode="json"), "instructions": self.instructions})
+        )[:16]
 
     @property
     def instructions_path(self) -> Path:

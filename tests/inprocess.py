@@ -67,8 +67,8 @@ class InProcessAdapter:
             return re.sub(r"\$\{(json:)?([A-Z0-9_]+)\}", value, text)
 
         for path, text in payload.get("files", {}).items():
-            (ctx.cwd / path).parent.mkdir(parents=True, exist_ok=True)
-            (ctx.cwd / path).write_text(expand(text))
+            (ctx.cwd / expand(path)).parent.mkdir(parents=True, exist_ok=True)
+            (ctx.cwd / expand(path)).write_text(expand(text))
         if "outcome" in payload:
             ctx.paths.result.write_text(expand(json.dumps(payload["outcome"])))
         if "raw_result" in payload:

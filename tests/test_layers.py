@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.containment",
         "agentd.runner",
         "agentd.evidence",
+        "agentd.action_trace",  # evidence.py imports it; it imports only the bottom layer
         "agentd.adapters",
         "agentd.judge",
         "agentd.status",
@@ -47,6 +48,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.retention",
         "agentd.audit",
         "agentd.export",
+        "agentd.replay",
+        "agentd.tracecore",
+        "agentd.evidence_export",
         "agentd.readmodel",
         "agentd.control",
         "agentd.service",

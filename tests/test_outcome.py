@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agentd.clock import FakeClock
-from agentd.evidence import AttemptPaths, make_attempt_dir, verify_attempt_dir, write_manifest
+from agentd.evidence import AttemptPaths, make_attempt_dir, manifest_problems, write_manifest
 from agentd.outcome import RetryPolicy, backoff, decide, extract_outcome
 from agentd.records import TaskOutcome, TaskRecord
 
@@ -122,19 +122,24 @@ def test_model_reported_terminal_statuses_are_kept(status: str) -> None:
     assert decide(task(), 0, outcome, now=NOW, policy=POLICY, rng=random.Random()).status == status
 
 
+def hash_problems(paths: AttemptPaths) -> list[str]:
+    """The files and the artifact_hash against the manifest (the schema is tested with real manifests)."""
+    return manifest_problems(paths.root, json.loads(paths.manifest.read_text()))
+
+
 def test_evidence_verify_catches_an_edited_file_and_a_forged_hash(tmp_path: Path) -> None:
     paths = AttemptPaths(tmp_path / "attempt")
     make_attempt_dir(paths)
     paths.stdout.write_text("honest output\n")
     paths.prompt.write_text("the bundle\n")
     write_manifest(paths, {"run_id": "a1", "termination_reason": "exited"})
-    assert verify_attempt_dir(paths.root) == []
+    assert hash_problems(paths) == []
     assert oct(paths.manifest.stat().st_mode & 0o777) == "0o400"
     paths.stdout.write_text("edited output\n")
-    assert any("edited after the attempt" in p for p in verify_attempt_dir(paths.root))
+    assert any("edited after the attempt" in p for p in hash_problems(paths))
     paths.stdout.write_text("honest output\n")
     manifest = json.loads(paths.manifest.read_text())
     manifest["termination_reason"] = "completed"
     paths.manifest.chmod(0o600)
     paths.manifest.write_text(json.dumps(manifest))
-    assert any("artifact_hash does not match" in p for p in verify_attempt_dir(paths.root))
+    assert any("artifact_hash does not match" in p for p in hash_problems(paths))

@@ -49,7 +49,7 @@ class CodexAdapter(HarnessAdapter):
             "--skip-git-repo-check",
             "--ephemeral",
             "-o",
-            str(ctx.paths.root / LAST_MESSAGE),
+            str(ctx.paths.scratch / LAST_MESSAGE),  # a transport: last_message.txt is the evidence
             "-s",
             sandbox,
         ]
@@ -64,7 +64,7 @@ class CodexAdapter(HarnessAdapter):
         config = ctx.adapter
         assert isinstance(config, CodexConfig)
         parsed = parse_codex_events(read_tail(ctx.paths.stdout))
-        last = ctx.paths.root / LAST_MESSAGE
+        last = ctx.paths.scratch / LAST_MESSAGE
         if last.is_file() and last.stat().st_size:
             parsed = replace(parsed, final_message=last.read_text(encoding="utf-8", errors="replace"))
         model = ctx.model or config.model

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentd import __version__
-from agentd.cli import adapters, cost, evidence, ops, queue, retention, services, setup, work
+from agentd.cli import adapters, cost, evidence, ops, queue, replay, retention, services, setup, work
 from agentd.cli.common import COMMON, CommandError, Parser, check_argv
 from agentd.edge import printable
 from agentd.errors import AgentdError, ConfigError, StorageError
 from agentd.faults import is_storage_fault, os_storage_error
 
-COMMAND_MODULES = (setup, queue, work, adapters, cost, services, ops, retention, evidence)
+COMMAND_MODULES = (setup, queue, work, adapters, cost, services, ops, retention, evidence, replay)
 
 
 def report(exc: AgentdError | CommandError, *, service: bool = False) -> int:

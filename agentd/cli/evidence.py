@@ -1,11 +1,16 @@
-"""`agentd evidence verify`: the auditor's check, offline and read-only (agentd/audit.py)."""
+"""`agentd evidence verify`: the auditor's check, offline and read-only (agentd/audit.py);
+`agentd evidence export`: the evidence for other projects' tools (agentd/evidence_export.py)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
 from agentd.cli.common import add_command, agent_store, print_json, record_id, wants_json
+from agentd.clock import SystemClock, format_ts
+from agentd.edge import printable
 
 
 def register(commands: Any) -> None:
@@ -18,15 +23,35 @@ def register(commands: Any) -> None:
         cmd_evidence_verify,
         "walk the event chain and every attempt's evidence; exit 0 clean, 1 on findings, 2 on bad input",
     )
-    which = check.add_mutually_exclusive_group()
-    which.add_argument("--task", type=record_id, metavar="ID", help="only this task's attempts (the chain is whole)")
-    which.add_argument("--all", action="store_true", help="every attempt (the default)")
+    which_attempts(check, "only this task's attempts (the chain is whole)", "every attempt (the default)")
     check.add_argument(
         "--expect-head",
         type=head,
         metavar="SEQ:HASH",
         help="a chain head recorded elsewhere (the journal's chain_head line): cutting the tail is then caught",
     )
+
+    export = add_command(
+        evidence,
+        "export",
+        cmd_evidence_export,
+        "write a task's attempts as TraceCore run artifacts, or its whole evidence as one .tar.gz",
+    )
+    export.add_argument("--format", required=True, choices=("tracecore", "bundle"), help="what to write")
+    which_attempts(export, "this task's attempts", "every task's attempts", required=True)
+    export.add_argument(
+        "--out",
+        type=Path,
+        metavar="PATH",
+        help="a path that does not exist yet: a directory (tracecore) or a .tar.gz file (bundle); "
+        "default tracecore-<task> / agentd-evidence-<task>.tar.gz in the current directory",
+    )
+
+
+def which_attempts(parser: argparse.ArgumentParser, task_help: str, all_help: str, *, required: bool = False) -> None:
+    which = parser.add_mutually_exclusive_group(required=required)
+    which.add_argument("--task", type=record_id, metavar="ID", help=task_help)
+    which.add_argument("--all", action="store_true", help=all_help)
 
 
 def head(text: str) -> tuple[int, str]:
@@ -54,3 +79,24 @@ def cmd_evidence_verify(args: argparse.Namespace) -> int:
         verdict = "clean" if not result.findings else f"{len(result.findings)} finding(s)"
         print(f"{verdict}: {result.events} events, {result.attempts} attempts checked; {head_text}")
     return 0 if not result.findings else 1
+
+
+def cmd_evidence_export(args: argparse.Namespace) -> int:
+    from agentd.evidence_export import export_bundle, export_tracecore
+
+    which = f"task-{args.task}" if args.task is not None else "all"
+    default = f"tracecore-{which}" if args.format == "tracecore" else f"agentd-evidence-{which}.tar.gz"
+    out: Path = (args.out or Path(default)).absolute()
+    with agent_store(args, readonly=True) as (config, store):
+        task_ids = [store.get_task_or_raise(args.task).task_id] if args.task is not None else store.all_task_ids()
+        if args.format == "tracecore":
+            exported = export_tracecore(store, config.paths.state_dir, task_ids, out)
+        else:
+            exported = export_bundle(store, config.paths.state_dir, task_ids, out, now=format_ts(SystemClock().now()))
+    for skipped in exported.skipped:
+        print(f"agentd: not exported: {printable(skipped)}", file=sys.stderr)
+    if wants_json(args):
+        print_json({"out": str(out), "attempts": exported.attempts, "skipped": exported.skipped})
+    else:
+        print(f"{out}: {len(exported.attempts)} attempt(s)")
+    return 0

@@ -107,6 +107,9 @@ class TaskOutcome(Record):
     raw_output: str | None = None
     file_changes: list[str] | None = None
     artifact_paths: list[str] | None = None
+    artifact_roles: dict[str, ArtifactRole] | None = Field(
+        default=None, description="agentd: the role of each artifact path (one the task type allows)"
+    )
     workflow_signal: str | None = None
     follow_up_tasks: list[TaskIntent] | None = None
     external_messages: list[JsonObject] | None = None
@@ -225,3 +228,12 @@ class TaskTypeSpec(Record):
     success_policy: SuccessPolicy | None = None
     max_attempts: int | None = Field(default=None, ge=1, le=100, description="agentd")
     description: str | None = Field(default=None, description="agentd: for `agentd status`")
+    version: int = Field(
+        default=1,
+        ge=1,
+        le=1_000_000,
+        description="agentd: bump when the type's definition changes (TraceCore task_ref)",
+    )
+    strict_evidence: bool | None = Field(
+        default=None, description="agentd: overrides [dispatch] strict_evidence for this task type"
+    )

@@ -331,6 +331,9 @@ class AttemptVerbs(StoreBase):
                 "retry_class": end.retry_class,
                 "termination_reason": end.termination_reason,
                 "outcome": end.outcome.status,
+                # the sealed manifest, pinned by the chain: editing it is caught without trusting it
+                "manifest_sha256": end.diagnostics.get("manifest_sha256"),
+                "artifact_hash": end.diagnostics.get("artifact_hash"),
             },
         )
         if end.status == "retryable_failure":
@@ -368,6 +371,10 @@ class AttemptVerbs(StoreBase):
         for row in self._rows_in(sql, task_ids):
             found[row["task_id"]].append(attempt_from_row(row))
         return found
+
+    def get_attempt(self, attempt_id: str) -> TaskAttempt | None:
+        row = self._conn.execute("SELECT * FROM task_attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
+        return attempt_from_row(row) if row is not None else None
 
     def all_attempts(self) -> list[TaskAttempt]:
         rows = self._conn.execute("SELECT * FROM task_attempts ORDER BY task_id, attempt_number").fetchall()

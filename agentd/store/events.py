@@ -81,6 +81,24 @@ class EventVerbs(StoreBase):
         row = self._conn.execute("SELECT hash FROM events WHERE sequence = ?", (sequence,)).fetchone()
         return row[0] if row else None
 
+    def sealed_manifests(self, attempt_id: str | None = None) -> dict[str, tuple[int, str]]:
+        """attempt_id → (sequence, manifest sha256) as each attempt's task_attempt_finished event
+        recorded it (events from before agentd recorded it have none); of one attempt, or all."""
+        rows = self._conn.execute(
+            """SELECT attempt_id, sequence, json_extract(payload, '$.manifest_sha256') FROM events
+               WHERE type = 'task_attempt_finished' AND attempt_id IS NOT NULL AND ?1 IN (attempt_id, '*')""",
+            (attempt_id or "*",),
+        ).fetchall()
+        return {row[0]: (row[1], row[2]) for row in rows if isinstance(row[2], str)}
+
+    def enqueued_event_id(self, task_id: int) -> str | None:
+        """The ULID of the event that put the task in the queue (None once retention pruned it)."""
+        row = self._conn.execute(
+            "SELECT event_id FROM events WHERE type = 'task_enqueued' AND task_id = ? ORDER BY sequence LIMIT 1",
+            (task_id,),
+        ).fetchone()
+        return row[0] if row else None
+
     def event_count(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
 

@@ -91,6 +91,9 @@ class TaskVerbs(StoreBase):
     def get_task_or_raise(self, task_id: int) -> TaskRecord:
         return read_task_or_raise(self, task_id)
 
+    def all_task_ids(self) -> list[int]:
+        return [row[0] for row in self._conn.execute("SELECT id FROM tasks ORDER BY id")]
+
     def list_tasks(self, *, statuses: tuple[str, ...] = (), limit: int = 50) -> list[TaskRecord]:
         """Newest first; filtered by status when given."""
         where, params = "", [*statuses]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A test adapter driven by its payload: {"outcome": {...}, "stdout": "...", "stderr": "...", "sleep_s": N,
-"files": {"path": "text"}, "exit": N, "env_dump": true, "once_marker": "path",
+"files": {"path": "text"} (both may name variables), "exit": N, "env_dump": true, "once_marker": "path",
 "raw_result": "text written to $AGENTD_RESULT_PATH as-is (poison the outcome)",
 "stubborn": true (ignore SIGTERM, start a grandchild that ignores it too, write both pids to pids.txt),
 "daemon": "path" (double-fork a setsid daemon with an empty environment; it writes its pid to path),
@@ -54,8 +54,8 @@ if payload.get("stdout_hex"):
     sys.stdout.buffer.write(bytes.fromhex(payload["stdout_hex"]))
     sys.stdout.buffer.write(b"\n")
 for path, text in payload.get("files", {}).items():
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(expand(text))
+    Path(expand(path)).parent.mkdir(parents=True, exist_ok=True)
+    Path(expand(path)).write_text(expand(text))
 if payload.get("env_dump"):
     print(json.dumps(dict(os.environ)))
 if "stdout" in payload:

@@ -1,0 +1,62 @@
+"""`agentd replay ATTEMPT_ID`: re-run a finished script attempt from its evidence (agentd/replay.py).
+
+Exit 0 identical, 1 different or not replayable (neither is a pass), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from agentd.cli.common import add_command, agent_store, print_json, wants_json
+from agentd.edge import printable
+
+if TYPE_CHECKING:
+    from agentd.replay import Difference, Replay
+
+
+def register(commands: Any) -> None:
+    parser = add_command(
+        commands,
+        "replay",
+        cmd_replay,
+        "re-run a finished script attempt from its evidence in a scratch dir and compare; "
+        "exit 0 identical, 1 different or not replayable, 2 bad input",
+    )
+    parser.add_argument("attempt_id", metavar="ATTEMPT_ID", help="the attempt (`agentd task show ID` lists them)")
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    import anyio
+
+    from agentd.replay import Replay, plan_replay, run_replay
+
+    with agent_store(args, readonly=True) as (config, store):
+        planned = plan_replay(config, store, args.attempt_id)
+    result = planned if isinstance(planned, Replay) else anyio.run(run_replay, planned)
+    if wants_json(args):
+        print_json(result.as_dict())
+    else:
+        for line in text_lines(result):
+            print(printable(line))
+    return 0 if result.verdict == "identical" else 1
+
+
+def text_lines(result: Replay) -> list[str]:
+    """One line per difference, then the notes, then the verdict."""
+    lines = [difference_line(d) for d in result.differences]
+    lines += [f"note: {note}" for note in result.notes]
+    if result.verdict == "not_replayable":
+        lines.append(f"not_replayable: attempt {result.attempt_id}: {result.reason}")
+    elif result.differences:
+        lines.append(f"different: attempt {result.attempt_id}: {len(result.differences)} difference(s)")
+    else:
+        lines.append(f"identical: attempt {result.attempt_id}")
+    return lines
+
+
+def difference_line(difference: Difference) -> str:
+    if difference.expected is None and difference.found is None:
+        return f"{difference.where}: {difference.what}"
+    expected, found = (v if v is not None else "(absent)" for v in (difference.expected, difference.found))
+    return f"{difference.where}: {difference.what}: expected {expected}, found {found}"
