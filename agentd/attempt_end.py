@@ -8,12 +8,14 @@ and `finish`es: the manifest sealed (complete on every path), scratch/ removed, 
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import socket
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
+from stat import S_ISREG
 from typing import Any
 
 from agentd import __version__
@@ -25,7 +27,7 @@ from agentd.config import Config
 from agentd.edge import MAX_RESULT_BYTES, scrub, scrub_value
 from agentd.evidence import AttemptPaths, attempt_paths, seal, trace_summary, verify_attempt_dir, write_private
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
-from agentd.judge import AttemptFacts, OutboxPolicy, Stopped, extracted_of, judge
+from agentd.judge import AttemptFacts, OutboxPolicy, ProposalFact, Stopped, extracted_of, judge
 from agentd.outcome import FileFact, paths_to_check
 from agentd.records import (
     AdapterConfig,
@@ -37,6 +39,7 @@ from agentd.records import (
     OllamaGenerateAdapterConfig,
     ScriptAdapterConfig,
     TaskAttempt,
+    TaskOutcome,
     TaskRecord,
 )
 from agentd.redaction import Redactor
@@ -163,7 +166,16 @@ def gather(
         relative = str(paths.stdout.relative_to(config.paths.state_dir))
         audit = ArtifactRow("adapter-audit", relative, sha256_file(paths.stdout), "text/plain")
     evidence = {n: str(getattr(paths, n)) if getattr(paths, n).exists() else None for n in EVIDENCE_PATHS}
-    return replace(facts, extracted=extracted, files=files, audit=audit, evidence=evidence)
+    proposal = proposal_fact(extracted.outcome, config, redactor)  # its redactions counted below
+    return replace(
+        facts,
+        extracted=extracted,
+        files=files,
+        audit=audit,
+        evidence=evidence,
+        proposal=proposal,
+        redactions=redactor.count,
+    )
 
 
 EVIDENCE_PATHS = ("stdout", "stderr", "result", "last_message")
@@ -240,6 +252,50 @@ def file_fact(relative: str, workspace: Path) -> FileFact:
         return FileFact(relative)
     is_file = resolved.is_file()
     return FileFact(relative, None, True, is_file, stat.st_mtime, sha256_file(resolved) if is_file else None)
+
+
+MAX_PROPOSAL_BYTES = 64 * 1024
+
+
+def proposal_fact(outcome: TaskOutcome | None, config: Config, redactor: Redactor) -> ProposalFact | None:
+    """The text an outcome's constitution_proposal names (seed 000 §1b): a regular file inside the
+    workspace (checked as an artifact's path is), at most MAX_PROPOSAL_BYTES of UTF-8; redacted like
+    all text judging sees. Reading it is all agentd does with it here: only the operator applies one."""
+    proposed = outcome.constitution_proposal if outcome else None
+    if proposed is None:
+        return None
+    base = config.constitution.soul_hash if proposed.document == "soul" else config.constitution.purpose_hash
+    fact = ProposalFact(proposed.document, proposed.path, proposed.reason, base)
+    text, problem = _proposal_text(proposed.path, config.paths.workspace)
+    if problem is not None:
+        return replace(fact, problem=problem)
+    text = redactor.text(text)
+    return replace(fact, text=text, sha256=sha256_hex(text.encode()))
+
+
+def _proposal_text(relative: str, workspace: Path) -> tuple[str, str | None]:
+    found = file_fact(relative, workspace)
+    if found.problem:
+        return "", found.problem
+    if not found.is_file:
+        return "", f"{relative!r} is not a file in the workspace"
+    try:  # O_NOFOLLOW: a symlink swapped in since the check above is not followed out
+        fd = os.open((workspace.resolve() / relative).resolve(), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            if not S_ISREG(os.fstat(fd).st_mode):
+                return "", f"{relative!r} is not a regular file"
+            data = handle.read(MAX_PROPOSAL_BYTES + 1)
+    except OSError as exc:
+        return "", f"cannot read {relative!r} ({exc.strerror})"
+    if len(data) > MAX_PROPOSAL_BYTES:
+        return "", f"{relative!r} is larger than {MAX_PROPOSAL_BYTES} bytes"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "", f"{relative!r} is not UTF-8 text"
+    if not text.strip() or "\x00" in text:
+        return "", f"{relative!r} is {'empty' if not text.strip() else 'not text (it holds a NUL character)'}"
+    return text, None
 
 
 def sanitized_run(run: AdapterRun | None, redactor: Redactor) -> AdapterRun | None:
@@ -409,7 +465,13 @@ def _outbox_policy(config: Config, task: TaskRecord) -> OutboxPolicy:
     profile = config.profiles.get(task.requested_profile_id)
     if profile is None:
         return OutboxPolicy()
-    return OutboxPolicy(profile.result_policy.allow_follow_up_tasks, profile.result_policy.allow_external_messages)
+    policy = profile.result_policy
+    return OutboxPolicy(
+        policy.allow_follow_up_tasks,
+        policy.allow_external_messages,
+        policy.max_follow_up_depth,
+        policy.max_follow_ups_per_outcome,
+    )
 
 
 def _size(path: Path) -> int:

@@ -12,7 +12,7 @@ import json
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from agentd.records import (
     WalletIdentity,
     WorkflowDefinition,
 )
+from agentd.records.messages import MessageHandler
 from agentd.resources import example_config
 from agentd.sensors import Sensor, load_sensors
 from agentd.settings import (
@@ -81,6 +82,7 @@ class Config:
     sensor_definitions: Mapping[str, Sensor]
     soul_text: str  # the constitution as hashed at load: bundles use exactly this text
     purpose_text: str
+    message_handlers: Mapping[str, MessageHandler] = field(default_factory=dict)  # [[message_handlers]]
 
     @property
     def identity(self) -> AgentIdentity:
@@ -207,6 +209,14 @@ def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
         fix(raw.get("constitution"), key)
     for key in ("state_dir", "skills_dir", "sensors_dir", "workspace"):
         fix(raw.get("paths"), key)
+    for handler in raw.get("message_handlers") or []:
+        fix(handler, "path")
+        fix(handler, "env_file")
+        argv = handler.get("argv") if isinstance(handler, dict) else None
+        if isinstance(argv, list) and argv:  # argv[0] like an adapter's command: a path, or a name on PATH
+            head = {"command": argv[0]}
+            fix(head, "command", only_path_like=True)
+            argv[0] = head["command"]
     for adapter in raw.get("adapters") or []:
         fix(adapter, "env_file")
         fix(adapter, "working_dir")
@@ -294,6 +304,7 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         payload_schemas=schemas,
         workflows=_with_builtin_workflows(settings),
         schedules=tuple(settings.schedules),
+        message_handlers={h.handler_id: h for h in settings.message_handlers},
         skills=skills,
         sensor_definitions=sensors,
         soul_text=texts["soul_path"],
@@ -388,6 +399,7 @@ ID_KEYS = {
     "task_types": "task_type",
     "workflows": "workflow_type",
     "schedules": "schedule_id",
+    "message_handlers": "handler_id",
 }
 
 

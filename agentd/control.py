@@ -4,6 +4,8 @@ transaction, and rings the dispatcher's doorbell so it acts at once."""
 
 from __future__ import annotations
 
+import getpass
+import os
 from datetime import datetime
 from typing import Any
 
@@ -21,17 +23,47 @@ from agentd.records import (
     WorkflowRecord,
 )
 from agentd.store import Store
+from agentd.store.control import Pause
 from agentd.wake import poke
 from agentd.workflows import start_state
 
 MAX_ATTEMPTS = 100  # as a task type's max_attempts
 
 
-def add_task(config: Config, store: Store, intent: TaskIntent, now: datetime) -> TaskRecord:
+def add_task(
+    config: Config, store: Store, intent: TaskIntent, now: datetime, *, require_approval: bool = False
+) -> TaskRecord:
     """The operator may give an absolute time (`--at`): a trusted intent."""
-    task = store.enqueue_task(admit_task(intent, config, now, trusted=True), now)
+    new = admit_task(intent, config, now, trusted=True, require_approval=require_approval)
+    task = store.enqueue_task(new, now)
     poke(config.paths.state_dir)
     return task
+
+
+def operator() -> str:
+    """Who is steering: the OS user running the command (recorded with every steering act)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid:{os.getuid()}"
+
+
+def resolve_approval(
+    config: Config, store: Store, task_id: int, *, approved: bool, note: str | None, now: datetime
+) -> TaskRecord:
+    task = store.resolve_approval(task_id, approved=approved, by=operator(), note=note, now=now)
+    poke(config.paths.state_dir)
+    return task
+
+
+def pause_dispatch(config: Config, store: Store, reason: str | None, now: datetime) -> tuple[Pause, bool]:
+    return store.pause_dispatch(operator(), reason, now)
+
+
+def resume_dispatch(config: Config, store: Store, now: datetime) -> Pause | None:
+    ended = store.resume_dispatch(operator(), now)
+    poke(config.paths.state_dir)
+    return ended
 
 
 def cancel_task(config: Config, store: Store, task_id: int, now: datetime) -> CancelResult:

@@ -71,6 +71,7 @@ class Dispatcher:
                 group.start_soon(self.lock.keep)
                 await group.start(self.doorbell.listen, self.config.paths.state_dir)
                 await self.shell.serve(group, self.status_line)
+                group.start_soon(self.outbox.deliveries.run)  # external messages, beside the claims
                 await self._loop()
                 group.cancel_scope.cancel()
         finally:
@@ -104,6 +105,9 @@ class Dispatcher:
         if self._stopping:
             return "stopping"
         now = self.clock.now()
+        pause = await self.db.call(Store.dispatch_pause)
+        if pause is not None:
+            return pause.describe()
         return _idle_line(now, *await self.db.call(Store.idle_outlook, now))
 
     def request_stop(self, *, immediately: bool = False) -> None:
@@ -175,6 +179,11 @@ class Dispatcher:
             await self.db.call(Store.create_step_tasks, step_decisions(waiting, self.config, now), now)
 
     async def claim_and_run(self, now: datetime) -> bool:
+        pause = await self.db.call(Store.dispatch_pause)
+        if pause is not None:  # the operator paused it: nothing more is claimed until `dispatch resume`
+            if not self._stopping:
+                self.shell.status(pause.describe())
+            return False
         evidence = self.config.paths.state_dir / "attempts"
         claim = await self.db.call(Store.claim_next_task, now, self.holder_id, self._plan, evidence)
         if claim is None:
@@ -202,8 +211,9 @@ class Dispatcher:
         if not self._idle_noted:
             await self.db.call(Store.record_event, "dispatch_idle", now, {"next_due_in_s": round(delay, 3)})
             self._idle_noted = True
+        pause = await self.db.call(Store.dispatch_pause)
         if not self._stopping:
-            self.shell.status(_idle_line(now, waiting, upcoming))
+            self.shell.status(pause.describe() if pause else _idle_line(now, waiting, upcoming))
         await self.doorbell.wait(delay)
 
     def _crash_point(self, name: str) -> None:

@@ -51,6 +51,19 @@ EVENT_MAP: dict[str, str] = {
     "workflow_blocked": "task.blocked",
     "outbox_applied": GENERIC,
     "outbox_refused": "runtime.warning",
+    "message_delivery_started": "hook.started",
+    "message_delivery_attempted": "hook.failed",  # an attempt that did not deliver; another follows
+    "message_delivered": "hook.completed",
+    "message_delivery_failed": "runtime.error",
+    "message_retry_requested": "queue.changed",
+    "approval_requested": "permission.requested",
+    "approval_resolved": "permission.resolved",
+    "dispatch_paused": "queue.changed",
+    "dispatch_resumed": "queue.changed",
+    "policy_denied": "permission.evaluated",
+    "workflow_signaled": "task.dependency.updated",
+    "workflow_unblocked": "task.dependency.updated",
+    "workflow_canceled": "task.cancelled",
     "dispatch_started": GENERIC,
     "dispatch_stopped": GENERIC,
     "dispatch_idle": "queue.changed",
@@ -62,6 +75,9 @@ EVENT_MAP: dict[str, str] = {
     "tasks_pruned": "output.expired",
     "sensor_logs_pruned": "output.expired",
     "retention_failed": "runtime.error",
+    "constitution_proposed": "action.required",  # the operator reviews it: `agentd constitution show`
+    "constitution_accepted": "action.resolved",
+    "constitution_rejected": "action.resolved",
 }
 FINISHED = {
     "completed": "task.completed",

@@ -28,6 +28,7 @@ def admit_task(
     *,
     trusted: bool,
     schedule_id: str | None = None,
+    require_approval: bool = False,
 ) -> NewTask:
     """Validate an intent against the config; raise InputError naming every problem.
 
@@ -80,6 +81,13 @@ def admit_task(
         max_attempts=spec.max_attempts or config.dispatch.default_max_attempts,
         available_at=_available_at(intent, now),
         schedule_id=schedule_id,
+        approval_reason=(
+            f"task type {intent.task_type} requires approval"
+            if spec.requires_approval
+            else "asked for at enqueue (--require-approval)"
+            if require_approval
+            else None
+        ),
     )
 
 

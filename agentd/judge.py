@@ -40,6 +40,7 @@ from agentd.records import (
     TaskOutcome,
     TaskRecord,
 )
+from agentd.records.tasks import ConstitutionProposal
 
 Stopped = Literal["interrupted", "operator_canceled"]
 
@@ -50,6 +51,22 @@ class OutboxPolicy:
 
     allow_follow_ups: bool = False
     allow_messages: bool = False
+    max_depth: int = 3  # result_policy.max_follow_up_depth
+    max_per_outcome: int = 10  # result_policy.max_follow_ups_per_outcome
+
+
+@dataclass(frozen=True)
+class ProposalFact:
+    """The file an outcome's constitution_proposal names, read from the workspace before judging
+    (seed 000 §1b): its text, or why it cannot be a proposal."""
+
+    document: str  # soul | purpose
+    path: str
+    reason: str
+    base_sha256: str  # the document's hash in the attempt's bundle: what the agent proposed against
+    text: str | None = None  # redacted, like every text judging sees
+    sha256: str | None = None  # of `text`: what accepting it would make the document's hash
+    problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +93,7 @@ class AttemptFacts:
     notes: Mapping[str, Any] = field(default_factory=dict)  # for the diagnostics (killed pids, …)
     redactions: int = 0
     evidence_problems: tuple[str, ...] = ()  # strict_evidence: what the sealed evidence failed
+    proposal: ProposalFact | None = None  # the outcome's constitution_proposal, read from the workspace
 
     @property
     def crashed(self) -> bool:
@@ -131,7 +149,9 @@ def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: rando
         model=run.model if run else None,
         downgrade_reasons=gated.reasons,
         artifacts=_artifacts(facts, gated),
-        outbox=outbox_entries(task, attempt.attempt_id, gated.outcome, decision.status, facts.outbox_policy),
+        outbox=outbox_entries(
+            task, attempt.attempt_id, gated.outcome, decision.status, facts.outbox_policy, facts.proposal
+        ),
         diagnostics=diagnostics,
         usage=_usage(run),
         paths=dict(facts.evidence),
@@ -210,26 +230,32 @@ def _artifacts(facts: AttemptFacts, gated: Gated) -> tuple[ArtifactRow, ...]:
 
 
 def outbox_entries(
-    task: TaskRecord, attempt_id: str, outcome: TaskOutcome, status: str, policy: OutboxPolicy
+    task: TaskRecord,
+    attempt_id: str,
+    outcome: TaskOutcome,
+    status: str,
+    policy: OutboxPolicy,
+    proposal: ProposalFact | None = None,
 ) -> tuple[OutboxEntry, ...]:
     """Side effects the outcome asks for; applied after the commit, only if verified and allowed."""
     entries = []
     if status == "completed":
         for i, intent in enumerate(outcome.follow_up_tasks or []):
-            entries.append(
-                OutboxEntry("follow_up_task", f"{attempt_id}:follow_up:{i}", intent.model_dump(mode="json"))
-                if policy.allow_follow_ups
-                else _refused(
-                    "follow_up_task", f"{attempt_id}:follow_up:{i}", intent.model_dump(mode="json"), "follow-up tasks"
-                )
-            )
+            key, payload = f"{attempt_id}:follow_up:{i}", intent.model_dump(mode="json")
+            refusal = _delegation_refusal(task, i, policy)
+            if refusal is not None:
+                entries.append(OutboxEntry("follow_up_task", key, payload, "refused", {"reason": refusal}))
+            else:
+                entries.append(OutboxEntry("follow_up_task", key, payload))
         for i, message in enumerate(outcome.external_messages or []):
             key = f"{attempt_id}:message:{i}"
             entries.append(
-                OutboxEntry("external_message", key, message, "awaiting_handler")
+                OutboxEntry("external_message", key, message)  # pending: the outbox hands it to a handler
                 if policy.allow_messages
                 else _refused("external_message", key, message, "external messages")
             )
+        if outcome.constitution_proposal is not None:
+            entries.append(proposal_entry(task, attempt_id, outcome.constitution_proposal, proposal))
     if task.workflow_ref is not None and status in ("completed", "permanent_failure", "blocked", "operator_canceled"):
         signal = {
             "workflow_id": task.workflow_ref.workflow_id,
@@ -240,6 +266,43 @@ def outbox_entries(
         }
         entries.append(OutboxEntry("workflow_signal", f"{attempt_id}:workflow", signal))
     return tuple(entries)
+
+
+def _delegation_refusal(task: TaskRecord, index: int, policy: OutboxPolicy) -> str | None:
+    """Why the outcome's follow-up number `index` may not be created (seed 004 bounded delegation)."""
+    if not policy.allow_follow_ups:
+        return "the profile's result_policy does not allow follow-up tasks"
+    if task.delegation_depth + 1 > policy.max_depth:
+        return (
+            f"delegation depth {task.delegation_depth + 1} would exceed result_policy.max_follow_up_depth "
+            f"= {policy.max_depth} (task {task.task_id} is itself {task.delegation_depth} follow-ups deep)"
+        )
+    if index >= policy.max_per_outcome:
+        return f"follow-up {index + 1} exceeds result_policy.max_follow_ups_per_outcome = {policy.max_per_outcome}"
+    return None
+
+
+def proposal_entry(
+    task: TaskRecord, attempt_id: str, proposed: ConstitutionProposal, fact: ProposalFact | None
+) -> OutboxEntry:
+    """A completed outcome's constitution proposal: pending until the outbox records it for the
+    operator, or refused with the reason its file cannot be one. No profile forbids proposing: it
+    changes nothing until the operator accepts (seed 000 §1b)."""
+    key = f"{attempt_id}:constitution"
+    payload: dict[str, Any] = {
+        "document": proposed.document,
+        "path": proposed.path,
+        "reason": proposed.reason,
+        "base_sha256": fact.base_sha256 if fact else None,
+        "task_id": task.task_id,
+        "attempt_id": attempt_id,
+    }
+    if fact is None or fact.problem is not None or fact.text is None:
+        problem = fact.problem if fact and fact.problem else "its file was not read from the workspace"
+        return OutboxEntry("constitution_proposal", key, payload, "refused", {"reason": f"proposal refused: {problem}"})
+    return OutboxEntry(
+        "constitution_proposal", key, {**payload, "proposed_text": fact.text, "proposed_sha256": fact.sha256}
+    )
 
 
 def _refused(kind: OutboxKind, key: str, payload: dict[str, Any], what: str) -> OutboxEntry:

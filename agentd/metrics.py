@@ -71,6 +71,8 @@ class QueueCollector(Collector):
             running = self._store.running_now()
             services = self._store.service_statuses()
             head = self._store.chain_head()
+            approvals = self._store.pending_approvals()
+            paused = self._store.dispatch_pause() is not None
         tasks = GaugeMetricFamily("agentd_tasks", "Tasks in the queue by status", labels=["status"])
         for status in TASK_STATUSES:
             tasks.add_metric([status], summary.counts.get(status, 0))
@@ -84,9 +86,18 @@ class QueueCollector(Collector):
             ("claimable", summary.claimable),
             ("retry_waiting", summary.retry_waiting),
             ("delayed", summary.delayed),
+            ("approval", len(approvals)),
         ):
             waiting.add_metric([reason], count)
         yield waiting
+        yield GaugeMetricFamily(
+            "agentd_approval_oldest_age_seconds",
+            "How long the oldest approval request has waited for an operator (0 when none waits)",
+            value=(now - approvals[0].requested_at).total_seconds() if approvals else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "agentd_dispatch_paused", "1 while an operator has paused the dispatcher", value=int(paused)
+        )
         age = (now - summary.oldest_pending_at).total_seconds() if summary.oldest_pending_at else 0.0
         yield GaugeMetricFamily(
             "agentd_oldest_pending_task_age_seconds",
@@ -246,6 +257,13 @@ class DispatchMetrics(Metrics):
             registry=r,
         )
         self._boot_sweep = Counter("agentd_boot_sweep_reclaimed", "Attempts reclaimed by the boot sweep", registry=r)
+        self.messages = Counter(
+            "agentd_messages",
+            "External messages: each delivery attempt's result (delivered, retry, failed) by handler, and "
+            "messages refused before any attempt (handler none)",
+            ["handler", "outcome"],
+            registry=r,
+        )
 
     def lock_held(self, held: bool) -> None:
         self._lock_held.set(int(held))
@@ -261,6 +279,9 @@ class DispatchMetrics(Metrics):
 
     def workflow_moved(self, workflow_type: str, kind: str) -> None:
         self.workflow_transitions.labels(workflow_type, kind).inc()
+
+    def message_counted(self, handler: str, outcome: str) -> None:
+        self.messages.labels(handler, outcome).inc()
 
     def attempt_finished(
         self,
@@ -357,6 +378,9 @@ class NullMetrics:
         pass
 
     def workflow_moved(self, workflow_type: str, kind: str) -> None:
+        pass
+
+    def message_counted(self, handler: str, outcome: str) -> None:
         pass
 
     def sensor_run(self, sensor: str, kind: str, counts: dict[str, int]) -> None:

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from agentd.clock import Clock
 from agentd.config import Config
+from agentd.delivery import Deliveries
 from agentd.intents import follow_up
 from agentd.metrics import DispatchMetrics, NullMetrics
 from agentd.records import OutboxEntry, StepResult
@@ -23,6 +24,7 @@ logger = logging.getLogger(__name__)
 class OutboxApplier:
     def __init__(self, config: Config, db: AsyncStore, clock: Clock, metrics: DispatchMetrics | NullMetrics) -> None:
         self.config, self.db, self.clock, self.metrics = config, db, clock, metrics
+        self.deliveries = Deliveries(config, db, clock, metrics)  # its loop runs beside dispatch
 
     async def apply_pending(self) -> None:
         for entry in await self.db.call(Store.pending_outbox):
@@ -41,8 +43,10 @@ class OutboxApplier:
             await self.db.call(Store.apply_follow_up, entry, new, refusal, now)
         elif entry.kind == "workflow_signal":
             await self.apply_workflow_signal(entry, now)
-        else:
-            await self.db.call(Store.settle_outbox, entry, "awaiting_handler", {}, now)
+        elif entry.kind == "constitution_proposal":  # recorded for the operator; only they apply it
+            await self.db.call(Store.record_constitution_proposal, entry, now)
+        else:  # an external message: to its handler, which the delivery loop sends it through
+            await self.deliveries.hand_over(entry, now)
 
     async def apply_workflow_signal(self, entry: OutboxEntry, now: datetime) -> None:
         """A step task ended: move its workflow on, complete it, or block it (never loop)."""

@@ -22,6 +22,7 @@ from agentd.records import (
     WalletIdentity,
     WorkflowDefinition,
 )
+from agentd.records.messages import MessageHandler
 
 ENV_PREFIX = "AGENTD_"
 MIB = 1024 * 1024
@@ -68,6 +69,9 @@ class DispatchSection(Section):
     lock_stale_s: float = Field(default=60.0, gt=0, le=DAY_S)
     default_max_attempts: int = Field(default=3, ge=1, le=100)
     default_profile_id: Identifier | None = None
+    default_message_handler: Identifier | None = Field(
+        default=None, description="the [[message_handlers]] entry for a message that names none"
+    )
     backoff_base_s: float = Field(default=30.0, ge=0, le=DAY_S)
     backoff_max_s: float = Field(default=3600.0, ge=0, le=30 * DAY_S)
     backoff_jitter: float = Field(default=0.2, ge=0, le=1)
@@ -173,6 +177,7 @@ class Settings(BaseSettings):
     payload_schemas: dict[str, Path] = {}
     workflows: list[WorkflowDefinition] = []
     schedules: list[ScheduleSpec] = []
+    message_handlers: list[MessageHandler] = []
 
     @classmethod
     def settings_customise_sources(

@@ -25,6 +25,8 @@ Liveness = Literal["live", "stale", "down", "stopped", "unknown"]
 def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
     summary = store.queue_summary(now)
     holder = store.dispatch_lock_holder()
+    approvals = store.pending_approvals()
+    pause = store.dispatch_pause()
     here = procs.this_process()
     return {
         "agent_id": config.agent.agent_id,
@@ -37,7 +39,12 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
             "claimable": summary.claimable,
             "retry_waiting": summary.retry_waiting,
             "delayed": summary.delayed,
+            "approval": len(approvals),
         },
+        "oldest_approval_age_s": (now - approvals[0].requested_at).total_seconds() if approvals else None,
+        "paused": {"since": format_ts(pause.paused_at), "by": pause.paused_by, "reason": pause.reason}
+        if pause
+        else None,
         "oldest_pending_age_s": (now - summary.oldest_pending_at).total_seconds()
         if summary.oldest_pending_at
         else None,

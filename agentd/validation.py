@@ -23,6 +23,7 @@ from agentd.records import (
     SubprocessAdapterConfig,
     WorkflowState,
 )
+from agentd.records.messages import CommandHandler, SpoolHandler, WebhookHandler
 from agentd.workflows import state_of
 
 # Which adapter kinds a profile style can drive; script and ollama serve any style.
@@ -50,6 +51,7 @@ def check_references(config: Config) -> list[Problem]:
         _task_types,
         _workflows,
         _schedules,
+        _message_handlers,
     )
     return [problem for check in checks for problem in check(config)]
 
@@ -248,6 +250,31 @@ def _state(src: str, key: str, state: WorkflowState, state_ids: list[str], confi
     overlap = {t.signal for t in state.transitions or ()} & set(state.completion_signals or ())
     if overlap:
         problems.append(Problem(src, key, f"signals {sorted(overlap)} are both transitions and completion signals"))
+    return problems
+
+
+def _message_handlers(config: Config) -> list[Problem]:
+    src, problems = str(config.path), []
+    for index, handler in enumerate(config.message_handlers.values()):
+        problems += _message_handler(src, f"message_handlers[{index}]", handler)
+    default = ("dispatch.default_message_handler", "message handler", config.dispatch.default_message_handler)
+    return problems + _refs(src, [(*default, config.message_handlers)])
+
+
+def _message_handler(src: str, key: str, handler: WebhookHandler | SpoolHandler | CommandHandler) -> list[Problem]:
+    """What a handler names exists (secrets 0600), and a webhook's ${NAME} headers have an env_file."""
+    problems = []
+    if not isinstance(handler, SpoolHandler) and handler.env_file is not None:
+        problems += _env_file(src, f"{key}.env_file", Path(handler.env_file))
+    if isinstance(handler, WebhookHandler) and handler.secret_names() and handler.env_file is None:
+        names = ", ".join(handler.secret_names())
+        problems.append(Problem(src, f"{key}.headers", f"name {names} but no env_file says what they are"))
+    if isinstance(handler, CommandHandler) and "/" in handler.argv[0] and not os.access(handler.argv[0], os.X_OK):
+        found = f"expected an executable file, found none at {handler.argv[0]}"
+        problems.append(Problem(src, f"{key}.argv[0]", found))
+    if isinstance(handler, SpoolHandler) and Path(handler.path).is_dir():
+        found = f"expected a file to append to, found a folder at {handler.path}"
+        problems.append(Problem(src, f"{key}.path", found))
     return problems
 
 

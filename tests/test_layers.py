@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "agentd.containment",
         "agentd.runner",
+        "agentd.handlers",  # sends one message through a handler: runner, config, records
         "agentd.evidence",
         "agentd.action_trace",  # evidence.py imports it; it imports only the bottom layer
         "agentd.adapters",
@@ -44,6 +45,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.lock",
         "agentd.sweep",
         "agentd.outbox",
+        "agentd.delivery",
         "agentd.sensor_runs",
         "agentd.retention",
         "agentd.audit",
@@ -53,6 +55,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.evidence_export",
         "agentd.readmodel",
         "agentd.control",
+        "agentd.constitution",  # the operator's side of the proposal lane; imports control (operator())
         "agentd.service",
     ),
     ("agentd.dispatch", "agentd.sensor_service"),

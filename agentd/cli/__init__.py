@@ -14,13 +14,41 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentd import __version__
-from agentd.cli import adapters, cost, evidence, ops, queue, replay, retention, services, setup, work
+from agentd.cli import (
+    adapters,
+    constitution,
+    cost,
+    evidence,
+    ops,
+    outbox,
+    queue,
+    replay,
+    retention,
+    services,
+    setup,
+    steer,
+    work,
+)
 from agentd.cli.common import COMMON, CommandError, Parser, check_argv
 from agentd.edge import printable
 from agentd.errors import AgentdError, ConfigError, StorageError
 from agentd.faults import is_storage_fault, os_storage_error
 
-COMMAND_MODULES = (setup, queue, work, adapters, cost, services, ops, retention, evidence, replay)
+COMMAND_MODULES = (
+    setup,
+    queue,
+    work,
+    adapters,
+    cost,
+    services,
+    ops,
+    retention,
+    evidence,
+    replay,
+    steer,
+    constitution,
+    outbox,
+)
 
 
 def report(exc: AgentdError | CommandError, *, service: bool = False) -> int:

@@ -67,6 +67,9 @@ def register(commands: Any) -> None:
     )
     when.add_argument("--at", metavar="TIMESTAMP", help="available at this UTC time (operator only)")
     add.add_argument("--source", default="operator:cli", help="where the task came from")
+    add.add_argument(
+        "--require-approval", action="store_true", help="hold it until `agentd approve ID` (or `agentd deny`)"
+    )
 
     lst = add_command(task, "list", cmd_task_list, "tasks, newest first")
     lst.add_argument("--status", action="append", choices=TASK_STATUSES, default=[], help="only these (repeatable)")
@@ -155,13 +158,21 @@ def intent_from_args(args: argparse.Namespace) -> TaskIntent:
 def cmd_task_add(args: argparse.Namespace) -> int:
     intent = intent_from_args(args)
     with agent_store(args) as (config, store):
-        task = control.add_task(config, store, intent, SystemClock().now())
+        task = control.add_task(config, store, intent, SystemClock().now(), require_approval=args.require_approval)
     if wants_json(args):
         print_json(task)
     else:
         when = "now" if task.available_at <= task.created_at else format_ts(task.available_at)
-        print(f"task {task.task_id} enqueued ({task.task_type}, priority {task.priority}, available {when})")
+        held = "; waiting for approval (`agentd approve`)" if task.awaiting_approval else ""
+        print(f"task {task.task_id} enqueued ({task.task_type}, priority {task.priority}, available {when}){held}")
     return 0
+
+
+def _delegation(task: TaskRecord, chain: list[int]) -> str | None:
+    if task.parent_task_id is None:
+        return None
+    path = " ← ".join(f"task {t}" for t in chain)
+    return f"follow-up of task {task.parent_task_id} ({task.delegation_depth} deep: {path})"
 
 
 def cmd_task_list(args: argparse.Namespace) -> int:
@@ -175,7 +186,7 @@ def cmd_task_list(args: argparse.Namespace) -> int:
         [
             (
                 t.task_id,
-                t.status,
+                f"{t.status} (awaiting approval)" if t.awaiting_approval else t.status,
                 t.priority,
                 t.task_type,
                 f"{t.attempt_count}/{t.max_attempts}",
@@ -193,11 +204,12 @@ def cmd_task_show(args: argparse.Namespace) -> int:
         task = store.get_task_or_raise(args.task_id)
         attempts = store.attempts_of(task.task_id)
         events = store.read_events(task_id=task.task_id, limit=100_000)
+        chain = delegation_chain(store, task)
     if wants_json(args):
-        print_json({"task": task, "attempts": attempts, "events": events})
+        print_json({"task": task, "attempts": attempts, "events": events, "delegation_chain": chain})
         return 0
     now = SystemClock().now()
-    print_task(task, now)
+    print_task(task, now, chain)
     outcomes = {e.attempt_id: e.payload.get("outcome") for e in events if e.type == "task_attempt_finished"}
     if attempts:
         print("\nattempts")
@@ -253,13 +265,26 @@ def cmd_task_retry(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_task(task: TaskRecord, now: datetime) -> None:
+def delegation_chain(store: Any, task: TaskRecord) -> list[int]:
+    """The task ids whose outcomes led to this one, nearest first (dispatch context, seed 003)."""
+    chain: list[int] = []
+    parent = task.parent_task_id
+    while parent is not None and parent not in chain and len(chain) < 1000:
+        chain.append(parent)
+        found = store.get_task(parent)
+        parent = found.parent_task_id if found is not None else None
+    return chain
+
+
+def print_task(task: TaskRecord, now: datetime, chain: list[int] | None = None) -> None:
     print(f"task {task.task_id}  {task.status}  ({task.task_type}, priority {task.priority})")
     used = f"{task.attempt_count} of {task.max_attempts}"
     rows: list[tuple[str, Any]] = [
         ("subject", task.subject),
         ("description", task.description),
         ("source", task.source),
+        ("delegated", _delegation(task, chain or [])),
+        ("approval", "waiting (`agentd approve` / `agentd deny`)" if task.awaiting_approval else None),
         ("created", ago(task.created_at, now)),
         ("available", ago(task.available_at, now) if task.status in ("pending", "retryable_failure") else None),
         ("started", ago(task.started_at, now) if task.started_at else None),
@@ -392,8 +417,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     waiting = shown["waiting"]
     print(
         f"waiting  {waiting['claimable']} claimable now, {waiting['retry_waiting']} waiting to retry, "
-        f"{waiting['delayed']} delayed"
+        f"{waiting['delayed']} delayed, {waiting['approval']} waiting for approval"
     )
+    if shown["oldest_approval_age_s"] is not None:
+        print(f"oldest approval request: waiting {age(shown['oldest_approval_age_s'])} (`agentd approvals`)")
+    if shown["paused"]:
+        paused = shown["paused"]
+        why = f": {paused['reason']}" if paused["reason"] else ""
+        print(printable(f"PAUSED   since {paused['since']} by {paused['by']}{why} (`agentd dispatch resume`)"))
     oldest = shown["oldest_pending_age_s"]
     print(f"oldest claimable task: waiting {age(oldest)}" if oldest is not None else "oldest claimable task: none")
     if shown["next_available_at"]:

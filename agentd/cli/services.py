@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from agentd.cli import steer
 from agentd.cli.common import add_command, check_live_workflows, config_from, store_from
 from agentd.clock import SystemClock
 from agentd.config import Config
@@ -31,6 +32,7 @@ def register(commands: Any) -> None:
         "--metrics", action="store_true", help="with --until-idle: serve /metrics too (a service always does)"
     )
     dispatch.set_defaults(log_level=logging.INFO, service=True)
+    steer.register_dispatch(dispatch)
     sensors = add_command(
         commands,
         "sensors",

@@ -83,6 +83,12 @@ class ResultPolicy(Record):
     schema_id = "agent-runtime/agent.result-policy/v1"
     allow_follow_up_tasks: bool
     allow_external_messages: bool
+    max_follow_up_depth: int = Field(
+        default=3, ge=0, le=100, description="agentd: follow-ups of follow-ups go at most this deep (seed 004)"
+    )
+    max_follow_ups_per_outcome: int = Field(
+        default=10, ge=0, le=1000, description="agentd: one outcome asks for at most this many follow-ups"
+    )
 
 
 class SubagentProfile(Record):

@@ -89,6 +89,16 @@ class SensorEvent(Record):
 # --- §9 outcome, §7 record, §8 attempt ------------------------------------------------------------
 
 
+class ConstitutionProposal(Record):
+    """agentd (seed 000 §1b): an outcome proposes a revision of SOUL.md or PURPOSE.md, written as a
+    file in the workspace; the operator accepts or rejects it (`agentd constitution`)."""
+
+    schema_id = "agent-runtime/task.constitution-proposal/v1"
+    document: Literal["soul", "purpose"]
+    path: str = Field(min_length=1, max_length=4096, description="the proposed text: a file in the workspace")
+    reason: str = Field(min_length=1, max_length=4000, description="why the agent proposes it")
+
+
 MACHINE_STATUS_OF: dict[OutcomeStatus, MachineStatus] = {
     "completed": "ok",
     "retryable_failure": "needs_retry",
@@ -113,6 +123,9 @@ class TaskOutcome(Record):
     workflow_signal: str | None = None
     follow_up_tasks: list[TaskIntent] | None = None
     external_messages: list[JsonObject] | None = None
+    constitution_proposal: ConstitutionProposal | None = Field(
+        default=None, description="agentd: a revision of SOUL.md or PURPOSE.md for the operator to review"
+    )
 
     @classmethod
     def failure(cls, summary: str, status: OutcomeStatus = "retryable_failure") -> TaskOutcome:
@@ -155,6 +168,11 @@ class TaskRecord(Record):
         default=0, description="agentd: boot sweeps in a row that reclaimed it (crash_limit ends it crashed_runtime)"
     )
     cancel_requested_at: Timestamp | None = Field(description="agentd: operator cancel pending")
+    awaiting_approval: bool = Field(default=False, description="agentd: held until an operator approves it")
+    parent_task_id: int | None = Field(
+        default=None, description="agentd: the task whose outcome asked for this one (dispatch context, seed 003)"
+    )
+    delegation_depth: int = Field(default=0, ge=0, description="agentd: follow-ups deep (seed 004)")
 
 
 class TaskAttempt(Record):
@@ -236,4 +254,7 @@ class TaskTypeSpec(Record):
     )
     strict_evidence: bool | None = Field(
         default=None, description="agentd: overrides [dispatch] strict_evidence for this task type"
+    )
+    requires_approval: bool = Field(
+        default=False, description="agentd: each task of this type waits for `agentd approve` before it runs"
     )

@@ -14,7 +14,7 @@ from agentd.records.tasks import EvidenceRequirements, TaskAttempt, TaskOutcome,
 ExitStatus = Literal["ok", "error", "timeout", "unknown"]  # unknown: the boot sweep found it, its exit unseen
 RetryClass = Literal["none", "retryable", "permanent"]
 SideEffects = Literal["none", "possible"]  # none: the adapter never started
-OutboxKind = Literal["follow_up_task", "external_message", "workflow_signal"]
+OutboxKind = Literal["follow_up_task", "external_message", "workflow_signal", "constitution_proposal"]
 OutboxStatus = Literal["pending", "applied", "refused", "awaiting_handler"]
 
 
@@ -38,6 +38,9 @@ class NewTask:
     available_at: datetime
     schedule_id: str | None = None
     workflow_iteration: int | None = None
+    approval_reason: str | None = None  # held for an operator's approval before its first claim, and why
+    parent_task_id: int | None = None  # the task whose outcome asked for this one (a follow-up)
+    delegation_depth: int = 0  # how many follow-ups deep (seed 004 bounded delegation)
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class OutboxEntry:
     kind: OutboxKind
     idempotency_key: str
     payload: dict[str, Any]
-    status: OutboxStatus = "pending"  # refused or awaiting_handler when policy decides at commit
+    status: OutboxStatus = "pending"  # refused when policy decides at commit
     result: dict[str, Any] | None = None
     outbox_id: int | None = None
     task_id: int | None = None

@@ -22,6 +22,9 @@ from agentd.errors import SchemaMismatch
 from agentd.faults import os_storage_error, storage_error
 from agentd.store.attempts import AttemptVerbs, Planner
 from agentd.store.base import SERVICE_BUSY_RETRY_S, connect
+from agentd.store.constitution import ConstitutionVerbs
+from agentd.store.control import ControlVerbs
+from agentd.store.deliveries import DeliveryVerbs
 from agentd.store.events import ChainBreak, EventVerbs
 from agentd.store.lock import LockVerbs
 from agentd.store.migrations import (
@@ -59,12 +62,15 @@ class Store(
     AttemptVerbs,
     LockVerbs,
     OutboxVerbs,
+    DeliveryVerbs,
     EventVerbs,
     SensingVerbs,
     WorkflowVerbs,
     ScheduleVerbs,
     StatusVerbs,
     RetentionVerbs,
+    ControlVerbs,
+    ConstitutionVerbs,
 ):
     """Domain verbs over one connection, one group per concept (each extends StoreBase directly);
     each public verb is at most one transaction."""

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -61,6 +62,10 @@ class OutboxVerbs(StoreBase):
                 return None
             task_id = None
             if new is not None:
+                parent = self._conn.execute(
+                    "SELECT delegation_depth FROM tasks WHERE id = ?", (entry.task_id,)
+                ).fetchone()
+                new = replace(new, parent_task_id=entry.task_id, delegation_depth=(parent[0] if parent else 0) + 1)
                 task_id = insert_task(
                     self, new, now, {"follow_up_of": entry.task_id, "outbox_key": entry.idempotency_key}
                 )

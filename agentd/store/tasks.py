@@ -36,8 +36,8 @@ def insert_task(store: StoreBase, new: NewTask, now: datetime, event_payload: di
         """INSERT INTO tasks (task_type, source, subject, description, priority, payload,
                requested_profile_id, requested_adapter_id, requested_model, skill_ids,
                evidence_requirements, workflow_id, workflow_state, workflow_iteration,
-               schedule_id, max_attempts, available_at, created_at, updated_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+               schedule_id, max_attempts, available_at, created_at, updated_at, parent_task_id, delegation_depth)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         (
             new.task_type,
             new.source,
@@ -58,6 +58,8 @@ def insert_task(store: StoreBase, new: NewTask, now: datetime, event_payload: di
             ts(new.available_at),
             ts(now),
             ts(now),
+            new.parent_task_id,
+            new.delegation_depth,
         ),
     )
     task_id = int(cursor.lastrowid or 0)
@@ -72,10 +74,30 @@ def insert_task(store: StoreBase, new: NewTask, now: datetime, event_payload: di
             "source": new.source,
             "priority": new.priority,
             "available_at": ts(new.available_at),
+            **({"parent_task_id": new.parent_task_id} if new.parent_task_id is not None else {}),
             **(event_payload or {}),
         },
     )
+    if new.approval_reason is not None:
+        from agentd.store.control import request_approval
+
+        request_approval(store, task_id, new.approval_reason, now)
     return task_id
+
+
+def cancel_waiting(store: StoreBase, task_id: int, outcome: TaskOutcome, now: datetime) -> None:
+    """A task that is not running ends operator_canceled; the caller holds the transaction."""
+    store._conn.execute(
+        """UPDATE tasks SET status = 'operator_canceled', outcome = ?, finished_at = ?, updated_at = ?
+           WHERE id = ?""",
+        (dumps(outcome.model_dump(mode="json", exclude_none=True)), ts(now), ts(now), task_id),
+    )
+    store._append_event(
+        "task_finished",
+        now,
+        task_id=task_id,
+        payload={"status": "operator_canceled", "summary": outcome.operator_summary},
+    )
 
 
 class TaskVerbs(StoreBase):
@@ -121,17 +143,7 @@ class TaskVerbs(StoreBase):
                 )
                 self._append_event("task_cancel_requested", now, task_id=task_id)
                 return CancelResult(read_task_or_raise(self, task_id), "requested")
-            self._conn.execute(
-                """UPDATE tasks SET status = 'operator_canceled', outcome = ?, finished_at = ?, updated_at = ?
-                   WHERE id = ?""",
-                (dumps(outcome.model_dump(mode="json", exclude_none=True)), ts(now), ts(now), task_id),
-            )
-            self._append_event(
-                "task_finished",
-                now,
-                task_id=task_id,
-                payload={"status": "operator_canceled", "summary": outcome.operator_summary},
-            )
+            cancel_waiting(self, task_id, outcome, now)
             return CancelResult(read_task_or_raise(self, task_id), "canceled")
 
     def retry_task(self, task_id: int, more_attempts: int, now: datetime) -> TaskRecord:

@@ -1,0 +1,93 @@
+"""Steering a running agent: approvals (`agentd approvals`, `approve`, `deny`) and pausing the
+dispatcher (`agentd dispatch pause`, `dispatch resume`). Each act is recorded with the OS user who
+ran the command and why (agentd/control.py)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from agentd import control
+from agentd.cli.common import add_command, agent_store, print_json, print_table, record_id, wants_json
+from agentd.clock import SystemClock, age, format_ts
+
+
+def register(commands: Any) -> None:
+    add_command(commands, "approvals", cmd_approvals, "list what waits for an operator's approval, oldest first")
+    approve = add_command(commands, "approve", cmd_approve, "let a task that waits for approval run")
+    approve.add_argument("task_id", type=record_id, metavar="ID")
+    approve.add_argument("--note", help="recorded with the approval")
+    deny = add_command(commands, "deny", cmd_deny, "refuse a task that waits for approval: it ends operator_canceled")
+    deny.add_argument("task_id", type=record_id, metavar="ID")
+    deny.add_argument("--reason", required=True, help="why: recorded, and the task's outcome says it")
+
+
+def register_dispatch(dispatch: argparse.ArgumentParser) -> None:
+    """`agentd dispatch pause|resume`, under the service command."""
+    acts = dispatch.add_subparsers(dest="dispatch_command", metavar="[pause|resume]")
+    pause = add_command(acts, "pause", cmd_pause, "finish the running attempt, then claim nothing until resumed")
+    pause.add_argument("--reason", help="why: shown in status and systemd's STATUS")
+    add_command(acts, "resume", cmd_resume, "claim tasks again")
+    for parser in (pause, acts.choices["resume"]):
+        parser.set_defaults(service=False, log_level=None)
+
+
+def cmd_approvals(args: argparse.Namespace) -> int:
+    with agent_store(args, readonly=True) as (_, store):
+        waiting = store.pending_approvals()
+    now = SystemClock().now()
+    if wants_json(args):
+        print_json([{**vars(p), "requested_at": format_ts(p.requested_at)} for p in waiting])
+        return 0
+    rows = [
+        (p.task_id, p.task_type, age((now - p.requested_at).total_seconds()), p.reason or "", p.subject or "")
+        for p in waiting
+    ]
+    print_table(["TASK", "TYPE", "WAITING", "WHY", "SUBJECT"], rows)
+    return 0
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    return _resolve(args, approved=True, note=args.note)
+
+
+def cmd_deny(args: argparse.Namespace) -> int:
+    return _resolve(args, approved=False, note=args.reason)
+
+
+def _resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> int:
+    with agent_store(args) as (config, store):
+        task = control.resolve_approval(
+            config, store, args.task_id, approved=approved, note=note, now=SystemClock().now()
+        )
+    if wants_json(args):
+        print_json(task)
+    elif approved:
+        print(f"task {task.task_id} approved by {control.operator()}; it runs when its turn comes")
+    else:
+        print(f"task {task.task_id} denied by {control.operator()}: {task.status}")
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    with agent_store(args) as (config, store):
+        pause, made = control.pause_dispatch(config, store, args.reason, SystemClock().now())
+    if wants_json(args):
+        print_json({"paused_at": format_ts(pause.paused_at), "paused_by": pause.paused_by, "reason": pause.reason})
+    elif made:
+        print(f"dispatch {pause.describe()}; a running attempt finishes, nothing more is claimed until resumed")
+    else:
+        print(f"dispatch was already {pause.describe()}")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    with agent_store(args) as (config, store):
+        ended = control.resume_dispatch(config, store, SystemClock().now())
+    if wants_json(args):
+        print_json({"resumed": ended is not None})
+    elif ended is None:
+        print("dispatch was not paused")
+    else:
+        print(f"dispatch resumed (it was {ended.describe()})")
+    return 0

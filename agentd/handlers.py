@@ -1,0 +1,262 @@
+"""Sending one external message through its handler, once per call: a webhook POST, a spool line, a
+command. Each returns what the attempt came to (agentd.records.messages.Sent) and never raises for
+what the receiver does; whether and when to try again is agentd/delivery.py's decision.
+
+Every send carries the outbox row's idempotency key (the Idempotency-Key header, the spool line's
+`idempotency_key`, $AGENTD_IDEMPOTENCY_KEY): a receiver that sees a key again has the message already.
+Secrets (a webhook's env_file, a command's) never reach an error text: they are redacted out.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import httpx
+
+from agentd import __version__
+from agentd.config import read_env_file
+from agentd.errors import ConfigError
+from agentd.records.messages import (
+    SECRET_REF,
+    CommandHandler,
+    Delivery,
+    Sent,
+    SpoolHandler,
+    WebhookHandler,
+)
+from agentd.redaction import Redactor
+from agentd.runner import ProcessSpec, child_environment, run_process
+
+ERROR_CHARS = 300  # of a command's stderr, in its last_error
+OUTPUT_CAP_BYTES = 64 * 1024  # a command handler's stdout/stderr, each
+RETRY_STATUSES = (408, 429)  # 4xx that mean "later", not "never"
+TAIL_CHUNK = 64 * 1024
+
+MessageHandler = WebhookHandler | SpoolHandler | CommandHandler
+
+
+async def send(handler: MessageHandler, delivery: Delivery, work_dir: Path, kill_grace_s: float) -> Sent:
+    """One attempt at delivering `delivery` through `handler`; `work_dir` holds a command's scratch files."""
+    if isinstance(handler, WebhookHandler):
+        return await post_webhook(handler, delivery)
+    if isinstance(handler, SpoolHandler):
+        line = spool_line(delivery)
+        resent = delivery.attempts > 1  # an earlier attempt may have written it before it was interrupted
+        return await anyio.to_thread.run_sync(append_line, Path(handler.path), line, delivery.idempotency_key, resent)
+    return await run_command(handler, delivery, work_dir, kill_grace_s)
+
+
+# --- webhook ---------------------------------------------------------------------------------------
+
+
+async def post_webhook(handler: WebhookHandler, delivery: Delivery) -> Sent:
+    """POST the message as JSON; 2xx delivered it, a 4xx other than 408/429 refused it for good,
+    anything else (5xx, 408, 429, a timeout, no connection) is worth another try."""
+    try:
+        secrets = read_env_file(Path(handler.env_file)) if handler.env_file else {}
+        headers = {name: _expand(value, secrets) for name, value in handler.headers.items()}
+    except (OSError, UnicodeDecodeError, ConfigError, KeyError) as exc:
+        return Sent("retry", f"the headers' env_file: {_describe(exc)}")
+    redactor = Redactor(secrets.values())
+    headers |= {
+        "Content-Type": "application/json",
+        "Idempotency-Key": delivery.idempotency_key,
+        "User-Agent": f"agentd/{__version__}",
+    }
+    body = json.dumps(delivery.message, ensure_ascii=False, allow_nan=False).encode()
+    try:
+        with anyio.fail_after(handler.timeout_s):  # the whole exchange, however slowly the receiver drips
+            async with httpx.AsyncClient(trust_env=False, timeout=handler.timeout_s) as client:
+                response = await client.post(handler.url, content=body, headers=headers)
+    except TimeoutError:
+        return Sent("retry", f"no answer within {handler.timeout_s:g}s")
+    except httpx.HTTPError as exc:
+        return Sent("retry", redactor.text(f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]))
+    return http_answer(response.status_code, response.reason_phrase, response.headers.get("retry-after"))
+
+
+def http_answer(status: int, reason: str, retry_after: str | None) -> Sent:
+    """What the receiver's status code means for the message."""
+    said = f"HTTP {status} {reason}".strip()
+    if 200 <= status < 300:
+        return Sent("delivered")
+    if 400 <= status < 500 and status not in RETRY_STATUSES:
+        return Sent("rejected", f"{said}: the receiver refused it; it is not sent again")
+    pause = float(retry_after) if retry_after and retry_after.strip().isdigit() else None
+    return Sent("retry", said, retry_after_s=pause)
+
+
+def _expand(value: str, secrets: dict[str, str]) -> str:
+    def secret(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in secrets:
+            raise KeyError(f"it has no {name}")
+        return secrets[name]
+
+    return SECRET_REF.sub(secret, value)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, KeyError):
+        return str(exc.args[0])
+    if isinstance(exc, OSError):
+        return f"cannot read {exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
+# --- spool -----------------------------------------------------------------------------------------
+
+
+def spool_line(delivery: Delivery) -> bytes:
+    line = {"idempotency_key": delivery.idempotency_key, "message": delivery.message, "task_id": delivery.task_id}
+    return json.dumps(line, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode() + b"\n"
+
+
+def append_line(path: Path, line: bytes, key: str, resent: bool) -> Sent:
+    """Append one whole line and fsync it, under an exclusive lock. A re-send first looks for the key:
+    an interrupted attempt may have written the line already, and then it is not written twice. A
+    partial last line (a crash mid-write) is cut off first, so every line in the spool is whole."""
+    try:
+        created = not path.exists()
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError as exc:
+        return Sent("retry", _describe(exc))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = _cut_partial_line(fd)
+        if resent and _holds_key(path, key):
+            return Sent("delivered", note="already in the spool: an interrupted attempt had written it")
+        try:
+            _write_all(fd, line)
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, size)  # never leave half a line behind
+            raise
+        if created:
+            _fsync_dir(path.parent)
+        return Sent("delivered")
+    except OSError as exc:
+        return Sent("retry", _describe(exc))
+    finally:
+        os.close(fd)
+
+
+def _cut_partial_line(fd: int) -> int:
+    """The file's size once anything after its last newline is cut off."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    end = size
+    while end > 0:
+        start = max(0, end - TAIL_CHUNK)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            end = start + newline + 1
+            break
+        end = start
+    os.ftruncate(fd, end)
+    os.fsync(fd)
+    return end
+
+
+def _holds_key(path: Path, key: str) -> bool:
+    needle = json.dumps({"idempotency_key": key}, ensure_ascii=False, separators=(",", ":"))[1:-1].encode()
+    with path.open("rb") as spool:
+        for raw in spool:
+            if needle in raw:
+                try:
+                    if json.loads(raw).get("idempotency_key") == key:
+                        return True
+                except (ValueError, AttributeError):
+                    continue
+    return False
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- command ---------------------------------------------------------------------------------------
+
+
+async def run_command(handler: CommandHandler, delivery: Delivery, work_dir: Path, kill_grace_s: float) -> Sent:
+    """Run argv with the message JSON on stdin, in its own process group with a hard timeout; the
+    environment is only what the handler configures (env_file, env) and agentd's AGENTD_* variables."""
+    try:
+        scratch = _scratch_dir(work_dir, delivery)
+    except OSError as exc:
+        return Sent("retry", _describe(exc))
+    try:
+        env, redactor = child_environment(
+            home=work_dir,
+            tmp=scratch,
+            agentd=_agentd_env(delivery),
+            env_file=Path(handler.env_file) if handler.env_file else None,
+            env=handler.env,
+        )
+    except (OSError, UnicodeDecodeError, ConfigError) as exc:
+        shutil.rmtree(scratch, ignore_errors=True)
+        return Sent("retry", f"env_file: {_describe(exc)}")
+    try:
+        result = await run_process(
+            ProcessSpec(
+                argv=handler.argv,
+                cwd=scratch,
+                env=env,
+                stdout_path=scratch / "stdout",
+                stderr_path=scratch / "stderr",
+                timeout_s=handler.timeout_s,
+                kill_grace_s=kill_grace_s,
+                output_cap_bytes=OUTPUT_CAP_BYTES,
+                stdin=json.dumps(delivery.message, ensure_ascii=False, allow_nan=False).encode(),
+            )
+        )
+        said = _tail(scratch / "stderr")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if result.ok:
+        return Sent("delivered")
+    return Sent("retry", redactor.text(result.describe() + (f": {said}" if said else "")))
+
+
+def _scratch_dir(work_dir: Path, delivery: Delivery) -> Path:
+    """A fresh folder for one run (its cwd, TMPDIR and output files), removed after it."""
+    work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{delivery.outbox_id}-", dir=work_dir))
+
+
+def _agentd_env(delivery: Delivery) -> dict[str, str]:
+    return {
+        "AGENTD_IDEMPOTENCY_KEY": delivery.idempotency_key,
+        "AGENTD_OUTBOX_ID": str(delivery.outbox_id),
+        "AGENTD_TASK_ID": str(delivery.task_id),
+        "AGENTD_MESSAGE_HANDLER": delivery.handler_id,
+        "AGENTD_DELIVERY_ATTEMPT": str(delivery.attempts),
+    }
+
+
+def _tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()[-ERROR_CHARS:]
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace").strip()

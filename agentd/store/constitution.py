@@ -1,0 +1,160 @@
+"""Constitution proposals (seed 000 §1b): recorded from their outbox entry exactly once, listed for the
+operator, and decided by the operator only. Writing SOUL.md/PURPOSE.md is not the store's job: the
+decision is recorded here after agentd/constitution.py has written the file."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+from typing import Any
+
+from agentd.errors import InputError, NotFound
+from agentd.hashing import new_ulid
+from agentd.records import OutboxEntry
+from agentd.records.constitution import ConstitutionProposalRecord
+from agentd.store.base import StoreBase, parse_optional_ts, ts
+from agentd.store.outbox import settle, still_pending
+
+
+def proposal_from_row(row: sqlite3.Row) -> ConstitutionProposalRecord:
+    fields = dict(row)
+    del fields["outbox_key"]
+    fields["created_at"] = parse_optional_ts(row["created_at"])
+    fields["decided_at"] = parse_optional_ts(row["decided_at"])
+    return ConstitutionProposalRecord.model_validate(fields)
+
+
+def _read(store: StoreBase, proposal_id: str) -> ConstitutionProposalRecord:
+    row = store._conn.execute("SELECT * FROM constitution_proposals WHERE proposal_id = ?", (proposal_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"no constitution proposal {proposal_id!r}; `agentd constitution proposals --all` lists them")
+    return proposal_from_row(row)
+
+
+def _pending(store: StoreBase, proposal_id: str) -> ConstitutionProposalRecord:
+    proposal = _read(store, proposal_id)
+    if proposal.status != "pending":
+        raise InputError(
+            f"constitution proposal {proposal_id} is already {proposal.status} "
+            f"(by {proposal.decided_by} at {ts(proposal.decided_at)}); only a pending one can be decided"
+        )
+    return proposal
+
+
+class ConstitutionVerbs(StoreBase):
+    def record_constitution_proposal(self, entry: OutboxEntry, now: datetime) -> str | None:
+        """Store the proposal an outbox entry carries and settle the entry, in one transaction; a re-run
+        finds the entry settled and does nothing (exactly once). Returns the new proposal's id."""
+        with self._transaction():
+            if not still_pending(self, entry.outbox_id):
+                return None
+            proposal_id, payload = new_ulid(self.clock), entry.payload
+            self._conn.execute(
+                """INSERT INTO constitution_proposals (proposal_id, document, proposed_text, proposed_sha256,
+                       base_sha256, reason, task_id, attempt_id, outbox_key, created_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (
+                    proposal_id,
+                    payload["document"],
+                    payload["proposed_text"],
+                    payload["proposed_sha256"],
+                    payload["base_sha256"],
+                    payload["reason"],
+                    entry.task_id,
+                    entry.attempt_id,
+                    entry.idempotency_key,
+                    ts(now),
+                ),
+            )
+            self._append_event(
+                "constitution_proposed",
+                now,
+                task_id=entry.task_id,
+                attempt_id=entry.attempt_id,
+                payload={
+                    "proposal_id": proposal_id,
+                    "document": payload["document"],
+                    "path": payload.get("path"),
+                    "proposed_sha256": payload["proposed_sha256"],
+                    "base_sha256": payload["base_sha256"],
+                    "reason": payload["reason"][:500],
+                },
+            )
+            settle(self, entry, "applied", {"proposal_id": proposal_id}, now)
+        return proposal_id
+
+    def constitution_proposals(self, *, include_decided: bool = False) -> list[ConstitutionProposalRecord]:
+        """Pending proposals (or all of them), oldest first."""
+        where = "" if include_decided else "WHERE status = 'pending'"
+        rows = self._conn.execute(f"SELECT * FROM constitution_proposals {where} ORDER BY created_at, rowid").fetchall()
+        return [proposal_from_row(row) for row in rows]
+
+    def get_constitution_proposal(self, proposal_id: str) -> ConstitutionProposalRecord:
+        return _read(self, proposal_id)
+
+    def accept_constitution_proposal(
+        self, proposal_id: str, *, by: str, note: str | None, versions: tuple[str, str], now: datetime
+    ) -> ConstitutionProposalRecord:
+        """Record that the operator accepted it (its text is already the document's): the versions it
+        moved between, who and when; the other pending proposals for the same document, drafted
+        against the text it replaced, are superseded."""
+        with self._transaction():
+            proposal = _pending(self, proposal_id)
+            self._decide(proposal_id, "accepted", by, note, now, versions)
+            superseded = [
+                row[0]
+                for row in self._conn.execute(
+                    """SELECT proposal_id FROM constitution_proposals
+                       WHERE status = 'pending' AND document = ? AND base_sha256 != ?""",
+                    (proposal.document, proposal.proposed_sha256),
+                ).fetchall()
+            ]
+            for other in superseded:
+                self._decide(other, "superseded", by, f"superseded by {proposal_id}", now)
+            payload: dict[str, Any] = {
+                "proposal_id": proposal_id,
+                "document": proposal.document,
+                "sha256_before": proposal.base_sha256,
+                "sha256_after": proposal.proposed_sha256,
+                "version_before": versions[0],
+                "version_after": versions[1],
+                "by": by,
+                "note": note,
+                "superseded": superseded,
+            }
+            self._append_event(
+                "constitution_accepted", now, task_id=proposal.task_id, attempt_id=proposal.attempt_id, payload=payload
+            )
+            return _read(self, proposal_id)
+
+    def reject_constitution_proposal(
+        self, proposal_id: str, *, by: str, reason: str, now: datetime
+    ) -> ConstitutionProposalRecord:
+        """Record that the operator rejected it, and why; the document is not touched."""
+        with self._transaction():
+            proposal = _pending(self, proposal_id)
+            self._decide(proposal_id, "rejected", by, reason, now)
+            self._append_event(
+                "constitution_rejected",
+                now,
+                task_id=proposal.task_id,
+                attempt_id=proposal.attempt_id,
+                payload={"proposal_id": proposal_id, "document": proposal.document, "by": by, "reason": reason},
+            )
+            return _read(self, proposal_id)
+
+    def _decide(
+        self,
+        proposal_id: str,
+        status: str,
+        by: str,
+        note: str | None,
+        now: datetime,
+        versions: tuple[str | None, str | None] = (None, None),
+    ) -> None:
+        self._conn.execute(
+            """UPDATE constitution_proposals SET status = ?, decided_at = ?, decided_by = ?, decision_note = ?,
+                   version_before = ?, version_after = ?
+               WHERE proposal_id = ? AND status = 'pending'""",
+            (status, ts(now), by, note, *versions, proposal_id),
+        )

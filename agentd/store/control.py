@@ -1,0 +1,116 @@
+"""The operator's steering acts: approvals and pausing the dispatcher. Each is one transaction with
+its event, naming who (the OS user who ran the command) and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from agentd.clock import parse_ts
+from agentd.errors import InputError
+from agentd.hashing import new_ulid
+from agentd.records import TaskOutcome, TaskRecord
+from agentd.store.base import StoreBase, ts
+from agentd.store.tasks import cancel_waiting, read_task_or_raise
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    approval_id: str
+    task_id: int
+    task_type: str
+    subject: str | None
+    reason: str | None
+    requested_at: datetime
+
+
+@dataclass(frozen=True)
+class Pause:
+    paused_at: datetime
+    paused_by: str
+    reason: str | None
+
+    def describe(self) -> str:
+        why = f": {self.reason}" if self.reason else ""
+        return f"paused since {ts(self.paused_at)} by {self.paused_by}{why}"
+
+
+def request_approval(store: StoreBase, task_id: int, reason: str, now: datetime) -> None:
+    """Hold a task before its first claim; the caller holds the transaction."""
+    approval_id = new_ulid(store.clock)
+    store._conn.execute("UPDATE tasks SET awaiting_approval = 1 WHERE id = ?", (task_id,))
+    store._conn.execute(
+        "INSERT INTO approvals (approval_id, task_id, reason, requested_at) VALUES (?, ?, ?, ?)",
+        (approval_id, task_id, reason, ts(now)),
+    )
+    store._append_event(
+        "approval_requested", now, task_id=task_id, payload={"approval_id": approval_id, "reason": reason}
+    )
+
+
+class ControlVerbs(StoreBase):
+    def resolve_approval(self, task_id: int, *, approved: bool, by: str, note: str | None, now: datetime) -> TaskRecord:
+        """Approve (the task becomes claimable) or deny (it ends operator_canceled with the reason)."""
+        with self._transaction():
+            task = read_task_or_raise(self, task_id)
+            row = self._conn.execute(
+                "SELECT approval_id FROM approvals WHERE task_id = ? AND status = 'pending'", (task_id,)
+            ).fetchone()
+            if row is None:
+                raise InputError(f"task {task_id} is not waiting for approval (it is {task.status})")
+            self._conn.execute(
+                """UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, reason = COALESCE(?, reason)
+                   WHERE approval_id = ?""",
+                ("approved" if approved else "rejected", ts(now), by, note, row[0]),
+            )
+            self._conn.execute(
+                "UPDATE tasks SET awaiting_approval = 0, updated_at = ? WHERE id = ?", (ts(now), task_id)
+            )
+            decision = "approved" if approved else "denied"
+            self._append_event(
+                "approval_resolved",
+                now,
+                task_id=task_id,
+                payload={"approval_id": row[0], "decision": decision, "by": by, "note": note},
+            )
+            if not approved:
+                summary = f"denied by {by}: {note}" if note else f"denied by {by}"
+                cancel_waiting(self, task_id, TaskOutcome.failure(summary, "operator_canceled"), now)
+            return read_task_or_raise(self, task_id)
+
+    def pending_approvals(self) -> list[PendingApproval]:
+        """What waits for an operator, oldest first."""
+        rows = self._conn.execute(
+            """SELECT p.approval_id, p.task_id, t.task_type, t.subject, p.reason, p.requested_at
+               FROM approvals p JOIN tasks t ON t.id = p.task_id
+               WHERE p.status = 'pending' ORDER BY p.requested_at, p.task_id"""
+        ).fetchall()
+        return [PendingApproval(r[0], r[1], r[2], r[3], r[4], parse_ts(r[5])) for r in rows]
+
+    def pause_dispatch(self, by: str, reason: str | None, now: datetime) -> tuple[Pause, bool]:
+        """(the pause, whether this call made it): pausing a paused dispatcher changes nothing."""
+        with self._transaction():
+            current = self.dispatch_pause()
+            if current is not None:
+                return current, False
+            self._conn.execute(
+                "INSERT INTO dispatch_control (id, paused_at, paused_by, reason) VALUES (1, ?, ?, ?)",
+                (ts(now), by, reason),
+            )
+            self._append_event("dispatch_paused", now, payload={"by": by, "reason": reason})
+            return Pause(now, by, reason), True
+
+    def resume_dispatch(self, by: str, now: datetime) -> Pause | None:
+        """The pause that ended, or None if the dispatcher was not paused."""
+        with self._transaction():
+            current = self.dispatch_pause()
+            if current is None:
+                return None
+            self._conn.execute("DELETE FROM dispatch_control WHERE id = 1")
+            paused_s = round((now - current.paused_at).total_seconds(), 3)
+            self._append_event("dispatch_resumed", now, payload={"by": by, "paused_s": paused_s})
+            return current
+
+    def dispatch_pause(self) -> Pause | None:
+        row = self._conn.execute("SELECT paused_at, paused_by, reason FROM dispatch_control WHERE id = 1").fetchone()
+        return None if row is None else Pause(parse_ts(row[0]), row[1], row[2])
