@@ -6,9 +6,8 @@ from typing import Any
 
 import pytest
 from rig import Rig
-from support import EXAMPLE_CONFIG, CliResult
+from support import EXAMPLE_CONFIG, CliResult, run_main
 
-from agentd.cli import main
 from agentd.clock import FakeClock
 from agentd.config import Config
 from agentd.store import Store, migrate, open_store
@@ -61,12 +60,15 @@ def cli(capsys: pytest.CaptureFixture[str], state_dir: Path) -> Callable[..., Cl
     """Run `agentd --config <example> ARGS…` in-process against the temp state dir."""
 
     def run(*args: str, config: Path | None = None) -> CliResult:
-        capsys.readouterr()
-        code = main(["--config", str(config or EXAMPLE_CONFIG), *args])
-        captured = capsys.readouterr()
-        return CliResult(code, captured.out, captured.err)
+        return run_main(capsys, config or EXAMPLE_CONFIG, *args)
 
     return run
+
+
+@pytest.fixture
+def rig_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    """Run `agentd --config <the rig's config> ARGS…` in-process: `rig_cli(rig, *args)`."""
+    return lambda rig, *args: run_main(capsys, rig.config.path, *args)
 
 
 @pytest.fixture

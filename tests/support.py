@@ -66,6 +66,16 @@ class CliResult:
         return [json.loads(line) for line in self.out.splitlines() if line.strip()]
 
 
+def run_main(capsys: Any, config: Path, *args: str) -> CliResult:
+    """`agentd --config CONFIG ARGS…` in-process (capsys: pytest's): its exit code and what it printed."""
+    from agentd.cli import main
+
+    capsys.readouterr()
+    code = main(["--config", str(config), *args])
+    captured = capsys.readouterr()
+    return CliResult(code, captured.out, captured.err)
+
+
 ADAPTERS = REPO / "tests" / "adapters"
 
 

@@ -10,9 +10,7 @@ from typing import Any
 import anyio
 import pytest
 from rig import Rig
-from support import CliResult
 
-from agentd.cli import main
 from agentd.records import RuntimeEvent
 
 pytestmark = pytest.mark.asyncio
@@ -20,17 +18,6 @@ pytestmark = pytest.mark.asyncio
 
 def ok(**fields: Any) -> dict[str, Any]:
     return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
-    def run(rig: Rig, *args: str) -> CliResult:
-        capsys.readouterr()
-        code = main(["--config", str(rig.config.path), *args])
-        captured = capsys.readouterr()
-        return CliResult(code, captured.out, captured.err)
-
-    return run
 
 
 @pytest.fixture
@@ -56,16 +43,16 @@ def events(rig: Rig, kind: str, task_id: int | None = None) -> list[RuntimeEvent
     return [e for e in rig.events(task_id) if e.type == kind]
 
 
-async def test_a_task_needing_approval_waits_across_restarts_until_approved(gated: Rig, cli: Any) -> None:
+async def test_a_task_needing_approval_waits_across_restarts_until_approved(gated: Rig, rig_cli: Any) -> None:
     task = gated.add("scripted", subject="deploy", payload={"outcome": ok()})
     assert task.awaiting_approval
     assert await drain(gated) == 0
     assert await drain(gated) == 0  # a restart between the request and the approval loses nothing
-    listed = cli(gated, "approvals", "--json").json()
+    listed = rig_cli(gated, "approvals", "--json").json()
     assert [(a["task_id"], a["reason"]) for a in listed] == [(task.task_id, "task type scripted requires approval")]
-    assert cli(gated, "status", "--json").json()["waiting"]["approval"] == 1
-    assert "(awaiting approval)" in cli(gated, "task", "list").out
-    approved = cli(gated, "approve", str(task.task_id), "--note", "looked at it")
+    assert rig_cli(gated, "status", "--json").json()["waiting"]["approval"] == 1
+    assert "(awaiting approval)" in rig_cli(gated, "task", "list").out
+    approved = rig_cli(gated, "approve", str(task.task_id), "--note", "looked at it")
     assert approved.code == 0 and f"approved by {getpass.getuser()}" in approved.out
     assert await drain(gated) == 1
     assert gated.store.get_task_or_raise(task.task_id).status == "completed"
@@ -78,12 +65,12 @@ async def test_a_task_needing_approval_waits_across_restarts_until_approved(gate
         "note": "looked at it",
     }
     assert requested.sequence < resolved.sequence
-    assert cli(gated, "approvals", "--json").json() == []
+    assert rig_cli(gated, "approvals", "--json").json() == []
 
 
-async def test_deny_ends_it_operator_canceled_with_the_reason(gated: Rig, cli: Any) -> None:
+async def test_deny_ends_it_operator_canceled_with_the_reason(gated: Rig, rig_cli: Any) -> None:
     task = gated.add("scripted", payload={"outcome": ok()})
-    denied = cli(gated, "deny", str(task.task_id), "--reason", "not during the freeze")
+    denied = rig_cli(gated, "deny", str(task.task_id), "--reason", "not during the freeze")
     assert denied.code == 0
     ended = gated.store.get_task_or_raise(task.task_id)
     assert ended.status == "operator_canceled" and not ended.awaiting_approval
@@ -92,52 +79,52 @@ async def test_deny_ends_it_operator_canceled_with_the_reason(gated: Rig, cli: A
     [resolved] = events(gated, "approval_resolved", task.task_id)
     assert (resolved.payload["decision"], resolved.payload["by"]) == ("denied", getpass.getuser())
     assert await drain(gated) == 0
-    again = cli(gated, "approve", str(task.task_id))
+    again = rig_cli(gated, "approve", str(task.task_id))
     assert again.code == 2 and f"task {task.task_id} is not waiting for approval" in again.err
 
 
-async def test_an_operator_can_require_approval_for_one_task(rig: Rig, cli: Any) -> None:
-    added = cli(rig, "task", "add", "--type", "example", "--require-approval")
+async def test_an_operator_can_require_approval_for_one_task(rig: Rig, rig_cli: Any) -> None:
+    added = rig_cli(rig, "task", "add", "--type", "example", "--require-approval")
     assert added.code == 0 and "waiting for approval" in added.out
     rig.clock.advance(max((rig.store.get_task_or_raise(1).available_at - rig.clock.now()).total_seconds(), 0))
     assert await drain(rig) == 0
-    assert cli(rig, "approve", "1").code == 0
+    assert rig_cli(rig, "approve", "1").code == 0
     assert await drain(rig) == 1
-    assert cli(rig, "deny", "404", "--reason", "x").code == 2
-    assert cli(rig, "deny", "1").code == 2  # a reason is required
+    assert rig_cli(rig, "deny", "404", "--reason", "x").code == 2
+    assert rig_cli(rig, "deny", "1").code == 2  # a reason is required
 
 
-async def pause_when_running(rig: Rig, cli: Any, task_id: int) -> None:
+async def pause_when_running(rig: Rig, rig_cli: Any, task_id: int) -> None:
     for _ in range(1000):  # 20 s: the adapter is a real process started by the dispatcher beside us
         if any(a.pid for a in rig.store.attempts_of(task_id)):
-            assert cli(rig, "dispatch", "pause", "--reason", "maintenance").code == 0
+            assert rig_cli(rig, "dispatch", "pause", "--reason", "maintenance").code == 0
             return
         await anyio.sleep(0.02)
     raise AssertionError(f"task {task_id} never started")
 
 
 @pytest.mark.process
-async def test_pause_lets_the_running_attempt_finish_and_holds_across_a_restart(rig: Rig, cli: Any) -> None:
+async def test_pause_lets_the_running_attempt_finish_and_holds_across_a_restart(rig: Rig, rig_cli: Any) -> None:
     first = rig.add("scripted", payload={"sleep_s": 0.5, "outcome": ok()})
     second = rig.add("scripted", payload={"outcome": ok()})
     async with anyio.create_task_group() as group:
-        group.start_soon(pause_when_running, rig, cli, first.task_id)
+        group.start_soon(pause_when_running, rig, rig_cli, first.task_id)
         claimed = await drain(rig, processes=True)
     assert claimed == 1
     assert rig.store.get_task_or_raise(first.task_id).status == "completed"
     assert rig.store.get_task_or_raise(second.task_id).status == "pending"
     assert await drain(rig) == 0  # a restarted dispatcher is still paused
-    status = cli(rig, "status")
+    status = rig_cli(rig, "status")
     assert "PAUSED   since" in status.out and f"by {getpass.getuser()}: maintenance" in status.out
-    assert cli(rig, "dispatch", "pause").out.startswith("dispatch was already paused since")
+    assert rig_cli(rig, "dispatch", "pause").out.startswith("dispatch was already paused since")
     assert len(events(rig, "dispatch_paused")) == 1
-    resumed = cli(rig, "dispatch", "resume")
+    resumed = rig_cli(rig, "dispatch", "resume")
     assert resumed.code == 0 and "dispatch resumed" in resumed.out
     assert await drain(rig) == 1
     assert rig.store.get_task_or_raise(second.task_id).status == "completed"
     [event] = events(rig, "dispatch_resumed")
     assert event.payload["by"] == getpass.getuser()
-    assert cli(rig, "dispatch", "resume").out == "dispatch was not paused\n"
+    assert rig_cli(rig, "dispatch", "resume").out == "dispatch was not paused\n"
 
 
 @pytest.fixture
@@ -152,7 +139,7 @@ def follow(subject: str, outcome: dict[str, Any]) -> dict[str, Any]:
     return {"task_type": "scripted", "source": "model", "subject": subject, "payload": {"outcome": outcome}}
 
 
-async def test_follow_ups_beyond_the_depth_cap_are_refused_and_recorded(bounded: Rig, cli: Any) -> None:
+async def test_follow_ups_beyond_the_depth_cap_are_refused_and_recorded(bounded: Rig, rig_cli: Any) -> None:
     grandchild = follow("too deep", ok())
     child = follow("child", ok(follow_up_tasks=[grandchild]))
     root = bounded.add("scripted", subject="root", payload={"outcome": ok(follow_up_tasks=[child])})
@@ -162,7 +149,7 @@ async def test_follow_ups_beyond_the_depth_cap_are_refused_and_recorded(bounded:
     assert (tasks["child"].parent_task_id, tasks["child"].delegation_depth) == (root.task_id, 1)
     [refused] = events(bounded, "outbox_refused", tasks["child"].task_id)
     assert "delegation depth 2 would exceed result_policy.max_follow_up_depth = 1" in refused.payload["reason"]
-    shown = cli(bounded, "task", "show", str(tasks["child"].task_id))
+    shown = rig_cli(bounded, "task", "show", str(tasks["child"].task_id))
     assert f"follow-up of task {root.task_id}" in shown.out
 
 

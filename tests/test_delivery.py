@@ -23,7 +23,7 @@ from inprocess import in_process
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
-from support import CliResult, agent_config
+from support import CliResult, agent_config, run_main
 from test_dispatch_process import Agent
 
 from agentd import handlers
@@ -437,10 +437,7 @@ async def test_a_command_that_keeps_failing_is_failed_after_max_attempts_with_ev
 
 
 def agentd(rig: Rig, capsys: pytest.CaptureFixture[str], *args: str) -> CliResult:
-    capsys.readouterr()
-    code = main(["--config", str(rig.config.path), *args])
-    captured = capsys.readouterr()
-    return CliResult(code, captured.out, captured.err)
+    return run_main(capsys, rig.config.path, *args)
 
 
 @pytest.mark.asyncio

@@ -21,7 +21,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
-from support import EXAMPLE_CONFIG, REPO, CliResult
+from support import EXAMPLE_CONFIG, REPO, CliResult, run_main
 
 from agentd import procs
 from agentd.attempt import plan_attempt
@@ -148,10 +148,7 @@ def test_waiting_is_split_into_claimable_retry_waiting_and_delayed(rig: Rig) -> 
 def cli_for(capsys: pytest.CaptureFixture[str]) -> Any:
     def make(rig: Rig) -> Any:
         def run(*args: str) -> CliResult:
-            capsys.readouterr()
-            code = main(["--config", str(rig.config.path), *args])
-            captured = capsys.readouterr()
-            return CliResult(code, captured.out, captured.err)
+            return run_main(capsys, rig.config.path, *args)
 
         return run
 

@@ -24,7 +24,6 @@ import pytest_asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 from rig import Rig
-from support import CliResult
 
 from agentd import control
 from agentd.cli import main
@@ -52,17 +51,6 @@ def tracecore(tmp_path_factory: pytest.TempPathFactory) -> Path:
             subprocess.run([*pip, TRACECORE], check=True, capture_output=True)
             (venv / "installed").write_text(TRACECORE)
     return venv / "bin" / "tracecore"
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
-    def run(rig: Rig, *args: str) -> CliResult:
-        capsys.readouterr()
-        code = main(["--config", str(rig.config.path), *args])
-        captured = capsys.readouterr()
-        return CliResult(code, captured.out, captured.err)
-
-    return run
 
 
 @pytest.fixture
@@ -144,10 +132,10 @@ def stable_hash(artifact: dict[str, Any]) -> str:
 
 
 @pytest.fixture
-def exported(five_rig: Rig, five: dict[str, TaskAttempt], cli: Any, tmp_path: Path) -> Path:
+def exported(five_rig: Rig, five: dict[str, TaskAttempt], rig_cli: Any, tmp_path: Path) -> Path:
     """The five attempts (and the swept task's re-run) exported as TraceCore artifacts."""
     out = tmp_path / "export"
-    result = cli(five_rig, "evidence", "export", "--format", "tracecore", "--all", "--out", str(out), "--json")
+    result = rig_cli(five_rig, "evidence", "export", "--format", "tracecore", "--all", "--out", str(out), "--json")
     assert result.code == 0, result.err
     assert result.json()["skipped"] == []
     return out
@@ -237,10 +225,10 @@ async def test_two_runs_of_the_same_work_share_an_artifact_hash_and_other_payloa
 @pytest.mark.process
 @pytest.mark.asyncio
 async def test_the_bundle_holds_the_index_the_head_and_every_attempt_folder(
-    five_rig: Rig, five: dict[str, TaskAttempt], cli: Any, tmp_path: Path
+    five_rig: Rig, five: dict[str, TaskAttempt], rig_cli: Any, tmp_path: Path
 ) -> None:
     out = tmp_path / "evidence.tar.gz"
-    assert cli(five_rig, "evidence", "export", "--format", "bundle", "--all", "--out", str(out)).code == 0
+    assert rig_cli(five_rig, "evidence", "export", "--format", "bundle", "--all", "--out", str(out)).code == 0
     head = five_rig.store.chain_head()
     assert head is not None
     with tarfile.open(out) as tar:
@@ -261,14 +249,16 @@ async def test_the_bundle_holds_the_index_the_head_and_every_attempt_folder(
 
 @pytest.mark.asyncio
 async def test_export_refuses_an_existing_target_and_an_unknown_task_writing_nothing(
-    rig: Rig, cli: Any, tmp_path: Path
+    rig: Rig, rig_cli: Any, tmp_path: Path
 ) -> None:
     taken = tmp_path / "taken"
     taken.mkdir()
     before = sorted(p.name for p in tmp_path.iterdir())
-    refused = cli(rig, "evidence", "export", "--format", "tracecore", "--all", "--out", str(taken))
+    refused = rig_cli(rig, "evidence", "export", "--format", "tracecore", "--all", "--out", str(taken))
     assert refused.code == 2 and f"{taken} already exists" in refused.err
-    unknown = cli(rig, "evidence", "export", "--format", "bundle", "--task", "404", "--out", str(tmp_path / "b.tgz"))
+    unknown = rig_cli(
+        rig, "evidence", "export", "--format", "bundle", "--task", "404", "--out", str(tmp_path / "b.tgz")
+    )
     assert unknown.code == 2 and "task 404 does not exist" in unknown.err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert list(taken.iterdir()) == []
