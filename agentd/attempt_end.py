@@ -313,6 +313,7 @@ def sanitized_run(run: AdapterRun | None, redactor: Redactor) -> AdapterRun | No
         model=clean(run.model),
         cli_version=clean(run.cli_version),
         diagnostics=redactor.value(scrub_value(run.diagnostics)),
+        denials=tuple(d.cleaned(lambda text: redactor.text(scrub(text))) for d in run.denials),
     )
 
 
@@ -471,6 +472,7 @@ def _outbox_policy(config: Config, task: TaskRecord) -> OutboxPolicy:
         policy.allow_external_messages,
         policy.max_follow_up_depth,
         policy.max_follow_ups_per_outcome,
+        policy.require_approval_for_side_effects,
     )
 
 

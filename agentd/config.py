@@ -26,6 +26,7 @@ from agentd.records import (
     AdapterConfig,
     AgentConstitution,
     AgentIdentity,
+    ClaudeCodeAdapterConfig,
     ScheduleSpec,
     SubagentProfile,
     TaskIntent,
@@ -39,6 +40,7 @@ from agentd.sensors import Sensor, load_sensors
 from agentd.settings import (
     ENV_PREFIX,
     AgentSection,
+    BudgetSection,
     ChaosSection,
     DispatchSection,
     MetricsSection,
@@ -83,6 +85,7 @@ class Config:
     soul_text: str  # the constitution as hashed at load: bundles use exactly this text
     purpose_text: str
     message_handlers: Mapping[str, MessageHandler] = field(default_factory=dict)  # [[message_handlers]]
+    budget: BudgetSection = field(default_factory=BudgetSection)
 
     @property
     def identity(self) -> AgentIdentity:
@@ -298,19 +301,29 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         metrics=settings.metrics,
         chaos=settings.chaos,
         retention=settings.retention,
-        adapters={a.adapter_id: a for a in settings.adapters},
+        adapters={a.adapter_id: _attempt_capped(a, settings.budget.per_attempt_usd) for a in settings.adapters},
         profiles={p.profile_id: p for p in settings.profiles},
         task_types={t.task_type: t for t in settings.task_types},
         payload_schemas=schemas,
         workflows=_with_builtin_workflows(settings),
         schedules=tuple(settings.schedules),
         message_handlers={h.handler_id: h for h in settings.message_handlers},
+        budget=settings.budget,
         skills=skills,
         sensor_definitions=sensors,
         soul_text=texts["soul_path"],
         purpose_text=texts["purpose_path"],
     )
     return config, problems
+
+
+def _attempt_capped(adapter: AdapterConfig, per_attempt_usd: float | None) -> AdapterConfig:
+    """[budget] per_attempt_usd, given to the harnesses that take one (claude's --max-budget-usd):
+    the lower of it and the adapter's own cap."""
+    if per_attempt_usd is None or not isinstance(adapter, ClaudeCodeAdapterConfig):
+        return adapter
+    own = adapter.max_budget_usd
+    return adapter.model_copy(update={"max_budget_usd": min(own, per_attempt_usd) if own else per_attempt_usd})
 
 
 # The built-in goal-loop (seed 000 §10): plan → execute → verify; verify's signal decides.

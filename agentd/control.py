@@ -15,6 +15,7 @@ from agentd.intake import admit_task
 from agentd.intents import first_step_refusal, schedule_spec
 from agentd.records import (
     CancelResult,
+    Change,
     RecurringScheduleRecord,
     ScheduleSpec,
     TaskIntent,
@@ -23,9 +24,10 @@ from agentd.records import (
     WorkflowRecord,
 )
 from agentd.store import Store
-from agentd.store.control import Pause
+from agentd.store.control import ApprovalScope, Pause
+from agentd.store.workflows import WorkflowCancel
 from agentd.wake import poke
-from agentd.workflows import start_state
+from agentd.workflows import judge_signal, start_state, state_cap, unblock_move
 
 MAX_ATTEMPTS = 100  # as a task type's max_attempts
 
@@ -50,10 +52,10 @@ def operator() -> str:
 
 def resolve_approval(
     config: Config, store: Store, task_id: int, *, approved: bool, note: str | None, now: datetime
-) -> TaskRecord:
-    task = store.resolve_approval(task_id, approved=approved, by=operator(), note=note, now=now)
+) -> tuple[TaskRecord, ApprovalScope]:
+    task, scope = store.resolve_approval(task_id, approved=approved, by=operator(), note=note, now=now)
     poke(config.paths.state_dir)
-    return task
+    return task, scope
 
 
 def pause_dispatch(config: Config, store: Store, reason: str | None, now: datetime) -> tuple[Pause, bool]:
@@ -118,3 +120,39 @@ def start_workflow(
         )
     poke(config.paths.state_dir)
     return workflow
+
+
+def signal_workflow(
+    config: Config, store: Store, workflow_id: int, signal: str, reason: str | None, now: datetime
+) -> tuple[WorkflowRecord, Change]:
+    """Apply SIGNAL as if the workflow's current step had emitted it; InputError (nothing written)
+    naming what the state accepts if it does not apply."""
+    workflow = store.get_workflow_or_raise(workflow_id)
+    decision = judge_signal(config, workflow, store.state_entries(workflow_id), signal, operator(), reason)
+    if decision.change.kind == "ignore":
+        raise InputError(f"workflow {workflow_id}: {decision.change.reason}; nothing was changed")
+    moved = store.signal_workflow(decision, now)
+    poke(config.paths.state_dir)
+    return moved, decision.change
+
+
+def unblock_workflow(
+    config: Config, store: Store, workflow_id: int, state: str | None, reason: str | None, now: datetime
+) -> WorkflowRecord:
+    """A blocked workflow re-enters its state (or `state`) as a new step, if the current config's cap
+    allows it; InputError saying what to raise otherwise."""
+    workflow = store.get_workflow_or_raise(workflow_id)
+    definition = config.workflows.get(workflow.workflow_type)
+    cap = state_cap(definition, config.dispatch.workflow_state_cap)
+    change = unblock_move(definition, workflow, store.state_entries(workflow_id), cap, state)
+    unblocked = store.unblock_workflow(workflow, change.next_state or workflow.current_state, operator(), reason, now)
+    poke(config.paths.state_dir)
+    return unblocked
+
+
+def cancel_workflow(
+    config: Config, store: Store, workflow_id: int, reason: str | None, now: datetime
+) -> WorkflowCancel:
+    canceled = store.cancel_workflow(workflow_id, operator(), reason, now)
+    poke(config.paths.state_dir)
+    return canceled

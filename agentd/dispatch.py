@@ -19,7 +19,9 @@ import anyio
 
 from agentd.adapters import Adapter, adapter_for
 from agentd.attempt import plan_attempt
-from agentd.clock import Clock, age
+from agentd.budget import BudgetHold
+from agentd.budget import describe as budget_line
+from agentd.clock import Clock, age, format_ts
 from agentd.config import Config
 from agentd.intents import schedule_runs, schedule_spec, step_decisions
 from agentd.lock import DispatchLock
@@ -28,6 +30,7 @@ from agentd.outbox import OutboxApplier
 from agentd.records import AdapterConfig, AttemptPlan, TaskRecord
 from agentd.running import FATAL, AttemptRunner
 from agentd.service import Notifier, Shell
+from agentd.status import BudgetOutlook, budget_outlook
 from agentd.store import AsyncStore, Store
 from agentd.sweep import boot_sweep
 from agentd.wake import Doorbell
@@ -58,6 +61,7 @@ class Dispatcher:
         self.outbox = OutboxApplier(config, db, clock, self.metrics)
         self._stopping = False
         self._idle_noted = False
+        self._held: tuple[BudgetHold, int] | None = None  # what the budget held back at the last claim
 
     @property
     def holder_id(self) -> str:
@@ -108,7 +112,7 @@ class Dispatcher:
         pause = await self.db.call(Store.dispatch_pause)
         if pause is not None:
             return pause.describe()
-        return _idle_line(now, *await self.db.call(Store.idle_outlook, now))
+        return self._idle_line(now, *await self.db.call(Store.idle_outlook, now))
 
     def request_stop(self, *, immediately: bool = False) -> None:
         """Stop claiming; the running attempt gets the grace period (none if immediately)."""
@@ -185,9 +189,14 @@ class Dispatcher:
                 self.shell.status(pause.describe())
             return False
         evidence = self.config.paths.state_dir / "attempts"
-        claim = await self.db.call(Store.claim_next_task, now, self.holder_id, self._plan, evidence)
+        budget = await self._budget(now)
+        hold = budget.hold if budget else None
+        claim = await self.db.call(Store.claim_next_task, now, self.holder_id, self._plan, evidence, hold)
         if claim is None:
+            await self._note_budget(budget, now)
+            await self.outbox.apply_pending()  # e.g. side effects an operator just approved
             return False
+        self._held = None
         self._idle_noted = False
         if claim.attempt is not None:
             self._crash_point("after_claim")
@@ -195,6 +204,23 @@ class Dispatcher:
             self._crash_point("after_outcome_commit")
         await self.outbox.apply_pending()
         return True
+
+    async def _budget(self, now: datetime) -> BudgetOutlook | None:
+        """What the day's spend holds back ([budget]); no read at all when nothing is capped."""
+        return await self.db.call(budget_outlook, self.config, now) if self.config.budget.capped else None
+
+    async def _note_budget(self, outlook: BudgetOutlook | None, now: datetime) -> None:
+        """Nothing was claimed: if the budget held tasks back, say so (an event once per hold,
+        the status line while it lasts)."""
+        if outlook is None or outlook.hold is None or not outlook.waiting:
+            self._held = None
+            return
+        hold = outlook.hold
+        if self._held is None or self._held[0].reason != hold.reason:
+            logger.info("%s", budget_line(hold, outlook.waiting))
+            payload = {"waiting": outlook.waiting, "reason": hold.reason, "until": format_ts(hold.until)}
+            await self.db.call(Store.record_event, "budget_held", now, payload)
+        self._held = (hold, outlook.waiting)
 
     def _plan(self, task: TaskRecord) -> AttemptPlan:
         return plan_attempt(self.config, task)  # pure: config lookups only (it runs inside the claim)
@@ -206,6 +232,8 @@ class Dispatcher:
         now = self.clock.now()
         waiting, upcoming = await self.db.call(Store.idle_outlook, now)
         delay = self.config.dispatch.poll_ceiling_s
+        if self._held is not None:  # a new UTC day is a new budget
+            upcoming = min(upcoming or self._held[0].until, self._held[0].until)
         if upcoming is not None:
             delay = min(delay, (upcoming - now).total_seconds())
         if not self._idle_noted:
@@ -213,7 +241,7 @@ class Dispatcher:
             self._idle_noted = True
         pause = await self.db.call(Store.dispatch_pause)
         if not self._stopping:
-            self.shell.status(pause.describe() if pause else _idle_line(now, waiting, upcoming))
+            self.shell.status(pause.describe() if pause else self._idle_line(now, waiting, upcoming))
         await self.doorbell.wait(delay)
 
     def _crash_point(self, name: str) -> None:
@@ -221,7 +249,8 @@ class Dispatcher:
             logger.warning("chaos: crashing at %s", name)
             os.kill(os.getpid(), signal.SIGKILL)
 
-
-def _idle_line(now: datetime, waiting: int, upcoming: datetime | None) -> str:
-    later = f", next due in {age((upcoming - now).total_seconds())}" if upcoming else ""
-    return f"idle, {waiting} pending{later}"
+    def _idle_line(self, now: datetime, waiting: int, upcoming: datetime | None) -> str:
+        if self._held is not None:
+            return budget_line(*self._held)
+        later = f", next due in {age((upcoming - now).total_seconds())}" if upcoming else ""
+        return f"idle, {waiting} pending{later}"

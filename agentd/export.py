@@ -59,6 +59,7 @@ EVENT_MAP: dict[str, str] = {
     "approval_requested": "permission.requested",
     "approval_resolved": "permission.resolved",
     "dispatch_paused": "queue.changed",
+    "budget_held": "queue.changed",
     "dispatch_resumed": "queue.changed",
     "policy_denied": "permission.evaluated",
     "workflow_signaled": "task.dependency.updated",

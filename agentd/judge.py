@@ -43,6 +43,7 @@ from agentd.records import (
 from agentd.records.tasks import ConstitutionProposal
 
 Stopped = Literal["interrupted", "operator_canceled"]
+MAX_DENIAL_EVENTS = 50  # policy_denied events per attempt; one more event counts the rest
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class OutboxPolicy:
     allow_messages: bool = False
     max_depth: int = 3  # result_policy.max_follow_up_depth
     max_per_outcome: int = 10  # result_policy.max_follow_ups_per_outcome
+    hold_side_effects: bool = False  # result_policy.require_approval_for_side_effects
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,10 @@ def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: rando
     if decision.crashed and decision.status == "permanent_failure":
         termination = "crashed_runtime"
     diagnostics = _diagnostics(facts, extracted, gated, failure_type)
+    denials = run.denials if run else ()
+    outbox = outbox_entries(
+        task, attempt.attempt_id, gated.outcome, decision.status, facts.outbox_policy, facts.proposal
+    )
     return AttemptEnd(
         attempt_id=attempt.attempt_id,
         task_id=task.task_id,
@@ -149,13 +155,14 @@ def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: rando
         model=run.model if run else None,
         downgrade_reasons=gated.reasons,
         artifacts=_artifacts(facts, gated),
-        outbox=outbox_entries(
-            task, attempt.attempt_id, gated.outcome, decision.status, facts.outbox_policy, facts.proposal
-        ),
+        outbox=outbox,
+        side_effects_held=side_effects_hold(outbox, facts.outbox_policy, task),
         diagnostics=diagnostics,
         usage=_usage(run),
         paths=dict(facts.evidence),
         boot_sweep=facts.swept,
+        policy_denials=denials[:MAX_DENIAL_EVENTS],
+        policy_denials_dropped=max(len(denials) - MAX_DENIAL_EVENTS, 0),
     )
 
 
@@ -266,6 +273,23 @@ def outbox_entries(
         }
         entries.append(OutboxEntry("workflow_signal", f"{attempt_id}:workflow", signal))
     return tuple(entries)
+
+
+def side_effects_hold(entries: tuple[OutboxEntry, ...], policy: OutboxPolicy, task: TaskRecord) -> str | None:
+    """Why the outcome's follow-ups and messages wait for an operator, or None: only when the
+    profile asks for it and there is something to hold (refused entries are not held)."""
+    held = [e for e in entries if e.kind in HELD_KINDS and e.status == "pending"]
+    if not policy.hold_side_effects or not held:
+        return None
+    follow_ups = sum(e.kind == "follow_up_task" for e in held)
+    messages = len(held) - follow_ups
+    return (
+        f"{follow_ups} follow-up task(s) and {messages} external message(s): the profile "
+        f"{task.requested_profile_id}'s result_policy requires approval for side effects"
+    )
+
+
+HELD_KINDS = ("follow_up_task", "external_message")  # what require_approval_for_side_effects holds
 
 
 def _delegation_refusal(task: TaskRecord, index: int, policy: OutboxPolicy) -> str | None:

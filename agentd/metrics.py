@@ -38,10 +38,12 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from agentd import __version__, procs
+from agentd.budget import AdapterSpend
 from agentd.clock import Clock, parse_ts
+from agentd.config import Config
 from agentd.errors import AgentdError
 from agentd.records import TASK_STATUSES
-from agentd.status import liveness
+from agentd.status import budget_outlook, liveness
 from agentd.store import Store, open_store
 
 logger = logging.getLogger(__name__)
@@ -57,8 +59,8 @@ MAX_REQUEST_BYTES = 8192
 class QueueCollector(Collector):
     """Tasks by status and the oldest pending task's age, from the database at scrape time."""
 
-    def __init__(self, db_path: Path, clock: Clock) -> None:
-        self._db_path, self._clock = db_path, clock
+    def __init__(self, db_path: Path, clock: Clock, config: Config | None = None) -> None:
+        self._db_path, self._clock, self._config = db_path, clock, config
         self._store: Store | None = None
         self._lock = threading.Lock()
 
@@ -73,13 +75,15 @@ class QueueCollector(Collector):
             head = self._store.chain_head()
             approvals = self._store.pending_approvals()
             paused = self._store.dispatch_pause() is not None
+            budget = budget_outlook(self._store, self._config, now) if self._config else None
         tasks = GaugeMetricFamily("agentd_tasks", "Tasks in the queue by status", labels=["status"])
         for status in TASK_STATUSES:
             tasks.add_metric([status], summary.counts.get(status, 0))
         yield tasks
         waiting = GaugeMetricFamily(
             "agentd_tasks_waiting",
-            "Waiting tasks by why: claimable now, waiting for a retry's backoff, delayed (--delay/--at)",
+            "Waiting tasks by why: claimable now, waiting for a retry's backoff, delayed (--delay/--at), for an "
+            "approval, for the next day's budget",
             labels=["reason"],
         )
         for reason, count in (
@@ -87,6 +91,7 @@ class QueueCollector(Collector):
             ("retry_waiting", summary.retry_waiting),
             ("delayed", summary.delayed),
             ("approval", len(approvals)),
+            ("budget", budget.waiting if budget else 0),
         ):
             waiting.add_metric([reason], count)
         yield waiting
@@ -94,6 +99,21 @@ class QueueCollector(Collector):
             "agentd_approval_oldest_age_seconds",
             "How long the oldest approval request has waited for an operator (0 when none waits)",
             value=(now - approvals[0].requested_at).total_seconds() if approvals else 0.0,
+        )
+        spent = GaugeMetricFamily(
+            "agentd_budget_spent_usd",
+            "Spend of the current UTC day by adapter, as [budget] counts it (estimated=1: priced by agentd)",
+            labels=["adapter", "estimated"],
+        )
+        if budget is not None and self._config is not None:  # every adapter, 0 until it spends
+            for adapter_id in sorted(set(self._config.adapters) | set(budget.spend.by_adapter)):
+                used = budget.spend.by_adapter.get(adapter_id, AdapterSpend())
+                spent.add_metric([adapter_id, str(int(used.estimated))], used.total_usd)
+        yield spent
+        yield GaugeMetricFamily(
+            "agentd_budget_holding",
+            "1 while past a daily cap of [budget]: less urgent tasks wait for the next UTC day",
+            value=int(bool(budget and budget.hold)),
         )
         yield GaugeMetricFamily(
             "agentd_dispatch_paused", "1 while an operator has paused the dispatcher", value=int(paused)
@@ -148,13 +168,13 @@ class QueueCollector(Collector):
 class Metrics:
     """One service's registry: the shared queue gauges plus that service's own counters."""
 
-    def __init__(self, service: str, agent_id: str, db_path: Path, clock: Clock) -> None:
+    def __init__(self, service: str, agent_id: str, db_path: Path, clock: Clock, config: Config | None = None) -> None:
         self.service = service
         self.registry = CollectorRegistry(auto_describe=True)
         Info("agentd_build", "agentd version and agent", registry=self.registry).info(
             {"version": __version__, "agent_id": agent_id, "service": service}
         )
-        self._queue = QueueCollector(db_path, clock)
+        self._queue = QueueCollector(db_path, clock, config)
         self.registry.register(self._queue)
         self._scrapes = anyio.CapacityLimiter(1)  # one scrape reads the database at a time
         self._open = 0
@@ -210,8 +230,8 @@ class Metrics:
 
 
 class DispatchMetrics(Metrics):
-    def __init__(self, agent_id: str, db_path: Path, clock: Clock) -> None:
-        super().__init__("dispatch", agent_id, db_path, clock)
+    def __init__(self, agent_id: str, db_path: Path, clock: Clock, config: Config | None = None) -> None:
+        super().__init__("dispatch", agent_id, db_path, clock, config)
         r = self.registry
         self.attempts = Counter(
             "agentd_attempts",
@@ -306,8 +326,8 @@ class DispatchMetrics(Metrics):
 
 
 class SensorMetrics(Metrics):
-    def __init__(self, agent_id: str, db_path: Path, clock: Clock) -> None:
-        super().__init__("sensors", agent_id, db_path, clock)
+    def __init__(self, agent_id: str, db_path: Path, clock: Clock, config: Config | None = None) -> None:
+        super().__init__("sensors", agent_id, db_path, clock, config)
         self.runs = Counter(
             "agentd_sensor_runs",
             "Sensor runs by kind (ok, failed, timeout, start_failed, internal_error)",
@@ -387,9 +407,9 @@ class NullMetrics:
         pass
 
 
-def dispatch_metrics(enabled: bool, agent_id: str, db_path: Path, clock: Clock) -> DispatchMetrics | NullMetrics:
-    return DispatchMetrics(agent_id, db_path, clock) if enabled else NullMetrics()
+def dispatch_metrics(enabled: bool, config: Config, clock: Clock) -> DispatchMetrics | NullMetrics:
+    return DispatchMetrics(config.agent.agent_id, config.db_path, clock, config) if enabled else NullMetrics()
 
 
-def sensor_metrics(enabled: bool, agent_id: str, db_path: Path, clock: Clock) -> SensorMetrics | NullMetrics:
-    return SensorMetrics(agent_id, db_path, clock) if enabled else NullMetrics()
+def sensor_metrics(enabled: bool, config: Config, clock: Clock) -> SensorMetrics | NullMetrics:
+    return SensorMetrics(config.agent.agent_id, config.db_path, clock, config) if enabled else NullMetrics()

@@ -11,7 +11,7 @@ run's recorded internal_error.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
@@ -35,7 +35,7 @@ from agentd.runner import ProcessSpec, child_environment, run_process
 from agentd.sensors import Sensor
 from agentd.store import AsyncStore, Store
 from agentd.wake import poke
-from agentd.workflows import start_state
+from agentd.workflows import judge_signal, signal_refusal, start_state
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,10 @@ def _proposed_workflow(event: SensorEvent, config: Config) -> WorkflowStart | No
         state = start_state(config.workflows, config.task_types, proposal.template, proposal.state)
     except InputError as exc:
         raise _Rejected(f"proposed_workflow: {exc}") from None
-    return WorkflowStart(proposal.template, proposal.instance_key, state, proposal.context)
+    refusal = signal_refusal(config.workflows[proposal.template], proposal.signal) if proposal.signal else None
+    if refusal:
+        raise _Rejected(f"proposed_workflow: {refusal}")
+    return WorkflowStart(proposal.template, proposal.instance_key, state, proposal.context, proposal.signal)
 
 
 class SensorRunner:
@@ -177,7 +180,7 @@ class SensorRunner:
             batch = report.accepted[offset : offset + BATCH]
             rejected = report.rejected if offset == 0 else []
             report.counts.add(await self._record_batch(sensor.sensor_id, batch, rejected))
-        if report.counts.created or report.counts.workflows_created:
+        if report.counts.created or report.counts.workflows_created or report.counts.workflows_signaled:
             poke(self.config.paths.state_dir)  # new work: wake the dispatcher now
 
     async def _record_batch(
@@ -185,6 +188,7 @@ class SensorRunner:
     ) -> IntakeCounts:
         """One transaction for the batch; if it fails, each event on its own, and an event that
         still fails is recorded as rejected with the reason: its neighbours are kept."""
+        batch = [await self._judge_wake(sensor_id, item) for item in batch]
         try:
             return await self.db.call(Store.record_sensor_events, sensor_id, batch, rejected, self.clock.now())
         except FATAL:
@@ -202,6 +206,20 @@ class SensorRunner:
                 rejected = [*rejected, RejectedLine(item.line, reason)]
         counts.add(await self.db.call(Store.record_sensor_events, sensor_id, [], rejected, self.clock.now()))
         return counts
+
+    async def _judge_wake(self, sensor_id: str, item: AcceptedEvent) -> AcceptedEvent:
+        """A proposal with a signal for a workflow that exists: the signal judged on the workflow as
+        it is now (seed 000 §5: sensors may wake workflows); the store applies it only if the
+        workflow is still there when the event is recorded."""
+        start = item.workflow
+        if item.stale or start is None or start.signal is None:
+            return item
+        found = await self.db.call(Store.find_workflow, start.workflow_type, start.instance_key)
+        if found is None:
+            return item  # a new workflow: it starts in its state
+        workflow, entries = found
+        decision = judge_signal(self.config, workflow, entries, start.signal, f"sensor:{sensor_id}", item.described)
+        return replace(item, wake=decision)
 
     async def _finish(self, sensor: Sensor, report: SensorRunReport, started: datetime) -> None:
         next_run = started + timedelta(seconds=sensor.manifest.interval_seconds)

@@ -88,6 +88,28 @@ class DispatchSection(Section):
     )
 
 
+USD_MAX = 1_000_000.0
+Usd = Annotated[float, Field(gt=0, le=USD_MAX)]
+
+
+class BudgetSection(Section):
+    """[budget]: what the agent may spend per UTC day (agentd/budget.py; README, "Budgets").
+    Nothing set: nothing is limited."""
+
+    daily_usd: Usd | None = Field(default=None, description="all adapters together, per UTC day")
+    per_attempt_usd: Usd | None = Field(
+        default=None, description="the most one attempt may spend; passed to claude as --max-budget-usd"
+    )
+    adapter_daily_usd: dict[Identifier, Usd] = Field(default={}, description="per adapter id, per UTC day")
+    urgent_priority: int = Field(
+        default=1, ge=1, le=10, description="past a cap, tasks of this priority and more urgent still run"
+    )
+
+    @property
+    def capped(self) -> bool:
+        return self.daily_usd is not None or bool(self.adapter_daily_usd)
+
+
 class SensorsSection(Section):
     max_concurrent: int = Field(default=4, ge=1, le=64)
     default_timeout_s: float = Field(default=60.0, gt=0, le=DAY_S)
@@ -168,6 +190,7 @@ class Settings(BaseSettings):
     paths: PathsSection
     dispatch: DispatchSection = DispatchSection()
     sensors: SensorsSection = SensorsSection()
+    budget: BudgetSection = BudgetSection()
     metrics: MetricsSection = MetricsSection()
     retention: RetentionSection = RetentionSection()
     chaos: ChaosSection = ChaosSection()

@@ -9,10 +9,12 @@ claimable now: tasks waiting for a retry or delayed are counted on their own.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
 from agentd import procs
+from agentd.budget import BudgetHold, Spend, budget_hold, day_start
 from agentd.clock import format_ts, parse_ts
 from agentd.config import Config
 from agentd.records import TASK_STATUSES
@@ -22,11 +24,57 @@ STALE_STATUS_S = 30.0  # services refresh their row every 5 s
 Liveness = Literal["live", "stale", "down", "stopped", "unknown"]
 
 
+@dataclass(frozen=True)
+class BudgetOutlook:
+    spend: Spend  # today's, since 00:00 UTC
+    hold: BudgetHold | None  # what waits for the next UTC day
+    waiting: int  # tasks due now that the hold keeps back
+
+
+def budget_outlook(store: Store, config: Config, now: datetime) -> BudgetOutlook | None:
+    """Today's spend against [budget] and what it holds back; None when nothing is capped."""
+    if not config.budget.capped:
+        return None
+    spend = store.spend_since(day_start(now))
+    hold = budget_hold(config, spend, now)
+    return BudgetOutlook(spend, hold, store.budget_waiting(now, hold) if hold else 0)
+
+
+def budget_report(config: Config, outlook: BudgetOutlook | None) -> dict[str, Any] | None:
+    """[budget] as `agentd status` shows it. `estimated`: some of the total was priced by agentd
+    from an adapter's prices (codex reports tokens, not cost), not reported by the harness."""
+    if outlook is None:
+        return None
+    budget, spend = config.budget, outlook.spend
+    return {
+        "day_start": format_ts(spend.since),
+        "spent_usd": round(spend.total_usd, 6),
+        "estimated": spend.estimated,
+        "daily_usd": budget.daily_usd,
+        "per_attempt_usd": budget.per_attempt_usd,
+        "adapters": {
+            adapter_id: {
+                "spent_usd": round(spend.by_adapter[adapter_id].total_usd, 6)
+                if adapter_id in spend.by_adapter
+                else 0.0,
+                "estimated": adapter_id in spend.by_adapter and spend.by_adapter[adapter_id].estimated,
+                "daily_usd": budget.adapter_daily_usd.get(adapter_id),
+            }
+            for adapter_id in sorted(set(spend.by_adapter) | set(budget.adapter_daily_usd))
+        },
+        "urgent_priority": budget.urgent_priority,
+        "holding": None
+        if outlook.hold is None
+        else {"reason": outlook.hold.reason, "until": format_ts(outlook.hold.until), "waiting": outlook.waiting},
+    }
+
+
 def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
     summary = store.queue_summary(now)
     holder = store.dispatch_lock_holder()
     approvals = store.pending_approvals()
     pause = store.dispatch_pause()
+    budget = budget_outlook(store, config, now)
     here = procs.this_process()
     return {
         "agent_id": config.agent.agent_id,
@@ -40,7 +88,9 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
             "retry_waiting": summary.retry_waiting,
             "delayed": summary.delayed,
             "approval": len(approvals),
+            "budget": budget.waiting if budget else 0,
         },
+        "budget": budget_report(config, budget),
         "oldest_approval_age_s": (now - approvals[0].requested_at).total_seconds() if approvals else None,
         "paused": {"since": format_ts(pause.paused_at), "by": pause.paused_by, "reason": pause.reason}
         if pause

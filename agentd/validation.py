@@ -52,6 +52,7 @@ def check_references(config: Config) -> list[Problem]:
         _workflows,
         _schedules,
         _message_handlers,
+        _budget,
     )
     return [problem for check in checks for problem in check(config)]
 
@@ -251,6 +252,11 @@ def _state(src: str, key: str, state: WorkflowState, state_ids: list[str], confi
     if overlap:
         problems.append(Problem(src, key, f"signals {sorted(overlap)} are both transitions and completion signals"))
     return problems
+
+
+def _budget(config: Config) -> list[Problem]:
+    caps = config.budget.adapter_daily_usd
+    return _refs(str(config.path), [(f"budget.adapter_daily_usd.{a}", "adapter", a, config.adapters) for a in caps])
 
 
 def _message_handlers(config: Config) -> list[Problem]:

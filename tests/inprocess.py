@@ -12,7 +12,7 @@ from typing import Any
 
 from adapters.stepper import count_run, step_outcome
 
-from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted
+from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted, Usage
 from agentd.records import AdapterConfig
 
 
@@ -38,6 +38,7 @@ class InProcessAdapter:
             ok=exit_code == 0,
             failure=None if exit_code == 0 else f"exit {exit_code}",
             final_message=stdout,
+            usage=Usage(**ctx.task.payload.get("usage", {})),  # what a harness would report (cost, tokens)
         )
 
     def _script(self, ctx: AttemptContext, payload: dict[str, Any]) -> tuple[int, str, str]:

@@ -58,7 +58,14 @@ def outcome_message(**fields: Any) -> str:
 class Harness:
     """An agent whose one adapter is `kind`, pointed at a fake model server."""
 
-    def __init__(self, directory: Path, kind: str, fake: FakeModelServer, timeout_ms: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        kind: str,
+        fake: FakeModelServer,
+        timeout_ms: int,
+        more: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         if kind in CLIS and not os.access(CLIS[kind], os.X_OK):
             pytest.fail(f"{CLIS[kind]} is not installed: `make test-harness` installs the pinned CLIs first")
         self.kind, self.fake, self.directory = kind, fake, directory
@@ -86,6 +93,8 @@ class Harness:
                     "default_adapter_id": "a",
                 }
             )
+            if more is not None:
+                more(raw)
 
         self.config_path = write_config(directory, mutate)
         config = load_config(self.config_path)
@@ -165,10 +174,16 @@ class Harness:
 def harness_factory(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
     made: list[tuple[Harness, FakeModelServer]] = []
 
-    def make(kind: str, turns: list[Turn], default: Turn | None = None, timeout_ms: int = 60_000) -> Harness:
+    def make(
+        kind: str,
+        turns: list[Turn],
+        default: Turn | None = None,
+        timeout_ms: int = 60_000,
+        more: Callable[[dict[str, Any]], None] | None = None,
+    ) -> Harness:
         fake = FakeModelServer(turns=turns, default=default)
         fake.__enter__()
-        harness = Harness(tmp_path / kind, kind, fake, timeout_ms)
+        harness = Harness(tmp_path / kind, kind, fake, timeout_ms, more)
         made.append((harness, fake))
         return harness
 
@@ -307,3 +322,62 @@ def test_cost_shows_tokens_per_attempt_and_totals(harness_factory: Any, capsys: 
     ]
     assert main(["--config", str(harness.config_path), "cost"]) == 0
     assert "fake-model" in capsys.readouterr().out
+
+
+# Tokens each harness prices at $0.60: claude by its own table (sonnet-4-5: $3/M in, $15/M out),
+# codex by the adapter's prices above ($1.25/M in, $10/M out; agentd's estimate).
+SIXTY_CENTS = {"claude-code": (100_000, 20_000), "codex": (400_000, 10_000)}
+
+
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.harness) for k in SIXTY_CENTS])
+@pytest.mark.asyncio
+async def test_a_daily_budget_holds_low_urgency_tasks_until_the_next_utc_day(kind: str, harness_factory: Any) -> None:
+    """[budget] daily_usd = 1 against a harness that reports (or is priced at) $0.60 an attempt: the
+    second low-urgency task waits, reason budget; an urgent one still runs; the next UTC day, the
+    held one runs. The real CLI runs each attempt; the dispatcher's clock is a fake one."""
+    from agentd.budget import day_start
+    from agentd.clock import FakeClock
+    from agentd.dispatch import Dispatcher
+    from agentd.intake import admit_task
+    from agentd.records import TaskIntent
+    from agentd.status import snapshot
+    from agentd.store import AsyncStore
+
+    tokens_in, tokens_out = SIXTY_CENTS[kind]
+    turns: list[Turn] = [Reply(outcome_message(), input_tokens=tokens_in, output_tokens=tokens_out)] * 3
+
+    def budget(raw: dict[str, Any]) -> None:
+        raw["budget"] = {"daily_usd": 1}
+
+    harness = harness_factory(kind, turns, more=budget)
+    config = load_config(harness.config_path)
+    clock = FakeClock("2026-11-23T10:00:00.000000Z")
+    db = AsyncStore(open_store(config.db_path, clock))
+
+    def add(priority: int) -> int:
+        intent = TaskIntent(task_type="work", source="test", payload={}, priority=priority)
+        return harness.store.enqueue_task(admit_task(intent, config, clock.now(), trusted=True), clock.now()).task_id
+
+    async def drain() -> int:
+        dispatcher = Dispatcher(config, db, clock=clock)
+        await dispatcher.start()
+        claimed = await dispatcher.run_until_idle()
+        await dispatcher.stop()
+        return claimed
+
+    try:
+        first = add(5)
+        assert await drain() == 1
+        [attempt] = harness.store.attempts_of(first)
+        assert (attempt.usage or {})["cost_usd"] == pytest.approx(0.60, rel=0.02), attempt.usage
+        low, urgent = add(5), add(1)
+        assert await drain() == 1
+        statuses = [harness.store.get_task_or_raise(t).status for t in (first, low, urgent)]
+        assert statuses == ["completed", "pending", "completed"]
+        shown = snapshot(config, harness.store, clock.now())
+        assert shown["waiting"]["budget"] == 1 and shown["budget"]["estimated"] is (kind == "codex")
+        clock.advance((day_start(clock.now()).replace(day=24) - clock.now()).total_seconds())
+        assert await drain() == 1
+        assert harness.store.get_task_or_raise(low).status == "completed"
+    finally:
+        db.close()

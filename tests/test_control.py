@@ -160,3 +160,69 @@ async def test_follow_ups_beyond_the_per_outcome_cap_are_refused(bounded: Rig) -
     assert {t.subject for t in bounded.store.list_tasks()} == {"root", "f0", "f1"}
     [refused] = events(bounded, "outbox_refused")
     assert "follow-up 3 exceeds result_policy.max_follow_ups_per_outcome = 2" in refused.payload["reason"]
+
+
+@pytest.fixture
+def careful(rig_factory: Callable[..., Rig], tmp_path: Any) -> Rig:
+    """The profile allows follow-ups and messages, each outcome's only after an operator's approval;
+    messages go to a spool file."""
+
+    def add(raw: dict[str, Any]) -> None:
+        raw["profiles"][0]["result_policy"].update(
+            allow_follow_up_tasks=True, allow_external_messages=True, require_approval_for_side_effects=True
+        )
+        raw["message_handlers"] = [{"handler_id": "spool", "kind": "spool", "path": str(tmp_path / "out.jsonl")}]
+        raw["dispatch"]["default_message_handler"] = "spool"
+
+    return rig_factory(add)
+
+
+def with_side_effects() -> dict[str, Any]:
+    return {"outcome": ok(follow_up_tasks=[follow("next", ok())], external_messages=[{"text": "hello"}])}
+
+
+async def test_side_effects_wait_in_the_outbox_until_approved(careful: Rig, rig_cli: Any) -> None:
+    task = careful.add("scripted", subject="root", payload=with_side_effects())
+    assert await drain(careful) == 1
+    assert await drain(careful) == 0  # a restart applies nothing held
+    assert careful.store.get_task_or_raise(task.task_id).status == "completed"  # the work itself is done
+    assert [t.subject for t in careful.store.list_tasks()] == ["root"]
+    held = f"held until `agentd approve {task.task_id}`"
+    assert [(e["kind"], e["state"], e["reason"]) for e in rig_cli(careful, "outbox", "list", "--json").json()] == [
+        ("external_message", "pending", held),
+        ("follow_up_task", "pending", held),
+    ]
+    listed = rig_cli(careful, "approvals")
+    assert "its follow-ups and messages" in listed.out and "1 follow-up task(s) and 1 external message(s)" in listed.out
+    [requested] = events(careful, "approval_requested", task.task_id)
+    assert requested.payload["scope"] == "side_effects"
+    approved = rig_cli(careful, "approve", str(task.task_id), "--note", "fine")
+    assert approved.code == 0 and "follow-ups and messages go ahead" in approved.out
+    assert await drain(careful) == 1  # the follow-up, enqueued by the outbox once approved
+    assert sorted(t.subject for t in careful.store.list_tasks()) == ["next", "root"]
+    [resolved] = events(careful, "approval_resolved", task.task_id)
+    assert (resolved.payload["decision"], resolved.payload["by"]) == ("approved", getpass.getuser())
+    assert rig_cli(careful, "approve", str(task.task_id)).code == 2  # nothing waits any more
+
+
+async def test_denied_side_effects_are_refused_with_who_and_why(careful: Rig, rig_cli: Any) -> None:
+    task = careful.add("scripted", subject="root", payload=with_side_effects())
+    assert await drain(careful) == 1
+    denied = rig_cli(careful, "deny", str(task.task_id), "--reason", "not today")
+    assert denied.code == 0 and "are refused" in denied.out
+    assert await drain(careful) == 0
+    assert careful.store.get_task_or_raise(task.task_id).status == "completed"
+    refused = events(careful, "outbox_refused", task.task_id)
+    assert sorted(e.payload["kind"] for e in refused) == ["external_message", "follow_up_task"]
+    assert {e.payload["reason"] for e in refused} == {f"denied by {getpass.getuser()}: not today"}
+    assert [t.subject for t in careful.store.list_tasks()] == ["root"]
+
+
+async def test_a_canceled_task_waits_for_no_approval(gated: Rig, rig_cli: Any) -> None:
+    task = gated.add("scripted", payload={"outcome": ok()})
+    assert rig_cli(gated, "task", "cancel", str(task.task_id)).code == 0
+    assert rig_cli(gated, "approvals", "--json").json() == []
+    assert rig_cli(gated, "status", "--json").json()["waiting"]["approval"] == 0
+    [closed] = events(gated, "approval_resolved", task.task_id)
+    assert (closed.payload["decision"], closed.payload["by"]) == ("denied", "agentd")
+    assert rig_cli(gated, "approve", str(task.task_id)).code == 2

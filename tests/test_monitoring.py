@@ -13,7 +13,7 @@ import json
 import random
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from agentd import procs
 from agentd.dispatch import Dispatcher
 from agentd.metrics import DispatchMetrics, SensorMetrics
 from agentd.records import TASK_STATUSES
+from agentd.settings import BudgetSection
 
 MONITORING = Path(__file__).resolve().parent.parent / "monitoring"
 RULES = MONITORING / "agentd.rules.yml"
@@ -56,7 +57,7 @@ NOT_FAILING = ("completed", "interrupted", "rate_limited", "operator_canceled")
 VALUES = {
     ("agentd_attempts_total", "outcome"): {*FAILING, *NOT_FAILING},
     ("agentd_tasks", "status"): set(TASK_STATUSES),
-    ("agentd_tasks_waiting", "reason"): {"claimable", "retry_waiting", "delayed"},
+    ("agentd_tasks_waiting", "reason"): {"claimable", "retry_waiting", "delayed", "approval", "budget"},
     ("agentd_service_live", "service"): {"dispatch", "sensors"},
     ("agentd_sensor_runs_total", "result"): {"ok", "failed", "timeout", "start_failed", "internal_error"},
     ("agentd_sensor_events_total", "result"): {"created", "recorded", "deduped", "stale", "rejected"},
@@ -90,7 +91,8 @@ def exported(rig: Rig) -> Iterator[Exported]:
     for service in ("dispatch", "sensors"):  # the liveness gauges have a series per status row
         rig.store.report_service_status(service, procs.this_process(), "idle", None, now, now)
     agent_id = rig.config.agent.agent_id
-    dispatch = DispatchMetrics(agent_id, rig.config.db_path, rig.clock)
+    budgeted = replace(rig.config, budget=BudgetSection(daily_usd=1))  # the budget gauges need a [budget]
+    dispatch = DispatchMetrics(agent_id, rig.config.db_path, rig.clock, budgeted)
     sensors = SensorMetrics(agent_id, rig.config.db_path, rig.clock)
     try:
         usage = {

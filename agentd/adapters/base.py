@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol
 
 from agentd.containment import RunGroup
 from agentd.evidence import AttemptPaths, write_private
-from agentd.records import AdapterConfig, TaskRecord
+from agentd.records import AdapterConfig, PolicyDenial, TaskRecord
 from agentd.runner import ProcessResult, ProcessSpec, run_process
 
 FINAL_MESSAGE_MAX_BYTES = 1024 * 1024  # the outcome block is at the end; the head is in stdout.log
@@ -70,6 +70,7 @@ class AdapterRun:
     cli_version: str | None = None
     diagnostics: dict[str, Any] = field(default_factory=dict)
     process: ProcessResult | None = None
+    denials: tuple[PolicyDenial, ...] = ()  # tool calls the harness's permission policy refused
 
 
 class Adapter(Protocol):

@@ -3,8 +3,8 @@
 The prompt goes in on stdin. Success is exit 0 and `is_error: false` — never `subtype`, which
 says "success" on API errors. The final text is `result`; cost is `total_cost_usd`; tokens
 come from `usage`; the model from `modelUsage`. Tool calls appear in the stream (kept in
-stdout.log as the evidence trace). A permission-bypass flag is passed only when the adapter
-declares the trusted-vm posture.
+stdout.log as the evidence trace); those claude refused are its `permission_denials`. A
+permission-bypass flag is passed only when the adapter declares the trusted-vm posture.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, Usage, read_tail
+from agentd.adapters.denials import claude_denials
 from agentd.adapters.harness import (
     HarnessAdapter,
     ParsedRun,
@@ -87,6 +88,7 @@ def parse_claude_output(text: str) -> ParsedRun:
             diagnostics={"tool_uses": tool_uses},
         )
     is_error = bool(final.get("is_error"))
+    denials = claude_denials(final.get("permission_denials"))  # a list, whatever claude printed there
     text_out = final.get("result")
     failure = None
     if is_error:
@@ -98,11 +100,12 @@ def parse_claude_output(text: str) -> ParsedRun:
         failure=failure,
         usage=_usage(final),
         model=_model(final.get("modelUsage") or {}),
+        denials=denials,
         diagnostics={
             "tool_uses": tool_uses,
             "num_turns": final.get("num_turns"),
             "api_error_status": final.get("api_error_status"),
-            "permission_denials": len(final.get("permission_denials") or []),
+            "permission_denials": len(denials),
             "terminal_reason": final.get("terminal_reason"),
         },
     )

@@ -4,7 +4,8 @@ A per-attempt CODEX_HOME holds config.toml: the model, the adapter's custom prov
 checks, analytics and plugin sync off, and retries lowered so a failing provider fails fast.
 Success is exit 0 with `turn.completed` and no `turn.failed` (an `item` of type `error` alone
 is a warning). The final text is the `-o` file, else the last `agent_message`. Codex reports
-tokens but no cost: the adapter's price table gives an estimate.
+tokens but no cost: the adapter's price table gives an estimate. A `command_execution` item it
+`declined` is a command its approval policy or sandbox refused.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import tomli_w
 
 from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, Usage, read_tail
+from agentd.adapters.denials import codex_denials
 from agentd.adapters.harness import (
     HarnessAdapter,
     ParsedRun,
@@ -107,15 +109,18 @@ def parse_codex_events(text: str) -> ParsedRun:
     events = json_lines(text)
     completed = next((e for e in reversed(events) if e.get("type") == "turn.completed"), None)
     failed = next((e for e in reversed(events) if e.get("type") == "turn.failed"), None)
-    items = [e.get("item") or {} for e in events if e.get("type") == "item.completed"]
+    items = [e["item"] for e in events if e.get("type") == "item.completed" and isinstance(e.get("item"), dict)]
     messages = [i.get("text") for i in items if i.get("type") == "agent_message" and isinstance(i.get("text"), str)]
     diagnostics = {
         "commands": [i.get("command") for i in items if i.get("type") == "command_execution"],
         "warnings": [i.get("message") for i in items if i.get("type") == "error"][:10],
     }
+    denials = codex_denials(items)
     if failed is not None:
         message = (failed.get("error") or {}).get("message") or "codex reported turn.failed"
-        return ParsedRun(True, False, messages[-1] if messages else None, message, diagnostics=diagnostics)
+        return ParsedRun(
+            True, False, messages[-1] if messages else None, message, diagnostics=diagnostics, denials=denials
+        )
     if completed is None:
         return ParsedRun(
             False,
@@ -123,6 +128,7 @@ def parse_codex_events(text: str) -> ParsedRun:
             messages[-1] if messages else None,
             "codex ended without turn.completed (killed, or cut off)",
             diagnostics=diagnostics,
+            denials=denials,
         )
     usage = completed.get("usage") or {}
     return ParsedRun(
@@ -136,4 +142,5 @@ def parse_codex_events(text: str) -> ParsedRun:
             cache_write_tokens=usage.get("cache_write_input_tokens"),
         ),
         diagnostics=diagnostics,
+        denials=denials,
     )

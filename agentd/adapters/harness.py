@@ -16,7 +16,7 @@ from typing import Any
 
 from agentd.adapters.base import AdapterRun, AttemptContext, SubprocessAdapter, Usage
 from agentd.adapters.versions import cached_version, cli_version
-from agentd.records import HarnessAdapterConfig, TokenPrice
+from agentd.records import HarnessAdapterConfig, PolicyDenial, TokenPrice
 from agentd.runner import ProcessResult
 
 RATE_LIMIT = re.compile(r"\b429\b|rate.?limit|too many requests", re.IGNORECASE)
@@ -34,6 +34,7 @@ class ParsedRun:
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    denials: tuple[PolicyDenial, ...] = ()  # what the CLI's permission policy or sandbox refused
 
 
 def scratch(ctx: AttemptContext, name: str) -> Path:
@@ -77,6 +78,7 @@ def to_run(ctx: AttemptContext, result: ProcessResult, parsed: ParsedRun, cli_ve
         cli_version=cli_version,
         diagnostics={**parsed.diagnostics, **({"cli_version": cli_version} if cli_version else {})},
         process=result,
+        denials=parsed.denials,
     )
 
 

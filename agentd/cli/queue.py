@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentd import control
+from agentd.budget import usd
 from agentd.cli.common import (
     add_command,
     agent_store,
@@ -234,6 +235,11 @@ def cmd_task_show(args: argparse.Namespace) -> int:
         for a in attempts:
             pruned = f"  (deleted by retention {ago(a.evidence_pruned_at, now)})" if a.evidence_pruned_at else ""
             print(f"  #{a.attempt_number}  {printable(a.evidence_dir or '(none: the attempt never started)')}{pruned}")
+    denials = [e.payload for e in events if e.type == "policy_denied"]
+    if denials:  # tool calls a harness's permission policy refused; each is a policy_denied event below
+        tools = sorted({str(p["tool"]) for p in denials if "tool" in p})
+        total = sum(p["dropped"] if isinstance(p.get("dropped"), int) else 1 for p in denials)
+        print("\n" + printable(f"denials: {total} tool call(s) refused by the harness ({', '.join(tools)})"))
     print(f"\nevents ({len(events)}; `agentd events --task {task.task_id} --json` has every field)")
     print_table(
         ["SEQ", "TIME", "TYPE", "DETAIL"],
@@ -402,6 +408,27 @@ def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
     print(printable("  ".join(part for part in parts if part)), flush=True)
 
 
+def _budget_line(budget: dict[str, Any]) -> str:
+    """Today's spend against the caps; `~` marks a total some of which agentd estimated (codex)."""
+    caps = (
+        [f"{usd(budget['spent_usd'], budget['estimated'])} of ${budget['daily_usd']:g} today"]
+        if budget["daily_usd"]
+        else [f"{usd(budget['spent_usd'], budget['estimated'])} today"]
+    )
+    caps += [
+        f"{a} {usd(s['spent_usd'], s['estimated'])}" + (f" of ${s['daily_usd']:g}" if s["daily_usd"] else "")
+        for a, s in budget["adapters"].items()
+    ]
+    line = "budget   " + ", ".join(caps) + " (UTC day; ~ = estimated by agentd from the adapter's prices)"
+    holding = budget["holding"]
+    if holding:
+        line += (
+            f"\nBUDGET   {holding['waiting']} task(s) wait until {holding['until']}: {holding['reason']} "
+            f"(priority {budget['urgent_priority']} and more urgent still run)"
+        )
+    return line
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     with agent_store(args, readonly=True) as (config, store):
         now = SystemClock().now()
@@ -417,8 +444,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     waiting = shown["waiting"]
     print(
         f"waiting  {waiting['claimable']} claimable now, {waiting['retry_waiting']} waiting to retry, "
-        f"{waiting['delayed']} delayed, {waiting['approval']} waiting for approval"
+        f"{waiting['delayed']} delayed, {waiting['approval']} waiting for approval, {waiting['budget']} for the budget"
     )
+    if shown["budget"]:
+        print(_budget_line(shown["budget"]))
     if shown["oldest_approval_age_s"] is not None:
         print(f"oldest approval request: waiting {age(shown['oldest_approval_age_s'])} (`agentd approvals`)")
     if shown["paused"]:

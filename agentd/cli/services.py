@@ -135,11 +135,11 @@ def _dispatch_metrics(config: Config, *, one_shot: bool = False) -> DispatchMetr
     from agentd.metrics import dispatch_metrics
 
     enabled = config.metrics.enabled and not one_shot
-    return dispatch_metrics(enabled, config.agent.agent_id, config.db_path, SystemClock())
+    return dispatch_metrics(enabled, config, SystemClock())
 
 
 def _sensor_metrics(config: Config, *, one_shot: bool = False) -> SensorMetrics | NullMetrics:
     from agentd.metrics import sensor_metrics
 
     enabled = config.metrics.enabled and not one_shot
-    return sensor_metrics(enabled, config.agent.agent_id, config.db_path, SystemClock())
+    return sensor_metrics(enabled, config, SystemClock())

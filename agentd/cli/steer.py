@@ -32,6 +32,9 @@ def register_dispatch(dispatch: argparse.ArgumentParser) -> None:
         parser.set_defaults(service=False, log_level=None)
 
 
+HOLDS = {"claim": "its first claim", "side_effects": "its follow-ups and messages"}
+
+
 def cmd_approvals(args: argparse.Namespace) -> int:
     with agent_store(args, readonly=True) as (_, store):
         waiting = store.pending_approvals()
@@ -40,10 +43,17 @@ def cmd_approvals(args: argparse.Namespace) -> int:
         print_json([{**vars(p), "requested_at": format_ts(p.requested_at)} for p in waiting])
         return 0
     rows = [
-        (p.task_id, p.task_type, age((now - p.requested_at).total_seconds()), p.reason or "", p.subject or "")
+        (
+            p.task_id,
+            p.task_type,
+            HOLDS[p.scope],
+            age((now - p.requested_at).total_seconds()),
+            p.reason or "",
+            p.subject or "",
+        )
         for p in waiting
     ]
-    print_table(["TASK", "TYPE", "WAITING", "WHY", "SUBJECT"], rows)
+    print_table(["TASK", "TYPE", "HOLDS", "WAITING", "WHY", "SUBJECT"], rows)
     return 0
 
 
@@ -57,15 +67,19 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 def _resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> int:
     with agent_store(args) as (config, store):
-        task = control.resolve_approval(
+        task, scope = control.resolve_approval(
             config, store, args.task_id, approved=approved, note=note, now=SystemClock().now()
         )
+    who = control.operator()
     if wants_json(args):
         print_json(task)
+    elif scope == "side_effects":
+        went = "go ahead" if approved else "are refused"
+        print(f"task {task.task_id}'s follow-ups and messages {went} ({'approved' if approved else 'denied'} by {who})")
     elif approved:
-        print(f"task {task.task_id} approved by {control.operator()}; it runs when its turn comes")
+        print(f"task {task.task_id} approved by {who}; it runs when its turn comes")
     else:
-        print(f"task {task.task_id} denied by {control.operator()}: {task.status}")
+        print(f"task {task.task_id} denied by {who}: {task.status}")
     return 0
 
 

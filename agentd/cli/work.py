@@ -43,10 +43,11 @@ def register(commands: Any) -> None:
     start.add_argument("--context", default="{}", help="JSON object handed to each step task as its payload")
     start.add_argument("--state", help="start in this state instead of the initial one")
     lst = add_command(workflow, "list", cmd_workflow_list, "workflows, newest first")
-    lst.add_argument("--status", action="append", choices=("active", "completed", "blocked"), default=[])
+    lst.add_argument("--status", action="append", choices=("active", "completed", "blocked", "canceled"), default=[])
     lst.add_argument("--limit", type=count, default=50)
     show = add_command(workflow, "show", cmd_workflow_show, "a workflow's state history with the task of each step")
     show.add_argument("workflow_id", type=record_id, metavar="ID")
+    register_steering(workflow)
 
     schedule = commands.add_parser("schedule", help="recurring schedules").add_subparsers(
         dest="schedule_command", metavar="SUBCOMMAND", required=True
@@ -77,6 +78,27 @@ def register(commands: Any) -> None:
     run = add_command(sensor, "run", cmd_sensor_run, "run one sensor now and record what it observed")
     run.add_argument("sensor_id", metavar="ID")
     run.add_argument("--dry-run", action="store_true", help="print what it would create; write nothing")
+
+
+def register_steering(workflow: Any) -> None:
+    """`agentd workflow signal|unblock|cancel`: the operator's steering acts, each recorded with the
+    OS user who ran the command and why."""
+    signal = add_command(
+        workflow, "signal", cmd_workflow_signal, "apply a signal to an active workflow as if its current step gave it"
+    )
+    signal.add_argument("workflow_id", type=record_id, metavar="ID")
+    signal.add_argument("signal", metavar="SIGNAL", help="one its current state accepts (`workflow show` lists them)")
+    unblock = add_command(
+        workflow, "unblock", cmd_workflow_unblock, "make a blocked workflow active again: it re-enters a state"
+    )
+    unblock.add_argument("workflow_id", type=record_id, metavar="ID")
+    unblock.add_argument("--state", help="enter this state instead of the one it blocked in")
+    cancel = add_command(
+        workflow, "cancel", cmd_workflow_cancel, "end an active or blocked workflow; its queued step task is canceled"
+    )
+    cancel.add_argument("workflow_id", type=record_id, metavar="ID")
+    for parser in (signal, unblock, cancel):
+        parser.add_argument("--reason", help="why: recorded with the act")
 
 
 def cmd_workflow_start(args: argparse.Namespace) -> int:
@@ -147,6 +169,54 @@ def cmd_workflow_show(args: argparse.Namespace) -> int:
     print_table(
         ["SEQ", "TIME", "TYPE", "TASK"], [(e.sequence, format_ts(e.timestamp), e.type, e.task_id) for e in events]
     )
+    return 0
+
+
+def cmd_workflow_signal(args: argparse.Namespace) -> int:
+    with agent_store(args) as (config, store):
+        workflow, change = control.signal_workflow(
+            config, store, args.workflow_id, args.signal, args.reason, SystemClock().now()
+        )
+    if wants_json(args):
+        print_json(workflow)
+    elif change.kind == "complete":
+        print(f"workflow {workflow.workflow_id} completed on signal {args.signal!r} from {control.operator()}")
+    else:
+        print(
+            f"workflow {workflow.workflow_id} moved to {workflow.current_state} (iteration {workflow.iteration}) "
+            f"on signal {args.signal!r} from {control.operator()}"
+        )
+    return 0
+
+
+def cmd_workflow_unblock(args: argparse.Namespace) -> int:
+    with agent_store(args) as (config, store):
+        workflow = control.unblock_workflow(
+            config, store, args.workflow_id, args.state, args.reason, SystemClock().now()
+        )
+    if wants_json(args):
+        print_json(workflow)
+    else:
+        print(
+            f"workflow {workflow.workflow_id} unblocked by {control.operator()}: it re-enters "
+            f"{workflow.current_state} (iteration {workflow.iteration}); the dispatcher creates its step"
+        )
+    return 0
+
+
+def cmd_workflow_cancel(args: argparse.Namespace) -> int:
+    with agent_store(args) as (config, store):
+        canceled = control.cancel_workflow(config, store, args.workflow_id, args.reason, SystemClock().now())
+    if wants_json(args):
+        print_json(vars(canceled))
+        return 0
+    tasks = ", ".join(map(str, canceled.canceled_task_ids))
+    print(
+        f"workflow {canceled.workflow.workflow_id} canceled by {control.operator()}"
+        + (f"; step task {tasks} ended operator_canceled" if tasks else "")
+    )
+    for task_id in canceled.running_task_ids:
+        print(f"  step task {task_id} is running; its signal will be ignored (`agentd task cancel {task_id}` stops it)")
     return 0
 
 

@@ -89,6 +89,10 @@ class ResultPolicy(Record):
     max_follow_ups_per_outcome: int = Field(
         default=10, ge=0, le=1000, description="agentd: one outcome asks for at most this many follow-ups"
     )
+    require_approval_for_side_effects: bool = Field(
+        default=False,
+        description="agentd: an outcome's follow-up tasks and external messages wait for `agentd approve`",
+    )
 
 
 class SubagentProfile(Record):

@@ -65,6 +65,7 @@ AGENTD_EVENT_TYPES = (
     "approval_resolved",
     "dispatch_paused",
     "dispatch_resumed",
+    "budget_held",
     "policy_denied",
     "workflow_signaled",
     "workflow_unblocked",

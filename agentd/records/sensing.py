@@ -9,6 +9,7 @@ from typing import Any
 
 from agentd.records.tasks import SensorEvent
 from agentd.records.work import NewTask
+from agentd.records.workflows import SignalDecision
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,7 @@ class WorkflowStart:
     instance_key: str
     state: str
     context: dict[str, Any] | None
+    signal: str | None = None  # for the existing workflow: see AcceptedEvent.wake
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,13 @@ class AcceptedEvent:
     task: NewTask | None = None
     workflow: WorkflowStart | None = None
     stale: bool = False
+    wake: SignalDecision | None = None  # the workflow's signal, judged on the workflow as it was read
+
+    @property
+    def described(self) -> str:
+        """The observed event, for people: why a sensor signaled a workflow."""
+        source = f" ({self.event.source_ref[:200]})" if self.event.source_ref else ""
+        return f"sensor event {self.event.dedupe_key}{source}"
 
 
 @dataclass(frozen=True)
@@ -43,11 +52,13 @@ class IntakeCounts:
     rejected: int = 0
     workflows_created: int = 0
     workflows_deduped: int = 0
+    workflows_signaled: int = 0
+    signals_ignored: int = 0
     task_ids: list[int] = field(default_factory=list)
 
     def add(self, other: IntakeCounts) -> None:
-        for name in ("recorded", "created", "deduped", "stale", "rejected", "workflows_created", "workflows_deduped"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name, value in other.as_dict().items():
+            setattr(self, name, getattr(self, name) + value)
         self.task_ids += other.task_ids
 
     def as_dict(self) -> dict[str, int]:

@@ -70,6 +70,11 @@ class ProposedWorkflow(Record):
     instance_key: str = Field(min_length=1, max_length=512)
     state: str | None = None
     context: JsonObject | None = None
+    signal: Identifier | None = Field(
+        default=None,
+        description="agentd: wakes the existing workflow for (template, instance_key) as if its current step "
+        "had emitted this signal (seed 000 §5: sensors may create or wake workflows)",
+    )
 
 
 class SensorEvent(Record):

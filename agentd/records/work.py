@@ -4,6 +4,7 @@ decided in the pure middle, written as-is by the store."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -16,6 +17,7 @@ RetryClass = Literal["none", "retryable", "permanent"]
 SideEffects = Literal["none", "possible"]  # none: the adapter never started
 OutboxKind = Literal["follow_up_task", "external_message", "workflow_signal", "constitution_proposal"]
 OutboxStatus = Literal["pending", "applied", "refused", "awaiting_handler"]
+DENIAL_TEXT_CHARS = 300  # each text of a policy_denied event, after redaction
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,42 @@ class OutboxEntry:
 
 
 @dataclass(frozen=True)
+class PolicyDenial:
+    """A tool call the harness's own permission policy or sandbox refused: what the agent tried and
+    was stopped from doing (claude's `permission_denials`, codex's declined commands)."""
+
+    tool: str  # as the harness names it: Bash, Write, command_execution, …
+    summary: str  # the input in short: the command, the path, or the input as compact JSON
+    reason: str | None = None  # as the harness reported it
+    exit_code: int | None = None
+    call_id: str | None = None  # the harness's id for the call (claude's tool_use_id, codex's item id)
+
+    def cleaned(self, clean: Callable[[str], str], limit: int = DENIAL_TEXT_CHARS) -> PolicyDenial:
+        """Every text `clean`ed (redacted) first and bounded after: cutting first could leave half a
+        secret that redaction by value no longer recognises."""
+
+        def bounded(text: str | None) -> str | None:
+            if text is None:
+                return None
+            text = clean(text)
+            return text if len(text) <= limit else text[: limit - 1] + "…"
+
+        return PolicyDenial(
+            bounded(self.tool) or "",
+            bounded(self.summary) or "",
+            bounded(self.reason),
+            self.exit_code,
+            bounded(self.call_id),
+        )
+
+    def payload(self) -> dict[str, Any]:
+        """The `policy_denied` event's payload."""
+        found: dict[str, Any] = {"decision": "denied", "tool": self.tool, "summary": self.summary}
+        optional = {"reason": self.reason, "exit_code": self.exit_code, "call_id": self.call_id}
+        return found | {k: v for k, v in optional.items() if v is not None}
+
+
+@dataclass(frozen=True)
 class AttemptEnd:
     """Everything the outcome commit writes, decided before the transaction starts."""
 
@@ -109,6 +147,9 @@ class AttemptEnd:
     usage: dict[str, Any] = field(default_factory=dict)
     paths: dict[str, str | None] = field(default_factory=dict)
     boot_sweep: bool = False
+    policy_denials: tuple[PolicyDenial, ...] = ()  # one policy_denied event each (capped: agentd/judge.py)
+    policy_denials_dropped: int = 0  # the attempt's denials beyond those: counted in one more event
+    side_effects_held: str | None = None  # why its follow-ups and messages wait for `agentd approve`
 
     @property
     def kind(self) -> str:

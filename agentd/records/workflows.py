@@ -50,7 +50,7 @@ class WorkflowRecord(Record):
     instance_key: str
     current_state: str
     context: JsonObject | None
-    status: Literal["active", "completed", "blocked"]
+    status: Literal["active", "completed", "blocked", "canceled"]
     created_at: Timestamp
     updated_at: Timestamp
     completed_at: Timestamp | None
@@ -107,6 +107,19 @@ class Change:
 
     kind: ChangeKind
     next_state: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SignalDecision:
+    """An outside signal (an operator's, or a sensor's) judged on `judged`, the workflow as it was
+    read: the store applies `change` only if the workflow is still where it was, and records who
+    (`by`) and why (`reason`)."""
+
+    judged: WorkflowRecord
+    signal: str
+    change: Change
+    by: str
     reason: str | None = None
 
 

@@ -22,6 +22,7 @@ from agentd.errors import SchemaMismatch
 from agentd.faults import os_storage_error, storage_error
 from agentd.store.attempts import AttemptVerbs, Planner
 from agentd.store.base import SERVICE_BUSY_RETRY_S, connect
+from agentd.store.budget import BudgetVerbs
 from agentd.store.constitution import ConstitutionVerbs
 from agentd.store.control import ControlVerbs
 from agentd.store.deliveries import DeliveryVerbs
@@ -60,6 +61,7 @@ DB_NAME = "agentd.db"
 class Store(
     TaskVerbs,
     AttemptVerbs,
+    BudgetVerbs,
     LockVerbs,
     OutboxVerbs,
     DeliveryVerbs,

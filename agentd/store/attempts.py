@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agentd.budget import BudgetHold
 from agentd.clock import parse_ts
 from agentd.errors import InputError
 from agentd.hashing import new_ulid
@@ -26,6 +27,8 @@ from agentd.records import (
     TaskRecord,
 )
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
+from agentd.store.budget import ON_HELD_ADAPTER, hold_params
+from agentd.store.control import request_approval
 from agentd.store.rows import attempt_from_row
 from agentd.store.tasks import read_task_or_raise
 
@@ -39,19 +42,36 @@ OUTCOME_SUMMARY_MAX = 4000
 _CLAIM_BRANCH = """SELECT * FROM (
     SELECT id, priority, available_at FROM tasks
     WHERE status IN ('pending', 'retryable_failure') AND awaiting_approval = 0
-      AND priority = {priority} AND available_at <= :now
+      AND priority = {priority} AND available_at <= :now{held}
     ORDER BY available_at, id LIMIT 1)"""
-NEXT_CLAIMABLE_SQL = (
-    "SELECT id FROM ("
-    + " UNION ALL ".join(_CLAIM_BRANCH.format(priority=p) for p in range(1, 11))
-    + ") ORDER BY priority, available_at, id LIMIT 1"
-)
-# One statement, inside BEGIN IMMEDIATE: two dispatchers could never both win the same row.
-CLAIM_SQL = f"""UPDATE tasks
+
+
+def next_claimable_sql(hold: BudgetHold | None = None) -> str:
+    """The next claimable task's id. With a budget hold, priorities less urgent than its
+    urgent_priority are left out (everything) or leave out the tasks of held adapters."""
+    branches = []
+    for priority in range(1, 11):
+        held = ""
+        if hold is not None and priority > hold.urgent_priority:
+            if hold.everything:
+                continue
+            held = f" AND NOT {ON_HELD_ADAPTER}"
+        branches.append(_CLAIM_BRANCH.format(priority=priority, held=held))
+    if not branches:
+        return "SELECT NULL WHERE 0"
+    return "SELECT id FROM (" + " UNION ALL ".join(branches) + ") ORDER BY priority, available_at, id LIMIT 1"
+
+
+def claim_sql(hold: BudgetHold | None = None) -> str:
+    # One statement, inside BEGIN IMMEDIATE: two dispatchers could never both win the same row.
+    return f"""UPDATE tasks
     SET status = 'running', attempt_count = attempt_count + 1,
         started_at = :now, updated_at = :now, finished_at = NULL
-    WHERE id = ({NEXT_CLAIMABLE_SQL})
+    WHERE id = ({next_claimable_sql(hold)})
     RETURNING id"""
+
+
+CLAIM_SQL = claim_sql()
 
 Planner = Callable[[TaskRecord], AttemptPlan]  # pure: the config's choice of adapter and model
 
@@ -59,15 +79,20 @@ Planner = Callable[[TaskRecord], AttemptPlan]  # pure: the config's choice of ad
 class AttemptVerbs(StoreBase):
     # --- claiming -------------------------------------------------------------------------------
 
-    def claim_next_task(self, now: datetime, runner_id: str, plan: Planner, evidence_root: Path) -> Claim | None:
-        """Claim the next task and open its attempt (task_claimed), or None if nothing is due.
+    def claim_next_task(
+        self, now: datetime, runner_id: str, plan: Planner, evidence_root: Path, hold: BudgetHold | None = None
+    ) -> Claim | None:
+        """Claim the next task and open its attempt (task_claimed), or None if nothing is due (or
+        what is due waits for the budget: `hold`).
 
         `plan` is pure (config lookups only). A task the config can no longer run ends
         permanent_failure with the reason; a row that no longer reads back as a task (edited by
         hand, written by an older agentd) is failed the same way and the claim moves on: no single
         row can block the queue."""
+        sql = CLAIM_SQL if hold is None else claim_sql(hold)
+        params: dict[str, Any] = {"now": ts(now), **hold_params(hold)}
         with self._transaction():
-            while (row := self._conn.execute(CLAIM_SQL, {"now": ts(now)}).fetchone()) is not None:
+            while (row := self._conn.execute(sql, params).fetchone()) is not None:
                 try:
                     task = read_task_or_raise(self, row["id"])
                 except Exception as exc:
@@ -196,10 +221,21 @@ class AttemptVerbs(StoreBase):
             self._update_task(end)
             workflow_id = self._conn.execute("SELECT workflow_id FROM tasks WHERE id = ?", (end.task_id,)).fetchone()[0]
             ids = {"task_id": end.task_id, "attempt_id": end.attempt_id, "workflow_id": workflow_id}
+            self._append_denials(end, ids)
             self._insert_artifacts(end, ids)
             self._insert_outbox(end, ids)
             self._append_events_of(end, ids)
         return read_task_or_raise(self, end.task_id)
+
+    def _append_denials(self, end: AttemptEnd, ids: dict[str, Any]) -> None:
+        """What the harness's permission policy refused during the attempt: one event each, then
+        one that counts those beyond the cap (redacted and bounded by agentd/attempt_end.py, capped
+        by agentd/judge.py)."""
+        for denial in end.policy_denials:
+            self._append_event("policy_denied", end.ended_at, **ids, payload=denial.payload())
+        if end.policy_denials_dropped:
+            dropped = {"decision": "denied", "dropped": end.policy_denials_dropped, "recorded": len(end.policy_denials)}
+            self._append_event("policy_denied", end.ended_at, **ids, payload=dropped)
 
     def _insert_artifacts(self, end: AttemptEnd, ids: dict[str, Any]) -> None:
         for artifact in end.artifacts:
@@ -246,6 +282,8 @@ class AttemptVerbs(StoreBase):
                 self._append_event(
                     "outbox_refused", end.ended_at, **ids, payload={"kind": entry.kind, **(entry.result or {})}
                 )
+        if end.side_effects_held:
+            request_approval(self, end.task_id, end.side_effects_held, end.ended_at, scope="side_effects")
 
     def _close_attempt(self, end: AttemptEnd) -> None:
         usage = end.usage

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from agentd.clock import parse_ts
 from agentd.errors import InputError
 from agentd.hashing import new_ulid
 from agentd.records import TaskOutcome, TaskRecord
 from agentd.store.base import StoreBase, ts
+from agentd.store.outbox import held_side_effects, settle
 from agentd.store.tasks import cancel_waiting, read_task_or_raise
+
+ApprovalScope = Literal["claim", "side_effects"]  # before its first claim, or its outcome's side effects
 
 
 @dataclass(frozen=True)
@@ -22,6 +26,7 @@ class PendingApproval:
     subject: str | None
     reason: str | None
     requested_at: datetime
+    scope: ApprovalScope = "claim"
 
 
 @dataclass(frozen=True)
@@ -35,29 +40,38 @@ class Pause:
         return f"paused since {ts(self.paused_at)} by {self.paused_by}{why}"
 
 
-def request_approval(store: StoreBase, task_id: int, reason: str, now: datetime) -> None:
-    """Hold a task before its first claim; the caller holds the transaction."""
+def request_approval(
+    store: StoreBase, task_id: int, reason: str, now: datetime, *, scope: ApprovalScope = "claim"
+) -> None:
+    """Hold a task before its first claim (`claim`), or its completed outcome's follow-ups and
+    messages in the outbox (`side_effects`); the caller holds the transaction."""
     approval_id = new_ulid(store.clock)
-    store._conn.execute("UPDATE tasks SET awaiting_approval = 1 WHERE id = ?", (task_id,))
+    if scope == "claim":
+        store._conn.execute("UPDATE tasks SET awaiting_approval = 1 WHERE id = ?", (task_id,))
     store._conn.execute(
-        "INSERT INTO approvals (approval_id, task_id, reason, requested_at) VALUES (?, ?, ?, ?)",
-        (approval_id, task_id, reason, ts(now)),
+        "INSERT INTO approvals (approval_id, task_id, reason, requested_at, scope) VALUES (?, ?, ?, ?, ?)",
+        (approval_id, task_id, reason, ts(now), scope),
     )
-    store._append_event(
-        "approval_requested", now, task_id=task_id, payload={"approval_id": approval_id, "reason": reason}
-    )
+    payload = {"approval_id": approval_id, "reason": reason} | ({"scope": scope} if scope != "claim" else {})
+    store._append_event("approval_requested", now, task_id=task_id, payload=payload)
 
 
 class ControlVerbs(StoreBase):
-    def resolve_approval(self, task_id: int, *, approved: bool, by: str, note: str | None, now: datetime) -> TaskRecord:
-        """Approve (the task becomes claimable) or deny (it ends operator_canceled with the reason)."""
+    def resolve_approval(
+        self, task_id: int, *, approved: bool, by: str, note: str | None, now: datetime
+    ) -> tuple[TaskRecord, ApprovalScope]:
+        """Approve (the task becomes claimable) or deny (it ends operator_canceled with the reason);
+        for a side-effects approval, its held follow-ups and messages go ahead or are refused."""
         with self._transaction():
             task = read_task_or_raise(self, task_id)
             row = self._conn.execute(
-                "SELECT approval_id FROM approvals WHERE task_id = ? AND status = 'pending'", (task_id,)
+                "SELECT approval_id, scope FROM approvals WHERE task_id = ? AND status = 'pending'", (task_id,)
             ).fetchone()
             if row is None:
                 raise InputError(f"task {task_id} is not waiting for approval (it is {task.status})")
+            if row[1] == "side_effects":
+                self._resolve_side_effects(task, row[0], approved=approved, by=by, note=note, now=now)
+                return read_task_or_raise(self, task_id), "side_effects"
             self._conn.execute(
                 """UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, reason = COALESCE(?, reason)
                    WHERE approval_id = ?""",
@@ -76,16 +90,39 @@ class ControlVerbs(StoreBase):
             if not approved:
                 summary = f"denied by {by}: {note}" if note else f"denied by {by}"
                 cancel_waiting(self, task_id, TaskOutcome.failure(summary, "operator_canceled"), now)
-            return read_task_or_raise(self, task_id)
+            return read_task_or_raise(self, task_id), "claim"
+
+    def _resolve_side_effects(
+        self, task: TaskRecord, approval_id: str, *, approved: bool, by: str, note: str | None, now: datetime
+    ) -> None:
+        """Approved: the held follow-ups and messages are applied by the dispatcher's outbox, once.
+        Denied: each is settled refused with who and why; the task itself stays as it ended."""
+        held = held_side_effects(self, task.task_id)
+        self._conn.execute(
+            """UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, reason = COALESCE(?, reason)
+               WHERE approval_id = ?""",
+            ("approved" if approved else "rejected", ts(now), by, note, approval_id),
+        )
+        decision = "approved" if approved else "denied"
+        self._append_event(
+            "approval_resolved",
+            now,
+            task_id=task.task_id,
+            payload={"approval_id": approval_id, "decision": decision, "by": by, "note": note, "scope": "side_effects"},
+        )
+        if not approved:
+            reason = f"denied by {by}: {note}" if note else f"denied by {by}"
+            for entry in held:
+                settle(self, entry, "refused", {"reason": reason}, now)
 
     def pending_approvals(self) -> list[PendingApproval]:
         """What waits for an operator, oldest first."""
         rows = self._conn.execute(
-            """SELECT p.approval_id, p.task_id, t.task_type, t.subject, p.reason, p.requested_at
+            """SELECT p.approval_id, p.task_id, t.task_type, t.subject, p.reason, p.requested_at, p.scope
                FROM approvals p JOIN tasks t ON t.id = p.task_id
                WHERE p.status = 'pending' ORDER BY p.requested_at, p.task_id"""
         ).fetchall()
-        return [PendingApproval(r[0], r[1], r[2], r[3], r[4], parse_ts(r[5])) for r in rows]
+        return [PendingApproval(r[0], r[1], r[2], r[3], r[4], parse_ts(r[5]), r[6]) for r in rows]
 
     def pause_dispatch(self, by: str, reason: str | None, now: datetime) -> tuple[Pause, bool]:
         """(the pause, whether this call made it): pausing a paused dispatcher changes nothing."""

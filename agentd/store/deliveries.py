@@ -13,15 +13,16 @@ from agentd.errors import InputError, NotFound
 from agentd.records import OutboxEntry
 from agentd.records.messages import Delivery, DeliveryStep, OutboxItem
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
-from agentd.store.outbox import settle, still_pending
+from agentd.store.outbox import HELD, entry_from_row, settle, still_pending
 
 DELIVERY = """SELECT d.outbox_id, o.idempotency_key, o.task_id, o.payload, d.handler_id, d.status, d.attempts,
        d.in_flight, d.next_attempt_at, d.last_error
 FROM deliveries d JOIN outbox o ON o.id = d.outbox_id"""
 # A message's state folds its delivery in: pending, delivered or failed while it has one; else the
 # outbox row's own status (pending, applied, refused, awaiting_handler: recorded before handlers existed).
-ITEM = """SELECT o.id, o.kind, o.idempotency_key, o.task_id, o.result, o.created_at, o.applied_at,
-       COALESCE(d.status, o.status) AS state, d.handler_id, d.attempts, d.next_attempt_at, d.last_error
+ITEM = f"""SELECT o.id, o.kind, o.idempotency_key, o.task_id, o.result, o.created_at, o.applied_at,
+       COALESCE(d.status, o.status) AS state, d.handler_id, d.attempts, d.next_attempt_at, d.last_error,
+       o.status = 'pending' AND {HELD} AS held
 FROM outbox o LEFT JOIN deliveries d ON d.outbox_id = o.id"""
 INTERRUPTED = (
     "interrupted: the dispatcher stopped during this attempt; the receiver may have the message, "
@@ -58,7 +59,7 @@ def item_from_row(row: sqlite3.Row) -> OutboxItem:
         attempts=row["attempts"] or 0,
         next_attempt_at=parse_optional_ts(row["next_attempt_at"]),
         last_error=row["last_error"],
-        reason=result.get("reason"),
+        reason=result.get("reason") or (f"held until `agentd approve {row['task_id']}`" if row["held"] else None),
         created_at=created_at,
         settled_at=parse_optional_ts(row["applied_at"]),
     )
@@ -216,16 +217,7 @@ class DeliveryVerbs(StoreBase):
         row = self._conn.execute("SELECT * FROM outbox WHERE id = ?", (outbox_id,)).fetchone()
         if row is None:
             raise NotFound(f"no outbox entry {outbox_id}; `agentd outbox list` shows them")
-        return OutboxEntry(
-            row["kind"],
-            row["idempotency_key"],
-            loads(row["payload"]),
-            row["status"],
-            loads(row["result"]),
-            outbox_id=row["id"],
-            task_id=row["task_id"],
-            attempt_id=row["attempt_id"],
-        )
+        return entry_from_row(row)
 
     def list_outbox(self, *, state: str | None = None, limit: int = 50) -> list[OutboxItem]:
         """Newest first; only those in `state` when given (a message's delivery state counts)."""

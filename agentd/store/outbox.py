@@ -34,23 +34,41 @@ def settle(store: StoreBase, entry: OutboxEntry, status: OutboxStatus, result: d
     )
 
 
+# An entry of a kind result_policy.require_approval_for_side_effects holds, while its task's
+# side-effects approval waits for an operator (store/control.py).
+HELD = """o.kind IN ('follow_up_task', 'external_message') AND EXISTS (SELECT 1 FROM approvals a
+    WHERE a.task_id = o.task_id AND a.scope = 'side_effects' AND a.status = 'pending')"""
+
+
+def entry_from_row(r: Any) -> OutboxEntry:
+    return OutboxEntry(
+        r["kind"],
+        r["idempotency_key"],
+        loads(r["payload"]),
+        r["status"],
+        loads(r["result"]),
+        outbox_id=r["id"],
+        task_id=r["task_id"],
+        attempt_id=r["attempt_id"],
+    )
+
+
+def held_side_effects(store: StoreBase, task_id: int) -> list[OutboxEntry]:
+    """The task's pending follow-ups and messages that its side-effects approval holds."""
+    rows = store._conn.execute(
+        f"SELECT o.* FROM outbox o WHERE o.task_id = ? AND o.status = 'pending' AND {HELD} ORDER BY o.id",
+        (task_id,),
+    ).fetchall()
+    return [entry_from_row(r) for r in rows]
+
+
 class OutboxVerbs(StoreBase):
     def pending_outbox(self, limit: int = 100) -> list[OutboxEntry]:
+        """Pending entries to apply now, in order: those an operator's approval holds are left."""
         rows = self._conn.execute(
-            "SELECT * FROM outbox WHERE status = 'pending' ORDER BY id LIMIT ?", (limit,)
+            f"SELECT o.* FROM outbox o WHERE o.status = 'pending' AND NOT ({HELD}) ORDER BY o.id LIMIT ?", (limit,)
         ).fetchall()
-        return [
-            OutboxEntry(
-                r["kind"],
-                r["idempotency_key"],
-                loads(r["payload"]),
-                r["status"],
-                outbox_id=r["id"],
-                task_id=r["task_id"],
-                attempt_id=r["attempt_id"],
-            )
-            for r in rows
-        ]
+        return [entry_from_row(r) for r in rows]
 
     def apply_follow_up(
         self, entry: OutboxEntry, new: NewTask | None, refusal: str | None, now: datetime

@@ -19,7 +19,7 @@ SHOWN_IDS = 100  # task ids an event names; the rest are counted
 DELETABLE_TASKS = f"""
     SELECT t.id FROM tasks t LEFT JOIN workflows w ON w.id = t.workflow_id
     WHERE t.finished_at < :cutoff AND t.status IN ({TERMINAL})
-      AND (t.workflow_id IS NULL OR w.status = 'completed')
+      AND (t.workflow_id IS NULL OR w.status IN ('completed', 'canceled'))
       AND NOT EXISTS (SELECT 1 FROM events e WHERE e.task_id = t.id AND e.sequence > :through)
       AND NOT EXISTS (SELECT 1 FROM task_attempts a WHERE a.task_id = t.id AND a.evidence_dir IS NOT NULL
                       AND a.evidence_pruned_at IS NULL

@@ -7,10 +7,18 @@ from datetime import datetime
 from typing import Any
 
 from agentd.clock import parse_ts
-from agentd.records import AcceptedEvent, IntakeCounts, OpenSensorRun, RejectedLine, SensorState
+from agentd.records import (
+    AcceptedEvent,
+    Change,
+    IntakeCounts,
+    OpenSensorRun,
+    RejectedLine,
+    SensorState,
+    SignalDecision,
+)
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
 from agentd.store.tasks import insert_task
-from agentd.store.workflows import insert_workflow
+from agentd.store.workflows import apply_signal, insert_workflow, read_workflow
 
 MAX_REJECTION_EVENTS = 100  # per run; the rest are counted in sensor_run_finished
 
@@ -82,15 +90,35 @@ class SensingVerbs(StoreBase):
                 f"sensor:{sensor_id}",
                 sensor_id,
             )
-            kind = "sensor_workflow_created" if created else "sensor_workflow_deduped"
-            self._append_event(kind, now, workflow_id=workflow_id, **ids)
-            counts.workflows_created += int(created)
-            counts.workflows_deduped += int(not created)
+            if created or start.signal is None:
+                kind = "sensor_workflow_created" if created else "sensor_workflow_deduped"
+                # a signal wakes an existing workflow; a new one starts in its state
+                noted = {"signal": start.signal, "signal_applied": False} if start.signal else {}
+                self._append_event(kind, now, workflow_id=workflow_id, **(ids | {"payload": ids["payload"] | noted}))
+                counts.workflows_created += int(created)
+                counts.workflows_deduped += int(not created)
+            else:
+                self._wake_workflow(sensor_id, item, workflow_id, start.signal, now, counts)
             result = "created"
         self._conn.execute(
             "UPDATE sensor_events SET result = ?, task_id = ?, workflow_id = ? WHERE id = ?",
             (result, task_id, workflow_id, row[0]),
         )
+
+    def _wake_workflow(
+        self, sensor_id: str, item: AcceptedEvent, workflow_id: int, signal: str, now: datetime, counts: IntakeCounts
+    ) -> None:
+        """The event's signal for the workflow that exists, judged before this transaction: applied
+        if the workflow is still where it was judged, else recorded as not applied, and why."""
+        decision = item.wake
+        if decision is None or decision.judged.workflow_id != workflow_id:  # it appeared after the judging
+            reason = "the workflow was created while this event was judged"
+            ignored = Change("ignore", reason=reason)
+            judged = read_workflow(self, workflow_id)
+            decision = SignalDecision(judged, signal, ignored, f"sensor:{sensor_id}", item.described)
+        refusal = apply_signal(self, decision, f"sensor:{sensor_id}", now, sensor_id)
+        counts.workflows_signaled += int(refusal is None)
+        counts.signals_ignored += int(refusal is not None)
 
     def begin_sensor_run(self, sensor_id: str, run_id: str, owner: dict[str, Any], now: datetime) -> None:
         """A run is in flight, and whose: a restarted service sweeps what a dead owner left running."""

@@ -98,6 +98,21 @@ def cancel_waiting(store: StoreBase, task_id: int, outcome: TaskOutcome, now: da
         task_id=task_id,
         payload={"status": "operator_canceled", "summary": outcome.operator_summary},
     )
+    _close_approvals(store, task_id, outcome.operator_summary, now)
+
+
+def _close_approvals(store: StoreBase, task_id: int, why: str, now: datetime) -> None:
+    """A canceled task waits for no operator: its pending approval is closed (denied, with the
+    cancel's summary), or `approvals` and the oldest-approval gauge would keep it forever."""
+    rows = store._conn.execute(
+        """UPDATE approvals SET status = 'rejected', decided_at = ?, decided_by = 'agentd', reason = ?
+           WHERE task_id = ? AND status = 'pending' RETURNING approval_id""",
+        (ts(now), why, task_id),
+    ).fetchall()
+    store._conn.execute("UPDATE tasks SET awaiting_approval = 0 WHERE id = ? AND awaiting_approval = 1", (task_id,))
+    for (approval_id,) in rows:
+        payload = {"approval_id": approval_id, "decision": "denied", "by": "agentd", "note": f"task canceled: {why}"}
+        store._append_event("approval_resolved", now, task_id=task_id, payload=payload)
 
 
 class TaskVerbs(StoreBase):

@@ -1,19 +1,42 @@
-"""Workflows: instances, their state entries, step tasks and signals (seed 000 §10).
+"""Workflows: instances, their state entries, step tasks and signals (seed 000 §10), and the
+operator's steering acts on them (signal, unblock, cancel).
 
 The workflow engine (agentd/workflows.py) decides; these verbs write its decisions, each after
 re-checking that the workflow is still where it was when the decision was made."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agentd.errors import NotFound
-from agentd.records import Change, OutboxEntry, StepDecision, TaskRecord, WorkflowRecord
+from agentd.errors import InputError, NotFound
+from agentd.records import (
+    TERMINAL_STATUSES,
+    Change,
+    OutboxEntry,
+    SignalDecision,
+    StepDecision,
+    TaskOutcome,
+    TaskRecord,
+    WorkflowRecord,
+)
 from agentd.store.base import StoreBase, dumps, loads, ts
 from agentd.store.outbox import settle, still_pending
 from agentd.store.rows import workflow_from_row
-from agentd.store.tasks import insert_task, read_task_or_raise
+from agentd.store.tasks import cancel_waiting, insert_task, read_task_or_raise
+
+SUMMARY_CHARS = 500  # of a step task's outcome summary when a steering act ends it
+
+
+@dataclass(frozen=True)
+class WorkflowCancel:
+    """A canceled workflow, the queued step tasks that ended with it, and a running one left to finish
+    (its signal is ignored: the workflow is no longer active)."""
+
+    workflow: WorkflowRecord
+    canceled_task_ids: list[int]
+    running_task_ids: list[int]
 
 
 def insert_workflow(
@@ -58,6 +81,121 @@ def insert_workflow(
     return row[0], True
 
 
+def read_workflow(store: StoreBase, workflow_id: int) -> WorkflowRecord:
+    row = store._conn.execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"workflow {workflow_id} does not exist; `agentd workflow list` shows them")
+    return workflow_from_row(row)
+
+
+def move_workflow(
+    store: StoreBase, workflow: WorkflowRecord, change: Change, signal: str | None, now: datetime, task_id: int | None
+) -> None:
+    """Write a transition (a new iteration of the next state) or a completion, with its event; the
+    caller holds the transaction."""
+    wid = workflow.workflow_id
+    if change.kind == "transition" and change.next_state is not None:
+        _enter_state(store, wid, change.next_state, now)
+        payload = {"from": workflow.current_state, "to": change.next_state, "signal": signal}
+        store._append_event(
+            "workflow_transitioned",
+            now,
+            workflow_id=wid,
+            task_id=task_id,
+            payload={**payload, "iteration": workflow.iteration + 1},
+        )
+    elif change.kind == "complete":
+        store._conn.execute(
+            "UPDATE workflows SET status = 'completed', completed_at = ?, updated_at = ? WHERE id = ?",
+            (ts(now), ts(now), wid),
+        )
+        store._append_event(
+            "workflow_completed",
+            now,
+            workflow_id=wid,
+            task_id=task_id,
+            payload={"state": workflow.current_state, "signal": signal},
+        )
+
+
+def _enter_state(store: StoreBase, workflow_id: int, state: str, now: datetime) -> None:
+    """The workflow enters `state` as a new iteration, active (an unblocked one too)."""
+    row = store._conn.execute("SELECT state_entries FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+    entries = dict(loads(row[0]))
+    entries[state] = entries.get(state, 0) + 1
+    store._conn.execute(
+        """UPDATE workflows SET status = 'active', blocked_reason = NULL, current_state = ?,
+               iteration = iteration + 1, state_entries = ?, updated_at = ? WHERE id = ?""",
+        (state, dumps(entries), ts(now), workflow_id),
+    )
+
+
+def apply_signal(
+    store: StoreBase, decision: SignalDecision, origin: str, now: datetime, sensor_id: str | None = None
+) -> str | None:
+    """Apply an outside signal if the workflow is still where it was judged, and record it
+    (workflow_signaled: applied, or not and why); the caller holds the transaction. Returns why it
+    was not applied (None: it was). The queued step task of the state it leaves ends
+    operator_canceled; a running one refuses the signal (the step's own signal is on its way)."""
+    current = read_workflow(store, decision.judged.workflow_id)
+    step = _open_step(store, current)
+    refusal = _signal_refusal(decision, current, step)
+    payload: dict[str, Any] = {
+        "signal": decision.signal,
+        "by": decision.by,
+        "reason": decision.reason,
+        "origin": origin,
+        "state": current.current_state,
+        "iteration": current.iteration,
+        "applied": refusal is None,
+    }
+    if refusal is None:
+        payload |= {"move": decision.change.kind, "to": decision.change.next_state}
+        payload |= {"canceled_task_id": step[0]} if step else {}
+    else:
+        payload["refusal"] = refusal
+    store._append_event("workflow_signaled", now, workflow_id=current.workflow_id, sensor_id=sensor_id, payload=payload)
+    if refusal is not None:
+        return refusal
+    if step is not None:
+        why = f"workflow {current.workflow_id} left {current.current_state} on signal {decision.signal!r}"
+        why += f" from {decision.by}"
+        cancel_waiting(store, step[0], TaskOutcome.failure(why[:SUMMARY_CHARS], "operator_canceled"), now)
+    move_workflow(store, current, decision.change, decision.signal, now, None)
+    return None
+
+
+def _open_step(store: StoreBase, workflow: WorkflowRecord) -> tuple[int, str] | None:
+    """(id, status) of the current entry's step task, if it has not ended."""
+    row = store._conn.execute(
+        f"""SELECT id, status FROM tasks WHERE workflow_id = ? AND workflow_state = ? AND workflow_iteration = ?
+               AND status NOT IN ({", ".join("?" * len(TERMINAL_STATUSES))})""",
+        (workflow.workflow_id, workflow.current_state, workflow.iteration, *TERMINAL_STATUSES),
+    ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def _signal_refusal(decision: SignalDecision, current: WorkflowRecord, step: tuple[int, str] | None) -> str | None:
+    judged = decision.judged
+    if (current.status, current.current_state, current.iteration) != (
+        judged.status,
+        judged.current_state,
+        judged.iteration,
+    ):
+        return (
+            f"the workflow moved on while the signal was judged (it is {current.status} at "
+            f"{current.current_state}#{current.iteration})"
+        )
+    if decision.change.kind not in ("transition", "complete"):
+        return decision.change.reason or f"signal {decision.signal!r} does not apply"
+    if step is not None and step[1] == "running":
+        return (
+            f"its {current.current_state} step, task {step[0]}, is running and will give its own signal "
+            f"(`agentd task cancel {step[0]}` stops it)"
+        )
+    return None
+
+
 class WorkflowVerbs(StoreBase):
     def create_workflow(
         self,
@@ -77,11 +215,15 @@ class WorkflowVerbs(StoreBase):
         row = self._conn.execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
         return None if row is None else workflow_from_row(row)
 
+    def find_workflow(self, workflow_type: str, instance_key: str) -> tuple[WorkflowRecord, dict[str, int]] | None:
+        """The workflow for (type, instance key) and its state entries, if it exists."""
+        row = self._conn.execute(
+            "SELECT * FROM workflows WHERE workflow_type = ? AND instance_key = ?", (workflow_type, instance_key)
+        ).fetchone()
+        return None if row is None else (workflow_from_row(row), dict(loads(row["state_entries"])))
+
     def get_workflow_or_raise(self, workflow_id: int) -> WorkflowRecord:
-        workflow = self.get_workflow(workflow_id)
-        if workflow is None:
-            raise NotFound(f"workflow {workflow_id} does not exist; `agentd workflow list` shows them")
-        return workflow
+        return read_workflow(self, workflow_id)
 
     def list_workflows(self, *, statuses: tuple[str, ...] = (), limit: int = 50) -> list[WorkflowRecord]:
         where = f"WHERE status IN ({', '.join('?' * len(statuses))})" if statuses else ""
@@ -107,6 +249,86 @@ class WorkflowVerbs(StoreBase):
             "SELECT id, workflow_type, instance_key, current_state FROM workflows WHERE status = 'active'"
         ).fetchall()
         return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    # --- the operator's steering acts -----------------------------------------------------------
+
+    def signal_workflow(self, decision: SignalDecision, now: datetime) -> WorkflowRecord:
+        """Apply the operator's signal, judged on `decision.judged`, once; InputError (nothing
+        written) if it cannot apply or the workflow moved on meanwhile."""
+        with self._transaction():
+            refusal = apply_signal(self, decision, "operator:cli", now)
+            if refusal is not None:
+                raise InputError(f"workflow {decision.judged.workflow_id}: {refusal}; nothing was changed")
+            return read_workflow(self, decision.judged.workflow_id)
+
+    def unblock_workflow(
+        self, judged: WorkflowRecord, state: str, by: str, reason: str | None, now: datetime
+    ) -> WorkflowRecord:
+        """A blocked workflow becomes active, entering `state` as a new iteration (the engine creates
+        its step task); InputError (nothing written) if it is no longer blocked where it was judged."""
+        with self._transaction():
+            current = read_workflow(self, judged.workflow_id)
+            if current.status != "blocked" or (current.current_state, current.iteration) != (
+                judged.current_state,
+                judged.iteration,
+            ):
+                raise InputError(
+                    f"workflow {current.workflow_id} is {current.status} at {current.current_state}"
+                    f"#{current.iteration}, not blocked where it was judged; nothing was changed"
+                )
+            _enter_state(self, current.workflow_id, state, now)
+            self._append_event(
+                "workflow_unblocked",
+                now,
+                workflow_id=current.workflow_id,
+                payload={
+                    "by": by,
+                    "reason": reason,
+                    "from": current.current_state,
+                    "to": state,
+                    "iteration": current.iteration + 1,
+                    "blocked_reason": current.blocked_reason,
+                },
+            )
+            return read_workflow(self, current.workflow_id)
+
+    def cancel_workflow(self, workflow_id: int, by: str, reason: str | None, now: datetime) -> WorkflowCancel:
+        """An active or blocked workflow ends canceled; its queued step tasks end operator_canceled,
+        a running one is left to finish (its signal is then ignored)."""
+        with self._transaction():
+            current = read_workflow(self, workflow_id)
+            if current.status not in ("active", "blocked"):
+                raise InputError(
+                    f"workflow {workflow_id} is already {current.status}; only an active or blocked one can be canceled"
+                )
+            open_steps = self._conn.execute(
+                f"""SELECT id, status FROM tasks WHERE workflow_id = ?
+                       AND status NOT IN ({", ".join("?" * len(TERMINAL_STATUSES))}) ORDER BY id""",
+                (workflow_id, *TERMINAL_STATUSES),
+            ).fetchall()
+            running = [r[0] for r in open_steps if r[1] == "running"]
+            queued = [r[0] for r in open_steps if r[1] != "running"]
+            self._conn.execute(
+                "UPDATE workflows SET status = 'canceled', updated_at = ? WHERE id = ?", (ts(now), workflow_id)
+            )
+            self._append_event(
+                "workflow_canceled",
+                now,
+                workflow_id=workflow_id,
+                payload={
+                    "by": by,
+                    "reason": reason,
+                    "from_status": current.status,
+                    "state": current.current_state,
+                    "iteration": current.iteration,
+                    "canceled_task_ids": queued,
+                    "running_task_ids": running,
+                },
+            )
+            why = f"workflow {workflow_id} canceled by {by}" + (f": {reason}" if reason else "")
+            for task_id in queued:
+                cancel_waiting(self, task_id, TaskOutcome.failure(why[:SUMMARY_CHARS], "operator_canceled"), now)
+            return WorkflowCancel(read_workflow(self, workflow_id), queued, running)
 
     # --- step tasks -----------------------------------------------------------------------------
 
@@ -183,37 +405,10 @@ class WorkflowVerbs(StoreBase):
         return change
 
     def _apply_change(self, entry: OutboxEntry, workflow: WorkflowRecord, change: Change, now: datetime) -> None:
-        wid, signal = workflow.workflow_id, entry.payload.get("signal")
-        if change.kind == "transition" and change.next_state is not None:
-            entries = self.state_entries(wid)
-            entries[change.next_state] = entries.get(change.next_state, 0) + 1
-            self._conn.execute(
-                """UPDATE workflows SET current_state = ?, iteration = iteration + 1, state_entries = ?,
-                       updated_at = ? WHERE id = ?""",
-                (change.next_state, dumps(entries), ts(now), wid),
-            )
-            payload = {"from": workflow.current_state, "to": change.next_state, "signal": signal}
-            self._append_event(
-                "workflow_transitioned",
-                now,
-                workflow_id=wid,
-                task_id=entry.task_id,
-                payload={**payload, "iteration": workflow.iteration + 1},
-            )
-        elif change.kind == "complete":
-            self._conn.execute(
-                "UPDATE workflows SET status = 'completed', completed_at = ?, updated_at = ? WHERE id = ?",
-                (ts(now), ts(now), wid),
-            )
-            self._append_event(
-                "workflow_completed",
-                now,
-                workflow_id=wid,
-                task_id=entry.task_id,
-                payload={"state": workflow.current_state, "signal": signal},
-            )
-        elif change.kind == "block":
-            self._block_workflow(wid, change.reason or "blocked", now, task_id=entry.task_id)
+        if change.kind == "block":
+            self._block_workflow(workflow.workflow_id, change.reason or "blocked", now, task_id=entry.task_id)
+        else:
+            move_workflow(self, workflow, change, entry.payload.get("signal"), now, task_id=entry.task_id)
 
     def _block_workflow(self, workflow_id: int, reason: str, now: datetime, task_id: int | None = None) -> None:
         self._conn.execute(
