@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := config/identity.example.toml
 
-.PHONY: run test test-fast test-harness test-slow chaos lint bench clean
+.PHONY: run test test-fast test-harness test-slow chaos lint bench bench-quick clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentd needs python3 >= 3.11, found " + sys.version.split()[0] + "; run: make PYTHON=python3.11 ...")'
@@ -18,6 +18,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $@ $(VENV)/.installed
+
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	@touch $@ $(VENV)/.installed $(VENV)/.installed-test
 
 ## run: initialise var/demo from the embedded default config and run both services in the foreground
 run: $(VENV)/.installed
@@ -53,9 +57,14 @@ test-slow: $(VENV)/.installed-test
 chaos: $(VENV)/.installed-test
 	$(BIN)/python tests/chaos.py --kills 60
 
-## bench: the benchmark suite at full size; rewrites bench/BENCHMARKS.md
-bench: $(VENV)/.installed-test
+## bench: issue #13's goals side by side (agentd, raw sqlite3, huey, persist-queue, a bare spawn), five
+## interleaved repetitions, PASS/FAIL per goal; rewrites bench/BENCHMARKS.md (about 2½ minutes on 2 cores)
+bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/run.py --write
+
+## bench-quick: the same at tiny sizes, once: proves the suite runs (nothing judged, nothing written)
+bench-quick: $(VENV)/.installed-bench
+	$(BIN)/python bench/run.py --quick
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check agentd tests bench

@@ -111,6 +111,11 @@ def read_trace(path: Path) -> list[dict[str, Any]]:
         data = path.read_bytes()
     except FileNotFoundError:
         return []
+    return parse_trace(data)
+
+
+def parse_trace(data: bytes) -> list[dict[str, Any]]:
+    """action_trace.jsonl's bytes as read_trace reads them (for a caller that has read them already)."""
     rows = []
     for number, line in enumerate(data.split(b"\n"), 1):
         if not line.strip():

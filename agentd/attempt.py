@@ -188,8 +188,8 @@ class AttemptPreparer:
         }
         env_file = getattr(adapter, "env_file", None)
         return child_environment(
-            home=paths.scratch / "home",
-            tmp=paths.scratch / "tmp",
+            home=paths.scratch,
+            tmp=paths.scratch,
             env_file=Path(env_file) if env_file else None,
             env=getattr(adapter, "env", None),
             agentd=agentd,

@@ -15,13 +15,13 @@ elsewhere, recorded before the rewrite, catches that. Adapters run as that same 
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentd.evidence import MANIFEST, check_attempt_dir
-from agentd.hashing import sha256_file
+from agentd.evidence import MANIFEST, inspect_attempt_dir
 from agentd.records import TaskAttempt
 from agentd.store import Store
 
@@ -114,18 +114,18 @@ def _attempt_findings(state_dir: Path, attempt: TaskAttempt, sealed: tuple[int, 
         return [Finding(str(root), "still present after it was pruned")] if root.exists() else []
     if not root.is_dir():
         return [Finding(str(root), f"attempt {attempt.attempt_id} of task {attempt.task_id} has no evidence folder")]
-    manifest, problems = check_attempt_dir(root)
-    findings = [_as_finding(problem) for problem in problems]
-    if sealed is not None and (root / MANIFEST).is_file():
+    evidence = inspect_attempt_dir(root)  # the manifest's bytes read once: judged, and hashed for the chain
+    findings = [_as_finding(problem) for problem in evidence.problems]
+    found = evidence.manifest_sha256
+    if sealed is not None and found is not None:
         sequence, recorded = sealed
-        found = sha256_file(root / MANIFEST)
         if found != recorded:
             findings.append(
                 Finding(
                     str(root / MANIFEST), f"sha256 {found} differs from the one event {sequence} recorded ({recorded})"
                 )
             )
-    return findings if manifest is None else findings + _row_agrees(root, manifest, attempt)
+    return findings if evidence.manifest is None else findings + _row_agrees(root, evidence.manifest, attempt)
 
 
 def _row_agrees(root: Path, manifest: dict[str, Any], attempt: TaskAttempt) -> list[Finding]:
@@ -145,12 +145,19 @@ def _row_agrees(root: Path, manifest: dict[str, Any], attempt: TaskAttempt) -> l
 def _unknown_folders(state_dir: Path, known: set[tuple[int, str]]) -> list[Finding]:
     """An attempt folder no attempt row names: evidence of something the database does not know."""
     findings = []
-    attempts = state_dir / "attempts"
-    for task_dir in sorted(attempts.iterdir()) if attempts.is_dir() else []:
-        for folder in sorted(task_dir.iterdir()) if task_dir.is_dir() else []:
+    for task_dir in _listed(state_dir / "attempts"):
+        for folder in _listed(Path(task_dir.path)):
             if not task_dir.name.isdigit() or (int(task_dir.name), folder.name) not in known:
-                findings.append(Finding(str(folder), "an attempt folder no attempt in the database names"))
+                findings.append(Finding(folder.path, "an attempt folder no attempt in the database names"))
     return findings
+
+
+def _listed(directory: Path) -> list[os.DirEntry[str]]:
+    """A directory's entries by name (one scandir, no stat per entry); none if it is not a directory."""
+    if not directory.is_dir():
+        return []
+    with os.scandir(directory) as entries:
+        return sorted(entries, key=lambda entry: entry.name)
 
 
 def _as_finding(problem: str) -> Finding:

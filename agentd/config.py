@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from agentd.errors import ConfigError, Problem
 from agentd.hashing import sha256_hex
@@ -48,6 +46,9 @@ from agentd.settings import (
     RetentionSection,
     SensorsSection,
     Settings,
+    environment_overrides,
+    overlay,
+    section_model,
 )
 from agentd.skills import Skill, load_skills
 
@@ -143,15 +144,16 @@ def parse_config(path: Path) -> tuple[Config, list[Problem]]:
         raise ConfigError([Problem(source, "", f"not valid TOML: {exc}")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([Problem(source, "", f"cannot read it: {exc}")]) from None
-    problems = _protected_env_problems() + environment_problems()
+    overrides, problems = environment_overrides(os.environ)
+    problems = _protected_env_problems() + environment_problems() + problems
     if problems:  # anything checked after an identity override would be about the wrong agent
         raise ConfigError(problems)
     problems = _duplicates(source, raw) + _nul_problems(source, raw)
     if problems:
         raise ConfigError(problems)
-    _resolve_relative_paths(raw, path.parent)
+    _resolve_relative_paths(raw, path.parent)  # the file's; an override's relative path is the working dir's
     try:
-        settings = Settings(**raw)
+        settings = Settings(**overlay(raw, overrides))
     except ValidationError as exc:
         raise ConfigError(problems + _validation_problems(exc, raw, source)) from None
     config, found = _assemble(path, settings)
@@ -161,8 +163,8 @@ def parse_config(path: Path) -> tuple[Config, list[Problem]]:
 def _protected_env_problems() -> list[Problem]:
     return [
         Problem(name, "", "agent.internal_name and agent_id are load-bearing and cannot be overridden")
-        for name in PROTECTED_ENV
-        if name in os.environ
+        for name in sorted(os.environ)
+        if name.upper() in PROTECTED_ENV  # names are read case-insensitively: so is the refusal
     ]
 
 
@@ -172,10 +174,10 @@ def environment_problems() -> list[Problem]:
     problems = []
     for name in sorted(os.environ):
         upper = name.upper()
-        if not upper.startswith(ENV_PREFIX) or "__" not in upper or name in PROTECTED_ENV:
+        if not upper.startswith(ENV_PREFIX) or "__" not in upper or upper in PROTECTED_ENV:
             continue
         section, _, key = upper.removeprefix(ENV_PREFIX).lower().partition("__")
-        model = _section_model(section)
+        model = section_model(section)
         if model is None:
             found = f"no [{section}] table can be set from the environment"
             problems.append(Problem(name, "", f"{found}; expected AGENTD_<SECTION>__<KEY> for one of {ENV_SECTIONS}"))
@@ -185,15 +187,7 @@ def environment_problems() -> list[Problem]:
     return problems
 
 
-def _section_model(section: str) -> type[BaseModel] | None:
-    field = Settings.model_fields.get(section)
-    annotation = field.annotation if field else None
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    return None
-
-
-ENV_SECTIONS = ", ".join(name for name in Settings.model_fields if _section_model(name) is not None)
+ENV_SECTIONS = ", ".join(name for name in Settings.model_fields if section_model(name) is not None)
 
 
 def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
@@ -387,7 +381,13 @@ def _constitution(source: str, settings: Settings) -> tuple[AgentConstitution, d
 
 
 def _payload_schemas(source: str, declared: Mapping[str, Path]) -> tuple[dict[str, dict[str, Any]], list[Problem]]:
-    schemas, problems = dict(BUILTIN_PAYLOAD_SCHEMAS), []
+    schemas: dict[str, dict[str, Any]] = dict(BUILTIN_PAYLOAD_SCHEMAS)
+    problems: list[Problem] = []
+    if not declared:
+        return schemas, problems  # only the built-in any-object schema: nothing for jsonschema to check
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     for schema_id, file in declared.items():
         key = f"payload_schemas.{schema_id!r}" if "." in schema_id else f"payload_schemas.{schema_id}"
         try:

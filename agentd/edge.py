@@ -40,7 +40,7 @@ class NotJson(Refused):
 def loads(text: str | bytes, where: str) -> Any:
     """Parse JSON strictly: what json.loads accepts and SQLite could not hold is refused."""
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = _parse(text)
     except Refused as exc:
         raise Refused(f"{where}: {exc}") from None
     except RecursionError:
@@ -60,9 +60,54 @@ def _no_constant(name: str) -> Any:
     raise Refused(f"{name} is not a JSON number; agentd stores finite numbers only")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def _parse(text: str | bytes) -> Any:
+    """json.loads with _no_constant, without building a decoder per call (as json.loads does for
+    any keyword): text without a BOM goes straight to the one decoder, the rest as json.loads."""
+    if isinstance(text, str) and not text.startswith("\ufeff"):
+        return _DECODER.decode(text)
+    return json.loads(text, parse_constant=_no_constant)
+
+
 def check_value(value: Any, where: str) -> None:
     """Refuse NaN/Infinity, lone surrogates (in keys too), non-text keys, integers outside int64 and
-    nesting deeper than MAX_DEPTH. Iterative, so no input can exhaust the stack."""
+    nesting deeper than MAX_DEPTH. No input can exhaust the stack: the walk that names the problem is
+    iterative, and the fast one stops at MAX_DEPTH."""
+    if not _plainly_storable(value):
+        _explain_refusal(value, where)
+
+
+def _plainly_storable(value: Any, depth: int = 0) -> bool:
+    """The common case, fast: True only if `_explain_refusal` finds nothing to refuse (it builds
+    every child's path to name where; most values have nothing to name). Recursive, but never
+    deeper than MAX_DEPTH: deeper is False at once."""
+    kind = type(value)
+    if kind is dict:
+        if depth >= MAX_DEPTH:
+            return False
+        for key, child in value.items():
+            if type(key) is not str or not (key.isascii() or _SURROGATE.search(key) is None):
+                return False
+            if type(child) is str:  # the most common child, checked without a call
+                if not (child.isascii() or _SURROGATE.search(child) is None):
+                    return False
+            elif not _plainly_storable(child, depth + 1):
+                return False
+        return True
+    if kind is str:
+        return value.isascii() or _SURROGATE.search(value) is None
+    if kind is list:
+        return depth < MAX_DEPTH and all(_plainly_storable(child, depth + 1) for child in value)
+    if kind is int:
+        return bool(INT64_MIN <= value <= INT64_MAX)
+    if kind is float:
+        return math.isfinite(value)
+    return value is None or kind is bool  # anything else (subclasses too): the full walk decides
+
+
+def _explain_refusal(value: Any, where: str) -> None:
     stack: list[tuple[Any, str, int]] = [(value, where, 0)]
     while stack:
         item, path, depth = stack.pop()
@@ -114,8 +159,12 @@ def check_text(text: str, where: str, max_chars: int | None = None) -> str:
     return text
 
 
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # built once, not per call
+
+
 def check_json_size(value: Any, where: str, limit: int = MAX_PAYLOAD_BYTES) -> None:
-    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    text = _COMPACT.encode(value)
+    size = len(text) if text.isascii() else len(text.encode())
     if size > limit:
         raise Refused(f"{where}: {size} bytes as JSON, expected at most {limit}")
 

@@ -14,6 +14,7 @@ from jsonschema import Draft202012Validator
 
 from agentd.errors import InputError
 from agentd.records import EvidenceRequirements, NewTask, TaskIntent
+from agentd.schema_check import Check, compile_check
 
 if TYPE_CHECKING:
     from agentd.config import Config
@@ -29,21 +30,20 @@ def admit_task(
     trusted: bool,
     schedule_id: str | None = None,
     require_approval: bool = False,
+    source: str | None = None,
 ) -> NewTask:
     """Validate an intent against the config; raise InputError naming every problem.
 
     `trusted` callers (the operator CLI, the runtime's own workflow engine) may give an
-    absolute available_at and a workflow_ref; sensors and model output may not.
+    absolute available_at and a workflow_ref; sensors and model output may not. `source`, if
+    given, replaces the intent's (a sensor names itself and the event's dedupe_key).
     """
     problems: list[str] = []
     spec = config.task_types.get(intent.task_type)
     if spec is None:
         known = ", ".join(sorted(config.task_types))
         raise InputError(f"task_type: unknown task type {intent.task_type!r}; registered: {known}")
-    validator = _validator(spec.payload_schema_id, config.payload_schemas[spec.payload_schema_id])
-    for error in sorted(validator.iter_errors(intent.payload), key=str):
-        where = "payload" + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-        problems.append(f"{where}: {error.message} (schema {spec.payload_schema_id})")
+    problems += _payload_problems(spec.payload_schema_id, config.payload_schemas[spec.payload_schema_id], intent)
     profile_id = intent.requested_profile_id or spec.default_profile_id or config.dispatch.default_profile_id
     if intent.requested_profile_id is not None and intent.requested_profile_id not in config.profiles:
         problems.append(_unknown("requested_profile_id", "profile", intent.requested_profile_id, config.profiles))
@@ -67,7 +67,7 @@ def admit_task(
     assert profile_id is not None  # config check guarantees every task type resolves a profile
     return NewTask(
         task_type=intent.task_type,
-        source=intent.source,
+        source=intent.source if source is None else source,
         subject=intent.subject,
         description=intent.description,
         priority=intent.priority if intent.priority is not None else DEFAULT_PRIORITY,
@@ -91,14 +91,27 @@ def admit_task(
     )
 
 
-_VALIDATORS: dict[tuple[str, int], Draft202012Validator] = {}
+def _payload_problems(schema_id: str, schema: dict[str, Any], intent: TaskIntent) -> list[str]:
+    """The payload against its schema: the compiled fast yes first, jsonschema to name what is wrong."""
+    fast, validator = _validator(schema_id, schema)
+    if fast is not None and fast(intent.payload):
+        return []
+    problems = []
+    for error in sorted(validator.iter_errors(intent.payload), key=str):
+        where = "payload" + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+        problems.append(f"{where}: {error.message} (schema {schema_id})")
+    return problems
 
 
-def _validator(schema_id: str, schema: dict[str, Any]) -> Draft202012Validator:
-    """A compiled validator per schema (building one costs more than validating a payload)."""
+_VALIDATORS: dict[tuple[str, int], tuple[Check | None, Draft202012Validator]] = {}
+
+
+def _validator(schema_id: str, schema: dict[str, Any]) -> tuple[Check | None, Draft202012Validator]:
+    """Per schema, compiled once (building one costs more than validating a payload): its fast yes
+    (agentd/schema_check.py; None outside the subset) and jsonschema's validator."""
     key = (schema_id, id(schema))
     if key not in _VALIDATORS:
-        _VALIDATORS[key] = Draft202012Validator(schema)
+        _VALIDATORS[key] = (compile_check(schema), Draft202012Validator(schema))
     return _VALIDATORS[key]
 
 

@@ -245,8 +245,8 @@ def replay_environment(plan: ReplayPlan, scratch: ReplayScratch) -> tuple[dict[s
     env_file = Path(plan.adapter.env_file) if plan.adapter.env_file else None
     try:
         return child_environment(
-            home=scratch.paths.scratch / "home",
-            tmp=scratch.paths.scratch / "tmp",
+            home=scratch.paths.scratch,
+            tmp=scratch.paths.scratch,
             env_file=env_file,
             env=plan.adapter.env,
             agentd=variables,

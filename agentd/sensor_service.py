@@ -51,6 +51,7 @@ class SensorService:
         self.doorbell = Doorbell()
         self._running: set[str] = set()
         self._not_before: dict[str, datetime] = {}  # a run agentd could not record: not again before
+        self._schedule: dict[str, datetime] = {}  # when each sensor not running falls due, as last read
         self._retention_due: datetime | None = None  # set when the service starts (or first asked)
         self.stopping = False
 
@@ -81,7 +82,7 @@ class SensorService:
         if self.stopping:
             return "stopping"
         running = ", ".join(sorted(self._running))
-        soonest = min(await self._next_runs(), default=None)
+        soonest = min(self._schedule.values(), default=None)
         due = f", next due in {age((soonest - self.clock.now()).total_seconds())}" if soonest else ""
         return f"watching {len(self.sensors)} sensors" + (f"; running {running}" if running else "") + due
 
@@ -103,14 +104,21 @@ class SensorService:
     async def _start_due(
         self, runs: anyio.abc.TaskGroup, now: datetime, reports: list[SensorRunReport] | None = None
     ) -> None:
+        """Start every sensor due now (and not held back, not running); remember when each other one
+        falls due: the schedule the idle sleep waits on without reading the database."""
         states = await self.db.call(Store.sensor_states)
+        self._schedule = {}
         for sensor in self.sensors:
+            if sensor.sensor_id in self._running:
+                continue  # its end rings the doorbell, and the next check reads its new schedule
             state = states.get(sensor.sensor_id)
-            due = state is None or state.next_run_at is None or state.next_run_at <= now
-            held_back = self._not_before.get(sensor.sensor_id, now) > now
-            if due and not held_back and sensor.sensor_id not in self._running:
-                self._running.add(sensor.sensor_id)
-                runs.start_soon(self._run_guarded, sensor, reports)
+            times = (state.next_run_at if state else None, self._not_before.get(sensor.sensor_id))
+            due_at = max((t for t in times if t is not None), default=now)  # never run: due at once
+            if due_at > now:
+                self._schedule[sensor.sensor_id] = due_at
+                continue
+            self._running.add(sensor.sensor_id)
+            runs.start_soon(self._run_guarded, sensor, reports)
 
     async def _run_guarded(self, sensor: Sensor, reports: list[SensorRunReport] | None) -> None:
         try:
@@ -158,18 +166,20 @@ class SensorService:
             self._retention_due = self.clock.now() + timedelta(seconds=RETENTION_CATCH_UP_S)
         return report
 
-    async def _next_runs(self) -> list[datetime]:
-        states = await self.db.call(Store.sensor_states)
-        return [
-            next_run
-            for s in self.sensors
-            if s.sensor_id not in self._running
-            and s.sensor_id in states
-            and (next_run := states[s.sensor_id].next_run_at) is not None
-        ]
+    def seconds_to_next_check(self, now: datetime) -> float:
+        """How long the service may sleep before its next due check: 0 if a sensor or a retention
+        pass is due by the schedule last read, else until the first falls due, at most `tick_s`."""
+        dues = [*self._schedule.values(), *([self._retention_due] if self._retention_due else [])]
+        soonest = min(dues, default=None)
+        until = self.config.sensors.tick_s if soonest is None else (soonest - now).total_seconds()
+        return max(min(until, self.config.sensors.tick_s), 0.0)
 
     async def _sleep_until_due(self) -> None:
-        now = self.clock.now()
-        dues = [*await self._next_runs(), *([self._retention_due] if self._retention_due else [])]
-        waits = [(due - now).total_seconds() for due in dues]
-        await self.doorbell.wait(max(min([self.config.sensors.tick_s, *waits]), 0.0))
+        """Until a sensor or retention pass falls due, a run ends, or stop (the doorbell). Only this
+        service brings a sensor's next run forward (`agentd sensor run` only pushes it later), so the
+        schedule read at the last check holds meanwhile and an idle wake reads nothing: it looks at
+        the wall clock every `tick_s` (the sleep itself counts monotonic time, which a stepped clock
+        or a suspend leaves behind) and sleeps again."""
+        while not self.stopping and (pause := self.seconds_to_next_check(self.clock.now())) > 0:
+            if await self.doorbell.wait(pause):
+                return

@@ -63,11 +63,14 @@ class Doorbell:
     def ring(self) -> None:
         self._rung.set()
 
-    async def wait(self, timeout_s: float) -> None:
+    async def wait(self, timeout_s: float) -> bool:
+        """True if rung (the ring is then used up), False if the timeout passed first."""
         with anyio.move_on_after(max(timeout_s, 0.0)):
             await self._rung.wait()
         if self._rung.is_set():
             self._rung = anyio.Event()
+            return True
+        return False
 
     async def listen(
         self, state_dir: Path, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED

@@ -1,180 +1,241 @@
-"""agentd's benchmarks: `make bench` runs them and rewrites bench/BENCHMARKS.md.
+"""agentd's benchmarks: `make bench` runs them and rewrites bench/BENCHMARKS.md; `make bench-quick`
+runs them at tiny sizes, once, to prove they run (no verdicts).
 
-Measured through the store's own verbs on a real migrated SQLite file (synchronous=FULL):
-- the claim (one UPDATE … RETURNING plus the attempt row) with a large queue, before and after
-  ANALYZE, with a backlog of delayed urgent tasks in front of the claimable ones;
-- enqueue through the full intake validation (payload JSON Schema included);
-- sensor intake: events deduplicated and turned into tasks, 500 per transaction.
-Targets live here, never in timed unit tests.
+Every row of issue #13 side by side in one run: agentd against raw sqlite3 (same file, same
+pragmas), huey and persist-queue at their defaults, a bare spawn, or a fixed limit. Each repetition
+measures every side once, one after another; the report gives medians with min..max, each goal's
+ratio and PASS/FAIL. Absolute numbers are this machine's; the ratios are the point. Targets live
+here, never in timed unit tests.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import sqlite3
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agentd.clock import FakeClock, format_ts  # noqa: E402
-from agentd.intake import admit_task  # noqa: E402
-from agentd.records import (  # noqa: E402
-    AcceptedEvent,
-    AttemptPlan,
-    SensorEvent,
-    TaskIntent,
-)
-from agentd.store import Store, init_state_dir, migrate, open_store  # noqa: E402
-from agentd.validation import load_config  # noqa: E402
+from agentd.store import Store  # noqa: E402
+from bench import endtoend, peers, processes, raw, store_rows  # noqa: E402
+from bench.agent import bulk_tasks, fresh, write_noop_script  # noqa: E402, F401  (the slow test uses the first two)
+from bench.report import Goal, Samples, machine_facts, render  # noqa: E402
 
 
-def fresh(directory: Path) -> tuple[object, Store, FakeClock]:
-    os.environ["AGENTD_PATHS__STATE_DIR"] = str(directory / "state")
-    os.environ["AGENTD_PATHS__WORKSPACE"] = str(directory / "workspace")
-    config = load_config(REPO / "config" / "identity.example.toml")
-    init_state_dir(config.paths.state_dir, config.paths.workspace)
-    clock = FakeClock()
-    migrate(config.db_path, clock)
-    return config, open_store(config.db_path, clock), clock
+@dataclass(frozen=True)
+class Sizes:
+    reps: int
+    e2e_tasks: int
+    enqueues: int
+    claim_completes: int
+    latency_claims: int
+    small_queue: int
+    large_queue: int
+    sensor_events: int
+    startup_runs: int
+    idle_settle_s: float
 
 
-def bulk_tasks(db_path: Path, count: int, now: datetime) -> None:
-    """Benchmark data: `count` tasks; a tenth are priority-1 tasks delayed a day (a backlog in
-    front of everything), the rest spread over priorities 2..10, a third of them done."""
-    due, later = format_ts(now - timedelta(minutes=1)), format_ts(now + timedelta(days=1))
-    with sqlite3.connect(db_path) as raw:
-        raw.execute(
-            f"""WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {count})
-                INSERT INTO tasks (task_type, source, priority, requested_profile_id, max_attempts,
-                                   available_at, created_at, updated_at, status)
-                SELECT 'example', 'bench', CASE WHEN i % 10 = 0 THEN 1 ELSE 2 + i % 9 END, 'operator', 3,
-                       CASE WHEN i % 10 = 0 THEN '{later}' ELSE '{due}' END, '{due}', '{due}',
-                       CASE WHEN i % 3 = 0 AND i % 10 != 0 THEN 'completed' ELSE 'pending' END
-                FROM n"""
-        )
+FULL = Sizes(5, 300, 2_000, 1_000, 200, 1_000, 1_000_000, 20_000, 3, 3.0)
+QUICK = Sizes(1, 3, 20, 20, 10, 1_000, 10_000, 200, 1, 1.0)
+
+# Sample names (the measurement table's rows) that the goals refer to.
+E2E_AGENTD = "end to end: agentd dispatch --until-idle"
+E2E_HUEY = "end to end: huey_consumer -w 1"
+E2E_BARE = "end to end: bare spawn from Python"
+E2E_BARE_US = "end to end: bare spawn, per task"
+E2E_OVERHEAD_US = "end to end: agentd per-attempt overhead (agentd − bare)"
+ENQUEUE = "enqueue: {}"
+CLAIM = "claim + complete: {}"
+VERIFY = "agentd evidence verify --all"
+IDLE_CPU = "idle agentd {}: CPU"
+IDLE_RSS = "idle agentd {}: VmRSS"
+IDLE_WINDOW = "idle services: the window measured"
 
 
-def bench_claim(directory: Path, rows: int, claims: int) -> dict[str, float]:
-    _, store, clock = fresh(directory)
-    bulk_tasks(store.path, rows, clock.now())
-    plan = AttemptPlan("script", "script", None)
-    results = {}
-    for analyzed in (False, True):
-        if analyzed:
-            store.explain_claim(clock.now(), analyze=True)
-        timings = []
-        for _ in range(claims):
-            started = time.perf_counter()
-            claim = store.claim_next_task(clock.now(), "bench", lambda _task: plan, Path("/tmp/agentd-bench"))
-            timings.append(time.perf_counter() - started)
-            assert claim is not None
-        key = "after ANALYZE" if analyzed else "before ANALYZE"
-        results[f"claim p50 µs ({key})"] = statistics.median(timings) * 1e6
-        results[f"claim p95 µs ({key})"] = sorted(timings)[int(len(timings) * 0.95)] * 1e6
-    store.close()
-    return results
+def claim_latency(rows: int) -> str:
+    return f"claim p50, {rows:,}-task queue"
 
 
-def bench_enqueue(directory: Path, count: int) -> dict[str, float]:
-    config, store, clock = fresh(directory)
-    intent = TaskIntent(task_type="example", source="bench", payload={"note": "hello"})
-    started = time.perf_counter()
-    for _ in range(count):
-        store.enqueue_task(admit_task(intent, config, clock.now(), trusted=True), clock.now())  # type: ignore[arg-type]
-    elapsed = time.perf_counter() - started
-    store.close()
-    return {"enqueue per task µs (validation + transaction)": elapsed / count * 1e6}
+def sensor_ingest(events: int) -> str:
+    return f"sensor ingest: {events:,} events, half duplicates"
 
 
-def bench_sensor_intake(directory: Path, count: int) -> dict[str, float]:
-    config, store, clock = fresh(directory)
-    now = clock.now()
-    accepted = []
-    for n in range(count):
-        event = SensorEvent(
-            sensor_id="bench",
-            event_id=f"e{n}",
-            observed_at=now,
-            source_ref="bench",
-            dedupe_key=f"k{n}",
-            payload={},
-            proposed_task=TaskIntent(task_type="example", source="x", payload={}),
-        )
-        task = admit_task(event.proposed_task, config, now, trusted=False)  # type: ignore[arg-type]
-        accepted.append(AcceptedEvent(n, event, task))
-    results = {}
-    for label in ("new", "deduped"):
-        started = time.perf_counter()
-        for offset in range(0, count, 500):
-            store.record_sensor_events("bench", accepted[offset : offset + 500], [], now)
-        results[f"sensor event µs ({label})"] = (time.perf_counter() - started) / count * 1e6
-    store.close()
-    return results
+def goals(sizes: Sizes) -> list[Goal]:
+    small, large = claim_latency(sizes.small_queue), claim_latency(sizes.large_queue)
+    return [
+        Goal("end to end ≥ 1× huey_consumer", E2E_AGENTD, E2E_HUEY, 1.0, True, "huey"),
+        Goal("per-attempt overhead ≤ 1× bare spawn", E2E_OVERHEAD_US, E2E_BARE_US, 1.0, False),
+        Goal("enqueue ≥ 0.5× raw sqlite3 (FULL)", ENQUEUE.format("agentd"), ENQUEUE.format("raw sqlite3"), 0.5, True),
+        Goal("enqueue ≥ 1× huey", ENQUEUE.format("agentd"), ENQUEUE.format("huey"), 1.0, True, "huey"),
+        Goal(
+            "enqueue ≥ 1× persist-queue",
+            ENQUEUE.format("agentd"),
+            ENQUEUE.format("persist-queue"),
+            1.0,
+            True,
+            "persist-queue",
+        ),
+        Goal(
+            "claim + complete ≥ 0.5× raw sqlite3 (FULL)", CLAIM.format("agentd"), CLAIM.format("raw sqlite3"), 0.5, True
+        ),
+        Goal(f"claim p50 at {sizes.large_queue:,} ≤ 2× at {sizes.small_queue:,}", large, small, 2.0, False),
+        Goal("sensor ingest ≥ 10,000 events/s", sensor_ingest(sizes.sensor_events), None, 10_000, True),
+        Goal("`agentd task add` ≤ 150 ms", "start-up: agentd task add", None, 150, False),
+        Goal("`agentd status` ≤ 150 ms", "start-up: agentd status", None, 150, False),
+        Goal("idle `agentd dispatch` ≤ 0.1% of a core", IDLE_CPU.format("dispatch"), None, 0.1, False),
+        Goal("idle `agentd sensors` ≤ 0.1% of a core", IDLE_CPU.format("sensors"), None, 0.1, False),
+        Goal("idle `agentd dispatch` ≤ 80 MB RSS", IDLE_RSS.format("dispatch"), None, 80, False),
+        Goal("idle `agentd sensors` ≤ 80 MB RSS", IDLE_RSS.format("sensors"), None, 80, False),
+        Goal("evidence verify ≥ 2,000 attempts/s", VERIFY, None, 2_000, True),
+    ]
 
 
-def bench_cli_startup(directory: Path, runs: int) -> dict[str, float]:
-    """Wall time of `agentd status` and `agentd task add` as an operator runs them: a new
-    interpreter each time (the median of `runs`), and `python -c pass` for the floor."""
-    env = {
-        **os.environ,
-        "AGENTD_PATHS__STATE_DIR": str(directory / "state"),
-        "AGENTD_PATHS__WORKSPACE": str(directory / "workspace"),
-    }
-    agentd = [sys.executable, "-m", "agentd", "--config", str(REPO / "config" / "identity.example.toml")]
-    subprocess.run([*agentd, "init"], env=env, check=True, capture_output=True)
-    commands = {
-        "python -c pass": [sys.executable, "-c", "pass"],
-        "agentd status": [*agentd, "status"],
-        "agentd task add": [*agentd, "task", "add", "--type", "example", "--subject", "bench"],
-    }
-    results = {}
-    for name, command in commands.items():
-        timings = []
-        for _ in range(runs):
-            started = time.perf_counter()
-            subprocess.run(command, env=env, check=True, capture_output=True)
-            timings.append(time.perf_counter() - started)
-        results[f"start-up ms ({name}, median of {runs})"] = statistics.median(timings) * 1e3
-    return results
+# --- one repetition of each row -------------------------------------------------------------------
+
+
+def measure_end_to_end(samples: Samples, folder: Path, sizes: Sizes) -> None:
+    count = sizes.e2e_tasks
+    drained = endtoend.agentd_dispatch(folder / "agentd", count)
+    samples.add(E2E_AGENTD, "tasks/s", drained.tasks_per_s)
+    bare = endtoend.bare_spawn_per_s(folder / "bare", count)
+    samples.add(E2E_BARE, "tasks/s", bare)
+    if peers.installed("huey"):
+        script = write_noop_script(folder / "huey-bin")
+        samples.add(E2E_HUEY, "tasks/s", peers.huey_consumer_per_s(folder / "huey", script, count))
+    samples.add(E2E_BARE_US, "µs", 1e6 / bare)
+    samples.add(E2E_OVERHEAD_US, "µs", 1e6 / drained.tasks_per_s - 1e6 / bare)
+    samples.add(VERIFY, "attempts/s", endtoend.evidence_verify_per_s(drained))
+
+
+def measure_enqueue(samples: Samples, folder: Path, count: int) -> None:
+    samples.add(ENQUEUE.format("agentd"), "tasks/s", store_rows.enqueue_per_s(folder / "agentd", count))
+    samples.add(ENQUEUE.format("raw sqlite3"), "tasks/s", raw.enqueue_per_s(folder / "raw", count))
+    if peers.installed("huey"):
+        samples.add(ENQUEUE.format("huey"), "tasks/s", peers.huey_enqueue_per_s(folder / "huey", count))
+    if peers.installed("persist-queue"):
+        rate = peers.persist_queue_enqueue_per_s(folder / "persist-queue", count)
+        samples.add(ENQUEUE.format("persist-queue"), "tasks/s", rate)
+
+
+def measure_claim_complete(samples: Samples, folder: Path, count: int) -> None:
+    samples.add(CLAIM.format("agentd"), "tasks/s", store_rows.claim_complete_per_s(folder / "agentd", count))
+    samples.add(CLAIM.format("raw sqlite3"), "tasks/s", raw.claim_complete_per_s(folder / "raw", count))
+    if peers.installed("huey"):
+        samples.add(CLAIM.format("huey"), "tasks/s", peers.huey_claim_complete_per_s(folder / "huey", count))
+    if peers.installed("persist-queue"):
+        rate = peers.persist_queue_claim_complete_per_s(folder / "persist-queue", count)
+        samples.add(CLAIM.format("persist-queue"), "tasks/s", rate)
+
+
+def measure_claim_latency(samples: Samples, folder: Path, sizes: Sizes, large: Store) -> None:
+    """The small queue is made anew each repetition (its claimable tasks run out); the large one is
+    made once (a repetition's claims are a rounding error of it)."""
+    small = store_rows.claim_queue(folder / "small", sizes.small_queue)
+    samples.add(claim_latency(sizes.small_queue), "µs", store_rows.claim_p50_us(small, sizes.latency_claims))
+    small.close()
+    samples.add(claim_latency(sizes.large_queue), "µs", store_rows.claim_p50_us(large, sizes.latency_claims))
+
+
+def measure_startup(samples: Samples, config_path: Path, runs: int) -> None:
+    commands = processes.startup_commands(config_path)
+    for _ in range(runs):
+        for name, command in commands.items():
+            samples.add(f"start-up: {name}", "ms", processes.wall_ms(command))
+
+
+def record_idle(samples: Samples, idle: processes.IdleWatch) -> None:
+    samples.add(IDLE_WINDOW, "s", idle.window_s)
+    for name, cpu_percent in idle.cpu_percent.items():
+        samples.add(IDLE_CPU.format(name), "% of a core", cpu_percent)
+        samples.add(IDLE_RSS.format(name), "MB", idle.rss_mb[name])
+
+
+def measure(sizes: Sizes, tmp: Path) -> Samples:
+    samples = Samples()
+    say(f"building the {sizes.large_queue:,}-task claim queue")
+    large = store_rows.claim_queue(tmp / "claim-large", sizes.large_queue)
+    sensor_text = store_rows.sensor_lines(sizes.sensor_events)
+    startup_config = processes.operator_agent(tmp / "operator")
+    for rep in range(sizes.reps):
+        folder = tmp / f"rep-{rep}"
+        say(f"repetition {rep + 1}/{sizes.reps}: idle services started; end to end ({sizes.e2e_tasks} tasks a side)")
+        with processes.idle_services(folder / "idle", sizes.idle_settle_s) as idle:
+            measure_end_to_end(samples, folder / "e2e", sizes)
+            say(f"repetition {rep + 1}/{sizes.reps}: enqueue, claim + complete, claim latency, sensor ingest")
+            measure_enqueue(samples, folder / "enqueue", sizes.enqueues)
+            measure_claim_complete(samples, folder / "claim", sizes.claim_completes)
+            measure_claim_latency(samples, folder / "latency", sizes, large)
+            ingest = store_rows.sensor_ingest_per_s(folder / "sensor", sensor_text)
+            samples.add(sensor_ingest(sizes.sensor_events), "events/s", ingest)
+            say(f"repetition {rep + 1}/{sizes.reps}: start-up")
+            measure_startup(samples, startup_config, sizes.startup_runs)
+        record_idle(samples, idle)
+    large.close()
+    return samples
+
+
+def say(text: str) -> None:
+    print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+
+def intro(sizes: Sizes, quick: bool, elapsed_s: float) -> list[str]:
+    how = "`make bench-quick` (tiny sizes, one repetition: proves the suite runs; nothing judged)"
+    if not quick:
+        how = f"`make bench`: {sizes.reps} interleaved repetitions"
+    return [
+        f"{how}, {elapsed_s:.0f} s of measuring. Absolute numbers are this machine's; judge the ratios.",
+        "",
+        *machine_facts(),
+        f"- peers: {peers.describe('huey')}; {peers.describe('persist-queue')}",
+        "- agentd: WAL, synchronous=FULL; raw sqlite3: the same migrated file and pragmas, no validation or events",
+        "",
+        "What each row runs:",
+        f"- end to end: {sizes.e2e_tasks} no-op script tasks (a /bin/sh script writing a minimal ok outcome to "
+        "$AGENTD_RESULT_PATH), queued first; agentd: the real `agentd dispatch --until-idle` from start to exit, with "
+        "full evidence; huey: a real `huey_consumer -w 1` (SqliteHuey defaults) running the script through "
+        "subprocess, from its start to the last stored result; bare: `subprocess.run` of the script in a loop. "
+        "Overhead = agentd µs/task − bare µs/task",
+        f"- enqueue: {sizes.enqueues:,} single-task transactions; agentd through `admit_task` (payload schema) and "
+        "`enqueue_task` (row + task_enqueued event); huey `task()`; persist-queue `SQLiteAckQueue.put`",
+        f"- claim + complete: {sizes.claim_completes:,} due tasks; agentd `claim_next_task` (attempt row, "
+        "task_claimed) then `finish_attempt` (the outcome commit); raw: UPDATE … RETURNING then UPDATE; huey "
+        "`dequeue` + `execute` (result stored); persist-queue `get` + `ack`",
+        f"- claim latency: p50 of {sizes.latency_claims} claims per repetition, queues shaped as `bulk_tasks` "
+        "(a tenth urgent and delayed a day, a third done), ANALYZEd",
+        f"- sensor ingest: {sizes.sensor_events:,} SensorEvent lines, half repeats of the other half, through "
+        "`parse_output` (each line judged, its task admitted) and `record_sensor_events` 500 per transaction",
+        f"- start-up: the console script `agentd`, a new process each run, {sizes.startup_runs} runs per repetition",
+        f"- idle: `agentd dispatch` and `agentd sensors` as services on an agent of their own (no sensors, metrics on "
+        f"a free loopback port), started at each repetition's beginning; {sizes.idle_settle_s:g} s later the window "
+        "opens and it closes at the repetition's end (the other rows run meanwhile: a process's CPU time is its own): "
+        "the CPU time of all their threads over the window (/proc/PID/task/*/schedstat, ns; utime + stime of "
+        "/proc/PID/stat, 10 ms ticks, if a thread ended in it), then VmRSS",
+        "- evidence verify: the whole CLI over the attempts one end-to-end repetition left",
+    ]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small sizes (the short form inside make test)")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition, no verdicts")
+    parser.add_argument("--reps", type=int, help="repetitions (default 3; 1 with --quick)")
     parser.add_argument("--write", action="store_true", help="rewrite bench/BENCHMARKS.md")
     args = parser.parse_args()
-    rows, claims, enqueues, events = (20_000, 50, 200, 1_000) if args.quick else (1_000_000, 500, 5_000, 10_000)
-    results: dict[str, float] = {}
+    sizes = QUICK if args.quick else FULL
+    if args.reps:
+        sizes = replace(sizes, reps=args.reps)
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp:
-        results.update(bench_claim(Path(tmp) / "claim", rows, claims))
-        results.update(bench_enqueue(Path(tmp) / "enqueue", enqueues))
-        results.update(bench_sensor_intake(Path(tmp) / "sensors", events))
-        results.update(bench_cli_startup(Path(tmp) / "cli", 3 if args.quick else 15))
-    lines = [f"| {name} | {value:,.1f} |" for name, value in results.items()]
-    report = "\n".join(
-        [
-            "# agentd benchmarks",
-            "",
-            f"`make bench` on {datetime.now(UTC):%Y-%m-%d}: {platform.machine()}, {os.cpu_count()} CPUs, "
-            f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, synchronous=FULL.",
-            f"Queue for the claim: {rows:,} tasks ({rows // 10:,} urgent ones delayed a day in front), "
-            f"{claims} claims; {enqueues:,} enqueues; {events:,} sensor events.",
-            "",
-            "| measurement | value |",
-            "|---|---|",
-            *lines,
-            "",
-        ]
-    )
+        samples = measure(sizes, Path(tmp))
+    lines = intro(sizes, args.quick, time.perf_counter() - started)
+    report = render("agentd benchmarks", lines, goals(sizes), samples, judge=not args.quick)
     print(report)
     if args.write:
         (REPO / "bench" / "BENCHMARKS.md").write_text(report, encoding="utf-8")

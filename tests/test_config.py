@@ -11,6 +11,7 @@ from support import EXAMPLE_CONFIG, write_config
 
 from agentd.cli import main
 from agentd.errors import ConfigError
+from agentd.settings import environment_overrides
 from agentd.validation import load_config
 
 
@@ -107,6 +108,54 @@ def test_a_bad_environment_override_names_the_variable(monkeypatch: pytest.Monke
     monkeypatch.setenv("AGENTD_DISPATCH__GRACE_S", "soon")
     [problem] = problems_of(EXAMPLE_CONFIG)
     assert problem.startswith("AGENTD_DISPATCH__GRACE_S: dispatch.grace_s: input should be a valid number")
+
+
+def test_a_whole_table_is_json_and_its_keys_win_whatever_their_case(
+    monkeypatch: pytest.MonkeyPatch, state_dir: Path
+) -> None:
+    monkeypatch.setenv("AGENTD_DISPATCH", '{"grace_s": 1, "poll_ceiling_s": 2}')
+    monkeypatch.setenv("agentd_dispatch__grace_s", "3")
+    config = load_config(EXAMPLE_CONFIG)
+    assert (config.dispatch.grace_s, config.dispatch.poll_ceiling_s) == (3, 2)
+    assert config.paths.state_dir == state_dir  # a table the environment only adds keys to keeps the file's
+
+
+def test_a_key_that_holds_a_dict_takes_json(monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:
+    monkeypatch.setenv("AGENTD_BUDGET__ADAPTER_DAILY_USD", '{"script": 5}')
+    assert load_config(EXAMPLE_CONFIG).budget.adapter_daily_usd == {"script": 5.0}
+
+
+def test_text_where_json_belongs_is_refused_by_its_variable(monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:
+    monkeypatch.setenv("AGENTD_BUDGET__ADAPTER_DAILY_USD", "five")
+    monkeypatch.setenv("AGENTD_DISPATCH", "fast")
+    assert sorted(problems_of(EXAMPLE_CONFIG)) == [
+        "AGENTD_BUDGET__ADAPTER_DAILY_USD: budget.adapter_daily_usd: expected JSON, found 'five'",
+        "AGENTD_DISPATCH: dispatch: expected JSON, found 'fast'",
+    ]
+
+
+def test_an_optional_table_keeps_text_that_is_not_json_for_validation_to_refuse(
+    monkeypatch: pytest.MonkeyPatch, state_dir: Path
+) -> None:
+    monkeypatch.setenv("AGENTD_AGENT__ONCHAIN_IDENTITY", "none")
+    [problem] = problems_of(EXAMPLE_CONFIG)
+    assert problem.startswith("AGENTD_AGENT__ONCHAIN_IDENTITY: agent.onchain_identity: input should be a valid dict")
+
+
+def test_the_identity_cannot_be_overridden_in_lower_case_either(
+    monkeypatch: pytest.MonkeyPatch, state_dir: Path
+) -> None:
+    monkeypatch.setenv("agentd_agent__internal_name", "impostor")
+    monkeypatch.setenv("agentd_agent__agent_id", "impostor")
+    assert problems_of(EXAMPLE_CONFIG) == [
+        f"{name}: agent.internal_name and agent_id are load-bearing and cannot be overridden"
+        for name in ("agentd_agent__agent_id", "agentd_agent__internal_name")
+    ]
+
+
+def test_environment_overrides_read_only_the_config_s_own_names() -> None:
+    environ = {"AGENTD_TASK_ID": "7", "AGENTD_CONFIG": "/x.toml", "PATH": "/bin", "AGENTD_METRICS__ENABLED": "false"}
+    assert environment_overrides(environ) == ({"metrics": {"enabled": "false"}}, [])
 
 
 def test_unknown_adapter_kind_lists_the_five(tmp_path: Path) -> None:

@@ -196,3 +196,18 @@ async def test_without_a_run_group_only_the_process_group_is_reached(tmp_path: P
         assert alive(escapee)  # which is why every attempt and sensor run has a run group
     finally:
         os.kill(escapee, signal.SIGKILL)
+
+
+@pytest.mark.skipif(containment.cgroups() is None, reason="no writable cgroup v2 here: the marker fallback applies")
+@pytest.mark.parametrize(
+    ("command", "said"), [("no-such-command-here", "no such file"), ("data.txt", "not executable")]
+)
+async def test_a_command_that_cannot_run_is_a_start_error_inside_a_cgroup_too(
+    tmp_path: Path, command: str, said: str
+) -> None:
+    (tmp_path / "data.txt").write_text("not a program\n")  # 0644: no one may execute it
+    argv = [str(tmp_path / command) if command == "data.txt" else command]
+    result = await run_process(spec(tmp_path, "", argv=argv, group=group(tmp_path, "01NOEXEC")))
+    assert result.start_error is not None and said in result.start_error.lower()
+    found = containment.cgroups()
+    assert found is not None and not found.run_dir(group(tmp_path, "01NOEXEC")).exists()

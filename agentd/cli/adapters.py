@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import add_command, config_from, print_json, print_table, wants_json
-from agentd.records import AdapterConfig, OllamaGenerateAdapterConfig
+
+if TYPE_CHECKING:
+    from agentd.records import AdapterConfig
 
 
 def register(commands: Any) -> None:
@@ -48,6 +50,8 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 
 
 def _describe(adapter: AdapterConfig) -> dict[str, Any]:
+    from agentd.records import OllamaGenerateAdapterConfig
+
     autonomy = getattr(adapter, "autonomy", None)
     target = adapter.endpoint if isinstance(adapter, OllamaGenerateAdapterConfig) else adapter.command
     return {

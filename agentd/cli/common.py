@@ -1,4 +1,7 @@
-"""What every command shares: --config/--agent/--json, config loading and printing."""
+"""What every command shares: --config/--agent/--json, config loading and printing.
+
+Cheap to import: every command's parser is built on each run, so the config, the store and
+pydantic are imported by the functions that load them, and a command pays only for what it uses."""
 
 from __future__ import annotations
 
@@ -8,18 +11,18 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from agentd.clock import SystemClock, parse_duration, parse_ts
-from agentd.config import Config, resolve_config_path
-from agentd.control import MAX_ATTEMPTS
 from agentd.edge import INT64_MAX, NotJson, check_id, check_text, printable
 from agentd.edge import loads as load_json
 from agentd.errors import ConfigError, InputError
-from agentd.store import Store, open_store
-from agentd.validation import load_config, stranded_workflows
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from agentd.config import Config
+    from agentd.store import Store
 
 
 class Parser(argparse.ArgumentParser):
@@ -73,6 +76,8 @@ def count(text: str) -> int:
 
 def attempts(text: str) -> int:
     """argparse type for --attempts: 1 to MAX_ATTEMPTS (0 is refused, not read as "the default")."""
+    from agentd.control import MAX_ATTEMPTS  # only `task retry` takes --attempts, and it needs control anyway
+
     try:
         value = int(text)
     except ValueError:
@@ -181,6 +186,9 @@ def wants_json(args: argparse.Namespace) -> bool:
 
 
 def config_from(args: argparse.Namespace) -> Config:
+    from agentd.config import resolve_config_path
+    from agentd.validation import load_config
+
     path, notice = resolve_config_path(option(args, "config"), option(args, "agent"))
     if notice and not wants_json(args):
         print(f"agentd: {notice}", file=sys.stderr)
@@ -188,6 +196,8 @@ def config_from(args: argparse.Namespace) -> Config:
 
 
 def store_from(config: Config, *, readonly: bool = False) -> Store:
+    from agentd.store import open_store
+
     return open_store(config.db_path, SystemClock(), readonly=readonly)
 
 
@@ -205,12 +215,16 @@ def agent_store(args: argparse.Namespace, *, readonly: bool = False) -> Iterator
 
 def check_live_workflows(config: Config, store: Store) -> None:
     """Refuse a config that would strand a live workflow in a state it no longer has."""
+    from agentd.validation import stranded_workflows
+
     problems = stranded_workflows(config, store.live_workflow_states())
     if problems:
         raise ConfigError(problems)
 
 
 def to_jsonable(value: Any) -> Any:
+    from pydantic import BaseModel  # not at import: a command that prints no JSON never loads pydantic
+
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, dict):

@@ -5,20 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import add_command, agent_store, print_fields, print_json, print_table, wants_json
 from agentd.clock import SystemClock, format_ts
-from agentd.constitution import (
-    accept_proposal,
-    changed_since,
-    current_sha256,
-    document_path,
-    proposal_diff,
-    reject_proposal,
-)
 from agentd.edge import check_text, printable
-from agentd.records.constitution import ConstitutionProposalRecord
+
+if TYPE_CHECKING:
+    from agentd.records.constitution import ConstitutionProposalRecord
 
 MAX_NOTE_CHARS = 4000
 
@@ -77,6 +71,8 @@ def cmd_proposals(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from agentd.constitution import changed_since, current_sha256, document_path, proposal_diff
+
     with agent_store(args, readonly=True) as (config, store):
         proposal = store.get_constitution_proposal(args.proposal_id)
     diff, stale = proposal_diff(config, proposal), changed_since(config, proposal)
@@ -95,6 +91,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_accept(args: argparse.Namespace) -> int:
+    from agentd.constitution import accept_proposal
+
     with agent_store(args) as (config, store):
         accepted = accept_proposal(config, store, args.proposal_id, note=args.note, now=SystemClock().now())
     proposal = accepted.proposal
@@ -118,6 +116,8 @@ def cmd_accept(args: argparse.Namespace) -> int:
 
 
 def cmd_reject(args: argparse.Namespace) -> int:
+    from agentd.constitution import reject_proposal
+
     with agent_store(args) as (_, store):
         proposal = reject_proposal(store, args.proposal_id, reason=args.reason, now=SystemClock().now())
     if wants_json(args):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import (
     add_command,
@@ -17,7 +17,9 @@ from agentd.cli.common import (
 )
 from agentd.clock import format_ts, parse_ts
 from agentd.errors import InputError
-from agentd.records import TaskAttempt
+
+if TYPE_CHECKING:
+    from agentd.records import TaskAttempt
 
 
 def register(commands: Any) -> None:

@@ -10,7 +10,6 @@ from typing import Any
 
 from agentd.cli.common import add_command, print_json, wants_json
 from agentd.errors import InputError
-from agentd.install import enable_command, install, uninstall
 
 
 def register(commands: Any) -> None:
@@ -52,6 +51,8 @@ def _agentd_bin(args: argparse.Namespace) -> Path:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
+    from agentd.install import enable_command, install
+
     agent = _agent(args)
     report = install(agent, Path(args.root), _agentd_bin(args))
     for warning in report.warnings:
@@ -72,6 +73,8 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
+    from agentd.install import uninstall
+
     agent = _agent(args)
     report = uninstall(agent, Path(args.root), purge=args.purge, yes=args.yes)
     if wants_json(args):

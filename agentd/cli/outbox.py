@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import getpass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import add_command, agent_store, count, print_json, print_table, record_id, wants_json
 from agentd.clock import SystemClock, ago
-from agentd.records.messages import OutboxItem
+
+if TYPE_CHECKING:
+    from agentd.records.messages import OutboxItem
 
 STATES = ("pending", "awaiting_handler", "delivered", "failed", "applied", "refused")
 

@@ -6,12 +6,8 @@ import argparse
 import json
 import time
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from agentd import control
-from agentd.budget import usd
 from agentd.cli.common import (
     add_command,
     agent_store,
@@ -33,8 +29,10 @@ from agentd.cli.common import (
 from agentd.clock import SystemClock, age, ago, format_ts, parse_ts
 from agentd.edge import printable
 from agentd.errors import InputError
-from agentd.records import TASK_STATUSES, RuntimeEvent, TaskIntent, TaskRecord
-from agentd.status import snapshot
+from agentd.task_statuses import TASK_STATUSES
+
+if TYPE_CHECKING:
+    from agentd.records import RuntimeEvent, TaskIntent, TaskRecord
 
 
 def register(commands: Any) -> None:
@@ -131,6 +129,10 @@ def register(commands: Any) -> None:
 
 
 def intent_from_args(args: argparse.Namespace) -> TaskIntent:
+    from pydantic import ValidationError
+
+    from agentd.records import TaskIntent
+
     payload = json_object(args.payload, "--payload")
     fields: dict[str, Any] = {
         "task_type": args.task_type,
@@ -157,6 +159,8 @@ def intent_from_args(args: argparse.Namespace) -> TaskIntent:
 
 
 def cmd_task_add(args: argparse.Namespace) -> int:
+    from agentd import control
+
     intent = intent_from_args(args)
     with agent_store(args) as (config, store):
         task = control.add_task(config, store, intent, SystemClock().now(), require_approval=args.require_approval)
@@ -249,6 +253,8 @@ def cmd_task_show(args: argparse.Namespace) -> int:
 
 
 def cmd_task_cancel(args: argparse.Namespace) -> int:
+    from agentd import control
+
     with agent_store(args) as (config, store):
         result = control.cancel_task(config, store, args.task_id, SystemClock().now())
     if wants_json(args):
@@ -261,6 +267,8 @@ def cmd_task_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_task_retry(args: argparse.Namespace) -> int:
+    from agentd import control
+
     with agent_store(args) as (config, store):
         task = control.retry_task(config, store, args.task_id, args.attempts, SystemClock().now())
     if wants_json(args):
@@ -410,6 +418,8 @@ def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
 
 def _budget_line(budget: dict[str, Any]) -> str:
     """Today's spend against the caps; `~` marks a total some of which agentd estimated (codex)."""
+    from agentd.budget import usd
+
     caps = (
         [f"{usd(budget['spent_usd'], budget['estimated'])} of ${budget['daily_usd']:g} today"]
         if budget["daily_usd"]
@@ -430,6 +440,8 @@ def _budget_line(budget: dict[str, Any]) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from agentd.status import snapshot
+
     with agent_store(args, readonly=True) as (config, store):
         now = SystemClock().now()
         shown = snapshot(config, store, now)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import CommandError, add_command, agent_store, moment, print_json, print_table, wants_json
 from agentd.clock import format_ts
-from agentd.retention import Cutoffs, RetentionReport, apply_retention
+
+if TYPE_CHECKING:
+    from agentd.retention import RetentionReport
 
 
 def register(commands: Any) -> None:
@@ -29,6 +31,8 @@ def register(commands: Any) -> None:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
+    from agentd.retention import Cutoffs, apply_retention
+
     with agent_store(args, readonly=args.dry_run) as (config, store):
         now = store.clock.now()
         if args.before is not None and args.before > now:

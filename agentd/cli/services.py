@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 from agentd.cli import steer
 from agentd.cli.common import add_command, check_live_workflows, config_from, store_from
 from agentd.clock import SystemClock
-from agentd.config import Config
-from agentd.store import AsyncStore, init_state_dir
 
 if TYPE_CHECKING:  # the services' modules are imported by their commands: the others start faster without them
+    from agentd.config import Config
     from agentd.metrics import DispatchMetrics, NullMetrics, SensorMetrics
     from agentd.service import Service
+    from agentd.store import AsyncStore
 
 logger = logging.getLogger("agentd.run")
 
@@ -56,6 +56,8 @@ def register(commands: Any) -> None:
 def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
     """The migrated database (a missing one is refused before anything is created: `init` and the
     units' `ExecStartPre=agentd migrate` make it), then the state dir's folders."""
+    from agentd.store import AsyncStore, init_state_dir
+
     config = config_from(args)
     store = store_from(config)
     try:
@@ -116,6 +118,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from agentd.dispatch import Dispatcher
     from agentd.sensor_service import SensorService
     from agentd.service import run_services
+    from agentd.store import AsyncStore
 
     config, dispatch_db = _open(args)
     sensors_db = AsyncStore(store_from(config))

@@ -20,8 +20,6 @@ from agentd.cli.common import (
 )
 from agentd.clock import SystemClock
 from agentd.errors import InputError, NotFound
-from agentd.ports import refuse_shared_ports
-from agentd.store import init_state_dir, migrate, open_store
 
 
 def register(commands: Any) -> None:
@@ -64,6 +62,8 @@ def register(commands: Any) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from agentd.store import init_state_dir, migrate, open_store
+
     config = config_from(args)
     init_state_dir(config.paths.state_dir, config.paths.workspace)
     applied = migrate(config.db_path, SystemClock())
@@ -85,6 +85,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from agentd.store import init_state_dir, migrate
+
     config = config_from(args)
     init_state_dir(config.paths.state_dir)
     applied = migrate(config.db_path, SystemClock())
@@ -98,6 +100,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
+    from agentd.ports import refuse_shared_ports
+    from agentd.store import open_store
+
     config = config_from(args)
     refuse_shared_ports(config.path, config.metrics)  # another agent in /etc/agentd on the same port
     if config.db_path.is_file():  # the config must also fit what is running

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agentd import control
 from agentd.cli.common import add_command, agent_store, print_json, print_table, record_id, wants_json
 from agentd.clock import SystemClock, age, format_ts
 
@@ -66,6 +65,8 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 
 def _resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> int:
+    from agentd import control
+
     with agent_store(args) as (config, store):
         task, scope = control.resolve_approval(
             config, store, args.task_id, approved=approved, note=note, now=SystemClock().now()
@@ -84,6 +85,8 @@ def _resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> i
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
+    from agentd import control
+
     with agent_store(args) as (config, store):
         pause, made = control.pause_dispatch(config, store, args.reason, SystemClock().now())
     if wants_json(args):
@@ -96,6 +99,8 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from agentd import control
+
     with agent_store(args) as (config, store):
         ended = control.resume_dispatch(config, store, SystemClock().now())
     if wants_json(args):

@@ -5,9 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pydantic import ValidationError
-
-from agentd import control
 from agentd.cli.common import (
     add_command,
     agent_store,
@@ -26,9 +23,6 @@ from agentd.cli.common import (
 )
 from agentd.clock import SystemClock, age, format_ts
 from agentd.errors import InputError, NotFound
-from agentd.records import ScheduleSpec
-from agentd.settings import YEAR_S
-from agentd.store import AsyncStore
 
 
 def register(commands: Any) -> None:
@@ -102,6 +96,8 @@ def register_steering(workflow: Any) -> None:
 
 
 def cmd_workflow_start(args: argparse.Namespace) -> int:
+    from agentd import control
+
     context = json_object(args.context, "--context")
     with agent_store(args) as (config, store):
         workflow = control.start_workflow(
@@ -173,6 +169,8 @@ def cmd_workflow_show(args: argparse.Namespace) -> int:
 
 
 def cmd_workflow_signal(args: argparse.Namespace) -> int:
+    from agentd import control
+
     with agent_store(args) as (config, store):
         workflow, change = control.signal_workflow(
             config, store, args.workflow_id, args.signal, args.reason, SystemClock().now()
@@ -190,6 +188,8 @@ def cmd_workflow_signal(args: argparse.Namespace) -> int:
 
 
 def cmd_workflow_unblock(args: argparse.Namespace) -> int:
+    from agentd import control
+
     with agent_store(args) as (config, store):
         workflow = control.unblock_workflow(
             config, store, args.workflow_id, args.state, args.reason, SystemClock().now()
@@ -205,6 +205,8 @@ def cmd_workflow_unblock(args: argparse.Namespace) -> int:
 
 
 def cmd_workflow_cancel(args: argparse.Namespace) -> int:
+    from agentd import control
+
     with agent_store(args) as (config, store):
         canceled = control.cancel_workflow(config, store, args.workflow_id, args.reason, SystemClock().now())
     if wants_json(args):
@@ -221,6 +223,12 @@ def cmd_workflow_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule_add(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from agentd import control
+    from agentd.records import ScheduleSpec
+    from agentd.settings import YEAR_S
+
     every = int(args.every)
     if not 1 <= every <= YEAR_S or every != args.every:
         raise InputError(f"--every: expected whole seconds from 1s to 365d, found {args.every:g}s")
@@ -326,6 +334,7 @@ def cmd_sensor_run(args: argparse.Namespace) -> int:
     import anyio
 
     from agentd.sensor_runs import SensorRunner
+    from agentd.store import AsyncStore
 
     config = config_from(args)
     sensor = config.sensor_definitions.get(args.sensor_id)

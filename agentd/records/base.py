@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
 from agentd.clock import format_ts, parse_ts, to_utc
 from agentd.edge import check_value
+from agentd.task_statuses import TASK_STATUSES as TASK_STATUSES  # the status words live below the records
+from agentd.task_statuses import TERMINAL_STATUSES as TERMINAL_STATUSES
+from agentd.task_statuses import TaskStatus as TaskStatus
 
 
 def _to_utc(value: Any) -> Any:
@@ -39,22 +42,6 @@ def _storable(value: dict[str, Any]) -> dict[str, Any]:
 JsonObject = Annotated[dict[str, Any], AfterValidator(_storable)]
 
 Sandbox = Literal["read-only", "workspace-write", "danger-full-access"]
-TaskStatus = Literal[
-    "pending",
-    "running",
-    "completed",
-    "retryable_failure",
-    "permanent_failure",
-    "blocked",
-    "operator_canceled",
-]
-TASK_STATUSES: tuple[TaskStatus, ...] = get_args(TaskStatus)
-TERMINAL_STATUSES: tuple[TaskStatus, ...] = (
-    "completed",
-    "permanent_failure",
-    "blocked",
-    "operator_canceled",
-)
 OutcomeStatus = Literal["completed", "retryable_failure", "permanent_failure", "blocked", "operator_canceled"]
 MachineStatus = Literal["ok", "needs_retry", "blocked", "failed", "canceled"]
 ArtifactRole = Literal["plan", "execute-report", "verify-report", "output", "snapshot", "adapter-audit"]

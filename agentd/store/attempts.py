@@ -171,7 +171,8 @@ class AttemptVerbs(StoreBase):
     def record_bundle(
         self, task_id: int, attempt_id: str, bundle_hash: str, prompt_path: str, details: dict[str, Any], now: datetime
     ) -> None:
-        with self._transaction():
+        """Not durable on its own: the attempt's claim already is, and its end commits this too."""
+        with self._transaction(durable=False):
             self._conn.execute(
                 "UPDATE task_attempts SET bundle_hash = ?, prompt_path = ? WHERE attempt_id = ?",
                 (bundle_hash, prompt_path, attempt_id),
@@ -186,8 +187,9 @@ class AttemptVerbs(StoreBase):
 
     def mark_attempt_started(self, task_id: int, attempt_id: str, pid: int | None, now: datetime) -> None:
         """The adapter runs as the leader of process group `pid` (the boot sweep kills it by that);
-        None for an adapter that runs no process (ollama-generate speaks HTTP)."""
-        with self._transaction():
+        None for an adapter that runs no process (ollama-generate speaks HTTP). Not durable on its
+        own (a power cut kills the process with us; the boot sweep finds a run by its claim)."""
+        with self._transaction(durable=False):
             self._conn.execute(
                 "UPDATE task_attempts SET pid = ?, process_group = ? WHERE attempt_id = ?", (pid, pid, attempt_id)
             )

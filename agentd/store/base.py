@@ -6,6 +6,7 @@ Every verb of the Store runs as one plain function on one connection, so a whole
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -13,7 +14,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -21,7 +22,7 @@ from urllib.parse import quote
 from agentd.clock import Clock, format_ts, parse_ts
 from agentd.edge import printable
 from agentd.faults import os_storage_error, storage_error
-from agentd.hashing import GENESIS_HASH, chain_hash, new_ulid
+from agentd.hashing import GENESIS_HASH, chain_hash, compact_json_writer, new_ulid
 from agentd.records import EVENT_TYPES
 
 logger = logging.getLogger("agentd.events")
@@ -83,9 +84,14 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
     raise last
 
 
+_column_json = compact_json_writer(sort_keys=False)
+
+
 def dumps(value: Any) -> str:
     """JSON for a column; NaN/Infinity are refused here (ValueError), never handed to SQLite."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if not value and type(value) in (dict, list):  # the most common payload and list: nothing to encode
+        return "[]" if type(value) is list else "{}"
+    return _column_json(value)
 
 
 def loads(text: str | None) -> Any:
@@ -93,7 +99,17 @@ def loads(text: str | None) -> Any:
 
 
 def ts(moment: datetime | None) -> str | None:
-    return None if moment is None else format_ts(moment)
+    return None if moment is None else timestamp_text(moment)
+
+
+def timestamp_text(moment: datetime) -> str:
+    """format_ts, remembered for UTC times: a transaction writes the same `now` many times."""
+    return _utc_text(moment) if moment.tzinfo is UTC else format_ts(moment)
+
+
+@functools.lru_cache(maxsize=256)
+def _utc_text(moment: datetime) -> str:
+    return format_ts(moment)
 
 
 def parse_optional_ts(text: str | None) -> datetime | None:
@@ -109,6 +125,9 @@ class StoreBase:
         self.path = path
         self.busy_retry_s = BUSY_RETRY_S
         self._log_after_commit: list[tuple[str, dict[str, Any]]] = []
+        # The chain's last (sequence, hash) as this transaction left it: under BEGIN IMMEDIATE no one
+        # else appends, so only the first event of a transaction reads it. Forgotten at every BEGIN.
+        self._chain_head: tuple[int, str] | None = None
 
     def close(self) -> None:
         self._conn.close()
@@ -123,10 +142,16 @@ class StoreBase:
         return rows
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE: take the write lock up front so the transaction cannot deadlock. A lock
         someone else holds is waited for (with backoff, up to busy_retry_s); a storage fault
-        (disk full, read-only, I/O error) rolls back and becomes one StorageError."""
+        (disk full, read-only, I/O error) rolls back and becomes one StorageError.
+
+        `durable=False` commits without the fsync (synchronous=NORMAL for this one commit): the
+        next durable commit makes it durable too (WAL frames are written in order). Only for rows a
+        power cut may lose because what follows them re-creates the truth (README, "Durability")."""
+        if not durable:
+            self._conn.execute("PRAGMA synchronous = NORMAL")
         self._begin()
         try:
             yield self._conn
@@ -137,12 +162,16 @@ class StoreBase:
             if isinstance(exc, sqlite3.Error) and (fault := storage_error(exc, self.path)) is not None:
                 raise fault from None
             raise
+        finally:
+            if not durable:
+                self._conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
         for event_type, fields in self._log_after_commit:
             shown = " ".join(f"{k}={printable(str(v))}" for k, v in fields.items() if v is not None)
             logger.info("%s %s", event_type, shown)
         self._log_after_commit.clear()
 
     def _begin(self) -> None:
+        self._chain_head = None  # another process may have appended since our last transaction
         deadline, pause = time.monotonic() + self.busy_retry_s, 0.05
         while True:
             try:
@@ -176,14 +205,18 @@ class StoreBase:
         refs: dict[str, Any] | None = None,
     ) -> int:
         """Append one event to the chain; call only inside a transaction."""
-        if event_type not in EVENT_TYPES:
+        if event_type not in _EVENT_TYPES:
             raise ValueError(f"unknown event type {event_type!r}; add it to records.EVENT_TYPES")
-        last = self._conn.execute("SELECT sequence, hash FROM events ORDER BY sequence DESC LIMIT 1").fetchone()
+        last = (
+            self._chain_head
+            or self._conn.execute("SELECT sequence, hash FROM events ORDER BY sequence DESC LIMIT 1").fetchone()
+        )
         sequence, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
+        event_id, timestamp, payload, refs = new_ulid(self.clock), timestamp_text(now), payload or {}, refs or {}
         body = {
-            "event_id": new_ulid(self.clock),
+            "event_id": event_id,
             "type": event_type,
-            "timestamp": format_ts(now),
+            "timestamp": timestamp,
             "sequence": sequence,
             "schema_version": EVENT_SCHEMA_VERSION,
             "task_id": task_id,
@@ -191,37 +224,40 @@ class StoreBase:
             "workflow_id": workflow_id,
             "schedule_id": schedule_id,
             "sensor_id": sensor_id,
-            "payload": payload or {},
-            "refs": refs or {},
+            "payload": payload,
+            "refs": refs,
         }
+        event_hash = chain_hash(prev_hash, body)
         self._conn.execute(
-            """INSERT INTO events (sequence, event_id, type, timestamp, schema_version, task_id,
-                   attempt_id, workflow_id, schedule_id, sensor_id, payload, refs, prev_hash, hash)
-               VALUES (:sequence, :event_id, :type, :timestamp, :schema_version, :task_id,
-                   :attempt_id, :workflow_id, :schedule_id, :sensor_id, :payload_json, :refs_json,
-                   :prev_hash, :hash)""",
-            {
-                **body,
-                "payload_json": dumps(body["payload"]),
-                "refs_json": dumps(body["refs"]),
-                "prev_hash": prev_hash,
-                "hash": chain_hash(prev_hash, body),
-            },
-        )
-        self._log_after_commit.append(
+            _INSERT_EVENT,
             (
+                sequence,
+                event_id,
                 event_type,
-                {
-                    "task": task_id,
-                    "attempt": attempt_id,
-                    "workflow": workflow_id,
-                    "schedule": schedule_id,
-                    "sensor": sensor_id,
-                    **_loggable(payload),
-                },
-            )
+                timestamp,
+                EVENT_SCHEMA_VERSION,
+                task_id,
+                attempt_id,
+                workflow_id,
+                schedule_id,
+                sensor_id,
+                dumps(payload),
+                dumps(refs),
+                prev_hash,
+                event_hash,
+            ),
         )
+        self._chain_head = (sequence, event_hash)
+        if logger.isEnabledFor(logging.INFO):  # the line is written at commit: nothing to build if it is not
+            ids = {"task": task_id, "attempt": attempt_id, "workflow": workflow_id, "schedule": schedule_id}
+            self._log_after_commit.append((event_type, {**ids, "sensor": sensor_id, **_loggable(payload)}))
         return sequence
+
+
+_EVENT_TYPES = frozenset(EVENT_TYPES)
+_INSERT_EVENT = """INSERT INTO events (sequence, event_id, type, timestamp, schema_version, task_id, attempt_id,
+        workflow_id, schedule_id, sensor_id, payload, refs, prev_hash, hash)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 
 
 def _loggable(payload: dict[str, Any] | None) -> dict[str, Any]:

@@ -3,7 +3,6 @@ its oldest prefix behind a checkpoint the chain continues from."""
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -122,9 +121,9 @@ class EventVerbs(StoreBase):
         continues the checkpoint's hash, and an events_pruned event in the chain confirms the checkpoint."""
         checkpoint = self.latest_event_checkpoint()
         walk = _ChainWalk(checkpoint)
-        while rows := self._conn.execute(
-            "SELECT * FROM events WHERE sequence > ? ORDER BY sequence LIMIT ?", (walk.after, batch)
-        ).fetchall():
+        cursor = self._conn.cursor()
+        cursor.row_factory = None  # plain tuples in _CHAIN_COLUMNS order: every column of every event is read
+        while rows := cursor.execute(_CHAIN_SELECT, (walk.after, batch)).fetchall():
             for row in rows:
                 walk.check(row)
         if checkpoint is not None:
@@ -206,6 +205,11 @@ class EventVerbs(StoreBase):
         return checkpoint
 
 
+_CHAIN_COLUMNS = (*EVENT_BODY_FIELDS, "payload", "refs", "prev_hash", "hash")
+_CHAIN_SELECT = f"SELECT {', '.join(_CHAIN_COLUMNS)} FROM events WHERE sequence > ? ORDER BY sequence LIMIT ?"
+_SEQUENCE, _TYPE = EVENT_BODY_FIELDS.index("sequence"), EVENT_BODY_FIELDS.index("type")
+
+
 class _ChainWalk:
     """The verifier's state as it walks the chain in order."""
 
@@ -218,8 +222,10 @@ class _ChainWalk:
         self.confirmed = False
         self.first = True
 
-    def check(self, row: sqlite3.Row) -> None:
-        sequence = row["sequence"]
+    def check(self, row: tuple[Any, ...]) -> None:
+        """One event (a row of _CHAIN_COLUMNS) against the one before it."""
+        *fields, payload, refs, prev_hash, event_hash = row
+        sequence = fields[_SEQUENCE]
         if self.checkpoint and sequence <= self.checkpoint.through_sequence:
             reason = f"still present below the checkpoint through sequence {self.checkpoint.through_sequence}"
             self.breaks.append(ChainBreak(sequence, reason))
@@ -227,17 +233,17 @@ class _ChainWalk:
             return
         if sequence != self.expected:
             self.breaks.append(ChainBreak(sequence, f"expected sequence {self.expected}: events are missing"))
-        if row["prev_hash"] != self.prev_hash:
+        if prev_hash != self.prev_hash:
             previous = "the checkpoint of the pruned events" if self.first and self.checkpoint else "the previous event"
             self.breaks.append(ChainBreak(sequence, f"prev_hash does not match {previous}"))
-        body = {field: row[field] for field in EVENT_BODY_FIELDS}
-        body["payload"], body["refs"] = loads(row["payload"]), loads(row["refs"])
-        if chain_hash(row["prev_hash"], body) != row["hash"]:
+        body = dict(zip(EVENT_BODY_FIELDS, fields, strict=True))
+        body["payload"], body["refs"] = loads(payload), {} if refs == "{}" else loads(refs)
+        if chain_hash(prev_hash, body) != event_hash:
             self.breaks.append(ChainBreak(sequence, "hash does not match the event's content"))
-        if self.checkpoint and row["type"] == "events_pruned":
+        if self.checkpoint and fields[_TYPE] == "events_pruned":
             pruned = body["payload"]
             self.confirmed |= (pruned.get("through_sequence"), pruned.get("through_hash")) == (
                 self.checkpoint.through_sequence,
                 self.checkpoint.through_hash,
             )
-        self.prev_hash, self.expected, self.after, self.first = row["hash"], sequence + 1, sequence, False
+        self.prev_hash, self.expected, self.after, self.first = event_hash, sequence + 1, sequence, False

@@ -30,7 +30,14 @@ class SensingVerbs(StoreBase):
         """One batch of a run's output, in one transaction: duplicates change nothing."""
         counts = IntakeCounts(rejected=len(rejected))
         with self._transaction():
+            # One query for the batch: under the write lock no one else can spend a key meanwhile,
+            # so a known key is a repeat without trying its INSERT (and a key's second line here too).
+            spent = self.seen_dedupe_keys(sensor_id, [item.event.dedupe_key for item in accepted])
             for item in accepted:
+                if item.event.dedupe_key in spent:
+                    counts.deduped += 1  # sensor_run_finished says how many; no event of its own
+                    continue
+                spent.add(item.event.dedupe_key)
                 self._record_one(sensor_id, item, now, counts)
             for rejection in rejected[:MAX_REJECTION_EVENTS]:
                 self._append_event(
@@ -42,29 +49,12 @@ class SensingVerbs(StoreBase):
         return counts
 
     def _record_one(self, sensor_id: str, item: AcceptedEvent, now: datetime, counts: IntakeCounts) -> None:
+        """A new event: its events in the chain, its task or workflow, then its row (which names them)."""
         event = item.event
-        row = self._conn.execute(
-            """INSERT INTO sensor_events (sensor_id, dedupe_key, event_id, observed_at, source_ref,
-                   freshness_deadline, payload, result, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'recorded', ?)
-               ON CONFLICT (sensor_id, dedupe_key) DO NOTHING RETURNING id""",
-            (
-                sensor_id,
-                event.dedupe_key,
-                event.event_id,
-                ts(event.observed_at),
-                event.source_ref,
-                ts(event.freshness_deadline),
-                dumps(event.payload),
-                ts(now),
-            ),
-        ).fetchone()
         ids: dict[str, Any] = {
             "sensor_id": sensor_id,
             "payload": {"dedupe_key": event.dedupe_key, "event_id": event.event_id},
         }
-        if row is None:  # seen before: counted (sensor_run_finished says how many), no event of its own
-            counts.deduped += 1
-            return
         self._append_event("sensor_event_recorded", now, **ids)
         counts.recorded += 1
         result, task_id, workflow_id = "recorded", None, None
@@ -79,31 +69,53 @@ class SensingVerbs(StoreBase):
             counts.created += 1
             counts.task_ids.append(task_id)
         if not item.stale and item.workflow is not None:
-            start = item.workflow
-            workflow_id, created = insert_workflow(
-                self,
-                start.workflow_type,
-                start.instance_key,
-                start.state,
-                start.context,
-                now,
-                f"sensor:{sensor_id}",
-                sensor_id,
-            )
-            if created or start.signal is None:
-                kind = "sensor_workflow_created" if created else "sensor_workflow_deduped"
-                # a signal wakes an existing workflow; a new one starts in its state
-                noted = {"signal": start.signal, "signal_applied": False} if start.signal else {}
-                self._append_event(kind, now, workflow_id=workflow_id, **(ids | {"payload": ids["payload"] | noted}))
-                counts.workflows_created += int(created)
-                counts.workflows_deduped += int(not created)
-            else:
-                self._wake_workflow(sensor_id, item, workflow_id, start.signal, now, counts)
+            workflow_id = self._start_workflow(sensor_id, item, ids, now, counts)
             result = "created"
         self._conn.execute(
-            "UPDATE sensor_events SET result = ?, task_id = ?, workflow_id = ? WHERE id = ?",
-            (result, task_id, workflow_id, row[0]),
+            """INSERT INTO sensor_events (sensor_id, dedupe_key, event_id, observed_at, source_ref,
+                   freshness_deadline, payload, result, task_id, workflow_id, recorded_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            (
+                sensor_id,
+                event.dedupe_key,
+                event.event_id,
+                ts(event.observed_at),
+                event.source_ref,
+                ts(event.freshness_deadline),
+                dumps(event.payload),
+                result,
+                task_id,
+                workflow_id,
+                ts(now),
+            ),
         )
+
+    def _start_workflow(
+        self, sensor_id: str, item: AcceptedEvent, ids: dict[str, Any], now: datetime, counts: IntakeCounts
+    ) -> int:
+        """The event's workflow: created, found (deduped), or woken by its signal; its id."""
+        start = item.workflow
+        assert start is not None
+        workflow_id, created = insert_workflow(
+            self,
+            start.workflow_type,
+            start.instance_key,
+            start.state,
+            start.context,
+            now,
+            f"sensor:{sensor_id}",
+            sensor_id,
+        )
+        if created or start.signal is None:
+            kind = "sensor_workflow_created" if created else "sensor_workflow_deduped"
+            # a signal wakes an existing workflow; a new one starts in its state
+            noted = {"signal": start.signal, "signal_applied": False} if start.signal else {}
+            self._append_event(kind, now, workflow_id=workflow_id, **(ids | {"payload": ids["payload"] | noted}))
+            counts.workflows_created += int(created)
+            counts.workflows_deduped += int(not created)
+        else:
+            self._wake_workflow(sensor_id, item, workflow_id, start.signal, now, counts)
+        return workflow_id
 
     def _wake_workflow(
         self, sensor_id: str, item: AcceptedEvent, workflow_id: int, signal: str, now: datetime, counts: IntakeCounts

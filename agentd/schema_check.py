@@ -1,0 +1,211 @@
+"""A JSON Schema (2020-12) subset compiled once into one plain Python predicate: the fast yes.
+
+`compile_check(schema)` returns a function that says True only where jsonschema's
+Draft202012Validator finds no error, or None when the schema uses a keyword outside the subset.
+Callers ask it first and run jsonschema only when it says no (or is None): jsonschema then
+names the errors, so every message and every verdict stays jsonschema's. The predicate may be
+stricter than jsonschema (an integer written 1.0, an enum of numbers), never looser; the property
+tests hold it to that.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+Check = Callable[[Any], bool]
+
+# Keywords Draft202012Validator does not assert without a format checker, or that only matter to
+# a `$ref`, which the subset refuses: their presence changes no verdict.
+_ANNOTATIONS = frozenset(
+    {"$schema", "$id", "$comment", "$defs", "title", "description", "default", "examples", "format"}
+    | {"deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding"}
+)
+_TYPES: dict[str, Check] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: type(v) is int,  # jsonschema also takes 1.0: that one goes to jsonschema
+    "number": lambda v: type(v) is int or type(v) is float,
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+_NOT_NUMBERS = (str, dict, list, bool, type(None))  # what a bound on numbers lets through untouched
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def compile_check(schema: Any) -> Check | None:
+    """The schema's fast yes, or None if it uses anything outside the subset."""
+    try:
+        return _compile(schema)
+    except _Unsupported:
+        return None
+
+
+def _compile(schema: Any) -> Check:
+    if schema is True:
+        return lambda _v: True
+    if not isinstance(schema, dict):
+        raise _Unsupported  # false schemas: jsonschema says no, and names why
+    checks = [_object(schema)] if any(name in schema for name in _OBJECT_KEYWORDS) else []
+    for name, value in schema.items():
+        if name in _ANNOTATIONS or name in _OBJECT_KEYWORDS:
+            continue
+        compiler = _COMPILERS.get(name)
+        if compiler is None:
+            raise _Unsupported
+        checks.append(compiler(value))
+    if len(checks) == 1:
+        return checks[0]
+
+    def every(value: Any) -> bool:
+        for check in checks:  # noqa: SIM110 (all() would build a generator per call: this is the hot path)
+            if not check(value):
+                return False
+        return True
+
+    return every
+
+
+_OBJECT_KEYWORDS = frozenset({"properties", "required", "additionalProperties", "propertyNames"})
+
+
+def _object(schema: dict[str, Any]) -> Check:
+    """properties, required, additionalProperties and propertyNames: one pass over the object."""
+    properties, required = schema.get("properties", {}), schema.get("required", [])
+    if "patternProperties" in schema or not isinstance(properties, dict) or not isinstance(required, list):
+        raise _Unsupported
+    known = {key: _compile(sub) for key, sub in properties.items()}
+    additional = schema.get("additionalProperties", True)
+    closed = additional is False
+    extra = None if closed else _compile(additional)
+    names = _compile(schema["propertyNames"]) if "propertyNames" in schema else None
+
+    def check(value: Any) -> bool:
+        if not isinstance(value, dict):
+            return True
+        for key in required:
+            if key not in value:
+                return False
+        for key, item in value.items():
+            if names is not None and not names(key):
+                return False
+            sub = known.get(key)
+            if sub is not None:
+                if not sub(item):
+                    return False
+            elif closed or (extra is not None and not extra(item)):
+                return False
+        return True
+
+    return check
+
+
+def _type(value: Any) -> Check:
+    names = value if isinstance(value, list) else [value]
+    if not names or not all(isinstance(n, str) and n in _TYPES for n in names):
+        raise _Unsupported
+    checks = [_TYPES[n] for n in names]
+    return checks[0] if len(checks) == 1 else lambda v: any(check(v) for check in checks)
+
+
+def _const(value: Any) -> Check:
+    if not isinstance(value, str):
+        raise _Unsupported  # jsonschema's equality (1 == 1.0, True != 1) is kept to jsonschema
+    return lambda v: isinstance(v, str) and v == value
+
+
+def _enum(value: Any) -> Check:
+    if not isinstance(value, list) or not all(isinstance(each, str) for each in value):
+        raise _Unsupported
+    allowed = frozenset(value)
+    return lambda v: isinstance(v, str) and v in allowed
+
+
+def _pattern(value: Any) -> Check:
+    if not isinstance(value, str):
+        raise _Unsupported
+    search = re.compile(value).search  # jsonschema: re.search(pattern, instance)
+    return lambda v: not isinstance(v, str) or search(v) is not None
+
+
+def _length(at_least: bool) -> Callable[[Any], Check]:
+    def compiler(value: Any) -> Check:
+        if type(value) is not int:
+            raise _Unsupported
+        if at_least:
+            return lambda v: not isinstance(v, str) or len(v) >= value
+        return lambda v: not isinstance(v, str) or len(v) <= value
+
+    return compiler
+
+
+def _bound(holds: Callable[[Any, Any], bool]) -> Callable[[Any], Check]:
+    def compiler(limit: Any) -> Check:
+        if type(limit) not in (int, float) or not math.isfinite(limit):
+            raise _Unsupported
+
+        def check(v: Any) -> bool:
+            if type(v) is int or type(v) is float:
+                return holds(v, limit)
+            return isinstance(v, _NOT_NUMBERS)  # another kind of number: jsonschema decides
+
+        return check
+
+    return compiler
+
+
+def _items(value: Any) -> Check:
+    sub = _compile(value)
+    return lambda v: not isinstance(v, list) or all(sub(item) for item in v)
+
+
+def _any_of(value: Any) -> Check:
+    if not isinstance(value, list) or not value:
+        raise _Unsupported
+    subs = [_compile(each) for each in value]
+    return lambda v: any(sub(v) for sub in subs)
+
+
+def _all_of(value: Any) -> Check:
+    if not isinstance(value, list) or not value:
+        raise _Unsupported
+    subs = [_compile(each) for each in value]
+    return lambda v: all(sub(v) for sub in subs)
+
+
+def _count(kind: type[list[Any]] | type[dict[str, Any]], at_least: bool) -> Callable[[Any], Check]:
+    def compiler(value: Any) -> Check:
+        if type(value) is not int:
+            raise _Unsupported
+        if at_least:
+            return lambda v: not isinstance(v, kind) or len(v) >= value
+        return lambda v: not isinstance(v, kind) or len(v) <= value
+
+    return compiler
+
+
+_COMPILERS: dict[str, Callable[[Any], Check]] = {
+    "type": _type,
+    "const": _const,
+    "enum": _enum,
+    "pattern": _pattern,
+    "minLength": _length(at_least=True),
+    "maxLength": _length(at_least=False),
+    "minimum": _bound(lambda v, limit: v >= limit),
+    "maximum": _bound(lambda v, limit: v <= limit),
+    "exclusiveMinimum": _bound(lambda v, limit: v > limit),
+    "exclusiveMaximum": _bound(lambda v, limit: v < limit),
+    "items": _items,
+    "anyOf": _any_of,
+    "allOf": _all_of,
+    "minItems": _count(list, at_least=True),
+    "maxItems": _count(list, at_least=False),
+    "minProperties": _count(dict, at_least=True),
+    "maxProperties": _count(dict, at_least=False),
+}

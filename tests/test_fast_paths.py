@@ -1,0 +1,312 @@
+"""The fast paths agree with what they stand in front of, for any input: the compiled schema check
+never says yes where jsonschema says no, check_value refuses exactly what its explaining walk refuses
+(in its words), the prebuilt JSON encoders write json.dumps's bytes, and a ULID is still 48 bits of
+milliseconds then 80 random bits, and a sensor line read in one pass is what the careful reading gives."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+from support import EXAMPLE_CONFIG
+from test_properties import ANY_TEXT, BASE_TASK, FAST, JSON_VALUE, PY_VALUE, SENSOR_ID, SENSOR_LINE
+
+from agentd import edge, sensor_runs
+from agentd.clock import FakeClock
+from agentd.evidence import EVIDENCE_FILES, MANIFEST_SCHEMA
+from agentd.hashing import canonical_json, new_ulid
+from agentd.schema_check import compile_check
+from agentd.store.base import dumps
+
+# --- the compiled schema check -----------------------------------------------------------------
+
+KEYS = ["a", "b", "c"]
+SMALL_LEAF = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-4, 4),
+    st.sampled_from([1.0, -0.5, 2.5, 10**20]),
+    st.text("ab01", max_size=3),
+)
+INSTANCE = st.recursive(
+    SMALL_LEAF,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(KEYS), inner, max_size=3),
+    max_leaves=10,
+)
+TYPES = ["object", "array", "string", "integer", "number", "boolean", "null"]
+NUMBER = st.one_of(st.integers(-3, 3), st.sampled_from([-0.5, 0.0, 1.5]))
+LEAF_SCHEMA = st.one_of(
+    st.just(True),
+    st.builds(lambda t: {"type": t}, st.sampled_from(TYPES) | st.lists(st.sampled_from(TYPES), min_size=1, max_size=3)),
+    st.builds(lambda v: {"const": v}, st.text("ab01", max_size=2)),
+    st.builds(lambda vs: {"enum": vs}, st.lists(st.text("ab01", max_size=2), min_size=1, max_size=3)),
+    st.builds(lambda p: {"pattern": p}, st.sampled_from(["^a", "1$", "[0-9]", "^$"])),
+    st.builds(lambda k, n: {k: n}, st.sampled_from(["minLength", "maxLength"]), st.integers(0, 3)),
+    st.builds(
+        lambda k, n: {k: n}, st.sampled_from(["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]), NUMBER
+    ),
+    st.builds(
+        lambda k, n: {k: n},
+        st.sampled_from(["minItems", "maxItems", "minProperties", "maxProperties"]),
+        st.integers(0, 2),
+    ),
+    st.just({"format": "date-time", "title": "annotations only", "description": "x"}),
+)
+
+
+def merged(schemas: list[dict[str, Any] | bool]) -> dict[str, Any] | bool:
+    out: dict[str, Any] = {}
+    for schema in schemas:
+        if isinstance(schema, dict):
+            out.update(schema)
+    return out
+
+
+SCHEMA = st.recursive(
+    LEAF_SCHEMA,
+    lambda inner: st.one_of(
+        st.builds(
+            lambda props, required, extra: {"properties": props, "required": required, "additionalProperties": extra},
+            st.dictionaries(st.sampled_from(KEYS), inner, max_size=3),
+            st.lists(st.sampled_from(KEYS), max_size=2, unique=True),
+            st.booleans() | inner,
+        ),
+        st.builds(lambda items: {"type": "array", "items": items}, inner),
+        st.builds(lambda names: {"propertyNames": names}, inner),
+        st.builds(lambda subs: {"anyOf": subs}, st.lists(inner, min_size=1, max_size=3)),
+        st.builds(lambda subs: {"allOf": subs}, st.lists(inner, min_size=1, max_size=3)),
+        st.lists(inner, min_size=2, max_size=3).map(merged),
+    ),
+    max_leaves=8,
+)
+
+
+@FAST
+@given(SCHEMA, INSTANCE)
+@example({"type": "integer"}, 1.0)
+@example({"type": "integer"}, True)
+@example({"type": ["number", "null"]}, False)
+@example({"maxLength": 1}, "ab")
+@example({"properties": {"a": {"const": "a"}}, "additionalProperties": False}, {"a": "a", "b": 1})
+@example({"enum": ["a"]}, True)
+@example({"properties": {"a": {"minimum": 1}}}, {"a": True})
+def test_the_compiled_check_says_yes_only_where_jsonschema_does(schema: Any, instance: Any) -> None:
+    check = compile_check(schema)
+    assert check is not None, f"every keyword generated here is in the subset: {schema}"
+    if check(instance):
+        assert Draft202012Validator(schema).is_valid(instance), (schema, instance)
+
+
+SHA = "0" * 64
+MANIFEST = {
+    "spec_version": "agentd-evidence/v1",
+    "run_id": "01M84Q9MV6396C92HAPZQVSSG0",
+    "runtime_identity": {"agentd_version": "0.1.0", "host": "vm", "agent_id": "demo", "runner_id": "r"},
+    "agent_ref": {
+        "agent": "demo",
+        "profile": "operator",
+        "variant_id": "v",
+        "variant": {"skills": [{"skill_id": "example", "version": "1"}], "agent_def_version": None},
+    },
+    "task_ref": {"task_id": 1, "task_type": "noop", "task_type_version": 1, "attempt_number": 1},
+    "task_hash": SHA,
+    "bundle_hash": None,
+    "constitution": {"soul_hash": SHA, "purpose_hash": SHA, "version": "1"},
+    "adapter": {"adapter_id": "noop", "kind": "script", "argv": ["/bin/true"], "command_sha256": SHA},
+    "model": None,
+    "model_pin": None,
+    "action_trace": {"steps": 1, "tool_calls": 0, "digest": SHA},
+    "budgets": {"timeout_s": 30.0},
+    "started_at": "2026-11-23T17:29:40.963930Z",
+    "completed_at": "2026-11-23T17:29:40.987961Z",
+    "wall_clock_elapsed_s": 0.024,
+    "termination_reason": "exited",
+    "failure_type": None,
+    "exit_status": "ok",
+    "side_effects": "possible",
+    "redactions": {"count": 0},
+    "outcome": {"status": "completed", "machine_status": "ok", "next_status": "completed", "gate_reasons": []},
+    "artifacts": [{"role": "output", "path": "out.txt", "sha256": None}],
+    "files": {name: {"sha256": SHA, "bytes": 0} for name in EVIDENCE_FILES},
+    "artifact_hash": SHA,
+}
+
+
+@st.composite
+def tampered(draw: st.DrawFn) -> Any:
+    """The manifest with one to three edits anywhere in it: a value replaced, a key removed or added."""
+    manifest = copy.deepcopy(MANIFEST)
+    for _ in range(draw(st.integers(1, 3))):
+        node: Any = manifest
+        while True:
+            keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+            if not keys:
+                break
+            key = draw(st.sampled_from(keys))
+            if isinstance(node[key], dict | list) and node[key] and draw(st.booleans()):
+                node = node[key]
+                continue
+            action = draw(st.sampled_from(["replace", "remove", "add"]))
+            if action == "replace":
+                node[key] = draw(INSTANCE | JSON_VALUE)
+            elif action == "remove":
+                del node[key]
+            elif isinstance(node, dict):
+                node[draw(ANY_TEXT)] = draw(INSTANCE)
+            break
+    return manifest
+
+
+def test_a_sealed_manifest_passes_the_compiled_check() -> None:
+    check = compile_check(MANIFEST_SCHEMA)
+    assert check is not None and check(MANIFEST) and Draft202012Validator(MANIFEST_SCHEMA).is_valid(MANIFEST)
+
+
+@FAST
+@given(tampered())
+def test_the_compiled_manifest_check_says_yes_only_where_jsonschema_does(manifest: Any) -> None:
+    check = compile_check(MANIFEST_SCHEMA)
+    assert check is not None
+    if check(manifest):
+        assert Draft202012Validator(MANIFEST_SCHEMA).is_valid(manifest)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$ref": "#/$defs/x", "$defs": {"x": {}}},
+        {"oneOf": [{}, {}]},
+        {"not": {"type": "string"}},
+        {"patternProperties": {"^a": {}}},
+        {"items": False},
+        {"enum": [1, "a"]},
+        {"const": 1},
+        {"uniqueItems": True},
+        {"x-unknown": 1},
+        False,
+    ],
+)
+def test_outside_the_subset_there_is_no_fast_yes(schema: Any) -> None:
+    assert compile_check(schema) is None
+
+
+def test_the_example_payload_schema_compiles() -> None:
+    schema = json.loads((EXAMPLE_CONFIG.parent / "schemas" / "example.payload.json").read_text())
+    check = compile_check(schema)
+    assert check is not None and check({"note": "hi"}) and not check({"note": 1}) and not check({"other": 1})
+
+
+# --- check_value, the encoders, ULIDs ------------------------------------------------------------
+
+
+@FAST
+@given(st.one_of(PY_VALUE, JSON_VALUE), ANY_TEXT)
+@example(json.loads("[" * edge.MAX_DEPTH + "]" * edge.MAX_DEPTH), "x")
+@example(json.loads("[" * (edge.MAX_DEPTH + 1) + "]" * (edge.MAX_DEPTH + 1)), "x")
+@example({"a": [{"\ud800": 1}]}, "x")
+@example({"a": "\ud800"}, "x")
+@example(["ok", "\udfff"], "x")
+@example({"a": [math.nan]}, "x")
+@example({"a": (1, 2)}, "x")
+@example({1: "a"}, "x")
+@example({"n": edge.INT64_MAX + 1}, "x")
+def test_check_value_refuses_what_its_explaining_walk_refuses_in_its_words(value: Any, where: str) -> None:
+    def verdict(check: Any) -> str | None:
+        try:
+            check(value, where)
+        except edge.Refused as exc:
+            return str(exc)
+        return None
+
+    assert verdict(edge.check_value) == verdict(edge._explain_refusal)
+
+
+@FAST
+@given(JSON_VALUE)
+def test_the_prebuilt_encoders_write_json_dumps_bytes(value: Any) -> None:
+    def outcome(encode: Callable[[], Any]) -> Any:
+        try:
+            return encode()
+        except ValueError as exc:  # NaN refused, or a lone surrogate UTF-8 cannot hold
+            return type(exc)
+
+    options: dict[str, Any] = {"separators": (",", ":"), "ensure_ascii": False, "allow_nan": False}
+    assert outcome(lambda: canonical_json(value)) == outcome(
+        lambda: json.dumps(value, sort_keys=True, **options).encode()
+    )
+    assert outcome(lambda: dumps(value)) == outcome(lambda: json.dumps(value, **options))
+
+
+CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@FAST
+@given(st.integers(0, (datetime(9999, 12, 31, tzinfo=UTC) - EPOCH) // timedelta(milliseconds=1)))
+@example(0)
+def test_a_ulid_is_its_milliseconds_then_80_random_bits(millis: int) -> None:
+    moment = EPOCH + timedelta(milliseconds=millis)
+    ulid = new_ulid(FakeClock(moment))
+    assert len(ulid) == 26 and set(ulid) <= set(CROCKFORD)
+    value = 0
+    for char in ulid:
+        value = value * 32 + CROCKFORD.index(char)
+    assert value >> 80 == int(moment.timestamp() * 1000) and value < 2**128
+
+
+# --- a sensor line in one pass --------------------------------------------------------------------
+
+
+def read_carefully(sensor_id: str, line: str) -> Any:
+    try:
+        return sensor_runs._read_carefully(sensor_id, line)
+    except sensor_runs._Rejected as exc:
+        return f"rejected: {exc}"
+
+
+def nested(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+EVENT = {"event_id": "e", "observed_at": "2026-01-01T00:00:00Z", "source_ref": "x", "dedupe_key": "k", "payload": {}}
+STALE = {**EVENT, "freshness_deadline": "2000-01-01T00:00:00Z"}
+WORKFLOW_REF = {"workflow_id": 2**70, "state_id": "s", "instance_key": "i"}
+
+
+@FAST
+@given(SENSOR_ID, SENSOR_LINE)
+@example("inbox", json.dumps({**EVENT, "payload": {"deep": nested(edge.MAX_DEPTH - 1)}}))  # the line: 64 deep
+@example("inbox", json.dumps({**EVENT, "proposed_task": {**BASE_TASK, "payload": {"d": nested(edge.MAX_DEPTH - 2)}}}))
+@example("inbox", json.dumps({**STALE, "proposed_task": {**BASE_TASK, "workflow_ref": WORKFLOW_REF}}))
+@example("inbox", json.dumps({**STALE, "proposed_task": {**BASE_TASK, "priority": 2**70}}))
+@example("inbox", "\xa0" + json.dumps(EVENT))
+@example("inbox", json.dumps(EVENT)[:-1] + ', "sensor_id": "other"}')
+@example("inbox", json.dumps(EVENT)[:-1] + ', "sensor_id": null}')
+@example("inbox", json.dumps(EVENT)[:-1] + ', "sensor_id": "inbox", "sensor_id": "inbox"}')
+@example("inbox", json.dumps(EVENT).replace('"x"', '"\\ud800"'))
+@example("inbox", json.dumps({**EVENT, "payload": {"n": 2**63}}))
+@example("inbox", json.dumps({**EVENT, "payload": {"n": math.inf}}))
+@example("inbox", "{}")
+@example("inbox", " { } ")
+def test_a_line_read_at_once_is_what_the_careful_reading_accepts(sensor_id: str, line: str) -> None:
+    at_once = sensor_runs._read_at_once(sensor_id, line)
+    if at_once is not None:
+        carefully = read_carefully(sensor_id, line)
+        assert at_once == carefully, (line, carefully)
+        assert at_once.model_fields_set == carefully.model_fields_set
+
+
+def test_the_benchmark_line_is_read_at_once() -> None:
+    line = json.dumps({**EVENT, "proposed_task": {"task_type": "example", "source": "x", "payload": {}}})
+    assert sensor_runs._read_at_once("inbox", line) == read_carefully("inbox", line)
