@@ -183,16 +183,16 @@ class Dispatcher:
             await self.db.call(Store.create_step_tasks, step_decisions(waiting, self.config, now), now)
 
     async def claim_and_run(self, now: datetime) -> bool:
-        pause = await self.db.call(Store.dispatch_pause)
-        if pause is not None:  # the operator paused it: nothing more is claimed until `dispatch resume`
-            if not self._stopping:
-                self.shell.status(pause.describe())
-            return False
         evidence = self.config.paths.state_dir / "attempts"
         budget = await self._budget(now)
         hold = budget.hold if budget else None
         claim = await self.db.call(Store.claim_next_task, now, self.holder_id, self._plan, evidence, hold)
         if claim is None:
+            pause = await self.db.call(Store.dispatch_pause)
+            if pause is not None:  # the operator paused it: nothing more is claimed until `dispatch resume`
+                if not self._stopping:
+                    self.shell.status(pause.describe())
+                return False
             await self._note_budget(budget, now)
             await self.outbox.apply_pending()  # e.g. side effects an operator just approved
             return False

@@ -226,3 +226,16 @@ async def test_a_canceled_task_waits_for_no_approval(gated: Rig, rig_cli: Any) -
     [closed] = events(gated, "approval_resolved", task.task_id)
     assert (closed.payload["decision"], closed.payload["by"]) == ("denied", "agentd")
     assert rig_cli(gated, "approve", str(task.task_id)).code == 2
+
+
+async def test_the_claim_itself_refuses_while_paused(rig: Rig) -> None:
+    """The pause is read inside the claim's transaction: a pause that lands just before a claim is
+    never followed by one."""
+    task = rig.add("scripted", payload={"outcome": ok()})
+    rig.store.pause_dispatch("tester", "now", rig.clock.now())
+    evidence = rig.config.paths.state_dir / "attempts"
+    plan = rig.dispatcher()._plan
+    assert rig.store.claim_next_task(rig.clock.now(), "test", plan, evidence) is None
+    rig.store.resume_dispatch("tester", rig.clock.now())
+    claim = rig.store.claim_next_task(rig.clock.now(), "test", plan, evidence)
+    assert claim is not None and claim.task.task_id == task.task_id

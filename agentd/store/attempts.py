@@ -83,7 +83,7 @@ class AttemptVerbs(StoreBase):
         self, now: datetime, runner_id: str, plan: Planner, evidence_root: Path, hold: BudgetHold | None = None
     ) -> Claim | None:
         """Claim the next task and open its attempt (task_claimed), or None if nothing is due (or
-        what is due waits for the budget: `hold`).
+        what is due waits for the budget: `hold`), or the dispatcher is paused.
 
         `plan` is pure (config lookups only). A task the config can no longer run ends
         permanent_failure with the reason; a row that no longer reads back as a task (edited by
@@ -92,6 +92,8 @@ class AttemptVerbs(StoreBase):
         sql = CLAIM_SQL if hold is None else claim_sql(hold)
         params: dict[str, Any] = {"now": ts(now), **hold_params(hold)}
         with self._transaction():
+            if self._conn.execute("SELECT 1 FROM dispatch_control WHERE id = 1").fetchone():
+                return None  # paused (`agentd dispatch pause`): checked in the claim's own transaction
             while (row := self._conn.execute(sql, params).fetchone()) is not None:
                 try:
                     task = read_task_or_raise(self, row["id"])
