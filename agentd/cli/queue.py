@@ -420,11 +420,8 @@ def _budget_line(budget: dict[str, Any]) -> str:
     """Today's spend against the caps; `~` marks a total some of which agentd estimated (codex)."""
     from agentd.budget import usd
 
-    caps = (
-        [f"{usd(budget['spent_usd'], budget['estimated'])} of ${budget['daily_usd']:g} today"]
-        if budget["daily_usd"]
-        else [f"{usd(budget['spent_usd'], budget['estimated'])} today"]
-    )
+    total = usd(budget["spent_usd"], budget["estimated"])
+    caps = [f"{total} of ${budget['daily_usd']:g} today" if budget["daily_usd"] else f"{total} today"]
     caps += [
         f"{a} {usd(s['spent_usd'], s['estimated'])}" + (f" of ${s['daily_usd']:g}" if s["daily_usd"] else "")
         for a, s in budget["adapters"].items()

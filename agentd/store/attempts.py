@@ -27,7 +27,7 @@ from agentd.records import (
     TaskRecord,
 )
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
-from agentd.store.budget import ON_HELD_ADAPTER, hold_params
+from agentd.store.budget import CLAIMABLE, ON_HELD_ADAPTER, hold_params
 from agentd.store.control import request_approval
 from agentd.store.rows import attempt_from_row
 from agentd.store.tasks import read_task_or_raise
@@ -39,10 +39,9 @@ OUTCOME_SUMMARY_MAX = 4000
 # The next claimable task: priority 1 first, then available_at, then id. One index seek per
 # priority (1..10, a CHECK constraint) rather than one ordered walk, so tasks waiting in the
 # future never slow the claim down and no ANALYZE statistics can change the plan.
-_CLAIM_BRANCH = """SELECT * FROM (
+_CLAIM_BRANCH = f"""SELECT * FROM (
     SELECT id, priority, available_at FROM tasks
-    WHERE status IN ('pending', 'retryable_failure') AND awaiting_approval = 0
-      AND priority = {priority} AND available_at <= :now{held}
+    WHERE {CLAIMABLE} AND priority = {{priority}}{{held}}
     ORDER BY available_at, id LIMIT 1)"""
 
 

@@ -9,6 +9,9 @@ from datetime import datetime
 from agentd.budget import AdapterSpend, BudgetHold, Spend
 from agentd.store.base import StoreBase, ts
 
+# A task the dispatcher may claim now (its priority and the budget aside).
+CLAIMABLE = "status IN ('pending', 'retryable_failure') AND awaiting_approval = 0 AND available_at <= :now"
+
 # Tasks that would run on an adapter past its daily budget (agentd/budget.py BudgetHold): the one
 # they asked for, else their type's default, else their profile's.
 ON_HELD_ADAPTER = """(COALESCE(requested_adapter_id IN (SELECT value FROM json_each(:held_adapters)), 0)
@@ -40,10 +43,9 @@ class BudgetVerbs(StoreBase):
 
     def budget_waiting(self, now: datetime, hold: BudgetHold) -> int:
         """Tasks due now that the budget holds back (reason `budget` in status and metrics)."""
-        claimable = "status IN ('pending', 'retryable_failure') AND awaiting_approval = 0 AND available_at <= :now"
         held = "" if hold.everything else f" AND {ON_HELD_ADAPTER}"
         row = self._conn.execute(
-            f"SELECT COUNT(*) FROM tasks WHERE {claimable} AND priority > :urgent{held}",
+            f"SELECT COUNT(*) FROM tasks WHERE {CLAIMABLE} AND priority > :urgent{held}",
             {"now": ts(now), "urgent": hold.urgent_priority} | hold_params(hold),
         ).fetchone()
         return int(row[0])

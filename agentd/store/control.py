@@ -69,51 +69,29 @@ class ControlVerbs(StoreBase):
             ).fetchone()
             if row is None:
                 raise InputError(f"task {task_id} is not waiting for approval (it is {task.status})")
-            if row[1] == "side_effects":
-                self._resolve_side_effects(task, row[0], approved=approved, by=by, note=note, now=now)
-                return read_task_or_raise(self, task_id), "side_effects"
+            approval_id, scope = row
+            held = held_side_effects(self, task_id) if scope == "side_effects" else []  # before it is decided
             self._conn.execute(
                 """UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, reason = COALESCE(?, reason)
                    WHERE approval_id = ?""",
-                ("approved" if approved else "rejected", ts(now), by, note, row[0]),
-            )
-            self._conn.execute(
-                "UPDATE tasks SET awaiting_approval = 0, updated_at = ? WHERE id = ?", (ts(now), task_id)
+                ("approved" if approved else "rejected", ts(now), by, note, approval_id),
             )
             decision = "approved" if approved else "denied"
-            self._append_event(
-                "approval_resolved",
-                now,
-                task_id=task_id,
-                payload={"approval_id": row[0], "decision": decision, "by": by, "note": note},
-            )
-            if not approved:
-                summary = f"denied by {by}: {note}" if note else f"denied by {by}"
-                cancel_waiting(self, task_id, TaskOutcome.failure(summary, "operator_canceled"), now)
-            return read_task_or_raise(self, task_id), "claim"
-
-    def _resolve_side_effects(
-        self, task: TaskRecord, approval_id: str, *, approved: bool, by: str, note: str | None, now: datetime
-    ) -> None:
-        """Approved: the held follow-ups and messages are applied by the dispatcher's outbox, once.
-        Denied: each is settled refused with who and why; the task itself stays as it ended."""
-        held = held_side_effects(self, task.task_id)
-        self._conn.execute(
-            """UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, reason = COALESCE(?, reason)
-               WHERE approval_id = ?""",
-            ("approved" if approved else "rejected", ts(now), by, note, approval_id),
-        )
-        decision = "approved" if approved else "denied"
-        self._append_event(
-            "approval_resolved",
-            now,
-            task_id=task.task_id,
-            payload={"approval_id": approval_id, "decision": decision, "by": by, "note": note, "scope": "side_effects"},
-        )
-        if not approved:
-            reason = f"denied by {by}: {note}" if note else f"denied by {by}"
-            for entry in held:
-                settle(self, entry, "refused", {"reason": reason}, now)
+            payload = {"approval_id": approval_id, "decision": decision, "by": by, "note": note}
+            if scope == "side_effects":
+                payload["scope"] = scope
+            self._append_event("approval_resolved", now, task_id=task_id, payload=payload)
+            denied = f"denied by {by}: {note}" if note else f"denied by {by}"
+            if scope == "claim":
+                self._conn.execute(
+                    "UPDATE tasks SET awaiting_approval = 0, updated_at = ? WHERE id = ?", (ts(now), task_id)
+                )
+                if not approved:
+                    cancel_waiting(self, task_id, TaskOutcome.failure(denied, "operator_canceled"), now)
+            elif not approved:  # side effects: the task stays as it ended; what it asked for is refused
+                for entry in held:
+                    settle(self, entry, "refused", {"reason": denied}, now)
+            return read_task_or_raise(self, task_id), scope
 
     def pending_approvals(self) -> list[PendingApproval]:
         """What waits for an operator, oldest first."""
