@@ -93,8 +93,12 @@ class AttemptPreparer:
         adapter_config = config.adapters[attempt.adapter_id]
         paths = attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id)
         make_attempt_dir(paths)
-        workflow = await self.workflow_step(task)
-        bundle = compile_bundle(await self._bundle_input(task, attempt.attempt_number, workflow))
+        profile = config.profiles[task.requested_profile_id]
+        recent_items = config.dispatch.recent_memory_items if profile.context_policy.include_recent_memory else 0
+        workflow_id = task.workflow_ref.workflow_id if task.workflow_ref else None
+        prior, recent, record = await self.db.call(Store.bundle_history, task.task_id, recent_items, workflow_id)
+        workflow = workflow_step(config, task, record) if record is not None else None
+        bundle = compile_bundle(self._bundle_input(task, attempt.attempt_number, workflow, prior, recent))
         write_private(paths.prompt, bundle.text)
         details = {
             "chars": bundle.chars,
@@ -129,19 +133,16 @@ class AttemptPreparer:
         )
         return Prepared(claim, self.adapters(adapter_config), ctx, bundle, completion_checks(config, task), redactor)
 
-    async def workflow_step(self, task: TaskRecord) -> WorkflowStep | None:
-        if task.workflow_ref is None:
-            return None
-        workflow = await self.db.call(Store.get_workflow_or_raise, task.workflow_ref.workflow_id)
-        return workflow_step(self.config, task, workflow)
-
-    async def _bundle_input(self, task: TaskRecord, attempt_number: int, workflow: WorkflowStep | None) -> BundleInput:
+    def _bundle_input(
+        self,
+        task: TaskRecord,
+        attempt_number: int,
+        workflow: WorkflowStep | None,
+        prior: list[tuple[int, str, str]],
+        recent: list[tuple[int, str, str, str]],
+    ) -> BundleInput:
         config = self.config
         profile = config.profiles[task.requested_profile_id]
-        prior = await self.db.call(Store.failure_summaries, task.task_id)
-        recent: list[tuple[int, str, str, str]] = []
-        if profile.context_policy.include_recent_memory and config.dispatch.recent_memory_items:
-            recent = await self.db.call(Store.recent_outcomes, config.dispatch.recent_memory_items, task.task_id)
         skills = tuple(
             SkillBrief(
                 s.skill_id,

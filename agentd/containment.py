@@ -82,12 +82,20 @@ class Cgroups:
 
     def make(self, group: RunGroup) -> Path | None:
         path = self.run_dir(group)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            logger.warning("cannot create cgroup %s (%s); this run is contained by marker only", path, exc)
-            return None
-        return path
+        problem: OSError | None = None
+        for _ in range(3):  # the agent's other service may release the namespace in between: again
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except FileNotFoundError as exc:
+                problem = exc
+                continue
+            except OSError as exc:
+                problem = exc
+                break
+            _NAMESPACES.add(path.parent)
+            return path
+        logger.warning("cannot create cgroup %s (%s); this run is contained by marker only", path, problem)
+        return None
 
     def enter(self, path: Path) -> None:
         _write(path / "cgroup.procs", str(os.getpid()))
@@ -97,6 +105,27 @@ class Cgroups:
 
 
 _CGROUPS: dict[int, Cgroups | None] = {}
+_NAMESPACES: set[Path] = set()  # the namespaces this process made runs in
+
+
+def release_namespace(state_dir: Path) -> None:
+    """A stopping service leaves no cgroup behind: its agent's namespace goes unless a run is still
+    in it (the agent's other service may have one: its own stop removes the namespace then)."""
+    found = cgroups()
+    if found is not None:
+        _release(found.own / namespace_for(state_dir))
+
+
+def release_namespaces() -> None:
+    """Every namespace this process made runs in (tests, and tools that run attempts in-process)."""
+    for namespace in list(_NAMESPACES):
+        _release(namespace)
+
+
+def _release(namespace: Path) -> None:
+    _NAMESPACES.discard(namespace)
+    with contextlib.suppress(OSError):  # gone already, or still holding a run
+        os.rmdir(namespace)
 
 
 def cgroups() -> Cgroups | None:

@@ -23,11 +23,12 @@ from agentd.budget import BudgetHold
 from agentd.budget import describe as budget_line
 from agentd.clock import Clock, age, format_ts
 from agentd.config import Config
+from agentd.containment import release_namespace
 from agentd.intents import schedule_runs, schedule_spec, step_decisions
 from agentd.lock import DispatchLock
 from agentd.metrics import DispatchMetrics, NullMetrics
 from agentd.outbox import OutboxApplier
-from agentd.records import AdapterConfig, AttemptPlan, TaskRecord
+from agentd.records import AdapterConfig, AttemptPlan, DueSchedule, TaskRecord, WorkflowRecord
 from agentd.running import FATAL, AttemptRunner
 from agentd.service import Notifier, Shell
 from agentd.status import BudgetOutlook, budget_outlook
@@ -100,6 +101,7 @@ class Dispatcher:
         await self.db.call(Store.record_event, "dispatch_stopped", self.clock.now(), {"pid": self.lock.identity.pid})
         await self.shell.stopped()
         await self.lock.release()
+        release_namespace(self.config.paths.state_dir)
 
     async def status_line(self) -> str:
         """What the dispatcher is doing, in one line: systemd's STATUS=, `agentd status`, the logs."""
@@ -154,9 +156,15 @@ class Dispatcher:
                 await self._sleep_until_due()
 
     async def tick(self, now: datetime) -> bool:
-        """One pass in the seed's order; True if an attempt ran (or a claim was refused)."""
-        await self.run_due_schedules(now)
-        await self.advance_workflows(now)
+        """One pass in the seed's order; True if an attempt ran (or a claim was refused). What the
+        schedules and workflows need is one read; so is whether the outbox holds an entry to apply
+        (one an operator's approval let go, say: an attempt's own are applied as it ends)."""
+        due, waiting, outbox = await self.db.call(Store.tick_intents, now)
+        if outbox:
+            await self.outbox.apply_pending()
+            due, waiting, _ = await self.db.call(Store.tick_intents, now)  # after what it changed
+        await self.run_due_schedules(now, due)
+        await self.advance_workflows(now, waiting)
         return await self.claim_and_run(now)
 
     async def run_until_idle(self) -> int:
@@ -167,18 +175,20 @@ class Dispatcher:
             claimed += 1
         return claimed
 
-    async def run_due_schedules(self, now: datetime) -> None:
+    async def run_due_schedules(self, now: datetime, due: list[DueSchedule] | None = None) -> None:
         """Each due schedule enqueues one task, unless its previous task is still open."""
-        due = await self.db.call(Store.due_schedules, now)
+        if due is None:
+            due = await self.db.call(Store.due_schedules, now)
         if due:
             for schedule_id in await self.db.call(
                 Store.record_schedule_runs, schedule_runs(due, self.config, now), now
             ):
                 self.metrics.schedule_created(schedule_id)
 
-    async def advance_workflows(self, now: datetime) -> None:
+    async def advance_workflows(self, now: datetime, waiting: list[WorkflowRecord] | None = None) -> None:
         """Every active workflow whose current state has no task for this entry gets exactly one."""
-        waiting = await self.db.call(Store.workflows_awaiting_step)
+        if waiting is None:
+            waiting = await self.db.call(Store.workflows_awaiting_step)
         if waiting:
             await self.db.call(Store.create_step_tasks, step_decisions(waiting, self.config, now), now)
 
@@ -198,11 +208,13 @@ class Dispatcher:
             return False
         self._held = None
         self._idle_noted = False
-        if claim.attempt is not None:
-            self._crash_point("after_claim")
-            await self.attempts.run(claim, stopping=self._stopping, on_running=self._show_running)
-            self._crash_point("after_outcome_commit")
-        await self.outbox.apply_pending()
+        if claim.attempt is None:  # refused at the claim: its outbox, if any, is the next tick's
+            return True
+        self._crash_point("after_claim")
+        end = await self.attempts.run(claim, stopping=self._stopping, on_running=self._show_running)
+        self._crash_point("after_outcome_commit")
+        if end.outbox:
+            await self.outbox.apply_pending()
         return True
 
     async def _budget(self, now: datetime) -> BudgetOutlook | None:

@@ -82,9 +82,9 @@ class AttemptRunner:
 
     async def run(
         self, claim: Claim, *, stopping: bool = False, on_running: Callable[[], None] | None = None
-    ) -> TaskRecord:
-        """One attempt to its commit. `stopping`: the service is stopping, so the attempt gets only
-        the grace period. `on_running` is told when the adapter is about to run."""
+    ) -> AttemptEnd:
+        """One attempt to its commit; returns its end. `stopping`: the service is stopping, so the
+        attempt gets only the grace period. `on_running` is told when the adapter is about to run."""
         attempt = claim.attempt
         assert attempt is not None
         control = AttemptControl()
@@ -109,9 +109,9 @@ class AttemptRunner:
         finally:
             self.control = None
             self._running = None
-        task = await self.commit(claim.task, attempt, end, control, prepared)
+        await self.commit(claim.task, attempt, end, control, prepared)
         self._count(attempt, end)
-        return task
+        return end
 
     async def commit(
         self,

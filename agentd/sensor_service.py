@@ -18,6 +18,7 @@ import anyio.abc
 
 from agentd.clock import Clock, age
 from agentd.config import Config
+from agentd.containment import release_namespace
 from agentd.edge import scrub
 from agentd.metrics import NullMetrics, SensorMetrics
 from agentd.retention import Cutoffs, RetentionReport, apply_retention
@@ -76,6 +77,7 @@ class SensorService:
                     runs.cancel_scope.cancel()  # every sensor is idempotent: what it printed stays recorded
             group.cancel_scope.cancel()
         await self.shell.stopped()
+        release_namespace(self.config.paths.state_dir)
 
     async def status_line(self) -> str:
         """What the sensor service is doing, in one line (systemd STATUS=, `agentd status`)."""

@@ -20,7 +20,7 @@ MANIFEST = "sensor.toml"
 
 
 class SensorManifest(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     description: str
     interval_seconds: float = Field(ge=1, le=31_536_000)

@@ -34,7 +34,7 @@ MIB = 1024 * 1024
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 class AgentSection(AgentFields):

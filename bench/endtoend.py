@@ -53,14 +53,21 @@ def bare_spawn_per_s(directory: Path, count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
-def evidence_verify_per_s(drained: Drained) -> float:
-    """Attempts/s of `agentd evidence verify --all` (the whole CLI, start-up included) over the
-    attempts one dispatch left."""
+def evidence_verify_s(config_path: Path, attempts: int) -> float:
+    """Seconds of `agentd evidence verify --all` (the whole CLI, start-up included)."""
     started = time.perf_counter()
     result = subprocess.run(
-        agentd_argv(drained.config_path, "evidence", "verify", "--all"), env=cli_env(), capture_output=True, text=True
+        agentd_argv(config_path, "evidence", "verify", "--all"), env=cli_env(), capture_output=True, text=True
     )
     elapsed = time.perf_counter() - started
-    if result.returncode != 0 or f"{drained.tasks} attempts checked" not in result.stdout:
+    if result.returncode != 0 or f"{attempts} attempts checked" not in result.stdout:
         raise RuntimeError(f"agentd evidence verify: exit {result.returncode}\n{result.stdout[-2000:]}{result.stderr}")
-    return drained.tasks / elapsed
+    return elapsed
+
+
+def evidence_verify_per_s(drained: Drained, empty_config: Path) -> tuple[float, float]:
+    """Attempts/s of `agentd evidence verify --all` over the attempts one dispatch left: the whole
+    command, and beyond its start-up (the same command on an agent with no attempts, timed next)."""
+    whole = evidence_verify_s(drained.config_path, drained.tasks)
+    startup = evidence_verify_s(empty_config, 0)
+    return drained.tasks / whole, drained.tasks / max(whole - startup, 1e-3)

@@ -8,6 +8,7 @@ import pytest
 from rig import Rig
 from support import EXAMPLE_CONFIG, CliResult, run_main
 
+from agentd import containment
 from agentd.clock import FakeClock
 from agentd.config import Config
 from agentd.store import Store, migrate, open_store
@@ -26,6 +27,14 @@ def _clean_agentd_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # No test binds a fixed port: the suite passes beside a running agentd (and in parallel).
     monkeypatch.setenv("AGENTD_METRICS__DISPATCH_LISTEN", "127.0.0.1:0")
     monkeypatch.setenv("AGENTD_METRICS__SENSORS_LISTEN", "127.0.0.1:0")
+
+
+@pytest.fixture(autouse=True)
+def _release_cgroups() -> Iterator[None]:
+    """The runs a test made in-process leave no cgroup namespace behind on the machine (a service
+    the test started as a process releases its own when it stops)."""
+    yield
+    containment.release_namespaces()
 
 
 @pytest.fixture

@@ -205,6 +205,23 @@ async def test_side_effects_wait_in_the_outbox_until_approved(careful: Rig, rig_
     assert rig_cli(careful, "approve", str(task.task_id)).code == 2  # nothing waits any more
 
 
+async def test_approved_side_effects_go_ahead_at_the_next_tick_while_the_queue_stays_busy(
+    careful: Rig, rig_cli: Any
+) -> None:
+    task = careful.add("scripted", subject="root", payload=with_side_effects())
+    dispatcher = careful.dispatcher()
+    await dispatcher.start()
+    assert await dispatcher.tick(careful.clock.now())  # root completes; its side effects are held
+    for n in range(2):
+        careful.add("scripted", subject=f"busy {n}", payload={"outcome": ok()})
+    assert rig_cli(careful, "approve", str(task.task_id)).code == 0
+    assert await dispatcher.tick(careful.clock.now())  # applies what the approval let go, then claims
+    subjects = [t.subject for t in careful.store.list_tasks()]
+    assert "next" in subjects, "an approved follow-up waited for the queue to empty"
+    assert [t.status for t in careful.store.list_tasks() if t.subject == "busy 1"] == ["pending"]
+    await dispatcher.stop()
+
+
 async def test_denied_side_effects_are_refused_with_who_and_why(careful: Rig, rig_cli: Any) -> None:
     task = careful.add("scripted", subject="root", payload=with_side_effects())
     assert await drain(careful) == 1

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from rig import Rig
 
+from agentd import containment
 from agentd.evidence import verify_attempt_dir
 from agentd.records import TaskOutcome, TaskRecord
 
@@ -220,6 +221,22 @@ async def test_the_adapter_sees_only_its_configured_environment(
     assert env["MODE"] == "test" and env["AGENTD_TASK_ID"] == str(task.task_id)
     assert env["AGENTD_ATTEMPT_ID"] == attempt.attempt_id
     assert env["HOME"].startswith(attempt.evidence_dir)
+
+
+@pytest.mark.process
+@pytest.mark.skipif(containment.cgroups() is None, reason="no writable cgroup v2 here: runs are found by marker")
+async def test_a_stopped_dispatcher_leaves_no_cgroup_behind(rig: Rig) -> None:
+    found = containment.cgroups()
+    assert found is not None
+    namespace = found.own / containment.namespace_for(rig.config.paths.state_dir)
+    task = rig.add("scripted", payload={"outcome": ok()})
+    dispatcher = rig.dispatcher(processes=True)
+    await dispatcher.start()
+    await dispatcher.claim_and_run(rig.clock.now())
+    assert namespace.is_dir(), "the attempt ran in a cgroup of the agent's namespace"
+    await dispatcher.stop()
+    assert rig.store.get_task_or_raise(task.task_id).status == "completed"
+    assert not namespace.exists(), "the machine keeps no cgroup of a stopped agent"
 
 
 async def test_follow_ups_are_applied_once_when_allowed(rig: Rig) -> None:

@@ -211,3 +211,23 @@ async def test_a_command_that_cannot_run_is_a_start_error_inside_a_cgroup_too(
     assert result.start_error is not None and said in result.start_error.lower()
     found = containment.cgroups()
     assert found is not None and not found.run_dir(group(tmp_path, "01NOEXEC")).exists()
+
+
+@pytest.mark.skipif(containment.cgroups() is None, reason="no writable cgroup v2 here: the marker fallback applies")
+async def test_releasing_the_namespace_leaves_no_cgroup_unless_a_run_is_in_it(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    found = containment.cgroups()
+    assert found is not None
+    namespace = found.own / containment.namespace_for(state)
+    await run_process(spec(tmp_path, "pass", group=group(tmp_path, "01DONE")))
+    assert namespace.is_dir(), "runs share their agent's namespace"
+    held = found.make(group(tmp_path, "01HELD"))  # a run the agent's other service is still starting
+    assert held is not None
+    containment.release_namespace(state)
+    assert namespace.is_dir(), "a namespace still holding a run stays"
+    held.rmdir()
+    containment.release_namespace(state)
+    assert not namespace.exists()
+    await run_process(spec(tmp_path, "pass", group=group(tmp_path, "01AGAIN")))  # made again on demand
+    containment.release_namespace(state)
+    assert not namespace.exists()

@@ -50,7 +50,7 @@ ArtifactRole = Literal["plan", "execute-report", "verify-report", "output", "sna
 class Record(BaseModel):
     """Common base: unknown fields are refused, instances are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
     schema_id: ClassVar[str]
     # Records written by people (config, sensors) export their validation schema; records
     # agentd writes export what it serializes.

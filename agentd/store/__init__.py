@@ -20,6 +20,7 @@ import anyio.to_thread
 from agentd.clock import Clock
 from agentd.errors import SchemaMismatch
 from agentd.faults import os_storage_error, storage_error
+from agentd.records import DueSchedule, WorkflowRecord
 from agentd.store.attempts import AttemptVerbs, Planner
 from agentd.store.base import SERVICE_BUSY_RETRY_S, connect
 from agentd.store.budget import BudgetVerbs
@@ -78,6 +79,20 @@ class Store(
     each public verb is at most one transaction."""
 
     schema_version: int = 0
+
+    def tick_intents(self, now: datetime) -> tuple[list[DueSchedule], list[WorkflowRecord], bool]:
+        """What a dispatch tick acts on before its claim, in one read: the schedules due, the
+        workflows awaiting a step task, and whether an outbox entry waits to be applied."""
+        return self.due_schedules(now), self.workflows_awaiting_step(), self.outbox_waiting()
+
+    def bundle_history(
+        self, task_id: int, recent_items: int, workflow_id: int | None
+    ) -> tuple[list[tuple[int, str, str]], list[tuple[int, str, str, str]], WorkflowRecord | None]:
+        """What an attempt's bundle reads, in one call: the task's earlier failed attempts, the
+        latest outcomes of other tasks (`recent_items` of them) and the workflow the task is a step of."""
+        recent = self.recent_outcomes(recent_items, task_id) if recent_items else []
+        workflow = self.get_workflow_or_raise(workflow_id) if workflow_id is not None else None
+        return self.failure_summaries(task_id), recent, workflow
 
     def idle_outlook(self, now: datetime) -> tuple[int, datetime | None]:
         """What an idle dispatcher needs in one read: tasks claimable now, and when the next task or

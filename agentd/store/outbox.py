@@ -70,6 +70,11 @@ class OutboxVerbs(StoreBase):
         ).fetchall()
         return [entry_from_row(r) for r in rows]
 
+    def outbox_waiting(self) -> bool:
+        """Whether `pending_outbox` has an entry to apply now (the pending index: no scan)."""
+        found = self._conn.execute(f"SELECT 1 FROM outbox o WHERE o.status = 'pending' AND NOT ({HELD}) LIMIT 1")
+        return found.fetchone() is not None
+
     def apply_follow_up(
         self, entry: OutboxEntry, new: NewTask | None, refusal: str | None, now: datetime
     ) -> int | None:
