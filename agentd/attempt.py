@@ -25,7 +25,7 @@ from agentd.errors import ConfigError, InputError
 from agentd.evidence import AttemptPaths, attempt_paths, make_attempt_dir, write_private
 from agentd.hashing import canonical_json, sha256_hex
 from agentd.outcome import CompletionChecks, RetryPolicy
-from agentd.records import AdapterConfig, AttemptPlan, Claim, TaskAttempt, TaskRecord, WorkflowRecord
+from agentd.records import AdapterConfig, AttemptPlan, Claim, CompiledBundle, TaskAttempt, TaskRecord, WorkflowRecord
 from agentd.redaction import Redactor
 from agentd.runner import child_environment
 from agentd.skills import Skill
@@ -43,6 +43,7 @@ class Prepared:
     adapter: Adapter
     ctx: AttemptContext
     bundle: Bundle
+    compiled: CompiledBundle  # what bundle_compiled records, with the attempt's start
     checks: CompletionChecks
     redactor: Redactor
 
@@ -96,7 +97,7 @@ class AttemptPreparer:
         profile = config.profiles[task.requested_profile_id]
         recent_items = config.dispatch.recent_memory_items if profile.context_policy.include_recent_memory else 0
         workflow_id = task.workflow_ref.workflow_id if task.workflow_ref else None
-        prior, recent, record = await self.db.call(Store.bundle_history, task.task_id, recent_items, workflow_id)
+        prior, recent, record = await self.db.read(Store.bundle_history, task.task_id, recent_items, workflow_id)
         workflow = workflow_step(config, task, record) if record is not None else None
         bundle = compile_bundle(self._bundle_input(task, attempt.attempt_number, workflow, prior, recent))
         write_private(paths.prompt, bundle.text)
@@ -105,15 +106,7 @@ class AttemptPreparer:
             "over_budget_chars": bundle.over_budget_chars,
             "cuts": [{"section": c.section, "chars": c.chars_removed} for c in bundle.cuts],
         }
-        await self.db.call(
-            Store.record_bundle,
-            task.task_id,
-            attempt.attempt_id,
-            bundle.bundle_hash,
-            str(paths.prompt),
-            details,
-            self.clock.now(),
-        )
+        compiled = CompiledBundle(bundle.bundle_hash, str(paths.prompt), details)  # recorded with the start
         env, redactor = self._environment(adapter_config, task, attempt, paths, workflow)
         working_dir: str | None = getattr(adapter_config, "working_dir", None)  # ollama has none
         ctx = AttemptContext(
@@ -131,7 +124,8 @@ class AttemptPreparer:
             output_cap_bytes=config.dispatch.output_cap_bytes,
             group=attempt_group(config.paths.state_dir, attempt.attempt_id),
         )
-        return Prepared(claim, self.adapters(adapter_config), ctx, bundle, completion_checks(config, task), redactor)
+        checks = completion_checks(config, task)
+        return Prepared(claim, self.adapters(adapter_config), ctx, bundle, compiled, checks, redactor)
 
     def _bundle_input(
         self,

@@ -159,10 +159,10 @@ class Dispatcher:
         """One pass in the seed's order; True if an attempt ran (or a claim was refused). What the
         schedules and workflows need is one read; so is whether the outbox holds an entry to apply
         (one an operator's approval let go, say: an attempt's own are applied as it ends)."""
-        due, waiting, outbox = await self.db.call(Store.tick_intents, now)
+        due, waiting, outbox = await self.db.read(Store.tick_intents, now)
         if outbox:
             await self.outbox.apply_pending()
-            due, waiting, _ = await self.db.call(Store.tick_intents, now)  # after what it changed
+            due, waiting, _ = await self.db.read(Store.tick_intents, now)  # after what it changed
         await self.run_due_schedules(now, due)
         await self.advance_workflows(now, waiting)
         return await self.claim_and_run(now)

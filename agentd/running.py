@@ -109,6 +109,10 @@ class AttemptRunner:
         finally:
             self.control = None
             self._running = None
+        if prepared is not None and not control.started:  # its bundle is evidence all the same
+            await self.db.call(
+                Store.record_bundle, claim.task.task_id, attempt.attempt_id, prepared.compiled, self.clock.now()
+            )
         await self.commit(claim.task, attempt, end, control, prepared)
         self._count(attempt, end)
         return end
@@ -161,7 +165,8 @@ class AttemptRunner:
 
         async def started(pid: int | None) -> None:
             control.started = True
-            await self.db.call(Store.mark_attempt_started, task_id, attempt_id, pid, self.clock.now())
+            now = self.clock.now()
+            await self.db.call(Store.mark_attempt_started, task_id, attempt_id, pid, now, prepared.compiled)
 
         with control.scope:
             async with anyio.create_task_group() as watchers:

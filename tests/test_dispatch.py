@@ -296,6 +296,27 @@ async def test_a_completed_task_is_never_retried(rig: Rig) -> None:
         rig.store.retry_task(done.task_id, 1, rig.clock.now())
 
 
+@pytest.mark.process
+async def test_an_attempt_that_never_started_still_records_its_bundle(
+    rig_factory: Callable[..., Rig], tmp_path: Path
+) -> None:
+    """A started attempt's bundle is recorded with its start; one whose command cannot run records
+    it before its end, so every attempt's evidence names its bundle."""
+    gone = tmp_path / "adapter-removed-after-config-check"
+    gone.write_text("#!/bin/sh\n")
+    gone.chmod(0o700)
+    rig = rig_factory(
+        lambda raw: next(a for a in raw["adapters"] if a["adapter_id"] == "scripted").update(command=str(gone))
+    )
+    gone.unlink()  # the config was valid; the command is gone by the time the attempt starts
+    task = await finish_one(rig, processes=True, outcome=ok())
+    [attempt] = rig.store.attempts_of(task.task_id)
+    assert task.status != "completed" and attempt.bundle_hash is not None
+    kinds = [e.type for e in rig.events(task.task_id)]
+    assert "bundle_compiled" in kinds and "task_started" not in kinds
+    assert kinds.index("bundle_compiled") < kinds.index("task_attempt_finished")
+
+
 async def test_prompt_budget_cuts_are_recorded(rig_factory: Callable[..., Rig]) -> None:
     rig = rig_factory(lambda raw: raw["profiles"][0]["context_policy"].update(max_prompt_chars=1200))
     task = rig.add("scripted", payload={"outcome": ok(), "padding": "x" * 5000})

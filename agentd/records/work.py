@@ -55,6 +55,15 @@ class AttemptPlan:
 
 
 @dataclass(frozen=True)
+class CompiledBundle:
+    """What `bundle_compiled` records of an attempt's bundle (agentd/bundle.py compiles it)."""
+
+    bundle_hash: str
+    prompt_path: str
+    details: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Claim:
     task: TaskRecord
     attempt: TaskAttempt | None

@@ -175,5 +175,12 @@ class AsyncStore:
         bound = functools.partial(verb, self.store, *args, **kwargs)
         return await anyio.to_thread.run_sync(bound, limiter=self._limiter)
 
+    async def read(self, verb: Callable[Concatenate[Store, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """A short read of indexed rows, on the event loop's own thread: in WAL a reader never waits
+        for a writer, and a read of a few rows (~0.1 ms) costs less than the hop (~0.25–0.5 ms on
+        a small VM). The limiter still keeps it off the connection while a verb runs."""
+        async with self._limiter:
+            return verb(self.store, *args, **kwargs)
+
     def close(self) -> None:
         self.store.close()

@@ -21,6 +21,7 @@ from agentd.records import (
     AttemptEnd,
     AttemptPlan,
     Claim,
+    CompiledBundle,
     CostTotal,
     RunningAttempt,
     TaskAttempt,
@@ -169,32 +170,36 @@ class AttemptVerbs(StoreBase):
         row = self._conn.execute("SELECT * FROM task_attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
         return attempt_from_row(row)
 
-    def record_bundle(
-        self, task_id: int, attempt_id: str, bundle_hash: str, prompt_path: str, details: dict[str, Any], now: datetime
-    ) -> None:
-        """Not durable on its own: the attempt's claim already is, and its end commits this too."""
+    def record_bundle(self, task_id: int, attempt_id: str, bundle: CompiledBundle, now: datetime) -> None:
+        """The bundle of an attempt that never started (its start failed, or agentd did first); a
+        started attempt's is recorded with its start. Not durable on its own: the attempt's claim
+        already is, and its end commits this too."""
         with self._transaction(durable=False):
-            self._conn.execute(
-                "UPDATE task_attempts SET bundle_hash = ?, prompt_path = ? WHERE attempt_id = ?",
-                (bundle_hash, prompt_path, attempt_id),
-            )
-            self._append_event(
-                "bundle_compiled",
-                now,
-                task_id=task_id,
-                attempt_id=attempt_id,
-                payload={"bundle_hash": bundle_hash, **details},
-            )
+            self._insert_bundle(task_id, attempt_id, bundle, now)
 
-    def mark_attempt_started(self, task_id: int, attempt_id: str, pid: int | None, now: datetime) -> None:
+    def mark_attempt_started(
+        self, task_id: int, attempt_id: str, pid: int | None, now: datetime, bundle: CompiledBundle | None = None
+    ) -> None:
         """The adapter runs as the leader of process group `pid` (the boot sweep kills it by that);
-        None for an adapter that runs no process (ollama-generate speaks HTTP). Not durable on its
-        own (a power cut kills the process with us; the boot sweep finds a run by its claim)."""
+        None for an adapter that runs no process (ollama-generate speaks HTTP). Its bundle, when
+        given, is recorded first (`bundle_compiled`, then `task_started`): one commit, made while
+        the adapter already runs. Not durable on its own (a power cut kills the process with us; the
+        boot sweep finds a run by its claim)."""
         with self._transaction(durable=False):
+            if bundle is not None:
+                self._insert_bundle(task_id, attempt_id, bundle, now)
             self._conn.execute(
                 "UPDATE task_attempts SET pid = ?, process_group = ? WHERE attempt_id = ?", (pid, pid, attempt_id)
             )
             self._append_event("task_started", now, task_id=task_id, attempt_id=attempt_id, payload={"pid": pid})
+
+    def _insert_bundle(self, task_id: int, attempt_id: str, bundle: CompiledBundle, now: datetime) -> None:
+        self._conn.execute(
+            "UPDATE task_attempts SET bundle_hash = ?, prompt_path = ? WHERE attempt_id = ?",
+            (bundle.bundle_hash, bundle.prompt_path, attempt_id),
+        )
+        payload = {"bundle_hash": bundle.bundle_hash, **bundle.details}
+        self._append_event("bundle_compiled", now, task_id=task_id, attempt_id=attempt_id, payload=payload)
 
     def cancel_requested(self, task_id: int) -> bool:
         row = self._conn.execute("SELECT cancel_requested_at FROM tasks WHERE id = ?", (task_id,)).fetchone()
