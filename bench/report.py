@@ -8,9 +8,12 @@ import platform
 import sqlite3
 import statistics
 import subprocess
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+
+from agentd import containment
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -98,7 +101,30 @@ def machine_facts() -> list[str]:
         f"- CPU: {cpu_model()}, {os.cpu_count()} cores; {platform.system()} {platform.release()} {platform.machine()}",
         f"- Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}",
         "- load average (1, 5, 15 min) at the end: " + ", ".join(f"{load:.2f}" for load in os.getloadavg()),
+        f"- runs' cgroups: {cgroup_move_cost()}",
     ]
+
+
+def cgroup_move_cost(idle_s: float = 0.05, moves: int = 10) -> str:
+    """What the kernel charges for the move into a run's cgroup after a pause like the gap between
+    two short attempts (README, "What a run's cgroup costs"): the median of `moves`."""
+    found = containment.cgroups()
+    if found is None:
+        return "none (no writable cgroup v2: runs are found by marker)"
+    probe = found.own / f"agentd-bench-{os.getpid()}"
+    probe.mkdir()
+    timings = []
+    try:
+        for _ in range(moves):
+            time.sleep(idle_s)
+            started = time.perf_counter()
+            found.enter(probe)
+            timings.append(time.perf_counter() - started)
+            found.leave()
+    finally:
+        found.leave()
+        probe.rmdir()
+    return f"a move after {idle_s * 1e3:.0f} ms without one takes {statistics.median(timings) * 1e3:.2f} ms"
 
 
 def cpu_model() -> str:
