@@ -10,8 +10,6 @@ from datetime import datetime, timedelta
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-
 from agentd.errors import InputError
 from agentd.records import EvidenceRequirements, NewTask, TaskIntent
 from agentd.schema_check import Check, compile_check
@@ -93,25 +91,37 @@ def admit_task(
 
 def _payload_problems(schema_id: str, schema: dict[str, Any], intent: TaskIntent) -> list[str]:
     """The payload against its schema: the compiled fast yes first, jsonschema to name what is wrong."""
-    fast, validator = _validator(schema_id, schema)
+    fast = _fast_check(schema_id, schema)
     if fast is not None and fast(intent.payload):
         return []
     problems = []
-    for error in sorted(validator.iter_errors(intent.payload), key=str):
+    for error in sorted(_validator(schema_id, schema).iter_errors(intent.payload), key=str):
         where = "payload" + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
         problems.append(f"{where}: {error.message} (schema {schema_id})")
     return problems
 
 
-_VALIDATORS: dict[tuple[str, int], tuple[Check | None, Draft202012Validator]] = {}
+_FAST_CHECKS: dict[tuple[str, int], Check | None] = {}
+_VALIDATORS: dict[tuple[str, int], Any] = {}
 
 
-def _validator(schema_id: str, schema: dict[str, Any]) -> tuple[Check | None, Draft202012Validator]:
+def _fast_check(schema_id: str, schema: dict[str, Any]) -> Check | None:
     """Per schema, compiled once (building one costs more than validating a payload): its fast yes
-    (agentd/schema_check.py; None outside the subset) and jsonschema's validator."""
+    (agentd/schema_check.py; None outside the subset)."""
+    key = (schema_id, id(schema))
+    if key not in _FAST_CHECKS:
+        _FAST_CHECKS[key] = compile_check(schema)
+    return _FAST_CHECKS[key]
+
+
+def _validator(schema_id: str, schema: dict[str, Any]) -> Any:
+    """jsonschema's validator, built (and jsonschema imported) only when the fast yes is not a yes:
+    a valid payload never loads it."""
     key = (schema_id, id(schema))
     if key not in _VALIDATORS:
-        _VALIDATORS[key] = (compile_check(schema), Draft202012Validator(schema))
+        from jsonschema import Draft202012Validator
+
+        _VALIDATORS[key] = Draft202012Validator(schema)
     return _VALIDATORS[key]
 
 

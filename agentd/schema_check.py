@@ -209,3 +209,99 @@ _COMPILERS: dict[str, Callable[[Any], Check]] = {
     "minProperties": _count(dict, at_least=True),
     "maxProperties": _count(dict, at_least=False),
 }
+
+
+def well_formed(schema: Any) -> bool:
+    """The fast yes of `Draft202012Validator.check_schema`: True only where it finds the schema
+    valid, for schemas made of the keywords below; anything else is False and jsonschema decides
+    (it also names what is wrong). Stricter than the metaschema where that is simpler, never looser."""
+    if isinstance(schema, bool):
+        return True
+    if not isinstance(schema, dict):
+        return False
+    for name, value in schema.items():
+        rule = _WELL_FORMED.get(name)
+        if rule is None or not rule(value):
+            return False
+    return True
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _non_negative(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _finite(value: Any) -> bool:
+    return (type(value) is int or type(value) is float) and math.isfinite(value)
+
+
+def _type_names(value: Any) -> bool:
+    if isinstance(value, str):
+        return value in _TYPES
+    if not isinstance(value, list) or not value:
+        return False
+    return all(isinstance(n, str) and n in _TYPES for n in value) and len(set(value)) == len(value)
+
+
+def _unique_texts(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value) and len(set(value)) == len(value)
+
+
+def _schema_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(well_formed(sub) for sub in value.values())
+
+
+def _schema_list(value: Any) -> bool:
+    return isinstance(value, list) and len(value) > 0 and all(well_formed(sub) for sub in value)
+
+
+def _regex(value: Any) -> bool:
+    """check_schema asserts the "regex" format: the pattern must compile."""
+    if not isinstance(value, str):
+        return False
+    try:
+        re.compile(value)
+    except re.error:
+        return False
+    return True
+
+
+_WELL_FORMED: dict[str, Callable[[Any], bool]] = {
+    "$schema": lambda v: v == "https://json-schema.org/draft/2020-12/schema",  # other URIs: jsonschema
+    "$comment": _text,
+    "$defs": _schema_map,
+    "title": _text,
+    "description": _text,
+    "default": lambda _v: True,
+    "examples": lambda v: isinstance(v, list),
+    "format": _text,
+    "deprecated": lambda v: isinstance(v, bool),
+    "readOnly": lambda v: isinstance(v, bool),
+    "writeOnly": lambda v: isinstance(v, bool),
+    "contentMediaType": _text,
+    "contentEncoding": _text,
+    "type": _type_names,
+    "const": lambda _v: True,
+    "enum": lambda v: isinstance(v, list),
+    "pattern": _regex,
+    "minLength": _non_negative,
+    "maxLength": _non_negative,
+    "minItems": _non_negative,
+    "maxItems": _non_negative,
+    "minProperties": _non_negative,
+    "maxProperties": _non_negative,
+    "minimum": _finite,
+    "maximum": _finite,
+    "exclusiveMinimum": _finite,
+    "exclusiveMaximum": _finite,
+    "items": well_formed,
+    "anyOf": _schema_list,
+    "allOf": _schema_list,
+    "properties": _schema_map,
+    "required": _unique_texts,
+    "additionalProperties": well_formed,
+    "propertyNames": well_formed,
+}

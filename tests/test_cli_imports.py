@@ -4,6 +4,7 @@ types all day never load the services' machinery. Structural, not timed: timings
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,51 @@ def test_the_everyday_commands_leave_the_services_machinery_alone(state_dir: Pat
     assert among(imported_by(*config, *command), SERVICE_ONLY) == []
 
 
+@pytest.mark.parametrize(
+    "command",
+    [("task", "add", "--type", "example", "--payload", '{"note": "hi"}'), ("status",), ("task", "list")],
+    ids=lambda command: " ".join(command[:2]),
+)
+def test_a_valid_config_and_payload_never_load_jsonschema(state_dir: Path, command: tuple[str, ...]) -> None:
+    """The example config's payload schemas and a payload that fits them are judged by agentd's
+    compiled checks; jsonschema (~60–100 ms to import) only names what is wrong."""
+    config = ("--config", str(EXAMPLE_CONFIG))
+    subprocess.run([sys.executable, "-m", "agentd", *config, "init"], capture_output=True, check=True, timeout=60)
+    assert among(imported_by(*config, *command), ("jsonschema",)) == []
+
+
 def test_help_builds_every_parser_without_loading_a_record() -> None:
     loaded = imported_by("--help")
     assert among(loaded, (*SERVICE_ONLY, "jsonschema", "pydantic", "agentd.records", "agentd.config")) == []
+
+
+def test_no_pydantic_plugin_installed_beside_agentd_is_loaded(state_dir: Path, tmp_path: Path) -> None:
+    """A package in the same environment that registers a pydantic plugin never sees agentd's
+    records (and agentd never pays for looking: every package's metadata would be read)."""
+    site = tmp_path / "site"
+    (site / "spy_plugin-1.0.dist-info").mkdir(parents=True)
+    (site / "spy_plugin-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: spy-plugin\nVersion: 1.0\n"
+    )
+    (site / "spy_plugin-1.0.dist-info" / "entry_points.txt").write_text("[pydantic]\nspy = spy_plugin:plugin\n")
+    loaded = tmp_path / "spy-loaded"
+    (site / "spy_plugin.py").write_text(
+        f"open({str(loaded)!r}, 'w').close()\n"
+        "class Spy:\n"
+        "    def new_schema_validator(self, *args, **kwargs):\n"
+        "        return None, None, None\n"
+        "plugin = Spy()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    env.pop("PYDANTIC_DISABLE_PLUGINS", None)
+    control = "from pydantic import BaseModel\nclass M(BaseModel):\n    a: int\nM(a=1)\n"
+    subprocess.run([sys.executable, "-c", control], env=env, capture_output=True, check=True, timeout=60)
+    assert loaded.exists(), "the spy plugin is found by pydantic itself (the test's setup works)"
+    loaded.unlink()
+    config = ("--config", str(EXAMPLE_CONFIG))
+    for command in (("init",), ("status",)):
+        done = subprocess.run(
+            [sys.executable, "-m", "agentd", *config, *command], env=env, capture_output=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+    assert not loaded.exists(), "agentd let a pydantic plugin in"

@@ -206,3 +206,22 @@ def test_config_check_passes_on_the_example(cli: Any) -> None:
     result = cli("config", "check")
     assert result.code == 0, result.err
     assert "ok (agent demo" in result.out
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('{"type": "object", "properties": {"note": {"type": "strnig"}}}', "is not a valid JSON Schema"),
+        ('{"minLength": -1}', "is not a valid JSON Schema"),
+        ('{"pattern": "("}', "is not a valid JSON Schema"),
+        ('{"properties": {"a": ' * 450 + "{}" + "}}" * 450, "nested too deeply to check as a JSON Schema"),
+    ],
+    ids=["misspelt type", "negative length", "bad pattern", "450 levels deep"],
+)
+def test_a_bad_payload_schema_is_a_config_error_naming_its_file(tmp_path: Path, text: str, said: str) -> None:
+    schema = tmp_path / "bad.payload.json"
+    schema.write_text(text)
+    path = write_config(tmp_path, lambda raw: raw["payload_schemas"].update({"example.payload/v1": str(schema)}))
+    problem, unknown = problems_of(path)  # and the task type naming it is told the schema is gone
+    assert problem.startswith(f"{path}: payload_schemas.'example.payload/v1': {schema} ") and said in problem
+    assert "found 'example.payload/v1'" in unknown

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import example, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from support import EXAMPLE_CONFIG
@@ -23,7 +23,7 @@ from agentd import edge, sensor_runs
 from agentd.clock import FakeClock
 from agentd.evidence import EVIDENCE_FILES, MANIFEST_SCHEMA
 from agentd.hashing import canonical_json, new_ulid
-from agentd.schema_check import compile_check
+from agentd.schema_check import compile_check, well_formed
 from agentd.store.base import dumps
 
 # --- the compiled schema check -----------------------------------------------------------------
@@ -202,6 +202,71 @@ def test_the_example_payload_schema_compiles() -> None:
     schema = json.loads((EXAMPLE_CONFIG.parent / "schemas" / "example.payload.json").read_text())
     check = compile_check(schema)
     assert check is not None and check({"note": "hi"}) and not check({"note": 1}) and not check({"other": 1})
+
+
+# --- the schema's own check (config load) ---------------------------------------------------------
+
+# Values a keyword of the subset may be given, valid or not: the fast yes must never take a bad one.
+ODD_VALUE = st.one_of(
+    st.integers(-2, 2),
+    st.sampled_from([1.0, -1.5, float("inf"), True, None, "", "a", "[", "(?P<x>", "string", "Object"]),
+    st.lists(st.sampled_from(["a", "a", "b", 1, "string", "null"]), max_size=3),
+    st.dictionaries(st.sampled_from(KEYS), st.sampled_from([{}, True, 1, "x", {"type": "x"}]), max_size=2),
+)
+KEYWORDS = [
+    "type", "const", "enum", "pattern", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "items", "anyOf", "allOf", "minItems", "maxItems", "minProperties", "maxProperties",
+    "properties", "required", "additionalProperties", "propertyNames", "title", "description", "$comment",
+    "$defs", "$schema", "$id", "format", "examples", "default", "deprecated", "readOnly", "contentEncoding",
+    "x-unknown", "$ref",
+]  # fmt: skip
+ODD_SCHEMA = st.recursive(
+    st.dictionaries(st.sampled_from(KEYWORDS), ODD_VALUE, max_size=3) | st.booleans() | st.integers(0, 1),
+    lambda inner: st.one_of(
+        st.dictionaries(st.sampled_from(["items", "additionalProperties", "propertyNames"]), inner, max_size=2),
+        st.builds(lambda key, subs: {key: subs}, st.sampled_from(["anyOf", "allOf"]), st.lists(inner, max_size=2)),
+        st.builds(
+            lambda key, subs: {key: subs},
+            st.sampled_from(["properties", "$defs"]),
+            st.dictionaries(st.sampled_from(KEYS), inner, max_size=2),
+        ),
+    ),
+    max_leaves=6,
+)  # fmt: skip
+
+
+def schema_is_valid(schema: Any) -> bool:
+    try:
+        Draft202012Validator.check_schema(schema)
+    except Exception:  # SchemaError, or what a non-schema makes jsonschema raise
+        return False
+    return True
+
+
+@FAST
+@given(ODD_SCHEMA)
+@example({"minLength": -1})
+@example({"type": ["string", "string"]})
+@example({"required": ["a", "a"]})
+@example({"pattern": "("})
+@example({"anyOf": []})
+@example({"title": 1})
+@example({"minimum": True})
+def test_the_schema_fast_yes_never_passes_what_jsonschema_refuses(schema: Any) -> None:
+    if well_formed(schema):
+        assert schema_is_valid(schema), schema
+
+
+@FAST
+@given(SCHEMA)
+def test_every_valid_schema_of_the_subset_is_judged_without_jsonschema(schema: Any) -> None:
+    assume(schema_is_valid(schema))  # the strategy may repeat a type name, which the metaschema refuses
+    assert well_formed(schema), schema  # the config's usual schemas never load jsonschema
+
+
+def test_the_example_payload_schemas_are_judged_without_jsonschema() -> None:
+    for name in ("example.payload.json", "goal.payload.json"):
+        assert well_formed(json.loads((EXAMPLE_CONFIG.parent / "schemas" / name).read_text())), name
 
 
 # --- check_value, the encoders, ULIDs ------------------------------------------------------------
