@@ -52,7 +52,7 @@ E2E_OVERHEAD_US = "end to end: agentd per-attempt overhead (agentd − bare)"
 ENQUEUE = "enqueue: {}"
 CLAIM = "claim + complete: {}"
 VERIFY = "agentd evidence verify --all, the whole command"
-VERIFY_BEYOND = "agentd evidence verify --all, beyond its start-up"
+VERIFY_ITSELF = "evidence verify, the verification itself (in-process)"
 IDLE_CPU = "idle agentd {}: CPU"
 IDLE_RSS = "idle agentd {}: VmRSS"
 IDLE_WINDOW = "idle services: the window measured"
@@ -92,7 +92,7 @@ def goals(sizes: Sizes) -> list[Goal]:
         Goal("idle `agentd sensors` ≤ 0.1% of a core", IDLE_CPU.format("sensors"), None, 0.1, False),
         Goal("idle `agentd dispatch` ≤ 80 MB RSS", IDLE_RSS.format("dispatch"), None, 80, False),
         Goal("idle `agentd sensors` ≤ 80 MB RSS", IDLE_RSS.format("sensors"), None, 80, False),
-        Goal("evidence verify ≥ 2,000 attempts/s", VERIFY_BEYOND, None, 2_000, True),
+        Goal("evidence verify ≥ 2,000 attempts/s", VERIFY_ITSELF, None, 2_000, True),
     ]
 
 
@@ -110,9 +110,9 @@ def measure_end_to_end(samples: Samples, folder: Path, sizes: Sizes) -> None:
         samples.add(E2E_HUEY, "tasks/s", peers.huey_consumer_per_s(folder / "huey", script, count))
     samples.add(E2E_BARE_US, "µs", 1e6 / bare)
     samples.add(E2E_OVERHEAD_US, "µs", 1e6 / drained.tasks_per_s - 1e6 / bare)
-    whole, beyond = endtoend.evidence_verify_per_s(drained, processes.operator_agent(folder / "no-attempts"))
+    whole, itself = endtoend.evidence_verify_per_s(drained)
     samples.add(VERIFY, "attempts/s", whole)
-    samples.add(VERIFY_BEYOND, "attempts/s", beyond)
+    samples.add(VERIFY_ITSELF, "attempts/s", itself)
 
 
 def measure_enqueue(samples: Samples, folder: Path, count: int) -> None:
@@ -221,8 +221,9 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float) -> list[str]:
         "opens and it closes at the repetition's end (the other rows run meanwhile: a process's CPU time is its own): "
         "the CPU time of all their threads over the window (/proc/PID/task/*/schedstat, ns; utime + stime of "
         "/proc/PID/stat, 10 ms ticks, if a thread ended in it), then VmRSS",
-        "- evidence verify: the whole CLI over the attempts one end-to-end repetition left; beyond its start-up: "
-        "those attempts ÷ (that time − the same command on an agent with no attempts, run next)",
+        "- evidence verify: the whole CLI over the attempts one end-to-end repetition left, and the verification "
+        "itself: `agentd.audit.verify` (what the command runs after its start-up) timed in-process over the same "
+        "attempts (the goal's row: a subtraction of two process start-ups of ~400 ms ± 100 ms was noise)",
     ]
 
 
