@@ -21,7 +21,7 @@ from agentd.clock import Clock, age
 from agentd.config import Config
 from agentd.errors import StorageError
 from agentd.metrics import DispatchMetrics, NullMetrics
-from agentd.records import AdapterConfig, AttemptEnd, Claim, TaskAttempt, TaskRecord
+from agentd.records import AdapterConfig, AttemptEnd, Claim, CompiledBundle, TaskAttempt, TaskRecord
 from agentd.store import AsyncStore, Store
 from agentd.wake import Doorbell
 
@@ -110,12 +110,20 @@ class AttemptRunner:
             self.control = None
             self._running = None
         if prepared is not None and not control.started:  # its bundle is evidence all the same
-            await self.db.call(
-                Store.record_bundle, claim.task.task_id, attempt.attempt_id, prepared.compiled, self.clock.now()
-            )
+            await self._record_bundle(claim.task.task_id, attempt.attempt_id, prepared.compiled)
         await self.commit(claim.task, attempt, end, control, prepared)
         self._count(attempt, end)
         return end
+
+    async def _record_bundle(self, task_id: int, attempt_id: str, compiled: CompiledBundle) -> None:
+        """An attempt that never started: its bundle, recorded before its end (a refusal here is
+        logged; the outcome commit still happens, so the task never stays running)."""
+        try:
+            await self.db.call(Store.record_bundle, task_id, attempt_id, compiled, self.clock.now())
+        except FATAL:
+            raise
+        except Exception:
+            logger.exception("the bundle of attempt %s could not be recorded", attempt_id)
 
     async def commit(
         self,

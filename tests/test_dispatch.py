@@ -16,6 +16,7 @@ from rig import Rig
 from agentd import containment
 from agentd.evidence import verify_attempt_dir
 from agentd.records import TaskOutcome, TaskRecord
+from agentd.store import Store
 
 pytestmark = pytest.mark.asyncio
 
@@ -315,6 +316,27 @@ async def test_an_attempt_that_never_started_still_records_its_bundle(
     kinds = [e.type for e in rig.events(task.task_id)]
     assert "bundle_compiled" in kinds and "task_started" not in kinds
     assert kinds.index("bundle_compiled") < kinds.index("task_attempt_finished")
+
+
+@pytest.mark.process
+async def test_a_bundle_the_store_refuses_never_leaves_the_task_running(
+    rig_factory: Callable[..., Rig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = tmp_path / "adapter-removed-after-config-check"
+    gone.write_text("#!/bin/sh\n")
+    gone.chmod(0o700)
+    rig = rig_factory(
+        lambda raw: next(a for a in raw["adapters"] if a["adapter_id"] == "scripted").update(command=str(gone))
+    )
+    gone.unlink()
+
+    def refuse(*_args: Any) -> None:
+        raise ValueError("refused by the test")
+
+    monkeypatch.setattr(Store, "record_bundle", refuse)
+    task = await finish_one(rig, processes=True, outcome=ok())
+    assert task.status == "retryable_failure"
+    assert "bundle_compiled" not in [e.type for e in rig.events(task.task_id)]
 
 
 async def test_prompt_budget_cuts_are_recorded(rig_factory: Callable[..., Rig]) -> None:
