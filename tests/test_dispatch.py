@@ -297,19 +297,26 @@ async def test_a_completed_task_is_never_retried(rig: Rig) -> None:
         rig.store.retry_task(done.task_id, 1, rig.clock.now())
 
 
-@pytest.mark.process
-async def test_an_attempt_that_never_started_still_records_its_bundle(
-    rig_factory: Callable[..., Rig], tmp_path: Path
-) -> None:
-    """A started attempt's bundle is recorded with its start; one whose command cannot run records
-    it before its end, so every attempt's evidence names its bundle."""
+def without_its_adapter(rig_factory: Callable[..., Rig], tmp_path: Path) -> Rig:
+    """A rig whose `scripted` adapter passed the config check, then was removed: its attempts
+    cannot start."""
     gone = tmp_path / "adapter-removed-after-config-check"
     gone.write_text("#!/bin/sh\n")
     gone.chmod(0o700)
     rig = rig_factory(
         lambda raw: next(a for a in raw["adapters"] if a["adapter_id"] == "scripted").update(command=str(gone))
     )
-    gone.unlink()  # the config was valid; the command is gone by the time the attempt starts
+    gone.unlink()
+    return rig
+
+
+@pytest.mark.process
+async def test_an_attempt_that_never_started_still_records_its_bundle(
+    rig_factory: Callable[..., Rig], tmp_path: Path
+) -> None:
+    """A started attempt's bundle is recorded with its start; one whose command cannot run records
+    it before its end, so every attempt's evidence names its bundle."""
+    rig = without_its_adapter(rig_factory, tmp_path)
     task = await finish_one(rig, processes=True, outcome=ok())
     [attempt] = rig.store.attempts_of(task.task_id)
     assert task.status != "completed" and attempt.bundle_hash is not None
@@ -322,13 +329,7 @@ async def test_an_attempt_that_never_started_still_records_its_bundle(
 async def test_a_bundle_the_store_refuses_never_leaves_the_task_running(
     rig_factory: Callable[..., Rig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gone = tmp_path / "adapter-removed-after-config-check"
-    gone.write_text("#!/bin/sh\n")
-    gone.chmod(0o700)
-    rig = rig_factory(
-        lambda raw: next(a for a in raw["adapters"] if a["adapter_id"] == "scripted").update(command=str(gone))
-    )
-    gone.unlink()
+    rig = without_its_adapter(rig_factory, tmp_path)
 
     def refuse(*_args: Any) -> None:
         raise ValueError("refused by the test")
