@@ -22,7 +22,7 @@ from agentd.edge import scrub
 from agentd.faults import is_storage_fault, os_storage_error
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
 from agentd.records import MachineStatus, OutcomeStatus
-from agentd.schema_check import Check, compile_check
+from agentd.schema_check import SchemaCheck
 
 EVIDENCE_SPEC = "agentd-evidence/v1"
 MANIFEST = "manifest.json"
@@ -346,27 +346,17 @@ SCRATCH = "scratch"  # the attempt's HOME and temp files: removed when it ends, 
 
 def schema_problems(root: Path, manifest: dict[str, Any]) -> list[str]:
     """Every field outside MANIFEST_SCHEMA, by its path."""
-    if _manifest_check()(manifest):
-        return []  # the compiled fast yes (agentd/schema_check.py); jsonschema names what is wrong
-    global _validator
-    if _validator is None:
-        from jsonschema import Draft202012Validator  # not at import: the CLI starts without it
-
-        _validator = Draft202012Validator(MANIFEST_SCHEMA)
     return [
         f"{root / MANIFEST} {'.'.join(str(p) for p in error.absolute_path) or '(top)'}: "
         f"outside the manifest schema: {error.message}"
-        for error in sorted(_validator.iter_errors(manifest), key=lambda e: list(e.path))
+        for error in sorted(manifest_check().errors(manifest), key=lambda e: list(e.path))
     ]
 
 
-_validator: Any = None
-
-
 @functools.cache
-def _manifest_check() -> Check:
-    """MANIFEST_SCHEMA compiled once: ~50 times faster than jsonschema on a valid manifest."""
-    return compile_check(MANIFEST_SCHEMA) or (lambda _manifest: False)
+def manifest_check() -> SchemaCheck:
+    """MANIFEST_SCHEMA compiled once: its fast yes is ~50 times faster than jsonschema."""
+    return SchemaCheck(MANIFEST_SCHEMA)
 
 
 def load_manifest(root: Path) -> tuple[dict[str, Any] | None, list[str]]:

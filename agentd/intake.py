@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentd.errors import InputError
 from agentd.records import EvidenceRequirements, NewTask, TaskIntent
-from agentd.schema_check import Check, compile_check
+from agentd.schema_check import SchemaCheck
 
 if TYPE_CHECKING:
     from agentd.config import Config
@@ -91,38 +91,22 @@ def admit_task(
 
 def _payload_problems(schema_id: str, schema: dict[str, Any], intent: TaskIntent) -> list[str]:
     """The payload against its schema: the compiled fast yes first, jsonschema to name what is wrong."""
-    fast = _fast_check(schema_id, schema)
-    if fast is not None and fast(intent.payload):
-        return []
     problems = []
-    for error in sorted(_validator(schema_id, schema).iter_errors(intent.payload), key=str):
+    for error in sorted(_check(schema_id, schema).errors(intent.payload), key=str):
         where = "payload" + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
         problems.append(f"{where}: {error.message} (schema {schema_id})")
     return problems
 
 
-_FAST_CHECKS: dict[tuple[str, int], Check | None] = {}
-_VALIDATORS: dict[tuple[str, int], Any] = {}
+_CHECKS: dict[tuple[str, int], SchemaCheck] = {}
 
 
-def _fast_check(schema_id: str, schema: dict[str, Any]) -> Check | None:
-    """Per schema, compiled once (building one costs more than validating a payload): its fast yes
-    (agentd/schema_check.py; None outside the subset)."""
+def _check(schema_id: str, schema: dict[str, Any]) -> SchemaCheck:
+    """Per schema, compiled once (building one costs more than validating a payload)."""
     key = (schema_id, id(schema))
-    if key not in _FAST_CHECKS:
-        _FAST_CHECKS[key] = compile_check(schema)
-    return _FAST_CHECKS[key]
-
-
-def _validator(schema_id: str, schema: dict[str, Any]) -> Any:
-    """jsonschema's validator, built (and jsonschema imported) only when the fast yes is not a yes:
-    a valid payload never loads it."""
-    key = (schema_id, id(schema))
-    if key not in _VALIDATORS:
-        from jsonschema import Draft202012Validator
-
-        _VALIDATORS[key] = Draft202012Validator(schema)
-    return _VALIDATORS[key]
+    if key not in _CHECKS:
+        _CHECKS[key] = SchemaCheck(schema)
+    return _CHECKS[key]
 
 
 def known_models(config: Config) -> set[str]:

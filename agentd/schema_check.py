@@ -39,6 +39,41 @@ class _Unsupported(Exception):
     pass
 
 
+class SchemaCheck:
+    """One schema's judge: the compiled fast yes first; jsonschema (imported, and its validator built,
+    only the first time the fast yes is not a yes) to name every error."""
+
+    def __init__(self, schema: Any) -> None:
+        self.schema = schema
+        self.fast = compile_check(schema)
+        self._validator: Any = None
+
+    def errors(self, instance: Any) -> list[Any]:
+        """jsonschema's ValidationErrors for `instance`, unsorted; [] at once when the fast yes says yes."""
+        if self.fast is not None and self.fast(instance):
+            return []
+        if self._validator is None:
+            from jsonschema import Draft202012Validator  # not at import: the CLI starts without it
+
+            self._validator = Draft202012Validator(self.schema)
+        return list(self._validator.iter_errors(instance))
+
+
+def schema_problem(schema: Any) -> str | None:
+    """Why `Draft202012Validator.check_schema` refuses the schema, or None; a schema `well_formed`
+    vouches for never imports jsonschema."""
+    if well_formed(schema):
+        return None
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        return str(exc.message)
+    return None
+
+
 def compile_check(schema: Any) -> Check | None:
     """The schema's fast yes, or None if it uses anything outside the subset."""
     try:

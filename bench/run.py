@@ -14,6 +14,7 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -115,24 +116,37 @@ def measure_end_to_end(samples: Samples, folder: Path, sizes: Sizes) -> None:
     samples.add(VERIFY_ITSELF, "attempts/s", itself)
 
 
+Rate = Callable[[Path, int], float]
+
+
+def measure_sides(
+    samples: Samples, row: str, folder: Path, count: int, sides: dict[str, tuple[str | None, Rate]]
+) -> None:
+    """One row's sides back to back, each in a folder of its own; a side whose peer (the `[bench]`
+    extra) is not installed is left out."""
+    for side, (peer, rate) in sides.items():
+        if peer is None or peers.installed(peer):
+            samples.add(row.format(side), "tasks/s", rate(folder / side, count))
+
+
 def measure_enqueue(samples: Samples, folder: Path, count: int) -> None:
-    samples.add(ENQUEUE.format("agentd"), "tasks/s", store_rows.enqueue_per_s(folder / "agentd", count))
-    samples.add(ENQUEUE.format("raw sqlite3"), "tasks/s", raw.enqueue_per_s(folder / "raw", count))
-    if peers.installed("huey"):
-        samples.add(ENQUEUE.format("huey"), "tasks/s", peers.huey_enqueue_per_s(folder / "huey", count))
-    if peers.installed("persist-queue"):
-        rate = peers.persist_queue_enqueue_per_s(folder / "persist-queue", count)
-        samples.add(ENQUEUE.format("persist-queue"), "tasks/s", rate)
+    sides: dict[str, tuple[str | None, Rate]] = {
+        "agentd": (None, store_rows.enqueue_per_s),
+        "raw sqlite3": (None, raw.enqueue_per_s),
+        "huey": ("huey", peers.huey_enqueue_per_s),
+        "persist-queue": ("persist-queue", peers.persist_queue_enqueue_per_s),
+    }
+    measure_sides(samples, ENQUEUE, folder, count, sides)
 
 
 def measure_claim_complete(samples: Samples, folder: Path, count: int) -> None:
-    samples.add(CLAIM.format("agentd"), "tasks/s", store_rows.claim_complete_per_s(folder / "agentd", count))
-    samples.add(CLAIM.format("raw sqlite3"), "tasks/s", raw.claim_complete_per_s(folder / "raw", count))
-    if peers.installed("huey"):
-        samples.add(CLAIM.format("huey"), "tasks/s", peers.huey_claim_complete_per_s(folder / "huey", count))
-    if peers.installed("persist-queue"):
-        rate = peers.persist_queue_claim_complete_per_s(folder / "persist-queue", count)
-        samples.add(CLAIM.format("persist-queue"), "tasks/s", rate)
+    sides: dict[str, tuple[str | None, Rate]] = {
+        "agentd": (None, store_rows.claim_complete_per_s),
+        "raw sqlite3": (None, raw.claim_complete_per_s),
+        "huey": ("huey", peers.huey_claim_complete_per_s),
+        "persist-queue": ("persist-queue", peers.persist_queue_claim_complete_per_s),
+    }
+    measure_sides(samples, CLAIM, folder, count, sides)
 
 
 def measure_claim_latency(samples: Samples, folder: Path, sizes: Sizes, large: Store) -> None:
