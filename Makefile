@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := config/identity.example.toml
 
-.PHONY: run test test-fast test-harness test-slow chaos lint bench bench-quick clean
+.PHONY: run test test-fast test-harness test-slow chaos lint bench bench-quick docs-reference clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentd needs python3 >= 3.11, found " + sys.version.split()[0] + "; run: make PYTHON=python3.11 ...")'
@@ -65,6 +65,10 @@ bench: $(VENV)/.installed-bench
 ## bench-quick: the same at tiny sizes, once: proves the suite runs (nothing judged, nothing written)
 bench-quick: $(VENV)/.installed-bench
 	$(BIN)/python bench/run.py --quick
+
+## docs-reference: write the reference pages that come from the code (tests/test_docs.py checks them)
+docs-reference: $(VENV)/.installed
+	$(BIN)/agentd config reference > docs/configuration.md
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check agentd tests bench

@@ -48,6 +48,8 @@ from agentd.settings import (
     SensorsSection,
     Settings,
     environment_overrides,
+    needed_keys,
+    needed_kind,
     overlay,
     section_model,
 )
@@ -231,6 +233,11 @@ def _validation_problems(exc: ValidationError, raw: dict[str, Any], source: str)
         loc = _format_loc(err["loc"], raw)
         env_name = _env_name(err["loc"])
         where = env_name if env_name in os.environ else source
+        if err["type"] == "union_tag_not_found":  # an entry without its `kind`
+            problems.append(Problem(where, f"{loc}.kind", f"required, but missing: {needed_kind(err['loc'])}"))
+            continue
+        if err["type"] == "union_tag_invalid":
+            loc = f"{loc}.{err['ctx']['discriminator'].strip(chr(39))}"
         problems.append(Problem(where, loc, _describe(err)))
     return problems
 
@@ -257,10 +264,11 @@ def _env_name(loc: tuple[int | str, ...]) -> str:
 
 def _describe(err: Any) -> str:
     kind, found = err["type"], err.get("input")
-    if kind == "missing":
-        return "required, but missing"
+    if kind == "missing":  # a missing table says all it needs, so one check names every required key
+        needed = needed_keys(err["loc"])
+        return f"required, but missing: {needed}" if needed else "required, but missing"
     if kind == "extra_forbidden":
-        return "unknown key (check its spelling against README's configuration reference)"
+        return "unknown key (check its spelling against `agentd config reference`)"
     if kind == "union_tag_invalid":
         return f"expected one of {err['ctx']['expected_tags']}, found {err['ctx']['tag']!r}"
     message = f"{err['msg'][0].lower()}{err['msg'][1:]}"

@@ -56,6 +56,21 @@ def loads(text: str | bytes, where: str) -> Any:
     return value
 
 
+def loads_setting_aside(text: str | bytes, where: str, key: str) -> tuple[Any, Any]:
+    """`loads`, except that a top-level object's `key` is taken out first and returned as it was
+    written (Infinity and NaN included), for a caller that judges it on its own: an adapter's usage
+    numbers are judged apart from its outcome, so a bad number cannot cost the outcome."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise Refused(f"{where}: JSON nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError:  # not JSON at all (or too big a number): `loads` says why, in its own words
+        return loads(text, where), None
+    aside = value.pop(key, None) if isinstance(value, dict) else None
+    check_value(value, where)
+    return value, aside
+
+
 def _no_constant(name: str) -> Any:
     raise Refused(f"{name} is not a JSON number; agentd stores finite numbers only")
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from agentd.adapters.base import AdapterRun
+from agentd.adapters.base import AdapterRun, Usage, judge_usage
 from agentd.outcome import (
     CompletionChecks,
     Extracted,
@@ -132,7 +132,10 @@ def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: rando
     )
     if decision.crashed and decision.status == "permanent_failure":
         termination = "crashed_runtime"
+    reported_usage, usage_problems = _reported_usage(facts, extracted)
     diagnostics = _diagnostics(facts, extracted, gated, failure_type)
+    if usage_problems:
+        diagnostics["usage_problems"] = usage_problems
     denials = run.denials if run else ()
     outbox = outbox_entries(
         task, attempt.attempt_id, gated.outcome, decision.status, facts.outbox_policy, facts.proposal
@@ -158,7 +161,7 @@ def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: rando
         outbox=outbox,
         side_effects_held=side_effects_hold(outbox, facts.outbox_policy, task),
         diagnostics=diagnostics,
-        usage=_usage(run),
+        usage=_usage(run, reported_usage),
         paths=dict(facts.evidence),
         boot_sweep=facts.swept,
         policy_denials=denials[:MAX_DENIAL_EVENTS],
@@ -371,10 +374,18 @@ def _diagnostics(facts: AttemptFacts, extracted: Extracted, gated: Gated, failur
     return found
 
 
-def _usage(run: AdapterRun | None) -> dict[str, Any]:
-    if run is None:
+def _reported_usage(facts: AttemptFacts, extracted: Extracted) -> tuple[Usage | None, list[str]]:
+    """What a script attempt says it cost (`usage` in its outcome), judged at the edge. Only a
+    script's word is taken: a harness's usage comes from the harness, never from what the model wrote."""
+    if facts.attempt.adapter_kind != "script" or extracted.usage is None:
+        return None, []
+    return judge_usage(extracted.usage, "outcome.usage")
+
+
+def _usage(run: AdapterRun | None, reported: Usage | None = None) -> dict[str, Any]:
+    if run is None and reported is None:
         return {}
-    u = run.usage
+    u = reported or (run.usage if run is not None else Usage())
     return {
         "input_tokens": u.input_tokens,
         "output_tokens": u.output_tokens,

@@ -13,12 +13,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from agentd.edge import Refused
-from agentd.edge import loads as load_json
+from agentd.edge import Refused, loads_setting_aside
 from agentd.records import OutcomeStatus, RetryClass, TaskOutcome, TaskRecord, TaskStatus
 from agentd.records.tasks import MACHINE_STATUS_OF
 
@@ -31,38 +30,41 @@ class Extracted:
     outcome: TaskOutcome | None
     source: Literal["result_file", "final_message", "none"]
     problem: str | None = None
+    usage: Any = None  # the outcome's own `usage` object, as written: a script reports its cost here
 
 
 def extract_outcome(result_text: str | None, final_message: str | None, result_problem: str | None = None) -> Extracted:
     """The adapter's TaskOutcome, or why there is none."""
     problems = [f"result file: {result_problem}"] if result_problem else []
     if result_text and result_text.strip():
-        outcome, problem = _parse(result_text)
+        outcome, problem, usage = _parse(result_text)
         if outcome is not None:
-            return Extracted(outcome, "result_file")
+            return Extracted(outcome, "result_file", usage=usage)
         problems.append(f"result file: {problem}")
     blocks = _FENCED_JSON.findall(final_message or "")
     if blocks:
-        outcome, problem = _parse(blocks[-1])
+        outcome, problem, usage = _parse(blocks[-1])
         if outcome is not None:
-            return Extracted(outcome, "final_message")
+            return Extracted(outcome, "final_message", usage=usage)
         problems.append(f"last json block of the final message: {problem}")
     if not problems:
         problems.append("no structured outcome (no result file, no ```json block in the final message)")
     return Extracted(None, "none", "; ".join(problems))
 
 
-def _parse(text: str) -> tuple[TaskOutcome | None, str | None]:
+def _parse(text: str) -> tuple[TaskOutcome | None, str | None, Any]:
+    """(outcome, why there is none, its `usage` object). `usage` is judged on its own (a bad one is
+    unknown usage, never a lost outcome), so it is taken out before the TaskOutcome is validated."""
     try:
-        data = load_json(text, "outcome")
+        data, usage = loads_setting_aside(text, "outcome", "usage")
     except Refused as exc:
-        return None, str(exc).removeprefix("outcome: ")
+        return None, str(exc).removeprefix("outcome: "), None
     try:
-        return TaskOutcome.model_validate(data), None
+        return TaskOutcome.model_validate(data), None, usage
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "outcome"
-        return None, f"not a TaskOutcome ({where}: {first['msg']})"
+        return None, f"not a TaskOutcome ({where}: {first['msg']})", None
 
 
 @dataclass(frozen=True)

@@ -42,23 +42,23 @@ class AgentSection(AgentFields):
 
 
 class ConstitutionSection(Section):
-    soul_path: Path
-    purpose_path: Path
-    version: str
-    revised_at: Timestamp
+    soul_path: Path = Field(description="SOUL.md: identity, values, style (hashed into every bundle)")
+    purpose_path: Path = Field(description="PURPOSE.md: goals and self-evaluation (hashed into every bundle)")
+    version: str = Field(description="the constitution's revision; `constitution accept` moves it on")
+    revised_at: Timestamp = Field(description="when it was last revised")
 
 
 class WalletSection(WalletIdentity):
     """A [[wallets]] entry: a WalletIdentity whose agent_id may be left to the agent's."""
 
-    agent_id: str | None = None  # type: ignore[assignment]
+    agent_id: str | None = Field(default=None, description="the agent it belongs to (default: [agent] agent_id)")  # type: ignore[assignment]
 
 
 class PathsSection(Section):
-    state_dir: Path
-    skills_dir: Path
-    sensors_dir: Path
-    workspace: Path
+    state_dir: Path = Field(description="database, attempt evidence, locks (0700; the services' user only)")
+    skills_dir: Path = Field(description="one folder per skill (SKILL.md, skill.toml)")
+    sensors_dir: Path = Field(description="one folder per sensor (an executable and sensor.toml)")
+    workspace: Path = Field(description="where attempts run (their working directory) and artifacts live")
 
 
 DAY_S = 86_400.0
@@ -67,24 +67,58 @@ YEAR_S = 31_536_000
 
 class DispatchSection(Section):
     # Every duration has an upper bound: each one ends up in a timedelta or a sleep.
-    poll_ceiling_s: float = Field(default=30.0, gt=0, le=3600)
+    poll_ceiling_s: float = Field(
+        description="the longest idle sleep when nothing is due and nobody pokes", default=30.0, gt=0, le=3600
+    )
     grace_s: float = Field(default=30.0, ge=0, le=DAY_S, description="SIGTERM: time the attempt may finish")
     kill_grace_s: float = Field(default=5.0, gt=0, le=3600, description="adapter SIGTERM → SIGKILL")
-    lock_heartbeat_s: float = Field(default=5.0, gt=0, le=3600)
-    lock_stale_s: float = Field(default=60.0, gt=0, le=DAY_S)
-    default_max_attempts: int = Field(default=3, ge=1, le=100)
-    default_profile_id: Identifier | None = None
+    lock_heartbeat_s: float = Field(
+        description="how often the dispatcher refreshes the dispatch lock", default=5.0, gt=0, le=3600
+    )
+    lock_stale_s: float = Field(
+        description="a lock not refreshed for this long is stale (cleared with dispatch_lock_stale_cleared)",
+        default=60.0,
+        gt=0,
+        le=DAY_S,
+    )
+    default_max_attempts: int = Field(
+        description="attempts of a task whose type sets no max_attempts", default=3, ge=1, le=100
+    )
+    default_profile_id: Identifier | None = Field(
+        default=None, description="the profile of a task whose intent and task type name none"
+    )
     default_message_handler: Identifier | None = Field(
         default=None, description="the [[message_handlers]] entry for a message that names none"
     )
-    backoff_base_s: float = Field(default=30.0, ge=0, le=DAY_S)
-    backoff_max_s: float = Field(default=3600.0, ge=0, le=30 * DAY_S)
-    backoff_jitter: float = Field(default=0.2, ge=0, le=1)
-    rate_limit_backoff_s: float = Field(default=300.0, ge=0, le=DAY_S)
-    max_rate_limit_reschedules: int = Field(default=5, ge=0, le=1000)
-    output_cap_bytes: int = Field(default=16 * MIB, ge=1024, le=1024 * 1024 * MIB)
-    workflow_state_cap: int = Field(default=5, ge=1, le=1000)
-    recent_memory_items: int = Field(default=5, ge=0, le=100)
+    backoff_base_s: float = Field(
+        description="retry n waits backoff_base_s * 2^(n-1), capped and jittered", default=30.0, ge=0, le=DAY_S
+    )
+    backoff_max_s: float = Field(description="the longest wait before a retry", default=3600.0, ge=0, le=30 * DAY_S)
+    backoff_jitter: float = Field(description="± this fraction of the wait, at random", default=0.2, ge=0, le=1)
+    rate_limit_backoff_s: float = Field(
+        description="wait after a rate-limited attempt (which spends no attempt)", default=300.0, ge=0, le=DAY_S
+    )
+    max_rate_limit_reschedules: int = Field(
+        description="rate-limited attempts of one task before it fails", default=5, ge=0, le=1000
+    )
+    output_cap_bytes: int = Field(
+        description="an attempt's stdout and stderr each keep at most this much (the overflow is recorded)",
+        default=16 * MIB,
+        ge=1024,
+        le=1024 * 1024 * MIB,
+    )
+    workflow_state_cap: int = Field(
+        description="entries of one workflow state before the workflow blocks (per workflow: max_state_entries)",
+        default=5,
+        ge=1,
+        le=1000,
+    )
+    recent_memory_items: int = Field(
+        description="outcomes of recent tasks a bundle carries when its profile asks for recent memory",
+        default=5,
+        ge=0,
+        le=100,
+    )
     crash_limit: int = Field(
         default=3, ge=1, le=100, description="boot sweeps in a row that end a task as crashed_runtime"
     )
@@ -116,11 +150,18 @@ class BudgetSection(Section):
 
 
 class SensorsSection(Section):
-    max_concurrent: int = Field(default=4, ge=1, le=64)
-    default_timeout_s: float = Field(default=60.0, gt=0, le=DAY_S)
-    kill_grace_s: float = Field(default=5.0, gt=0, le=3600)
-    output_cap_bytes: int = Field(default=16 * MIB, ge=1024, le=1024 * 1024 * MIB)
-    tick_s: float = Field(default=1.0, gt=0, le=60)
+    max_concurrent: int = Field(description="sensors running at once", default=4, ge=1, le=64)
+    default_timeout_s: float = Field(
+        description="a sensor run's hard timeout unless its sensor.toml sets one", default=60.0, gt=0, le=DAY_S
+    )
+    kill_grace_s: float = Field(description="sensor SIGTERM → SIGKILL", default=5.0, gt=0, le=3600)
+    output_cap_bytes: int = Field(
+        description="a sensor run's stdout and stderr each keep at most this much",
+        default=16 * MIB,
+        ge=1024,
+        le=1024 * 1024 * MIB,
+    )
+    tick_s: float = Field(description="how often the sensor service looks for due sensors", default=1.0, gt=0, le=60)
 
 
 def listen_address(value: str) -> str:
@@ -151,9 +192,14 @@ class MetricsSection(Section):
     """[metrics]. Each agent on a VM needs its own pair of ports: `agentd install` picks a free pair
     (9478/9479, then 9480/9481, …) and writes it here."""
 
-    enabled: bool = True
-    dispatch_listen: ListenAddress = "127.0.0.1:9478"
-    sensors_listen: ListenAddress = "127.0.0.1:9479"
+    enabled: bool = Field(default=True, description="serve /metrics on each service")
+    dispatch_listen: ListenAddress = Field(
+        default="127.0.0.1:9478",
+        description="HOST:PORT of the dispatcher's /metrics (loopback by default; 0 picks a free port)",
+    )
+    sensors_listen: ListenAddress = Field(
+        default="127.0.0.1:9479", description="HOST:PORT of the sensor service's /metrics"
+    )
 
     @model_validator(mode="after")
     def _two_ports(self) -> MetricsSection:
@@ -179,7 +225,9 @@ class RetentionSection(Section):
 class ChaosSection(Section):
     """Fault injection for the crash tests and the chaos suite: SIGKILL ourselves at a point."""
 
-    crash_at: Literal["after_claim", "after_outcome_commit"] | None = None
+    crash_at: Literal["after_claim", "after_outcome_commit"] | None = Field(
+        default=None, description="tests only: the dispatcher SIGKILLs itself at this point"
+    )
 
 
 class Settings(Section):
@@ -282,3 +330,87 @@ def overlay(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
         below = merged.get(key)
         merged[key] = overlay(below, value) if isinstance(below, dict) and isinstance(value, dict) else value
     return merged
+
+
+def needed_keys(loc: tuple[int | str, ...]) -> str | None:
+    """What a missing table at `loc` needs, said in one go so `config check` names every required key
+    at once: `a table with agent_id, internal_name, display_name`, or for a list of tables
+    `at least one [[profiles]] table with …`. None when `loc` is not a table."""
+    annotation = _annotation_at(loc)
+    if annotation is None:
+        return None
+    many = get_origin(annotation) is list
+    element = _unwrap(get_args(annotation)[0]) if many else annotation
+    members = [_unwrap(m) for m in get_args(element)] if get_origin(element) in (Union, types.UnionType) else [element]
+    if not all(isinstance(m, type) and issubclass(m, BaseModel) for m in members):
+        return None
+    if len(members) == 1:
+        keys = ", ".join(_required_keys(members[0]))
+    else:  # a union by `kind`: the kind decides the rest
+        kinds = _kinds(members)
+        common = [k for k in _required_keys(members[0]) if k != "kind" and all(k in m.model_fields for m in members)]
+        keys = (
+            ", ".join([*common, f"kind (one of {kinds})"]) + " and the keys its kind needs (`agentd config reference`)"
+        )
+    table = f"at least one [[{loc[-1]}]] table" if many else "a table"
+    return f"{table} with {keys}"
+
+
+def needed_kind(loc: tuple[int | str, ...]) -> str | None:
+    """For an entry of a union by `kind` (an adapter, a message handler) that has none: the kinds."""
+    union = _annotation_at(loc)
+    members = [_unwrap(m) for m in get_args(union)] if get_origin(union) in (Union, types.UnionType) else []
+    return f"one of {_kinds(members)} (it decides the other keys)" if members else None
+
+
+def _kinds(members: list[Any]) -> str:
+    return ", ".join(repr(get_args(m.model_fields["kind"].annotation)[0]) for m in members)
+
+
+def _required_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, info in model.model_fields.items():
+        if not info.is_required():
+            continue
+        nested = _unwrap(info.annotation)
+        if isinstance(nested, type) and issubclass(nested, BaseModel):
+            keys += _required_keys(nested, f"{prefix}{name}.")
+        else:
+            keys.append(f"{prefix}{name}")
+    return keys
+
+
+def _annotation_at(loc: tuple[int | str, ...]) -> Any:
+    """The type the identity TOML holds at `loc` (('profiles', 0, 'context_policy') → ContextPolicy)."""
+    annotation: Any = Settings
+    for part in loc:
+        annotation = _unwrap(annotation)
+        if isinstance(part, int):
+            if get_origin(annotation) is not list:
+                return None
+            annotation = get_args(annotation)[0]
+            continue
+        members = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+        fields = [
+            m.model_fields[part]
+            for m in members
+            if isinstance(m, type) and issubclass(m, BaseModel) and part in m.model_fields
+        ]
+        if not fields:
+            return None
+        annotation = fields[0].annotation
+    return _unwrap(annotation)
+
+
+def _unwrap(annotation: Any) -> Any:
+    """`X | None` → X, `Annotated[X, …]` → X."""
+    while True:
+        if get_origin(annotation) is Annotated:
+            annotation = get_args(annotation)[0]
+            continue
+        if get_origin(annotation) in (Union, types.UnionType):
+            members = [a for a in get_args(annotation) if a is not type(None)]
+            if len(members) == 1:
+                annotation = members[0]
+                continue
+        return annotation

@@ -52,7 +52,7 @@ def test_malformed_toml_names_line_and_column(tmp_path: Path) -> None:
 def test_unknown_key_is_named(tmp_path: Path) -> None:
     path = write_config(tmp_path, lambda raw: raw["dispatch"].update(poll_ceilng_s=3))
     assert problems_of(path) == [
-        f"{path}: dispatch.poll_ceilng_s: unknown key (check its spelling against README's configuration reference)"
+        f"{path}: dispatch.poll_ceilng_s: unknown key (check its spelling against `agentd config reference`)"
     ]
 
 
@@ -162,7 +162,7 @@ def test_unknown_adapter_kind_lists_the_five(tmp_path: Path) -> None:
     path = write_config(tmp_path, lambda raw: raw["adapters"][0].update(kind="scrpt"))
     found = problems_of(path)
     assert (
-        f"{path}: adapters[0]: expected one of "
+        f"{path}: adapters[0].kind: expected one of "
         "'claude-code', 'codex', 'hermes-agent', 'ollama-generate', 'script', found 'scrpt'" in found
     )
 

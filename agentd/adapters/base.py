@@ -8,6 +8,7 @@ kind leaves the same TaskAttempt evidence (seed 000 §2, §8).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,51 @@ class Usage:
     cache_write_tokens: int | None = None
     cost_usd: float | None = None
     cost_estimated: bool = False
+
+
+TOKEN_KINDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+USAGE_KEYS = (*TOKEN_KINDS, "cost_usd")
+MAX_COST_USD = 1_000_000.0  # one attempt's cost above this is not believed: recorded as unknown
+MAX_TOKENS = 2**63 - 1  # what SQLite's INTEGER holds
+
+
+def judge_usage(reported: Any, where: str) -> tuple[Usage, list[str]]:
+    """Usage numbers as an adapter or a script reported them, judged at the edge: each count a whole
+    number from 0 to int64, the cost a finite number from 0 to MAX_COST_USD. Anything else is unknown
+    (None), and the list says why; the rest of the report stands."""
+    if reported is None:
+        return Usage(), []
+    if not isinstance(reported, Mapping):
+        return Usage(), [f"{where}: expected an object, found {type(reported).__name__}"]
+    problems = [
+        f"{where}.{key}: unknown key (expected one of {', '.join(USAGE_KEYS)})"
+        for key in reported
+        if key not in USAGE_KEYS
+    ]
+    fields: dict[str, Any] = {}
+    for key in USAGE_KEYS:
+        value = reported.get(key)
+        if value is None:
+            continue
+        judged, problem = _usage_number(value, integer=key != "cost_usd")
+        if problem is not None:
+            problems.append(f"{where}.{key}: {problem}; recorded as unknown")
+        fields[key] = judged
+    return Usage(**fields), problems
+
+
+def _usage_number(value: Any, *, integer: bool) -> tuple[int | float | None, str | None]:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None, f"expected a number, found {type(value).__name__}"
+    if not math.isfinite(value) or value < 0:
+        return None, f"expected a finite number of at least 0, found {value!r}"
+    if integer:
+        if isinstance(value, float) and not value.is_integer():
+            return None, f"expected a whole number, found {value!r}"
+        return (int(value), None) if value <= MAX_TOKENS else (None, f"expected at most {MAX_TOKENS}, found {value!r}")
+    return (
+        (float(value), None) if value <= MAX_COST_USD else (None, f"expected at most {MAX_COST_USD:g}, found {value!r}")
+    )
 
 
 @dataclass(frozen=True)

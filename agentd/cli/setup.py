@@ -1,4 +1,4 @@
-"""Setting an agent up and looking at it: init, migrate, config check, schema export,
+"""Setting an agent up and looking at it: init, migrate, config check/reference, schema export,
 identity show, skills list/show/run."""
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ def register(commands: Any) -> None:
     )
     add_command(
         config, "check", cmd_config_check, "validate the identity TOML and everything it refers to; write nothing"
+    )
+    add_command(
+        config, "reference", cmd_config_reference, "print every key of the identity TOML (Markdown), from the code"
     )
 
     schema = commands.add_parser("schema", help="JSON Schemas of agentd's records").add_subparsers(
@@ -96,6 +99,13 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         print("applied " + ", ".join(m.filename for m in applied))
     else:
         print(f"{config.db_path} is up to date")
+    return 0
+
+
+def cmd_config_reference(args: argparse.Namespace) -> int:
+    from agentd.config_reference import render
+
+    print(render(), end="")
     return 0
 
 

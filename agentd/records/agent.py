@@ -11,33 +11,33 @@ from agentd.records.base import Identifier, JsonObject, Record, Timestamp
 
 class ExternalName(Record):
     schema_id = "agent-runtime/agent.external-name/v1"
-    name: str
-    registered_at: Timestamp | None = None
-    source: Literal["aibtc-api", "local-cache"]
-    wallet_ref: str
+    name: str = Field(description="the AIBTC-registered name")
+    registered_at: Timestamp | None = Field(default=None, description="when it was registered")
+    source: Literal["aibtc-api", "local-cache"] = Field(description="where agentd read it from")
+    wallet_ref: str = Field(description="the segwit address that authored the registration")
 
 
 class OnchainIdentity(Record):
     schema_id = "agent-runtime/agent.onchain-identity/v1"
-    contract: str
-    token_id: str | None = None
-    reputation_ref: str | None = None
+    contract: str = Field(description="the ERC-8004-compatible Clarity contract")
+    token_id: str | None = Field(default=None, description="the agent's entry in it")
+    reputation_ref: str | None = Field(default=None, description="contract/method to read the reputation summary")
 
 
 class AgentFields(Record):
     """AgentIdentity as an identity TOML's [agent] writes it: the constitution's paths come from
     [constitution], so soul_ref and purpose_ref are not among them."""
 
-    agent_id: Identifier
-    internal_name: Identifier
-    external_name: ExternalName | None = None
-    onchain_identity: OnchainIdentity | None = None
-    display_name: str
-    codename: str | None = None
-    host: str | None = None
-    user: str | None = None
-    runtime_instance_id: str | None = None
-    metadata: JsonObject | None = None
+    agent_id: Identifier = Field(description="the canonical key; must equal internal_name")
+    internal_name: Identifier = Field(description="the name operators and peers use; load-bearing, never overridden")
+    external_name: ExternalName | None = Field(default=None, description="the AIBTC-registered name, if any")
+    onchain_identity: OnchainIdentity | None = Field(default=None, description="the on-chain identity entry, if any")
+    display_name: str = Field(description="a label for people")
+    codename: str | None = Field(default=None, description="a legacy alias")
+    host: str | None = Field(default=None, description="the VM the agent lives on")
+    user: str | None = Field(default=None, description="the operator responsible")
+    runtime_instance_id: str | None = Field(default=None, description="an id of this installation")
+    metadata: JsonObject | None = Field(default=None, description="anything else, kept as data")
 
 
 class AgentIdentity(AgentFields):
@@ -61,28 +61,40 @@ class AgentConstitution(Record):
 class WalletIdentity(Record):
     schema_id = "agent-runtime/wallet.identity/v1"
     schema_mode = "validation"
-    agent_id: str
-    chain: str
-    network: str | None = None
-    address: str
-    public_key: str | None = None
-    name: str | None = None
-    capabilities: list[str] | None = None
-    onchain_identity_contract: str | None = None
-    reputation_ref: str | None = None
-    metadata: JsonObject | None = None
+    agent_id: str = Field(description="the agent it belongs to")
+    chain: str = Field(description="stacks, bitcoin, ethereum, …")
+    network: str | None = Field(default=None, description="mainnet, testnet, devnet, …")
+    address: str = Field(description="the wallet address")
+    public_key: str | None = Field(default=None, description="its public key")
+    name: str | None = Field(default=None, description="a BNS or similar name")
+    capabilities: list[str] | None = Field(
+        default=None, description="what it is used for: sign, heartbeat, message, claim, publish"
+    )
+    onchain_identity_contract: str | None = Field(
+        default=None, description="must match [agent] onchain_identity.contract when both are set"
+    )
+    reputation_ref: str | None = Field(default=None, description="contract/method for reputation reads")
+    metadata: JsonObject | None = Field(default=None, description="anything else, kept as data")
 
 
 class ContextPolicy(Record):
     schema_id = "agent-runtime/agent.context-policy/v1"
-    max_prompt_chars: int = Field(gt=0, le=100_000_000)
-    include_recent_memory: bool
+    max_prompt_chars: int = Field(
+        description="the bundle's limit; over it, recent work, skills, earlier attempts, then the task are cut",
+        gt=0,
+        le=100_000_000,
+    )
+    include_recent_memory: bool = Field(description="bundle the outcomes of the agent's latest tasks")
 
 
 class ResultPolicy(Record):
     schema_id = "agent-runtime/agent.result-policy/v1"
-    allow_follow_up_tasks: bool
-    allow_external_messages: bool
+    allow_follow_up_tasks: bool = Field(
+        description="an outcome's follow_up_tasks are enqueued (else refused and recorded)"
+    )
+    allow_external_messages: bool = Field(
+        description="an outcome's external_messages are delivered (else refused and recorded)"
+    )
     max_follow_up_depth: int = Field(
         default=3, ge=0, le=100, description="agentd: follow-ups of follow-ups go at most this deep (seed 004)"
     )
@@ -100,15 +112,19 @@ class SubagentProfile(Record):
 
     schema_id = "agent-runtime/agent.profile/v1"
     schema_mode = "validation"
-    profile_id: Identifier
-    style: Literal["claude-like", "codex-like", "hermes-like"]
-    role: str
-    default_adapter_id: Identifier
-    default_model: str | None = None
-    prompt_parts: list[str]
-    skill_ids: list[Identifier]
-    context_policy: ContextPolicy
-    result_policy: ResultPolicy
+    profile_id: Identifier = Field(description="the profile's id")
+    style: Literal["claude-like", "codex-like", "hermes-like"] = Field(
+        description="the kind of harness the prompt is written for"
+    )
+    role: str = Field(description="the operational role, said first in the bundle")
+    default_adapter_id: Identifier = Field(
+        description="the adapter a task of this profile runs on unless its type or intent names one"
+    )
+    default_model: str | None = Field(default=None, description="the model unless the task or its type names one")
+    prompt_parts: list[str] = Field(description="operational framing, in the bundle after the constitution")
+    skill_ids: list[Identifier] = Field(description="skills every task of this profile carries")
+    context_policy: ContextPolicy = Field(description="what the bundle may hold")
+    result_policy: ResultPolicy = Field(description="which side effects an outcome may ask for")
 
 
 class SkillCommand(Record):

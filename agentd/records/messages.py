@@ -28,7 +28,9 @@ def http_url(value: str) -> str:
 
 
 class _Handler(Record):
-    handler_id: Identifier
+    handler_id: Identifier = Field(
+        description="the handler's id (a message or [dispatch] default_message_handler names it)"
+    )
     max_attempts: int = Field(default=5, ge=1, le=100, description="attempts before the message is failed")
     backoff_base_s: float = Field(default=10.0, ge=0, le=DAY_S, description="attempt n+1 waits base * 2^(n-1)")
     backoff_max_s: float = Field(default=3600.0, ge=0, le=30 * DAY_S, description="the longest wait between attempts")
@@ -40,7 +42,7 @@ class WebhookHandler(_Handler):
     schema_id = "agentd/message-handler.webhook/v1"
     schema_mode = "validation"
     kind: Literal["webhook"]
-    url: Annotated[str, AfterValidator(http_url)]
+    url: Annotated[str, AfterValidator(http_url)] = Field(description="where messages are POSTed")
     timeout_s: float = Field(default=10.0, gt=0, le=600, description="the whole request, connect to last byte")
     headers: dict[str, str] = Field(
         default_factory=dict, description="sent with every request; ${NAME} is NAME's value in env_file"
@@ -69,7 +71,7 @@ class SpoolHandler(_Handler):
     schema_id = "agentd/message-handler.spool/v1"
     schema_mode = "validation"
     kind: Literal["spool"]
-    path: str = Field(min_length=1)
+    path: str = Field(description="the file messages are appended to", min_length=1)
 
 
 class CommandHandler(_Handler):
@@ -78,10 +80,12 @@ class CommandHandler(_Handler):
     schema_id = "agentd/message-handler.command/v1"
     schema_mode = "validation"
     kind: Literal["command"]
-    argv: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
-    timeout_s: float = Field(default=30.0, gt=0, le=DAY_S)
-    env_file: str | None = None
-    env: dict[str, str] | None = None
+    argv: list[Annotated[str, Field(min_length=1)]] = Field(
+        min_length=1, description="the command and its arguments (never a shell)"
+    )
+    timeout_s: float = Field(description="the command's hard timeout", default=30.0, gt=0, le=DAY_S)
+    env_file: str | None = Field(default=None, description="KEY=VALUE lines given to the command")
+    env: dict[str, str] | None = Field(default=None, description="more variables for the command")
 
 
 MessageHandler = Annotated[WebhookHandler | SpoolHandler | CommandHandler, Field(discriminator="kind")]

@@ -233,22 +233,35 @@ class ArtifactRecord(Record):
 
 class SuccessPolicy(Record):
     schema_id = "agent-runtime/task-type.success-policy/v1"
-    require_artifacts: bool | None = None
-    require_adapter_audit: bool | None = None
-    verify_claimed_file_changes: bool | None = None
+    require_artifacts: bool | None = Field(
+        default=None, description="completed only if every declared artifact exists in the workspace"
+    )
+    require_adapter_audit: bool | None = Field(
+        default=None, description="completed only if the harness's raw output was kept"
+    )
+    verify_claimed_file_changes: bool | None = Field(
+        default=None, description="completed only if the files the outcome claims changed did change"
+    )
 
 
 class TaskTypeSpec(Record):
     schema_id = "agent-runtime/task-type.spec/v1"
     schema_mode = "validation"
-    task_type: Identifier
-    payload_schema_id: str
-    default_profile_id: Identifier | None = None
-    default_adapter_id: Identifier | None = None
-    default_model: str | None = None
-    allowed_skill_ids: list[Identifier] | None = None
-    artifact_roles: list[ArtifactRole] | None = None
-    success_policy: SuccessPolicy | None = None
+    task_type: Identifier = Field(description="the type's name (`task add --type`)")
+    payload_schema_id: str = Field(
+        description="the payload's JSON Schema: an id of payload_schemas, "
+        "or the built-in agent-runtime/payload.any-object/v1"
+    )
+    default_profile_id: Identifier | None = Field(default=None, description="the profile unless the task names one")
+    default_adapter_id: Identifier | None = Field(default=None, description="the adapter unless the task names one")
+    default_model: str | None = Field(default=None, description="the model unless the task names one")
+    allowed_skill_ids: list[Identifier] | None = Field(
+        default=None, description="the skills a task of this type may ask for"
+    )
+    artifact_roles: list[ArtifactRole] | None = Field(default=None, description="the roles its artifacts may take")
+    success_policy: SuccessPolicy | None = Field(
+        default=None, description="what completed requires, besides the outcome's word"
+    )
     max_attempts: int | None = Field(default=None, ge=1, le=100, description="agentd")
     description: str | None = Field(default=None, description="agentd: for `agentd status`")
     version: int = Field(

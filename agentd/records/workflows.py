@@ -17,27 +17,29 @@ YEAR_S = 31_536_000
 
 class WorkflowTransition(Record):
     schema_id = "agent-runtime/workflow.transition/v1"
-    signal: Identifier
-    next_state: Identifier
+    signal: Identifier = Field(description="the signal a step task reports")
+    next_state: Identifier = Field(description="the state it leads to")
 
 
 class WorkflowState(Record):
     schema_id = "agent-runtime/workflow.state/v1"
-    state_id: Identifier
-    task_type: Identifier | None = None
-    default_profile_id: Identifier | None = None
-    default_skill_ids: list[Identifier] | None = None
-    transitions: list[WorkflowTransition] | None = None
-    completion_signals: list[Identifier] | None = None
-    emits_task_intent: bool | None = None
+    state_id: Identifier = Field(description="the state's name")
+    task_type: Identifier | None = Field(
+        default=None, description="the task type of the state's step task (none: a state without work)"
+    )
+    default_profile_id: Identifier | None = Field(default=None, description="the step task's profile")
+    default_skill_ids: list[Identifier] | None = Field(default=None, description="the step task's skills")
+    transitions: list[WorkflowTransition] | None = Field(default=None, description="where each signal leads")
+    completion_signals: list[Identifier] | None = Field(default=None, description="signals that complete the workflow")
+    emits_task_intent: bool | None = Field(default=None, description="must agree with task_type (true when it has one)")
 
 
 class WorkflowDefinition(Record):
     schema_id = "agent-runtime/workflow.definition/v1"
     schema_mode = "validation"
-    workflow_type: Identifier
-    initial_state: Identifier
-    states: list[WorkflowState] = Field(min_length=1)
+    workflow_type: Identifier = Field(description="the workflow's name (`workflow start TYPE`)")
+    initial_state: Identifier = Field(description="where an instance starts")
+    states: list[WorkflowState] = Field(description="the states", min_length=1)
     max_state_entries: int | None = Field(
         default=None, ge=1, description="agentd: entries of one state before the workflow blocks"
     )
@@ -77,10 +79,12 @@ class ScheduleSpec(Record):
 
     schema_id = "agent-runtime/schedule.spec/v1"
     schema_mode = "validation"
-    schedule_id: Identifier
-    name: str | None = None
-    enabled: bool = True
-    interval_seconds: int = Field(ge=1, le=YEAR_S)
+    schedule_id: Identifier = Field(description="the schedule's id")
+    name: str | None = Field(default=None, description="a label")
+    enabled: bool = Field(default=True, description="false: defined but not run")
+    interval_seconds: int = Field(
+        description="one task per interval, never a second while the last is open", ge=1, le=YEAR_S
+    )
     task: JsonObject = Field(description="a TaskIntent; source defaults to schedule:<id>")
 
 

@@ -2,7 +2,8 @@
 """The demo agent behind the embedded default's script adapter.
 
 It reads the task payload (JSON) on stdin, does a small job in the workspace (its cwd), and
-reports a TaskOutcome as JSON in the file named by $AGENTD_RESULT_PATH.
+reports a TaskOutcome as JSON in the file named by $AGENTD_RESULT_PATH (with what the attempt cost,
+when the payload asks for a `cost_usd`: budgets count a script's own report).
 """
 
 import json
@@ -25,6 +26,7 @@ def main() -> int:
             status="retryable_failure" if failure == "retryable" else "permanent_failure",
             machine_status="needs_retry" if failure == "retryable" else "failed",
             summary=f"asked to fail ({failure})",
+            cost_usd=payload.get("cost_usd"),
         )
     report_file = Path("reports") / f"task-{os.environ['AGENTD_TASK_ID']}.md"
     report_file.parent.mkdir(parents=True, exist_ok=True)
@@ -42,6 +44,7 @@ def main() -> int:
         summary=f"{task_type} done" + (f": {payload['note']}" if payload.get("note") else ""),
         artifact_paths=artifacts,
         workflow_signal=signal,
+        cost_usd=payload.get("cost_usd"),
     )
 
 
@@ -55,8 +58,10 @@ def verify_signal(payload: dict) -> str:
     return "complete" if iteration >= 2 * int(payload.get("iterations", 1)) + 1 else "continue"
 
 
-def report(*, status, machine_status, summary, artifact_paths=(), workflow_signal=None) -> int:
+def report(*, status, machine_status, summary, artifact_paths=(), workflow_signal=None, cost_usd=None) -> int:
     outcome = {"status": status, "machine_status": machine_status, "operator_summary": summary}
+    if cost_usd is not None:
+        outcome["usage"] = {"cost_usd": cost_usd, "input_tokens": 0, "output_tokens": 0}
     if artifact_paths:
         outcome["artifact_paths"] = list(artifact_paths)
     if workflow_signal:
