@@ -22,9 +22,10 @@ from agentd.clock import Clock
 from agentd.config import Config, read_env_file
 from agentd.containment import attempt_group
 from agentd.errors import ConfigError, InputError
-from agentd.evidence import AttemptPaths, attempt_paths, make_attempt_dir, write_private
+from agentd.evidence import AttemptPaths, attempt_paths, make_attempt_dir, write_private, write_shared
 from agentd.hashing import canonical_json, sha256_hex
 from agentd.outcome import CompletionChecks, RetryPolicy
+from agentd.privilege import RunUser
 from agentd.records import AdapterConfig, AttemptPlan, Claim, CompiledBundle, TaskAttempt, TaskRecord, WorkflowRecord
 from agentd.redaction import Redactor
 from agentd.runner import child_environment
@@ -85,15 +86,17 @@ class AttemptPreparer:
         db: AsyncStore,
         clock: Clock,
         adapters: Callable[[AdapterConfig], Adapter] = adapter_for,
+        user: RunUser | None = None,
     ) -> None:
         self.config, self.db, self.clock, self.adapters = config, db, clock, adapters
+        self.user = user  # [dispatch] run_as, resolved at the service's start
 
     async def prepare(self, claim: Claim) -> Prepared:
         assert claim.attempt is not None
         task, attempt, config = claim.task, claim.attempt, self.config
         adapter_config = config.adapters[attempt.adapter_id]
-        paths = attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id)
-        make_attempt_dir(paths)
+        paths = attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id, config.paths.runs)
+        make_attempt_dir(paths, self.user)
         profile = config.profiles[task.requested_profile_id]
         recent_items = config.dispatch.recent_memory_items if profile.context_policy.include_recent_memory else 0
         workflow_id = task.workflow_ref.workflow_id if task.workflow_ref else None
@@ -101,6 +104,7 @@ class AttemptPreparer:
         workflow = workflow_step(config, task, record) if record is not None else None
         bundle = compile_bundle(self._bundle_input(task, attempt.attempt_number, workflow, prior, recent))
         write_private(paths.prompt, bundle.text)
+        write_shared(paths.bundle_copy, bundle.text, self.user)  # the attempt reads its own copy
         details = {
             "chars": bundle.chars,
             "over_budget_chars": bundle.over_budget_chars,
@@ -123,6 +127,7 @@ class AttemptPreparer:
             kill_grace_s=config.dispatch.kill_grace_s,
             output_cap_bytes=config.dispatch.output_cap_bytes,
             group=attempt_group(config.paths.state_dir, attempt.attempt_id),
+            user=self.user,
         )
         checks = completion_checks(config, task)
         return Prepared(claim, self.adapters(adapter_config), ctx, bundle, compiled, checks, redactor)
@@ -175,8 +180,8 @@ class AttemptPreparer:
         config = self.config
         agentd = {
             **attempt_variables(config, task, attempt, workflow),
-            "AGENTD_RESULT_PATH": str(paths.result),
-            "AGENTD_BUNDLE_PATH": str(paths.prompt),
+            "AGENTD_RESULT_PATH": str(paths.reported_result),
+            "AGENTD_BUNDLE_PATH": str(paths.bundle_copy),
             "AGENTD_WORKSPACE": str(config.paths.workspace),
             "AGENTD_PATHS__STATE_DIR": str(config.paths.state_dir),
             "AGENTD_PATHS__WORKSPACE": str(config.paths.workspace),

@@ -3,12 +3,11 @@ after the runtime died (`sweep_end`), and one agentd itself failed (`internal_fa
 
 Each `gather`s the facts — what the attempt left, redacted before anything reads it; its result;
 what the workspace holds at every path the outcome names — has them judged (agentd/judge.py, pure)
-and `finish`es: the manifest sealed (complete on every path), scratch/ removed, the commit built.
+and `finish`es: the manifest sealed (complete on every path), the run dir removed, the commit built.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import socket
@@ -29,6 +28,7 @@ from agentd.evidence import AttemptPaths, attempt_paths, seal, trace_summary, ve
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
 from agentd.judge import AttemptFacts, OutboxPolicy, ProposalFact, Stopped, extracted_of, judge
 from agentd.outcome import FileFact, paths_to_check
+from agentd.privilege import run_user
 from agentd.records import (
     AdapterConfig,
     ArtifactRow,
@@ -43,7 +43,9 @@ from agentd.records import (
     TaskRecord,
 )
 from agentd.redaction import Redactor
-from agentd.runner import agentd_path, resolve_command
+from agentd.runner import agentd_path, remove_as, resolve_command
+from agentd.untrusted import Refused as UntrustedPath
+from agentd.untrusted import lstat_beneath, read_beneath, read_reported, sha256_beneath
 
 
 def conclude(
@@ -76,9 +78,9 @@ def sweep_end(
     judged through the same gates as a live attempt (exit unknown); otherwise the runtime crashed
     under it: re-queued without spending an attempt, unless it keeps happening (crash_limit)."""
     paths = (
-        AttemptPaths(Path(attempt.evidence_dir))
+        AttemptPaths(Path(attempt.evidence_dir), config.paths.runs / attempt.attempt_id)
         if attempt.evidence_dir
-        else attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id)
+        else attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id, config.paths.runs)
     )
     facts = gather(
         config,
@@ -139,9 +141,12 @@ def gather(
     stdout_bytes: int | None = None,
     notes: Mapping[str, Any] | None = None,
 ) -> AttemptFacts:
-    """Everything the judge needs, from the evidence dir and the workspace: redacted first."""
+    """Everything the judge needs, from the evidence dir and the workspace: what the attempt reported
+    copied into the evidence (never through a link), then redacted, then read."""
+    copied_problem = copy_reported_result(paths) if read_result else None
     redact_evidence(paths, redactor)
     result_text, result_problem = read_result_file(paths) if read_result else (None, None)
+    result_problem = result_problem or copied_problem
     checks = completion_checks(config, task)
     facts = AttemptFacts(
         task=task,
@@ -190,11 +195,11 @@ def finish(
     bundle_hash: str | None,
     best_effort: bool = False,
 ) -> AttemptEnd:
-    """Judge, seal the manifest (complete on every path), drop scratch/, and say what to commit."""
+    """Judge, seal the manifest (complete on every path), drop the run dir, and say what to commit."""
     now = clock.now()
     end = judge(facts, now=now, policy=retry_policy(config), rng=rng)
-    paths = attempt_paths(config.paths.state_dir, facts.task.task_id, facts.attempt.attempt_id)
-    steps = action_steps(facts, end, paths)  # before scratch/ goes: a harness may keep its log there
+    paths = attempt_paths(config.paths.state_dir, facts.task.task_id, facts.attempt.attempt_id, config.paths.runs)
+    steps = action_steps(facts, end, paths)  # before the run dir goes: a harness may keep its log there
     fields = {**manifest_fields(config, facts, end, bundle_hash), "action_trace": trace_summary(steps)}
     sealed, problem = seal(paths, fields, trace=trace_lines(steps), best_effort=best_effort)
     if sealed and end.status == "completed" and strict_evidence(config, facts.task):
@@ -205,7 +210,7 @@ def finish(
             )
             fields = {**manifest_fields(config, facts, end, bundle_hash), "action_trace": trace_summary(steps)}
             sealed, problem = seal(paths, fields, trace=trace_lines(steps), best_effort=best_effort)
-    shutil.rmtree(paths.scratch, ignore_errors=True)  # HOME and friends: not evidence, and may hold keys
+    remove_run_dir(paths.run, config)  # HOME and what the attempt wrote: not evidence, and may hold keys
     diagnostics = {
         **end.diagnostics,
         "artifact_hash": sealed.artifact_hash if sealed else None,
@@ -214,6 +219,14 @@ def finish(
     if problem:
         diagnostics["manifest_problem"] = problem
     return replace(end, diagnostics=diagnostics)
+
+
+def remove_run_dir(run: Path, config: Config) -> None:
+    """The attempt's run dir goes. What the run user made unreadable to the service (a folder it chmod
+    0700) is removed by the run user itself."""
+    shutil.rmtree(run, ignore_errors=True)
+    if run.exists() and config.dispatch.run_as is not None:
+        remove_as(run, run_user(config.dispatch.run_as))
 
 
 def strict_evidence(config: Config, task: TaskRecord) -> bool:
@@ -237,21 +250,23 @@ def action_steps(facts: AttemptFacts, end: AttemptEnd, paths: AttemptPaths) -> l
 
 
 def file_fact(relative: str, workspace: Path) -> FileFact:
-    """What the workspace holds at a path an outcome names; refused if it is not inside it
-    (absolute, `..`, or a symlink leading out)."""
+    """What the workspace holds at a path an outcome names; refused if it is not inside it (absolute,
+    `..`, a link leading out) or is reached through a link at all: the attempt's user can swap any
+    path in its workspace, so agentd reads there only without following links (agentd/untrusted.py)."""
     pure = PurePosixPath(relative)
     root = workspace.resolve()
     if pure.is_absolute() or ".." in pure.parts or not relative.strip():
         return FileFact(relative, f"path {relative!r} is outside the workspace")
-    resolved = (root / pure).resolve()
-    if not resolved.is_relative_to(root):
+    if not (root / pure).resolve().is_relative_to(root):
         return FileFact(relative, f"path {relative!r} leads outside the workspace")
     try:
-        stat = resolved.stat()
+        info = lstat_beneath(workspace, pure)
+        digest = sha256_beneath(workspace, pure) if S_ISREG(info.st_mode) else None
+    except UntrustedPath as exc:
+        return FileFact(relative, f"path {relative!r}: {exc.strerror}; agentd does not follow links in the workspace")
     except OSError:
         return FileFact(relative)
-    is_file = resolved.is_file()
-    return FileFact(relative, None, True, is_file, stat.st_mtime, sha256_file(resolved) if is_file else None)
+    return FileFact(relative, None, True, S_ISREG(info.st_mode), info.st_mtime, digest)
 
 
 MAX_PROPOSAL_BYTES = 64 * 1024
@@ -279,12 +294,8 @@ def _proposal_text(relative: str, workspace: Path) -> tuple[str, str | None]:
         return "", found.problem
     if not found.is_file:
         return "", f"{relative!r} is not a file in the workspace"
-    try:  # O_NOFOLLOW: a symlink swapped in since the check above is not followed out
-        fd = os.open((workspace.resolve() / relative).resolve(), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as handle:
-            if not S_ISREG(os.fstat(fd).st_mode):
-                return "", f"{relative!r} is not a regular file"
-            data = handle.read(MAX_PROPOSAL_BYTES + 1)
+    try:  # no link followed on the way: a link swapped in since the check above is refused
+        data = read_beneath(workspace, relative, MAX_PROPOSAL_BYTES).data
     except OSError as exc:
         return "", f"cannot read {relative!r} ({exc.strerror})"
     if len(data) > MAX_PROPOSAL_BYTES:
@@ -326,6 +337,15 @@ def redact_evidence(paths: AttemptPaths, redactor: Redactor) -> int:
 
 # Evidence files that are inputs agentd wrote (the bundle, the payload, the seal): never rewritten.
 INPUT_FILES = ("prompt.md", "stdin.json", "manifest.json")
+
+
+def copy_reported_result(paths: AttemptPaths) -> str | None:
+    """The result file the attempt wrote in its run dir, sealed into its evidence dir (which the attempt
+    cannot reach): read without following a link, at most MAX_RESULT_BYTES. None, or why not."""
+    data, problem = read_reported(paths.reported_result, MAX_RESULT_BYTES)
+    if data is not None:
+        write_private(paths.result, data.decode("utf-8", errors="replace"))
+    return problem
 
 
 def read_result_file(paths: AttemptPaths) -> tuple[str | None, str | None]:

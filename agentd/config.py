@@ -207,7 +207,7 @@ def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
 
     for key in ("soul_path", "purpose_path"):
         fix(raw.get("constitution"), key)
-    for key in ("state_dir", "skills_dir", "sensors_dir", "workspace"):
+    for key in ("state_dir", "skills_dir", "sensors_dir", "workspace", "run_dir"):
         fix(raw.get("paths"), key)
     for handler in raw.get("message_handlers") or []:
         fix(handler, "path")
@@ -280,7 +280,7 @@ def _describe(err: Any) -> str:
 def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
     source = str(path)
     problems: list[Problem] = []
-    paths = PathsSection(**{k: Path(v).absolute() for k, v in settings.paths.model_dump().items()})
+    paths = PathsSection(**{k: Path(v).absolute() for k, v in settings.paths.model_dump().items() if v is not None})
     skills, skill_problems = load_skills(paths.skills_dir)
     problems += skill_problems
     sensors, sensor_problems = load_sensors(paths.sensors_dir, skills)

@@ -28,6 +28,7 @@ from agentd.intents import schedule_runs, schedule_spec, step_decisions
 from agentd.lock import DispatchLock
 from agentd.metrics import DispatchMetrics, NullMetrics
 from agentd.outbox import OutboxApplier
+from agentd.privilege import run_user
 from agentd.records import AdapterConfig, AttemptPlan, DueSchedule, TaskRecord, WorkflowRecord
 from agentd.running import FATAL, AttemptRunner
 from agentd.service import Notifier, Shell
@@ -58,7 +59,8 @@ class Dispatcher:
         self.shell = Shell("dispatch", db, clock, self.metrics, config.metrics.dispatch_listen, notifier)
         self.doorbell = Doorbell()
         self.lock = DispatchLock(config, db, clock, self.metrics)
-        self.attempts = AttemptRunner(config, db, clock, self.rng, self.metrics, self.doorbell, adapters)
+        self.user = run_user(config.dispatch.run_as)  # who attempts run as (README, "The boundary")
+        self.attempts = AttemptRunner(config, db, clock, self.rng, self.metrics, self.doorbell, adapters, self.user)
         self.outbox = OutboxApplier(config, db, clock, self.metrics)
         self._stopping = False
         self._idle_noted = False

@@ -21,6 +21,7 @@ from agentd.action_trace import TRACE_FILE, parse_trace
 from agentd.edge import scrub
 from agentd.faults import is_storage_fault, os_storage_error
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
+from agentd.privilege import RunUser
 from agentd.records import MachineStatus, OutcomeStatus
 from agentd.schema_check import SchemaCheck
 
@@ -158,7 +159,16 @@ MANIFEST_SCHEMA: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class AttemptPaths:
+    """Where an attempt's evidence is sealed (`root`, in the state dir: only the services reach it) and
+    where the attempt itself may write (`run`: its HOME, TMPDIR and the files it reports back, which
+    agentd reads without following links and copies into `root`)."""
+
     root: Path
+    run_root: Path | None = None  # default: beside root (tests, and tools that run no attempt)
+
+    @property
+    def run(self) -> Path:
+        return self.run_root if self.run_root is not None else self.root.with_name(self.root.name + ".run")
 
     @property
     def prompt(self) -> Path:
@@ -195,26 +205,75 @@ class AttemptPaths:
     @property
     def scratch(self) -> Path:
         """HOME, TMPDIR and the harness CLIs' own homes: written by the adapter, not evidence."""
-        return self.root / "scratch"
+        return self.run / "home"
+
+    @property
+    def reported_result(self) -> Path:
+        """$AGENTD_RESULT_PATH: where the attempt writes its TaskOutcome (copied into `result`)."""
+        return self.run / "result.json"
+
+    @property
+    def bundle_copy(self) -> Path:
+        """$AGENTD_BUNDLE_PATH: the attempt's own copy of prompt.md (the evidence keeps the original)."""
+        return self.run / "prompt.md"
+
+    def reported(self, name: str) -> Path:
+        """A file a harness writes for agentd to read back (codex's last message, hermes's usage)."""
+        return self.run / name
 
 
-def attempt_paths(state_dir: Path, task_id: int, attempt_id: str) -> AttemptPaths:
-    return AttemptPaths(state_dir / "attempts" / str(task_id) / attempt_id)
+def attempt_paths(state_dir: Path, task_id: int, attempt_id: str, runs: Path | None = None) -> AttemptPaths:
+    """The attempt's evidence folder, and its run folder under `runs` ([paths] run_dir)."""
+    return AttemptPaths(state_dir / "attempts" / str(task_id) / attempt_id, runs / attempt_id if runs else None)
 
 
-def make_attempt_dir(paths: AttemptPaths) -> None:
-    """The attempt's folder and its scratch/ (the attempt's HOME and TMPDIR both: a directory is
-    ~0.4 ms to create on a VM's disk, and an attempt makes one per run)."""
-    for directory in (paths.root.parent, paths.root, paths.scratch):
+def make_attempt_dir(paths: AttemptPaths, user: RunUser | None = None) -> None:
+    """The attempt's evidence folder (the service's alone) and its run folder with home/ in it (the
+    attempt's HOME and TMPDIR both), which the run user may write: a directory is ~0.4 ms to create
+    on a VM's disk, and an attempt makes three."""
+    for directory in (paths.root.parent, paths.root):
         with contextlib.suppress(FileExistsError):
             os.mkdir(directory, 0o700)
+    make_run_dir(paths.run.parent, user, mode=0o750)
+    make_run_dir(paths.run, user)
+    make_run_dir(paths.scratch, user)
+
+
+def make_run_dir(directory: Path, user: RunUser | None, *, mode: int = 0o2770) -> None:
+    """A folder the run user may use: the service's, in the run user's group (which the service is a
+    member of), `mode` (setgid: what is made in it keeps that group). Without a run user, 0700."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, 0o700)
+    if user is not None:
+        info = os.stat(directory, follow_symlinks=False)
+        if info.st_gid != user.gid:
+            os.chown(directory, -1, user.gid, follow_symlinks=False)
+        if info.st_mode & 0o7777 != mode:
+            os.chmod(directory, mode, follow_symlinks=False)
+
+
+def write_shared(path: Path, text: str, user: RunUser | None) -> None:
+    """A file the service writes for the attempt to read (its bundle copy, a harness's config): the
+    run user's group may read it; without a run user, 0600 like every private file."""
+    write_private(path, text)
+    if user is not None:
+        os.chown(path, -1, user.gid, follow_symlinks=False)
+        os.chmod(path, 0o640, follow_symlinks=False)
+
+
+def create_private(path: Path) -> int:
+    """A new file (0600) at `path`, for writing: whatever was there goes first and the new one is created
+    exclusively, never through a link, so nothing planted in a folder the run user may write (a link to
+    the database) can turn the service's write into a write elsewhere."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a link is removed, not followed
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 
 
 def write_private(path: Path, text: str) -> None:
     """Write a file only the service user can read, atomically."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+    with os.fdopen(create_private(tmp), "w", encoding="utf-8") as handle:
         handle.write(text)
     os.replace(tmp, path)
 

@@ -79,7 +79,8 @@ class ReplayPlan:
 
     attempt: TaskAttempt
     root: Path  # the evidence as this state dir holds it (perhaps a read-only copy)
-    original_root: Path  # where the attempt ran: the paths its command saw
+    original_root: Path  # its evidence dir when it ran: the paths its command saw
+    original_run: Path  # its run dir (HOME, TMPDIR, the result file it wrote) when it ran
     workspace: Path  # the workspace it ran in (today's config)
     manifest: dict[str, Any]
     adapter: ScriptAdapterConfig  # env and env_file as configured now
@@ -104,7 +105,7 @@ class ReplayScratch:
 
     @property
     def paths(self) -> AttemptPaths:
-        return AttemptPaths(self.root / "attempt")
+        return AttemptPaths(self.root / "attempt", self.root / "run")
 
     @property
     def workspace(self) -> Path:
@@ -139,10 +140,13 @@ def plan_replay(config: Config, store: Store, attempt_id: str) -> ReplayPlan | R
     if adapter.working_dir:
         notes.append(f"ran in an empty scratch workspace, not the adapter's working_dir {adapter.working_dir}")
     budgets = manifest.get("budgets") or {}
+    original_root = Path(attempt.evidence_dir) if attempt.evidence_dir else root
+    runs = config.paths.run_dir or original_root.parents[2] / "runs"  # <state_dir>/attempts/<task>/<attempt>
     return ReplayPlan(
         attempt=attempt,
         root=root,
-        original_root=Path(attempt.evidence_dir) if attempt.evidence_dir else root,
+        original_root=original_root,
+        original_run=runs / attempt_id,
         workspace=config.paths.workspace,
         manifest=manifest,
         adapter=adapter,
@@ -224,9 +228,9 @@ async def run_replay(plan: ReplayPlan) -> Replay:
         scratch.make()
         env, redactor = replay_environment(plan, scratch)
         if plan.root.joinpath("prompt.md").is_file():
-            shutil.copyfile(plan.root / "prompt.md", scratch.paths.prompt)
+            shutil.copyfile(plan.root / "prompt.md", scratch.paths.bundle_copy)
         process = await run_process(replay_spec(plan, scratch, env))
-        redactor.files([scratch.paths.stdout, scratch.paths.stderr, scratch.paths.result])
+        redactor.files([scratch.paths.stdout, scratch.paths.stderr, scratch.paths.reported_result])
         differences, notes = compare(plan, scratch, process, env.get("PATH", ""))
     return Replay("different" if differences else "identical", plan.attempt.attempt_id, None, differences, notes)
 
@@ -236,8 +240,8 @@ def replay_environment(plan: ReplayPlan, scratch: ReplayScratch) -> tuple[dict[s
     adapter's env_file read now."""
     variables = {
         **plan.variables,
-        "AGENTD_RESULT_PATH": str(scratch.paths.result),
-        "AGENTD_BUNDLE_PATH": str(scratch.paths.prompt),
+        "AGENTD_RESULT_PATH": str(scratch.paths.reported_result),
+        "AGENTD_BUNDLE_PATH": str(scratch.paths.bundle_copy),
         "AGENTD_WORKSPACE": str(scratch.workspace),
         "AGENTD_PATHS__STATE_DIR": str(scratch.state_dir),
         "AGENTD_PATHS__WORKSPACE": str(scratch.workspace),
@@ -299,7 +303,7 @@ def output_differences(plan: ReplayPlan, scratch: ReplayScratch) -> list[Differe
     for name in ("stdout.log", "stderr.log"):
         expected, found = _read(plan.root / name) or b"", original(_read(scratch.paths.root / name) or b"")
         differences += [d for d in [text_difference(name, plan.root / name, expected, found)] if d is not None]
-    result = _read(scratch.paths.result)
+    result = _read(scratch.paths.reported_result)
     stored = plan.root / "result.json"
     return differences + result_differences(stored, _read(stored), None if result is None else original(result))
 
@@ -317,6 +321,7 @@ def command_difference(plan: ReplayPlan, path_env: str) -> Difference | None:
 def as_original(plan: ReplayPlan, scratch: ReplayScratch) -> Callable[[bytes], bytes]:
     """A function that reads the replay's scratch paths in its output as the attempt's own paths."""
     pairs = [
+        (scratch.paths.run, plan.original_run),
         (scratch.paths.root, plan.original_root),
         (scratch.workspace, plan.workspace),
         (scratch.state_dir, plan.original_root.parents[2]),  # <state_dir>/attempts/<task>/<attempt>

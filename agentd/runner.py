@@ -11,6 +11,7 @@ on. Nothing an attempt or a sensor starts outlives it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -19,7 +20,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import anyio
 import anyio.abc
@@ -27,6 +28,8 @@ import anyio.abc
 from agentd import procs
 from agentd.config import passthrough_environment, read_env_file
 from agentd.containment import RunGroup, end_run, spawn
+from agentd.evidence import create_private
+from agentd.privilege import RUN_UMASK, RunUser
 from agentd.redaction import Redactor
 
 CHUNK_BYTES = 64 * 1024
@@ -47,6 +50,9 @@ class ProcessSpec:
     # The run this process starts (an attempt, a sensor run): whatever it started is killed when
     # the run ends, even processes that left its process group (setsid). None: the group only.
     group: RunGroup | None = None
+    # Who it runs as ([dispatch] run_as): that user, its own group only, and a umask that lets the
+    # service (a member of that group) read what it writes. None: the service's own user.
+    user: RunUser | None = None
 
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -131,7 +137,7 @@ class CappedFile:
 
     def __init__(self, path: Path, cap: int) -> None:
         self.path, self.cap, self.seen, self.kept = path, cap, 0, 0
-        self._file: IO[bytes] = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
+        self._file: IO[bytes] = os.fdopen(create_private(path), "wb")
 
     def write(self, chunk: bytes) -> None:
         self.seen += len(chunk)
@@ -218,8 +224,17 @@ async def _spawn(spec: ProcessSpec) -> anyio.abc.Process:
             cwd=spec.cwd,
             env=dict(spec.env),
             start_new_session=True,  # its own process group: one killpg reaches everything it starts
+            **_identity(spec.user),
         ),
     )
+
+
+def _identity(user: RunUser | None) -> dict[str, Any]:
+    """Popen's switch to the run user, done in the child between fork and exec: no supplementary
+    groups, and a umask that keeps what it writes readable by its group (the service)."""
+    if user is None:
+        return {}
+    return {"user": user.uid, "group": user.gid, "extra_groups": [], "umask": RUN_UMASK}
 
 
 _PIDFD: list[asyncio.PidfdChildWatcher] = []  # this process's, once it is known to work
@@ -297,6 +312,12 @@ def _start_error(command: str, exc: OSError) -> str:
     if isinstance(exc, PermissionError):
         return f"cannot start {command!r}: not executable"
     return f"cannot start {command!r}: {exc}"
+
+
+def remove_as(path: Path, user: RunUser | None) -> None:
+    """`rm -rf path` as `user` (a folder the run user made unreadable to the service); no caps pass on."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False, timeout=60, **_identity(user))
 
 
 def run_setup_command(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:

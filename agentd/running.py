@@ -21,6 +21,7 @@ from agentd.clock import Clock, age
 from agentd.config import Config
 from agentd.errors import StorageError
 from agentd.metrics import DispatchMetrics, NullMetrics
+from agentd.privilege import RunUser
 from agentd.records import AdapterConfig, AttemptEnd, Claim, CompiledBundle, TaskAttempt, TaskRecord
 from agentd.store import AsyncStore, Store
 from agentd.wake import Doorbell
@@ -58,10 +59,11 @@ class AttemptRunner:
         metrics: DispatchMetrics | NullMetrics,
         doorbell: Doorbell,
         adapters: Callable[[AdapterConfig], Adapter] = adapter_for,
+        user: RunUser | None = None,
     ) -> None:
         self.config, self.db, self.clock, self.rng, self.metrics = config, db, clock, rng, metrics
         self.doorbell = doorbell
-        self.preparer = AttemptPreparer(config, db, clock, adapters)
+        self.preparer = AttemptPreparer(config, db, clock, adapters, user)
         self.control: AttemptControl | None = None
         self._running: tuple[int, str, str | None, float] | None = None  # task, adapter, model, since
 

@@ -31,9 +31,11 @@ from agentd.containment import sensor_group, sweep_run
 from agentd.edge import MAX_DEPTH, Refused, scrub
 from agentd.edge import loads as load_json
 from agentd.errors import InputError, StorageError
+from agentd.evidence import make_run_dir
 from agentd.hashing import new_ulid
 from agentd.intake import admit_task
 from agentd.metrics import NullMetrics, SensorMetrics
+from agentd.privilege import RunUser, run_user
 from agentd.records import AcceptedEvent, IntakeCounts, NewTask, RejectedLine, SensorEvent, WorkflowStart
 from agentd.redaction import Redactor
 from agentd.runner import ProcessSpec, child_environment, run_process
@@ -185,6 +187,7 @@ class SensorRunner:
         self, config: Config, db: AsyncStore, clock: Clock, metrics: SensorMetrics | NullMetrics | None = None
     ) -> None:
         self.config, self.db, self.clock = config, db, clock
+        self.user = run_user(config.dispatch.run_as)  # sensors run as attempts do (README, "The boundary")
         self.metrics = metrics or NullMetrics()
         self._limiter = anyio.CapacityLimiter(config.sensors.max_concurrent)
         me = procs.this_process()
@@ -296,16 +299,19 @@ class SensorRunner:
         return parse_output(sensor_id, text, self.config, self.clock.now())
 
     def _spec(self, sensor: Sensor, run_id: str) -> tuple[ProcessSpec, Redactor]:
-        home = self.config.paths.state_dir / "sensors" / sensor.sensor_id
-        (home / "state").mkdir(mode=0o700, parents=True, exist_ok=True)
+        """The sensor's process: as the run user, its own persistent folder as HOME (where the run user
+        may write), its output logged by agentd into the state dir (where it may not)."""
+        home = sensor_home(self.config, sensor.sensor_id, self.user)
+        logs = self.config.paths.state_dir / "sensors" / sensor.sensor_id
+        logs.mkdir(mode=0o700, parents=True, exist_ok=True)
         env, redactor = child_environment(
-            home=home / "state",
+            home=home,
             env_file=sensor.env_file,
             env=sensor.manifest.env,
             agentd={
                 "AGENTD_SENSOR_ID": sensor.sensor_id,
                 "AGENTD_SENSOR_RUN": run_id,
-                "AGENTD_SENSOR_STATE_DIR": str(home / "state"),
+                "AGENTD_SENSOR_STATE_DIR": str(home),
                 "AGENTD_WORKSPACE": str(self.config.paths.workspace),
                 "AGENTD_CONFIG": str(self.config.path),
             },
@@ -314,14 +320,28 @@ class SensorRunner:
             argv=sensor.argv,
             cwd=sensor.directory,
             env=env,
-            stdout_path=home / "stdout.log",
-            stderr_path=home / "stderr.log",
+            stdout_path=logs / "stdout.log",
+            stderr_path=logs / "stderr.log",
             timeout_s=sensor.manifest.timeout_seconds or self.config.sensors.default_timeout_s,
             kill_grace_s=self.config.sensors.kill_grace_s,
             output_cap_bytes=self.config.sensors.output_cap_bytes,
             group=sensor_group(self.config.paths.state_dir, run_id),
+            user=self.user,
         )
         return spec, redactor
+
+
+def sensor_home(config: Config, sensor_id: str, user: RunUser | None) -> Path:
+    """A sensor's own persistent folder (its HOME): in the state dir without a run user, as before;
+    with one, under [paths] run_dir, which that user can reach."""
+    if config.dispatch.run_as is None:
+        home = config.paths.state_dir / "sensors" / sensor_id / "state"
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return home
+    base = config.paths.runs / "sensors"
+    make_run_dir(base, user, mode=0o750)
+    make_run_dir(base / sensor_id, user)
+    return base / sensor_id
 
 
 async def sweep_sensor_runs(config: Config, db: AsyncStore, clock: Clock) -> int:

@@ -59,10 +59,21 @@ class PathsSection(Section):
     skills_dir: Path = Field(description="one folder per skill (SKILL.md, skill.toml)")
     sensors_dir: Path = Field(description="one folder per sensor (an executable and sensor.toml)")
     workspace: Path = Field(description="where attempts run (their working directory) and artifacts live")
+    run_dir: Path | None = Field(
+        default=None,
+        description="one folder per running attempt: its HOME, TMPDIR and result file (default: "
+        "<state_dir>/runs; with dispatch.run_as, a folder outside state_dir the run user can reach)",
+    )
+
+    @property
+    def runs(self) -> Path:
+        return self.run_dir if self.run_dir is not None else self.state_dir / "runs"
 
 
 DAY_S = 86_400.0
 YEAR_S = 31_536_000
+# A POSIX user name as useradd and systemd-sysusers take one.
+UserName = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[a-z_][a-z0-9_-]*$")]
 
 
 class DispatchSection(Section):
@@ -124,6 +135,11 @@ class DispatchSection(Section):
     )
     strict_evidence: bool = Field(
         default=False, description="verify each sealed manifest before its task may be completed"
+    )
+    run_as: UserName | None = Field(
+        default=None,
+        description="the user attempts and sensors run as (never the services' own): with it, an attempt "
+        "cannot read the state dir or act as the operator; without it approvals are advisory",
     )
 
 

@@ -53,6 +53,7 @@ def check_references(config: Config) -> list[Problem]:
         _schedules,
         _message_handlers,
         _budget,
+        _boundary,
     )
     return [problem for check in checks for problem in check(config)]
 
@@ -327,4 +328,21 @@ def stranded_workflows(config: Config, live: list[tuple[int, str, str, str]]) ->
                     f"{instance_key!r}) is in state {state!r}, which {workflow_type} no longer has",
                 )
             )
+    return problems
+
+
+def _boundary(config: Config) -> list[Problem]:
+    """With a run user, what it must reach (the workspace, the run dirs) lies outside the state dir,
+    which it must never reach (README, "The boundary")."""
+    if config.dispatch.run_as is None:
+        return []
+    src, paths, problems = str(config.path), config.paths, []
+    if paths.run_dir is None:
+        problems.append(
+            Problem(src, "paths.run_dir", "required with dispatch.run_as: a folder outside state_dir for the run user")
+        )
+    for key, path in (("workspace", paths.workspace), ("run_dir", paths.run_dir)):
+        if path is not None and (path == paths.state_dir or path.is_relative_to(paths.state_dir)):
+            found = f"{path}, inside state_dir, which the run user ({config.dispatch.run_as}) must never reach"
+            problems.append(Problem(src, f"paths.{key}", f"expected a folder outside state_dir, found {found}"))
     return problems

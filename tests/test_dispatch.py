@@ -221,7 +221,7 @@ async def test_the_adapter_sees_only_its_configured_environment(
     assert "SERVICE_ONLY_SECRET" not in env
     assert env["MODE"] == "test" and env["AGENTD_TASK_ID"] == str(task.task_id)
     assert env["AGENTD_ATTEMPT_ID"] == attempt.attempt_id
-    assert env["HOME"].startswith(attempt.evidence_dir)
+    assert env["HOME"] == str(rig.config.paths.runs / attempt.attempt_id / "home")  # its run dir, not the evidence
 
 
 @pytest.mark.process

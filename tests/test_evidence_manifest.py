@@ -156,9 +156,10 @@ def strict_rig(rig_factory: Callable[..., Rig]) -> Callable[[bool | None, bool],
     return make
 
 
-# The adapter leaves a file in its evidence folder that is not evidence: only strict_evidence notices
-# before the task is completed (`evidence verify` would later).
-STRAY = {"files": {"${AGENTD_RESULT_PATH}.stray": "left behind"}, "outcome": ok()}
+# A file that is not evidence appears in the attempt's evidence folder (the attempt cannot reach it: the
+# in-process adapter writes it with the service's rights, as tampering would): only strict_evidence
+# notices before the task is completed (`evidence verify` would later).
+STRAY = {"files": {"${AGENTD_EVIDENCE_DIR}/result.json.stray": "left behind"}, "outcome": ok()}
 
 
 @pytest.mark.parametrize(

@@ -24,9 +24,19 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.redaction",
         "agentd.procs",
         "agentd.wake",
+        "agentd.privilege",  # who attempts run as; the capabilities a service keeps to itself
+        "agentd.untrusted",  # reading what the run user wrote, never through a link
     ),
     ("agentd.records",),
-    ("agentd.config", "agentd.budget", "agentd.settings", "agentd.sensors", "agentd.skills", "agentd.schemas"),
+    (
+        "agentd.config",
+        "agentd.budget",
+        "agentd.settings",
+        "agentd.sensors",
+        "agentd.skills",
+        "agentd.schemas",
+        "agentd.config_reference",
+    ),
     ("agentd.store",),
     ("agentd.intake", "agentd.workflows", "agentd.bundle", "agentd.outcome", "agentd.validation", "agentd.intents"),
     (

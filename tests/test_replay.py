@@ -132,7 +132,7 @@ def test_an_unchanged_script_attempt_replays_identical(
 ) -> None:
     stdout = (evidence_dir(replay_rig, ran) / "stdout.log").read_text()
     assert "token [redacted]" in stdout and SECRET not in stdout  # the secret is in play, and was redacted
-    assert f"result at {evidence_dir(replay_rig, ran)}/result.json" in stdout  # so are the attempt's paths
+    assert f"result at {replay_rig.config.paths.runs / ran.attempt_id}/result.json" in stdout  # so are its paths
     result = replay(replay_rig, ran.attempt_id)
     assert result.code == 0, result.out + result.err
     assert result.out == f"identical: attempt {ran.attempt_id}\n"

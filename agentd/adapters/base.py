@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from agentd.containment import RunGroup
-from agentd.evidence import AttemptPaths, write_private
+from agentd.evidence import AttemptPaths, make_run_dir, write_shared
+from agentd.privilege import RunUser
 from agentd.records import AdapterConfig, PolicyDenial, TaskRecord
 from agentd.runner import ProcessResult, ProcessSpec, run_process
 
@@ -39,6 +40,7 @@ class AttemptContext:
     kill_grace_s: float
     output_cap_bytes: int
     group: RunGroup | None = None  # where the attempt's processes are kept (agentd/containment.py)
+    user: RunUser | None = None  # who they run as ([dispatch] run_as; None: the service's own user)
 
 
 @dataclass(frozen=True)
@@ -143,9 +145,9 @@ class SubprocessAdapter:
     async def execute(self, ctx: AttemptContext, on_started: OnStarted) -> AdapterRun:
         await self.prepare(ctx)
         invocation = self.build(ctx)
-        for path, text in invocation.files.items():
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            write_private(path, text)
+        for path, text in invocation.files.items():  # in the run dir: what the harness reads
+            make_run_dir(path.parent, ctx.user)
+            write_shared(path, text, ctx.user)
         ctx.paths.stdin.write_bytes(invocation.stdin)
         result = await run_process(
             ProcessSpec(
@@ -159,6 +161,7 @@ class SubprocessAdapter:
                 output_cap_bytes=ctx.output_cap_bytes,
                 stdin=invocation.stdin,
                 group=ctx.group,
+                user=ctx.user,
             ),
             on_started=on_started,
         )

@@ -15,7 +15,7 @@ from typing import Any
 
 import tomli_w
 
-from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, Usage, read_tail
+from agentd.adapters.base import FINAL_MESSAGE_MAX_BYTES, AdapterRun, AttemptContext, Invocation, Usage, read_tail
 from agentd.adapters.denials import codex_denials
 from agentd.adapters.harness import (
     HarnessAdapter,
@@ -30,6 +30,7 @@ from agentd.adapters.harness import (
 )
 from agentd.records import CodexAdapterConfig as CodexConfig
 from agentd.runner import ProcessResult
+from agentd.untrusted import read_reported
 
 LAST_MESSAGE = "codex-last-message.txt"
 
@@ -51,7 +52,7 @@ class CodexAdapter(HarnessAdapter):
             "--skip-git-repo-check",
             "--ephemeral",
             "-o",
-            str(ctx.paths.scratch / LAST_MESSAGE),  # a transport: last_message.txt is the evidence
+            str(ctx.paths.reported(LAST_MESSAGE)),  # a transport: last_message.txt is the evidence
             "-s",
             sandbox,
         ]
@@ -66,9 +67,9 @@ class CodexAdapter(HarnessAdapter):
         config = ctx.adapter
         assert isinstance(config, CodexConfig)
         parsed = parse_codex_events(read_tail(ctx.paths.stdout))
-        last = ctx.paths.scratch / LAST_MESSAGE
-        if last.is_file() and last.stat().st_size:
-            parsed = replace(parsed, final_message=last.read_text(encoding="utf-8", errors="replace"))
+        last, _ = read_reported(ctx.paths.reported(LAST_MESSAGE), FINAL_MESSAGE_MAX_BYTES)
+        if last:  # written by the attempt's user: read without following a link, capped
+            parsed = replace(parsed, final_message=last.decode("utf-8", errors="replace"))
         model = ctx.model or config.model
         price = (config.prices or {}).get(model) if model else None
         parsed = replace(parsed, usage=estimate_cost(parsed.usage, price), model=model)

@@ -16,6 +16,7 @@ from typing import Any
 
 from agentd.adapters.base import AdapterRun, AttemptContext, SubprocessAdapter, Usage
 from agentd.adapters.versions import cached_version, cli_version
+from agentd.evidence import make_run_dir
 from agentd.records import HarnessAdapterConfig, PolicyDenial, TokenPrice
 from agentd.runner import ProcessResult
 
@@ -38,8 +39,9 @@ class ParsedRun:
 
 
 def scratch(ctx: AttemptContext, name: str) -> Path:
+    """A folder of the attempt's HOME for the harness's own home (CODEX_HOME, HERMES_HOME)."""
     path = ctx.paths.scratch / name
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_run_dir(path, ctx.user)
     return path
 
 
@@ -125,7 +127,7 @@ class HarnessAdapter(SubprocessAdapter):
     async def prepare(self, ctx: AttemptContext) -> None:
         command = getattr(ctx.adapter, "command", None)
         if command:
-            await cli_version(ctx.adapter.kind, command, ctx.paths.scratch, ctx.env.get("PATH", ""))
+            await cli_version(ctx.adapter.kind, command, ctx.paths.scratch, ctx.env.get("PATH", ""), ctx.user)
 
     @staticmethod
     def version(ctx: AttemptContext) -> str | None:

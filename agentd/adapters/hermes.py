@@ -9,14 +9,18 @@ text is stdout; tokens and cost status come from the usage file.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, Usage, read_tail
 from agentd.adapters.harness import HarnessAdapter, ParsedRun, base_args, request_timeout_ms, scratch, to_run
+from agentd.evidence import write_private
 from agentd.records import HermesAgentAdapterConfig as HermesConfig
 from agentd.runner import ProcessResult
+from agentd.untrusted import read_reported
 
 USAGE_FILE = "hermes-usage.json"
+MAX_USAGE_BYTES = 1024 * 1024
 DEFAULT_CONTEXT_LENGTH = 262_144
 
 
@@ -27,7 +31,7 @@ class HermesAgentAdapter(HarnessAdapter):
         config = ctx.adapter
         assert isinstance(config, HermesConfig)
         home = scratch(ctx, "hermes")
-        argv = [config.command, "-z", ctx.bundle_text, "--usage-file", str(ctx.paths.root / USAGE_FILE)]
+        argv = [config.command, "-z", ctx.bundle_text, "--usage-file", str(ctx.paths.reported(USAGE_FILE))]
         if ctx.model:
             argv += ["-m", ctx.model]
         seconds = str(request_timeout_ms(config) // 1000)
@@ -47,9 +51,14 @@ class HermesAgentAdapter(HarnessAdapter):
 
     def parse(self, ctx: AttemptContext, result: ProcessResult) -> AdapterRun:
         (ctx.paths.scratch / "hermes" / "config.yaml").unlink(missing_ok=True)  # it held the provider key
-        usage_path = ctx.paths.root / USAGE_FILE
-        usage_text = usage_path.read_text(encoding="utf-8") if usage_path.is_file() else None
-        return to_run(ctx, result, parse_hermes(usage_text, read_tail(ctx.paths.stdout)), self.version(ctx))
+        usage, problem = read_reported(ctx.paths.reported(USAGE_FILE), MAX_USAGE_BYTES)
+        if usage is not None:  # evidence: a copy in the state dir, which the attempt cannot reach
+            write_private(ctx.paths.root / USAGE_FILE, usage.decode("utf-8", errors="replace"))
+        usage_text = usage.decode("utf-8", errors="replace") if usage is not None else None
+        run = parse_hermes(usage_text, read_tail(ctx.paths.stdout))
+        if problem is not None:
+            run = replace(run, diagnostics={**run.diagnostics, "usage_file_problem": problem})
+        return to_run(ctx, result, run, self.version(ctx))
 
 
 def hermes_config(config: HermesConfig, model: str | None, api_key: str | None = None) -> str:

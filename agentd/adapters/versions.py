@@ -11,6 +11,8 @@ import os
 import re
 from pathlib import Path
 
+from agentd.evidence import make_run_dir
+from agentd.privilege import RunUser
 from agentd.runner import ProcessSpec, run_process
 
 _CACHE: dict[str, str | None] = {}
@@ -21,15 +23,18 @@ def cached_version(command: str) -> str | None:
     return _CACHE.get(command)
 
 
-async def cli_version(kind: str, command: str, scratch_home: Path, path_env: str) -> str | None:
-    """The CLI's version line, asked once per command (None if it cannot say)."""
+async def cli_version(
+    kind: str, command: str, scratch_home: Path, path_env: str, user: RunUser | None = None
+) -> str | None:
+    """The CLI's version line, asked once per command (None if it cannot say), as the user attempts
+    run as: it is their CLI."""
     if command in _CACHE:
         return _CACHE[command]
     argv = _hermes_version_argv(command) if kind == "hermes-agent" else [command, "--version"]
     version: str | None = None
     if argv is not None:
         home = scratch_home / "version-probe"
-        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_run_dir(home, user)
         env = {
             "PATH": path_env,
             "HOME": str(home),
@@ -38,13 +43,14 @@ async def cli_version(kind: str, command: str, scratch_home: Path, path_env: str
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_TELEMETRY": "1",
         }
-        (home / "codex").mkdir(exist_ok=True)
-        result = await run_process(
-            ProcessSpec(argv, home, env, home / "stdout", home / "stderr", VERSION_TIMEOUT_S, kill_grace_s=1.0)
+        make_run_dir(home / "codex", user)
+        output, errors = home.with_name("version-probe.stdout"), home.with_name("version-probe.stderr")
+        result = await run_process(  # its output is written by agentd, from the probe's pipes
+            ProcessSpec(argv, home, env, output, errors, VERSION_TIMEOUT_S, kill_grace_s=1.0, user=user)
         )
         if result.ok:
-            lines = (home / "stdout").read_text(encoding="utf-8", errors="replace").strip().splitlines()
-            version = lines[0] if lines else None
+            lines = output.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+            version = lines[0][:200] if lines else None
     _CACHE[command] = version
     return version
 

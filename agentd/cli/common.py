@@ -196,8 +196,13 @@ def config_from(args: argparse.Namespace) -> Config:
 
 
 def store_from(config: Config, *, readonly: bool = False) -> Store:
+    """The agent's database. Every command that may write it (each control verb, each service) is
+    refused inside an attempt, before anything is read (README, "The boundary")."""
+    from agentd.privilege import refuse_inside_attempt
     from agentd.store import open_store
 
+    if not readonly:
+        refuse_inside_attempt(config.dispatch.run_as, "this command writes to the agent's database")
     return open_store(config.db_path, SystemClock(), readonly=readonly)
 
 

@@ -56,12 +56,19 @@ def register(commands: Any) -> None:
 def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
     """The migrated database (a missing one is refused before anything is created: `init` and the
     units' `ExecStartPre=agentd migrate` make it), then the state dir's folders."""
+    from agentd.evidence import make_run_dir
+    from agentd.privilege import boundary_line, keep_capabilities_to_self, require_switch, run_user
     from agentd.store import AsyncStore, init_state_dir
 
     config = config_from(args)
-    store = store_from(config)
+    store = store_from(config)  # refused inside an attempt
     try:
-        init_state_dir(config.paths.state_dir, config.paths.workspace)  # StateDirectory= made only the first
+        keep_capabilities_to_self()  # CAP_SETUID/SETGID/KILL (the units') pass on to no child
+        user = run_user(config.dispatch.run_as)
+        require_switch(user)
+        logger.info("boundary: %s", boundary_line(user))
+        init_state_dir(config.paths.state_dir)  # StateDirectory= made only the first
+        make_run_dir(config.paths.workspace, user)  # the run user's: install made it theirs, or this does
         check_live_workflows(config, store)
     except BaseException:
         store.close()

@@ -1,0 +1,117 @@
+"""Reading what an attempt wrote (its result, its harness's files, the artifacts in its workspace) as
+the service user: never through a symbolic link, never a FIFO or a device, never past a size cap.
+
+Everything an attempt can write it can also replace between agentd's check and agentd's read, so no
+path is resolved and then opened: each is walked one component at a time from a directory agentd
+holds open (O_NOFOLLOW at every step), and what is opened is checked to be a regular file. A link an
+attempt planted to the database, an env_file or /etc/shadow is refused, not followed.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO never hangs us
+
+
+class Refused(OSError):
+    """The path is not a regular file reached without links, inside the root."""
+
+
+@dataclass(frozen=True)
+class Found:
+    data: bytes  # at most limit + 1 bytes: more than limit means it was larger
+    size: int  # the file's size when it was opened
+    mtime: float
+
+
+@contextmanager
+def _parent_beneath(root: Path, relative: str | PurePosixPath) -> Iterator[tuple[int, str]]:
+    """(a descriptor of the folder holding `relative`'s last part, that part), every folder on the way
+    opened without following a link."""
+    parts = PurePosixPath(relative).parts
+    if not parts or PurePosixPath(relative).is_absolute() or any(p in ("..", ".") for p in parts):
+        raise Refused(errno.EINVAL, f"{str(relative)!r} is not a plain path inside {root}")
+    fds = [os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)]  # the root is agentd's own: its config names it
+    try:
+        for part in parts[:-1]:
+            fds.append(_step(fds[-1], part, _DIR_FLAGS, relative))
+        yield fds[-1], parts[-1]
+    finally:
+        for opened in reversed(fds):
+            os.close(opened)
+
+
+@contextmanager
+def open_beneath(root: Path, relative: str | PurePosixPath) -> Iterator[int]:
+    """A read-only descriptor of the regular file at `relative` under `root`, reached without
+    following any link; Refused (an OSError) if it escapes, is a link, or is not a regular file."""
+    with _parent_beneath(root, relative) as (parent, name):
+        fd = _step(parent, name, _FILE_FLAGS, relative)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise Refused(errno.EINVAL, f"{str(relative)!r} is not a regular file")
+            yield fd
+        finally:
+            os.close(fd)
+
+
+def lstat_beneath(root: Path, relative: str | PurePosixPath) -> os.stat_result:
+    """What is at `relative` under `root` (a file, a folder, …), reached without following a link;
+    Refused if the path goes through a link or ends in one."""
+    with _parent_beneath(root, relative) as (parent, name):
+        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    if stat.S_ISLNK(info.st_mode):
+        raise Refused(errno.ELOOP, f"{str(relative)!r} is a symbolic link")
+    return info
+
+
+def sha256_beneath(root: Path, relative: str | PurePosixPath) -> str:
+    """The sha256 of the regular file at `relative` (see `open_beneath`), read in chunks."""
+    digest = hashlib.sha256()
+    with open_beneath(root, relative) as fd:
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _step(parent: int, name: str, flags: int, relative: str | PurePosixPath) -> int:
+    try:
+        return os.open(name, flags, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Refused(exc.errno, f"{str(relative)!r} goes through a symbolic link or a non-folder") from None
+        raise
+
+
+def read_beneath(root: Path, relative: str | PurePosixPath, limit: int) -> Found:
+    """The first limit + 1 bytes of the file (see `open_beneath`), its size and mtime."""
+    with open_beneath(root, relative) as fd:
+        info = os.fstat(fd)
+        chunks, left = [], limit + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return Found(b"".join(chunks), info.st_size, info.st_mtime)
+
+
+def read_reported(path: Path, limit: int) -> tuple[bytes | None, str | None]:
+    """A file an attempt left directly in its run dir: (its bytes up to limit, None), (None, None) if
+    there is none, or (None, why it cannot be used)."""
+    try:
+        found = read_beneath(path.parent, path.name, limit)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, str(exc) if isinstance(exc, Refused) else f"cannot read it ({exc.strerror})"
+    if len(found.data) > limit:
+        return None, f"larger than {limit} bytes; agentd reads at most that much"
+    return found.data, None

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""An attempt that tries to act as its operator (README, "The boundary"). Its payload names what to try:
+{"approve": TASK_ID, "report": "relative path in the workspace", "env_file": "path", "config": "path"}.
+
+Each try is recorded as {"name", "succeeded", "detail"} in the report; the attempt itself completes, so
+the test reads what it found. Every try is something an agent could do with what its environment
+gives it: agentd on PATH, AGENTD_* variables, its parent's pid, its own cgroup."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+payload = json.loads(sys.stdin.read() or "{}")
+state_dir = Path(os.environ.get("AGENTD_PATHS__STATE_DIR", "/nonexistent"))
+tries = []
+
+
+def attempt(name, action, *args, **kwargs):
+    try:
+        detail = action(*args, **kwargs)
+        tries.append({"name": name, "succeeded": True, "detail": str(detail)[:500]})
+    except Exception as exc:  # the expected outcome: refused
+        tries.append({"name": name, "succeeded": False, "detail": f"{type(exc).__name__}: {exc}"[:500]})
+
+
+def agentd(*args, keep_marker=True):
+    env = dict(os.environ)
+    if not keep_marker:
+        env.pop("AGENTD_ATTEMPT_ID", None)  # an attempt can unset what says it is one
+    done = subprocess.run(["agentd", *args], env=env, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError(f"exit {done.returncode}: {done.stderr.strip()[-300:]}")
+    return done.stdout.strip()[-300:]
+
+
+def read_database():
+    with sqlite3.connect(f"file:{state_dir / 'agentd.db'}?mode=ro", uri=True) as conn:
+        return conn.execute("SELECT count(*) FROM tasks").fetchone()
+
+
+def write_evidence():
+    task, attempt_id = os.environ["AGENTD_TASK_ID"], os.environ["AGENTD_ATTEMPT_ID"]
+    target = state_dir / "attempts" / task / attempt_id / "result.json"
+    target.write_text('{"status": "completed"}')
+    return target
+
+
+def escape_cgroup():
+    own = Path("/proc/self/cgroup").read_text().splitlines()[-1].split("::", 1)[1]
+    mount = next(
+        line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines() if " - cgroup2 " in line
+    )
+    parent = Path(mount) / own.lstrip("/") / ".." / ".."
+    (parent / "cgroup.procs").write_text(str(os.getpid()))
+    return parent
+
+
+CONTROL_VERBS = [
+    ["approve", str(payload.get("approve", 1)), "--note", "self-approved"],
+    ["task", "add", "--type", "example", "--source", "operator:x", "--priority", "1", "--payload", "{}"],
+    ["dispatch", "resume"],
+    ["dispatch", "pause"],
+]
+for keep in (True, False):
+    for verb in CONTROL_VERBS:
+        name = "agentd " + " ".join(verb[:2]) + ("" if keep else " (AGENTD_ATTEMPT_ID unset)")
+        attempt(name, agentd, *verb, keep_marker=keep)
+attempt("open the database", read_database)
+attempt("read the env_file", lambda: Path(payload["env_file"]).read_text())
+attempt("write its own evidence", write_evidence)
+attempt("kill the dispatcher", lambda: os.kill(os.getppid(), signal.SIGTERM))
+attempt("become the service user", lambda: os.setuid(os.stat(state_dir).st_uid))
+attempt("leave its cgroup", escape_cgroup)
+
+
+def hold_capabilities():
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    held = {name: status[name].strip() for name in ("CapInh", "CapPrm", "CapEff", "CapAmb") if int(status[name], 16)}
+    if not held:
+        raise PermissionError("no capabilities")
+    return held
+
+
+attempt("hold a capability", hold_capabilities)
+if payload.get("other_workspace"):
+    attempt("write another agent's workspace", lambda: Path(payload["other_workspace"], "planted").write_text("x"))
+
+report = Path(payload.get("report", "hostile-report.json"))
+report.write_text(json.dumps(tries, indent=1))
+outcome = {
+    "status": "completed",
+    "machine_status": "ok",
+    "operator_summary": f"{sum(t['succeeded'] for t in tries)} of {len(tries)} tries succeeded",
+    "artifact_paths": [str(report)],
+}
+Path(os.environ["AGENTD_RESULT_PATH"]).write_text(json.dumps(outcome))

@@ -1,0 +1,316 @@
+"""An agent laid out as `agentd install` lays one out, with real users, for the boundary tests: a
+service user that owns the state dir, a run user for attempts and sensors, a cgroup delegated to the
+service user (as the units' Delegate=yes does) and the service started as that user with only
+CAP_SETUID/CAP_SETGID/CAP_KILL, ambient (as the units' AmbientCapabilities= does).
+
+Needs root, useradd/userdel, setpriv and a writable cgroup v2 hierarchy; a test that uses it skips with
+the reason when one is missing, unless AGENTD_REQUIRE_PRIVSEP=1 (CI) makes that a failure."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from support import REPO, example_raw
+
+CAPS = "+setuid,+setgid,+kill"
+
+
+def missing() -> str | None:
+    """Why real users cannot be made here, or None."""
+    if os.geteuid() != 0:
+        return "not root: the boundary tests create real users"
+    for tool in ("useradd", "userdel", "groupdel", "setpriv"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    if cgroup2_mount() is None:
+        return "no cgroup v2 hierarchy is mounted"
+    if reachable_python() is None:
+        return (
+            f"no python{sys.version_info.major}.{sys.version_info.minor} that every user may run (this venv's, "
+            f"{os.path.realpath(sys.executable)}, is in a folder other users cannot enter)"
+        )
+    site = Path(next(p for p in sys.path if p.endswith("site-packages")))
+    if not _reachable(site) or not _reachable(REPO):
+        return f"{site} or {REPO} is in a folder other users cannot enter"
+    return None
+
+
+def _reachable(path: Path) -> bool:
+    """Every folder on the way may be entered by anyone, and the path itself read."""
+    real = Path(os.path.realpath(path))
+    return all(os.stat(p).st_mode & 0o001 for p in real.parents) and bool(os.stat(real).st_mode & 0o004)
+
+
+def reachable_python() -> Path | None:
+    """An interpreter of this version that every user can run: this venv's own, else the system's."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (os.path.realpath(sys.executable), f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"):
+        if Path(candidate).is_file() and _reachable(Path(candidate)):
+            said = subprocess.run(
+                [candidate, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True
+            )
+            if said.stdout.strip() == str(sys.version_info[:2]):
+                return Path(candidate)
+    return None
+
+
+def agentd_bin() -> Path:
+    """A bin folder any user can run agentd from: a venv whose python is `reachable_python` and whose
+    site-packages are this one's (the same agentd and the same dependencies: one ABI). Built once per
+    checkout under /tmp, as the units' agentd is installed system-wide (README, "Deploy on a VM")."""
+    python = reachable_python()
+    assert python is not None
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    tag = hashlib.sha256(f"{python}:{site}".encode()).hexdigest()[:12]
+    root = Path(f"/tmp/agentd-privsep-venv-{tag}")
+    if (root / "bin" / "agentd").exists():
+        return root / "bin"
+    building = Path(tempfile.mkdtemp(prefix="agentd-privsep-venv-", dir="/tmp"))
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    (building / "bin").mkdir()
+    (building / "lib" / version / "site-packages").mkdir(parents=True)
+    for name in ("python", "python3", version):
+        (building / "bin" / name).symlink_to(python)
+    (building / "pyvenv.cfg").write_text(f"home = {python.parent}\ninclude-system-site-packages = false\n")
+    (building / "lib" / version / "site-packages" / "_agentd_tests.pth").write_text(
+        f"import site; site.addsitedir({site!r})\n"
+    )
+    script = building / "bin" / "agentd"
+    script.write_text(f"#!{root}/bin/python\nimport sys\nfrom agentd.cli import main\nsys.exit(main())\n")
+    for path in [building, *building.rglob("*")]:
+        if not path.is_symlink():
+            os.chmod(path, 0o755)
+    try:
+        building.rename(root)
+    except OSError:  # another worker built it first
+        shutil.rmtree(building, ignore_errors=True)
+    return root / "bin"
+
+
+def require() -> None:
+    """Skip (or, with AGENTD_REQUIRE_PRIVSEP=1, fail) when real users cannot be made here."""
+    reason = missing()
+    if reason is None:
+        return
+    if os.environ.get("AGENTD_REQUIRE_PRIVSEP"):
+        pytest.fail(f"AGENTD_REQUIRE_PRIVSEP is set but {reason}")
+    pytest.skip(f"boundary tests with real users: {reason}")
+
+
+def cgroup2_mount() -> Path | None:
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        if " - cgroup2 " in line:
+            return Path(line.split()[4])
+    return None
+
+
+@dataclass
+class PrivAgent:
+    """One agent's users, folders, config and delegated cgroup."""
+
+    base: Path
+    service: str
+    run: str
+    cgroup: Path
+
+    @property
+    def config(self) -> Path:
+        return self.base / "etc" / "agent.toml"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.base / "state"
+
+    @property
+    def run_area(self) -> Path:
+        return self.base / "run"
+
+    @property
+    def workspace(self) -> Path:
+        return self.run_area / "workspace"
+
+    @property
+    def env_file(self) -> Path:
+        return self.base / "etc" / "secrets.env"
+
+    def uid(self, name: str) -> int:
+        return pwd.getpwnam(name).pw_uid
+
+    def as_service(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """`agentd --config … ARGS` as the service user with the units' capabilities, in its cgroup."""
+        return subprocess.run(
+            self.service_argv(*args), capture_output=True, text=True, timeout=timeout, env=self.env(), check=False
+        )
+
+    def service_argv(self, *args: str) -> list[str]:
+        setpriv = [
+            "setpriv",
+            f"--reuid={self.service}",
+            f"--regid={self.service}",
+            "--init-groups",
+            f"--inh-caps=-all,{CAPS}",
+            f"--ambient-caps=-all,{CAPS}",
+            f"--bounding-set=-all,{CAPS}",
+            "--no-new-privs",
+        ]
+        command = " ".join(
+            _quote(a) for a in [*setpriv, str(agentd_bin() / "agentd"), "--config", str(self.config), *args]
+        )
+        return ["sh", "-c", f"echo $$ > {self.cgroup}/cgroup.procs && exec {command}"]
+
+    def as_operator(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`agentd` as root, the operator (the state dir's files stay the service user's: agentd never
+        creates one there as root that the service could not open)."""
+        return subprocess.run(
+            [str(agentd_bin() / "agentd"), "--config", str(self.config), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=self.env(),
+            check=False,
+        )
+
+    def env(self) -> dict[str, str]:
+        return {"PATH": f"{agentd_bin()}:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def _run(*argv: str) -> None:
+    subprocess.run(list(argv), check=True, capture_output=True, text=True, timeout=60)
+
+
+@contextmanager
+def priv_agent(mutate: Any = None) -> Iterator[PrivAgent]:
+    """Make the users, folders, config and cgroup; remove them all afterwards."""
+    tag = secrets.token_hex(3)
+    service, run = f"agt{tag}", f"agt{tag}-run"
+    base = Path(f"/tmp/agentd-privsep-{tag}")
+    mount = cgroup2_mount()
+    assert mount is not None
+    cgroup = mount / f"agentd-privsep-{tag}"
+    made_users: list[str] = []
+    try:
+        _run("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--user-group", run)
+        made_users.append(run)
+        _run(
+            "useradd",
+            "--system",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            "--user-group",
+            "--groups",
+            run,
+            service,
+        )
+        made_users.append(service)
+        agent = PrivAgent(base, service, run, cgroup)
+        _lay_out(agent, mutate)
+        _delegate(agent)
+        yield agent
+    finally:
+        if cgroup.exists():
+            _kill_cgroup(cgroup)
+        shutil.rmtree(base, ignore_errors=True)
+        for user in made_users:
+            subprocess.run(["userdel", user], capture_output=True, check=False)
+            subprocess.run(["groupdel", user], capture_output=True, check=False)
+
+
+def _lay_out(agent: PrivAgent, mutate: Any) -> None:
+    """The folders as `agentd install` makes them, and a config naming them."""
+    svc, run = pwd.getpwnam(agent.service), pwd.getpwnam(agent.run)
+    agent.base.mkdir(mode=0o755)
+    os.chmod(agent.base, 0o755)
+    etc = agent.base / "etc"
+    shutil.copytree(REPO / "config", etc)
+    for path in [etc, *etc.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
+    for folder, owner, group, mode in (
+        (agent.state_dir, svc.pw_uid, svc.pw_gid, 0o700),
+        (agent.run_area, svc.pw_uid, run.pw_gid, 0o750),
+        (agent.run_area / "runs", svc.pw_uid, run.pw_gid, 0o750),
+        (agent.workspace, run.pw_uid, run.pw_gid, 0o2770),
+    ):
+        folder.mkdir(mode=0o700)
+        os.chown(folder, owner, group)
+        os.chmod(folder, mode)
+    agent.env_file.write_text("SERVICE_SECRET=s3cr3t-of-the-service\n")
+    os.chown(agent.env_file, svc.pw_uid, svc.pw_gid)
+    os.chmod(agent.env_file, 0o600)
+    raw = example_raw()
+    raw["paths"] = {
+        "state_dir": str(agent.state_dir),
+        "workspace": str(agent.workspace),
+        "run_dir": str(agent.run_area / "runs"),
+        "skills_dir": str(REPO / "skills"),
+        "sensors_dir": str(etc / "no-sensors"),
+    }
+    (etc / "no-sensors").mkdir(mode=0o755)
+    raw["dispatch"]["run_as"] = agent.run
+    raw["metrics"] = {"enabled": False}
+    raw["adapters"].append(
+        {
+            "adapter_id": "hostile",
+            "kind": "script",
+            "command": str(REPO / "tests" / "adapters" / "hostile.py"),
+            "timeout_ms": 60_000,
+            "env_file": str(agent.env_file),
+        }
+    )
+    raw["task_types"].append(
+        {
+            "task_type": "hostile",
+            "payload_schema_id": "agent-runtime/payload.any-object/v1",
+            "default_profile_id": "operator",
+            "default_adapter_id": "hostile",
+        }
+    )
+    if mutate is not None:
+        mutate(raw)
+    agent.config.write_text(tomli_w.dumps(raw))
+    os.chmod(agent.config, 0o644)
+    tomllib.loads(agent.config.read_text())
+
+
+def _delegate(agent: PrivAgent) -> None:
+    """A cgroup the service user may manage, as systemd's Delegate=yes makes one for a unit."""
+    agent.cgroup.mkdir()
+    svc = pwd.getpwnam(agent.service)
+    for path in (
+        agent.cgroup,
+        *(agent.cgroup / n for n in ("cgroup.procs", "cgroup.subtree_control", "cgroup.threads")),
+    ):
+        os.chown(path, svc.pw_uid, svc.pw_gid)
+
+
+def _kill_cgroup(cgroup: Path) -> None:
+    for child in sorted(cgroup.rglob("cgroup.procs"), key=lambda p: len(p.parts), reverse=True):
+        with suppress(OSError):
+            for pid in child.read_text().split():
+                with suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+    for child in sorted((p for p in cgroup.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        with suppress(OSError):
+            child.rmdir()
+    with suppress(OSError):
+        cgroup.rmdir()
