@@ -26,7 +26,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.wake",
     ),
     ("agentd.records",),
-    ("agentd.config", "agentd.budget", "agentd.settings", "agentd.sensors", "agentd.skills", "agentd.schemas"),
+    (
+        "agentd.config",
+        "agentd.budget",
+        "agentd.settings",
+        "agentd.sensors",
+        "agentd.skills",
+        "agentd.schemas",
+        "agentd.config_reference",
+    ),
     ("agentd.store",),
     ("agentd.intake", "agentd.workflows", "agentd.bundle", "agentd.outcome", "agentd.validation", "agentd.intents"),
     (
