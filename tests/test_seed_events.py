@@ -138,7 +138,7 @@ async def test_a_schedule_whose_task_stays_open_for_a_day_writes_one_skip_event_
     listed = rig_cli(rig, "schedule", "list", "--json").json()
     assert listed[0]["skipped_slots"] == DAY_OF_MINUTES and listed[0]["skipped_for_task_id"] == first.task_id
     text = rig_cli(rig, "schedule", "list").out
-    assert f"{DAY_OF_MINUTES} slots skipped (task {first.task_id} open)" in text
+    assert f"{DAY_OF_MINUTES} while task {first.task_id} was open" in text
 
     await dispatcher.run_until_idle()  # the task runs; the next slot makes a new task
     rig.clock.advance(60)
@@ -153,4 +153,6 @@ async def test_a_schedule_whose_task_stays_open_for_a_day_writes_one_skip_event_
     [record] = rig.store.list_schedules()
     assert (record.skipped_slots, record.skipped_for_task_id) == (10, second.task_id)
     assert record.skipped_slots_total == DAY_OF_MINUTES + 10
+    text = rig_cli(rig, "schedule", "list").out
+    assert f"10 while task {second.task_id} was open, {DAY_OF_MINUTES} before" in text
     await dispatcher.stop()

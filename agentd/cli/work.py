@@ -283,7 +283,7 @@ def _skipped(schedule: RecurringScheduleRecord) -> str:
     written only for the first of each run of them)."""
     if schedule.skipped_for_task_id is None:
         return "none"
-    latest = f"{schedule.skipped_slots} slots skipped (task {schedule.skipped_for_task_id} open)"
+    latest = f"{schedule.skipped_slots} while task {schedule.skipped_for_task_id} was open"
     earlier = schedule.skipped_slots_total - schedule.skipped_slots
     return latest + (f", {earlier} before" if earlier else "")
 
