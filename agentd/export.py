@@ -34,6 +34,7 @@ EVENT_MAP: dict[str, str] = {
     "schedule_upserted": "job.created",
     "schedule_task_created": "task.created",
     "schedule_task_refused": "runtime.warning",
+    "schedule_slot_skipped": "job.progress",  # once per open task; the rest counted in `schedule list`
     "schedule_removed": "job.cancelled",
     "sensor_event_recorded": "channel.message",
     "sensor_event_deduped": "channel.message",

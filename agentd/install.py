@@ -3,9 +3,10 @@
 Writes /etc/agentd/NAME.toml (the embedded example with its comments, edited for NAME and a free
 pair of metrics ports; never over an existing one) with the agent's SOUL.md, PURPOSE.md, schemas,
 skills and sensors beside it in /etc/agentd/NAME/, the two unit templates (ExecStart = this
-agentd), the agentd system user (systemd-sysusers) and the state dir. Running it again changes
-nothing. `--root` lays the same tree under another directory (a staging tree; also how it is
-tested). `uninstall` reverses it and keeps the config and the state unless told to purge.
+agentd), the sysusers.d file naming the agentd system user (applied by systemd-sysusers on the real
+root only) and the state dir. Running it again changes nothing. `--root` lays the same tree under
+another directory (a staging tree; also how it is tested) and never writes account files there.
+`uninstall` reverses it and keeps the config and the state unless told to purge.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from agentd.resources import data_dir, example_config
 from agentd.runner import run_setup_command
 
 UNITS = ("agentd-dispatch@.service", "agentd-sensors@.service")
+SYSUSERS_FILE = "etc/sysusers.d/agentd.conf"  # the one source of agentd's users
 TEMPLATE_BIN = "/usr/local/bin/agentd"
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 AGENT_FILES = ("SOUL.md", "PURPOSE.md", "schemas", "scripts")
@@ -68,7 +70,7 @@ class Layout:
 
     @property
     def sysusers(self) -> Path:
-        return self._in_root("/etc/sysusers.d/agentd.conf")
+        return self._in_root(f"/{SYSUSERS_FILE}")
 
     @property
     def on_this_system(self) -> bool:
@@ -82,6 +84,7 @@ class Report:
     kept: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)  # the metrics pair a new TOML got: dispatch, sensors
+    users: str = ""  # how the users of the sysusers.d file come to exist (install never writes /etc/passwd)
 
     def note(self, path: Path, changed: bool) -> None:
         (self.changed if changed else self.unchanged).append(str(path))
@@ -110,7 +113,7 @@ def install(agent: str, root: Path, agentd_bin: Path) -> Report:
         report.note(layout.units_dir / unit, _write_if_changed(layout.units_dir / unit, text, 0o644))
     sysusers = (data_dir("units") / "agentd.sysusers").read_text(encoding="utf-8")
     report.note(layout.sysusers, _write_if_changed(layout.sysusers, sysusers, 0o644))
-    _create_user(layout)
+    _create_users(layout, report)
     _make_state_dir(layout, report)
     if layout.on_this_system and shutil.which("systemctl"):
         run_setup_command(["systemctl", "daemon-reload"], check=False)
@@ -285,26 +288,26 @@ def _with_value(found: re.Match[str], new: str) -> str:
     return found["lead"] + value.ljust(width - 1) + " " + found["comment"]
 
 
-def _create_user(layout: Layout) -> None:
-    sysusers = shutil.which("systemd-sysusers")
-    if layout.on_this_system and os.geteuid() != 0:
-        return  # nothing to do without root; the units say User=agentd and systemd will complain clearly
-    if sysusers is not None:
-        command = [sysusers, str(layout.sysusers)] if layout.on_this_system else [sysusers, f"--root={layout.root}"]
+def user_setup(layout: Layout, *, euid: int, sysusers: str | None) -> tuple[list[str] | None, str]:
+    """How the agentd user comes to exist: the command to run now (or None) and what to tell the operator.
+
+    The sysusers.d file is the one source of users. Only on the real root, as root, does install apply
+    it (systemd-sysusers changes the account files only if the user is missing). A staging tree never
+    gets account files: untarred over /, a passwd written there would replace every account."""
+    file, before = f"/{SYSUSERS_FILE}", "before `systemctl enable`"
+    if not layout.on_this_system:
+        return None, f"none made in a staging tree: on the target, `systemd-sysusers` creates them from {file} {before}"
+    if euid != 0:
+        return None, f"not root: run `systemd-sysusers {file}` as root {before}"
+    if sysusers is None:
+        return None, f"systemd-sysusers not found: create the users {file} lists {before}"
+    return [sysusers, str(layout.sysusers)], f"`systemd-sysusers {file}` made sure they exist"
+
+
+def _create_users(layout: Layout, report: Report) -> None:
+    command, report.users = user_setup(layout, euid=os.geteuid(), sysusers=shutil.which("systemd-sysusers"))
+    if command is not None:
         run_setup_command(command)
-    elif layout.on_this_system and _passwd_entry(layout, "agentd") is None:
-        run_setup_command(
-            [
-                "useradd",
-                "--system",
-                "--home-dir",
-                "/var/lib/agentd",
-                "--shell",
-                "/usr/sbin/nologin",
-                "--user-group",
-                "agentd",
-            ]
-        )
 
 
 def _make_state_dir(layout: Layout, report: Report) -> None:

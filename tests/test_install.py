@@ -54,8 +54,51 @@ def test_install_lays_out_the_tree(installed: Path) -> None:
         assert (installed / path).is_file(), path
     state = installed / "var/lib/agentd/demo"
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
-    passwd = (installed / "etc/passwd").read_text()
-    assert re.search(r"^agentd:x:\d+:\d+:agentd agent runtime:/var/lib/agentd:/usr/sbin/nologin$", passwd, re.M)
+
+
+# --- issue 21, finding 8: users come from sysusers.d only --------------------------------------
+
+ACCOUNT_FILES = ("passwd", "shadow", "group", "gshadow")
+INSTALLS_ONLY = ("etc/agentd", "etc/systemd/system", "etc/sysusers.d", "var/lib/agentd")
+
+
+def test_install_into_a_staging_root_writes_no_account_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Untarring the staging tree over / must not replace /etc/passwd and friends: install writes only
+    its own files there, and tells the operator how the user gets made on the target."""
+    root = tmp_path / "root"
+    assert main(["install", "--root", str(root), "--agent", "demo"]) == 0
+    out = capsys.readouterr().out
+    for name in ACCOUNT_FILES:
+        assert not (root / "etc" / name).exists() and not (root / "etc" / f"{name}-").exists(), name
+    written = [path.relative_to(root) for path in root.rglob("*") if path.is_file()]
+    assert written and all(str(path).startswith(INSTALLS_ONLY) for path in written), written
+    assert "systemd-sysusers" in out and "/etc/sysusers.d/agentd.conf" in out
+
+
+def test_install_leaves_a_staging_roots_own_account_database_alone(tmp_path: Path) -> None:
+    """A root that already has account files (an image being prepared) keeps them byte for byte."""
+    root = tmp_path / "image"
+    (root / "etc").mkdir(parents=True)
+    for name in ACCOUNT_FILES:
+        (root / "etc" / name).write_text(f"root:x:0:0:{name}:/root:/bin/sh\n")
+    before = {name: (root / "etc" / name).read_bytes() for name in ACCOUNT_FILES}
+    install_agent(root, "demo")
+    assert {name: (root / "etc" / name).read_bytes() for name in ACCOUNT_FILES} == before
+
+
+def test_the_sysusers_file_is_the_only_source_of_users() -> None:
+    """On the real root the one way a user is made is systemd-sysusers applying install's file; a
+    staging tree, a non-root run or a machine without systemd-sysusers makes none and says what to do."""
+    sysusers_file = "/etc/sysusers.d/agentd.conf"
+    real, staged = install_module.Layout(Path("/"), "demo"), install_module.Layout(Path("/srv/stage"), "demo")
+    command, said = install_module.user_setup(real, euid=0, sysusers="/usr/bin/systemd-sysusers")
+    assert command == ["/usr/bin/systemd-sysusers", sysusers_file] and sysusers_file in said
+    for layout, euid, found in ((staged, 0, "/usr/bin/systemd-sysusers"), (real, 1000, "/x"), (real, 0, None)):
+        command, said = install_module.user_setup(layout, euid=euid, sysusers=found)
+        assert command is None and "systemd-sysusers" in said and sysusers_file in said, said
+    assert "useradd" not in Path(install_module.__file__).read_text()
 
 
 def test_the_written_config_passes_config_check(installed: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,14 +27,16 @@ async def test_the_same_1000_events_for_5_runs_make_1000_tasks(sensing: Callable
         rig.clock.advance(60)
     assert len(task_subjects(rig)) == 1000 and report.counts.deduped == 1000
     kinds = [e.type for e in rig.events()]
-    assert kinds.count("sensor_task_created") == 1000 and kinds.count("sensor_event_deduped") == 0
+    assert kinds.count("sensor_task_created") == 1000
+    assert kinds.count("sensor_event_deduped") == 1000, "each key's first repeat, once; never per run"
     assert all(t.source.startswith("sensor:repeat:") for t in rig.store.list_tasks(limit=10))
 
 
-async def test_repeated_lines_are_counted_and_a_run_with_nothing_new_writes_no_event(
+async def test_repeated_lines_are_counted_and_a_run_with_nothing_new_writes_no_run_event(
     sensing: Callable[[], Rig], sensors_dir: Path
 ) -> None:
-    """Honest operations, finding 5: the audit log is not a diary of sensors seeing what they saw before."""
+    """Honest operations, finding 5: the audit log is not a diary of sensors seeing what they saw before
+    (each key's first repeat writes its sensor_event_deduped, once: issue 21)."""
     write_sensor(sensors_dir, "same", 'print(event("a"))\nprint(event("b"))', interval=60)
     rig = sensing()
     for _ in range(10):
@@ -42,7 +44,7 @@ async def test_repeated_lines_are_counted_and_a_run_with_nothing_new_writes_no_e
         rig.clock.advance(60)
     first_run = [e.type for e in rig.events() if e.sensor_id == "same"]
     assert first_run.count("sensor_event_recorded") == 2 and first_run.count("sensor_run_finished") == 1
-    assert "sensor_event_deduped" not in first_run
+    assert first_run.count("sensor_event_deduped") == 2
     [state] = rig.store.sensor_states().values()
     assert state.runs == 10 and state.last_result == "ok"  # `sensor list` still says when it last ran
     assert state.last_run_at == rig.clock.now() - timedelta(seconds=60)
@@ -162,6 +164,8 @@ async def test_proposed_workflows_are_created_once(sensing: Callable[[], Rig], s
     assert report.counts.workflows_created == 1 and report.counts.workflows_deduped == 1
     [workflow] = rig.store.list_workflows()
     assert workflow.instance_key == "g1" and workflow.current_state == "plan"
+    [found] = [e for e in rig.events() if e.type == "sensor_workflow_deduped"]
+    assert found.workflow_id == workflow.workflow_id and found.payload["dedupe_key"] == "w2"
 
 
 async def test_a_restart_neither_reruns_early_nor_forgets(sensing: Callable[[], Rig], sensors_dir: Path) -> None:

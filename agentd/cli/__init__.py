@@ -1,13 +1,17 @@
 """`agentd …`: argument parsing and output only; every command calls the modules below it.
 
-Exit codes: 0 ok, 2 bad input or configuration (nothing written), 1 runtime failure.
+Exit codes: 0 ok, 2 bad input or configuration (nothing written), 1 runtime failure, 130 Ctrl-C,
+141 (128 + SIGPIPE, as a shell reports `cat | head`) when whoever read stdout has gone.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import select
+import signal
 import sqlite3
 import sys
 import time
@@ -17,6 +21,7 @@ from typing import Any
 from agentd import __version__
 from agentd.cli import (
     adapters,
+    completion,
     constitution,
     cost,
     evidence,
@@ -49,6 +54,7 @@ COMMAND_MODULES = (
     steer,
     constitution,
     outbox,
+    completion,
 )
 
 
@@ -92,6 +98,50 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `agentd` command; its exit code. A reader of stdout that went away (`agentd events |
+    head`) ends any command here, quietly: no traceback, whatever the command was printing."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # what is still buffered meets a closed pipe here, not at interpreter exit
+    except BrokenPipeError:
+        if not stdout_reader_gone(_stdout_fd()):
+            raise  # some other pipe or socket broke: that is a real failure
+        return _stdout_closed()
+    except BaseExceptionGroup as group:  # the same, met inside a service's task group
+        if group.split(BrokenPipeError)[1] is not None or not stdout_reader_gone(_stdout_fd()):
+            raise
+        return _stdout_closed()
+
+
+def stdout_reader_gone(fd: int | None) -> bool:
+    """Whether `fd` is a pipe or socket whose reading end is closed (poll says POLLERR there)."""
+    if fd is None:
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _stdout_fd() -> int | None:
+    try:
+        return sys.stdout.fileno()
+    except (OSError, ValueError):  # replaced by something without a descriptor (a test's capture)
+        return None
+
+
+def _stdout_closed() -> int:
+    """Point stdout at /dev/null, so the flush at interpreter exit has nowhere to fail ("Exception
+    ignored … BrokenPipeError"), and return 128 + SIGPIPE."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
+def _run(argv: Sequence[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # agentd's records are pydantic's alone: no plugin another package put in this environment may
     # watch or change their validation, and looking for plugins reads every installed package's
@@ -130,5 +180,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report(os_storage_error(exc), service=service)
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        return 0

@@ -26,7 +26,13 @@ if TYPE_CHECKING:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (`agentd: --limit: expected…`) and exit 2."""
+    """argparse, but a usage error is one line (`agentd: --limit: expected…`) and exit 2, and help
+    ends with the command's examples (agentd/cli/examples.py)."""
+
+    def format_help(self) -> str:
+        from agentd.cli.examples import examples_text  # only when help is shown
+
+        return super().format_help() + examples_text(self.prog)
 
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("agentd").strip()

@@ -26,6 +26,7 @@ from agentd.cli.common import (
     store_from,
     wants_json,
 )
+from agentd.cli.watch import add_watch_option
 from agentd.clock import SystemClock, age, ago, format_ts, parse_ts
 from agentd.edge import printable
 from agentd.errors import InputError
@@ -126,6 +127,7 @@ def register(commands: Any) -> None:
     status.add_argument(
         "--format", choices=("text", "json", "agent-runtime"), help="agent-runtime: a seed-002 session snapshot"
     )
+    add_watch_option(status, "status", cmd_status)
 
 
 def intent_from_args(args: argparse.Namespace) -> TaskIntent:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import (
     add_command,
@@ -23,6 +23,9 @@ from agentd.cli.common import (
 )
 from agentd.clock import SystemClock, age, format_ts
 from agentd.errors import InputError, NotFound
+
+if TYPE_CHECKING:
+    from agentd.records import RecurringScheduleRecord
 
 
 def register(commands: Any) -> None:
@@ -258,7 +261,7 @@ def cmd_schedule_list(args: argparse.Namespace) -> int:
         print_json(schedules)
         return 0
     print_table(
-        ["ID", "ENABLED", "EVERY", "TASK TYPE", "NEXT RUN", "LAST RUN"],
+        ["ID", "ENABLED", "EVERY", "TASK TYPE", "NEXT RUN", "LAST RUN", "SKIPPED"],
         [
             (
                 s.schedule_id,
@@ -267,11 +270,22 @@ def cmd_schedule_list(args: argparse.Namespace) -> int:
                 s.task.task_type,
                 format_ts(s.next_run_at),
                 format_ts(s.last_run_at) if s.last_run_at else "never",
+                _skipped(s),
             )
             for s in schedules
         ],
     )
     return 0
+
+
+def _skipped(schedule: RecurringScheduleRecord) -> str:
+    """The slots that made no task because the last one was still open (schedule_slot_skipped is
+    written only for the first of each run of them)."""
+    if schedule.skipped_for_task_id is None:
+        return "none"
+    latest = f"{schedule.skipped_slots} while task {schedule.skipped_for_task_id} was open"
+    earlier = schedule.skipped_slots_total - schedule.skipped_slots
+    return latest + (f", {earlier} before" if earlier else "")
 
 
 def cmd_schedule_rm(args: argparse.Namespace) -> int:

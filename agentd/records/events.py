@@ -47,6 +47,7 @@ AGENTD_EVENT_TYPES = (
     "workflow_blocked",
     "schedule_removed",
     "schedule_task_refused",
+    "schedule_slot_skipped",
     "sensor_event_rejected",
     "sensor_event_stale",
     "sensor_run_finished",

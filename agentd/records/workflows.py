@@ -71,6 +71,11 @@ class RecurringScheduleRecord(Record):
     task: TaskIntent
     created_at: Timestamp
     updated_at: Timestamp
+    skipped_for_task_id: int | None = Field(
+        default=None, description="agentd: the open task the latest skipped slot waited for"
+    )
+    skipped_slots: int = Field(default=0, ge=0, description="agentd: slots skipped while that task stayed open")
+    skipped_slots_total: int = Field(default=0, ge=0, description="agentd: slots skipped because a task was open")
 
 
 class ScheduleSpec(Record):

@@ -140,6 +140,9 @@ def schedule_from_row(row: sqlite3.Row) -> RecurringScheduleRecord:
         task=TaskIntent.model_validate(loads(row["task"])),
         created_at=parse_ts(row["created_at"]),
         updated_at=parse_ts(row["updated_at"]),
+        skipped_for_task_id=row["skipped_for_task_id"],
+        skipped_slots=row["skipped_slots"],
+        skipped_slots_total=row["skipped_slots_total"],
     )
 
 

@@ -14,8 +14,8 @@ from agentd.store.rows import schedule_from_row
 from agentd.store.tasks import insert_task
 
 OPEN_STATUSES = ("pending", "retryable_failure", "running")
-_OPEN_TASK = f"""SELECT 1 FROM tasks WHERE schedule_id = ?
-    AND status IN ({", ".join(repr(s) for s in OPEN_STATUSES)}) LIMIT 1"""
+_OPEN_TASK = f"""SELECT id FROM tasks WHERE schedule_id = ?
+    AND status IN ({", ".join(repr(s) for s in OPEN_STATUSES)}) ORDER BY id LIMIT 1"""
 
 
 class ScheduleVerbs(StoreBase):
@@ -101,8 +101,9 @@ class ScheduleVerbs(StoreBase):
         ]
 
     def record_schedule_runs(self, runs: list[ScheduleRun], now: datetime) -> list[str]:
-        """Write each due schedule's run: its task (schedule_task_created) or why not
-        (schedule_task_refused), and its next run. Returns the schedules that created a task."""
+        """Write each due schedule's run: its task (schedule_task_created), the slot skipped because its
+        last task is still open, or why not (schedule_task_refused); and its next run. Returns the
+        schedules that created a task."""
         created: list[str] = []
         with self._transaction():
             for run in runs:
@@ -113,17 +114,13 @@ class ScheduleVerbs(StoreBase):
                 if row is None:
                     continue  # removed, disabled or already run meanwhile
                 last_run = parse_optional_ts(row[0])
-                if run.task is not None and self._conn.execute(_OPEN_TASK, (run.schedule_id,)).fetchone() is None:
-                    task_id = insert_task(self, run.task, now)
-                    self._append_event(
-                        "schedule_task_created",
-                        now,
-                        task_id=task_id,
-                        schedule_id=run.schedule_id,
-                        payload={"due_at": ts(run.due_at)},
-                    )
+                open_task = self._conn.execute(_OPEN_TASK, (run.schedule_id,)).fetchone()
+                if run.task is not None and open_task is None:
+                    self._create_scheduled_task(run, now)
                     last_run = now
                     created.append(run.schedule_id)
+                elif open_task is not None:
+                    self._skip_slot(run, open_task[0], now)
                 elif run.refusal is not None:
                     self._append_event(
                         "schedule_task_refused", now, schedule_id=run.schedule_id, payload={"reason": run.refusal}
@@ -133,6 +130,36 @@ class ScheduleVerbs(StoreBase):
                     (ts(run.next_run_at), ts(last_run), ts(now), run.schedule_id),
                 )
         return created
+
+    def _create_scheduled_task(self, run: ScheduleRun, now: datetime) -> None:
+        assert run.task is not None
+        task_id = insert_task(self, run.task, now)
+        self._append_event(
+            "schedule_task_created",
+            now,
+            task_id=task_id,
+            schedule_id=run.schedule_id,
+            payload={"due_at": ts(run.due_at)},
+        )
+
+    def _skip_slot(self, run: ScheduleRun, open_task_id: int, now: datetime) -> None:
+        """A slot passes without a task because the schedule's last one is still open (one pending task
+        per schedule). The first slot skipped for an open task writes schedule_slot_skipped; the rest
+        are only counted (`agentd schedule list`): a task waiting a day under a 60 s schedule is one
+        event, not 1,440."""
+        row = self._conn.execute(
+            "SELECT skipped_for_task_id FROM schedules WHERE schedule_id = ?", (run.schedule_id,)
+        ).fetchone()
+        first = row[0] != open_task_id
+        self._conn.execute(
+            """UPDATE schedules SET skipped_for_task_id = ?,
+                   skipped_slots = CASE WHEN ? THEN 1 ELSE skipped_slots + 1 END,
+                   skipped_slots_total = skipped_slots_total + 1 WHERE schedule_id = ?""",
+            (open_task_id, first, run.schedule_id),
+        )
+        if first:
+            payload = {"open_task_id": open_task_id, "due_at": ts(run.due_at)}
+            self._append_event("schedule_slot_skipped", now, schedule_id=run.schedule_id, payload=payload)
 
     def next_schedule_due(self) -> datetime | None:
         row = self._conn.execute("SELECT MIN(next_run_at) FROM schedules WHERE enabled = 1").fetchone()

@@ -3,6 +3,7 @@ as the task or workflow it creates; each sensor's schedule; the runs in flight."
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +24,12 @@ from agentd.store.workflows import apply_signal, insert_workflow, read_workflow
 MAX_REJECTION_EVENTS = 100  # per run; the rest are counted in sensor_run_finished
 
 
+@dataclass(frozen=True)
+class _SpentKey:
+    event_id: str  # the event that used the key
+    repeat_noted: bool  # its sensor_event_deduped is written (sensor_events.deduped_at)
+
+
 class SensingVerbs(StoreBase):
     def record_sensor_events(
         self, sensor_id: str, accepted: list[AcceptedEvent], rejected: list[RejectedLine], now: datetime
@@ -32,12 +39,14 @@ class SensingVerbs(StoreBase):
         with self._transaction():
             # One query for the batch: under the write lock no one else can spend a key meanwhile,
             # so a known key is a repeat without trying its INSERT (and a key's second line here too).
-            spent = self.seen_dedupe_keys(sensor_id, [item.event.dedupe_key for item in accepted])
+            spent = self._spent_keys(sensor_id, [item.event.dedupe_key for item in accepted])
             for item in accepted:
-                if item.event.dedupe_key in spent:
-                    counts.deduped += 1  # sensor_run_finished says how many; no event of its own
+                key = item.event.dedupe_key
+                if key in spent:
+                    counts.deduped += 1  # sensor_run_finished says how many in each run
+                    self._note_first_repeat(sensor_id, item, spent, now)
                     continue
-                spent.add(item.event.dedupe_key)
+                spent[key] = _SpentKey(item.event.event_id, repeat_noted=False)
                 self._record_one(sensor_id, item, now, counts)
             for rejection in rejected[:MAX_REJECTION_EVENTS]:
                 self._append_event(
@@ -47,6 +56,29 @@ class SensingVerbs(StoreBase):
                     payload={"line": rejection.line, "reason": rejection.reason[:500]},
                 )
         return counts
+
+    def _spent_keys(self, sensor_id: str, keys: list[str]) -> dict[str, _SpentKey]:
+        """The keys among these the sensor has used: the event that used each, and whether its first
+        repeat was already noted."""
+        sql = """SELECT dedupe_key, event_id, deduped_at IS NOT NULL FROM sensor_events
+                 WHERE sensor_id = ? AND dedupe_key IN ({marks})"""
+        return {r[0]: _SpentKey(r[1], bool(r[2])) for r in self._rows_in(sql, keys, sensor_id)}
+
+    def _note_first_repeat(
+        self, sensor_id: str, item: AcceptedEvent, spent: dict[str, _SpentKey], now: datetime
+    ) -> None:
+        """sensor_event_deduped, once per (sensor, dedupe key): the first repeat writes it and marks
+        the row, so a sensor printing the same items every poll adds nothing to the log after that."""
+        key = item.event.dedupe_key
+        first = spent[key]
+        if first.repeat_noted:
+            return
+        self._conn.execute(
+            "UPDATE sensor_events SET deduped_at = ? WHERE sensor_id = ? AND dedupe_key = ?", (ts(now), sensor_id, key)
+        )
+        payload = {"dedupe_key": key, "event_id": item.event.event_id, "first_event_id": first.event_id}
+        self._append_event("sensor_event_deduped", now, sensor_id=sensor_id, payload=payload)
+        spent[key] = _SpentKey(first.event_id, repeat_noted=True)
 
     def _record_one(self, sensor_id: str, item: AcceptedEvent, now: datetime, counts: IntakeCounts) -> None:
         """A new event: its events in the chain, its task or workflow, then its row (which names them)."""

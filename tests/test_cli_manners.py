@@ -1,0 +1,340 @@
+"""CLI manners (issue 21, finding 9): a closed stdout ends any command quietly, --help shows examples
+that work, shell completion generated from the parser, `status --watch`. Real child processes and
+real signals; nothing sleeps (waits are on output, with deadlines)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import selectors
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import EXAMPLE_CONFIG, REPO, run_main, write_config
+
+from agentd.cli import build_parser
+from agentd.cli.examples import EXAMPLES
+
+pytestmark = pytest.mark.process
+
+SIGPIPE_STATUS = 128 + signal.SIGPIPE
+
+
+@pytest.fixture
+def agent_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """An initialised example agent in tmp_path with one task: what the commands below read."""
+    env = {
+        **os.environ,
+        "AGENTD_CONFIG": str(EXAMPLE_CONFIG),
+        "AGENTD_PATHS__STATE_DIR": str(tmp_path / "state"),
+        "AGENTD_PATHS__WORKSPACE": str(tmp_path / "workspace"),
+    }
+    for argv in (["init"], ["task", "add", "--type", "example", "--subject", "hi"]):
+        subprocess.run([sys.executable, "-m", "agentd", *argv], env=env, check=True, capture_output=True, timeout=60)
+    yield env
+
+
+def into_closed_pipe(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`agentd ARGV | head` whose reader is already gone: the first write meets a closed pipe."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "agentd", *argv],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+
+
+READERS = [
+    ["events"],
+    ["events", "--json"],
+    ["events", "--format", "agent-runtime"],
+    ["task", "show", "1"],
+    ["task", "list"],
+    ["status"],
+    ["status", "--json"],
+    ["schedule", "list"],
+    ["workflow", "list"],
+    ["sensor", "list"],
+    ["skills", "list"],
+    ["identity", "show"],
+    ["cost"],
+    ["--help"],
+    ["task", "add", "--help"],
+    ["--version"],
+    ["completion", "bash"],
+]
+
+
+@pytest.mark.parametrize("argv", READERS, ids=" ".join)
+def test_a_closed_stdout_ends_any_command_quietly(agent_env: dict[str, str], argv: list[str]) -> None:
+    done = into_closed_pipe(argv, agent_env)
+    assert done.stderr == "", done.stderr
+    argparse_own = argv[-1] in ("--help", "--version")  # argparse drops a failed write of these itself
+    assert done.returncode == (0 if argparse_own else SIGPIPE_STATUS)
+
+
+def test_events_follow_ends_quietly_when_its_reader_goes(agent_env: dict[str, str]) -> None:
+    argv = [sys.executable, "-m", "agentd", "events", "--follow"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=agent_env, text=True) as follower:
+        try:
+            assert follower.stdout is not None and follower.stderr is not None
+            assert "SEQ" in follower.stdout.readline()  # it follows from now: the header first
+            follower.stdout.close()  # `| head -1` exits
+            added = ["task", "add", "--type", "example", "--subject", "more"]
+            subprocess.run([sys.executable, "-m", "agentd", *added], env=agent_env, check=True, timeout=60)
+            assert follower.wait(timeout=30) == SIGPIPE_STATUS
+            assert follower.stderr.read() == ""
+        finally:
+            follower.kill()
+
+
+def test_only_a_stdout_whose_reader_is_gone_counts_as_closed() -> None:
+    """Another broken pipe (a socket a command wrote to) is not mistaken for `| head`: it still fails."""
+    from agentd.cli import stdout_reader_gone
+
+    read, write = os.pipe()
+    try:
+        assert not stdout_reader_gone(write)
+        os.close(read)
+        read = -1
+        assert stdout_reader_gone(write)
+    finally:
+        os.close(write)
+        if read >= 0:
+            os.close(read)
+
+
+# --- status --watch ----------------------------------------------------------------------------
+
+
+def read_lines_until(stream: object, count: int, marker: str, timeout: float) -> list[str]:
+    """Lines from a child's stdout until `count` of them contain `marker` (a hard deadline)."""
+    selector = selectors.DefaultSelector()
+    selector.register(stream, selectors.EVENT_READ)  # type: ignore[arg-type]
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while sum(marker in line for line in lines) < count:
+        left = deadline - time.monotonic()
+        assert left > 0 and selector.select(left), f"timed out; got {lines!r}"
+        line = stream.readline()  # type: ignore[attr-defined]
+        assert line, f"the watcher ended early; got {lines!r}"
+        lines.append(line)
+    return lines
+
+
+def test_status_watch_redraws_until_ctrl_c(agent_env: dict[str, str]) -> None:
+    argv = [sys.executable, "-m", "agentd", "status", "--watch", "0.2"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=agent_env, text=True) as watcher:
+        try:
+            assert watcher.stdout is not None and watcher.stderr is not None
+            lines = read_lines_until(watcher.stdout, 2, "tasks    ", timeout=30)
+            assert sum("every 0.2s" in line for line in lines) >= 2, lines
+            watcher.send_signal(signal.SIGINT)  # what Ctrl-C in the terminal does
+            assert watcher.wait(timeout=30) == 0
+            assert watcher.stderr.read() == ""
+        finally:
+            watcher.kill()
+
+
+def test_status_watch_refuses_a_bad_interval(agent_env: dict[str, str]) -> None:
+    for bad in ("0", "-1", "soon", "nan"):
+        done = subprocess.run(
+            [sys.executable, "-m", "agentd", "status", "--watch", bad],
+            env=agent_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert f"--watch: expected a number of seconds above 0, found {bad!r}" in done.stderr, done.stderr
+
+
+# --- --help examples ---------------------------------------------------------------------------
+
+
+def agentd_argv(line: str) -> list[str]:
+    """The agentd arguments of an example line (`source <(agentd completion bash)` -> completion bash)."""
+    inner = line.split("agentd ", 1)[1]
+    return shlex.split(re.split(r"[)>]", inner, maxsplit=1)[0])
+
+
+def command_paths(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """Every command path with its parser, walked from argparse itself (not from agentd's walker)."""
+    found = {path: parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.update(command_paths(sub, (*path, name)))
+    return found
+
+
+# Examples that would run for good, act on this machine or wait for Ctrl-C: parsed, never run here.
+NOT_RUN = ("--follow", "--watch", "install", "uninstall")
+
+
+def harmless(argv: list[str]) -> bool:
+    service = argv[:1] == ["dispatch"] and "--until-idle" not in argv
+    return not service and not any(word in NOT_RUN for word in argv)
+
+
+def test_help_ends_with_examples_for_the_main_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    for words in [(), ("task", "add"), ("events",), ("status",), ("completion",)]:
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([*words, "--help"])
+        help_text = capsys.readouterr().out
+        assert "\nexamples:\n" in help_text, words
+        for command, what in EXAMPLES[words]:
+            assert f"  {command}\n      {what}\n" in help_text, "kept as written, not re-wrapped"
+
+
+def test_every_help_example_names_a_command_and_parses() -> None:
+    parser = build_parser()
+    paths = command_paths(parser)
+    assert set(EXAMPLES) <= set(paths), "an example for a command that does not exist"
+    for path, examples in EXAMPLES.items():
+        for line, _ in examples:
+            args = parser.parse_args(agentd_argv(line))  # a usage error raises CommandError here
+            if path:
+                assert args.handler is paths[path].get_default("handler"), (line, path)
+
+
+def test_the_harmless_help_examples_run_against_a_scratch_agent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path)
+    ran = []
+    for _, examples in EXAMPLES.items():
+        for line, _ in examples:
+            argv = agentd_argv(line)
+            if harmless(argv):
+                result = run_main(capsys, config, *argv)
+                assert result.code == 0, (line, result.err)
+                ran.append(line)
+    assert len(ran) >= 20 and any("dispatch --until-idle" in line for line in ran)
+
+
+# --- shell completion --------------------------------------------------------------------------
+
+
+def completion_script(shell: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "agentd", "completion", shell], capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout
+
+
+def bash_completes(script: str, lines: list[list[str]]) -> list[set[str]]:
+    """What bash's own completion offers for each line (its last word the one being completed): the
+    script sourced into a real `bash -c`, then _agentd called as `complete -F` would, with COMP_WORDS."""
+    calls = "".join(
+        f"COMP_WORDS=({' '.join(shlex.quote(w) for w in words)}); COMP_CWORD={len(words) - 1}; COMPREPLY=(); "
+        '_agentd; printf "%s\\n" "${COMPREPLY[*]}"\n'
+        for words in lines
+    )
+    done = subprocess.run(
+        ["bash", "-c", 'source <(cat "$1")\n' + calls, "bash", "/dev/stdin"],
+        input=script,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert done.stderr == ""
+    return [set(line.split()) for line in done.stdout.splitlines()]
+
+
+def every_word(paths: dict[tuple[str, ...], Any]) -> list[tuple[list[str], set[str]]]:
+    """(a line to complete, the words it must offer): for every command, its subcommands after a
+    space, and after a dash all of its options."""
+    cases = []
+    for path, parser in paths.items():
+        subcommands = set(command_paths(parser)) - {()}
+        cases.append((["agentd", *path, ""], {words[0] for words in subcommands}))
+        options = {o for action in parser._actions for o in action.option_strings}
+        cases.append((["agentd", *path, "-"], options))
+    return cases
+
+
+def test_bash_completion_offers_every_subcommand_and_option() -> None:
+    cases = every_word(command_paths(build_parser()))
+    offered = bash_completes(completion_script("bash"), [line for line, _ in cases])
+    missing = {
+        " ".join(line): sorted(want - got) for (line, want), got in zip(cases, offered, strict=True) if want - got
+    }
+    assert missing == {}
+    assert len(cases) > 100
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (["agentd", "ta"], {"task"}),
+        (["agentd", "--config", "task", "ev"], {"events"}),  # an option's value is skipped, not a command
+        (["agentd", "task", "list", "--status", ""], {"pending", "running", "completed", "blocked"}),
+        (["agentd", "events", "--format", "a"], {"agent-runtime"}),
+        (["agentd", "completion", ""], {"bash", "zsh"}),
+        (["agentd", "status", "--w"], {"--watch"}),
+        (["agentd", "task", "show", ""], set()),  # an id: nothing to offer (bash falls back to files)
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
+)
+def test_bash_completion_follows_the_words_typed(line: list[str], expected: set[str]) -> None:
+    [offered] = bash_completes(completion_script("bash"), [line])
+    assert expected <= offered and (offered or not expected)
+    if not expected:
+        assert offered == set()
+
+
+def zsh_completes(script: str, lines: list[list[str]]) -> list[set[str]]:
+    """The zsh script's function called as the completion system would (words, CURRENT); compadd and
+    _files, which only work inside a completion widget, print what they are given instead."""
+    calls = "".join(
+        f"words=({' '.join(shlex.quote(w) for w in words)}); CURRENT={len(words)}; _agentd; print\n" for words in lines
+    )
+    stubs = "compdef() { :; }; compadd() { print -rn -- ${@:2} ''; }; _files() { print -rn -- FILES ''; }\n"
+    done = subprocess.run(
+        ["zsh", "-f", "-c", stubs + 'source "$1"\n' + calls, "zsh", "/dev/stdin"],
+        input=script,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert done.stderr == ""
+    return [set(line.split()) for line in done.stdout.splitlines()]
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed on this machine")
+def test_zsh_completion_offers_every_subcommand_and_option() -> None:
+    cases = every_word(command_paths(build_parser()))
+    cases.append((["agentd", "task", "list", "--status", ""], {"pending", "operator_canceled"}))
+    cases.append((["agentd", "--config", ""], {"FILES"}))
+    offered = zsh_completes(completion_script("zsh"), [line for line, _ in cases])
+    missing = {
+        " ".join(line): sorted(want - got) for (line, want), got in zip(cases, offered, strict=True) if want - got
+    }
+    assert missing == {}
+
+
+def test_completion_is_generated_when_asked_and_costs_other_commands_nothing() -> None:
+    """The script is built from the parser on demand: no file to keep in step, no import at start-up."""
+    import agentd.cli.completion as completion
+
+    assert "build_parser" not in dir(completion), "the tree is read only inside `agentd completion`"
+    assert not list((REPO / "agentd").rglob("*complet*.sh")) and not list((REPO / "agentd").rglob("_agentd"))
