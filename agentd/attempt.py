@@ -24,6 +24,7 @@ from agentd.containment import attempt_group
 from agentd.errors import ConfigError, InputError
 from agentd.evidence import AttemptPaths, attempt_paths, make_attempt_dir, write_private, write_shared
 from agentd.hashing import canonical_json, sha256_hex
+from agentd.intake import effective_adapter
 from agentd.outcome import CompletionChecks, RetryPolicy
 from agentd.privilege import RunUser
 from agentd.records import AdapterConfig, AttemptPlan, Claim, CompiledBundle, TaskAttempt, TaskRecord, WorkflowRecord
@@ -71,9 +72,9 @@ def plan_attempt(config: Config, task: TaskRecord) -> AttemptPlan:
         raise InputError(
             f"task type {task.task_type!r} or profile {task.requested_profile_id!r} is no longer configured"
         )
-    adapter_id = task.requested_adapter_id or spec.default_adapter_id or profile.default_adapter_id
-    adapter = config.adapters.get(adapter_id)
-    if adapter is None:
+    adapter_id = effective_adapter(config, task)
+    adapter = config.adapters.get(adapter_id) if adapter_id else None
+    if adapter is None or adapter_id is None:
         raise InputError(f"adapter {adapter_id!r} is no longer configured")
     model = task.requested_model or spec.default_model or profile.default_model or getattr(adapter, "model", None)
     return AttemptPlan(adapter_id, adapter.kind, model)

@@ -26,6 +26,7 @@ from agentd.config import Config
 from agentd.edge import MAX_RESULT_BYTES, scrub, scrub_value
 from agentd.evidence import AttemptPaths, attempt_paths, seal, trace_summary, verify_attempt_dir, write_private
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
+from agentd.intake import delegation_caps
 from agentd.judge import AttemptFacts, OutboxPolicy, ProposalFact, Stopped, extracted_of, judge
 from agentd.outcome import FileFact, paths_to_check
 from agentd.privilege import run_user
@@ -486,12 +487,12 @@ def _outbox_policy(config: Config, task: TaskRecord) -> OutboxPolicy:
     profile = config.profiles.get(task.requested_profile_id)
     if profile is None:
         return OutboxPolicy()
-    policy = profile.result_policy
+    policy, caps = profile.result_policy, delegation_caps(config, task)
     return OutboxPolicy(
         policy.allow_follow_up_tasks,
         policy.allow_external_messages,
-        policy.max_follow_up_depth,
-        policy.max_follow_ups_per_outcome,
+        caps["max_depth"],
+        caps["max_per_outcome"],
         policy.require_approval_for_side_effects,
     )
 

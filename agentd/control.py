@@ -4,8 +4,6 @@ transaction, and rings the dispatcher's doorbell so it acts at once."""
 
 from __future__ import annotations
 
-import getpass
-import os
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +11,7 @@ from agentd.config import Config
 from agentd.errors import InputError
 from agentd.intake import admit_task
 from agentd.intents import first_step_refusal, schedule_spec
+from agentd.privilege import operator_name, operator_source
 from agentd.records import (
     CancelResult,
     Change,
@@ -24,7 +23,8 @@ from agentd.records import (
     WorkflowRecord,
 )
 from agentd.store import Store
-from agentd.store.control import ApprovalScope, Pause
+from agentd.store.approvals import ApprovalScope
+from agentd.store.control import Pause
 from agentd.store.workflows import WorkflowCancel
 from agentd.wake import poke
 from agentd.workflows import judge_signal, start_state, state_cap, unblock_move
@@ -35,19 +35,18 @@ MAX_ATTEMPTS = 100  # as a task type's max_attempts
 def add_task(
     config: Config, store: Store, intent: TaskIntent, now: datetime, *, require_approval: bool = False
 ) -> TaskRecord:
-    """The operator may give an absolute time (`--at`): a trusted intent."""
+    """The operator may give an absolute time (`--at`): a trusted intent (its source from
+    `privilege.operator_source`); the event names who added it."""
     new = admit_task(intent, config, now, trusted=True, require_approval=require_approval)
-    task = store.enqueue_task(new, now)
+    task = store.enqueue_task(new, now, event_payload={"by": operator()})
     poke(config.paths.state_dir)
     return task
 
 
 def operator() -> str:
-    """Who is steering: the OS user running the command (recorded with every steering act)."""
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return f"uid:{os.getuid()}"
+    """Who is steering: the OS user running the command, and under sudo who ran sudo (recorded with
+    every steering act as `by`)."""
+    return operator_name()
 
 
 def resolve_approval(
@@ -70,7 +69,7 @@ def resume_dispatch(config: Config, store: Store, now: datetime) -> Pause | None
 
 def cancel_task(config: Config, store: Store, task_id: int, now: datetime) -> CancelResult:
     outcome = TaskOutcome.failure("canceled by the operator before it ran", "operator_canceled")
-    result = store.cancel_task(task_id, outcome, now)
+    result = store.cancel_task(task_id, outcome, now, by=operator())
     poke(config.paths.state_dir)  # a running task: the dispatcher stops its adapter now
     return result
 
@@ -86,7 +85,7 @@ def retry_task(config: Config, store: Store, task_id: int, attempts: int | None,
     )
     if not 1 <= more <= MAX_ATTEMPTS:
         raise InputError(f"--attempts: expected 1 to {MAX_ATTEMPTS}, found {more}")
-    retried = store.retry_task(task_id, more, now)
+    retried = store.retry_task(task_id, more, now, by=operator())
     poke(config.paths.state_dir)
     return retried
 
@@ -95,9 +94,13 @@ def add_schedule(config: Config, store: Store, spec: ScheduleSpec, now: datetime
     """A schedule whose task is refused now would be refused every interval: it is refused now."""
     stored = schedule_spec(spec)
     admit_task(TaskIntent.model_validate(stored.task), config, now, trusted=False)
-    schedule = store.add_schedule(stored, now)
+    schedule = store.add_schedule(stored, now, by=operator())
     poke(config.paths.state_dir)
     return schedule
+
+
+def remove_schedule(config: Config, store: Store, schedule_id: str, now: datetime) -> None:
+    store.remove_schedule(schedule_id, now, by=operator())
 
 
 def start_workflow(
@@ -113,7 +116,7 @@ def start_workflow(
     refusal = first_step_refusal(config, workflow_type, instance_key, chosen, context, now)
     if refusal:
         raise InputError(f"--context: the {chosen} step could not take it: {refusal}")
-    workflow, created = store.create_workflow(workflow_type, instance_key, chosen, context, now, "operator:cli")
+    workflow, created = store.create_workflow(workflow_type, instance_key, chosen, context, now, operator_source(None))
     if not created:
         raise InputError(
             f"{workflow_type} {instance_key!r} already exists as workflow {workflow.workflow_id} ({workflow.status})"

@@ -11,7 +11,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from agentd.errors import InputError
-from agentd.records import EvidenceRequirements, NewTask, TaskIntent
+from agentd.records import EvidenceRequirements, NewTask, TaskIntent, TaskRecord
 from agentd.schema_check import SchemaCheck
 
 if TYPE_CHECKING:
@@ -157,3 +157,47 @@ def _evidence_problems(requirements: EvidenceRequirements | None) -> list[str]:
 def _unknown(key: str, noun: str, found: str, known: object) -> str:
     names = ", ".join(sorted(known)) or "none declared"  # type: ignore[call-overload]
     return f"{key}: unknown {noun} {found!r}; known: {names}"
+
+
+def delegation_caps(config: Config, task: TaskRecord | NewTask) -> dict[str, int]:
+    """How deep and how wide the task's outcome may delegate (seed 004): the stricter of what it
+    inherited from the task that asked for it and what its own profile allows."""
+    profile = config.profiles.get(task.requested_profile_id)
+    own = (
+        {
+            "max_depth": profile.result_policy.max_follow_up_depth,
+            "max_per_outcome": profile.result_policy.max_follow_ups_per_outcome,
+        }
+        if profile
+        else {"max_depth": 0, "max_per_outcome": 0}
+    )
+    inherited = task.delegation_caps or {}
+    return {key: min(value, inherited.get(key, value)) for key, value in own.items()}
+
+
+def effective_adapter(config: Config, task: TaskRecord | NewTask) -> str | None:
+    """The adapter a task runs on: requested, else its task type's, else its profile's."""
+    spec = config.task_types.get(task.task_type)
+    profile = config.profiles.get(task.requested_profile_id)
+    return (
+        task.requested_adapter_id
+        or (spec.default_adapter_id if spec else None)
+        or (profile.default_adapter_id if profile else None)
+    )
+
+
+def widening(config: Config, parent: TaskRecord, intent: TaskIntent) -> str | None:
+    """Why a follow-up's intent would widen what its parent had (a profile or adapter other than the
+    parent's), or None: a follow-up may name its parent's own or none (seed 004 bounded delegation)."""
+    if intent.requested_profile_id is not None and intent.requested_profile_id != parent.requested_profile_id:
+        return (
+            f"requested_profile_id {intent.requested_profile_id!r}: a follow-up may not choose a profile other "
+            f"than its parent's ({parent.requested_profile_id!r})"
+        )
+    adapter = effective_adapter(config, parent)
+    if intent.requested_adapter_id is not None and intent.requested_adapter_id != adapter:
+        return (
+            f"requested_adapter_id {intent.requested_adapter_id!r}: a follow-up may not choose an adapter other "
+            f"than its parent's ({adapter!r})"
+        )
+    return None

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from agentd.config import Config, task_intent_from_schedule
 from agentd.errors import InputError
-from agentd.intake import admit_task
+from agentd.intake import admit_task, delegation_caps, widening
 from agentd.records import (
     DueSchedule,
     NewTask,
@@ -23,6 +23,7 @@ from agentd.records import (
     ScheduleSpec,
     StepDecision,
     TaskIntent,
+    TaskRecord,
     WorkflowRecord,
     WorkflowRef,
     WorkflowState,
@@ -90,13 +91,29 @@ def _step_decision(workflow: WorkflowRecord, config: Config, now: datetime) -> S
     return replace(decision, task=replace(task, workflow_iteration=workflow.iteration))
 
 
-def follow_up(entry: OutboxEntry, config: Config, now: datetime) -> tuple[NewTask | None, str | None]:
-    """A follow-up task an outcome asked for, admitted like any untrusted proposal (or why not)."""
+def follow_up(
+    entry: OutboxEntry, config: Config, now: datetime, parent: TaskRecord | None = None
+) -> tuple[NewTask | None, str | None]:
+    """A follow-up task an outcome asked for, admitted like any untrusted proposal (or why not). It may
+    not widen what its parent had, and it inherits the stricter of its parent's delegation caps and its
+    own profile's, and its parent's tree (seed 004 bounded delegation)."""
     try:
         intent = TaskIntent.model_validate({**entry.payload, "source": f"follow_up:task:{entry.task_id}"})
     except ValidationError as exc:
         return None, f"not a valid TaskIntent: {exc.errors()[0]['msg']}"
-    return _admitted(intent, config, now)
+    if parent is not None and (widened := widening(config, parent, intent)) is not None:
+        return None, widened
+    task, refusal = _admitted(intent, config, now)
+    if task is None or parent is None:
+        return task, refusal
+    child = replace(
+        task,
+        parent_task_id=parent.task_id,
+        delegation_depth=parent.delegation_depth + 1,
+        root_task_id=parent.root_task_id or parent.task_id,
+        delegation_caps=delegation_caps(config, parent),
+    )
+    return replace(child, delegation_caps=delegation_caps(config, child)), None
 
 
 def first_step_refusal(

@@ -39,8 +39,10 @@ class OutboxApplier:
 
     async def apply(self, entry: OutboxEntry, now: datetime) -> None:
         if entry.kind == "follow_up_task":
-            new, refusal = follow_up(entry, self.config, now)
-            await self.db.call(Store.apply_follow_up, entry, new, refusal, now)
+            parent = await self.db.read(Store.get_task, entry.task_id) if entry.task_id is not None else None
+            new, refusal = follow_up(entry, self.config, now, parent)
+            limit = self.config.dispatch.max_descendants
+            await self.db.call(Store.apply_follow_up, entry, new, refusal, now, limit)
         elif entry.kind == "workflow_signal":
             await self.apply_workflow_signal(entry, now)
         elif entry.kind == "constitution_proposal":  # recorded for the operator; only they apply it

@@ -134,6 +134,15 @@ def boundary_line(user: RunUser | None) -> str:
     )
 
 
+def boundary(run_as: str | None) -> dict[str, Any]:
+    """The boundary as `agentd status` reports it: who attempts run as, whether approvals hold."""
+    try:
+        user = run_user(run_as)
+    except BoundaryError as exc:
+        return {"run_as": run_as, "enforced": False, "line": f"no attempt can start: {exc}"}
+    return {"run_as": run_as, "enforced": user is not None, "line": boundary_line(user)}
+
+
 def _name(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
@@ -159,6 +168,22 @@ def operator_name() -> str:
     """`alice`, or `alice (sudo as agentd-arc)`: how events and `status` name the operator."""
     who = operator_identity()
     return f"{who['sudo_user']} (sudo as {who['user']})" if "sudo_user" in who else str(who["user"])
+
+
+# Sources agentd sets itself: an operator's --source may not claim to be one of them.
+RESERVED_SOURCES = ("operator", "sensor", "schedule", "workflow", "follow_up", "followup", "agentd")
+
+
+def operator_source(given: str | None) -> str:
+    """`operator:<who>` by default; an operator's own source, unless it claims a namespace agentd sets
+    (`sensor:…` from a person would make their task look like the sensor's; `operator:x`, like x's)."""
+    if not given:
+        return f"operator:{operator_identity()['user']}"
+    namespace = given.split(":", 1)[0].strip().lower()
+    if namespace in RESERVED_SOURCES:
+        reserved = ", ".join(f"{name}:" for name in RESERVED_SOURCES)
+        raise InputError(f"--source: {given!r} claims a namespace agentd sets itself ({reserved}); name another")
+    return given
 
 
 def refuse_inside_attempt(run_as: str | None, what: str) -> None:

@@ -136,6 +136,12 @@ class DispatchSection(Section):
     strict_evidence: bool = Field(
         default=False, description="verify each sealed manifest before its task may be completed"
     )
+    max_descendants: int = Field(
+        default=50,
+        ge=1,
+        le=100_000,
+        description="follow-ups (and theirs) one task's tree may hold in all; past it more are refused (seed 004)",
+    )
     run_as: UserName | None = Field(
         default=None,
         description="the user attempts and sensors run as (never the services' own): with it, an attempt "

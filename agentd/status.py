@@ -17,6 +17,7 @@ from agentd import procs
 from agentd.budget import BudgetHold, Spend, budget_hold, day_start
 from agentd.clock import format_ts, parse_ts
 from agentd.config import Config
+from agentd.privilege import boundary
 from agentd.records import TASK_STATUSES
 from agentd.store import Store
 
@@ -112,6 +113,7 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
             for r in store.running_now()
         ],
         "services": [service_health(row, now, here) for row in store.service_statuses()],
+        "boundary": boundary(config.dispatch.run_as),
         "dispatch_lock": {"pid": holder.pid, "host": holder.host, "heartbeat_at": format_ts(holder.heartbeat_at)}
         if holder
         else None,

@@ -63,7 +63,9 @@ class InProcessAdapter:
         def expand(text: str) -> str:
             def value(match: re.Match[str]) -> str:
                 # AGENTD_EVIDENCE_DIR: in-process only, where something with the service's rights could write
-                found = str(ctx.paths.root) if match.group(2) == "AGENTD_EVIDENCE_DIR" else ctx.env.get(match.group(2), "")
+                found = (
+                    str(ctx.paths.root) if match.group(2) == "AGENTD_EVIDENCE_DIR" else ctx.env.get(match.group(2), "")
+                )
                 return json.dumps(found)[1:-1] if match.group(1) else found
 
             return re.sub(r"\$\{(json:)?([A-Z0-9_]+)\}", value, text)

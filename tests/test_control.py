@@ -241,7 +241,7 @@ async def test_a_canceled_task_waits_for_no_approval(gated: Rig, rig_cli: Any) -
     assert rig_cli(gated, "approvals", "--json").json() == []
     assert rig_cli(gated, "status", "--json").json()["waiting"]["approval"] == 0
     [closed] = events(gated, "approval_resolved", task.task_id)
-    assert (closed.payload["decision"], closed.payload["by"]) == ("denied", "agentd")
+    assert (closed.payload["decision"], closed.payload["by"]) == ("denied", getpass.getuser())  # who canceled it
     assert rig_cli(gated, "approve", str(task.task_id)).code == 2
 
 
@@ -256,3 +256,67 @@ async def test_the_claim_itself_refuses_while_paused(rig: Rig) -> None:
     rig.store.resume_dispatch("tester", rig.clock.now())
     claim = rig.store.claim_next_task(rig.clock.now(), "test", plan, evidence)
     assert claim is not None and claim.task.task_id == task.task_id
+
+
+@pytest.fixture
+def delegating(rig_factory: Callable[..., Rig]) -> Rig:
+    """Profile `operator` may delegate 3 deep; profile `narrow` only 1 deep, 1 per outcome; a tree holds
+    at most 4 follow-ups."""
+
+    def add(raw: dict[str, Any]) -> None:
+        operator = raw["profiles"][0]
+        operator["result_policy"].update(
+            allow_follow_up_tasks=True, max_follow_up_depth=3, max_follow_ups_per_outcome=5
+        )
+        narrow = {**operator, "profile_id": "narrow", "result_policy": {**operator["result_policy"]}}
+        narrow["result_policy"].update(max_follow_up_depth=1, max_follow_ups_per_outcome=1)
+        raw["profiles"].append(narrow)
+        raw["task_types"].append(
+            {
+                **next(t for t in raw["task_types"] if t["task_type"] == "scripted"),
+                "task_type": "narrow-scripted",
+                "default_profile_id": "narrow",
+            }
+        )
+        raw["dispatch"]["max_descendants"] = 4
+
+    return rig_factory(add)
+
+
+async def test_a_follow_up_cannot_widen_the_profile_or_adapter_its_parent_had(delegating: Rig) -> None:
+    wider = [
+        {**follow("other profile", ok()), "requested_profile_id": "narrow"},
+        {**follow("other adapter", ok()), "requested_adapter_id": "script"},
+        {**follow("same as its parent", ok()), "requested_profile_id": "operator", "requested_adapter_id": "scripted"},
+    ]
+    delegating.add("scripted", subject="root", payload={"outcome": ok(follow_up_tasks=wider)})
+    await drain(delegating)
+    assert {t.subject for t in delegating.store.list_tasks()} == {"root", "same as its parent"}
+    reasons = sorted(e.payload["reason"] for e in events(delegating, "outbox_refused"))
+    assert "a follow-up may not choose an adapter other than its parent's ('scripted')" in reasons[0]
+    assert "a follow-up may not choose a profile other than its parent's ('operator')" in reasons[1]
+
+
+async def test_a_follow_up_keeps_the_stricter_caps_of_its_parent_and_its_own_profile(delegating: Rig) -> None:
+    great = follow("great-grandchild", ok())
+    grand = [follow("grandchild 1", ok(follow_up_tasks=[great])), follow("grandchild 2", ok())]
+    child = {**follow("child", ok(follow_up_tasks=grand)), "task_type": "narrow-scripted"}
+    delegating.add("scripted", subject="root", payload={"outcome": ok(follow_up_tasks=[child])})
+    await drain(delegating)
+    tasks = {t.subject: t for t in delegating.store.list_tasks()}
+    # the child's own profile allows 1 deep and 1 per outcome: its children inherit that, never the root's 3
+    assert tasks["child"].delegation_caps == {"max_depth": 1, "max_per_outcome": 1}
+    assert set(tasks) == {"root", "child"}, set(tasks)
+    reasons = [e.payload["reason"] for e in events(delegating, "outbox_refused", tasks["child"].task_id)]
+    assert any("max_follow_up_depth = 1" in r for r in reasons), reasons
+
+
+async def test_a_tree_of_follow_ups_stops_at_max_descendants(delegating: Rig) -> None:
+    leaf = [follow(f"leaf {i}", ok()) for i in range(3)]
+    mid = [follow("mid 1", ok(follow_up_tasks=leaf)), follow("mid 2", ok())]
+    root = delegating.add("scripted", subject="root", payload={"outcome": ok(follow_up_tasks=mid)})
+    await drain(delegating)
+    tree = [t for t in delegating.store.list_tasks() if t.root_task_id == root.task_id]
+    assert len(tree) == 4 and all(t.status == "completed" for t in tree)
+    [refused] = events(delegating, "outbox_refused")
+    assert f"task {root.task_id} already has 4 descendants ([dispatch] max_descendants)" in refused.payload["reason"]

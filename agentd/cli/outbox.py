@@ -5,7 +5,6 @@ own key)."""
 from __future__ import annotations
 
 import argparse
-import getpass
 from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import add_command, agent_store, count, print_json, print_table, record_id, wants_json
@@ -74,9 +73,10 @@ def _when(item: OutboxItem, now: Any) -> str:
 
 def cmd_outbox_retry(args: argparse.Namespace) -> int:
     from agentd.delivery import POLL_S, retry_message  # here: it brings httpx and the runner, which `list` never needs
+    from agentd.privilege import operator_name
 
     with agent_store(args) as (config, store):
-        item = retry_message(config, store, args.outbox_id, getpass.getuser(), SystemClock().now())
+        item = retry_message(config, store, args.outbox_id, operator_name(), SystemClock().now())
     if wants_json(args):
         print_json(item.as_dict())
     else:

@@ -66,7 +66,9 @@ def register(commands: Any) -> None:
         help="available after this long: 90s, 15m, 2h, 1d (a bare number is minutes)",
     )
     when.add_argument("--at", metavar="TIMESTAMP", help="available at this UTC time (operator only)")
-    add.add_argument("--source", default="operator:cli", help="where the task came from")
+    add.add_argument(
+        "--source", help="where the task came from (default operator:<you>; agentd's own namespaces are refused)"
+    )
     add.add_argument(
         "--require-approval", action="store_true", help="hold it until `agentd approve ID` (or `agentd deny`)"
     )
@@ -133,12 +135,13 @@ def register(commands: Any) -> None:
 def intent_from_args(args: argparse.Namespace) -> TaskIntent:
     from pydantic import ValidationError
 
+    from agentd.privilege import operator_source
     from agentd.records import TaskIntent
 
     payload = json_object(args.payload, "--payload")
     fields: dict[str, Any] = {
         "task_type": args.task_type,
-        "source": args.source,
+        "source": operator_source(args.source),
         "subject": args.subject,
         "description": args.description,
         "priority": args.priority,
@@ -451,6 +454,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print_json(shown)
         return 0
     print(f"agent {shown['agent_id']}  database {shown['database']}  schema version {shown['schema_version']}")
+    print(f"boundary {shown['boundary']['line']}")
     print("tasks    " + "  ".join(f"{status} {n}" for status, n in shown["counts"].items()))
     waiting = shown["waiting"]
     print(

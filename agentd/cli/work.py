@@ -289,8 +289,10 @@ def _skipped(schedule: RecurringScheduleRecord) -> str:
 
 
 def cmd_schedule_rm(args: argparse.Namespace) -> int:
-    with agent_store(args) as (_, store):
-        store.remove_schedule(args.schedule_id, SystemClock().now())
+    from agentd import control
+
+    with agent_store(args) as (config, store):
+        control.remove_schedule(config, store, args.schedule_id, SystemClock().now())
     if not wants_json(args):
         print(f"schedule {args.schedule_id} removed")
     return 0

@@ -178,6 +178,10 @@ class TaskRecord(Record):
         default=None, description="agentd: the task whose outcome asked for this one (dispatch context, seed 003)"
     )
     delegation_depth: int = Field(default=0, ge=0, description="agentd: follow-ups deep (seed 004)")
+    root_task_id: int | None = Field(default=None, description="agentd: the root of its follow-up tree")
+    delegation_caps: dict[str, int] | None = Field(
+        default=None, description="agentd: max_depth and max_per_outcome: the stricter of its parent's and profile's"
+    )
 
 
 class TaskAttempt(Record):

@@ -43,6 +43,8 @@ class NewTask:
     approval_reason: str | None = None  # held for an operator's approval before its first claim, and why
     parent_task_id: int | None = None  # the task whose outcome asked for this one (a follow-up)
     delegation_depth: int = 0  # how many follow-ups deep (seed 004 bounded delegation)
+    root_task_id: int | None = None  # the task at the root of its follow-up tree (None: it is a root)
+    delegation_caps: dict[str, int] | None = None  # the stricter of its parent's and its own profile's
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ from agentd.records import (
     TaskAttempt,
     TaskRecord,
 )
+from agentd.store.approvals import request_approval
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
 from agentd.store.budget import CLAIMABLE, ON_HELD_ADAPTER, hold_params
-from agentd.store.control import request_approval
 from agentd.store.rows import attempt_from_row
 from agentd.store.tasks import read_task_or_raise
 

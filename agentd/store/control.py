@@ -5,17 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
 
 from agentd.clock import parse_ts
 from agentd.errors import InputError
-from agentd.hashing import new_ulid
 from agentd.records import TaskOutcome, TaskRecord
+from agentd.store.approvals import ApprovalScope
 from agentd.store.base import StoreBase, ts
 from agentd.store.outbox import held_side_effects, settle
 from agentd.store.tasks import cancel_waiting, read_task_or_raise
-
-ApprovalScope = Literal["claim", "side_effects"]  # before its first claim, or its outcome's side effects
 
 
 @dataclass(frozen=True)
@@ -38,22 +35,6 @@ class Pause:
     def describe(self) -> str:
         why = f": {self.reason}" if self.reason else ""
         return f"paused since {ts(self.paused_at)} by {self.paused_by}{why}"
-
-
-def request_approval(
-    store: StoreBase, task_id: int, reason: str, now: datetime, *, scope: ApprovalScope = "claim"
-) -> None:
-    """Hold a task before its first claim (`claim`), or its completed outcome's follow-ups and
-    messages in the outbox (`side_effects`); the caller holds the transaction."""
-    approval_id = new_ulid(store.clock)
-    if scope == "claim":
-        store._conn.execute("UPDATE tasks SET awaiting_approval = 1 WHERE id = ?", (task_id,))
-    store._conn.execute(
-        "INSERT INTO approvals (approval_id, task_id, reason, requested_at, scope) VALUES (?, ?, ?, ?, ?)",
-        (approval_id, task_id, reason, ts(now), scope),
-    )
-    payload = {"approval_id": approval_id, "reason": reason} | ({"scope": scope} if scope != "claim" else {})
-    store._append_event("approval_requested", now, task_id=task_id, payload=payload)
 
 
 class ControlVerbs(StoreBase):

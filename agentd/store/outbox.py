@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -76,19 +75,24 @@ class OutboxVerbs(StoreBase):
         return found.fetchone() is not None
 
     def apply_follow_up(
-        self, entry: OutboxEntry, new: NewTask | None, refusal: str | None, now: datetime
+        self, entry: OutboxEntry, new: NewTask | None, refusal: str | None, now: datetime, max_descendants: int = 50
     ) -> int | None:
         """Enqueue a follow-up and mark its entry applied, in one transaction; a re-run after a crash
-        finds the entry applied and does nothing (exactly once). Returns the new task id."""
+        finds the entry applied and does nothing (exactly once). Past `max_descendants` tasks in its
+        root's tree (counted in the same transaction) it is refused instead. Returns the new task id."""
         with self._transaction():
             if not still_pending(self, entry.outbox_id):
                 return None
             task_id = None
+            root = new.root_task_id if new is not None else None
+            if root is not None:
+                found = self._conn.execute("SELECT COUNT(*) FROM tasks WHERE root_task_id = ?", (root,))
+                if found.fetchone()[0] >= max_descendants:
+                    new, refusal = None, (
+                        f"task {root} already has {max_descendants} descendants "
+                        "([dispatch] max_descendants): no more follow-ups in its tree"
+                    )
             if new is not None:
-                parent = self._conn.execute(
-                    "SELECT delegation_depth FROM tasks WHERE id = ?", (entry.task_id,)
-                ).fetchone()
-                new = replace(new, parent_task_id=entry.task_id, delegation_depth=(parent[0] if parent else 0) + 1)
                 task_id = insert_task(
                     self, new, now, {"follow_up_of": entry.task_id, "outbox_key": entry.idempotency_key}
                 )

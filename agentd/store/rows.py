@@ -25,7 +25,8 @@ TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.prior
     t.evidence_requirements, t.workflow_id, t.workflow_state, t.workflow_iteration, t.schedule_id,
     t.status, t.max_attempts, t.attempt_count, t.free_attempt_count, t.rate_limit_count, t.crash_count,
     t.available_at, t.created_at, t.updated_at, t.started_at, t.finished_at, t.outcome, t.last_error,
-    t.cancel_requested_at, t.awaiting_approval, t.parent_task_id, t.delegation_depth,
+    t.cancel_requested_at, t.awaiting_approval, t.parent_task_id, t.delegation_depth, t.root_task_id,
+    t.delegation_caps,
     w.instance_key AS workflow_instance_key"""
 TASK_FROM = "tasks t LEFT JOIN workflows w ON w.id = t.workflow_id"
 
@@ -73,6 +74,8 @@ def task_from_row(row: sqlite3.Row) -> TaskRecord:
         awaiting_approval=bool(row["awaiting_approval"]),
         parent_task_id=row["parent_task_id"],
         delegation_depth=row["delegation_depth"],
+        root_task_id=row["root_task_id"],
+        delegation_caps=loads(row["delegation_caps"]),
     )
 
 

@@ -37,23 +37,23 @@ class ScheduleVerbs(StoreBase):
             for schedule_id in existing:
                 self._remove_schedule(schedule_id, now)
 
-    def add_schedule(self, spec: ScheduleSpec, now: datetime) -> RecurringScheduleRecord:
+    def add_schedule(self, spec: ScheduleSpec, now: datetime, *, by: str = "agentd") -> RecurringScheduleRecord:
         with self._transaction():
             if self._conn.execute("SELECT 1 FROM schedules WHERE schedule_id = ?", (spec.schedule_id,)).fetchone():
                 raise InputError(f"schedule {spec.schedule_id!r} exists; `agentd schedule rm` it first")
-            self._put_schedule(spec, "operator", now, new=True)
+            self._put_schedule(spec, "operator", now, new=True, by=by)
         return self.list_schedules(spec.schedule_id)[0]
 
-    def remove_schedule(self, schedule_id: str, now: datetime) -> None:
+    def remove_schedule(self, schedule_id: str, now: datetime, *, by: str = "agentd") -> None:
         with self._transaction():
             row = self._conn.execute("SELECT origin FROM schedules WHERE schedule_id = ?", (schedule_id,)).fetchone()
             if row is None:
                 raise NotFound(f"no schedule {schedule_id!r}; `agentd schedule list` shows them")
             if row[0] == "config":
                 raise InputError(f"schedule {schedule_id!r} comes from the identity TOML; remove it there")
-            self._remove_schedule(schedule_id, now)
+            self._remove_schedule(schedule_id, now, by=by)
 
-    def _put_schedule(self, spec: ScheduleSpec, origin: str, now: datetime, *, new: bool) -> None:
+    def _put_schedule(self, spec: ScheduleSpec, origin: str, now: datetime, *, new: bool, by: str = "agentd") -> None:
         self._conn.execute(
             """INSERT INTO schedules (schedule_id, name, enabled, interval_seconds, next_run_at, task, origin,
                    created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -76,12 +76,18 @@ class ScheduleVerbs(StoreBase):
             "schedule_upserted",
             now,
             schedule_id=spec.schedule_id,
-            payload={"interval_seconds": spec.interval_seconds, "enabled": spec.enabled, "origin": origin, "new": new},
+            payload={
+                "interval_seconds": spec.interval_seconds,
+                "enabled": spec.enabled,
+                "origin": origin,
+                "new": new,
+                "by": by,
+            },
         )
 
-    def _remove_schedule(self, schedule_id: str, now: datetime) -> None:
+    def _remove_schedule(self, schedule_id: str, now: datetime, *, by: str = "agentd") -> None:
         self._conn.execute("DELETE FROM schedules WHERE schedule_id = ?", (schedule_id,))
-        self._append_event("schedule_removed", now, schedule_id=schedule_id)
+        self._append_event("schedule_removed", now, schedule_id=schedule_id, payload={"by": by})
 
     def list_schedules(self, schedule_id: str | None = None) -> list[RecurringScheduleRecord]:
         where, params = ("WHERE schedule_id = ?", (schedule_id,)) if schedule_id else ("", ())

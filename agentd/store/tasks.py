@@ -11,6 +11,7 @@ from typing import Any
 
 from agentd.errors import InputError, NotFound
 from agentd.records import TERMINAL_STATUSES, CancelResult, NewTask, QueueSummary, TaskOutcome, TaskRecord
+from agentd.store.approvals import never_approved, request_approval
 from agentd.store.base import StoreBase, dumps, parse_optional_ts, ts
 from agentd.store.rows import TASK_COLUMNS, TASK_FROM, task_from_row
 
@@ -36,8 +37,9 @@ def insert_task(store: StoreBase, new: NewTask, now: datetime, event_payload: di
         """INSERT INTO tasks (task_type, source, subject, description, priority, payload,
                requested_profile_id, requested_adapter_id, requested_model, skill_ids,
                evidence_requirements, workflow_id, workflow_state, workflow_iteration,
-               schedule_id, max_attempts, available_at, created_at, updated_at, parent_task_id, delegation_depth)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+               schedule_id, max_attempts, available_at, created_at, updated_at, parent_task_id, delegation_depth,
+               root_task_id, delegation_caps)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         (
             new.task_type,
             new.source,
@@ -60,6 +62,8 @@ def insert_task(store: StoreBase, new: NewTask, now: datetime, event_payload: di
             ts(now),
             new.parent_task_id,
             new.delegation_depth,
+            new.root_task_id,
+            dumps(new.delegation_caps) if new.delegation_caps is not None else None,
         ),
     )
     task_id = int(cursor.lastrowid or 0)
@@ -79,13 +83,11 @@ def insert_task(store: StoreBase, new: NewTask, now: datetime, event_payload: di
         },
     )
     if new.approval_reason is not None:
-        from agentd.store.control import request_approval
-
         request_approval(store, task_id, new.approval_reason, now)
     return task_id
 
 
-def cancel_waiting(store: StoreBase, task_id: int, outcome: TaskOutcome, now: datetime) -> None:
+def cancel_waiting(store: StoreBase, task_id: int, outcome: TaskOutcome, now: datetime, by: str = "agentd") -> None:
     """A task that is not running ends operator_canceled; the caller holds the transaction."""
     store._conn.execute(
         """UPDATE tasks SET status = 'operator_canceled', outcome = ?, finished_at = ?, updated_at = ?
@@ -96,22 +98,23 @@ def cancel_waiting(store: StoreBase, task_id: int, outcome: TaskOutcome, now: da
         "task_finished",
         now,
         task_id=task_id,
-        payload={"status": "operator_canceled", "summary": outcome.operator_summary},
+        payload={"status": "operator_canceled", "summary": outcome.operator_summary, "by": by},
     )
-    _close_approvals(store, task_id, outcome.operator_summary, now)
+    _close_approvals(store, task_id, outcome.operator_summary, now, by)
 
 
-def _close_approvals(store: StoreBase, task_id: int, why: str, now: datetime) -> None:
-    """A canceled task waits for no operator: its pending approval is closed (denied, with the
-    cancel's summary), or `approvals` and the oldest-approval gauge would keep it forever."""
+def _close_approvals(store: StoreBase, task_id: int, why: str, now: datetime, by: str) -> None:
+    """A canceled task waits for no operator: its pending approval is closed (denied, by whoever
+    canceled it, with the cancel's summary), or `approvals` and the oldest-approval gauge would keep it
+    forever."""
     rows = store._conn.execute(
-        """UPDATE approvals SET status = 'rejected', decided_at = ?, decided_by = 'agentd', reason = ?
+        """UPDATE approvals SET status = 'rejected', decided_at = ?, decided_by = ?, reason = ?
            WHERE task_id = ? AND status = 'pending' RETURNING approval_id""",
-        (ts(now), why, task_id),
+        (ts(now), by, why, task_id),
     ).fetchall()
     store._conn.execute("UPDATE tasks SET awaiting_approval = 0 WHERE id = ? AND awaiting_approval = 1", (task_id,))
     for (approval_id,) in rows:
-        payload = {"approval_id": approval_id, "decision": "denied", "by": "agentd", "note": f"task canceled: {why}"}
+        payload = {"approval_id": approval_id, "decision": "denied", "by": by, "note": f"task canceled: {why}"}
         store._append_event("approval_resolved", now, task_id=task_id, payload=payload)
 
 
@@ -143,7 +146,7 @@ class TaskVerbs(StoreBase):
 
     # --- operator controls ----------------------------------------------------------------------
 
-    def cancel_task(self, task_id: int, outcome: TaskOutcome, now: datetime) -> CancelResult:
+    def cancel_task(self, task_id: int, outcome: TaskOutcome, now: datetime, *, by: str = "agentd") -> CancelResult:
         """A waiting task ends operator_canceled now (with `outcome`); a running one is flagged for
         the dispatcher, which stops its adapter."""
         with self._transaction():
@@ -156,13 +159,15 @@ class TaskVerbs(StoreBase):
                        WHERE id = ?""",
                     (ts(now), ts(now), task_id),
                 )
-                self._append_event("task_cancel_requested", now, task_id=task_id)
+                self._append_event("task_cancel_requested", now, task_id=task_id, payload={"by": by})
                 return CancelResult(read_task_or_raise(self, task_id), "requested")
-            cancel_waiting(self, task_id, outcome, now)
+            cancel_waiting(self, task_id, outcome, now, by)
             return CancelResult(read_task_or_raise(self, task_id), "canceled")
 
-    def retry_task(self, task_id: int, more_attempts: int, now: datetime) -> TaskRecord:
-        """Re-queue a failed, blocked or canceled task with `more_attempts`; its history stays."""
+    def retry_task(self, task_id: int, more_attempts: int, now: datetime, *, by: str = "agentd") -> TaskRecord:
+        """Re-queue a failed, blocked or canceled task with `more_attempts`; its history stays. A task that
+        was denied, or canceled while it waited for approval, waits for approval again: a retry is
+        never a way around an operator's no."""
         with self._transaction():
             task = read_task_or_raise(self, task_id)
             if task.status not in ("permanent_failure", "blocked", "operator_canceled"):
@@ -180,8 +185,10 @@ class TaskVerbs(StoreBase):
                 "task_requeued",
                 now,
                 task_id=task_id,
-                payload={"from_status": task.status, "more_attempts": more_attempts},
+                payload={"from_status": task.status, "more_attempts": more_attempts, "by": by},
             )
+            if never_approved(self, task_id):
+                request_approval(self, task_id, "retried after it was denied (or canceled unapproved)", now)
         return read_task_or_raise(self, task_id)
 
     # --- the queue over time ------------------------------------------------------------------

@@ -1,0 +1,169 @@
+"""Every control act names a real person, and none can come from inside an attempt (README, "The
+boundary"): the verbs refuse a caller with AGENTD_ATTEMPT_ID or the run user's uid before reading
+anything, `--source` cannot claim a namespace agentd sets, and a retry is never a way around a no."""
+
+from __future__ import annotations
+
+import pwd
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rig import Rig
+from support import write_config
+
+from agentd.errors import ConfigError, InputError
+from agentd.privilege import RESERVED_SOURCES, operator_identity, operator_name, refuse_inside_attempt
+from agentd.records import RuntimeEvent
+from agentd.validation import load_config
+
+pytestmark = pytest.mark.asyncio
+
+
+def ok(**fields: Any) -> dict[str, Any]:
+    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
+
+
+@pytest.fixture
+def gated(rig_factory: Callable[..., Rig]) -> Rig:
+    def add(raw: dict[str, Any]) -> None:
+        next(t for t in raw["task_types"] if t["task_type"] == "scripted")["requires_approval"] = True
+
+    return rig_factory(add)
+
+
+def events(rig: Rig, kind: str) -> list[RuntimeEvent]:
+    return [e for e in rig.events() if e.type == kind]
+
+
+# Each control verb, as an operator types it (task 1 exists and waits for approval).
+CONTROL_VERBS = [
+    ("task", "add", "--type", "scripted", "--payload", "{}"),
+    ("task", "cancel", "1"),
+    ("task", "retry", "1"),
+    ("approve", "1"),
+    ("deny", "1", "--reason", "no"),
+    ("dispatch", "pause"),
+    ("dispatch", "resume"),
+    ("schedule", "add", "s1", "--every", "1h", "--type", "scripted"),
+    ("schedule", "rm", "s1"),
+    ("workflow", "start", "goal-loop", "k1"),
+    ("workflow", "signal", "1", "ok"),
+    ("workflow", "unblock", "1"),
+    ("workflow", "cancel", "1"),
+    ("outbox", "retry", "1"),
+    ("constitution", "accept", "1"),
+    ("constitution", "reject", "1", "--reason", "no"),
+    ("prune", "--before", "1d"),
+]
+
+
+@pytest.mark.parametrize("verb", CONTROL_VERBS, ids=" ".join)
+async def test_every_control_verb_is_refused_inside_an_attempt(
+    gated: Rig, rig_cli: Any, monkeypatch: pytest.MonkeyPatch, verb: tuple[str, ...]
+) -> None:
+    held = gated.add("scripted", payload={"outcome": ok()})
+    before = gated.store.chain_head()
+    monkeypatch.setenv("AGENTD_ATTEMPT_ID", "01ATTEMPTFROMINSIDE")
+    refused = rig_cli(gated, *verb)
+    assert refused.code == 2, refused.out + refused.err
+    assert "refused inside an attempt (AGENTD_ATTEMPT_ID=01ATTEMPTFROMINSIDE)" in refused.err
+    assert gated.store.chain_head() == before  # nothing written
+    assert gated.store.get_task_or_raise(held.task_id).awaiting_approval
+    monkeypatch.delenv("AGENTD_ATTEMPT_ID")
+    assert rig_cli(gated, "status").code == 0  # looking is not acting
+
+
+async def test_the_run_user_is_refused_even_without_the_marker(monkeypatch: pytest.MonkeyPatch) -> None:
+    me = pwd.getpwuid(__import__("os").getuid()).pw_name
+    with pytest.raises(InputError, match=f"refused for {me}, the user attempts run as"):
+        refuse_inside_attempt(me, "agentd approve")
+    refuse_inside_attempt(None, "agentd approve")  # no run user: only the marker is checked
+
+
+@pytest.mark.parametrize("source", [*(f"{name}:x" for name in RESERVED_SOURCES), "Sensor:inbox:1", " operator:bob"])
+async def test_a_source_cannot_claim_a_namespace_agentd_sets(gated: Rig, rig_cli: Any, source: str) -> None:
+    before = gated.store.chain_head()
+    refused = rig_cli(gated, "task", "add", "--type", "scripted", "--source", source, "--payload", "{}")
+    assert refused.code == 2 and "claims a namespace agentd sets itself" in refused.err
+    assert gated.store.chain_head() == before
+
+
+async def test_every_control_act_records_the_os_user(gated: Rig, rig_cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SUDO_USER", "alice")  # as sudo leaves it: the person behind the account
+    who = operator_name()
+    assert who == f"alice (sudo as {operator_identity()['user']})"
+    added = rig_cli(gated, "task", "add", "--type", "scripted", "--payload", "{}", "--json").json()
+    assert added["source"] == f"operator:{operator_identity()['user']}"
+    assert rig_cli(gated, "task", "add", "--type", "scripted", "--source", "ci:nightly", "--payload", "{}").code == 0
+    assert rig_cli(gated, "deny", str(added["task_id"]), "--reason", "no").code == 0
+    assert rig_cli(gated, "task", "retry", str(added["task_id"])).code == 0
+    assert rig_cli(gated, "task", "cancel", "2").code == 0
+    assert rig_cli(gated, "schedule", "add", "s1", "--every", "1h", "--type", "scripted").code == 0
+    assert rig_cli(gated, "schedule", "rm", "s1").code == 0
+    assert rig_cli(gated, "dispatch", "pause").code == 0
+    assert rig_cli(gated, "dispatch", "resume").code == 0
+    acts = {
+        "task_enqueued": lambda e: e.task_id == added["task_id"],
+        "approval_resolved": lambda e: True,
+        "task_requeued": lambda e: True,
+        "task_finished": lambda e: e.task_id == 2,
+        "schedule_upserted": lambda e: e.schedule_id == "s1",
+        "schedule_removed": lambda e: True,
+        "dispatch_paused": lambda e: True,
+        "dispatch_resumed": lambda e: True,
+    }
+    for kind, mine in acts.items():
+        found = [e for e in events(gated, kind) if mine(e)]
+        assert found and all(e.payload["by"] == who for e in found), (kind, [e.payload for e in found])
+
+
+async def test_a_retry_of_a_denied_task_asks_for_approval_again(gated: Rig, rig_cli: Any) -> None:
+    denied = gated.add("scripted", payload={"outcome": ok()})
+    assert rig_cli(gated, "deny", str(denied.task_id), "--reason", "not now").code == 0
+    retried = rig_cli(gated, "task", "retry", str(denied.task_id), "--json").json()
+    assert retried["status"] == "pending" and retried["awaiting_approval"]
+    assert [a["task_id"] for a in rig_cli(gated, "approvals", "--json").json()] == [denied.task_id]
+
+
+async def test_a_retry_of_a_task_canceled_while_it_waited_asks_for_approval_again(gated: Rig, rig_cli: Any) -> None:
+    canceled = gated.add("scripted", payload={"outcome": ok()})
+    assert rig_cli(gated, "task", "cancel", str(canceled.task_id)).code == 0
+    assert rig_cli(gated, "task", "retry", str(canceled.task_id)).code == 0
+    assert gated.store.get_task_or_raise(canceled.task_id).awaiting_approval
+
+
+async def test_a_retry_of_an_approved_task_that_failed_runs_without_asking_again(gated: Rig, rig_cli: Any) -> None:
+    failing = gated.add(
+        "scripted", payload={"outcome": {**ok(), "status": "permanent_failure", "machine_status": "failed"}}
+    )
+    assert rig_cli(gated, "approve", str(failing.task_id)).code == 0
+    dispatcher = gated.dispatcher()
+    await dispatcher.start()
+    await dispatcher.run_until_idle()
+    await dispatcher.stop()
+    assert gated.store.get_task_or_raise(failing.task_id).status == "permanent_failure"
+    assert rig_cli(gated, "task", "retry", str(failing.task_id)).code == 0
+    assert not gated.store.get_task_or_raise(failing.task_id).awaiting_approval
+
+
+@pytest.mark.parametrize(
+    ("paths", "problem"),
+    [
+        ({"workspace": "state/workspace", "run_dir": "run"}, "paths.workspace: expected a folder outside state_dir"),
+        ({"workspace": "ws", "run_dir": "state/runs"}, "paths.run_dir: expected a folder outside state_dir"),
+        ({"workspace": "ws"}, "paths.run_dir: required with dispatch.run_as"),
+    ],
+)
+async def test_a_run_user_needs_its_folders_outside_the_state_dir(
+    tmp_path: Path, paths: dict[str, str], problem: str
+) -> None:
+    def mutate(raw: dict[str, Any]) -> None:
+        raw["dispatch"]["run_as"] = "nobody"
+        raw["paths"].pop("run_dir", None)
+        raw["paths"].update({key: str(tmp_path / value) for key, value in paths.items()})
+
+    with pytest.raises(ConfigError) as refused:
+        load_config(write_config(tmp_path, mutate))
+    assert problem in str(refused.value)
