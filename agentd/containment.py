@@ -20,6 +20,7 @@ import errno
 import logging
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ import anyio.lowlevel
 
 from agentd import procs
 from agentd.hashing import sha256_hex
+from agentd.privilege import RunUser, popen_identity
 
 logger = logging.getLogger(__name__)
 
@@ -167,21 +169,38 @@ async def spawn(group: RunGroup | None, start: Callable[[], Awaitable[T]]) -> T:
             found.leave()
 
 
-async def end_run(group: RunGroup, since_ticks: int | None) -> list[int]:
+async def end_run(group: RunGroup, since_ticks: int | None, user: RunUser | None = None) -> list[int]:
     """Kill everything the run left behind; return the pids found. Without cgroups, processes
-    carrying the run's marker that started after `since_ticks` (clock ticks since boot)."""
+    carrying the run's marker that started after `since_ticks` (clock ticks since boot), found and
+    killed by a process of the run's user when it has one."""
     found = cgroups()
     if found is not None:
         return await _kill_cgroup(found.run_dir(group))
-    return procs.kill_marked(group.marker, started_after_ticks=since_ticks)
+    return await _kill_marked(group.marker, since_ticks, user)
 
 
-async def sweep_run(group: RunGroup) -> list[int]:
+async def sweep_run(group: RunGroup, user: RunUser | None = None) -> list[int]:
     """After the runtime died: kill what the run left, in its cgroup and by its marker (the process
     that started it may have had no cgroups)."""
     found = cgroups()
     killed = await _kill_cgroup(found.run_dir(group)) if found is not None else []
-    return killed + [pid for pid in procs.kill_marked(group.marker) if pid not in killed]
+    return killed + [pid for pid in await _kill_marked(group.marker, None, user) if pid not in killed]
+
+
+async def _kill_marked(marker: str, since_ticks: int | None, user: RunUser | None) -> list[int]:
+    """procs.kill_marked, here or, for another user's processes (whose environment only that user may
+    read, and whom only that user may signal), in `python -m agentd.procs` run as that user."""
+    if user is None or os.geteuid() == 0:
+        return procs.kill_marked(marker, started_after_ticks=since_ticks)
+    argv = [sys.executable, "-I", "-m", "agentd.procs", "kill-marked", marker]
+    if since_ticks is not None:
+        argv.append(str(since_ticks))
+    try:
+        done = await anyio.run_process(argv, check=False, **popen_identity(user))
+    except OSError:
+        logger.warning("cannot run the marker sweep as %s; processes marked %s may remain", user.name, marker)
+        return []
+    return [int(pid) for pid in done.stdout.split()]
 
 
 async def _kill_cgroup(path: Path) -> list[int]:

@@ -1,47 +1,40 @@
-"""Laying out a VM for one agent (DESIGN §8): `agentd install --agent NAME [--root DIR]`.
+"""Laying out a VM for one agent (README, "Deploy on a VM"): `agentd install --agent NAME [--root DIR]`.
 
-Writes /etc/agentd/NAME.toml (the embedded example with its comments, edited for NAME and a free
-pair of metrics ports; never over an existing one) with the agent's SOUL.md, PURPOSE.md, schemas,
-skills and sensors beside it in /etc/agentd/NAME/, the two unit templates (ExecStart = this
-agentd), the sysusers.d file naming the agentd system user (applied by systemd-sysusers on the real
-root only) and the state dir. Running it again changes nothing. `--root` lays the same tree under
-another directory (a staging tree; also how it is tested) and never writes account files there.
-`uninstall` reverses it and keeps the config and the state unless told to purge.
+Writes /etc/agentd/NAME.toml (the embedded example with its comments, edited for NAME, its run user
+and a free pair of metrics ports; never over an existing one) with the agent's SOUL.md, PURPOSE.md,
+schemas, skills and sensors beside it in /etc/agentd/NAME/, the two unit templates (ExecStart = this
+agentd), the agent's two users (/etc/sysusers.d/agentd-NAME.conf: `agentd-NAME` runs the services and
+owns the state dir, `agentd-NAME-run` runs attempts and sensors and owns only the workspace) and their
+folders (/etc/tmpfiles.d/agentd-NAME.conf). Running it again changes nothing. `--root` lays the same
+tree under another directory (a staging tree: nothing is applied to this system's accounts or
+folders); `uninstall` reverses it and keeps the config and the state unless told to purge.
 """
 
 from __future__ import annotations
 
-import copy
+import grp
 import os
+import pwd
 import re
 import shutil
-import tomllib
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import tomli_w
-
+from agentd.agent_toml import Placement, agent_toml
 from agentd.errors import InputError
-from agentd.ports import LOOPBACK, free_pair, other_agents, used_ports
+from agentd.ports import free_pair, other_agents, used_ports
 from agentd.resources import data_dir, example_config
 from agentd.runner import run_setup_command
 
 UNITS = ("agentd-dispatch@.service", "agentd-sensors@.service")
-SYSUSERS_FILE = "etc/sysusers.d/agentd.conf"  # the one source of agentd's users
 TEMPLATE_BIN = "/usr/local/bin/agentd"
-NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+# agentd-NAME-run must fit the 32 characters of a user name.
+NAME = re.compile(r"^[a-z][a-z0-9_-]{0,20}$")
 AGENT_FILES = ("SOUL.md", "PURPOSE.md", "schemas", "scripts")
 # PrivateTmp= and ProtectHome= in the units hide these from the services: an agentd in them cannot start.
 HIDDEN_FROM_UNITS = tuple(map(Path, ("/tmp", "/var/tmp", "/home", "/root", "/run/user")))
 # What ExecStart= takes as one word: no spaces (they split it) and no % (a unit specifier).
 UNIT_SAFE_PATH = re.compile(r"/[A-Za-z0-9/._+-]+")
-TABLE_HEADER = re.compile(r"^\s*\[\[?\s*(?P<name>[^\[\]#]+?)\s*\]\]?\s*(#.*)?$")
-STRING_KEY = re.compile(
-    r"""^(?P<lead>\s*(?P<key>[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|'[^']*')\s*=\s*)"""
-    r"""(?P<value>"(?:[^"\\]|\\.)*"|'[^']*')(?P<gap>\s*)(?P<comment>#.*)?$"""
-)
 
 
 @dataclass(frozen=True)
@@ -62,7 +55,7 @@ class Layout:
 
     @property
     def state_dir(self) -> Path:
-        return self._in_root(f"/var/lib/agentd/{self.agent}")
+        return self._in_root(self.placement.state_dir)
 
     @property
     def units_dir(self) -> Path:
@@ -70,11 +63,57 @@ class Layout:
 
     @property
     def sysusers(self) -> Path:
-        return self._in_root(f"/{SYSUSERS_FILE}")
+        return self._in_root(f"/etc/sysusers.d/agentd-{self.agent}.conf")
+
+    @property
+    def tmpfiles(self) -> Path:
+        return self._in_root(f"/etc/tmpfiles.d/agentd-{self.agent}.conf")
+
+    @property
+    def service_user(self) -> str:
+        return f"agentd-{self.agent}"
+
+    @property
+    def run_user(self) -> str:
+        return f"agentd-{self.agent}-run"
+
+    @property
+    def run_area(self) -> str:
+        return f"/var/lib/agentd-run/{self.agent}"
+
+    @property
+    def placement(self) -> Placement:
+        area = self.run_area
+        return Placement(
+            self.agent, f"/var/lib/agentd/{self.agent}", f"{area}/workspace", f"{area}/runs", self.run_user
+        )
+
+    def folders(self) -> list[Folder]:
+        """The agent's folders, who owns them and their modes (README, "The boundary"): the state dir the
+        services' alone; the run area theirs, but the run user's group may enter it; the workspace the run
+        user's. tmpfiles.d makes them so on the target; install on this system, as root, does it now."""
+        svc, run, place = self.service_user, self.run_user, self.placement
+        return [  # the run user's primary group is the services' (units/agentd.sysusers)
+            Folder(place.state_dir, svc, svc, 0o700),
+            Folder(self.run_area, svc, svc, 0o750),
+            Folder(place.run_dir, svc, svc, 0o750),
+            Folder(place.workspace, run, svc, 0o2770),
+        ]
 
     @property
     def on_this_system(self) -> bool:
         return self.root == Path("/")
+
+
+@dataclass(frozen=True)
+class Folder:
+    path: str  # on the target
+    owner: str
+    group: str
+    mode: int
+
+    def tmpfiles_line(self) -> str:
+        return f"d {self.path} {self.mode:04o} {self.owner} {self.group} -"
 
 
 @dataclass
@@ -92,7 +131,10 @@ class Report:
 
 def check_name(agent: str) -> None:
     if not NAME.match(agent):
-        raise InputError(f"--agent: expected a lowercase name like 'arc' (letters, digits, - and _), found {agent!r}")
+        raise InputError(
+            f"--agent: expected a lowercase name like 'arc' (letters, digits, - and _; at most 21, so that its "
+            f"user agentd-NAME-run fits a user name), found {agent!r}"
+        )
 
 
 def install(agent: str, root: Path, agentd_bin: Path) -> Report:
@@ -111,13 +153,35 @@ def install(agent: str, root: Path, agentd_bin: Path) -> Report:
     for unit in UNITS:
         text = (data_dir("units") / unit).read_text(encoding="utf-8").replace(TEMPLATE_BIN, str(agentd_bin))
         report.note(layout.units_dir / unit, _write_if_changed(layout.units_dir / unit, text, 0o644))
-    sysusers = (data_dir("units") / "agentd.sysusers").read_text(encoding="utf-8")
-    report.note(layout.sysusers, _write_if_changed(layout.sysusers, sysusers, 0o644))
+    report.note(layout.sysusers, _write_if_changed(layout.sysusers, sysusers_text(layout), 0o644))
+    report.note(layout.tmpfiles, _write_if_changed(layout.tmpfiles, tmpfiles_text(layout), 0o644))
     _create_users(layout, report)
-    _make_state_dir(layout, report)
+    _make_folders(layout, report)
     if layout.on_this_system and shutil.which("systemctl"):
         run_setup_command(["systemctl", "daemon-reload"], check=False)
     return report
+
+
+def sysusers_text(layout: Layout) -> str:
+    """The agent's two users, from units/agentd.sysusers: the one source of agentd's users."""
+    template = (data_dir("units") / "agentd.sysusers").read_text(encoding="utf-8")
+    return template.replace("@AGENT@", layout.agent)
+
+
+def tmpfiles_text(layout: Layout) -> str:
+    lines = [f'# agent {layout.agent}\'s folders, their owners and modes (`agentd install`; README, "The boundary")']
+    return "\n".join([*lines, *(folder.tmpfiles_line() for folder in layout.folders())]) + "\n"
+
+
+def _config_text(layout: Layout, report: Report) -> str:
+    """The example TOML edited for this agent and a free pair of metrics ports (agentd/agent_toml.py)."""
+    used, skipped = used_ports(layout.config)
+    report.warnings += skipped
+    report.ports = list(free_pair(used))
+    text, warning = agent_toml(layout.placement, report.ports)
+    if warning:
+        report.warnings.append(f"{layout.config}: {warning}")
+    return text
 
 
 def check_agentd_bin(agentd_bin: Path, layout: Layout, report: Report) -> None:
@@ -186,152 +250,53 @@ def _copy_agent_files(layout: Layout, report: Report) -> None:
             report.changed.append(str(target))
 
 
-def _config_text(layout: Layout, report: Report) -> str:
-    """The example TOML with its comments, edited in place for this agent and a free pair of metrics
-    ports. If editing the text does not give exactly the intended values, the values win: the
-    file is written without the comments and the report says so."""
-    used, skipped = used_ports(layout.config)
-    report.warnings += skipped
-    report.ports = list(free_pair(used))
-    example = example_config().read_text(encoding="utf-8")
-    original = tomllib.loads(example)
-    intended = _intended_config(copy.deepcopy(original), layout.agent, report.ports)
-    header = _config_header(layout.agent, report.ports)
-    text = header + _without_header(_edit_strings(example, _string_edits(original, intended)))
-    try:
-        if tomllib.loads(text) == intended:
-            return text
-    except tomllib.TOMLDecodeError:
-        pass
-    report.warnings.append(f"{layout.config}: written without the example's comments (editing them in failed)")
-    return header + "\n" + tomli_w.dumps(intended)
-
-
-def _intended_config(raw: dict[str, Any], agent: str, ports: list[int]) -> dict[str, Any]:
-    raw["agent"].update(agent_id=agent, internal_name=agent, display_name=agent.capitalize())
-    # Relative paths resolve against /etc/agentd, the file's own folder (so --root works too).
-    raw["constitution"].update(soul_path=f"{agent}/SOUL.md", purpose_path=f"{agent}/PURPOSE.md")
-    raw["paths"] = {
-        "state_dir": f"/var/lib/agentd/{agent}",
-        "workspace": f"/var/lib/agentd/{agent}/workspace",
-        "skills_dir": f"{agent}/skills",
-        "sensors_dir": f"{agent}/sensors",
-    }
-    raw["payload_schemas"] = {key: f"{agent}/{value}" for key, value in raw.get("payload_schemas", {}).items()}
-    for adapter in raw.get("adapters", []):
-        if adapter.get("kind") == "script" and not Path(adapter["command"]).is_absolute():
-            adapter["command"] = f"{agent}/{adapter['command']}"
-    dispatch, sensors = ports
-    raw.setdefault("metrics", {}).update(
-        dispatch_listen=f"{LOOPBACK}:{dispatch}", sensors_listen=f"{LOOPBACK}:{sensors}"
-    )
-    return raw
-
-
-def _config_header(agent: str, ports: list[int]) -> str:
-    return (
-        f"# The identity of agent {agent!r}, written by `agentd install` from agentd's example.\n"
-        f"# Edit it, then `agentd config check --agent {agent}` and restart the two units.\n"
-        "# Relative paths resolve against this file's folder (/etc/agentd).\n"
-        f"# Its metrics ports {ports[0]}/{ports[1]} were free and named by no other agent here when install ran\n"
-        "# (pairs from 9478/9479 up); `agentd config check` refuses a port another agent's TOML names.\n"
-    )
-
-
-def _without_header(text: str) -> str:
-    """The example minus its opening comment block, which describes the example, not this agent."""
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
-    return "".join(lines[start:])
-
-
-def _string_edits(old: dict[str, Any], new: dict[str, Any]) -> dict[tuple[str, int], dict[str, str]]:
-    """(table, nth occurrence) -> {key: new string} for each string of a top-level table, or of the nth
-    [[table]], that differs between the example and what this agent's file should say."""
-    edits = {}
-    for name, value in new.items():
-        before = old.get(name)
-        tables, were = (value, before) if isinstance(value, list) and isinstance(before, list) else ([value], [before])
-        for index, (table, was) in enumerate(zip(tables, were, strict=False)):  # extra ones: no edit, values differ
-            if isinstance(table, dict) and isinstance(was, dict):
-                changed = {k: v for k, v in table.items() if isinstance(v, str) and was.get(k) != v}
-                if changed:
-                    edits[(name, index)] = changed
-    return edits
-
-
-def _edit_strings(text: str, edits: dict[tuple[str, int], dict[str, str]]) -> str:
-    """Replace the named `key = "string"` lines in place, keeping their comments. Anything it cannot find
-    (a key the example lacks, a value on several lines) stays as it was: the caller compares values."""
-    lines, seen, table = [], Counter[str](), ("", 0)
-    for line in text.splitlines(keepends=True):
-        body = line.rstrip("\r\n")
-        if header := TABLE_HEADER.match(body):
-            table = (header["name"], seen[header["name"]])
-            seen[header["name"]] += 1
-        elif table in edits and (found := STRING_KEY.match(body)):
-            new = edits[table].get(_key_name(found["key"]))
-            line = line if new is None else _with_value(found, new) + line[len(body) :]
-        lines.append(line)
-    return "".join(lines)
-
-
-def _key_name(key: str) -> str:
-    return next(iter(tomllib.loads(f"{key} = 0")))  # TOML's own unquoting
-
-
-def _with_value(found: re.Match[str], new: str) -> str:
-    value = tomli_w.dumps({"v": new}).removeprefix("v = ").rstrip("\n")
-    if not found["comment"]:
-        return found["lead"] + value
-    width = len(found["value"]) + len(found["gap"])  # the comment keeps its column where the value allows
-    return found["lead"] + value.ljust(width - 1) + " " + found["comment"]
-
-
-def user_setup(layout: Layout, *, euid: int, sysusers: str | None) -> tuple[list[str] | None, str]:
-    """How the agentd user comes to exist: the command to run now (or None) and what to tell the operator.
-
-    The sysusers.d file is the one source of users. Only on the real root, as root, does install apply
-    it (systemd-sysusers changes the account files only if the user is missing). A staging tree never
-    gets account files: untarred over /, a passwd written there would replace every account."""
-    file, before = f"/{SYSUSERS_FILE}", "before `systemctl enable`"
+def user_setup(layout: Layout, *, euid: int, tools: dict[str, str | None]) -> tuple[list[list[str]], str]:
+    """How the agent's users and folders come to exist: the commands to run now and what to tell the
+    operator. The sysusers.d file is the one source of users and tmpfiles.d of their folders; only on
+    the real root, as root, does install apply them. A staging tree never gets account files:
+    untarred over /, a passwd written there would replace every account."""
+    users, folders = f"/{layout.sysusers.relative_to(layout.root)}", f"/{layout.tmpfiles.relative_to(layout.root)}"
+    apply = f"`systemd-sysusers {users}` and `systemd-tmpfiles --create {folders}`"
     if not layout.on_this_system:
-        return None, f"none made in a staging tree: on the target, `systemd-sysusers` creates them from {file} {before}"
+        return [], f"none made in a staging tree: on the target, run {apply} before `systemctl enable`"
     if euid != 0:
-        return None, f"not root: run `systemd-sysusers {file}` as root {before}"
-    if sysusers is None:
-        return None, f"systemd-sysusers not found: create the users {file} lists {before}"
-    return [sysusers, str(layout.sysusers)], f"`systemd-sysusers {file}` made sure they exist"
+        return [], f"not root: run {apply} as root before `systemctl enable`"
+    if tools.get("systemd-sysusers") is None:
+        return [], f"systemd-sysusers not found: create the users {users} lists before `systemctl enable`"
+    commands = [[str(tools["systemd-sysusers"]), str(layout.sysusers)]]
+    if tools.get("systemd-tmpfiles") is not None:
+        commands.append([str(tools["systemd-tmpfiles"]), "--create", str(layout.tmpfiles)])
+    return commands, f"{layout.service_user} and {layout.run_user}: {apply} made sure they and their folders exist"
 
 
 def _create_users(layout: Layout, report: Report) -> None:
-    command, report.users = user_setup(layout, euid=os.geteuid(), sysusers=shutil.which("systemd-sysusers"))
-    if command is not None:
+    tools = {name: shutil.which(name) for name in ("systemd-sysusers", "systemd-tmpfiles")}
+    commands, report.users = user_setup(layout, euid=os.geteuid(), tools=tools)
+    for command in commands:
         run_setup_command(command)
 
 
-def _make_state_dir(layout: Layout, report: Report) -> None:
-    existed = layout.state_dir.exists()
-    layout.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(layout.state_dir, 0o700)
-    entry = _passwd_entry(layout, "agentd")
-    if entry is not None and os.geteuid() == 0:
-        uid, gid = entry
-        for path in (layout.state_dir.parent, layout.state_dir):
-            if path.stat().st_uid != uid:
-                os.chown(path, uid, gid)
-    report.note(layout.state_dir, not existed)
+def _make_folders(layout: Layout, report: Report) -> None:
+    """The agent's folders, in the tree; owned as `Layout.folders` says where the users exist here."""
+    for folder in layout.folders():
+        path = layout.root / folder.path.lstrip("/")
+        existed = path.exists()
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if layout.on_this_system and os.geteuid() == 0:
+            _own(path, folder)
+        elif not existed:
+            os.chmod(path, folder.mode & 0o777)
+        report.note(path, not existed)
 
 
-def _passwd_entry(layout: Layout, user: str) -> tuple[int, int] | None:
-    passwd = layout.root / "etc" / "passwd"
-    if not passwd.is_file():
-        return None
-    for line in passwd.read_text(encoding="utf-8").splitlines():
-        fields = line.split(":")
-        if len(fields) > 3 and fields[0] == user:
-            return int(fields[2]), int(fields[3])
-    return None
+def _own(path: Path, folder: Folder) -> None:
+    try:
+        uid, gid = pwd.getpwnam(folder.owner).pw_uid, grp.getgrnam(folder.group).gr_gid
+    except KeyError:
+        return  # users not made here (no systemd-sysusers): tmpfiles.d does it on the next boot
+    if (path.stat().st_uid, path.stat().st_gid) != (uid, gid):
+        os.chown(path, uid, gid)
+    os.chmod(path, folder.mode)
 
 
 def _write_if_changed(path: Path, text: str, mode: int) -> bool:
@@ -353,7 +318,8 @@ def uninstall(agent: str, root: Path, *, purge: bool, yes: bool = False) -> Repo
     """
     check_name(agent)
     layout, report = Layout(root, agent), Report()
-    own = [path for path in (layout.config, layout.agent_dir, layout.state_dir) if path.exists()]
+    area = layout.root / layout.run_area.lstrip("/")
+    own = [path for path in (layout.config, layout.agent_dir, layout.state_dir, area) if path.exists()]
     if not own:
         raise InputError(f"agent {agent!r} is not installed (no {layout.config})")
     if purge and not yes:
@@ -370,8 +336,12 @@ def uninstall(agent: str, root: Path, *, purge: bool, yes: bool = False) -> Repo
             report.changed.append(str(path))
         else:
             report.kept.append(str(path))
-    if not other_agents(layout.config):  # the last agent: the shared templates and the user entry go too
-        for path in (*(layout.units_dir / unit for unit in UNITS), layout.sysusers):
+    for path in (layout.sysusers, layout.tmpfiles):  # the agent's users stay in the account files
+        if path.exists():
+            path.unlink()
+            report.changed.append(str(path))
+    if not other_agents(layout.config):  # the last agent: the shared templates go too
+        for path in (layout.units_dir / unit for unit in UNITS):
             if path.exists():
                 path.unlink()
                 report.changed.append(str(path))

@@ -19,7 +19,7 @@ import os
 import pwd
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from agentd.errors import AgentdError, InputError
 
@@ -28,6 +28,15 @@ SWITCH_CAPS = (CAP_SETUID, CAP_SETGID)
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 RUN_UMASK = 0o007  # what the run user writes, the service user (in its group) may read and remove
+
+
+class Identity(TypedDict, total=False):
+    """What Popen (and anyio's open_process/run_process) take to start a child as another user."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
+    umask: int
 
 
 class BoundaryError(AgentdError):
@@ -43,6 +52,15 @@ class RunUser:
     name: str
     uid: int
     gid: int
+
+
+def popen_identity(user: RunUser | None) -> Identity:
+    """The switch to the run user, done in the child between fork and exec: its uid and its own group,
+    no supplementary groups, and a umask that keeps what it writes readable by that group (which is
+    the services' own: README, "The boundary"). Nothing for None: the service's own user."""
+    if user is None:
+        return {}
+    return {"user": user.uid, "group": user.gid, "extra_groups": [], "umask": RUN_UMASK}
 
 
 def run_user(name: str | None) -> RunUser | None:

@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,5 +97,20 @@ def kill_marked(marker: str, started_after_ticks: int | None = None) -> list[int
     return pids
 
 
+def main(argv: list[str]) -> int:
+    """`python -m agentd.procs kill-marked MARKER [SINCE_TICKS]`: `kill_marked` run as the user whose
+    processes carry the marker (the run user may read their environment; the service may not)."""
+    if len(argv) not in (2, 3) or argv[0] != "kill-marked":
+        print("usage: python -m agentd.procs kill-marked MARKER [SINCE_TICKS]", file=sys.stderr)
+        return 2
+    killed = kill_marked(argv[1], int(argv[2]) if len(argv) == 3 else None)
+    print(" ".join(map(str, killed)))
+    return 0
+
+
 def attempt_marker(attempt_id: str) -> str:
     return f"AGENTD_ATTEMPT_ID={attempt_id}"
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

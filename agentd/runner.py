@@ -20,7 +20,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import anyio
 import anyio.abc
@@ -29,7 +29,7 @@ from agentd import procs
 from agentd.config import passthrough_environment, read_env_file
 from agentd.containment import RunGroup, end_run, spawn
 from agentd.evidence import create_private
-from agentd.privilege import RUN_UMASK, RunUser
+from agentd.privilege import RunUser, popen_identity
 from agentd.redaction import Redactor
 
 CHUNK_BYTES = 64 * 1024
@@ -187,15 +187,15 @@ async def run_process(
             with anyio.move_on_after(spec.timeout_s) as deadline:
                 await process.wait()
             timed_out = deadline.cancelled_caught
-            await _stop_group(process, spec.kill_grace_s)
-            stragglers = await _end(spec.group, since)
+            await _stop_group(process, spec.kill_grace_s, spec.user)
+            stragglers = await _end(spec.group, since, spec.user)
             # Whatever still holds our pipes now escaped the run (no cgroup, no marker): stop reading.
             pumps.cancel_scope.deadline = anyio.current_time() + PIPE_DRAIN_S
     finally:
         with anyio.CancelScope(shield=True):
-            await _stop_group(process, spec.kill_grace_s)
+            await _stop_group(process, spec.kill_grace_s, spec.user)
             if stragglers is None:
-                stragglers = await _end(spec.group, since)
+                stragglers = await _end(spec.group, since, spec.user)
             await process.aclose()
             out, err = stdout.close(), stderr.close()
     code = process.returncode
@@ -224,17 +224,9 @@ async def _spawn(spec: ProcessSpec) -> anyio.abc.Process:
             cwd=spec.cwd,
             env=dict(spec.env),
             start_new_session=True,  # its own process group: one killpg reaches everything it starts
-            **_identity(spec.user),
+            **popen_identity(spec.user),
         ),
     )
-
-
-def _identity(user: RunUser | None) -> dict[str, Any]:
-    """Popen's switch to the run user, done in the child between fork and exec: no supplementary
-    groups, and a umask that keeps what it writes readable by its group (the service)."""
-    if user is None:
-        return {}
-    return {"user": user.uid, "group": user.gid, "extra_groups": [], "umask": RUN_UMASK}
 
 
 _PIDFD: list[asyncio.PidfdChildWatcher] = []  # this process's, once it is known to work
@@ -258,23 +250,34 @@ def _pidfd_child_watcher() -> None:
         _PIDFD[0].attach_loop(loop)
 
 
-async def _stop_group(process: anyio.abc.Process, grace_s: float) -> None:
+async def _stop_group(process: anyio.abc.Process, grace_s: float, user: RunUser | None = None) -> None:
     """TERM the group and wait up to grace for the leader; then KILL whatever is left in it."""
     if process.returncode is None:
-        kill_group(process.pid, signal.SIGTERM)
+        await signal_group(process.pid, signal.SIGTERM, user)
         with anyio.move_on_after(grace_s):
             await process.wait()
-    kill_group(process.pid, signal.SIGKILL)  # stragglers the leader left behind, or the leader
+    await signal_group(process.pid, signal.SIGKILL, user)  # stragglers the leader left behind, or the leader
     await process.wait()
 
 
-async def _end(group: RunGroup | None, since: int) -> list[int]:
+async def _end(group: RunGroup | None, since: int, user: RunUser | None = None) -> list[int]:
     """The run's end: everything it started that is still alive, out of the group too."""
-    return await end_run(group, since) if group is not None else []
+    return await end_run(group, since, user) if group is not None else []
+
+
+async def signal_group(pgid: int, sig: signal.Signals, user: RunUser | None) -> None:
+    """Signal a whole process group. The run user's processes are signalled by a process of the run
+    user (`kill`), so the service needs no CAP_KILL: it can signal no one else's (README, "The boundary")."""
+    if user is None or os.geteuid() == 0:
+        kill_group(pgid, sig)
+        return
+    with contextlib.suppress(OSError):
+        argv = ["kill", "-s", sig.name.removeprefix("SIG"), "--", f"-{pgid}"]
+        await anyio.run_process(argv, check=False, **popen_identity(user))
 
 
 def kill_group(pgid: int, sig: signal.Signals) -> bool:
-    """Signal a whole process group; False if it no longer exists."""
+    """Signal a whole process group; False if it no longer exists (or is not ours to signal)."""
     try:
         os.killpg(pgid, sig)
     except ProcessLookupError:
@@ -317,7 +320,8 @@ def _start_error(command: str, exc: OSError) -> str:
 def remove_as(path: Path, user: RunUser | None) -> None:
     """`rm -rf path` as `user` (a folder the run user made unreadable to the service); no caps pass on."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False, timeout=60, **_identity(user))
+        argv = ["rm", "-rf", "--one-file-system", "--", str(path)]
+        subprocess.run(argv, check=False, timeout=60, **popen_identity(user))
 
 
 def run_setup_command(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -358,7 +358,7 @@ async def sweep_sensor_runs(config: Config, db: AsyncStore, clock: Clock) -> int
         )
         if procs.is_running(holder, me) is not False:
             continue  # alive, or on another host: not ours to sweep
-        killed = await sweep_run(sensor_group(config.paths.state_dir, run.run_id))
+        killed = await sweep_run(sensor_group(config.paths.state_dir, run.run_id), run_user(config.dispatch.run_as))
         await db.call(Store.reclaim_sensor_run, run.sensor_id, run.run_id, len(killed), clock.now())
         swept += 1
     return swept

@@ -24,7 +24,7 @@ async def boot_sweep(runner: AttemptRunner) -> int:
     """Sweep every open attempt; return how many."""
     config, swept = runner.config, 0
     for task, attempt in await runner.db.call(Store.running_attempts):
-        survivors = await sweep_run(attempt_group(config.paths.state_dir, attempt.attempt_id))
+        survivors = await sweep_run(attempt_group(config.paths.state_dir, attempt.attempt_id), runner.preparer.user)
         try:
             end = await anyio.to_thread.run_sync(sweep_end, config, runner.clock, runner.rng, task, attempt, survivors)
         except FATAL:

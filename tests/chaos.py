@@ -29,6 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import privsep
 from support import agent_config
 
 from agentd.clock import SystemClock
@@ -234,49 +235,76 @@ CLI_POISON = [
 
 
 class Chaos:
-    def __init__(self, directory: Path, seed: int, task_s: tuple[float, float] = TASK_S) -> None:
-        self.dir, self.rng, self.task_s = directory, random.Random(seed), task_s
-        self.workspace = directory / "workspace"
-        self.feed = directory / "feed.jsonl"
+    """With an `agent` (tests/privsep.py: root, real users), the services run as the agent's service user
+    and every attempt and sensor as its run user, as the units run them, and hostile attempts try to act
+    as the operator; without one, everything runs as the harness's own user."""
+
+    def __init__(
+        self, directory: Path, seed: int, task_s: tuple[float, float] = TASK_S, agent: privsep.PrivAgent | None = None
+    ) -> None:
+        self.dir, self.rng, self.task_s, self.agent = directory, random.Random(seed), task_s, agent
+        self.home = agent.base if agent else directory  # what the run user must reach: the feed, the sensors
+        self.workspace = agent.workspace if agent else directory / "workspace"
+        self.feed = self.home / "feed.jsonl"
         self.feed.write_text("")
+        self.feed.chmod(0o644)
+        self.hostile_reports: list[str] = []
+        self.held_task: int | None = None
         self.valid_keys: list[str] = []
         self.cli_poison_sources: list[str] = []
         self.problems: list[str] = []  # what the harness itself saw go wrong (CLI exits)
         self.poisoned: Counter[str] = Counter()
         self.config_path = self._configure()
         self.config = load_config(self.config_path)
-        init_state_dir(self.config.paths.state_dir, self.config.paths.workspace)
-        migrate(self.config.db_path, SystemClock())
         logs = directory / "logs"
         logs.mkdir()
         self.env = {
             k: v for k, v in os.environ.items() if k != "AGENTD_CONFIG" and not (k.startswith("AGENTD_") and "__" in k)
         }
-        base = [sys.executable, "-m", "agentd", "--config", str(self.config_path)]
-        env = self.env
-        self.dispatch = Service("dispatch", [*base, "dispatch"], env, logs)
-        self.sensors = Service("sensors", [*base, "sensors"], env, logs)
+        if agent is None:
+            init_state_dir(self.config.paths.state_dir, self.config.paths.workspace)
+            migrate(self.config.db_path, SystemClock())
+            base = [sys.executable, "-m", "agentd", "--config", str(self.config_path)]
+            self.dispatch = Service("dispatch", [*base, "dispatch"], self.env, logs)
+            self.sensors = Service("sensors", [*base, "sensors"], self.env, logs)
+        else:
+            agent.config_path = self.config_path
+            initialised = agent.as_service("init")
+            assert initialised.returncode == 0, initialised.stderr
+            self.env = {**self.env, **agent.env()}
+            self.dispatch = Service("dispatch", agent.service_argv("dispatch"), self.env, logs)
+            self.sensors = Service("sensors", agent.service_argv("sensors", delegated=False), self.env, logs)
 
     def _configure(self) -> Path:
-        sensors = self.dir / "sensors" / "feed"
+        sensors = self.home / "sensors" / "feed"
         sensors.mkdir(parents=True)
         script = sensors / "feed.py"
-        script.write_text(FEED_SENSOR.format(python=sys.executable))
+        python = privsep.agentd_bin() / "python" if self.agent else Path(sys.executable)
+        script.write_text(FEED_SENSOR.format(python=python))
         script.chmod(0o755)
         sensor_env = sensors / "secrets.env"
         sensor_env.write_text(f"TOKEN={SENSOR_SECRET}\n")
-        sensor_env.chmod(0o600)
+        if self.agent:
+            self.agent.readable(self.home / "sensors")
+            self.agent.own(sensor_env)
+        else:
+            sensor_env.chmod(0o600)
         (sensors / "sensor.toml").write_text(
             'description = "the chaos feed"\ninterval_seconds = 1\ntimeout_seconds = 20\n'
             f'command = ["./feed.py"]\nenv_file = "secrets.env"\nenv = {{ FEED = "{self.feed}" }}\n'
         )
-        adapter_env = self.dir / "scripted.env"
+        adapter_env = self.home / "scripted.env"
         adapter_env.write_text(f"API_KEY='{SECRET}'\n")
-        adapter_env.chmod(0o600)
-        side_log = str(self.dir / "workspace" / "side-effects.log")
+        if self.agent:
+            self.agent.own(adapter_env)
+        else:
+            adapter_env.chmod(0o600)
+        side_log = str(self.workspace / "side-effects.log")
 
         def mutate(raw: dict[str, Any]) -> None:
-            raw["paths"]["sensors_dir"] = str(self.dir / "sensors")
+            if self.agent:
+                privsep.boundary(raw, self.agent)
+            raw["paths"]["sensors_dir"] = str(self.home / "sensors")
             for adapter in raw["adapters"]:
                 if adapter["adapter_id"] == "scripted":
                     adapter["env_file"] = str(adapter_env)
@@ -290,7 +318,10 @@ class Chaos:
                 }
             ]
 
-        return agent_config(self.dir, mutate)
+        path = agent_config(self.home / "chaos", mutate)
+        if self.agent:
+            self.agent.readable(self.home / "chaos")
+        return path
 
     def feed_more(self, count: int) -> None:
         lines = []
@@ -325,8 +356,24 @@ class Chaos:
         if result.returncode != 0:
             self.problems.append(f"task add exited {result.returncode}: {result.stderr[-200:]}")
 
+    def add_hostile(self) -> None:
+        """An attempt that tries, from inside, everything an operator can do (tests/adapters/hostile.py)."""
+        if self.agent is None:
+            return  # the harness's own user runs it all: nothing separates agent from operator to test
+        report = f"hostile-{len(self.hostile_reports)}.json"
+        payload = {"report": report, "env_file": str(self.agent.env_file), "approve": self.held_task}
+        result = self.cli("task", "add", "--type", "hostile", "--payload", json.dumps(payload))
+        if result.returncode != 0:
+            self.problems.append(f"hostile task add exited {result.returncode}: {result.stderr[-200:]}")
+        self.hostile_reports.append(report)
+        self.poisoned["the agent as its operator"] += 1
+
     def seed_workload(self) -> None:
         """Every poisoned surface at least once, then a random mix."""
+        if self.agent is not None:
+            held = self.cli("task", "add", "--type", "example", "--subject", "held", "--require-approval", "--json")
+            self.held_task = json.loads(held.stdout)["task_id"]
+            self.add_hostile()
         with self.feed.open("a", encoding="utf-8") as feed:
             for line in poison_lines("seed-poison"):
                 feed.write(line + "\n")
@@ -365,6 +412,8 @@ class Chaos:
                 self.feed_more(self.rng.randint(1, 6))
             elif action < 0.35:
                 self.add_by_cli()
+            elif action < 0.40:
+                self.add_hostile()
             victim = self.rng.choice([self.dispatch, self.dispatch, self.sensors])
             victim.kill()
             done += 1
@@ -391,7 +440,13 @@ class Chaos:
                 now = SystemClock().now()
                 tasks = store.list_tasks(limit=1_000_000)
                 busy = any(
-                    t.status == "running" or (t.status in CLAIMABLE and t.available_at <= now and t.schedule_id is None)
+                    t.status == "running"
+                    or (
+                        t.status in CLAIMABLE
+                        and t.available_at <= now
+                        and t.schedule_id is None
+                        and not t.awaiting_approval
+                    )
                     for t in tasks
                 )
                 sensed = {r for (r,) in store._conn.execute("SELECT dedupe_key FROM sensor_events").fetchall()}
@@ -436,6 +491,7 @@ class Chaos:
             ),
             "no process outlived its attempt": self._no_escapees,
             "workflows ended or waiting on a step task": lambda: self._workflows(conn),
+            "no attempt acted as its operator": lambda: self._operator_held(store, tasks),
         }
         report.checks = {name: check() for name, check in checks.items()}
         return report
@@ -478,8 +534,9 @@ class Chaos:
     def _no_secrets(self) -> list[str]:
         needles = [s.encode() for secret in (SECRET, SENSOR_SECRET) for s in (secret, json.dumps(secret)[1:-1])]
         places = [
-            str(path.relative_to(self.dir))
-            for path in self.config.paths.state_dir.rglob("*")
+            str(path)
+            for root in (self.config.paths.state_dir, self.config.paths.runs)
+            for path in root.rglob("*")
             if path.is_file() and any(n in path.read_bytes() for n in needles)
         ]
         logs = self.dispatch.log_text() + self.sensors.log_text()
@@ -521,6 +578,26 @@ class Chaos:
                 alive.append(f"daemon {pid} ({pid_file.name})")
         return alive
 
+    def _operator_held(self, store: Store, tasks: list[Any]) -> list[str]:
+        """Every try of every hostile attempt failed, and nothing it tried to do is in the database."""
+        if self.agent is None:
+            return []
+        problems = []
+        for name in self.hostile_reports:
+            report = self.workspace / name
+            if not report.exists():
+                problems.append(f"{name}: its attempt never reported")
+                continue
+            tries = json.loads(report.read_text())
+            problems += [f"{name}: {t['name']} succeeded ({t['detail'][:80]})" for t in tries if t["succeeded"]]
+        held = store.get_task_or_raise(self.held_task) if self.held_task else None
+        if held is not None and not held.awaiting_approval:
+            problems.append(f"task {held.task_id} was let go without an operator")
+        problems += [f"task {t.task_id} claims to be from operator:x" for t in tasks if t.source == "operator:x"]
+        kinds = {e.type for e in store.read_events(limit=10_000_000)}
+        problems += [f"a {kind} event" for kind in ("dispatch_paused", "dispatch_resumed") if kind in kinds]
+        return problems
+
     def _workflows(self, conn: Any) -> list[str]:
         problems = []
         for workflow_id, state, iteration in conn.execute(
@@ -544,8 +621,14 @@ def run_chaos(
     pace_s: tuple[float, float] = (0.3, 1.8),
     task_s: tuple[float, float] = TASK_S,
 ) -> Report:
-    """`pace_s`: seconds between kills; `task_s`: how long each scripted task works."""
-    return Chaos(directory, seed, task_s).run(kills, deadline_s, pace_s)
+    """`pace_s`: seconds between kills; `task_s`: how long each scripted task works. Where real users can
+    be made (root), the agent runs behind its boundary and hostile attempts try to cross it."""
+    if privsep.missing() is not None:
+        if os.environ.get("AGENTD_REQUIRE_PRIVSEP"):
+            raise RuntimeError(f"AGENTD_REQUIRE_PRIVSEP is set but {privsep.missing()}")
+        return Chaos(directory, seed, task_s).run(kills, deadline_s, pace_s)
+    with privsep.priv_agent() as agent:
+        return Chaos(directory, seed, task_s, agent).run(kills, deadline_s, pace_s)
 
 
 def main() -> int:

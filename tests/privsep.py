@@ -28,7 +28,7 @@ import pytest
 import tomli_w
 from support import REPO, example_raw
 
-CAPS = "+setuid,+setgid,+kill"
+CAPS = "+setuid,+setgid"  # as the units grant them (no CAP_KILL)
 
 
 def missing() -> str | None:
@@ -128,10 +128,23 @@ class PrivAgent:
     service: str
     run: str
     cgroup: Path
+    config_path: Path | None = None  # another config than the one priv_agent wrote (the chaos harness's)
 
     @property
     def config(self) -> Path:
-        return self.base / "etc" / "agent.toml"
+        return self.config_path or self.base / "etc" / "agent.toml"
+
+    def own(self, path: Path, mode: int = 0o600) -> None:
+        """A file only the service user may read (an env_file)."""
+        svc = pwd.getpwnam(self.service)
+        os.chown(path, svc.pw_uid, svc.pw_gid)
+        os.chmod(path, mode)
+
+    def readable(self, root: Path) -> None:
+        """A folder every user may read (config, sensors, schemas), as /etc/agentd is."""
+        for path in [root, *root.rglob("*")]:
+            if not path.is_symlink() and path.name != "secrets.env":
+                os.chmod(path, 0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
 
     @property
     def state_dir(self) -> Path:
@@ -149,21 +162,43 @@ class PrivAgent:
     def env_file(self) -> Path:
         return self.base / "etc" / "secrets.env"
 
+    @property
+    def sensors_dir(self) -> Path:
+        return self.base / "etc" / "no-sensors"
+
+    def processes_of(self, name: str) -> list[int]:
+        """The living processes of a user (zombies aside)."""
+        uid, found = self.uid(name), []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with suppress(OSError):
+                    status = (entry / "status").read_text()
+                    real = int(status.split("Uid:", 1)[1].split()[0])
+                    if real == uid and "State:\tZ" not in status:
+                        found.append(int(entry.name))
+        return found
+
     def uid(self, name: str) -> int:
         return pwd.getpwnam(name).pw_uid
 
-    def as_service(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        """`agentd --config … ARGS` as the service user with the units' capabilities, in its cgroup."""
+    def as_service(self, *args: str, timeout: float = 120, delegated: bool = True) -> subprocess.CompletedProcess[str]:
+        """`agentd --config … ARGS` as the service user with the units' capabilities, in its delegated
+        cgroup (as the dispatcher's unit runs it) or in none it may write (as the sensors' unit does)."""
         return subprocess.run(
-            self.service_argv(*args), capture_output=True, text=True, timeout=timeout, env=self.env(), check=False
+            self.service_argv(*args, delegated=delegated),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env(),
+            check=False,
         )
 
-    def service_argv(self, *args: str) -> list[str]:
+    def service_argv(self, *args: str, delegated: bool = True) -> list[str]:
         setpriv = [
             "setpriv",
             f"--reuid={self.service}",
             f"--regid={self.service}",
-            "--init-groups",
+            "--clear-groups",
             f"--inh-caps=-all,{CAPS}",
             f"--ambient-caps=-all,{CAPS}",
             f"--bounding-set=-all,{CAPS}",
@@ -172,7 +207,8 @@ class PrivAgent:
         command = " ".join(
             _quote(a) for a in [*setpriv, str(agentd_bin() / "agentd"), "--config", str(self.config), *args]
         )
-        return ["sh", "-c", f"echo $$ > {self.cgroup}/cgroup.procs && exec {command}"]
+        enter = f"echo $$ > {self.cgroup}/cgroup.procs && " if delegated else ""
+        return ["sh", "-c", f"{enter}exec {command}"]
 
     def as_operator(self, *args: str) -> subprocess.CompletedProcess[str]:
         """`agentd` as root, the operator (the state dir's files stay the service user's: agentd never
@@ -209,20 +245,11 @@ def priv_agent(mutate: Any = None) -> Iterator[PrivAgent]:
     cgroup = mount / f"agentd-privsep-{tag}"
     made_users: list[str] = []
     try:
-        _run("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--user-group", run)
-        made_users.append(run)
-        _run(
-            "useradd",
-            "--system",
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-            "--user-group",
-            "--groups",
-            run,
-            service,
-        )
+        system_user = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin"]
+        _run(*system_user, "--user-group", service)
         made_users.append(service)
+        _run(*system_user, "--gid", service, run)  # as units/agentd.sysusers: the services' group is its own
+        made_users.append(run)
         agent = PrivAgent(base, service, run, cgroup)
         _lay_out(agent, mutate)
         _delegate(agent)
@@ -231,7 +258,7 @@ def priv_agent(mutate: Any = None) -> Iterator[PrivAgent]:
         if cgroup.exists():
             _kill_cgroup(cgroup)
         shutil.rmtree(base, ignore_errors=True)
-        for user in made_users:
+        for user in reversed(made_users):  # the run user first: its group is the service's
             subprocess.run(["userdel", user], capture_output=True, check=False)
             subprocess.run(["groupdel", user], capture_output=True, check=False)
 
@@ -245,11 +272,11 @@ def _lay_out(agent: PrivAgent, mutate: Any) -> None:
     shutil.copytree(REPO / "config", etc)
     for path in [etc, *etc.rglob("*")]:
         os.chmod(path, 0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
-    for folder, owner, group, mode in (
+    for folder, owner, group, mode in (  # as agentd/install.py Layout.folders
         (agent.state_dir, svc.pw_uid, svc.pw_gid, 0o700),
-        (agent.run_area, svc.pw_uid, run.pw_gid, 0o750),
-        (agent.run_area / "runs", svc.pw_uid, run.pw_gid, 0o750),
-        (agent.workspace, run.pw_uid, run.pw_gid, 0o2770),
+        (agent.run_area, svc.pw_uid, svc.pw_gid, 0o750),
+        (agent.run_area / "runs", svc.pw_uid, svc.pw_gid, 0o750),
+        (agent.workspace, run.pw_uid, svc.pw_gid, 0o2770),
     ):
         folder.mkdir(mode=0o700)
         os.chown(folder, owner, group)
@@ -258,38 +285,47 @@ def _lay_out(agent: PrivAgent, mutate: Any) -> None:
     os.chown(agent.env_file, svc.pw_uid, svc.pw_gid)
     os.chmod(agent.env_file, 0o600)
     raw = example_raw()
-    raw["paths"] = {
-        "state_dir": str(agent.state_dir),
-        "workspace": str(agent.workspace),
-        "run_dir": str(agent.run_area / "runs"),
-        "skills_dir": str(REPO / "skills"),
-        "sensors_dir": str(etc / "no-sensors"),
-    }
     (etc / "no-sensors").mkdir(mode=0o755)
-    raw["dispatch"]["run_as"] = agent.run
+    raw["paths"] = {"skills_dir": str(REPO / "skills"), "sensors_dir": str(agent.sensors_dir)}
     raw["metrics"] = {"enabled": False}
-    raw["adapters"].append(
-        {
-            "adapter_id": "hostile",
-            "kind": "script",
-            "command": str(REPO / "tests" / "adapters" / "hostile.py"),
-            "timeout_ms": 60_000,
-            "env_file": str(agent.env_file),
-        }
-    )
-    raw["task_types"].append(
-        {
-            "task_type": "hostile",
-            "payload_schema_id": "agent-runtime/payload.any-object/v1",
-            "default_profile_id": "operator",
-            "default_adapter_id": "hostile",
-        }
-    )
+    boundary(raw, agent)
     if mutate is not None:
         mutate(raw)
     agent.config.write_text(tomli_w.dumps(raw))
     os.chmod(agent.config, 0o644)
     tomllib.loads(agent.config.read_text())
+
+
+def boundary(raw: dict[str, Any], agent: PrivAgent) -> None:
+    """What makes any test config this agent's, as `agentd install` writes one: its folders, its run
+    user, and two more adapters (`hostile`: an attempt that tries to act as its operator; `scripted`:
+    tests/adapters/scripted.py with a short timeout), each given the service's env_file."""
+    raw["paths"].update(
+        state_dir=str(agent.state_dir), workspace=str(agent.workspace), run_dir=str(agent.run_area / "runs")
+    )
+    raw["dispatch"]["run_as"] = agent.run
+    raw["dispatch"]["kill_grace_s"] = 1.0
+    for name, script, timeout_ms in (("hostile", "hostile.py", 60_000), ("scripted", "scripted.py", 3_000)):
+        if any(a["adapter_id"] == name for a in raw["adapters"]):
+            continue  # the config has its own
+        raw["adapters"].append(
+            {
+                "adapter_id": name,
+                "kind": "script",
+                "command": str(REPO / "tests" / "adapters" / script),
+                "timeout_ms": timeout_ms,
+                "env_file": str(agent.env_file),
+            }
+        )
+        raw["task_types"].append(
+            {
+                "task_type": name,
+                "payload_schema_id": "agent-runtime/payload.any-object/v1",
+                "default_profile_id": "operator",
+                "default_adapter_id": name,
+                "artifact_roles": ["output"],
+            }
+        )
 
 
 def _delegate(agent: PrivAgent) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import privsep
 import pytest
 from chaos import run_chaos
 
@@ -15,3 +16,5 @@ def test_chaos_short_form(tmp_path: Path) -> None:
     assert sum(report.kills.values()) >= 10, report.table()
     assert len(report.poisoned) >= 6, report.table()  # every poisoned surface was exercised
     assert report.failed == [], report.table()
+    if privsep.missing() is None:  # behind the boundary, an attempt tried to act as its operator, and failed
+        assert report.poisoned["the agent as its operator"] >= 1, report.table()

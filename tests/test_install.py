@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from support import EXAMPLE_CONFIG, REPO, example_raw
 
+from agentd import agent_toml
 from agentd import install as install_module
 from agentd.cli import main
 from agentd.install import hidden_from_units
@@ -49,17 +50,19 @@ def test_install_lays_out_the_tree(installed: Path) -> None:
         "etc/agentd/demo/sensors/inbox/sensor.toml",
         "etc/systemd/system/agentd-dispatch@.service",
         "etc/systemd/system/agentd-sensors@.service",
-        "etc/sysusers.d/agentd.conf",
+        "etc/sysusers.d/agentd-demo.conf",
+        "etc/tmpfiles.d/agentd-demo.conf",
     ):
         assert (installed / path).is_file(), path
     state = installed / "var/lib/agentd/demo"
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert (installed / "var/lib/agentd-run/demo/workspace").is_dir()
 
 
 # --- issue 21, finding 8: users come from sysusers.d only --------------------------------------
 
 ACCOUNT_FILES = ("passwd", "shadow", "group", "gshadow")
-INSTALLS_ONLY = ("etc/agentd", "etc/systemd/system", "etc/sysusers.d", "var/lib/agentd")
+INSTALLS_ONLY = ("etc/agentd", "etc/systemd/system", "etc/sysusers.d", "etc/tmpfiles.d", "var/lib/agentd")
 
 
 def test_install_into_a_staging_root_writes_no_account_database(
@@ -74,7 +77,8 @@ def test_install_into_a_staging_root_writes_no_account_database(
         assert not (root / "etc" / name).exists() and not (root / "etc" / f"{name}-").exists(), name
     written = [path.relative_to(root) for path in root.rglob("*") if path.is_file()]
     assert written and all(str(path).startswith(INSTALLS_ONLY) for path in written), written
-    assert "systemd-sysusers" in out and "/etc/sysusers.d/agentd.conf" in out
+    assert "systemd-sysusers /etc/sysusers.d/agentd-demo.conf" in out
+    assert "systemd-tmpfiles --create /etc/tmpfiles.d/agentd-demo.conf" in out
 
 
 def test_install_leaves_a_staging_roots_own_account_database_alone(tmp_path: Path) -> None:
@@ -91,13 +95,18 @@ def test_install_leaves_a_staging_roots_own_account_database_alone(tmp_path: Pat
 def test_the_sysusers_file_is_the_only_source_of_users() -> None:
     """On the real root the one way a user is made is systemd-sysusers applying install's file; a
     staging tree, a non-root run or a machine without systemd-sysusers makes none and says what to do."""
-    sysusers_file = "/etc/sysusers.d/agentd.conf"
+    sysusers_file, tmpfiles_file = "/etc/sysusers.d/agentd-demo.conf", "/etc/tmpfiles.d/agentd-demo.conf"
     real, staged = install_module.Layout(Path("/"), "demo"), install_module.Layout(Path("/srv/stage"), "demo")
-    command, said = install_module.user_setup(real, euid=0, sysusers="/usr/bin/systemd-sysusers")
-    assert command == ["/usr/bin/systemd-sysusers", sysusers_file] and sysusers_file in said
-    for layout, euid, found in ((staged, 0, "/usr/bin/systemd-sysusers"), (real, 1000, "/x"), (real, 0, None)):
-        command, said = install_module.user_setup(layout, euid=euid, sysusers=found)
-        assert command is None and "systemd-sysusers" in said and sysusers_file in said, said
+    tools = {"systemd-sysusers": "/usr/bin/systemd-sysusers", "systemd-tmpfiles": "/usr/bin/systemd-tmpfiles"}
+    commands, said = install_module.user_setup(real, euid=0, tools=tools)
+    assert commands == [
+        ["/usr/bin/systemd-sysusers", sysusers_file],
+        ["/usr/bin/systemd-tmpfiles", "--create", tmpfiles_file],
+    ]
+    assert "agentd-demo and agentd-demo-run" in said
+    for layout, euid, found in ((staged, 0, tools), (real, 1000, tools), (real, 0, {})):
+        commands, said = install_module.user_setup(layout, euid=euid, tools=found)
+        assert commands == [] and "systemd-sysusers" in said and sysusers_file in said, said
     assert "useradd" not in Path(install_module.__file__).read_text()
 
 
@@ -108,6 +117,9 @@ def test_the_written_config_passes_config_check(installed: Path, capsys: pytest.
     assert config.agent.internal_name == "demo"
     assert config.paths.state_dir == Path("/var/lib/agentd/demo")
     assert config.paths.skills_dir == installed / "etc/agentd/demo/skills"
+    assert config.dispatch.run_as == "agentd-demo-run"  # attempts never run as the services' user
+    assert config.paths.workspace == Path("/var/lib/agentd-run/demo/workspace")
+    assert config.paths.run_dir == Path("/var/lib/agentd-run/demo/runs")
 
 
 def test_installing_twice_changes_nothing(installed: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -165,10 +177,12 @@ def test_the_units_carry_the_operational_contract() -> None:
         settings = dict(re.findall(r"^(\w+)=(.*)$", unit, re.M))
         assert settings["Type"] == "notify" and settings["NotifyAccess"] == "main"
         assert settings["ExecStartPre"].endswith("migrate") and settings["KillMode"] == "control-group"
-        assert settings["Restart"] == "on-failure" and settings["User"] == "agentd"
+        assert settings["Restart"] == "on-failure" and settings["User"] == "agentd-%i"
         for hardening in ("NoNewPrivileges", "ProtectSystem", "PrivateTmp", "ProtectHome", "RestrictAddressFamilies"):
             assert hardening in settings, (name, hardening)
-        assert settings["ReadWritePaths"] == "/var/lib/agentd/%i"
+        assert settings["ReadWritePaths"] == "/var/lib/agentd/%i /var/lib/agentd-run/%i"
+        # switching to the run user, nothing more; and nothing a child could inherit (agentd/privilege.py)
+        assert settings["CapabilityBoundingSet"] == settings["AmbientCapabilities"] == "CAP_SETUID CAP_SETGID"
     dispatch = dict(re.findall(r"^(\w+)=(.*)$", (REPO / "units/agentd-dispatch@.service").read_text(), re.M))
     defaults: Any = load_config(REPO / "config/identity.example.toml").dispatch
     assert int(dispatch["TimeoutStopSec"].rstrip("s")) > defaults.grace_s + defaults.kill_grace_s
@@ -251,10 +265,12 @@ def expected_config(agent: str, ports: tuple[int, int]) -> dict[str, Any]:
     raw["constitution"].update(soul_path=f"{agent}/SOUL.md", purpose_path=f"{agent}/PURPOSE.md")
     raw["paths"] = {
         "state_dir": f"/var/lib/agentd/{agent}",
-        "workspace": f"/var/lib/agentd/{agent}/workspace",
+        "workspace": f"/var/lib/agentd-run/{agent}/workspace",
         "skills_dir": f"{agent}/skills",
         "sensors_dir": f"{agent}/sensors",
+        "run_dir": f"/var/lib/agentd-run/{agent}/runs",
     }
+    raw["dispatch"]["run_as"] = f"agentd-{agent}-run"
     raw["payload_schemas"] = {key: f"{agent}/{value}" for key, value in raw["payload_schemas"].items()}
     for adapter in raw["adapters"]:
         if adapter["kind"] == "script":
@@ -287,7 +303,7 @@ def test_an_example_the_edits_cannot_fit_is_written_without_comments_and_says_so
     shutil.copytree(REPO / "config", tmp_path / "config")
     example = tmp_path / "config/identity.example.toml"
     example.write_text(example.read_text().replace("[paths]\n", '[paths]\nlogs_dir = "../var/demo/logs"\n'))
-    monkeypatch.setattr(install_module, "example_config", lambda: example)
+    monkeypatch.setattr(agent_toml, "example_config", lambda: example)
     install_agent(tmp_path / "root", "web")
     assert "web.toml: written without the example's comments" in capsys.readouterr().err
     written = (tmp_path / "root/etc/agentd/web.toml").read_text()
@@ -394,15 +410,16 @@ def test_purge_without_yes_says_what_it_would_delete_and_deletes_nothing(
     assert tree(installed) == before
 
 
-def test_the_shared_units_and_sysusers_file_go_with_the_last_agent(installed: Path) -> None:
+def test_the_shared_units_go_with_the_last_agent_and_each_agents_users_file_with_it(installed: Path) -> None:
     install_agent(installed, "web")
     shared = [
         installed / "etc/systemd/system/agentd-dispatch@.service",
         installed / "etc/systemd/system/agentd-sensors@.service",
-        installed / "etc/sysusers.d/agentd.conf",
     ]
     assert main(["uninstall", "--root", str(installed), "--agent", "web", "--purge", "--yes"]) == 0
     assert all(path.is_file() for path in shared), "demo still uses them"
+    assert not (installed / "etc/sysusers.d/agentd-web.conf").exists()
+    assert (installed / "etc/sysusers.d/agentd-demo.conf").is_file()
     assert main(["uninstall", "--root", str(installed), "--agent", "demo", "--purge", "--yes"]) == 0
     assert not any(path.exists() for path in shared)
 
@@ -459,3 +476,56 @@ def test_two_agents_get_distinct_ports_and_their_units_verify(
     ]
     result = subprocess.run([analyzer(), "verify", "--man=no", *instances], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stderr.strip() == "", result.stderr
+
+
+# --- the boundary (issue 22): two users per agent, folders only they may reach ------------------------
+
+
+def test_the_sysusers_file_makes_a_services_user_and_a_run_user_in_its_group(installed: Path) -> None:
+    """Applied to a temp root by systemd-sysusers itself: two users; the run user's only group is the
+    services' (so what it writes, they read); the services' user is in no group of the run user's."""
+    sysusers = shutil.which("systemd-sysusers")
+    if sysusers is None:
+        pytest.skip("systemd-sysusers is not installed on this machine")
+    target = installed.parent / "target"
+    (target / "etc").mkdir(parents=True)
+    subprocess.run([sysusers, f"--root={target}", str(installed / "etc/sysusers.d/agentd-demo.conf")], check=True)
+    users = {line.split(":")[0]: line.split(":") for line in (target / "etc/passwd").read_text().splitlines()}
+    groups = {line.split(":")[0]: line.split(":") for line in (target / "etc/group").read_text().splitlines()}
+    service, run = users["agentd-demo"], users["agentd-demo-run"]
+    assert service[2] != run[2] and int(run[2]) != 0
+    assert run[3] == service[3] == groups["agentd-demo"][2]  # one group: the services'
+    assert "agentd-demo-run" not in groups and groups["agentd-demo"][3] == ""  # no supplementary members
+    assert run[6] == service[6] == "/usr/sbin/nologin"
+
+
+def test_the_folders_leave_the_state_dir_to_the_services_alone(installed: Path) -> None:
+    lines = (installed / "etc/tmpfiles.d/agentd-demo.conf").read_text().splitlines()
+    folders = {line.split()[1]: line.split()[2:5] for line in lines if line.startswith("d ")}
+    assert folders == {
+        "/var/lib/agentd/demo": ["0700", "agentd-demo", "agentd-demo"],
+        "/var/lib/agentd-run/demo": ["0750", "agentd-demo", "agentd-demo"],
+        "/var/lib/agentd-run/demo/runs": ["0750", "agentd-demo", "agentd-demo"],
+        "/var/lib/agentd-run/demo/workspace": ["2770", "agentd-demo-run", "agentd-demo"],
+    }
+
+
+def test_two_agents_share_no_writable_path(tmp_path: Path) -> None:
+    for agent in ("alpha", "beta"):
+        install_agent(tmp_path, agent)
+    writable = {}
+    for agent in ("alpha", "beta"):
+        config = load_config(tmp_path / f"etc/agentd/{agent}.toml")
+        lines = (tmp_path / f"etc/tmpfiles.d/agentd-{agent}.conf").read_text().splitlines()
+        folders = {Path(line.split()[1]) for line in lines if line.startswith("d ")}
+        writable[agent] = folders | {config.paths.state_dir, config.paths.workspace, config.paths.runs}
+        assert config.dispatch.run_as == f"agentd-{agent}-run"
+    assert not any(
+        a == b or a.is_relative_to(b) or b.is_relative_to(a) for a in writable["alpha"] for b in writable["beta"]
+    )
+
+
+@pytest.mark.parametrize("name", ["a" * 22, "Arc", "1arc", "arc/x"])
+def test_an_agent_name_its_users_could_not_hold_is_refused(tmp_path: Path, name: str, capsys: Any) -> None:
+    assert main(["install", "--root", str(tmp_path), "--agent", name]) == 2
+    assert "expected a lowercase name" in capsys.readouterr().err and list(tmp_path.iterdir()) == []

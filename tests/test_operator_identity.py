@@ -13,12 +13,11 @@ import pytest
 from rig import Rig
 from support import write_config
 
+from agentd.clock import FakeClock
 from agentd.errors import ConfigError, InputError
 from agentd.privilege import RESERVED_SOURCES, operator_identity, operator_name, refuse_inside_attempt
 from agentd.records import RuntimeEvent
 from agentd.validation import load_config
-
-pytestmark = pytest.mark.asyncio
 
 
 def ok(**fields: Any) -> dict[str, Any]:
@@ -59,6 +58,7 @@ CONTROL_VERBS = [
 ]
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("verb", CONTROL_VERBS, ids=" ".join)
 async def test_every_control_verb_is_refused_inside_an_attempt(
     gated: Rig, rig_cli: Any, monkeypatch: pytest.MonkeyPatch, verb: tuple[str, ...]
@@ -75,6 +75,7 @@ async def test_every_control_verb_is_refused_inside_an_attempt(
     assert rig_cli(gated, "status").code == 0  # looking is not acting
 
 
+@pytest.mark.asyncio
 async def test_the_run_user_is_refused_even_without_the_marker(monkeypatch: pytest.MonkeyPatch) -> None:
     me = pwd.getpwuid(__import__("os").getuid()).pw_name
     with pytest.raises(InputError, match=f"refused for {me}, the user attempts run as"):
@@ -83,6 +84,7 @@ async def test_the_run_user_is_refused_even_without_the_marker(monkeypatch: pyte
 
 
 @pytest.mark.parametrize("source", [*(f"{name}:x" for name in RESERVED_SOURCES), "Sensor:inbox:1", " operator:bob"])
+@pytest.mark.asyncio
 async def test_a_source_cannot_claim_a_namespace_agentd_sets(gated: Rig, rig_cli: Any, source: str) -> None:
     before = gated.store.chain_head()
     refused = rig_cli(gated, "task", "add", "--type", "scripted", "--source", source, "--payload", "{}")
@@ -90,6 +92,7 @@ async def test_a_source_cannot_claim_a_namespace_agentd_sets(gated: Rig, rig_cli
     assert gated.store.chain_head() == before
 
 
+@pytest.mark.asyncio
 async def test_every_control_act_records_the_os_user(gated: Rig, rig_cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SUDO_USER", "alice")  # as sudo leaves it: the person behind the account
     who = operator_name()
@@ -119,6 +122,7 @@ async def test_every_control_act_records_the_os_user(gated: Rig, rig_cli: Any, m
         assert found and all(e.payload["by"] == who for e in found), (kind, [e.payload for e in found])
 
 
+@pytest.mark.asyncio
 async def test_a_retry_of_a_denied_task_asks_for_approval_again(gated: Rig, rig_cli: Any) -> None:
     denied = gated.add("scripted", payload={"outcome": ok()})
     assert rig_cli(gated, "deny", str(denied.task_id), "--reason", "not now").code == 0
@@ -127,6 +131,7 @@ async def test_a_retry_of_a_denied_task_asks_for_approval_again(gated: Rig, rig_
     assert [a["task_id"] for a in rig_cli(gated, "approvals", "--json").json()] == [denied.task_id]
 
 
+@pytest.mark.asyncio
 async def test_a_retry_of_a_task_canceled_while_it_waited_asks_for_approval_again(gated: Rig, rig_cli: Any) -> None:
     canceled = gated.add("scripted", payload={"outcome": ok()})
     assert rig_cli(gated, "task", "cancel", str(canceled.task_id)).code == 0
@@ -134,6 +139,7 @@ async def test_a_retry_of_a_task_canceled_while_it_waited_asks_for_approval_agai
     assert gated.store.get_task_or_raise(canceled.task_id).awaiting_approval
 
 
+@pytest.mark.asyncio
 async def test_a_retry_of_an_approved_task_that_failed_runs_without_asking_again(gated: Rig, rig_cli: Any) -> None:
     failing = gated.add(
         "scripted", payload={"outcome": {**ok(), "status": "permanent_failure", "machine_status": "failed"}}
@@ -156,6 +162,7 @@ async def test_a_retry_of_an_approved_task_that_failed_runs_without_asking_again
         ({"workspace": "ws"}, "paths.run_dir: required with dispatch.run_as"),
     ],
 )
+@pytest.mark.asyncio
 async def test_a_run_user_needs_its_folders_outside_the_state_dir(
     tmp_path: Path, paths: dict[str, str], problem: str
 ) -> None:
@@ -167,3 +174,44 @@ async def test_a_run_user_needs_its_folders_outside_the_state_dir(
     with pytest.raises(ConfigError) as refused:
         load_config(write_config(tmp_path, mutate))
     assert problem in str(refused.value)
+
+
+@pytest.mark.asyncio
+async def test_status_says_whether_the_boundary_holds(rig_factory: Callable[..., Rig], rig_cli: Any) -> None:
+    rig = rig_factory()
+    shown = rig_cli(rig, "status")
+    assert "boundary attempts run as this service's own user" in shown.out and "are advisory" in shown.out
+    assert rig_cli(rig, "status", "--json").json()["boundary"]["enforced"] is False
+
+
+@pytest.mark.asyncio
+async def test_status_names_the_run_user_when_there_is_one(tmp_path: Path, rig_cli: Any) -> None:
+    def mutate(raw: dict[str, Any]) -> None:
+        raw["dispatch"]["run_as"] = "nobody"
+        raw["paths"]["run_dir"] = str(tmp_path / "runs")
+
+    config = load_config(write_config(tmp_path, mutate))
+    rig = Rig(config, FakeClock())
+    try:
+        boundary = rig_cli(rig, "status", "--json").json()["boundary"]
+    finally:
+        rig.close()
+    assert boundary["enforced"] is True and boundary["line"].startswith("attempts run as nobody (uid ")
+
+
+@pytest.mark.process
+def test_the_service_start_line_says_approvals_are_advisory_without_a_run_user(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "AGENTD_PATHS__STATE_DIR": str(tmp_path / "s"),
+        "AGENTD_PATHS__WORKSPACE": str(tmp_path / "w"),
+    }
+    config = ["--config", str(write_config(tmp_path))]
+    agentd = [sys.executable, "-m", "agentd", *config]
+    assert subprocess.run([*agentd, "init"], env=env, capture_output=True, timeout=60).returncode == 0
+    ran = subprocess.run([*agentd, "dispatch", "--until-idle"], env=env, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert "boundary: attempts run as this service's own user" in ran.stderr and "advisory" in ran.stderr

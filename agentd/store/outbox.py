@@ -88,9 +88,12 @@ class OutboxVerbs(StoreBase):
             if root is not None:
                 found = self._conn.execute("SELECT COUNT(*) FROM tasks WHERE root_task_id = ?", (root,))
                 if found.fetchone()[0] >= max_descendants:
-                    new, refusal = None, (
-                        f"task {root} already has {max_descendants} descendants "
-                        "([dispatch] max_descendants): no more follow-ups in its tree"
+                    new, refusal = (
+                        None,
+                        (
+                            f"task {root} already has {max_descendants} descendants "
+                            "([dispatch] max_descendants): no more follow-ups in its tree"
+                        ),
                     )
             if new is not None:
                 task_id = insert_task(

@@ -1,0 +1,127 @@
+"""Reading what an attempt wrote (agentd/untrusted.py) and writing where it may write (create_private):
+never through a link, never a FIFO or a device, never past a cap. The attempt's user can replace any
+path in its run dir or workspace at any moment, so none of this may follow what it planted."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentd.evidence import create_private
+from agentd.untrusted import Refused, lstat_beneath, read_beneath, read_reported, sha256_beneath
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    """A file outside the run dir, standing for the database or an env_file."""
+    path = tmp_path / "state" / "agentd.db"
+    path.parent.mkdir()
+    path.write_text("the database")
+    return path
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    return folder
+
+
+def test_a_regular_file_is_read_up_to_its_cap(run: Path) -> None:
+    (run / "result.json").write_text("x" * 10)
+    assert read_reported(run / "result.json", 100) == (b"x" * 10, None)
+    data, problem = read_reported(run / "result.json", 5)
+    assert data is None and problem == "larger than 5 bytes; agentd reads at most that much"
+    assert read_reported(run / "missing.json", 5) == (None, None)
+
+
+def test_a_link_planted_as_the_result_is_refused_not_followed(run: Path, secret: Path) -> None:
+    (run / "result.json").symlink_to(secret)
+    data, problem = read_reported(run / "result.json", 1000)
+    assert data is None and problem is not None and "symbolic link" in problem
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "device"])
+def test_what_is_not_a_regular_file_is_refused_without_hanging(run: Path, kind: str) -> None:
+    target = run / "result.json"
+    if kind == "fifo":
+        os.mkfifo(target)  # opening it for reading would block forever without O_NONBLOCK
+    elif kind == "folder":
+        target.mkdir()
+    else:
+        target.symlink_to("/dev/zero")  # an endless read, through a link
+    data, problem = read_reported(target, 1000)
+    assert data is None and problem is not None
+
+
+def test_a_link_in_the_middle_of_a_workspace_path_is_refused(tmp_path: Path, secret: Path) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "reports").symlink_to(secret.parent)  # reports/agentd.db is the database
+    for read in (
+        lambda: read_beneath(workspace, "reports/agentd.db", 100),
+        lambda: sha256_beneath(workspace, "reports/agentd.db"),
+    ):
+        with pytest.raises(Refused):
+            read()
+    with pytest.raises(Refused):
+        lstat_beneath(workspace, "reports")
+
+
+@pytest.mark.parametrize("relative", ["../state/agentd.db", "/etc/passwd", "a/../../x", ".", ""])
+def test_a_path_that_is_not_plainly_inside_is_refused(tmp_path: Path, relative: str) -> None:
+    with pytest.raises(Refused):
+        read_beneath(tmp_path, relative, 100)
+
+
+def test_a_link_planted_where_the_service_writes_is_replaced_not_written_through(run: Path, secret: Path) -> None:
+    (run / "prompt.md.tmp").symlink_to(secret)  # where write_private's temp file goes
+    (run / "stdout.log").symlink_to(secret)
+    fd = create_private(run / "stdout.log")
+    os.write(fd, b"output")
+    os.close(fd)
+    assert secret.read_text() == "the database"
+    assert not (run / "stdout.log").is_symlink() and (run / "stdout.log").read_bytes() == b"output"
+
+
+NAMES = st.sampled_from(["a", "b", "c"])
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    plan=st.lists(
+        st.tuples(st.lists(NAMES, min_size=1, max_size=3), st.sampled_from(["file", "folder", "link-out", "link-in"])),
+        max_size=8,
+    ),
+    probe=st.lists(NAMES, min_size=1, max_size=3),
+)
+def test_nothing_outside_the_root_is_ever_read_whatever_links_it_holds(
+    tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[list[str], str]], probe: list[str]
+) -> None:
+    base = tmp_path_factory.mktemp("tree")
+    root, outside = base / "root", base / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "a").write_text("OUTSIDE")
+    for parts, kind in plan:
+        path = root.joinpath(*parts)
+        if path.exists() or path.is_symlink() or not path.parent.is_dir() or path.parent.is_symlink():
+            continue
+        if kind == "file":
+            path.write_text("inside")
+        elif kind == "folder":
+            path.mkdir()
+        elif kind == "link-out":
+            path.symlink_to(outside)
+        else:
+            path.symlink_to(root)
+    try:
+        data = read_beneath(root, "/".join(probe), 100).data
+    except OSError:
+        return  # refused, or nothing there: never a read outside
+    assert data == b"inside"
+    assert not any(root.joinpath(*probe[: i + 1]).is_symlink() for i in range(len(probe)))
