@@ -45,6 +45,7 @@ ALERTS = {
     "AgentdServiceDown",
     "AgentdLockLost",
     "AgentdQueueStuck",
+    "AgentdApprovalWaiting",
     "AgentdAttemptsFailing",
     "AgentdPermanentFailures",
     "AgentdAttemptRunningLong",
@@ -481,3 +482,30 @@ async def test_a_task_out_of_attempts_is_seen_by_the_permanent_failure_alert(
     selectors = [(n, _matchers(b)) for n, b in SELECTOR.findall(_rule("AgentdPermanentFailures")["expr"])]
     assert ("agentd_tasks", [("status", "=", "permanent_failure")]) in selectors
     assert ("agentd_attempts_total", [("outcome", "=", "permanent_failure")]) in selectors
+
+
+# --- a task held for a person waits for its own alert, not the stuck-queue one --------------------
+
+
+def _threshold(expr: str, metric: str) -> float:
+    """The number `max by (agent) (METRIC) > N` compares with."""
+    found = re.search(rf"\(\s*{metric}\s*\)\s*>\s*([0-9.]+)", expr)
+    assert found, f"no `({metric}) > N` in {expr!r}"
+    return float(found.group(1))
+
+
+def test_a_task_held_for_approval_fires_the_approval_alert_never_the_stuck_queue_alert(
+    rig: Rig, metered: tuple[Dispatcher, DispatchMetrics]
+) -> None:
+    from test_status_truth import add_held
+
+    _, metrics = metered
+    add_held(rig)
+    stuck = _threshold(_rule("AgentdQueueStuck")["expr"], "agentd_oldest_pending_task_age_seconds")
+    waiting = _threshold(_rule("AgentdApprovalWaiting")["expr"], "agentd_approval_oldest_age_seconds")
+    assert waiting == 4 * 3600, "the documented default (monitoring/README.md, README)"
+    rig.clock.advance(waiting + 60)
+    assert _gauge(metrics, "agentd_oldest_pending_task_age_seconds") == 0 < stuck
+    assert _gauge(metrics, "agentd_approval_oldest_age_seconds") > waiting
+    assert _gauge(metrics, "agentd_tasks_waiting", reason="approval") == 1
+    assert _gauge(metrics, "agentd_tasks_waiting", reason="claimable") == 0

@@ -28,7 +28,7 @@ from agentd.records import (
     TaskRecord,
 )
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
-from agentd.store.budget import CLAIMABLE, ON_HELD_ADAPTER, hold_params
+from agentd.store.budget import claimable_branches, hold_params
 from agentd.store.control import request_approval
 from agentd.store.rows import attempt_from_row
 from agentd.store.tasks import read_task_or_raise
@@ -37,26 +37,11 @@ logger = logging.getLogger(__name__)
 
 OUTCOME_SUMMARY_MAX = 4000
 
-# The next claimable task: priority 1 first, then available_at, then id. One index seek per
-# priority (1..10, a CHECK constraint) rather than one ordered walk, so tasks waiting in the
-# future never slow the claim down and no ANALYZE statistics can change the plan.
-_CLAIM_BRANCH = f"""SELECT * FROM (
-    SELECT id, priority, available_at FROM tasks
-    WHERE {CLAIMABLE} AND priority = {{priority}}{{held}}
-    ORDER BY available_at, id LIMIT 1)"""
-
 
 def next_claimable_sql(hold: BudgetHold | None = None) -> str:
-    """The next claimable task's id. With a budget hold, priorities less urgent than its
-    urgent_priority are left out (everything) or leave out the tasks of held adapters."""
-    branches = []
-    for priority in range(1, 11):
-        held = ""
-        if hold is not None and priority > hold.urgent_priority:
-            if hold.everything:
-                continue
-            held = f" AND NOT {ON_HELD_ADAPTER}"
-        branches.append(_CLAIM_BRANCH.format(priority=priority, held=held))
+    """The next claimable task's id: priority 1 first, then available_at, then id (one index seek per
+    priority: store/budget.py claimable_branches). With a budget hold, the tasks it holds are left out."""
+    branches = claimable_branches(hold)
     if not branches:
         return "SELECT NULL WHERE 0"
     return "SELECT id FROM (" + " UNION ALL ".join(branches) + ") ORDER BY priority, available_at, id LIMIT 1"

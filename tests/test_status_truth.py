@@ -1,0 +1,192 @@
+"""Every number `status`, metrics and exports show is true (issue 21, findings 2, 3, 4, 5 and 7).
+
+Held tasks are not claimable; the service row never contradicts the attempt rows; a message that failed
+for good is seen; a task's stored outcome says the task's status; held tasks export as held."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from rig import Rig
+
+from agentd.attempt import plan_attempt
+from agentd.budget import AdapterSpend, Spend, budget_hold, day_start
+from agentd.clock import format_ts
+from agentd.intake import admit_task
+from agentd.metrics import DispatchMetrics
+from agentd.records import TaskIntent, TaskRecord
+from agentd.settings import BudgetSection
+from agentd.status import snapshot
+
+REASONS = ("claimable", "retry_waiting", "delayed", "approval", "budget")
+
+
+def add_held(rig: Rig, task_type: str = "example", **fields: object) -> TaskRecord:
+    """A task held for an operator's approval before its first claim (`task add --require-approval`)."""
+    intent = TaskIntent.model_validate({"task_type": task_type, "source": "test", "payload": {}, **fields})
+    new = admit_task(intent, rig.config, rig.clock.now(), trusted=True, require_approval=True)
+    return rig.store.enqueue_task(new, rig.clock.now())
+
+
+def gauge(rig: Rig, name: str, config: Any = None, **labels: str) -> float:
+    metrics = DispatchMetrics(rig.config.agent.agent_id, rig.config.db_path, rig.clock, config or rig.config)
+    try:
+        text = generate_latest(metrics.registry).decode()
+    finally:
+        metrics.close()
+    found = [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+    assert found, f"{name}{labels} is not exported"
+    return sum(found)
+
+
+def budgeted(**budget: Any) -> Callable[[dict[str, Any]], None]:
+    def mutate(raw: dict[str, Any]) -> None:
+        raw["budget"] = budget
+
+    return mutate
+
+
+# --- 2. held tasks are not claimable ------------------------------------------------------------
+
+
+def test_a_task_held_for_approval_is_not_claimable_nor_its_age_the_oldest_claimable(rig: Rig, rig_cli: Any) -> None:
+    add_held(rig)
+    rig.clock.advance(3 * 3600)
+    shown = snapshot(rig.config, rig.store, rig.clock.now())
+    assert shown["waiting"] == {"claimable": 0, "retry_waiting": 0, "delayed": 0, "approval": 1, "budget": 0}
+    assert shown["oldest_pending_age_s"] is None
+    assert gauge(rig, "agentd_oldest_pending_task_age_seconds") == 0, "AgentdQueueStuck would fire for it"
+    assert gauge(rig, "agentd_tasks_waiting", reason="claimable") == 0
+    assert gauge(rig, "agentd_tasks_waiting", reason="approval") == 1
+    assert gauge(rig, "agentd_approval_oldest_age_seconds") == 3 * 3600
+
+
+def test_a_task_held_for_the_budget_is_not_claimable_nor_its_age_the_oldest_claimable(
+    rig_factory: Callable[..., Rig],
+) -> None:
+    rig = rig_factory(budgeted(daily_usd=1, urgent_priority=1))
+    rig.store._conn.execute(  # an attempt of today that spent the whole day's budget
+        """INSERT INTO task_attempts (attempt_id, task_id, attempt_number, adapter_id, adapter_kind, runner_id,
+               started_at, ended_at, cost_usd) VALUES ('a', ?, 1, 'script', 'script', 'r', ?, ?, 2.0)""",
+        (rig.add("example").task_id, "2026-11-22T09:00:00.000000Z", "2026-11-22T09:30:00.000000Z"),
+    )
+    rig.store._conn.execute("UPDATE tasks SET status = 'completed'")
+    rig.add("example", priority=5)
+    rig.clock.advance(3600)
+    shown = snapshot(rig.config, rig.store, rig.clock.now())
+    assert shown["waiting"] == {"claimable": 0, "retry_waiting": 0, "delayed": 0, "approval": 0, "budget": 1}
+    assert shown["oldest_pending_age_s"] is None
+    assert gauge(rig, "agentd_oldest_pending_task_age_seconds") == 0
+    assert gauge(rig, "agentd_tasks_waiting", reason="claimable") == 0
+
+
+def test_status_text_does_not_call_a_held_task_claimable(rig: Rig, rig_cli: Any) -> None:
+    add_held(rig)
+    out = rig_cli(rig, "status").out
+    assert "waiting  0 claimable now, 0 waiting to retry, 0 delayed, 1 waiting for approval" in out, out
+    assert "oldest claimable task: none" in out
+
+
+TASK_MIX = st.lists(
+    st.fixed_dictionaries(
+        {
+            "task_type": st.sampled_from(["example", "scripted", "flaky"]),
+            "adapter": st.sampled_from([None, "script", "scripted", "fails"]),
+            "priority": st.integers(1, 10),
+            "status": st.sampled_from(["pending", "retryable_failure"]),
+            "due_in_s": st.sampled_from([-600, -1, 0, 1, 600]),
+            "held": st.booleans(),
+        }
+    ),
+    max_size=14,
+)
+HOLDS = st.one_of(
+    st.none(),
+    st.tuples(st.just("everything"), st.integers(1, 10)),
+    st.tuples(st.sets(st.sampled_from(["script", "scripted", "fails"]), min_size=1), st.integers(1, 10)),
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tasks=TASK_MIX, hold_spec=HOLDS)
+def test_the_waiting_reasons_partition_the_waiting_tasks_and_claimable_is_what_the_claim_takes(
+    rig: Rig, tasks: list[dict[str, Any]], hold_spec: tuple[Any, int] | None
+) -> None:
+    """For any mix of tasks, approvals, delays, retries and budget holds: each waiting task has one
+    reason; the reasons sum to pending + retryable_failure; `claimable` is how many tasks repeated
+    claims take, and the oldest claimable age is the oldest of those."""
+    rig.store._conn.execute(
+        "UPDATE tasks SET status = 'operator_canceled', awaiting_approval = 0"
+    )  # the last example's
+    rig.store._conn.execute("UPDATE approvals SET status = 'rejected'")
+    config, hold = _budget(rig, hold_spec)
+    now = rig.clock.now()
+    for spec in tasks:
+        add = functools.partial(add_held, rig) if spec["held"] else rig.add
+        task = add(spec["task_type"], requested_adapter_id=spec["adapter"], priority=spec["priority"])
+        at = (now + timedelta(seconds=spec["due_in_s"])).isoformat().replace("+00:00", "Z")
+        rig.store._conn.execute(
+            "UPDATE tasks SET status = ?, available_at = ? WHERE id = ?", (spec["status"], at, task.task_id)
+        )
+    shown = snapshot(config, rig.store, now)
+    waiting = shown["waiting"]
+    assert set(waiting) == set(REASONS)
+    assert sum(waiting.values()) == shown["counts"]["pending"] + shown["counts"]["retryable_failure"] == len(tasks)
+    assert waiting["approval"] == sum(t["held"] for t in tasks)
+    assert gauge_values(rig, config) == waiting, "the gauges say what status says"
+    plan = functools.partial(plan_attempt, config)
+    taken: list[TaskRecord] = []
+    while claim := rig.store.claim_next_task(now, "test", plan, rig.config.paths.state_dir / "attempts", hold):
+        taken.append(claim.task)
+    assert waiting["claimable"] == len(taken)
+    oldest = min((t.available_at for t in taken), default=None)
+    assert shown["oldest_pending_age_s"] == ((now - oldest).total_seconds() if oldest else None)
+
+
+def _budget(rig: Rig, hold_spec: tuple[Any, int] | None) -> tuple[Any, Any]:
+    """A config whose [budget] is spent as `hold_spec` says, and the hold the claim gets from it."""
+    if hold_spec is None:
+        return rig.config, None
+    held, urgent = hold_spec
+    if held == "everything":
+        budget = BudgetSection(daily_usd=1, urgent_priority=urgent)
+        spend = Spend(rig.clock.now(), {"script": AdapterSpend(2.0, 2.0)})
+    else:
+        budget = BudgetSection(adapter_daily_usd=dict.fromkeys(held, 0.5), urgent_priority=urgent)
+        spend = Spend(rig.clock.now(), {a: AdapterSpend(0.5, 0.5) for a in held})
+    config = replace(rig.config, budget=budget)
+    rig.store._conn.execute("UPDATE task_attempts SET cost_usd = NULL")  # the last example's spend
+    for adapter_id, used in spend.by_adapter.items():
+        spent(rig, adapter_id, used.total_usd)
+    hold = budget_hold(config, rig.store.spend_since(day_start(rig.clock.now())), rig.clock.now())
+    assert hold is not None
+    return config, hold
+
+
+def spent(rig: Rig, adapter_id: str, usd: float) -> None:
+    """An attempt of today's that cost `usd` on `adapter_id` (of a task long finished)."""
+    task = rig.add("example")
+    at = format_ts(rig.clock.now())
+    rig.store._conn.execute("UPDATE tasks SET status = 'completed' WHERE id = ?", (task.task_id,))
+    rig.store._conn.execute(
+        """INSERT INTO task_attempts (attempt_id, task_id, attempt_number, adapter_id, adapter_kind, runner_id,
+               started_at, ended_at, cost_usd) VALUES (?, ?, 1, ?, 'script', 'r', ?, ?, ?)""",
+        (f"spent-{task.task_id}", task.task_id, adapter_id, at, at, usd),
+    )
+
+
+def gauge_values(rig: Rig, config: Any) -> dict[str, float]:
+    return {reason: gauge(rig, "agentd_tasks_waiting", config, reason=reason) for reason in REASONS}
