@@ -11,8 +11,10 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from inprocess import InProcessAdapter
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
@@ -20,6 +22,7 @@ from rig import Rig
 from agentd.attempt import plan_attempt
 from agentd.budget import AdapterSpend, Spend, budget_hold, day_start
 from agentd.clock import format_ts
+from agentd.dispatch import Dispatcher
 from agentd.intake import admit_task
 from agentd.metrics import DispatchMetrics
 from agentd.records import TaskIntent, TaskRecord
@@ -190,3 +193,72 @@ def spent(rig: Rig, adapter_id: str, usd: float) -> None:
 
 def gauge_values(rig: Rig, config: Any) -> dict[str, float]:
     return {reason: gauge(rig, "agentd_tasks_waiting", config, reason=reason) for reason in REASONS}
+
+
+# --- 3. the dispatcher's service row changes when its state does, not at its next refresh ---------
+
+
+def dispatch_row(rig: Rig) -> dict[str, Any] | None:
+    return next((row for row in rig.store.service_statuses() if row["service"] == "dispatch"), None)
+
+
+class PeekingAdapter(InProcessAdapter):
+    """The in-process adapter, noting what `agentd status` would read from the service row while it runs."""
+
+    def __init__(self, adapter_id: str, rig: Rig, seen: list[str | None]) -> None:
+        super().__init__(adapter_id)
+        self.rig, self.seen = rig, seen
+
+    async def execute(self, ctx: Any, on_started: Any) -> Any:
+        row = dispatch_row(self.rig)
+        self.seen.append(row["status"] if row else None)
+        return await super().execute(ctx, on_started)
+
+
+@pytest.mark.asyncio
+async def test_the_service_row_says_running_while_an_attempt_runs_and_not_after_it_ends(rig: Rig) -> None:
+    seen: list[str | None] = []
+    dispatcher = Dispatcher(
+        rig.config, rig.db, clock=rig.clock, adapters=lambda config: PeekingAdapter(config.adapter_id, rig, seen)
+    )
+    await dispatcher.start()  # no status refresh runs: only the boundaries write the row
+    first, second = rig.add("example"), rig.add("flaky")
+    assert await dispatcher.run_until_idle() == 2
+    assert [line and line.split(" (")[0] for line in seen] == [
+        f"running task {first.task_id}",
+        f"running task {second.task_id}",
+    ]
+    row = dispatch_row(rig)
+    assert row is not None and row["status"].startswith("idle"), row
+
+
+@pytest.mark.asyncio
+async def test_the_service_row_says_paused_and_resumed_and_held_by_the_budget_at_once(
+    rig_factory: Callable[..., Rig],
+) -> None:
+    rig = rig_factory(budgeted(daily_usd=1, urgent_priority=1))
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    rig.store.pause_dispatch("op", "maintenance", rig.clock.now())
+    assert not await dispatcher.tick(rig.clock.now())
+    assert dispatch_row(rig)["status"].startswith("paused since") and "maintenance" in dispatch_row(rig)["status"]
+    rig.store.resume_dispatch("op", rig.clock.now())
+    assert not await dispatcher.tick(rig.clock.now())
+    assert dispatch_row(rig)["status"].startswith("idle")
+    spent(rig, "script", 2.0)
+    rig.add("example", priority=5)
+    assert not await dispatcher.tick(rig.clock.now())
+    assert dispatch_row(rig)["status"].startswith("budget: 1 task(s) wait")
+
+
+@pytest.mark.asyncio
+async def test_an_idle_dispatcher_does_not_write_its_row_at_every_tick(rig: Rig) -> None:
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    rig.add("example")
+    assert await dispatcher.tick(rig.clock.now())
+    written = dispatch_row(rig)
+    for _ in range(3):
+        rig.clock.advance(60)
+        assert not await dispatcher.tick(rig.clock.now())
+    assert dispatch_row(rig) == written, "only a change of state writes the row between two refreshes"
