@@ -75,6 +75,7 @@ class QueueCollector(Collector):
             head = self._store.chain_head()
             approvals = self._store.pending_approvals()
             paused = self._store.dispatch_pause() is not None
+            failed_messages = self._store.failed_message_count()
         tasks = GaugeMetricFamily("agentd_tasks", "Tasks in the queue by status", labels=["status"])
         for status in TASK_STATUSES:
             tasks.add_metric([status], summary.counts.get(status, 0))
@@ -116,6 +117,12 @@ class QueueCollector(Collector):
         )
         yield GaugeMetricFamily(
             "agentd_dispatch_paused", "1 while an operator has paused the dispatcher", value=int(paused)
+        )
+        yield GaugeMetricFamily(
+            "agentd_messages_failed",
+            "External messages whose delivery failed for good and were not retried (`agentd outbox list --state "
+            "failed`; `agentd outbox retry ID`)",
+            value=failed_messages,
         )
         age = (now - summary.oldest_pending_at).total_seconds() if summary.oldest_pending_at else 0.0
         yield GaugeMetricFamily(

@@ -101,6 +101,7 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
             "budget": summary.budget,
         },
         "budget": budget_report(config, budget),
+        "messages": {"failed": store.failed_message_count()},
         "oldest_approval_age_s": (now - approvals[0].requested_at).total_seconds() if approvals else None,
         "paused": {"since": format_ts(pause.paused_at), "by": pause.paused_by, "reason": pause.reason}
         if pause

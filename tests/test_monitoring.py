@@ -46,6 +46,7 @@ ALERTS = {
     "AgentdLockLost",
     "AgentdQueueStuck",
     "AgentdApprovalWaiting",
+    "AgentdMessagesFailed",
     "AgentdAttemptsFailing",
     "AgentdPermanentFailures",
     "AgentdAttemptRunningLong",
@@ -108,6 +109,7 @@ def exported(rig: Rig) -> Iterator[Exported]:
         dispatch.workflow_moved("w", "transition")
         dispatch.boot_swept()
         dispatch.lock_held(True)
+        dispatch.message_counted("hook", "delivered")
         sensors.sensor_run("s", "ok", {"created": 1, "recorded": 2, "deduped": 1, "rejected": 1, "stale": 0})
         families: set[str] = set()
         samples: dict[str, set[str]] = {}
@@ -370,6 +372,7 @@ WANTED = [
     ("running attempt age", "agentd_running_attempt_age_seconds", None),
     ("boot-sweep reclaims", "agentd_boot_sweep_reclaimed_total", None),
     ("event chain head", "agentd_event_chain_head_sequence", None),
+    ("messages failed for good", "agentd_messages_failed", None),
 ]
 
 
@@ -509,3 +512,7 @@ def test_a_task_held_for_approval_fires_the_approval_alert_never_the_stuck_queue
     assert _gauge(metrics, "agentd_approval_oldest_age_seconds") > waiting
     assert _gauge(metrics, "agentd_tasks_waiting", reason="approval") == 1
     assert _gauge(metrics, "agentd_tasks_waiting", reason="claimable") == 0
+
+
+def test_the_failed_message_alert_reads_the_gauge_status_reads() -> None:
+    assert _threshold(_rule("AgentdMessagesFailed")["expr"], "agentd_messages_failed") == 0

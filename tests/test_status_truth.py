@@ -262,3 +262,37 @@ async def test_an_idle_dispatcher_does_not_write_its_row_at_every_tick(rig: Rig)
         rig.clock.advance(60)
         assert not await dispatcher.tick(rig.clock.now())
     assert dispatch_row(rig) == written, "only a change of state writes the row between two refreshes"
+
+
+# --- 4. a message that failed for good is seen --------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_message_that_failed_for_good_is_in_status_and_its_gauge_until_retried(
+    rig_factory: Callable[..., Rig], rig_cli: Any
+) -> None:
+    from test_delivery import Receiver, saying, webhook, with_handlers
+
+    receiver = Receiver()
+    try:
+        receiver.answers = [404]  # refused for good: no second attempt
+        rig = rig_factory(with_handlers(webhook(receiver.url), default="hook"))
+        dispatcher = rig.dispatcher()
+        await dispatcher.start()
+        rig.add("scripted", payload=saying({"text": "hello"}))
+        assert await dispatcher.run_until_idle() == 1
+        assert await dispatcher.outbox.deliveries.deliver_due(rig.clock.now()) == 1
+    finally:
+        receiver.close()
+    [failed] = rig.store.list_outbox(state="failed")
+    assert snapshot(rig.config, rig.store, rig.clock.now())["messages"] == {"failed": 1}
+    assert rig_cli(rig, "status", "--json").json()["messages"] == {"failed": 1}
+    text = rig_cli(rig, "status").out
+    assert "MESSAGES 1 external message(s) failed for good" in text, text
+    assert "`agentd outbox list --state failed`" in text and "`agentd outbox retry ID`" in text
+    assert gauge(rig, "agentd_messages_failed") == 1
+
+    assert rig_cli(rig, "outbox", "retry", str(failed.outbox_id)).code == 0
+    assert snapshot(rig.config, rig.store, rig.clock.now())["messages"] == {"failed": 0}
+    assert "MESSAGES" not in rig_cli(rig, "status").out
+    assert gauge(rig, "agentd_messages_failed") == 0

@@ -457,6 +457,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     )
     if shown["budget"]:
         print(_budget_line(shown["budget"]))
+    if shown["messages"]["failed"]:
+        print(
+            f"MESSAGES {shown['messages']['failed']} external message(s) failed for good: "
+            "`agentd outbox list --state failed` shows them, `agentd outbox retry ID` sends one again"
+        )
     if shown["oldest_approval_age_s"] is not None:
         print(f"oldest approval request: waiting {age(shown['oldest_approval_age_s'])} (`agentd approvals`)")
     if shown["paused"]:
