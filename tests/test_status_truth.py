@@ -18,14 +18,16 @@ from inprocess import InProcessAdapter
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
+from support import outcome_disagreements
 
+from agentd.adapters import AdapterRun
 from agentd.attempt import plan_attempt
 from agentd.budget import AdapterSpend, Spend, budget_hold, day_start
 from agentd.clock import format_ts
 from agentd.dispatch import Dispatcher
 from agentd.intake import admit_task
 from agentd.metrics import DispatchMetrics
-from agentd.records import TaskIntent, TaskRecord
+from agentd.records import TERMINAL_STATUSES, TaskIntent, TaskOutcome, TaskRecord
 from agentd.settings import BudgetSection
 from agentd.status import snapshot
 
@@ -296,3 +298,114 @@ async def test_a_message_that_failed_for_good_is_in_status_and_its_gauge_until_r
     assert snapshot(rig.config, rig.store, rig.clock.now())["messages"] == {"failed": 0}
     assert "MESSAGES" not in rig_cli(rig, "status").out
     assert gauge(rig, "agentd_messages_failed") == 0
+
+
+# --- 5. a task's stored outcome says the task's status, whichever way it ended ---------------------
+
+
+class RateLimited(InProcessAdapter):
+    """An adapter whose provider always says slow down (as a harness reports HTTP 429)."""
+
+    async def execute(self, ctx: Any, on_started: Any) -> Any:
+        await super().execute(ctx, on_started)
+        return AdapterRun(exit_status="error", ok=False, failure="HTTP 429", final_message=None, rate_limited=True)
+
+
+async def run_out(rig: Rig, task: TaskRecord, dispatcher: Dispatcher | None = None) -> TaskRecord:
+    """Run `task` until it ends, the clock moved on to each retry."""
+    dispatcher = dispatcher or rig.dispatcher()
+    await dispatcher.start()
+    while (current := rig.store.get_task_or_raise(task.task_id)).status not in TERMINAL_STATUSES:
+        rig.clock.advance(max((current.available_at - rig.clock.now()).total_seconds(), 0))
+        assert await dispatcher.run_until_idle() >= 1
+    await dispatcher.stop()
+    return current
+
+
+@pytest.mark.asyncio
+async def test_a_task_out_of_attempts_has_a_permanent_failure_outcome_that_says_why(rig: Rig) -> None:
+    task = await run_out(rig, rig.add("flaky"))
+    assert task.status == "permanent_failure" and task.outcome is not None
+    assert (task.outcome.status, task.outcome.machine_status) == ("permanent_failure", "failed")
+    summary = task.outcome.operator_summary
+    assert summary.startswith(f"out of attempts ({task.max_attempts} of {task.max_attempts})"), summary
+    assert "the attempt reported retryable_failure" in summary and "could not reach the thing" in summary
+    assert task.last_error and task.last_error.startswith("out of attempts")
+    [finished] = [e for e in rig.events(task.task_id) if e.type == "task_finished"]
+    assert finished.payload["summary"].startswith("out of attempts")
+    attempts = [e.payload["outcome"] for e in rig.events(task.task_id) if e.type == "task_attempt_finished"]
+    assert set(attempts) == {"retryable_failure"}, "each attempt's own outcome stays what it reported"
+
+    retried = rig.store.retry_task(task.task_id, 1, rig.clock.now())  # and once more, after a retry
+    assert retried.outcome is None
+    again = await run_out(rig, retried)
+    assert again.outcome is not None and again.outcome.status == again.status == "permanent_failure"
+
+
+@pytest.mark.asyncio
+async def test_a_task_past_the_rate_limit_cap_has_a_permanent_failure_outcome(rig: Rig) -> None:
+    dispatcher = Dispatcher(rig.config, rig.db, clock=rig.clock, adapters=lambda c: RateLimited(c.adapter_id))
+    task = await run_out(rig, rig.add("example"), dispatcher)
+    assert task.status == "permanent_failure" and task.outcome is not None
+    assert task.outcome.status == "permanent_failure" and task.outcome.operator_summary.startswith("rate limited")
+    assert "the attempt reported retryable_failure: rate limited" in task.outcome.operator_summary
+
+
+@pytest.mark.asyncio
+async def test_a_task_that_keeps_crashing_the_runtime_has_a_permanent_failure_outcome(rig: Rig) -> None:
+    task = rig.add("example")
+    for _ in range(rig.config.dispatch.crash_limit):  # claimed, then the runtime dies under it
+        claim = rig.store.claim_next_task(
+            rig.clock.now(), "dead", functools.partial(plan_attempt, rig.config), rig.config.paths.state_dir
+        )
+        assert claim is not None and claim.task.task_id == task.task_id
+        swept = rig.dispatcher()
+        await swept.start()  # the boot sweep
+        await swept.stop()
+    ended = rig.store.get_task_or_raise(task.task_id)
+    assert ended.status == "permanent_failure" and ended.outcome is not None
+    assert ended.outcome.status == "permanent_failure" and ended.outcome.operator_summary.startswith("crashed_runtime")
+
+
+@pytest.mark.asyncio
+async def test_a_task_refused_at_the_claim_has_a_permanent_failure_outcome_not_its_last_attempts(
+    rig: Rig,
+) -> None:
+    task = rig.add("flaky")
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    assert await dispatcher.run_until_idle() == 1  # a retryable failure: the outcome says so
+    rig.clock.advance(3600)
+    gone = replace(rig.config, adapters={k: v for k, v in rig.config.adapters.items() if k != "fails"})
+    claim = rig.store.claim_next_task(
+        rig.clock.now(), "x", functools.partial(plan_attempt, gone), rig.config.paths.state_dir
+    )
+    assert claim is not None and claim.attempt is None and claim.refused
+    ended = rig.store.get_task_or_raise(task.task_id)
+    assert ended.status == "permanent_failure" and ended.outcome is not None
+    assert ended.outcome.status == "permanent_failure" and ended.outcome.operator_summary == ended.last_error
+
+
+@pytest.mark.asyncio
+async def test_every_task_of_a_mixed_run_has_an_outcome_that_says_its_status(rig: Rig) -> None:
+    failing = {"status": "permanent_failure", "machine_status": "failed", "operator_summary": "no"}
+    blocked = {"status": "blocked", "machine_status": "blocked", "operator_summary": "stuck"}
+    for task_type, payload in (
+        ("example", {}),
+        ("flaky", {}),
+        ("scripted", {"outcome": failing}),
+        ("scripted", {"outcome": blocked}),
+        ("scripted", {"outcome": {"status": "completed", "machine_status": "ok", "operator_summary": "x"}}),
+        ("scripted", {"raw_result": "not json"}),
+        ("scripted", {"exit": 3}),
+    ):
+        rig.add(task_type, payload=payload)
+    rig.store.cancel_task(rig.add("example").task_id, TaskOutcome.failure("no", "operator_canceled"), rig.clock.now())
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    for _ in range(5):
+        await dispatcher.run_until_idle()
+        assert outcome_disagreements(rig.store.list_tasks(limit=1000)) == []
+        rig.clock.advance(3600)
+    statuses = {t.status for t in rig.store.list_tasks(limit=1000)}
+    assert statuses == {"completed", "permanent_failure", "blocked", "operator_canceled"}

@@ -25,6 +25,7 @@ from agentd.records import (
     CostTotal,
     RunningAttempt,
     TaskAttempt,
+    TaskOutcome,
     TaskRecord,
 )
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
@@ -133,10 +134,13 @@ class AttemptVerbs(StoreBase):
         return read_task_or_raise(self, task.task_id)
 
     def _fail_unreadable(self, task_id: int, reason: str, now: datetime) -> None:
+        """The claimed task ends permanent_failure with `reason`, its outcome saying so (not an earlier
+        attempt's); the claim spent no attempt."""
+        outcome = TaskOutcome.failure(reason[:OUTCOME_SUMMARY_MAX], "permanent_failure")
         self._conn.execute(
-            """UPDATE tasks SET status = 'permanent_failure', last_error = ?, finished_at = ?, updated_at = ?,
-                   attempt_count = attempt_count - 1 WHERE id = ?""",
-            (reason, ts(now), ts(now), task_id),
+            """UPDATE tasks SET status = 'permanent_failure', last_error = ?, outcome = ?, finished_at = ?,
+                   updated_at = ?, attempt_count = attempt_count - 1 WHERE id = ?""",
+            (reason, dumps(outcome.model_dump(mode="json", exclude_none=True)), ts(now), ts(now), task_id),
         )
         self._append_event(
             "task_finished", now, task_id=task_id, payload={"status": "permanent_failure", "reason": reason}
@@ -311,8 +315,9 @@ class AttemptVerbs(StoreBase):
             raise RuntimeError(f"attempt {end.attempt_id} is not open; it was closed by someone else")
 
     def _update_task(self, end: AttemptEnd) -> None:
-        stored = end.outcome.model_copy(
-            update={"raw_output": None, "operator_summary": end.outcome.operator_summary[:OUTCOME_SUMMARY_MAX]}
+        outcome = end.outcome.for_task(end.status, end.last_error)  # its status is always the task's
+        stored = outcome.model_copy(
+            update={"raw_output": None, "operator_summary": outcome.operator_summary[:OUTCOME_SUMMARY_MAX]}
         )
         terminal = end.status in TERMINAL_STATUSES
         cursor = self._conn.execute(
@@ -380,12 +385,8 @@ class AttemptVerbs(StoreBase):
                 },
             )
         else:
-            self._append_event(
-                "task_finished",
-                at,
-                **ids,
-                payload={"status": end.status, "summary": end.outcome.operator_summary[:200]},
-            )
+            summary = end.outcome.for_task(end.status, end.last_error).operator_summary
+            self._append_event("task_finished", at, **ids, payload={"status": end.status, "summary": summary[:200]})
 
     # --- reading attempts -----------------------------------------------------------------------
 
