@@ -409,3 +409,45 @@ async def test_every_task_of_a_mixed_run_has_an_outcome_that_says_its_status(rig
         rig.clock.advance(3600)
     statuses = {t.status for t in rig.store.list_tasks(limit=1000)}
     assert statuses == {"completed", "permanent_failure", "blocked", "operator_canceled"}
+
+
+# --- 7. a held task exports as held, in the Agent Runtime's words ----------------------------------
+
+
+@pytest.mark.asyncio
+async def test_held_tasks_export_as_waiting_permission_and_blocked_never_queued(
+    rig_factory: Callable[..., Rig],
+) -> None:
+    from agentd.export import runtime_event, session_snapshot
+
+    rig = rig_factory(budgeted(daily_usd=1, urgent_priority=1))
+    spent(rig, "script", 2.0)
+    by_person = add_held(rig, priority=5)
+    by_budget = rig.add("example", priority=5)
+    urgent = rig.add("example", priority=1)
+    later = rig.add("example", priority=5, schedule={"delay_minutes": 10})
+    rig.clock.advance(1)
+    now = rig.clock.now()
+    shown = session_snapshot(rig.config, rig.store, snapshot(rig.config, rig.store, now), now)
+    tasks = {int(t["taskId"]): t for t in shown["tasks"]}
+    assert tasks[by_person.task_id]["status"] == "waiting_permission"
+    assert "approve" in tasks[by_person.task_id]["statusReason"]
+    assert tasks[by_budget.task_id]["status"] == "blocked"
+    assert "budget" in tasks[by_budget.task_id]["statusReason"]
+    assert tasks[urgent.task_id]["status"] == tasks[later.task_id]["status"] == "queued"
+    assert tasks[by_person.task_id]["nativeStatus"] == tasks[by_budget.task_id]["nativeStatus"] == "pending"
+
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    assert await dispatcher.run_until_idle() == 1  # the urgent one; the budget holds the rest
+    exported = [runtime_event(e, "demo") for e in rig.events()]
+    enqueued = {x["taskId"]: x for x in exported if x["nativeStatus"] == "task_enqueued"}
+    assert (enqueued[str(by_person.task_id)]["type"], enqueued[str(by_person.task_id)]["status"]) == (
+        "task.waiting",
+        "waiting_permission",
+    )
+    assert enqueued[str(by_budget.task_id)]["type"] == "task.queued"
+    [requested] = [x for x in exported if x["nativeStatus"] == "approval_requested"]
+    assert requested["status"] == "waiting_permission"
+    [held] = [x for x in exported if x["nativeStatus"] == "budget_held"]
+    assert (held["type"], held["status"]) == ("quota.blocked", "blocked")

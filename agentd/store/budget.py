@@ -79,6 +79,14 @@ class BudgetVerbs(StoreBase):
         ).fetchall()
         return Spend(since, {r[0]: AdapterSpend(r[1], r[2], bool(r[3])) for r in rows})
 
+    def budget_held_ids(self, now: datetime, hold: BudgetHold) -> list[int]:
+        """The tasks due now that the budget holds back (the Agent Runtime export calls them blocked)."""
+        rows = self._conn.execute(
+            f"SELECT id FROM tasks WHERE {CLAIMABLE} AND {held_by_budget(hold)} ORDER BY id",
+            {"now": ts(now)} | hold_params(hold),
+        ).fetchall()
+        return [row[0] for row in rows]
+
     def budget_waiting(self, now: datetime, hold: BudgetHold) -> int:
         """Tasks due now that the budget holds back (reason `budget` in status and metrics)."""
         row = self._conn.execute(

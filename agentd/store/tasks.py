@@ -77,6 +77,7 @@ def insert_task(store: StoreBase, new: NewTask, now: datetime, event_payload: di
             "priority": new.priority,
             "available_at": ts(new.available_at),
             **({"parent_task_id": new.parent_task_id} if new.parent_task_id is not None else {}),
+            **({"awaiting_approval": True} if new.approval_reason is not None else {}),
             **(event_payload or {}),
         },
     )
