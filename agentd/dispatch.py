@@ -234,8 +234,9 @@ class Dispatcher:
         """Write the status line to the service row when the state changed (an attempt began or
         ended, a pause, a budget hold), so `agentd status` never shows the attempt rows one thing and
         the service row another until the next refresh; one write per change, none per idle tick."""
-        if self._state() != self._shown:
-            self._shown = self._state()
+        state = self._state()
+        if state != self._shown:
+            self._shown = state
             await self.shell.publish(self.status_line)
 
     async def _budget(self, now: datetime) -> BudgetOutlook | None:

@@ -1,5 +1,6 @@
-"""The budget's reads (agentd/budget.py): the day's spend per adapter, and which due tasks a hold
-keeps back. The claim (store/attempts.py) leaves the same tasks out with the same predicate."""
+"""What the claim may take, and the budget's reads (agentd/budget.py): the claimable predicate and
+the claim's per-priority branches, the day's spend per adapter, and which due tasks a hold keeps
+back. The claim (store/attempts.py) and `agentd status` (store/tasks.py) share them."""
 
 from __future__ import annotations
 
