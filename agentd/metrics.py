@@ -43,7 +43,7 @@ from agentd.clock import Clock, parse_ts
 from agentd.config import Config
 from agentd.errors import AgentdError
 from agentd.records import TASK_STATUSES
-from agentd.status import budget_outlook, liveness
+from agentd.status import liveness, queue_outlook
 from agentd.store import Store, open_store
 
 logger = logging.getLogger(__name__)
@@ -69,29 +69,29 @@ class QueueCollector(Collector):
             if self._store is None:
                 self._store = open_store(self._db_path, self._clock)
             now = self._clock.now()
-            summary = self._store.queue_summary(now)
+            summary, budget = queue_outlook(self._store, self._config, now)
             running = self._store.running_now()
             services = self._store.service_statuses()
             head = self._store.chain_head()
             approvals = self._store.pending_approvals()
             paused = self._store.dispatch_pause() is not None
-            budget = budget_outlook(self._store, self._config, now) if self._config else None
+            failed_messages = self._store.failed_message_count()
         tasks = GaugeMetricFamily("agentd_tasks", "Tasks in the queue by status", labels=["status"])
         for status in TASK_STATUSES:
             tasks.add_metric([status], summary.counts.get(status, 0))
         yield tasks
         waiting = GaugeMetricFamily(
             "agentd_tasks_waiting",
-            "Waiting tasks by why: claimable now, waiting for a retry's backoff, delayed (--delay/--at), for an "
-            "approval, for the next day's budget",
+            "Waiting tasks by why, one reason each: claimable now, waiting for a retry's backoff, delayed "
+            "(--delay/--at), held for an approval, held for the next day's budget",
             labels=["reason"],
         )
         for reason, count in (
             ("claimable", summary.claimable),
             ("retry_waiting", summary.retry_waiting),
             ("delayed", summary.delayed),
-            ("approval", len(approvals)),
-            ("budget", budget.waiting if budget else 0),
+            ("approval", summary.approval),
+            ("budget", summary.budget),
         ):
             waiting.add_metric([reason], count)
         yield waiting
@@ -118,10 +118,17 @@ class QueueCollector(Collector):
         yield GaugeMetricFamily(
             "agentd_dispatch_paused", "1 while an operator has paused the dispatcher", value=int(paused)
         )
+        yield GaugeMetricFamily(
+            "agentd_messages_failed",
+            "External messages whose delivery failed for good and were not retried (`agentd outbox list --state "
+            "failed`; `agentd outbox retry ID`)",
+            value=failed_messages,
+        )
         age = (now - summary.oldest_pending_at).total_seconds() if summary.oldest_pending_at else 0.0
         yield GaugeMetricFamily(
             "agentd_oldest_pending_task_age_seconds",
-            "How long the oldest claimable task has waited (0 when none waits)",
+            "How long the oldest claimable task has waited (0 when none waits); a task held for an approval "
+            "or the budget is not claimable",
             value=age,
         )
         longest = max(((now - r.started_at).total_seconds() for r in running), default=0.0)

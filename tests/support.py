@@ -159,3 +159,14 @@ def write_sensor(
 
 def task_subjects(rig: Any) -> list[str]:
     return sorted(t.subject for t in rig.store.list_tasks(limit=100_000))
+
+
+def outcome_disagreements(tasks: list[Any]) -> list[str]:
+    """Tasks whose stored outcome does not say their status (issue 21): every task waiting for a retry
+    or ended must carry an outcome, and its status must be the task's."""
+    waiting_or_ended = ("retryable_failure", "completed", "permanent_failure", "blocked", "operator_canceled")
+    return [
+        f"task {t.task_id} is {t.status}; its outcome says {t.outcome.status if t.outcome else 'nothing'}"
+        for t in tasks
+        if t.status in waiting_or_ended and (t.outcome is None or t.outcome.status != t.status)
+    ]

@@ -11,10 +11,11 @@ import pytest
 from jsonschema import Draft202012Validator
 from rig import Rig
 from support import REPO, write_sensor
+from test_status_truth import add_held
 
 from agentd import control
 from agentd.clock import parse_ts
-from agentd.export import EVENT_MAP, GENERIC, runtime_event, runtime_snapshot
+from agentd.export import EVENT_MAP, GENERIC, runtime_event, runtime_snapshot, session_snapshot
 from agentd.readmodel import task_statuses
 from agentd.records import EVENT_TYPES, ScheduleSpec
 from agentd.status import snapshot
@@ -45,6 +46,7 @@ async def test_a_whole_lifecycle_validates_against_the_public_core_schemas(
     rig.add("example", subject="done")
     rig.add("flaky", subject="retried until it fails")
     waiting = rig.add("example", subject="canceled", schedule={"delay_minutes": 60})
+    held = add_held(rig, subject="held for approval")
     control.cancel_task(rig.config, rig.store, waiting.task_id, rig.clock.now())
     control.start_workflow(
         rig.config, rig.store, "goal-loop", "m1", {"answers": {"verify": ["complete"]}}, None, rig.clock.now()
@@ -86,10 +88,9 @@ async def test_a_whole_lifecycle_validates_against_the_public_core_schemas(
     assert task_statuses(events) == {t.task_id: t.status for t in tasks}, "the queue rebuilds from its events alone"
 
     status = snapshot(rig.config, rig.store, rig.clock.now())
-    shown = runtime_snapshot(
-        status, tasks, {t.task_id: rig.store.attempts_of(t.task_id) for t in tasks}, rig.clock.now()
-    )
+    shown = session_snapshot(rig.config, rig.store, status, rig.clock.now())
     assert list(schema("agentruntime-snapshot.schema.json").iter_errors(shown)) == []
+    assert [t["status"] for t in shown["tasks"] if t["taskId"] == str(held.task_id)] == ["waiting_permission"]
     statuses = {t["nativeStatus"]: t["status"] for t in shown["tasks"]}
     assert statuses["completed"] == "completed" and statuses["operator_canceled"] == "cancelled"
     assert statuses["permanent_failure"] == "failed"
