@@ -4,6 +4,7 @@ from the pinned CLIs by `make record-fixtures`), and the third-party reference s
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -13,9 +14,10 @@ from threading import Thread
 from typing import Any
 
 import pytest
+from harness.record import Clis, record_all
 from harness.scenarios import SCENARIOS
 from pydantic import TypeAdapter
-from support import harness_fixture, reference_dir, write_config
+from support import REPO, harness_fixture, reference_dir, write_config
 from test_adapter_builders import ctx
 from test_fixtures import MANIFEST, REFERENCE_SAMPLES
 
@@ -312,3 +314,26 @@ def test_agentd_reads_the_reference_samples_as_it_reads_its_own_fixtures(scenari
         return (samples / next(f for f in files if suffix in f)).read_text(encoding="utf-8")
 
     assert verdict(PARSERS[cli](reference)) == verdict(parsed_fixture(scenario))
+
+
+# --- the pinned CLIs still print what their fixtures say (`make test-harness`) ----------------------------
+
+CLI_SCENARIOS = [n for n, s in SCENARIOS.items() if s.cli in PARSERS and "hermes_chat_q_quiet.txt" not in s.files]
+
+
+@pytest.mark.harness
+@pytest.mark.parametrize("scenario", CLI_SCENARIOS)
+def test_the_pinned_cli_still_prints_what_its_fixture_says(scenario: str, tmp_path: Path) -> None:
+    """Records the scenario again, as `make record-fixtures` would, and reads it as agentd does: the same
+    exit code and verdict as the committed fixture, or the fixtures are stale."""
+    cli, files = MANIFEST[scenario]["cli"], MANIFEST[scenario]["files"]
+    clis = Clis(Path(os.environ.get("AGENTD_HARNESS_CACHE") or REPO / ".cache" / "harness"))
+    if not clis.command(cli).exists():
+        pytest.fail(f"{clis.command(cli)} is not installed: `make test-harness` installs the pinned CLIs first")
+    entries = record_all(clis, [scenario], tmp_path)
+    assert entries[scenario]["exit_code"] == MANIFEST[scenario]["exit_code"]
+
+    def fresh(suffix: str) -> str:
+        return (tmp_path / next(f for f in files if suffix in f)).read_text(encoding="utf-8")
+
+    assert verdict(PARSERS[cli](fresh)) == verdict(parsed_fixture(scenario))
