@@ -4,7 +4,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := config/identity.example.toml
 
+<<<<<<< HEAD
 .PHONY: run test test-fast test-harness test-slow chaos lint bench bench-quick docs-reference clean
+=======
+.PHONY: run test test-fast test-harness record-fixtures test-slow chaos lint bench bench-quick clean
+>>>>>>> i21-fixtures
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentd needs python3 >= 3.11, found " + sys.version.split()[0] + "; run: make PYTHON=python3.11 ...")'
@@ -48,6 +52,12 @@ test-fast: $(VENV)/.installed-test
 test-harness: $(VENV)/.installed-test
 	tests/harness/install.sh
 	tests/harness/isolated.sh $(BIN)/python -m pytest -m harness --basetemp=.cache/harness-tmp
+
+## record-fixtures: re-record tests/fixtures/harness/ (what the parsing tests read) with the pinned CLIs
+## against tests/fakemodel, redacted, inside the same loopback-only namespace; review `git diff` after
+record-fixtures: $(VENV)/.installed-test
+	tests/harness/install.sh
+	tests/harness/isolated.sh $(BIN)/python tests/harness/record.py
 
 ## test-slow: the long forms of the slow suites
 test-slow: $(VENV)/.installed-test
