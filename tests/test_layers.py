@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.redaction",
         "agentd.procs",
         "agentd.wake",
+        "agentd.metric_specs",  # the table of every exported metric (data only)
     ),
     ("agentd.records",),
     (
