@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := config/identity.example.toml
 
-.PHONY: run test test-fast test-harness test-slow chaos lint bench bench-quick docs-reference clean
+.PHONY: run test test-fast test-harness record-fixtures test-slow chaos lint bench bench-quick docs-reference clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentd needs python3 >= 3.11, found " + sys.version.split()[0] + "; run: make PYTHON=python3.11 ...")'
@@ -47,7 +47,14 @@ test-fast: $(VENV)/.installed-test
 ## own: inside the namespace pytest could not clean files other suites left owned by other users)
 test-harness: $(VENV)/.installed-test
 	tests/harness/install.sh
+	mkdir -p .cache
 	tests/harness/isolated.sh $(BIN)/python -m pytest -m harness --basetemp=.cache/harness-tmp
+
+## record-fixtures: re-record tests/fixtures/harness/ (what the parsing tests read) with the pinned CLIs
+## against tests/fakemodel, redacted, inside the same loopback-only namespace; review `git diff` after
+record-fixtures: $(VENV)/.installed-test
+	tests/harness/install.sh
+	tests/harness/isolated.sh $(BIN)/python tests/harness/record.py
 
 ## test-slow: the long forms of the slow suites
 test-slow: $(VENV)/.installed-test
@@ -69,6 +76,7 @@ bench-quick: $(VENV)/.installed-bench
 ## docs-reference: write the reference pages that come from the code (tests/test_docs.py checks them)
 docs-reference: $(VENV)/.installed
 	$(BIN)/agentd config reference > docs/configuration.md
+	$(BIN)/python -c 'from agentd.metric_specs import reference; print(reference(), end="")' > docs/metrics.md
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check agentd tests bench

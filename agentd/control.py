@@ -58,7 +58,9 @@ def resolve_approval(
 
 
 def pause_dispatch(config: Config, store: Store, reason: str | None, now: datetime) -> tuple[Pause, bool]:
-    return store.pause_dispatch(operator(), reason, now)
+    paused = store.pause_dispatch(operator(), reason, now)
+    poke(config.paths.state_dir)  # an idle dispatcher says it is paused at once, not at its next wake
+    return paused
 
 
 def resume_dispatch(config: Config, store: Store, now: datetime) -> Pause | None:

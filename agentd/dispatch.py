@@ -34,6 +34,7 @@ from agentd.running import FATAL, AttemptRunner
 from agentd.service import Notifier, Shell
 from agentd.status import BudgetOutlook, budget_outlook
 from agentd.store import AsyncStore, Store
+from agentd.store.control import Pause
 from agentd.sweep import boot_sweep
 from agentd.wake import Doorbell
 
@@ -65,6 +66,8 @@ class Dispatcher:
         self._stopping = False
         self._idle_noted = False
         self._held: tuple[BudgetHold, int] | None = None  # what the budget held back at the last claim
+        self._paused: Pause | None = None  # the operator's pause, as the last claim found it
+        self._shown = ""  # the state the service row was last written for (_publish)
 
     @property
     def holder_id(self) -> str:
@@ -200,24 +203,43 @@ class Dispatcher:
         hold = budget.hold if budget else None
         claim = await self.db.call(Store.claim_next_task, now, self.holder_id, self._plan, evidence, hold)
         if claim is None:
-            pause = await self.db.call(Store.dispatch_pause)
-            if pause is not None:  # the operator paused it: nothing more is claimed until `dispatch resume`
-                if not self._stopping:
-                    self.shell.status(pause.describe())
-                return False
-            await self._note_budget(budget, now)
-            await self.outbox.apply_pending()  # e.g. side effects an operator just approved
+            self._paused = await self.db.call(Store.dispatch_pause)
+            if self._paused is None:  # else the operator paused it: nothing is claimed until `dispatch resume`
+                await self._note_budget(budget, now)
+                await self.outbox.apply_pending()  # e.g. side effects an operator just approved
+            await self._publish()
             return False
-        self._held = None
+        self._held, self._paused = None, None
         self._idle_noted = False
         if claim.attempt is None:  # refused at the claim: its outbox, if any, is the next tick's
             return True
         self._crash_point("after_claim")
-        end = await self.attempts.run(claim, stopping=self._stopping, on_running=self._show_running)
+        end = await self.attempts.run(claim, stopping=self._stopping, on_running=self._publish)
         self._crash_point("after_outcome_commit")
+        await self._publish()
         if end.outbox:
             await self.outbox.apply_pending()
         return True
+
+    def _state(self) -> str:
+        """What the dispatcher is doing, as a key that changes only when its state does (not with a
+        count or the time): running which task, stopping, paused, held by the budget, or idle."""
+        if self.attempts.running_task is not None:
+            return f"running task {self.attempts.running_task}"
+        if self._stopping:
+            return "stopping"
+        if self._paused is not None:
+            return f"paused {self._paused.paused_at}"
+        return f"budget {self._held[0].reason}" if self._held is not None else "idle"
+
+    async def _publish(self) -> None:
+        """Write the status line to the service row when the state changed (an attempt began or
+        ended, a pause, a budget hold), so `agentd status` never shows the attempt rows one thing and
+        the service row another until the next refresh; one write per change, none per idle tick."""
+        state = self._state()
+        if state != self._shown:
+            self._shown = state
+            await self.shell.publish(self.status_line)
 
     async def _budget(self, now: datetime) -> BudgetOutlook | None:
         """What the day's spend holds back ([budget]); no read at all when nothing is capped."""
@@ -238,9 +260,6 @@ class Dispatcher:
 
     def _plan(self, task: TaskRecord) -> AttemptPlan:
         return plan_attempt(self.config, task)  # pure: config lookups only (it runs inside the claim)
-
-    def _show_running(self) -> None:
-        self.shell.status(self.attempts.describe() or "")
 
     async def _sleep_until_due(self) -> None:
         now = self.clock.now()

@@ -8,11 +8,15 @@ event's place in the hash chain, so nothing is lost in translation and the chain
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from agentd.clock import format_ts
+from agentd.config import Config
 from agentd.records import RuntimeEvent, TaskAttempt, TaskRecord
+from agentd.status import budget_outlook
+from agentd.store import Store
 
 SCHEMA_VERSION = "agentd-events/v1"
 GENERIC = "run.status"  # agentd events with no family in the spec: the generic status class
@@ -60,7 +64,7 @@ EVENT_MAP: dict[str, str] = {
     "approval_requested": "permission.requested",
     "approval_resolved": "permission.resolved",
     "dispatch_paused": "queue.changed",
-    "budget_held": "queue.changed",
+    "budget_held": "quota.blocked",
     "dispatch_resumed": "queue.changed",
     "policy_denied": "permission.evaluated",
     "workflow_signaled": "task.dependency.updated",
@@ -101,6 +105,8 @@ TASK_STATUS = {
 
 def runtime_type(event: RuntimeEvent) -> str:
     payload = event.payload
+    if event.type == "task_enqueued" and payload.get("awaiting_approval"):
+        return "task.waiting"  # held for an operator before its first claim: not queued
     if event.type == "task_attempt_finished" and payload.get("outcome") != "completed":
         return "task.attempt.failed"
     if event.type == "task_finished":
@@ -108,6 +114,20 @@ def runtime_type(event: RuntimeEvent) -> str:
     if event.type == "sensor_run_finished" and payload.get("result") not in (None, "ok"):
         return "job.failed"
     return EVENT_MAP.get(event.type, GENERIC)
+
+
+def held_status(event: RuntimeEvent) -> str | None:
+    """The spec's task status an event of a hold leaves (taskStatusValue): waiting for a person's
+    permission (an approval before the first claim), blocked on a quota (the budget), or queued again
+    once approved; None for every other event (its `type` says what happened)."""
+    payload = event.payload
+    if event.type == "task_enqueued":
+        return "waiting_permission" if payload.get("awaiting_approval") else None
+    if event.type == "approval_requested" and payload.get("scope", "claim") == "claim":
+        return "waiting_permission"
+    if event.type == "approval_resolved" and payload.get("scope", "claim") == "claim":
+        return "queued" if payload.get("decision") == "approved" else None  # a denial: task_finished says it
+    return "blocked" if event.type == "budget_held" else None
 
 
 def runtime_event(event: RuntimeEvent, agent_id: str) -> dict[str, Any]:
@@ -133,6 +153,8 @@ def runtime_event(event: RuntimeEvent, agent_id: str) -> dict[str, Any]:
             },
         },
     }
+    if (status := held_status(event)) is not None:
+        envelope["status"] = status
     if event.task_id is not None:
         envelope["taskId"] = str(event.task_id)
     if event.attempt_id is not None:
@@ -144,20 +166,40 @@ def _ids(event: RuntimeEvent) -> dict[str, Any]:
     return {"workflowId": event.workflow_id, "scheduleId": event.schedule_id, "sensorId": event.sensor_id}
 
 
+def session_snapshot(config: Config, store: Store, shown: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """`agentd status --format agent-runtime` from `shown` (agentd/status.py snapshot): every live task
+    and the 50 newest others, with their attempts and the tasks the budget holds back now."""
+    live = store.list_tasks(statuses=("pending", "running", "retryable_failure"), limit=1_000_000)
+    recent = store.list_tasks(statuses=("completed", "permanent_failure", "blocked", "operator_canceled"), limit=50)
+    tasks = sorted(live + recent, key=lambda t: t.task_id)
+    outlook = budget_outlook(store, config, now)
+    held = {}
+    if outlook is not None and outlook.hold is not None:
+        why = f"held by the budget until {format_ts(outlook.hold.until)}: {outlook.hold.reason}"
+        held = dict.fromkeys(store.budget_held_ids(now, outlook.hold), why)
+    return runtime_snapshot(shown, tasks, store.attempts_by_task([t.task_id for t in tasks]), now, held)
+
+
 def runtime_snapshot(
-    status: dict[str, Any], tasks: list[TaskRecord], attempts: dict[int, list[TaskAttempt]], now: datetime
+    status: dict[str, Any],
+    tasks: list[TaskRecord],
+    attempts: dict[int, list[TaskAttempt]],
+    now: datetime,
+    budget_held: Mapping[int, str] | None = None,
 ) -> dict[str, Any]:
     """`agentd status` as the seed-002 session snapshot: one thread per service, honest about
-    liveness (a service whose process is gone is `unknown`, a silent one `stale`), and a running
-    task whose dispatcher is not live is `lost`, never `running`."""
+    liveness (a service whose process is gone is `unknown`, a silent one `stale`), a running task
+    whose dispatcher is not live `lost`, never `running`, and a task held for an approval or by the
+    budget (`budget_held`: its id and why) `waiting_permission` or `blocked`, never `queued`."""
     dispatcher_live = any(s["service"] == "dispatch" and s["liveness"] == "live" for s in status["services"])
+    held = budget_held or {}
     return {
         "schemaVersion": SCHEMA_VERSION,
         "sessionId": status["agent_id"],
         "runtimeId": status["agent_id"],
         "updatedAt": format_ts(now),
         "threads": [_thread(s, status["running"]) for s in status["services"]],
-        "tasks": [_task(t, attempts.get(t.task_id, []), dispatcher_live) for t in tasks],
+        "tasks": [_task(t, attempts.get(t.task_id, []), dispatcher_live, held.get(t.task_id)) for t in tasks],
         "taskSummary": {**status["counts"], **status["waiting"]},
     }
 
@@ -171,10 +213,21 @@ def _thread(service: dict[str, Any], running: list[dict[str, Any]]) -> dict[str,
     return {"threadId": service["service"], "status": status, "nativeStatus": service["liveness"]}
 
 
-def _task(task: TaskRecord, attempts: list[TaskAttempt], dispatcher_live: bool) -> dict[str, Any]:
-    status = TASK_STATUS[task.status]
+def task_status(task: TaskRecord, dispatcher_live: bool, budget_held: str | None) -> tuple[str, str | None]:
+    """The spec's status of a task, and why when agentd's own status does not say it."""
     if task.status == "running" and not dispatcher_live:
-        status = "lost"
+        return "lost", "its dispatcher is not live"
+    if task.status in ("pending", "retryable_failure") and task.awaiting_approval:
+        return "waiting_permission", f"waiting for an operator: `agentd approve {task.task_id}` or `agentd deny`"
+    if budget_held is not None:
+        return "blocked", budget_held
+    return TASK_STATUS[task.status], None
+
+
+def _task(
+    task: TaskRecord, attempts: list[TaskAttempt], dispatcher_live: bool, budget_held: str | None
+) -> dict[str, Any]:
+    status, reason = task_status(task, dispatcher_live, budget_held)
     shown: dict[str, Any] = {
         "taskId": str(task.task_id),
         "title": task.subject or task.task_type,
@@ -190,6 +243,8 @@ def _task(task: TaskRecord, attempts: list[TaskAttempt], dispatcher_live: bool) 
         shown["startedAt"] = format_ts(task.started_at)
     if task.finished_at:
         shown["endedAt"] = format_ts(task.finished_at)
+    if reason is not None:
+        shown["statusReason"] = reason
     if task.last_error:
         shown["lastError"] = {"message": task.last_error}
     return shown

@@ -38,12 +38,14 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from agentd import __version__, procs
+from agentd import metric_specs as specs
 from agentd.budget import AdapterSpend
 from agentd.clock import Clock, parse_ts
 from agentd.config import Config
 from agentd.errors import AgentdError
+from agentd.metric_specs import Spec
 from agentd.records import TASK_STATUSES
-from agentd.status import budget_outlook, liveness
+from agentd.status import liveness, queue_outlook
 from agentd.store import Store, open_store
 
 logger = logging.getLogger(__name__)
@@ -54,6 +56,17 @@ DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
 MAX_CONNECTIONS = 8
 CONNECTION_TIMEOUT_S = 5.0
 MAX_REQUEST_BYTES = 8192
+
+
+def family(spec: Spec, value: float | None = None) -> GaugeMetricFamily:
+    """A gauge read at scrape time, as its Spec says (labelled: samples are added to it)."""
+    if spec.labels:
+        return GaugeMetricFamily(spec.name, spec.help, labels=list(spec.labels))
+    return GaugeMetricFamily(spec.name, spec.help, value=value)
+
+
+def counter(spec: Spec, registry: CollectorRegistry) -> Counter:
+    return Counter(spec.name, spec.help, list(spec.labels), registry=registry)
 
 
 class QueueCollector(Collector):
@@ -69,87 +82,47 @@ class QueueCollector(Collector):
             if self._store is None:
                 self._store = open_store(self._db_path, self._clock)
             now = self._clock.now()
-            summary = self._store.queue_summary(now)
+            summary, budget = queue_outlook(self._store, self._config, now)
             running = self._store.running_now()
             services = self._store.service_statuses()
             head = self._store.chain_head()
             approvals = self._store.pending_approvals()
             paused = self._store.dispatch_pause() is not None
-            budget = budget_outlook(self._store, self._config, now) if self._config else None
-        tasks = GaugeMetricFamily("agentd_tasks", "Tasks in the queue by status", labels=["status"])
+            failed_messages = self._store.failed_message_count()
+        tasks = family(specs.TASKS)
         for status in TASK_STATUSES:
             tasks.add_metric([status], summary.counts.get(status, 0))
         yield tasks
-        waiting = GaugeMetricFamily(
-            "agentd_tasks_waiting",
-            "Waiting tasks by why: claimable now, waiting for a retry's backoff, delayed (--delay/--at), for an "
-            "approval, for the next day's budget",
-            labels=["reason"],
-        )
+        waiting = family(specs.TASKS_WAITING)
         for reason, count in (
             ("claimable", summary.claimable),
             ("retry_waiting", summary.retry_waiting),
             ("delayed", summary.delayed),
-            ("approval", len(approvals)),
-            ("budget", budget.waiting if budget else 0),
+            ("approval", summary.approval),
+            ("budget", summary.budget),
         ):
             waiting.add_metric([reason], count)
         yield waiting
-        yield GaugeMetricFamily(
-            "agentd_approval_oldest_age_seconds",
-            "How long the oldest approval request has waited for an operator (0 when none waits)",
-            value=(now - approvals[0].requested_at).total_seconds() if approvals else 0.0,
-        )
-        spent = GaugeMetricFamily(
-            "agentd_budget_spent_usd",
-            "Spend of the current UTC day by adapter, as [budget] counts it (estimated=1: priced by agentd)",
-            labels=["adapter", "estimated"],
-        )
+        yield family(specs.APPROVAL_OLDEST, (now - approvals[0].requested_at).total_seconds() if approvals else 0.0)
+        spent = family(specs.BUDGET_SPENT)
         if budget is not None and self._config is not None:  # every adapter, 0 until it spends
             for adapter_id in sorted(set(self._config.adapters) | set(budget.spend.by_adapter)):
                 used = budget.spend.by_adapter.get(adapter_id, AdapterSpend())
                 spent.add_metric([adapter_id, str(int(used.estimated))], used.total_usd)
         yield spent
-        yield GaugeMetricFamily(
-            "agentd_budget_holding",
-            "1 while past a daily cap of [budget]: less urgent tasks wait for the next UTC day",
-            value=int(bool(budget and budget.hold)),
-        )
-        yield GaugeMetricFamily(
-            "agentd_dispatch_paused", "1 while an operator has paused the dispatcher", value=int(paused)
-        )
+        yield family(specs.BUDGET_HOLDING, int(bool(budget and budget.hold)))
+        yield family(specs.PAUSED, int(paused))
+        yield family(specs.MESSAGES_FAILED, failed_messages)
         age = (now - summary.oldest_pending_at).total_seconds() if summary.oldest_pending_at else 0.0
-        yield GaugeMetricFamily(
-            "agentd_oldest_pending_task_age_seconds",
-            "How long the oldest claimable task has waited (0 when none waits)",
-            value=age,
-        )
-        longest = max(((now - r.started_at).total_seconds() for r in running), default=0.0)
-        yield GaugeMetricFamily(
-            "agentd_running_attempt_age_seconds",
-            "How long the running attempt has run (0 when none runs)",
-            value=longest,
-        )
-        yield GaugeMetricFamily(
-            "agentd_event_chain_head_sequence",
-            "The last event's sequence: a scrape history that later finds it lower means events were cut",
-            value=head[0] if head else 0,
-        )
+        yield family(specs.OLDEST_PENDING, age)
+        yield family(specs.RUNNING_AGE, max(((now - r.started_at).total_seconds() for r in running), default=0.0))
+        yield family(specs.CHAIN_HEAD, head[0] if head else 0)
         yield from self._services(services, now)
 
     def _services(self, rows: list[dict[str, Any]], now: datetime) -> Iterator[Metric]:
         """Each service as `agentd status` judges it: live only while the process that wrote its row
         runs and the row is fresh (so a scrape of one service tells whether the other is alive)."""
-        live = GaugeMetricFamily(
-            "agentd_service_live",
-            "1 while the service's process runs and reports; 0 stale, down or stopped",
-            labels=["service"],
-        )
-        quiet = GaugeMetricFamily(
-            "agentd_service_heartbeat_age_seconds",
-            "Seconds since the service last updated its status",
-            labels=["service"],
-        )
+        live, quiet = family(specs.SERVICE_LIVE), family(specs.SERVICE_QUIET)
         here = procs.this_process()
         for row in rows:
             silent = (now - parse_ts(row["updated_at"])).total_seconds()
@@ -171,7 +144,7 @@ class Metrics:
     def __init__(self, service: str, agent_id: str, db_path: Path, clock: Clock, config: Config | None = None) -> None:
         self.service = service
         self.registry = CollectorRegistry(auto_describe=True)
-        Info("agentd_build", "agentd version and agent", registry=self.registry).info(
+        Info(specs.BUILD.name, specs.BUILD.help, registry=self.registry).info(
             {"version": __version__, "agent_id": agent_id, "service": service}
         )
         self._queue = QueueCollector(db_path, clock, config)
@@ -233,57 +206,17 @@ class DispatchMetrics(Metrics):
     def __init__(self, agent_id: str, db_path: Path, clock: Clock, config: Config | None = None) -> None:
         super().__init__("dispatch", agent_id, db_path, clock, config)
         r = self.registry
-        self.attempts = Counter(
-            "agentd_attempts",
-            "Attempts that ended, by adapter, outcome (completed, retryable_failure, permanent_failure, blocked, "
-            "operator_canceled, rate_limited, interrupted, crashed_runtime) and the adapter's exit status",
-            ["adapter", "outcome", "exit_status"],
-            registry=r,
-        )
-        self.attempt_duration = Histogram(
-            "agentd_attempt_duration_seconds",
-            "Wall-clock duration of attempts",
-            ["adapter"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
-        )
-        self.cost = Counter(
-            "agentd_cost_usd",
-            "Model cost reported (or estimated) by the adapters, in USD",
-            ["adapter", "model"],
-            registry=r,
-        )
-        self.tokens = Counter(
-            "agentd_tokens",
-            "Model tokens by kind (input, output, cache_read, cache_write)",
-            ["adapter", "model", "kind"],
-            registry=r,
-        )
-        self.schedule_tasks = Counter(
-            "agentd_schedule_tasks_created", "Tasks enqueued by recurring schedules", ["schedule"], registry=r
-        )
-        self.workflow_transitions = Counter(
-            "agentd_workflow_transitions",
-            "Workflow moves: transition, complete or block",
-            ["workflow_type", "kind"],
-            registry=r,
-        )
-        self._lock_held = Gauge(
-            "agentd_dispatch_lock_held", "1 while this dispatcher holds the dispatch lock", registry=r
-        )
-        self._last_success = Gauge(
-            "agentd_last_successful_attempt_timestamp_seconds",
-            "When an attempt last completed its task (unix time)",
-            registry=r,
-        )
-        self._boot_sweep = Counter("agentd_boot_sweep_reclaimed", "Attempts reclaimed by the boot sweep", registry=r)
-        self.messages = Counter(
-            "agentd_messages",
-            "External messages: each delivery attempt's result (delivered, retry, failed) by handler, and "
-            "messages refused before any attempt (handler none)",
-            ["handler", "outcome"],
-            registry=r,
-        )
+        self.attempts = counter(specs.ATTEMPTS, r)
+        spec = specs.ATTEMPT_DURATION
+        self.attempt_duration = Histogram(spec.name, spec.help, list(spec.labels), buckets=DURATION_BUCKETS, registry=r)
+        self.cost = counter(specs.COST, r)
+        self.tokens = counter(specs.TOKENS, r)
+        self.schedule_tasks = counter(specs.SCHEDULE_TASKS, r)
+        self.workflow_transitions = counter(specs.WORKFLOW_MOVES, r)
+        self._lock_held = Gauge(specs.LOCK_HELD.name, specs.LOCK_HELD.help, registry=r)
+        self._last_success = Gauge(specs.LAST_SUCCESS.name, specs.LAST_SUCCESS.help, registry=r)
+        self._boot_sweep = counter(specs.BOOT_SWEEP, r)
+        self.messages = counter(specs.MESSAGES, r)
 
     def lock_held(self, held: bool) -> None:
         self._lock_held.set(int(held))
@@ -328,18 +261,8 @@ class DispatchMetrics(Metrics):
 class SensorMetrics(Metrics):
     def __init__(self, agent_id: str, db_path: Path, clock: Clock, config: Config | None = None) -> None:
         super().__init__("sensors", agent_id, db_path, clock, config)
-        self.runs = Counter(
-            "agentd_sensor_runs",
-            "Sensor runs by kind (ok, failed, timeout, start_failed, internal_error)",
-            ["sensor", "result"],
-            registry=self.registry,
-        )
-        self.events = Counter(
-            "agentd_sensor_events",
-            "Sensor events by result (created, recorded, deduped, stale, rejected)",
-            ["sensor", "result"],
-            registry=self.registry,
-        )
+        self.runs = counter(specs.SENSOR_RUNS, self.registry)
+        self.events = counter(specs.SENSOR_EVENTS, self.registry)
 
     def sensor_run(self, sensor: str, kind: str, counts: dict[str, int]) -> None:
         """One run: its kind (ok, failed, timeout, start_failed, internal_error), and each of its events

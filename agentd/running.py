@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 
@@ -71,6 +71,11 @@ class AttemptRunner:
     def busy(self) -> bool:
         return self.control is not None
 
+    @property
+    def running_task(self) -> int | None:
+        """The task whose attempt this runner has claimed and not yet recorded, if any."""
+        return self._running[0] if self._running else None
+
     def describe(self) -> str | None:
         """`running task 812 (claude-code, sonnet) 3m12s`, or None when idle."""
         if self._running is None:
@@ -83,10 +88,11 @@ class AttemptRunner:
             self.control.stop(reason, after_s)
 
     async def run(
-        self, claim: Claim, *, stopping: bool = False, on_running: Callable[[], None] | None = None
+        self, claim: Claim, *, stopping: bool = False, on_running: Callable[[], Awaitable[None]] | None = None
     ) -> AttemptEnd:
         """One attempt to its commit; returns its end. `stopping`: the service is stopping, so the
-        attempt gets only the grace period. `on_running` is told when the adapter is about to run."""
+        attempt gets only the grace period. `on_running` is told as the attempt begins (its claim is
+        committed and it is what `describe` says runs)."""
         attempt = claim.attempt
         assert attempt is not None
         control = AttemptControl()
@@ -95,10 +101,10 @@ class AttemptRunner:
             control.stop("interrupted", self.config.dispatch.grace_s)
         prepared: Prepared | None = None
         try:
-            prepared = await self.preparer.prepare(claim)
             self._running = (claim.task.task_id, attempt.adapter_id, attempt.model, anyio.current_time())
             if on_running is not None:
-                on_running()
+                await on_running()
+            prepared = await self.preparer.prepare(claim)
             run = await self._execute(prepared, control)
             end = await anyio.to_thread.run_sync(
                 conclude, self.config, self.clock, self.rng, prepared, run, control.stopped

@@ -80,6 +80,7 @@ class Shell:
         self.identity = procs.this_process()
         self.started_at = clock.now()
         self._published = 0  # the last chain head sequence this service logged
+        self._publishing = anyio.Lock()  # one status line read and written at a time
 
     async def serve(self, group: anyio.abc.TaskGroup, status_line: StatusLine) -> None:
         """/metrics, READY (after whatever the service did before: the boot sweep), the watchdog and
@@ -101,11 +102,18 @@ class Shell:
 
     async def _refresh_status(self, status_line: StatusLine) -> None:
         while True:
+            await self.publish(status_line)
+            await self.publish_head()
+            await anyio.sleep(STATUS_REFRESH_S)
+
+    async def publish(self, status_line: StatusLine) -> None:
+        """The service's line, to systemd and to its row, now: every refresh, and whenever the service
+        changes state (an attempt starts or ends, a pause). Read and written under one lock, so a line
+        read before a change is never written after the change's own."""
+        async with self._publishing:
             line = await status_line()
             self.notifier.status(line)
             await self.report(line)
-            await self.publish_head()
-            await anyio.sleep(STATUS_REFRESH_S)
 
     async def publish_head(self, *, always: bool = False) -> None:
         """Log the event chain's head (`chain_head sequence=N hash=H`) once it has moved on by

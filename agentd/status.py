@@ -18,7 +18,7 @@ from agentd.budget import BudgetHold, Spend, budget_hold, day_start
 from agentd.clock import format_ts, parse_ts
 from agentd.config import Config
 from agentd.privilege import boundary
-from agentd.records import TASK_STATUSES
+from agentd.records import TASK_STATUSES, QueueSummary
 from agentd.store import Store
 
 STALE_STATUS_S = 30.0  # services refresh their row every 5 s
@@ -39,6 +39,17 @@ def budget_outlook(store: Store, config: Config, now: datetime) -> BudgetOutlook
     spend = store.spend_since(day_start(now))
     hold = budget_hold(config, spend, now)
     return BudgetOutlook(spend, hold, store.budget_waiting(now, hold) if hold else 0)
+
+
+def queue_outlook(store: Store, config: Config | None, now: datetime) -> tuple[QueueSummary, BudgetOutlook | None]:
+    """The queue as the claim sees it, one read for `agentd status` and the metrics: each waiting
+    task counted once, under the reason it waits, the budget's hold included."""
+    if config is None or not config.budget.capped:
+        return store.queue_summary(now), None
+    spend = store.spend_since(day_start(now))
+    hold = budget_hold(config, spend, now)
+    summary = store.queue_summary(now, hold)
+    return summary, BudgetOutlook(spend, hold, summary.budget)
 
 
 def budget_report(config: Config, outlook: BudgetOutlook | None) -> dict[str, Any] | None:
@@ -71,11 +82,10 @@ def budget_report(config: Config, outlook: BudgetOutlook | None) -> dict[str, An
 
 
 def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
-    summary = store.queue_summary(now)
+    summary, budget = queue_outlook(store, config, now)
     holder = store.dispatch_lock_holder()
     approvals = store.pending_approvals()
     pause = store.dispatch_pause()
-    budget = budget_outlook(store, config, now)
     here = procs.this_process()
     return {
         "agent_id": config.agent.agent_id,
@@ -88,10 +98,11 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
             "claimable": summary.claimable,
             "retry_waiting": summary.retry_waiting,
             "delayed": summary.delayed,
-            "approval": len(approvals),
-            "budget": budget.waiting if budget else 0,
+            "approval": summary.approval,
+            "budget": summary.budget,
         },
         "budget": budget_report(config, budget),
+        "messages": {"failed": store.failed_message_count()},
         "oldest_approval_age_s": (now - approvals[0].requested_at).total_seconds() if approvals else None,
         "paused": {"since": format_ts(pause.paused_at), "by": pause.paused_by, "reason": pause.reason}
         if pause

@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import privsep
-from support import agent_config
+from support import agent_config, outcome_disagreements
 
 from agentd.clock import SystemClock
 from agentd.records import TERMINAL_STATUSES
@@ -484,6 +484,7 @@ class Chaos:
             "no secret under the state dir or in the logs": self._no_secrets,
             "the event chain verifies": lambda: [f"{b.sequence}: {b.reason}" for b in store.verify_event_chain()],
             "every task's status rebuilds from the events": lambda: self._read_model(store, tasks),
+            "every ended or retrying task's outcome says its status": lambda: outcome_disagreements(tasks),
             "agentd evidence verify finds nothing": lambda: self._evidence(store),
             "no service exited except by the harness": self._clean_exits,
             "poisoned CLI input refused, nothing written": lambda: (

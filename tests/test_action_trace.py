@@ -1,5 +1,5 @@
-"""The action trace, read from the real harness outputs in ../shared/reference/harness-samples (read from
-there, never copied into the repo), from hand-made streams, and from whatever hypothesis can print."""
+"""The action trace, read from the real harness outputs the project recorded (tests/fixtures/harness/,
+`make record-fixtures`), from hand-made streams, and from whatever hypothesis can print."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import SHARED
+from support import harness_fixture
 
 from agentd.action_trace import (
     HERMES_USAGE_FILE,
@@ -27,17 +27,13 @@ from agentd.adapters.hermes import USAGE_FILE
 from agentd.evidence import EVIDENCE_FILES
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
 
-SAMPLES = SHARED / "reference" / "harness-samples"
 KINDS = ("claude-code", "codex", "hermes-agent", "ollama-generate", "script", "subprocess")
 COMMAND = "echo tool-ran-ok > /srv/agent/work/tool_marker.txt; echo tool-ran-ok"
 DONE = 'Done.\n```json\n{"outcome": "success", "marker": "tool-ran-ok"}\n```'
 
 
 def sample(name: str) -> Path:
-    path = SAMPLES / name
-    if not path.is_file():
-        pytest.skip(f"{path} is not beside the checkout")
-    return path
+    return harness_fixture(name)
 
 
 def attempt(root: Path, stdout: str, **files: str) -> Path:
@@ -83,7 +79,7 @@ def test_claude_tool_use_gives_text_tool_and_text_in_stream_order(tmp_path: Path
             digest("tool-ran-ok"),
             False,
             None,  # the assistant line carries no time
-            "2026-11-22T03:38:49.908000Z",  # the tool_result's line does
+            "2026-11-25T17:20:09.932000Z",  # the tool_result's line does
             COMMAND,
         ),
         message(3, DONE),
@@ -229,7 +225,7 @@ def test_hermes_is_one_message_saying_how_many_api_calls_it_made(tmp_path: Path)
 def test_hermes_without_a_usage_file_or_output(tmp_path: Path) -> None:
     steps = trace_of("hermes-agent", attempt(tmp_path, "hermes_oneshot_http500_stdout.txt"))
     assert [s.summary for s in steps] == [
-        "hermes-usage.json: api_calls=unknown; final text: API call failed after 3 retries: HTTP 500: "
+        "hermes-usage.json: api_calls=unknown; final text: API call failed after 1 retries: HTTP 500: "
         "fake server injected error 500"
     ]
     (tmp_path / "stdout.log").write_text("\n")

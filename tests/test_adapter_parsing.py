@@ -1,63 +1,40 @@
-"""Every captured harness sample (../shared/reference/harness-samples, read in place) parses right."""
+"""Every recorded harness output parses right: the project's own fixtures (tests/fixtures/harness/, recorded
+from the pinned CLIs by `make record-fixtures`), and the third-party reference samples where they are at hand."""
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from threading import Thread
+from typing import Any
 
 import pytest
-from support import SHARED
+from harness.record import Clis, record_all
+from harness.scenarios import SCENARIOS
+from pydantic import TypeAdapter
+from support import REPO, harness_fixture, reference_dir, write_config
+from test_adapter_builders import ctx
+from test_fixtures import MANIFEST, REFERENCE_SAMPLES
 
 from agentd.adapters.base import Usage
 from agentd.adapters.claude import parse_claude_output
 from agentd.adapters.codex import parse_codex_events
-from agentd.adapters.harness import RATE_LIMIT, estimate_cost
+from agentd.adapters.harness import RATE_LIMIT, ParsedRun, estimate_cost
 from agentd.adapters.hermes import parse_hermes
+from agentd.adapters.ollama import OllamaGenerateAdapter
+from agentd.adapters.probe import probe_adapters
 from agentd.outcome import extract_outcome
-from agentd.records import TokenPrice
-
-SAMPLES = SHARED / "reference" / "harness-samples"
+from agentd.records import AdapterConfig, TokenPrice
+from agentd.validation import load_config
 
 
 def sample(name: str) -> str:
-    path = SAMPLES / name
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: the tests read the reference samples from ../shared")
-    return path.read_text(encoding="utf-8")
-
-
-def test_every_sample_is_covered_here() -> None:
-    covered = {
-        "claude_json_error_max_turns.json",
-        "claude_json_http429.json",
-        "claude_json_http500.json",
-        "claude_json_no_api_key.json",
-        "claude_json_permission_denied.json",
-        "claude_json_success.json",
-        "claude_stream_json_http500.jsonl",
-        "claude_stream_json_tool_use.jsonl",
-        "claude_text_http500.txt",
-        "codex_exec_json_http429.jsonl",
-        "codex_exec_json_http500.jsonl",
-        "codex_exec_json_stream_idle_timeout.jsonl",
-        "codex_exec_json_success.jsonl",
-        "codex_exec_json_tool_use.jsonl",
-        "codex_exec_json_unknown_model_warning.jsonl",
-        "codex_output_last_message.txt",
-        "hermes_chat_q_quiet.txt",
-        "hermes_oneshot_hang_stdout.txt",
-        "hermes_oneshot_http429_stdout.txt",
-        "hermes_oneshot_http500_stdout.txt",
-        "hermes_oneshot_success.txt",
-        "hermes_oneshot_tool_use.txt",
-        "hermes_usage_hang.json",
-        "hermes_usage_http500.json",
-        "hermes_usage_success.json",
-        "hermes_usage_tool_use.json",
-        "ollama_generate_nostream.json",
-        "ollama_generate_stream.ndjson",
-        "ollama_tags.json",
-    }
-    assert {p.name for p in SAMPLES.iterdir()} == covered
+    return harness_fixture(name).read_text(encoding="utf-8")
 
 
 # --- claude ---------------------------------------------------------------------------------------
@@ -76,6 +53,7 @@ def test_claude_success_gives_text_cost_tokens_and_model() -> None:
 @pytest.mark.parametrize(("name", "status"), [("claude_json_http500.json", 500), ("claude_json_http429.json", 429)])
 def test_claude_api_errors_fail_although_subtype_says_success(name: str, status: int) -> None:
     run = parse_claude_output(sample(name))
+    assert json.loads(sample(name))["subtype"] == "success"
     assert run.finished and not run.succeeded
     assert run.diagnostics["api_error_status"] == status
     assert run.failure and run.failure.startswith("API Error:")
@@ -97,6 +75,7 @@ def test_claude_permission_denied_succeeds_but_counts_the_denial() -> None:
 def test_claude_stream_json_keeps_the_tool_trace() -> None:
     run = parse_claude_output(sample("claude_stream_json_tool_use.jsonl"))
     assert run.succeeded and run.diagnostics["tool_uses"] == ["Bash"]
+    assert run.model == "claude-sonnet-4-5" and run.usage.cost_usd == pytest.approx(0.000276)
     assert extract_outcome(None, run.final_message).problem is not None  # a ```json block, but not a TaskOutcome
     failed = parse_claude_output(sample("claude_stream_json_http500.jsonl"))
     assert not failed.succeeded and failed.diagnostics["api_error_status"] == 500
@@ -167,18 +146,18 @@ def test_hermes_success_is_judged_by_the_usage_file() -> None:
     assert run.usage.cost_usd is None and run.diagnostics["cost_status"] == "unknown"
     tool = parse_hermes(sample("hermes_usage_tool_use.json"), sample("hermes_oneshot_tool_use.txt"))
     assert tool.succeeded and extract_outcome(None, tool.final_message).source == "none"
+    assert tool.diagnostics["api_calls"] == 2
 
 
 @pytest.mark.parametrize(
-    ("stdout", "limited"),
+    ("stdout", "usage", "limited"),
     [
-        ("hermes_oneshot_http500_stdout.txt", False),
-        ("hermes_oneshot_http429_stdout.txt", True),
-        ("hermes_oneshot_hang_stdout.txt", False),
+        ("hermes_oneshot_http500_stdout.txt", "hermes_usage_http500.json", False),
+        ("hermes_oneshot_http429_stdout.txt", "hermes_usage_http429.json", True),
+        ("hermes_oneshot_hang_stdout.txt", "hermes_usage_hang.json", False),
     ],
 )
-def test_hermes_exit_0_with_failed_usage_is_a_failure(stdout: str, limited: bool) -> None:
-    usage = "hermes_usage_hang.json" if "hang" in stdout else "hermes_usage_http500.json"
+def test_hermes_exit_0_with_failed_usage_is_a_failure(stdout: str, usage: str, limited: bool) -> None:
     run = parse_hermes(sample(usage), sample(stdout))
     assert run.finished and not run.succeeded and run.final_message is None
     assert run.failure == sample(stdout).strip()
@@ -197,19 +176,164 @@ def test_hermes_chat_mode_banner_is_not_mistaken_for_the_answer() -> None:
     assert extract_outcome(None, text).source == "none"  # its ```json block is no TaskOutcome
 
 
-# --- ollama (the adapter runs against the fake server in test_adapters.py; the samples' shapes here)
+# --- the exit codes the CLIs gave, against agentd's verdicts -------------------------------------------
 
 
-def test_ollama_samples_have_the_fields_the_adapter_reads() -> None:
-    import json
-
-    lines = [json.loads(line) for line in sample("ollama_generate_stream.ndjson").splitlines() if line.strip()]
-    assert lines[-1]["done"] and {"prompt_eval_count", "eval_count"} <= lines[-1].keys()
-    assert "".join(line.get("response", "") for line in lines)
-    whole = json.loads(sample("ollama_generate_nostream.json"))
-    assert whole["done"] and whole["response"]
-    assert json.loads(sample("ollama_tags.json"))["models"][0]["name"]
+def parsed_fixture(scenario: str) -> ParsedRun:
+    files = MANIFEST[scenario]["files"]
+    return PARSERS[MANIFEST[scenario]["cli"]](lambda suffix: sample(next(f for f in files if suffix in f)))
 
 
-def test_sample_dir_is_the_shared_reference() -> None:
-    assert SAMPLES.resolve().is_relative_to(Path(SHARED).resolve())
+PARSERS: dict[str, Callable[[Callable[[str], str]], ParsedRun]] = {
+    "claude": lambda read: parse_claude_output(read("claude_")),
+    "codex": lambda read: parse_codex_events(read("codex_exec_")),
+    "hermes": lambda read: parse_hermes(read("hermes_usage_"), read("hermes_oneshot_")),
+}
+
+
+@pytest.mark.parametrize(
+    "scenario", [n for n, s in SCENARIOS.items() if s.cli in PARSERS and "hermes_chat_q_quiet.txt" not in s.files]
+)
+def test_agentd_agrees_with_the_exit_code_where_the_cli_means_it(scenario: str) -> None:
+    """claude and codex exit 0 exactly when agentd reads success; hermes exits 0 whatever happened
+    (which is why agentd judges it by its usage file)."""
+    recorded = MANIFEST[scenario]["exit_code"]
+    run = parsed_fixture(scenario)
+    if MANIFEST[scenario]["cli"] == "hermes":
+        assert recorded == 0
+    else:
+        assert (recorded == 0) == run.succeeded, (recorded, run)
+
+
+# --- ollama: agentd's adapter and probe, over real HTTP, answered with the recorded bytes -------------
+
+
+@contextmanager
+def serving(routes: dict[str, bytes]) -> Iterator[str]:
+    """A loopback HTTP server (port 0) answering each path with its bytes, whatever the method."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            body = routes.get(self.path.split("?")[0])
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.send_response(200 if body is not None else 404)
+            self.send_header("content-length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        do_GET = do_POST = answer
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+async def no_pid(pid: int | None) -> None:
+    return None
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("name", ["ollama_generate_stream.ndjson", "ollama_generate_nostream.json"])
+async def test_the_ollama_adapter_reads_the_recorded_answer(tmp_path: Path, name: str) -> None:
+    """Streamed, or one object from a server that ignores "stream": true: the same text and tokens."""
+    recorded = harness_fixture(name).read_bytes()
+    with serving({"/api/generate": recorded}) as url:
+        adapter = {
+            "adapter_id": "a",
+            "kind": "ollama-generate",
+            "endpoint": url,
+            "model": "fake-model",
+            "timeout_ms": 5000,
+        }
+        context = replace(
+            ctx(tmp_path, {"kind": "script"}), adapter=TypeAdapter(AdapterConfig).validate_python(adapter), model=None
+        )
+        run = await OllamaGenerateAdapter().execute(context, no_pid)
+    assert run.ok and run.failure is None, run.failure
+    assert run.final_message == json.loads(sample("ollama_generate_nostream.json"))["response"]
+    assert (run.usage.input_tokens, run.usage.output_tokens) == (11, 7)
+    assert run.model == "fake-model" and run.diagnostics["done_reason"] == "stop"
+    assert context.paths.stdout.read_bytes().splitlines() == recorded.splitlines()  # the evidence is the answer
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("model", "ok"), [("fake-model", True), ("other-model", False)])
+async def test_the_ollama_probe_finds_the_model_in_the_recorded_tags(tmp_path: Path, model: str, ok: bool) -> None:
+    with serving({"/api/tags": harness_fixture("ollama_tags.json").read_bytes()}) as url:
+        adapter = {
+            "adapter_id": "local",
+            "kind": "ollama-generate",
+            "endpoint": url,
+            "model": model,
+            "timeout_ms": 5000,
+        }
+        config = load_config(write_config(tmp_path, lambda raw: raw["adapters"].append(adapter)))
+        found = (await probe_adapters(config))["local"]
+    assert found["ok"] is ok and found["probe"].startswith("reachable"), found
+
+
+# --- the reference's samples (captured elsewhere, with other settings) read the same way -----------------
+
+CROSS_CHECKED = sorted(
+    (name, s.cli)
+    for name, s in SCENARIOS.items()
+    if s.cli in PARSERS and set(s.files) <= REFERENCE_SAMPLES and "hermes_chat_q_quiet.txt" not in s.files
+)
+
+
+def verdict(run: ParsedRun) -> dict[str, Any]:
+    """What agentd decides from a run, without what differs by capture (texts, ports, retry counts, tokens)."""
+    keep = ("tool_uses", "api_error_status", "terminal_reason", "permission_denials", "cost_status", "api_calls")
+    return {
+        "finished": run.finished,
+        "succeeded": run.succeeded,
+        "has_text": bool(run.final_message),
+        "rate_limited": bool(run.failure and RATE_LIMIT.search(run.failure)),
+        "commands": len(run.diagnostics.get("commands") or []),
+        "warnings": len(run.diagnostics.get("warnings") or []),
+        "denials": [(d.tool, d.summary) for d in run.denials],
+        **{key: run.diagnostics[key] for key in keep if key in run.diagnostics},
+    }
+
+
+@pytest.mark.parametrize(("scenario", "cli"), CROSS_CHECKED)
+def test_agentd_reads_the_reference_samples_as_it_reads_its_own_fixtures(scenario: str, cli: str) -> None:
+    samples = reference_dir("harness-samples")
+    files = MANIFEST[scenario]["files"]
+
+    def reference(suffix: str) -> str:
+        return (samples / next(f for f in files if suffix in f)).read_text(encoding="utf-8")
+
+    assert verdict(PARSERS[cli](reference)) == verdict(parsed_fixture(scenario))
+
+
+# --- the pinned CLIs still print what their fixtures say (`make test-harness`) ----------------------------
+
+CLI_SCENARIOS = [n for n, s in SCENARIOS.items() if s.cli in PARSERS and "hermes_chat_q_quiet.txt" not in s.files]
+
+
+@pytest.mark.harness
+@pytest.mark.parametrize("scenario", CLI_SCENARIOS)
+def test_the_pinned_cli_still_prints_what_its_fixture_says(scenario: str, tmp_path: Path) -> None:
+    """Records the scenario again, as `make record-fixtures` would, and reads it as agentd does: the same
+    exit code and verdict as the committed fixture, or the fixtures are stale."""
+    cli, files = MANIFEST[scenario]["cli"], MANIFEST[scenario]["files"]
+    clis = Clis(Path(os.environ.get("AGENTD_HARNESS_CACHE") or REPO / ".cache" / "harness"))
+    if not clis.command(cli).exists():
+        pytest.fail(f"{clis.command(cli)} is not installed: `make test-harness` installs the pinned CLIs first")
+    entries = record_all(clis, [scenario], tmp_path)
+    assert entries[scenario]["exit_code"] == MANIFEST[scenario]["exit_code"]
+
+    def fresh(suffix: str) -> str:
+        return (tmp_path / next(f for f in files if suffix in f)).read_text(encoding="utf-8")
+
+    assert verdict(PARSERS[cli](fresh)) == verdict(parsed_fixture(scenario))

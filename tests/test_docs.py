@@ -161,3 +161,45 @@ def test_the_tour_and_the_example_config_agree() -> None:
     [(_, tour)] = code_blocks("A five-minute tour")[:1]
     types = {t["task_type"] for t in raw["task_types"]}
     assert set(re.findall(r"--type (\S+)", tour)) <= types
+
+
+# --- the metrics reference -----------------------------------------------------------------------------
+
+
+def scraped(registry: Any) -> dict[str, tuple[str, str]]:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = generate_latest(registry).decode()
+    return {family.name: (family.type, family.documentation) for family in text_string_to_metric_families(text)}
+
+
+def test_the_metrics_page_is_what_the_services_serve(tmp_path: Path) -> None:
+    """docs/metrics.md is written from the catalogue, and a real scrape of each service shows exactly the
+    catalogue's metrics (name, type, help): a metric added without its entry, or an entry nothing serves,
+    fails here."""
+    from agentd.clock import FakeClock
+    from agentd.metric_specs import CATALOGUE, reference
+    from agentd.metrics import DispatchMetrics, SensorMetrics
+    from agentd.store import migrate
+
+    assert (REPO / "docs" / "metrics.md").read_text(encoding="utf-8") == reference(), "run `make docs-reference`"
+    db = tmp_path / "agentd.db"
+    migrate(db, FakeClock())
+    served: dict[str, dict[str, tuple[str, str]]] = {}
+    for service, kind in (("dispatch", DispatchMetrics), ("sensors", SensorMetrics)):
+        metrics = kind("demo", db, FakeClock())
+        try:
+            served[service] = scraped(metrics.registry)
+        finally:
+            metrics.close()
+    for service, families in served.items():
+        expected = {  # an info metric is served as a gauge of 1 named …_info
+            spec.exposed if spec.kind == "info" else spec.name: (
+                "gauge" if spec.kind == "info" else spec.kind,
+                spec.help,
+            )
+            for spec in CATALOGUE
+            if spec.served_by in ("both", service)
+        }
+        assert families == expected, service

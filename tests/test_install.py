@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import socket
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import EXAMPLE_CONFIG, REPO, example_raw
+from support import EXAMPLE_CONFIG, REPO, example_raw, missing
 
 from agentd import agent_toml
 from agentd import install as install_module
@@ -154,9 +153,7 @@ def test_a_bad_agent_name_is_refused(tmp_path: Path, capsys: pytest.CaptureFixtu
 def analyzer() -> str:
     found = shutil.which("systemd-analyze")
     if found is None:
-        if os.environ.get("AGENTD_REQUIRE_SYSTEMD_ANALYZE"):
-            pytest.fail("systemd-analyze is required here (.ci/run installs it)")
-        pytest.skip("systemd-analyze is not installed on this machine")
+        missing("SYSTEMD_ANALYZE", "systemd-analyze is not installed on this machine (.ci/run installs it)")
     return found
 
 

@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.wake",
         "agentd.privilege",  # who attempts run as; the capabilities a service keeps to itself
         "agentd.untrusted",  # reading what the run user wrote, never through a link
+        "agentd.metric_specs",  # the table of every exported metric (data only)
     ),
     ("agentd.records",),
     (

@@ -45,6 +45,8 @@ ALERTS = {
     "AgentdServiceDown",
     "AgentdLockLost",
     "AgentdQueueStuck",
+    "AgentdApprovalWaiting",
+    "AgentdMessagesFailed",
     "AgentdAttemptsFailing",
     "AgentdPermanentFailures",
     "AgentdAttemptRunningLong",
@@ -107,6 +109,7 @@ def exported(rig: Rig) -> Iterator[Exported]:
         dispatch.workflow_moved("w", "transition")
         dispatch.boot_swept()
         dispatch.lock_held(True)
+        dispatch.message_counted("hook", "delivered")
         sensors.sensor_run("s", "ok", {"created": 1, "recorded": 2, "deduped": 1, "rejected": 1, "stale": 0})
         families: set[str] = set()
         samples: dict[str, set[str]] = {}
@@ -369,6 +372,7 @@ WANTED = [
     ("running attempt age", "agentd_running_attempt_age_seconds", None),
     ("boot-sweep reclaims", "agentd_boot_sweep_reclaimed_total", None),
     ("event chain head", "agentd_event_chain_head_sequence", None),
+    ("messages failed for good", "agentd_messages_failed", None),
 ]
 
 
@@ -481,3 +485,34 @@ async def test_a_task_out_of_attempts_is_seen_by_the_permanent_failure_alert(
     selectors = [(n, _matchers(b)) for n, b in SELECTOR.findall(_rule("AgentdPermanentFailures")["expr"])]
     assert ("agentd_tasks", [("status", "=", "permanent_failure")]) in selectors
     assert ("agentd_attempts_total", [("outcome", "=", "permanent_failure")]) in selectors
+
+
+# --- a task held for a person waits for its own alert, not the stuck-queue one --------------------
+
+
+def _threshold(expr: str, metric: str) -> float:
+    """The number `max by (agent) (METRIC) > N` compares with."""
+    found = re.search(rf"\(\s*{metric}\s*\)\s*>\s*([0-9.]+)", expr)
+    assert found, f"no `({metric}) > N` in {expr!r}"
+    return float(found.group(1))
+
+
+def test_a_task_held_for_approval_fires_the_approval_alert_never_the_stuck_queue_alert(
+    rig: Rig, metered: tuple[Dispatcher, DispatchMetrics]
+) -> None:
+    from test_status_truth import add_held
+
+    _, metrics = metered
+    add_held(rig)
+    stuck = _threshold(_rule("AgentdQueueStuck")["expr"], "agentd_oldest_pending_task_age_seconds")
+    waiting = _threshold(_rule("AgentdApprovalWaiting")["expr"], "agentd_approval_oldest_age_seconds")
+    assert waiting == 4 * 3600, "the documented default (monitoring/README.md, README)"
+    rig.clock.advance(waiting + 60)
+    assert _gauge(metrics, "agentd_oldest_pending_task_age_seconds") == 0 < stuck
+    assert _gauge(metrics, "agentd_approval_oldest_age_seconds") > waiting
+    assert _gauge(metrics, "agentd_tasks_waiting", reason="approval") == 1
+    assert _gauge(metrics, "agentd_tasks_waiting", reason="claimable") == 0
+
+
+def test_the_failed_message_alert_reads_the_gauge_status_reads() -> None:
+    assert _threshold(_rule("AgentdMessagesFailed")["expr"], "agentd_messages_failed") == 0

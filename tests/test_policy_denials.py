@@ -1,5 +1,5 @@
 """Tool calls a harness's permission policy refused become policy_denied events on the attempt (issue #12):
-parsed from the captured samples (../shared/reference/harness-samples, read in place), redacted before
+parsed from the outputs the project recorded from the real CLIs (tests/fixtures/harness/), redacted before
 they are bounded, and appended with the attempt's end, capped."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from inprocess import InProcessAdapter, ok
 from rig import Rig
-from support import SHARED, CliResult
+from support import CliResult, harness_fixture
 
 from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted
 from agentd.adapters.claude import ClaudeCodeAdapter, parse_claude_output
@@ -26,14 +26,9 @@ from agentd.records.work import DENIAL_TEXT_CHARS
 from agentd.redaction import MARK, Redactor
 from agentd.runner import CapturedOutput, ProcessResult
 
-SAMPLES = SHARED / "reference" / "harness-samples"
-
 
 def sample(name: str) -> str:
-    path = SAMPLES / name
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: the tests read the reference samples from ../shared")
-    return path.read_text(encoding="utf-8")
+    return harness_fixture(name).read_text(encoding="utf-8")
 
 
 # --- parsing the real samples -----------------------------------------------------------------------
@@ -46,14 +41,14 @@ def test_claude_permission_denial_names_the_tool_and_the_command() -> None:
         PolicyDenial(
             tool="Bash",
             summary="echo tool-ran-ok > /srv/agent/work/tool_marker.txt; echo tool-ran-ok",
-            call_id="toolu_fake_8f6b561596ae4e029dcd7b03",
+            call_id="toolu_fake_d30ce417ff1c44e0829335cb",
         ),
     )
     assert run.denials[0].payload() == {
         "decision": "denied",
         "tool": "Bash",
         "summary": "echo tool-ran-ok > /srv/agent/work/tool_marker.txt; echo tool-ran-ok",
-        "call_id": "toolu_fake_8f6b561596ae4e029dcd7b03",
+        "call_id": "toolu_fake_d30ce417ff1c44e0829335cb",
     }
 
 

@@ -85,3 +85,17 @@ def test_the_console_script_runs_the_tour(tmp_path: Path) -> None:
     assert '"subject": "hi"' in listed.stdout
     bad = agentd("task", "add", "--type", "example", "--priority", "0")
     assert bad.returncode == 2 and "--priority" in bad.stderr
+
+
+def test_no_tracked_file_holds_a_merge_conflict_marker() -> None:
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=False)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: no tracked files to look at")
+    marker = re.compile(r"^(<{7} |>{7} |={7}$)", re.MULTILINE)
+    found = []
+    for name in listed.stdout.splitlines():
+        path = REPO / name
+        if path.is_file() and path.suffix not in (".png", ".jpg", ".db"):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            found += [f"{name}: {m.group(0)!r}" for m in marker.finditer(text)]
+    assert found == []

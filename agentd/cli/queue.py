@@ -448,7 +448,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         now = SystemClock().now()
         shown = snapshot(config, store, now)
         if _format(args) == "agent-runtime":
-            print_json(_runtime_snapshot(store, shown, now))
+            from agentd.export import session_snapshot
+
+            print_json(session_snapshot(config, store, shown, now))
             return 0
     if _format(args) == "json":
         print_json(shown)
@@ -463,6 +465,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     )
     if shown["budget"]:
         print(_budget_line(shown["budget"]))
+    if shown["messages"]["failed"]:
+        print(
+            f"MESSAGES {shown['messages']['failed']} external message(s) failed for good: "
+            "`agentd outbox list --state failed` shows them, `agentd outbox retry ID` sends one again"
+        )
     if shown["oldest_approval_age_s"] is not None:
         print(f"oldest approval request: waiting {age(shown['oldest_approval_age_s'])} (`agentd approvals`)")
     if shown["paused"]:
@@ -498,13 +505,3 @@ def _service_line(service: dict[str, Any]) -> str:
     state = SERVICE_WORDS[service["liveness"]].format(quiet=age(service["updated_ago_s"]))
     said = "" if service["liveness"] in ("down", "stopped") else f": {service['status']}"
     return f"{service['service']:<8} pid {service['pid']}, {state}{said}"
-
-
-def _runtime_snapshot(store: Any, shown: dict[str, Any], now: datetime) -> dict[str, Any]:
-    """Every live task and the 50 newest others, with their attempts."""
-    from agentd.export import runtime_snapshot
-
-    live = store.list_tasks(statuses=("pending", "running", "retryable_failure"), limit=1_000_000)
-    recent = store.list_tasks(statuses=("completed", "permanent_failure", "blocked", "operator_canceled"), limit=50)
-    tasks = sorted(live + recent, key=lambda t: t.task_id)
-    return runtime_snapshot(shown, tasks, store.attempts_by_task([t.task_id for t in tasks]), now)

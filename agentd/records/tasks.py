@@ -137,6 +137,23 @@ class TaskOutcome(Record):
         """Every outcome agentd itself gives (a timeout, a crash, a cancel, its own failure)."""
         return cls(status=status, machine_status=MACHINE_STATUS_OF[status], operator_summary=summary)
 
+    def for_task(self, status: TaskStatus, why: str | None) -> TaskOutcome:
+        """This attempt's outcome as its task stores it: unchanged, or, when the runtime ended the task
+        otherwise (out of attempts, past the rate-limit cap, the runtime crashing under it), restated
+        with the task's status and `why`, keeping what the attempt reported."""
+        if status == self.status or status not in MACHINE_STATUS_OF:
+            return self
+        reported = f"the attempt reported {self.status}"
+        if self.operator_summary not in (why or ""):
+            reported += f": {self.operator_summary}"
+        return self.model_copy(
+            update={
+                "status": status,
+                "machine_status": MACHINE_STATUS_OF[status],
+                "operator_summary": f"{why or status} ({reported})",
+            }
+        )
+
 
 class TaskRecord(Record):
     """seed §7. task_id is an integer: operators type it (DESIGN §3)."""

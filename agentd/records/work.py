@@ -186,11 +186,14 @@ class CancelResult:
 class QueueSummary:
     counts: dict[str, int]  # by status
     oldest_pending_at: datetime | None  # the oldest claimable task's available_at
-    next_available_at: datetime | None
+    next_available_at: datetime | None  # when the next task not held for approval falls due
     schema_version: int
-    claimable: int = 0  # pending or retrying, and due now: what the dispatcher would claim
+    # Why each pending or retryable_failure task waits, one reason each (they sum to both counts):
+    claimable: int = 0  # what the dispatcher's claims would take now
     retry_waiting: int = 0  # retryable_failure, its backoff not over
     delayed: int = 0  # pending, available later (--delay, --at)
+    approval: int = 0  # held until an operator approves it (whenever it falls due)
+    budget: int = 0  # due, but held back by [budget] until the next UTC day
 
 
 @dataclass(frozen=True)

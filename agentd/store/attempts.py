@@ -25,11 +25,12 @@ from agentd.records import (
     CostTotal,
     RunningAttempt,
     TaskAttempt,
+    TaskOutcome,
     TaskRecord,
 )
 from agentd.store.approvals import request_approval
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
-from agentd.store.budget import CLAIMABLE, ON_HELD_ADAPTER, hold_params
+from agentd.store.budget import claimable_branches, hold_params
 from agentd.store.rows import attempt_from_row
 from agentd.store.tasks import read_task_or_raise
 
@@ -37,26 +38,11 @@ logger = logging.getLogger(__name__)
 
 OUTCOME_SUMMARY_MAX = 4000
 
-# The next claimable task: priority 1 first, then available_at, then id. One index seek per
-# priority (1..10, a CHECK constraint) rather than one ordered walk, so tasks waiting in the
-# future never slow the claim down and no ANALYZE statistics can change the plan.
-_CLAIM_BRANCH = f"""SELECT * FROM (
-    SELECT id, priority, available_at FROM tasks
-    WHERE {CLAIMABLE} AND priority = {{priority}}{{held}}
-    ORDER BY available_at, id LIMIT 1)"""
-
 
 def next_claimable_sql(hold: BudgetHold | None = None) -> str:
-    """The next claimable task's id. With a budget hold, priorities less urgent than its
-    urgent_priority are left out (everything) or leave out the tasks of held adapters."""
-    branches = []
-    for priority in range(1, 11):
-        held = ""
-        if hold is not None and priority > hold.urgent_priority:
-            if hold.everything:
-                continue
-            held = f" AND NOT {ON_HELD_ADAPTER}"
-        branches.append(_CLAIM_BRANCH.format(priority=priority, held=held))
+    """The next claimable task's id: priority 1 first, then available_at, then id (one index seek per
+    priority: store/budget.py claimable_branches). With a budget hold, the tasks it holds are left out."""
+    branches = claimable_branches(hold)
     if not branches:
         return "SELECT NULL WHERE 0"
     return "SELECT id FROM (" + " UNION ALL ".join(branches) + ") ORDER BY priority, available_at, id LIMIT 1"
@@ -148,10 +134,13 @@ class AttemptVerbs(StoreBase):
         return read_task_or_raise(self, task.task_id)
 
     def _fail_unreadable(self, task_id: int, reason: str, now: datetime) -> None:
+        """The claimed task ends permanent_failure with `reason`, its outcome saying so (not an earlier
+        attempt's); the claim spent no attempt."""
+        outcome = TaskOutcome.failure(reason[:OUTCOME_SUMMARY_MAX], "permanent_failure")
         self._conn.execute(
-            """UPDATE tasks SET status = 'permanent_failure', last_error = ?, finished_at = ?, updated_at = ?,
-                   attempt_count = attempt_count - 1 WHERE id = ?""",
-            (reason, ts(now), ts(now), task_id),
+            """UPDATE tasks SET status = 'permanent_failure', last_error = ?, outcome = ?, finished_at = ?,
+                   updated_at = ?, attempt_count = attempt_count - 1 WHERE id = ?""",
+            (reason, dumps(outcome.model_dump(mode="json", exclude_none=True)), ts(now), ts(now), task_id),
         )
         self._append_event(
             "task_finished", now, task_id=task_id, payload={"status": "permanent_failure", "reason": reason}
@@ -326,8 +315,9 @@ class AttemptVerbs(StoreBase):
             raise RuntimeError(f"attempt {end.attempt_id} is not open; it was closed by someone else")
 
     def _update_task(self, end: AttemptEnd) -> None:
-        stored = end.outcome.model_copy(
-            update={"raw_output": None, "operator_summary": end.outcome.operator_summary[:OUTCOME_SUMMARY_MAX]}
+        outcome = end.outcome.for_task(end.status, end.last_error)  # its status is always the task's
+        stored = outcome.model_copy(
+            update={"raw_output": None, "operator_summary": outcome.operator_summary[:OUTCOME_SUMMARY_MAX]}
         )
         terminal = end.status in TERMINAL_STATUSES
         cursor = self._conn.execute(
@@ -395,12 +385,8 @@ class AttemptVerbs(StoreBase):
                 },
             )
         else:
-            self._append_event(
-                "task_finished",
-                at,
-                **ids,
-                payload={"status": end.status, "summary": end.outcome.operator_summary[:200]},
-            )
+            summary = end.outcome.for_task(end.status, end.last_error).operator_summary
+            self._append_event("task_finished", at, **ids, payload={"status": end.status, "summary": summary[:200]})
 
     # --- reading attempts -----------------------------------------------------------------------
 

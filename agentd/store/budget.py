@@ -1,10 +1,12 @@
-"""The budget's reads (agentd/budget.py): the day's spend per adapter, and which due tasks a hold
-keeps back. The claim (store/attempts.py) leaves the same tasks out with the same predicate."""
+"""What the claim may take, and the budget's reads (agentd/budget.py): the claimable predicate and
+the claim's per-priority branches, the day's spend per adapter, and which due tasks a hold keeps
+back. The claim (store/attempts.py) and `agentd status` (store/tasks.py) share them."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import Any
 
 from agentd.budget import AdapterSpend, BudgetHold, Spend
 from agentd.store.base import StoreBase, ts
@@ -20,10 +22,47 @@ ON_HELD_ADAPTER = """(COALESCE(requested_adapter_id IN (SELECT value FROM json_e
         AND requested_profile_id IN (SELECT value FROM json_each(:held_profiles))))"""
 
 
-def hold_params(hold: BudgetHold | None) -> dict[str, str]:
-    if hold is None or hold.everything:
+# The first claimable task of one priority: the oldest. One index seek per priority (1..10, a CHECK
+# constraint) rather than one ordered walk, so tasks waiting in the future never slow the claim down
+# and no ANALYZE statistics can change the plan.
+_BRANCH = f"""SELECT * FROM (
+    SELECT id, priority, available_at FROM tasks
+    WHERE {CLAIMABLE} AND priority = {{priority}}{{held}}
+    ORDER BY available_at, id LIMIT 1)"""
+
+
+def claimable_branches(hold: BudgetHold | None) -> list[str]:
+    """The oldest claimable task of each priority (with hold_params): the claim takes the first of
+    them by priority (store/attempts.py), status the oldest. With a budget hold, priorities less urgent
+    than its urgent_priority are left out (everything) or leave out the tasks of held adapters."""
+    branches = []
+    for priority in range(1, 11):
+        held = ""
+        if hold is not None and priority > hold.urgent_priority:
+            if hold.everything:
+                continue
+            held = f" AND NOT {ON_HELD_ADAPTER}"
+        branches.append(_BRANCH.format(priority=priority, held=held))
+    return branches
+
+
+def held_by_budget(hold: BudgetHold | None) -> str:
+    """Which of the CLAIMABLE tasks `hold` keeps back (with hold_params): exactly those
+    claimable_branches leave out; status counts them `budget`."""
+    if hold is None:
+        return "0"
+    if hold.everything:
+        return "priority > :urgent"
+    return f"(priority > :urgent AND {ON_HELD_ADAPTER})"
+
+
+def hold_params(hold: BudgetHold | None) -> dict[str, Any]:
+    if hold is None:
         return {}
+    if hold.everything:
+        return {"urgent": hold.urgent_priority}
     return {
+        "urgent": hold.urgent_priority,
         "held_adapters": json.dumps(sorted(hold.adapters)),
         "held_types": json.dumps(sorted(hold.task_types)),
         "open_types": json.dumps(sorted(hold.open_task_types)),
@@ -41,11 +80,18 @@ class BudgetVerbs(StoreBase):
         ).fetchall()
         return Spend(since, {r[0]: AdapterSpend(r[1], r[2], bool(r[3])) for r in rows})
 
+    def budget_held_ids(self, now: datetime, hold: BudgetHold) -> list[int]:
+        """The tasks due now that the budget holds back (the Agent Runtime export calls them blocked)."""
+        rows = self._conn.execute(
+            f"SELECT id FROM tasks WHERE {CLAIMABLE} AND {held_by_budget(hold)} ORDER BY id",
+            {"now": ts(now)} | hold_params(hold),
+        ).fetchall()
+        return [row[0] for row in rows]
+
     def budget_waiting(self, now: datetime, hold: BudgetHold) -> int:
         """Tasks due now that the budget holds back (reason `budget` in status and metrics)."""
-        held = "" if hold.everything else f" AND {ON_HELD_ADAPTER}"
         row = self._conn.execute(
-            f"SELECT COUNT(*) FROM tasks WHERE {CLAIMABLE} AND priority > :urgent{held}",
-            {"now": ts(now), "urgent": hold.urgent_priority} | hold_params(hold),
+            f"SELECT COUNT(*) FROM tasks WHERE {CLAIMABLE} AND {held_by_budget(hold)}",
+            {"now": ts(now)} | hold_params(hold),
         ).fetchone()
         return int(row[0])

@@ -212,6 +212,11 @@ class DeliveryVerbs(StoreBase):
                 },
             )
 
+    def failed_message_count(self) -> int:
+        """External messages whose delivery failed for good (refused by the receiver, or out of
+        attempts) and that no one has retried: `agentd status` and `agentd_messages_failed`."""
+        return int(self._conn.execute("SELECT COUNT(*) FROM deliveries WHERE status = 'failed'").fetchone()[0])
+
     def outbox_entry(self, outbox_id: int) -> OutboxEntry:
         """One outbox row with its payload; NotFound if there is none."""
         row = self._conn.execute("SELECT * FROM outbox WHERE id = ?", (outbox_id,)).fetchone()

@@ -9,10 +9,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from agentd.budget import BudgetHold
 from agentd.errors import InputError, NotFound
 from agentd.records import TERMINAL_STATUSES, CancelResult, NewTask, QueueSummary, TaskOutcome, TaskRecord
 from agentd.store.approvals import never_approved, request_approval
 from agentd.store.base import StoreBase, dumps, parse_optional_ts, ts
+from agentd.store.budget import CLAIMABLE, claimable_branches, held_by_budget, hold_params
 from agentd.store.rows import TASK_COLUMNS, TASK_FROM, task_from_row
 
 WAITING = ("pending", "retryable_failure")
@@ -79,6 +81,7 @@ def insert_task(store: StoreBase, new: NewTask, now: datetime, event_payload: di
             "priority": new.priority,
             "available_at": ts(new.available_at),
             **({"parent_task_id": new.parent_task_id} if new.parent_task_id is not None else {}),
+            **({"awaiting_approval": True} if new.approval_reason is not None else {}),
             **(event_payload or {}),
         },
     )
@@ -116,6 +119,25 @@ def _close_approvals(store: StoreBase, task_id: int, why: str, now: datetime, by
     for (approval_id,) in rows:
         payload = {"approval_id": approval_id, "decision": "denied", "by": by, "note": f"task canceled: {why}"}
         store._append_event("approval_resolved", now, task_id=task_id, payload=payload)
+
+
+def held_for_approval(store: StoreBase, now: str) -> dict[tuple[str, bool], int]:
+    """Waiting tasks held for an operator's approval, by (status, due later than `now`). Found from the
+    pending approvals (an index; store/control.py sets a task's awaiting_approval together with its
+    pending `claim` approval and clears both together), so a long queue costs nothing here."""
+    rows = store._conn.execute(  # CROSS JOIN: walk the pending approvals (approvals_pending), not the queue
+        """SELECT t.status, t.available_at > ?, COUNT(DISTINCT t.id) FROM approvals a CROSS JOIN tasks t
+           ON t.id = a.task_id
+           WHERE a.status = 'pending' AND a.scope = 'claim' AND t.awaiting_approval = 1
+               AND t.status IN ('pending', 'retryable_failure')
+           GROUP BY 1, 2""",
+        (now,),
+    ).fetchall()
+    return {(r[0], bool(r[1])): r[2] for r in rows}
+
+
+def _count(store: StoreBase, where: str, params: dict[str, Any]) -> int:
+    return int(store._conn.execute(f"SELECT COUNT(*) FROM tasks WHERE {where}", params).fetchone()[0])
 
 
 class TaskVerbs(StoreBase):
@@ -193,36 +215,47 @@ class TaskVerbs(StoreBase):
 
     # --- the queue over time ------------------------------------------------------------------
 
-    def queue_summary(self, now: datetime) -> QueueSummary:
-        """Counts by status, and what waiting means now: claimable, waiting for a retry, delayed."""
+    def queue_summary(self, now: datetime, hold: BudgetHold | None = None) -> QueueSummary:
+        """Counts by status, and why each waiting task waits, one reason each: held for an operator's
+        approval; else not due yet (waiting for a retry, or delayed); else held by the budget (`hold`);
+        else claimable now. The budget's hold and the oldest claimable task are the claim's own
+        predicates (store/budget.py); the rest is counted from indexes, never a walk over the rows."""
         counts = dict(self._conn.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status").fetchall())
-        at = ts(now)
-        due = {  # one index range per status (tasks_status)
-            (status, is_due): self._conn.execute(
-                f"SELECT COUNT(*), MIN(available_at) FROM tasks WHERE status = ? AND available_at {op} ?",
-                (status, at),
-            ).fetchone()
+        params = {"now": ts(now)} | hold_params(hold)
+        later = {  # one covering index range per status (tasks_status)
+            status: self._conn.execute(
+                "SELECT COUNT(*) FROM tasks WHERE status = ? AND available_at > ?", (status, params["now"])
+            ).fetchone()[0]
             for status in WAITING
-            for is_due, op in ((True, "<="), (False, ">"))
         }
+        held = held_for_approval(self, params["now"])
+        due = sum(counts.get(s, 0) - later[s] - held.get((s, False), 0) for s in WAITING)
+        budget = 0 if hold is None else _count(self, f"{CLAIMABLE} AND {held_by_budget(hold)}", params)
+        branches = claimable_branches(hold)
+        oldest = (
+            self._conn.execute(f"SELECT MIN(available_at) FROM ({' UNION ALL '.join(branches)})", params).fetchone()[0]
+            if branches
+            else None
+        )
         version = self._conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
-        oldest = min((due[(s, True)][1] for s in WAITING if due[(s, True)][1]), default=None)
-        following = min((due[(s, False)][1] for s in WAITING if due[(s, False)][1]), default=None)
         return QueueSummary(
             counts,
             parse_optional_ts(oldest),
-            parse_optional_ts(following),
+            self.next_due_at(now),
             version,
-            claimable=sum(due[(s, True)][0] for s in WAITING),
-            retry_waiting=due[("retryable_failure", False)][0],
-            delayed=due[("pending", False)][0],
+            claimable=due - budget,
+            retry_waiting=later["retryable_failure"] - held.get(("retryable_failure", True), 0),
+            delayed=later["pending"] - held.get(("pending", True), 0),
+            approval=sum(held.values()),
+            budget=budget,
         )
 
     def next_due_at(self, now: datetime) -> datetime | None:
-        """When the earliest waiting task becomes claimable (None if none waits)."""
+        """When the earliest waiting task not held for approval becomes claimable (None if none waits)."""
         waiting = [
             self._conn.execute(  # one index seek per status (tasks_status)
-                "SELECT available_at FROM tasks WHERE status = ? AND available_at > ? ORDER BY available_at LIMIT 1",
+                """SELECT available_at FROM tasks WHERE status = ? AND available_at > ? AND awaiting_approval = 0
+                   ORDER BY available_at LIMIT 1""",
                 (status, ts(now)),
             ).fetchone()
             for status in WAITING
@@ -230,13 +263,8 @@ class TaskVerbs(StoreBase):
         return parse_optional_ts(min((row[0] for row in waiting if row), default=None))
 
     def waiting_count(self, now: datetime) -> int:
-        """Tasks claimable now (pending or retrying and due)."""
-        row = self._conn.execute(
-            """SELECT (SELECT COUNT(*) FROM tasks WHERE status = 'pending' AND available_at <= :now)
-                    + (SELECT COUNT(*) FROM tasks WHERE status = 'retryable_failure' AND available_at <= :now)""",
-            {"now": ts(now)},
-        ).fetchone()
-        return int(row[0])
+        """Tasks claimable now (the budget aside: the dispatcher says so on its own)."""
+        return _count(self, CLAIMABLE, {"now": ts(now)})
 
     def recent_outcomes(self, limit: int, exclude_task: int) -> list[tuple[int, str, str, str]]:
         """(task id, type, status, summary) of the agent's most recently finished tasks: the memory a
