@@ -337,6 +337,8 @@ def _boundary(config: Config) -> list[Problem]:
     if config.dispatch.run_as is None:
         return []
     src, paths, problems = str(config.path), config.paths, []
+    if config.dispatch.run_as == "root":
+        problems.append(Problem(src, "dispatch.run_as", "expected an unprivileged user, found 'root'"))
     if paths.run_dir is None:
         problems.append(
             Problem(src, "paths.run_dir", "required with dispatch.run_as: a folder outside state_dir for the run user")

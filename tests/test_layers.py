@@ -72,7 +72,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.service",
     ),
     ("agentd.dispatch", "agentd.sensor_service"),
-    ("agentd.install", "agentd.ports", "agentd.cli", "agentd.__main__"),
+    ("agentd.install", "agentd.agent_toml", "agentd.ports", "agentd.cli", "agentd.__main__"),
 )
 
 

@@ -215,3 +215,23 @@ def test_the_service_start_line_says_approvals_are_advisory_without_a_run_user(t
     ran = subprocess.run([*agentd, "dispatch", "--until-idle"], env=env, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
     assert "boundary: attempts run as this service's own user" in ran.stderr and "advisory" in ran.stderr
+
+
+@pytest.mark.parametrize(
+    ("run_as", "said"),
+    [("no-such-user-here", "dispatch.run_as: no user 'no-such-user-here'"), ("root", "expected an unprivileged user")],
+)
+def test_a_service_that_cannot_keep_its_boundary_does_not_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], run_as: str, said: str
+) -> None:
+    from support import run_main
+
+    def mutate(raw: dict[str, Any]) -> None:
+        raw["dispatch"]["run_as"] = run_as
+        raw["paths"]["run_dir"] = str(tmp_path / "runs")
+
+    config = write_config(tmp_path, mutate)
+    run_main(capsys, config, "init")
+    refused = run_main(capsys, config, "dispatch", "--until-idle")
+    assert refused.code == 2 and said in refused.err and "Traceback" not in refused.err
+    assert len(refused.err.strip().splitlines()) == 1

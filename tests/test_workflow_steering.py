@@ -22,8 +22,7 @@ from support import write_sensor
 from agentd.attempt import plan_attempt
 from agentd.clock import FakeClock
 from agentd.config import GOAL_LOOP, Config
-from agentd.intake import admit_task
-from agentd.records import RuntimeEvent, TaskIntent, WorkflowRecord
+from agentd.records import RuntimeEvent, WorkflowRecord
 from agentd.sensor_runs import parse_output
 from agentd.store import migrate, open_store
 from agentd.store.migrations import available_migrations
@@ -461,21 +460,22 @@ def test_the_migration_keeps_workflows_their_ids_and_what_refers_to_them(tmp_pat
     store = open_store(db, clock, before)
     first, _ = store.create_workflow("goal-loop", "a", "plan", {"x": 1}, clock.now(), "test")
     second, _ = store.create_workflow("goal-loop", "b", "plan", None, clock.now(), "test")
-    intent = TaskIntent.model_validate({"task_type": "example", "source": "t", "payload": {}})
-    task = store.enqueue_task(admit_task(intent, config, clock.now(), trusted=True), clock.now())
     store.close()
-    with sqlite3.connect(db) as conn:  # a step of the first; the second gone (its id stays used)
-        conn.execute(
-            "UPDATE tasks SET workflow_id = ?, workflow_state = 'plan', workflow_iteration = 1 WHERE id = ?",
-            (first.workflow_id, task.task_id),
-        )
+    with sqlite3.connect(db) as conn:  # a step of the first (a row as that schema holds it); the second gone
+        now = "2026-11-22T10:00:00.000000Z"
+        task_id = conn.execute(
+            """INSERT INTO tasks (task_type, source, requested_profile_id, max_attempts, available_at, created_at,
+                   updated_at, workflow_id, workflow_state, workflow_iteration)
+               VALUES ('example', 't', 'operator', 3, ?, ?, ?, ?, 'plan', 1)""",
+            (now, now, now, first.workflow_id),
+        ).lastrowid
         conn.execute("DELETE FROM workflows WHERE id = ?", (second.workflow_id,))
     conn.close()
 
     assert migrate(db, clock)[0] == steering
     store = open_store(db, clock)
     assert store.get_workflow_or_raise(first.workflow_id) == first
-    assert [t.task_id for t in store.workflow_steps(first.workflow_id)] == [task.task_id]
+    assert [t.task_id for t in store.workflow_steps(first.workflow_id)] == [task_id]
     third, _ = store.create_workflow("goal-loop", "c", "plan", None, clock.now(), "test")
     assert third.workflow_id == second.workflow_id + 1
     assert store.cancel_workflow(third.workflow_id, "me", None, clock.now()).workflow.status == "canceled"
