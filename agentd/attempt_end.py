@@ -113,7 +113,7 @@ def internal_failure_end(
     """agentd itself failed (a bug, or a value nothing could store): a recorded failure naming the
     exception, with nothing from the attempt's own outcome (that is what may have been poison)."""
     redactor = redactor or adapter_redactor(config, attempt.adapter_id)
-    reason = redactor.text(scrub(f"agentd failed {stage}: {type(exc).__name__}: {exc}"))[:2000]
+    reason = redactor.text(scrub(f"agentd failed {stage}: {failure_text(exc)}"))[:2000]
     facts = AttemptFacts(
         task=task,
         attempt=attempt,
@@ -125,6 +125,14 @@ def internal_failure_end(
         redactions=redactor.count,
     )
     return finish(config, clock, rng, facts, bundle_hash=attempt.bundle_hash, best_effort=True)
+
+
+def failure_text(exc: BaseException) -> str:
+    """`Type: message` of what failed. A group (a task group wraps what its task raised) is the
+    exceptions inside it, never only `ExceptionGroup: unhandled errors in a TaskGroup`."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(failure_text(inner) for inner in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def gather(
