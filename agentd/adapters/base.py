@@ -23,6 +23,13 @@ from agentd.usage import Usage as Usage  # judged in agentd/usage.py; every adap
 FINAL_MESSAGE_MAX_BYTES = 1024 * 1024  # the outcome block is at the end; the head is in stdout.log
 
 
+def output_tail_bytes(cap: int) -> int:
+    """Of an attempt's output cap, what is kept from the end of stdout and stderr: half. Every adapter's
+    verdict is at the end (claude's result record, codex's turn.completed, ollama's done record, a
+    script's outcome block), so a long run keeps its head and its tail around a marked gap."""
+    return cap // 2
+
+
 OnStarted = Callable[[int | None], Awaitable[None]]  # the process group leader's pid, None for HTTP
 
 
@@ -105,6 +112,7 @@ class SubprocessAdapter:
                 timeout_s=ctx.timeout_s,
                 kill_grace_s=ctx.kill_grace_s,
                 output_cap_bytes=ctx.output_cap_bytes,
+                output_tail_bytes=output_tail_bytes(ctx.output_cap_bytes),
                 stdin=invocation.stdin,
                 group=ctx.group,
                 user=ctx.user,

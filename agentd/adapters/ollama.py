@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import httpx
 
-from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted
+from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted, output_tail_bytes
 from agentd.adapters.denials import text_of
 from agentd.adapters.harness import fact, judge_harness_usage, text_or
 from agentd.records import OllamaGenerateAdapterConfig as OllamaConfig
@@ -43,7 +43,8 @@ class OllamaGenerateAdapter:
         body = {"model": model, "prompt": ctx.bundle_text, "stream": True}
         ctx.paths.stdin.write_text(json.dumps({**body, "prompt": "<prompt.md>"}) + "\n", encoding="utf-8")
         await on_started(None)
-        sink, stream = CappedFile(ctx.paths.stdout, ctx.output_cap_bytes), Stream()
+        cap = ctx.output_cap_bytes
+        sink, stream = CappedFile(ctx.paths.stdout, cap, output_tail_bytes(cap)), Stream()
         started = anyio.current_time()
         try:
             with anyio.move_on_after(ctx.timeout_s) as deadline:
