@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from support import HARNESS_FIXTURES, harness_fixture
 from test_adapter_builders import ctx
 
+from agentd.action_trace import parse_trace, trace_lines, trace_of
 from agentd.adapters.base import AdapterRun
 from agentd.adapters.claude import ClaudeCodeAdapter, parse_claude_output
 from agentd.adapters.codex import CodexAdapter, parse_codex_events
@@ -203,7 +204,9 @@ def poisoned_bytes(draw: st.DrawFn, records: list[dict[str, Any]]) -> bytes:
 
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
-def test_every_harness_adapter_parses_any_bytes(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
+def test_every_harness_adapter_and_its_trace_read_any_bytes(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
     kinds: dict[str, tuple[Callable[[], Any], list[dict[str, Any]]]] = {
         "claude-code": (ClaudeCodeAdapter, CLAUDE),
         "codex": (CodexAdapter, CODEX),
@@ -217,6 +220,8 @@ def test_every_harness_adapter_parses_any_bytes(tmp_path_factory: pytest.TempPat
         context.paths.reported(USAGE_FILE).parent.mkdir(parents=True, exist_ok=True)
         context.paths.reported(USAGE_FILE).write_bytes(data.draw(poisoned_bytes(HERMES)))
     sane(make().parse(context, finished(context.paths.root.parent, stdout)))
+    steps = trace_of(kind, context.paths.root)  # the action trace reads the same stream
+    assert parse_trace(trace_lines(steps).encode()) == [step.as_dict() for step in steps]
 
 
 # --- the issue's own examples: the work's verdict stands, the number is unknown and said ----------------
