@@ -39,7 +39,7 @@ def judge_usage(reported: Any, where: str) -> tuple[Usage, list[str]]:
     if not isinstance(reported, Mapping):
         return Usage(), [f"{where}: expected an object, found {type(reported).__name__}"]
     problems = [
-        f"{where}.{shown(key)}: unknown key (expected one of {', '.join(USAGE_KEYS)})"
+        f"{where}.{str(key)[:SHOWN_CHARS]}: unknown key (expected one of {', '.join(USAGE_KEYS)})"
         for key in reported
         if key not in USAGE_KEYS
     ]
