@@ -21,6 +21,10 @@ exporters read it back with `read_trace`. What each adapter kind gives:
 - ollama-generate: one generate step, prompt.md to stdout.log, with the attempt's own times.
 - script: one command step, stdin.json to stdout.log, with the attempt's times and exit code.
 
+A trace keeps at most MAX_TRACE_STEPS steps (`capped`): the first and the last half of them, their step
+numbers showing where the gap is; how many were dropped is recorded in the manifest's `action_trace`
+(`steps_dropped`) and the attempt's diagnostics.
+
 Digests are sha256 hex: of text as UTF-8, of JSON as canonical JSON (values canonical JSON cannot
 hold, NaN or lone surrogates, first made holdable by `scrub_value`), of files as their bytes.
 """
@@ -39,6 +43,7 @@ from agentd.hashing import canonical_json, sha256_file, sha256_hex
 TRACE_FILE = "action_trace.jsonl"
 MAX_READ_BYTES = 16 * 1024 * 1024  # stdout.log and the usage file are parsed this far; file digests cover it all
 SUMMARY_MAX_CHARS = 200
+MAX_TRACE_STEPS = 10_000  # kept in action_trace.jsonl (~5 MiB at most): a long session's head and tail
 # The evidence files read, by the names agentd/evidence.py and the adapters give them. Named here, not
 # imported: evidence.py imports this module, so it may import nothing above the bottom layer.
 PROMPT, STDIN, STDOUT = "prompt.md", "stdin.json", "stdout.log"
@@ -97,6 +102,15 @@ def trace_of(
     else:
         drafts = []
     return [Step(number, **asdict(draft)) for number, draft in enumerate(drafts, 1)]
+
+
+def capped(steps: list[Step], limit: int = MAX_TRACE_STEPS) -> tuple[list[Step], int]:
+    """At most `limit` steps — the first and the last half, numbered as they were, so the gap shows —
+    and how many between them were dropped."""
+    if len(steps) <= limit:
+        return steps, 0
+    head = limit - limit // 2
+    return [*steps[:head], *steps[len(steps) - limit // 2 :]], len(steps) - limit
 
 
 def trace_lines(steps: list[Step]) -> str:

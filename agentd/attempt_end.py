@@ -18,7 +18,7 @@ from stat import S_ISREG
 from typing import Any
 
 from agentd import __version__
-from agentd.action_trace import Step, trace_lines, trace_of
+from agentd.action_trace import Step, capped, trace_lines, trace_of
 from agentd.adapters import AdapterRun
 from agentd.attempt import Prepared, adapter_redactor, agent_variant, completion_checks, retry_policy
 from agentd.clock import Clock, format_ts
@@ -113,7 +113,7 @@ def internal_failure_end(
     """agentd itself failed (a bug, or a value nothing could store): a recorded failure naming the
     exception, with nothing from the attempt's own outcome (that is what may have been poison)."""
     redactor = redactor or adapter_redactor(config, attempt.adapter_id)
-    reason = redactor.text(scrub(f"agentd failed {stage}: {type(exc).__name__}: {exc}"))[:2000]
+    reason = redactor.text(scrub(f"agentd failed {stage}: {failure_text(exc)}"))[:2000]
     facts = AttemptFacts(
         task=task,
         attempt=attempt,
@@ -125,6 +125,14 @@ def internal_failure_end(
         redactions=redactor.count,
     )
     return finish(config, clock, rng, facts, bundle_hash=attempt.bundle_hash, best_effort=True)
+
+
+def failure_text(exc: BaseException) -> str:
+    """`Type: message` of what failed. A group (a task group wraps what its task raised) is the
+    exceptions inside it, never only `ExceptionGroup: unhandled errors in a TaskGroup`."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(failure_text(inner) for inner in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def gather(
@@ -200,8 +208,8 @@ def finish(
     now = clock.now()
     end = judge(facts, now=now, policy=retry_policy(config), rng=rng)
     paths = attempt_paths(config.paths.state_dir, facts.task.task_id, facts.attempt.attempt_id, config.paths.runs)
-    steps = action_steps(facts, end, paths)  # before the run dir goes: a harness may keep its log there
-    fields = {**manifest_fields(config, facts, end, bundle_hash), "action_trace": trace_summary(steps)}
+    steps, dropped = capped(action_steps(facts, end, paths))  # before the run dir goes: a harness may log there
+    fields = {**manifest_fields(config, facts, end, bundle_hash), "action_trace": trace_summary(steps, dropped)}
     sealed, problem = seal(paths, fields, trace=trace_lines(steps), best_effort=best_effort)
     if sealed and end.status == "completed" and strict_evidence(config, facts.task):
         problems = verify_attempt_dir(paths.root)
@@ -209,7 +217,7 @@ def finish(
             end = judge(
                 replace(facts, evidence_problems=tuple(problems)), now=now, policy=retry_policy(config), rng=rng
             )
-            fields = {**manifest_fields(config, facts, end, bundle_hash), "action_trace": trace_summary(steps)}
+            fields = {**manifest_fields(config, facts, end, bundle_hash), "action_trace": trace_summary(steps, dropped)}
             sealed, problem = seal(paths, fields, trace=trace_lines(steps), best_effort=best_effort)
     remove_run_dir(paths.run, config)  # HOME and what the attempt wrote: not evidence, and may hold keys
     diagnostics = {
@@ -219,6 +227,8 @@ def finish(
     }
     if problem:
         diagnostics["manifest_problem"] = problem
+    if dropped:
+        diagnostics["action_trace_steps_dropped"] = dropped
     return replace(end, diagnostics=diagnostics)
 
 

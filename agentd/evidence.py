@@ -120,7 +120,9 @@ MANIFEST_SCHEMA: dict[str, Any] = {
                     "steps": {"type": "integer", "minimum": 0},
                     "tool_calls": {"type": "integer", "minimum": 0},
                     "digest": _SHA256,
-                }
+                    "steps_dropped": {"type": "integer", "minimum": 1},
+                },
+                "steps_dropped",
             ),
             "budgets": {"type": "object"},
             "started_at": _TIME,
@@ -330,14 +332,16 @@ def write_manifest(paths: AttemptPaths, fields: dict[str, Any]) -> Sealed:
     return Sealed(manifest["artifact_hash"], sha256_hex(text.encode()))
 
 
-def trace_summary(steps: Sequence[Any]) -> dict[str, Any]:
-    """The manifest's account of the action trace: how many steps and tool calls, and a digest of
-    the steps without their times (what two runs of the same work share)."""
+def trace_summary(steps: Sequence[Any], dropped: int = 0) -> dict[str, Any]:
+    """The manifest's account of the action trace: how many steps and tool calls it holds, a digest of
+    the steps without their times (what two runs of the same work share), and how many steps the cap
+    dropped (agentd/action_trace.py MAX_TRACE_STEPS), when it dropped any."""
     timeless = [{k: v for k, v in step.as_dict().items() if k not in ("started_at", "ended_at")} for step in steps]
     return {
         "steps": len(steps),
         "tool_calls": sum(1 for step in steps if step.kind == "tool"),
         "digest": sha256_hex(canonical_json(timeless)),
+        **({"steps_dropped": dropped} if dropped else {}),
     }
 
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from agentd.adapters.base import AdapterRun, Usage, judge_usage
+from agentd.adapters.base import AdapterRun
 from agentd.outcome import (
     CompletionChecks,
     Extracted,
@@ -41,6 +41,7 @@ from agentd.records import (
     TaskRecord,
 )
 from agentd.records.tasks import ConstitutionProposal
+from agentd.usage import Usage, bounded, judge_usage, rejudged
 
 Stopped = Literal["interrupted", "operator_canceled"]
 MAX_DENIAL_EVENTS = 50  # policy_denied events per attempt; one more event counts the rest
@@ -132,7 +133,7 @@ def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: rando
     )
     if decision.crashed and decision.status == "permanent_failure":
         termination = "crashed_runtime"
-    reported_usage, usage_problems = _reported_usage(facts, extracted)
+    usage, usage_problems = judged_usage(facts, extracted)
     diagnostics = _diagnostics(facts, extracted, gated, failure_type)
     if usage_problems:
         diagnostics["usage_problems"] = usage_problems
@@ -161,7 +162,7 @@ def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: rando
         outbox=outbox,
         side_effects_held=side_effects_hold(outbox, facts.outbox_policy, task),
         diagnostics=diagnostics,
-        usage=_usage(run, reported_usage),
+        usage=_usage(usage),
         paths=dict(facts.evidence),
         boot_sweep=facts.swept,
         policy_denials=denials[:MAX_DENIAL_EVENTS],
@@ -374,6 +375,19 @@ def _diagnostics(facts: AttemptFacts, extracted: Extracted, gated: Gated, failur
     return found
 
 
+def judged_usage(facts: AttemptFacts, extracted: Extracted) -> tuple[Usage | None, list[str]]:
+    """What the attempt cost, every number through the one judge (agentd/usage.py) whichever adapter
+    reported it, with every problem found on the way: the harness parser's (in its diagnostics), the
+    judge's of the adapter's Usage, a script outcome's. None when nothing ran to report anything."""
+    run = facts.run
+    found = run.diagnostics.get("usage_problems") if run is not None else None
+    problems = [p for p in found if isinstance(p, str)] if isinstance(found, list) else []
+    reported, more = _reported_usage(facts, extracted)
+    if reported is None and run is not None:
+        reported, more = rejudged(run.usage, f"{facts.attempt.adapter_kind} usage")
+    return reported, bounded(problems + more)
+
+
 def _reported_usage(facts: AttemptFacts, extracted: Extracted) -> tuple[Usage | None, list[str]]:
     """What a script attempt says it cost (`usage` in its outcome), judged at the edge. Only a
     script's word is taken: a harness's usage comes from the harness, never from what the model wrote."""
@@ -382,10 +396,9 @@ def _reported_usage(facts: AttemptFacts, extracted: Extracted) -> tuple[Usage | 
     return judge_usage(extracted.usage, "outcome.usage")
 
 
-def _usage(run: AdapterRun | None, reported: Usage | None = None) -> dict[str, Any]:
-    if run is None and reported is None:
+def _usage(u: Usage | None) -> dict[str, Any]:
+    if u is None:
         return {}
-    u = reported or (run.usage if run is not None else Usage())
     return {
         "input_tokens": u.input_tokens,
         "output_tokens": u.output_tokens,

@@ -47,6 +47,7 @@ from agentd.metric_specs import Spec
 from agentd.records import TASK_STATUSES
 from agentd.status import liveness, queue_outlook
 from agentd.store import Store, open_store
+from agentd.usage import TOKEN_KINDS, believed
 
 logger = logging.getLogger(__name__)
 # a `_created` series per counter doubles the scrape, and no query of ours reads it
@@ -249,11 +250,13 @@ class DispatchMetrics(Metrics):
         self.attempts.labels(adapter, outcome, exit_status).inc()
         self.attempt_duration.labels(adapter).observe(max(seconds, 0.0))
         model_label = model or "none"
-        if usage.get("cost_usd"):
-            self.cost.labels(adapter, model_label).inc(usage["cost_usd"])
-        for kind in ("input", "output", "cache_read", "cache_write"):
-            if usage.get(f"{kind}_tokens"):
-                self.tokens.labels(adapter, model_label, kind).inc(usage[f"{kind}_tokens"])
+        # Only what usage may be (agentd/usage.py): Counter.inc() raises on a negative or NaN amount, and
+        # a counter must never go down or become Infinity, whatever an adapter reported.
+        if cost := believed(usage.get("cost_usd"), "cost_usd"):
+            self.cost.labels(adapter, model_label).inc(cost)
+        for key in TOKEN_KINDS:
+            if tokens := believed(usage.get(key), key):
+                self.tokens.labels(adapter, model_label, key.removesuffix("_tokens")).inc(tokens)
         if completed_at is not None:
             self._last_success.set(completed_at)
 

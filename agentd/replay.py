@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentd import procs
-from agentd.adapters.base import exit_status_of
+from agentd.adapters.base import exit_status_of, output_tail_bytes
 from agentd.attempt import attempt_variables, workflow_step
 from agentd.clock import format_ts
 from agentd.config import Config
@@ -273,6 +273,7 @@ def replay_spec(plan: ReplayPlan, scratch: ReplayScratch, env: dict[str, str]) -
         timeout_s=plan.timeout_s,
         kill_grace_s=plan.kill_grace_s,
         output_cap_bytes=plan.output_cap_bytes,
+        output_tail_bytes=output_tail_bytes(plan.output_cap_bytes),  # capped as the attempt was
         stdin=(plan.root / "stdin.json").read_bytes(),
         group=group,
     )

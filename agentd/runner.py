@@ -46,6 +46,9 @@ class ProcessSpec:
     timeout_s: float
     kill_grace_s: float = 5.0
     output_cap_bytes: int = 16 * 1024 * 1024
+    # Of that cap, how much is kept from the end of each stream (CappedFile): the harnesses' verdict is
+    # their last record. 0: the head only (sensors, handlers: their first lines are what they say).
+    output_tail_bytes: int = 0
     stdin: bytes = b""
     # The run this process starts (an attempt, a sensor run): whatever it started is killed when
     # the run ends, even processes that left its process group (setsid). None: the group only.
@@ -133,26 +136,51 @@ class ProcessResult:
 
 
 class CappedFile:
-    """Writes the first `cap` bytes of a stream to a file (0600), counts the rest."""
+    """Writes a stream to a file (0600) up to `cap` bytes, counts the rest. With `tail_bytes`, the last
+    that many bytes are kept too (in memory, at most that many): the head and the tail around a marked
+    gap, for a stream whose verdict is its last record (a harness's result). Without, the head only."""
 
-    def __init__(self, path: Path, cap: int) -> None:
+    def __init__(self, path: Path, cap: int, tail_bytes: int = 0) -> None:
         self.path, self.cap, self.seen, self.kept = path, cap, 0, 0
+        self.head_cap = cap - min(max(tail_bytes, 0), cap)
+        self.tail_cap = cap - self.head_cap
+        self._tail = bytearray()  # the last tail_cap bytes seen after the head was full
         self._file: IO[bytes] = os.fdopen(create_private(path), "wb")
 
     def write(self, chunk: bytes) -> None:
         self.seen += len(chunk)
-        room = self.cap - self.kept
+        room = self.head_cap - self.kept
         if room > 0:
             part = chunk[:room]
             self._file.write(part)
             self.kept += len(part)
+            chunk = chunk[room:]
+        if chunk and self.tail_cap:
+            self._tail += chunk[-self.tail_cap :]
+            del self._tail[: max(len(self._tail) - self.tail_cap, 0)]
 
     def close(self) -> CapturedOutput:
-        if self.seen > self.kept:
-            dropped = self.seen - self.kept
-            self._file.write(f"\n[agentd: output capped at {self.cap} bytes; {dropped} more dropped]\n".encode())
+        tail = self._whole_lines()
+        dropped = self.seen - self.kept - len(tail)
+        if dropped:
+            self._file.write(self._marker(len(tail), dropped).encode())
+        self._file.write(tail)
         self._file.close()
-        return CapturedOutput(self.path, self.seen, self.kept)
+        return CapturedOutput(self.path, self.seen, self.kept + len(tail))
+
+    def _marker(self, tail: int, dropped: int) -> str:
+        if not self.tail_cap:
+            return f"\n[agentd: output capped at {self.cap} bytes; {dropped} more dropped]\n"
+        kept = f"the first {self.kept} and the last {tail} kept"
+        return f"\n[agentd: output capped at {self.cap} bytes: {kept}; {dropped} between them dropped]\n"
+
+    def _whole_lines(self) -> bytes:
+        """The tail from its first whole line, when bytes before it were dropped: a line cut in two
+        is no record any parser can read, so it is not kept as one."""
+        if self.seen - self.kept <= len(self._tail):
+            return bytes(self._tail)  # nothing was dropped: the tail follows the head as it came
+        cut = self._tail.find(b"\n")
+        return bytes(self._tail[cut + 1 :]) if cut >= 0 else b""
 
 
 async def run_process(
@@ -163,8 +191,8 @@ async def run_process(
     """Run `spec` to completion or timeout; see the module docstring for the guarantees."""
     started = anyio.current_time()
     since = procs.uptime_ticks()
-    stdout = CappedFile(spec.stdout_path, spec.output_cap_bytes)
-    stderr = CappedFile(spec.stderr_path, spec.output_cap_bytes)
+    stdout = CappedFile(spec.stdout_path, spec.output_cap_bytes, spec.output_tail_bytes)
+    stderr = CappedFile(spec.stderr_path, spec.output_cap_bytes, spec.output_tail_bytes)
     try:
         # Shielded: a stop that lands while the process is being forked must not lose the process
         # (or leak its output files); once it exists, the finally below stops it.

@@ -113,7 +113,8 @@ class DispatchSection(Section):
         description="rate-limited attempts of one task before it fails", default=5, ge=0, le=1000
     )
     output_cap_bytes: int = Field(
-        description="an attempt's stdout and stderr each keep at most this much (the overflow is recorded)",
+        description="an attempt's stdout and stderr each keep at most this much: the first and the last half, "
+        "the overflow between them counted in a marker",
         default=16 * MIB,
         ge=1024,
         le=1024 * 1024 * MIB,

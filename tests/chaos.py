@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import signal
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import privsep
 from support import agent_config, outcome_disagreements
 
+from agentd.budget import day_start
 from agentd.clock import SystemClock
 from agentd.records import TERMINAL_STATUSES
 from agentd.store import Store, init_state_dir, migrate, open_store
@@ -135,7 +137,7 @@ print("debug token " + os.environ["TOKEN"], file=sys.stderr)
 """
 
 
-TASK_KINDS = ("follow_up", "poison_result", "secret", "symlink", "bytes", "daemon")
+TASK_KINDS = ("follow_up", "poison_result", "secret", "symlink", "bytes", "daemon", "poison_usage")
 
 
 TASK_S = (0.05, 0.8)  # how long a scripted task works (kills land mid-attempt); the short form shortens it
@@ -177,6 +179,8 @@ def task_payload(
         }, "adapter output"
     if kind == "daemon":
         return {**base, "daemon": str(workspace / f"daemon-{tag}.pid"), "outcome": ok()}, "escapee"
+    if kind == "poison_usage":
+        return poisoned_usage_payload(rng, base)
     return {**base, "outcome": ok()}, ""
 
 
@@ -193,6 +197,69 @@ def poison_lines(key: str) -> list[str]:
         "[" * 50000 + "]" * 50000,
         "\x1b]0;pwned\x07 not json",
     ]
+
+
+# --- poisoned usage (issue 23): a script's outcome and a harness's result record report it -----------------
+
+USAGE_POISON = ['"1e999"', "Infinity", "-Infinity", "NaN", "1e999", "-1000", "1" + "0" * 30, '"lots"', "[1, 2]", "1.5"]
+USAGE_KEYS = ("cost_usd", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+HARNESS_TASK = "harness"  # the task type of the poisoned claude-code stand-in (tests/adapters/poisoned_claude.py)
+
+
+def poisoned_usage_payload(rng: random.Random, base: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A scripted task whose outcome's `usage` holds poison: it must complete with its usage unknown."""
+    numbers = ", ".join(f'"{key}": {rng.choice(USAGE_POISON)}' for key in rng.sample(USAGE_KEYS, 2))
+    raw = json.dumps(ok(operator_summary="spent a poisoned amount"))[:-1] + f', "usage": {{{numbers}}}}}'
+    return {**base, "raw_result": raw}, "usage report"
+
+
+def add_usage_surfaces(raw: dict[str, Any]) -> None:
+    """A claude-code adapter whose CLI reports poisoned usage, its task type, and a budget, so every
+    claim reads the day's spend."""
+    command = str(Path(__file__).resolve().parent / "adapters" / "poisoned_claude.py")
+    raw["adapters"].append({"adapter_id": "claude", "kind": "claude-code", "command": command, "timeout_ms": 30_000})
+    raw["task_types"].append(
+        {
+            "task_type": HARNESS_TASK,
+            "payload_schema_id": "agent-runtime/payload.any-object/v1",
+            "default_profile_id": "operator",
+            "default_adapter_id": "claude",
+        }
+    )
+    raw["budget"] = {"daily_usd": 100_000}
+
+
+def usage_poisoned(task: Any) -> bool:
+    """A task whose adapter reports poisoned usage (a harness task, or a script's poisoned outcome)."""
+    raw = task.payload.get("raw_result") if isinstance(task.payload, dict) else None
+    return task.task_type == HARNESS_TASK or (isinstance(raw, str) and '"usage"' in raw)
+
+
+def usage_problems(store: Store, tasks: list[Any]) -> list[str]:
+    """No stored cost or count is non-finite, negative or beyond int64, the day's spend is finite, and
+    every attempt that reported poisoned usage and ran to its end completed (its usage unknown, never an
+    internal error)."""
+    problems = []
+    columns = ("cost_usd", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+    for attempt_id, *values in store._conn.execute(f"SELECT attempt_id, {', '.join(columns)} FROM task_attempts"):
+        for column, value in zip(columns, values, strict=True):
+            integer = column != "cost_usd" and isinstance(value, int)
+            number = isinstance(value, int | float) and math.isfinite(value) and 0 <= value <= 2**63 - 1
+            if value is not None and not (number and (integer or column == "cost_usd")):
+                problems.append(f"attempt {attempt_id}: {column} = {value!r}")
+    spend = store.spend_since(day_start(SystemClock().now()))
+    if not (math.isfinite(spend.total_usd) and spend.total_usd >= 0):
+        problems.append(f"the day's spend is {spend.total_usd!r}")
+    for task in filter(usage_poisoned, tasks):
+        for attempt in store.attempts_of(task.task_id):  # killed mid-run is chaos; judged, it completed
+            if attempt.termination_reason == "internal_error" or (
+                attempt.termination_reason == "exited" and attempt.retry_class != "none"
+            ):
+                problems.append(
+                    f"task {task.task_id} ({task.task_type}): its attempt {attempt.attempt_id} "
+                    f"ended {attempt.termination_reason}, {attempt.retry_class}"
+                )
+    return problems
 
 
 def sensor_line(rng: random.Random, workspace: Path, key: str, task_s: tuple[float, float]) -> tuple[str, str]:
@@ -310,6 +377,7 @@ class Chaos:
                     adapter["env_file"] = str(adapter_env)
             raw["dispatch"].update(backoff_base_s=0, grace_s=2, kill_grace_s=1, lock_heartbeat_s=1)
             raw["metrics"] = {"dispatch_listen": "127.0.0.1:0", "sensors_listen": "127.0.0.1:0"}
+            add_usage_surfaces(raw)
             raw["schedules"] = [
                 {
                     "schedule_id": "chaos-tick",
@@ -394,6 +462,15 @@ class Chaos:
                 feed.write(json.dumps(event) + "\n")
             self.valid_keys.append(f"seed-{kind}")
         self.feed_more(20)
+        self.add_harness_poison(3)
+
+    def add_harness_poison(self, count: int) -> None:
+        """Tasks on the poisoned claude-code stand-in (tests/adapters/poisoned_claude.py)."""
+        for _ in range(count):
+            result = self.cli("task", "add", "--type", HARNESS_TASK, "--subject", "poisoned usage")
+            if result.returncode != 0:
+                self.problems.append(f"harness task add exited {result.returncode}: {result.stderr[-200:]}")
+            self.poisoned["harness usage"] += 1
 
     def run(self, kills: int, deadline_s: float, pace_s: tuple[float, float] = (0.3, 1.8)) -> Report:
         started = time.monotonic()
@@ -493,6 +570,7 @@ class Chaos:
             "no process outlived its attempt": self._no_escapees,
             "workflows ended or waiting on a step task": lambda: self._workflows(conn),
             "no attempt acted as its operator": lambda: self._operator_held(store, tasks),
+            "usage stored finite, >= 0; poisoned usage still completes": lambda: usage_problems(store, tasks),
         }
         report.checks = {name: check() for name, check in checks.items()}
         return report

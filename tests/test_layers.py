@@ -17,6 +17,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.clock",
         "agentd.task_statuses",
         "agentd.edge",
+        "agentd.usage",  # usage numbers judged: by the adapters, the judge, the store's readers, the metrics
         "agentd.hashing",
         "agentd.schema_check",
         "agentd.resources",

@@ -360,3 +360,36 @@ def test_a_long_or_shorter_output_is_cut_and_its_end_named(tmp_path: Path) -> No
     escaped = text_difference("stdout.log", where, b"\x1b[31mred\n", b"plain\n")
     assert escaped is not None and escaped.expected == "\\x1b[31mred\\x0a"
     assert text_difference("stdout.log", where, b"same", b"same") is None
+
+
+@pytest.fixture
+def long_rig(rig_factory: Callable[..., Rig], tmp_path: Path) -> Rig:
+    """An agent whose `long` script prints more than its 1 KiB output cap."""
+    script = tmp_path / "long.sh"
+    script.write_text(
+        "#!/bin/sh\nseq 1 3000\n"
+        """printf '{"status":"completed","machine_status":"ok","operator_summary":"long"}' > "$AGENTD_RESULT_PATH"\n"""
+    )
+    script.chmod(0o755)
+
+    def add(raw: dict[str, Any]) -> None:
+        raw["dispatch"]["output_cap_bytes"] = 1024
+        raw["adapters"].append({"adapter_id": "long", "kind": "script", "command": str(script), "timeout_ms": 30_000})
+
+    return rig_factory(add)
+
+
+@pytest_asyncio.fixture
+async def long_ran(long_rig: Rig) -> TaskAttempt:
+    return await run_one(long_rig, "long", processes=True)
+
+
+@pytest.mark.process
+def test_an_attempt_whose_output_passed_the_cap_replays_identical(
+    long_rig: Rig, long_ran: TaskAttempt, replay: Any
+) -> None:
+    """The attempt kept its output's head and tail (README, "Evidence"); the replay keeps the same."""
+    stdout = (evidence_dir(long_rig, long_ran) / "stdout.log").read_text()
+    assert stdout.startswith("1\n2\n") and stdout.endswith("\n3000\n") and "output capped at 1024" in stdout
+    result = replay(long_rig, long_ran.attempt_id)
+    assert result.code == 0 and result.out == f"identical: attempt {long_ran.attempt_id}\n", result.out + result.err

@@ -7,18 +7,23 @@ from __future__ import annotations
 import json
 import math
 import random
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rig import Rig
+from support import harness_fixture
 from test_pure import NOW, POLICY, attempt, facts, run
 
-from agentd.adapters.base import MAX_COST_USD, MAX_TOKENS, USAGE_KEYS, judge_usage
+from agentd.dispatch import Dispatcher
 from agentd.judge import judge
 from agentd.status import snapshot
+from agentd.usage import MAX_COST_USD, MAX_TOKENS, USAGE_KEYS, judge_usage
 
 
 def outcome(usage: Any) -> dict[str, Any]:
@@ -115,3 +120,103 @@ def test_judged_usage_is_always_storable(reported: Any) -> None:
     reported_keys = reported.keys() if isinstance(reported, dict) else ()
     dropped = [k for k in reported_keys if k in USAGE_KEYS and reported[k] is not None and getattr(usage, k) is None]
     assert all(any(f"usage.{k}" in p for p in problems) for k in dropped)  # nothing is dropped unsaid
+
+
+# --- every adapter's usage through the one judge (issue 23, findings 1 and 2) ----------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("reported", [{"cost_usd": -1000}, {"cost_usd": "1e999"}, {"cost_usd": [1, 2]}])
+async def test_a_bad_harness_cost_never_lowers_the_budget(rig_factory: Callable[..., Rig], reported: Any) -> None:
+    """What a harness reports (the in-process adapter reports its payload's `usage` as one would) goes
+    through the judge: a negative cost is unknown, so it cannot make room under the cap."""
+    rig = rig_factory(lambda raw: raw.update(budget={"daily_usd": 5}))
+    done = {"status": "completed", "machine_status": "ok", "operator_summary": "spent"}
+    poisoned = rig.add("scripted", payload={"outcome": done, "usage": reported})
+    dear = [rig.add("scripted", payload={"outcome": done, "usage": {"cost_usd": 2.0}}) for _ in range(5)]
+    await drain(rig)
+    assert rig.store.get_task_or_raise(poisoned.task_id).status == "completed"
+    [row] = rig.store.attempts_of(poisoned.task_id)
+    assert row.usage is None or "cost_usd" not in row.usage, row.usage
+    assert row.diagnostics is not None and "script usage.cost_usd" in row.diagnostics["usage_problems"][0]
+    statuses = [rig.store.get_task_or_raise(t.task_id).status for t in dear]
+    assert statuses.count("completed") == 2, statuses  # $4 spent, and $2 more would pass $5
+
+
+FAKE_CLAUDE = """#!{python}
+import sys
+if "--version" in sys.argv:
+    print("2.1.197 (Claude Code)")
+    raise SystemExit(0)
+sys.stdin.read()
+sys.stdout.write(open({stream!r}).read())
+"""
+
+
+@pytest.mark.asyncio
+@pytest.mark.process
+async def test_a_claude_run_with_poisoned_usage_completes_with_its_usage_unknown(
+    rig_factory: Callable[..., Rig], tmp_path: Path
+) -> None:
+    """The issue's run, through a real process: a claude stream whose result says `"total_cost_usd":
+    "1e999"` and `"input_tokens": Infinity`, after a string message and a line nested 200k deep."""
+    fixture = harness_fixture("claude_stream_json_tool_use.jsonl").read_text().splitlines()
+    final = json.loads(fixture[-1])
+    final["result"] = "Done.\n```json\n" + json.dumps(outcome(None)) + "\n```"
+    final["total_cost_usd"], final["usage"]["input_tokens"] = "1e999", "\x00inf"
+    result = json.dumps(final).replace('"\\u0000inf"', "Infinity")
+    assert "Infinity" in result and '"1e999"' in result
+    noise = ['{"type":"assistant","message":"a string"}', "[" * 200_000 + "]" * 200_000]
+    stream = tmp_path / "stream.jsonl"
+    stream.write_text("\n".join([*fixture[:-1], *noise, result]) + "\n")
+    cli = tmp_path / "claude"
+    cli.write_text(FAKE_CLAUDE.format(python=sys.executable, stream=str(stream)))
+    cli.chmod(0o755)
+
+    def mutate(raw: dict[str, Any]) -> None:
+        raw["budget"] = {"daily_usd": 5}
+        raw["adapters"].append(
+            {"adapter_id": "claude", "kind": "claude-code", "command": str(cli), "timeout_ms": 30_000}
+        )
+
+    rig = rig_factory(mutate)
+    task = rig.add("scripted", requested_adapter_id="claude")
+    dispatcher = rig.dispatcher(processes=True)
+    await dispatcher.start()
+    await dispatcher.run_until_idle()
+    await dispatcher.stop()
+    assert rig.store.get_task_or_raise(task.task_id).status == "completed"
+    [row] = rig.store.attempts_of(task.task_id)
+    assert row.diagnostics is not None
+    problems = row.diagnostics["usage_problems"]
+    assert any("total_cost_usd" in p for p in problems) and any("input_tokens" in p for p in problems), problems
+    assert row.usage is not None and "cost_usd" not in row.usage and row.usage["output_tokens"] == 14, row.usage
+    assert math.isfinite(snapshot(rig.config, rig.store, rig.clock.now())["budget"]["spent_usd"])
+
+
+class Raising:
+    """An adapter whose run raises inside a task group, as anyio wraps what a task raised."""
+
+    kind = "script"
+
+    async def execute(self, ctx: Any, on_started: Any) -> Any:
+        await on_started(None)
+
+        async def fail() -> None:
+            raise ValueError("the harness said something no parser expected")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(fail)
+
+
+@pytest.mark.asyncio
+async def test_an_internal_error_names_the_exceptions_inside_a_group(rig: Rig) -> None:
+    task = rig.add("example")
+    dispatcher = Dispatcher(rig.config, rig.db, clock=rig.clock, rng=random.Random(1), adapters=lambda _: Raising())
+    await dispatcher.start()
+    await dispatcher.run_until_idle()
+    await dispatcher.stop()
+    [row] = rig.store.attempts_of(task.task_id)
+    assert row.termination_reason == "internal_error"
+    reason = rig.store.get_task_or_raise(task.task_id).last_error or ""
+    assert "ValueError: the harness said something no parser expected" in reason, reason

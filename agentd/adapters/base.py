@@ -8,7 +8,6 @@ kind leaves the same TaskAttempt evidence (seed 000 §2, §8).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +18,17 @@ from agentd.evidence import AttemptPaths, make_run_dir, write_shared
 from agentd.privilege import RunUser
 from agentd.records import AdapterConfig, PolicyDenial, TaskRecord
 from agentd.runner import ProcessResult, ProcessSpec, run_process
+from agentd.usage import Usage as Usage  # judged in agentd/usage.py; every adapter reports one
 
 FINAL_MESSAGE_MAX_BYTES = 1024 * 1024  # the outcome block is at the end; the head is in stdout.log
+
+
+def output_tail_bytes(cap: int) -> int:
+    """Of an attempt's output cap, what is kept from the end of stdout and stderr: half. Every adapter's
+    verdict is at the end (claude's result record, codex's turn.completed, ollama's done record, a
+    script's outcome block), so a long run keeps its head and its tail around a marked gap."""
+    return cap // 2
+
 
 OnStarted = Callable[[int | None], Awaitable[None]]  # the process group leader's pid, None for HTTP
 
@@ -49,61 +57,6 @@ class Invocation:
     env: dict[str, str]
     stdin: bytes = b""
     files: dict[Path, str] = field(default_factory=dict)  # written (0600) before the start
-
-
-@dataclass(frozen=True)
-class Usage:
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read_tokens: int | None = None
-    cache_write_tokens: int | None = None
-    cost_usd: float | None = None
-    cost_estimated: bool = False
-
-
-TOKEN_KINDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-USAGE_KEYS = (*TOKEN_KINDS, "cost_usd")
-MAX_COST_USD = 1_000_000.0  # one attempt's cost above this is not believed: recorded as unknown
-MAX_TOKENS = 2**63 - 1  # what SQLite's INTEGER holds
-
-
-def judge_usage(reported: Any, where: str) -> tuple[Usage, list[str]]:
-    """Usage numbers as an adapter or a script reported them, judged at the edge: each count a whole
-    number from 0 to int64, the cost a finite number from 0 to MAX_COST_USD. Anything else is unknown
-    (None), and the list says why; the rest of the report stands."""
-    if reported is None:
-        return Usage(), []
-    if not isinstance(reported, Mapping):
-        return Usage(), [f"{where}: expected an object, found {type(reported).__name__}"]
-    problems = [
-        f"{where}.{key}: unknown key (expected one of {', '.join(USAGE_KEYS)})"
-        for key in reported
-        if key not in USAGE_KEYS
-    ]
-    fields: dict[str, Any] = {}
-    for key in USAGE_KEYS:
-        value = reported.get(key)
-        if value is None:
-            continue
-        judged, problem = _usage_number(value, integer=key != "cost_usd")
-        if problem is not None:
-            problems.append(f"{where}.{key}: {problem}; recorded as unknown")
-        fields[key] = judged
-    return Usage(**fields), problems
-
-
-def _usage_number(value: Any, *, integer: bool) -> tuple[int | float | None, str | None]:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None, f"expected a number, found {type(value).__name__}"
-    if not math.isfinite(value) or value < 0:
-        return None, f"expected a finite number of at least 0, found {value!r}"
-    if integer:
-        if isinstance(value, float) and not value.is_integer():
-            return None, f"expected a whole number, found {value!r}"
-        return (int(value), None) if value <= MAX_TOKENS else (None, f"expected at most {MAX_TOKENS}, found {value!r}")
-    return (
-        (float(value), None) if value <= MAX_COST_USD else (None, f"expected at most {MAX_COST_USD:g}, found {value!r}")
-    )
 
 
 @dataclass(frozen=True)
@@ -159,6 +112,7 @@ class SubprocessAdapter:
                 timeout_s=ctx.timeout_s,
                 kill_grace_s=ctx.kill_grace_s,
                 output_cap_bytes=ctx.output_cap_bytes,
+                output_tail_bytes=output_tail_bytes(ctx.output_cap_bytes),
                 stdin=invocation.stdin,
                 group=ctx.group,
                 user=ctx.user,

@@ -12,19 +12,26 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, Usage, read_tail
-from agentd.adapters.denials import claude_denials
+from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, read_tail
+from agentd.adapters.denials import claude_denials, text_of
 from agentd.adapters.harness import (
+    FACT_MAX_CHARS,
     HarnessAdapter,
     ParsedRun,
     base_args,
+    fact,
+    facts,
     json_lines,
+    judge_harness_usage,
     request_timeout_ms,
+    text_or,
     to_run,
     trusted,
+    usage_of,
 )
 from agentd.records import ClaudeCodeAdapterConfig as ClaudeConfig
 from agentd.runner import ProcessResult
+from agentd.usage import Usage, believed
 
 BYPASS_FLAGS = ("--dangerously-skip-permissions", "--permission-mode=bypassPermissions")
 PERMISSION_MODE = {"read-only": "plan", "workspace-write": "acceptEdits", "danger-full-access": "bypassPermissions"}
@@ -67,65 +74,84 @@ class ClaudeCodeAdapter(HarnessAdapter):
 
 
 def parse_claude_output(text: str) -> ParsedRun:
-    """The `result` record of `--output-format json` or `stream-json` output."""
-    records = json_lines(text)
+    """The `result` record of `--output-format json` or `stream-json` output. Total: whatever the
+    stream holds, what cannot be used is skipped and counted (`unusable_lines`), never raised."""
+    records, unusable = json_lines(text)
     if not records and text.strip().startswith("{"):
-        records = json_lines(text.replace("\n", " "))
+        records, unusable = json_lines(text.replace("\n", " "))
     final = next((r for r in reversed(records) if r.get("type") == "result"), None)
-    tool_uses = [
-        block.get("name")
-        for r in records
-        if r.get("type") == "assistant"
-        for block in (r.get("message") or {}).get("content", [])
-        if block.get("type") == "tool_use"
-    ]
+    assistant = [r for r in records if r.get("type") == "assistant"]
+    unusable += sum(1 for r in assistant if not isinstance(r.get("message"), dict))
+    tool_uses = facts(block.get("name") for r in assistant for block in _blocks(r) if block.get("type") == "tool_use")
+    seen = {"tool_uses": tool_uses, **({"unusable_lines": unusable} if unusable else {})}
     if final is None:
         return ParsedRun(
-            False,
-            False,
-            None,
-            "claude wrote no result record (killed, or cut off mid-stream)",
-            diagnostics={"tool_uses": tool_uses},
+            False, False, None, "claude wrote no result record (killed, or cut off mid-stream)", diagnostics=seen
         )
+    return _verdict(final, seen)
+
+
+def _verdict(final: dict[str, Any], seen: dict[str, Any]) -> ParsedRun:
     is_error = bool(final.get("is_error"))
     denials = claude_denials(final.get("permission_denials"))  # a list, whatever claude printed there
-    text_out = final.get("result")
-    failure = None
-    if is_error:
-        failure = text_out or "; ".join(final.get("errors") or []) or f"claude reported {final.get('subtype')}"
+    text_out = final.get("result") if isinstance(final.get("result"), str) else None
+    usage, problems = _usage(final)
+    diagnostics = {
+        **seen,
+        "num_turns": fact(final.get("num_turns")),
+        "api_error_status": fact(final.get("api_error_status")),
+        "permission_denials": len(denials),
+        "terminal_reason": fact(final.get("terminal_reason")),
+        **({"usage_problems": problems} if problems else {}),
+    }
     return ParsedRun(
         finished=True,
         succeeded=not is_error,
-        final_message=text_out if isinstance(text_out, str) else None,
-        failure=failure,
-        usage=_usage(final),
-        model=_model(final.get("modelUsage") or {}),
+        final_message=text_out,
+        failure=_failure(final, text_out) if is_error else None,
+        usage=usage,
+        model=_model(final.get("modelUsage")),
         denials=denials,
-        diagnostics={
-            "tool_uses": tool_uses,
-            "num_turns": final.get("num_turns"),
-            "api_error_status": final.get("api_error_status"),
-            "permission_denials": len(denials),
-            "terminal_reason": final.get("terminal_reason"),
-        },
+        diagnostics=diagnostics,
     )
 
 
-def _usage(final: dict[str, Any]) -> Usage:
-    usage = final.get("usage") or {}
-    cost = final.get("total_cost_usd")
-    return Usage(
-        input_tokens=usage.get("input_tokens"),
-        output_tokens=usage.get("output_tokens"),
-        cache_read_tokens=usage.get("cache_read_input_tokens"),
-        cache_write_tokens=usage.get("cache_creation_input_tokens"),
-        cost_usd=float(cost) if cost is not None else None,
-    )
+def _blocks(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The content blocks of an assistant record that are objects (its message may be anything)."""
+    message = record.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return [block for block in content if isinstance(block, dict)] if isinstance(content, list) else []
 
 
-def _model(model_usage: dict[str, Any]) -> str | None:
+def _failure(final: dict[str, Any], text_out: str | None) -> str:
+    """What claude said went wrong: its result text, else its errors, else its subtype."""
+    errors = final.get("errors")
+    listed = "; ".join(text_of(e) for e in errors) if isinstance(errors, list) else text_of(errors)
+    return text_or(text_out) or listed or f"claude reported {text_of(final.get('subtype')) or 'an error'}"
+
+
+USAGE_NAMES = {
+    "input_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+    "cache_read_tokens": "cache_read_input_tokens",
+    "cache_write_tokens": "cache_creation_input_tokens",
+}
+
+
+def _usage(final: dict[str, Any]) -> tuple[Usage, list[str]]:
+    """Tokens from `usage`, the cost from `total_cost_usd`: judged, never trusted."""
+    reported, problems = usage_of(final, "usage", USAGE_NAMES, "claude result")
+    reported["cost_usd"] = (final.get("total_cost_usd"), "claude result.total_cost_usd")
+    return judge_harness_usage(reported, problems)
+
+
+def _model(model_usage: Any) -> str | None:
     """The model that cost the most, without claude's context suffix (`claude-opus-4-8[1m]`)."""
-    if not model_usage:
+    if not isinstance(model_usage, dict) or not model_usage:
         return None
-    name = max(model_usage, key=lambda key: (model_usage[key] or {}).get("costUSD") or 0)
-    return re.sub(r"\[[^\]]*\]$", "", name)
+
+    def cost(name: str) -> float:
+        entry = model_usage[name]
+        return (believed(entry.get("costUSD"), "cost_usd") or 0.0) if isinstance(entry, dict) else 0.0
+
+    return re.sub(r"\[[^\]]*\]$", "", max(model_usage, key=cost))[:FACT_MAX_CHARS] or None

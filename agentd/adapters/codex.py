@@ -15,22 +15,27 @@ from typing import Any
 
 import tomli_w
 
-from agentd.adapters.base import FINAL_MESSAGE_MAX_BYTES, AdapterRun, AttemptContext, Invocation, Usage, read_tail
+from agentd.adapters.base import FINAL_MESSAGE_MAX_BYTES, AdapterRun, AttemptContext, Invocation, read_tail
 from agentd.adapters.denials import codex_denials
 from agentd.adapters.harness import (
     HarnessAdapter,
     ParsedRun,
     base_args,
     estimate_cost,
+    facts,
     json_lines,
+    judge_harness_usage,
     request_timeout_ms,
     scratch,
+    text_or,
     to_run,
     trusted,
+    usage_of,
 )
 from agentd.records import CodexAdapterConfig as CodexConfig
 from agentd.runner import ProcessResult
 from agentd.untrusted import read_reported
+from agentd.usage import Usage
 
 LAST_MESSAGE = "codex-last-message.txt"
 
@@ -106,42 +111,47 @@ def codex_config(config: CodexConfig, model: str | None) -> dict[str, Any]:
 
 
 def parse_codex_events(text: str) -> ParsedRun:
-    """codex's JSONL events reduced to a verdict: turn.completed or turn.failed."""
-    events = json_lines(text)
+    """codex's JSONL events reduced to a verdict: turn.completed or turn.failed. Total: whatever the
+    stream holds, what cannot be used is skipped and counted (`unusable_lines`), never raised."""
+    events, unusable = json_lines(text)
     completed = next((e for e in reversed(events) if e.get("type") == "turn.completed"), None)
     failed = next((e for e in reversed(events) if e.get("type") == "turn.failed"), None)
     items = [e["item"] for e in events if e.get("type") == "item.completed" and isinstance(e.get("item"), dict)]
     messages = [i.get("text") for i in items if i.get("type") == "agent_message" and isinstance(i.get("text"), str)]
+    last = messages[-1] if messages else None
     diagnostics = {
-        "commands": [i.get("command") for i in items if i.get("type") == "command_execution"],
-        "warnings": [i.get("message") for i in items if i.get("type") == "error"][:10],
+        "commands": facts(i.get("command") for i in items if i.get("type") == "command_execution"),
+        "warnings": facts(i.get("message") for i in items if i.get("type") == "error")[:10],
+        **({"unusable_lines": unusable} if unusable else {}),
     }
     denials = codex_denials(items)
     if failed is not None:
-        message = (failed.get("error") or {}).get("message") or "codex reported turn.failed"
-        return ParsedRun(
-            True, False, messages[-1] if messages else None, message, diagnostics=diagnostics, denials=denials
-        )
+        return ParsedRun(True, False, last, _failure(failed), diagnostics=diagnostics, denials=denials)
     if completed is None:
-        return ParsedRun(
-            False,
-            False,
-            messages[-1] if messages else None,
-            "codex ended without turn.completed (killed, or cut off)",
-            diagnostics=diagnostics,
-            denials=denials,
-        )
-    usage = completed.get("usage") or {}
-    return ParsedRun(
-        finished=True,
-        succeeded=True,
-        final_message=messages[-1] if messages else None,
-        usage=Usage(
-            input_tokens=usage.get("input_tokens"),
-            output_tokens=usage.get("output_tokens"),
-            cache_read_tokens=usage.get("cached_input_tokens"),
-            cache_write_tokens=usage.get("cache_write_input_tokens"),
-        ),
-        diagnostics=diagnostics,
-        denials=denials,
-    )
+        failure = "codex ended without turn.completed (killed, or cut off)"
+        return ParsedRun(False, False, last, failure, diagnostics=diagnostics, denials=denials)
+    usage, problems = _usage(completed)
+    if problems:
+        diagnostics["usage_problems"] = problems
+    return ParsedRun(True, True, last, usage=usage, diagnostics=diagnostics, denials=denials)
+
+
+def _failure(failed: dict[str, Any]) -> str:
+    """turn.failed's `error.message` (or its error, if that is text)."""
+    error = failed.get("error")
+    message = error.get("message") if isinstance(error, dict) else error
+    return text_or(message) or "codex reported turn.failed"
+
+
+USAGE_NAMES = {
+    "input_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+    "cache_read_tokens": "cached_input_tokens",
+    "cache_write_tokens": "cache_write_input_tokens",
+}
+
+
+def _usage(completed: dict[str, Any]) -> tuple[Usage, list[str]]:
+    """turn.completed's token counts, judged (codex reports no cost: the adapter estimates one)."""
+    reported, problems = usage_of(completed, "usage", USAGE_NAMES, "codex turn.completed")
+    return judge_harness_usage(reported, problems)

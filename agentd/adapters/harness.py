@@ -8,20 +8,28 @@ outputs differ; `ParsedRun` is what each parser reduces its CLI's output to.
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentd.adapters.base import AdapterRun, AttemptContext, SubprocessAdapter, Usage
+from agentd.adapters.denials import compact
 from agentd.adapters.versions import cached_version, cli_version
+from agentd.edge import scrub
 from agentd.evidence import make_run_dir
 from agentd.records import HarnessAdapterConfig, PolicyDenial, TokenPrice
 from agentd.runner import ProcessResult
+from agentd.usage import bounded, judge_number, shown
 
 RATE_LIMIT = re.compile(r"\b429\b|rate.?limit|too many requests", re.IGNORECASE)
 MIN_REQUEST_TIMEOUT_MS = 5_000
+FACT_MAX_CHARS = 500  # of one value a harness printed, kept in the attempt's diagnostics
+FACTS_MAX = 200  # values of one list kept there (tool uses, commands)
 
 
 @dataclass(frozen=True)
@@ -105,20 +113,75 @@ def estimate_cost(usage: Usage, price: TokenPrice | None) -> Usage:
     )
 
 
-def json_lines(text: str) -> list[dict[str, Any]]:
-    """Every JSON object line of a JSONL stream; anything else (banners, partial lines) is skipped."""
-    found = []
+def json_lines(text: str) -> tuple[list[dict[str, Any]], int]:
+    """Every JSON object line of a JSONL stream, and how many lines that looked like one could not be
+    used. Banners and partial lines are skipped; so is a line Python's parser refuses (nested too deep,
+    a number too long), whatever it is: nothing a harness prints raises here."""
+    found, unusable = [], 0
     for line in text.splitlines():
         line = line.strip()
         if not line.startswith("{"):
             continue
         try:
             value = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+            unusable += 1
             continue
         if isinstance(value, dict):
             found.append(value)
-    return found
+    return found, unusable
+
+
+def fact(value: Any) -> str | int | float | bool | None:
+    """A value a harness printed, as the attempt's diagnostics hold it: a number JSON and SQLite can
+    hold, a bool, None, or valid text (at most FACT_MAX_CHARS; anything else as compact JSON)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return scrub(value[:FACT_MAX_CHARS])
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else shown(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else shown(value)
+    return scrub(compact(value)[:FACT_MAX_CHARS])
+
+
+def facts(values: Iterable[Any]) -> list[str | int | float | bool | None]:
+    """At most FACTS_MAX of them, each a fact."""
+    return [fact(value) for value in itertools.islice(values, FACTS_MAX)]
+
+
+def text_or(value: Any, default: str | None = None) -> str | None:
+    """A string the harness printed, or `default` when it printed anything else there."""
+    return value if isinstance(value, str) and value else default
+
+
+def usage_of(
+    record: Mapping[str, Any], key: str, names: Mapping[str, str], where: str
+) -> tuple[dict[str, tuple[Any, str]], list[str]]:
+    """The token counts of `record[key]`, named as agentd names them (`names`: ours → the harness's),
+    and the problems with it when it is not an object. Judged by the caller (judge_harness_usage)."""
+    found = record.get(key)
+    if found is None:
+        return {}, []
+    if not isinstance(found, Mapping):
+        return {}, [f"{where}.{key}: expected an object, found {type(found).__name__}; its tokens are unknown"]
+    return {ours: (found.get(theirs), f"{where}.{key}.{theirs}") for ours, theirs in names.items()}, []
+
+
+def judge_harness_usage(
+    reported: Mapping[str, tuple[Any, str]], problems: list[str], *, estimated: bool = False
+) -> tuple[Usage, list[str]]:
+    """A harness's numbers (ours → (value, where the harness printed it)) through the one judge
+    (agentd/usage.py): what is not a number usage may be is unknown, and the problems say where."""
+    fields: dict[str, Any] = {}
+    problems = list(problems)
+    for key, (value, where) in reported.items():
+        fields[key], problem = judge_number(value, key)
+        if problem is not None:
+            problems.append(f"{where}: {problem}; recorded as unknown")
+    usage = Usage(**fields, cost_estimated=estimated and fields.get("cost_usd") is not None)
+    return usage, bounded(problems)
 
 
 class HarnessAdapter(SubprocessAdapter):

@@ -12,12 +12,23 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, Usage, read_tail
-from agentd.adapters.harness import HarnessAdapter, ParsedRun, base_args, request_timeout_ms, scratch, to_run
+from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, read_tail
+from agentd.adapters.harness import (
+    HarnessAdapter,
+    ParsedRun,
+    base_args,
+    fact,
+    judge_harness_usage,
+    request_timeout_ms,
+    scratch,
+    text_or,
+    to_run,
+)
 from agentd.evidence import write_private
 from agentd.records import HermesAgentAdapterConfig as HermesConfig
 from agentd.runner import ProcessResult
 from agentd.untrusted import read_reported
+from agentd.usage import TOKEN_KINDS, Usage
 
 USAGE_FILE = "hermes-usage.json"
 MAX_USAGE_BYTES = 1024 * 1024
@@ -84,32 +95,39 @@ def hermes_config(config: HermesConfig, model: str | None, api_key: str | None =
 
 
 def parse_hermes(usage_text: str | None, stdout: str) -> ParsedRun:
-    """Judge by the usage file; stdout is the final text (or, on failure, the error)."""
+    """Judge by the usage file; stdout is the final text (or, on failure, the error). Total: a usage
+    file that is no JSON object is a run that did not finish, and a bad number is unknown usage."""
     if usage_text is None:
         return ParsedRun(False, False, None, "hermes wrote no usage file (killed before it finished)")
     try:
         usage = json.loads(usage_text)
-    except json.JSONDecodeError as exc:
-        return ParsedRun(False, False, None, f"hermes's usage file is not JSON ({exc})")
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError; so is a number too long
+        return ParsedRun(False, False, None, f"hermes's usage file is not JSON ({str(exc)[:200]})")
+    if not isinstance(usage, dict):
+        return ParsedRun(False, False, None, f"hermes's usage file is not a JSON object (a {type(usage).__name__})")
     succeeded = bool(usage.get("completed")) and not usage.get("failed")
     text = stdout.strip()
+    judged, problems = _usage(usage)
     return ParsedRun(
         finished=True,
         succeeded=succeeded,
         final_message=text if succeeded else None,
-        failure=None if succeeded else (usage.get("failure") or text or "hermes reported failed"),
-        usage=Usage(
-            input_tokens=usage.get("input_tokens"),
-            output_tokens=usage.get("output_tokens"),
-            cache_read_tokens=usage.get("cache_read_tokens"),
-            cache_write_tokens=usage.get("cache_write_tokens"),
-            cost_usd=usage.get("estimated_cost_usd") if usage.get("cost_status") not in (None, "unknown") else None,
-            cost_estimated=usage.get("cost_status") == "estimated",
-        ),
-        model=usage.get("model"),
+        failure=None if succeeded else (text_or(usage.get("failure")) or text or "hermes reported failed"),
+        usage=judged,
+        model=text_or(usage.get("model")),
         diagnostics={
-            "api_calls": usage.get("api_calls"),
-            "cost_status": usage.get("cost_status"),
-            "provider": usage.get("provider"),
+            "api_calls": fact(usage.get("api_calls")),
+            "cost_status": fact(usage.get("cost_status")),
+            "provider": fact(usage.get("provider")),
+            **({"usage_problems": problems} if problems else {}),
         },
     )
+
+
+def _usage(usage: dict[str, Any]) -> tuple[Usage, list[str]]:
+    """The usage file's counts, and its cost unless `cost_status` says it is unknown; judged."""
+    reported = {key: (usage.get(key), f"hermes usage file.{key}") for key in TOKEN_KINDS}  # named as agentd names them
+    status = usage.get("cost_status")
+    if status is not None and status != "unknown":
+        reported["cost_usd"] = (usage.get("estimated_cost_usd"), "hermes usage file.estimated_cost_usd")
+    return judge_harness_usage(reported, [], estimated=status == "estimated")

@@ -15,13 +15,17 @@ from typing import Any
 import anyio
 import httpx
 
-from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted, Usage
+from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted, output_tail_bytes
+from agentd.adapters.denials import text_of
+from agentd.adapters.harness import fact, judge_harness_usage, text_or
 from agentd.records import OllamaGenerateAdapterConfig as OllamaConfig
 from agentd.runner import CappedFile
 
 
 @dataclass
-class _Stream:
+class Stream:
+    """An answer as it streams in: its texts, its `done` record, and what ended it early."""
+
     texts: list[str] = field(default_factory=list)
     final: dict[str, Any] | None = None
     failure: str | None = None
@@ -39,7 +43,8 @@ class OllamaGenerateAdapter:
         body = {"model": model, "prompt": ctx.bundle_text, "stream": True}
         ctx.paths.stdin.write_text(json.dumps({**body, "prompt": "<prompt.md>"}) + "\n", encoding="utf-8")
         await on_started(None)
-        sink, stream = CappedFile(ctx.paths.stdout, ctx.output_cap_bytes), _Stream()
+        cap = ctx.output_cap_bytes
+        sink, stream = CappedFile(ctx.paths.stdout, cap, output_tail_bytes(cap)), Stream()
         started = anyio.current_time()
         try:
             with anyio.move_on_after(ctx.timeout_s) as deadline:
@@ -49,26 +54,39 @@ class OllamaGenerateAdapter:
             ctx.paths.stderr.write_text(stream.failure or "", encoding="utf-8")
         if deadline.cancelled_caught:
             stream.failure = f"no complete answer from {config.endpoint} within {ctx.timeout_s:g}s"
-        ok = stream.failure is None and stream.final is not None
-        final = stream.final or {}
-        return AdapterRun(
-            exit_status="timeout" if deadline.cancelled_caught else ("ok" if ok else "error"),
-            ok=ok,
-            failure=None if ok else (stream.failure or "the stream ended without a done record"),
-            final_message="".join(stream.texts) if ok else None,
-            rate_limited=stream.status == 429,
-            usage=Usage(input_tokens=final.get("prompt_eval_count"), output_tokens=final.get("eval_count")),
-            model=final.get("model") or model,
-            diagnostics={
-                "http_status": stream.status,
-                "lines": stream.lines,
-                "elapsed_s": round(anyio.current_time() - started, 3),
-                "done_reason": final.get("done_reason"),
-            },
-        )
+        return stream_run(stream, model, deadline.cancelled_caught, anyio.current_time() - started)
 
 
-async def _generate(url: str, body: dict[str, Any], timeout_s: float, sink: CappedFile, stream: _Stream) -> None:
+def stream_run(stream: Stream, model: str | None, timed_out: bool, elapsed_s: float) -> AdapterRun:
+    """What the answer streamed so far says: the text, the `done` record's counts (judged), the model."""
+    ok = stream.failure is None and stream.final is not None
+    final = stream.final or {}
+    usage, problems = judge_harness_usage(
+        {
+            "input_tokens": (final.get("prompt_eval_count"), "ollama done record.prompt_eval_count"),
+            "output_tokens": (final.get("eval_count"), "ollama done record.eval_count"),
+        },
+        [],
+    )
+    return AdapterRun(
+        exit_status="timeout" if timed_out else ("ok" if ok else "error"),
+        ok=ok,
+        failure=None if ok else (stream.failure or "the stream ended without a done record"),
+        final_message="".join(stream.texts) if ok else None,
+        rate_limited=stream.status == 429,
+        usage=usage,
+        model=text_or(final.get("model"), model),
+        diagnostics={
+            "http_status": stream.status,
+            "lines": stream.lines,
+            "elapsed_s": round(elapsed_s, 3),
+            "done_reason": fact(final.get("done_reason")),
+            **({"usage_problems": problems} if problems else {}),
+        },
+    )
+
+
+async def _generate(url: str, body: dict[str, Any], timeout_s: float, sink: CappedFile, stream: Stream) -> None:
     try:
         client = httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(timeout_s))
         async with client, client.stream("POST", url, json=body) as response:
@@ -80,7 +98,7 @@ async def _generate(url: str, body: dict[str, Any], timeout_s: float, sink: Capp
                 return
             async for line in response.aiter_lines():
                 sink.write(line.encode() + b"\n")
-                if line.strip() and not _take(line, stream):
+                if line.strip() and not take_line(line, stream):
                     return
     except httpx.ConnectError as exc:
         stream.failure = f"cannot connect to {url}: {exc}"
@@ -88,18 +106,21 @@ async def _generate(url: str, body: dict[str, Any], timeout_s: float, sink: Capp
         stream.failure = f"{type(exc).__name__} talking to {url}: {exc}"
 
 
-def _take(line: str, stream: _Stream) -> bool:
-    """One NDJSON line; False ends the stream (an error or a malformed line)."""
+def take_line(line: str, stream: Stream) -> bool:
+    """One NDJSON line; False ends the stream (an error or a line that is no JSON object). Total:
+    whatever the line holds, it says what it could not use, never raises."""
     stream.lines += 1
     try:
         chunk = json.loads(line)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError; so is a number too long
         stream.failure = f"malformed line {stream.lines} from ollama: {line[:200]!r}"
         return False
     if not isinstance(chunk, dict) or "error" in chunk:
-        stream.failure = f"ollama error: {chunk.get('error') if isinstance(chunk, dict) else chunk!r}"
+        error = chunk.get("error") if isinstance(chunk, dict) else chunk
+        stream.failure = f"ollama error: {text_of(error)[:300]}"
         return False
-    stream.texts.append(str(chunk.get("response", "")))
+    response = chunk.get("response", "")
+    stream.texts.append(response if isinstance(response, str) else "")
     if chunk.get("done"):
         stream.final = chunk
     return True
@@ -108,6 +129,6 @@ def _take(line: str, stream: _Stream) -> bool:
 def _error_text(text: str) -> str:
     try:
         value = json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return text.strip()[:300]
-    return str(value.get("error", value))[:300] if isinstance(value, dict) else text[:300]
+    return text_of(value.get("error", value))[:300] if isinstance(value, dict) else text[:300]

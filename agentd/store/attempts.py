@@ -30,7 +30,7 @@ from agentd.records import (
 )
 from agentd.store.approvals import request_approval
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
-from agentd.store.budget import claimable_branches, hold_params
+from agentd.store.budget import BELIEVED_COST, believed_tokens, claimable_branches, hold_params
 from agentd.store.rows import attempt_from_row
 from agentd.store.tasks import read_task_or_raise
 
@@ -436,13 +436,15 @@ class AttemptVerbs(StoreBase):
         """Attempts, tokens and cost per adapter and model (every finished attempt that matches)."""
         where, params = _usage_filter(task_id, since)
         rows = self._conn.execute(
-            f"""SELECT adapter_id, COALESCE(model, ''), COUNT(*), COALESCE(SUM(input_tokens), 0),
-                   COALESCE(SUM(output_tokens), 0), SUM(cost_usd), COALESCE(MAX(cost_estimated), 0)
+            f"""SELECT adapter_id, COALESCE(model, ''), COUNT(*), TOTAL({believed_tokens("input_tokens")}),
+                   TOTAL({believed_tokens("output_tokens")}), SUM({BELIEVED_COST}),
+                   COALESCE(MAX(cost_estimated = 1 AND {BELIEVED_COST} IS NOT NULL), 0)
                 FROM task_attempts WHERE {where} GROUP BY adapter_id, COALESCE(model, '')
                 ORDER BY adapter_id, COALESCE(model, '')""",
             params,
         ).fetchall()
-        return [CostTotal(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6])) for r in rows]
+        # TOTAL, not SUM: believed counts may still add up past int64, which SUM refuses
+        return [CostTotal(r[0], r[1], r[2], int(r[3]), int(r[4]), r[5], bool(r[6])) for r in rows]
 
     def last_successful_attempt_at(self) -> datetime | None:
         row = self._conn.execute(

@@ -10,6 +10,20 @@ from typing import Any
 
 from agentd.budget import AdapterSpend, BudgetHold, Spend
 from agentd.store.base import StoreBase, ts
+from agentd.usage import MAX_COST_USD
+
+# A stored cost the budget and `agentd cost` count: a finite number from 0 to MAX_COST_USD (agentd/usage.py).
+# What a row written before usage was judged (or edited since) holds outside that — Infinity, a negative
+# cost, text — is unknown: it is never spend, so it can neither poison nor lower a budget.
+BELIEVED_COST = (
+    f"CASE WHEN typeof(cost_usd) IN ('integer', 'real') AND cost_usd BETWEEN 0 AND {MAX_COST_USD!r} THEN cost_usd END"
+)
+
+
+def believed_tokens(column: str) -> str:
+    """A stored token count as `agentd cost` sums it: a whole number of at least 0, else unknown."""
+    return f"CASE WHEN typeof({column}) = 'integer' AND {column} >= 0 THEN {column} END"
+
 
 # A task the dispatcher may claim now (its priority and the budget aside).
 CLAIMABLE = "status IN ('pending', 'retryable_failure') AND awaiting_approval = 0 AND available_at <= :now"
@@ -74,8 +88,10 @@ class BudgetVerbs(StoreBase):
     def spend_since(self, since: datetime) -> Spend:
         """What the attempts that ended since `since` cost, per adapter (agentd/budget.py)."""
         rows = self._conn.execute(
-            """SELECT adapter_id, SUM(cost_usd), MAX(cost_usd), MAX(cost_estimated) FROM task_attempts
-               WHERE ended_at IS NOT NULL AND ended_at >= ? AND cost_usd IS NOT NULL GROUP BY adapter_id""",
+            f"""SELECT adapter_id, TOTAL(cost), MAX(cost), MAX(cost_estimated = 1) FROM (
+                   SELECT adapter_id, {BELIEVED_COST} AS cost, cost_estimated FROM task_attempts
+                   WHERE ended_at IS NOT NULL AND ended_at >= ?)
+               WHERE cost IS NOT NULL GROUP BY adapter_id""",
             (ts(since),),
         ).fetchall()
         return Spend(since, {r[0]: AdapterSpend(r[1], r[2], bool(r[3])) for r in rows})

@@ -237,8 +237,13 @@ class _ChainWalk:
             previous = "the checkpoint of the pruned events" if self.first and self.checkpoint else "the previous event"
             self.breaks.append(ChainBreak(sequence, f"prev_hash does not match {previous}"))
         body = dict(zip(EVENT_BODY_FIELDS, fields, strict=True))
-        body["payload"], body["refs"] = loads(payload), {} if refs == "{}" else loads(refs)
-        if chain_hash(prev_hash, body) != event_hash:
+        try:
+            body["payload"], body["refs"] = loads(payload), {} if refs == "{}" else loads(refs)
+            matches = chain_hash(prev_hash, body) == event_hash
+        except (ValueError, RecursionError) as exc:  # what agentd never writes: an edit, or an older agentd
+            body["payload"], matches = {}, False
+            self.breaks.append(ChainBreak(sequence, f"its payload or refs is not JSON agentd can hold ({exc})"[:300]))
+        if not matches:
             self.breaks.append(ChainBreak(sequence, "hash does not match the event's content"))
         if self.checkpoint and fields[_TYPE] == "events_pruned":
             pruned = body["payload"]

@@ -1,11 +1,20 @@
-"""Rows to records: every SELECT the store runs comes back through one of these."""
+"""Rows to records: every SELECT the store runs comes back through one of these.
+
+A reader never fails on a stored row: a JSON column an older agentd (or an edit) left holding what no
+record may (a number json reads as Infinity or beyond int64, nesting deeper than agentd stores) is read
+as what a record can hold (`holdable`), and usage numbers only where they are believable
+(agentd/usage.py). The event chain still names the edit (`agentd evidence verify`).
+"""
 
 from __future__ import annotations
 
+import json
+import math
 import sqlite3
 from typing import Any
 
 from agentd.clock import parse_ts
+from agentd.edge import INT64_MAX, INT64_MIN, MAX_DEPTH
 from agentd.records import (
     EvidenceRequirements,
     LockHolder,
@@ -19,6 +28,7 @@ from agentd.records import (
     WorkflowRef,
 )
 from agentd.store.base import loads, parse_optional_ts
+from agentd.usage import stored_usage
 
 TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.priority, t.payload,
     t.requested_profile_id, t.requested_adapter_id, t.requested_model, t.skill_ids,
@@ -80,6 +90,13 @@ def task_from_row(row: sqlite3.Row) -> TaskRecord:
 
 
 def attempt_from_row(row: sqlite3.Row) -> TaskAttempt:
+    try:
+        return _attempt(row, loads(row["diagnostics"]))
+    except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
+        return _attempt(row, holdable(row["diagnostics"]))
+
+
+def _attempt(row: sqlite3.Row, diagnostics: Any) -> TaskAttempt:
     return TaskAttempt(
         attempt_id=row["attempt_id"],
         task_id=row["task_id"],
@@ -102,18 +119,13 @@ def attempt_from_row(row: sqlite3.Row) -> TaskAttempt:
         stderr_path=row["stderr_path"],
         result_path=row["result_path"],
         last_message_path=row["last_message_path"],
-        diagnostics=loads(row["diagnostics"]),
-        usage=_usage(row),
+        diagnostics=diagnostics,
+        usage=stored_usage({name: row[name] for name in USAGE_COLUMNS}, row["cost_estimated"]),
         evidence_pruned_at=parse_optional_ts(row["evidence_pruned_at"]),
     )
 
 
-def _usage(row: sqlite3.Row) -> dict[str, Any] | None:
-    fields = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd")
-    found = {name: row[name] for name in fields if row[name] is not None}
-    if row["cost_usd"] is not None:
-        found["cost_estimated"] = bool(row["cost_estimated"])
-    return found or None
+USAGE_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd")
 
 
 def workflow_from_row(row: sqlite3.Row) -> WorkflowRecord:
@@ -164,6 +176,13 @@ EVENT_BODY_FIELDS = (
 
 
 def event_from_row(row: sqlite3.Row) -> RuntimeEvent:
+    try:
+        return _event(row, loads(row["payload"]), loads(row["refs"]))
+    except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
+        return _event(row, holdable(row["payload"]), holdable(row["refs"]))
+
+
+def _event(row: sqlite3.Row, payload: Any, refs: Any) -> RuntimeEvent:
     return RuntimeEvent(
         event_id=row["event_id"],
         type=row["type"],
@@ -175,8 +194,8 @@ def event_from_row(row: sqlite3.Row) -> RuntimeEvent:
         workflow_id=row["workflow_id"],
         schedule_id=row["schedule_id"],
         sensor_id=row["sensor_id"],
-        payload=loads(row["payload"]),
-        refs=loads(row["refs"]),
+        payload=payload,
+        refs=refs,
         prev_hash=row["prev_hash"],
         hash=row["hash"],
     )
@@ -192,3 +211,43 @@ def holder_from_row(row: sqlite3.Row) -> LockHolder:
         acquired_at=parse_ts(row["acquired_at"]),
         heartbeat_at=parse_ts(row["heartbeat_at"]),
     )
+
+
+UNREADABLE = "unreadable"  # the one key of a stored object that could not be read at all
+
+
+def holdable(text: str | None) -> dict[str, Any] | None:
+    """A stored JSON object as a record can hold it: numbers json reads as Infinity become None, integers
+    beyond int64 text, nesting deeper than MAX_DEPTH a placeholder; what is no JSON object at all is
+    `{"unreadable": why}`. For rows only an older agentd or an edit can have left like that."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return {UNREADABLE: f"not JSON agentd can read ({type(exc).__name__})"}
+    if not isinstance(value, dict):
+        return {UNREADABLE: f"expected a JSON object, found {type(value).__name__}"}
+    held = _held(value, 0)
+    assert isinstance(held, dict)
+    return held
+
+
+def _held(value: Any, depth: int) -> Any:
+    """Recursive, but never deeper than MAX_DEPTH: deeper is a placeholder at once."""
+    if isinstance(value, dict | list) and depth >= MAX_DEPTH:
+        return f"<nested deeper than {MAX_DEPTH} levels>"
+    if isinstance(value, dict):
+        return {_text(key): _held(child, depth + 1) for key, child in value.items()}
+    if isinstance(value, list):
+        return [_held(child, depth + 1) for child in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        return str(value)  # json reads no integer longer than str() writes
+    return _text(value) if isinstance(value, str) else value
+
+
+def _text(text: str) -> str:
+    """Text without lone surrogates (JSON may escape them; nothing may store them)."""
+    return text.encode("utf-8", "replace").decode("utf-8")
