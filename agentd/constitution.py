@@ -71,12 +71,19 @@ def proposal_diff(config: Config, proposal: ConstitutionProposalRecord) -> str:
     path = document_path(config, proposal.document)
     before = current_text(config, proposal.document)
     lines = difflib.unified_diff(
-        (before or "").splitlines(keepends=True),
-        proposal.proposed_text.splitlines(keepends=True),
+        text_lines(before or ""),
+        text_lines(proposal.proposed_text),
         fromfile=str(path) if before is not None else NO_FILE,
         tofile=f"{path.name} as proposal {proposal.proposal_id} has it",
     )
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of a text as a file holds them: split after each \\n only. str.splitlines also splits
+    at \\r, U+2028, U+0085 and more, which would show one line of the file as several."""
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
 
 
 def accept_proposal(config: Config, store: Store, proposal_id: str, *, note: str | None, now: datetime) -> Accepted:
