@@ -74,7 +74,7 @@ def cmd_evidence_verify(args: argparse.Namespace) -> int:
         print_json(result.as_dict())
     else:
         for finding in result.findings:
-            print(str(finding))
+            print(printable(str(finding)))  # a planted file's name is text someone else chose
         head_text = f"head {result.head[0]}:{result.head[1]}" if result.head else "no events"
         verdict = "clean" if not result.findings else f"{len(result.findings)} finding(s)"
         print(f"{verdict}: {result.events} events, {result.attempts} attempts checked; {head_text}")
@@ -93,10 +93,13 @@ def cmd_evidence_export(args: argparse.Namespace) -> int:
             exported = export_tracecore(store, config.paths.state_dir, task_ids, out)
         else:
             exported = export_bundle(store, config.paths.state_dir, task_ids, out, now=format_ts(SystemClock().now()))
-    for skipped in exported.skipped:
-        print(f"agentd: not exported: {printable(skipped)}", file=sys.stderr)
+    for left_out in exported.skipped:
+        print(printable(f"agentd: not exported: {left_out['attempt_id']}: {left_out['why']}"), file=sys.stderr)
     if wants_json(args):
-        print_json({"out": str(out), "attempts": exported.attempts, "skipped": exported.skipped})
+        shown = {"out": str(out), "attempts": exported.attempts, "skipped": exported.skipped, "pruned": exported.pruned}
+        print_json(shown)
     else:
-        print(f"{out}: {len(exported.attempts)} attempt(s)")
-    return 0
+        pruned = f", {len(exported.pruned)} pruned by retention" if exported.pruned else ""
+        skipped = f", {len(exported.skipped)} skipped (above)" if exported.skipped else ""
+        print(printable(f"{out}: {len(exported.attempts)} attempt(s){skipped}{pruned}"))
+    return 1 if exported.skipped else 0  # an export that left an attempt out is not a pass
