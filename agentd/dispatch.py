@@ -24,6 +24,7 @@ from agentd.budget import describe as budget_line
 from agentd.clock import Clock, age, format_ts
 from agentd.config import Config
 from agentd.containment import release_namespace
+from agentd.errors import DatabaseGone
 from agentd.intents import schedule_runs, schedule_spec, step_decisions
 from agentd.lock import DispatchLock
 from agentd.metrics import DispatchMetrics, NullMetrics
@@ -103,10 +104,16 @@ class Dispatcher:
         await self.db.call(Store.record_event, "dispatch_started", self.clock.now(), payload)
 
     async def stop(self) -> None:
-        await self.db.call(Store.record_event, "dispatch_stopped", self.clock.now(), {"pid": self.lock.identity.pid})
-        await self.shell.stopped()
-        await self.lock.release()
-        release_namespace(self.config.paths.state_dir)
+        try:
+            await self.db.call(
+                Store.record_event, "dispatch_stopped", self.clock.now(), {"pid": self.lock.identity.pid}
+            )
+            await self.shell.stopped()
+            await self.lock.release()
+        except DatabaseGone:
+            self.shell.close()  # nothing can be recorded; the error that stopped the service says why
+        finally:
+            release_namespace(self.config.paths.state_dir)
 
     async def status_line(self) -> str:
         """What the dispatcher is doing, in one line: systemd's STATUS=, `agentd status`, the logs."""

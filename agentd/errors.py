@@ -66,3 +66,8 @@ class StorageError(AgentdError):
     def __init__(self, path: object, problem: str, fix: str) -> None:
         super().__init__(f"{path}: {problem}; {fix}")
         self.path, self.problem = path, problem
+
+
+class DatabaseGone(StorageError):
+    """The database file a process opened was deleted or replaced under it: whatever it wrote now would
+    reach no one (an unlinked inode) or fork the history (another file). A service exits 1 at once."""

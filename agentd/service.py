@@ -142,9 +142,16 @@ class Shell:
         self.notifier.stopping(line)
 
     async def stopped(self) -> None:
-        with anyio.CancelScope(shield=True):
-            await self.report("stopped")
-            await self.publish_head(always=True)
+        """The row says stopped and the journal has the head; the port and systemd's socket are let go
+        whatever happened (a database that is gone cannot be written, and the port must be free)."""
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.report("stopped")
+                await self.publish_head(always=True)
+        finally:
+            self.close()
+
+    def close(self) -> None:
         self.notifier.close()
         self.metrics.close()
 
