@@ -31,6 +31,7 @@ from agentd.metrics import DispatchMetrics, NullMetrics
 from agentd.outbox import OutboxApplier
 from agentd.privilege import run_user
 from agentd.records import AdapterConfig, AttemptPlan, DueSchedule, TaskRecord, WorkflowRecord
+from agentd.rollback import refuse_if_behind
 from agentd.running import FATAL, AttemptRunner
 from agentd.service import Notifier, Shell
 from agentd.status import BudgetOutlook, budget_outlook
@@ -58,7 +59,8 @@ class Dispatcher:
         self.config, self.db, self.clock, self.until_idle = config, db, clock, until_idle
         self.rng = rng or random.Random()
         self.metrics = metrics or NullMetrics()
-        self.shell = Shell("dispatch", db, clock, self.metrics, config.metrics.dispatch_listen, notifier)
+        listen, state_dir = config.metrics.dispatch_listen, config.paths.state_dir
+        self.shell = Shell("dispatch", db, clock, self.metrics, listen, notifier, state_dir)
         self.doorbell = Doorbell()
         self.lock = DispatchLock(config, db, clock, self.metrics)
         self.user = run_user(config.dispatch.run_as)  # who attempts run as (README, "The boundary")
@@ -90,8 +92,10 @@ class Dispatcher:
                 await self.stop()
 
     async def start(self) -> None:
-        """Take the lock, sweep what a dead dispatcher left running, finish its outbox, and make the
-        config's schedules the database's."""
+        """Refuse a database older than what happened (agentd/rollback.py: nothing is written then), take
+        the lock, sweep what a dead dispatcher left running, finish its outbox, and make the config's
+        schedules the database's."""
+        await self.db.call(refuse_if_behind, self.config.paths.state_dir)
         await self.lock.take()
         last = await self.db.call(Store.last_successful_attempt_at)
         if last is not None:

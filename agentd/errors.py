@@ -71,3 +71,12 @@ class StorageError(AgentdError):
 class DatabaseGone(StorageError):
     """The database file a process opened was deleted or replaced under it: whatever it wrote now would
     reach no one (an unlinked inode) or fork the history (another file). A service exits 1 at once."""
+
+
+class DatabaseBehind(AgentdError):
+    """The database is older than what happened (a restored backup, a lost -wal): attempt folders it does
+    not know, or a chain head behind the one agentd published outside it. The services refuse to act
+    until the operator accepts it (`agentd evidence accept-rollback`); exit 2, so systemd does not
+    restart them in a loop."""
+
+    exit_code = 2

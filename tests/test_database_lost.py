@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +119,7 @@ def replace_database(agent: Agent) -> None:
     renamed over the path; the service's connection still has the old inode."""
     db = agent.config.db_path
     fresh = db.with_name("restored.db")
-    with sqlite3.connect(db) as source, sqlite3.connect(fresh) as target:
+    with closing(sqlite3.connect(db)) as source, closing(sqlite3.connect(fresh)) as target:
         source.backup(target)
     os.replace(fresh, db)
 

@@ -1,5 +1,6 @@
 """`agentd evidence verify`: the auditor's check, offline and read-only (agentd/audit.py);
-`agentd evidence export`: the evidence for other projects' tools (agentd/evidence_export.py)."""
+`agentd evidence export`: the evidence for other projects' tools (agentd/evidence_export.py);
+`agentd evidence accept-rollback`: go on from a database older than the evidence (agentd/rollback.py)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,14 @@ def register(commands: Any) -> None:
         "write a task's attempts as TraceCore run artifacts, or its whole evidence as one .tar.gz",
     )
     export.add_argument("--format", required=True, choices=("tracecore", "bundle"), help="what to write")
+    accept = add_command(
+        evidence,
+        "accept-rollback",
+        cmd_accept_rollback,
+        "after looking, go on from a database older than what happened (a restored backup, a lost -wal): "
+        "recorded, the attempt folders it does not name moved aside, the published chain head re-based",
+    )
+    accept.add_argument("--reason", required=True, type=reason_text, metavar="TEXT", help="why (recorded)")
     which_attempts(export, "this task's attempts", "every task's attempts", required=True)
     export.add_argument(
         "--out",
@@ -46,6 +55,13 @@ def register(commands: Any) -> None:
         help="a path that does not exist yet: a directory (tracecore) or a .tar.gz file (bundle); "
         "default tracecore-<task> / agentd-evidence-<task>.tar.gz in the current directory",
     )
+
+
+def reason_text(text: str) -> str:
+    from agentd.cli.constitution import note_text
+
+    parse: Any = note_text("--reason")
+    return str(parse(text))
 
 
 def which_attempts(parser: argparse.ArgumentParser, task_help: str, all_help: str, *, required: bool = False) -> None:
@@ -103,3 +119,27 @@ def cmd_evidence_export(args: argparse.Namespace) -> int:
         skipped = f", {len(exported.skipped)} skipped (above)" if exported.skipped else ""
         print(printable(f"{out}: {len(exported.attempts)} attempt(s){skipped}{pruned}"))
     return 1 if exported.skipped else 0  # an export that left an attempt out is not a pass
+
+
+def cmd_accept_rollback(args: argparse.Namespace) -> int:
+    from agentd.control import operator
+    from agentd.rollback import accept_rollback
+
+    with agent_store(args) as (config, store):
+        state_dir = config.paths.state_dir
+        done = accept_rollback(store, state_dir, by=operator(), reason=args.reason, now=SystemClock().now())
+    head = f"{done.head[0]}:{done.head[1]}" if done.head else "none"
+    if wants_json(args):
+        found = {"folders": [str(f) for f in done.behind.folders], "head_problem": done.behind.head}
+        print_json({"accepted": bool(done.behind), **found, "moved_to": str(done.moved_to or ""), "head": head})
+        return 0
+    if not done.behind:
+        print(
+            "nothing to accept: no attempt folder the database does not name, and its chain reaches the published head"
+        )
+        return 0
+    print(printable(f"accepted: {done.behind.describe()}"))
+    if done.moved_to is not None:
+        print(printable(f"moved {len(done.behind.folders)} attempt folder(s) to {state_dir / done.moved_to} (kept)"))
+    print(f"published head is now {head}; the services start again on this database")
+    return 0
