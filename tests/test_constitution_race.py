@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -99,6 +100,24 @@ async def test_a_decision_that_commits_first_leaves_the_loser_writing_nothing(ri
     assert soul(rig).read_bytes() == soul_before, "the loser wrote SOUL.md after losing"
     assert rig.config.path.read_bytes() == toml_before, "the loser moved the TOML's version after losing"
     assert not [e for e in rig.events() if e.type == "constitution_accepted"]
+
+
+@pytest.mark.asyncio
+async def test_a_decision_that_cannot_be_recorded_puts_the_files_back(rig: Rig) -> None:
+    """The files are written inside the decision's transaction; if recording it then fails (here a
+    trigger refuses its event, as a full disk would refuse the commit), SOUL.md and the TOML go back to
+    what they held and the proposal stays pending: the records and the files never disagree."""
+    proposal_id = await propose(rig, NEW_SOUL)
+    soul_before, toml_before = soul(rig).read_bytes(), rig.config.path.read_bytes()
+    rig.store._conn.execute(
+        """CREATE TRIGGER refuse_accepted BEFORE INSERT ON events WHEN NEW.type = 'constitution_accepted'
+           BEGIN SELECT RAISE(ABORT, 'the disk refused it'); END"""
+    )
+    with pytest.raises(sqlite3.IntegrityError, match="the disk refused it"):
+        accept_proposal(rig.config, rig.store, proposal_id, note=None, now=rig.clock.now())
+    assert soul(rig).read_bytes() == soul_before and rig.config.path.read_bytes() == toml_before
+    [proposal] = rig.store.constitution_proposals()
+    assert proposal.status == "pending"
 
 
 # --- real processes, many rounds -------------------------------------------------------------------------

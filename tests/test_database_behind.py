@@ -250,3 +250,16 @@ def test_a_wal_lost_after_a_crash_is_refused_and_the_resend_carries_the_same_key
     resent = spooled(spool)[len(sent) :]
     keys = sorted(line["idempotency_key"] for line in sent)
     assert sorted(line["idempotency_key"] for line in resent) == keys, "re-sent under the keys already seen"
+
+
+@pytest.mark.process
+def test_agentd_run_refuses_once_for_both_services(tmp_path: Path) -> None:
+    """`agentd run` starts both services; both find the same thing and it is said in one line."""
+    config_path = agent_config(tmp_path)
+    assert run(config_path, "init").returncode == 0
+    state = load_config(config_path).paths.state_dir
+    (state / "chain_head").write_text("999:" + "a" * 64 + "\n")  # published by a database this one is behind
+    refused = run(config_path, "run")
+    lines = [line for line in refused.stderr.splitlines() if line.startswith("agentd:")]
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr
+    assert "ends at event" in lines[0] and "where agentd published 999:" in lines[0]
