@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from typing import Any
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -67,3 +68,19 @@ def test_json_for_a_terminal_shows_nothing_invisible_and_parses_the_same(value: 
     text = edge.visible_json(json.dumps(value, ensure_ascii=False, indent=2))
     assert not [c for c in text if invisible(c) and c != "\n"], text
     assert json.loads(text) == value
+
+
+def test_what_the_cli_prints_of_stored_text_shows_nothing_invisible(cli: Any) -> None:
+    """Stored text holding a bidi override and a line separator, through every way a command prints it."""
+    hidden = "pay\u202egnp.exe\u2028x"
+    assert cli("init").code == 0
+    assert cli("task", "add", "--type", "example", "--subject", hidden).code == 0
+    assert cli("dispatch", "pause", "--reason", hidden).code == 0
+    for args in (["task", "show", "1"], ["task", "list"], ["task", "show", "1", "--json"], ["events", "--json"]):
+        out = cli(*args).out
+        assert not [c for c in out if invisible(c) and c != "\n"], (args, out)
+        assert "\\u202e" in out, args
+    [paused] = [e for e in cli("events", "--json").json_lines() if e["type"] == "dispatch_paused"]
+    assert paused["payload"]["reason"] == hidden  # the same value for a parser
+    runtime = cli("events", "--format", "agent-runtime").out
+    assert not [c for c in runtime if invisible(c) and c != "\n"] and "\\u202e" in runtime
