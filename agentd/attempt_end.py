@@ -496,7 +496,7 @@ def task_hash(task: TaskRecord) -> str:
 def _outbox_policy(config: Config, task: TaskRecord) -> OutboxPolicy:
     profile = config.profiles.get(task.requested_profile_id)
     if profile is None:
-        return OutboxPolicy()
+        return OutboxPolicy(agent=config.agent.agent_id)
     policy, caps = profile.result_policy, delegation_caps(config, task)
     return OutboxPolicy(
         policy.allow_follow_up_tasks,
@@ -504,6 +504,7 @@ def _outbox_policy(config: Config, task: TaskRecord) -> OutboxPolicy:
         caps["max_depth"],
         caps["max_per_outcome"],
         policy.require_approval_for_side_effects,
+        config.agent.agent_id,
     )
 
 

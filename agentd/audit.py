@@ -78,7 +78,7 @@ def verify(
     sealed = store.sealed_manifests()
     for attempt in attempts:
         result.attempts += 1
-        result.findings += _attempt_findings(state_dir, attempt, sealed.get(attempt.attempt_id))
+        result.findings += attempt_findings(state_dir, attempt, sealed.get(attempt.attempt_id))
     if task_id is None:
         result.findings += _unknown_folders(state_dir, {(a.task_id, a.attempt_id) for a in attempts})
     return result
@@ -106,14 +106,27 @@ def _expected_head_findings(store: Store, head: tuple[int, str] | None, expected
     return []
 
 
-def _attempt_findings(state_dir: Path, attempt: TaskAttempt, sealed: tuple[int, str] | None) -> list[Finding]:
+def attempt_findings(state_dir: Path, attempt: TaskAttempt, sealed: tuple[int, str] | None) -> list[Finding]:
+    """Everything wrong with one ended attempt's evidence, as `evidence verify` reports it."""
+    return checked_attempt(state_dir, attempt, sealed)[1]
+
+
+def checked_attempt(
+    state_dir: Path, attempt: TaskAttempt, sealed: tuple[int, str] | None
+) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """One attempt's sealed manifest and what is wrong with its evidence: the one check `evidence
+    verify`, `replay` and `evidence export` share (a folder that verify faults is never replayed or
+    exported). `sealed` is (sequence, sha256) of manifest.json as its task_attempt_finished event
+    recorded it. Nothing in the folder is followed: links and special files are findings."""
     root = state_dir / "attempts" / str(attempt.task_id) / attempt.attempt_id
     if attempt.ended_at is None:
-        return []  # still running: sealed when it ends
+        return None, []  # still running: sealed when it ends
     if attempt.evidence_pruned_at:
-        return [Finding(str(root), "still present after it was pruned")] if root.exists() else []
-    if not root.is_dir():
-        return [Finding(str(root), f"attempt {attempt.attempt_id} of task {attempt.task_id} has no evidence folder")]
+        return None, [Finding(str(root), "still present after it was pruned")] if os.path.lexists(root) else []
+    if not os.path.lexists(root):
+        return None, [
+            Finding(str(root), f"attempt {attempt.attempt_id} of task {attempt.task_id} has no evidence folder")
+        ]
     evidence = inspect_attempt_dir(root)  # the manifest's bytes read once: judged, and hashed for the chain
     findings = [_as_finding(problem) for problem in evidence.problems]
     found = evidence.manifest_sha256
@@ -125,7 +138,9 @@ def _attempt_findings(state_dir: Path, attempt: TaskAttempt, sealed: tuple[int, 
                     str(root / MANIFEST), f"sha256 {found} differs from the one event {sequence} recorded ({recorded})"
                 )
             )
-    return findings if evidence.manifest is None else findings + _row_agrees(root, evidence.manifest, attempt)
+    if evidence.manifest is not None:
+        findings += _row_agrees(root, evidence.manifest, attempt)
+    return evidence.manifest, findings
 
 
 def _row_agrees(root: Path, manifest: dict[str, Any], attempt: TaskAttempt) -> list[Finding]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 import re
 import tempfile
@@ -28,6 +29,8 @@ from agentd.errors import InputError
 from agentd.hashing import sha256_hex
 from agentd.records.constitution import ConstitutionProposalRecord
 from agentd.store import Store
+
+logger = logging.getLogger(__name__)
 
 DOCUMENT_KEYS = {"soul": "soul_path", "purpose": "purpose_path"}
 NO_FILE = "(no file)"
@@ -71,43 +74,87 @@ def proposal_diff(config: Config, proposal: ConstitutionProposalRecord) -> str:
     path = document_path(config, proposal.document)
     before = current_text(config, proposal.document)
     lines = difflib.unified_diff(
-        (before or "").splitlines(keepends=True),
-        proposal.proposed_text.splitlines(keepends=True),
+        text_lines(before or ""),
+        text_lines(proposal.proposed_text),
         fromfile=str(path) if before is not None else NO_FILE,
         tofile=f"{path.name} as proposal {proposal.proposal_id} has it",
     )
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
+def text_lines(text: str) -> list[str]:
+    """The lines of a text as a file holds them: split after each \\n only. str.splitlines also splits
+    at \\r, U+2028, U+0085 and more, which would show one line of the file as several."""
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+
+
 def accept_proposal(config: Config, store: Store, proposal_id: str, *, note: str | None, now: datetime) -> Accepted:
     """Write the proposed text over the document and move [constitution] version on; refused (nothing
-    written) if the document changed since the agent proposed, or a file cannot be written."""
-    proposal = store.get_constitution_proposal(proposal_id)
-    if proposal.status != "pending":
-        raise InputError(f"constitution proposal {proposal_id} is already {proposal.status}; nothing to accept")
-    path = document_path(config, proposal.document).resolve()
-    found = current_sha256(config, proposal.document)
-    already = found == proposal.proposed_sha256
-    if not already and found != proposal.base_sha256:
-        raise InputError(
-            f"{path} changed since proposal {proposal_id} was made (it was proposed against sha256 "
-            f"{proposal.base_sha256[:12]}…, the file is now {found[:12] or 'missing'}…); nothing was written. "
-            "Reject it (`agentd constitution reject`) and let the agent propose against the current text"
-        )
-    toml_path = config.path.resolve()
-    text = toml_path.read_text(encoding="utf-8")
-    version_before = _configured_version(text, toml_path)
-    version_after = next_version(version_before, now)
-    revised = revise_toml(text, version_after, revision_time(now), toml_path)
-    _check_writable(path, toml_path)
-    if not already:
-        write_atomically(path, proposal.proposed_text.encode("utf-8"))
-    write_atomically(toml_path, revised.encode("utf-8"))
-    recorded = store.accept_constitution_proposal(
-        proposal_id, by=operator(), note=note, versions=(version_before, version_after), now=now
-    )
+    written) if the proposal is no longer pending, the document changed since the agent proposed, or a
+    file cannot be written.
+
+    Decided under the database's write lock: the proposal is found pending, the files are written and
+    the decision recorded before the lock is let go, so an accept or reject racing this one either
+    commits first (this one then finds it decided and writes nothing) or waits for this one."""
+    writing = _Writing(config, now)
+    try:
+        recorded = store.accept_constitution_proposal(proposal_id, by=operator(), note=note, now=now, write=writing)
+    except BaseException:
+        writing.undo()  # the decision was not recorded: the files go back to what the records say
+        raise
+    assert writing.done is not None  # the store called it, or raised
+    path, toml_path, already, version_before = writing.done
     overridden = config.constitution.version != version_before
     return Accepted(recorded, path, toml_path, already, overridden)
+
+
+class _Writing:
+    """What accepting writes, called by the store inside the decision's transaction: the checks, then the
+    document and the TOML. Remembers what they held, to put it back if the decision is not committed."""
+
+    def __init__(self, config: Config, now: datetime) -> None:
+        self.config, self.now = config, now
+        self.done: tuple[Path, Path, bool, str] | None = None  # document, TOML, already written, version before
+        self._before: list[tuple[Path, bytes | None]] = []  # each file written, and what it held
+
+    def __call__(self, proposal: ConstitutionProposalRecord) -> tuple[str, str]:
+        path = document_path(self.config, proposal.document).resolve()
+        found = current_sha256(self.config, proposal.document)
+        already = found == proposal.proposed_sha256
+        if not already and found != proposal.base_sha256:
+            raise InputError(
+                f"{path} changed since proposal {proposal.proposal_id} was made (it was proposed against sha256 "
+                f"{proposal.base_sha256[:12]}…, the file is now {found[:12] or 'missing'}…); nothing was written. "
+                "Reject it (`agentd constitution reject`) and let the agent propose against the current text"
+            )
+        toml_path = self.config.path.resolve()
+        text = toml_path.read_text(encoding="utf-8")
+        version_before = _configured_version(text, toml_path)
+        version_after = next_version(version_before, self.now)
+        revised = revise_toml(text, version_after, revision_time(self.now), toml_path)
+        _check_writable(path, toml_path)
+        if not already:
+            self._replace(path, proposal.proposed_text.encode("utf-8"))
+        self._replace(toml_path, revised.encode("utf-8"))
+        self.done = (path, toml_path, already, version_before)
+        return version_before, version_after
+
+    def _replace(self, path: Path, data: bytes) -> None:
+        self._before.append((path, path.read_bytes() if path.exists() else None))
+        write_atomically(path, data)
+
+    def undo(self) -> None:
+        """Put back what was written (the commit failed after it): best effort, newest first."""
+        for path, data in reversed(self._before):
+            try:
+                if data is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    write_atomically(path, data)
+            except OSError as exc:
+                logger.error("constitution accept: could not put %s back after a failed commit: %s", path, exc)
+        self._before.clear()
 
 
 def reject_proposal(store: Store, proposal_id: str, *, reason: str, now: datetime) -> ConstitutionProposalRecord:

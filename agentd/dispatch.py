@@ -24,12 +24,14 @@ from agentd.budget import describe as budget_line
 from agentd.clock import Clock, age, format_ts
 from agentd.config import Config
 from agentd.containment import release_namespace
+from agentd.errors import DatabaseGone
 from agentd.intents import schedule_runs, schedule_spec, step_decisions
 from agentd.lock import DispatchLock
 from agentd.metrics import DispatchMetrics, NullMetrics
 from agentd.outbox import OutboxApplier
 from agentd.privilege import run_user
 from agentd.records import AdapterConfig, AttemptPlan, DueSchedule, TaskRecord, WorkflowRecord
+from agentd.rollback import refuse_if_behind
 from agentd.running import FATAL, AttemptRunner
 from agentd.service import Notifier, Shell
 from agentd.status import BudgetOutlook, budget_outlook
@@ -57,7 +59,8 @@ class Dispatcher:
         self.config, self.db, self.clock, self.until_idle = config, db, clock, until_idle
         self.rng = rng or random.Random()
         self.metrics = metrics or NullMetrics()
-        self.shell = Shell("dispatch", db, clock, self.metrics, config.metrics.dispatch_listen, notifier)
+        listen, state_dir = config.metrics.dispatch_listen, config.paths.state_dir
+        self.shell = Shell("dispatch", db, clock, self.metrics, listen, notifier, state_dir)
         self.doorbell = Doorbell()
         self.lock = DispatchLock(config, db, clock, self.metrics)
         self.user = run_user(config.dispatch.run_as)  # who attempts run as (README, "The boundary")
@@ -89,8 +92,10 @@ class Dispatcher:
                 await self.stop()
 
     async def start(self) -> None:
-        """Take the lock, sweep what a dead dispatcher left running, finish its outbox, and make the
-        config's schedules the database's."""
+        """Refuse a database older than what happened (agentd/rollback.py: nothing is written then), take
+        the lock, sweep what a dead dispatcher left running, finish its outbox, and make the config's
+        schedules the database's."""
+        await self.db.call(refuse_if_behind, self.config.paths.state_dir)
         await self.lock.take()
         last = await self.db.call(Store.last_successful_attempt_at)
         if last is not None:
@@ -103,10 +108,16 @@ class Dispatcher:
         await self.db.call(Store.record_event, "dispatch_started", self.clock.now(), payload)
 
     async def stop(self) -> None:
-        await self.db.call(Store.record_event, "dispatch_stopped", self.clock.now(), {"pid": self.lock.identity.pid})
-        await self.shell.stopped()
-        await self.lock.release()
-        release_namespace(self.config.paths.state_dir)
+        try:
+            await self.db.call(
+                Store.record_event, "dispatch_stopped", self.clock.now(), {"pid": self.lock.identity.pid}
+            )
+            await self.shell.stopped()
+            await self.lock.release()
+        except DatabaseGone:
+            self.shell.close()  # nothing can be recorded; the error that stopped the service says why
+        finally:
+            release_namespace(self.config.paths.state_dir)
 
     async def status_line(self) -> str:
         """What the dispatcher is doing, in one line: systemd's STATUS=, `agentd status`, the logs."""

@@ -212,15 +212,51 @@ def scrub_value(value: Any) -> Any:
     return value
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+# What a terminal must never be handed as itself: every control character (C0, DEL, C1), Unicode's
+# format characters (Cf: bidi embeddings, overrides and isolates, zero-width spaces and joiners, the
+# BOM, tag characters), the line and paragraph separators (Zl, Zp) and the rest of what Unicode calls
+# Default_Ignorable (drawn as nothing: variation selectors, Hangul fillers, …). Ranges, not a walk over
+# unicodedata at import (that costs a tenth of a second per command); tests/test_invisible_text.py
+# holds them to unicodedata's categories.
+_C0 = "\x00-\x1f"
+_INVISIBLE_BUT_C0 = (
+    "\x7f-\x9f\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u115f-\u1160"
+    "\u17b4-\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0"
+    "\ufff0-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0000-\U000e0fff"
+)
+_CONTROL = re.compile(f"[{_C0}{_INVISIBLE_BUT_C0}]")
+_CONTROL_BUT_NEWLINE = re.compile(f"(?!\n)[{_C0}{_INVISIBLE_BUT_C0}]")
+_IN_JSON = re.compile(f"[{_INVISIBLE_BUT_C0}\ud800-\udfff]")  # json.dumps escapes C0 itself
+
+
+def _escape(match: re.Match[str]) -> str:
+    point = ord(match.group())
+    return f"\\x{point:02x}" if point <= 0xFF else f"\\u{point:04x}" if point <= 0xFFFF else f"\\U{point:08x}"
 
 
 def printable(text: str, *, keep_newlines: bool = False) -> str:
     """Text safe to print on a terminal or in a log line: control characters (ESC and friends, and
-    newlines unless kept) shown as escapes, so stored data can never drive the operator's terminal."""
+    newlines unless kept) and characters drawn as nothing or that reorder what follows (bidi
+    overrides, zero-width characters, U+2028) shown as escapes (`\\x1b`, `\\u202e`), so stored data
+    can never drive the operator's terminal or hide from the operator's eyes."""
     pattern = _CONTROL_BUT_NEWLINE if keep_newlines else _CONTROL
-    return pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", scrub(text))
+    return pattern.sub(_escape, scrub(text))
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    point = ord(match.group())
+    if point <= 0xFFFF:
+        return f"\\u{point:04x}"
+    point -= 0x10000
+    return f"\\u{0xD800 + (point >> 10):04x}\\u{0xDC00 + (point & 0x3FF):04x}"  # JSON's surrogate pair
+
+
+def visible_json(text: str) -> str:
+    """JSON text (json.dumps with ensure_ascii=False) for a terminal: the characters `printable`
+    escapes are written as JSON \\u escapes, so a parser reads the same value and a person sees them.
+    Outside strings JSON has only ASCII whitespace, so only string contents change."""
+    return _IN_JSON.sub(_json_escape, text)
 
 
 def _abbreviated(path: str) -> str:

@@ -66,3 +66,17 @@ class StorageError(AgentdError):
     def __init__(self, path: object, problem: str, fix: str) -> None:
         super().__init__(f"{path}: {problem}; {fix}")
         self.path, self.problem = path, problem
+
+
+class DatabaseGone(StorageError):
+    """The database file a process opened was deleted or replaced under it: whatever it wrote now would
+    reach no one (an unlinked inode) or fork the history (another file). A service exits 1 at once."""
+
+
+class DatabaseBehind(AgentdError):
+    """The database is older than what happened (a restored backup, a lost -wal): attempt folders it does
+    not know, or a chain head behind the one agentd published outside it. The services refuse to act
+    until the operator accepts it (`agentd evidence accept-rollback`); exit 2, so systemd does not
+    restart them in a loop."""
+
+    exit_code = 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import os
 from collections.abc import Sequence
@@ -24,6 +25,15 @@ from agentd.hashing import canonical_json, sha256_file, sha256_hex
 from agentd.privilege import RunUser
 from agentd.records import MachineStatus, OutcomeStatus
 from agentd.schema_check import SchemaCheck
+from agentd.untrusted import (
+    LINK,
+    NOT_REGULAR,
+    Refused,
+    entry_problem,
+    folder_problems,
+    read_whole_beneath,
+    sha256_beneath,
+)
 
 EVIDENCE_SPEC = "agentd-evidence/v1"
 MANIFEST = "manifest.json"
@@ -369,39 +379,64 @@ class AttemptEvidence:
 
 
 def inspect_attempt_dir(root: Path) -> AttemptEvidence:
-    """check_attempt_dir's verdict with each file read once and the folder listed once."""
-    manifest, manifest_sha256, problems = _read_manifest(root)
-    if manifest is None:
-        return AttemptEvidence(None, manifest_sha256, problems)
+    """check_attempt_dir's verdict with each file read once and the folder listed once. Nothing is
+    followed or opened that is not a plain file: a link (the folder itself, its task folder, or an
+    entry) and a FIFO, device or socket are problems in themselves, so a planted `stdout.log ->
+    /etc/passwd` or a FIFO where a log was is named, never read (agentd/untrusted.py)."""
+    refused = [f"{path}: {why}" for path, why in folder_problems(root, depth=2)]  # the folder, its task's
+    if refused:
+        return AttemptEvidence(None, None, refused)
     with os.scandir(root) as listing:
         entries = {entry.name: entry for entry in listing}
-    actual, trace = _hash_files(entries)
-    problems = manifest_problems(root, manifest, actual) + schema_problems(root, manifest)
-    for extra in sorted(name for name in entries if name not in (*EVIDENCE_FILES, MANIFEST, SCRATCH)):
+    odd = {name: why for name, entry in entries.items() if (why := entry_problem(entry)) and not _scratch(entry)}
+    oddities = [f"{root / name}: {why}" for name, why in sorted(odd.items())]
+    manifest, manifest_sha256, problems = _read_manifest(root) if MANIFEST not in odd else (None, None, [])
+    if manifest is None:
+        return AttemptEvidence(None, manifest_sha256, oddities + problems)
+    regular = {name: entry for name, entry in entries.items() if name not in odd}
+    actual, trace, unreadable = _hash_files(root, regular)
+    problems = [
+        problem
+        for problem in manifest_problems(root, manifest, actual) + schema_problems(root, manifest)
+        if not any(problem == f"{root / name}: listed in the manifest but missing" for name in odd)
+    ]
+    for extra in sorted(name for name in regular if name not in (*EVIDENCE_FILES, MANIFEST, SCRATCH)):
         problems.append(f"{root / extra}: present but not part of the evidence")
     if trace is not None:
         try:
             parse_trace(trace)
         except ValueError as exc:
             problems.append(f"{root / TRACE_FILE}: {exc}")
-    return AttemptEvidence(manifest, manifest_sha256, problems)
+    return AttemptEvidence(manifest, manifest_sha256, oddities + unreadable + problems)
 
 
-def _hash_files(entries: dict[str, os.DirEntry[str]]) -> tuple[dict[str, dict[str, Any]], bytes | None]:
-    """The evidence files present (name → {"sha256": …}, as Path.is_file sees them: symlinks followed)
-    and the action trace's bytes, read once for its hash and its parse (None if there is none)."""
+def _scratch(entry: os.DirEntry[str]) -> bool:
+    return entry.name == SCRATCH and entry.is_dir(follow_symlinks=False)
+
+
+def _hash_files(
+    root: Path, entries: dict[str, os.DirEntry[str]]
+) -> tuple[dict[str, dict[str, Any]], bytes | None, list[str]]:
+    """The evidence files present (name → {"sha256": …}, each read through open_beneath), the action
+    trace's bytes, read once for its hash and its parse (None if there is none), and the files that
+    turned into something else between the listing and the read (a race with whoever planted it)."""
     actual: dict[str, dict[str, Any]] = {}
-    trace = None
+    trace, unreadable = None, []
     for name in EVIDENCE_FILES:
-        entry = entries.get(name)
-        if entry is None or not entry.is_file():
+        if name not in entries:
             continue
-        if name == TRACE_FILE:
-            trace = Path(entry.path).read_bytes()
-            actual[name] = {"sha256": sha256_hex(trace)}
-        else:
-            actual[name] = {"sha256": sha256_file(entry.path)}
-    return actual, trace
+        try:
+            if name == TRACE_FILE:
+                trace = read_whole_beneath(root, name)
+                if trace is not None:
+                    actual[name] = {"sha256": sha256_hex(trace)}
+            else:
+                actual[name] = {"sha256": sha256_beneath(root, name)}
+        except Refused:
+            unreadable.append(f"{root / name}: {LINK} or {NOT_REGULAR}")
+        except FileNotFoundError:
+            continue
+    return actual, trace, unreadable
 
 
 SCRATCH = "scratch"  # the attempt's HOME and temp files: removed when it ends, never evidence
@@ -423,12 +458,16 @@ def manifest_check() -> SchemaCheck:
 
 
 def load_manifest(root: Path) -> tuple[dict[str, Any] | None, list[str]]:
-    """The attempt's sealed manifest, or None and why it cannot be read."""
+    """The attempt's sealed manifest, or None and why it cannot be read (a link is never followed)."""
     path = root / MANIFEST
     try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        data = read_whole_beneath(root, MANIFEST)
+    except Refused:
+        return None, [f"{path}: {LINK} or {NOT_REGULAR}"]
+    if data is None:
         return None, [f"{root}: no {MANIFEST}"]
+    try:  # as Path.read_text decodes it (universal newlines), so every reason reads the same
+        loaded = json.loads(io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read())
     except ValueError as exc:
         return None, [f"{path}: not JSON ({exc})"]
     if not isinstance(loaded, dict):
@@ -438,11 +477,13 @@ def load_manifest(root: Path) -> tuple[dict[str, Any] | None, list[str]]:
 
 def _read_manifest(root: Path) -> tuple[dict[str, Any] | None, str | None, list[str]]:
     """load_manifest from one read of the bytes, and their sha256. Text that is not plain UTF-8 with
-    \\n line ends goes through load_manifest itself (read_text decodes in chunks and translates line
-    ends), so every reason reads word for word the same."""
+    \\n line ends goes through load_manifest itself (which decodes as read_text does), so every reason
+    reads word for word the same."""
     try:
-        data = (root / MANIFEST).read_bytes()
-    except FileNotFoundError:
+        data = read_whole_beneath(root, MANIFEST)
+    except Refused:
+        return None, None, [f"{root / MANIFEST}: {LINK} or {NOT_REGULAR}"]
+    if data is None:
         return None, None, [f"{root}: no {MANIFEST}"]
     digest = sha256_hex(data)
     try:

@@ -84,6 +84,7 @@ EVENT_MAP: dict[str, str] = {
     "constitution_proposed": "action.required",  # the operator reviews it: `agentd constitution show`
     "constitution_accepted": "action.resolved",
     "constitution_rejected": "action.resolved",
+    "rollback_accepted": "runtime.warning",  # the operator went on from a database older than the evidence
 }
 FINISHED = {
     "completed": "task.completed",

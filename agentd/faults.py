@@ -9,7 +9,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from agentd.errors import StorageError
+from agentd.errors import DatabaseGone, StorageError
 
 # SQLite's primary result codes for a database that cannot be used (not a bug in a statement).
 _FAULTS = {
@@ -84,3 +84,40 @@ def os_storage_error(exc: OSError, path: Path | None = None) -> StorageError:
 
 def is_storage_fault(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in _OS_FAULTS
+
+
+FileIdentity = tuple[int, int]  # (st_dev, st_ino): which file a path named when it was opened
+
+
+def file_identity(path: Path) -> FileIdentity | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+_GONE_FIX = (
+    "this process stops rather than write where no one will read it; put the database back (or run `agentd "
+    "init` for a new one) and start the service again: its start-up check says if the database is older "
+    "than the evidence"
+)
+
+
+def database_gone(path: Path, opened: FileIdentity | None) -> DatabaseGone | None:
+    """DatabaseGone if `path` no longer names the file opened as `opened` (deleted, moved away, or
+    replaced by another file), else None. An error other than "not there" is left to SQLite to report."""
+    if opened is None:
+        return None
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return DatabaseGone(
+            path, "the database file was deleted (or moved away) while this process had it open", _GONE_FIX
+        )
+    except OSError:
+        return None
+    if (info.st_dev, info.st_ino) != opened:
+        problem = "the database file was replaced by another file while this process had it open"
+        return DatabaseGone(path, f"{problem} (inode {opened[1]} is now {info.st_ino})", _GONE_FIX)
+    return None

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentd.adapters.base import AdapterRun
+from agentd.clock import format_ts
+from agentd.hashing import sha256_hex
 from agentd.outcome import (
     CompletionChecks,
     Extracted,
@@ -56,6 +58,7 @@ class OutboxPolicy:
     max_depth: int = 3  # result_policy.max_follow_up_depth
     max_per_outcome: int = 10  # result_policy.max_follow_ups_per_outcome
     hold_side_effects: bool = False  # result_policy.require_approval_for_side_effects
+    agent: str = ""  # whose outbox: in every key, so two agents sending to one receiver never share a key
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,13 @@ def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: rando
         diagnostics["usage_problems"] = usage_problems
     denials = run.denials if run else ()
     outbox = outbox_entries(
-        task, attempt.attempt_id, gated.outcome, decision.status, facts.outbox_policy, facts.proposal
+        task,
+        attempt.attempt_id,
+        gated.outcome,
+        decision.status,
+        facts.outbox_policy,
+        facts.proposal,
+        key=outbox_key(facts.outbox_policy.agent, task, attempt.attempt_number),
     )
     return AttemptEnd(
         attempt_id=attempt.attempt_id,
@@ -240,6 +249,17 @@ def _artifacts(facts: AttemptFacts, gated: Gated) -> tuple[ArtifactRow, ...]:
     return tuple(rows)
 
 
+def outbox_key(agent: str, task: TaskRecord, attempt_number: int) -> str:
+    """What an outcome's outbox keys start with: the agent, the task and the attempt's number, never the
+    attempt's ULID. They survive a database rolled back to before the attempt (a restored backup, a
+    lost -wal), so the attempt that runs again re-sends each message under the key its receiver already
+    saw (README, "Exactly once per key"). The task is its id and creation time, so a task id a restore
+    hands out again is another task; a sensor's task is its `sensor:<id>:<dedupe_key>` source, which
+    names one event of that sensor however often a restored database creates the task for it again."""
+    origin = task.source if task.source.startswith("sensor:") else f"{task.task_id} at {format_ts(task.created_at)}"
+    return f"task:{sha256_hex(f'{agent} {origin}'.encode())[:16]}:attempt:{attempt_number}"
+
+
 def outbox_entries(
     task: TaskRecord,
     attempt_id: str,
@@ -247,26 +267,29 @@ def outbox_entries(
     status: str,
     policy: OutboxPolicy,
     proposal: ProposalFact | None = None,
+    *,
+    key: str,
 ) -> tuple[OutboxEntry, ...]:
-    """Side effects the outcome asks for; applied after the commit, only if verified and allowed."""
+    """Side effects the outcome asks for; applied after the commit, only if verified and allowed. Each
+    entry's idempotency key is `key` (outbox_key) and what it is: `…:message:0`, `…:follow_up:1`."""
     entries = []
     if status == "completed":
         for i, intent in enumerate(outcome.follow_up_tasks or []):
-            key, payload = f"{attempt_id}:follow_up:{i}", intent.model_dump(mode="json")
+            entry_key, payload = f"{key}:follow_up:{i}", intent.model_dump(mode="json")
             refusal = _delegation_refusal(task, i, policy)
             if refusal is not None:
-                entries.append(OutboxEntry("follow_up_task", key, payload, "refused", {"reason": refusal}))
+                entries.append(OutboxEntry("follow_up_task", entry_key, payload, "refused", {"reason": refusal}))
             else:
-                entries.append(OutboxEntry("follow_up_task", key, payload))
+                entries.append(OutboxEntry("follow_up_task", entry_key, payload))
         for i, message in enumerate(outcome.external_messages or []):
-            key = f"{attempt_id}:message:{i}"
+            entry_key = f"{key}:message:{i}"
             entries.append(
-                OutboxEntry("external_message", key, message)  # pending: the outbox hands it to a handler
+                OutboxEntry("external_message", entry_key, message)  # pending: the outbox hands it to a handler
                 if policy.allow_messages
-                else _refused("external_message", key, message, "external messages")
+                else _refused("external_message", entry_key, message, "external messages")
             )
         if outcome.constitution_proposal is not None:
-            entries.append(proposal_entry(task, attempt_id, outcome.constitution_proposal, proposal))
+            entries.append(proposal_entry(task, attempt_id, outcome.constitution_proposal, proposal, key))
     if task.workflow_ref is not None and status in ("completed", "permanent_failure", "blocked", "operator_canceled"):
         signal = {
             "workflow_id": task.workflow_ref.workflow_id,
@@ -275,7 +298,7 @@ def outbox_entries(
             "signal": outcome.workflow_signal,
             "task_status": status,
         }
-        entries.append(OutboxEntry("workflow_signal", f"{attempt_id}:workflow", signal))
+        entries.append(OutboxEntry("workflow_signal", f"{key}:workflow", signal))
     return tuple(entries)
 
 
@@ -311,12 +334,12 @@ def _delegation_refusal(task: TaskRecord, index: int, policy: OutboxPolicy) -> s
 
 
 def proposal_entry(
-    task: TaskRecord, attempt_id: str, proposed: ConstitutionProposal, fact: ProposalFact | None
+    task: TaskRecord, attempt_id: str, proposed: ConstitutionProposal, fact: ProposalFact | None, key: str
 ) -> OutboxEntry:
     """A completed outcome's constitution proposal: pending until the outbox records it for the
     operator, or refused with the reason its file cannot be one. No profile forbids proposing: it
     changes nothing until the operator accepts (seed 000 §1b)."""
-    key = f"{attempt_id}:constitution"
+    key = f"{key}:constitution"
     payload: dict[str, Any] = {
         "document": proposed.document,
         "path": proposed.path,

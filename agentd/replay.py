@@ -11,7 +11,7 @@ scratch paths read as the attempt's own before they are compared. Nothing is wri
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -23,17 +23,19 @@ from typing import Any, Literal
 from agentd import procs
 from agentd.adapters.base import exit_status_of, output_tail_bytes
 from agentd.attempt import attempt_variables, workflow_step
+from agentd.audit import checked_attempt
 from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.containment import RunGroup, namespace_for
 from agentd.edge import printable
 from agentd.errors import InputError, NotFound
-from agentd.evidence import MANIFEST, AttemptPaths, attempt_paths, load_manifest, make_attempt_dir, manifest_problems
+from agentd.evidence import MANIFEST, AttemptPaths, attempt_paths, make_attempt_dir
 from agentd.hashing import sha256_file
 from agentd.records import ScriptAdapterConfig, TaskAttempt
 from agentd.redaction import Redactor
 from agentd.runner import ProcessResult, ProcessSpec, child_environment, resolve_command, run_process
 from agentd.store import Store
+from agentd.untrusted import read_whole_beneath
 
 Verdict = Literal["identical", "different", "not_replayable"]
 EXCERPT_CHARS = 200
@@ -122,15 +124,14 @@ class ReplayScratch:
 
 
 def plan_replay(config: Config, store: Store, attempt_id: str) -> ReplayPlan | Replay:
-    """The plan for re-running an attempt, or the verdict when nothing may run (its evidence is not
-    as sealed, or it is not a script attempt). Raises InputError for an unknown attempt, one still
-    running, or one whose evidence is gone."""
+    """The plan for re-running an attempt, or the verdict when nothing may run (anything `evidence
+    verify` finds in its evidence, or it is not a script attempt). Raises InputError for an unknown
+    attempt, one still running, or one whose evidence is gone."""
     attempt, root = find_attempt(config, store, attempt_id)
-    manifest, problems = load_manifest(root)
-    if manifest is not None:
-        problems = manifest_problems(root, manifest) + chain_problems(store, attempt_id, root)
-    if manifest is None or problems:
-        return Replay("different", attempt_id, differences=[evidence_difference(root, p) for p in problems])
+    sealed = store.sealed_manifests(attempt_id).get(attempt_id)
+    manifest, findings = checked_attempt(config.paths.state_dir, attempt, sealed)  # the check verify makes
+    if manifest is None or findings:
+        return Replay("different", attempt_id, differences=[Difference(f.what, f.where) for f in findings])
     refusal = not_replayable_reason(config, manifest, attempt, root)
     if refusal is not None:
         return Replay("not_replayable", attempt_id, reason=refusal)
@@ -159,15 +160,6 @@ def plan_replay(config: Config, store: Store, attempt_id: str) -> ReplayPlan | R
     )
 
 
-def chain_problems(store: Store, attempt_id: str, root: Path) -> list[str]:
-    """The manifest against the sha256 the event chain recorded when it was sealed: a manifest
-    re-sealed to name another command is caught before anything runs."""
-    sealed = store.sealed_manifests(attempt_id).get(attempt_id)
-    if sealed is None or sha256_file(root / MANIFEST) == sealed[1]:
-        return []
-    return [f"{root / MANIFEST}: sha256 differs from the one event {sealed[0]} recorded (edited after sealing)"]
-
-
 def find_attempt(config: Config, store: Store, attempt_id: str) -> tuple[TaskAttempt, Path]:
     """The ended attempt and its evidence dir in this state dir; InputError naming what is missing."""
     attempt = store.get_attempt(attempt_id)
@@ -179,15 +171,9 @@ def find_attempt(config: Config, store: Store, attempt_id: str) -> tuple[TaskAtt
     if attempt.evidence_pruned_at is not None:
         pruned = format_ts(attempt.evidence_pruned_at)
         raise InputError(f"attempt {attempt_id}'s evidence at {root} was pruned at {pruned} (retention)")
-    if not root.is_dir():
+    if not os.path.lexists(root):  # a link or anything else there is a finding of the check, not bad input
         raise InputError(f"attempt {attempt_id} has no evidence dir at {root}")
     return attempt, root
-
-
-def evidence_difference(root: Path, problem: str) -> Difference:
-    """A manifest_problems line (`<root>/<file>: what`) as a Difference: the file and what is wrong."""
-    name, _, what = problem.removeprefix(str(root)).partition(": ")
-    return Difference(what, str(root) + name)
 
 
 def not_replayable_reason(config: Config, manifest: dict[str, Any], attempt: TaskAttempt, root: Path) -> str | None:
@@ -197,7 +183,7 @@ def not_replayable_reason(config: Config, manifest: dict[str, Any], attempt: Tas
     adapter = config.adapters.get(attempt.adapter_id)
     if not isinstance(adapter, ScriptAdapterConfig):
         return f"adapter {attempt.adapter_id!r} is no longer a configured script adapter: its env cannot be rebuilt"
-    if not (root / "stdin.json").is_file():
+    if not (root / "stdin.json").exists():  # checked a regular file (or absent) before this
         return "the attempt never started its command (its evidence holds no stdin.json)"
     return None
 
@@ -227,8 +213,9 @@ async def run_replay(plan: ReplayPlan) -> Replay:
         scratch = ReplayScratch(Path(tmp))
         scratch.make()
         env, redactor = replay_environment(plan, scratch)
-        if plan.root.joinpath("prompt.md").is_file():
-            shutil.copyfile(plan.root / "prompt.md", scratch.paths.bundle_copy)
+        prompt = read_whole_beneath(plan.root, "prompt.md")
+        if prompt is not None:
+            scratch.paths.bundle_copy.write_bytes(prompt)
         process = await run_process(replay_spec(plan, scratch, env))
         redactor.files([scratch.paths.stdout, scratch.paths.stderr, scratch.paths.reported_result])
         differences, notes = compare(plan, scratch, process, env.get("PATH", ""))
@@ -274,7 +261,7 @@ def replay_spec(plan: ReplayPlan, scratch: ReplayScratch, env: dict[str, str]) -
         kill_grace_s=plan.kill_grace_s,
         output_cap_bytes=plan.output_cap_bytes,
         output_tail_bytes=output_tail_bytes(plan.output_cap_bytes),  # capped as the attempt was
-        stdin=(plan.root / "stdin.json").read_bytes(),
+        stdin=read_whole_beneath(plan.root, "stdin.json") or b"",
         group=group,
     )
 
@@ -302,11 +289,12 @@ def output_differences(plan: ReplayPlan, scratch: ReplayScratch) -> list[Differe
     original = as_original(plan, scratch)
     differences = []
     for name in ("stdout.log", "stderr.log"):
-        expected, found = _read(plan.root / name) or b"", original(_read(scratch.paths.root / name) or b"")
+        expected, found = _evidence(plan.root, name) or b"", original(_read(scratch.paths.root / name) or b"")
         differences += [d for d in [text_difference(name, plan.root / name, expected, found)] if d is not None]
     result = _read(scratch.paths.reported_result)
     stored = plan.root / "result.json"
-    return differences + result_differences(stored, _read(stored), None if result is None else original(result))
+    recorded = _evidence(plan.root, "result.json")
+    return differences + result_differences(stored, recorded, None if result is None else original(result))
 
 
 def command_difference(plan: ReplayPlan, path_env: str) -> Difference | None:
@@ -395,6 +383,14 @@ def _json_excerpt(value: Any) -> str | None:
         return None
     text = printable(json.dumps(value, ensure_ascii=False, sort_keys=True))
     return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "…"
+
+
+def _evidence(root: Path, name: str) -> bytes | None:
+    """An evidence file of the attempt, never through a link (the check found none; this holds after)."""
+    try:
+        return read_whole_beneath(root, name)
+    except IsADirectoryError:
+        return None
 
 
 def _read(path: Path) -> bytes | None:

@@ -22,6 +22,7 @@ from agentd.containment import release_namespace
 from agentd.edge import scrub
 from agentd.metrics import NullMetrics, SensorMetrics
 from agentd.retention import Cutoffs, RetentionReport, apply_retention
+from agentd.rollback import refuse_if_behind
 from agentd.sensor_runs import FATAL, SensorRunner, SensorRunReport, sweep_sensor_runs
 from agentd.sensors import Sensor
 from agentd.service import Notifier, Shell
@@ -47,7 +48,8 @@ class SensorService:
     ) -> None:
         self.config, self.db, self.clock, self.once = config, db, clock, once
         metrics = metrics or NullMetrics()
-        self.shell = Shell("sensors", db, clock, metrics, config.metrics.sensors_listen, notifier)
+        listen, state_dir = config.metrics.sensors_listen, config.paths.state_dir
+        self.shell = Shell("sensors", db, clock, metrics, listen, notifier, state_dir)
         self.runner = SensorRunner(config, db, clock, metrics)
         self.doorbell = Doorbell()
         self._running: set[str] = set()
@@ -62,6 +64,7 @@ class SensorService:
 
     async def run(self) -> None:
         """Run sensors as they fall due until stopped (once: one pass over what is due)."""
+        await self.db.call(refuse_if_behind, self.config.paths.state_dir)  # a database older than the evidence
         async with anyio.create_task_group() as group:
             await sweep_sensor_runs(self.config, self.db, self.clock)
             await self.shell.serve(group, self.status_line)

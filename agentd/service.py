@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Literal, Protocol
 
 import anyio
@@ -21,6 +22,7 @@ from agentd import procs
 from agentd.clock import Clock
 from agentd.config import systemd_notify_socket, systemd_watchdog_interval
 from agentd.metrics import DispatchMetrics, NullMetrics, SensorMetrics
+from agentd.rollback import publish_head
 from agentd.store import AsyncStore, Store
 
 logger = logging.getLogger(__name__)
@@ -74,8 +76,11 @@ class Shell:
         metrics: DispatchMetrics | SensorMetrics | NullMetrics,
         listen: str,
         notifier: Notifier | None = None,
+        state_dir: Path | None = None,
     ) -> None:
         self.name, self.db, self.clock, self.metrics, self.listen = name, db, clock, metrics, listen
+        self.state_dir = state_dir  # where the chain head is published beside the database (None: not)
+        self._head_file: tuple[int, str] | None = None  # the head this service last wrote there
         self.notifier = notifier or Notifier()
         self.identity = procs.this_process()
         self.started_at = clock.now()
@@ -125,7 +130,9 @@ class Shell:
             logger.info("chain_head sequence=%d hash=%s service=%s", head[0], head[1], self.name)
 
     async def report(self, line: str) -> None:
-        await self.db.call(
+        """The service's row; then the chain head that durable write found, published beside the
+        database when it moved (agentd/rollback.py): every refresh, every attempt's end, every stop."""
+        head = await self.db.call(
             Store.report_service_status,
             self.name,
             self.identity,
@@ -134,6 +141,13 @@ class Shell:
             self.started_at,
             self.clock.now(),
         )
+        if head is not None and head != self._head_file and self.state_dir is not None:
+            try:
+                await anyio.to_thread.run_sync(publish_head, self.state_dir, head)
+            except OSError as exc:  # the database's own next write names a disk that cannot be used
+                logger.warning("chain_head not published beside the database: %s", exc)
+                return
+            self._head_file = head
 
     def status(self, line: str) -> None:
         self.notifier.status(line)
@@ -142,9 +156,16 @@ class Shell:
         self.notifier.stopping(line)
 
     async def stopped(self) -> None:
-        with anyio.CancelScope(shield=True):
-            await self.report("stopped")
-            await self.publish_head(always=True)
+        """The row says stopped and the journal has the head; the port and systemd's socket are let go
+        whatever happened (a database that is gone cannot be written, and the port must be free)."""
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.report("stopped")
+                await self.publish_head(always=True)
+        finally:
+            self.close()
+
+    def close(self) -> None:
         self.notifier.close()
         self.metrics.close()
 

@@ -22,6 +22,10 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO never hangs us
 
 
+LINK = "a symbolic link (never followed)"
+NOT_REGULAR = "not a regular file (never read)"
+
+
 class Refused(OSError):
     """The path is not a regular file reached without links, inside the root."""
 
@@ -115,3 +119,39 @@ def read_reported(path: Path, limit: int) -> tuple[bytes | None, str | None]:
     if len(found.data) > limit:
         return None, f"larger than {limit} bytes; agentd reads at most that much"
     return found.data, None
+
+
+def read_whole_beneath(root: Path, relative: str | PurePosixPath) -> bytes | None:
+    """All of the regular file at `relative` (see `open_beneath`); None if there is none. For files
+    agentd sealed itself, whose size it recorded: an attempt's own files go through `read_beneath`."""
+    try:
+        with open_beneath(root, relative) as fd:
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+            return b"".join(chunks)
+    except FileNotFoundError:
+        return None
+
+
+def entry_problem(entry: os.DirEntry[str]) -> str | None:
+    """Why a folder entry is not to be read (LINK, or NOT_REGULAR for a FIFO, device, socket or
+    folder), without following it; None for a regular file."""
+    if entry.is_symlink():
+        return LINK
+    return None if entry.is_file(follow_symlinks=False) else NOT_REGULAR
+
+
+def folder_problems(path: Path, *, depth: int = 1) -> list[tuple[Path, str]]:
+    """(path, why) if `path` or one of its `depth - 1` nearest parents is a link or not a folder."""
+    chain = [path, *path.parents][:depth]
+    for folder in reversed(chain):
+        try:
+            info = os.lstat(folder)
+        except FileNotFoundError:
+            return [(folder, "no such folder")]
+        if stat.S_ISLNK(info.st_mode):
+            return [(folder, LINK)]
+        if not stat.S_ISDIR(info.st_mode):
+            return [(folder, "not a folder")]
+    return []

@@ -105,6 +105,29 @@ async def test_a_completed_outcome_proposes_and_the_operator_sees_it(rig: Rig, a
     assert soul(rig).read_text() != NEW_SOUL  # proposing changed nothing
 
 
+HIDDEN = "# Soul\n\nI obey the operator\u202e.rotarepo eht\u202c\u200b\nfirst\rsecond\u2028third\u2029fourth\x85fifth\n"
+
+
+@pytest.mark.asyncio
+async def test_show_makes_invisible_characters_visible_and_splits_lines_only_on_newline(rig: Rig, agentd: Any) -> None:
+    await propose(rig, text=HIDDEN, reason="quietly\u202e reversed\u2028")
+    proposal_id = the_proposal_id(rig)
+    shown = agentd(rig, "show", proposal_id)
+    assert shown.code == 0, shown.err
+    for hidden in ("\u202e", "\u202c", "\u200b", "\r", "\u2028", "\u2029", "\x85"):
+        assert hidden not in shown.out, f"{hidden!r} printed raw"
+    assert "+I obey the operator\\u202e.rotarepo eht\\u202c\\u200b\n" in shown.out
+    assert "+first\\x0dsecond\\u2028third\\u2029fourth\\x85fifth\n" in shown.out
+    added = [line for line in shown.out.split("\n") if line.startswith("+") and not line.startswith("+++")]
+    assert len(added) == 3, added  # one diff line per \n-ended line of the proposal (the blank one is shared)
+    assert "quietly\\u202e reversed\\u2028" in shown.out
+    listed = agentd(rig, "proposals")
+    assert "\u202e" not in listed.out and "quietly\\u202e" in listed.out
+    as_json = agentd(rig, "show", proposal_id, "--json")
+    assert not [c for c in as_json.out if c in "\u202e\u202c\u200b\u2028\u2029\x85\r"]
+    assert as_json.json()["proposed_text"] == HIDDEN  # the same value, escaped for the terminal
+
+
 @pytest.mark.asyncio
 async def test_a_failed_outcomes_proposal_is_not_recorded(rig: Rig) -> None:
     failed = {"status": "retryable_failure", "machine_status": "needs_retry", "operator_summary": "no"}

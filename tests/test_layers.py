@@ -70,6 +70,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.readmodel",
         "agentd.control",
         "agentd.constitution",  # the operator's side of the proposal lane; imports control (operator())
+        "agentd.rollback",  # a database older than what happened: found at start, accepted by the operator
         "agentd.service",
     ),
     ("agentd.dispatch", "agentd.sensor_service"),

@@ -256,6 +256,37 @@ def test_tampered_evidence_is_different_and_nothing_runs(
     assert runs(script) == 1
 
 
+@pytest.mark.process
+def test_whatever_evidence_verify_finds_makes_a_replay_different_and_nothing_runs(
+    replay_rig: Rig, ran: TaskAttempt, replay: Any, script: Path, tmp_path: Path
+) -> None:
+    """One check for both (issue 23, 9f): an extra file, a link and a special file in the folder, each of
+    which `evidence verify` reports, stop a replay as they stop verify."""
+    root = evidence_dir(replay_rig, ran)
+    (root / "planted.sh").write_text("echo hi\n")
+    verified = main(["--config", str(replay_rig.config.path), "evidence", "verify"])
+    result = replay(replay_rig, ran.attempt_id)
+    assert verified == 1 and result.code == 1
+    assert result.out.splitlines() == [
+        f"{root / 'planted.sh'}: present but not part of the evidence",
+        f"different: attempt {ran.attempt_id}: 1 difference(s)",
+    ]
+    (root / "planted.sh").unlink()
+    stdin = root / "stdin.json"
+    shutil.copyfile(stdin, tmp_path / "stdin-copy.json")
+    stdin.chmod(0o600)
+    stdin.unlink()
+    stdin.symlink_to(tmp_path / "stdin-copy.json")  # the same bytes, through a link
+    os.mkfifo(root / "planted.fifo")
+    shown = replay(replay_rig, ran.attempt_id, "--json").json()
+    assert shown["verdict"] == "different"
+    assert {(d["where"], d["what"]) for d in shown["differences"]} >= {
+        (str(stdin), "a symbolic link (never followed)"),
+        (str(root / "planted.fifo"), "not a regular file (never read)"),
+    }
+    assert runs(script) == 1  # nothing ran again
+
+
 @pytest.mark.asyncio
 async def test_a_model_attempt_is_not_replayable(replay_rig: Rig, replay: Any) -> None:
     attempt = await run_one(replay_rig, "modelish", processes=False)

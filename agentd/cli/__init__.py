@@ -171,7 +171,8 @@ def _run(argv: Sequence[str] | None) -> int:
         ours, rest = group.split((AgentdError, CommandError))
         if rest is not None or ours is None:
             raise
-        return max(report(exc, service=service) for exc in _leaves(ours))
+        once = {str(exc): exc for exc in _leaves(ours)}  # both services of `agentd run` met it: one line
+        return max(report(exc, service=service) for exc in once.values())
     except sqlite3.DatabaseError as exc:  # a fault a read met (writes are converted in the store)
         return report(StorageError("the database", str(exc), "check the state dir and its disk"), service=service)
     except OSError as exc:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from agentd.clock import SystemClock, parse_duration, parse_ts
-from agentd.edge import INT64_MAX, NotJson, check_id, check_text, printable
+from agentd.edge import INT64_MAX, NotJson, check_id, check_text, printable, visible_json
 from agentd.edge import loads as load_json
 from agentd.errors import ConfigError, InputError
 
@@ -246,7 +246,9 @@ def to_jsonable(value: Any) -> Any:
 
 
 def print_json(value: Any) -> None:
-    print(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False))
+    """JSON for scripts, readable by people: text as itself, except what `printable` escapes, which is
+    written as a JSON \\u escape (the same value for a parser; visible on a terminal)."""
+    print(visible_json(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False)))
 
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

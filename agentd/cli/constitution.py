@@ -152,5 +152,5 @@ def _decision(proposal: ConstitutionProposalRecord) -> str | None:
 
 
 def _short(text: str, width: int = 60) -> str:
-    line = text.splitlines()[0] if text.strip() else ""
+    line = text.split("\n")[0] if text.strip() else ""
     return line if len(line) <= width else line[: width - 1] + "…"

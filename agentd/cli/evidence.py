@@ -1,5 +1,6 @@
 """`agentd evidence verify`: the auditor's check, offline and read-only (agentd/audit.py);
-`agentd evidence export`: the evidence for other projects' tools (agentd/evidence_export.py)."""
+`agentd evidence export`: the evidence for other projects' tools (agentd/evidence_export.py);
+`agentd evidence accept-rollback`: go on from a database older than the evidence (agentd/rollback.py)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,14 @@ def register(commands: Any) -> None:
         "write a task's attempts as TraceCore run artifacts, or its whole evidence as one .tar.gz",
     )
     export.add_argument("--format", required=True, choices=("tracecore", "bundle"), help="what to write")
+    accept = add_command(
+        evidence,
+        "accept-rollback",
+        cmd_accept_rollback,
+        "after looking, go on from a database older than what happened (a restored backup, a lost -wal): "
+        "recorded, the attempt folders it does not name moved aside, the published chain head re-based",
+    )
+    accept.add_argument("--reason", required=True, type=reason_text, metavar="TEXT", help="why (recorded)")
     which_attempts(export, "this task's attempts", "every task's attempts", required=True)
     export.add_argument(
         "--out",
@@ -46,6 +55,13 @@ def register(commands: Any) -> None:
         help="a path that does not exist yet: a directory (tracecore) or a .tar.gz file (bundle); "
         "default tracecore-<task> / agentd-evidence-<task>.tar.gz in the current directory",
     )
+
+
+def reason_text(text: str) -> str:
+    from agentd.cli.constitution import note_text
+
+    parse: Any = note_text("--reason")
+    return str(parse(text))
 
 
 def which_attempts(parser: argparse.ArgumentParser, task_help: str, all_help: str, *, required: bool = False) -> None:
@@ -74,7 +90,7 @@ def cmd_evidence_verify(args: argparse.Namespace) -> int:
         print_json(result.as_dict())
     else:
         for finding in result.findings:
-            print(str(finding))
+            print(printable(str(finding)))  # a planted file's name is text someone else chose
         head_text = f"head {result.head[0]}:{result.head[1]}" if result.head else "no events"
         verdict = "clean" if not result.findings else f"{len(result.findings)} finding(s)"
         print(f"{verdict}: {result.events} events, {result.attempts} attempts checked; {head_text}")
@@ -93,10 +109,37 @@ def cmd_evidence_export(args: argparse.Namespace) -> int:
             exported = export_tracecore(store, config.paths.state_dir, task_ids, out)
         else:
             exported = export_bundle(store, config.paths.state_dir, task_ids, out, now=format_ts(SystemClock().now()))
-    for skipped in exported.skipped:
-        print(f"agentd: not exported: {printable(skipped)}", file=sys.stderr)
+    for left_out in exported.skipped:
+        print(printable(f"agentd: not exported: {left_out['attempt_id']}: {left_out['why']}"), file=sys.stderr)
     if wants_json(args):
-        print_json({"out": str(out), "attempts": exported.attempts, "skipped": exported.skipped})
+        shown = {"out": str(out), "attempts": exported.attempts, "skipped": exported.skipped, "pruned": exported.pruned}
+        print_json(shown)
     else:
-        print(f"{out}: {len(exported.attempts)} attempt(s)")
+        pruned = f", {len(exported.pruned)} pruned by retention" if exported.pruned else ""
+        skipped = f", {len(exported.skipped)} skipped (above)" if exported.skipped else ""
+        print(printable(f"{out}: {len(exported.attempts)} attempt(s){skipped}{pruned}"))
+    return 1 if exported.skipped else 0  # an export that left an attempt out is not a pass
+
+
+def cmd_accept_rollback(args: argparse.Namespace) -> int:
+    from agentd.control import operator
+    from agentd.rollback import accept_rollback
+
+    with agent_store(args) as (config, store):
+        state_dir = config.paths.state_dir
+        done = accept_rollback(store, state_dir, by=operator(), reason=args.reason, now=SystemClock().now())
+    head = f"{done.head[0]}:{done.head[1]}" if done.head else "none"
+    if wants_json(args):
+        found = {"folders": [str(f) for f in done.behind.folders], "head_problem": done.behind.head}
+        print_json({"accepted": bool(done.behind), **found, "moved_to": str(done.moved_to or ""), "head": head})
+        return 0
+    if not done.behind:
+        print(
+            "nothing to accept: no attempt folder the database does not name, and its chain reaches the published head"
+        )
+        return 0
+    print(printable(f"accepted: {done.behind.describe()}"))
+    if done.moved_to is not None:
+        print(printable(f"moved {len(done.behind.folders)} attempt folder(s) to {state_dir / done.moved_to} (kept)"))
+    print(f"published head is now {head}; the services start again on this database")
     return 0

@@ -55,6 +55,12 @@ EXAMPLES: dict[tuple[str, ...], list[tuple[str, str]]] = {
         ("agentd evidence verify", "check the event chain and every attempt's evidence"),
         ("agentd evidence verify --task 1 --json", "one task's attempts, for a script"),
     ],
+    ("evidence", "accept-rollback"): [
+        (
+            "agentd evidence accept-rollback --reason 'restored the 02:00 backup'",
+            "go on from this database after looking at what it lost",
+        ),
+    ],
     ("prune",): [("agentd prune --dry-run", "what [retention] would delete now; deletes nothing")],
     ("completion",): [
         ("source <(agentd completion bash)", "bash: this shell (add the line to ~/.bashrc to keep it)"),

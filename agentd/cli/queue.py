@@ -28,7 +28,7 @@ from agentd.cli.common import (
 )
 from agentd.cli.watch import add_watch_option
 from agentd.clock import SystemClock, age, ago, format_ts, parse_ts
-from agentd.edge import printable
+from agentd.edge import printable, visible_json
 from agentd.errors import InputError
 from agentd.task_statuses import TASK_STATUSES
 
@@ -401,10 +401,10 @@ def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
     if _format(args) == "agent-runtime":
         from agentd.export import runtime_event
 
-        print(json.dumps(runtime_event(event, args.agent_id), ensure_ascii=False), flush=True)
+        print(visible_json(json.dumps(runtime_event(event, args.agent_id), ensure_ascii=False)), flush=True)
         return
     if _format(args) == "json":
-        print(event.model_dump_json(), flush=True)
+        print(visible_json(event.model_dump_json()), flush=True)  # a bidi override in a subject stays visible
         return
     ids = " ".join(
         f"{k}={v}"

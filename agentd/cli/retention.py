@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import CommandError, add_command, agent_store, moment, print_json, print_table, wants_json
 from agentd.clock import format_ts
+from agentd.edge import printable
 
 if TYPE_CHECKING:
     from agentd.retention import RetentionReport
@@ -62,4 +63,4 @@ def _print_report(report: RetentionReport) -> None:
         ],
     )
     for problem in report.evidence_failed:
-        print(f"not deleted: {problem}")
+        print(printable(f"not deleted: {problem}"))

@@ -71,6 +71,7 @@ AGENTD_EVENT_TYPES = (
     "workflow_signaled",
     "workflow_unblocked",
     "workflow_canceled",
+    "rollback_accepted",
 )
 EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES
 

@@ -408,6 +408,10 @@ class AttemptVerbs(StoreBase):
         row = self._conn.execute("SELECT * FROM task_attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
         return attempt_from_row(row) if row is not None else None
 
+    def attempt_folder_keys(self) -> set[tuple[int, str]]:
+        """(task id, attempt id) of every attempt row: the folders under attempts/ the database names."""
+        return {(row[0], row[1]) for row in self._conn.execute("SELECT task_id, attempt_id FROM task_attempts")}
+
     def all_attempts(self) -> list[TaskAttempt]:
         rows = self._conn.execute("SELECT * FROM task_attempts ORDER BY task_id, attempt_number").fetchall()
         return [attempt_from_row(r) for r in rows]

@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from agentd.clock import Clock, format_ts, parse_ts
 from agentd.edge import printable
-from agentd.faults import os_storage_error, storage_error
+from agentd.faults import database_gone, file_identity, os_storage_error, storage_error
 from agentd.hashing import GENESIS_HASH, chain_hash, compact_json_writer, new_ulid
 from agentd.records import EVENT_TYPES
 
@@ -128,6 +128,9 @@ class StoreBase:
         # The chain's last (sequence, hash) as this transaction left it: under BEGIN IMMEDIATE no one
         # else appends, so only the first event of a transaction reads it. Forgotten at every BEGIN.
         self._chain_head: tuple[int, str] | None = None
+        # Which file the path named when it was opened: a transaction on a file that was deleted or
+        # replaced since would write where no one reads it (README, "Reliability": storage).
+        self._opened = file_identity(path)
 
     def close(self) -> None:
         self._conn.close()
@@ -171,6 +174,8 @@ class StoreBase:
         self._log_after_commit.clear()
 
     def _begin(self) -> None:
+        if (gone := database_gone(self.path, self._opened)) is not None:
+            raise gone  # no write reaches a database nobody else can see: every service exits on it
         self._chain_head = None  # another process may have appended since our last transaction
         deadline, pause = time.monotonic() + self.busy_retry_s, 0.05
         while True:

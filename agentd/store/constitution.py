@@ -5,6 +5,7 @@ decision is recorded here after agentd/constitution.py has written the file."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -36,7 +37,8 @@ def _pending(store: StoreBase, proposal_id: str) -> ConstitutionProposalRecord:
     if proposal.status != "pending":
         raise InputError(
             f"constitution proposal {proposal_id} is already {proposal.status} "
-            f"(by {proposal.decided_by} at {ts(proposal.decided_at)}); only a pending one can be decided"
+            f"(by {proposal.decided_by} at {ts(proposal.decided_at)}); nothing was written: only a pending "
+            "proposal can be decided"
         )
     return proposal
 
@@ -93,13 +95,24 @@ class ConstitutionVerbs(StoreBase):
         return _read(self, proposal_id)
 
     def accept_constitution_proposal(
-        self, proposal_id: str, *, by: str, note: str | None, versions: tuple[str, str], now: datetime
+        self,
+        proposal_id: str,
+        *,
+        by: str,
+        note: str | None,
+        now: datetime,
+        write: Callable[[ConstitutionProposalRecord], tuple[str, str]],
     ) -> ConstitutionProposalRecord:
-        """Record that the operator accepted it (its text is already the document's): the versions it
-        moved between, who and when; the other pending proposals for the same document, drafted
-        against the text it replaced, are superseded."""
+        """Decide it accepted, under the write lock: the proposal is read and found pending, `write` puts
+        its text in place and returns the versions it moved between, and the decision is recorded (who,
+        when, the versions), with the other pending proposals for the same document, drafted against
+        the text it replaced, superseded. A decision racing this one waits for the lock, then finds this
+        one; if this one waited, it finds the other's and `write` is never called.
+
+        Hazard: `write` runs inside the transaction (file writes, no SQL); what it raises rolls back."""
         with self._transaction():
             proposal = _pending(self, proposal_id)
+            versions = write(proposal)
             self._decide(proposal_id, "accepted", by, note, now, versions)
             superseded = [
                 row[0]

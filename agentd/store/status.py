@@ -19,9 +19,11 @@ class StatusVerbs(StoreBase):
         metrics_url: str | None,
         started_at: datetime,
         now: datetime,
-    ) -> None:
+    ) -> tuple[int, str] | None:
         """The service's line, with who it is (pid, its start time, host, boot): `agentd status` calls
-        it live only while that very process runs."""
+        it live only while that very process runs. Returns the event chain's head as this durable
+        transaction found it: durable when it returns, so a service may publish it outside the database
+        (a head read after a commit that skipped its fsync could be lost to a power cut)."""
         with self._transaction():
             self._conn.execute(
                 """INSERT INTO service_status (service, pid, pid_started, host, boot_id, status, metrics_url,
@@ -32,6 +34,8 @@ class StatusVerbs(StoreBase):
                        updated_at = excluded.updated_at""",
                 (service, me.pid, me.started, me.host, me.boot_id, status, metrics_url, ts(started_at), ts(now)),
             )
+            head = self._conn.execute("SELECT sequence, hash FROM events ORDER BY sequence DESC LIMIT 1").fetchone()
+        return (head[0], head[1]) if head else None
 
     def service_statuses(self) -> list[dict[str, Any]]:
         rows = self._conn.execute("SELECT * FROM service_status ORDER BY service").fetchall()

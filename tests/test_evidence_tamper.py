@@ -1,0 +1,157 @@
+"""Tampered attempt folders (issue 23, finding 8): links and special files planted in an attempt's
+evidence are findings for `agentd evidence verify`, never followed; `evidence export` never archives a
+link or anything but a regular file, skips such an attempt naming why (index.json, stderr) and exits 1;
+an `--out` that is a symbolic link, or whose folder is one, is refused (exit 2, one line)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from rig import Rig
+from support import CliResult
+
+from agentd.cli import main
+from agentd.records import TaskAttempt
+
+
+@pytest_asyncio.fixture
+async def filled(rig: Rig) -> Rig:
+    """Two completed tasks, run by the real dispatcher (in-process adapters)."""
+    rig.add("example", subject="first")
+    rig.add("example", subject="second")
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    await dispatcher.run_until_idle()
+    await dispatcher.stop()
+    return rig
+
+
+@pytest.fixture
+def agentd(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    def run(rig: Rig, *args: str) -> CliResult:
+        capsys.readouterr()
+        code = main(["--config", str(rig.config.path), *args])
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+def attempts(rig: Rig) -> list[TaskAttempt]:
+    return sorted(rig.store.all_attempts(), key=lambda a: a.task_id)
+
+
+def folder(rig: Rig, attempt: TaskAttempt) -> Path:
+    return rig.config.paths.state_dir / "attempts" / str(attempt.task_id) / attempt.attempt_id
+
+
+def swap_for_link(path: Path, outside: Path) -> None:
+    """Replace an evidence file with a link to a copy of it outside the folder: the same bytes, so a
+    check that follows links sees nothing wrong."""
+    shutil.copyfile(path, outside)
+    path.chmod(0o600)
+    path.unlink()
+    path.symlink_to(outside)
+
+
+@pytest.mark.asyncio
+async def test_verify_names_links_and_special_files_and_never_follows_them(
+    filled: Rig, agentd: Any, tmp_path: Path
+) -> None:
+    first, second = attempts(filled)
+    linked = folder(filled, first)
+    swap_for_link(linked / "stdout.log", tmp_path / "stdout-copy.log")
+    swap_for_link(linked / "manifest.json", tmp_path / "manifest-copy.json")
+    special = folder(filled, second)
+    (special / "stderr.log").unlink()
+    os.mkfifo(special / "stderr.log")  # a reader that opened it would wait forever
+    os.mkfifo(special / "planted.fifo")
+
+    result = agentd(filled, "evidence", "verify")
+    assert result.code == 1, result.out
+    assert f"{linked / 'stdout.log'}: a symbolic link (never followed)" in result.out
+    assert f"{linked / 'manifest.json'}: a symbolic link (never followed)" in result.out
+    assert f"{special / 'stderr.log'}: not a regular file (never read)" in result.out
+    assert f"{special / 'planted.fifo'}: not a regular file (never read)" in result.out
+
+
+@pytest.mark.asyncio
+async def test_verify_does_not_follow_a_linked_attempt_folder(filled: Rig, agentd: Any, tmp_path: Path) -> None:
+    first, _ = attempts(filled)
+    real = folder(filled, first)
+    moved = tmp_path / "elsewhere"
+    shutil.move(real, moved)
+    real.symlink_to(moved)
+    result = agentd(filled, "evidence", "verify")
+    assert result.code == 1 and f"{real}: a symbolic link (never followed)" in result.out, result.out
+
+
+@pytest.mark.asyncio
+async def test_the_bundle_never_archives_a_link_and_a_skipped_attempt_exits_1(
+    filled: Rig, agentd: Any, tmp_path: Path
+) -> None:
+    first, second = attempts(filled)
+    tampered = folder(filled, first)
+    (tampered / "stdout.log").chmod(0o600)
+    (tampered / "stdout.log").unlink()
+    (tampered / "stdout.log").symlink_to("/etc/passwd")
+    out = tmp_path / "evidence.tar.gz"
+
+    result = agentd(filled, "evidence", "export", "--format", "bundle", "--all", "--out", str(out))
+    assert result.code == 1, (result.out, result.err)
+    assert f"not exported: {first.attempt_id}" in result.err and "symbolic link" in result.err
+    with tarfile.open(out) as tar:
+        members = tar.getmembers()
+        index = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+        passwd = Path("/etc/passwd").read_bytes()
+        contents = [tar.extractfile(m).read() for m in members if m.isfile()]  # type: ignore[union-attr]
+    assert all(m.isfile() for m in members), [(m.name, m.type) for m in members if not m.isfile()]
+    assert passwd not in contents
+    assert not any(first.attempt_id in m.name for m in members)
+    assert [a["attempt_id"] for a in index["attempts"]] == [second.attempt_id]
+    [skipped] = index["skipped"]
+    assert skipped["attempt_id"] == first.attempt_id and skipped["task_id"] == first.task_id
+    assert "symbolic link" in skipped["why"]
+
+
+@pytest.mark.asyncio
+async def test_the_tracecore_export_never_follows_a_planted_trace(filled: Rig, agentd: Any, tmp_path: Path) -> None:
+    first, second = attempts(filled)
+    swap_for_link(folder(filled, first) / "action_trace.jsonl", tmp_path / "trace-copy.jsonl")
+    out = tmp_path / "tracecore"
+    result = agentd(filled, "evidence", "export", "--format", "tracecore", "--all", "--out", str(out), "--json")
+    assert result.code == 1, (result.out, result.err)
+    shown = result.json()
+    assert shown["attempts"] == [second.attempt_id]
+    assert [s["attempt_id"] for s in shown["skipped"]] == [first.attempt_id]
+    assert sorted(p.name for p in out.iterdir()) == [f"{second.attempt_id}.json"]
+
+
+@pytest.mark.parametrize("fmt", ["bundle", "tracecore"])
+@pytest.mark.asyncio
+async def test_an_out_that_is_a_link_or_inside_one_is_refused(
+    filled: Rig, agentd: Any, tmp_path: Path, fmt: str
+) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    dangling, pointing, parent = tmp_path / "dangling", tmp_path / "pointing", tmp_path / "linked-folder"
+    dangling.symlink_to(tmp_path / "nowhere")
+    pointing.symlink_to(target)
+    parent.symlink_to(target)
+    for out, says in (
+        (dangling, "is a symbolic link"),
+        (pointing, "is a symbolic link"),
+        (parent / "x", "is a symbolic link"),
+    ):
+        result = agentd(filled, "evidence", "export", "--format", fmt, "--all", "--out", str(out))
+        assert result.code == 2, (out, result.out, result.err)
+        assert len(result.err.splitlines()) == 1 and says in result.err and "Traceback" not in result.err, result.err
+    assert list(target.iterdir()) == [] and not (tmp_path / "nowhere").exists()

@@ -1,0 +1,86 @@
+"""Stored text never reaches a terminal with characters the operator cannot see (issue 23, 9e): bidi
+overrides, zero-width and other format characters, line and paragraph separators and every control
+character are printed as visible escapes (agentd/edge.py `printable`), and JSON for a terminal carries
+them as \\u escapes (the same value for a parser)."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from typing import Any
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from agentd import edge
+
+# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): what a renderer draws as nothing.
+DEFAULT_IGNORABLE = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+    (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+    (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+)  # fmt: skip
+
+
+def invisible(char: str) -> bool:
+    """Whether a character must never be printed as itself: controls, format characters, line and
+    paragraph separators, surrogates, and whatever Unicode says renders as nothing."""
+    point = ord(char)
+    if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp", "Cs"):
+        return True
+    return any(low <= point <= high for low, high in DEFAULT_IGNORABLE)
+
+
+INVISIBLE = [chr(c) for c in range(0x110000) if invisible(chr(c))]
+TRICKS = "\u202e\u2066\u2069\u200b\u200d\ufeff\u2028\u2029\x85\r\x1b[2J\u00ad\U000e0041\ufe0f"
+TEXT = st.text(st.one_of(st.characters(), st.sampled_from(TRICKS)))
+TEXT_TREES = st.recursive(TEXT, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3))
+
+
+def test_every_invisible_character_is_printed_as_an_escape() -> None:
+    shown = {char: edge.printable(char) for char in INVISIBLE}
+    raw = [f"U+{ord(c):04X}" for c, text in shown.items() if any(invisible(x) for x in text)]
+    assert not raw, f"printed as themselves: {raw[:20]} ({len(raw)} in all)"
+    assert edge.printable("\u202e") == "\\u202e" and edge.printable("\U000e0041") == "\\U000e0041"
+    assert edge.printable("\x85") == "\\x85" and edge.printable("\r") == "\\x0d"
+
+
+def test_visible_text_is_left_as_it_is() -> None:
+    for text in ("plain", "naïve café", "日本語の文", "emoji 🙂", "שלום", "مرحبا", "a\u00a0b"):
+        assert edge.printable(text) == text
+    assert edge.printable("a\nb", keep_newlines=True) == "a\nb"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.one_of(st.characters(), st.sampled_from(INVISIBLE[:4000]), st.sampled_from(TRICKS))), st.booleans())
+@example(TRICKS, True)
+def test_printable_output_shows_nothing_invisible(text: str, keep_newlines: bool) -> None:
+    shown = edge.printable(text, keep_newlines=keep_newlines)
+    bad = [c for c in shown if invisible(c) and not (keep_newlines and c == "\n")]
+    assert not bad, (text, shown)
+
+
+@settings(max_examples=300, deadline=None)
+@given(TEXT_TREES)
+@example(["\u202e", {"k\u2028": "v\u200b"}])
+def test_json_for_a_terminal_shows_nothing_invisible_and_parses_the_same(value: object) -> None:
+    text = edge.visible_json(json.dumps(value, ensure_ascii=False, indent=2))
+    assert not [c for c in text if invisible(c) and c != "\n"], text
+    assert json.loads(text) == value
+
+
+def test_what_the_cli_prints_of_stored_text_shows_nothing_invisible(cli: Any) -> None:
+    """Stored text holding a bidi override and a line separator, through every way a command prints it."""
+    hidden = "pay\u202egnp.exe\u2028x"
+    assert cli("init").code == 0
+    assert cli("task", "add", "--type", "example", "--subject", hidden).code == 0
+    assert cli("dispatch", "pause", "--reason", hidden).code == 0
+    for args in (["task", "show", "1"], ["task", "list"], ["task", "show", "1", "--json"], ["events", "--json"]):
+        out = cli(*args).out
+        assert not [c for c in out if invisible(c) and c != "\n"], (args, out)
+        assert "\\u202e" in out, args
+    [paused] = [e for e in cli("events", "--json").json_lines() if e["type"] == "dispatch_paused"]
+    assert paused["payload"]["reason"] == hidden  # the same value for a parser
+    runtime = cli("events", "--format", "agent-runtime").out
+    assert not [c for c in runtime if invisible(c) and c != "\n"] and "\\u202e" in runtime
