@@ -15,6 +15,9 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 import anyio
@@ -39,6 +42,15 @@ ERROR_CHARS = 300  # of a command's stderr, in its last_error
 OUTPUT_CAP_BYTES = 64 * 1024  # a command handler's stdout/stderr, each
 RETRY_STATUSES = (408, 429)  # 4xx that mean "later", not "never"
 TAIL_CHUNK = 64 * 1024
+# Retry-After as RFC 9110 §10.2.3 allows it: delay-seconds (ASCII digits only) or an HTTP-date in one of
+# its three forms (IMF-fixdate, RFC 850, asctime). Anything else leaves the handler's own backoff.
+DELAY_SECONDS = re.compile(r"[0-9]+", re.ASCII)
+HTTP_DATES = (
+    re.compile(r"[A-Z][a-z]{2}, [0-9]{2} [A-Z][a-z]{2} [0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT", re.ASCII),
+    re.compile(r"[A-Z][a-z]{5,8}, [0-9]{2}-[A-Z][a-z]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT", re.ASCII),
+    re.compile(r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}", re.ASCII),
+)
+LONGEST_DELAY_S = 10**9  # more digits than this ask for "very long": backoff_max_s bounds it anyway
 
 MessageHandler = WebhookHandler | SpoolHandler | CommandHandler
 
@@ -80,18 +92,38 @@ async def post_webhook(handler: WebhookHandler, delivery: Delivery) -> Sent:
         return Sent("retry", f"no answer within {handler.timeout_s:g}s")
     except httpx.HTTPError as exc:
         return Sent("retry", redactor.text(f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]))
-    return http_answer(response.status_code, response.reason_phrase, response.headers.get("retry-after"))
+    return http_answer(response.status_code, response.reason_phrase, response.headers.get_list("retry-after"))
 
 
-def http_answer(status: int, reason: str, retry_after: str | None) -> Sent:
-    """What the receiver's status code means for the message."""
+def http_answer(status: int, reason: str, retry_after: Sequence[str] = ()) -> Sent:
+    """What the receiver's status code means for the message; `retry_after` is the Retry-After field's
+    lines (a receiver may send none, one, or several)."""
     said = f"HTTP {status} {reason}".strip()
     if 200 <= status < 300:
         return Sent("delivered")
     if 400 <= status < 500 and status not in RETRY_STATUSES:
         return Sent("rejected", f"{said}: the receiver refused it; it is not sent again")
-    pause = float(retry_after) if retry_after and retry_after.strip().isdigit() else None
-    return Sent("retry", said, retry_after_s=pause)
+    delay_s, at = parse_retry_after(retry_after)
+    return Sent("retry", said, retry_after_s=delay_s, retry_at=at)
+
+
+def parse_retry_after(lines: Sequence[str]) -> tuple[float | None, datetime | None]:
+    """(seconds, None) or (None, a moment) for a Retry-After RFC 9110 allows; (None, None) for anything
+    else: no field, several values, a sign, a fraction, non-ASCII digits, another date form, a day that
+    does not exist. Never raises: whatever a receiver sends, the handler's backoff still applies."""
+    if len(lines) != 1:
+        return None, None
+    value = lines[0].strip(" \t")
+    if DELAY_SECONDS.fullmatch(value):
+        digits = value.lstrip("0") or "0"
+        return float(int(digits) if len(digits) <= 9 else LONGEST_DELAY_S), None
+    if not any(form.fullmatch(value) for form in HTTP_DATES):
+        return None, None
+    try:
+        moment = parsedate_to_datetime(value)
+    except (ValueError, TypeError, OverflowError):
+        return None, None
+    return None, moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)  # asctime is GMT too
 
 
 def _expand(value: str, secrets: dict[str, str]) -> str:
