@@ -143,13 +143,7 @@ class Deliveries:
         started = await self.db.call(Store.start_delivery_attempt, delivery.outbox_id, self.clock.now())
         if started is None:
             return  # no longer pending (an operator acted meanwhile)
-        try:
-            sent = await send(handler, started, self.work_dir, self.config.dispatch.kill_grace_s)
-        except FATAL:
-            raise
-        except Exception as exc:
-            logger.exception("message %s: its handler failed inside agentd", started.idempotency_key)
-            sent = Sent("retry", f"internal_error: {type(exc).__name__}: {exc}"[:500])
+        sent = await send(handler, started, self.work_dir, self.config.dispatch.kill_grace_s)  # never raises
         step = next_step(handler, started, sent, self.clock.now())
         await self.db.call(Store.finish_delivery_attempt, started, step, self.clock.now())
         self.metrics.message_counted(handler.handler_id, "retry" if step.status == "pending" else step.status)

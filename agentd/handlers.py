@@ -4,18 +4,22 @@ what the receiver does; whether and when to try again is agentd/delivery.py's de
 
 Every send carries the outbox row's idempotency key (the Idempotency-Key header, the spool line's
 `idempotency_key`, $AGENTD_IDEMPOTENCY_KEY): a receiver that sees a key again has the message already.
-Secrets (a webhook's env_file, a command's) never reach an error text: they are redacted out.
+Secrets (a webhook's env_file, a command's) never reach an error text: `send` redacts everything a
+handler returns, on every path, before anything records or logs it.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import re
 import shutil
 import tempfile
+import traceback
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -26,6 +30,7 @@ import httpx
 
 from agentd import __version__
 from agentd.config import read_env_file
+from agentd.edge import printable
 from agentd.errors import ConfigError
 from agentd.records.messages import (
     SECRET_REF,
@@ -38,7 +43,14 @@ from agentd.records.messages import (
 from agentd.redaction import Redactor
 from agentd.runner import ProcessSpec, child_environment, run_process
 
+logger = logging.getLogger(__name__)
+# The HTTP library logs what a receiver answered, unredacted (the reason phrase at INFO, raw bytes at
+# DEBUG). agentd reports answers itself, redacted (`send`): the library keeps to its warnings.
+logging.getLogger("httpx").setLevel(logging.WARNING)
+logging.getLogger("httpcore").setLevel(logging.WARNING)
+
 ERROR_CHARS = 300  # of a command's stderr, in its last_error
+MAX_ERROR_CHARS = 500  # any error text a send returns, once redacted
 OUTPUT_CAP_BYTES = 64 * 1024  # a command handler's stdout/stderr, each
 RETRY_STATUSES = (408, 429)  # 4xx that mean "later", not "never"
 TAIL_CHUNK = 64 * 1024
@@ -56,33 +68,82 @@ MessageHandler = WebhookHandler | SpoolHandler | CommandHandler
 
 
 async def send(handler: MessageHandler, delivery: Delivery, work_dir: Path, kill_grace_s: float) -> Sent:
-    """One attempt at delivering `delivery` through `handler`; `work_dir` holds a command's scratch files."""
+    """One attempt at delivering `delivery` through `handler`; `work_dir` holds a command's scratch files.
+    Never raises: what fails inside agentd is a retry that says so. Whatever it returns, on every path,
+    passes `cleaned` here: the one place a receiver's or a command's words (and exception texts) are
+    redacted by the handler's env_file values, made printable and bounded, before anything records
+    (events, `outbox list`) or logs them."""
+    try:
+        secrets = _secrets(handler)
+    except (OSError, UnicodeDecodeError, ConfigError) as exc:
+        return cleaned(Sent("retry", f"env_file: {_describe(exc)}"), Redactor())
+    redactor = Redactor(secrets.values())
+    try:
+        sent = await _send(handler, delivery, secrets, redactor, work_dir, kill_grace_s)
+    except Exception as exc:  # the handler's boundary: a bug in here is this attempt's retry, never the loop's
+        told = redactor.text("".join(traceback.format_exception(exc)))
+        logger.error("message_handler_failed key=%s handler=%s: %s", delivery.idempotency_key, handler.handler_id, told)
+        sent = Sent("retry", f"internal_error: {type(exc).__name__}: {exc}")
+    return cleaned(sent, redactor)
+
+
+def _secrets(handler: MessageHandler) -> dict[str, str]:
+    """The handler's env_file, read for this attempt: its values are what `send` redacts."""
+    env_file = None if isinstance(handler, SpoolHandler) else handler.env_file
+    return read_env_file(Path(env_file)) if env_file else {}
+
+
+async def _send(
+    handler: MessageHandler,
+    delivery: Delivery,
+    secrets: dict[str, str],
+    redactor: Redactor,
+    work_dir: Path,
+    kill_grace_s: float,
+) -> Sent:
     if isinstance(handler, WebhookHandler):
-        return await post_webhook(handler, delivery)
+        return await post_webhook(handler, delivery, secrets, redactor)
     if isinstance(handler, SpoolHandler):
         line = spool_line(delivery)
         resent = delivery.attempts > 1  # an earlier attempt may have written it before it was interrupted
         return await anyio.to_thread.run_sync(append_line, Path(handler.path), line, delivery.idempotency_key, resent)
-    return await run_command(handler, delivery, work_dir, kill_grace_s)
+    return await run_command(handler, delivery, secrets, redactor, work_dir, kill_grace_s)
+
+
+def cleaned(sent: Sent, redactor: Redactor) -> Sent:
+    """`sent` with its texts redacted, made printable, then bounded, in that order: cut first, a secret
+    cut in two would no longer be recognised. Redacted once more at the end, since an escape or the
+    cut can spell a secret out of text that held it apart."""
+    return replace(sent, error=_clean(sent.error, redactor), note=_clean(sent.note, redactor))
+
+
+def _clean(text: str | None, redactor: Redactor) -> str | None:
+    if text is None:
+        return None
+    shown = printable(redactor.text(text))
+    if len(shown) > MAX_ERROR_CHARS:
+        half = MAX_ERROR_CHARS // 2  # both ends: what failed, and the last words said about it
+        shown = f"{shown[:half]}…{shown[-half:]}"
+    return redactor.text(shown)
 
 
 # --- webhook ---------------------------------------------------------------------------------------
 
 
-async def post_webhook(handler: WebhookHandler, delivery: Delivery) -> Sent:
+async def post_webhook(
+    handler: WebhookHandler, delivery: Delivery, secrets: dict[str, str], redactor: Redactor
+) -> Sent:
     """POST the message as JSON; 2xx delivered it, a 4xx other than 408/429 refused it for good,
     anything else (5xx, 408, 429, a timeout, no connection) is worth another try."""
-    try:
-        secrets = read_env_file(Path(handler.env_file)) if handler.env_file else {}
-        headers = {name: _expand(value, secrets) for name, value in handler.headers.items()}
-    except (OSError, UnicodeDecodeError, ConfigError, KeyError) as exc:
+    try:  # as UTF-8 bytes: a token need not be ASCII
+        headers = [(name.encode(), _expand(value, secrets).encode()) for name, value in handler.headers.items()]
+    except KeyError as exc:
         return Sent("retry", f"the headers' env_file: {_describe(exc)}")
-    redactor = Redactor(secrets.values())
-    headers |= {
-        "Content-Type": "application/json",
-        "Idempotency-Key": delivery.idempotency_key,
-        "User-Agent": f"agentd/{__version__}",
-    }
+    headers += [
+        (b"Content-Type", b"application/json"),
+        (b"Idempotency-Key", delivery.idempotency_key.encode()),
+        (b"User-Agent", f"agentd/{__version__}".encode()),
+    ]
     body = json.dumps(delivery.message, ensure_ascii=False, allow_nan=False).encode()
     try:
         with anyio.fail_after(handler.timeout_s):  # the whole exchange, however slowly the receiver drips
@@ -91,8 +152,9 @@ async def post_webhook(handler: WebhookHandler, delivery: Delivery) -> Sent:
     except TimeoutError:
         return Sent("retry", f"no answer within {handler.timeout_s:g}s")
     except httpx.HTTPError as exc:
-        return Sent("retry", redactor.text(f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]))
-    return http_answer(response.status_code, response.reason_phrase, response.headers.get_list("retry-after"))
+        return Sent("retry", f"{type(exc).__name__}: {exc}")
+    reason = redactor.raw(response.extensions.get("reason_phrase", b"")).decode("utf-8", "replace")
+    return http_answer(response.status_code, reason, response.headers.get_list("retry-after"))
 
 
 def http_answer(status: int, reason: str, retry_after: Sequence[str] = ()) -> Sent:
@@ -230,24 +292,24 @@ def _fsync_dir(directory: Path) -> None:
 # --- command ---------------------------------------------------------------------------------------
 
 
-async def run_command(handler: CommandHandler, delivery: Delivery, work_dir: Path, kill_grace_s: float) -> Sent:
+async def run_command(
+    handler: CommandHandler,
+    delivery: Delivery,
+    secrets: dict[str, str],
+    redactor: Redactor,
+    work_dir: Path,
+    kill_grace_s: float,
+) -> Sent:
     """Run argv with the message JSON on stdin, in its own process group with a hard timeout; the
     environment is only what the handler configures (env_file, env) and agentd's AGENTD_* variables."""
     try:
         scratch = _scratch_dir(work_dir, delivery)
     except OSError as exc:
         return Sent("retry", _describe(exc))
-    try:
-        env, redactor = child_environment(
-            home=work_dir,
-            tmp=scratch,
-            agentd=_agentd_env(delivery),
-            env_file=Path(handler.env_file) if handler.env_file else None,
-            env=handler.env,
-        )
-    except (OSError, UnicodeDecodeError, ConfigError) as exc:
-        shutil.rmtree(scratch, ignore_errors=True)
-        return Sent("retry", f"env_file: {_describe(exc)}")
+    # the env_file's values as `send` read them (and redacts by), then env over them, as for an adapter
+    env, _ = child_environment(
+        home=work_dir, tmp=scratch, agentd=_agentd_env(delivery), env={**secrets, **(handler.env or {})}
+    )
     try:
         result = await run_process(
             ProcessSpec(
@@ -262,12 +324,12 @@ async def run_command(handler: CommandHandler, delivery: Delivery, work_dir: Pat
                 stdin=json.dumps(delivery.message, ensure_ascii=False, allow_nan=False).encode(),
             )
         )
-        said = _tail(scratch / "stderr")
+        said = _tail(scratch / "stderr", redactor)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if result.ok:
         return Sent("delivered")
-    return Sent("retry", redactor.text(result.describe() + (f": {said}" if said else "")))
+    return Sent("retry", result.describe() + (f": {said}" if said else ""))
 
 
 def _scratch_dir(work_dir: Path, delivery: Delivery) -> Path:
@@ -286,8 +348,10 @@ def _agentd_env(delivery: Delivery) -> dict[str, str]:
     }
 
 
-def _tail(path: Path) -> str:
+def _tail(path: Path, redactor: Redactor) -> str:
+    """The last ERROR_CHARS bytes, of the file redacted whole first: a secret across the cut is found."""
     try:
+        redactor.file(path)
         data = path.read_bytes()[-ERROR_CHARS:]
     except OSError:
         return ""

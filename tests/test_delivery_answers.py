@@ -4,10 +4,14 @@ HTTP on 127.0.0.1 (tests/hostile_http.py), the real delivery loop, a migrated SQ
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,12 +19,14 @@ from hostile_http import Answer, HostileReceiver, answer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rig import Rig
-from test_delivery import complete_with_messages, webhook, with_handlers
+from support import CliResult
+from test_delivery import Mutate, complete_with_messages, webhook, with_handlers
 
 from agentd.clock import FakeClock
 from agentd.delivery import backoff_s
-from agentd.handlers import http_answer
+from agentd.handlers import MAX_ERROR_CHARS, cleaned, http_answer
 from agentd.records.messages import OutboxItem, Sent, WebhookHandler
+from agentd.redaction import MARK, Redactor
 
 
 @pytest.fixture
@@ -111,3 +117,167 @@ def test_any_retry_after_leads_to_a_wait_within_the_handlers_bounds(lines: list[
     own = backoff_s(handler, attempt, Sent("retry"), now)
     wait = backoff_s(handler, attempt, sent, now)
     assert math.isfinite(wait) and own <= wait <= handler.backoff_max_s
+
+
+# --- a secret echoed in any part of an answer (finding 3) --------------------------------------------
+
+SECRET = 'wh-Sëcret"with\\quote-0123456789'  # JSON and Python escape the quote and the backslash; ë is not ASCII
+
+
+def secret_forms(secret: str) -> list[str]:
+    """Every form a secret can take in a text agentd writes: as is, JSON-escaped, inside a Python repr of
+    the text or of its bytes (exception messages quote what they received)."""
+    forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]}
+    for encoding in ("utf-8", "latin-1"):
+        forms.add(repr(secret.encode(encoding))[2:-1])
+        forms.add(repr(bytearray(secret.encode(encoding)))[12:-2])
+    return sorted(forms)
+
+
+def secret_runs(secret: str) -> list[str]:
+    """Its forms and its distinctive runs: a secret cut in two leaks all the same."""
+    return [*secret_forms(secret), secret[:12], secret[-12:], secret.encode().decode("ascii", "ignore")[-14:]]
+
+
+def hooked(url: str, env_file: Path, **fields: Any) -> Mutate:
+    """The rig's webhook handler, sending the secret in a header (as a real one sends its token)."""
+    return with_handlers(
+        webhook(url, headers={"Authorization": "Bearer ${TOKEN}"}, env_file=str(env_file), **fields), default="hook"
+    )
+
+
+def env_file_with(tmp_path: Path, secret: str) -> Path:
+    path = tmp_path / "hook.env"
+    path.write_text(f"TOKEN={secret}\n")
+    path.chmod(0o600)
+    return path
+
+
+def leaks(rig: Rig, secret: str, *texts: str) -> list[str]:
+    """Where any form of `secret` is found: the events, the outbox, the database files, `texts`."""
+    places = {
+        "events": json.dumps([e.payload for e in rig.events()], ensure_ascii=False),
+        "outbox": json.dumps([i.as_dict() for i in rig.store.list_outbox()], ensure_ascii=False),
+        **{f"text {n}": text for n, text in enumerate(texts)},
+    }
+    for path in rig.config.paths.state_dir.rglob("*"):
+        if path.is_file():
+            places[str(path)] = path.read_bytes().decode("latin-1")  # every byte kept, whatever it is
+    forms = secret_runs(secret)
+    forms += [f.encode().decode("latin-1") for f in forms]  # as the files hold them
+    return [f"{place}: {form!r}" for place, text in places.items() for form in forms if form in text]
+
+
+U = SECRET.encode()
+ECHOES = {  # the secret (sent in the Authorization header) echoed back in every part of an answer
+    "reason-phrase": (answer(500, b"Oops " + U), "pending"),
+    "reason-phrase-latin-1": (answer(503, SECRET.encode("latin-1")), "pending"),
+    "reason-phrase-of-a-refusal": (answer(403, b"Forbidden " + U), "failed"),
+    "reason-phrase-with-controls": (answer(500, b"\x1b[2J" + U + b"\x7f"), "pending"),
+    "body": (
+        answer(500, b"Oops", body=b'{"error": ' + json.dumps(SECRET).encode() + b', "raw": "' + U + b'"}'),
+        "pending",
+    ),
+    "body-after-4-KiB": (answer(500, b"Oops", body=b"y" * 4090 + U), "pending"),
+    "headers": (answer(503, b"Busy", [(b"X-Echo", U), (b"Retry-After", U), (b"Set-Cookie", U)]), "pending"),
+    "status-line": (Answer(head=b"HTTP/1.1 5" + U + b"\r\n\r\n"), "pending"),
+    "http-0.9": (Answer(head=U + b"\r\n" + U + b"\r\n\r\n"), "pending"),
+    "reset-mid-body": (answer(502, U, body=U, filler=1 << 20, reset=True), "pending"),
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("echo", "state"), ECHOES.values(), ids=ECHOES.keys())
+async def test_a_secret_the_receiver_echoes_in_any_part_of_its_answer_is_recorded_nowhere(
+    rig_factory: Callable[..., Rig],
+    hostile: Callable[..., HostileReceiver],
+    tmp_path: Path,
+    rig_cli: Callable[..., CliResult],
+    caplog: pytest.LogCaptureFixture,
+    echo: Answer,
+    state: str,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    receiver = hostile(echo)
+    rig = rig_factory(hooked(receiver.url, env_file_with(tmp_path, SECRET)))
+    item = await deliver_once(rig)
+    assert U in receiver.heads[0], "the receiver had the secret to echo"
+    assert item.state == state
+    listed = rig_cli(rig, "outbox", "list")
+    assert listed.code == 0
+    assert leaks(rig, SECRET, listed.out, caplog.text) == []
+
+
+@pytest.mark.asyncio
+async def test_a_secret_quoted_in_an_exception_message_is_recorded_nowhere(
+    rig_factory: Callable[..., Rig],
+    hostile: Callable[..., HostileReceiver],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A header value HTTP cannot carry (a control character in the token): the HTTP library refuses
+    it, quoting the value in its message."""
+    caplog.set_level(logging.DEBUG)
+    secret = "ctl-Sëcret\x00-0123456789"
+    receiver = hostile(answer())
+    rig = rig_factory(hooked(receiver.url, env_file_with(tmp_path, secret)))
+    item = await deliver_once(rig)
+    assert item.state == "pending" and "[redacted]" in (item.last_error or ""), item.last_error
+    assert leaks(rig, secret, caplog.text) == []
+
+
+@pytest.mark.process
+@pytest.mark.asyncio
+@pytest.mark.parametrize("before", [0, 290, 10_000])
+async def test_a_secret_in_a_commands_stderr_is_recorded_nowhere_wherever_the_tail_cuts_it(
+    rig_factory: Callable[..., Rig], tmp_path: Path, caplog: pytest.LogCaptureFixture, before: int
+) -> None:
+    """The last 300 bytes of stderr become the error: cut there first, a secret that straddles the cut
+    was no longer recognised."""
+    caplog.set_level(logging.DEBUG)
+    script = tmp_path / "fail.py"
+    script.write_text(f"import sys\nsys.stderr.write('x' * {before} + sys.argv[1] + ' then ' + 'y' * 270)\nsys.exit(3)")
+    command = {
+        "handler_id": "cmd",
+        "kind": "command",
+        "argv": [sys.executable, str(script), SECRET],
+        "env_file": str(env_file_with(tmp_path, SECRET)),
+    }
+    rig = rig_factory(with_handlers(command, default="cmd"))
+    await complete_with_messages(rig, {"text": "hello"})
+    assert await rig.dispatcher().outbox.deliveries.deliver_due(rig.clock.now()) == 1
+    [item] = rig.store.list_outbox()
+    assert item.state == "pending" and (item.last_error or "").startswith("exit 3: ")
+    assert leaks(rig, SECRET, caplog.text) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    before=st.text(max_size=600),
+    form=st.sampled_from([*secret_forms(SECRET), SECRET.encode().decode("latin-1")]),
+    after=st.text(max_size=600),
+)
+def test_whatever_a_handler_returns_is_redacted_printable_and_bounded(before: str, form: str, after: str) -> None:
+    """The one place every handler's result passes (`handlers.cleaned`): the secret in any form, anywhere
+    in any field, with any text around it (control characters, escapes, lone surrogates)."""
+    text = before + form + after
+    raw = Sent("retry", f"internal_error: ValueError: {text}", note=text)
+    sent = cleaned(raw, Redactor([SECRET]))
+    for field in (sent.error, sent.note):
+        assert field is not None
+        assert not [f for f in secret_forms(SECRET) if f in field]
+        assert len(field) <= MAX_ERROR_CHARS + len(MARK)
+        assert field.isprintable() or not any(c in field for c in "\x00\x1b\n\r\x7f\x9b")
+
+
+@pytest.mark.asyncio
+async def test_what_fails_inside_a_handler_is_its_attempts_retry_saying_so_never_the_loops(
+    rig_factory: Callable[..., Rig], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A host name the IDNA codec refuses raises inside the HTTP library (not one of its own errors):
+    the attempt is a retry naming it, the loop goes on."""
+    rig = rig_factory(hooked("http://xn--/hook", env_file_with(tmp_path, SECRET)))
+    item = await deliver_once(rig)
+    assert (item.state, item.attempts) == ("pending", 1)
+    assert (item.last_error or "").startswith("internal_error: IDNAError: "), item.last_error
+    assert "message_handler_failed" in caplog.text
