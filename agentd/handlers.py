@@ -10,6 +10,7 @@ handler returns, on every path, before anything records or logs it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -49,6 +50,8 @@ logger = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)
 logging.getLogger("httpcore").setLevel(logging.WARNING)
 
+BODY_CAP_BYTES = 4 * 1024  # of a webhook's answer, read only when it is not 2xx (README "External messages")
+BODY_SHOWN_CHARS = 200  # of those, in its error
 ERROR_CHARS = 300  # of a command's stderr, in its last_error
 MAX_ERROR_CHARS = 500  # any error text a send returns, once redacted
 OUTPUT_CAP_BYTES = 64 * 1024  # a command handler's stdout/stderr, each
@@ -143,30 +146,66 @@ async def post_webhook(
         (b"Content-Type", b"application/json"),
         (b"Idempotency-Key", delivery.idempotency_key.encode()),
         (b"User-Agent", f"agentd/{__version__}".encode()),
+        (b"Accept-Encoding", b"identity"),  # the few bytes read of an answer are its words, not compressed
     ]
     body = json.dumps(delivery.message, ensure_ascii=False, allow_nan=False).encode()
     try:
-        with anyio.fail_after(handler.timeout_s):  # the whole exchange, however slowly the receiver drips
-            async with httpx.AsyncClient(trust_env=False, timeout=handler.timeout_s) as client:
-                response = await client.post(handler.url, content=body, headers=headers)
+        response, first = await _exchange(handler, headers, body, redactor)
     except TimeoutError:
         return Sent("retry", f"no answer within {handler.timeout_s:g}s")
     except httpx.HTTPError as exc:
         return Sent("retry", f"{type(exc).__name__}: {exc}")
     reason = redactor.raw(response.extensions.get("reason_phrase", b"")).decode("utf-8", "replace")
-    return http_answer(response.status_code, reason, response.headers.get_list("retry-after"))
+    return http_answer(response.status_code, reason, response.headers.get_list("retry-after"), first)
 
 
-def http_answer(status: int, reason: str, retry_after: Sequence[str] = ()) -> Sent:
+async def _exchange(
+    handler: WebhookHandler, headers: list[tuple[bytes, bytes]], body: bytes, redactor: Redactor
+) -> tuple[httpx.Response, str]:
+    """The answer's status line and headers, and the first words of its body (none for a 2xx): never
+    more than BODY_CAP_BYTES of it are read, whatever it sends or however long it takes, and all of it
+    within timeout_s, however slowly the receiver drips. The rest is never read: the connection closes."""
+    started = anyio.current_time()
+    async with httpx.AsyncClient(trust_env=False, timeout=handler.timeout_s) as client:
+        request = client.build_request("POST", handler.url, content=body, headers=headers)
+        with anyio.fail_after(handler.timeout_s):
+            response = await client.send(request, stream=True)
+        try:
+            first = ""
+            if not 200 <= response.status_code < 300:  # delivered by its status line: no need to listen
+                with anyio.move_on_after(max(started + handler.timeout_s - anyio.current_time(), 0)):
+                    first = await _first_words(response, redactor)
+        finally:
+            await response.aclose()
+    return response, first
+
+
+async def _first_words(response: httpx.Response, redactor: Redactor) -> str:
+    """At most BODY_CAP_BYTES of the body, streamed (never buffered whole); an answer cut short or reset
+    gives what came. Redacted before it is cut to BODY_SHOWN_CHARS (and what came last before the cap is
+    dropped: a secret the cap cut in two would no longer be recognised)."""
+    data = bytearray()
+    with contextlib.suppress(httpx.HTTPError):
+        async for chunk in response.aiter_raw():
+            data += chunk[: BODY_CAP_BYTES - len(data)]
+            if len(data) >= BODY_CAP_BYTES:
+                del data[max(len(data) - redactor.reach, 0) :]
+                break
+    text = redactor.text(redactor.raw(bytes(data)).decode("utf-8", "replace"))
+    return " ".join(text.split())[:BODY_SHOWN_CHARS]
+
+
+def http_answer(status: int, reason: str, retry_after: Sequence[str] = (), first_words: str = "") -> Sent:
     """What the receiver's status code means for the message; `retry_after` is the Retry-After field's
-    lines (a receiver may send none, one, or several)."""
+    lines (a receiver may send none, one, or several), `first_words` the start of its body."""
     said = f"HTTP {status} {reason}".strip()
+    told = f" (it said: {first_words})" if first_words else ""
     if 200 <= status < 300:
         return Sent("delivered")
     if 400 <= status < 500 and status not in RETRY_STATUSES:
-        return Sent("rejected", f"{said}: the receiver refused it; it is not sent again")
+        return Sent("rejected", f"{said}: the receiver refused it; it is not sent again{told}")
     delay_s, at = parse_retry_after(retry_after)
-    return Sent("retry", said, retry_after_s=delay_s, retry_at=at)
+    return Sent("retry", said + told, retry_after_s=delay_s, retry_at=at)
 
 
 def parse_retry_after(lines: Sequence[str]) -> tuple[float | None, datetime | None]:

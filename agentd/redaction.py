@@ -40,6 +40,12 @@ class Redactor:
     def __bool__(self) -> bool:
         return bool(self._texts)
 
+    @property
+    def reach(self) -> int:
+        """The longest form of a secret, in bytes: text cut closer than this to a secret's start may
+        hold part of it, unrecognised."""
+        return max((len(needle) for needle in self._bytes), default=0)
+
     def text(self, text: str) -> str:
         for needle in self._texts:
             if needle in text:

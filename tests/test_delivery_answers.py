@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import sys
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from hostile_http import Answer, HostileReceiver, answer
 from hypothesis import given, settings
@@ -24,7 +27,7 @@ from test_delivery import Mutate, complete_with_messages, webhook, with_handlers
 
 from agentd.clock import FakeClock
 from agentd.delivery import backoff_s
-from agentd.handlers import MAX_ERROR_CHARS, cleaned, http_answer
+from agentd.handlers import BODY_CAP_BYTES, MAX_ERROR_CHARS, cleaned, http_answer
 from agentd.records.messages import OutboxItem, Sent, WebhookHandler
 from agentd.redaction import MARK, Redactor
 
@@ -179,6 +182,7 @@ ECHOES = {  # the secret (sent in the Authorization header) echoed back in every
         "pending",
     ),
     "body-after-4-KiB": (answer(500, b"Oops", body=b"y" * 4090 + U), "pending"),
+    "body-after-4-KiB-of-spaces": (answer(500, b"Oops", body=b" " * 4090 + U), "pending"),
     "headers": (answer(503, b"Busy", [(b"X-Echo", U), (b"Retry-After", U), (b"Set-Cookie", U)]), "pending"),
     "status-line": (Answer(head=b"HTTP/1.1 5" + U + b"\r\n\r\n"), "pending"),
     "http-0.9": (Answer(head=U + b"\r\n" + U + b"\r\n\r\n"), "pending"),
@@ -281,3 +285,99 @@ async def test_what_fails_inside_a_handler_is_its_attempts_retry_saying_so_never
     assert (item.state, item.attempts) == ("pending", 1)
     assert (item.last_error or "").startswith("internal_error: IDNAError: "), item.last_error
     assert "message_handler_failed" in caplog.text
+
+
+# --- a huge, endless or trickling answer (finding 4) ---------------------------------------------------
+
+MiB = 1 << 20
+
+
+class PeakMemory:
+    """The test process's peak resident memory from now on (Linux: /proc/self/clear_refs resets it)."""
+
+    def __init__(self) -> None:
+        self.reset = _write("/proc/self/clear_refs", "5")
+        self.start = _status_kib("VmRSS")
+
+    def growth_bytes(self) -> int | None:
+        return (_status_kib("VmHWM") - self.start) * 1024 if self.reset else None
+
+
+def _status_kib(field: str) -> int:
+    match = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    assert match is not None
+    return int(match.group(1))
+
+
+def _write(path: str, text: str) -> bool:
+    try:
+        Path(path).write_text(text)
+    except OSError:
+        return False
+    return True
+
+
+BIG = {  # answers that would take the whole body into memory if it were read whole
+    "500-with-256-MiB": (answer(500, b"Oops", body=b'{"error": "quota"}', filler=256 * MiB), "pending"),
+    "200-with-256-MiB": (answer(200, b"OK", filler=256 * MiB), "delivered"),
+    "400-with-256-MiB": (answer(400, b"Bad Request", filler=256 * MiB), "failed"),
+    "500-chunked-forever": (answer(500, b"Oops", chunked=True, filler=1 << 40), "pending"),
+    "502-reset-mid-body": (answer(502, b"Bad Gateway", filler=8 * MiB, length=1 << 30, reset=True), "pending"),
+    "503-closed-early": (answer(503, b"Busy", body=b"partial", length=1 << 30), "pending"),
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("big", "state"), BIG.values(), ids=BIG.keys())
+async def test_a_huge_or_endless_answer_is_read_a_few_kib_at_most_and_judged_by_its_status_line(
+    rig_factory: Callable[..., Rig], hostile: Callable[..., HostileReceiver], big: Answer, state: str
+) -> None:
+    receiver = hostile(big)
+    rig = rig_factory(with_handlers(webhook(receiver.url, timeout_s=20), default="hook"))
+    await complete_with_messages(rig, {"text": "hello"})
+    memory = PeakMemory()
+    assert await rig.dispatcher().outbox.deliveries.deliver_due(rig.clock.now()) == 1
+    growth = memory.growth_bytes()
+    [item] = rig.store.list_outbox()
+    status = big.head.split(b" ")[1].decode()
+    assert item.state == state
+    assert state == "delivered" or (item.last_error or "").startswith(f"HTTP {status} "), item.last_error
+    assert receiver.sent[0] < 16 * MiB, "the sender stopped reading: only socket buffers' worth was sent"
+    assert growth is None or growth < 64 * MiB, f"{growth / MiB:.0f} MiB more resident at the peak"
+
+
+@pytest.mark.asyncio
+async def test_an_answers_first_words_are_its_error_and_the_body_beyond_them_is_never_read(
+    rig_factory: Callable[..., Rig], hostile: Callable[..., HostileReceiver]
+) -> None:
+    body = b'{"error": "quota",\n  "detail": "\x1b[31mtry later"}' + b" " * (BODY_CAP_BYTES - 40) + b"never read"
+    receiver = hostile(answer(500, b"Oops", body=body))
+    rig = rig_factory(with_handlers(webhook(receiver.url), default="hook"))
+    item = await deliver_once(rig)
+    assert item.last_error == 'HTTP 500 Oops (it said: {"error": "quota", "detail": "\\x1b[31mtry later"})'
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("trickle", "said"),
+    [
+        (answer(500, b"Oops", chunked=True, filler=1 << 40, pause_s=0.05), "HTTP 500 Oops"),
+        (answer(200, b"OK", chunked=True, filler=1 << 40, pause_s=0.05), None),
+        (answer(500, b"Oops", trickle_head=True, pause_s=0.05), "no answer within 1s"),
+        (Answer(silent=True), "no answer within 1s"),
+    ],
+    ids=["500-trickling-its-body", "200-trickling-its-body", "trickling-its-status-line", "never-answering"],
+)
+async def test_a_receiver_that_trickles_forever_is_cut_at_the_handlers_timeout(
+    rig_factory: Callable[..., Rig], hostile: Callable[..., HostileReceiver], trickle: Answer, said: str | None
+) -> None:
+    receiver = hostile(trickle)
+    rig = rig_factory(with_handlers(webhook(receiver.url, timeout_s=1), default="hook"))
+    await complete_with_messages(rig, {"text": "hello"})
+    started = time.monotonic()
+    with anyio.fail_after(10):
+        assert await rig.dispatcher().outbox.deliveries.deliver_due(rig.clock.now()) == 1
+    assert time.monotonic() - started < 5
+    [item] = rig.store.list_outbox()
+    assert item.state == ("pending" if said else "delivered")
+    assert (item.last_error or "").startswith(said or ""), item.last_error
