@@ -11,6 +11,7 @@ handler returns, on every path, before anything records or logs it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -18,8 +19,9 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -56,7 +58,9 @@ ERROR_CHARS = 300  # of a command's stderr, in its last_error
 MAX_ERROR_CHARS = 500  # any error text a send returns, once redacted
 OUTPUT_CAP_BYTES = 64 * 1024  # a command handler's stdout/stderr, each
 RETRY_STATUSES = (408, 429)  # 4xx that mean "later", not "never"
-TAIL_CHUNK = 64 * 1024
+SCAN_BYTES = 64 * 1024  # a re-send's look for its line in the spool, per read
+SPOOL_LOCK_S = 10.0  # the longest wait for another writer's lock on a spool; then the attempt is a retry
+LOCK_POLL_S = 0.05
 # Retry-After as RFC 9110 §10.2.3 allows it: delay-seconds (ASCII digits only) or an HTTP-date in one of
 # its three forms (IMF-fixdate, RFC 850, asctime). Anything else leaves the handler's own backoff.
 DELAY_SECONDS = re.compile(r"[0-9]+", re.ASCII)
@@ -78,8 +82,8 @@ async def send(handler: MessageHandler, delivery: Delivery, work_dir: Path, kill
     (events, `outbox list`) or logs them."""
     try:
         secrets = _secrets(handler)
-    except (OSError, UnicodeDecodeError, ConfigError) as exc:
-        return cleaned(Sent("retry", f"env_file: {_describe(exc)}"), Redactor())
+    except Failed as exc:
+        return cleaned(Sent("retry", str(exc)), Redactor())
     redactor = Redactor(secrets.values())
     try:
         sent = await _send(handler, delivery, secrets, redactor, work_dir, kill_grace_s)
@@ -93,7 +97,15 @@ async def send(handler: MessageHandler, delivery: Delivery, work_dir: Path, kill
 def _secrets(handler: MessageHandler) -> dict[str, str]:
     """The handler's env_file, read for this attempt: its values are what `send` redacts."""
     env_file = None if isinstance(handler, SpoolHandler) else handler.env_file
-    return read_env_file(Path(env_file)) if env_file else {}
+    if not env_file:
+        return {}
+    with doing("read env_file", Path(env_file)):
+        try:
+            return read_env_file(Path(env_file))
+        except ConfigError as exc:  # it names the file and the line
+            raise Failed(f"cannot read env_file {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise Failed(f"cannot read env_file {env_file}: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
 
 
 async def _send(
@@ -109,7 +121,7 @@ async def _send(
     if isinstance(handler, SpoolHandler):
         line = spool_line(delivery)
         resent = delivery.attempts > 1  # an earlier attempt may have written it before it was interrupted
-        return await anyio.to_thread.run_sync(append_line, Path(handler.path), line, delivery.idempotency_key, resent)
+        return await anyio.to_thread.run_sync(append_line, Path(handler.path), line, resent)
     return await run_command(handler, delivery, secrets, redactor, work_dir, kill_grace_s)
 
 
@@ -141,7 +153,7 @@ async def post_webhook(
     try:  # as UTF-8 bytes: a token need not be ASCII
         headers = [(name.encode(), _expand(value, secrets).encode()) for name, value in handler.headers.items()]
     except KeyError as exc:
-        return Sent("retry", f"the headers' env_file: {_describe(exc)}")
+        return Sent("retry", f"the headers' env_file: {exc.args[0]}")
     headers += [
         (b"Content-Type", b"application/json"),
         (b"Idempotency-Key", delivery.idempotency_key.encode()),
@@ -237,12 +249,25 @@ def _expand(value: str, secrets: dict[str, str]) -> str:
     return SECRET_REF.sub(secret, value)
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, KeyError):
-        return str(exc.args[0])
-    if isinstance(exc, OSError):
-        return f"cannot read {exc.filename}: {exc.strerror}"
-    return str(exc)
+class Failed(Exception):
+    """What a handler could not do, where, and the OS's word for why (`doing`)."""
+
+
+@contextlib.contextmanager
+def doing(what: str, where: Path) -> Iterator[None]:
+    """Any OSError inside becomes Failed("cannot <what> <where>: <strerror> (<ERRNO>)"): an OSError
+    from a write or an fsync names no file (`cannot read None`, before), and a full disk, a quota, a
+    read-only remount and an I/O error must each say which."""
+    try:
+        yield
+    except OSError as exc:
+        raise Failed(f"cannot {what} {where}: {os_error_text(exc)}") from exc
+
+
+def os_error_text(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+    text = exc.strerror or str(exc) or type(exc).__name__
+    return f"{text} ({name})" if name else text
 
 
 # --- spool -----------------------------------------------------------------------------------------
@@ -253,64 +278,73 @@ def spool_line(delivery: Delivery) -> bytes:
     return json.dumps(line, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode() + b"\n"
 
 
-def append_line(path: Path, line: bytes, key: str, resent: bool) -> Sent:
-    """Append one whole line and fsync it, under an exclusive lock. A re-send first looks for the key:
-    an interrupted attempt may have written the line already, and then it is not written twice. A
-    partial last line (a crash mid-write) is cut off first, so every line in the spool is whole."""
+def append_line(path: Path, line: bytes, resent: bool, lock_wait_s: float = SPOOL_LOCK_S) -> Sent:
+    """Append one whole line and fsync it, under an exclusive flock: agentd's own writers (and any other
+    that takes the lock) interleave whole lines. Never removes or rewrites a byte already in the file:
+    if it does not end in a newline (an earlier write cut short, or a writer that does not lock still
+    writing its line), agentd's line starts with one, so it is whole on its own. A re-send first looks
+    for its own line: an interrupted attempt may have written it already. Any OSError is a retry that
+    says what failed, where and why; the message is delivered only once its line is synced."""
     try:
-        created = not path.exists()
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
-    except OSError as exc:
-        return Sent("retry", _describe(exc))
+        with doing("create the folder of", path):
+            created = not path.exists()
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with doing("open", path):
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except Failed as exc:
+        return Sent("retry", str(exc))
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        size = _cut_partial_line(fd)
-        if resent and _holds_key(path, key):
-            return Sent("delivered", note="already in the spool: an interrupted attempt had written it")
-        try:
-            _write_all(fd, line)
-            os.fsync(fd)
-        except OSError:
-            os.ftruncate(fd, size)  # never leave half a line behind
-            raise
-        if created:
-            _fsync_dir(path.parent)
-        return Sent("delivered")
-    except OSError as exc:
-        return Sent("retry", _describe(exc))
+        return _append_locked(fd, path, line, resent, created, lock_wait_s)
+    except Failed as exc:
+        return Sent("retry", str(exc))
     finally:
         os.close(fd)
 
 
-def _cut_partial_line(fd: int) -> int:
-    """The file's size once anything after its last newline is cut off."""
+def _append_locked(fd: int, path: Path, line: bytes, resent: bool, created: bool, lock_wait_s: float) -> Sent:
+    with doing("lock", path):
+        _lock(fd, path, lock_wait_s)
+    if resent:
+        with doing("read", path):
+            if _holds_line(fd, line):
+                return Sent("delivered", note="already in the spool: an interrupted attempt had written it")
+    with doing("append to", path):
+        _write_all(fd, _fresh_line(fd) + line)
+    with doing("sync", path):
+        os.fsync(fd)
+    if created:
+        with doing("sync the folder of", path):
+            _fsync_dir(path.parent)
+    return Sent("delivered")
+
+
+def _lock(fd: int, path: Path, wait_s: float) -> None:
+    """flock, waiting at most wait_s: a writer that holds the lock forever makes a retry, never a
+    delivery slot (or a stop) that waits forever."""
+    for _ in range(max(round(wait_s / LOCK_POLL_S), 1)):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(LOCK_POLL_S)  # on a worker thread: the event loop goes on
+    raise Failed(f"cannot lock {path}: another writer held it for {wait_s:g}s")
+
+
+def _fresh_line(fd: int) -> bytes:
+    """A newline if the file ends inside a line (never a byte removed: that line may be someone's)."""
     size = os.fstat(fd).st_size
-    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return size
-    end = size
-    while end > 0:
-        start = max(0, end - TAIL_CHUNK)
-        newline = os.pread(fd, end - start, start).rfind(b"\n")
-        if newline >= 0:
-            end = start + newline + 1
-            break
-        end = start
-    os.ftruncate(fd, end)
-    os.fsync(fd)
-    return end
+    return b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
 
 
-def _holds_key(path: Path, key: str) -> bool:
-    needle = json.dumps({"idempotency_key": key}, ensure_ascii=False, separators=(",", ":"))[1:-1].encode()
-    with path.open("rb") as spool:
-        for raw in spool:
-            if needle in raw:
-                try:
-                    if json.loads(raw).get("idempotency_key") == key:
-                        return True
-                except (ValueError, AttributeError):
-                    continue
+def _holds_line(fd: int, line: bytes) -> bool:
+    """Whether `line` is already one of the file's whole lines (agentd writes a message's line the same
+    way every time). Read in chunks: a spool can be large, and a line of it too."""
+    needle, offset, carry = b"\n" + line, 0, b"\n"  # the file's start counts as a line's start
+    while chunk := os.pread(fd, SCAN_BYTES, offset):
+        seen = carry + chunk
+        if needle in seen:
+            return True
+        carry, offset = seen[-(len(needle) - 1) :], offset + len(chunk)
     return False
 
 
@@ -342,9 +376,10 @@ async def run_command(
     """Run argv with the message JSON on stdin, in its own process group with a hard timeout; the
     environment is only what the handler configures (env_file, env) and agentd's AGENTD_* variables."""
     try:
-        scratch = _scratch_dir(work_dir, delivery)
-    except OSError as exc:
-        return Sent("retry", _describe(exc))
+        with doing("create a scratch folder in", work_dir):
+            scratch = _scratch_dir(work_dir, delivery)
+    except Failed as exc:
+        return Sent("retry", str(exc))
     # the env_file's values as `send` read them (and redacts by), then env over them, as for an adapter
     env, _ = child_environment(
         home=work_dir, tmp=scratch, agentd=_agentd_env(delivery), env={**secrets, **(handler.env or {})}
