@@ -69,6 +69,7 @@ HTTP_DATES = (
     re.compile(r"[A-Z][a-z]{5,8}, [0-9]{2}-[A-Z][a-z]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT", re.ASCII),
     re.compile(r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}", re.ASCII),
 )
+QUOTED_BYTES = re.compile(r":?\s*(?:bytearray\()?b['\"]")
 LONGEST_DELAY_S = 10**9  # more digits than this ask for "very long": backoff_max_s bounds it anyway
 
 MessageHandler = WebhookHandler | SpoolHandler | CommandHandler
@@ -135,11 +136,23 @@ def cleaned(sent: Sent, redactor: Redactor) -> Sent:
 def _clean(text: str | None, redactor: Redactor) -> str | None:
     if text is None:
         return None
-    shown = printable(redactor.text(text))
+    shown = _visible(printable(redactor.text(text)))
     if len(shown) > MAX_ERROR_CHARS:
         half = MAX_ERROR_CHARS // 2  # both ends: what failed, and the last words said about it
         shown = f"{shown[:half]}…{shown[-half:]}"
     return redactor.text(shown)
+
+
+def _visible(text: str) -> str:
+    """Every character a terminal would not show as itself (bidi overrides, zero-width and other format
+    characters, line separators: they reorder or hide what `outbox list` prints) as its \\u escape."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+def _escaped(char: str) -> str:
+    return f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"
 
 
 # --- webhook ---------------------------------------------------------------------------------------
@@ -166,7 +179,7 @@ async def post_webhook(
     except TimeoutError:
         return Sent("retry", f"no answer within {handler.timeout_s:g}s")
     except httpx.HTTPError as exc:
-        return Sent("retry", f"{type(exc).__name__}: {exc}")
+        return Sent("retry", f"{type(exc).__name__}: {_own_words(exc)}")
     reason = redactor.raw(response.extensions.get("reason_phrase", b"")).decode("utf-8", "replace")
     return http_answer(response.status_code, reason, response.headers.get_list("retry-after"), first)
 
@@ -205,6 +218,13 @@ async def _first_words(response: httpx.Response, redactor: Redactor) -> str:
                 break
     text = redactor.text(redactor.raw(bytes(data)).decode("utf-8", "replace"))
     return " ".join(text.split())[:BODY_SHOWN_CHARS]
+
+
+def _own_words(exc: httpx.HTTPError) -> str:
+    """The HTTP library's message up to where it quotes what the receiver sent (`illegal status line:
+    bytearray(b'...')`): a receiver's bytes reach an error only through the reason phrase and the first
+    words, which are redacted as bytes first; quoted, they would be escaped once more than redaction sees."""
+    return QUOTED_BYTES.split(str(exc), maxsplit=1)[0] or type(exc).__name__
 
 
 def http_answer(status: int, reason: str, retry_after: Sequence[str] = (), first_words: str = "") -> Sent:
