@@ -517,6 +517,7 @@ class Chaos:
             pause.wait(self.rng.uniform(0.0, 0.4))
             victim.start()
         self._drain(started, deadline_s)
+        self._settle_messages()
         self.dispatch.stop()
         self.sensors.stop()
         self.memory.stop()
@@ -581,6 +582,21 @@ class Chaos:
             self.poisoned["webhook answer"] += 1
         with self.feed.open("a", encoding="utf-8") as feed:
             feed.write("".join(line + "\n" for line in lines))
+
+    def _settle_messages(self, limit_s: float = 60.0) -> None:
+        """No more kills: wait (a while) until no message waits for its next attempt, so every one was
+        tried and most have ended (each within max_attempts * (timeout_s + backoff_max_s))."""
+        store = open_store(self.config.db_path, SystemClock(), readonly=True)
+        pause = threading.Event()
+        try:
+            limit = time.monotonic() + limit_s
+            while time.monotonic() < limit and any(
+                item.kind == "external_message" for item in store.list_outbox(state="pending", limit=100_000)
+            ):
+                self.dispatch.poll()
+                pause.wait(0.5)
+        finally:
+            store.close()
 
     def _messages(self, conn: Any) -> list[str]:
         asked = len(self.webhook.heads)
