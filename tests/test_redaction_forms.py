@@ -12,6 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -159,3 +160,32 @@ async def test_an_adapter_printing_its_secret_as_bytes_or_a_repr_leaves_it_nowhe
     assert rig.store.get_task_or_raise(task.task_id).status == "retryable_failure"
     assert scan(rig, SECRET) == []
     assert await rig.db.call(Store.verify_event_chain) == []
+
+
+STOPPED_SENSOR = """
+print("debug " + os.environ["TOKEN"], file=sys.stderr, flush=True)
+time.sleep(0.3)  # agentd's pump has read it by then
+open(os.path.join(os.environ["AGENTD_SENSOR_STATE_DIR"], "said"), "w").close()
+time.sleep(600)
+"""
+
+
+@pytest.mark.process
+@pytest.mark.asyncio
+async def test_a_sensor_run_a_stop_cancels_leaves_no_secret_in_its_output_files(
+    sensing: Callable[[], Rig], sensors_dir: Path, tmp_path: Path
+) -> None:
+    """The service stopping (SIGTERM cancels the run) after the sensor wrote its secret: its output is
+    redacted all the same, not left raw in the state dir until the next run overwrites it."""
+    write_sensor(sensors_dir, "stopped", STOPPED_SENSOR, env_file=str(env_file(tmp_path, "sensor.env")))
+    rig = sensing()
+    folder = rig.config.paths.state_dir / "sensors" / "stopped"
+    async with anyio.create_task_group() as group:
+        group.start_soon(rig.service.run_due, rig.clock.now())
+        with anyio.fail_after(30):
+            while not (folder / "state" / "said").exists():  # noqa: ASYNC110 (a file: no event to wait on)
+                await anyio.sleep(0.02)
+        group.cancel_scope.cancel()
+    stderr = folder / "stderr.log"
+    assert stderr.read_bytes() == b"debug [redacted]\n"
+    assert scan(rig, SECRET) == []
