@@ -63,14 +63,17 @@ def next_step(handler: MessageHandler, delivery: Delivery, sent: Sent, now: date
         return DeliveryStep("failed", sent.error, None)
     if delivery.attempts >= handler.max_attempts:
         return DeliveryStep("failed", f"{sent.error} (attempt {delivery.attempts} of {handler.max_attempts})", None)
-    return DeliveryStep("pending", sent.error, now + timedelta(seconds=backoff_s(handler, delivery.attempts, sent)))
+    wait_s = backoff_s(handler, delivery.attempts, sent, now)
+    return DeliveryStep("pending", sent.error, now + timedelta(seconds=wait_s))
 
 
-def backoff_s(handler: MessageHandler, attempt: int, sent: Sent) -> float:
-    """backoff_base_s * 2^(attempt-1), capped at backoff_max_s; longer if the receiver asked (Retry-After)."""
+def backoff_s(handler: MessageHandler, attempt: int, sent: Sent, now: datetime) -> float:
+    """backoff_base_s * 2^(attempt-1), capped at backoff_max_s; longer if the receiver asked (Retry-After),
+    but never beyond backoff_max_s: a receiver cannot park a message for longer than its handler allows."""
     delay = min(handler.backoff_base_s * 2.0 ** min(attempt - 1, 60), handler.backoff_max_s)
-    if sent.retry_after_s is not None:
-        delay = max(delay, min(sent.retry_after_s, handler.backoff_max_s))
+    asked_s = (sent.retry_at - now).total_seconds() if sent.retry_at is not None else sent.retry_after_s
+    if asked_s is not None:
+        delay = max(delay, min(asked_s, handler.backoff_max_s))
     return delay
 
 
@@ -140,13 +143,7 @@ class Deliveries:
         started = await self.db.call(Store.start_delivery_attempt, delivery.outbox_id, self.clock.now())
         if started is None:
             return  # no longer pending (an operator acted meanwhile)
-        try:
-            sent = await send(handler, started, self.work_dir, self.config.dispatch.kill_grace_s)
-        except FATAL:
-            raise
-        except Exception as exc:
-            logger.exception("message %s: its handler failed inside agentd", started.idempotency_key)
-            sent = Sent("retry", f"internal_error: {type(exc).__name__}: {exc}"[:500])
+        sent = await send(handler, started, self.work_dir, self.config.dispatch.kill_grace_s)  # never raises
         step = next_step(handler, started, sent, self.clock.now())
         await self.db.call(Store.finish_delivery_attempt, started, step, self.clock.now())
         self.metrics.message_counted(handler.handler_id, "retry" if step.status == "pending" else step.status)

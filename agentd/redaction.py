@@ -1,10 +1,12 @@
 """Secrets redacted by value: every value of an env_file, wherever it shows up.
 
 Applied before anything is parsed, so an outcome, its diagnostics, the events, the logs, metric
-labels and later prompts never see a secret. A value is also found in the form JSON gives it
-(escaped quotes, backslashes, non-ASCII), since adapters report in JSON. A tool that re-encodes a
-secret (base64, URL encoding) defeats this; keep values of fewer than MIN_SECRET_CHARS out of
-env files (they are not redacted: they would match too much ordinary text).
+labels and later prompts never see a secret. A value is also found in the forms a Python repr of
+the text or of its bytes gives it (exception messages quote what they received), each of those also
+as JSON escapes it (quotes, backslashes, non-ASCII: adapters and sensors report in JSON), and, in
+bytes, encoded as UTF-8 or Latin-1. A tool that re-encodes a secret (base64, URL encoding) defeats this;
+keep values of fewer than MIN_SECRET_CHARS out of env files (they are not redacted: they would
+match too much ordinary text).
 """
 
 from __future__ import annotations
@@ -25,15 +27,24 @@ class Redactor:
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         needles: set[str] = set()
+        encoded: set[bytes] = set()
         for secret in secrets:
             if len(secret) >= MIN_SECRET_CHARS:
-                needles |= {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+                needles |= _text_forms(secret)
+                encoded |= _latin_1(secret)
+        encoded |= {needle.encode("utf-8", "surrogatepass") for needle in needles}
         self._texts = sorted(needles, key=len, reverse=True)  # longest first: no partial leftovers
-        self._bytes = [needle.encode("utf-8", "surrogatepass") for needle in self._texts]
+        self._bytes = sorted(encoded, key=len, reverse=True)
         self.count = 0
 
     def __bool__(self) -> bool:
         return bool(self._texts)
+
+    @property
+    def reach(self) -> int:
+        """The longest form of a secret, in bytes: text cut closer than this to a secret's start may
+        hold part of it, unrecognised."""
+        return max((len(needle) for needle in self._bytes), default=0)
 
     def text(self, text: str) -> str:
         for needle in self._texts:
@@ -87,6 +98,13 @@ class Redactor:
     def files(self, paths: Iterable[Path]) -> int:
         return sum(self.file(path) for path in paths)
 
+    def raw(self, data: bytes) -> bytes:
+        """Bytes as they came (from a socket, a file) with the secrets replaced, before anything decodes
+        them: a decoder may change how a secret's non-ASCII characters look, and then it is not found."""
+        data, hits = self._replace(data)
+        self.count += hits
+        return data
+
     def _replace(self, data: bytes) -> tuple[bytes, int]:
         hits = 0
         for needle in self._bytes:
@@ -94,3 +112,25 @@ class Redactor:
                 hits += data.count(needle)
                 data = data.replace(needle, MARK.encode())
         return data, hits
+
+
+def _text_forms(secret: str) -> set[str]:
+    """The secret as a text may show it: as is, inside the repr of a text or of its UTF-8 or Latin-1
+    bytes (`b'...\\xc3\\xab...'`), and each of those as a JSON string holds it (ASCII or not)."""
+    shown = {secret, *_quoted_either_way(repr(secret + "'\"")[1:-4])}
+    for encoded in {secret.encode("utf-8", "surrogatepass"), *_latin_1(secret)}:
+        shown |= _quoted_either_way(repr(encoded + b"'\"")[2:-4])
+    return shown | {json.dumps(form, ensure_ascii=ascii)[1:-1] for form in shown for ascii in (True, False)}
+
+
+def _quoted_either_way(escaped: str) -> set[str]:
+    """A repr escapes ' only when it quotes with ' a text that holds both quotes; the secret's part of a
+    longer repr can be either, so both are looked for. `escaped` is the form with ' escaped."""
+    return {escaped, escaped.replace("\\'", "'")}
+
+
+def _latin_1(secret: str) -> set[bytes]:
+    try:
+        return {secret.encode("latin-1")}
+    except UnicodeEncodeError:
+        return set()

@@ -218,9 +218,12 @@ class SensorRunner:
 
     async def _observe(self, sensor: Sensor, spec: ProcessSpec, redactor: Redactor) -> SensorRunReport:
         """The sensor's process, its output redacted, then judged line by line."""
-        async with self._limiter:
-            result = await run_process(spec)
-        await anyio.to_thread.run_sync(redactor.files, [result.stdout.path, result.stderr.path])
+        try:
+            async with self._limiter:
+                result = await run_process(spec)
+        finally:  # a stop that cancels the run too: its output never stays on disk unredacted
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(redactor.files, [spec.stdout_path, spec.stderr_path])
         if result.start_error:
             return SensorRunReport(sensor.sensor_id, "start_failed", "start_failed", result.start_error)
         kind: SensorRunKind = "ok" if result.ok else ("timeout" if result.timed_out else "failed")

@@ -31,6 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import privsep
+from hostile_http import Answer, HostileReceiver, answer
 from support import agent_config, outcome_disagreements
 
 from agentd.budget import day_start
@@ -41,6 +42,9 @@ from agentd.validation import load_config
 
 SECRET = 'chaos-Sk3y"with\\quote-0123456789'  # JSON escapes the quote and the backslash
 SENSOR_SECRET = "chaos-sensor-token-9876543210"
+HOOK_SECRET = 'chaos-hook-"tok\\en-5550123'  # the webhook's token: hostile answers echo it back
+MiB = 1 << 20
+DISPATCH_RSS_MIB = 300  # a dispatcher's peak resident memory, whatever the receiver answers
 CLAIMABLE = ("pending", "retryable_failure")
 
 
@@ -288,6 +292,92 @@ def sensor_line(rng: random.Random, workspace: Path, key: str, task_s: tuple[flo
     return json.dumps(event), ""
 
 
+def hostile_webhook(raw: dict[str, Any], url: str, env_file: Path) -> None:
+    """Every external message goes to a webhook on the harness's hostile receiver."""
+    raw["message_handlers"] = [
+        {
+            "handler_id": "hook",
+            "kind": "webhook",
+            "url": url,
+            "timeout_s": 2,
+            "max_attempts": 4,
+            "backoff_base_s": 0.5,
+            "backoff_max_s": 3,
+            "headers": {"Authorization": "Bearer ${HOOK_TOKEN}"},
+            "env_file": str(env_file),
+        }
+    ]
+    raw["dispatch"]["default_message_handler"] = "hook"
+    for profile in raw["profiles"]:
+        profile["result_policy"]["allow_external_messages"] = True
+
+
+_TOKEN = HOOK_SECRET.encode()
+HOSTILE_ANSWERS = [  # in turn, one per request (tests/hostile_http.py)
+    answer(200),
+    answer(500, b"Internal " + _TOKEN),  # the secret in the reason phrase
+    answer(503, b"Busy", [(b"Retry-After", "²".encode())]),
+    answer(429, b"Slow down", [(b"Retry-After", b"Fri, 31 Dec 9999 23:59:59 GMT"), (b"Retry-After", b"-1")]),
+    answer(500, b"Huge", filler=256 * MiB, length=1 << 30),  # read whole, four at once were 5 GB
+    answer(200, b"OK", filler=256 * MiB),
+    answer(500, b"Trickle", chunked=True, filler=1 << 40, pause_s=0.05),  # until timeout_s
+    answer(502, _TOKEN, body=_TOKEN, filler=MiB, length=1 << 30, reset=True),
+    Answer(head=_TOKEN + b"\r\n\r\n"),  # HTTP/0.9 garbage
+    Answer(silent=True),
+    answer(400, b"Bad " + _TOKEN, body=b'{"token": ' + json.dumps(HOOK_SECRET).encode() + b"}"),  # failed for good
+    answer(204, b"No Content"),
+]
+
+
+def hostile_answer(number: int) -> Answer:
+    return HOSTILE_ANSWERS[number % len(HOSTILE_ANSWERS)]
+
+
+def messages_unsettled(conn: Any) -> list[str]:
+    """Every external message ended delivered or failed (with why), or waits, pending, for its next
+    attempt (or for the sweep of one a stop interrupted)."""
+    rows = conn.execute(
+        """SELECT o.id, o.status, d.status, d.next_attempt_at, d.in_flight, d.last_error
+           FROM outbox o LEFT JOIN deliveries d ON d.outbox_id = o.id WHERE o.kind = 'external_message'"""
+    ).fetchall()
+    problems = []
+    for outbox_id, outbox_status, status, next_at, in_flight, error in rows:
+        settled = status == "delivered" or (status == "failed" and error) or outbox_status == "refused"
+        waiting = status == "pending" and (next_at is not None or in_flight)
+        if not (settled or waiting):
+            problems.append(f"message {outbox_id}: outbox {outbox_status}, delivery {status}")
+    return problems
+
+
+class PeakMemory:
+    """The highest resident memory (VmHWM) any process of a service reached, sampled every 0.2 s."""
+
+    def __init__(self, service: Service) -> None:
+        self.service, self.peak_kib = service, 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        while not self.done.wait(0.2):
+            process = self.service.process
+            try:
+                status = Path(f"/proc/{process.pid}/status").read_text() if process else ""
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmHWM:"):
+                    self.peak_kib = max(self.peak_kib, int(line.split()[1]))
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(10)
+
+    def problems(self) -> list[str]:
+        peak = self.peak_kib / 1024
+        return [f"{self.service.name} reached {peak:.0f} MiB"] if peak > DISPATCH_RSS_MIB else []
+
+
 CLI_POISON = [
     ["--payload", '{"x": NaN}'],
     ["--payload", "[" * 1500 + "]" * 1500],
@@ -321,6 +411,7 @@ class Chaos:
         self.cli_poison_sources: list[str] = []
         self.problems: list[str] = []  # what the harness itself saw go wrong (CLI exits)
         self.poisoned: Counter[str] = Counter()
+        self.webhook = HostileReceiver(hostile_answer)
         self.config_path = self._configure()
         self.config = load_config(self.config_path)
         logs = directory / "logs"
@@ -360,6 +451,7 @@ class Chaos:
             'description = "the chaos feed"\ninterval_seconds = 1\ntimeout_seconds = 20\n'
             f'command = ["./feed.py"]\nenv_file = "secrets.env"\nenv = {{ FEED = "{self.feed}" }}\n'
         )
+        hook_env = self._hook_env()
         adapter_env = self.home / "scripted.env"
         adapter_env.write_text(f"API_KEY='{SECRET}'\n")
         if self.agent:
@@ -376,6 +468,7 @@ class Chaos:
                 if adapter["adapter_id"] == "scripted":
                     adapter["env_file"] = str(adapter_env)
             raw["dispatch"].update(backoff_base_s=0, grace_s=2, kill_grace_s=1, lock_heartbeat_s=1)
+            hostile_webhook(raw, self.webhook.url, hook_env)
             raw["metrics"] = {"dispatch_listen": "127.0.0.1:0", "sensors_listen": "127.0.0.1:0"}
             add_usage_surfaces(raw)
             raw["schedules"] = [
@@ -463,6 +556,7 @@ class Chaos:
             self.valid_keys.append(f"seed-{kind}")
         self.feed_more(20)
         self.add_harness_poison(3)
+        self.feed_messages(len(HOSTILE_ANSWERS))
 
     def add_harness_poison(self, count: int) -> None:
         """Tasks on the poisoned claude-code stand-in (tests/adapters/poisoned_claude.py)."""
@@ -477,6 +571,7 @@ class Chaos:
         self.seed_workload()
         self.dispatch.start()
         self.sensors.start()
+        self.memory = PeakMemory(self.dispatch)
         self.add_by_cli(poison=True)
         pause = threading.Event()
         done = 0
@@ -491,14 +586,19 @@ class Chaos:
                 self.add_by_cli()
             elif action < 0.40:
                 self.add_hostile()
+            elif action < 0.48:
+                self.feed_messages(self.rng.randint(1, 3))
             victim = self.rng.choice([self.dispatch, self.dispatch, self.sensors])
             victim.kill()
             done += 1
             pause.wait(self.rng.uniform(0.0, 0.4))
             victim.start()
         self._drain(started, deadline_s)
+        self._settle_messages()
         self.dispatch.stop()
         self.sensors.stop()
+        self.memory.stop()
+        self.webhook.close()
         report = self.check()
         report.seconds = time.monotonic() - started
         return report
@@ -530,6 +630,57 @@ class Chaos:
                 quiet = quiet + 1 if not busy and set(self.valid_keys) <= sensed else 0
         finally:
             store.close()
+
+    # --- hostile webhook answers ---------------------------------------------------------------------
+
+    def _hook_env(self) -> Path:
+        """The webhook's env_file: its token is a secret the receiver echoes back in its answers."""
+        path = self.home / "hook.env"
+        path.write_text(f"HOOK_TOKEN='{HOOK_SECRET}'\n")
+        if self.agent:
+            self.agent.own(path)
+        else:
+            path.chmod(0o600)
+        return path
+
+    def feed_messages(self, count: int) -> None:
+        """Sensed tasks whose outcome asks for an external message (to the hostile webhook)."""
+        lines = []
+        for _ in range(count):
+            key = f"m{len(self.valid_keys)}-{self.rng.randrange(10**6)}"
+            payload = {
+                "sleep_s": round(self.rng.uniform(*self.task_s), 2),
+                "outcome": ok(external_messages=[{"text": f"chaos message {key}"}]),
+            }
+            task = {"task_type": "scripted", "source": "x", "subject": f"message {key}", "payload": payload}
+            event = {"event_id": key, "observed_at": "2026-01-01T00:00:00Z", "source_ref": "chaos"}
+            lines.append(json.dumps({**event, "dedupe_key": key, "payload": {}, "proposed_task": task}))
+            self.valid_keys.append(key)
+            self.poisoned["webhook answer"] += 1
+        with self.feed.open("a", encoding="utf-8") as feed:
+            feed.write("".join(line + "\n" for line in lines))
+
+    def _settle_messages(self, limit_s: float = 60.0) -> None:
+        """No more kills: wait (a while) until no message waits for its next attempt, so every one was
+        tried and most have ended (each within max_attempts * (timeout_s + backoff_max_s))."""
+        store = open_store(self.config.db_path, SystemClock(), readonly=True)
+        pause = threading.Event()
+        try:
+            limit = time.monotonic() + limit_s
+            while time.monotonic() < limit and any(
+                item.kind == "external_message" for item in store.list_outbox(state="pending", limit=100_000)
+            ):
+                self.dispatch.poll()
+                pause.wait(0.5)
+        finally:
+            store.close()
+
+    def _messages(self, conn: Any) -> list[str]:
+        asked = len(self.webhook.heads)
+        every = (
+            [] if asked >= len(HOSTILE_ANSWERS) else [f"the webhook was asked {asked} times, not every answer given"]
+        )
+        return every + messages_unsettled(conn)
 
     # --- the proof -----------------------------------------------------------------------------------
 
@@ -571,6 +722,8 @@ class Chaos:
             "workflows ended or waiting on a step task": lambda: self._workflows(conn),
             "no attempt acted as its operator": lambda: self._operator_held(store, tasks),
             "usage stored finite, >= 0; poisoned usage still completes": lambda: usage_problems(store, tasks),
+            "every message delivered, failed, or pending a retry": lambda: self._messages(conn),
+            f"no dispatcher above {DISPATCH_RSS_MIB} MiB resident": self.memory.problems,
         }
         report.checks = {name: check() for name, check in checks.items()}
         return report
@@ -611,7 +764,8 @@ class Chaos:
         return problems + [f"{key} made {n} tasks" for key, n in keys.items() if n != 1]
 
     def _no_secrets(self) -> list[str]:
-        needles = [s.encode() for secret in (SECRET, SENSOR_SECRET) for s in (secret, json.dumps(secret)[1:-1])]
+        secrets = (SECRET, SENSOR_SECRET, HOOK_SECRET)
+        needles = [s.encode() for secret in secrets for s in (secret, json.dumps(secret)[1:-1], repr(secret)[1:-1])]
         places = [
             str(path)
             for root in (self.config.paths.state_dir, self.config.paths.runs)

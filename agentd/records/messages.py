@@ -116,7 +116,8 @@ class Sent:
 
     outcome: SendOutcome
     error: str | None = None
-    retry_after_s: float | None = None  # the receiver asked for this pause (HTTP Retry-After)
+    retry_after_s: float | None = None  # the receiver asked for this pause (HTTP Retry-After: seconds)
+    retry_at: datetime | None = None  # or not before this moment (Retry-After: an HTTP-date)
     note: str | None = None  # e.g. "already in the spool": found delivered by an earlier, interrupted attempt
 
 
