@@ -322,6 +322,7 @@ def seal(
     with best_effort (agentd's own failure path) (None, why not) for anything but an unusable disk."""
     try:
         paths.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        discard_partial_writes(paths)
         write_private(paths.action_trace, trace)
         return write_manifest(paths, fields), None
     except Exception as exc:
@@ -330,6 +331,14 @@ def seal(
         if not best_effort:
             raise
         return None, f"not written: {type(exc).__name__}: {scrub(str(exc))[:300]}"
+
+
+def discard_partial_writes(paths: AttemptPaths) -> None:
+    """The temporary file of an atomic write a kill cut short (`prompt.md.tmp`): agentd's own, never
+    evidence, removed before the seal so the folder holds what the manifest names."""
+    for name in (*EVIDENCE_FILES, MANIFEST):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(paths.root / f"{name}.tmp")
 
 
 def write_manifest(paths: AttemptPaths, fields: dict[str, Any]) -> Sealed:

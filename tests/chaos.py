@@ -401,7 +401,7 @@ class Chaos:
     ) -> None:
         self.dir, self.rng, self.task_s, self.agent = directory, random.Random(seed), task_s, agent
         self.home = agent.base if agent else directory  # what the run user must reach: the feed, the sensors
-        self.workspace = agent.workspace if agent else directory / "workspace"
+        self.workspace = agent.workspace if agent else directory / "chaos" / "workspace"  # agent_config(home / "chaos")
         self.feed = self.home / "feed.jsonl"
         self.feed.write_text("")
         self.feed.chmod(0o644)
@@ -819,7 +819,8 @@ class Chaos:
         for name in self.hostile_reports:
             report = self.workspace / name
             if not report.exists():
-                problems.append(f"{name}: its attempt never reported")
+                if self._ran_to_its_end(store, tasks, name):  # else every attempt of it was killed mid-way
+                    problems.append(f"{name}: its attempt ran to its end but never reported")
                 continue
             tries = json.loads(report.read_text())
             problems += [f"{name}: {t['name']} succeeded ({t['detail'][:80]})" for t in tries if t["succeeded"]]
@@ -830,6 +831,12 @@ class Chaos:
         kinds = {e.type for e in store.read_events(limit=10_000_000)}
         problems += [f"a {kind} event" for kind in ("dispatch_paused", "dispatch_resumed") if kind in kinds]
         return problems
+
+    @staticmethod
+    def _ran_to_its_end(store: Store, tasks: list[Any], report: str) -> bool:
+        """Whether the hostile task writing `report` had an attempt whose process exited by itself."""
+        mine = [t for t in tasks if t.task_type == "hostile" and t.payload.get("report") == report]
+        return any(a.termination_reason == "exited" for t in mine for a in store.attempts_of(t.task_id))
 
     def _workflows(self, conn: Any) -> list[str]:
         problems = []

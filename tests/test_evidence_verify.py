@@ -214,3 +214,26 @@ def test_a_service_publishes_the_chain_head_in_its_log_when_it_stops(
     published = f"{sequence.removeprefix('sequence=')}:{digest.removeprefix('hash=')}"
     clean = cli("evidence", "verify", "--expect-head", published)
     assert clean.code == 0, clean.out
+
+
+@pytest.mark.asyncio
+async def test_a_write_a_kill_cut_short_leaves_no_stray_file_in_the_sealed_evidence(
+    rig: Rig, verify: Callable[..., CliResult]
+) -> None:
+    """SIGKILL during an atomic write leaves `prompt.md.tmp`; the boot sweep's seal must not keep it."""
+    from agentd.attempt import plan_attempt
+
+    task = rig.add("example")
+    claim = rig.store.claim_next_task(
+        rig.clock.now(), "gone", lambda t: plan_attempt(rig.config, t), rig.config.paths.state_dir / "attempts"
+    )
+    assert claim is not None and claim.attempt is not None and claim.attempt.evidence_dir is not None
+    folder = Path(claim.attempt.evidence_dir)
+    folder.mkdir(parents=True, mode=0o700)
+    (folder / "prompt.md.tmp").write_text("half a promp")  # the dispatcher died here
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()  # the boot sweep ends the attempt interrupted and seals it
+    assert rig.store.attempts_of(task.task_id)[0].ended_at is not None
+    checked = verify(rig, "--task", str(task.task_id))
+    assert checked.code == 0, checked.out
+    assert not (folder / "prompt.md.tmp").exists()
