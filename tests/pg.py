@@ -124,7 +124,8 @@ def cluster() -> Iterator[Cluster]:
         os.chown(path, owner.pw_uid, owner.pw_gid)
     found = Cluster(root, sockets)
     try:
-        found.as_postgres(str(binaries / "initdb"), "-D", str(root / "data"), "--auth=trust", "-U", "postgres", "-E", "UTF8")
+        initdb = str(binaries / "initdb")
+        found.as_postgres(initdb, "-D", str(root / "data"), "--auth=trust", "-U", "postgres", "-E", "UTF8")
         found.start()
         yield found
     finally:

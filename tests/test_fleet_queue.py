@@ -4,10 +4,8 @@ fencing tokens that only grow, and writes the current token alone may make."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-import pg
 import pytest
 from support import EXAMPLE_CONFIG, CliResult, run_main
 
@@ -17,27 +15,8 @@ from agentd.store.fleet import FleetQueue, fleet_migrations
 pytestmark = pytest.mark.process
 
 
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[pg.Cluster]:
-    pg.require()
-    with pg.cluster() as running:
-        yield running
-
-
-@pytest.fixture
-def dsn(cluster: pg.Cluster) -> str:
-    return cluster.new_database()
-
-
-@pytest.fixture
-def queue(dsn: str) -> Iterator[FleetQueue]:
-    opened = FleetQueue.open(dsn)
-    opened.migrate()
-    yield opened
-    opened.close()
-
-
-ORIGIN = {"submitted_by": "alice", "origin_surface": "browser"}
+CONTEXT = {"originSurface": "browser", "originProductId": "console", "dispatchMode": "queued"}
+ORIGIN = {"submitted_by": "alice", "dispatch_context": {**CONTEXT, "initiatedAt": "2026-11-25T00:00:00Z"}}
 
 
 def submit(queue: FleetQueue, n: int = 1, **fields: object) -> list[int]:
@@ -161,7 +140,8 @@ def test_submit_show_status_and_cancel(
         capsys, dsn, "submit", "--type", "example", "--subject", "hi", "--label", "gpu", "--key", "k1",
         "--origin-surface", "browser", "--origin-product", "console", "--dispatch-mode", "interactive", "--json",
     ).json()  # fmt: skip
-    assert submitted["new"] and submitted["labels"] == ["gpu"] and submitted["origin"]["origin_surface"] == "browser"
+    assert submitted["new"] and submitted["labels"] == ["gpu"]
+    assert submitted["origin"]["dispatch_context"]["originSurface"] == "browser"
     again = fleet_cli(capsys, dsn, "submit", "--type", "example", "--key", "k1")
     assert again.code == 0 and f"fleet task {submitted['fleet_id']} already submitted with key 'k1'" in again.out
     dsn_file = tmp_path / "fleet.dsn"
@@ -177,5 +157,5 @@ def test_submit_show_status_and_cancel(
 
 def test_an_unreachable_fleet_is_one_clear_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     gone = fleet_cli(capsys, f"host={tmp_path} dbname=x user=postgres", "status")
-    assert gone.code == 2 and gone.err.startswith("agentd: cannot reach the fleet's PostgreSQL")
+    assert gone.code == 1 and gone.err.startswith("agentd: cannot reach the fleet's PostgreSQL")
     assert "Traceback" not in gone.err

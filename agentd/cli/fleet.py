@@ -7,15 +7,20 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentd.cli.common import add_command, config_from, json_object, print_json, wants_json
+from pydantic import TypeAdapter, ValidationError
+
+from agentd.cli.common import add_command, config_from, input_problems, json_object, print_json, wants_json
 from agentd.clock import SystemClock, format_ts
+from agentd.edge import printable
 from agentd.errors import InputError
+from agentd.records.base import Identifier
+from agentd.records.fleet import MODES, SURFACES
 
 if TYPE_CHECKING:
     from agentd.store.fleet import FleetQueue, FleetTask
 
-SURFACES = ("browser", "mobile", "desktop", "web", "product-api", "cli")  # seed 003 §7, and agentd's own
-MODES = ("interactive", "queued", "scheduled", "remote")
+
+LABEL: TypeAdapter[str] = TypeAdapter(Identifier)  # --label: what [fleet] labels may name
 
 
 def register(commands: Any) -> None:
@@ -89,22 +94,41 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from agentd.intake import admit_task
     from agentd.privilege import operator_name
     from agentd.records import TaskIntent
+    from agentd.records.fleet import FleetOrigin
 
     if not 1 <= args.priority <= 10:
         raise InputError(f"--priority: expected 1 (most urgent) to 10 (least urgent), found {args.priority}")
     payload = json_object(args.payload, "--payload")
     config, now = config_from(args), SystemClock().now()
-    intent = TaskIntent.model_validate(
-        {"task_type": args.task_type, "source": "fleet", "subject": args.subject, "payload": payload}
-    )
+    try:
+        intent = TaskIntent.model_validate(
+            {"task_type": args.task_type, "source": "fleet", "subject": args.subject, "payload": payload}
+        )
+    except ValidationError as exc:
+        raise InputError(input_problems(exc)) from None
+    for label in args.labels:
+        try:
+            LABEL.validate_python(label)
+        except ValidationError:
+            raise InputError(
+                f"--label: expected letters, digits and . _ : - (starting with a letter or digit, at most 128), "
+                f"found {label!r}"
+            ) from None
     admit_task(intent, config, now, trusted=False)
-    origin = {
-        "submitted_by": operator_name(),
-        "origin_surface": args.origin_surface,
-        "origin_product": args.origin_product,
-        "dispatch_mode": args.dispatch_mode,
-        "initiated_at": format_ts(now),
-    }
+    try:
+        origin = FleetOrigin.model_validate(
+            {
+                "submitted_by": operator_name(),
+                "dispatch_context": {
+                    "originSurface": args.origin_surface,
+                    "originProductId": args.origin_product,
+                    "dispatchMode": args.dispatch_mode,
+                    "initiatedAt": format_ts(now),
+                },
+            }
+        ).model_dump()
+    except ValidationError as exc:
+        raise InputError(f"--origin-product: {exc.errors()[0]['msg']}") from None
     queue = _queue(args)
     try:
         queue.require_current()
@@ -141,7 +165,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     age = counts["oldest_queued_age_s"]
     print(f"oldest queued task: waiting {age:.0f}s" if age is not None else "oldest queued task: none")
     for agent, held in sorted(counts["leases"].items()):
-        print(f"leases   {agent}: {held}")
+        print(f"leases   {printable(agent)}: {held}")
     return 0
 
 
@@ -157,21 +181,25 @@ def cmd_show(args: argparse.Namespace) -> int:
     _print_task(task)
     for event in events:
         token = f" token {event['token']}" if event["token"] is not None else ""
-        agent = f" {event['agent']}" if event["agent"] else ""
+        agent = f" {printable(event['agent'])}" if event["agent"] else ""
         print(f"  {event['at']}  {event['type']}{agent}{token}")
     return 0
 
 
 def _print_task(task: FleetTask) -> None:
+    """A fleet row as text: anyone with the DSN can write one, so every value is made printable."""
     print(
-        f"fleet task {task.fleet_id}: {task.task_type} ({task.status}), priority {task.priority}, claims {task.claims}"
+        f"fleet task {task.fleet_id}: {printable(task.task_type)} ({task.status}), priority {task.priority}, "
+        f"claims {task.claims}"
     )
     if task.subject:
-        print(f"subject  {task.subject}")
+        print(f"subject  {printable(task.subject)}")
     if task.lease_agent:
-        print(f"lease    {task.lease_agent}, token {task.lease_token}, until {task.lease_expires_at}")
+        until = f", until {format_ts(task.lease_expires_at)}" if task.lease_expires_at else ""
+        print(f"lease    {printable(task.lease_agent)}, token {task.lease_token}{until}")
     if task.result:
-        print(f"result   {task.result}")
+        shown = ", ".join(f"{key} {printable(str(value))}" for key, value in task.result.items() if value is not None)
+        print(f"result   {shown}")
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agentd.errors import InputError, NotFound, SchemaMismatch
+from agentd.errors import AgentdError, InputError, NotFound, SchemaMismatch
 from agentd.resources import data_dir
 from agentd.store.migrations import Migration, available_migrations
 
@@ -75,14 +75,61 @@ class Lease:
     token: int
 
 
+# A service's connection gives up rather than hang: on a statement, a lock, or a peer that vanished
+# (TCP keepalives notice a partition within about 25 s).
+BOUNDED: dict[str, Any] = {
+    "connect_timeout": 10,
+    "options": "-c statement_timeout=15000 -c lock_timeout=5000 -c idle_in_transaction_session_timeout=30000",
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+
+
+def installed() -> bool:
+    """True when psycopg (the `fleet` extra) is importable."""
+    return psycopg is not None
+
+
+class FleetUnavailable(AgentdError):
+    """PostgreSQL could not be reached or dropped the connection: nothing was decided; try again later."""
+
+
 def connect(dsn: str) -> Any:
-    """One connection (autocommit: each verb opens its own short transaction)."""
+    """One connection (autocommit: each verb opens its own short transaction).
+
+    :raises FleetUnavailable: the server cannot be reached.
+    """
     if psycopg is None:
         raise InputError("the fleet needs psycopg: pip install 'agentd[fleet]'")
     try:
-        return psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=10)
+        return psycopg.connect(dsn, autocommit=True, row_factory=dict_row, **BOUNDED)
     except psycopg.OperationalError as exc:
-        raise InputError(f"cannot reach the fleet's PostgreSQL ({_first_line(exc)})") from None
+        raise FleetUnavailable(f"cannot reach the fleet's PostgreSQL ({_first_line(exc)})") from None
+
+
+def _refusing_nul(value: Any, where: str) -> str:
+    """JSON for a jsonb column, which cannot hold U+0000 (PostgreSQL's text cannot): refused by name."""
+    if _without_nul(value) != value:
+        raise InputError(f"{where}: holds the character U+0000, which PostgreSQL cannot store; remove it")
+    return json.dumps(value)
+
+
+def _scrubbed(value: Any) -> str:
+    """JSON of what agentd itself writes (a result, an event's detail), U+0000 replaced by U+FFFD: a
+    summary an attempt wrote must never make its report impossible."""
+    return json.dumps(_without_nul(value))
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_without_nul(key): _without_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    return value
 
 
 def _first_line(exc: BaseException) -> str:
@@ -104,8 +151,19 @@ class FleetQueue:
 
     @contextmanager
     def _transaction(self) -> Iterator[Any]:
-        with self.conn.transaction(), self.conn.cursor() as cursor:
-            yield cursor
+        """One short transaction; a connection that failed under it is FleetUnavailable (the server
+        rolled the transaction back: nothing of it happened)."""
+        try:
+            with self.conn.transaction(), self.conn.cursor() as cursor:
+                yield cursor
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable):
+                raise FleetUnavailable(f"the fleet's PostgreSQL took too long ({_first_line(exc)})") from None
+            raise FleetUnavailable(f"lost the fleet's PostgreSQL ({_first_line(exc)})") from None
+
+    @property
+    def broken(self) -> bool:
+        return bool(self.conn.closed or self.conn.broken)
 
     # --- schema --------------------------------------------------------------------------------------
 
@@ -162,12 +220,22 @@ class FleetQueue:
         origin: dict[str, Any],
     ) -> tuple[FleetTask, bool]:
         """(the task, whether it is new). A repeated idempotency key is the task made the first time."""
+        for text, where in ((subject, "--subject"), (key, "--key")):
+            _refusing_nul(text, where)
         with self._transaction() as cur:
             cur.execute(
                 f"""INSERT INTO fleet_tasks (idempotency_key, task_type, subject, payload, labels, priority, origin)
                     VALUES (%s, %s, %s, %s, %s, %s, %s)
                     ON CONFLICT (idempotency_key) DO NOTHING RETURNING {COLUMNS}""",
-                (key, task_type, subject, json.dumps(payload), sorted(set(labels)), priority, json.dumps(origin)),
+                (
+                    key,
+                    task_type,
+                    subject,
+                    _refusing_nul(payload, "--payload"),
+                    sorted(set(labels)),
+                    priority,
+                    json.dumps(origin),
+                ),
             )
             row = cur.fetchone()
             if row is not None:
@@ -219,35 +287,47 @@ class FleetQueue:
             self._event(cur, row["id"], "lease_expired")
 
     def renew(self, fleet_id: int, token: int, lease_s: float) -> bool:
-        """Extend the lease; False when the token is no longer the task's (lost: expired and claimed
-        again, or canceled), which is recorded as refused."""
+        """Extend one lease; False when the token is no longer the task's (renew_all)."""
+        return fleet_id not in self.renew_all({fleet_id: token}, lease_s)
+
+    def renew_all(self, leases: dict[int, int], lease_s: float) -> set[int]:
+        """Renew many leases (fleet id → token) in one statement; the fleet ids whose token is no longer
+        current (each recorded as refused) come back: those leases are lost."""
+        if not leases:
+            return set()
         with self._transaction() as cur:
             cur.execute(
-                """UPDATE fleet_tasks SET lease_expires_at = now() + make_interval(secs => %s), updated_at = now()
-                   WHERE id = %s AND lease_token = %s AND status = 'leased' RETURNING id""",
-                (lease_s, fleet_id, token),
+                """UPDATE fleet_tasks t SET lease_expires_at = now() + make_interval(secs => %s), updated_at = now()
+                   FROM unnest(%s::bigint[], %s::bigint[]) AS mine (id, token)
+                   WHERE t.id = mine.id AND t.lease_token = mine.token AND t.status = 'leased' RETURNING t.id""",
+                (lease_s, list(leases), list(leases.values())),
             )
-            if cur.fetchone() is not None:
-                return True
-            self._refused(cur, fleet_id, token, "renew")
-            return False
+            lost = set(leases) - {row["id"] for row in cur.fetchall()}
+            for fleet_id in sorted(lost):
+                self._refused(cur, fleet_id, leases[fleet_id], "renew")
+            return lost
 
     def finish(self, fleet_id: int, token: int, status: str, result: dict[str, Any]) -> bool:
         """Write the agent's result back (completed or failed): only with the current token of a task
-        still leased. False (recorded as refused) otherwise: the work stays the agent's local record."""
+        still leased. False (recorded as refused) otherwise: the work stays the agent's local record.
+        The same write again (the agent died before it noted the first) is True and changes nothing."""
         if status not in ("completed", "failed"):
             raise ValueError(f"a fleet task ends completed or failed, not {status!r}")
         with self._transaction() as cur:
             cur.execute(
                 """UPDATE fleet_tasks SET status = %s, result = %s, finished_at = now(), updated_at = now(),
-                       lease_token = NULL, lease_expires_at = NULL
+                       lease_expires_at = NULL
                    WHERE id = %s AND lease_token = %s AND status = 'leased' RETURNING id, lease_agent""",
-                (status, json.dumps(result), fleet_id, token),
+                (status, _scrubbed(result), fleet_id, token),
             )
             row = cur.fetchone()
             if row is not None:
                 self._event(cur, fleet_id, status, row["lease_agent"], token, {"summary": result.get("summary")})
                 return True
+            cur.execute("SELECT status, lease_token FROM fleet_tasks WHERE id = %s", (fleet_id,))
+            now = cur.fetchone()
+            if now is not None and now["status"] == status and now["lease_token"] == token:
+                return True  # this token's own write, already made
             self._refused(cur, fleet_id, token, status)
             return False
 
@@ -271,7 +351,7 @@ class FleetQueue:
                 raise InputError(f"fleet task {fleet_id} is already {row['status']}")
             cur.execute(
                 f"""UPDATE fleet_tasks SET status = 'canceled', finished_at = now(), updated_at = now(),
-                        lease_token = NULL, lease_expires_at = NULL WHERE id = %s RETURNING {COLUMNS}""",
+                        lease_expires_at = NULL WHERE id = %s RETURNING {COLUMNS}""",
                 (fleet_id,),
             )
             canceled = cur.fetchone()
@@ -314,5 +394,5 @@ class FleetQueue:
     ) -> None:  # fmt: skip
         cur.execute(
             "INSERT INTO fleet_events (task_id, type, agent, token, detail) VALUES (%s, %s, %s, %s, %s)",
-            (fleet_id, kind, agent, token, json.dumps(detail or {})),
+            (fleet_id, kind, agent, token, _scrubbed(detail or {})),
         )

@@ -13,15 +13,19 @@ CREATE TABLE fleet_tasks (
     origin           JSONB NOT NULL,                    -- who submitted it, and seed 003's dispatch context
     status           TEXT NOT NULL DEFAULT 'queued'
                      CHECK (status IN ('queued', 'leased', 'completed', 'failed', 'canceled')),
-    lease_agent      TEXT,                              -- who holds the lease (for people: writes key on the token)
-    lease_token      BIGINT,                            -- the fencing token of the current lease
+    lease_agent      TEXT,                              -- who holds (or last held) the lease: for people;
+                                                        -- every write keys on the token
+    lease_token      BIGINT,                            -- the fencing token of the current lease; once the
+                                                        -- task ends, the one that ended it (NULL if queued)
     lease_expires_at TIMESTAMPTZ,                       -- judged by this server's clock, never an agent's
     claims           INTEGER NOT NULL DEFAULT 0,
     result           JSONB,                             -- what the agent reported back: status, summary, evidence
     created_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
     updated_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
     finished_at      TIMESTAMPTZ,
-    CHECK ((status = 'leased') = (lease_token IS NOT NULL AND lease_expires_at IS NOT NULL))
+    CHECK ((status = 'leased') = (lease_expires_at IS NOT NULL)),
+    CHECK (status <> 'leased' OR lease_token IS NOT NULL),
+    CHECK (status <> 'queued' OR lease_token IS NULL)
 );
 CREATE SEQUENCE fleet_lease_tokens;
 CREATE INDEX fleet_tasks_queued ON fleet_tasks (priority, created_at, id) WHERE status = 'queued';
