@@ -31,7 +31,7 @@ from agentd.records import TaskIntent
 from agentd.records.fleet import FleetOrigin
 from agentd.running import FATAL
 from agentd.store import AsyncStore, Store
-from agentd.store.fleet import FleetQueue, FleetUnavailable, Lease, installed
+from agentd.store.fleet import FleetQueue, FleetUnavailable, Lease
 from agentd.store.fleet_leases import FleetGate, HeldLease, Taken
 from agentd.wake import Doorbell
 
@@ -95,9 +95,7 @@ class FleetLink:
     ) -> FleetLink | None:
         if config.fleet.dsn_file is None:
             return None
-        if not installed():
-            raise InputError("[fleet] dsn_file is set but psycopg is not installed: pip install 'agentd[fleet]'")
-        return cls(config, db, clock, metrics, doorbell)
+        return cls(config, db, clock, metrics, doorbell)  # config check made sure psycopg is there
 
     @property
     def round_s(self) -> float:

@@ -159,3 +159,38 @@ def test_an_unreachable_fleet_is_one_clear_line(capsys: pytest.CaptureFixture[st
     gone = fleet_cli(capsys, f"host={tmp_path} dbname=x user=postgres", "status")
     assert gone.code == 1 and gone.err.startswith("agentd: cannot reach the fleet's PostgreSQL")
     assert "Traceback" not in gone.err
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--label", "has space"], "--label: expected letters, digits"),
+        (["--label", "x" * 129], "--label: expected letters, digits"),
+        (["--subject", "a\x00b"], "--subject: holds the character U+0000"),
+        (["--payload", '{"note": "a\\u0000b"}'], "--payload: holds the character U+0000"),
+        (["--key", "k\x00"], "--key: holds the character U+0000"),
+        (["--priority", "0"], "--priority: expected 1 (most urgent) to 10"),
+        (["--origin-product", "a\x07b"], "--origin-product:"),
+        (["--subject", "s" * 600], "--subject"),
+    ],
+)
+def test_submit_refuses_what_postgresql_or_a_task_cannot_hold_and_writes_nothing(
+    dsn: str, queue: FleetQueue, capsys: pytest.CaptureFixture[str], state_dir: Path, args: list[str], says: str
+) -> None:
+    refused = fleet_cli(capsys, dsn, "submit", "--type", "example", *args)
+    assert refused.code == 2 and refused.err.startswith(f"agentd: {says}"), refused.err
+    assert "Traceback" not in refused.err
+    assert queue.counts()["tasks"]["queued"] == 0
+
+
+def test_config_check_wants_a_private_dsn_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from support import agent_config
+
+    dsn_file = tmp_path / "fleet.dsn"
+    dsn_file.write_text("host=/nowhere\n")
+    dsn_file.chmod(0o644)
+    path = agent_config(tmp_path / "agent", lambda raw: raw.update(fleet={"dsn_file": str(dsn_file)}))
+    checked = run_main(capsys, path, "config", "check")
+    assert checked.code == 2 and f"fleet.dsn_file: {dsn_file} holds secrets but others can read it" in checked.err
+    dsn_file.unlink()
+    assert "fleet.dsn_file: expected a file, found none" in run_main(capsys, path, "config", "check").err

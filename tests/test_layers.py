@@ -16,6 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.errors",
         "agentd.clock",
         "agentd.task_statuses",
+        "agentd.dispatch_context",  # seed 003's dispatch context words (data only)
         "agentd.edge",
         "agentd.hashing",
         "agentd.schema_check",
@@ -70,6 +71,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.control",
         "agentd.constitution",  # the operator's side of the proposal lane; imports control (operator())
         "agentd.service",
+        "agentd.fleet",  # an agent's side of a fleet: intake and confirmation, inside the dispatcher
     ),
     ("agentd.dispatch", "agentd.sensor_service"),
     ("agentd.install", "agentd.agent_toml", "agentd.ports", "agentd.cli", "agentd.__main__"),

@@ -7,20 +7,14 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import TypeAdapter, ValidationError
-
 from agentd.cli.common import add_command, config_from, input_problems, json_object, print_json, wants_json
 from agentd.clock import SystemClock, format_ts
+from agentd.dispatch_context import MODES, SURFACES
 from agentd.edge import printable
 from agentd.errors import InputError
-from agentd.records.base import Identifier
-from agentd.records.fleet import MODES, SURFACES
 
 if TYPE_CHECKING:
     from agentd.store.fleet import FleetQueue, FleetTask
-
-
-LABEL: TypeAdapter[str] = TypeAdapter(Identifier)  # --label: what [fleet] labels may name
 
 
 def register(commands: Any) -> None:
@@ -91,9 +85,12 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     """Judged as `agentd task add` judges it (the task type registry and its payload schema, here),
     before anything reaches PostgreSQL."""
+    from pydantic import TypeAdapter, ValidationError
+
     from agentd.intake import admit_task
     from agentd.privilege import operator_name
     from agentd.records import TaskIntent
+    from agentd.records.base import Identifier
     from agentd.records.fleet import FleetOrigin
 
     if not 1 <= args.priority <= 10:
@@ -106,9 +103,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         )
     except ValidationError as exc:
         raise InputError(input_problems(exc)) from None
+    label_rule: TypeAdapter[str] = TypeAdapter(Identifier)  # what [fleet] labels may name
     for label in args.labels:
         try:
-            LABEL.validate_python(label)
+            label_rule.validate_python(label)
         except ValidationError:
             raise InputError(
                 f"--label: expected letters, digits and . _ : - (starting with a letter or digit, at most 128), "

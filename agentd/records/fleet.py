@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 from pydantic import Field
 
+from agentd.dispatch_context import DispatchMode, OriginSurface
 from agentd.records.base import Record
-
-OriginSurface = Literal["browser", "mobile", "desktop", "web", "product-api", "cli"]  # seed 003 §7, and `cli`
-DispatchMode = Literal["interactive", "queued", "scheduled", "remote"]
-SURFACES: tuple[str, ...] = get_args(OriginSurface)
-MODES: tuple[str, ...] = get_args(DispatchMode)
 
 
 class DispatchContext(Record):
