@@ -218,40 +218,31 @@ class DispatchMetrics(Metrics):
         self._last_success = Gauge(specs.LAST_SUCCESS.name, specs.LAST_SUCCESS.help, registry=r)
         self._boot_sweep = counter(specs.BOOT_SWEEP, r)
         self.messages = counter(specs.MESSAGES, r)
-        self.agent_id = agent_id
-        self._fleet: dict[str, Any] = {}  # made on the first fleet call: an agent without a fleet shows none
-
-    def fleet(self, name: str) -> Any:
-        """A fleet metric with this agent's label (README, "A fleet")."""
-        if not self._fleet:
-            r = self.registry
-            spec = specs.FLEET_CLAIM_SECONDS
-            self._fleet = {
-                "leases": Gauge(specs.FLEET_LEASES.name, specs.FLEET_LEASES.help, ["agent"], registry=r),
-                "claimed": counter(specs.FLEET_CLAIMED, r),
-                "lost": counter(specs.FLEET_LOST, r),
-                "reported": counter(specs.FLEET_REPORTED, r),
-                "claim_seconds": Histogram(spec.name, spec.help, ["agent"], buckets=CLAIM_BUCKETS, registry=r),
-                "reachable": Gauge(specs.FLEET_REACHABLE.name, specs.FLEET_REACHABLE.help, ["agent"], registry=r),
-            }
-        return self._fleet[name]
+        self.agent_id = agent_id  # the fleet metrics' label (README, "A fleet"); no samples without a fleet
+        spec = specs.FLEET_CLAIM_SECONDS
+        self._fleet_leases = Gauge(specs.FLEET_LEASES.name, specs.FLEET_LEASES.help, ["agent"], registry=r)
+        self._fleet_claimed = counter(specs.FLEET_CLAIMED, r)
+        self._fleet_lost = counter(specs.FLEET_LOST, r)
+        self._fleet_reported = counter(specs.FLEET_REPORTED, r)
+        self._fleet_claim_s = Histogram(spec.name, spec.help, ["agent"], buckets=CLAIM_BUCKETS, registry=r)
+        self._fleet_up = Gauge(specs.FLEET_REACHABLE.name, specs.FLEET_REACHABLE.help, ["agent"], registry=r)
 
     def fleet_leases(self, held: int) -> None:
-        self.fleet("leases").labels(self.agent_id).set(held)
+        self._fleet_leases.labels(self.agent_id).set(held)
 
     def fleet_claimed(self, count: int, seconds: float) -> None:
-        self.fleet("claim_seconds").labels(self.agent_id).observe(seconds)
+        self._fleet_claim_s.labels(self.agent_id).observe(seconds)
         if count:
-            self.fleet("claimed").labels(self.agent_id).inc(count)
+            self._fleet_claimed.labels(self.agent_id).inc(count)
 
     def fleet_lost(self) -> None:
-        self.fleet("lost").labels(self.agent_id).inc()
+        self._fleet_lost.labels(self.agent_id).inc()
 
     def fleet_reported(self, status: str) -> None:
-        self.fleet("reported").labels(self.agent_id, status).inc()
+        self._fleet_reported.labels(self.agent_id, status).inc()
 
     def fleet_reachable(self, up: bool) -> None:
-        self.fleet("reachable").labels(self.agent_id).set(int(up))
+        self._fleet_up.labels(self.agent_id).set(int(up))
 
     def lock_held(self, held: bool) -> None:
         self._lock_held.set(int(held))

@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.errors",
         "agentd.clock",
         "agentd.task_statuses",
-        "agentd.dispatch_context",  # seed 003's dispatch context words (data only)
+        "agentd.origins",  # seed 003's dispatch context words (data only)
         "agentd.edge",
         "agentd.hashing",
         "agentd.schema_check",

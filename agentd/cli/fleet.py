@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import add_command, config_from, input_problems, json_object, print_json, wants_json
 from agentd.clock import SystemClock, format_ts
-from agentd.dispatch_context import MODES, SURFACES
 from agentd.edge import printable
 from agentd.errors import InputError
+from agentd.origins import MODES, SURFACES
 
 if TYPE_CHECKING:
     from agentd.store.fleet import FleetQueue, FleetTask

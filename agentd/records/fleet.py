@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from agentd.dispatch_context import DispatchMode, OriginSurface
+from agentd.origins import DispatchMode, OriginSurface
 from agentd.records.base import Record
 
 
