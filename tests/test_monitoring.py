@@ -26,6 +26,7 @@ from rig import Rig
 
 from agentd import procs
 from agentd.dispatch import Dispatcher
+from agentd.metric_specs import CATALOGUE
 from agentd.metrics import DispatchMetrics, SensorMetrics
 from agentd.records import TASK_STATUSES
 from agentd.settings import BudgetSection
@@ -157,6 +158,16 @@ def test_agentd_exports_the_names_the_monitoring_is_written_for(exported: Export
     assert exported.samples["agentd_sensor_runs_total"] == {"sensor", "result"}
     # `_created` series are disabled: a rule reading one would read nothing
     assert not [name for name in exported.samples if name.endswith("_created")]
+
+
+def test_no_metric_exports_a_label_the_scrape_job_sets(exported: Exported) -> None:
+    """The scrape job names the agent (and job, instance) on every series. A metric exporting one of
+    those labels itself collides: with Prometheus's default honor_labels: false its own label is renamed
+    `exported_agent`, so one series carries two agent names and every `by (agent)` reads the target's.
+    The target label is the one that names the agent; agentd_build_info{agent_id} maps it to the id."""
+    clashing = {name: labels & TARGET_LABELS for name, labels in exported.samples.items()}
+    assert {name: labels for name, labels in clashing.items() if labels} == {}
+    assert [spec.name for spec in CATALOGUE if set(spec.labels) & TARGET_LABELS] == []
 
 
 # --- reading PromQL at the level of regular expressions -----------------------------------------
