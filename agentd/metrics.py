@@ -53,6 +53,7 @@ logger = logging.getLogger(__name__)
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
+FLEET_STATUSES = ("completed", "failed", "refused")  # agentd_fleet_reported_total{status}
 CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
 MAX_CONNECTIONS = 8
 CONNECTION_TIMEOUT_S = 5.0
@@ -218,31 +219,43 @@ class DispatchMetrics(Metrics):
         self._last_success = Gauge(specs.LAST_SUCCESS.name, specs.LAST_SUCCESS.help, registry=r)
         self._boot_sweep = counter(specs.BOOT_SWEEP, r)
         self.messages = counter(specs.MESSAGES, r)
-        self.agent_id = agent_id  # the fleet metrics' label (README, "A fleet"); no samples without a fleet
-        spec = specs.FLEET_CLAIM_SECONDS
-        self._fleet_leases = Gauge(specs.FLEET_LEASES.name, specs.FLEET_LEASES.help, ["agent"], registry=r)
-        self._fleet_claimed = counter(specs.FLEET_CLAIMED, r)
-        self._fleet_lost = counter(specs.FLEET_LOST, r)
-        self._fleet_reported = counter(specs.FLEET_REPORTED, r)
-        self._fleet_claim_s = Histogram(spec.name, spec.help, ["agent"], buckets=CLAIM_BUCKETS, registry=r)
-        self._fleet_up = Gauge(specs.FLEET_REACHABLE.name, specs.FLEET_REACHABLE.help, ["agent"], registry=r)
+        self._fleet: dict[str, Any] = {}  # made on the first fleet call: an agent without a fleet shows none
+
+    def fleet(self, name: str) -> Any:
+        """A fleet metric (README, "A fleet"). None has an `agent` label: the scrape job's target label
+        names the agent, as on every other series (a label of ours would come back as exported_agent)."""
+        if not self._fleet:
+            r = self.registry
+            spec = specs.FLEET_CLAIM_SECONDS
+            reported = counter(specs.FLEET_REPORTED, r)
+            for status in FLEET_STATUSES:  # at 0 from the start, so increase() sees the first report
+                reported.labels(status)
+            self._fleet = {
+                "leases": Gauge(specs.FLEET_LEASES.name, specs.FLEET_LEASES.help, registry=r),
+                "claimed": counter(specs.FLEET_CLAIMED, r),
+                "lost": counter(specs.FLEET_LOST, r),
+                "reported": reported,
+                "claim_seconds": Histogram(spec.name, spec.help, buckets=CLAIM_BUCKETS, registry=r),
+                "reachable": Gauge(specs.FLEET_REACHABLE.name, specs.FLEET_REACHABLE.help, registry=r),
+            }
+        return self._fleet[name]
 
     def fleet_leases(self, held: int) -> None:
-        self._fleet_leases.labels(self.agent_id).set(held)
+        self.fleet("leases").set(held)
 
     def fleet_claimed(self, count: int, seconds: float) -> None:
-        self._fleet_claim_s.labels(self.agent_id).observe(seconds)
+        self.fleet("claim_seconds").observe(seconds)
         if count:
-            self._fleet_claimed.labels(self.agent_id).inc(count)
+            self.fleet("claimed").inc(count)
 
     def fleet_lost(self) -> None:
-        self._fleet_lost.labels(self.agent_id).inc()
+        self.fleet("lost").inc()
 
     def fleet_reported(self, status: str) -> None:
-        self._fleet_reported.labels(self.agent_id, status).inc()
+        self.fleet("reported").labels(status).inc()
 
     def fleet_reachable(self, up: bool) -> None:
-        self._fleet_up.labels(self.agent_id).set(int(up))
+        self.fleet("reachable").set(int(up))
 
     def lock_held(self, held: bool) -> None:
         self._lock_held.set(int(held))
