@@ -206,3 +206,12 @@ def test_a_claims_limit_is_a_positive_integer(queue: FleetQueue) -> None:
         with pytest.raises(ValueError, match="limit is a positive integer"):
             queue.claim("a1", ["example"], [], lease_s=60, limit=limit)  # type: ignore[arg-type]
     assert queue.counts()["tasks"]["queued"] == 2
+
+
+def test_a_result_holding_u0000_is_written_back(queue: FleetQueue) -> None:
+    """jsonb cannot hold U+0000: the finish writes U+FFFD in the result and in its event's detail."""
+    [task] = submit(queue)
+    [lease] = queue.claim("a1", ["example"], [], lease_s=60)
+    assert queue.finish(task, lease.token, "completed", {"summary": "a\x00b", "files": {"k\x00": ["\x00"]}})
+    assert queue.get(task).result == {"summary": "a\ufffdb", "files": {"k\ufffd": ["\ufffd"]}}
+    assert queue.events(task)[-1]["detail"] == {"summary": "a\ufffdb"}
