@@ -77,7 +77,6 @@ class Report:
 
     done: list[int]  # fleet ids it completed
     refused: int  # finish calls that returned False
-    claims: int  # claim calls that returned tasks
     started: float  # time.monotonic() (one clock for every process on Linux)
     stopped: float
     cpu_s: float  # the claimer's own CPU time over the drain
@@ -89,7 +88,6 @@ class Drained:
     """One drain: completions per second of wall time, and the CPU each completion cost."""
 
     per_s: float
-    claims: int
     claimer_us: float  # the claimers' CPU time per completion
     server_us: float  # their backends' CPU time per completion
 
@@ -111,18 +109,17 @@ def drain(dsn: str, agent: str, limit: int, start: Any) -> Report:
     queue = fleet.FleetQueue.open(dsn)
     backend = queue.conn.info.backend_pid
     done: list[int] = []
-    refused = claims = 0
+    refused = 0
     start.wait(timeout=120)
     started, cpu, server_cpu = time.monotonic(), own_cpu_s(), backend_cpu_s(backend)
     while leases := queue.claim(agent, [TASK_TYPE], [], LEASE_S, limit):
-        claims += 1
         for lease in leases:
             if queue.finish(lease.task.fleet_id, lease.token, "completed", RESULT):
                 done.append(lease.task.fleet_id)
             else:
                 refused += 1
     stopped = time.monotonic()
-    report = Report(done, refused, claims, started, stopped, own_cpu_s() - cpu, backend_cpu_s(backend) - server_cpu)
+    report = Report(done, refused, started, stopped, own_cpu_s() - cpu, backend_cpu_s(backend) - server_cpu)
     queue.close()
     return report
 
@@ -202,7 +199,6 @@ class Rig:
         wall = max(report.stopped for report in reports) - min(report.started for report in reports)
         return Drained(
             per_s=count / wall,
-            claims=sum(report.claims for report in reports),
             claimer_us=sum(report.cpu_s for report in reports) / count * 1e6,
             server_us=sum(report.server_cpu_s for report in reports) / count * 1e6,
         )
