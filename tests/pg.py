@@ -20,8 +20,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from support import missing
-
 SERVER_BINS = sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)  # the newest first
 
 
@@ -46,6 +44,9 @@ def why_not() -> str | None:
 
 
 def require() -> None:
+    """Skip the test by name (fail under AGENTD_REQUIRE_POSTGRES=1) where no PostgreSQL can run."""
+    from support import missing  # here, not at the top: bench/ imports this module without pytest's path
+
     reason = why_not()
     if reason is not None:
         missing("POSTGRES", f"a real PostgreSQL for the fleet tests: {reason}")

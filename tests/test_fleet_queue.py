@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import psycopg
 import pytest
 from support import EXAMPLE_CONFIG, CliResult, run_main
 
@@ -194,3 +195,58 @@ def test_config_check_wants_a_private_dsn_file(tmp_path: Path, capsys: pytest.Ca
     assert checked.code == 2 and f"fleet.dsn_file: {dsn_file} holds secrets but others can read it" in checked.err
     dsn_file.unlink()
     assert "fleet.dsn_file: expected a file, found none" in run_main(capsys, path, "config", "check").err
+
+
+# --- what an agent runs for every task stays cheap (bench/fleet.py measures it) ------------------------
+
+
+def test_a_claim_keeps_one_cached_plan_whatever_the_queue_holds(queue: FleetQueue) -> None:
+    """With its LIMIT a parameter, a claim over a few thousand tasks was planned anew every time (the
+    generic plan, costed for a tenth of the table, never won): planning cost more than running it."""
+    with queue.conn.cursor() as cur:
+        cur.execute(
+            """INSERT INTO fleet_tasks (task_type, payload, priority, origin)
+               SELECT 'example', '{}', 1 + n % 10, '{}' FROM generate_series(1, 5000) AS n"""
+        )
+        cur.execute("ANALYZE fleet_tasks")
+    for _ in range(15):  # psycopg prepares a statement at its fifth run; PostgreSQL plans five custom plans first
+        assert len(queue.claim("a1", ["example"], [], lease_s=60)) == 1
+    with queue.conn.cursor() as cur:
+        cur.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%SKIP LOCKED%'"
+        )
+        plans = cur.fetchall()
+    assert plans and all(row["custom_plans"] <= 5 and row["generic_plans"] >= 5 for row in plans), plans
+
+
+def test_a_claim_and_the_requeue_before_it_are_one_transaction(queue: FleetQueue) -> None:
+    """Sent together in one round trip, they still commit together: a claim that fails undoes the
+    requeue, and the connection serves the next claim."""
+    [task] = submit(queue)
+    [first] = queue.claim("a1", ["example"], [], lease_s=60)
+    with queue.conn.cursor() as cur:
+        cur.execute("UPDATE fleet_tasks SET lease_expires_at = now() - interval '1 second'")
+    with pytest.raises(psycopg.DataError, match="out of range"):
+        queue.claim("a2", ["example"], [], lease_s=1e300)  # the new lease's end cannot be a timestamp
+    assert queue.get(task).lease_token == first.token
+    assert [e["type"] for e in queue.events(task)] == ["submitted", "claimed"]
+    [second] = queue.claim("a2", ["example"], [], lease_s=60)
+    assert second.token > first.token
+    assert [e["type"] for e in queue.events(task)] == ["submitted", "claimed", "lease_expired", "claimed"]
+
+
+def test_a_claims_limit_is_a_positive_integer(queue: FleetQueue) -> None:
+    submit(queue, 2)
+    for limit in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="limit is a positive integer"):
+            queue.claim("a1", ["example"], [], lease_s=60, limit=limit)  # type: ignore[arg-type]
+    assert queue.counts()["tasks"]["queued"] == 2
+
+
+def test_a_result_holding_u0000_is_written_back(queue: FleetQueue) -> None:
+    """jsonb cannot hold U+0000: the finish writes U+FFFD in the result and in its event's detail."""
+    [task] = submit(queue)
+    [lease] = queue.claim("a1", ["example"], [], lease_s=60)
+    assert queue.finish(task, lease.token, "completed", {"summary": "a\x00b", "files": {"k\x00": ["\x00"]}})
+    assert queue.get(task).result == {"summary": "a\ufffdb", "files": {"k\ufffd": ["\ufffd"]}}
+    assert queue.events(task)[-1]["detail"] == {"summary": "a\ufffdb"}

@@ -11,6 +11,7 @@ clock, never an agent's. psycopg 3, imported only here and by the fleet's comman
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -31,6 +32,58 @@ except ImportError:  # pragma: no cover - exercised where the extra is absent
 TERMINAL = ("completed", "failed", "canceled")
 COLUMNS = """id, idempotency_key, task_type, subject, payload, labels, priority, origin, status, lease_agent,
     lease_token, lease_expires_at, claims, result, created_at, updated_at, finished_at"""
+
+
+# What an agent runs for every task: each statement writes its own events (data-modifying CTEs), so a
+# row and its history change in the same statement, hence the same transaction.
+REQUEUE_EXPIRED = """
+    WITH expired AS (
+        UPDATE fleet_tasks SET status = 'queued', lease_agent = NULL, lease_token = NULL, lease_expires_at = NULL,
+            updated_at = now()
+        WHERE id IN (SELECT id FROM fleet_tasks WHERE status = 'leased' AND lease_expires_at < now()
+                     FOR UPDATE SKIP LOCKED)
+        RETURNING id)
+    INSERT INTO fleet_events (task_id, type) SELECT id, 'lease_expired' FROM expired ORDER BY id"""
+CLAIM = """
+    WITH next AS (
+        SELECT id FROM fleet_tasks
+        WHERE status = 'queued' AND task_type = ANY(%(types)s) AND labels <@ %(labels)s
+        ORDER BY priority, created_at, id LIMIT {limit}
+        FOR UPDATE SKIP LOCKED),
+    claimed AS (
+        UPDATE fleet_tasks t SET status = 'leased', lease_agent = %(agent)s,
+            lease_token = nextval('fleet_lease_tokens'),
+            lease_expires_at = now() + make_interval(secs => %(lease_s)s),
+            claims = t.claims + 1, updated_at = now()
+        FROM next WHERE t.id = next.id
+        RETURNING {returning}),
+    noted AS (
+        INSERT INTO fleet_events (task_id, type, agent, token)
+        SELECT id, 'claimed', lease_agent, lease_token FROM claimed ORDER BY lease_token)
+    SELECT {columns} FROM claimed ORDER BY priority, created_at, id"""
+FINISH = """
+    WITH done AS (
+        UPDATE fleet_tasks SET status = %(status)s, result = %(result)s, finished_at = now(), updated_at = now(),
+            lease_expires_at = NULL
+        WHERE id = %(id)s AND lease_token = %(token)s AND status = 'leased' RETURNING id, lease_agent, lease_token)
+    INSERT INTO fleet_events (task_id, type, agent, token, detail)
+    SELECT id, %(status)s, lease_agent, lease_token, %(detail)s FROM done RETURNING task_id"""
+
+
+def _claim_sql(limit: int) -> str:
+    """CLAIM with its LIMIT written in (checked first: it becomes SQL text). A parameter there made
+    PostgreSQL plan the claim anew at every run: the generic plan, costed for an unknown limit (a tenth
+    of the table), never beat a custom one, and planning cost more than running it. Written in, each
+    limit's statement keeps one cached plan."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"a claim's limit is a positive integer, not {limit!r}")
+    return _claim_sql_for(limit)
+
+
+@functools.lru_cache(maxsize=64)
+def _claim_sql_for(limit: int) -> str:
+    returning = ", ".join(f"t.{c.strip()}" for c in COLUMNS.split(","))
+    return CLAIM.format(limit=limit, returning=returning, columns=COLUMNS)
 
 
 def fleet_migrations() -> list[Migration]:
@@ -136,6 +189,18 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+@contextmanager
+def _unavailable() -> Iterator[None]:
+    """A connection that failed under the block is FleetUnavailable (the server rolled back what it
+    had not committed: nothing of it happened)."""
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        if isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable):
+            raise FleetUnavailable(f"the fleet's PostgreSQL took too long ({_first_line(exc)})") from None
+        raise FleetUnavailable(f"lost the fleet's PostgreSQL ({_first_line(exc)})") from None
+
+
 class FleetQueue:
     """The verbs, over one connection."""
 
@@ -153,13 +218,15 @@ class FleetQueue:
     def _transaction(self) -> Iterator[Any]:
         """One short transaction; a connection that failed under it is FleetUnavailable (the server
         rolled the transaction back: nothing of it happened)."""
-        try:
-            with self.conn.transaction(), self.conn.cursor() as cursor:
-                yield cursor
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            if isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable):
-                raise FleetUnavailable(f"the fleet's PostgreSQL took too long ({_first_line(exc)})") from None
-            raise FleetUnavailable(f"lost the fleet's PostgreSQL ({_first_line(exc)})") from None
+        with _unavailable(), self.conn.transaction(), self.conn.cursor() as cursor:
+            yield cursor
+
+    @contextmanager
+    def _statement(self) -> Iterator[Any]:
+        """A cursor for one statement, its own transaction (the connection autocommits): no BEGIN and
+        COMMIT to wait for, so a verb that is one statement is one round trip."""
+        with _unavailable(), self.conn.cursor() as cursor:
+            yield cursor
 
     @property
     def broken(self) -> bool:
@@ -250,41 +317,18 @@ class FleetQueue:
         self, agent: str, task_types: Sequence[str], labels: Sequence[str], lease_s: float, limit: int = 1
     ) -> list[Lease]:
         """Up to `limit` queued tasks this agent can run (its task types; every label of the task among its
-        labels), most urgent first, each with a new token. Leases that expired are queued again first."""
-        with self._transaction() as cur:
-            self._requeue_expired(cur)
-            cur.execute(
-                f"""WITH next AS (
-                        SELECT id FROM fleet_tasks
-                        WHERE status = 'queued' AND task_type = ANY(%(types)s) AND labels <@ %(labels)s
-                        ORDER BY priority, created_at, id LIMIT %(limit)s
-                        FOR UPDATE SKIP LOCKED)
-                    UPDATE fleet_tasks t SET status = 'leased', lease_agent = %(agent)s,
-                        lease_token = nextval('fleet_lease_tokens'),
-                        lease_expires_at = now() + make_interval(secs => %(lease_s)s),
-                        claims = t.claims + 1, updated_at = now()
-                    FROM next WHERE t.id = next.id
-                    RETURNING {", ".join(f"t.{c.strip()}" for c in COLUMNS.split(","))}""",
-                {"types": list(task_types), "labels": sorted(set(labels)), "limit": limit, "agent": agent,
-                 "lease_s": lease_s},
-            )  # fmt: skip
-            leases = [
-                Lease(FleetTask.of(row), row_token) for row in cur.fetchall() if (row_token := row["lease_token"])
-            ]
-            for lease in leases:
-                self._event(cur, lease.task.fleet_id, "claimed", agent, lease.token)
-            return leases
+        labels), most urgent first, each with a new token. Leases that expired are queued again first.
 
-    def _requeue_expired(self, cur: Any) -> None:
-        cur.execute(
-            """UPDATE fleet_tasks SET status = 'queued', lease_agent = NULL, lease_token = NULL,
-                   lease_expires_at = NULL, updated_at = now()
-               WHERE id IN (SELECT id FROM fleet_tasks WHERE status = 'leased' AND lease_expires_at < now()
-                            FOR UPDATE SKIP LOCKED)
-               RETURNING id"""
-        )
-        for row in cur.fetchall():
-            self._event(cur, row["id"], "lease_expired")
+        One transaction in one round trip: the requeue and the claim go out together in psycopg's pipeline
+        and PostgreSQL runs them as one implicit transaction, committed at the pipeline's end (each
+        statement writes its own events). The claim sees the tasks the requeue just queued."""
+        params = {"types": list(task_types), "labels": sorted(set(labels)), "agent": agent, "lease_s": lease_s}
+        with _unavailable(), self.conn.cursor() as cur:
+            with self.conn.pipeline():
+                cur.execute(REQUEUE_EXPIRED)
+                cur.execute(_claim_sql(limit), params)
+            rows = cur.fetchall()
+        return [Lease(FleetTask.of(row), row_token) for row in rows if (row_token := row["lease_token"])]
 
     def renew(self, fleet_id: int, token: int, lease_s: float) -> bool:
         """Extend one lease; False when the token is no longer the task's (renew_all)."""
@@ -313,17 +357,12 @@ class FleetQueue:
         The same write again (the agent died before it noted the first) is True and changes nothing."""
         if status not in ("completed", "failed"):
             raise ValueError(f"a fleet task ends completed or failed, not {status!r}")
-        with self._transaction() as cur:
-            cur.execute(
-                """UPDATE fleet_tasks SET status = %s, result = %s, finished_at = now(), updated_at = now(),
-                       lease_expires_at = NULL
-                   WHERE id = %s AND lease_token = %s AND status = 'leased' RETURNING id, lease_agent""",
-                (status, _scrubbed(result), fleet_id, token),
-            )
-            row = cur.fetchone()
-            if row is not None:
-                self._event(cur, fleet_id, status, row["lease_agent"], token, {"summary": result.get("summary")})
+        with self._statement() as cur:  # the common case, one round trip: the write and its event
+            cur.execute(FINISH, {"status": status, "result": _scrubbed(result), "id": fleet_id, "token": token,
+                                 "detail": _scrubbed({"summary": result.get("summary")})})  # fmt: skip
+            if cur.fetchone() is not None:
                 return True
+        with self._transaction() as cur:  # refused, or this token's own write made before
             cur.execute("SELECT status, lease_token FROM fleet_tasks WHERE id = %s", (fleet_id,))
             now = cur.fetchone()
             if now is not None and now["status"] == status and now["lease_token"] == token:
