@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := config/identity.example.toml
 
-.PHONY: run test test-fast test-harness record-fixtures test-slow chaos lint bench bench-quick docs-reference clean
+.PHONY: run test test-fast test-harness record-fixtures test-slow chaos fleet-chaos lint bench bench-quick docs-reference clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentd needs python3 >= 3.11, found " + sys.version.split()[0] + "; run: make PYTHON=python3.11 ...")'
@@ -16,11 +16,11 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	@touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,fleet]'
 	@touch $@ $(VENV)/.installed
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[test,fleet,bench]'
 	@touch $@ $(VENV)/.installed $(VENV)/.installed-test
 
 ## run: initialise var/demo from the embedded default config and run both services in the foreground
@@ -64,8 +64,14 @@ test-slow: $(VENV)/.installed-test
 chaos: $(VENV)/.installed-test
 	$(BIN)/python tests/chaos.py --kills 60
 
-## bench: issue #13's goals side by side (agentd, raw sqlite3, huey, persist-queue, a bare spawn), five
-## interleaved repetitions, PASS/FAIL per goal; rewrites bench/BENCHMARKS.md (about 2½ minutes on 2 cores)
+## fleet-chaos: three real agents on one real PostgreSQL, 300 fleet tasks, >= 20 SIGKILLs, partitions and a
+## PostgreSQL restart; prints the table (about 2 minutes; needs root and Debian's postgresql)
+fleet-chaos: $(VENV)/.installed-test
+	$(BIN)/python tests/fleet_chaos.py --tasks 300 --kills 24
+
+## bench: issue #13's goals side by side (agentd, raw sqlite3, huey, persist-queue, a bare spawn) and issue #25's
+## fleet row (8 claimers, one PostgreSQL), five interleaved repetitions, PASS/FAIL per goal; rewrites
+## bench/BENCHMARKS.md (about 2½ minutes on 2 cores)
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/run.py --write
 

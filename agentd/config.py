@@ -42,6 +42,7 @@ from agentd.settings import (
     BudgetSection,
     ChaosSection,
     DispatchSection,
+    FleetSection,
     MetricsSection,
     PathsSection,
     RetentionSection,
@@ -90,6 +91,7 @@ class Config:
     purpose_text: str
     message_handlers: Mapping[str, MessageHandler] = field(default_factory=dict)  # [[message_handlers]]
     budget: BudgetSection = field(default_factory=BudgetSection)
+    fleet: FleetSection = field(default_factory=FleetSection)
 
     @property
     def identity(self) -> AgentIdentity:
@@ -207,6 +209,7 @@ def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
 
     for key in ("soul_path", "purpose_path"):
         fix(raw.get("constitution"), key)
+    fix(raw.get("fleet"), "dsn_file")
     for key in ("state_dir", "skills_dir", "sensors_dir", "workspace", "run_dir"):
         fix(raw.get("paths"), key)
     for handler in raw.get("message_handlers") or []:
@@ -312,6 +315,7 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         schedules=tuple(settings.schedules),
         message_handlers={h.handler_id: h for h in settings.message_handlers},
         budget=settings.budget,
+        fleet=settings.fleet,
         skills=skills,
         sensor_definitions=sensors,
         soul_text=texts["soul_path"],

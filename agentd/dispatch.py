@@ -25,6 +25,7 @@ from agentd.clock import Clock, age, format_ts
 from agentd.config import Config
 from agentd.containment import release_namespace
 from agentd.errors import DatabaseGone
+from agentd.fleet import FleetLink
 from agentd.intents import schedule_runs, schedule_spec, step_decisions
 from agentd.lock import DispatchLock
 from agentd.metrics import DispatchMetrics, NullMetrics
@@ -37,6 +38,7 @@ from agentd.service import Notifier, Shell
 from agentd.status import BudgetOutlook, budget_outlook
 from agentd.store import AsyncStore, Store
 from agentd.store.control import Pause
+from agentd.store.fleet_leases import FleetGate
 from agentd.sweep import boot_sweep
 from agentd.wake import Doorbell
 
@@ -66,6 +68,7 @@ class Dispatcher:
         self.user = run_user(config.dispatch.run_as)  # who attempts run as (README, "The boundary")
         self.attempts = AttemptRunner(config, db, clock, self.rng, self.metrics, self.doorbell, adapters, self.user)
         self.outbox = OutboxApplier(config, db, clock, self.metrics)
+        self.fleet = FleetLink.of(config, db, clock, self.metrics, self.doorbell)  # README, "A fleet"
         self._stopping = False
         self._idle_noted = False
         self._held: tuple[BudgetHold, int] | None = None  # what the budget held back at the last claim
@@ -85,6 +88,8 @@ class Dispatcher:
                 await group.start(self.doorbell.listen, self.config.paths.state_dir)
                 await self.shell.serve(group, self.status_line)
                 group.start_soon(self.outbox.deliveries.run)  # external messages, beside the claims
+                if self.fleet is not None:
+                    group.start_soon(self.fleet.run)  # the fleet's work into this queue, results back
                 await self._loop()
                 group.cancel_scope.cancel()
         finally:
@@ -117,6 +122,8 @@ class Dispatcher:
         except DatabaseGone:
             self.shell.close()  # nothing can be recorded; the error that stopped the service says why
         finally:
+            if self.fleet is not None:
+                self.fleet.close()
             release_namespace(self.config.paths.state_dir)
 
     async def status_line(self) -> str:
@@ -213,6 +220,11 @@ class Dispatcher:
         budget = await self._budget(now)
         hold = budget.hold if budget else None
         claim = await self.db.call(Store.claim_next_task, now, self.holder_id, self._plan, evidence, hold)
+        while isinstance(claim, FleetGate):  # a fleet task is next: its lease is confirmed before it starts
+            confirmed = claim.task_id if await self._confirm(claim) else None
+            claim = await self.db.call(
+                Store.claim_next_task, self.clock.now(), self.holder_id, self._plan, evidence, hold, confirmed
+            )
         if claim is None:
             self._paused = await self.db.call(Store.dispatch_pause)
             if self._paused is None:  # else the operator paused it: nothing is claimed until `dispatch resume`
@@ -227,10 +239,20 @@ class Dispatcher:
         self._crash_point("after_claim")
         end = await self.attempts.run(claim, stopping=self._stopping, on_running=self._publish)
         self._crash_point("after_outcome_commit")
+        if self.fleet is not None:
+            self.fleet.wake.ring()  # a fleet task's result goes back now
         await self._publish()
         if end.outbox:
             await self.outbox.apply_pending()
         return True
+
+    async def _confirm(self, gate: FleetGate) -> bool:
+        """True once the fleet confirmed the lease; else the task was canceled (lost) or deferred."""
+        if self.fleet is not None:
+            return await self.fleet.confirm(gate)
+        reason = "this agent no longer has a fleet ([fleet] dsn_file is not set): its lease cannot be confirmed"
+        await self.db.call(Store.fleet_lease_lost, gate.task_id, reason, self.clock.now())
+        return False
 
     def _state(self) -> str:
         """What the dispatcher is doing, as a key that changes only when its state does (not with a

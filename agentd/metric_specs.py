@@ -137,6 +137,45 @@ MESSAGES = Spec(
     "dispatch",
 )
 
+# This agent's side of a fleet (README, "A fleet"), counted by the dispatcher that runs its intake. Shown
+# once the intake has run. No `agent` label: the scrape job's target label names the agent on every series
+# (an exported one would collide with it and come back as exported_agent; monitoring/README.md).
+FLEET_LEASES = Spec(
+    "agentd_fleet_leases_held",
+    "gauge",
+    "Fleet leases this agent holds: tasks it took from the fleet that wait, run or await their report",
+    served_by="dispatch",
+)
+FLEET_CLAIMED = Spec(
+    "agentd_fleet_claimed", "counter", "Fleet tasks this agent claimed (each with a new token)", served_by="dispatch"
+)
+FLEET_LOST = Spec(
+    "agentd_fleet_lease_lost",
+    "counter",
+    "Fleet leases lost: the fleet refused this agent's token (the lease expired and the task went to another "
+    "agent, or it was canceled); the local work does not count",
+    served_by="dispatch",
+)
+FLEET_REPORTED = Spec(
+    "agentd_fleet_reported",
+    "counter",
+    "Results written back to the fleet by status (completed, failed; refused: the task could not run here)",
+    ("status",),
+    "dispatch",
+)
+FLEET_CLAIM_SECONDS = Spec(
+    "agentd_fleet_claim_seconds",
+    "histogram",
+    "How long a claim against the fleet's PostgreSQL took, found something or not",
+    served_by="dispatch",
+)
+FLEET_REACHABLE = Spec(
+    "agentd_fleet_reachable",
+    "gauge",
+    "1 while the fleet's PostgreSQL answered this agent's last request; 0 while it cannot be reached",
+    served_by="dispatch",
+)
+
 # Counted by the sensor service.
 SENSOR_RUNS = Spec(
     "agentd_sensor_runs",

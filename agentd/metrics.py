@@ -54,6 +54,8 @@ logger = logging.getLogger(__name__)
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
+FLEET_STATUSES = ("completed", "failed", "refused")  # agentd_fleet_reported_total{status}
+CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
 MAX_CONNECTIONS = 8
 CONNECTION_TIMEOUT_S = 5.0
 MAX_REQUEST_BYTES = 8192
@@ -218,6 +220,43 @@ class DispatchMetrics(Metrics):
         self._last_success = Gauge(specs.LAST_SUCCESS.name, specs.LAST_SUCCESS.help, registry=r)
         self._boot_sweep = counter(specs.BOOT_SWEEP, r)
         self.messages = counter(specs.MESSAGES, r)
+        self._fleet: dict[str, Any] = {}  # made on the first fleet call: an agent without a fleet shows none
+
+    def fleet(self, name: str) -> Any:
+        """A fleet metric (README, "A fleet"). None has an `agent` label: the scrape job's target label
+        names the agent, as on every other series (a label of ours would come back as exported_agent)."""
+        if not self._fleet:
+            r = self.registry
+            spec = specs.FLEET_CLAIM_SECONDS
+            reported = counter(specs.FLEET_REPORTED, r)
+            for status in FLEET_STATUSES:  # at 0 from the start, so increase() sees the first report
+                reported.labels(status)
+            self._fleet = {
+                "leases": Gauge(specs.FLEET_LEASES.name, specs.FLEET_LEASES.help, registry=r),
+                "claimed": counter(specs.FLEET_CLAIMED, r),
+                "lost": counter(specs.FLEET_LOST, r),
+                "reported": reported,
+                "claim_seconds": Histogram(spec.name, spec.help, buckets=CLAIM_BUCKETS, registry=r),
+                "reachable": Gauge(specs.FLEET_REACHABLE.name, specs.FLEET_REACHABLE.help, registry=r),
+            }
+        return self._fleet[name]
+
+    def fleet_leases(self, held: int) -> None:
+        self.fleet("leases").set(held)
+
+    def fleet_claimed(self, count: int, seconds: float) -> None:
+        self.fleet("claim_seconds").observe(seconds)
+        if count:
+            self.fleet("claimed").inc(count)
+
+    def fleet_lost(self) -> None:
+        self.fleet("lost").inc()
+
+    def fleet_reported(self, status: str) -> None:
+        self.fleet("reported").labels(status).inc()
+
+    def fleet_reachable(self, up: bool) -> None:
+        self.fleet("reachable").set(int(up))
 
     def lock_held(self, held: bool) -> None:
         self._lock_held.set(int(held))
@@ -324,6 +363,21 @@ class NullMetrics:
         pass
 
     def workflow_moved(self, workflow_type: str, kind: str) -> None:
+        pass
+
+    def fleet_leases(self, held: int) -> None:
+        pass
+
+    def fleet_claimed(self, count: int, seconds: float) -> None:
+        pass
+
+    def fleet_lost(self) -> None:
+        pass
+
+    def fleet_reported(self, status: str) -> None:
+        pass
+
+    def fleet_reachable(self, up: bool) -> None:
         pass
 
     def message_counted(self, handler: str, outcome: str) -> None:

@@ -189,7 +189,7 @@ def operator_name() -> str:
 
 
 # Sources agentd sets itself: an operator's --source may not claim to be one of them.
-RESERVED_SOURCES = ("operator", "sensor", "schedule", "workflow", "follow_up", "followup", "agentd")
+RESERVED_SOURCES = ("operator", "sensor", "schedule", "workflow", "follow_up", "followup", "agentd", "fleet")
 
 
 def operator_source(given: str | None) -> str:

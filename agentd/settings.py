@@ -245,6 +245,24 @@ class RetentionSection(Section):
     interval_s: int = Field(default=3600, ge=60, le=7 * 86_400, description="how often the sensor service applies it")
 
 
+class FleetSection(Section):
+    """[fleet]: this agent takes work from a fleet's queue on PostgreSQL (README, "A fleet")."""
+
+    dsn_file: Path | None = Field(
+        default=None, description="a file (0600) holding the PostgreSQL connection string; none: no fleet intake"
+    )
+    labels: list[Identifier] = Field(
+        default=[], description="what this agent offers: it claims only tasks whose labels it all has"
+    )
+    lease_s: float = Field(
+        default=60.0, ge=5, le=DAY_S, description="how long a claim holds without renewal (the server's clock)"
+    )
+    poll_s: float = Field(default=5.0, gt=0, le=3600, description="how often intake looks for work when idle")
+    max_local: int = Field(
+        default=1, ge=1, le=1000, description="fleet tasks held here at once, waiting or running (each leased)"
+    )
+
+
 class ChaosSection(Section):
     """Fault injection for the crash tests and the chaos suite: SIGKILL ourselves at a point."""
 
@@ -266,6 +284,7 @@ class Settings(Section):
     budget: BudgetSection = BudgetSection()
     metrics: MetricsSection = MetricsSection()
     retention: RetentionSection = RetentionSection()
+    fleet: FleetSection = FleetSection()
     chaos: ChaosSection = ChaosSection()
     adapters: list[AdapterConfig] = Field(min_length=1)
     profiles: list[SubagentProfile] = Field(min_length=1)

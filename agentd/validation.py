@@ -54,6 +54,7 @@ def check_references(config: Config) -> list[Problem]:
         _message_handlers,
         _budget,
         _boundary,
+        _fleet,
     )
     return [problem for check in checks for problem in check(config)]
 
@@ -163,6 +164,21 @@ def _env_file(src: str, key: str, path: Path) -> list[Problem]:
     if path.stat().st_mode & 0o077:
         return [Problem(src, key, f"{path} holds secrets but others can read it; chmod 600 it")]
     return []
+
+
+def _fleet(config: Config) -> list[Problem]:
+    """[fleet] dsn_file: a file of its own that only its owner can read, and psycopg to use it."""
+    path = config.fleet.dsn_file
+    if path is None:
+        return []
+    from agentd.store.fleet import installed  # psycopg is imported only by an agent with a fleet
+
+    problems = _env_file(str(config.path), "fleet.dsn_file", path)
+    if not installed():
+        problems.append(
+            Problem(str(config.path), "fleet.dsn_file", "the fleet needs psycopg: pip install 'agentd[fleet]'")
+        )
+    return problems
 
 
 def _profiles(config: Config) -> list[Problem]:

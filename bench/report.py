@@ -24,9 +24,15 @@ class Samples:
 
     values: dict[str, list[float]] = field(default_factory=dict)
     units: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # a measurement that cannot run here: why
 
     def add(self, name: str, unit: str, value: float) -> None:
         self.values.setdefault(name, []).append(value)
+        self.units[name] = unit
+
+    def skip(self, name: str, unit: str, reason: str) -> None:
+        """`name` is not measured on this machine, for a reason the report names."""
+        self.skipped[name] = reason
         self.units[name] = unit
 
     def has(self, name: str) -> bool:
@@ -85,7 +91,7 @@ class Goal:
 def goal_line(goal: Goal, samples: Samples, judge: bool) -> str:
     """`| title | agentd | against | ratio | goal | verdict |` for the goals table."""
     if not samples.has(goal.subject) or (goal.against and not samples.has(goal.against)):
-        missing = f"{goal.peer} not installed" if goal.peer else "not measured"
+        missing = f"{goal.peer} not installed" if goal.peer else samples.skipped.get(goal.subject, "not measured")
         agentd = samples.show(goal.subject) if samples.has(goal.subject) else "—"
         return f"| {goal.title} | {agentd} | {missing} | — | {goal.wanted(samples.units)} | SKIP |"
     against = f"{goal.against}: {samples.show(goal.against)}" if goal.against else "the limit"
@@ -152,13 +158,14 @@ def git_describe() -> str:
 def render(title: str, intro: list[str], goals: list[Goal], samples: Samples, judge: bool) -> str:
     goal_lines = [goal_line(goal, samples, judge) for goal in goals]
     rows = [f"| {name} | {samples.show(name)} | {len(samples.values[name])} |" for name in samples.values]
+    rows += [f"| {name} | not measured: {reason} | 0 |" for name, reason in samples.skipped.items()]
     return "\n".join(
         [
             f"# {title}",
             "",
             *intro,
             "",
-            "## Goals (issue #13)",
+            "## Goals (issue #13; the fleet's, issue #25)",
             "",
             "Ratio: the median over the repetitions of agentd ÷ the baseline (measured back to back in each), or "
             "agentd's median ÷ the limit where the goal is absolute.",

@@ -2,7 +2,8 @@
 runs them at tiny sizes, once, to prove they run (no verdicts).
 
 Every row of issue #13 side by side in one run: agentd against raw sqlite3 (same file, same
-pragmas), huey and persist-queue at their defaults, a bare spawn, or a fixed limit. Each repetition
+pragmas), huey and persist-queue at their defaults, a bare spawn, or a fixed limit; and issue #25's
+fleet row, claimers against one PostgreSQL (SKIP, naming why, where none can be started). Each repetition
 measures every side once, one after another; the report gives medians with min..max, each goal's
 ratio and PASS/FAIL. Absolute numbers are this machine's; the ratios are the point. Targets live
 here, never in timed unit tests.
@@ -11,6 +12,7 @@ here, never in timed unit tests.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
@@ -21,8 +23,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from agentd.fleet import MAX_CLAIM  # noqa: E402
 from agentd.store import Store  # noqa: E402
-from bench import endtoend, peers, processes, raw, store_rows  # noqa: E402
+from bench import endtoend, fleet, peers, processes, raw, store_rows  # noqa: E402
 from bench.agent import bulk_tasks, fresh, write_noop_script  # noqa: E402, F401  (the slow test uses the first two)
 from bench.report import Goal, Samples, machine_facts, render  # noqa: E402
 
@@ -39,10 +42,12 @@ class Sizes:
     sensor_events: int
     startup_runs: int
     idle_settle_s: float
+    fleet_tasks: int
+    fleet_claimers: int
 
 
-FULL = Sizes(5, 300, 2_000, 1_000, 200, 1_000, 1_000_000, 20_000, 3, 3.0)
-QUICK = Sizes(1, 3, 20, 20, 10, 1_000, 10_000, 200, 1, 1.0)
+FULL = Sizes(5, 300, 2_000, 1_000, 200, 1_000, 1_000_000, 20_000, 3, 3.0, 5_000, 8)
+QUICK = Sizes(1, 3, 20, 20, 10, 1_000, 10_000, 200, 1, 1.0, 200, 8)
 
 # Sample names (the measurement table's rows) that the goals refer to.
 E2E_AGENTD = "end to end: agentd dispatch --until-idle"
@@ -57,6 +62,15 @@ VERIFY_ITSELF = "evidence verify, the verification itself (in-process)"
 IDLE_CPU = "idle agentd {}: CPU"
 IDLE_RSS = "idle agentd {}: VmRSS"
 IDLE_WINDOW = "idle services: the window measured"
+FLEET_LIMITS = (1, MAX_CLAIM)  # what the goal is on (one task a claim), and the most the intake takes at once
+
+
+def fleet_rate(claimers: int, limit: int) -> str:
+    return f"fleet claim + complete: {claimers} claimer processes, claim limit {limit}"
+
+
+def fleet_cpu(limit: int, side: str) -> str:
+    return f"fleet, claim limit {limit}: CPU per completion, {side}"
 
 
 def claim_latency(rows: int) -> str:
@@ -94,6 +108,13 @@ def goals(sizes: Sizes) -> list[Goal]:
         Goal("idle `agentd dispatch` ≤ 80 MB RSS", IDLE_RSS.format("dispatch"), None, 80, False),
         Goal("idle `agentd sensors` ≤ 80 MB RSS", IDLE_RSS.format("sensors"), None, 80, False),
         Goal("evidence verify ≥ 2,000 attempts/s", VERIFY_ITSELF, None, 2_000, True),
+        Goal(
+            f"fleet claim + complete ≥ 1,000/s ({sizes.fleet_claimers} claimers, one PostgreSQL)",
+            fleet_rate(sizes.fleet_claimers, 1),
+            None,
+            1_000,
+            True,
+        ),
     ]
 
 
@@ -158,6 +179,19 @@ def measure_claim_latency(samples: Samples, folder: Path, sizes: Sizes, large: S
     samples.add(claim_latency(sizes.large_queue), "µs", store_rows.claim_p50_us(large, sizes.latency_claims))
 
 
+def measure_fleet(samples: Samples, rig: fleet.Rig | None, sizes: Sizes, reason: str | None) -> None:
+    """Each claim limit once on a fresh database; without a PostgreSQL, the rows say why not."""
+    for limit in FLEET_LIMITS:
+        rate = fleet_rate(sizes.fleet_claimers, limit)
+        if rig is None:
+            samples.skip(rate, "tasks/s", reason or "no PostgreSQL")
+            continue
+        drained = rig.claim_complete(sizes.fleet_tasks, limit)
+        samples.add(rate, "tasks/s", drained.per_s)
+        samples.add(fleet_cpu(limit, "the claimers"), "µs", drained.claimer_us)
+        samples.add(fleet_cpu(limit, "their PostgreSQL backends"), "µs", drained.server_us)
+
+
 def measure_startup(samples: Samples, config_path: Path, runs: int) -> None:
     commands = processes.startup_commands(config_path)
     for _ in range(runs):
@@ -172,7 +206,18 @@ def record_idle(samples: Samples, idle: processes.IdleWatch) -> None:
         samples.add(IDLE_RSS.format(name), "MB", idle.rss_mb[name])
 
 
-def measure(sizes: Sizes, tmp: Path) -> Samples:
+def measure(sizes: Sizes, tmp: Path) -> tuple[Samples, str]:
+    """Every row, and the PostgreSQL the fleet row ran against (or why it did not run)."""
+    with contextlib.ExitStack() as stack:
+        reason = fleet.why_not()
+        if reason is None:
+            say(f"starting PostgreSQL and {sizes.fleet_claimers} fleet claimers")
+        rig = None if reason else stack.enter_context(fleet.rig(sizes.fleet_claimers))
+        server = f"none ({reason})" if rig is None else rig.describe()
+        return measure_all(sizes, tmp, rig, reason), server
+
+
+def measure_all(sizes: Sizes, tmp: Path, rig: fleet.Rig | None, fleet_reason: str | None) -> Samples:
     samples = Samples()
     say(f"building the {sizes.large_queue:,}-task claim queue")
     large = store_rows.claim_queue(tmp / "claim-large", sizes.large_queue)
@@ -189,6 +234,9 @@ def measure(sizes: Sizes, tmp: Path) -> Samples:
             measure_claim_latency(samples, folder / "latency", sizes, large)
             ingest = store_rows.sensor_ingest_per_s(folder / "sensor", sensor_text)
             samples.add(sensor_ingest(sizes.sensor_events), "events/s", ingest)
+            if rig is not None:
+                say(f"repetition {rep + 1}/{sizes.reps}: fleet claim + complete ({sizes.fleet_tasks:,} tasks a limit)")
+            measure_fleet(samples, rig, sizes, fleet_reason)
             say(f"repetition {rep + 1}/{sizes.reps}: start-up")
             measure_startup(samples, startup_config, sizes.startup_runs)
         record_idle(samples, idle)
@@ -203,7 +251,7 @@ def say(text: str) -> None:
 # --- the report -----------------------------------------------------------------------------------
 
 
-def intro(sizes: Sizes, quick: bool, elapsed_s: float) -> list[str]:
+def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]:
     how = "`make bench-quick` (tiny sizes, one repetition: proves the suite runs; nothing judged)"
     if not quick:
         how = f"`make bench`: {sizes.reps} interleaved repetitions"
@@ -212,6 +260,7 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float) -> list[str]:
         "",
         *machine_facts(),
         f"- peers: {peers.describe('huey')}; {peers.describe('persist-queue')}",
+        f"- the fleet's PostgreSQL: {server}",
         "- agentd: WAL, synchronous=FULL; raw sqlite3: the same migrated file and pragmas, no validation or events",
         "",
         "What each row runs:",
@@ -238,6 +287,17 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float) -> list[str]:
         "- evidence verify: the whole CLI over the attempts one end-to-end repetition left, and the verification "
         "itself: `agentd.audit.verify` (what the command runs after its start-up) timed in-process over the same "
         "attempts (the goal's row: a subtraction of two process start-ups of ~400 ms ± 100 ms was noise)",
+        f"- fleet: {sizes.fleet_tasks:,} queued tasks (priorities 1..10, no labels) in a fresh database of one "
+        f"PostgreSQL started as the tests start it (tests/pg.py: a unix socket, no TCP; its settings above), "
+        f"{sizes.fleet_claimers} claimer processes started once per run, each looping agentd's own "
+        f"`FleetQueue.claim` (limit 1: the goal; limit {MAX_CLAIM}: the most the intake takes at once) then "
+        "`finish(completed)` for each task until a claim finds nothing. Processes, not threads: each agent is an "
+        "interpreter of its own, and threads would share one GIL (psycopg lets go of it only while it waits). "
+        "Rate = completions ÷ the wall time from their common start to the last one's stop. Each drain is "
+        "checked before it counts: every task completed exactly once, with a token of its own, one `submitted`, "
+        "`claimed` and `completed` event each and no other (no write refused, no lease expired). CPU per "
+        "completion: the claimers' own (getrusage) and their backends' (/proc/PID/stat), whatever else the "
+        "machine runs",
     ]
 
 
@@ -252,8 +312,8 @@ def main() -> int:
         sizes = replace(sizes, reps=args.reps)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp:
-        samples = measure(sizes, Path(tmp))
-    lines = intro(sizes, args.quick, time.perf_counter() - started)
+        samples, server = measure(sizes, Path(tmp))
+    lines = intro(sizes, args.quick, time.perf_counter() - started, server)
     report = render("agentd benchmarks", lines, goals(sizes), samples, judge=not args.quick)
     print(report)
     if args.write:

@@ -116,3 +116,30 @@ def sensing(rig_factory: Callable[..., Rig], sensors_dir: Path) -> Callable[[], 
         return rig_factory(lambda raw: raw["paths"].update(sensors_dir=str(sensors_dir)))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Any]:
+    """A real PostgreSQL for this session (tests/pg.py); skips by name where none can run."""
+    import pg
+
+    pg.require()
+    with pg.cluster() as running:
+        yield running
+
+
+@pytest.fixture
+def dsn(pg_cluster: Any) -> str:
+    """A database of the test's own in the session's PostgreSQL."""
+    return str(pg_cluster.new_database())
+
+
+@pytest.fixture
+def queue(dsn: str) -> Iterator[Any]:
+    """The fleet's queue, migrated, in the test's own database."""
+    from agentd.store.fleet import FleetQueue
+
+    opened = FleetQueue.open(dsn)
+    opened.migrate()
+    yield opened
+    opened.close()

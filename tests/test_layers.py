@@ -16,6 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.errors",
         "agentd.clock",
         "agentd.task_statuses",
+        "agentd.origins",  # seed 003's dispatch context words (data only)
         "agentd.edge",
         "agentd.usage",  # usage numbers judged: by the adapters, the judge, the store's readers, the metrics
         "agentd.hashing",
@@ -72,6 +73,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "agentd.constitution",  # the operator's side of the proposal lane; imports control (operator())
         "agentd.rollback",  # a database older than what happened: found at start, accepted by the operator
         "agentd.service",
+        "agentd.fleet",  # an agent's side of a fleet: intake and confirmation, inside the dispatcher
     ),
     ("agentd.dispatch", "agentd.sensor_service"),
     ("agentd.install", "agentd.agent_toml", "agentd.ports", "agentd.cli", "agentd.__main__"),

@@ -26,12 +26,14 @@ from rig import Rig
 
 from agentd import procs
 from agentd.dispatch import Dispatcher
+from agentd.metric_specs import CATALOGUE
 from agentd.metrics import DispatchMetrics, SensorMetrics
 from agentd.records import TASK_STATUSES
 from agentd.settings import BudgetSection
 
 MONITORING = Path(__file__).resolve().parent.parent / "monitoring"
 RULES = MONITORING / "agentd.rules.yml"
+RULE_TESTS = MONITORING / "tests" / "agentd.rules.test.yml"  # `promtool test rules` (tests/test_promtool.py)
 DASHBOARD = MONITORING / "agentd.dashboard.json"
 
 # Prometheus adds these to every series of the README's scrape job; agentd does not export them.
@@ -52,9 +54,17 @@ ALERTS = {
     "AgentdAttemptRunningLong",
     "AgentdSensorFailing",
     "AgentdBootSweeps",
+    "AgentdFleetUnreachable",
+    "AgentdFleetQueueDown",
+    "AgentdFleetLeasesLost",
+    "AgentdFleetClaimSlow",
+    "AgentdFleetTasksRefused",
 }
+# alerts about the whole fleet: aggregated over every agent, so they have no `agent` label to name
+FLEET_WIDE = {"AgentdFleetQueueDown"}
 FAILING = ("retryable_failure", "permanent_failure", "crashed_runtime", "blocked")
 NOT_FAILING = ("completed", "interrupted", "rate_limited", "operator_canceled")
+FLEET_REPORTED = ("completed", "failed", "refused")
 # the values a selector may ask for, per metric and label (a typo in one matches nothing, silently)
 VALUES = {
     ("agentd_attempts_total", "outcome"): {*FAILING, *NOT_FAILING},
@@ -63,6 +73,7 @@ VALUES = {
     ("agentd_service_live", "service"): {"dispatch", "sensors"},
     ("agentd_sensor_runs_total", "result"): {"ok", "failed", "timeout", "start_failed", "internal_error"},
     ("agentd_sensor_events_total", "result"): {"created", "recorded", "deduped", "stale", "rejected"},
+    ("agentd_fleet_reported_total", "status"): set(FLEET_REPORTED),
 }
 
 
@@ -110,6 +121,12 @@ def exported(rig: Rig) -> Iterator[Exported]:
         dispatch.boot_swept()
         dispatch.lock_held(True)
         dispatch.message_counted("hook", "delivered")
+        dispatch.fleet_claimed(1, 0.004)  # the fleet metrics exist once an intake has used them
+        dispatch.fleet_leases(1)
+        dispatch.fleet_lost()
+        dispatch.fleet_reachable(True)
+        for status in FLEET_REPORTED:
+            dispatch.fleet_reported(status)
         sensors.sensor_run("s", "ok", {"created": 1, "recorded": 2, "deduped": 1, "rejected": 1, "stale": 0})
         families: set[str] = set()
         samples: dict[str, set[str]] = {}
@@ -149,14 +166,31 @@ def test_agentd_exports_the_names_the_monitoring_is_written_for(exported: Export
         "agentd_boot_sweep_reclaimed",
         "agentd_sensor_runs",
         "agentd_sensor_events",
+        "agentd_fleet_leases_held",
+        "agentd_fleet_claimed",
+        "agentd_fleet_lease_lost",
+        "agentd_fleet_reported",
+        "agentd_fleet_claim_seconds",
+        "agentd_fleet_reachable",
     }
     assert exported.samples["agentd_attempts_total"] == {"adapter", "outcome", "exit_status"}
     assert exported.samples["agentd_attempt_duration_seconds_bucket"] == {"adapter", "le"}
     assert exported.samples["agentd_build_info"] == {"version", "agent_id", "service"}
     assert exported.samples["agentd_service_live"] == {"service"}
     assert exported.samples["agentd_sensor_runs_total"] == {"sensor", "result"}
+    assert exported.samples["agentd_fleet_reported_total"] == {"status"}
     # `_created` series are disabled: a rule reading one would read nothing
     assert not [name for name in exported.samples if name.endswith("_created")]
+
+
+def test_no_metric_exports_a_label_the_scrape_job_sets(exported: Exported) -> None:
+    """The scrape job names the agent (and job, instance) on every series. A metric exporting one of
+    those labels itself collides: with Prometheus's default honor_labels: false its own label is renamed
+    `exported_agent`, so one series carries two agent names and every `by (agent)` reads the target's.
+    The target label is the one that names the agent; agentd_build_info{agent_id} maps it to the id."""
+    clashing = {name: labels & TARGET_LABELS for name, labels in exported.samples.items()}
+    assert {name: labels for name, labels in clashing.items() if labels} == {}
+    assert [spec.name for spec in CATALOGUE if set(spec.labels) & TARGET_LABELS] == []
 
 
 # --- reading PromQL at the level of regular expressions -----------------------------------------
@@ -277,7 +311,7 @@ def test_the_rule_file_has_the_shape_prometheus_loads() -> None:
         assert all(isinstance(v, str) for v in rule["labels"].values()), name
         for key in ("summary", "description"):
             text = rule["annotations"][key]
-            assert "{{ $labels.agent }}" in text, (name, key)
+            assert ("{{ $labels.agent }}" in text) is (name not in FLEET_WIDE), (name, key)
             assert text.count("{{") == text.count("}}"), (name, key)
         assert rule["expr"].count("(") == rule["expr"].count(")"), name
 
@@ -295,6 +329,27 @@ def test_no_rule_judges_failure_by_the_adapters_exit_status() -> None:
         assert "exit_status" not in rule["expr"], rule["alert"]
     failing = _rule("AgentdAttemptsFailing")["expr"]
     assert "agentd_attempts_total" in failing and "outcome" in failing
+
+
+def test_the_rule_unit_tests_feed_the_series_a_scrape_stores(exported: Exported) -> None:
+    """The series monitoring/tests/agentd.rules.test.yml feeds promtool are what the README's job stores:
+    a sample agentd exports, with exactly its labels plus the target's (job, instance, agent). A unit test
+    of a renamed metric, or of a label agentd does not export, would prove a rule against nothing."""
+    loaded = yaml.safe_load(RULE_TESTS.read_text())
+    fed = [series["series"] for test in loaded["tests"] for series in test["input_series"]]
+    assert fed
+    for series in fed:
+        parts = re.fullmatch(r"([a-z_][a-z0-9_]*)\{(.*)\}", series)
+        assert parts, series
+        name, body = parts.groups()
+        labels = {label for label, _, _ in _matchers(body)}
+        if name == "up":  # Prometheus's own, per target
+            assert labels == TARGET_LABELS, series
+            continue
+        assert name in exported.samples, series
+        assert labels == exported.samples[name] | TARGET_LABELS, series
+        assert _problems(series, exported) == [], series
+        assert 'job="agentd"' in body, series
 
 
 # --- the dashboard ------------------------------------------------------------------------------
@@ -373,6 +428,12 @@ WANTED = [
     ("boot-sweep reclaims", "agentd_boot_sweep_reclaimed_total", None),
     ("event chain head", "agentd_event_chain_head_sequence", None),
     ("messages failed for good", "agentd_messages_failed", None),
+    ("fleet reachable by agent", "agentd_fleet_reachable", "agent"),
+    ("fleet leases held by agent", "agentd_fleet_leases_held", "agent"),
+    ("fleet claims by agent", "agentd_fleet_claimed_total", "agent"),
+    ("fleet leases lost by agent", "agentd_fleet_lease_lost_total", "agent"),
+    ("fleet results by status", "agentd_fleet_reported_total", "status"),
+    ("fleet claim latency", "agentd_fleet_claim_seconds_bucket", "le"),
 ]
 
 

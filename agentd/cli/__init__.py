@@ -25,6 +25,7 @@ from agentd.cli import (
     constitution,
     cost,
     evidence,
+    fleet,
     ops,
     outbox,
     queue,
@@ -55,6 +56,7 @@ COMMAND_MODULES = (
     constitution,
     outbox,
     completion,
+    fleet,
 )
 
 

@@ -215,11 +215,23 @@ def cmd_task_show(args: argparse.Namespace) -> int:
         attempts = store.attempts_of(task.task_id)
         events = store.read_events(task_id=task.task_id, limit=100_000)
         chain = delegation_chain(store, task)
+        fleet = store.fleet_lease_of(task.task_id)
     if wants_json(args):
-        print_json({"task": task, "attempts": attempts, "events": events, "delegation_chain": chain})
+        shown = {"task": task, "attempts": attempts, "events": events, "delegation_chain": chain}
+        print_json({**shown, "fleet": fleet} if fleet else shown)
         return 0
     now = SystemClock().now()
     print_task(task, now, chain)
+    if fleet:
+        context = fleet["origin"]["dispatch_context"]
+        print_fields(
+            [
+                ("fleet", f"fleet task {fleet['fleet_id']}, token {fleet['token']}, lease {fleet['state']}"),
+                ("  lost", fleet.get("lost_reason")),
+                ("  from", f"{fleet['origin']['submitted_by']} via {context['originSurface']} "
+                 f"({context['originProductId']}, {context['dispatchMode']}) at {context['initiatedAt']}"),
+            ]
+        )  # fmt: skip
     outcomes = {e.attempt_id: e.payload.get("outcome") for e in events if e.type == "task_attempt_finished"}
     if attempts:
         print("\nattempts")

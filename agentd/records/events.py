@@ -72,6 +72,9 @@ AGENTD_EVENT_TYPES = (
     "workflow_unblocked",
     "workflow_canceled",
     "rollback_accepted",
+    "fleet_task_deferred",
+    "fleet_result_reported",
+    "fleet_lease_lost",
 )
 EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES
 

@@ -28,6 +28,7 @@ from agentd.store.constitution import ConstitutionVerbs
 from agentd.store.control import ControlVerbs
 from agentd.store.deliveries import DeliveryVerbs
 from agentd.store.events import ChainBreak, EventVerbs
+from agentd.store.fleet_leases import FleetLeaseVerbs
 from agentd.store.lock import LockVerbs
 from agentd.store.migrations import (
     Migration,
@@ -74,6 +75,7 @@ class Store(
     RetentionVerbs,
     ControlVerbs,
     ConstitutionVerbs,
+    FleetLeaseVerbs,
 ):
     """Domain verbs over one connection, one group per concept (each extends StoreBase directly);
     each public verb is at most one transaction."""

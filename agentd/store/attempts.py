@@ -31,6 +31,7 @@ from agentd.records import (
 from agentd.store.approvals import request_approval
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
 from agentd.store.budget import BELIEVED_COST, believed_tokens, claimable_branches, hold_params
+from agentd.store.fleet_leases import FleetGate, Gated, check_fleet_gate
 from agentd.store.rows import attempt_from_row
 from agentd.store.tasks import read_task_or_raise
 
@@ -66,21 +67,43 @@ class AttemptVerbs(StoreBase):
     # --- claiming -------------------------------------------------------------------------------
 
     def claim_next_task(
-        self, now: datetime, runner_id: str, plan: Planner, evidence_root: Path, hold: BudgetHold | None = None
-    ) -> Claim | None:
+        self,
+        now: datetime,
+        runner_id: str,
+        plan: Planner,
+        evidence_root: Path,
+        hold: BudgetHold | None = None,
+        confirmed: int | None = None,
+    ) -> Claim | FleetGate | None:
         """Claim the next task and open its attempt (task_claimed), or None if nothing is due (or
         what is due waits for the budget: `hold`), or the dispatcher is paused.
 
         `plan` is pure (config lookups only). A task the config can no longer run ends
         permanent_failure with the reason; a row that no longer reads back as a task (edited by
         hand, written by an older agentd) is failed the same way and the claim moves on: no single
-        row can block the queue."""
+        row can block the queue. A fleet task starts only once its lease was confirmed with the fleet
+        (`confirmed`: its task id); until then the claim writes nothing and returns its FleetGate."""
+        try:
+            return self._claim(now, runner_id, plan, evidence_root, hold, confirmed)
+        except Gated as gated:
+            return gated.gate
+
+    def _claim(
+        self,
+        now: datetime,
+        runner_id: str,
+        plan: Planner,
+        evidence_root: Path,
+        hold: BudgetHold | None,
+        confirmed: int | None,
+    ) -> Claim | None:
         sql = CLAIM_SQL if hold is None else claim_sql(hold)
         params: dict[str, Any] = {"now": ts(now), **hold_params(hold)}
         with self._transaction():
             if self._conn.execute("SELECT 1 FROM dispatch_control WHERE id = 1").fetchone():
                 return None  # paused (`agentd dispatch pause`): checked in the claim's own transaction
             while (row := self._conn.execute(sql, params).fetchone()) is not None:
+                check_fleet_gate(self, row["id"], confirmed)
                 try:
                     task = read_task_or_raise(self, row["id"])
                 except Exception as exc:

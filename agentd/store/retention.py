@@ -26,11 +26,13 @@ DELETABLE_TASKS = f"""
                       AND NOT (:evidence_cutoff IS NOT NULL AND t.finished_at < :evidence_cutoff))
       AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id AND o.status IN ('pending', 'awaiting_handler'))
       AND NOT EXISTS (SELECT 1 FROM approvals p WHERE p.task_id = t.id AND p.status = 'pending')
+      AND NOT EXISTS (SELECT 1 FROM fleet_leases f WHERE f.task_id = t.id AND f.state = 'held')
     ORDER BY t.id LIMIT :limit"""
 TASK_ROWS = (  # children first: each statement leaves no row referring to a task about to go
     "DELETE FROM artifacts WHERE task_id = ?",
     "DELETE FROM outbox WHERE task_id = ?",
     "DELETE FROM approvals WHERE task_id = ?",
+    "DELETE FROM fleet_leases WHERE task_id = ?",
     "UPDATE sensor_events SET task_id = NULL WHERE task_id = ?",
     "DELETE FROM task_attempts WHERE task_id = ?",
     "DELETE FROM tasks WHERE id = ?",

@@ -106,6 +106,15 @@ def cancel_waiting(store: StoreBase, task_id: int, outcome: TaskOutcome, now: da
     _close_approvals(store, task_id, outcome.operator_summary, now, by)
 
 
+def request_cancel(store: StoreBase, task_id: int, now: datetime, by: str) -> None:
+    """Flag a running task for the dispatcher, which stops its adapter; the caller holds the transaction."""
+    store._conn.execute(
+        "UPDATE tasks SET cancel_requested_at = COALESCE(cancel_requested_at, ?), updated_at = ? WHERE id = ?",
+        (ts(now), ts(now), task_id),
+    )
+    store._append_event("task_cancel_requested", now, task_id=task_id, payload={"by": by})
+
+
 def _close_approvals(store: StoreBase, task_id: int, why: str, now: datetime, by: str) -> None:
     """A canceled task waits for no operator: its pending approval is closed (denied, by whoever
     canceled it, with the cancel's summary), or `approvals` and the oldest-approval gauge would keep it
@@ -176,12 +185,7 @@ class TaskVerbs(StoreBase):
             if task.status in TERMINAL_STATUSES:
                 raise InputError(f"task {task_id} is already {task.status}; there is nothing to cancel")
             if task.status == "running":
-                self._conn.execute(
-                    """UPDATE tasks SET cancel_requested_at = COALESCE(cancel_requested_at, ?), updated_at = ?
-                       WHERE id = ?""",
-                    (ts(now), ts(now), task_id),
-                )
-                self._append_event("task_cancel_requested", now, task_id=task_id, payload={"by": by})
+                request_cancel(self, task_id, now, by)
                 return CancelResult(read_task_or_raise(self, task_id), "requested")
             cancel_waiting(self, task_id, outcome, now, by)
             return CancelResult(read_task_or_raise(self, task_id), "canceled")

@@ -1,0 +1,215 @@
+"""`agentd fleet …`: the fleet's queue on PostgreSQL (README, "A fleet"): init, submit, status, show,
+cancel, and the intake service that feeds this agent from it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentd.cli.common import add_command, config_from, input_problems, json_object, print_json, wants_json
+from agentd.clock import SystemClock, format_ts
+from agentd.edge import printable
+from agentd.errors import InputError
+from agentd.origins import MODES, SURFACES
+
+if TYPE_CHECKING:
+    from agentd.store.fleet import FleetQueue, FleetTask
+
+
+def register(commands: Any) -> None:
+    fleet = commands.add_parser("fleet", help="a fleet's queue on PostgreSQL").add_subparsers(
+        dest="fleet_command", metavar="SUBCOMMAND", required=True
+    )
+    init = add_command(fleet, "init", cmd_init, "create or migrate the fleet's schema in PostgreSQL")
+    submit = add_command(fleet, "submit", cmd_submit, "submit a task once: whichever suitable agent is free takes it")
+    submit.add_argument("--type", dest="task_type", required=True, metavar="TYPE")
+    submit.add_argument("--subject")
+    submit.add_argument("--payload", default="{}", metavar="JSON")
+    submit.add_argument("--label", dest="labels", action="append", default=[], metavar="LABEL")
+    submit.add_argument("--priority", type=int, default=5, metavar="N", help="1 (most urgent) to 10")
+    submit.add_argument("--key", metavar="IDEMPOTENCY_KEY", help="a repeated key is the same task")
+    submit.add_argument("--origin-surface", choices=SURFACES, default="cli")
+    submit.add_argument("--origin-product", default="agentd", metavar="PRODUCT")
+    submit.add_argument("--dispatch-mode", choices=MODES, default="queued")
+    status = add_command(fleet, "status", cmd_status, "the fleet's tasks by status and who holds leases")
+    show = add_command(fleet, "show", cmd_show, "one fleet task: its record, result and history")
+    show.add_argument("fleet_id", type=int, metavar="ID")
+    cancel = add_command(fleet, "cancel", cmd_cancel, "cancel a queued or leased fleet task")
+    cancel.add_argument("fleet_id", type=int, metavar="ID")
+    for parser in (init, submit, status, show, cancel):
+        parser.add_argument("--dsn", help="the connection string (else --dsn-file, else [fleet] dsn_file)")
+        parser.add_argument("--dsn-file", type=Path, metavar="FILE")
+
+
+def dsn_of(args: argparse.Namespace) -> str:
+    """--dsn, --dsn-file, or the agent's [fleet] dsn_file: a connection string never has to be typed
+    where others can see it (a file of its own, 0600)."""
+    if args.dsn:
+        return str(args.dsn)
+    path = args.dsn_file
+    if path is None:
+        path = config_from(args).fleet.dsn_file
+    if path is None:
+        raise InputError("--dsn: give the fleet's PostgreSQL (--dsn, --dsn-file FILE or [fleet] dsn_file)")
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise InputError(f"--dsn-file: cannot read {path} ({exc.strerror})") from None
+    if not text:
+        raise InputError(f"--dsn-file: {path} is empty")
+    return text
+
+
+def _queue(args: argparse.Namespace) -> FleetQueue:
+    from agentd.store.fleet import FleetQueue
+
+    return FleetQueue.open(dsn_of(args))
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    queue = _queue(args)
+    try:
+        applied = queue.migrate()
+    finally:
+        queue.close()
+    if wants_json(args):
+        print_json({"applied": [m.filename for m in applied]})
+    else:
+        print(
+            f"fleet schema: applied {', '.join(m.filename for m in applied)}" if applied else "fleet schema: up to date"
+        )
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    """Judged as `agentd task add` judges it (the task type registry and its payload schema, here),
+    before anything reaches PostgreSQL."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from agentd.intake import admit_task
+    from agentd.privilege import operator_name
+    from agentd.records import TaskIntent
+    from agentd.records.base import Identifier
+    from agentd.records.fleet import FleetOrigin
+
+    if not 1 <= args.priority <= 10:
+        raise InputError(f"--priority: expected 1 (most urgent) to 10 (least urgent), found {args.priority}")
+    payload = json_object(args.payload, "--payload")
+    config, now = config_from(args), SystemClock().now()
+    try:
+        intent = TaskIntent.model_validate(
+            {"task_type": args.task_type, "source": "fleet", "subject": args.subject, "payload": payload}
+        )
+    except ValidationError as exc:
+        raise InputError(input_problems(exc)) from None
+    label_rule: TypeAdapter[str] = TypeAdapter(Identifier)  # what [fleet] labels may name
+    for label in args.labels:
+        try:
+            label_rule.validate_python(label)
+        except ValidationError:
+            raise InputError(
+                f"--label: expected letters, digits and . _ : - (starting with a letter or digit, at most 128), "
+                f"found {label!r}"
+            ) from None
+    admit_task(intent, config, now, trusted=False)
+    try:
+        origin = FleetOrigin.model_validate(
+            {
+                "submitted_by": operator_name(),
+                "dispatch_context": {
+                    "originSurface": args.origin_surface,
+                    "originProductId": args.origin_product,
+                    "dispatchMode": args.dispatch_mode,
+                    "initiatedAt": format_ts(now),
+                },
+            }
+        ).model_dump()
+    except ValidationError as exc:
+        raise InputError(f"--origin-product: {exc.errors()[0]['msg']}") from None
+    queue = _queue(args)
+    try:
+        queue.require_current()
+        task, new = queue.submit(
+            args.task_type,
+            args.subject,
+            payload,
+            labels=args.labels,
+            priority=args.priority,
+            key=args.key,
+            origin=origin,
+        )
+    finally:
+        queue.close()
+    if wants_json(args):
+        print_json({**task.as_dict(), "new": new})
+    else:
+        labels = f", labels {','.join(task.labels)}" if task.labels else ""
+        said = "submitted" if new else f"already submitted with key {args.key!r}"
+        print(f"fleet task {task.fleet_id} {said} ({task.task_type}, priority {task.priority}{labels}, {task.status})")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    queue = _queue(args)
+    try:
+        counts = queue.counts()
+    finally:
+        queue.close()
+    if wants_json(args):
+        print_json(counts)
+        return 0
+    print("fleet    " + "  ".join(f"{status} {n}" for status, n in counts["tasks"].items()))
+    age = counts["oldest_queued_age_s"]
+    print(f"oldest queued task: waiting {age:.0f}s" if age is not None else "oldest queued task: none")
+    for agent, held in sorted(counts["leases"].items()):
+        print(f"leases   {printable(agent)}: {held}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    queue = _queue(args)
+    try:
+        task, events = queue.get(args.fleet_id), queue.events(args.fleet_id)
+    finally:
+        queue.close()
+    if wants_json(args):
+        print_json({**task.as_dict(), "events": events})
+        return 0
+    _print_task(task)
+    for event in events:
+        token = f" token {event['token']}" if event["token"] is not None else ""
+        agent = f" {printable(event['agent'])}" if event["agent"] else ""
+        print(f"  {event['at']}  {event['type']}{agent}{token}")
+    return 0
+
+
+def _print_task(task: FleetTask) -> None:
+    """A fleet row as text: anyone with the DSN can write one, so every value is made printable."""
+    print(
+        f"fleet task {task.fleet_id}: {printable(task.task_type)} ({task.status}), priority {task.priority}, "
+        f"claims {task.claims}"
+    )
+    if task.subject:
+        print(f"subject  {printable(task.subject)}")
+    if task.lease_agent:
+        until = f", until {format_ts(task.lease_expires_at)}" if task.lease_expires_at else ""
+        print(f"lease    {printable(task.lease_agent)}, token {task.lease_token}{until}")
+    if task.result:
+        shown = ", ".join(f"{key} {printable(str(value))}" for key, value in task.result.items() if value is not None)
+        print(f"result   {shown}")
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from agentd.privilege import operator_name
+
+    queue = _queue(args)
+    try:
+        task = queue.cancel(args.fleet_id, by=operator_name())
+    finally:
+        queue.close()
+    if wants_json(args):
+        print_json(task.as_dict())
+    else:
+        print(f"fleet task {task.fleet_id} canceled")
+    return 0

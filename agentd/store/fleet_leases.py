@@ -1,0 +1,189 @@
+"""This agent's side of the fleet, in its own SQLite (README, "A fleet"): which local task holds which
+fleet lease, and what becomes of it.
+
+The fleet's queue on PostgreSQL decides who may run a task (store/fleet.py); this table remembers what
+this agent took, so a restart renews, confirms and reports exactly what it holds, with the token it
+was given. The task's own record, attempts and evidence are the agent's as always.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from agentd.records import TERMINAL_STATUSES, NewTask, TaskOutcome
+from agentd.store.base import StoreBase, dumps, loads, ts
+from agentd.store.tasks import cancel_waiting, insert_task, request_cancel
+
+WAITING = ("pending", "retryable_failure")
+COST_CEILING_USD = 1e9  # a stored cost past any real one (written before the usage judge) is not summed
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A fleet task this agent claimed, admitted as a local task."""
+
+    new: NewTask
+    fleet_id: int
+    token: int
+    origin: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class HeldLease:
+    task_id: int
+    fleet_id: int
+    token: int
+    status: str  # the local task's
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True)
+class FleetGate:
+    """The claim met a fleet task whose lease has not been confirmed for this attempt: nothing was
+    claimed; confirm it with the fleet, then claim again (agentd/fleet.py)."""
+
+    task_id: int
+    fleet_id: int
+    token: int
+
+
+class Gated(Exception):
+    """Raised inside the claim's transaction to roll it back: the claim met an unconfirmed fleet task."""
+
+    def __init__(self, gate: FleetGate) -> None:
+        self.gate = gate
+
+
+def check_fleet_gate(store: StoreBase, task_id: int, confirmed: int | None) -> None:
+    """Inside the claim (the caller holds the transaction): a fleet task other than the one whose lease
+    was just confirmed may not start; raises Gated, which rolls the claim back."""
+    if task_id == confirmed:
+        return
+    row = store._conn.execute(
+        "SELECT fleet_id, token FROM fleet_leases WHERE task_id = ? AND state = 'held'", (task_id,)
+    ).fetchone()
+    if row is not None:
+        raise Gated(FleetGate(task_id, row[0], row[1]))
+
+
+class FleetLeaseVerbs(StoreBase):
+    def record_fleet_claims(self, taken: list[Taken], now: datetime) -> list[int]:
+        """Each claimed fleet task becomes a local task holding its lease, in one transaction: its
+        task_enqueued event carries the fleet id, the token and the dispatch context."""
+        ids = []
+        with self._transaction():
+            for claim in taken:
+                fleet = {"fleet_id": claim.fleet_id, "fleet_token": claim.token, "origin": claim.origin}
+                task_id = insert_task(self, claim.new, now, fleet)
+                self._conn.execute(
+                    """INSERT INTO fleet_leases (task_id, fleet_id, token, origin, claimed_at)
+                       VALUES (?, ?, ?, ?, ?)""",
+                    (task_id, claim.fleet_id, claim.token, dumps(claim.origin), ts(now)),
+                )
+                ids.append(task_id)
+        return ids
+
+    def fleet_leases_held(self) -> list[HeldLease]:
+        """Every lease this agent holds, with its local task's status (finished ones await their report)."""
+        rows = self._conn.execute(
+            """SELECT f.task_id, f.fleet_id, f.token, t.status FROM fleet_leases f JOIN tasks t ON t.id = f.task_id
+               WHERE f.state = 'held' ORDER BY f.task_id"""
+        ).fetchall()
+        return [HeldLease(*row) for row in rows]
+
+    def fleet_lease_of(self, task_id: int) -> dict[str, Any] | None:
+        """The task's fleet lease as `task show` gives it; None for a task that did not come from a fleet."""
+        row = self._conn.execute(
+            """SELECT fleet_id, token, origin, state, claimed_at, confirmed_at, ended_at, lost_reason
+               FROM fleet_leases WHERE task_id = ?""",
+            (task_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        found = {key: value for key, value in zip(row.keys(), row, strict=True) if value is not None}
+        return {**found, "origin": loads(row["origin"])}
+
+    def fleet_lease_counts(self) -> dict[str, int]:
+        """Leases by state: held, reported, lost (the metrics' gauges)."""
+        counts = dict.fromkeys(("held", "reported", "lost"), 0)
+        counts.update(self._conn.execute("SELECT state, count(*) FROM fleet_leases GROUP BY state").fetchall())
+        return counts
+
+    def fleet_lease_confirmed(self, task_id: int, now: datetime) -> None:
+        with self._transaction(durable=False):  # a hint for people; the claim that follows is durable
+            self._conn.execute("UPDATE fleet_leases SET confirmed_at = ? WHERE task_id = ?", (ts(now), task_id))
+
+    def defer_fleet_task(self, task_id: int, until: datetime, reason: str, now: datetime) -> None:
+        """The fleet could not be asked (PostgreSQL unreachable): the task waits, not started, until
+        `until`; local work goes on meanwhile."""
+        with self._transaction():
+            self._conn.execute(
+                f"UPDATE tasks SET available_at = ?, updated_at = ? WHERE id = ? AND status IN {WAITING}",
+                (ts(until), ts(now), task_id),
+            )
+            self._append_event(
+                "fleet_task_deferred", now, task_id=task_id, payload={"until": ts(until), "reason": reason}
+            )
+
+    def fleet_task_facts(self, task_id: int) -> dict[str, Any]:
+        """A finished task as the fleet is told of it (agentd/fleet.py adds the evidence pointers): its
+        status and summary, attempts, cost, and its last attempt."""
+        task = self._conn.execute(
+            "SELECT status, attempt_count, outcome FROM tasks WHERE id = ?", (task_id,)
+        ).fetchone()
+        outcome = loads(task["outcome"]) if task["outcome"] else None
+        cost = self._conn.execute(
+            "SELECT total(cost_usd) FROM task_attempts WHERE task_id = ? AND cost_usd BETWEEN 0 AND ?",
+            (task_id, COST_CEILING_USD),
+        ).fetchone()[0]
+        last = self._conn.execute(
+            "SELECT attempt_id FROM task_attempts WHERE task_id = ? ORDER BY attempt_number DESC LIMIT 1", (task_id,)
+        ).fetchone()
+        return {
+            "task_id": task_id,
+            "status": task["status"],
+            "summary": outcome.get("operator_summary") if isinstance(outcome, dict) else None,
+            "attempts": task["attempt_count"],
+            "cost_usd": round(cost, 6),
+            "attempt_id": last[0] if last else None,
+        }
+
+    def fleet_lease_reported(self, task_id: int, fleet_status: str, now: datetime) -> None:
+        with self._transaction():
+            row = self._conn.execute(
+                "UPDATE fleet_leases SET state = 'reported', ended_at = ? WHERE task_id = ? AND state = 'held' "
+                "RETURNING fleet_id, token",
+                (ts(now), task_id),
+            ).fetchone()
+            if row is not None:
+                payload = {"fleet_id": row[0], "fleet_token": row[1], "fleet_status": fleet_status}
+                self._append_event("fleet_result_reported", now, task_id=task_id, payload=payload)
+
+    def fleet_lease_lost(self, task_id: int, reason: str, now: datetime) -> str | None:
+        """The fleet refused this lease's token: the lease is lost. A task still waiting here ends
+        operator_canceled; a running one is asked to stop (its result would not count). Returns what
+        was done to the task: "canceled", "requested" or None (it had finished)."""
+        with self._transaction():
+            row = self._conn.execute(
+                """UPDATE fleet_leases SET state = 'lost', ended_at = ?, lost_reason = ?
+                   WHERE task_id = ? AND state = 'held' RETURNING fleet_id, token""",
+                (ts(now), reason, task_id),
+            ).fetchone()
+            if row is None:
+                return None
+            payload = {"fleet_id": row[0], "fleet_token": row[1], "reason": reason}
+            self._append_event("fleet_lease_lost", now, task_id=task_id, payload=payload)
+            status = self._conn.execute("SELECT status FROM tasks WHERE id = ?", (task_id,)).fetchone()[0]
+            if status in WAITING:
+                outcome = TaskOutcome.failure(f"the fleet lease was lost: {reason}", "operator_canceled")
+                cancel_waiting(self, task_id, outcome, now, by="fleet")
+                return "canceled"
+            if status == "running":
+                request_cancel(self, task_id, now, by="fleet")
+                return "requested"
+            return None
