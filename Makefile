@@ -82,7 +82,7 @@ bench-quick: $(VENV)/.installed-bench
 ## docs-reference: write the reference pages that come from the code (tests/test_docs.py checks them)
 docs-reference: $(VENV)/.installed
 	$(BIN)/agentd config reference > docs/configuration.md
-	$(BIN)/python -c 'from agentd.metric_specs import reference; print(reference(), end="")' > docs/metrics.md
+	$(BIN)/python -c 'from agentd.outlook.metric_specs import reference; print(reference(), end="")' > docs/metrics.md
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check agentd tests bench

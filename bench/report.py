@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from agentd import containment
+from agentd.process import containment
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -272,7 +272,7 @@ def _lay_out(agent: PrivAgent, mutate: Any) -> None:
     shutil.copytree(REPO / "config", etc)
     for path in [etc, *etc.rglob("*")]:
         os.chmod(path, 0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
-    for folder, owner, group, mode in (  # as agentd/install.py Layout.folders
+    for folder, owner, group, mode in (  # as agentd/install/__init__.py Layout.folders
         (agent.state_dir, svc.pw_uid, svc.pw_gid, 0o700),
         (agent.run_area, svc.pw_uid, svc.pw_gid, 0o750),
         (agent.run_area / "runs", svc.pw_uid, svc.pw_gid, 0o750),

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from rig import Rig
 
-from agentd.constitution import accept_proposal
+from agentd.control.constitution import accept_proposal
 from agentd.errors import InputError
 from agentd.store import open_store
 
@@ -125,7 +125,7 @@ async def test_a_decision_that_cannot_be_recorded_puts_the_files_back(rig: Rig) 
 WORKER = """
 import contextlib, io, json, sys
 from agentd.cli import main
-import agentd.constitution  # what `constitution accept` imports: loaded before the barrier
+import agentd.control.constitution  # what `constitution accept` imports: loaded before the barrier
 print("ready", flush=True)
 for line in sys.stdin:
     out, err = io.StringIO(), io.StringIO()

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from support import EXAMPLE_CONFIG, REPO, example_raw, run_main
 
-from agentd.config_reference import render
-from agentd.settings import Settings
+from agentd.config.reference import render
+from agentd.config.settings import Settings
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 BIN = Path(sys.executable).parent
@@ -179,8 +179,8 @@ def test_the_metrics_page_is_what_the_services_serve(tmp_path: Path) -> None:
     catalogue's metrics (name, type, help): a metric added without its entry, or an entry nothing serves,
     fails here."""
     from agentd.clock import FakeClock
-    from agentd.metric_specs import CATALOGUE, reference
-    from agentd.metrics import DispatchMetrics, SensorMetrics
+    from agentd.outlook.metric_specs import CATALOGUE, reference
+    from agentd.outlook.metrics import DispatchMetrics, SensorMetrics
     from agentd.store import migrate
 
     assert (REPO / "docs" / "metrics.md").read_text(encoding="utf-8") == reference(), "run `make docs-reference`"

@@ -24,12 +24,12 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
 
-from agentd import procs
-from agentd.dispatch import Dispatcher
-from agentd.metric_specs import CATALOGUE
-from agentd.metrics import DispatchMetrics, SensorMetrics
+from agentd.config.settings import BudgetSection
+from agentd.outlook.metric_specs import CATALOGUE
+from agentd.outlook.metrics import DispatchMetrics, SensorMetrics
+from agentd.process import procs
 from agentd.records import TASK_STATUSES
-from agentd.settings import BudgetSection
+from agentd.services.dispatch import Dispatcher
 
 MONITORING = Path(__file__).resolve().parent.parent / "monitoring"
 RULES = MONITORING / "agentd.rules.yml"

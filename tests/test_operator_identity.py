@@ -15,9 +15,9 @@ from support import write_config
 
 from agentd.clock import FakeClock
 from agentd.errors import ConfigError, InputError
-from agentd.privilege import RESERVED_SOURCES, operator_identity, operator_name, refuse_inside_attempt
+from agentd.process.privilege import RESERVED_SOURCES, operator_identity, operator_name, refuse_inside_attempt
 from agentd.records import RuntimeEvent
-from agentd.validation import load_config
+from agentd.work.validation import load_config
 
 
 def ok(**fields: Any) -> dict[str, Any]:

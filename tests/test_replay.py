@@ -18,10 +18,10 @@ import pytest_asyncio
 from rig import Rig
 from support import CliResult
 
+from agentd.attempt.replay import json_differences, result_differences, text_difference
 from agentd.cli import main
 from agentd.evidence import MANIFEST, artifact_hash
 from agentd.records import TaskAttempt
-from agentd.replay import json_differences, result_differences, text_difference
 
 SECRET = "s3cret-token-value"
 SCRIPT = """#!/bin/sh

@@ -12,9 +12,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agentd import containment
-from agentd.containment import RunGroup
-from agentd.runner import ProcessSpec, run_process
+from agentd.process import containment
+from agentd.process.containment import RunGroup
+from agentd.process.runner import ProcessSpec, run_process
 
 pytestmark = [pytest.mark.process, pytest.mark.asyncio]
 

@@ -27,9 +27,9 @@ from rig import Rig
 
 from agentd import control
 from agentd.cli import main
+from agentd.evidence.tracecore import ulid_of_uuid, uuid_of_ulid
 from agentd.records import TaskAttempt
 from agentd.store import Store
-from agentd.tracecore import ulid_of_uuid, uuid_of_ulid
 
 TRACECORE = "tracecore==1.1.3"
 

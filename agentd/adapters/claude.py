@@ -29,8 +29,8 @@ from agentd.adapters.harness import (
     trusted,
     usage_of,
 )
+from agentd.process.runner import ProcessResult
 from agentd.records import ClaudeCodeAdapterConfig as ClaudeConfig
-from agentd.runner import ProcessResult
 from agentd.usage import Usage, believed
 
 BYPASS_FLAGS = ("--dangerously-skip-permissions", "--permission-mode=bypassPermissions")

@@ -32,9 +32,9 @@ from agentd.adapters.harness import (
     trusted,
     usage_of,
 )
+from agentd.process.files import read_reported
+from agentd.process.runner import ProcessResult
 from agentd.records import CodexAdapterConfig as CodexConfig
-from agentd.runner import ProcessResult
-from agentd.untrusted import read_reported
 from agentd.usage import Usage
 
 LAST_MESSAGE = "codex-last-message.txt"

@@ -24,10 +24,9 @@ from agentd.adapters.harness import (
     text_or,
     to_run,
 )
-from agentd.evidence import write_private
+from agentd.process.files import read_reported, write_private
+from agentd.process.runner import ProcessResult
 from agentd.records import HermesAgentAdapterConfig as HermesConfig
-from agentd.runner import ProcessResult
-from agentd.untrusted import read_reported
 from agentd.usage import TOKEN_KINDS, Usage
 
 USAGE_FILE = "hermes-usage.json"

@@ -18,8 +18,8 @@ import httpx
 from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted, output_tail_bytes
 from agentd.adapters.denials import text_of
 from agentd.adapters.harness import fact, judge_harness_usage, text_or
+from agentd.process.runner import CappedFile
 from agentd.records import OllamaGenerateAdapterConfig as OllamaConfig
-from agentd.runner import CappedFile
 
 
 @dataclass

@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 
 from agentd.adapters.versions import cli_version
-from agentd.config import Config, passthrough_environment
+from agentd.config import Config
+from agentd.config.environment import passthrough_environment
 from agentd.records import AdapterConfig, OllamaGenerateAdapterConfig
 
 PROBE_TIMEOUT_S = 5.0

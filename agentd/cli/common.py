@@ -193,7 +193,7 @@ def wants_json(args: argparse.Namespace) -> bool:
 
 def config_from(args: argparse.Namespace) -> Config:
     from agentd.config import resolve_config_path
-    from agentd.validation import load_config
+    from agentd.work.validation import load_config
 
     path, notice = resolve_config_path(option(args, "config"), option(args, "agent"))
     if notice and not wants_json(args):
@@ -204,7 +204,7 @@ def config_from(args: argparse.Namespace) -> Config:
 def store_from(config: Config, *, readonly: bool = False) -> Store:
     """The agent's database. Every command that may write it (each control verb, each service) is
     refused inside an attempt, before anything is read (README, "The boundary")."""
-    from agentd.privilege import refuse_inside_attempt
+    from agentd.process.privilege import refuse_inside_attempt
     from agentd.store import open_store
 
     if not readonly:
@@ -226,7 +226,7 @@ def agent_store(args: argparse.Namespace, *, readonly: bool = False) -> Iterator
 
 def check_live_workflows(config: Config, store: Store) -> None:
     """Refuse a config that would strand a live workflow in a state it no longer has."""
-    from agentd.validation import stranded_workflows
+    from agentd.work.validation import stranded_workflows
 
     problems = stranded_workflows(config, store.live_workflow_states())
     if problems:

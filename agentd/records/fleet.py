@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from agentd.origins import DispatchMode, OriginSurface
 from agentd.records.base import Record
+from agentd.vocabulary import DispatchMode, OriginSurface
 
 
 class DispatchContext(Record):
