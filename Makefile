@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := config/identity.example.toml
 
-.PHONY: run test test-fast test-harness record-fixtures test-slow chaos fleet-chaos lint bench bench-quick docs-reference clean
+.PHONY: run test test-fast test-harness record-fixtures test-slow chaos fleet-chaos lint bench bench-quick docs docs-reference clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentd needs python3 >= 3.11, found " + sys.version.split()[0] + "; run: make PYTHON=python3.11 ...")'
@@ -17,6 +17,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,fleet]'
+	@touch $@ $(VENV)/.installed
+
+$(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
 	@touch $@ $(VENV)/.installed
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
@@ -78,6 +82,11 @@ bench: $(VENV)/.installed-bench
 ## bench-quick: the same at tiny sizes, once: proves the suite runs (nothing judged, nothing written)
 bench-quick: $(VENV)/.installed-bench
 	$(BIN)/python bench/run.py --quick
+
+## docs: build docs/ as a site into .cache/site with MkDocs, strict: a page missing from mkdocs.yml's nav, a
+## link or anchor that does not resolve, any warning fails it (tests/test_docs.py checks the README's links)
+docs: $(VENV)/.installed-docs
+	$(BIN)/mkdocs build --strict --site-dir .cache/site
 
 ## docs-reference: write the reference pages that come from the code (tests/test_docs.py checks them)
 docs-reference: $(VENV)/.installed
