@@ -73,7 +73,8 @@ def reachable_python() -> Path | None:
 def agentd_bin() -> Path:
     """A bin folder any user can run agentd from: a venv whose python is `reachable_python` and whose
     site-packages are this one's (the same agentd and the same dependencies: one ABI). Built once per
-    checkout under /tmp, as the units' agentd is installed system-wide (README, "Deploy on a VM")."""
+    checkout under /tmp, as the units' agentd is installed system-wide (docs/install-and-deploy.md, "Deploy on a
+    VM")."""
     python = reachable_python()
     assert python is not None
     site = next(p for p in sys.path if p.endswith("site-packages"))

@@ -1,4 +1,4 @@
-"""Imports point down (STYLE habit 4, DESIGN §10). Every `import agentd…` in the package, function-local
+"""Imports point down (docs/design.md, "Module layout"). Every `import agentd…` in the package, function-local
 ones included, must name a module at its own layer or below."""
 
 from __future__ import annotations

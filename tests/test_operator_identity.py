@@ -1,4 +1,4 @@
-"""Every control act names a real person, and none can come from inside an attempt (README, "The
+"""Every control act names a real person, and none can come from inside an attempt (docs/install-and-deploy.md, "The
 boundary"): the verbs refuse a caller with AGENTD_ATTEMPT_ID or the run user's uid before reading
 anything, `--source` cannot claim a namespace agentd sets, and a retry is never a way around a no."""
 

@@ -1,4 +1,4 @@
-"""codex: `codex exec --json` (seed 000 §2; facts: reference/harness-clis.md §2).
+"""codex: `codex exec --json` (seed 000 §2; docs/adapters.md, "The kinds").
 
 A per-attempt CODEX_HOME holds config.toml: the model, the adapter's custom provider, update
 checks, analytics and plugin sync off, and retries lowered so a failing provider fails fast.

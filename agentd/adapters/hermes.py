@@ -1,4 +1,4 @@
-"""hermes-agent: `hermes -z PROMPT --usage-file FILE` (seed 000 §2; facts: reference/harness-clis.md §3).
+"""hermes-agent: `hermes -z PROMPT --usage-file FILE` (seed 000 §2; docs/adapters.md, "The kinds").
 
 A per-attempt HERMES_HOME holds config.yaml (provider, base_url, model, context_length, lazy
 installs off). Hermes exits 0 even when its model call failed, so the run is judged by the

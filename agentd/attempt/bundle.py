@@ -1,4 +1,4 @@
-"""Bundle compilation: everything an attempt is told, in one text, hashed (DESIGN §4).
+"""Bundle compilation: everything an attempt is told, in one text, hashed (docs/design.md, "Dispatch").
 
 Pure. The constitution (pinned by hash), the profile's framing, each skill's SKILL.md and
 commands, the task, what earlier attempts got wrong (seed 004 failure re-injection), recent

@@ -253,7 +253,7 @@ def outbox_key(agent: str, task: TaskRecord, attempt_number: int) -> str:
     """What an outcome's outbox keys start with: the agent, the task and the attempt's number, never the
     attempt's ULID. They survive a database rolled back to before the attempt (a restored backup, a
     lost -wal), so the attempt that runs again re-sends each message under the key its receiver already
-    saw (README, "Exactly once per key"). The task is its id and creation time, so a task id a restore
+    saw (docs/messages.md, "Exactly once per key"). The task is its id and creation time, so a task id a restore
     hands out again is another task; a sensor's task is its `sensor:<id>:<dedupe_key>` source, which
     names one event of that sensor however often a restored database creates the task for it again."""
     origin = task.source if task.source.startswith("sensor:") else f"{task.task_id} at {format_ts(task.created_at)}"

@@ -30,7 +30,7 @@ PROVIDERS = {"claude-code": "anthropic", "codex": "openai", "hermes-agent": "her
 
 
 def manifest_fields(config: Config, facts: AttemptFacts, end: AttemptEnd, bundle_hash: str | None) -> dict[str, Any]:
-    """The manifest (DESIGN §7, seed 001): who ran what, on which inputs, under which budgets, how
+    """The manifest (docs/design.md, "Evidence", seed 001): who ran what, on which inputs, under which budgets, how
     it ended. Pure: the files' hashes are added when it is sealed."""
     task, attempt, run = facts.task, facts.attempt, facts.run
     profile = config.profiles.get(task.requested_profile_id)

@@ -1,5 +1,5 @@
 """`agentd replay`: a finished script attempt re-run from its sealed evidence in a scratch dir and
-compared with what it left (DESIGN §7, seed 001 §4.2): `identical`, every difference named, or
+compared with what it left (docs/design.md, "Evidence", seed 001 §4.2): `identical`, every difference named, or
 `not_replayable` with the reason. Never a silent pass.
 
 The replay gets the attempt's own stdin.json, a copy of its prompt.md as the bundle, an empty scratch

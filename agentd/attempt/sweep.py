@@ -1,4 +1,4 @@
-"""The boot sweep (DESIGN §4): close every attempt a dead runtime left open.
+"""The boot sweep (docs/design.md, "Dispatch"): close every attempt a dead runtime left open.
 
 Whatever it left running is killed first (its cgroup, else its marker). If its processes were
 already gone and it left a result, that result is judged like a live attempt's; otherwise the

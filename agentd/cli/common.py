@@ -203,7 +203,7 @@ def config_from(args: argparse.Namespace) -> Config:
 
 def store_from(config: Config, *, readonly: bool = False) -> Store:
     """The agent's database. Every command that may write it (each control verb, each service) is
-    refused inside an attempt, before anything is read (README, "The boundary")."""
+    refused inside an attempt, before anything is read (docs/install-and-deploy.md, "The boundary")."""
     from agentd.process.privilege import refuse_inside_attempt
     from agentd.store import open_store
 

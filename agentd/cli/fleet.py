@@ -1,4 +1,4 @@
-"""`agentd fleet …`: the fleet's queue on PostgreSQL (README, "A fleet"): init, submit, status, show,
+"""`agentd fleet …`: the fleet's queue on PostgreSQL (docs/fleet.md): init, submit, status, show,
 cancel, and the intake service that feeds this agent from it."""
 
 from __future__ import annotations

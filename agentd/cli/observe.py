@@ -53,7 +53,7 @@ def register(commands: Any) -> None:
     events.add_argument(
         "--format",
         choices=("text", "json", "agent-runtime"),
-        help='agent-runtime: one seed-002 public-core event envelope per line (README "Export")',
+        help='agent-runtime: one seed-002 public-core event envelope per line (docs/evidence.md, "Export")',
     )
 
     status = add_command(commands, "status", cmd_status, "queue counts, oldest pending age, schema version")

@@ -4,7 +4,7 @@ rules and the configuration reference.
 
 May import: records.
 
-The identity TOML (DESIGN §2) parsed into one frozen Config: the bottom of agentd's imports.
+The identity TOML (docs/design.md, "Configuration") parsed into one frozen Config: the bottom of agentd's imports.
 
 Environment overrides (`AGENTD_<SECTION>__<KEY>`) are read here and nowhere else. This module
 parses and checks each value on its own; agentd/work/validation.py checks the references between

@@ -1,5 +1,5 @@
-"""The identity TOML's shape (DESIGN §2): one pydantic model per section, each value checked on its
-own, with documented defaults and bounds; and what `AGENTD_…` variables set over it. Reading the file
+"""The identity TOML's shape (docs/design.md, "Configuration"): one pydantic model per section, each value checked on
+its own, with documented defaults and bounds; and what `AGENTD_…` variables set over it. Reading the file
 and the environment, and making a Config of them, is agentd/config/__init__.py's job."""
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ Usd = Annotated[float, Field(gt=0, le=USD_MAX)]
 
 
 class BudgetSection(Section):
-    """[budget]: what the agent may spend per UTC day (agentd/config/budget.py; README, "Budgets").
+    """[budget]: what the agent may spend per UTC day (agentd/config/budget.py; docs/operate.md, "Budgets").
     Nothing set: nothing is limited."""
 
     daily_usd: Usd | None = Field(default=None, description="all adapters together, per UTC day")
@@ -236,7 +236,7 @@ class MetricsSection(Section):
 class RetentionSection(Section):
     """[retention]: how long agentd keeps what piles up, in days; 0 keeps that kind forever. The sensor
     service applies it every interval_s (first a minute after it starts); `agentd prune` applies it now.
-    Nothing of a task that is not finished is ever removed (README, "Retention")."""
+    Nothing of a task that is not finished is ever removed (docs/operate.md, "Retention")."""
 
     evidence_days: int = Field(default=90, ge=0, le=36_500, description="attempt evidence of finished tasks")
     sensor_logs_days: int = Field(default=7, ge=0, le=36_500, description="a sensor's last stdout/stderr logs")
@@ -246,7 +246,7 @@ class RetentionSection(Section):
 
 
 class FleetSection(Section):
-    """[fleet]: this agent takes work from a fleet's queue on PostgreSQL (README, "A fleet")."""
+    """[fleet]: this agent takes work from a fleet's queue on PostgreSQL (docs/fleet.md)."""
 
     dsn_file: Path | None = Field(
         default=None, description="a file (0600) holding the PostgreSQL connection string; none: no fleet intake"

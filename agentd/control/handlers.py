@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)
 logging.getLogger("httpcore").setLevel(logging.WARNING)
 
-BODY_CAP_BYTES = 4 * 1024  # of a webhook's answer, read only when it is not 2xx (README "External messages")
+BODY_CAP_BYTES = 4 * 1024  # of a webhook's answer, read only when it is not 2xx (docs/messages.md)
 BODY_SHOWN_CHARS = 200  # of those, in its error
 ERROR_CHARS = 300  # of a command's stderr, in its last_error
 MAX_ERROR_CHARS = 500  # any error text a send returns, once redacted

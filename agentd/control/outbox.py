@@ -1,5 +1,5 @@
-"""Applying the outbox (DESIGN §5): every side effect an outcome asked for, exactly once, after the
-outcome commit. A crash re-applies on restart, never doubles: each entry is settled in the same
+"""Applying the outbox (docs/design.md, "Outcomes, gating and the outbox"): every side effect an outcome asked for,
+exactly once, after the outcome commit. A crash re-applies on restart, never doubles: each entry is settled in the same
 transaction as its effect. An entry that fails inside agentd is settled refused with the reason;
 the rest go on."""
 

@@ -3,7 +3,7 @@ exports (bundle, TraceCore), retention, and a database older than what happened 
 
 May import: records, config, process, store, work.
 
-Per-attempt evidence (DESIGN §7, seed 001): `<state_dir>/attempts/<task>/<attempt>/`.
+Per-attempt evidence (docs/design.md, "Evidence", seed 001): `<state_dir>/attempts/<task>/<attempt>/`.
 
 The directory holds what the attempt was told (prompt.md), what it was given (stdin.json),
 what it printed, what it reported, and manifest.json: the attempt's identity, inputs, budgets

@@ -15,7 +15,7 @@ exporters read it back with `read_trace`. What each adapter kind gives:
   step named by its type, with no digests since its fields are not documented. No times.
 - hermes-agent: `hermes -z` prints only the final text; the usage file only counts (`api_calls`).
   Its session records under scratch/hermes (state.db, sessions/) have no documented format
-  (reference/harness-clis.md §3 lists them only), so they are not read: the trace is one message
+  (hermes lists them only; docs/adapters.md, "The kinds"), so they are not read: the trace is one message
   step for the final text whose summary says how many api calls hermes reported. Tool calls
   happened but are not in the evidence.
 - ollama-generate: one generate step, prompt.md to stdout.log, with the attempt's own times.

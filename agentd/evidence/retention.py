@@ -1,4 +1,4 @@
-"""Retention ([retention], README "Retention"): what agentd deletes once it is old enough, in this order —
+"""Retention ([retention], docs/operate.md, "Retention"): what agentd deletes once it is old enough, in this order —
 the evidence of finished tasks, sensors' stale logs, the oldest events (as a prefix the chain continues
 from), then finished tasks nothing refers to any more. Nothing of a task that is still live goes.
 

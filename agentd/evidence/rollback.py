@@ -1,4 +1,4 @@
-"""A database older than what happened (README, "A database older than what happened").
+"""A database older than what happened (docs/evidence.md, "A database older than what happened").
 
 A restored backup, or a -wal lost after a crash, takes the database back to before work that already
 ran: the attempts' evidence folders stay under attempts/, and the event chain falls behind the head the

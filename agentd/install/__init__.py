@@ -2,7 +2,8 @@
 
 May import: records, config, process, store, work, evidence, outlook, adapters, attempt, control, services.
 
-Laying out a VM for one agent (README, "Deploy on a VM"): `agentd install --agent NAME [--root DIR]`.
+Laying out a VM for one agent (docs/install-and-deploy.md, "Deploy on a VM"):
+`agentd install --agent NAME [--root DIR]`.
 
 Writes /etc/agentd/NAME.toml (the embedded example with its comments, edited for NAME, its run user
 and a free pair of metrics ports; never over an existing one) with the agent's SOUL.md, PURPOSE.md,
@@ -93,8 +94,8 @@ class Layout:
         )
 
     def folders(self) -> list[Folder]:
-        """The agent's folders, who owns them and their modes (README, "The boundary"): the state dir the
-        services' alone; the run area theirs, but the run user's group may enter it; the workspace the run
+        """The agent's folders, who owns them and their modes (docs/install-and-deploy.md, "The boundary"): the
+        state dir the services' alone; the run area theirs, but the run user's group may enter it; the workspace the run
         user's. tmpfiles.d makes them so on the target; install on this system, as root, does it now."""
         svc, run, place = self.service_user, self.run_user, self.placement
         return [  # the run user's primary group is the services' (units/agentd.sysusers)
@@ -173,7 +174,7 @@ def sysusers_text(layout: Layout) -> str:
 
 
 def tmpfiles_text(layout: Layout) -> str:
-    lines = [f'# agent {layout.agent}\'s folders, their owners and modes (`agentd install`; README, "The boundary")']
+    lines = [f"# agent {layout.agent}'s folders, their owners and modes (`agentd install`; docs/install-and-deploy.md)"]
     return "\n".join([*lines, *(folder.tmpfiles_line() for folder in layout.folders())]) + "\n"
 
 

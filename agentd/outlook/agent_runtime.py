@@ -1,8 +1,8 @@
 """agentd's records in other projects' formats: the Agent Runtime (seed 002) public-core event
 envelope and session snapshot, so tools written for that spec can read what agentd leaves.
 
-The mapping from agentd's event names to the spec's closed `type` enum is the table below (README
-"Export"); the agentd name always travels along as `nativeStatus` and in `refs.agentd`, with the
+The mapping from agentd's event names to the spec's closed `type` enum is the table below (docs/evidence.md,
+"The Agent Runtime envelope"); the agentd name always travels along as `nativeStatus` and in `refs.agentd`, with the
 event's place in the hash chain, so nothing is lost in translation and the chain stays checkable.
 """
 

@@ -137,7 +137,7 @@ MESSAGES = Spec(
     "dispatch",
 )
 
-# This agent's side of a fleet (README, "A fleet"), counted by the dispatcher that runs its intake. Shown
+# This agent's side of a fleet (docs/fleet.md), counted by the dispatcher that runs its intake. Shown
 # once the intake has run. No `agent` label: the scrape job's target label names the agent on every series
 # (an exported one would collide with it and come back as exported_agent; monitoring/README.md).
 FLEET_LEASES = Spec(

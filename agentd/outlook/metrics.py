@@ -1,4 +1,4 @@
-"""Prometheus metrics (DESIGN §8): each service serves /metrics on its own port.
+"""Prometheus metrics (docs/design.md, "Operations"): each service serves /metrics on its own port.
 
 What the database knows (tasks by status, oldest pending age) is read at scrape time on the
 scrape's own read connection, so both services report the same numbers and a scrape never waits
@@ -224,7 +224,7 @@ class DispatchMetrics(Metrics):
         self._fleet: dict[str, Any] = {}  # made on the first fleet call: an agent without a fleet shows none
 
     def fleet(self, name: str) -> Any:
-        """A fleet metric (README, "A fleet"). None has an `agent` label: the scrape job's target label
+        """A fleet metric (docs/fleet.md). None has an `agent` label: the scrape job's target label
         names the agent, as on every other series (a label of ours would come back as exported_agent)."""
         if not self._fleet:
             r = self.registry

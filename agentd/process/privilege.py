@@ -1,4 +1,4 @@
-"""The boundary between an agent and its operator (README, "The boundary").
+"""The boundary between an agent and its operator (docs/install-and-deploy.md, "The boundary").
 
 Under the units, an agent's services run as one user that owns the state dir, and every attempt and
 sensor runs as a second user, `[dispatch] run_as`, that owns only the workspace and the run dirs. The
@@ -57,7 +57,7 @@ class RunUser:
 def popen_identity(user: RunUser | None) -> Identity:
     """The switch to the run user, done in the child between fork and exec: its uid and its own group,
     no supplementary groups, and a umask that keeps what it writes readable by that group (which is
-    the services' own: README, "The boundary"). Nothing for None: the service's own user."""
+    the services' own: docs/install-and-deploy.md, "The boundary"). Nothing for None: the service's own user."""
     if user is None:
         return {}
     return {"user": user.uid, "group": user.gid, "extra_groups": [], "umask": RUN_UMASK}

@@ -295,7 +295,8 @@ async def _end(group: RunGroup | None, since: int, user: RunUser | None = None) 
 
 async def signal_group(pgid: int, sig: signal.Signals, user: RunUser | None) -> None:
     """Signal a whole process group. The run user's processes are signalled by a process of the run
-    user (`kill`), so the service needs no CAP_KILL: it can signal no one else's (README, "The boundary")."""
+    user (`kill`), so the service needs no CAP_KILL: it can signal no one else's (docs/install-and-deploy.md, "The
+    boundary")."""
     if user is None or os.geteuid() == 0:
         kill_group(pgid, sig)
         return

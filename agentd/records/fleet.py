@@ -1,4 +1,4 @@
-"""A fleet task's origin (README, "A fleet"): who submitted it and seed 003 §7's dispatch context."""
+"""A fleet task's origin (docs/fleet.md): who submitted it and seed 003 §7's dispatch context."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dispatcher (DESIGN §4): one runner per agent.
+"""The dispatcher (docs/design.md, "Dispatch"): one runner per agent.
 
 Start: lock → boot sweep → pending outbox → schedules → READY. Each tick, in the seed's order: due
 schedules → workflow steps → claim one task and run it (agentd/attempt/run.py) → its outbox. Idle: sleep
@@ -65,10 +65,10 @@ class Dispatcher:
         self.shell = Shell("dispatch", db, clock, self.metrics, listen, notifier, state_dir)
         self.doorbell = Doorbell()
         self.lock = DispatchLock(config, db, clock, self.metrics)
-        self.user = run_user(config.dispatch.run_as)  # who attempts run as (README, "The boundary")
+        self.user = run_user(config.dispatch.run_as)  # who attempts run as (docs/install-and-deploy.md, "The boundary")
         self.attempts = AttemptRunner(config, db, clock, self.rng, self.metrics, self.doorbell, adapters, self.user)
         self.outbox = OutboxApplier(config, db, clock, self.metrics)
-        self.fleet = FleetLink.of(config, db, clock, self.metrics, self.doorbell)  # README, "A fleet"
+        self.fleet = FleetLink.of(config, db, clock, self.metrics, self.doorbell)  # docs/fleet.md
         self._stopping = False
         self._idle_noted = False
         self._held: tuple[BudgetHold, int] | None = None  # what the budget held back at the last claim

@@ -1,4 +1,4 @@
-"""This agent's side of a fleet (README, "A fleet"): the intake that feeds the local queue from the
+"""This agent's side of a fleet (docs/fleet.md): the intake that feeds the local queue from the
 fleet's queue on PostgreSQL, and the confirmation every fleet task needs before its attempt starts.
 
 Both run inside `agentd dispatch` when `[fleet] dsn_file` is set. The intake, every round: writes back

@@ -1,4 +1,4 @@
-"""The dispatch lock (DESIGN §4, §12): one dispatcher per agent.
+"""The dispatch lock (docs/design.md, "Dispatch", §12): one dispatcher per agent.
 
 A holder is stale only if its heartbeat is older than lock_stale_s, or its pid on this host and
 boot is not running (or is another process that reused the pid): PID alone hung an ancestor

@@ -186,7 +186,9 @@ class SensorRunner:
         self, config: Config, db: AsyncStore, clock: Clock, metrics: SensorMetrics | NullMetrics | None = None
     ) -> None:
         self.config, self.db, self.clock = config, db, clock
-        self.user = run_user(config.dispatch.run_as)  # sensors run as attempts do (README, "The boundary")
+        self.user = run_user(
+            config.dispatch.run_as
+        )  # sensors run as attempts do (docs/install-and-deploy.md, "The boundary")
         self.metrics = metrics or NullMetrics()
         self._limiter = anyio.CapacityLimiter(config.sensors.max_concurrent)
         me = procs.this_process()

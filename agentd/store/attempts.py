@@ -1,6 +1,6 @@
 """Attempts: the claim, an attempt's life from claimed to closed, and what attempts cost.
 
-`finish_attempt` is the outcome commit of DESIGN §4: the attempt closed, the task's status,
+`finish_attempt` is the outcome commit of docs/design.md, "Dispatch": the attempt closed, the task's status,
 outcome and counters, its artifacts, its outbox entries and their events, in one transaction.
 """
 

@@ -1,4 +1,4 @@
-"""This agent's side of the fleet, in its own SQLite (README, "A fleet"): which local task holds which
+"""This agent's side of the fleet, in its own SQLite (docs/fleet.md): which local task holds which
 fleet lease, and what becomes of it.
 
 The fleet's queue on PostgreSQL decides who may run a task (store/fleet.py); this table remembers what

@@ -349,7 +349,7 @@ def stranded_workflows(config: Config, live: list[tuple[int, str, str, str]]) ->
 
 def _boundary(config: Config) -> list[Problem]:
     """With a run user, what it must reach (the workspace, the run dirs) lies outside the state dir,
-    which it must never reach (README, "The boundary")."""
+    which it must never reach (docs/install-and-deploy.md, "The boundary")."""
     if config.dispatch.run_as is None:
         return []
     src, paths, problems = str(config.path), config.paths, []
