@@ -38,13 +38,17 @@ run: $(VENV)/.installed
 	  echo "  drop .txt files into $$ws/inbox (each a task) or $$ws/goals (each a goal-loop workflow)"
 	$(BIN)/agentd --config $(DEMO) run
 
+# Tests keep their temp files in /dev/shm where it exists (RAM: the suite's thousands of SQLite fsyncs
+# cost nothing there); elsewhere in $$TMPDIR.
+TEST_TMP := $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo $${TMPDIR:-/tmp})
+
 ## test: the whole default suite, both tiers, four workers (fails if no test ran)
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -n 4
+	TMPDIR=$(TEST_TMP) $(BIN)/python -m pytest -n 4
 
 ## test-fast: the fast tier only (no child processes): pure logic, store verbs, in-process adapters
 test-fast: $(VENV)/.installed-test
-	AGENTD_TEST_TIER=fast $(BIN)/python -m pytest -n 2 -m "not process"
+	AGENTD_TEST_TIER=fast TMPDIR=$(TEST_TMP) $(BIN)/python -m pytest -n 2 -m "not process and not slow and not harness"
 
 ## test-harness: install the pinned claude, codex and hermes CLIs into .cache/harness, then run
 ## the adapter contract against them inside a loopback-only network namespace (with a temp root of its
@@ -62,7 +66,7 @@ record-fixtures: $(VENV)/.installed-test
 
 ## test-slow: the long forms of the slow suites
 test-slow: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -m slow
+	AGENTD_TEST_TIER=slow TMPDIR=$(TEST_TMP) $(BIN)/python -m pytest -n 2 -m slow
 
 ## chaos: real services under >= 50 SIGKILLs with poisoned input from every surface; prints the table
 chaos: $(VENV)/.installed-test

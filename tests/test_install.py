@@ -368,12 +368,12 @@ def test_a_staging_root_only_warns_about_an_agentd_the_units_cannot_see(
     assert "ExecStart=/home/ann/agentd --config /etc/agentd/%i.toml dispatch" in unit
 
 
-def test_an_agentd_linked_or_interpreted_from_a_hidden_folder_is_unreachable(tmp_path: Path) -> None:
-    if not Path("/dev/shm").is_dir() or not tmp_path.resolve().is_relative_to("/tmp"):
-        pytest.skip("needs /dev/shm (a folder the units see) and pytest's temp dir under /tmp (one they do not)")
-    target = tmp_path / "agentd"
-    target.write_text("#!/usr/bin/python3\n")
-    with tempfile.TemporaryDirectory(dir="/dev/shm") as folder:
+def test_an_agentd_linked_or_interpreted_from_a_hidden_folder_is_unreachable() -> None:
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("needs /dev/shm (a folder the units see)")
+    with tempfile.TemporaryDirectory(dir="/tmp") as hidden, tempfile.TemporaryDirectory(dir="/dev/shm") as folder:
+        target = Path(hidden) / "agentd"  # /tmp: PrivateTmp= hides it from the units
+        target.write_text("#!/usr/bin/python3\n")
         script, link = Path(folder) / "agentd", Path(folder) / "link"
         script.write_text("#!/home/ann/.venv/bin/python\nfrom agentd.cli import main\n")
         link.symlink_to(target)

@@ -6,6 +6,8 @@ pydantic are imported by the functions that load them, and a command pays only f
 from __future__ import annotations
 
 import argparse
+import functools
+import gettext
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -23,6 +25,12 @@ if TYPE_CHECKING:
 
     from agentd.config import Config
     from agentd.store import Store
+
+
+# argparse asks gettext for every string it builds (~40 per subcommand) and gettext searches the disk for
+# catalogs at each ask, found or not: half of building agentd's parser. The answers cannot change within
+# a process, so they are remembered (agentd ships no catalogs; a user's own locale still applies).
+argparse._ = functools.lru_cache(maxsize=4096)(gettext.gettext)  # type: ignore[attr-defined]
 
 
 class Parser(argparse.ArgumentParser):

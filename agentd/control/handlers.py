@@ -35,6 +35,7 @@ from agentd import __version__
 from agentd.config.environment import read_env_file
 from agentd.edge import printable
 from agentd.errors import ConfigError
+from agentd.process.http import tls_context
 from agentd.process.runner import ProcessSpec, child_environment, run_process
 from agentd.records.messages import (
     SECRET_REF,
@@ -191,7 +192,7 @@ async def _exchange(
     more than BODY_CAP_BYTES of it are read, whatever it sends or however long it takes, and all of it
     within timeout_s, however slowly the receiver drips. The rest is never read: the connection closes."""
     started = anyio.current_time()
-    async with httpx.AsyncClient(trust_env=False, timeout=handler.timeout_s) as client:
+    async with httpx.AsyncClient(trust_env=False, timeout=handler.timeout_s, verify=tls_context()) as client:
         request = client.build_request("POST", handler.url, content=body, headers=headers)
         with anyio.fail_after(handler.timeout_s):
             response = await client.send(request, stream=True)
