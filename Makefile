@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := config/identity.example.toml
 
-.PHONY: run test test-fast test-harness record-fixtures test-slow chaos fleet-chaos lint bench bench-quick docs-reference clean
+.PHONY: run test test-fast test-harness record-fixtures test-slow chaos fleet-chaos lint bench bench-quick docs docs-reference clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentd needs python3 >= 3.11, found " + sys.version.split()[0] + "; run: make PYTHON=python3.11 ...")'
@@ -17,6 +17,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,fleet]'
+	@touch $@ $(VENV)/.installed
+
+$(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
 	@touch $@ $(VENV)/.installed
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
@@ -34,13 +38,17 @@ run: $(VENV)/.installed
 	  echo "  drop .txt files into $$ws/inbox (each a task) or $$ws/goals (each a goal-loop workflow)"
 	$(BIN)/agentd --config $(DEMO) run
 
+# Tests keep their temp files in /dev/shm where it exists (RAM: the suite's thousands of SQLite fsyncs
+# cost nothing there); elsewhere in $$TMPDIR.
+TEST_TMP := $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo $${TMPDIR:-/tmp})
+
 ## test: the whole default suite, both tiers, four workers (fails if no test ran)
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -n 4
+	TMPDIR=$(TEST_TMP) $(BIN)/python -m pytest -n 4
 
 ## test-fast: the fast tier only (no child processes): pure logic, store verbs, in-process adapters
 test-fast: $(VENV)/.installed-test
-	AGENTD_TEST_TIER=fast $(BIN)/python -m pytest -n 2 -m "not process"
+	AGENTD_TEST_TIER=fast TMPDIR=$(TEST_TMP) $(BIN)/python -m pytest -n 2 -m "not process and not slow and not harness"
 
 ## test-harness: install the pinned claude, codex and hermes CLIs into .cache/harness, then run
 ## the adapter contract against them inside a loopback-only network namespace (with a temp root of its
@@ -58,7 +66,7 @@ record-fixtures: $(VENV)/.installed-test
 
 ## test-slow: the long forms of the slow suites
 test-slow: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -m slow
+	AGENTD_TEST_TIER=slow TMPDIR=$(TEST_TMP) $(BIN)/python -m pytest -n 2 -m slow
 
 ## chaos: real services under >= 50 SIGKILLs with poisoned input from every surface; prints the table
 chaos: $(VENV)/.installed-test
@@ -79,10 +87,15 @@ bench: $(VENV)/.installed-bench
 bench-quick: $(VENV)/.installed-bench
 	$(BIN)/python bench/run.py --quick
 
+## docs: build docs/ as a site into .cache/site with MkDocs, strict: a page missing from mkdocs.yml's nav, a
+## link or anchor that does not resolve, any warning fails it (tests/test_docs.py checks the README's links)
+docs: $(VENV)/.installed-docs
+	$(BIN)/mkdocs build --strict --site-dir .cache/site
+
 ## docs-reference: write the reference pages that come from the code (tests/test_docs.py checks them)
 docs-reference: $(VENV)/.installed
 	$(BIN)/agentd config reference > docs/configuration.md
-	$(BIN)/python -c 'from agentd.metric_specs import reference; print(reference(), end="")' > docs/metrics.md
+	$(BIN)/python -c 'from agentd.outlook.metric_specs import reference; print(reference(), end="")' > docs/metrics.md
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check agentd tests bench

@@ -68,6 +68,11 @@ class StorageError(AgentdError):
         self.path, self.problem = path, problem
 
 
+# What ends a service (exit 1: systemd restarts it once the disk is usable); anything else a service
+# records as one tick's, one run's or one attempt's failure and goes on.
+FATAL = (StorageError,)
+
+
 class DatabaseGone(StorageError):
     """The database file a process opened was deleted or replaced under it: whatever it wrote now would
     reach no one (an unlinked inode) or fork the history (another file). A service exits 1 at once."""

@@ -1,4 +1,4 @@
-"""What an attempt cost, judged wherever a number comes in or is read back (README, "Usage and cost").
+"""What an attempt cost, judged wherever a number comes in or is read back (docs/adapters.md, "Usage and cost").
 
 Every count is a whole number from 0 to int64, every cost a finite number from 0 to MAX_COST_USD.
 A number that is not is unknown (None), and the judge says why; the rest of the report stands. The

@@ -17,10 +17,10 @@ import tomli_w
 
 from agentd.clock import FakeClock, SystemClock, format_ts
 from agentd.config import Config
-from agentd.intake import admit_task
 from agentd.records import TaskIntent
 from agentd.store import Store, init_state_dir, migrate, open_store
-from agentd.validation import load_config
+from agentd.work.intake import admit_task
+from agentd.work.validation import load_config
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "config" / "identity.example.toml"

@@ -9,10 +9,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentd.audit import verify
 from agentd.clock import SystemClock
+from agentd.evidence.verify import verify
 from agentd.store import open_store
-from agentd.validation import load_config
+from agentd.work.validation import load_config
 from bench.agent import agentd_argv, cli_env, enqueue, open_agent, with_noop_task_type, write_config, write_noop_script
 
 
@@ -70,7 +70,7 @@ def evidence_verify_s(config_path: Path, attempts: int) -> float:
 
 def evidence_verify_per_s(drained: Drained) -> tuple[float, float]:
     """Attempts/s of `agentd evidence verify --all` over the attempts one dispatch left: the whole
-    command (start-up included), and the verification itself — `agentd.audit.verify`, the function
+    command (start-up included), and the verification itself — `agentd.evidence.verify.verify`, the function
     the command runs, timed in this process on the same database and folders."""
     whole = evidence_verify_s(drained.config_path, drained.tasks)
     config = load_config(drained.config_path)

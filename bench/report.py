@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from agentd import containment
+from agentd.process import containment
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -113,7 +113,7 @@ def machine_facts() -> list[str]:
 
 def cgroup_move_cost(idle_s: float = 0.05, moves: int = 10) -> str:
     """What the kernel charges for the move into a run's cgroup after a pause like the gap between
-    two short attempts (README, "What a run's cgroup costs"): the median of `moves`."""
+    two short attempts (docs/reliability.md, "What a run's cgroup costs"): the median of `moves`."""
     found = containment.cgroups()
     if found is None:
         return "none (no writable cgroup v2: runs are found by marker)"

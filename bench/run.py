@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agentd.fleet import MAX_CLAIM  # noqa: E402
+from agentd.services.fleet import MAX_CLAIM  # noqa: E402
 from agentd.store import Store  # noqa: E402
 from bench import endtoend, fleet, peers, processes, raw, store_rows  # noqa: E402
 from bench.agent import bulk_tasks, fresh, write_noop_script  # noqa: E402, F401  (the slow test uses the first two)
@@ -285,8 +285,8 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]
         "the CPU time of all their threads over the window (/proc/PID/task/*/schedstat, ns; utime + stime of "
         "/proc/PID/stat, 10 ms ticks, if a thread ended in it), then VmRSS",
         "- evidence verify: the whole CLI over the attempts one end-to-end repetition left, and the verification "
-        "itself: `agentd.audit.verify` (what the command runs after its start-up) timed in-process over the same "
-        "attempts (the goal's row: a subtraction of two process start-ups of ~400 ms ± 100 ms was noise)",
+        "itself: `agentd.evidence.verify.verify` (what the command runs after its start-up) timed in-process over "
+        "the same attempts (the goal's row: a subtraction of two process start-ups of ~400 ms ± 100 ms was noise)",
         f"- fleet: {sizes.fleet_tasks:,} queued tasks (priorities 1..10, no labels) in a fresh database of one "
         f"PostgreSQL started as the tests start it (tests/pg.py: a unix socket, no TCP; its settings above), "
         f"{sizes.fleet_claimers} claimer processes started once per run, each looping agentd's own "

@@ -9,10 +9,10 @@ import statistics
 import time
 from pathlib import Path
 
-from agentd.intake import admit_task
 from agentd.records import AttemptEnd, AttemptPlan, TaskIntent, TaskOutcome
-from agentd.sensor_runs import BATCH, parse_output
+from agentd.services.sensor_runs import BATCH, parse_output
 from agentd.store import Store
+from agentd.work.intake import admit_task
 from bench.agent import bulk_tasks, fresh, pending_tasks
 
 PLAN = AttemptPlan("script", "script", None)

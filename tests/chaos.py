@@ -34,11 +34,11 @@ import privsep
 from hostile_http import Answer, HostileReceiver, answer
 from support import agent_config, outcome_disagreements
 
-from agentd.budget import day_start
 from agentd.clock import SystemClock
+from agentd.config.budget import day_start
 from agentd.records import TERMINAL_STATUSES
 from agentd.store import Store, init_state_dir, migrate, open_store
-from agentd.validation import load_config
+from agentd.work.validation import load_config
 
 SECRET = 'chaos-Sk3y"with\\quote-0123456789'  # JSON escapes the quote and the backslash
 SENSOR_SECRET = "chaos-sensor-token-9876543210"
@@ -776,12 +776,12 @@ class Chaos:
         return places + ["service logs"] * any(n.decode() in logs for n in needles)
 
     def _evidence(self, store: Any) -> list[str]:
-        from agentd.audit import verify
+        from agentd.evidence.verify import verify
 
         return [str(f) for f in verify(store, self.config.paths.state_dir).findings]
 
     def _read_model(self, store: Any, tasks: list[Any]) -> list[str]:
-        from agentd.readmodel import task_statuses
+        from agentd.outlook.readmodel import task_statuses
 
         rebuilt = task_statuses(store.read_events(limit=10_000_000))
         return [

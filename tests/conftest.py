@@ -8,11 +8,11 @@ import pytest
 from rig import Rig
 from support import EXAMPLE_CONFIG, CliResult, run_main
 
-from agentd import containment
 from agentd.clock import FakeClock
 from agentd.config import Config
+from agentd.process import containment
 from agentd.store import Store, migrate, open_store
-from agentd.validation import load_config
+from agentd.work.validation import load_config
 
 
 @pytest.fixture(autouse=True)

@@ -38,7 +38,7 @@ from support import agent_config
 from agentd.clock import SystemClock, parse_ts
 from agentd.store import Store, init_state_dir, migrate, open_store
 from agentd.store.fleet import FleetQueue
-from agentd.validation import load_config
+from agentd.work.validation import load_config
 
 AGENTS = 3
 TERMINAL = ("completed", "failed")

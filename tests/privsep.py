@@ -73,7 +73,8 @@ def reachable_python() -> Path | None:
 def agentd_bin() -> Path:
     """A bin folder any user can run agentd from: a venv whose python is `reachable_python` and whose
     site-packages are this one's (the same agentd and the same dependencies: one ABI). Built once per
-    checkout under /tmp, as the units' agentd is installed system-wide (README, "Deploy on a VM")."""
+    checkout under /tmp, as the units' agentd is installed system-wide (docs/install-and-deploy.md, "Deploy on a
+    VM")."""
     python = reachable_python()
     assert python is not None
     site = next(p for p in sys.path if p.endswith("site-packages"))
@@ -272,7 +273,7 @@ def _lay_out(agent: PrivAgent, mutate: Any) -> None:
     shutil.copytree(REPO / "config", etc)
     for path in [etc, *etc.rglob("*")]:
         os.chmod(path, 0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
-    for folder, owner, group, mode in (  # as agentd/install.py Layout.folders
+    for folder, owner, group, mode in (  # as agentd/install/__init__.py Layout.folders
         (agent.state_dir, svc.pw_uid, svc.pw_gid, 0o700),
         (agent.run_area, svc.pw_uid, svc.pw_gid, 0o750),
         (agent.run_area / "runs", svc.pw_uid, svc.pw_gid, 0o750),

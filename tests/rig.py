@@ -11,11 +11,11 @@ from inprocess import in_process
 
 from agentd.clock import FakeClock
 from agentd.config import Config
-from agentd.dispatch import Dispatcher
-from agentd.intake import admit_task
 from agentd.records import RuntimeEvent, TaskIntent, TaskRecord
-from agentd.sensor_service import SensorService
+from agentd.services.dispatch import Dispatcher
+from agentd.services.sensing import SensorService
 from agentd.store import AsyncStore, Store, init_state_dir, migrate, open_store
+from agentd.work.intake import admit_task
 
 
 class Rig:

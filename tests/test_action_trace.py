@@ -14,7 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import harness_fixture
 
-from agentd.action_trace import (
+from agentd.adapters.hermes import USAGE_FILE
+from agentd.evidence import EVIDENCE_FILES
+from agentd.evidence.action_trace import (
     HERMES_USAGE_FILE,
     SUMMARY_MAX_CHARS,
     TRACE_FILE,
@@ -23,8 +25,6 @@ from agentd.action_trace import (
     trace_lines,
     trace_of,
 )
-from agentd.adapters.hermes import USAGE_FILE
-from agentd.evidence import EVIDENCE_FILES
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
 
 KINDS = ("claude-code", "codex", "hermes-agent", "ollama-generate", "script", "subprocess")

@@ -133,7 +133,7 @@ def test_config_check_refuses_a_bypass_without_the_trusted_posture(tmp_path: Pat
     from support import write_config
 
     from agentd.errors import ConfigError
-    from agentd.validation import load_config
+    from agentd.work.validation import load_config
 
     entry = {"adapter_id": "harness", "command": "cli", "timeout_ms": 1000, **adapter}
     path = write_config(tmp_path, lambda raw: raw["adapters"].append(entry))
@@ -145,7 +145,7 @@ def test_config_check_refuses_a_bypass_without_the_trusted_posture(tmp_path: Pat
 def test_the_trusted_posture_makes_the_same_flags_acceptable(tmp_path: Path) -> None:
     from support import write_config
 
-    from agentd.validation import load_config
+    from agentd.work.validation import load_config
 
     entry = {
         "adapter_id": "harness",

@@ -22,10 +22,10 @@ from support import ADAPTERS, REPO, write_config
 
 from agentd.clock import SystemClock
 from agentd.evidence import verify_attempt_dir
-from agentd.procs import marked_processes
+from agentd.process.procs import marked_processes
 from agentd.records import TaskAttempt, TaskRecord
 from agentd.store import Store, init_state_dir, migrate, open_store
-from agentd.validation import load_config
+from agentd.work.validation import load_config
 
 pytestmark = pytest.mark.process
 
@@ -335,13 +335,13 @@ async def test_a_daily_budget_holds_low_urgency_tasks_until_the_next_utc_day(kin
     """[budget] daily_usd = 1 against a harness that reports (or is priced at) $0.60 an attempt: the
     second low-urgency task waits, reason budget; an urgent one still runs; the next UTC day, the
     held one runs. The real CLI runs each attempt; the dispatcher's clock is a fake one."""
-    from agentd.budget import day_start
     from agentd.clock import FakeClock
-    from agentd.dispatch import Dispatcher
-    from agentd.intake import admit_task
+    from agentd.config.budget import day_start
+    from agentd.outlook.status import snapshot
     from agentd.records import TaskIntent
-    from agentd.status import snapshot
+    from agentd.services.dispatch import Dispatcher
     from agentd.store import AsyncStore
+    from agentd.work.intake import admit_task
 
     tokens_in, tokens_out = SIXTY_CENTS[kind]
     turns: list[Turn] = [Reply(outcome_message(), input_tokens=tokens_in, output_tokens=tokens_out)] * 3

@@ -28,9 +28,9 @@ from agentd.adapters.harness import RATE_LIMIT, ParsedRun, estimate_cost
 from agentd.adapters.hermes import parse_hermes
 from agentd.adapters.ollama import OllamaGenerateAdapter
 from agentd.adapters.probe import probe_adapters
-from agentd.outcome import extract_outcome
+from agentd.attempt.outcome import extract_outcome
 from agentd.records import AdapterConfig, TokenPrice
-from agentd.validation import load_config
+from agentd.work.validation import load_config
 
 
 def sample(name: str) -> str:

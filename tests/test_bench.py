@@ -22,6 +22,8 @@ NUMBER = r"[\d,.]+"
 
 
 @pytest.mark.process
+@pytest.mark.slow  # `make test-slow` (CI): the quick form of `make bench`
+@pytest.mark.timeout(300)
 def test_the_quick_benchmark_runs_and_reports_every_goal() -> None:
     result = subprocess.run(
         [sys.executable, str(REPO / "bench" / "run.py"), "--quick"],
@@ -71,6 +73,7 @@ def test_a_goal_that_cannot_be_measured_here_is_skipped_naming_why() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_the_claim_plan_holds_at_a_million_tasks(tmp_path: Path) -> None:
     """The long form of test_store's 100k plan check: ten index seeks, before and after ANALYZE."""
     _, store, clock = fresh(tmp_path)

@@ -1,4 +1,4 @@
-"""The agent cannot act as its operator (README, "The boundary"): tried from inside a real attempt,
+"""The agent cannot act as its operator (docs/install-and-deploy.md, "The boundary"): tried from inside a real attempt,
 running as its own user under a service that runs as another, as the units run them."""
 
 from __future__ import annotations

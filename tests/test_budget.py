@@ -17,13 +17,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
 from support import agent_config
 
-from agentd.attempt import plan_attempt
-from agentd.budget import AdapterSpend, Spend, budget_hold, day_start
+from agentd.attempt.prepare import plan_attempt
+from agentd.config.budget import AdapterSpend, Spend, budget_hold, day_start
+from agentd.config.settings import BudgetSection
 from agentd.errors import ConfigError
-from agentd.metrics import DispatchMetrics
-from agentd.settings import BudgetSection
-from agentd.status import budget_outlook, snapshot
-from agentd.validation import load_config
+from agentd.outlook.metrics import DispatchMetrics
+from agentd.outlook.status import budget_outlook, snapshot
+from agentd.work.validation import load_config
 
 
 def costing(usd: float) -> dict[str, Any]:

@@ -21,14 +21,14 @@ SERVICE_ONLY = (
     "prometheus_client",
     "pydantic_settings",
     "agentd.adapters",
-    "agentd.dispatch",
+    "agentd.services.dispatch",
     "agentd.evidence",
     "agentd.install",
-    "agentd.metrics",
-    "agentd.retention",
-    "agentd.runner",
-    "agentd.sensor_service",
-    "agentd.service",
+    "agentd.outlook.metrics",
+    "agentd.evidence.retention",
+    "agentd.process.runner",
+    "agentd.services.sensing",
+    "agentd.services.shell",
 )
 
 # Runs one command in a fresh interpreter and reports its exit code and every module it imported.

@@ -10,9 +10,9 @@ import pytest
 from support import EXAMPLE_CONFIG, write_config
 
 from agentd.cli import main
+from agentd.config.settings import environment_overrides
 from agentd.errors import ConfigError
-from agentd.settings import environment_overrides
-from agentd.validation import load_config
+from agentd.work.validation import load_config
 
 
 def problems_of(path: Path) -> list[str]:

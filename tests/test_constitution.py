@@ -18,12 +18,12 @@ from rig import Rig
 from support import EXAMPLE_CONFIG, CliResult
 
 from agentd.cli import main
-from agentd.constitution import next_version, revise_toml
 from agentd.control import operator
+from agentd.control.constitution import next_version, revise_toml
 from agentd.errors import InputError
 from agentd.records import OutboxKind, OutboxStatus, TaskRecord
 from agentd.store import Store
-from agentd.validation import load_config
+from agentd.work.validation import load_config
 
 NEW_SOUL = "# Soul\n\nI am careful, candid and brief.\nI say what I verified and what I did not.\n"
 

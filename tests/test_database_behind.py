@@ -32,10 +32,10 @@ from agentd.cli import main
 from agentd.clock import FakeClock, SystemClock
 from agentd.config import Config
 from agentd.errors import DatabaseBehind
-from agentd.intake import admit_task
 from agentd.records import TaskIntent
 from agentd.store import init_state_dir, migrate, open_store
-from agentd.validation import load_config
+from agentd.work.intake import admit_task
+from agentd.work.validation import load_config
 
 
 def ok(**fields: Any) -> dict[str, Any]:

@@ -24,10 +24,10 @@ from support import agent_config
 
 from agentd.clock import SystemClock
 from agentd.config import Config
-from agentd.intake import admit_task
 from agentd.records import TaskIntent
 from agentd.store import init_state_dir, migrate, open_store
-from agentd.validation import load_config
+from agentd.work.intake import admit_task
+from agentd.work.validation import load_config
 
 pytestmark = pytest.mark.process
 

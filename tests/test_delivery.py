@@ -26,17 +26,17 @@ from rig import Rig
 from support import CliResult, agent_config, run_main
 from test_dispatch_process import Agent
 
-from agentd import handlers
 from agentd.cli import main
 from agentd.clock import SystemClock
-from agentd.delivery import backoff_s, next_step
-from agentd.dispatch import Dispatcher
+from agentd.control import handlers
+from agentd.control.delivery import backoff_s, next_step
+from agentd.control.handlers import http_answer
 from agentd.errors import ConfigError
-from agentd.handlers import http_answer
-from agentd.metrics import DispatchMetrics
+from agentd.outlook.metrics import DispatchMetrics
 from agentd.records.messages import Delivery, Sent, WebhookHandler
+from agentd.services.dispatch import Dispatcher
 from agentd.store import Store
-from agentd.validation import load_config
+from agentd.work.validation import load_config
 
 Mutate = Callable[[dict[str, Any]], None]
 

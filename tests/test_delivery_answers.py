@@ -26,8 +26,8 @@ from support import CliResult
 from test_delivery import Mutate, complete_with_messages, webhook, with_handlers
 
 from agentd.clock import FakeClock
-from agentd.delivery import backoff_s
-from agentd.handlers import BODY_CAP_BYTES, MAX_ERROR_CHARS, cleaned, http_answer
+from agentd.control.delivery import backoff_s
+from agentd.control.handlers import BODY_CAP_BYTES, MAX_ERROR_CHARS, cleaned, http_answer
 from agentd.records.messages import OutboxItem, Sent, WebhookHandler
 from agentd.redaction import MARK, Redactor
 

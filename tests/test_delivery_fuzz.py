@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from test_delivery_answers import SECRET, secret_runs
 
 from agentd.clock import FakeClock
-from agentd.delivery import next_step
-from agentd.handlers import MAX_ERROR_CHARS, send
+from agentd.control.delivery import next_step
+from agentd.control.handlers import MAX_ERROR_CHARS, send
 from agentd.records.messages import Delivery, Sent, WebhookHandler
 from agentd.redaction import MARK
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from rig import Rig
 
-from agentd import containment
 from agentd.evidence import verify_attempt_dir
+from agentd.process import containment
 from agentd.records import TaskOutcome, TaskRecord
 from agentd.store import Store
 

@@ -19,11 +19,11 @@ from support import agent_config
 from agentd.cli import main
 from agentd.clock import SystemClock
 from agentd.config import Config
-from agentd.intake import admit_task
+from agentd.process.wake import poke
 from agentd.records import RuntimeEvent, TaskIntent
 from agentd.store import Store, init_state_dir, migrate, open_store
-from agentd.validation import load_config
-from agentd.wake import poke
+from agentd.work.intake import admit_task
+from agentd.work.validation import load_config
 
 pytestmark = pytest.mark.process
 

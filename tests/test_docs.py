@@ -1,23 +1,29 @@
 """The docs stay true: the configuration reference is the code's, `config check` names every required
-key at once, and the README's tour and its script-adapter example run as they are written."""
+key at once, the README's tour and the script-adapter example run as they are written, every command a
+doc shows parses, every link resolves, and the README stays a short front door to docs/."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tomllib
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from support import EXAMPLE_CONFIG, REPO, example_raw, run_main
 
-from agentd.config_reference import render
-from agentd.settings import Settings
+from agentd.cli import build_parser
+from agentd.cli.common import CommandError
+from agentd.config.reference import render
+from agentd.config.settings import Settings
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 BIN = Path(sys.executable).parent
@@ -179,8 +185,8 @@ def test_the_metrics_page_is_what_the_services_serve(tmp_path: Path) -> None:
     catalogue's metrics (name, type, help): a metric added without its entry, or an entry nothing serves,
     fails here."""
     from agentd.clock import FakeClock
-    from agentd.metric_specs import CATALOGUE, reference
-    from agentd.metrics import DispatchMetrics, SensorMetrics
+    from agentd.outlook.metric_specs import CATALOGUE, reference
+    from agentd.outlook.metrics import DispatchMetrics, SensorMetrics
     from agentd.store import migrate
 
     assert (REPO / "docs" / "metrics.md").read_text(encoding="utf-8") == reference(), "run `make docs-reference`"
@@ -190,7 +196,7 @@ def test_the_metrics_page_is_what_the_services_serve(tmp_path: Path) -> None:
     for service, kind in (("dispatch", DispatchMetrics), ("sensors", SensorMetrics)):
         metrics = kind("demo", db, FakeClock())
         if isinstance(metrics, DispatchMetrics):
-            metrics.fleet_leases(0)  # the fleet metrics are made by an intake's first call (README, "A fleet")
+            metrics.fleet_leases(0)  # the fleet metrics are made by an intake's first call (docs/fleet.md)
         try:
             served[service] = scraped(metrics.registry)
         finally:
@@ -205,3 +211,209 @@ def test_the_metrics_page_is_what_the_services_serve(tmp_path: Path) -> None:
             if spec.served_by in ("both", service)
         }
         assert families == expected, service
+
+
+# --- the README and docs/ as a whole ---------------------------------------------------------------------
+
+README_LIMIT_BYTES = 10_240
+SHELL_LANGUAGES = ("sh", "console", "bash", "shell")
+PUNCTUATION = set("();<>|&")
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, text) of every fenced block of a Markdown text, in order."""
+    return [(lang, body) for _, lang, body in re.findall(r"^(`{3,})(\w*)\n(.*?)^\1$", text, re.MULTILINE | re.DOTALL)]
+
+
+def prose(text: str) -> str:
+    """The text without its fenced blocks and inline code: what Markdown renders as links and headings."""
+    text = re.sub(r"^(`{3,})\w*\n.*?^\1$", "", text, flags=re.MULTILINE | re.DOTALL)
+    return re.sub(r"(`+).+?\1", "", text, flags=re.DOTALL)
+
+
+def shown_commands(block: str) -> list[list[str]]:
+    """The arguments of each `agentd …` a shell block shows (after `sudo …`, `VAR=… `, `$(`/`<(`, up to a
+    pipe or redirection). In a block with `$ ` prompts only the prompted lines are commands."""
+    lines = block.replace("\\\n", " ").splitlines()
+    prompted = [line[2:] for line in lines if line.startswith("$ ")]
+    found = []
+    for line in prompted or lines:
+        if not re.search(r"(^|[\s(;|&])agentd(\s|$)", line):
+            continue
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
+        for start in [i for i, word in enumerate(words) if word == "agentd"]:
+            argv = []
+            for word in words[start + 1 :]:
+                if set(word) <= PUNCTUATION:
+                    break
+                argv.append(word)
+            found.append(argv)
+    return found
+
+
+def parse_problem(argv: list[str]) -> str | None:
+    """Why agentd's own parser refuses these arguments, or None when it takes them."""
+    try:
+        args = build_parser().parse_args(argv)
+    except CommandError as exc:
+        return str(exc)
+    except SystemExit as exc:  # --help, --version
+        return None if exc.code == 0 else f"exit {exc.code}"
+    return None if callable(getattr(args, "handler", None)) else "no command"
+
+
+def test_every_agentd_command_a_doc_shows_is_one_agentd_parses(capsys: pytest.CaptureFixture[str]) -> None:
+    """A renamed command or option fails here, wherever a shell block of the README or docs/ shows it."""
+    shown, refused = 0, []
+    for doc in DOCS:
+        for lang, block in fenced_blocks(doc.read_text(encoding="utf-8")):
+            for argv in shown_commands(block) if lang in SHELL_LANGUAGES else []:
+                shown += 1
+                problem = parse_problem(argv)
+                if problem:
+                    refused.append(f"{doc.relative_to(REPO)}: agentd {shlex.join(argv)}: {problem}")
+    capsys.readouterr()
+    assert refused == []
+    assert shown >= 25, "the docs show far fewer commands than they did: is the block reader broken?"
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"),
+    [
+        ("agentd task list                 # newest first\n", [["task", "list"]]),
+        ("$ agentd task add --priority 0\nagentd: --priority: expected 1\n", [["task", "add", "--priority", "0"]]),
+        ("sudo -u agentd-arc agentd --agent arc status\n", [["--agent", "arc", "status"]]),
+        ("source <(agentd completion bash)\n", [["completion", "bash"]]),
+        ("agentd events | head\nln -s /opt/agentd/bin/agentd /usr/local/bin/agentd\n", [["events"]]),
+        (
+            "agentd fleet submit --type review \\\n    --key pr-42\n",
+            [["fleet", "submit", "--type", "review", "--key", "pr-42"]],
+        ),
+        ('AGENTD_X=1 agentd task add --payload \'{"a": "b|c"}\'\n', [["task", "add", "--payload", '{"a": "b|c"}']]),
+    ],
+)
+def test_the_block_reader_finds_each_command_as_a_shell_would(block: str, expected: list[list[str]]) -> None:
+    assert shown_commands(block) == expected
+
+
+def test_the_parse_check_refuses_a_renamed_option_or_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_problem(["task", "add", "--type", "example"]) is None
+    assert parse_problem(["task", "add", "--kind", "example"]) is not None
+    assert parse_problem(["task", "show", "ID"]) is not None  # a placeholder is no id: show a real one
+    assert parse_problem(["tasks", "list"]) is not None
+    capsys.readouterr()
+
+
+def slug(heading: str) -> str:
+    """The anchor MkDocs (Python-Markdown's toc) and GitHub give a heading of plain words and code."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "")
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    text = re.sub(r"[^\w\s-]", "", text).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def anchors(doc: Path) -> set[str]:
+    text = re.sub(r"^(`{3,})\w*\n.*?^\1$", "", doc.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+    return {slug(heading) for heading in re.findall(r"^#+ (.+?)\s*$", text, re.MULTILINE)}
+
+
+def broken_links(doc: Path, root: Path = REPO) -> list[str]:
+    """Each relative link of `doc` whose file, or whose anchor in that file, does not exist (named from
+    `root`)."""
+    broken = []
+    for target in re.findall(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)", prose(doc.read_text(encoding="utf-8"))):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (doc.parent / path).resolve() if path else doc
+        if not linked.is_file():
+            broken.append(f"{doc.relative_to(root)}: {target}: no such file")
+        elif anchor and (linked.suffix != ".md" or anchor not in anchors(linked)):
+            broken.append(f"{doc.relative_to(root)}: {target}: no heading makes #{anchor}")
+    return broken
+
+
+def test_every_relative_link_of_the_readme_and_docs_resolves() -> None:
+    assert [problem for doc in DOCS for problem in broken_links(doc)] == []
+    readme = prose((REPO / "README.md").read_text(encoding="utf-8"))
+    assert len(re.findall(r"\]\(docs/[\w-]+\.md", readme)) >= 10, "the README links into docs/"
+
+
+def test_the_link_check_catches_a_missing_page_and_a_missing_anchor(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# A page\n\n## The `[budget]` table\n\n```sh\n# not a heading\n```\n")
+    doc = tmp_path / "b.md"
+    doc.write_text(
+        "[ok](a.md#the-budget-table) [gone](c.md) [nope](a.md#not-a-heading) [web](https://x.org/y.md)\n"
+        "`[code](c.md)` [self](#here)\n\n# Here\n"
+    )
+    assert broken_links(doc, tmp_path) == [
+        "b.md: c.md: no such file",
+        "b.md: a.md#not-a-heading: no heading makes #not-a-heading",
+    ]
+
+
+def test_every_toml_block_of_the_docs_parses() -> None:
+    blocks = [
+        (doc, body) for doc in DOCS for lang, body in fenced_blocks(doc.read_text(encoding="utf-8")) if lang == "toml"
+    ]
+    assert len(blocks) >= 4
+    for doc, body in blocks:
+        try:
+            tomllib.loads(body)
+        except tomllib.TOMLDecodeError as exc:
+            pytest.fail(f"{doc.relative_to(REPO)}: {exc}\n{body}")
+
+
+def test_the_readme_is_a_short_front_door() -> None:
+    readme = (REPO / "README.md").read_bytes()
+    assert len(readme) <= README_LIMIT_BYTES, f"README.md is {len(readme):,} bytes: move detail into docs/"
+    assert readme.decode().index("make run") < readme.decode().index("## A five-minute tour")
+
+
+def test_the_site_is_built_strict_from_every_page() -> None:
+    """mkdocs.yml: strict, every link and anchor check a warning (so a failure), every page in the nav,
+    and no theme feature that needs a CDN (the site is read offline)."""
+    site = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    assert site["strict"] is True and site["docs_dir"] == "docs"
+    checks = site["validation"]
+    assert set(checks["links"].values()) == {"warn"} and set(checks["nav"].values()) == {"warn"}
+    assert {"not_found", "anchors", "absolute_links", "unrecognized_links"} <= set(checks["links"])
+    nav = {page for entry in site["nav"] for page in entry.values()}
+    assert nav == {path.name for path in (REPO / "docs").glob("*.md")}
+    assert site["theme"].get("highlightjs") is False
+
+
+def goals(text: str) -> list[str]:
+    """The date line and the goals table of a benchmarks page."""
+    kept = [line for line in text.splitlines() if line.startswith("- date:")]
+    section = text.split("## Goals", 1)[-1] if "## Goals" in text else text.split("## The latest results", 1)[-1]
+    return kept + [line for line in section.split("\n## ", 1)[0].splitlines() if line.startswith("| ")]
+
+
+def test_the_benchmarks_page_shows_what_make_bench_last_wrote() -> None:
+    written = goals((REPO / "bench" / "BENCHMARKS.md").read_text(encoding="utf-8"))
+    shown = goals((REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8"))
+    assert len(written) > 10 and shown == written, "copy the goals table of bench/BENCHMARKS.md into docs/benchmarks.md"
+
+
+# Built from parts, so this file does not name them itself.
+OUTSIDE = ("../" + "shared", "DESIGN" + " §", "DESIGN" + ".md", "STYLE" + ".md", "harness" + "-clis.md")
+CITING_TREES = ("agentd", "tests", "bench", "docs")
+
+
+def citations_outside_the_repo() -> list[str]:
+    paths = [REPO / "README.md", *(p for tree in CITING_TREES for p in sorted((REPO / tree).rglob("*")))]
+    found = []
+    for path in paths:
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        found += [f"{path.relative_to(REPO)}: {what}" for what in OUTSIDE if what in text]
+    return found
+
+
+def test_nothing_cites_a_document_outside_the_repo() -> None:
+    """Code comments and docs cite docs/ (e.g. `docs/design.md, "Storage"`), never a file a clone lacks."""
+    assert citations_outside_the_repo() == []

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from rig import Rig
 
-from agentd.audit import verify
 from agentd.evidence import MANIFEST, artifact_hash
+from agentd.evidence.verify import verify
 from agentd.records import TaskAttempt
 
 REPO = Path(__file__).resolve().parents[1]

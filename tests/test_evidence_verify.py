@@ -206,7 +206,7 @@ def test_a_service_publishes_the_chain_head_in_its_log_when_it_stops(
 
     assert cli("init").code == 0
     assert cli("task", "add", "--type", "example").code == 0
-    with caplog.at_level(logging.INFO, logger="agentd.service"):
+    with caplog.at_level(logging.INFO, logger="agentd.services.shell"):
         assert cli("dispatch", "--until-idle").code == 0
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("chain_head ")]
     assert len(lines) == 1
@@ -221,7 +221,7 @@ async def test_a_write_a_kill_cut_short_leaves_no_stray_file_in_the_sealed_evide
     rig: Rig, verify: Callable[..., CliResult]
 ) -> None:
     """SIGKILL during an atomic write leaves `prompt.md.tmp`; the boot sweep's seal must not keep it."""
-    from agentd.attempt import plan_attempt
+    from agentd.attempt.prepare import plan_attempt
 
     task = rig.add("example")
     claim = rig.store.claim_next_task(

@@ -16,10 +16,10 @@ from test_status_truth import add_held
 
 from agentd import control
 from agentd.clock import parse_ts
-from agentd.export import EVENT_MAP, GENERIC, runtime_event, runtime_snapshot, session_snapshot
-from agentd.readmodel import task_statuses
+from agentd.outlook.agent_runtime import EVENT_MAP, GENERIC, runtime_event, runtime_snapshot, session_snapshot
+from agentd.outlook.readmodel import task_statuses
+from agentd.outlook.status import snapshot
 from agentd.records import EVENT_TYPES, RuntimeEvent, ScheduleSpec
-from agentd.status import snapshot
 
 EVENT_SCHEMA = "agentruntime-event.schema.json"
 SNAPSHOT_SCHEMA = "agentruntime-snapshot.schema.json"

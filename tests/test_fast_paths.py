@@ -19,11 +19,12 @@ from jsonschema import Draft202012Validator
 from support import EXAMPLE_CONFIG
 from test_properties import ANY_TEXT, BASE_TASK, FAST, JSON_VALUE, PY_VALUE, SENSOR_ID, SENSOR_LINE
 
-from agentd import edge, sensor_runs
+from agentd import edge
 from agentd.clock import FakeClock
 from agentd.evidence import EVIDENCE_FILES, MANIFEST_SCHEMA
 from agentd.hashing import canonical_json, new_ulid
 from agentd.schema_check import compile_check, well_formed
+from agentd.services import sensor_runs
 from agentd.store.base import dumps
 
 # --- the compiled schema check -----------------------------------------------------------------

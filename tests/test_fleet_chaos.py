@@ -11,6 +11,7 @@ from fleet_chaos import run_fleet_chaos
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 
+@pytest.mark.timeout(300)
 def test_fleet_chaos_short_form(tmp_path: Path) -> None:
     report = run_fleet_chaos(tmp_path, tasks=45, kills=6, seed=2026, deadline_s=30.0, task_s=(0.02, 0.2))
     assert report.kills >= 6 and report.postgres_restarts == 1 and report.partitions == 3, report.table()

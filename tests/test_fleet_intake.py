@@ -16,10 +16,10 @@ from inprocess import in_process
 from rig import Rig
 from support import CliResult
 
-from agentd.dispatch import Dispatcher
+from agentd.config.settings import FleetSection
 from agentd.errors import InputError
-from agentd.fleet import FleetLink
-from agentd.settings import FleetSection
+from agentd.services.dispatch import Dispatcher
+from agentd.services.fleet import FleetLink
 from agentd.store import Store
 from agentd.store.fleet import FleetQueue, FleetTask, Lease
 
@@ -296,7 +296,7 @@ def test_the_fleet_metrics_count_and_leave_the_agent_to_the_scrape_target(
     fleet_rig: Callable[..., Rig], queue: FleetQueue
 ) -> None:
     """No `agent` label of their own: the scrape job's target label names the agent (monitoring/README.md)."""
-    from agentd.metrics import DispatchMetrics
+    from agentd.outlook.metrics import DispatchMetrics
 
     rig = fleet_rig()
     metrics = DispatchMetrics(rig.config.agent.agent_id, rig.config.db_path, rig.clock, rig.config)

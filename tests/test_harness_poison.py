@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from support import HARNESS_FIXTURES, harness_fixture
 from test_adapter_builders import ctx
 
-from agentd.action_trace import parse_trace, trace_lines, trace_of
 from agentd.adapters.base import AdapterRun
 from agentd.adapters.claude import ClaudeCodeAdapter, parse_claude_output
 from agentd.adapters.codex import CodexAdapter, parse_codex_events
@@ -28,8 +27,9 @@ from agentd.adapters.harness import ParsedRun
 from agentd.adapters.hermes import USAGE_FILE, HermesAgentAdapter, parse_hermes
 from agentd.adapters.ollama import Stream, stream_run, take_line
 from agentd.edge import check_value
+from agentd.evidence.action_trace import parse_trace, trace_lines, trace_of
+from agentd.process.runner import CapturedOutput, ProcessResult
 from agentd.records import PolicyDenial
-from agentd.runner import CapturedOutput, ProcessResult
 from agentd.usage import MAX_COST_USD, MAX_TOKENS, TOKEN_KINDS, Usage
 
 

@@ -23,13 +23,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
 from support import EXAMPLE_CONFIG, REPO, CliResult, run_main
 
-from agentd import procs
-from agentd.attempt import plan_attempt
+from agentd.attempt.prepare import plan_attempt
 from agentd.cli import UtcFormatter, main
 from agentd.clock import SystemClock, parse_ts
-from agentd.dispatch import Dispatcher
-from agentd.metrics import DispatchMetrics
-from agentd.status import snapshot
+from agentd.outlook.metrics import DispatchMetrics
+from agentd.outlook.status import snapshot
+from agentd.process import procs
+from agentd.services.dispatch import Dispatcher
 
 
 def samples(metrics: DispatchMetrics, name: str) -> list[tuple[dict[str, str], float]]:
@@ -326,7 +326,7 @@ async def test_task_show_reads_as_text(rig: Rig, cli_for: Any) -> None:
 
 
 def test_a_long_event_detail_is_cut_with_a_marker() -> None:
-    from agentd.cli.queue import DETAIL_CHARS, detail
+    from agentd.cli.observe import DETAIL_CHARS, detail
 
     text = detail({"summary": "y" * 500, "model": None, "enabled": True})
     assert text.startswith("summary=yyy") and text.endswith(" chars)") and "…" in text
@@ -378,7 +378,7 @@ async def test_stopping_during_an_attempt_says_which_task_it_waits_for(rig: Rig,
         with anyio.fail_after(20):
             while dispatcher.attempts.describe() is None:  # noqa: ASYNC110 (the attempt has no event to wait on)
                 await anyio.sleep(0.05)
-        with caplog.at_level(logging.INFO, logger="agentd.dispatch"):
+        with caplog.at_level(logging.INFO, logger="agentd.services.dispatch"):
             dispatcher.request_stop()
         dispatcher.request_stop(immediately=True)
     assert f"waiting up to 30s for running task {task.task_id}" in lines[0]
@@ -452,7 +452,7 @@ def test_everyday_commands_do_not_import_the_services(cli: Any, command: list[st
         f"    code = main(['--config', {str(EXAMPLE_CONFIG)!r}, *{command!r}])\n"
         "print(code, sorted(m for m in sys.modules if m.split('.')[0] in "
         "('httpx', 'prometheus_client', 'sdnotify', 'jsonschema_rs') or m.startswith(('agentd.adapters', "
-        "'agentd.dispatch', 'agentd.metrics', 'agentd.sensor_service', 'agentd.running'))))\n"
+        "'agentd.services.dispatch', 'agentd.outlook.metrics', 'agentd.services.sensing', 'agentd.attempt.run'))))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, env=os.environ.copy(), cwd=REPO, timeout=60

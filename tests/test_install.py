@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 from support import EXAMPLE_CONFIG, REPO, example_raw, missing
 
-from agentd import agent_toml
 from agentd import install as install_module
 from agentd.cli import main
-from agentd.install import hidden_from_units
-from agentd.ports import LOOPBACK, PORT_BASE, free_pair, port_is_free
-from agentd.validation import load_config
+from agentd.install import hidden_from_units, toml_edit
+from agentd.install.ports import LOOPBACK, PORT_BASE, free_pair, port_is_free
+from agentd.work.validation import load_config
 
 
 def tree(root: Path) -> dict[str, tuple[int, str]]:
@@ -178,7 +177,7 @@ def test_the_units_carry_the_operational_contract() -> None:
         for hardening in ("NoNewPrivileges", "ProtectSystem", "PrivateTmp", "ProtectHome", "RestrictAddressFamilies"):
             assert hardening in settings, (name, hardening)
         assert settings["ReadWritePaths"] == "/var/lib/agentd/%i /var/lib/agentd-run/%i"
-        # switching to the run user, nothing more; and nothing a child could inherit (agentd/privilege.py)
+        # switching to the run user, nothing more; and nothing a child could inherit (agentd/process/privilege.py)
         assert settings["CapabilityBoundingSet"] == settings["AmbientCapabilities"] == "CAP_SETUID CAP_SETGID"
     dispatch = dict(re.findall(r"^(\w+)=(.*)$", (REPO / "units/agentd-dispatch@.service").read_text(), re.M))
     defaults: Any = load_config(REPO / "config/identity.example.toml").dispatch
@@ -300,7 +299,7 @@ def test_an_example_the_edits_cannot_fit_is_written_without_comments_and_says_so
     shutil.copytree(REPO / "config", tmp_path / "config")
     example = tmp_path / "config/identity.example.toml"
     example.write_text(example.read_text().replace("[paths]\n", '[paths]\nlogs_dir = "../var/demo/logs"\n'))
-    monkeypatch.setattr(agent_toml, "example_config", lambda: example)
+    monkeypatch.setattr(toml_edit, "example_config", lambda: example)
     install_agent(tmp_path / "root", "web")
     assert "web.toml: written without the example's comments" in capsys.readouterr().err
     written = (tmp_path / "root/etc/agentd/web.toml").read_text()
@@ -369,12 +368,12 @@ def test_a_staging_root_only_warns_about_an_agentd_the_units_cannot_see(
     assert "ExecStart=/home/ann/agentd --config /etc/agentd/%i.toml dispatch" in unit
 
 
-def test_an_agentd_linked_or_interpreted_from_a_hidden_folder_is_unreachable(tmp_path: Path) -> None:
-    if not Path("/dev/shm").is_dir() or not tmp_path.resolve().is_relative_to("/tmp"):
-        pytest.skip("needs /dev/shm (a folder the units see) and pytest's temp dir under /tmp (one they do not)")
-    target = tmp_path / "agentd"
-    target.write_text("#!/usr/bin/python3\n")
-    with tempfile.TemporaryDirectory(dir="/dev/shm") as folder:
+def test_an_agentd_linked_or_interpreted_from_a_hidden_folder_is_unreachable() -> None:
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("needs /dev/shm (a folder the units see)")
+    with tempfile.TemporaryDirectory(dir="/tmp") as hidden, tempfile.TemporaryDirectory(dir="/dev/shm") as folder:
+        target = Path(hidden) / "agentd"  # /tmp: PrivateTmp= hides it from the units
+        target.write_text("#!/usr/bin/python3\n")
         script, link = Path(folder) / "agentd", Path(folder) / "link"
         script.write_text("#!/home/ann/.venv/bin/python\nfrom agentd.cli import main\n")
         link.symlink_to(target)

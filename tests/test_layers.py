@@ -1,4 +1,4 @@
-"""Imports point down (STYLE habit 4, DESIGN §10). Every `import agentd…` in the package, function-local
+"""Imports point down (docs/design.md, "Module layout"). Every `import agentd…` in the package, function-local
 ones included, must name a module at its own layer or below."""
 
 from __future__ import annotations
@@ -9,75 +9,42 @@ from pathlib import Path
 import pytest
 from support import REPO
 
-# Lowest first. A module may import its own layer and the layers before it; nothing after.
-LAYERS: tuple[tuple[str, ...], ...] = (
-    (
-        "agentd",
-        "agentd.errors",
-        "agentd.clock",
-        "agentd.task_statuses",
-        "agentd.origins",  # seed 003's dispatch context words (data only)
-        "agentd.edge",
-        "agentd.usage",  # usage numbers judged: by the adapters, the judge, the store's readers, the metrics
-        "agentd.hashing",
-        "agentd.schema_check",
-        "agentd.resources",
-        "agentd.faults",
-        "agentd.redaction",
-        "agentd.procs",
-        "agentd.wake",
-        "agentd.privilege",  # who attempts run as; the capabilities a service keeps to itself
-        "agentd.untrusted",  # reading what the run user wrote, never through a link
-        "agentd.metric_specs",  # the table of every exported metric (data only)
-    ),
-    ("agentd.records",),
-    (
-        "agentd.config",
-        "agentd.budget",
-        "agentd.settings",
-        "agentd.sensors",
-        "agentd.skills",
-        "agentd.schemas",
-        "agentd.config_reference",
-    ),
-    ("agentd.store",),
-    ("agentd.intake", "agentd.workflows", "agentd.bundle", "agentd.outcome", "agentd.validation", "agentd.intents"),
-    (
-        "agentd.containment",
-        "agentd.runner",
-        "agentd.handlers",  # sends one message through a handler: runner, config, records
-        "agentd.evidence",
-        "agentd.action_trace",  # evidence.py imports it; it imports only the bottom layer
-        "agentd.adapters",
-        "agentd.judge",
-        "agentd.status",
-        "agentd.metrics",
-    ),
-    (
-        "agentd.attempt",
-        "agentd.attempt_end",
-        "agentd.running",
-        "agentd.lock",
-        "agentd.sweep",
-        "agentd.outbox",
-        "agentd.delivery",
-        "agentd.sensor_runs",
-        "agentd.retention",
-        "agentd.audit",
-        "agentd.export",
-        "agentd.replay",
-        "agentd.tracecore",
-        "agentd.evidence_export",
-        "agentd.readmodel",
-        "agentd.control",
-        "agentd.constitution",  # the operator's side of the proposal lane; imports control (operator())
-        "agentd.rollback",  # a database older than what happened: found at start, accepted by the operator
-        "agentd.service",
-        "agentd.fleet",  # an agent's side of a fleet: intake and confirmation, inside the dispatcher
-    ),
-    ("agentd.dispatch", "agentd.sensor_service"),
-    ("agentd.install", "agentd.agent_toml", "agentd.ports", "agentd.cli", "agentd.__main__"),
+# Lowest first. A module may import its own layer and the layers before it; nothing after. Each package's
+# __init__ docstring says what it owns and which of these it may import (checked below).
+BOTTOM = (
+    "agentd",
+    "agentd.errors",
+    "agentd.clock",
+    "agentd.vocabulary",
+    "agentd.edge",
+    "agentd.usage",
+    "agentd.hashing",
+    "agentd.schema_check",
+    "agentd.resources",
+    "agentd.faults",
+    "agentd.redaction",
 )
+PACKAGES = (
+    "agentd.records",
+    "agentd.config",
+    "agentd.process",
+    "agentd.store",
+    "agentd.work",
+    "agentd.evidence",
+    "agentd.outlook",
+    "agentd.adapters",
+    "agentd.attempt",
+    "agentd.control",
+    "agentd.services",
+    "agentd.install",
+    "agentd.cli",
+)
+LAYERS: tuple[tuple[str, ...], ...] = (
+    BOTTOM,
+    *((package,) for package in PACKAGES[:-2]),
+    (*PACKAGES[-2:], "agentd.__main__"),
+)
+TOP_LEVEL_MAX = 12  # modules at the top of agentd/ besides its packages
 
 
 def layer_of(module: str) -> int:
@@ -103,7 +70,7 @@ def imported(tree: ast.AST) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names if alias.name.startswith("agentd")]
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("agentd") and node.level == 0:
-            for alias in node.names:  # `from agentd import procs` imports agentd.procs
+            for alias in node.names:  # `from agentd import procs` imports agentd.process.procs
                 candidate = f"{node.module}.{alias.name}"
                 is_module = (REPO / Path(*candidate.split(".")).with_suffix(".py")).exists() or (
                     REPO / Path(*candidate.split("."))
@@ -129,13 +96,101 @@ def test_every_import_points_down() -> None:
 
 
 def test_the_layer_check_catches_an_upward_import_even_inside_a_function() -> None:
-    source = "def f():\n    from agentd.intake import admit_task\n    return admit_task\n"
+    source = "def f():\n    from agentd.work.intake import admit_task\n    return admit_task\n"
     assert upward_imports(source, "agentd.store.tasks") == [
-        "agentd.store.tasks:2 imports agentd.intake (layer 4 above 3)"
+        "agentd.store.tasks:2 imports agentd.work.intake (layer 5 above 4)"
     ]
-    assert upward_imports("from agentd import dispatch\n", "agentd.config")
+    assert upward_imports("from agentd.services import dispatch\n", "agentd.config")
 
 
 def test_a_module_in_no_layer_is_named() -> None:
     with pytest.raises(AssertionError, match=r"agentd\.newcomer is in no layer"):
         layer_of("agentd.newcomer")
+
+
+def test_the_top_of_the_package_holds_few_modules_and_no_module_is_long() -> None:
+    top = sorted(p.name for p in (REPO / "agentd").glob("*.py"))
+    assert len(top) <= TOP_LEVEL_MAX, top
+    assert sorted(f"agentd.{name[:-3]}" for name in top if name != "__init__.py") == sorted(
+        [*BOTTOM[1:], "agentd.__main__"]
+    )
+    packages = sorted(f"agentd.{p.parent.name}" for p in (REPO / "agentd").glob("*/__init__.py"))
+    assert packages == sorted(PACKAGES)
+    long = {
+        str(p.relative_to(REPO)): n
+        for p in (REPO / "agentd").rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 500
+    }
+    assert long == {}
+
+
+def test_each_package_says_what_it_owns_and_what_it_may_import() -> None:
+    """The docstring's `May import:` line names exactly the packages below it (the bottom modules are
+    always allowed and not named), so the layering is read where the code is."""
+    for index, package in enumerate(PACKAGES):
+        doc = ast.get_docstring(ast.parse((REPO / package.replace(".", "/") / "__init__.py").read_text())) or ""
+        [line] = [line for line in doc.splitlines() if line.startswith("May import:")] or [""]
+        named = {name.strip(" .`") for name in line.removeprefix("May import:").split(",") if name.strip(" .`")}
+        below = {p.removeprefix("agentd.") for p in PACKAGES[: index if package not in PACKAGES[-2:] else -2]}
+        assert named == (below or {"nothing but the bottom modules"}), f"{package}: {line!r}"
+        assert len(doc.splitlines()[0]) > 20, f"{package}: say what it owns"
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Every agentd module and the agentd modules it imports, function-local imports included."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((REPO / "agentd").rglob("*.py")):
+        name = module_name(path)
+        graph[name] = {target for _, target in imported(ast.parse(path.read_text())) if target != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_circle_among_modules() -> None:
+    assert cycles(module_graph()) == []
+
+
+def test_the_circle_check_finds_one_behind_a_function_local_import() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]

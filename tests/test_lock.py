@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from rig import Rig
 
-from agentd import procs
 from agentd.errors import DispatchLocked
+from agentd.process import procs
 from agentd.records import LockHolder
 from agentd.store import open_store
 

@@ -151,7 +151,7 @@ def test_both_services_expose_every_metric_and_the_counters_move(agent: Agent, t
 
 
 def test_metrics_bind_loopback_by_default() -> None:
-    from agentd.settings import MetricsSection
+    from agentd.config.settings import MetricsSection
 
     defaults = MetricsSection()
     assert defaults.dispatch_listen.startswith("127.0.0.1:") and defaults.sensors_listen.startswith("127.0.0.1:")

@@ -24,19 +24,19 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
 
-from agentd import procs
-from agentd.dispatch import Dispatcher
-from agentd.metric_specs import CATALOGUE
-from agentd.metrics import DispatchMetrics, SensorMetrics
+from agentd.config.settings import BudgetSection
+from agentd.outlook.metric_specs import CATALOGUE
+from agentd.outlook.metrics import DispatchMetrics, SensorMetrics
+from agentd.process import procs
 from agentd.records import TASK_STATUSES
-from agentd.settings import BudgetSection
+from agentd.services.dispatch import Dispatcher
 
 MONITORING = Path(__file__).resolve().parent.parent / "monitoring"
 RULES = MONITORING / "agentd.rules.yml"
 RULE_TESTS = MONITORING / "tests" / "agentd.rules.test.yml"  # `promtool test rules` (tests/test_promtool.py)
 DASHBOARD = MONITORING / "agentd.dashboard.json"
 
-# Prometheus adds these to every series of the README's scrape job; agentd does not export them.
+# Prometheus adds these to every series of the scrape job of docs/monitoring.md; agentd does not export them.
 TARGET_LABELS = {"agent", "instance", "job"}
 METRIC = re.compile(r"\bagentd_[a-z0-9_]+")
 SELECTOR = re.compile(r"\b(agentd_[a-z0-9_]+)\s*\{([^}]*)\}")
@@ -332,8 +332,8 @@ def test_no_rule_judges_failure_by_the_adapters_exit_status() -> None:
 
 
 def test_the_rule_unit_tests_feed_the_series_a_scrape_stores(exported: Exported) -> None:
-    """The series monitoring/tests/agentd.rules.test.yml feeds promtool are what the README's job stores:
-    a sample agentd exports, with exactly its labels plus the target's (job, instance, agent). A unit test
+    """The series monitoring/tests/agentd.rules.test.yml feeds promtool are what the scrape job of docs/monitoring.md
+    stores: a sample agentd exports, with exactly its labels plus the target's (job, instance, agent). A unit test
     of a renamed metric, or of a label agentd does not export, would prove a rule against nothing."""
     loaded = yaml.safe_load(RULE_TESTS.read_text())
     fed = [series["series"] for test in loaded["tests"] for series in test["input_series"]]

@@ -1,4 +1,4 @@
-"""Every control act names a real person, and none can come from inside an attempt (README, "The
+"""Every control act names a real person, and none can come from inside an attempt (docs/install-and-deploy.md, "The
 boundary"): the verbs refuse a caller with AGENTD_ATTEMPT_ID or the run user's uid before reading
 anything, `--source` cannot claim a namespace agentd sets, and a retry is never a way around a no."""
 
@@ -15,9 +15,9 @@ from support import write_config
 
 from agentd.clock import FakeClock
 from agentd.errors import ConfigError, InputError
-from agentd.privilege import RESERVED_SOURCES, operator_identity, operator_name, refuse_inside_attempt
+from agentd.process.privilege import RESERVED_SOURCES, operator_identity, operator_name, refuse_inside_attempt
 from agentd.records import RuntimeEvent
-from agentd.validation import load_config
+from agentd.work.validation import load_config
 
 
 def ok(**fields: Any) -> dict[str, Any]:

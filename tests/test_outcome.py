@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from agentd.attempt.outcome import RetryPolicy, backoff, decide, extract_outcome
 from agentd.clock import FakeClock
 from agentd.evidence import AttemptPaths, make_attempt_dir, manifest_problems, write_manifest
-from agentd.outcome import RetryPolicy, backoff, decide, extract_outcome
 from agentd.records import TaskOutcome, TaskRecord
 
 POLICY = RetryPolicy(

@@ -16,9 +16,9 @@ from support import harness_fixture
 from test_adapter_builders import ctx
 from test_usage import FAKE_CLAUDE, outcome
 
-from agentd.action_trace import MAX_TRACE_STEPS, capped, trace_of
 from agentd.adapters.claude import ClaudeCodeAdapter
-from agentd.runner import CappedFile
+from agentd.evidence.action_trace import MAX_TRACE_STEPS, capped, trace_of
+from agentd.process.runner import CappedFile
 
 
 def numbered(count: int) -> bytes:

@@ -22,10 +22,10 @@ from support import agent_config
 
 from agentd.clock import FakeClock
 from agentd.errors import StorageError
-from agentd.intake import admit_task
 from agentd.records import TaskIntent
 from agentd.store import base as store_base
 from agentd.store import migrate, open_store
+from agentd.work.intake import admit_task
 
 pytestmark = pytest.mark.process
 

@@ -19,12 +19,12 @@ from support import CliResult, harness_fixture
 from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted
 from agentd.adapters.claude import ClaudeCodeAdapter, parse_claude_output
 from agentd.adapters.codex import parse_codex_events
-from agentd.dispatch import Dispatcher
-from agentd.judge import MAX_DENIAL_EVENTS
+from agentd.attempt.judge import MAX_DENIAL_EVENTS
+from agentd.process.runner import CapturedOutput, ProcessResult
 from agentd.records import AdapterConfig, PolicyDenial
 from agentd.records.work import DENIAL_TEXT_CHARS
 from agentd.redaction import MARK, Redactor
-from agentd.runner import CapturedOutput, ProcessResult
+from agentd.services.dispatch import Dispatcher
 
 
 def sample(name: str) -> str:

@@ -24,13 +24,13 @@ from hypothesis import strategies as st
 from support import EXAMPLE_CONFIG, REPO
 
 from agentd import edge
+from agentd.attempt.outcome import Extracted, extract_outcome
 from agentd.cli import main
 from agentd.clock import FakeClock
 from agentd.config import Config
 from agentd.errors import ConfigError
-from agentd.outcome import Extracted, extract_outcome
-from agentd.sensor_runs import parse_output
-from agentd.validation import load_config
+from agentd.services.sensor_runs import parse_output
+from agentd.work.validation import load_config
 
 
 # `make test-fast` runs a quarter of the examples (AGENTD_TEST_TIER=fast); `make test` all of them.

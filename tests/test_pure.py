@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from agentd.adapters.base import AdapterRun
-from agentd.bundle import BundleInput, PriorAttempt, RecentOutcome, SkillBrief, WorkflowStep, compile_bundle
-from agentd.judge import AttemptFacts, OutboxPolicy, judge
-from agentd.outcome import CompletionChecks, Extracted, FileFact, RetryPolicy, gate
+from agentd.attempt.bundle import BundleInput, PriorAttempt, RecentOutcome, SkillBrief, WorkflowStep, compile_bundle
+from agentd.attempt.judge import AttemptFacts, OutboxPolicy, judge
+from agentd.attempt.outcome import CompletionChecks, Extracted, FileFact, RetryPolicy, gate
 from agentd.records import (
     AgentConstitution,
     ContextPolicy,

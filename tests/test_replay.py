@@ -18,10 +18,10 @@ import pytest_asyncio
 from rig import Rig
 from support import CliResult
 
+from agentd.attempt.replay import json_differences, result_differences, text_difference
 from agentd.cli import main
 from agentd.evidence import MANIFEST, artifact_hash
 from agentd.records import TaskAttempt
-from agentd.replay import json_differences, result_differences, text_difference
 
 SECRET = "s3cret-token-value"
 SCRIPT = """#!/bin/sh
@@ -419,7 +419,8 @@ async def long_ran(long_rig: Rig) -> TaskAttempt:
 def test_an_attempt_whose_output_passed_the_cap_replays_identical(
     long_rig: Rig, long_ran: TaskAttempt, replay: Any
 ) -> None:
-    """The attempt kept its output's head and tail (README, "Evidence"); the replay keeps the same."""
+    """The attempt kept its output's head and tail (docs/evidence.md, "The attempt folder"); the replay keeps the
+    same."""
     stdout = (evidence_dir(long_rig, long_ran) / "stdout.log").read_text()
     assert stdout.startswith("1\n2\n") and stdout.endswith("\n3000\n") and "output capped at 1024" in stdout
     result = replay(long_rig, long_ran.attempt_id)

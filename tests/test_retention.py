@@ -18,15 +18,15 @@ import pytest
 from rig import Rig
 from support import CliResult, write_config
 
-import agentd.retention
-import agentd.sensor_service
+import agentd.evidence.retention
+import agentd.services.sensing
 from agentd.clock import FakeClock
 from agentd.errors import ConfigError
-from agentd.intake import admit_task
+from agentd.evidence.retention import Cutoffs, RetentionReport, apply_retention
 from agentd.records import AcceptedEvent, SensorEvent, TaskIntent
-from agentd.retention import Cutoffs, RetentionReport, apply_retention
-from agentd.sensor_service import RETENTION_CATCH_UP_S, RETENTION_FIRST_S, SensorService
-from agentd.validation import load_config
+from agentd.services.sensing import RETENTION_CATCH_UP_S, RETENTION_FIRST_S, SensorService
+from agentd.work.intake import admit_task
+from agentd.work.validation import load_config
 
 DAY = 86_400
 
@@ -328,7 +328,7 @@ async def test_a_failing_retention_pass_is_logged_and_recorded_and_the_next_one_
     sql(rig, "DROP TABLE event_checkpoints")  # the events step now fails inside SQLite
     service = SensorService(rig.config, rig.db, clock=rig.clock)
     service._retention_due = rig.clock.now()
-    with caplog.at_level(logging.ERROR, logger="agentd.sensor_service"):
+    with caplog.at_level(logging.ERROR, logger="agentd.services.sensing"):
         assert await service.apply_retention_if_due(rig.clock.now()) is None
     assert "retention_failed" in caplog.text
     [failed] = rig.store.read_events(types=("retention_failed",))
@@ -341,7 +341,7 @@ async def test_a_failing_retention_pass_is_logged_and_recorded_and_the_next_one_
 
 @pytest.mark.asyncio
 async def test_a_bounded_pass_that_left_more_is_followed_soon(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agentd.retention, "BOUNDED_EVIDENCE", 2)  # a backlog bigger than one pass
+    monkeypatch.setattr(agentd.evidence.retention, "BOUNDED_EVIDENCE", 2)  # a backlog bigger than one pass
     tasks = await finish(rig, "example", "example", "example")
     rig.clock.advance(100 * DAY)
     service = SensorService(rig.config, rig.db, clock=rig.clock)
@@ -358,7 +358,7 @@ async def test_a_bounded_pass_that_left_more_is_followed_soon(rig: Rig, monkeypa
 async def test_the_running_service_applies_retention_on_its_own(
     sensing: Callable[[], Rig], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(agentd.sensor_service, "RETENTION_FIRST_S", 0.0)  # not a minute after start: at once
+    monkeypatch.setattr(agentd.services.sensing, "RETENTION_FIRST_S", 0.0)  # not a minute after start: at once
     rig = sensing()  # no sensors: the service only applies retention
     [done] = await finish(rig, "example")
     rig.clock.advance(100 * DAY)

@@ -12,9 +12,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agentd import containment
-from agentd.containment import RunGroup
-from agentd.runner import ProcessSpec, run_process
+from agentd.process import containment
+from agentd.process.containment import RunGroup
+from agentd.process.runner import ProcessSpec, run_process
 
 pytestmark = [pytest.mark.process, pytest.mark.asyncio]
 
@@ -172,8 +172,8 @@ async def test_an_empty_environment_setsid_daemon_dies_with_its_run(tmp_path: Pa
 
 
 async def test_without_cgroups_the_documented_limit_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """README: without a writable cgroup a process that both leaves the session and clears its
-    environment escapes until the service stops; one that keeps the marker is still found."""
+    """docs/reliability.md, "No escapees": without a writable cgroup a process that both leaves the session and
+    clears its environment escapes until the service stops; one that keeps the marker is still found."""
     monkeypatch.setitem(containment._CGROUPS, os.getpid(), None)
     env = {"PATH": os.environ["PATH"], "AGENTD_ATTEMPT_ID": "01NOCG"}
     await run_process(spec(tmp_path, DAEMON, env=env, group=group(tmp_path, "01NOCG")))

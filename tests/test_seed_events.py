@@ -13,7 +13,7 @@ import pytest
 from rig import Rig
 
 from agentd.records import AcceptedEvent
-from agentd.sensor_runs import parse_output
+from agentd.services.sensor_runs import parse_output
 from agentd.store import open_store
 
 DAY_OF_MINUTES = 24 * 60

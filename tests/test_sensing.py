@@ -13,7 +13,7 @@ from rig import Rig
 from support import task_subjects, write_sensor
 
 from agentd.clock import SystemClock
-from agentd.sensor_service import SensorService
+from agentd.services.sensing import SensorService
 
 pytestmark = [pytest.mark.process, pytest.mark.asyncio]
 

@@ -21,15 +21,15 @@ from rig import Rig
 from support import outcome_disagreements
 
 from agentd.adapters import AdapterRun
-from agentd.attempt import plan_attempt
-from agentd.budget import AdapterSpend, Spend, budget_hold, day_start
+from agentd.attempt.prepare import plan_attempt
 from agentd.clock import format_ts
-from agentd.dispatch import Dispatcher
-from agentd.intake import admit_task
-from agentd.metrics import DispatchMetrics
+from agentd.config.budget import AdapterSpend, Spend, budget_hold, day_start
+from agentd.config.settings import BudgetSection
+from agentd.outlook.metrics import DispatchMetrics
+from agentd.outlook.status import snapshot
 from agentd.records import TERMINAL_STATUSES, TaskIntent, TaskOutcome, TaskRecord
-from agentd.settings import BudgetSection
-from agentd.status import snapshot
+from agentd.services.dispatch import Dispatcher
+from agentd.work.intake import admit_task
 
 REASONS = ("claimable", "retry_waiting", "delayed", "approval", "budget")
 
@@ -418,7 +418,7 @@ async def test_every_task_of_a_mixed_run_has_an_outcome_that_says_its_status(rig
 async def test_held_tasks_export_as_waiting_permission_and_blocked_never_queued(
     rig_factory: Callable[..., Rig],
 ) -> None:
-    from agentd.export import runtime_event, session_snapshot
+    from agentd.outlook.agent_runtime import runtime_event, session_snapshot
 
     rig = rig_factory(budgeted(daily_usd=1, urgent_priority=1))
     spent(rig, "script", 2.0)

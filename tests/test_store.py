@@ -11,10 +11,10 @@ import pytest
 
 from agentd.clock import FakeClock
 from agentd.errors import SchemaMismatch
-from agentd.intake import admit_task
 from agentd.records import TaskIntent
 from agentd.store import Store, init_state_dir, migrate, open_store
 from agentd.store.migrations import Migration, available_migrations
+from agentd.work.intake import admit_task
 
 NEXT = len(available_migrations()) + 1  # the version a new migration would get
 

@@ -24,12 +24,13 @@ import pytest_asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 from rig import Rig
+from support import REPO
 
 from agentd import control
 from agentd.cli import main
+from agentd.evidence.tracecore import ulid_of_uuid, uuid_of_ulid
 from agentd.records import TaskAttempt
 from agentd.store import Store
-from agentd.tracecore import ulid_of_uuid, uuid_of_ulid
 
 TRACECORE = "tracecore==1.1.3"
 
@@ -40,9 +41,11 @@ def ok(**fields: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def tracecore(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The `tracecore` executable of a venv made for this session (one install for all workers)."""
-    shared = tmp_path_factory.getbasetemp().parent
-    venv = shared / "tracecore-venv"
+    """The `tracecore` executable of a venv kept in .cache/ (one install per version, for every run and
+    worker; `make clean` removes it)."""
+    shared = REPO / ".cache"
+    shared.mkdir(exist_ok=True)
+    venv = shared / f"tracecore-venv-{TRACECORE.split('==')[1]}"
     with open(shared / "tracecore-venv.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (venv / "installed").exists():
@@ -142,6 +145,7 @@ def exported(five_rig: Rig, five: dict[str, TaskAttempt], rig_cli: Any, tmp_path
 
 
 @pytest.mark.process
+@pytest.mark.timeout(240)  # the first run installs tracecore into .cache/
 def test_tracecores_own_verifier_passes_every_way_an_attempt_ends(
     five: dict[str, TaskAttempt], exported: Path, tracecore: Path, tmp_path: Path
 ) -> None:
@@ -177,6 +181,7 @@ def test_tracecores_own_verifier_passes_every_way_an_attempt_ends(
 
 
 @pytest.mark.process
+@pytest.mark.timeout(240)
 def test_the_hash_is_the_one_tracecores_own_code_computes(exported: Path, tracecore: Path) -> None:
     out = exported
     recompute = (

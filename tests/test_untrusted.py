@@ -1,4 +1,4 @@
-"""Reading what an attempt wrote (agentd/untrusted.py) and writing where it may write (create_private):
+"""Reading what an attempt wrote (agentd/process/files.py) and writing where it may write (create_private):
 never through a link, never a FIFO or a device, never past a cap. The attempt's user can replace any
 path in its run dir or workspace at any moment, so none of this may follow what it planted."""
 
@@ -11,8 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentd.evidence import create_private
-from agentd.untrusted import Refused, lstat_beneath, read_beneath, read_reported, sha256_beneath
+from agentd.process.files import Refused, create_private, lstat_beneath, read_beneath, read_reported, sha256_beneath
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ from rig import Rig
 from support import harness_fixture
 from test_pure import NOW, POLICY, attempt, facts, run
 
-from agentd.dispatch import Dispatcher
-from agentd.judge import judge
-from agentd.status import snapshot
+from agentd.attempt.judge import judge
+from agentd.outlook.status import snapshot
+from agentd.services.dispatch import Dispatcher
 from agentd.usage import MAX_COST_USD, MAX_TOKENS, USAGE_KEYS, judge_usage
 
 

@@ -16,8 +16,8 @@ from prometheus_client import generate_latest
 from rig import Rig
 from support import CliResult
 
-from agentd.metrics import DispatchMetrics
-from agentd.status import snapshot
+from agentd.outlook.metrics import DispatchMetrics
+from agentd.outlook.status import snapshot
 
 # What a stored attempt may hold in its usage columns: SQLite keeps Infinity as a REAL (NaN binds as
 # NULL), a REAL or text in an INTEGER column, anything at all in cost_estimated.

@@ -19,14 +19,14 @@ from hypothesis import strategies as st
 from rig import Rig
 from support import write_sensor
 
-from agentd.attempt import plan_attempt
+from agentd.attempt.prepare import plan_attempt
 from agentd.clock import FakeClock
 from agentd.config import GOAL_LOOP, Config
 from agentd.records import RuntimeEvent, WorkflowRecord
-from agentd.sensor_runs import parse_output
+from agentd.services.sensor_runs import parse_output
 from agentd.store import migrate, open_store
 from agentd.store.migrations import available_migrations
-from agentd.workflows import accepted_signals, signal_move
+from agentd.work.workflows import accepted_signals, signal_move
 
 # A workflow that waits for a signal before its one step: `wait` has no task type.
 GATED = {

@@ -12,7 +12,7 @@ from rig import Rig
 from agentd.clock import FakeClock
 from agentd.config import GOAL_LOOP
 from agentd.records import StepResult, WorkflowRecord
-from agentd.workflows import next_move
+from agentd.work.workflows import next_move
 
 pytestmark = pytest.mark.asyncio
 
@@ -150,7 +150,7 @@ async def test_config_schedules_are_upserted_and_removed_with_the_config(
     assert [e.type for e in rig.events()].count("schedule_upserted") == 1
     from support import agent_config
 
-    from agentd.validation import load_config
+    from agentd.work.validation import load_config
 
     rig.config = load_config(agent_config(tmp_path))  # the schedule is gone from the TOML
     rig.store.release_dispatch_lock(rig.store.dispatch_lock_holder().holder_id)  # type: ignore[union-attr]

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from agentd.containment import RunGroup
-from agentd.evidence import AttemptPaths, make_run_dir, write_shared
-from agentd.privilege import RunUser
+from agentd.evidence import AttemptPaths
+from agentd.process.containment import RunGroup
+from agentd.process.files import make_run_dir, write_shared
+from agentd.process.privilege import RunUser
+from agentd.process.runner import ProcessResult, ProcessSpec, run_process
 from agentd.records import AdapterConfig, PolicyDenial, TaskRecord
-from agentd.runner import ProcessResult, ProcessSpec, run_process
 from agentd.usage import Usage as Usage  # judged in agentd/usage.py; every adapter reports one
 
 FINAL_MESSAGE_MAX_BYTES = 1024 * 1024  # the outcome block is at the end; the head is in stdout.log
@@ -47,7 +48,7 @@ class AttemptContext:
     timeout_s: float
     kill_grace_s: float
     output_cap_bytes: int
-    group: RunGroup | None = None  # where the attempt's processes are kept (agentd/containment.py)
+    group: RunGroup | None = None  # where the attempt's processes are kept (agentd/process/containment.py)
     user: RunUser | None = None  # who they run as ([dispatch] run_as; None: the service's own user)
 
 

@@ -1,4 +1,4 @@
-"""claude-code: `claude -p` with stream-json output (seed 000 §2; facts: reference/harness-clis.md §1).
+"""claude-code: `claude -p` with stream-json output (seed 000 §2; docs/adapters.md, "The kinds").
 
 The prompt goes in on stdin. Success is exit 0 and `is_error: false` — never `subtype`, which
 says "success" on API errors. The final text is `result`; cost is `total_cost_usd`; tokens
@@ -29,8 +29,8 @@ from agentd.adapters.harness import (
     trusted,
     usage_of,
 )
+from agentd.process.runner import ProcessResult
 from agentd.records import ClaudeCodeAdapterConfig as ClaudeConfig
-from agentd.runner import ProcessResult
 from agentd.usage import Usage, believed
 
 BYPASS_FLAGS = ("--dangerously-skip-permissions", "--permission-mode=bypassPermissions")

@@ -1,4 +1,4 @@
-"""codex: `codex exec --json` (seed 000 §2; facts: reference/harness-clis.md §2).
+"""codex: `codex exec --json` (seed 000 §2; docs/adapters.md, "The kinds").
 
 A per-attempt CODEX_HOME holds config.toml: the model, the adapter's custom provider, update
 checks, analytics and plugin sync off, and retries lowered so a failing provider fails fast.
@@ -32,9 +32,9 @@ from agentd.adapters.harness import (
     trusted,
     usage_of,
 )
+from agentd.process.files import read_reported
+from agentd.process.runner import ProcessResult
 from agentd.records import CodexAdapterConfig as CodexConfig
-from agentd.runner import ProcessResult
-from agentd.untrusted import read_reported
 from agentd.usage import Usage
 
 LAST_MESSAGE = "codex-last-message.txt"

@@ -21,9 +21,9 @@ from agentd.adapters.base import AdapterRun, AttemptContext, SubprocessAdapter, 
 from agentd.adapters.denials import compact
 from agentd.adapters.versions import cached_version, cli_version
 from agentd.edge import scrub
-from agentd.evidence import make_run_dir
+from agentd.process.files import make_run_dir
+from agentd.process.runner import ProcessResult
 from agentd.records import HarnessAdapterConfig, PolicyDenial, TokenPrice
-from agentd.runner import ProcessResult
 from agentd.usage import bounded, judge_number, shown
 
 RATE_LIMIT = re.compile(r"\b429\b|rate.?limit|too many requests", re.IGNORECASE)

@@ -1,4 +1,4 @@
-"""hermes-agent: `hermes -z PROMPT --usage-file FILE` (seed 000 §2; facts: reference/harness-clis.md §3).
+"""hermes-agent: `hermes -z PROMPT --usage-file FILE` (seed 000 §2; docs/adapters.md, "The kinds").
 
 A per-attempt HERMES_HOME holds config.yaml (provider, base_url, model, context_length, lazy
 installs off). Hermes exits 0 even when its model call failed, so the run is judged by the
@@ -24,10 +24,9 @@ from agentd.adapters.harness import (
     text_or,
     to_run,
 )
-from agentd.evidence import write_private
+from agentd.process.files import read_reported, write_private
+from agentd.process.runner import ProcessResult
 from agentd.records import HermesAgentAdapterConfig as HermesConfig
-from agentd.runner import ProcessResult
-from agentd.untrusted import read_reported
 from agentd.usage import TOKEN_KINDS, Usage
 
 USAGE_FILE = "hermes-usage.json"

@@ -18,8 +18,9 @@ import httpx
 from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted, output_tail_bytes
 from agentd.adapters.denials import text_of
 from agentd.adapters.harness import fact, judge_harness_usage, text_or
+from agentd.process.http import tls_context
+from agentd.process.runner import CappedFile
 from agentd.records import OllamaGenerateAdapterConfig as OllamaConfig
-from agentd.runner import CappedFile
 
 
 @dataclass
@@ -88,7 +89,7 @@ def stream_run(stream: Stream, model: str | None, timed_out: bool, elapsed_s: fl
 
 async def _generate(url: str, body: dict[str, Any], timeout_s: float, sink: CappedFile, stream: Stream) -> None:
     try:
-        client = httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(timeout_s))
+        client = httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(timeout_s), verify=tls_context())
         async with client, client.stream("POST", url, json=body) as response:
             stream.status = response.status_code
             if response.status_code >= 400:

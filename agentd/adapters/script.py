@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, SubprocessAdapter, exit_status_of, read_tail
+from agentd.process.runner import ProcessResult
 from agentd.records import ScriptAdapterConfig
-from agentd.runner import ProcessResult
 
 
 class ScriptAdapter(SubprocessAdapter):

@@ -11,9 +11,9 @@ import os
 import re
 from pathlib import Path
 
-from agentd.evidence import make_run_dir
-from agentd.privilege import RunUser
-from agentd.runner import ProcessSpec, run_process
+from agentd.process.files import make_run_dir
+from agentd.process.privilege import RunUser
+from agentd.process.runner import ProcessSpec, run_process
 
 _CACHE: dict[str, str | None] = {}
 VERSION_TIMEOUT_S = 20.0

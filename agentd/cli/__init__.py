@@ -1,4 +1,8 @@
-"""`agentd …`: argument parsing and output only; every command calls the modules below it.
+"""The `agentd` command line: argument parsing and output only.
+
+May import: records, config, process, store, work, evidence, outlook, adapters, attempt, control, services.
+
+`agentd …`: argument parsing and output only; every command calls the modules below it.
 
 Exit codes: 0 ok, 2 bad input or configuration (nothing written), 1 runtime failure, 130 Ctrl-C,
 141 (128 + SIGPIPE, as a shell reports `cat | head`) when whoever read stdout has gone.
@@ -26,6 +30,7 @@ from agentd.cli import (
     cost,
     evidence,
     fleet,
+    observe,
     ops,
     outbox,
     queue,
@@ -44,6 +49,7 @@ from agentd.faults import is_storage_fault, os_storage_error
 COMMAND_MODULES = (
     setup,
     queue,
+    observe,
     work,
     adapters,
     cost,
@@ -96,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMAND_MODULES:
         module.register(commands)
+    parser.set_defaults(root_parser=parser)  # `agentd completion` walks the tree it was parsed by
     return parser
 
 

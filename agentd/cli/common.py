@@ -6,6 +6,8 @@ pydantic are imported by the functions that load them, and a command pays only f
 from __future__ import annotations
 
 import argparse
+import functools
+import gettext
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -23,6 +25,12 @@ if TYPE_CHECKING:
 
     from agentd.config import Config
     from agentd.store import Store
+
+
+# argparse asks gettext for every string it builds (~40 per subcommand) and gettext searches the disk for
+# catalogs at each ask, found or not: half of building agentd's parser. The answers cannot change within
+# a process, so they are remembered (agentd ships no catalogs; a user's own locale still applies).
+argparse._ = functools.lru_cache(maxsize=4096)(gettext.gettext)  # type: ignore[attr-defined]
 
 
 class Parser(argparse.ArgumentParser):
@@ -193,7 +201,7 @@ def wants_json(args: argparse.Namespace) -> bool:
 
 def config_from(args: argparse.Namespace) -> Config:
     from agentd.config import resolve_config_path
-    from agentd.validation import load_config
+    from agentd.work.validation import load_config
 
     path, notice = resolve_config_path(option(args, "config"), option(args, "agent"))
     if notice and not wants_json(args):
@@ -203,8 +211,8 @@ def config_from(args: argparse.Namespace) -> Config:
 
 def store_from(config: Config, *, readonly: bool = False) -> Store:
     """The agent's database. Every command that may write it (each control verb, each service) is
-    refused inside an attempt, before anything is read (README, "The boundary")."""
-    from agentd.privilege import refuse_inside_attempt
+    refused inside an attempt, before anything is read (docs/install-and-deploy.md, "The boundary")."""
+    from agentd.process.privilege import refuse_inside_attempt
     from agentd.store import open_store
 
     if not readonly:
@@ -226,7 +234,7 @@ def agent_store(args: argparse.Namespace, *, readonly: bool = False) -> Iterator
 
 def check_live_workflows(config: Config, store: Store) -> None:
     """Refuse a config that would strand a live workflow in a state it no longer has."""
-    from agentd.validation import stranded_workflows
+    from agentd.work.validation import stranded_workflows
 
     problems = stranded_workflows(config, store.live_workflow_states())
     if problems:

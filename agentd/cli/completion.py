@@ -24,9 +24,7 @@ def register(commands: Any) -> None:
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    from agentd.cli import build_parser  # the whole tree, as `agentd` itself builds it
-
-    tree = command_tree(build_parser())
+    tree = command_tree(args.root_parser)  # the whole tree, as `agentd` itself built it
     print(bash_script(tree) if args.shell == "bash" else zsh_script(tree), end="")
     return 0
 

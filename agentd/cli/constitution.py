@@ -1,5 +1,5 @@
 """`agentd constitution proposals|show|accept|reject`: the operator's side of the proposal lane
-(seed 000 §1b, agentd/constitution.py). An agent proposes; only these commands decide."""
+(seed 000 §1b, agentd/control/constitution.py). An agent proposes; only these commands decide."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def cmd_proposals(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from agentd.constitution import changed_since, current_sha256, document_path, proposal_diff
+    from agentd.control.constitution import changed_since, current_sha256, document_path, proposal_diff
 
     with agent_store(args, readonly=True) as (config, store):
         proposal = store.get_constitution_proposal(args.proposal_id)
@@ -91,7 +91,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_accept(args: argparse.Namespace) -> int:
-    from agentd.constitution import accept_proposal
+    from agentd.control.constitution import accept_proposal
 
     with agent_store(args) as (config, store):
         accepted = accept_proposal(config, store, args.proposal_id, note=args.note, now=SystemClock().now())
@@ -116,7 +116,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
 
 
 def cmd_reject(args: argparse.Namespace) -> int:
-    from agentd.constitution import reject_proposal
+    from agentd.control.constitution import reject_proposal
 
     with agent_store(args) as (_, store):
         proposal = reject_proposal(store, args.proposal_id, reason=args.reason, now=SystemClock().now())

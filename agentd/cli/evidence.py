@@ -1,6 +1,6 @@
-"""`agentd evidence verify`: the auditor's check, offline and read-only (agentd/audit.py);
-`agentd evidence export`: the evidence for other projects' tools (agentd/evidence_export.py);
-`agentd evidence accept-rollback`: go on from a database older than the evidence (agentd/rollback.py)."""
+"""`agentd evidence verify`: the auditor's check, offline and read-only (agentd/evidence/verify.py);
+`agentd evidence export`: the evidence for other projects' tools (agentd/evidence/export.py);
+`agentd evidence accept-rollback`: go on from a database older than the evidence (agentd/evidence/rollback.py)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def which_attempts(parser: argparse.ArgumentParser, task_help: str, all_help: st
 
 
 def head(text: str) -> tuple[int, str]:
-    from agentd.audit import parse_head
+    from agentd.evidence.verify import parse_head
 
     try:
         return parse_head(text)
@@ -80,7 +80,7 @@ def head(text: str) -> tuple[int, str]:
 
 
 def cmd_evidence_verify(args: argparse.Namespace) -> int:
-    from agentd.audit import verify
+    from agentd.evidence.verify import verify
 
     with agent_store(args, readonly=True) as (config, store):
         if args.task is not None:
@@ -98,7 +98,7 @@ def cmd_evidence_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_evidence_export(args: argparse.Namespace) -> int:
-    from agentd.evidence_export import export_bundle, export_tracecore
+    from agentd.evidence.export import export_bundle, export_tracecore
 
     which = f"task-{args.task}" if args.task is not None else "all"
     default = f"tracecore-{which}" if args.format == "tracecore" else f"agentd-evidence-{which}.tar.gz"
@@ -123,7 +123,7 @@ def cmd_evidence_export(args: argparse.Namespace) -> int:
 
 def cmd_accept_rollback(args: argparse.Namespace) -> int:
     from agentd.control import operator
-    from agentd.rollback import accept_rollback
+    from agentd.evidence.rollback import accept_rollback
 
     with agent_store(args) as (config, store):
         state_dir = config.paths.state_dir

@@ -1,4 +1,4 @@
-"""`agentd fleet …`: the fleet's queue on PostgreSQL (README, "A fleet"): init, submit, status, show,
+"""`agentd fleet …`: the fleet's queue on PostgreSQL (docs/fleet.md): init, submit, status, show,
 cancel, and the intake service that feeds this agent from it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from agentd.cli.common import add_command, config_from, input_problems, json_obj
 from agentd.clock import SystemClock, format_ts
 from agentd.edge import printable
 from agentd.errors import InputError
-from agentd.origins import MODES, SURFACES
+from agentd.vocabulary import MODES, SURFACES
 
 if TYPE_CHECKING:
     from agentd.store.fleet import FleetQueue, FleetTask
@@ -87,11 +87,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     before anything reaches PostgreSQL."""
     from pydantic import TypeAdapter, ValidationError
 
-    from agentd.intake import admit_task
-    from agentd.privilege import operator_name
+    from agentd.process.privilege import operator_name
     from agentd.records import TaskIntent
     from agentd.records.base import Identifier
     from agentd.records.fleet import FleetOrigin
+    from agentd.work.intake import admit_task
 
     if not 1 <= args.priority <= 10:
         raise InputError(f"--priority: expected 1 (most urgent) to 10 (least urgent), found {args.priority}")
@@ -201,7 +201,7 @@ def _print_task(task: FleetTask) -> None:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from agentd.privilege import operator_name
+    from agentd.process.privilege import operator_name
 
     queue = _queue(args)
     try:

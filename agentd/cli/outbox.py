@@ -72,8 +72,11 @@ def _when(item: OutboxItem, now: Any) -> str:
 
 
 def cmd_outbox_retry(args: argparse.Namespace) -> int:
-    from agentd.delivery import POLL_S, retry_message  # here: it brings httpx and the runner, which `list` never needs
-    from agentd.privilege import operator_name
+    from agentd.control.delivery import (  # here: it brings httpx and the runner, which `list` never needs
+        POLL_S,
+        retry_message,
+    )
+    from agentd.process.privilege import operator_name
 
     with agent_store(args) as (config, store):
         item = retry_message(config, store, args.outbox_id, operator_name(), SystemClock().now())

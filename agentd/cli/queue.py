@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -12,28 +10,24 @@ from agentd.cli.common import (
     add_command,
     agent_store,
     attempts,
-    config_from,
     count,
     duration,
     input_problems,
     json_object,
-    moment,
-    option,
     print_fields,
     print_json,
     print_table,
     record_id,
-    store_from,
     wants_json,
 )
-from agentd.cli.watch import add_watch_option
-from agentd.clock import SystemClock, age, ago, format_ts, parse_ts
-from agentd.edge import printable, visible_json
+from agentd.cli.observe import detail
+from agentd.clock import SystemClock, age, ago, format_ts
+from agentd.edge import printable
 from agentd.errors import InputError
-from agentd.task_statuses import TASK_STATUSES
+from agentd.vocabulary import TASK_STATUSES
 
 if TYPE_CHECKING:
-    from agentd.records import RuntimeEvent, TaskIntent, TaskRecord
+    from agentd.records import TaskIntent, TaskRecord
 
 
 def register(commands: Any) -> None:
@@ -97,45 +91,11 @@ def register(commands: Any) -> None:
         help="attempts it gets (default: its task type's max_attempts)",
     )
 
-    events = add_command(commands, "events", cmd_events, "the event log, oldest first")
-    events.add_argument(
-        "--follow", "-f", action="store_true", help="keep printing new events (from now, unless --after/--since/--last)"
-    )
-    events.add_argument("--task", type=record_id, metavar="ID", help="only this task's events")
-    events.add_argument(
-        "--type",
-        dest="types",
-        action="append",
-        default=[],
-        metavar="TYPE",
-        help="only events of this type (repeatable)",
-    )
-    events.add_argument("--after", type=count, default=None, metavar="SEQUENCE", help="start after this sequence")
-    events.add_argument(
-        "--since",
-        type=moment,
-        metavar="WHEN",
-        help="only events at or after WHEN: a UTC time, or an age like 30m, 2h, 7d",
-    )
-    events.add_argument("--last", type=count, metavar="N", help="only the newest N (still printed oldest first)")
-    events.add_argument("--limit", type=count, default=1000, help="at most this many (default 1000)")
-    events.add_argument(
-        "--format",
-        choices=("text", "json", "agent-runtime"),
-        help='agent-runtime: one seed-002 public-core event envelope per line (README "Export")',
-    )
-
-    status = add_command(commands, "status", cmd_status, "queue counts, oldest pending age, schema version")
-    status.add_argument(
-        "--format", choices=("text", "json", "agent-runtime"), help="agent-runtime: a seed-002 session snapshot"
-    )
-    add_watch_option(status, "status", cmd_status)
-
 
 def intent_from_args(args: argparse.Namespace) -> TaskIntent:
     from pydantic import ValidationError
 
-    from agentd.privilege import operator_source
+    from agentd.process.privilege import operator_source
     from agentd.records import TaskIntent
 
     payload = json_object(args.payload, "--payload")
@@ -352,168 +312,3 @@ def _workflow(task: TaskRecord) -> str | None:
     if ref is None:
         return None
     return f"{ref.workflow_id} ({ref.instance_key}), step {ref.state_id} #{task.workflow_iteration}"
-
-
-DETAIL_CHARS = 160
-
-
-def detail(payload: dict[str, Any]) -> str:
-    """An event's payload on one line: key=value, values as JSON (no Python reprs); a long one is
-    cut with a marker saying how much is left (`--json` shows it all)."""
-    text = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}" for k, v in payload.items())
-    if len(text) <= DETAIL_CHARS:
-        return text
-    return f"{text[:DETAIL_CHARS]}… (+{len(text) - DETAIL_CHARS} chars)"
-
-
-EVENT_HEADER = f"{'SEQ':>6}  {'TIME':<20}  TYPE  IDS  DETAIL"
-
-
-def cmd_events(args: argparse.Namespace) -> int:
-    config = config_from(args)
-    store = store_from(config, readonly=True)
-    try:
-        if args.task is not None:
-            store.get_task_or_raise(args.task)  # a task that does not exist is an error, not an empty log
-        args.agent_id = config.agent.agent_id
-        _events(args, store)
-    finally:
-        store.close()
-    return 0
-
-
-def _events(args: argparse.Namespace, store: Any) -> None:
-    """Print the chosen events; with --follow keep polling. Following alone starts at the end."""
-    from_start = args.after is not None or args.since is not None or args.last is not None
-    after = args.after or 0
-    if option(args, "follow") and not from_start:
-        after = store.last_event_sequence()
-    query = {"task_id": args.task, "types": tuple(args.types), "since": args.since}
-    events = store.read_events(
-        after=after, limit=args.last if args.last is not None else args.limit, last=args.last is not None, **query
-    )
-    if _format(args) == "text":
-        print(EVENT_HEADER, flush=True)
-    while True:
-        for event in events:
-            _print_event(args, event)
-            after = event.sequence
-        if not option(args, "follow"):
-            return
-        if len(events) < args.limit:
-            time.sleep(0.5)  # the follower polls; the database is the only channel
-        events = store.read_events(after=after, limit=args.limit, **query)
-
-
-def _format(args: argparse.Namespace) -> str:
-    return str(option(args, "format") or ("json" if wants_json(args) else "text"))
-
-
-def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
-    if _format(args) == "agent-runtime":
-        from agentd.export import runtime_event
-
-        print(visible_json(json.dumps(runtime_event(event, args.agent_id), ensure_ascii=False)), flush=True)
-        return
-    if _format(args) == "json":
-        print(visible_json(event.model_dump_json()), flush=True)  # a bidi override in a subject stays visible
-        return
-    ids = " ".join(
-        f"{k}={v}"
-        for k, v in (
-            ("task", event.task_id),
-            ("attempt", event.attempt_id),
-            ("workflow", event.workflow_id),
-            ("schedule", event.schedule_id),
-            ("sensor", event.sensor_id),
-        )
-        if v is not None
-    )
-    parts = [f"{event.sequence:>6}", format_ts(event.timestamp)[:19] + "Z", event.type, ids, detail(event.payload)]
-    print(printable("  ".join(part for part in parts if part)), flush=True)
-
-
-def _budget_line(budget: dict[str, Any]) -> str:
-    """Today's spend against the caps; `~` marks a total some of which agentd estimated (codex)."""
-    from agentd.budget import usd
-
-    total = usd(budget["spent_usd"], budget["estimated"])
-    caps = [f"{total} of ${budget['daily_usd']:g} today" if budget["daily_usd"] else f"{total} today"]
-    caps += [
-        f"{a} {usd(s['spent_usd'], s['estimated'])}" + (f" of ${s['daily_usd']:g}" if s["daily_usd"] else "")
-        for a, s in budget["adapters"].items()
-    ]
-    line = "budget   " + ", ".join(caps) + " (UTC day; ~ = estimated by agentd from the adapter's prices)"
-    holding = budget["holding"]
-    if holding:
-        line += (
-            f"\nBUDGET   {holding['waiting']} task(s) wait until {holding['until']}: {holding['reason']} "
-            f"(priority {budget['urgent_priority']} and more urgent still run)"
-        )
-    return line
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    from agentd.status import snapshot
-
-    with agent_store(args, readonly=True) as (config, store):
-        now = SystemClock().now()
-        shown = snapshot(config, store, now)
-        if _format(args) == "agent-runtime":
-            from agentd.export import session_snapshot
-
-            print_json(session_snapshot(config, store, shown, now))
-            return 0
-    if _format(args) == "json":
-        print_json(shown)
-        return 0
-    print(f"agent {shown['agent_id']}  database {shown['database']}  schema version {shown['schema_version']}")
-    print(f"boundary {shown['boundary']['line']}")
-    print("tasks    " + "  ".join(f"{status} {n}" for status, n in shown["counts"].items()))
-    waiting = shown["waiting"]
-    print(
-        f"waiting  {waiting['claimable']} claimable now, {waiting['retry_waiting']} waiting to retry, "
-        f"{waiting['delayed']} delayed, {waiting['approval']} waiting for approval, {waiting['budget']} for the budget"
-    )
-    if shown["budget"]:
-        print(_budget_line(shown["budget"]))
-    if shown["messages"]["failed"]:
-        print(
-            f"MESSAGES {shown['messages']['failed']} external message(s) failed for good: "
-            "`agentd outbox list --state failed` shows them, `agentd outbox retry ID` sends one again"
-        )
-    if shown["oldest_approval_age_s"] is not None:
-        print(f"oldest approval request: waiting {age(shown['oldest_approval_age_s'])} (`agentd approvals`)")
-    if shown["paused"]:
-        paused = shown["paused"]
-        why = f": {paused['reason']}" if paused["reason"] else ""
-        print(printable(f"PAUSED   since {paused['since']} by {paused['by']}{why} (`agentd dispatch resume`)"))
-    oldest = shown["oldest_pending_age_s"]
-    print(f"oldest claimable task: waiting {age(oldest)}" if oldest is not None else "oldest claimable task: none")
-    if shown["next_available_at"]:
-        print(f"next waiting task due: {ago(parse_ts(shown['next_available_at']), now)}")
-    for run in shown["running"]:
-        print(
-            f"running  task {run['task_id']} ({run['task_type']}), attempt {run['attempt_id']} on {run['adapter_id']}"
-            f" for {age(run['elapsed_s'])}"
-        )
-    for service in shown["services"]:
-        print(printable(_service_line(service)))
-    if not shown["services"]:
-        print("no service has run against this database yet")
-    return 0
-
-
-SERVICE_WORDS = {
-    "live": "live",
-    "stale": "STALE: running, but silent for {quiet}",
-    "down": "DOWN: its process is gone; last heard from {quiet} ago",
-    "stopped": "stopped {quiet} ago",
-    "unknown": "unknown: another host wrote this row ({quiet} ago)",
-}
-
-
-def _service_line(service: dict[str, Any]) -> str:
-    state = SERVICE_WORDS[service["liveness"]].format(quiet=age(service["updated_ago_s"]))
-    said = "" if service["liveness"] in ("down", "stopped") else f": {service['status']}"
-    return f"{service['service']:<8} pid {service['pid']}, {state}{said}"

@@ -1,4 +1,4 @@
-"""`agentd replay ATTEMPT_ID`: re-run a finished script attempt from its evidence (agentd/replay.py).
+"""`agentd replay ATTEMPT_ID`: re-run a finished script attempt from its evidence (agentd/attempt/replay.py).
 
 Exit 0 identical, 1 different or not replayable (neither is a pass), 2 bad input.
 """
@@ -12,7 +12,7 @@ from agentd.cli.common import add_command, agent_store, print_json, wants_json
 from agentd.edge import printable
 
 if TYPE_CHECKING:
-    from agentd.replay import Difference, Replay
+    from agentd.attempt.replay import Difference, Replay
 
 
 def register(commands: Any) -> None:
@@ -29,7 +29,7 @@ def register(commands: Any) -> None:
 def cmd_replay(args: argparse.Namespace) -> int:
     import anyio
 
-    from agentd.replay import Replay, plan_replay, run_replay
+    from agentd.attempt.replay import Replay, plan_replay, run_replay
 
     with agent_store(args, readonly=True) as (config, store):
         planned = plan_replay(config, store, args.attempt_id)

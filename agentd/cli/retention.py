@@ -10,7 +10,7 @@ from agentd.clock import format_ts
 from agentd.edge import printable
 
 if TYPE_CHECKING:
-    from agentd.retention import RetentionReport
+    from agentd.evidence.retention import RetentionReport
 
 
 def register(commands: Any) -> None:
@@ -32,7 +32,7 @@ def register(commands: Any) -> None:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from agentd.retention import Cutoffs, apply_retention
+    from agentd.evidence.retention import Cutoffs, apply_retention
 
     with agent_store(args, readonly=args.dry_run) as (config, store):
         now = store.clock.now()

@@ -13,8 +13,8 @@ from agentd.clock import SystemClock
 
 if TYPE_CHECKING:  # the services' modules are imported by their commands: the others start faster without them
     from agentd.config import Config
-    from agentd.metrics import DispatchMetrics, NullMetrics, SensorMetrics
-    from agentd.service import Service
+    from agentd.outlook.metrics import DispatchMetrics, NullMetrics, SensorMetrics
+    from agentd.services.shell import Service
     from agentd.store import AsyncStore
 
 logger = logging.getLogger("agentd.run")
@@ -56,8 +56,8 @@ def register(commands: Any) -> None:
 def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
     """The migrated database (a missing one is refused before anything is created: `init` and the
     units' `ExecStartPre=agentd migrate` make it), then the state dir's folders."""
-    from agentd.evidence import make_run_dir
-    from agentd.privilege import boundary_line, keep_capabilities_to_self, require_switch, run_user
+    from agentd.process.files import make_run_dir
+    from agentd.process.privilege import boundary_line, keep_capabilities_to_self, require_switch, run_user
     from agentd.store import AsyncStore, init_state_dir
 
     config = config_from(args)
@@ -77,7 +77,7 @@ def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
 
 
 def cmd_dispatch(args: argparse.Namespace) -> int:
-    from agentd.dispatch import Dispatcher
+    from agentd.services.dispatch import Dispatcher
 
     one_shot = args.until_idle and not args.metrics
     return _serve_one(
@@ -93,7 +93,7 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
 
 
 def cmd_sensors(args: argparse.Namespace) -> int:
-    from agentd.sensor_service import SensorService
+    from agentd.services.sensing import SensorService
 
     one_shot = args.once and not args.metrics
     return _serve_one(
@@ -108,7 +108,7 @@ def _serve_one(args: argparse.Namespace, build: Callable[[Config, AsyncStore], S
     """One service on its own connection until it ends (SIGTERM, or its one-shot pass)."""
     import anyio
 
-    from agentd.service import run_services
+    from agentd.services.shell import run_services
 
     config, db = _open(args)
     try:
@@ -122,9 +122,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Both services in one process, each with its own database connection (as under systemd)."""
     import anyio
 
-    from agentd.dispatch import Dispatcher
-    from agentd.sensor_service import SensorService
-    from agentd.service import run_services
+    from agentd.services.dispatch import Dispatcher
+    from agentd.services.sensing import SensorService
+    from agentd.services.shell import run_services
     from agentd.store import AsyncStore
 
     config, dispatch_db = _open(args)
@@ -142,14 +142,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _dispatch_metrics(config: Config, *, one_shot: bool = False) -> DispatchMetrics | NullMetrics:
     """A one-shot run (--until-idle) serves no metrics unless asked: it would take the port of the
     agent's own service, and nothing scrapes a process that is about to exit."""
-    from agentd.metrics import dispatch_metrics
+    from agentd.outlook.metrics import dispatch_metrics
 
     enabled = config.metrics.enabled and not one_shot
     return dispatch_metrics(enabled, config, SystemClock())
 
 
 def _sensor_metrics(config: Config, *, one_shot: bool = False) -> SensorMetrics | NullMetrics:
-    from agentd.metrics import sensor_metrics
+    from agentd.outlook.metrics import sensor_metrics
 
     enabled = config.metrics.enabled and not one_shot
     return sensor_metrics(enabled, config, SystemClock())

@@ -103,14 +103,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_config_reference(args: argparse.Namespace) -> int:
-    from agentd.config_reference import render
+    from agentd.config.reference import render
 
     print(render(), end="")
     return 0
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
-    from agentd.ports import refuse_shared_ports
+    from agentd.install.ports import refuse_shared_ports
     from agentd.store import open_store
 
     config = config_from(args)
@@ -139,7 +139,7 @@ def cmd_schema_export(args: argparse.Namespace) -> int:
         raise InputError(f"{target} exists and is not a folder")
     target.mkdir(parents=True, exist_ok=True)
     written = []
-    from agentd.schemas import json_schemas
+    from agentd.config.schemas import json_schemas
 
     for schema_id, schema in sorted(json_schemas().items()):
         path = target / (schema_id.removeprefix("agent-runtime/").replace("/", ".") + ".schema.json")
@@ -227,7 +227,7 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
         raise InputError(f"skill {skill.skill_id} declares no command {args.command_name!r} (declared: {declared})")
     extra = args.arguments[1:] if args.arguments[:1] == ["--"] else args.arguments
     cwd = config.paths.workspace if config.paths.workspace.is_dir() else Path.cwd()
-    from agentd.runner import run_foreground
+    from agentd.process.runner import run_foreground
 
     return run_foreground([*argv, *extra], cwd=cwd)
 

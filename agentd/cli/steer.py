@@ -1,6 +1,6 @@
 """Steering a running agent: approvals (`agentd approvals`, `approve`, `deny`) and pausing the
 dispatcher (`agentd dispatch pause`, `dispatch resume`). Each act is recorded with the OS user who
-ran the command and why (agentd/control.py)."""
+ran the command and why (agentd/control/__init__.py)."""
 
 from __future__ import annotations
 

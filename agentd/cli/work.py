@@ -229,8 +229,8 @@ def cmd_schedule_add(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from agentd import control
+    from agentd.config.settings import YEAR_S
     from agentd.records import ScheduleSpec
-    from agentd.settings import YEAR_S
 
     every = int(args.every)
     if not 1 <= every <= YEAR_S or every != args.every:
@@ -349,7 +349,7 @@ def cmd_sensor_run(args: argparse.Namespace) -> int:
     # imported here, not at the top: `agentd task add` and `agentd status` must not pay for it
     import anyio
 
-    from agentd.sensor_runs import SensorRunner
+    from agentd.services.sensor_runs import SensorRunner
     from agentd.store import AsyncStore
 
     config = config_from(args)

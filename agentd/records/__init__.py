@@ -1,4 +1,8 @@
-"""Pydantic models of every seed 000 record, each with a versioned schema id.
+"""The records: seed 000's (and agentd's own) shapes in pydantic, read and written by every other package.
+
+May import: nothing but the bottom modules.
+
+Pydantic models of every seed 000 record, each with a versioned schema id.
 
 Field names are the seed's. Where agentd needs more than the seed says, the extra field is
 marked "agentd:" in its description and the JSON Schema carries it too.

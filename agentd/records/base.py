@@ -9,9 +9,9 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from agentd.clock import format_ts, parse_ts, to_utc
 from agentd.edge import check_value
-from agentd.task_statuses import TASK_STATUSES as TASK_STATUSES  # the status words live below the records
-from agentd.task_statuses import TERMINAL_STATUSES as TERMINAL_STATUSES
-from agentd.task_statuses import TaskStatus as TaskStatus
+from agentd.vocabulary import TASK_STATUSES as TASK_STATUSES  # the status words live below the records
+from agentd.vocabulary import TERMINAL_STATUSES as TERMINAL_STATUSES
+from agentd.vocabulary import TaskStatus as TaskStatus
 
 
 def _to_utc(value: Any) -> Any:

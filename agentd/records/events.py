@@ -1,4 +1,4 @@
-"""Runtime events (seed 000 §14 names, seed 002 envelope), chained by hash (DESIGN §6)."""
+"""Runtime events (seed 000 §14 names, seed 002 envelope), chained by hash (docs/design.md, "Events")."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES
 
 
 class RuntimeEvent(Record):
-    """seed 000 §14 names in the seed 002 envelope, chained by hash (DESIGN §6)."""
+    """seed 000 §14 names in the seed 002 envelope, chained by hash (docs/design.md, "Events")."""
 
     schema_id = "agent-runtime/runtime.event/v1"
     event_id: str

@@ -1,11 +1,11 @@
-"""A fleet task's origin (README, "A fleet"): who submitted it and seed 003 §7's dispatch context."""
+"""A fleet task's origin (docs/fleet.md): who submitted it and seed 003 §7's dispatch context."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from agentd.origins import DispatchMode, OriginSurface
 from agentd.records.base import Record
+from agentd.vocabulary import DispatchMode, OriginSurface
 
 
 class DispatchContext(Record):

@@ -156,7 +156,7 @@ class TaskOutcome(Record):
 
 
 class TaskRecord(Record):
-    """seed §7. task_id is an integer: operators type it (DESIGN §3)."""
+    """seed §7. task_id is an integer: operators type it (docs/design.md, "Storage")."""
 
     schema_id = "agent-runtime/task.record/v1"
     task_id: int

@@ -22,7 +22,7 @@ DENIAL_TEXT_CHARS = 300  # each text of a policy_denied event, after redaction
 
 @dataclass(frozen=True)
 class NewTask:
-    """A validated intent with every default resolved (agentd/intake.py); the store inserts it as-is."""
+    """A validated intent with every default resolved (agentd/work/intake.py); the store inserts it as-is."""
 
     task_type: str
     source: str
@@ -49,7 +49,7 @@ class NewTask:
 
 @dataclass(frozen=True)
 class AttemptPlan:
-    """Which adapter and model an attempt runs with (agentd/attempt.py plan_attempt)."""
+    """Which adapter and model an attempt runs with (agentd/attempt/prepare.py plan_attempt)."""
 
     adapter_id: str
     adapter_kind: str
@@ -58,7 +58,7 @@ class AttemptPlan:
 
 @dataclass(frozen=True)
 class CompiledBundle:
-    """What `bundle_compiled` records of an attempt's bundle (agentd/bundle.py compiles it)."""
+    """What `bundle_compiled` records of an attempt's bundle (agentd/attempt/bundle.py compiles it)."""
 
     bundle_hash: str
     prompt_path: str
@@ -158,7 +158,7 @@ class AttemptEnd:
     usage: dict[str, Any] = field(default_factory=dict)
     paths: dict[str, str | None] = field(default_factory=dict)
     boot_sweep: bool = False
-    policy_denials: tuple[PolicyDenial, ...] = ()  # one policy_denied event each (capped: agentd/judge.py)
+    policy_denials: tuple[PolicyDenial, ...] = ()  # one policy_denied event each (capped: agentd/attempt/judge.py)
     policy_denials_dropped: int = 0  # the attempt's denials beyond those: counted in one more event
     side_effects_held: str | None = None  # why its follow-ups and messages wait for `agentd approve`
 

@@ -1,4 +1,6 @@
-"""The one SQLite file per agent (DESIGN §3): every SQL statement agentd runs lives in this package.
+"""The one SQLite file per agent (and a fleet's PostgreSQL): every SQL statement agentd runs.
+
+May import: records, config, process.
 
 `Store` is synchronous (the CLI uses it directly); `AsyncStore` runs a Store verb on a worker
 thread, one hop per verb, so a whole transaction never yields to the event loop half-done.

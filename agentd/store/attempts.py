@@ -1,6 +1,6 @@
 """Attempts: the claim, an attempt's life from claimed to closed, and what attempts cost.
 
-`finish_attempt` is the outcome commit of DESIGN §4: the attempt closed, the task's status,
+`finish_attempt` is the outcome commit of docs/design.md, "Dispatch": the attempt closed, the task's status,
 outcome and counters, its artifacts, its outbox entries and their events, in one transaction.
 """
 
@@ -12,8 +12,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agentd.budget import BudgetHold
 from agentd.clock import parse_ts
+from agentd.config.budget import BudgetHold
 from agentd.errors import InputError
 from agentd.hashing import new_ulid
 from agentd.records import (
@@ -249,8 +249,8 @@ class AttemptVerbs(StoreBase):
 
     def _append_denials(self, end: AttemptEnd, ids: dict[str, Any]) -> None:
         """What the harness's permission policy refused during the attempt: one event each, then
-        one that counts those beyond the cap (redacted and bounded by agentd/attempt_end.py, capped
-        by agentd/judge.py)."""
+        one that counts those beyond the cap (redacted and bounded by agentd/attempt/conclude.py, capped
+        by agentd/attempt/judge.py)."""
         for denial in end.policy_denials:
             self._append_event("policy_denied", end.ended_at, **ids, payload=denial.payload())
         if end.policy_denials_dropped:

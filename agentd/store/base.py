@@ -34,7 +34,7 @@ BUSY_TIMEOUT_MS = 5_000  # SQLite's own wait for the write lock, per try
 BUSY_RETRY_S = 30.0
 SERVICE_BUSY_RETRY_S = 600.0
 # FULL: a committed outcome or an accepted task survives a power cut. At one attempt at a
-# time the ~150 µs it costs per transaction is noise (README, "Durability").
+# time the ~150 µs it costs per transaction is noise (docs/decisions.md, "Durability").
 SYNCHRONOUS = "FULL"
 
 
@@ -129,7 +129,7 @@ class StoreBase:
         # else appends, so only the first event of a transaction reads it. Forgotten at every BEGIN.
         self._chain_head: tuple[int, str] | None = None
         # Which file the path named when it was opened: a transaction on a file that was deleted or
-        # replaced since would write where no one reads it (README, "Reliability": storage).
+        # replaced since would write where no one reads it (docs/reliability.md, "Storage").
         self._opened = file_identity(path)
 
     def close(self) -> None:
@@ -152,7 +152,7 @@ class StoreBase:
 
         `durable=False` commits without the fsync (synchronous=NORMAL for this one commit): the
         next durable commit makes it durable too (WAL frames are written in order). Only for rows a
-        power cut may lose because what follows them re-creates the truth (README, "Durability")."""
+        power cut may lose because what follows them re-creates the truth (docs/decisions.md, "Durability")."""
         if not durable:
             self._conn.execute("PRAGMA synchronous = NORMAL")
         self._begin()

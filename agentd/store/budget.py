@@ -1,4 +1,4 @@
-"""What the claim may take, and the budget's reads (agentd/budget.py): the claimable predicate and
+"""What the claim may take, and the budget's reads (agentd/config/budget.py): the claimable predicate and
 the claim's per-priority branches, the day's spend per adapter, and which due tasks a hold keeps
 back. The claim (store/attempts.py) and `agentd status` (store/tasks.py) share them."""
 
@@ -8,7 +8,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from agentd.budget import AdapterSpend, BudgetHold, Spend
+from agentd.config.budget import AdapterSpend, BudgetHold, Spend
 from agentd.store.base import StoreBase, ts
 from agentd.usage import MAX_COST_USD
 
@@ -28,7 +28,7 @@ def believed_tokens(column: str) -> str:
 # A task the dispatcher may claim now (its priority and the budget aside).
 CLAIMABLE = "status IN ('pending', 'retryable_failure') AND awaiting_approval = 0 AND available_at <= :now"
 
-# Tasks that would run on an adapter past its daily budget (agentd/budget.py BudgetHold): the one
+# Tasks that would run on an adapter past its daily budget (agentd/config/budget.py BudgetHold): the one
 # they asked for, else their type's default, else their profile's.
 ON_HELD_ADAPTER = """(COALESCE(requested_adapter_id IN (SELECT value FROM json_each(:held_adapters)), 0)
     OR (requested_adapter_id IS NULL AND task_type IN (SELECT value FROM json_each(:held_types)))
@@ -86,7 +86,7 @@ def hold_params(hold: BudgetHold | None) -> dict[str, Any]:
 
 class BudgetVerbs(StoreBase):
     def spend_since(self, since: datetime) -> Spend:
-        """What the attempts that ended since `since` cost, per adapter (agentd/budget.py)."""
+        """What the attempts that ended since `since` cost, per adapter (agentd/config/budget.py)."""
         rows = self._conn.execute(
             f"""SELECT adapter_id, TOTAL(cost), MAX(cost), MAX(cost_estimated = 1) FROM (
                    SELECT adapter_id, {BELIEVED_COST} AS cost, cost_estimated FROM task_attempts

@@ -1,6 +1,6 @@
 """Constitution proposals (seed 000 §1b): recorded from their outbox entry exactly once, listed for the
 operator, and decided by the operator only. Writing SOUL.md/PURPOSE.md is not the store's job: the
-decision is recorded here after agentd/constitution.py has written the file."""
+decision is recorded here after agentd/control/constitution.py has written the file."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Message delivery's SQL: an outbox message handed to its handler, each attempt recorded as started
 (committed before anything is sent) and as ended, an operator's retry, and the outbox as listed.
-What to do is decided above (agentd/delivery.py) and passed in; each verb is one transaction with its
+What to do is decided above (agentd/control/delivery.py) and passed in; each verb is one transaction with its
 event. Events carry the key, the handler, the attempt and the error, never the message itself."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The event log: reading it, appending a service-level event, proving its hash chain (DESIGN §6), and pruning
-its oldest prefix behind a checkpoint the chain continues from."""
+"""The event log: reading it, appending a service-level event, proving its hash chain (docs/design.md, "Events"), and
+pruning its oldest prefix behind a checkpoint the chain continues from."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fleet's queue on PostgreSQL (README, "A fleet"): every statement agentd runs against it.
+"""The fleet's queue on PostgreSQL (docs/fleet.md): every statement agentd runs against it.
 
 Each verb is one short transaction: no transaction is ever held across an attempt. A claim takes rows
 with `FOR UPDATE SKIP LOCKED`, so claimers never wait on each other, and gives each a fencing token

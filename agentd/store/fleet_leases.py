@@ -1,4 +1,4 @@
-"""This agent's side of the fleet, in its own SQLite (README, "A fleet"): which local task holds which
+"""This agent's side of the fleet, in its own SQLite (docs/fleet.md): which local task holds which
 fleet lease, and what becomes of it.
 
 The fleet's queue on PostgreSQL decides who may run a task (store/fleet.py); this table remembers what
@@ -45,7 +45,7 @@ class HeldLease:
 @dataclass(frozen=True)
 class FleetGate:
     """The claim met a fleet task whose lease has not been confirmed for this attempt: nothing was
-    claimed; confirm it with the fleet, then claim again (agentd/fleet.py)."""
+    claimed; confirm it with the fleet, then claim again (agentd/services/fleet.py)."""
 
     task_id: int
     fleet_id: int
@@ -131,7 +131,7 @@ class FleetLeaseVerbs(StoreBase):
             )
 
     def fleet_task_facts(self, task_id: int) -> dict[str, Any]:
-        """A finished task as the fleet is told of it (agentd/fleet.py adds the evidence pointers): its
+        """A finished task as the fleet is told of it (agentd/services/fleet.py adds the evidence pointers): its
         status and summary, attempts, cost, and its last attempt."""
         task = self._conn.execute(
             "SELECT status, attempt_count, outcome FROM tasks WHERE id = ?", (task_id,)

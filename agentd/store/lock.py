@@ -1,4 +1,4 @@
-"""The dispatch lock: at most one row, so at most one dispatcher per agent (DESIGN §4).
+"""The dispatch lock: at most one row, so at most one dispatcher per agent (docs/design.md, "Dispatch").
 
 Whether a holder is stale is decided before the transaction (it reads /proc); the transaction
 clears only the holder that was judged stale, so two processes clearing one stale lock cannot

@@ -1,7 +1,7 @@
 """`migrations/NNNN_name.sql`, applied in order, each with its checksummed row in one transaction.
 
 A database behind the code, one whose applied migration was edited, or one newer than the
-code is refused with a message that says what to do (DESIGN §3).
+code is refused with a message that says what to do (docs/design.md, "Storage").
 """
 
 from __future__ import annotations

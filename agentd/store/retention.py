@@ -1,5 +1,5 @@
 """Retention's SQL: the attempts whose evidence may go, marking it gone, and deleting finished tasks
-nothing refers to any more. What is old enough is decided above (agentd/retention.py) and passed in."""
+nothing refers to any more. What is old enough is decided above (agentd/evidence/retention.py) and passed in."""
 
 from __future__ import annotations
 

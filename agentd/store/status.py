@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from agentd.procs import ProcessIdentity
+from agentd.process.procs import ProcessIdentity
 from agentd.store.base import StoreBase, ts
 
 

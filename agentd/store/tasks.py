@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from agentd.budget import BudgetHold
+from agentd.config.budget import BudgetHold
 from agentd.errors import InputError, NotFound
 from agentd.records import TERMINAL_STATUSES, CancelResult, NewTask, QueueSummary, TaskOutcome, TaskRecord
 from agentd.store.approvals import never_approved, request_approval

@@ -1,7 +1,7 @@
 """Workflows: instances, their state entries, step tasks and signals (seed 000 §10), and the
 operator's steering acts on them (signal, unblock, cancel).
 
-The workflow engine (agentd/workflows.py) decides; these verbs write its decisions, each after
+The workflow engine (agentd/work/workflows.py) decides; these verbs write its decisions, each after
 re-checking that the workflow is still where it was when the decision was made."""
 
 from __future__ import annotations

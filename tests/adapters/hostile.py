@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""An attempt that tries to act as its operator (README, "The boundary"). Its payload names what to try:
-{"approve": TASK_ID, "report": "relative path in the workspace", "env_file": "path", "config": "path"}.
+"""An attempt that tries to act as its operator (docs/install-and-deploy.md, "The boundary"). Its payload names what
+to try: {"approve": TASK_ID, "report": "relative path in the workspace", "env_file": "path", "config": "path"}.
 
 Each try is recorded as {"name", "succeeded", "detail"} in the report; the attempt itself completes, so
 the test reads what it found. Every try is something an agent could do with what its environment

@@ -2,7 +2,7 @@
 """A claude-code stand-in for the chaos harness (tests/chaos.py): a stream-json session whose result
 record reports poisoned usage — Infinity, a negative or absurd cost, text and lists where numbers go —
 among lines no parser can use (a string message, a line nested 200k deep). Its work completes: agentd
-must record it completed with its usage unknown (README, "Usage and cost")."""
+must record it completed with its usage unknown (docs/adapters.md, "Usage and cost")."""
 
 import json
 import os

@@ -1,0 +1,394 @@
+"""How an attempt ends, whichever way it ends: a live attempt (`conclude`), one the boot sweep found
+after the runtime died (`sweep_end`), and one agentd itself failed (`internal_failure_end`).
+
+Each `gather`s the facts — what the attempt left, redacted before anything reads it; its result;
+what the workspace holds at every path the outcome names — has them judged (agentd/attempt/judge.py, pure)
+and `finish`es: the manifest sealed (complete on every path), the run dir removed, the commit built.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path, PurePosixPath
+from stat import S_ISREG
+from typing import Any
+
+from agentd.adapters import AdapterRun
+from agentd.attempt.judge import AttemptFacts, OutboxPolicy, ProposalFact, Stopped, extracted_of, judge
+from agentd.attempt.manifest import manifest_fields
+from agentd.attempt.outcome import FileFact, paths_to_check
+from agentd.attempt.prepare import Prepared, adapter_redactor, completion_checks, retry_policy
+from agentd.clock import Clock, format_ts
+from agentd.config import Config
+from agentd.edge import MAX_RESULT_BYTES, scrub, scrub_value
+from agentd.evidence import AttemptPaths, attempt_paths, seal, trace_summary, verify_attempt_dir
+from agentd.evidence.action_trace import Step, capped, trace_lines, trace_of
+from agentd.hashing import sha256_file, sha256_hex
+from agentd.process.files import Refused as UntrustedPath
+from agentd.process.files import lstat_beneath, read_beneath, read_reported, sha256_beneath, write_private
+from agentd.process.privilege import run_user
+from agentd.process.runner import remove_as
+from agentd.records import (
+    ArtifactRow,
+    AttemptEnd,
+    TaskAttempt,
+    TaskOutcome,
+    TaskRecord,
+)
+from agentd.redaction import Redactor
+from agentd.work.intake import delegation_caps
+
+
+def conclude(
+    config: Config, clock: Clock, rng: random.Random, prepared: Prepared, run: AdapterRun | None, stopped: str | None
+) -> AttemptEnd:
+    """A live attempt's end: its run redacted before anything reads it, then judged and sealed."""
+    paths, redactor = prepared.ctx.paths, prepared.redactor
+    run = sanitized_run(run, redactor)
+    if run is not None and run.final_message:  # none, or empty: no file (one file is ~0.5 ms on a VM's disk)
+        write_private(paths.last_message, run.final_message)
+    process = run.process if run else None
+    facts = gather(
+        config,
+        prepared.task,
+        prepared.attempt,
+        paths,
+        redactor,
+        run=run,
+        stopped=stopped if stopped in ("interrupted", "operator_canceled") else None,  # type: ignore[arg-type]
+        started=run is not None,
+        stdout_bytes=process.stdout.bytes_seen if process else None,
+    )
+    return finish(config, clock, rng, facts, bundle_hash=prepared.bundle.bundle_hash)
+
+
+def sweep_end(
+    config: Config, clock: Clock, rng: random.Random, task: TaskRecord, attempt: TaskAttempt, survivors: list[int]
+) -> AttemptEnd:
+    """An attempt a dead runtime left open. If its processes were gone and it left a result, that is
+    judged through the same gates as a live attempt (exit unknown); otherwise the runtime crashed
+    under it: re-queued without spending an attempt, unless it keeps happening (crash_limit)."""
+    paths = (
+        AttemptPaths(Path(attempt.evidence_dir), config.paths.runs / attempt.attempt_id)
+        if attempt.evidence_dir
+        else attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id, config.paths.runs)
+    )
+    facts = gather(
+        config,
+        task,
+        attempt,
+        paths,
+        adapter_redactor(config, attempt.adapter_id),
+        swept=True,
+        read_result=not survivors,  # a result beside live processes may be half-written: not judged
+        started=attempt.pid is not None,
+        notes={"killed_pids": survivors},
+    )
+    facts = replace(facts, notes={**facts.notes, "judged": facts.result_text is not None})
+    return finish(config, clock, rng, facts, bundle_hash=attempt.bundle_hash)
+
+
+def internal_failure_end(
+    config: Config,
+    clock: Clock,
+    rng: random.Random,
+    task: TaskRecord,
+    attempt: TaskAttempt,
+    exc: BaseException,
+    *,
+    stage: str,
+    started: bool,
+    redactor: Redactor | None = None,
+) -> AttemptEnd:
+    """agentd itself failed (a bug, or a value nothing could store): a recorded failure naming the
+    exception, with nothing from the attempt's own outcome (that is what may have been poison)."""
+    redactor = redactor or adapter_redactor(config, attempt.adapter_id)
+    reason = redactor.text(scrub(f"agentd failed {stage}: {failure_text(exc)}"))[:2000]
+    facts = AttemptFacts(
+        task=task,
+        attempt=attempt,
+        checks=completion_checks(config, task),
+        timeout_s=_timeout_s(config, attempt.adapter_id),
+        internal_error=reason,
+        started=started,
+        outbox_policy=_outbox_policy(config, task),
+        redactions=redactor.count,
+    )
+    return finish(config, clock, rng, facts, bundle_hash=attempt.bundle_hash, best_effort=True)
+
+
+def failure_text(exc: BaseException) -> str:
+    """`Type: message` of what failed. A group (a task group wraps what its task raised) is the
+    exceptions inside it, never only `ExceptionGroup: unhandled errors in a TaskGroup`."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(failure_text(inner) for inner in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def gather(
+    config: Config,
+    task: TaskRecord,
+    attempt: TaskAttempt,
+    paths: AttemptPaths,
+    redactor: Redactor,
+    *,
+    run: AdapterRun | None = None,
+    stopped: Stopped | None = None,
+    swept: bool = False,
+    read_result: bool = True,
+    started: bool = True,
+    stdout_bytes: int | None = None,
+    notes: Mapping[str, Any] | None = None,
+) -> AttemptFacts:
+    """Everything the judge needs, from the evidence dir and the workspace: what the attempt reported
+    copied into the evidence (never through a link), then redacted, then read."""
+    copied_problem = copy_reported_result(paths) if read_result else None
+    redact_evidence(paths, redactor)
+    result_text, result_problem = read_result_file(paths) if read_result else (None, None)
+    result_problem = result_problem or copied_problem
+    checks = completion_checks(config, task)
+    facts = AttemptFacts(
+        task=task,
+        attempt=attempt,
+        checks=checks,
+        timeout_s=_timeout_s(config, attempt.adapter_id),
+        run=run,
+        stopped=stopped,
+        result_text=result_text,
+        result_problem=result_problem,
+        stdout_bytes=_size(paths.stdout) if stdout_bytes is None else stdout_bytes,
+        swept=swept,
+        started=started,
+        outbox_policy=_outbox_policy(config, task),
+        notes=dict(notes or {}),
+        redactions=redactor.count,
+    )
+    extracted = extracted_of(facts)
+    files = {p: file_fact(p, config.paths.workspace) for p in paths_to_check(extracted.outcome, checks)}
+    audit = None
+    if checks.require_adapter_audit and paths.stdout.is_file():
+        relative = str(paths.stdout.relative_to(config.paths.state_dir))
+        audit = ArtifactRow("adapter-audit", relative, sha256_file(paths.stdout), "text/plain")
+    evidence = {n: str(getattr(paths, n)) if getattr(paths, n).exists() else None for n in EVIDENCE_PATHS}
+    proposal = proposal_fact(extracted.outcome, config, redactor)  # its redactions counted below
+    return replace(
+        facts,
+        extracted=extracted,
+        files=files,
+        audit=audit,
+        evidence=evidence,
+        proposal=proposal,
+        redactions=redactor.count,
+    )
+
+
+EVIDENCE_PATHS = ("stdout", "stderr", "result", "last_message")
+
+
+def finish(
+    config: Config,
+    clock: Clock,
+    rng: random.Random,
+    facts: AttemptFacts,
+    *,
+    bundle_hash: str | None,
+    best_effort: bool = False,
+) -> AttemptEnd:
+    """Judge, seal the manifest (complete on every path), drop the run dir, and say what to commit."""
+    now = clock.now()
+    end = judge(facts, now=now, policy=retry_policy(config), rng=rng)
+    paths = attempt_paths(config.paths.state_dir, facts.task.task_id, facts.attempt.attempt_id, config.paths.runs)
+    steps, dropped = capped(action_steps(facts, end, paths))  # before the run dir goes: a harness may log there
+    fields = {**manifest_fields(config, facts, end, bundle_hash), "action_trace": trace_summary(steps, dropped)}
+    sealed, problem = seal(paths, fields, trace=trace_lines(steps), best_effort=best_effort)
+    if sealed and end.status == "completed" and strict_evidence(config, facts.task):
+        problems = verify_attempt_dir(paths.root)
+        if problems:  # judged again as a failure, and sealed again to say so
+            end = judge(
+                replace(facts, evidence_problems=tuple(problems)), now=now, policy=retry_policy(config), rng=rng
+            )
+            fields = {**manifest_fields(config, facts, end, bundle_hash), "action_trace": trace_summary(steps, dropped)}
+            sealed, problem = seal(paths, fields, trace=trace_lines(steps), best_effort=best_effort)
+    remove_run_dir(paths.run, config)  # HOME and what the attempt wrote: not evidence, and may hold keys
+    diagnostics = {
+        **end.diagnostics,
+        "artifact_hash": sealed.artifact_hash if sealed else None,
+        "manifest_sha256": sealed.manifest_sha256 if sealed else None,
+    }
+    if problem:
+        diagnostics["manifest_problem"] = problem
+    if dropped:
+        diagnostics["action_trace_steps_dropped"] = dropped
+    return replace(end, diagnostics=diagnostics)
+
+
+def remove_run_dir(run: Path, config: Config) -> None:
+    """The attempt's run dir goes. What the run user made unreadable to the service (a folder it chmod
+    0700) is removed by the run user itself."""
+    shutil.rmtree(run, ignore_errors=True)
+    if run.exists() and config.dispatch.run_as is not None:
+        remove_as(run, run_user(config.dispatch.run_as))
+
+
+def strict_evidence(config: Config, task: TaskRecord) -> bool:
+    spec = config.task_types.get(task.task_type)
+    override = spec.strict_evidence if spec else None
+    return config.dispatch.strict_evidence if override is None else override
+
+
+def action_steps(facts: AttemptFacts, end: AttemptEnd, paths: AttemptPaths) -> list[Step]:
+    """The ordered steps the attempt took, from what its adapter printed (agentd/evidence/action_trace.py)."""
+    if not facts.started:
+        return []  # it never ran: there is nothing to trace
+    process = facts.run.process if facts.run else None
+    return trace_of(
+        facts.attempt.adapter_kind,
+        paths.root,
+        exit_code=process.exit_code if process else None,
+        started_at=format_ts(facts.attempt.started_at),
+        ended_at=format_ts(end.ended_at),
+    )
+
+
+def file_fact(relative: str, workspace: Path) -> FileFact:
+    """What the workspace holds at a path an outcome names; refused if it is not inside it (absolute,
+    `..`, a link leading out) or is reached through a link at all: the attempt's user can swap any
+    path in its workspace, so agentd reads there only without following links (agentd/process/files.py)."""
+    pure = PurePosixPath(relative)
+    root = workspace.resolve()
+    if pure.is_absolute() or ".." in pure.parts or not relative.strip():
+        return FileFact(relative, f"path {relative!r} is outside the workspace")
+    if not (root / pure).resolve().is_relative_to(root):
+        return FileFact(relative, f"path {relative!r} leads outside the workspace")
+    try:
+        info = lstat_beneath(workspace, pure)
+        digest = sha256_beneath(workspace, pure) if S_ISREG(info.st_mode) else None
+    except UntrustedPath as exc:
+        return FileFact(relative, f"path {relative!r}: {exc.strerror}; agentd does not follow links in the workspace")
+    except OSError:
+        return FileFact(relative)
+    return FileFact(relative, None, True, S_ISREG(info.st_mode), info.st_mtime, digest)
+
+
+MAX_PROPOSAL_BYTES = 64 * 1024
+
+
+def proposal_fact(outcome: TaskOutcome | None, config: Config, redactor: Redactor) -> ProposalFact | None:
+    """The text an outcome's constitution_proposal names (seed 000 §1b): a regular file inside the
+    workspace (checked as an artifact's path is), at most MAX_PROPOSAL_BYTES of UTF-8; redacted like
+    all text judging sees. Reading it is all agentd does with it here: only the operator applies one."""
+    proposed = outcome.constitution_proposal if outcome else None
+    if proposed is None:
+        return None
+    base = config.constitution.soul_hash if proposed.document == "soul" else config.constitution.purpose_hash
+    fact = ProposalFact(proposed.document, proposed.path, proposed.reason, base)
+    text, problem = _proposal_text(proposed.path, config.paths.workspace)
+    if problem is not None:
+        return replace(fact, problem=problem)
+    text = redactor.text(text)
+    return replace(fact, text=text, sha256=sha256_hex(text.encode()))
+
+
+def _proposal_text(relative: str, workspace: Path) -> tuple[str, str | None]:
+    found = file_fact(relative, workspace)
+    if found.problem:
+        return "", found.problem
+    if not found.is_file:
+        return "", f"{relative!r} is not a file in the workspace"
+    try:  # no link followed on the way: a link swapped in since the check above is refused
+        data = read_beneath(workspace, relative, MAX_PROPOSAL_BYTES).data
+    except OSError as exc:
+        return "", f"cannot read {relative!r} ({exc.strerror})"
+    if len(data) > MAX_PROPOSAL_BYTES:
+        return "", f"{relative!r} is larger than {MAX_PROPOSAL_BYTES} bytes"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "", f"{relative!r} is not UTF-8 text"
+    if not text.strip() or "\x00" in text:
+        return "", f"{relative!r} is {'empty' if not text.strip() else 'not text (it holds a NUL character)'}"
+    return text, None
+
+
+def sanitized_run(run: AdapterRun | None, redactor: Redactor) -> AdapterRun | None:
+    """What the adapter reported, redacted and made storable before anything reads it."""
+    if run is None:
+        return None
+
+    def clean(text: str | None) -> str | None:
+        return None if text is None else redactor.text(scrub(text))
+
+    return replace(
+        run,
+        final_message=clean(run.final_message),
+        failure=clean(run.failure),
+        model=clean(run.model),
+        cli_version=clean(run.cli_version),
+        diagnostics=redactor.value(scrub_value(run.diagnostics)),
+        denials=tuple(d.cleaned(lambda text: redactor.text(scrub(text))) for d in run.denials),
+    )
+
+
+def redact_evidence(paths: AttemptPaths, redactor: Redactor) -> int:
+    """Every file the attempt left in its evidence dir (not the inputs agentd wrote)."""
+    if not redactor or not paths.root.is_dir():
+        return 0
+    return redactor.files(p for p in sorted(paths.root.iterdir()) if p.is_file() and p.name not in INPUT_FILES)
+
+
+# Evidence files that are inputs agentd wrote (the bundle, the payload, the seal): never rewritten.
+INPUT_FILES = ("prompt.md", "stdin.json", "manifest.json")
+
+
+def copy_reported_result(paths: AttemptPaths) -> str | None:
+    """The result file the attempt wrote in its run dir, sealed into its evidence dir (which the attempt
+    cannot reach): read without following a link, at most MAX_RESULT_BYTES. None, or why not."""
+    data, problem = read_reported(paths.reported_result, MAX_RESULT_BYTES)
+    if data is not None:
+        write_private(paths.result, data.decode("utf-8", errors="replace"))
+    return problem
+
+
+def read_result_file(paths: AttemptPaths) -> tuple[str | None, str | None]:
+    """result.json's text (at most MAX_RESULT_BYTES), or why it cannot be used."""
+    try:
+        with paths.result.open("rb") as handle:
+            data = handle.read(MAX_RESULT_BYTES + 1)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cannot read it ({exc.strerror})"
+    if len(data) > MAX_RESULT_BYTES:
+        return None, f"larger than {MAX_RESULT_BYTES} bytes; agentd reads at most that much"
+    return data.decode("utf-8", errors="replace"), None
+
+
+# Who serves a harness's model when its config names no provider: the CLI's own default.
+def _outbox_policy(config: Config, task: TaskRecord) -> OutboxPolicy:
+    profile = config.profiles.get(task.requested_profile_id)
+    if profile is None:
+        return OutboxPolicy(agent=config.agent.agent_id)
+    policy, caps = profile.result_policy, delegation_caps(config, task)
+    return OutboxPolicy(
+        policy.allow_follow_up_tasks,
+        policy.allow_external_messages,
+        caps["max_depth"],
+        caps["max_per_outcome"],
+        policy.require_approval_for_side_effects,
+        config.agent.agent_id,
+    )
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _timeout_s(config: Config, adapter_id: str) -> float:
+    adapter = config.adapters.get(adapter_id)
+    return adapter.timeout_ms / 1000 if adapter else 0.0

@@ -1,0 +1,145 @@
+"""What an attempt's manifest says of it beside its files: the task, the command, the model, the times,
+the outcome and its checks (agentd/evidence seals it)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+from agentd import __version__
+from agentd.adapters import AdapterRun
+from agentd.attempt.judge import AttemptFacts
+from agentd.attempt.prepare import agent_variant
+from agentd.clock import format_ts
+from agentd.config import Config
+from agentd.hashing import canonical_json, sha256_file, sha256_hex
+from agentd.process.runner import agentd_path, resolve_command
+from agentd.records import (
+    AdapterConfig,
+    AttemptEnd,
+    ClaudeCodeAdapterConfig,
+    CodexAdapterConfig,
+    HermesAgentAdapterConfig,
+    OllamaGenerateAdapterConfig,
+    ScriptAdapterConfig,
+    TaskRecord,
+)
+
+PROVIDERS = {"claude-code": "anthropic", "codex": "openai", "hermes-agent": "hermes", "ollama-generate": "ollama"}
+
+
+def manifest_fields(config: Config, facts: AttemptFacts, end: AttemptEnd, bundle_hash: str | None) -> dict[str, Any]:
+    """The manifest (docs/design.md, "Evidence", seed 001): who ran what, on which inputs, under which budgets, how
+    it ended. Pure: the files' hashes are added when it is sealed."""
+    task, attempt, run = facts.task, facts.attempt, facts.run
+    profile = config.profiles.get(task.requested_profile_id)
+    started = attempt.started_at
+    model = (run.model if run else None) or attempt.model
+    spec = config.task_types.get(task.task_type)
+    return {
+        "run_id": attempt.attempt_id,
+        "runtime_identity": {
+            "agentd_version": __version__,
+            "host": socket.gethostname(),
+            "agent_id": config.agent.agent_id,
+            "runner_id": attempt.runner_id,
+        },
+        "agent_ref": {
+            "agent": config.agent.agent_id,
+            "profile": task.requested_profile_id,
+            **agent_variant(config, task),
+        },
+        "task_ref": {
+            "task_id": task.task_id,
+            "task_type": task.task_type,
+            "task_type_version": spec.version if spec else None,
+            "attempt_number": attempt.attempt_number,
+        },
+        "task_hash": task_hash(task),
+        "bundle_hash": bundle_hash,
+        "constitution": {
+            "soul_hash": config.constitution.soul_hash,
+            "purpose_hash": config.constitution.purpose_hash,
+            "version": config.constitution.version,
+        },
+        "adapter": {
+            "adapter_id": attempt.adapter_id,
+            "kind": attempt.adapter_kind,
+            "cli_version": run.cli_version if run else None,
+            **script_command(config, attempt.adapter_id),
+        },
+        "model": model,
+        "model_pin": model_pin(config.adapters.get(attempt.adapter_id), model, run),
+        "budgets": {
+            "timeout_s": facts.timeout_s,
+            "kill_grace_s": config.dispatch.kill_grace_s,
+            "output_cap_bytes": config.dispatch.output_cap_bytes,
+            "max_prompt_chars": profile.context_policy.max_prompt_chars if profile else None,
+            "max_attempts": task.max_attempts,
+            "max_turns": getattr(config.adapters.get(attempt.adapter_id), "max_turns", None),
+        },
+        "started_at": format_ts(started),
+        "completed_at": format_ts(end.ended_at),
+        "wall_clock_elapsed_s": max((end.ended_at - started).total_seconds(), 0.0),
+        "termination_reason": end.termination_reason,
+        "failure_type": end.diagnostics.get("failure_type"),
+        "exit_status": end.exit_status,
+        "side_effects": end.side_effects,
+        "redactions": {"count": facts.redactions},
+        "outcome": {
+            "status": end.outcome.status,
+            "machine_status": end.outcome.machine_status,
+            "next_status": end.status,
+            "gate_reasons": list(end.downgrade_reasons),
+        },
+        "artifacts": [{"role": a.role, "path": a.relative_path, "sha256": a.sha256} for a in end.artifacts],
+    }
+
+
+def script_command(config: Config, adapter_id: str) -> dict[str, Any]:
+    """For a script adapter, the argv it ran and the sha256 of its executable (what `agentd replay`
+    re-runs and checks); harness CLIs are pinned by their version instead."""
+    adapter = config.adapters.get(adapter_id)
+    if not isinstance(adapter, ScriptAdapterConfig):
+        return {}
+    cwd = Path(adapter.working_dir) if adapter.working_dir else config.paths.workspace
+    executable = resolve_command(adapter.command, cwd, agentd_path())
+    digest = sha256_file(executable) if executable is not None else None
+    return {"argv": [adapter.command, *(adapter.extra_args or [])], "command_sha256": digest}
+
+
+def model_pin(adapter: AdapterConfig | None, model: str | None, run: AdapterRun | None) -> dict[str, Any] | None:
+    """The model the attempt ran against and who served it (seed 001 determinism.tooling.models)."""
+    if adapter is None or model is None or adapter.kind == "script":
+        return None
+    provider, endpoint = PROVIDERS[adapter.kind], None
+    if isinstance(adapter, CodexAdapterConfig) and adapter.provider is not None:
+        provider, endpoint = adapter.provider.id, adapter.provider.base_url
+    elif isinstance(adapter, HermesAgentAdapterConfig):
+        provider, endpoint = adapter.provider or provider, adapter.base_url
+    elif isinstance(adapter, OllamaGenerateAdapterConfig):
+        endpoint = adapter.endpoint
+    elif isinstance(adapter, ClaudeCodeAdapterConfig):
+        endpoint = (adapter.env or {}).get("ANTHROPIC_BASE_URL")
+    version = run.cli_version if run else None  # the shim between agentd and the model (seed 001 §4.4)
+    return {"provider": provider, "model": model, "version": version, "endpoint": endpoint}
+
+
+def task_hash(task: TaskRecord) -> str:
+    """What was asked, independent of when or how often: the task's frozen inputs."""
+    fields = task.model_dump(
+        mode="json",
+        include={
+            "task_type",
+            "subject",
+            "description",
+            "payload",
+            "skill_ids",
+            "evidence_requirements",
+            "requested_profile_id",
+            "requested_adapter_id",
+            "requested_model",
+        },
+    )
+    return sha256_hex(canonical_json(fields))

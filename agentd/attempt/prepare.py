@@ -1,0 +1,311 @@
+"""One attempt, before and after it runs.
+
+prepare: the bundle, the evidence dir, the environment, the adapter. After it: `gather` the facts
+(redact what it left before anything reads it, read the result, look up every file the outcome
+names), `judge` them (agentd/attempt/judge.py, pure), and `finish` (seal the manifest, drop scratch/).
+Every ending goes this way: a live attempt (`conclude`), one the boot sweep found after the
+runtime died (`sweep_end`), and one agentd itself failed (`internal_failure_end`).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentd.adapters import Adapter, AttemptContext, adapter_for
+from agentd.attempt.bundle import (
+    Bundle,
+    BundleInput,
+    PriorAttempt,
+    RecentOutcome,
+    SkillBrief,
+    WorkflowStep,
+    compile_bundle,
+)
+from agentd.attempt.outcome import CompletionChecks, RetryPolicy
+from agentd.clock import Clock
+from agentd.config import Config
+from agentd.config.environment import read_env_file
+from agentd.config.skills import Skill
+from agentd.errors import ConfigError, InputError
+from agentd.evidence import AttemptPaths, attempt_paths, make_attempt_dir
+from agentd.hashing import canonical_json, sha256_hex
+from agentd.process.containment import attempt_group
+from agentd.process.files import write_private, write_shared
+from agentd.process.privilege import RunUser
+from agentd.process.runner import child_environment
+from agentd.records import AdapterConfig, AttemptPlan, Claim, CompiledBundle, TaskAttempt, TaskRecord, WorkflowRecord
+from agentd.redaction import Redactor
+from agentd.store import AsyncStore, Store
+from agentd.work.intake import effective_adapter
+from agentd.work.workflows import accepted_signals, state_of
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An attempt ready to run: its adapter, its context, its bundle and its secrets."""
+
+    claim: Claim
+    adapter: Adapter
+    ctx: AttemptContext
+    bundle: Bundle
+    compiled: CompiledBundle  # what bundle_compiled records, with the attempt's start
+    checks: CompletionChecks
+    redactor: Redactor
+
+    @property
+    def task(self) -> TaskRecord:
+        return self.claim.task
+
+    @property
+    def attempt(self) -> TaskAttempt:
+        assert self.claim.attempt is not None
+        return self.claim.attempt
+
+    @property
+    def attempt_id(self) -> str:
+        return self.attempt.attempt_id
+
+
+def plan_attempt(config: Config, task: TaskRecord) -> AttemptPlan:
+    """Adapter: requested → task type → profile. Model: requested → type → profile → adapter.
+    Priority never chooses either. Raises InputError if the config no longer allows the task."""
+    spec = config.task_types.get(task.task_type)
+    profile = config.profiles.get(task.requested_profile_id)
+    if spec is None or profile is None:
+        raise InputError(
+            f"task type {task.task_type!r} or profile {task.requested_profile_id!r} is no longer configured"
+        )
+    adapter_id = effective_adapter(config, task)
+    adapter = config.adapters.get(adapter_id) if adapter_id else None
+    if adapter is None or adapter_id is None:
+        raise InputError(f"adapter {adapter_id!r} is no longer configured")
+    model = task.requested_model or spec.default_model or profile.default_model or getattr(adapter, "model", None)
+    return AttemptPlan(adapter_id, adapter.kind, model)
+
+
+class AttemptPreparer:
+    def __init__(
+        self,
+        config: Config,
+        db: AsyncStore,
+        clock: Clock,
+        adapters: Callable[[AdapterConfig], Adapter] = adapter_for,
+        user: RunUser | None = None,
+    ) -> None:
+        self.config, self.db, self.clock, self.adapters = config, db, clock, adapters
+        self.user = user  # [dispatch] run_as, resolved at the service's start
+
+    async def prepare(self, claim: Claim) -> Prepared:
+        assert claim.attempt is not None
+        task, attempt, config = claim.task, claim.attempt, self.config
+        adapter_config = config.adapters[attempt.adapter_id]
+        paths = attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id, config.paths.runs)
+        make_attempt_dir(paths, self.user)
+        profile = config.profiles[task.requested_profile_id]
+        recent_items = config.dispatch.recent_memory_items if profile.context_policy.include_recent_memory else 0
+        workflow_id = task.workflow_ref.workflow_id if task.workflow_ref else None
+        prior, recent, record = await self.db.read(Store.bundle_history, task.task_id, recent_items, workflow_id)
+        workflow = workflow_step(config, task, record) if record is not None else None
+        bundle = compile_bundle(self._bundle_input(task, attempt.attempt_number, workflow, prior, recent))
+        write_private(paths.prompt, bundle.text)
+        write_shared(paths.bundle_copy, bundle.text, self.user)  # the attempt reads its own copy
+        details = {
+            "chars": bundle.chars,
+            "over_budget_chars": bundle.over_budget_chars,
+            "cuts": [{"section": c.section, "chars": c.chars_removed} for c in bundle.cuts],
+        }
+        compiled = CompiledBundle(bundle.bundle_hash, str(paths.prompt), details)  # recorded with the start
+        env, redactor = self._environment(adapter_config, task, attempt, paths, workflow)
+        working_dir: str | None = getattr(adapter_config, "working_dir", None)  # ollama has none
+        ctx = AttemptContext(
+            task=task,
+            attempt_id=attempt.attempt_id,
+            adapter=adapter_config,
+            model=attempt.model,
+            paths=paths,
+            workspace=config.paths.workspace,
+            cwd=Path(working_dir) if working_dir else config.paths.workspace,
+            env=env,
+            bundle_text=bundle.text,
+            timeout_s=adapter_config.timeout_ms / 1000,
+            kill_grace_s=config.dispatch.kill_grace_s,
+            output_cap_bytes=config.dispatch.output_cap_bytes,
+            group=attempt_group(config.paths.state_dir, attempt.attempt_id),
+            user=self.user,
+        )
+        checks = completion_checks(config, task)
+        return Prepared(claim, self.adapters(adapter_config), ctx, bundle, compiled, checks, redactor)
+
+    def _bundle_input(
+        self,
+        task: TaskRecord,
+        attempt_number: int,
+        workflow: WorkflowStep | None,
+        prior: list[tuple[int, str, str]],
+        recent: list[tuple[int, str, str, str]],
+    ) -> BundleInput:
+        config = self.config
+        profile = config.profiles[task.requested_profile_id]
+        skills = tuple(
+            SkillBrief(
+                s.skill_id,
+                s.instructions,
+                tuple((c.name, c.description or "") for c in s.manifest.cli_commands or ()),
+            )
+            for s in attempt_skills(config, task)
+        )
+        spec = config.task_types.get(task.task_type)
+        requirements = task.evidence_requirements
+        return BundleInput(
+            agent_name=config.agent.display_name,
+            constitution=config.constitution,
+            soul_text=config.soul_text,
+            purpose_text=config.purpose_text,
+            profile=profile,
+            skills=skills,
+            task=task,
+            attempt_number=attempt_number,
+            prior_attempts=tuple(PriorAttempt(*p) for p in prior),
+            recent_outcomes=tuple(RecentOutcome(*r) for r in recent),
+            workflow=workflow,
+            required_artifacts=tuple(requirements.required_artifacts or ()) if requirements else (),
+            artifact_roles=tuple(spec.artifact_roles or ()) if spec else (),
+        )
+
+    def _environment(
+        self,
+        adapter: AdapterConfig,
+        task: TaskRecord,
+        attempt: TaskAttempt,
+        paths: AttemptPaths,
+        workflow: WorkflowStep | None,
+    ) -> tuple[dict[str, str], Redactor]:
+        """Only what the adapter is configured to get: never the service's own environment."""
+        config = self.config
+        agentd = {
+            **attempt_variables(config, task, attempt, workflow),
+            "AGENTD_RESULT_PATH": str(paths.reported_result),
+            "AGENTD_BUNDLE_PATH": str(paths.bundle_copy),
+            "AGENTD_WORKSPACE": str(config.paths.workspace),
+            "AGENTD_PATHS__STATE_DIR": str(config.paths.state_dir),
+            "AGENTD_PATHS__WORKSPACE": str(config.paths.workspace),
+        }
+        env_file = getattr(adapter, "env_file", None)
+        return child_environment(
+            home=paths.scratch,
+            tmp=paths.scratch,
+            env_file=Path(env_file) if env_file else None,
+            env=getattr(adapter, "env", None),
+            agentd=agentd,
+            path_first=str(Path(sys.executable).parent),  # `agentd skills run` works from an attempt
+        )
+
+
+def workflow_step(config: Config, task: TaskRecord, workflow: WorkflowRecord) -> WorkflowStep:
+    """What the bundle tells a step task about its workflow, including the signals it may give."""
+    assert task.workflow_ref is not None
+    definition = config.workflows.get(workflow.workflow_type)
+    state = state_of(definition, task.workflow_ref.state_id) if definition else None
+    return WorkflowStep(
+        workflow.workflow_id,
+        workflow.workflow_type,
+        task.workflow_ref.state_id,
+        task.workflow_iteration or workflow.iteration,
+        accepted_signals(state) if state else (),
+    )
+
+
+def attempt_variables(
+    config: Config, task: TaskRecord, attempt: TaskAttempt, workflow: WorkflowStep | None
+) -> dict[str, str]:
+    """The AGENTD_* values that say which attempt this is (not where it runs): what an attempt's
+    process gets, and what `agentd replay` gives the re-run."""
+    values = {
+        "AGENTD_TASK_ID": str(task.task_id),
+        "AGENTD_ATTEMPT_ID": attempt.attempt_id,  # the idempotency key an adapter can pass on
+        "AGENTD_TASK_TYPE": task.task_type,
+        "AGENTD_CONFIG": str(config.path),
+    }
+    if attempt.model:
+        values["AGENTD_MODEL"] = attempt.model
+    if workflow is not None:
+        values.update(
+            AGENTD_WORKFLOW_ID=str(workflow.workflow_id),
+            AGENTD_WORKFLOW_STATE=workflow.state_id,
+            AGENTD_WORKFLOW_ITERATION=str(workflow.iteration),
+        )
+    return values
+
+
+def completion_checks(config: Config, task: TaskRecord) -> CompletionChecks:
+    """What the task type and the intent ask completion to prove."""
+    spec = config.task_types.get(task.task_type)
+    policy, required = spec.success_policy if spec else None, task.evidence_requirements
+    return CompletionChecks(
+        required_artifacts=tuple(required.required_artifacts or ()) if required else (),
+        require_artifacts=bool(policy and policy.require_artifacts),
+        verify_file_changes=bool(
+            (policy and policy.verify_claimed_file_changes) or (required and required.require_file_change_verification)
+        ),
+        require_adapter_audit=bool(
+            (policy and policy.require_adapter_audit) or (required and required.require_adapter_audit)
+        ),
+        artifact_roles=tuple(spec.artifact_roles) if spec and spec.artifact_roles else ("output",),
+    )
+
+
+def attempt_skills(config: Config, task: TaskRecord) -> list[Skill]:
+    """The skills an attempt of the task is given: its profile's, its own, its workflow step's."""
+    profile = config.profiles.get(task.requested_profile_id)
+    ids = dict.fromkeys([*(profile.skill_ids if profile else ()), *task.skill_ids, *workflow_skills(config, task)])
+    return [config.skills[i] for i in ids if i in config.skills]
+
+
+def agent_variant(config: Config, task: TaskRecord) -> dict[str, Any]:
+    """The subagent's variant lineage (seed 000 §3): (skill id, skill version) of every skill it is
+    given and the version of its agent definition (the profile), with one id over all of them."""
+    profile = config.profiles.get(task.requested_profile_id)
+    lineage = {
+        "skills": [{"skill_id": s.skill_id, "version": s.version} for s in attempt_skills(config, task)],
+        "agent_def_version": sha256_hex(canonical_json(profile.model_dump(mode="json")))[:16] if profile else None,
+    }
+    return {"variant_id": sha256_hex(canonical_json(lineage))[:16], "variant": lineage}
+
+
+def workflow_skills(config: Config, task: TaskRecord) -> list[str]:
+    if task.workflow_ref is None:
+        return []
+    for definition in config.workflows.values():
+        for state in definition.states:
+            if state.state_id == task.workflow_ref.state_id and state.task_type == task.task_type:
+                return list(state.default_skill_ids or [])
+    return []
+
+
+def adapter_redactor(config: Config, adapter_id: str) -> Redactor:
+    """The adapter's secrets as they are now (the boot sweep re-reads its env_file)."""
+    env_file = getattr(config.adapters.get(adapter_id), "env_file", None)
+    try:
+        return Redactor(read_env_file(Path(env_file)).values() if env_file else ())
+    except (OSError, ConfigError):
+        logger.warning("cannot read %s to redact a reclaimed attempt's evidence", env_file)
+        return Redactor()
+
+
+def retry_policy(config: Config) -> RetryPolicy:
+    d = config.dispatch
+    return RetryPolicy(
+        d.backoff_base_s,
+        d.backoff_max_s,
+        d.backoff_jitter,
+        d.rate_limit_backoff_s,
+        d.max_rate_limit_reschedules,
+        d.crash_limit,
+    )

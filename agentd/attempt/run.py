@@ -1,0 +1,206 @@
+"""One attempt, from its claim to its outcome commit: prepare → execute → conclude → commit.
+
+Whatever goes wrong inside agentd becomes the attempt's recorded internal_error and the service
+goes on; only storage it cannot use (StorageError) ends it. The commit itself is a boundary too:
+an outcome SQLite refuses is recorded as internal_error naming why, so a task never stays running.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from agentd.adapters import Adapter, AdapterRun, adapter_for
+from agentd.attempt.conclude import conclude, internal_failure_end
+from agentd.attempt.prepare import AttemptPreparer, Prepared
+from agentd.clock import Clock, age
+from agentd.config import Config
+from agentd.errors import FATAL
+from agentd.outlook.metrics import DispatchMetrics, NullMetrics
+from agentd.process.privilege import RunUser
+from agentd.process.wake import Doorbell
+from agentd.records import AdapterConfig, AttemptEnd, Claim, CompiledBundle, TaskAttempt, TaskRecord
+from agentd.store import AsyncStore, Store
+
+logger = logging.getLogger(__name__)
+
+CANCEL_POLL_S = 1.0  # a running task's cancel flag is checked at least this often
+
+
+class AttemptControl:
+    """How a running attempt is stopped from outside: a signal, or an operator's cancel."""
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope()
+        self.reason: str | None = None
+        self.started = False  # the adapter began: side effects may have happened from here on
+
+    def stop(self, reason: str, after_s: float = 0.0) -> None:
+        self.reason = self.reason or reason
+        self.scope.deadline = min(self.scope.deadline, anyio.current_time() + after_s)
+
+    @property
+    def stopped(self) -> str | None:
+        return self.reason if self.scope.cancelled_caught else None
+
+
+class AttemptRunner:
+    def __init__(
+        self,
+        config: Config,
+        db: AsyncStore,
+        clock: Clock,
+        rng: random.Random,
+        metrics: DispatchMetrics | NullMetrics,
+        doorbell: Doorbell,
+        adapters: Callable[[AdapterConfig], Adapter] = adapter_for,
+        user: RunUser | None = None,
+    ) -> None:
+        self.config, self.db, self.clock, self.rng, self.metrics = config, db, clock, rng, metrics
+        self.doorbell = doorbell
+        self.preparer = AttemptPreparer(config, db, clock, adapters, user)
+        self.control: AttemptControl | None = None
+        self._running: tuple[int, str, str | None, float] | None = None  # task, adapter, model, since
+
+    @property
+    def busy(self) -> bool:
+        return self.control is not None
+
+    @property
+    def running_task(self) -> int | None:
+        """The task whose attempt this runner has claimed and not yet recorded, if any."""
+        return self._running[0] if self._running else None
+
+    def describe(self) -> str | None:
+        """`running task 812 (claude-code, sonnet) 3m12s`, or None when idle."""
+        if self._running is None:
+            return None
+        task_id, adapter, model, since = self._running
+        return f"running task {task_id} ({adapter}, {model or 'no model'}) {age(anyio.current_time() - since)}"
+
+    def stop(self, reason: str, after_s: float) -> None:
+        if self.control is not None:
+            self.control.stop(reason, after_s)
+
+    async def run(
+        self, claim: Claim, *, stopping: bool = False, on_running: Callable[[], Awaitable[None]] | None = None
+    ) -> AttemptEnd:
+        """One attempt to its commit; returns its end. `stopping`: the service is stopping, so the
+        attempt gets only the grace period. `on_running` is told as the attempt begins (its claim is
+        committed and it is what `describe` says runs)."""
+        attempt = claim.attempt
+        assert attempt is not None
+        control = AttemptControl()
+        self.control = control
+        if stopping:
+            control.stop("interrupted", self.config.dispatch.grace_s)
+        prepared: Prepared | None = None
+        try:
+            self._running = (claim.task.task_id, attempt.adapter_id, attempt.model, anyio.current_time())
+            if on_running is not None:
+                await on_running()
+            prepared = await self.preparer.prepare(claim)
+            run = await self._execute(prepared, control)
+            end = await anyio.to_thread.run_sync(
+                conclude, self.config, self.clock, self.rng, prepared, run, control.stopped
+            )
+        except FATAL:
+            raise
+        except Exception as exc:  # the attempt's boundary: record it, never leave the task running
+            logger.exception("attempt %s of task %s failed inside agentd", attempt.attempt_id, claim.task.task_id)
+            end = await self.internal_failure(claim.task, attempt, exc, "running this attempt", control, prepared)
+        finally:
+            self.control = None
+            self._running = None
+        if prepared is not None and not control.started:  # its bundle is evidence all the same
+            await self._record_bundle(claim.task.task_id, attempt.attempt_id, prepared.compiled)
+        await self.commit(claim.task, attempt, end, control, prepared)
+        self._count(attempt, end)
+        return end
+
+    async def _record_bundle(self, task_id: int, attempt_id: str, compiled: CompiledBundle) -> None:
+        """An attempt that never started: its bundle, recorded before its end (a refusal here is
+        logged; the outcome commit still happens, so the task never stays running)."""
+        try:
+            await self.db.call(Store.record_bundle, task_id, attempt_id, compiled, self.clock.now())
+        except FATAL:
+            raise
+        except Exception:
+            logger.exception("the bundle of attempt %s could not be recorded", attempt_id)
+
+    async def commit(
+        self,
+        task: TaskRecord,
+        attempt: TaskAttempt,
+        end: AttemptEnd,
+        control: AttemptControl | None = None,
+        prepared: Prepared | None = None,
+    ) -> TaskRecord:
+        """The outcome commit. If SQLite refuses it (a value nothing caught earlier), the attempt is
+        recorded as agentd's internal_error naming why, so the task never stays running."""
+        try:
+            return await self.db.call(Store.finish_attempt, end)
+        except FATAL:
+            raise
+        except Exception as exc:
+            logger.exception("the outcome of attempt %s could not be recorded", attempt.attempt_id)
+            fallback = await self.internal_failure(task, attempt, exc, "recording its outcome", control, prepared)
+            return await self.db.call(Store.finish_attempt, fallback)
+
+    async def internal_failure(
+        self,
+        task: TaskRecord,
+        attempt: TaskAttempt,
+        exc: BaseException,
+        stage: str,
+        control: AttemptControl | None,
+        prepared: Prepared | None,
+    ) -> AttemptEnd:
+        return await anyio.to_thread.run_sync(
+            functools.partial(
+                internal_failure_end,
+                self.config,
+                self.clock,
+                self.rng,
+                task,
+                attempt,
+                exc,
+                stage=stage,
+                started=bool(control and control.started),
+                redactor=prepared.redactor if prepared else None,
+            )
+        )
+
+    async def _execute(self, prepared: Prepared, control: AttemptControl) -> AdapterRun | None:
+        task_id, attempt_id = prepared.task.task_id, prepared.attempt_id
+
+        async def started(pid: int | None) -> None:
+            control.started = True
+            now = self.clock.now()
+            await self.db.call(Store.mark_attempt_started, task_id, attempt_id, pid, now, prepared.compiled)
+
+        with control.scope:
+            async with anyio.create_task_group() as watchers:
+                watchers.start_soon(self._watch_for_cancel, task_id, control)
+                run = await prepared.adapter.execute(prepared.ctx, started)
+                watchers.cancel_scope.cancel()
+            return run
+        return None  # stopped from outside: control.stopped says why
+
+    async def _watch_for_cancel(self, task_id: int, control: AttemptControl) -> None:
+        while True:
+            await self.doorbell.wait(CANCEL_POLL_S)
+            if await self.db.call(Store.cancel_requested, task_id):
+                control.stop("operator_canceled")
+                return
+
+    def _count(self, attempt: TaskAttempt, end: AttemptEnd) -> None:
+        completed = end.ended_at.timestamp() if end.status == "completed" else None
+        seconds = (end.ended_at - attempt.started_at).total_seconds()
+        self.metrics.attempt_finished(
+            attempt.adapter_id, end.kind, end.exit_status, seconds, end.model or attempt.model, end.usage, completed
+        )

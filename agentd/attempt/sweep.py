@@ -1,0 +1,39 @@
+"""The boot sweep (docs/design.md, "Dispatch"): close every attempt a dead runtime left open.
+
+Whatever it left running is killed first (its cgroup, else its marker). If its processes were
+already gone and it left a result, that result is judged like a live attempt's; otherwise the
+runtime crashed under it (agentd/attempt/prepare.py sweep_end). Each ending is committed through the same
+boundary as a live attempt's, so one attempt that cannot be swept is recorded and the rest go on.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from agentd.attempt.conclude import sweep_end
+from agentd.attempt.run import AttemptRunner
+from agentd.errors import FATAL
+from agentd.process.containment import attempt_group, sweep_run
+from agentd.store import Store
+
+logger = logging.getLogger(__name__)
+
+
+async def boot_sweep(runner: AttemptRunner) -> int:
+    """Sweep every open attempt; return how many."""
+    config, swept = runner.config, 0
+    for task, attempt in await runner.db.call(Store.running_attempts):
+        survivors = await sweep_run(attempt_group(config.paths.state_dir, attempt.attempt_id), runner.preparer.user)
+        try:
+            end = await anyio.to_thread.run_sync(sweep_end, config, runner.clock, runner.rng, task, attempt, survivors)
+        except FATAL:
+            raise
+        except Exception as exc:
+            logger.exception("boot sweep of attempt %s failed inside agentd", attempt.attempt_id)
+            end = await runner.internal_failure(task, attempt, exc, "sweeping this attempt", None, None)
+        await runner.commit(task, attempt, end)
+        runner.metrics.boot_swept()
+        swept += 1
+    return swept

@@ -1,0 +1,112 @@
+"""Spending limits ([budget]): what the agent may spend per UTC day, in all and per adapter.
+
+The day's spend is what the adapters reported for the attempts that ended since 00:00 UTC: claude's
+own `total_cost_usd`, codex priced by agentd from the adapter's `prices` (an estimate), hermes' and
+ollama's when they report any (they usually report none, and then spend nothing here). Before each
+claim the dispatcher asks whether one more attempt still fits a cap: the day's spend plus what the
+next attempt may cost — `per_attempt_usd` when set (the most one attempt may spend), otherwise the
+dearest attempt of the day so far. When it does not fit, only tasks whose priority is at or above
+`urgent_priority` (1 is the most urgent) are claimed; the rest wait, reason `budget`, until the next
+UTC day.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from agentd.config import Config
+
+
+@dataclass(frozen=True)
+class AdapterSpend:
+    total_usd: float = 0.0
+    dearest_usd: float = 0.0  # the dearest single attempt
+    estimated: bool = False  # some of it was priced by agentd, not reported
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What the attempts that ended since `since` cost, per adapter."""
+
+    since: datetime
+    by_adapter: Mapping[str, AdapterSpend] = field(default_factory=dict)
+
+    @property
+    def total_usd(self) -> float:
+        return sum(s.total_usd for s in self.by_adapter.values())
+
+    @property
+    def dearest_usd(self) -> float:
+        return max((s.dearest_usd for s in self.by_adapter.values()), default=0.0)
+
+    @property
+    def estimated(self) -> bool:
+        return any(s.estimated for s in self.by_adapter.values())
+
+
+@dataclass(frozen=True)
+class BudgetHold:
+    """What waits for the next UTC day: every task less urgent than `urgent_priority` (`everything`,
+    the daily cap), or those that would run on a held adapter. A task's adapter is the one it asked
+    for, else its task type's default, else its profile's (agentd/attempt/prepare.py plan_attempt), so the
+    held tasks are named by those three columns."""
+
+    urgent_priority: int
+    until: datetime
+    reason: str
+    everything: bool = False
+    adapters: frozenset[str] = frozenset()
+    task_types: frozenset[str] = frozenset()  # task types whose default adapter is held
+    open_task_types: frozenset[str] = frozenset()  # task types with no default adapter: the profile's decides
+    profiles: frozenset[str] = frozenset()  # profiles whose default adapter is held
+
+
+def day_start(now: datetime) -> datetime:
+    """00:00 UTC of `now`'s day: where a day's budget starts."""
+    return now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def next_day(now: datetime) -> datetime:
+    return day_start(now) + timedelta(days=1)
+
+
+def budget_hold(config: Config, spend: Spend, now: datetime) -> BudgetHold | None:
+    """What must wait now, or None when the next attempt fits every cap."""
+    budget = config.budget
+    next_attempt = budget.per_attempt_usd
+    until = next_day(now)
+    if budget.daily_usd is not None and spend.total_usd + (next_attempt or spend.dearest_usd) > budget.daily_usd:
+        reason = f"the daily budget: {usd(spend.total_usd, spend.estimated)} of ${budget.daily_usd:g} spent today"
+        return BudgetHold(budget.urgent_priority, until, reason, everything=True)
+    held = {}
+    for adapter_id, cap in budget.adapter_daily_usd.items():
+        used = spend.by_adapter.get(adapter_id, AdapterSpend())
+        if used.total_usd + (next_attempt or used.dearest_usd) > cap:
+            held[adapter_id] = f"{adapter_id}: {usd(used.total_usd, used.estimated)} of ${cap:g}"
+    if not held:
+        return None
+    adapters = frozenset(held)
+    return BudgetHold(
+        budget.urgent_priority,
+        until,
+        "the daily budget of " + ", ".join(held.values()) + " spent today",
+        adapters=adapters,
+        task_types=frozenset(t for t, spec in config.task_types.items() if spec.default_adapter_id in adapters),
+        open_task_types=frozenset(t for t, spec in config.task_types.items() if spec.default_adapter_id is None),
+        profiles=frozenset(p for p, profile in config.profiles.items() if profile.default_adapter_id in adapters),
+    )
+
+
+def usd(amount: float, estimated: bool) -> str:
+    """$0.62, or ~$0.62 when some of it is agentd's estimate."""
+    return f"{'~' if estimated else ''}${amount:.2f}"
+
+
+def describe(hold: BudgetHold, waiting: int) -> str:
+    """The dispatcher's status line while tasks wait for the budget."""
+    return (
+        f"budget: {waiting} task(s) wait for the next UTC day ({hold.reason}; "
+        f"priority {hold.urgent_priority} and more urgent still run)"
+    )

@@ -1,0 +1,105 @@
+"""Sensor definitions: `sensors/<id>/sensor.toml` plus its executable (or a skill's sensor_path).
+
+A sensor observes something and prints SensorEvent objects (seed 000 §5) as JSON lines on its
+stdout; the sensor service (agentd/sensing.py) turns them into tasks and workflows.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentd.config.skills import Skill
+from agentd.errors import Problem
+
+MANIFEST = "sensor.toml"
+
+
+class SensorManifest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
+
+    description: str
+    interval_seconds: float = Field(ge=1, le=31_536_000)
+    timeout_seconds: float | None = Field(
+        default=None, gt=0, le=86_400, description="default: [sensors] default_timeout_s"
+    )
+    command: list[str] | str = Field(description="argv; a relative executable resolves in the sensor folder")
+    env: dict[str, str] = {}
+    env_file: str | None = None
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class Sensor:
+    sensor_id: str
+    manifest: SensorManifest
+    directory: Path
+
+    @property
+    def argv(self) -> list[str]:
+        command = self.manifest.command
+        argv = list(command) if isinstance(command, list) else shlex.split(command)
+        if "/" in argv[0] and not Path(argv[0]).is_absolute():
+            argv[0] = str(self.directory / argv[0])
+        return argv
+
+    @property
+    def env_file(self) -> Path | None:
+        return None if self.manifest.env_file is None else self.directory / self.manifest.env_file
+
+
+def load_sensors(sensors_dir: Path, skills: dict[str, Skill]) -> tuple[dict[str, Sensor], list[Problem]]:
+    """Every sensor folder under sensors_dir and every skill's sensor, with the problems found."""
+    folders = [(p.name, p) for p in sorted(sensors_dir.iterdir()) if p.is_dir()] if sensors_dir.is_dir() else []
+    for skill in skills.values():
+        if skill.manifest.sensor_path:
+            folders.append((skill.skill_id, skill.directory / skill.manifest.sensor_path))
+    sensors: dict[str, Sensor] = {}
+    problems: list[Problem] = []
+    for sensor_id, directory in folders:
+        sensor, found = _load_sensor(sensor_id, directory)
+        problems += found
+        if sensor is None:
+            continue
+        if sensor_id in sensors:
+            problems.append(
+                Problem(
+                    str(directory / MANIFEST),
+                    "",
+                    f"sensor id {sensor_id!r} is already taken by {sensors[sensor_id].directory}",
+                )
+            )
+            continue
+        sensors[sensor_id] = sensor
+    return sensors, problems
+
+
+def _load_sensor(sensor_id: str, directory: Path) -> tuple[Sensor | None, list[Problem]]:
+    path = directory / MANIFEST
+    source = str(path)
+    if not path.is_file():
+        if directory.name == "__pycache__" or not any(directory.iterdir()):
+            return None, []
+        return None, [Problem(source, "", "missing: every sensor folder needs a sensor.toml")]
+    try:
+        manifest = SensorManifest.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+    except tomllib.TOMLDecodeError as exc:
+        return None, [Problem(source, "", f"not valid TOML: {exc}")]
+    except ValidationError as exc:
+        return None, [Problem(source, ".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
+    sensor = Sensor(sensor_id, manifest, directory)
+    problems = []
+    if not sensor.argv:
+        problems.append(Problem(source, "command", "expected an argv, found nothing"))
+    elif "/" in sensor.argv[0] and not Path(sensor.argv[0]).is_file():
+        problems.append(Problem(source, "command", f"expected an executable, found nothing at {sensor.argv[0]}"))
+    env_file = sensor.env_file
+    if env_file is not None and not env_file.is_file():
+        problems.append(Problem(source, "env_file", f"expected a file, found nothing at {env_file}"))
+    elif env_file is not None and env_file.stat().st_mode & 0o077:
+        problems.append(Problem(source, "env_file", f"{env_file} holds secrets but others can read it; chmod 600 it"))
+    return sensor, problems

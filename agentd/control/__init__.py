@@ -1,0 +1,169 @@
+"""The operator's control plane and what an outcome asks for after it: the actions `agentd` takes on a
+person's behalf, the outbox, external messages and their delivery, constitution proposals.
+
+May import: records, config, process, store, work, evidence, outlook, adapters, attempt.
+
+The operator's control plane: every action `agentd` takes on an agent's queue on a person's
+behalf. Each validates the way the runtime itself does, writes through the store in one
+transaction, and rings the dispatcher's doorbell so it acts at once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from agentd.config import Config
+from agentd.errors import InputError
+from agentd.process.privilege import operator_name, operator_source
+from agentd.process.wake import poke
+from agentd.records import (
+    CancelResult,
+    Change,
+    RecurringScheduleRecord,
+    ScheduleSpec,
+    TaskIntent,
+    TaskOutcome,
+    TaskRecord,
+    WorkflowRecord,
+)
+from agentd.store import Store
+from agentd.store.approvals import ApprovalScope
+from agentd.store.control import Pause
+from agentd.store.workflows import WorkflowCancel
+from agentd.work.intake import admit_task
+from agentd.work.intents import first_step_refusal, schedule_spec
+from agentd.work.workflows import judge_signal, start_state, state_cap, unblock_move
+
+MAX_ATTEMPTS = 100  # as a task type's max_attempts
+
+
+def add_task(
+    config: Config, store: Store, intent: TaskIntent, now: datetime, *, require_approval: bool = False
+) -> TaskRecord:
+    """The operator may give an absolute time (`--at`): a trusted intent (its source from
+    `privilege.operator_source`); the event names who added it."""
+    new = admit_task(intent, config, now, trusted=True, require_approval=require_approval)
+    task = store.enqueue_task(new, now, event_payload={"by": operator()})
+    poke(config.paths.state_dir)
+    return task
+
+
+def operator() -> str:
+    """Who is steering: the OS user running the command, and under sudo who ran sudo (recorded with
+    every steering act as `by`)."""
+    return operator_name()
+
+
+def resolve_approval(
+    config: Config, store: Store, task_id: int, *, approved: bool, note: str | None, now: datetime
+) -> tuple[TaskRecord, ApprovalScope]:
+    task, scope = store.resolve_approval(task_id, approved=approved, by=operator(), note=note, now=now)
+    poke(config.paths.state_dir)
+    return task, scope
+
+
+def pause_dispatch(config: Config, store: Store, reason: str | None, now: datetime) -> tuple[Pause, bool]:
+    paused = store.pause_dispatch(operator(), reason, now)
+    poke(config.paths.state_dir)  # an idle dispatcher says it is paused at once, not at its next wake
+    return paused
+
+
+def resume_dispatch(config: Config, store: Store, now: datetime) -> Pause | None:
+    ended = store.resume_dispatch(operator(), now)
+    poke(config.paths.state_dir)
+    return ended
+
+
+def cancel_task(config: Config, store: Store, task_id: int, now: datetime) -> CancelResult:
+    outcome = TaskOutcome.failure("canceled by the operator before it ran", "operator_canceled")
+    result = store.cancel_task(task_id, outcome, now, by=operator())
+    poke(config.paths.state_dir)  # a running task: the dispatcher stops its adapter now
+    return result
+
+
+def retry_task(config: Config, store: Store, task_id: int, attempts: int | None, now: datetime) -> TaskRecord:
+    """Re-queue with `attempts` more (default: its task type's max_attempts, else the dispatch default)."""
+    task = store.get_task_or_raise(task_id)
+    spec = config.task_types.get(task.task_type)
+    more = (
+        attempts
+        if attempts is not None
+        else (spec.max_attempts if spec and spec.max_attempts else config.dispatch.default_max_attempts)
+    )
+    if not 1 <= more <= MAX_ATTEMPTS:
+        raise InputError(f"--attempts: expected 1 to {MAX_ATTEMPTS}, found {more}")
+    retried = store.retry_task(task_id, more, now, by=operator())
+    poke(config.paths.state_dir)
+    return retried
+
+
+def add_schedule(config: Config, store: Store, spec: ScheduleSpec, now: datetime) -> RecurringScheduleRecord:
+    """A schedule whose task is refused now would be refused every interval: it is refused now."""
+    stored = schedule_spec(spec)
+    admit_task(TaskIntent.model_validate(stored.task), config, now, trusted=False)
+    schedule = store.add_schedule(stored, now, by=operator())
+    poke(config.paths.state_dir)
+    return schedule
+
+
+def remove_schedule(config: Config, store: Store, schedule_id: str, now: datetime) -> None:
+    store.remove_schedule(schedule_id, now, by=operator())
+
+
+def start_workflow(
+    config: Config,
+    store: Store,
+    workflow_type: str,
+    instance_key: str,
+    context: dict[str, Any],
+    state: str | None,
+    now: datetime,
+) -> WorkflowRecord:
+    chosen = start_state(config.workflows, config.task_types, workflow_type, state)
+    refusal = first_step_refusal(config, workflow_type, instance_key, chosen, context, now)
+    if refusal:
+        raise InputError(f"--context: the {chosen} step could not take it: {refusal}")
+    workflow, created = store.create_workflow(workflow_type, instance_key, chosen, context, now, operator_source(None))
+    if not created:
+        raise InputError(
+            f"{workflow_type} {instance_key!r} already exists as workflow {workflow.workflow_id} ({workflow.status})"
+        )
+    poke(config.paths.state_dir)
+    return workflow
+
+
+def signal_workflow(
+    config: Config, store: Store, workflow_id: int, signal: str, reason: str | None, now: datetime
+) -> tuple[WorkflowRecord, Change]:
+    """Apply SIGNAL as if the workflow's current step had emitted it; InputError (nothing written)
+    naming what the state accepts if it does not apply."""
+    workflow = store.get_workflow_or_raise(workflow_id)
+    decision = judge_signal(config, workflow, store.state_entries(workflow_id), signal, operator(), reason)
+    if decision.change.kind == "ignore":
+        raise InputError(f"workflow {workflow_id}: {decision.change.reason}; nothing was changed")
+    moved = store.signal_workflow(decision, now)
+    poke(config.paths.state_dir)
+    return moved, decision.change
+
+
+def unblock_workflow(
+    config: Config, store: Store, workflow_id: int, state: str | None, reason: str | None, now: datetime
+) -> WorkflowRecord:
+    """A blocked workflow re-enters its state (or `state`) as a new step, if the current config's cap
+    allows it; InputError saying what to raise otherwise."""
+    workflow = store.get_workflow_or_raise(workflow_id)
+    definition = config.workflows.get(workflow.workflow_type)
+    cap = state_cap(definition, config.dispatch.workflow_state_cap)
+    change = unblock_move(definition, workflow, store.state_entries(workflow_id), cap, state)
+    unblocked = store.unblock_workflow(workflow, change.next_state or workflow.current_state, operator(), reason, now)
+    poke(config.paths.state_dir)
+    return unblocked
+
+
+def cancel_workflow(
+    config: Config, store: Store, workflow_id: int, reason: str | None, now: datetime
+) -> WorkflowCancel:
+    canceled = store.cancel_workflow(workflow_id, operator(), reason, now)
+    poke(config.paths.state_dir)
+    return canceled

@@ -1,0 +1,130 @@
+"""The metric-port scheme: every agent on a VM gets its own pair, 9478/9479, then 9480/9481, and so on.
+
+`agentd install` picks the first pair that no other agent's TOML in /etc/agentd names and nothing on
+127.0.0.1 listens on; `agentd config check` refuses a port another installed agent's TOML also names.
+"""
+
+from __future__ import annotations
+
+import socket
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+from agentd.config.settings import MetricsSection, listen_address
+from agentd.errors import ConfigError, InputError, Problem
+
+PORT_BASE = 9478
+LOOPBACK = "127.0.0.1"
+WILDCARDS = frozenset({"0.0.0.0", "[::]"})  # any address: clashes with every host
+LISTENS = ("dispatch_listen", "sensors_listen")
+
+
+def port_is_free(port: int) -> bool:
+    """True if nothing listens on 127.0.0.1:port now. SO_REUSEADDR, as the metrics server sets it, so a
+    connection still in TIME_WAIT does not count as a listener."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_pair(
+    used: set[int], *, start: int = PORT_BASE, is_free: Callable[[int], bool] = port_is_free
+) -> tuple[int, int]:
+    """The first (dispatch, sensors) pair start+2k, start+2k+1 that no TOML names and nothing listens on."""
+    for port in range(start, 65535, 2):
+        pair = (port, port + 1)
+        if not used.intersection(pair) and all(map(is_free, pair)):
+            return pair
+    raise InputError(
+        f"no free pair of metrics ports from {start} to 65535 on {LOOPBACK}: free some, then install again"
+    )
+
+
+def other_agents(config: Path) -> list[Path]:
+    """The other agents' TOMLs in the folder the units read theirs from (/etc/agentd/*.toml)."""
+    return sorted(p for p in config.parent.glob("*.toml") if p.name != config.name)
+
+
+def metrics_of(path: Path) -> MetricsSection:
+    """An agent's [metrics] as its services will read them (the defaults where the file says nothing).
+
+    :raises OSError, ValueError: unreadable, not TOML, or a [metrics] that is not valid.
+    """
+    with path.open("rb") as file:
+        raw = tomllib.load(file).get("metrics", {})
+    if not isinstance(raw, dict):
+        raise ValueError("[metrics] is not a table")
+    for key in LISTENS:
+        listen_address(str(raw.get(key, getattr(MetricsSection(), key))))  # one clear line, not pydantic's
+    return MetricsSection.model_validate(raw)
+
+
+def used_ports(config: Path) -> tuple[set[int], list[str]]:
+    """Every port another agent's TOML names (enabled or not: it may be switched on), and a warning for each
+    TOML that could not be read, whose ports are then unknown."""
+    used: set[int] = set()
+    warnings = []
+    for path in other_agents(config):
+        try:
+            metrics = metrics_of(path)
+        except (OSError, ValueError) as exc:
+            warnings.append(f"skipped {path} when picking metrics ports (its ports are unknown): {_one_line(exc)}")
+            continue
+        used.update(_port(getattr(metrics, key)) for key in LISTENS)
+    used.discard(0)
+    return used, warnings
+
+
+def refuse_shared_ports(config: Path, metrics: MetricsSection) -> None:
+    """Refuse an agent whose metrics address another installed agent's TOML also names: the second service to
+    start could not listen. Only an etc/agentd folder holds installed agents; a checkout's config/ folder
+    holds copies of the example, which name the same ports and never run side by side.
+
+    :raises ConfigError: one problem per clash, naming the other agent's file and the port.
+    """
+    folder = config.resolve().parent
+    if not metrics.enabled or (folder.name, folder.parent.name) != ("agentd", "etc"):
+        return
+    problems = [
+        Problem(str(config), f"metrics.{key}", message)
+        for key in LISTENS
+        for message in _clashes(getattr(metrics, key), folder / config.name)
+    ]
+    if problems:
+        raise ConfigError(problems)
+
+
+def _clashes(listen: str, config: Path) -> list[str]:
+    found = []
+    for path in other_agents(config):
+        try:
+            other = metrics_of(path)
+        except (OSError, ValueError):
+            continue  # that agent's own check reports its file
+        found += [
+            f"{listen} is also {path}'s metrics.{key}: give each agent its own ports (9478/9479, 9480/9481, ...)"
+            for key in LISTENS
+            if other.enabled and _same_endpoint(listen, getattr(other, key))
+        ]
+    return found
+
+
+def _same_endpoint(one: str, other: str) -> bool:
+    host, _, port = one.rpartition(":")
+    other_host, _, other_port = other.rpartition(":")
+    if port != other_port or int(port) == 0:
+        return False
+    return host == other_host or bool(WILDCARDS.intersection((host, other_host)))
+
+
+def _port(listen: str) -> int:
+    return int(listen.rpartition(":")[2])
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())

@@ -1,0 +1,151 @@
+"""The agent's status as an operator reads it (`agentd status`, the service gauges in /metrics).
+
+Nothing here is inferred from a service's own word: a service is `live` only while the very
+process that wrote its row (pid, start time, host, boot) runs and its row is fresh; otherwise it is
+`stale` (running but silent), `down` (that process is gone) or `stopped` (it said so), with how long
+ago it was last heard from. The running task comes from its open attempt, and "pending" means
+claimable now: tasks waiting for a retry or delayed are counted on their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from agentd.clock import format_ts, parse_ts
+from agentd.config import Config
+from agentd.config.budget import BudgetHold, Spend, budget_hold, day_start
+from agentd.process import procs
+from agentd.process.privilege import boundary
+from agentd.records import TASK_STATUSES, QueueSummary
+from agentd.store import Store
+
+STALE_STATUS_S = 30.0  # services refresh their row every 5 s
+Liveness = Literal["live", "stale", "down", "stopped", "unknown"]
+
+
+@dataclass(frozen=True)
+class BudgetOutlook:
+    spend: Spend  # today's, since 00:00 UTC
+    hold: BudgetHold | None  # what waits for the next UTC day
+    waiting: int  # tasks due now that the hold keeps back
+
+
+def budget_outlook(store: Store, config: Config, now: datetime) -> BudgetOutlook | None:
+    """Today's spend against [budget] and what it holds back; None when nothing is capped."""
+    if not config.budget.capped:
+        return None
+    spend = store.spend_since(day_start(now))
+    hold = budget_hold(config, spend, now)
+    return BudgetOutlook(spend, hold, store.budget_waiting(now, hold) if hold else 0)
+
+
+def queue_outlook(store: Store, config: Config | None, now: datetime) -> tuple[QueueSummary, BudgetOutlook | None]:
+    """The queue as the claim sees it, one read for `agentd status` and the metrics: each waiting
+    task counted once, under the reason it waits, the budget's hold included."""
+    if config is None or not config.budget.capped:
+        return store.queue_summary(now), None
+    spend = store.spend_since(day_start(now))
+    hold = budget_hold(config, spend, now)
+    summary = store.queue_summary(now, hold)
+    return summary, BudgetOutlook(spend, hold, summary.budget)
+
+
+def budget_report(config: Config, outlook: BudgetOutlook | None) -> dict[str, Any] | None:
+    """[budget] as `agentd status` shows it. `estimated`: some of the total was priced by agentd
+    from an adapter's prices (codex reports tokens, not cost), not reported by the harness."""
+    if outlook is None:
+        return None
+    budget, spend = config.budget, outlook.spend
+    return {
+        "day_start": format_ts(spend.since),
+        "spent_usd": round(spend.total_usd, 6),
+        "estimated": spend.estimated,
+        "daily_usd": budget.daily_usd,
+        "per_attempt_usd": budget.per_attempt_usd,
+        "adapters": {
+            adapter_id: {
+                "spent_usd": round(spend.by_adapter[adapter_id].total_usd, 6)
+                if adapter_id in spend.by_adapter
+                else 0.0,
+                "estimated": adapter_id in spend.by_adapter and spend.by_adapter[adapter_id].estimated,
+                "daily_usd": budget.adapter_daily_usd.get(adapter_id),
+            }
+            for adapter_id in sorted(set(spend.by_adapter) | set(budget.adapter_daily_usd))
+        },
+        "urgent_priority": budget.urgent_priority,
+        "holding": None
+        if outlook.hold is None
+        else {"reason": outlook.hold.reason, "until": format_ts(outlook.hold.until), "waiting": outlook.waiting},
+    }
+
+
+def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
+    summary, budget = queue_outlook(store, config, now)
+    holder = store.dispatch_lock_holder()
+    approvals = store.pending_approvals()
+    pause = store.dispatch_pause()
+    here = procs.this_process()
+    return {
+        "agent_id": config.agent.agent_id,
+        "database": str(config.db_path),
+        "state_dir": str(config.paths.state_dir),
+        "workspace": str(config.paths.workspace),
+        "schema_version": summary.schema_version,
+        "counts": {status: summary.counts.get(status, 0) for status in TASK_STATUSES},
+        "waiting": {
+            "claimable": summary.claimable,
+            "retry_waiting": summary.retry_waiting,
+            "delayed": summary.delayed,
+            "approval": summary.approval,
+            "budget": summary.budget,
+        },
+        "budget": budget_report(config, budget),
+        "messages": {"failed": store.failed_message_count()},
+        "oldest_approval_age_s": (now - approvals[0].requested_at).total_seconds() if approvals else None,
+        "paused": {"since": format_ts(pause.paused_at), "by": pause.paused_by, "reason": pause.reason}
+        if pause
+        else None,
+        "oldest_pending_age_s": (now - summary.oldest_pending_at).total_seconds()
+        if summary.oldest_pending_at
+        else None,
+        "next_available_at": format_ts(summary.next_available_at) if summary.next_available_at else None,
+        "running": [
+            {
+                "task_id": r.task_id,
+                "task_type": r.task_type,
+                "attempt_id": r.attempt_id,
+                "adapter_id": r.adapter_id,
+                "model": r.model,
+                "started_at": format_ts(r.started_at),
+                "elapsed_s": round((now - r.started_at).total_seconds(), 1),
+            }
+            for r in store.running_now()
+        ],
+        "services": [service_health(row, now, here) for row in store.service_statuses()],
+        "boundary": boundary(config.dispatch.run_as),
+        "dispatch_lock": {"pid": holder.pid, "host": holder.host, "heartbeat_at": format_ts(holder.heartbeat_at)}
+        if holder
+        else None,
+    }
+
+
+def service_health(row: dict[str, Any], now: datetime, here: procs.ProcessIdentity) -> dict[str, Any]:
+    """The row, with `liveness` and how long ago it was last updated."""
+    quiet = (now - parse_ts(row["updated_at"])).total_seconds()
+    return {**row, "liveness": liveness(row, quiet, here), "updated_ago_s": round(quiet, 1)}
+
+
+def liveness(row: dict[str, Any], quiet_s: float, here: procs.ProcessIdentity) -> Liveness:
+    if row["status"] == "stopped":
+        return "stopped"
+    owner = procs.ProcessIdentity(
+        row["pid"], row.get("pid_started") or 0, row.get("host") or "", row.get("boot_id") or ""
+    )
+    running = procs.is_running(owner, here) if row.get("pid_started") is not None else None
+    if running is False:
+        return "down"
+    if quiet_s > STALE_STATUS_S:
+        return "stale"
+    return "live" if running else "unknown"  # another host, or a row from before agentd recorded who wrote it

@@ -1,0 +1,201 @@
+"""Files between the service and its attempts. Writing: private files (0600) created exclusively and
+never through a link, atomically; folders and files the run user's group may use. Reading what an
+attempt wrote (its result, its harness's files, the artifacts in its workspace) as the service user:
+never through a symbolic link, never a FIFO or a device, never past a size cap.
+
+Everything an attempt can write it can also replace between agentd's check and agentd's read, so no
+path is resolved and then opened: each is walked one component at a time from a directory agentd
+holds open (O_NOFOLLOW at every step), and what is opened is checked to be a regular file. A link an
+attempt planted to the database, an env_file or /etc/shadow is refused, not followed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from agentd.process.privilege import RunUser
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO never hangs us
+
+
+LINK = "a symbolic link (never followed)"
+NOT_REGULAR = "not a regular file (never read)"
+
+
+class Refused(OSError):
+    """The path is not a regular file reached without links, inside the root."""
+
+
+@dataclass(frozen=True)
+class Found:
+    data: bytes  # at most limit + 1 bytes: more than limit means it was larger
+    size: int  # the file's size when it was opened
+    mtime: float
+
+
+@contextmanager
+def _parent_beneath(root: Path, relative: str | PurePosixPath) -> Iterator[tuple[int, str]]:
+    """(a descriptor of the folder holding `relative`'s last part, that part), every folder on the way
+    opened without following a link."""
+    parts = PurePosixPath(relative).parts
+    if not parts or PurePosixPath(relative).is_absolute() or any(p in ("..", ".") for p in parts):
+        raise Refused(errno.EINVAL, f"{str(relative)!r} is not a plain path inside {root}")
+    fds = [os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)]  # the root is agentd's own: its config names it
+    try:
+        for part in parts[:-1]:
+            fds.append(_step(fds[-1], part, _DIR_FLAGS, relative))
+        yield fds[-1], parts[-1]
+    finally:
+        for opened in reversed(fds):
+            os.close(opened)
+
+
+@contextmanager
+def open_beneath(root: Path, relative: str | PurePosixPath) -> Iterator[int]:
+    """A read-only descriptor of the regular file at `relative` under `root`, reached without
+    following any link; Refused (an OSError) if it escapes, is a link, or is not a regular file."""
+    with _parent_beneath(root, relative) as (parent, name):
+        fd = _step(parent, name, _FILE_FLAGS, relative)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise Refused(errno.EINVAL, f"{str(relative)!r} is not a regular file")
+            yield fd
+        finally:
+            os.close(fd)
+
+
+def lstat_beneath(root: Path, relative: str | PurePosixPath) -> os.stat_result:
+    """What is at `relative` under `root` (a file, a folder, …), reached without following a link;
+    Refused if the path goes through a link or ends in one."""
+    with _parent_beneath(root, relative) as (parent, name):
+        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    if stat.S_ISLNK(info.st_mode):
+        raise Refused(errno.ELOOP, f"{str(relative)!r} is a symbolic link")
+    return info
+
+
+def sha256_beneath(root: Path, relative: str | PurePosixPath) -> str:
+    """The sha256 of the regular file at `relative` (see `open_beneath`), read in chunks."""
+    digest = hashlib.sha256()
+    with open_beneath(root, relative) as fd:
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _step(parent: int, name: str, flags: int, relative: str | PurePosixPath) -> int:
+    try:
+        return os.open(name, flags, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Refused(exc.errno, f"{str(relative)!r} goes through a symbolic link or a non-folder") from None
+        raise
+
+
+def read_beneath(root: Path, relative: str | PurePosixPath, limit: int) -> Found:
+    """The first limit + 1 bytes of the file (see `open_beneath`), its size and mtime."""
+    with open_beneath(root, relative) as fd:
+        info = os.fstat(fd)
+        chunks, left = [], limit + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return Found(b"".join(chunks), info.st_size, info.st_mtime)
+
+
+def read_reported(path: Path, limit: int) -> tuple[bytes | None, str | None]:
+    """A file an attempt left directly in its run dir: (its bytes up to limit, None), (None, None) if
+    there is none, or (None, why it cannot be used)."""
+    try:
+        found = read_beneath(path.parent, path.name, limit)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, str(exc) if isinstance(exc, Refused) else f"cannot read it ({exc.strerror})"
+    if len(found.data) > limit:
+        return None, f"larger than {limit} bytes; agentd reads at most that much"
+    return found.data, None
+
+
+def read_whole_beneath(root: Path, relative: str | PurePosixPath) -> bytes | None:
+    """All of the regular file at `relative` (see `open_beneath`); None if there is none. For files
+    agentd sealed itself, whose size it recorded: an attempt's own files go through `read_beneath`."""
+    try:
+        with open_beneath(root, relative) as fd:
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+            return b"".join(chunks)
+    except FileNotFoundError:
+        return None
+
+
+def entry_problem(entry: os.DirEntry[str]) -> str | None:
+    """Why a folder entry is not to be read (LINK, or NOT_REGULAR for a FIFO, device, socket or
+    folder), without following it; None for a regular file."""
+    if entry.is_symlink():
+        return LINK
+    return None if entry.is_file(follow_symlinks=False) else NOT_REGULAR
+
+
+def folder_problems(path: Path, *, depth: int = 1) -> list[tuple[Path, str]]:
+    """(path, why) if `path` or one of its `depth - 1` nearest parents is a link or not a folder."""
+    chain = [path, *path.parents][:depth]
+    for folder in reversed(chain):
+        try:
+            info = os.lstat(folder)
+        except FileNotFoundError:
+            return [(folder, "no such folder")]
+        if stat.S_ISLNK(info.st_mode):
+            return [(folder, LINK)]
+        if not stat.S_ISDIR(info.st_mode):
+            return [(folder, "not a folder")]
+    return []
+
+
+def make_run_dir(directory: Path, user: RunUser | None, *, mode: int = 0o2770) -> None:
+    """A folder the run user may use: the service's, in the run user's group (which the service is a
+    member of), `mode` (setgid: what is made in it keeps that group). Without a run user, 0700."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, 0o700)
+    if user is not None:
+        info = os.stat(directory, follow_symlinks=False)
+        if info.st_gid != user.gid:
+            os.chown(directory, -1, user.gid, follow_symlinks=False)
+        if info.st_mode & 0o7777 != mode:
+            os.chmod(directory, mode, follow_symlinks=False)
+
+
+def write_shared(path: Path, text: str, user: RunUser | None) -> None:
+    """A file the service writes for the attempt to read (its bundle copy, a harness's config): the
+    run user's group may read it; without a run user, 0600 like every private file."""
+    write_private(path, text)
+    if user is not None:
+        os.chown(path, -1, user.gid, follow_symlinks=False)
+        os.chmod(path, 0o640, follow_symlinks=False)
+
+
+def create_private(path: Path) -> int:
+    """A new file (0600) at `path`, for writing: whatever was there goes first and the new one is created
+    exclusively, never through a link, so nothing planted in a folder the run user may write (a link to
+    the database) can turn the service's write into a write elsewhere."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a link is removed, not followed
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only the service user can read, atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    with os.fdopen(create_private(tmp), "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, path)

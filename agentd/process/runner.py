@@ -1,0 +1,369 @@
+"""The one place agentd starts processes: argv lists only, never a shell.
+
+`run_process` gives each child its own process group, streams stdout/stderr into files up to a
+cap (the rest is counted and dropped, never held in memory), and enforces a hard timeout by
+killing the whole group: SIGTERM, then SIGKILL after a grace. When the child exits, whatever it
+left running is killed too — in its group, and in its run's cgroup or by its marker (see
+agentd/process/containment.py) — and if the caller is cancelled that happens before the cancellation goes
+on. Nothing an attempt or a sensor starts outlives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import anyio
+import anyio.abc
+
+from agentd.config.environment import passthrough_environment, read_env_file
+from agentd.process import procs
+from agentd.process.containment import RunGroup, end_run, spawn
+from agentd.process.files import create_private
+from agentd.process.privilege import RunUser, popen_identity
+from agentd.redaction import Redactor
+
+CHUNK_BYTES = 64 * 1024
+PIPE_DRAIN_S = 2.0  # after the run's processes are stopped, how long its output may still arrive
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    argv: Sequence[str]
+    cwd: Path
+    env: Mapping[str, str]
+    stdout_path: Path
+    stderr_path: Path
+    timeout_s: float
+    kill_grace_s: float = 5.0
+    output_cap_bytes: int = 16 * 1024 * 1024
+    # Of that cap, how much is kept from the end of each stream (CappedFile): the harnesses' verdict is
+    # their last record. 0: the head only (sensors, handlers: their first lines are what they say).
+    output_tail_bytes: int = 0
+    stdin: bytes = b""
+    # The run this process starts (an attempt, a sensor run): whatever it started is killed when
+    # the run ends, even processes that left its process group (setsid). None: the group only.
+    group: RunGroup | None = None
+    # Who it runs as ([dispatch] run_as): that user, its own group only, and a umask that lets the
+    # service (a member of that group) read what it writes. None: the service's own user.
+    user: RunUser | None = None
+
+
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def agentd_path() -> str:
+    """PATH as an attempt's process gets it: agentd's own bin first (`agentd skills run` works)."""
+    return f"{Path(sys.executable).parent}:{passthrough_environment().get('PATH', DEFAULT_PATH)}"
+
+
+def resolve_command(command: str, cwd: Path, path: str) -> Path | None:
+    """The file `command` names as a process started in `cwd` with PATH `path` finds it."""
+    located = str(cwd / command) if "/" in command else shutil.which(command, path=path)
+    return Path(located) if located and Path(located).is_file() else None
+
+
+def child_environment(
+    *,
+    home: Path,
+    agentd: Mapping[str, str],
+    tmp: Path | None = None,
+    env_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    path_first: str | None = None,
+) -> tuple[dict[str, str], Redactor]:
+    """The only environment a child gets (an attempt's adapter or a sensor): PATH and locale from
+    the service, its own HOME (and TMPDIR), its env_file and env, and agentd's AGENTD_* variables;
+    never the rest of the service's environment. Every env_file value is a secret: the Redactor
+    returned knows them."""
+    found = passthrough_environment()
+    if path_first:
+        found["PATH"] = f"{path_first}:{found.get('PATH', DEFAULT_PATH)}"
+    found["HOME"] = str(home)
+    if tmp is not None:
+        found["TMPDIR"] = str(tmp)
+    secrets = read_env_file(env_file) if env_file is not None else {}
+    found.update(secrets)
+    found.update(env or {})
+    found.update(agentd)
+    return found, Redactor(secrets.values())
+
+
+@dataclass(frozen=True)
+class CapturedOutput:
+    path: Path
+    bytes_seen: int
+    bytes_kept: int
+
+    @property
+    def truncated(self) -> bool:
+        return self.bytes_seen > self.bytes_kept
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    pid: int | None
+    exit_code: int | None  # None when it never started or a signal ended it
+    signal: int | None
+    timed_out: bool
+    start_error: str | None
+    stdout: CapturedOutput
+    stderr: CapturedOutput
+    elapsed_s: float
+    stragglers: int = 0  # processes the run left behind that were killed when it ended
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    def describe(self) -> str:
+        if self.start_error:
+            return self.start_error
+        if self.timed_out:
+            return f"timed out after {self.elapsed_s:.1f}s"
+        if self.signal is not None:
+            return f"killed by {signal.Signals(self.signal).name}"
+        return f"exit {self.exit_code}"
+
+
+class CappedFile:
+    """Writes a stream to a file (0600) up to `cap` bytes, counts the rest. With `tail_bytes`, the last
+    that many bytes are kept too (in memory, at most that many): the head and the tail around a marked
+    gap, for a stream whose verdict is its last record (a harness's result). Without, the head only."""
+
+    def __init__(self, path: Path, cap: int, tail_bytes: int = 0) -> None:
+        self.path, self.cap, self.seen, self.kept = path, cap, 0, 0
+        self.head_cap = cap - min(max(tail_bytes, 0), cap)
+        self.tail_cap = cap - self.head_cap
+        self._tail = bytearray()  # the last tail_cap bytes seen after the head was full
+        self._file: IO[bytes] = os.fdopen(create_private(path), "wb")
+
+    def write(self, chunk: bytes) -> None:
+        self.seen += len(chunk)
+        room = self.head_cap - self.kept
+        if room > 0:
+            part = chunk[:room]
+            self._file.write(part)
+            self.kept += len(part)
+            chunk = chunk[room:]
+        if chunk and self.tail_cap:
+            self._tail += chunk[-self.tail_cap :]
+            del self._tail[: max(len(self._tail) - self.tail_cap, 0)]
+
+    def close(self) -> CapturedOutput:
+        tail = self._whole_lines()
+        dropped = self.seen - self.kept - len(tail)
+        if dropped:
+            self._file.write(self._marker(len(tail), dropped).encode())
+        self._file.write(tail)
+        self._file.close()
+        return CapturedOutput(self.path, self.seen, self.kept + len(tail))
+
+    def _marker(self, tail: int, dropped: int) -> str:
+        if not self.tail_cap:
+            return f"\n[agentd: output capped at {self.cap} bytes; {dropped} more dropped]\n"
+        kept = f"the first {self.kept} and the last {tail} kept"
+        return f"\n[agentd: output capped at {self.cap} bytes: {kept}; {dropped} between them dropped]\n"
+
+    def _whole_lines(self) -> bytes:
+        """The tail from its first whole line, when bytes before it were dropped: a line cut in two
+        is no record any parser can read, so it is not kept as one."""
+        if self.seen - self.kept <= len(self._tail):
+            return bytes(self._tail)  # nothing was dropped: the tail follows the head as it came
+        cut = self._tail.find(b"\n")
+        return bytes(self._tail[cut + 1 :]) if cut >= 0 else b""
+
+
+async def run_process(
+    spec: ProcessSpec,
+    *,
+    on_started: Callable[[int], Awaitable[None]] | None = None,
+) -> ProcessResult:
+    """Run `spec` to completion or timeout; see the module docstring for the guarantees."""
+    started = anyio.current_time()
+    since = procs.uptime_ticks()
+    stdout = CappedFile(spec.stdout_path, spec.output_cap_bytes, spec.output_tail_bytes)
+    stderr = CappedFile(spec.stderr_path, spec.output_cap_bytes, spec.output_tail_bytes)
+    try:
+        # Shielded: a stop that lands while the process is being forked must not lose the process
+        # (or leak its output files); once it exists, the finally below stops it.
+        with anyio.CancelScope(shield=True):
+            process = await _spawn(spec)
+    except OSError as exc:
+        if spec.group is not None:
+            await end_run(spec.group, since)  # removes the run's empty cgroup
+        return ProcessResult(
+            None, None, None, False, _start_error(spec.argv[0], exc), stdout.close(), stderr.close(), 0.0
+        )
+    timed_out, stragglers = False, None
+    try:
+        if on_started is not None:
+            await on_started(process.pid)
+        async with anyio.create_task_group() as pumps:
+            pumps.start_soon(_pump, process.stdout, stdout)
+            pumps.start_soon(_pump, process.stderr, stderr)
+            pumps.start_soon(_feed, process.stdin, spec.stdin)
+            with anyio.move_on_after(spec.timeout_s) as deadline:
+                await process.wait()
+            timed_out = deadline.cancelled_caught
+            await _stop_group(process, spec.kill_grace_s, spec.user)
+            stragglers = await _end(spec.group, since, spec.user)
+            # Whatever still holds our pipes now escaped the run (no cgroup, no marker): stop reading.
+            pumps.cancel_scope.deadline = anyio.current_time() + PIPE_DRAIN_S
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop_group(process, spec.kill_grace_s, spec.user)
+            if stragglers is None:
+                stragglers = await _end(spec.group, since, spec.user)
+            await process.aclose()
+            out, err = stdout.close(), stderr.close()
+    code = process.returncode
+    return ProcessResult(
+        pid=process.pid,
+        exit_code=code if code is not None and code >= 0 else None,
+        signal=-code if code is not None and code < 0 else None,
+        timed_out=timed_out,
+        start_error=None,
+        stdout=out,
+        stderr=err,
+        elapsed_s=anyio.current_time() - started,
+        stragglers=len(stragglers or []),
+    )
+
+
+async def _spawn(spec: ProcessSpec) -> anyio.abc.Process:
+    _pidfd_child_watcher()
+    return await spawn(
+        spec.group,
+        lambda: anyio.open_process(
+            list(spec.argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=spec.cwd,
+            env=dict(spec.env),
+            start_new_session=True,  # its own process group: one killpg reaches everything it starts
+            **popen_identity(spec.user),
+        ),
+    )
+
+
+_PIDFD: list[asyncio.PidfdChildWatcher] = []  # this process's, once it is known to work
+
+
+def _pidfd_child_watcher() -> None:
+    """Python 3.11 waits for each child in a thread of its own (a thread started per spawn); a
+    pidfd in the event loop costs nothing (3.12 chooses it by itself). Attached to the running loop
+    (a test run has one loop after another); where pidfds are refused, the default stays."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    if not _PIDFD:
+        try:
+            os.close(os.pidfd_open(os.getpid()))  # a kernel before 5.3, or a seccomp filter, says no here
+        except OSError:
+            return
+        _PIDFD.append(asyncio.PidfdChildWatcher())
+        asyncio.set_child_watcher(_PIDFD[0])
+    loop = asyncio.get_running_loop()
+    if not _PIDFD[0].is_active():
+        _PIDFD[0].attach_loop(loop)
+
+
+async def _stop_group(process: anyio.abc.Process, grace_s: float, user: RunUser | None = None) -> None:
+    """TERM the group and wait up to grace for the leader; then KILL whatever is left in it."""
+    if process.returncode is None:
+        await signal_group(process.pid, signal.SIGTERM, user)
+        with anyio.move_on_after(grace_s):
+            await process.wait()
+    await signal_group(process.pid, signal.SIGKILL, user)  # stragglers the leader left behind, or the leader
+    await process.wait()
+
+
+async def _end(group: RunGroup | None, since: int, user: RunUser | None = None) -> list[int]:
+    """The run's end: everything it started that is still alive, out of the group too."""
+    return await end_run(group, since, user) if group is not None else []
+
+
+async def signal_group(pgid: int, sig: signal.Signals, user: RunUser | None) -> None:
+    """Signal a whole process group. The run user's processes are signalled by a process of the run
+    user (`kill`), so the service needs no CAP_KILL: it can signal no one else's (docs/install-and-deploy.md, "The
+    boundary")."""
+    if user is None or os.geteuid() == 0:
+        kill_group(pgid, sig)
+        return
+    with contextlib.suppress(OSError):
+        argv = ["kill", "-s", sig.name.removeprefix("SIG"), "--", f"-{pgid}"]
+        await anyio.run_process(argv, check=False, **popen_identity(user))
+
+
+def kill_group(pgid: int, sig: signal.Signals) -> bool:
+    """Signal a whole process group; False if it no longer exists (or is not ours to signal)."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+    return True
+
+
+async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: CappedFile) -> None:
+    if stream is None:
+        return
+    try:
+        while True:
+            sink.write(await stream.receive(CHUNK_BYTES))
+    except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        return
+
+
+async def _feed(stream: anyio.abc.ByteSendStream | None, data: bytes) -> None:
+    if stream is None:
+        return
+    try:
+        if data:
+            await stream.send(data)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError):
+        pass  # the child stopped reading; its exit status tells the rest
+    finally:
+        await stream.aclose()
+
+
+def _start_error(command: str, exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"cannot start {command!r}: no such file (or its interpreter is missing)"
+    if isinstance(exc, PermissionError):
+        return f"cannot start {command!r}: not executable"
+    return f"cannot start {command!r}: {exc}"
+
+
+def remove_as(path: Path, user: RunUser | None) -> None:
+    """`rm -rf path` as `user` (a folder the run user made unreadable to the service); no caps pass on."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        argv = ["rm", "-rf", "--one-file-system", "--", str(path)]
+        subprocess.run(argv, check=False, timeout=60, **popen_identity(user))
+
+
+def run_setup_command(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """A short system command agentd install runs (systemctl, systemd-sysusers), output captured."""
+    return subprocess.run(list(argv), check=check, capture_output=True, text=True, timeout=120)
+
+
+def run_foreground(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> int:
+    """Run an operator's command attached to this terminal; return its exit status."""
+    try:
+        completed = subprocess.run(list(argv), cwd=cwd, env=None if env is None else dict(env), check=False)
+    except FileNotFoundError:
+        return 127
+    except PermissionError:
+        return 126
+    return completed.returncode if completed.returncode >= 0 else 128 - completed.returncode

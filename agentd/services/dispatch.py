@@ -1,0 +1,322 @@
+"""The dispatcher (docs/design.md, "Dispatch"): one runner per agent.
+
+Start: lock → boot sweep → pending outbox → schedules → READY. Each tick, in the seed's order: due
+schedules → workflow steps → claim one task and run it (agentd/attempt/run.py) → its outbox. Idle: sleep
+until the next task or schedule is due, a poke, or the poll ceiling. SIGTERM: stop claiming, give
+the running attempt the grace period, then stop it and record it interrupted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+from collections.abc import Callable
+from datetime import datetime
+
+import anyio
+
+from agentd.adapters import Adapter, adapter_for
+from agentd.attempt.prepare import plan_attempt
+from agentd.attempt.run import AttemptRunner
+from agentd.attempt.sweep import boot_sweep
+from agentd.clock import Clock, age, format_ts
+from agentd.config import Config
+from agentd.config.budget import BudgetHold
+from agentd.config.budget import describe as budget_line
+from agentd.control.outbox import OutboxApplier
+from agentd.errors import FATAL, DatabaseGone
+from agentd.evidence.rollback import refuse_if_behind
+from agentd.outlook.metrics import DispatchMetrics, NullMetrics
+from agentd.outlook.status import BudgetOutlook, budget_outlook
+from agentd.process.containment import release_namespace
+from agentd.process.privilege import run_user
+from agentd.process.wake import Doorbell
+from agentd.records import AdapterConfig, AttemptPlan, DueSchedule, TaskRecord, WorkflowRecord
+from agentd.services.fleet import FleetLink
+from agentd.services.lock import DispatchLock
+from agentd.services.shell import Notifier, Shell
+from agentd.store import AsyncStore, Store
+from agentd.store.control import Pause
+from agentd.store.fleet_leases import FleetGate
+from agentd.work.intents import schedule_runs, schedule_spec, step_decisions
+
+logger = logging.getLogger(__name__)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        config: Config,
+        db: AsyncStore,
+        *,
+        clock: Clock,
+        rng: random.Random | None = None,
+        notifier: Notifier | None = None,
+        metrics: DispatchMetrics | NullMetrics | None = None,
+        adapters: Callable[[AdapterConfig], Adapter] = adapter_for,
+        until_idle: bool = False,
+    ) -> None:
+        self.config, self.db, self.clock, self.until_idle = config, db, clock, until_idle
+        self.rng = rng or random.Random()
+        self.metrics = metrics or NullMetrics()
+        listen, state_dir = config.metrics.dispatch_listen, config.paths.state_dir
+        self.shell = Shell("dispatch", db, clock, self.metrics, listen, notifier, state_dir)
+        self.doorbell = Doorbell()
+        self.lock = DispatchLock(config, db, clock, self.metrics)
+        self.user = run_user(config.dispatch.run_as)  # who attempts run as (docs/install-and-deploy.md, "The boundary")
+        self.attempts = AttemptRunner(config, db, clock, self.rng, self.metrics, self.doorbell, adapters, self.user)
+        self.outbox = OutboxApplier(config, db, clock, self.metrics)
+        self.fleet = FleetLink.of(config, db, clock, self.metrics, self.doorbell)  # docs/fleet.md
+        self._stopping = False
+        self._idle_noted = False
+        self._held: tuple[BudgetHold, int] | None = None  # what the budget held back at the last claim
+        self._paused: Pause | None = None  # the operator's pause, as the last claim found it
+        self._shown = ""  # the state the service row was last written for (_publish)
+
+    @property
+    def holder_id(self) -> str:
+        return self.lock.holder_id
+
+    async def run(self) -> None:
+        """Until SIGTERM/SIGINT (or, until_idle, until nothing is claimable now)."""
+        await self.start()
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self.lock.keep)
+                await group.start(self.doorbell.listen, self.config.paths.state_dir)
+                await self.shell.serve(group, self.status_line)
+                group.start_soon(self.outbox.deliveries.run)  # external messages, beside the claims
+                if self.fleet is not None:
+                    group.start_soon(self.fleet.run)  # the fleet's work into this queue, results back
+                await self._loop()
+                group.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.stop()
+
+    async def start(self) -> None:
+        """Refuse a database older than what happened (agentd/evidence/rollback.py: nothing is written then), take
+        the lock, sweep what a dead dispatcher left running, finish its outbox, and make the config's
+        schedules the database's."""
+        await self.db.call(refuse_if_behind, self.config.paths.state_dir)
+        await self.lock.take()
+        last = await self.db.call(Store.last_successful_attempt_at)
+        if last is not None:
+            self.metrics.last_success(last.timestamp())
+        await boot_sweep(self.attempts)
+        await self.outbox.apply_pending()
+        specs = [schedule_spec(s) for s in self.config.schedules]
+        await self.db.call(Store.upsert_config_schedules, specs, self.clock.now())
+        payload = {"pid": self.lock.identity.pid, "holder": self.holder_id}
+        await self.db.call(Store.record_event, "dispatch_started", self.clock.now(), payload)
+
+    async def stop(self) -> None:
+        try:
+            await self.db.call(
+                Store.record_event, "dispatch_stopped", self.clock.now(), {"pid": self.lock.identity.pid}
+            )
+            await self.shell.stopped()
+            await self.lock.release()
+        except DatabaseGone:
+            self.shell.close()  # nothing can be recorded; the error that stopped the service says why
+        finally:
+            if self.fleet is not None:
+                self.fleet.close()
+            release_namespace(self.config.paths.state_dir)
+
+    async def status_line(self) -> str:
+        """What the dispatcher is doing, in one line: systemd's STATUS=, `agentd status`, the logs."""
+        running = self.attempts.describe()
+        if running is not None:
+            return f"stopping: waiting for {running}" if self._stopping else running
+        if self._stopping:
+            return "stopping"
+        now = self.clock.now()
+        pause = await self.db.call(Store.dispatch_pause)
+        if pause is not None:
+            return pause.describe()
+        return self._idle_line(now, *await self.db.call(Store.idle_outlook, now))
+
+    def request_stop(self, *, immediately: bool = False) -> None:
+        """Stop claiming; the running attempt gets the grace period (none if immediately)."""
+        self._stopping = True
+        self.doorbell.ring()
+        running = self.attempts.describe()
+        grace = 0.0 if immediately else self.config.dispatch.grace_s
+        if running is None:
+            line = "stopping"
+        elif immediately:
+            line = f"stopping at once: ending {running}"
+        else:
+            line = (
+                f"stopping: waiting up to {age(grace)} for {running} to finish "
+                "(then it is stopped and recorded interrupted); a second SIGTERM or Ctrl-C stops it at once"
+            )
+        logger.info(line)
+        self.shell.stopping(line)
+        self.attempts.stop("interrupted", grace)
+
+    async def _loop(self) -> None:
+        """Tick until stopped. A tick that fails is logged and retried after a pause that doubles up
+        to the poll ceiling (never a hot loop); only an unusable disk ends the service."""
+        pause = 1.0
+        while not self._stopping:
+            try:
+                worked = await self.tick(self.clock.now())
+            except FATAL:
+                raise
+            except Exception:
+                logger.exception("dispatch_tick_failed: retrying in %.0fs", pause)
+                await self.doorbell.wait(pause)
+                pause = min(pause * 2, self.config.dispatch.poll_ceiling_s)
+                continue
+            pause = 1.0
+            if not worked:
+                if self.until_idle:
+                    return
+                await self._sleep_until_due()
+
+    async def tick(self, now: datetime) -> bool:
+        """One pass in the seed's order; True if an attempt ran (or a claim was refused). What the
+        schedules and workflows need is one read; so is whether the outbox holds an entry to apply
+        (one an operator's approval let go, say: an attempt's own are applied as it ends)."""
+        due, waiting, outbox = await self.db.read(Store.tick_intents, now)
+        if outbox:
+            await self.outbox.apply_pending()
+            due, waiting, _ = await self.db.read(Store.tick_intents, now)  # after what it changed
+        await self.run_due_schedules(now, due)
+        await self.advance_workflows(now, waiting)
+        return await self.claim_and_run(now)
+
+    async def run_until_idle(self) -> int:
+        """Tick until nothing is claimable at the clock's now, or until asked to stop; return how many
+        tasks were claimed."""
+        claimed = 0
+        while not self._stopping and await self.tick(self.clock.now()):
+            claimed += 1
+        return claimed
+
+    async def run_due_schedules(self, now: datetime, due: list[DueSchedule] | None = None) -> None:
+        """Each due schedule enqueues one task, unless its previous task is still open."""
+        if due is None:
+            due = await self.db.call(Store.due_schedules, now)
+        if due:
+            for schedule_id in await self.db.call(
+                Store.record_schedule_runs, schedule_runs(due, self.config, now), now
+            ):
+                self.metrics.schedule_created(schedule_id)
+
+    async def advance_workflows(self, now: datetime, waiting: list[WorkflowRecord] | None = None) -> None:
+        """Every active workflow whose current state has no task for this entry gets exactly one."""
+        if waiting is None:
+            waiting = await self.db.call(Store.workflows_awaiting_step)
+        if waiting:
+            await self.db.call(Store.create_step_tasks, step_decisions(waiting, self.config, now), now)
+
+    async def claim_and_run(self, now: datetime) -> bool:
+        evidence = self.config.paths.state_dir / "attempts"
+        budget = await self._budget(now)
+        hold = budget.hold if budget else None
+        claim = await self.db.call(Store.claim_next_task, now, self.holder_id, self._plan, evidence, hold)
+        while isinstance(claim, FleetGate):  # a fleet task is next: its lease is confirmed before it starts
+            confirmed = claim.task_id if await self._confirm(claim) else None
+            claim = await self.db.call(
+                Store.claim_next_task, self.clock.now(), self.holder_id, self._plan, evidence, hold, confirmed
+            )
+        if claim is None:
+            self._paused = await self.db.call(Store.dispatch_pause)
+            if self._paused is None:  # else the operator paused it: nothing is claimed until `dispatch resume`
+                await self._note_budget(budget, now)
+                await self.outbox.apply_pending()  # e.g. side effects an operator just approved
+            await self._publish()
+            return False
+        self._held, self._paused = None, None
+        self._idle_noted = False
+        if claim.attempt is None:  # refused at the claim: its outbox, if any, is the next tick's
+            return True
+        self._crash_point("after_claim")
+        end = await self.attempts.run(claim, stopping=self._stopping, on_running=self._publish)
+        self._crash_point("after_outcome_commit")
+        if self.fleet is not None:
+            self.fleet.wake.ring()  # a fleet task's result goes back now
+        await self._publish()
+        if end.outbox:
+            await self.outbox.apply_pending()
+        return True
+
+    async def _confirm(self, gate: FleetGate) -> bool:
+        """True once the fleet confirmed the lease; else the task was canceled (lost) or deferred."""
+        if self.fleet is not None:
+            return await self.fleet.confirm(gate)
+        reason = "this agent no longer has a fleet ([fleet] dsn_file is not set): its lease cannot be confirmed"
+        await self.db.call(Store.fleet_lease_lost, gate.task_id, reason, self.clock.now())
+        return False
+
+    def _state(self) -> str:
+        """What the dispatcher is doing, as a key that changes only when its state does (not with a
+        count or the time): running which task, stopping, paused, held by the budget, or idle."""
+        if self.attempts.running_task is not None:
+            return f"running task {self.attempts.running_task}"
+        if self._stopping:
+            return "stopping"
+        if self._paused is not None:
+            return f"paused {self._paused.paused_at}"
+        return f"budget {self._held[0].reason}" if self._held is not None else "idle"
+
+    async def _publish(self) -> None:
+        """Write the status line to the service row when the state changed (an attempt began or
+        ended, a pause, a budget hold), so `agentd status` never shows the attempt rows one thing and
+        the service row another until the next refresh; one write per change, none per idle tick."""
+        state = self._state()
+        if state != self._shown:
+            self._shown = state
+            await self.shell.publish(self.status_line)
+
+    async def _budget(self, now: datetime) -> BudgetOutlook | None:
+        """What the day's spend holds back ([budget]); no read at all when nothing is capped."""
+        return await self.db.call(budget_outlook, self.config, now) if self.config.budget.capped else None
+
+    async def _note_budget(self, outlook: BudgetOutlook | None, now: datetime) -> None:
+        """Nothing was claimed: if the budget held tasks back, say so (an event once per hold,
+        the status line while it lasts)."""
+        if outlook is None or outlook.hold is None or not outlook.waiting:
+            self._held = None
+            return
+        hold = outlook.hold
+        if self._held is None or self._held[0].reason != hold.reason:
+            logger.info("%s", budget_line(hold, outlook.waiting))
+            payload = {"waiting": outlook.waiting, "reason": hold.reason, "until": format_ts(hold.until)}
+            await self.db.call(Store.record_event, "budget_held", now, payload)
+        self._held = (hold, outlook.waiting)
+
+    def _plan(self, task: TaskRecord) -> AttemptPlan:
+        return plan_attempt(self.config, task)  # pure: config lookups only (it runs inside the claim)
+
+    async def _sleep_until_due(self) -> None:
+        now = self.clock.now()
+        waiting, upcoming = await self.db.call(Store.idle_outlook, now)
+        delay = self.config.dispatch.poll_ceiling_s
+        if self._held is not None:  # a new UTC day is a new budget
+            upcoming = min(upcoming or self._held[0].until, self._held[0].until)
+        if upcoming is not None:
+            delay = min(delay, (upcoming - now).total_seconds())
+        if not self._idle_noted:
+            await self.db.call(Store.record_event, "dispatch_idle", now, {"next_due_in_s": round(delay, 3)})
+            self._idle_noted = True
+        pause = await self.db.call(Store.dispatch_pause)
+        if not self._stopping:
+            self.shell.status(pause.describe() if pause else self._idle_line(now, waiting, upcoming))
+        await self.doorbell.wait(delay)
+
+    def _crash_point(self, name: str) -> None:
+        if self.config.chaos.crash_at == name:
+            logger.warning("chaos: crashing at %s", name)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _idle_line(self, now: datetime, waiting: int, upcoming: datetime | None) -> str:
+        if self._held is not None:
+            return budget_line(*self._held)
+        later = f", next due in {age((upcoming - now).total_seconds())}" if upcoming else ""
+        return f"idle, {waiting} pending{later}"

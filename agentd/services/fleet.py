@@ -1,0 +1,261 @@
+"""This agent's side of a fleet (docs/fleet.md): the intake that feeds the local queue from the
+fleet's queue on PostgreSQL, and the confirmation every fleet task needs before its attempt starts.
+
+Both run inside `agentd dispatch` when `[fleet] dsn_file` is set. The intake, every round: writes back
+the results of fleet tasks that finished here (with their token), renews the leases of those that wait
+or run, and claims as many new ones as `[fleet] max_local` leaves room for. PostgreSQL is only ever
+asked in short transactions on worker threads, so an outage or a partition slows nothing but the fleet's
+own work: local tasks keep running, fleet tasks wait (not started) until the fleet answers again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import anyio
+import anyio.to_thread
+from pydantic import ValidationError
+
+from agentd.clock import Clock
+from agentd.config import Config
+from agentd.errors import FATAL, InputError, SchemaMismatch
+from agentd.outlook.metrics import DispatchMetrics, NullMetrics
+from agentd.process.wake import Doorbell
+from agentd.records import TaskIntent
+from agentd.records.fleet import FleetOrigin
+from agentd.store import AsyncStore, Store
+from agentd.store.fleet import FleetQueue, FleetUnavailable, Lease
+from agentd.store.fleet_leases import FleetGate, HeldLease, Taken
+from agentd.work.intake import admit_task
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MAX_CLAIM = 16  # tasks one claim takes at most, whatever room max_local leaves
+
+
+def fleet_result(store: Store, task_id: int) -> dict[str, Any]:
+    """What the fleet is told of a finished task: the facts of its record, the last attempt's sealed
+    manifest and this agent's event chain head, so the fleet view can point an auditor at the evidence
+    (`agentd evidence verify`)."""
+    facts = store.fleet_task_facts(task_id)
+    attempt_id = facts["attempt_id"]
+    sealed = store.sealed_manifests(attempt_id).get(attempt_id) if attempt_id else None
+    head = store.chain_head()
+    return {
+        **facts,
+        "manifest_sha256": sealed[1] if sealed else None,
+        "chain_head": {"sequence": head[0], "hash": head[1]} if head else None,
+    }
+
+
+def fleet_status(local_status: str) -> Literal["completed", "failed"]:
+    """A finished local task as the fleet counts it: completed, or failed (the local status says how)."""
+    return "completed" if local_status == "completed" else "failed"
+
+
+def read_dsn(path: Path) -> str:
+    """The connection string from its file (read again at every connect, so a rotated password needs
+    no restart). :raises FleetUnavailable: missing, unreadable or empty."""
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise FleetUnavailable(f"[fleet] dsn_file: cannot read {path} ({exc.strerror})") from None
+    if not text:
+        raise FleetUnavailable(f"[fleet] dsn_file: {path} is empty")
+    return text
+
+
+class FleetLink:
+    """The intake loop and the confirmation, each over a connection of its own."""
+
+    def __init__(
+        self, config: Config, db: AsyncStore, clock: Clock, metrics: DispatchMetrics | NullMetrics, doorbell: Doorbell
+    ) -> None:
+        assert config.fleet.dsn_file is not None
+        self.config, self.settings, self.db, self.clock = config, config.fleet, db, clock
+        self.metrics, self.doorbell = metrics, doorbell
+        self.agent = config.agent.agent_id
+        self.dsn_file = config.fleet.dsn_file
+        self.wake = Doorbell()  # rung when a fleet task ends here: its result goes back at once
+        self._queues: dict[str, FleetQueue] = {}
+        self._limiters = {"intake": anyio.CapacityLimiter(1), "confirm": anyio.CapacityLimiter(1)}
+        self._down: str | None = None  # why the fleet is unreachable, while it is (logged once)
+
+    @classmethod
+    def of(
+        cls, config: Config, db: AsyncStore, clock: Clock, metrics: DispatchMetrics | NullMetrics, doorbell: Doorbell
+    ) -> FleetLink | None:
+        if config.fleet.dsn_file is None:
+            return None
+        return cls(config, db, clock, metrics, doorbell)  # config check made sure psycopg is there
+
+    @property
+    def round_s(self) -> float:
+        """Between two rounds: poll_s, but often enough to renew every lease three times in its life."""
+        return min(self.settings.poll_s, self.settings.lease_s / 3)
+
+    async def run(self) -> None:
+        """Round after round until cancelled; an unreachable fleet is logged once and tried again, and a
+        round that fails otherwise is logged and retried: only an unusable disk ends the service."""
+        while True:
+            try:
+                await self.round()
+            except FleetUnavailable as exc:
+                self._unreachable("intake", str(exc))
+            except FATAL:
+                raise
+            except Exception:
+                logger.exception("fleet_round_failed: retrying in %.0fs", self.round_s)
+            await self.wake.wait(self.round_s)
+
+    async def round(self) -> None:
+        held = await self.db.read(Store.fleet_leases_held)
+        for lease in [lease for lease in held if lease.finished]:
+            await self._report(lease)
+        waiting = [lease for lease in held if not lease.finished]
+        tokens = {lease.fleet_id: lease.token for lease in waiting}
+        lost = await self._ask("intake", FleetQueue.renew_all, tokens, self.settings.lease_s)
+        for lease in waiting:
+            if lease.fleet_id in lost:
+                await self._lost(lease.task_id, f"renewal refused: token {lease.token} is no longer the fleet's")
+        room = self.settings.max_local - (len(waiting) - len(lost))
+        if room > 0:
+            await self._claim(min(room, MAX_CLAIM))
+        self.metrics.fleet_leases(len(await self.db.read(Store.fleet_leases_held)))
+
+    async def _claim(self, room: int) -> None:
+        started = time.monotonic()
+        types, labels = sorted(self.config.task_types), self.settings.labels
+        leases = await self._ask("intake", FleetQueue.claim, self.agent, types, labels, self.settings.lease_s, room)
+        self.metrics.fleet_claimed(len(leases), time.monotonic() - started)
+        if not leases:
+            return
+        now = self.clock.now()
+        taken = []
+        for lease in leases:
+            try:
+                taken.append(self._admit(lease))
+            except InputError as exc:
+                await self._refuse(lease, str(exc))
+        if taken:
+            await self.db.call(Store.record_fleet_claims, taken, now)
+            self.doorbell.ring()  # the dispatcher claims it now, not at its next poll
+            logger.info("fleet_claimed count=%d fleet_ids=%s", len(taken), ",".join(str(t.fleet_id) for t in taken))
+
+    def _admit(self, lease: Lease) -> Taken:
+        """Judged as `agentd task add` judges a task, and its origin as FleetOrigin; anything else is
+        refused here and reported failed to the fleet with the reason."""
+        task = lease.task
+        try:
+            origin = FleetOrigin.model_validate(task.origin)
+            intent = TaskIntent.model_validate(
+                {
+                    "task_type": task.task_type,
+                    "source": f"fleet:{task.fleet_id}",
+                    "subject": task.subject,
+                    "payload": task.payload,
+                    "priority": task.priority,
+                }
+            )
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'task'}: {e['msg']}" for e in exc.errors())
+            raise InputError(problems) from None
+        new = admit_task(intent, self.config, self.clock.now(), trusted=False)
+        return Taken(new, task.fleet_id, lease.token, origin.model_dump())
+
+    async def _refuse(self, lease: Lease, reason: str) -> None:
+        result = {"status": "refused", "summary": f"agent {self.agent} cannot run it: {reason}"[:2000]}
+        if await self._ask("intake", FleetQueue.finish, lease.task.fleet_id, lease.token, "failed", result):
+            self.metrics.fleet_reported("refused")
+        logger.warning("fleet_task_refused fleet_id=%d reason=%s", lease.task.fleet_id, reason)
+
+    async def _report(self, lease: HeldLease) -> None:
+        result = {**await self.db.read(fleet_result, lease.task_id), "agent": self.agent}
+        status = fleet_status(lease.status)
+        if await self._ask("intake", FleetQueue.finish, lease.fleet_id, lease.token, status, result):
+            await self.db.call(Store.fleet_lease_reported, lease.task_id, status, self.clock.now())
+            self.metrics.fleet_reported(status)
+        else:
+            await self._lost(lease.task_id, f"result refused: token {lease.token} is no longer the fleet's")
+
+    async def _lost(self, task_id: int, reason: str) -> None:
+        done = await self.db.call(Store.fleet_lease_lost, task_id, reason, self.clock.now())
+        self.metrics.fleet_lost()
+        logger.warning("fleet_lease_lost task_id=%d %s", task_id, reason)
+        if done == "requested":
+            self.doorbell.ring()  # the running attempt's cancel watcher looks now
+
+    # --- before an attempt ------------------------------------------------------------------------
+
+    async def confirm(self, gate: FleetGate) -> bool:
+        """Renew the lease with its token just before the attempt starts: True, start it. Lost: the
+        task is canceled here (False). Unreachable: it waits, not started, one round (False)."""
+        try:
+            lost = await self._ask("confirm", FleetQueue.renew_all, {gate.fleet_id: gate.token}, self.settings.lease_s)
+        except FATAL:
+            raise
+        except Exception as exc:  # unreachable, or anything else: not confirmed, so not started
+            if not isinstance(exc, FleetUnavailable):
+                logger.exception("fleet_confirm_failed task_id=%d", gate.task_id)
+            self._unreachable("confirm", str(exc))
+            now = self.clock.now()
+            until = now + timedelta(seconds=self.round_s)
+            await self.db.call(Store.defer_fleet_task, gate.task_id, until, str(exc), now)
+            return False
+        if lost:
+            await self._lost(gate.task_id, f"confirmation refused: token {gate.token} is no longer the fleet's")
+            return False
+        await self.db.call(Store.fleet_lease_confirmed, gate.task_id, self.clock.now())
+        return True
+
+    # --- PostgreSQL, off the event loop ------------------------------------------------------------
+
+    async def _ask(self, who: str, verb: Callable[..., T], *args: Any) -> T:
+        """Run a FleetQueue verb on the caller's connection in a worker thread; a connection that failed
+        is dropped (the next call connects again). :raises FleetUnavailable:"""
+
+        def call() -> T:
+            queue = self._queues.get(who)
+            if queue is None or queue.broken:
+                queue = FleetQueue.open(read_dsn(self.dsn_file))
+                try:
+                    queue.require_current()
+                except SchemaMismatch as exc:
+                    queue.close()
+                    raise FleetUnavailable(str(exc)) from None
+                self._queues[who] = queue
+            return verb(queue, *args)
+
+        try:
+            answer = await anyio.to_thread.run_sync(call, limiter=self._limiters[who])
+        except FleetUnavailable:
+            self._drop(who)
+            raise
+        if self._down is not None:
+            logger.info("fleet_reachable again after: %s", self._down)
+            self._down = None
+        self.metrics.fleet_reachable(True)
+        return answer
+
+    def _drop(self, who: str) -> None:
+        queue = self._queues.pop(who, None)
+        if queue is not None:
+            with contextlib.suppress(Exception):  # a broken connection may fail to close; it is gone either way
+                queue.close()
+
+    def _unreachable(self, who: str, why: str) -> None:
+        self.metrics.fleet_reachable(False)
+        if self._down is None:
+            logger.warning("fleet_unreachable (%s): %s; fleet tasks wait, local work goes on", who, why)
+            self._down = why
+
+    def close(self) -> None:
+        for who in list(self._queues):
+            self._drop(who)

@@ -1,0 +1,384 @@
+"""One sensor run, end to end: its process (under its timeout, in its own run group), its output
+redacted, every line judged on its own, the accepted events recorded once, the run finished. And
+the sensor boot sweep: runs a dead sensor service left in flight.
+
+Every line is its own boundary: a line that is not JSON, not a SensorEvent, names another sensor,
+or proposes a task `agentd task add` would refuse is rejected with its line number and does not use
+up its dedupe key; the lines around it still count. Whatever a run raises inside agentd is the
+run's recorded internal_error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+import anyio
+from pydantic import ValidationError
+
+from agentd.clock import Clock
+from agentd.config import Config
+from agentd.config.sensors import Sensor
+from agentd.edge import MAX_DEPTH, Refused, scrub
+from agentd.edge import loads as load_json
+from agentd.errors import FATAL, InputError
+from agentd.hashing import new_ulid
+from agentd.outlook.metrics import NullMetrics, SensorMetrics
+from agentd.process import procs
+from agentd.process.containment import sensor_group, sweep_run
+from agentd.process.files import make_run_dir
+from agentd.process.privilege import RunUser, run_user
+from agentd.process.runner import ProcessSpec, child_environment, run_process
+from agentd.process.wake import poke
+from agentd.records import AcceptedEvent, IntakeCounts, NewTask, RejectedLine, SensorEvent, WorkflowStart
+from agentd.redaction import Redactor
+from agentd.store import AsyncStore, Store
+from agentd.work.intake import admit_task
+from agentd.work.workflows import judge_signal, signal_refusal, start_state
+
+logger = logging.getLogger(__name__)
+
+BATCH = 500  # events per transaction: bounds how long one run holds the write lock
+SensorRunKind = Literal["ok", "failed", "timeout", "start_failed", "internal_error"]
+
+
+@dataclass
+class SensorRunReport:
+    sensor_id: str
+    kind: SensorRunKind
+    result: str  # for people: the kind, or how it failed ("exit 3", "killed by SIGKILL")
+    error: str | None = None
+    counts: IntakeCounts = field(default_factory=IntakeCounts)
+    accepted: list[AcceptedEvent] = field(default_factory=list)
+    rejected: list[RejectedLine] = field(default_factory=list)
+
+
+def parse_output(
+    sensor_id: str, text: str, config: Config, now: datetime
+) -> tuple[list[AcceptedEvent], list[RejectedLine]]:
+    """Judge each line on its own: a SensorEvent with a valid proposal, or rejected and why."""
+    accepted, rejected = [], []
+    with _no_cycle_collection():
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                accepted.append(_accept(sensor_id, number, line, config, now))
+            except _Rejected as exc:
+                rejected.append(RejectedLine(number, scrub(str(exc))))
+            except Exception as exc:  # one line's problem is its own: the lines around it still count
+                logger.exception("sensor %s line %d could not be judged", sensor_id, number)
+                rejected.append(RejectedLine(number, scrub(f"internal_error: {type(exc).__name__}: {exc}")[:500]))
+    return accepted, rejected
+
+
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """The cyclic GC paused while a run's output is judged (as Mercurial's util.nogc does): each line
+    leaves a few objects that live until recorded, and the collector would walk everything the
+    process holds several times per run (a third of the judging time for 20,000 lines, measured).
+    Judging makes no reference cycles worth waiting for; reference counting frees what it drops.
+    Only the caller that paused it resumes it, so nested or concurrent pauses end with it running."""
+    was_running = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_running:
+            gc.enable()
+
+
+class _Rejected(Exception):
+    pass
+
+
+def _accept(sensor_id: str, number: int, line: str, config: Config, now: datetime) -> AcceptedEvent:
+    event = _read_at_once(sensor_id, line) or _read_carefully(sensor_id, line)
+    if event.freshness_deadline is not None and event.freshness_deadline < now:
+        return AcceptedEvent(number, event, stale=True)
+    return AcceptedEvent(
+        number, event, _proposed_task(sensor_id, event, config, now), _proposed_workflow(event, config)
+    )
+
+
+def _read_carefully(sensor_id: str, line: str) -> SensorEvent:
+    """The line as a SensorEvent, or _Rejected naming what is wrong with it."""
+    try:
+        data = load_json(line, "line")
+    except Refused as exc:
+        raise _Rejected(str(exc).removeprefix("line: ")) from None
+    if not isinstance(data, dict):
+        raise _Rejected(f"expected a JSON object, found {type(data).__name__}")
+    data.setdefault("sensor_id", sensor_id)
+    if data["sensor_id"] != sensor_id:
+        raise _Rejected(f"sensor_id {data['sensor_id']!r} is not this sensor ({sensor_id!r})")
+    try:
+        return SensorEvent.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise _Rejected(f"not a SensorEvent: {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+
+
+def _read_at_once(sensor_id: str, line: str) -> SensorEvent | None:
+    """The common line in one pass of pydantic's own JSON parser, where that surely gives what
+    _read_carefully gives; None sends the line there (which also says what is wrong with it).
+
+    Surely: the sensor's id goes first, so an id the line gives wins (as setdefault lets it) and must
+    be this one; fewer brackets than MAX_DEPTH (the careful path counts nesting from the line, the
+    record from each payload); no workflow_ref (the one integer without bounds, which only the
+    careful path holds to int64; a sensor may not propose one anyway). Lone surrogates, NaN and
+    integers past int64 anywhere else fail here too, and go there."""
+    text = line.strip(" \t\r\n")  # JSON's whitespace only: json.loads refuses any other
+    if not text.startswith("{") or text.count("{") + text.count("[") >= MAX_DEPTH:
+        return None
+    try:
+        event = SensorEvent.model_validate_json(_id_first(sensor_id) + text[1:])
+    except ValueError:  # pydantic's ValidationError among them
+        return None
+    task = event.proposed_task
+    if event.sensor_id != sensor_id or (task is not None and task.workflow_ref is not None):
+        return None
+    return event
+
+
+@functools.lru_cache(maxsize=64)
+def _id_first(sensor_id: str) -> str:
+    return f'{{"sensor_id":{json.dumps(sensor_id)},'
+
+
+def _proposed_task(sensor_id: str, event: SensorEvent, config: Config, now: datetime) -> NewTask | None:
+    if event.proposed_task is None:
+        return None
+    source = f"sensor:{sensor_id}:{event.dedupe_key}"
+    try:
+        return admit_task(event.proposed_task, config, now, trusted=False, source=source)
+    except InputError as exc:
+        raise _Rejected(f"proposed_task: {exc}") from None
+
+
+def _proposed_workflow(event: SensorEvent, config: Config) -> WorkflowStart | None:
+    proposal = event.proposed_workflow
+    if proposal is None:
+        return None
+    try:
+        state = start_state(config.workflows, config.task_types, proposal.template, proposal.state)
+    except InputError as exc:
+        raise _Rejected(f"proposed_workflow: {exc}") from None
+    refusal = signal_refusal(config.workflows[proposal.template], proposal.signal) if proposal.signal else None
+    if refusal:
+        raise _Rejected(f"proposed_workflow: {refusal}")
+    return WorkflowStart(proposal.template, proposal.instance_key, state, proposal.context, proposal.signal)
+
+
+class SensorRunner:
+    """Runs one sensor at a time for the service (or `agentd sensor run`), never more than
+    `max_concurrent` at once."""
+
+    def __init__(
+        self, config: Config, db: AsyncStore, clock: Clock, metrics: SensorMetrics | NullMetrics | None = None
+    ) -> None:
+        self.config, self.db, self.clock = config, db, clock
+        self.user = run_user(
+            config.dispatch.run_as
+        )  # sensors run as attempts do (docs/install-and-deploy.md, "The boundary")
+        self.metrics = metrics or NullMetrics()
+        self._limiter = anyio.CapacityLimiter(config.sensors.max_concurrent)
+        me = procs.this_process()
+        self.owner = {"pid": me.pid, "started": me.started, "host": me.host, "boot_id": me.boot_id}
+
+    async def run(self, sensor: Sensor, *, dry_run: bool = False) -> SensorRunReport:
+        """Run one sensor now: its process, its output judged line by line, recorded (unless dry_run).
+        Whatever goes wrong inside agentd is the run's recorded internal_error; valid lines still count."""
+        started = self.clock.now()
+        run_id = new_ulid(self.clock)  # every process of this run is kept in its run group
+        redactor = Redactor()
+        if not dry_run:
+            await self.db.call(Store.begin_sensor_run, sensor.sensor_id, run_id, self.owner, started)
+        try:
+            spec, redactor = self._spec(sensor, run_id)
+            report = await self._observe(sensor, spec, redactor)
+            if not dry_run:
+                await self._record(sensor, report)
+        except FATAL:
+            raise
+        except Exception as exc:
+            logger.exception("sensor %s: run %s failed inside agentd", sensor.sensor_id, run_id)
+            error = redactor.text(scrub(f"{type(exc).__name__}: {exc}"))
+            report = SensorRunReport(sensor.sensor_id, "internal_error", "internal_error", error[:2000])
+        if not dry_run:
+            await self._finish(sensor, report, started)
+        return report
+
+    async def _observe(self, sensor: Sensor, spec: ProcessSpec, redactor: Redactor) -> SensorRunReport:
+        """The sensor's process, its output redacted, then judged line by line."""
+        try:
+            async with self._limiter:
+                result = await run_process(spec)
+        finally:  # a stop that cancels the run too: its output never stays on disk unredacted
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(redactor.files, [spec.stdout_path, spec.stderr_path])
+        if result.start_error:
+            return SensorRunReport(sensor.sensor_id, "start_failed", "start_failed", result.start_error)
+        kind: SensorRunKind = "ok" if result.ok else ("timeout" if result.timed_out else "failed")
+        described = result.describe() if kind == "failed" else kind
+        error = None if result.ok else _tail(result.stderr.path) or described
+        report = SensorRunReport(sensor.sensor_id, kind, described, error)
+        report.accepted, report.rejected = await anyio.to_thread.run_sync(
+            self._parse, sensor.sensor_id, result.stdout.path
+        )
+        return report
+
+    async def _record(self, sensor: Sensor, report: SensorRunReport) -> None:
+        for offset in range(0, max(len(report.accepted), 1), BATCH):
+            batch = report.accepted[offset : offset + BATCH]
+            rejected = report.rejected if offset == 0 else []
+            report.counts.add(await self._record_batch(sensor.sensor_id, batch, rejected))
+        if report.counts.created or report.counts.workflows_created or report.counts.workflows_signaled:
+            poke(self.config.paths.state_dir)  # new work: wake the dispatcher now
+
+    async def _record_batch(
+        self, sensor_id: str, batch: list[AcceptedEvent], rejected: list[RejectedLine]
+    ) -> IntakeCounts:
+        """One transaction for the batch; if it fails, each event on its own, and an event that
+        still fails is recorded as rejected with the reason: its neighbours are kept."""
+        batch = [await self._judge_wake(sensor_id, item) for item in batch]
+        try:
+            return await self.db.call(Store.record_sensor_events, sensor_id, batch, rejected, self.clock.now())
+        except FATAL:
+            raise
+        except Exception:
+            logger.exception("sensor %s: a batch of %d events failed; recording them one by one", sensor_id, len(batch))
+        counts = IntakeCounts()
+        for item in batch:
+            try:
+                counts.add(await self.db.call(Store.record_sensor_events, sensor_id, [item], [], self.clock.now()))
+            except FATAL:
+                raise
+            except Exception as exc:
+                reason = scrub(f"internal_error: {type(exc).__name__}: {exc}")[:500]
+                rejected = [*rejected, RejectedLine(item.line, reason)]
+        counts.add(await self.db.call(Store.record_sensor_events, sensor_id, [], rejected, self.clock.now()))
+        return counts
+
+    async def _judge_wake(self, sensor_id: str, item: AcceptedEvent) -> AcceptedEvent:
+        """A proposal with a signal for a workflow that exists: the signal judged on the workflow as
+        it is now (seed 000 §5: sensors may wake workflows); the store applies it only if the
+        workflow is still there when the event is recorded."""
+        start = item.workflow
+        if item.stale or start is None or start.signal is None:
+            return item
+        found = await self.db.call(Store.find_workflow, start.workflow_type, start.instance_key)
+        if found is None:
+            return item  # a new workflow: it starts in its state
+        workflow, entries = found
+        decision = judge_signal(self.config, workflow, entries, start.signal, f"sensor:{sensor_id}", item.described)
+        return replace(item, wake=decision)
+
+    async def _finish(self, sensor: Sensor, report: SensorRunReport, started: datetime) -> None:
+        next_run = started + timedelta(seconds=sensor.manifest.interval_seconds)
+        counts = report.counts.as_dict()
+        await self.db.call(
+            Store.finish_sensor_run,
+            sensor.sensor_id,
+            started,
+            next_run,
+            report.result,
+            report.error,
+            counts,
+            self.clock.now(),
+            quiet=is_quiet(report),
+        )
+        self.metrics.sensor_run(sensor.sensor_id, report.kind, counts)
+
+    def _parse(self, sensor_id: str, stdout: Path) -> tuple[list[AcceptedEvent], list[RejectedLine]]:
+        text = stdout.read_text(encoding="utf-8", errors="replace")
+        return parse_output(sensor_id, text, self.config, self.clock.now())
+
+    def _spec(self, sensor: Sensor, run_id: str) -> tuple[ProcessSpec, Redactor]:
+        """The sensor's process: as the run user, its own persistent folder as HOME (where the run user
+        may write), its output logged by agentd into the state dir (where it may not)."""
+        home = sensor_home(self.config, sensor.sensor_id, self.user)
+        logs = self.config.paths.state_dir / "sensors" / sensor.sensor_id
+        logs.mkdir(mode=0o700, parents=True, exist_ok=True)
+        env, redactor = child_environment(
+            home=home,
+            env_file=sensor.env_file,
+            env=sensor.manifest.env,
+            agentd={
+                "AGENTD_SENSOR_ID": sensor.sensor_id,
+                "AGENTD_SENSOR_RUN": run_id,
+                "AGENTD_SENSOR_STATE_DIR": str(home),
+                "AGENTD_WORKSPACE": str(self.config.paths.workspace),
+                "AGENTD_CONFIG": str(self.config.path),
+            },
+        )
+        spec = ProcessSpec(
+            argv=sensor.argv,
+            cwd=sensor.directory,
+            env=env,
+            stdout_path=logs / "stdout.log",
+            stderr_path=logs / "stderr.log",
+            timeout_s=sensor.manifest.timeout_seconds or self.config.sensors.default_timeout_s,
+            kill_grace_s=self.config.sensors.kill_grace_s,
+            output_cap_bytes=self.config.sensors.output_cap_bytes,
+            group=sensor_group(self.config.paths.state_dir, run_id),
+            user=self.user,
+        )
+        return spec, redactor
+
+
+def sensor_home(config: Config, sensor_id: str, user: RunUser | None) -> Path:
+    """A sensor's own persistent folder (its HOME): in the state dir without a run user, as before;
+    with one, under [paths] run_dir, which that user can reach."""
+    if config.dispatch.run_as is None:
+        home = config.paths.state_dir / "sensors" / sensor_id / "state"
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return home
+    base = config.paths.runs / "sensors"
+    make_run_dir(base, user, mode=0o750)
+    make_run_dir(base / sensor_id, user)
+    return base / sensor_id
+
+
+async def sweep_sensor_runs(config: Config, db: AsyncStore, clock: Clock) -> int:
+    """The sensor boot sweep: runs recorded in flight whose service is dead are killed and closed
+    (what they printed but did not record, the sensor prints again: sensors are idempotent)."""
+    me, swept = procs.this_process(), 0
+    for run in await db.call(Store.open_sensor_runs):
+        owner = run.owner
+        holder = procs.ProcessIdentity(
+            int(owner.get("pid", 0)),
+            int(owner.get("started", 0)),
+            str(owner.get("host", "")),
+            str(owner.get("boot_id", "")),
+        )
+        if procs.is_running(holder, me) is not False:
+            continue  # alive, or on another host: not ours to sweep
+        killed = await sweep_run(sensor_group(config.paths.state_dir, run.run_id), run_user(config.dispatch.run_as))
+        await db.call(Store.reclaim_sensor_run, run.sensor_id, run.run_id, len(killed), clock.now())
+        swept += 1
+    return swept
+
+
+def is_quiet(report: SensorRunReport) -> bool:
+    """A run that found nothing new and nothing wrong: an ok exit, every line a known event. It leaves
+    no sensor_run_finished event (only the sensor's state and the metrics say it ran)."""
+    counts = report.counts
+    nothing_new = not counts.recorded and not counts.rejected and not report.rejected
+    return report.kind == "ok" and not report.error and nothing_new
+
+
+def _tail(path: Path, limit: int = 2000) -> str | None:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return text[-limit:].strip() or None
