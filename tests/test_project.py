@@ -31,6 +31,32 @@ def test_the_sql_check_would_catch_a_stray_statement() -> None:
     assert SQL.search("UPDATE tasks SET status = 'x'")
 
 
+# A store's connection is its own: a verb of a Store class uses `self._conn`; everything else, helpers of
+# the store package included, goes through the public handle (`store.tx`, `with store.transaction() as tx`).
+REACHING_IN = re.compile(r"(?<!self)\._conn\b|\._append_event\(")
+
+
+def reaching_into_the_connection(source: str) -> list[str]:
+    return [line.strip() for line in source.splitlines() if REACHING_IN.search(line.replace("self._store._", ""))]
+
+
+def test_nothing_but_the_stores_own_verbs_touches_its_connection() -> None:
+    offenders = [
+        f"{path.relative_to(REPO)}: {line}"
+        for path in sorted((REPO / "agentd").rglob("*.py"))
+        if path.name != "fleet.py"  # the fleet's PostgreSQL connection is another store's
+        for line in reaching_into_the_connection(path.read_text())
+        if not line.startswith(("def ", "self._append_event("))
+    ]
+    assert offenders == []
+
+
+def test_the_connection_check_would_catch_a_helper_reaching_in() -> None:
+    assert reaching_into_the_connection("    row = store._conn.execute('x')")
+    assert reaching_into_the_connection("    store._append_event('x', now)")
+    assert not reaching_into_the_connection("    row = self._conn.execute('x')\n    tx.event('x', now)")
+
+
 def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     found = []
     for action in parser._actions:

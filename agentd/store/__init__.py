@@ -150,9 +150,9 @@ def migrate(path: Path, clock: Clock, migrations: list[Migration] | None = None)
             raise storage_error(exc, path) or exc from None
         if applied:
             store = Store(conn, clock, path)
-            with store._transaction():
+            with store.transaction() as tx:
                 for migration in applied:
-                    store._append_event(
+                    tx.event(
                         "migration_applied",
                         clock.now(),
                         payload={"version": migration.version, "name": migration.name, "checksum": migration.checksum},

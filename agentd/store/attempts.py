@@ -99,13 +99,13 @@ class AttemptVerbs(StoreBase):
     ) -> Claim | None:
         sql = CLAIM_SQL if hold is None else claim_sql(hold)
         params: dict[str, Any] = {"now": ts(now), **hold_params(hold)}
-        with self._transaction():
+        with self.transaction():
             if self._conn.execute("SELECT 1 FROM dispatch_control WHERE id = 1").fetchone():
                 return None  # paused (`agentd dispatch pause`): checked in the claim's own transaction
             while (row := self._conn.execute(sql, params).fetchone()) is not None:
-                check_fleet_gate(self, row["id"], confirmed)
+                check_fleet_gate(self.tx, row["id"], confirmed)
                 try:
-                    task = read_task_or_raise(self, row["id"])
+                    task = read_task_or_raise(self.tx, row["id"])
                 except Exception as exc:
                     logger.exception("task %s cannot be read back; failing it", row["id"])
                     self._fail_unreadable(row["id"], f"internal_error: {type(exc).__name__}: {exc}"[:500], now)
@@ -154,7 +154,7 @@ class AttemptVerbs(StoreBase):
 
     def _refuse_claimed(self, task: TaskRecord, reason: str, now: datetime) -> TaskRecord:
         self._fail_unreadable(task.task_id, reason, now)
-        return read_task_or_raise(self, task.task_id)
+        return read_task_or_raise(self.tx, task.task_id)
 
     def _fail_unreadable(self, task_id: int, reason: str, now: datetime) -> None:
         """The claimed task ends permanent_failure with `reason`, its outcome saying so (not an earlier
@@ -186,7 +186,7 @@ class AttemptVerbs(StoreBase):
         """The bundle of an attempt that never started (its start failed, or agentd did first); a
         started attempt's is recorded with its start. Not durable on its own: the attempt's claim
         already is, and its end commits this too."""
-        with self._transaction(durable=False):
+        with self.transaction(durable=False):
             self._insert_bundle(task_id, attempt_id, bundle, now)
 
     def mark_attempt_started(
@@ -197,7 +197,7 @@ class AttemptVerbs(StoreBase):
         given, is recorded first (`bundle_compiled`, then `task_started`): one commit, made while
         the adapter already runs. Not durable on its own (a power cut kills the process with us; the
         boot sweep finds a run by its claim)."""
-        with self._transaction(durable=False):
+        with self.transaction(durable=False):
             if bundle is not None:
                 self._insert_bundle(task_id, attempt_id, bundle, now)
             self._conn.execute(
@@ -223,7 +223,7 @@ class AttemptVerbs(StoreBase):
             """SELECT a.* FROM task_attempts a JOIN tasks t ON t.id = a.task_id
                WHERE t.status = 'running' AND a.ended_at IS NULL ORDER BY a.task_id"""
         ).fetchall()
-        return [(read_task_or_raise(self, row["task_id"]), attempt_from_row(row)) for row in rows]
+        return [(read_task_or_raise(self.tx, row["task_id"]), attempt_from_row(row)) for row in rows]
 
     def running_now(self) -> list[RunningAttempt]:
         """The attempts open right now (the truth `agentd status` shows, not a service's cached line)."""
@@ -236,7 +236,7 @@ class AttemptVerbs(StoreBase):
 
     def finish_attempt(self, end: AttemptEnd) -> TaskRecord:
         """The outcome commit: one transaction, or nothing at all."""
-        with self._transaction():
+        with self.transaction():
             self._close_attempt(end)
             self._update_task(end)
             workflow_id = self._conn.execute("SELECT workflow_id FROM tasks WHERE id = ?", (end.task_id,)).fetchone()[0]
@@ -245,7 +245,7 @@ class AttemptVerbs(StoreBase):
             self._insert_artifacts(end, ids)
             self._insert_outbox(end, ids)
             self._append_events_of(end, ids)
-        return read_task_or_raise(self, end.task_id)
+        return read_task_or_raise(self.tx, end.task_id)
 
     def _append_denials(self, end: AttemptEnd, ids: dict[str, Any]) -> None:
         """What the harness's permission policy refused during the attempt: one event each, then
@@ -303,7 +303,7 @@ class AttemptVerbs(StoreBase):
                     "outbox_refused", end.ended_at, **ids, payload={"kind": entry.kind, **(entry.result or {})}
                 )
         if end.side_effects_held:
-            request_approval(self, end.task_id, end.side_effects_held, end.ended_at, scope="side_effects")
+            request_approval(self.tx, end.task_id, end.side_effects_held, end.ended_at, scope="side_effects")
 
     def _close_attempt(self, end: AttemptEnd) -> None:
         usage = end.usage

@@ -12,7 +12,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,6 +116,35 @@ def parse_optional_ts(text: str | None) -> datetime | None:
     return None if text is None else parse_ts(text)
 
 
+class Tx:
+    """The store's connection as verbs compose it: a helper that takes part in its caller's transaction
+    (or reads) is given this, never the connection itself. It does not begin or commit: the verb whose
+    `with store.transaction() as tx:` it runs inside does, so a composed unit of work stays one
+    transaction and one thread hop (AsyncStore)."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: StoreBase) -> None:
+        self._store = store
+
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> sqlite3.Cursor:
+        return self._store._conn.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any] | Mapping[str, Any]]) -> sqlite3.Cursor:
+        return self._store._conn.executemany(sql, rows)
+
+    def event(self, event_type: str, now: datetime, **fields: Any) -> None:
+        """Append a hash-chained event in this transaction (StoreBase._append_event)."""
+        self._store._append_event(event_type, now, **fields)
+
+    def rows_in(self, sql: str, values: list[Any], *params: Any) -> list[sqlite3.Row]:
+        return self._store._rows_in(sql, values, *params)
+
+    @property
+    def clock(self) -> Clock:
+        return self._store.clock
+
+
 class StoreBase:
     """The connection and the two primitives every verb uses: a transaction and an event."""
 
@@ -131,6 +160,7 @@ class StoreBase:
         # Which file the path named when it was opened: a transaction on a file that was deleted or
         # replaced since would write where no one reads it (docs/reliability.md, "Storage").
         self._opened = file_identity(path)
+        self.tx = Tx(self)  # what helpers are given (reads, and writes inside a verb's transaction)
 
     def close(self) -> None:
         self._conn.close()
@@ -145,7 +175,7 @@ class StoreBase:
         return rows
 
     @contextmanager
-    def _transaction(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+    def transaction(self, *, durable: bool = True) -> Iterator[Tx]:
         """BEGIN IMMEDIATE: take the write lock up front so the transaction cannot deadlock. A lock
         someone else holds is waited for (with backoff, up to busy_retry_s); a storage fault
         (disk full, read-only, I/O error) rolls back and becomes one StorageError.
@@ -157,7 +187,7 @@ class StoreBase:
             self._conn.execute("PRAGMA synchronous = NORMAL")
         self._begin()
         try:
-            yield self._conn
+            yield self.tx
             self._conn.execute("COMMIT")
         except BaseException as exc:
             self._rollback()

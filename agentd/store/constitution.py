@@ -13,7 +13,7 @@ from agentd.errors import InputError, NotFound
 from agentd.hashing import new_ulid
 from agentd.records import OutboxEntry
 from agentd.records.constitution import ConstitutionProposalRecord
-from agentd.store.base import StoreBase, parse_optional_ts, ts
+from agentd.store.base import StoreBase, Tx, parse_optional_ts, ts
 from agentd.store.outbox import settle, still_pending
 
 
@@ -25,15 +25,15 @@ def proposal_from_row(row: sqlite3.Row) -> ConstitutionProposalRecord:
     return ConstitutionProposalRecord.model_validate(fields)
 
 
-def _read(store: StoreBase, proposal_id: str) -> ConstitutionProposalRecord:
-    row = store._conn.execute("SELECT * FROM constitution_proposals WHERE proposal_id = ?", (proposal_id,)).fetchone()
+def _read(tx: Tx, proposal_id: str) -> ConstitutionProposalRecord:
+    row = tx.execute("SELECT * FROM constitution_proposals WHERE proposal_id = ?", (proposal_id,)).fetchone()
     if row is None:
         raise NotFound(f"no constitution proposal {proposal_id!r}; `agentd constitution proposals --all` lists them")
     return proposal_from_row(row)
 
 
-def _pending(store: StoreBase, proposal_id: str) -> ConstitutionProposalRecord:
-    proposal = _read(store, proposal_id)
+def _pending(tx: Tx, proposal_id: str) -> ConstitutionProposalRecord:
+    proposal = _read(tx, proposal_id)
     if proposal.status != "pending":
         raise InputError(
             f"constitution proposal {proposal_id} is already {proposal.status} "
@@ -47,8 +47,8 @@ class ConstitutionVerbs(StoreBase):
     def record_constitution_proposal(self, entry: OutboxEntry, now: datetime) -> str | None:
         """Store the proposal an outbox entry carries and settle the entry, in one transaction; a re-run
         finds the entry settled and does nothing (exactly once). Returns the new proposal's id."""
-        with self._transaction():
-            if not still_pending(self, entry.outbox_id):
+        with self.transaction():
+            if not still_pending(self.tx, entry.outbox_id):
                 return None
             proposal_id, payload = new_ulid(self.clock), entry.payload
             self._conn.execute(
@@ -82,7 +82,7 @@ class ConstitutionVerbs(StoreBase):
                     "reason": payload["reason"][:500],
                 },
             )
-            settle(self, entry, "applied", {"proposal_id": proposal_id}, now)
+            settle(self.tx, entry, "applied", {"proposal_id": proposal_id}, now)
         return proposal_id
 
     def constitution_proposals(self, *, include_decided: bool = False) -> list[ConstitutionProposalRecord]:
@@ -92,7 +92,7 @@ class ConstitutionVerbs(StoreBase):
         return [proposal_from_row(row) for row in rows]
 
     def get_constitution_proposal(self, proposal_id: str) -> ConstitutionProposalRecord:
-        return _read(self, proposal_id)
+        return _read(self.tx, proposal_id)
 
     def accept_constitution_proposal(
         self,
@@ -110,8 +110,8 @@ class ConstitutionVerbs(StoreBase):
         one; if this one waited, it finds the other's and `write` is never called.
 
         Hazard: `write` runs inside the transaction (file writes, no SQL); what it raises rolls back."""
-        with self._transaction():
-            proposal = _pending(self, proposal_id)
+        with self.transaction():
+            proposal = _pending(self.tx, proposal_id)
             versions = write(proposal)
             self._decide(proposal_id, "accepted", by, note, now, versions)
             superseded = [
@@ -138,14 +138,14 @@ class ConstitutionVerbs(StoreBase):
             self._append_event(
                 "constitution_accepted", now, task_id=proposal.task_id, attempt_id=proposal.attempt_id, payload=payload
             )
-            return _read(self, proposal_id)
+            return _read(self.tx, proposal_id)
 
     def reject_constitution_proposal(
         self, proposal_id: str, *, by: str, reason: str, now: datetime
     ) -> ConstitutionProposalRecord:
         """Record that the operator rejected it, and why; the document is not touched."""
-        with self._transaction():
-            proposal = _pending(self, proposal_id)
+        with self.transaction():
+            proposal = _pending(self.tx, proposal_id)
             self._decide(proposal_id, "rejected", by, reason, now)
             self._append_event(
                 "constitution_rejected",
@@ -154,7 +154,7 @@ class ConstitutionVerbs(StoreBase):
                 attempt_id=proposal.attempt_id,
                 payload={"proposal_id": proposal_id, "document": proposal.document, "by": by, "reason": reason},
             )
-            return _read(self, proposal_id)
+            return _read(self.tx, proposal_id)
 
     def _decide(
         self,

@@ -43,15 +43,15 @@ class ControlVerbs(StoreBase):
     ) -> tuple[TaskRecord, ApprovalScope]:
         """Approve (the task becomes claimable) or deny (it ends operator_canceled with the reason);
         for a side-effects approval, its held follow-ups and messages go ahead or are refused."""
-        with self._transaction():
-            task = read_task_or_raise(self, task_id)
+        with self.transaction():
+            task = read_task_or_raise(self.tx, task_id)
             row = self._conn.execute(
                 "SELECT approval_id, scope FROM approvals WHERE task_id = ? AND status = 'pending'", (task_id,)
             ).fetchone()
             if row is None:
                 raise InputError(f"task {task_id} is not waiting for approval (it is {task.status})")
             approval_id, scope = row
-            held = held_side_effects(self, task_id) if scope == "side_effects" else []  # before it is decided
+            held = held_side_effects(self.tx, task_id) if scope == "side_effects" else []  # before it is decided
             self._conn.execute(
                 """UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, reason = COALESCE(?, reason)
                    WHERE approval_id = ?""",
@@ -68,11 +68,11 @@ class ControlVerbs(StoreBase):
                     "UPDATE tasks SET awaiting_approval = 0, updated_at = ? WHERE id = ?", (ts(now), task_id)
                 )
                 if not approved:
-                    cancel_waiting(self, task_id, TaskOutcome.failure(denied, "operator_canceled"), now)
+                    cancel_waiting(self.tx, task_id, TaskOutcome.failure(denied, "operator_canceled"), now)
             elif not approved:  # side effects: the task stays as it ended; what it asked for is refused
                 for entry in held:
-                    settle(self, entry, "refused", {"reason": denied}, now)
-            return read_task_or_raise(self, task_id), scope
+                    settle(self.tx, entry, "refused", {"reason": denied}, now)
+            return read_task_or_raise(self.tx, task_id), scope
 
     def pending_approvals(self) -> list[PendingApproval]:
         """What waits for an operator, oldest first."""
@@ -85,7 +85,7 @@ class ControlVerbs(StoreBase):
 
     def pause_dispatch(self, by: str, reason: str | None, now: datetime) -> tuple[Pause, bool]:
         """(the pause, whether this call made it): pausing a paused dispatcher changes nothing."""
-        with self._transaction():
+        with self.transaction():
             current = self.dispatch_pause()
             if current is not None:
                 return current, False
@@ -98,7 +98,7 @@ class ControlVerbs(StoreBase):
 
     def resume_dispatch(self, by: str, now: datetime) -> Pause | None:
         """The pause that ended, or None if the dispatcher was not paused."""
-        with self._transaction():
+        with self.transaction():
             current = self.dispatch_pause()
             if current is None:
                 return None

@@ -70,18 +70,18 @@ class DeliveryVerbs(StoreBase):
         """Give a pending message to its handler (a delivery due now) or refuse it with `refusal`, in one
         transaction with its outbox row; a re-run after a crash finds the row settled and does nothing.
         True if a delivery was created."""
-        with self._transaction():
-            if not still_pending(self, entry.outbox_id):
+        with self.transaction():
+            if not still_pending(self.tx, entry.outbox_id):
                 return False
             if handler_id is None:
-                settle(self, entry, "refused", {"reason": refusal or "no message handler configured"}, now)
+                settle(self.tx, entry, "refused", {"reason": refusal or "no message handler configured"}, now)
                 return False
             self._conn.execute(
                 """INSERT INTO deliveries (outbox_id, handler_id, next_attempt_at, created_at, updated_at)
                    VALUES (?, ?, ?, ?, ?)""",
                 (entry.outbox_id, handler_id, ts(now), ts(now), ts(now)),
             )
-            settle(self, entry, "awaiting_handler", {"handler": handler_id}, now)
+            settle(self.tx, entry, "awaiting_handler", {"handler": handler_id}, now)
         return True
 
     def due_deliveries(self, now: datetime, limit: int = 50) -> list[Delivery]:
@@ -104,7 +104,7 @@ class DeliveryVerbs(StoreBase):
         """Attempts a dead dispatcher left in flight (only the lock holder delivers, so any in flight at
         its start are a predecessor's): each is recorded interrupted and falls due now, to be sent again
         under the same key. Returns how many."""
-        with self._transaction():
+        with self.transaction():
             swept = [delivery_from_row(r) for r in self._conn.execute(f"{DELIVERY} WHERE d.in_flight = 1")]
             for delivery in swept:
                 self._conn.execute(
@@ -120,7 +120,7 @@ class DeliveryVerbs(StoreBase):
     def start_delivery_attempt(self, outbox_id: int, now: datetime) -> Delivery | None:
         """The next attempt begins: counted and marked in flight, committed before anything is sent, so a
         crash from here on leaves a row the next dispatcher re-sends. None if the message is not pending."""
-        with self._transaction():
+        with self.transaction():
             cursor = self._conn.execute(
                 """UPDATE deliveries SET attempts = attempts + 1, in_flight = 1, updated_at = ?
                    WHERE outbox_id = ? AND status = 'pending' AND in_flight = 0""",
@@ -137,7 +137,7 @@ class DeliveryVerbs(StoreBase):
     def finish_delivery_attempt(self, delivery: Delivery, step: DeliveryStep, now: datetime) -> None:
         """Record how the attempt ended: delivered (the outbox row applied), pending again until
         `step.next_attempt_at`, or failed (the outbox row refused with the error)."""
-        with self._transaction():
+        with self.transaction():
             cursor = self._conn.execute(
                 """UPDATE deliveries SET status = :status, in_flight = 0, next_attempt_at = :next, last_error = :error,
                        updated_at = :now, delivered_at = CASE WHEN :status = 'delivered' THEN :now END
@@ -177,7 +177,7 @@ class DeliveryVerbs(StoreBase):
     ) -> None:
         """An operator's retry: a failed message (or one recorded before it could have a handler) is
         handed to `handler_id` again, pending now with its attempts reset and its key unchanged."""
-        with self._transaction():
+        with self.transaction():
             item = self.outbox_item(outbox_id)
             if item.kind != "external_message":
                 raise InputError(f"outbox entry {outbox_id} is a {item.kind}: only external messages are retried")

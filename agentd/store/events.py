@@ -112,7 +112,7 @@ class EventVerbs(StoreBase):
 
     def record_event(self, event_type: str, now: datetime, payload: dict[str, Any] | None = None) -> None:
         """A service-level event with no other state change (dispatch_started, dispatch_idle, …)."""
-        with self._transaction():
+        with self.transaction():
             self._append_event(event_type, now, payload=payload)
 
     def verify_event_chain(self, batch: int = 10_000) -> list[ChainBreak]:
@@ -180,7 +180,7 @@ class EventVerbs(StoreBase):
         """Remove the oldest events up to `through` (at most `batch` of them: one transaction holds the
         write lock briefly), leaving a checkpoint and an events_pruned event that continue the chain.
         None when nothing up to `through` is left."""
-        with self._transaction():
+        with self.transaction():
             first = self._conn.execute("SELECT MIN(sequence) FROM events").fetchone()[0]
             if first is None or first > through:
                 return None

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from agentd.records import TERMINAL_STATUSES, NewTask, TaskOutcome
-from agentd.store.base import StoreBase, dumps, loads, ts
+from agentd.store.base import StoreBase, Tx, dumps, loads, ts
 from agentd.store.tasks import cancel_waiting, insert_task, request_cancel
 
 WAITING = ("pending", "retryable_failure")
@@ -59,12 +59,12 @@ class Gated(Exception):
         self.gate = gate
 
 
-def check_fleet_gate(store: StoreBase, task_id: int, confirmed: int | None) -> None:
+def check_fleet_gate(tx: Tx, task_id: int, confirmed: int | None) -> None:
     """Inside the claim (the caller holds the transaction): a fleet task other than the one whose lease
     was just confirmed may not start; raises Gated, which rolls the claim back."""
     if task_id == confirmed:
         return
-    row = store._conn.execute(
+    row = tx.execute(
         "SELECT fleet_id, token FROM fleet_leases WHERE task_id = ? AND state = 'held'", (task_id,)
     ).fetchone()
     if row is not None:
@@ -76,10 +76,10 @@ class FleetLeaseVerbs(StoreBase):
         """Each claimed fleet task becomes a local task holding its lease, in one transaction: its
         task_enqueued event carries the fleet id, the token and the dispatch context."""
         ids = []
-        with self._transaction():
+        with self.transaction():
             for claim in taken:
                 fleet = {"fleet_id": claim.fleet_id, "fleet_token": claim.token, "origin": claim.origin}
-                task_id = insert_task(self, claim.new, now, fleet)
+                task_id = insert_task(self.tx, claim.new, now, fleet)
                 self._conn.execute(
                     """INSERT INTO fleet_leases (task_id, fleet_id, token, origin, claimed_at)
                        VALUES (?, ?, ?, ?, ?)""",
@@ -115,13 +115,13 @@ class FleetLeaseVerbs(StoreBase):
         return counts
 
     def fleet_lease_confirmed(self, task_id: int, now: datetime) -> None:
-        with self._transaction(durable=False):  # a hint for people; the claim that follows is durable
+        with self.transaction(durable=False):  # a hint for people; the claim that follows is durable
             self._conn.execute("UPDATE fleet_leases SET confirmed_at = ? WHERE task_id = ?", (ts(now), task_id))
 
     def defer_fleet_task(self, task_id: int, until: datetime, reason: str, now: datetime) -> None:
         """The fleet could not be asked (PostgreSQL unreachable): the task waits, not started, until
         `until`; local work goes on meanwhile."""
-        with self._transaction():
+        with self.transaction():
             self._conn.execute(
                 f"UPDATE tasks SET available_at = ?, updated_at = ? WHERE id = ? AND status IN {WAITING}",
                 (ts(until), ts(now), task_id),
@@ -154,7 +154,7 @@ class FleetLeaseVerbs(StoreBase):
         }
 
     def fleet_lease_reported(self, task_id: int, fleet_status: str, now: datetime) -> None:
-        with self._transaction():
+        with self.transaction():
             row = self._conn.execute(
                 "UPDATE fleet_leases SET state = 'reported', ended_at = ? WHERE task_id = ? AND state = 'held' "
                 "RETURNING fleet_id, token",
@@ -168,7 +168,7 @@ class FleetLeaseVerbs(StoreBase):
         """The fleet refused this lease's token: the lease is lost. A task still waiting here ends
         operator_canceled; a running one is asked to stop (its result would not count). Returns what
         was done to the task: "canceled", "requested" or None (it had finished)."""
-        with self._transaction():
+        with self.transaction():
             row = self._conn.execute(
                 """UPDATE fleet_leases SET state = 'lost', ended_at = ?, lost_reason = ?
                    WHERE task_id = ? AND state = 'held' RETURNING fleet_id, token""",
@@ -181,9 +181,9 @@ class FleetLeaseVerbs(StoreBase):
             status = self._conn.execute("SELECT status FROM tasks WHERE id = ?", (task_id,)).fetchone()[0]
             if status in WAITING:
                 outcome = TaskOutcome.failure(f"the fleet lease was lost: {reason}", "operator_canceled")
-                cancel_waiting(self, task_id, outcome, now, by="fleet")
+                cancel_waiting(self.tx, task_id, outcome, now, by="fleet")
                 return "canceled"
             if status == "running":
-                request_cancel(self, task_id, now, by="fleet")
+                request_cancel(self.tx, task_id, now, by="fleet")
                 return "requested"
             return None

@@ -25,7 +25,7 @@ class LockVerbs(StoreBase):
     ) -> LockAttempt:
         """Take the lock. `stale` is a holder the caller judged dead or silent (with `reason`): it is
         cleared only if it still holds the lock; any other holder is live and keeps it."""
-        with self._transaction():
+        with self.transaction():
             row = self._conn.execute("SELECT * FROM dispatch_lock WHERE id = 1").fetchone()
             cleared = None
             if row is not None:
@@ -47,14 +47,14 @@ class LockVerbs(StoreBase):
 
     def heartbeat_dispatch_lock(self, holder_id: str, now: datetime) -> bool:
         """Refresh our heartbeat; False means the lock is no longer ours."""
-        with self._transaction():
+        with self.transaction():
             cursor = self._conn.execute(
                 "UPDATE dispatch_lock SET heartbeat_at = ? WHERE id = 1 AND holder_id = ?", (ts(now), holder_id)
             )
         return cursor.rowcount == 1
 
     def release_dispatch_lock(self, holder_id: str) -> None:
-        with self._transaction():
+        with self.transaction():
             self._conn.execute("DELETE FROM dispatch_lock WHERE id = 1 AND holder_id = ?", (holder_id,))
 
 

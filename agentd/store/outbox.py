@@ -8,23 +8,23 @@ from datetime import datetime
 from typing import Any
 
 from agentd.records import NewTask, OutboxEntry, OutboxStatus
-from agentd.store.base import StoreBase, dumps, loads, ts
+from agentd.store.base import StoreBase, Tx, dumps, loads, ts
 from agentd.store.tasks import insert_task
 
 
-def still_pending(store: StoreBase, outbox_id: int | None) -> bool:
-    row = store._conn.execute("SELECT status FROM outbox WHERE id = ?", (outbox_id,)).fetchone()
+def still_pending(tx: Tx, outbox_id: int | None) -> bool:
+    row = tx.execute("SELECT status FROM outbox WHERE id = ?", (outbox_id,)).fetchone()
     return row is not None and row[0] == "pending"
 
 
-def settle(store: StoreBase, entry: OutboxEntry, status: OutboxStatus, result: dict[str, Any], now: datetime) -> None:
+def settle(tx: Tx, entry: OutboxEntry, status: OutboxStatus, result: dict[str, Any], now: datetime) -> None:
     """Mark a pending entry applied, refused or awaiting its handler, with its event; the caller
     holds the transaction (and has checked still_pending)."""
-    store._conn.execute(
+    tx.execute(
         "UPDATE outbox SET status = ?, result = ?, applied_at = ? WHERE id = ?",
         (status, dumps(result), ts(now), entry.outbox_id),
     )
-    store._append_event(
+    tx.event(
         "outbox_refused" if status == "refused" else "outbox_applied",
         now,
         task_id=entry.task_id,
@@ -52,9 +52,9 @@ def entry_from_row(r: Any) -> OutboxEntry:
     )
 
 
-def held_side_effects(store: StoreBase, task_id: int) -> list[OutboxEntry]:
+def held_side_effects(tx: Tx, task_id: int) -> list[OutboxEntry]:
     """The task's pending follow-ups and messages that its side-effects approval holds."""
-    rows = store._conn.execute(
+    rows = tx.execute(
         f"SELECT o.* FROM outbox o WHERE o.task_id = ? AND o.status = 'pending' AND {HELD} ORDER BY o.id",
         (task_id,),
     ).fetchall()
@@ -80,8 +80,8 @@ class OutboxVerbs(StoreBase):
         """Enqueue a follow-up and mark its entry applied, in one transaction; a re-run after a crash
         finds the entry applied and does nothing (exactly once). Past `max_descendants` tasks in its
         root's tree (counted in the same transaction) it is refused instead. Returns the new task id."""
-        with self._transaction():
-            if not still_pending(self, entry.outbox_id):
+        with self.transaction():
+            if not still_pending(self.tx, entry.outbox_id):
                 return None
             task_id = None
             root = new.root_task_id if new is not None else None
@@ -97,18 +97,18 @@ class OutboxVerbs(StoreBase):
                     )
             if new is not None:
                 task_id = insert_task(
-                    self, new, now, {"follow_up_of": entry.task_id, "outbox_key": entry.idempotency_key}
+                    self.tx, new, now, {"follow_up_of": entry.task_id, "outbox_key": entry.idempotency_key}
                 )
-                settle(self, entry, "applied", {"task_id": task_id}, now)
+                settle(self.tx, entry, "applied", {"task_id": task_id}, now)
             else:
-                settle(self, entry, "refused", {"reason": refusal}, now)
+                settle(self.tx, entry, "refused", {"reason": refusal}, now)
         return task_id
 
     def settle_outbox(self, entry: OutboxEntry, status: OutboxStatus, result: dict[str, Any], now: datetime) -> None:
         """Mark an entry applied, refused or awaiting its handler, once."""
-        with self._transaction():
-            if still_pending(self, entry.outbox_id):
-                settle(self, entry, status, result, now)
+        with self.transaction():
+            if still_pending(self.tx, entry.outbox_id):
+                settle(self.tx, entry, status, result, now)
 
     def outbox_of(self, task_id: int) -> list[dict[str, Any]]:
         rows = self._conn.execute("SELECT * FROM outbox WHERE task_id = ? ORDER BY id", (task_id,)).fetchall()

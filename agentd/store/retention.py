@@ -62,7 +62,7 @@ class RetentionVerbs(StoreBase):
         """The attempts' evidence directories are gone: say when, and record it."""
         if not pruned:
             return
-        with self._transaction():
+        with self.transaction():
             self._conn.executemany(
                 "UPDATE task_attempts SET evidence_pruned_at = ? WHERE attempt_id = ? AND evidence_pruned_at IS NULL",
                 [(ts(now), item.attempt_id) for item in pruned],
@@ -85,7 +85,7 @@ class RetentionVerbs(StoreBase):
     def delete_tasks(self, cutoff: datetime, now: datetime, limit: int = 500) -> list[int]:
         """Delete up to `limit` deletable tasks with their attempts, artifacts, settled outbox rows and
         approvals, in one transaction that checks again that each still may go."""
-        with self._transaction():
+        with self.transaction():
             params = {"cutoff": ts(cutoff), "through": 0, "evidence_cutoff": None, "limit": limit}
             task_ids = [r[0] for r in self._conn.execute(DELETABLE_TASKS, params).fetchall()]
             if not task_ids:

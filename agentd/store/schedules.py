@@ -21,7 +21,7 @@ _OPEN_TASK = f"""SELECT id FROM tasks WHERE schedule_id = ?
 class ScheduleVerbs(StoreBase):
     def upsert_config_schedules(self, specs: list[ScheduleSpec], now: datetime) -> None:
         """Make the config's schedules the database's (keeping their timing); drop removed ones."""
-        with self._transaction():
+        with self.transaction():
             existing = {
                 r["schedule_id"]: r
                 for r in self._conn.execute("SELECT * FROM schedules WHERE origin = 'config'").fetchall()
@@ -38,14 +38,14 @@ class ScheduleVerbs(StoreBase):
                 self._remove_schedule(schedule_id, now)
 
     def add_schedule(self, spec: ScheduleSpec, now: datetime, *, by: str = "agentd") -> RecurringScheduleRecord:
-        with self._transaction():
+        with self.transaction():
             if self._conn.execute("SELECT 1 FROM schedules WHERE schedule_id = ?", (spec.schedule_id,)).fetchone():
                 raise InputError(f"schedule {spec.schedule_id!r} exists; `agentd schedule rm` it first")
             self._put_schedule(spec, "operator", now, new=True, by=by)
         return self.list_schedules(spec.schedule_id)[0]
 
     def remove_schedule(self, schedule_id: str, now: datetime, *, by: str = "agentd") -> None:
-        with self._transaction():
+        with self.transaction():
             row = self._conn.execute("SELECT origin FROM schedules WHERE schedule_id = ?", (schedule_id,)).fetchone()
             if row is None:
                 raise NotFound(f"no schedule {schedule_id!r}; `agentd schedule list` shows them")
@@ -111,7 +111,7 @@ class ScheduleVerbs(StoreBase):
         last task is still open, or why not (schedule_task_refused); and its next run. Returns the
         schedules that created a task."""
         created: list[str] = []
-        with self._transaction():
+        with self.transaction():
             for run in runs:
                 row = self._conn.execute(
                     "SELECT last_run_at FROM schedules WHERE schedule_id = ? AND enabled = 1 AND next_run_at <= ?",
@@ -139,7 +139,7 @@ class ScheduleVerbs(StoreBase):
 
     def _create_scheduled_task(self, run: ScheduleRun, now: datetime) -> None:
         assert run.task is not None
-        task_id = insert_task(self, run.task, now)
+        task_id = insert_task(self.tx, run.task, now)
         self._append_event(
             "schedule_task_created",
             now,

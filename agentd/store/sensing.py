@@ -36,7 +36,7 @@ class SensingVerbs(StoreBase):
     ) -> IntakeCounts:
         """One batch of a run's output, in one transaction: duplicates change nothing."""
         counts = IntakeCounts(rejected=len(rejected))
-        with self._transaction():
+        with self.transaction():
             # One query for the batch: under the write lock no one else can spend a key meanwhile,
             # so a known key is a repeat without trying its INSERT (and a key's second line here too).
             spent = self._spent_keys(sensor_id, [item.event.dedupe_key for item in accepted])
@@ -95,7 +95,7 @@ class SensingVerbs(StoreBase):
             result = "stale"
             counts.stale += 1
         elif item.task is not None:
-            task_id = insert_task(self, item.task, now, {"sensor_id": sensor_id})
+            task_id = insert_task(self.tx, item.task, now, {"sensor_id": sensor_id})
             self._append_event("sensor_task_created", now, task_id=task_id, **ids)
             result = "created"
             counts.created += 1
@@ -129,7 +129,7 @@ class SensingVerbs(StoreBase):
         start = item.workflow
         assert start is not None
         workflow_id, created = insert_workflow(
-            self,
+            self.tx,
             start.workflow_type,
             start.instance_key,
             start.state,
@@ -158,15 +158,15 @@ class SensingVerbs(StoreBase):
         if decision is None or decision.judged.workflow_id != workflow_id:  # it appeared after the judging
             reason = "the workflow was created while this event was judged"
             ignored = Change("ignore", reason=reason)
-            judged = read_workflow(self, workflow_id)
+            judged = read_workflow(self.tx, workflow_id)
             decision = SignalDecision(judged, signal, ignored, f"sensor:{sensor_id}", item.described)
-        refusal = apply_signal(self, decision, f"sensor:{sensor_id}", now, sensor_id)
+        refusal = apply_signal(self.tx, decision, f"sensor:{sensor_id}", now, sensor_id)
         counts.workflows_signaled += int(refusal is None)
         counts.signals_ignored += int(refusal is not None)
 
     def begin_sensor_run(self, sensor_id: str, run_id: str, owner: dict[str, Any], now: datetime) -> None:
         """A run is in flight, and whose: a restarted service sweeps what a dead owner left running."""
-        with self._transaction():
+        with self.transaction():
             self._conn.execute(
                 """INSERT INTO sensor_state (sensor_id, run_id, run_owner, run_started_at, updated_at)
                    VALUES (?, ?, ?, ?, ?)
@@ -184,7 +184,7 @@ class SensingVerbs(StoreBase):
 
     def reclaim_sensor_run(self, sensor_id: str, run_id: str, killed: int, now: datetime) -> None:
         """Close a run whose service died: what it printed but did not record, it prints again."""
-        with self._transaction():
+        with self.transaction():
             cursor = self._conn.execute(
                 """UPDATE sensor_state SET run_id = NULL, run_owner = NULL, run_started_at = NULL, updated_at = ?
                    WHERE sensor_id = ? AND run_id = ?""",
@@ -209,7 +209,7 @@ class SensingVerbs(StoreBase):
     ) -> None:
         """Remember when the sensor ran and when it is next due (a restart neither re-runs early nor forgets).
         A `quiet` run (nothing new, nothing wrong) updates only this state: the audit log is not its diary."""
-        with self._transaction():
+        with self.transaction():
             self._conn.execute(
                 """INSERT INTO sensor_state (sensor_id, last_run_at, next_run_at, last_result, last_error, runs,
                        updated_at) VALUES (?, ?, ?, ?, ?, 1, ?)

@@ -24,7 +24,7 @@ class StatusVerbs(StoreBase):
         it live only while that very process runs. Returns the event chain's head as this durable
         transaction found it: durable when it returns, so a service may publish it outside the database
         (a head read after a commit that skipped its fsync could be lost to a power cut)."""
-        with self._transaction():
+        with self.transaction():
             self._conn.execute(
                 """INSERT INTO service_status (service, pid, pid_started, host, boot_id, status, metrics_url,
                        started_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)

@@ -13,29 +13,29 @@ from agentd.config.budget import BudgetHold
 from agentd.errors import InputError, NotFound
 from agentd.records import TERMINAL_STATUSES, CancelResult, NewTask, QueueSummary, TaskOutcome, TaskRecord
 from agentd.store.approvals import never_approved, request_approval
-from agentd.store.base import StoreBase, dumps, parse_optional_ts, ts
+from agentd.store.base import StoreBase, Tx, dumps, parse_optional_ts, ts
 from agentd.store.budget import CLAIMABLE, claimable_branches, held_by_budget, hold_params
 from agentd.store.rows import TASK_COLUMNS, TASK_FROM, task_from_row
 
 WAITING = ("pending", "retryable_failure")
 
 
-def read_task(store: StoreBase, task_id: int) -> TaskRecord | None:
-    row = store._conn.execute(f"SELECT {TASK_COLUMNS} FROM {TASK_FROM} WHERE t.id = ?", (task_id,)).fetchone()
+def read_task(tx: Tx, task_id: int) -> TaskRecord | None:
+    row = tx.execute(f"SELECT {TASK_COLUMNS} FROM {TASK_FROM} WHERE t.id = ?", (task_id,)).fetchone()
     return None if row is None else task_from_row(row)
 
 
-def read_task_or_raise(store: StoreBase, task_id: int) -> TaskRecord:
-    task = read_task(store, task_id)
+def read_task_or_raise(tx: Tx, task_id: int) -> TaskRecord:
+    task = read_task(tx, task_id)
     if task is None:
         raise NotFound(f"task {task_id} does not exist; `agentd task list` shows the queue")
     return task
 
 
-def insert_task(store: StoreBase, new: NewTask, now: datetime, event_payload: dict[str, Any] | None = None) -> int:
+def insert_task(tx: Tx, new: NewTask, now: datetime, event_payload: dict[str, Any] | None = None) -> int:
     """The INSERT and its task_enqueued event; the caller holds the transaction."""
     workflow = new.workflow_ref
-    cursor = store._conn.execute(
+    cursor = tx.execute(
         """INSERT INTO tasks (task_type, source, subject, description, priority, payload,
                requested_profile_id, requested_adapter_id, requested_model, skill_ids,
                evidence_requirements, workflow_id, workflow_state, workflow_iteration,
@@ -69,7 +69,7 @@ def insert_task(store: StoreBase, new: NewTask, now: datetime, event_payload: di
         ),
     )
     task_id = int(cursor.lastrowid or 0)
-    store._append_event(
+    tx.event(
         "task_enqueued",
         now,
         task_id=task_id,
@@ -86,55 +86,55 @@ def insert_task(store: StoreBase, new: NewTask, now: datetime, event_payload: di
         },
     )
     if new.approval_reason is not None:
-        request_approval(store, task_id, new.approval_reason, now)
+        request_approval(tx, task_id, new.approval_reason, now)
     return task_id
 
 
-def cancel_waiting(store: StoreBase, task_id: int, outcome: TaskOutcome, now: datetime, by: str = "agentd") -> None:
+def cancel_waiting(tx: Tx, task_id: int, outcome: TaskOutcome, now: datetime, by: str = "agentd") -> None:
     """A task that is not running ends operator_canceled; the caller holds the transaction."""
-    store._conn.execute(
+    tx.execute(
         """UPDATE tasks SET status = 'operator_canceled', outcome = ?, finished_at = ?, updated_at = ?
            WHERE id = ?""",
         (dumps(outcome.model_dump(mode="json", exclude_none=True)), ts(now), ts(now), task_id),
     )
-    store._append_event(
+    tx.event(
         "task_finished",
         now,
         task_id=task_id,
         payload={"status": "operator_canceled", "summary": outcome.operator_summary, "by": by},
     )
-    _close_approvals(store, task_id, outcome.operator_summary, now, by)
+    _close_approvals(tx, task_id, outcome.operator_summary, now, by)
 
 
-def request_cancel(store: StoreBase, task_id: int, now: datetime, by: str) -> None:
+def request_cancel(tx: Tx, task_id: int, now: datetime, by: str) -> None:
     """Flag a running task for the dispatcher, which stops its adapter; the caller holds the transaction."""
-    store._conn.execute(
+    tx.execute(
         "UPDATE tasks SET cancel_requested_at = COALESCE(cancel_requested_at, ?), updated_at = ? WHERE id = ?",
         (ts(now), ts(now), task_id),
     )
-    store._append_event("task_cancel_requested", now, task_id=task_id, payload={"by": by})
+    tx.event("task_cancel_requested", now, task_id=task_id, payload={"by": by})
 
 
-def _close_approvals(store: StoreBase, task_id: int, why: str, now: datetime, by: str) -> None:
+def _close_approvals(tx: Tx, task_id: int, why: str, now: datetime, by: str) -> None:
     """A canceled task waits for no operator: its pending approval is closed (denied, by whoever
     canceled it, with the cancel's summary), or `approvals` and the oldest-approval gauge would keep it
     forever."""
-    rows = store._conn.execute(
+    rows = tx.execute(
         """UPDATE approvals SET status = 'rejected', decided_at = ?, decided_by = ?, reason = ?
            WHERE task_id = ? AND status = 'pending' RETURNING approval_id""",
         (ts(now), by, why, task_id),
     ).fetchall()
-    store._conn.execute("UPDATE tasks SET awaiting_approval = 0 WHERE id = ? AND awaiting_approval = 1", (task_id,))
+    tx.execute("UPDATE tasks SET awaiting_approval = 0 WHERE id = ? AND awaiting_approval = 1", (task_id,))
     for (approval_id,) in rows:
         payload = {"approval_id": approval_id, "decision": "denied", "by": by, "note": f"task canceled: {why}"}
-        store._append_event("approval_resolved", now, task_id=task_id, payload=payload)
+        tx.event("approval_resolved", now, task_id=task_id, payload=payload)
 
 
-def held_for_approval(store: StoreBase, now: str) -> dict[tuple[str, bool], int]:
+def held_for_approval(tx: Tx, now: str) -> dict[tuple[str, bool], int]:
     """Waiting tasks held for an operator's approval, by (status, due later than `now`). Found from the
     pending approvals (an index; store/control.py sets a task's awaiting_approval together with its
     pending `claim` approval and clears both together), so a long queue costs nothing here."""
-    rows = store._conn.execute(  # CROSS JOIN: walk the pending approvals (approvals_pending), not the queue
+    rows = tx.execute(  # CROSS JOIN: walk the pending approvals (approvals_pending), not the queue
         """SELECT t.status, t.available_at > ?, COUNT(DISTINCT t.id) FROM approvals a CROSS JOIN tasks t
            ON t.id = a.task_id
            WHERE a.status = 'pending' AND a.scope = 'claim' AND t.awaiting_approval = 1
@@ -145,22 +145,22 @@ def held_for_approval(store: StoreBase, now: str) -> dict[tuple[str, bool], int]
     return {(r[0], bool(r[1])): r[2] for r in rows}
 
 
-def _count(store: StoreBase, where: str, params: dict[str, Any]) -> int:
-    return int(store._conn.execute(f"SELECT COUNT(*) FROM tasks WHERE {where}", params).fetchone()[0])
+def _count(tx: Tx, where: str, params: dict[str, Any]) -> int:
+    return int(tx.execute(f"SELECT COUNT(*) FROM tasks WHERE {where}", params).fetchone()[0])
 
 
 class TaskVerbs(StoreBase):
     def enqueue_task(self, new: NewTask, now: datetime, *, event_payload: dict[str, Any] | None = None) -> TaskRecord:
         """Insert a validated task and its task_enqueued event in one transaction."""
-        with self._transaction():
-            task_id = insert_task(self, new, now, event_payload)
-        return read_task_or_raise(self, task_id)
+        with self.transaction():
+            task_id = insert_task(self.tx, new, now, event_payload)
+        return read_task_or_raise(self.tx, task_id)
 
     def get_task(self, task_id: int) -> TaskRecord | None:
-        return read_task(self, task_id)
+        return read_task(self.tx, task_id)
 
     def get_task_or_raise(self, task_id: int) -> TaskRecord:
-        return read_task_or_raise(self, task_id)
+        return read_task_or_raise(self.tx, task_id)
 
     def all_task_ids(self) -> list[int]:
         return [row[0] for row in self._conn.execute("SELECT id FROM tasks ORDER BY id")]
@@ -180,22 +180,22 @@ class TaskVerbs(StoreBase):
     def cancel_task(self, task_id: int, outcome: TaskOutcome, now: datetime, *, by: str = "agentd") -> CancelResult:
         """A waiting task ends operator_canceled now (with `outcome`); a running one is flagged for
         the dispatcher, which stops its adapter."""
-        with self._transaction():
-            task = read_task_or_raise(self, task_id)
+        with self.transaction():
+            task = read_task_or_raise(self.tx, task_id)
             if task.status in TERMINAL_STATUSES:
                 raise InputError(f"task {task_id} is already {task.status}; there is nothing to cancel")
             if task.status == "running":
-                request_cancel(self, task_id, now, by)
-                return CancelResult(read_task_or_raise(self, task_id), "requested")
-            cancel_waiting(self, task_id, outcome, now, by)
-            return CancelResult(read_task_or_raise(self, task_id), "canceled")
+                request_cancel(self.tx, task_id, now, by)
+                return CancelResult(read_task_or_raise(self.tx, task_id), "requested")
+            cancel_waiting(self.tx, task_id, outcome, now, by)
+            return CancelResult(read_task_or_raise(self.tx, task_id), "canceled")
 
     def retry_task(self, task_id: int, more_attempts: int, now: datetime, *, by: str = "agentd") -> TaskRecord:
         """Re-queue a failed, blocked or canceled task with `more_attempts`; its history stays. A task that
         was denied, or canceled while it waited for approval, waits for approval again: a retry is
         never a way around an operator's no."""
-        with self._transaction():
-            task = read_task_or_raise(self, task_id)
+        with self.transaction():
+            task = read_task_or_raise(self.tx, task_id)
             if task.status not in ("permanent_failure", "blocked", "operator_canceled"):
                 raise InputError(
                     f"task {task_id} is {task.status}; only permanent_failure, blocked or operator_canceled "
@@ -213,9 +213,9 @@ class TaskVerbs(StoreBase):
                 task_id=task_id,
                 payload={"from_status": task.status, "more_attempts": more_attempts, "by": by},
             )
-            if never_approved(self, task_id):
-                request_approval(self, task_id, "retried after it was denied (or canceled unapproved)", now)
-        return read_task_or_raise(self, task_id)
+            if never_approved(self.tx, task_id):
+                request_approval(self.tx, task_id, "retried after it was denied (or canceled unapproved)", now)
+        return read_task_or_raise(self.tx, task_id)
 
     # --- the queue over time ------------------------------------------------------------------
 
@@ -232,9 +232,9 @@ class TaskVerbs(StoreBase):
             ).fetchone()[0]
             for status in WAITING
         }
-        held = held_for_approval(self, params["now"])
+        held = held_for_approval(self.tx, params["now"])
         due = sum(counts.get(s, 0) - later[s] - held.get((s, False), 0) for s in WAITING)
-        budget = 0 if hold is None else _count(self, f"{CLAIMABLE} AND {held_by_budget(hold)}", params)
+        budget = 0 if hold is None else _count(self.tx, f"{CLAIMABLE} AND {held_by_budget(hold)}", params)
         branches = claimable_branches(hold)
         oldest = (
             self._conn.execute(f"SELECT MIN(available_at) FROM ({' UNION ALL '.join(branches)})", params).fetchone()[0]
@@ -268,7 +268,7 @@ class TaskVerbs(StoreBase):
 
     def waiting_count(self, now: datetime) -> int:
         """Tasks claimable now (the budget aside: the dispatcher says so on its own)."""
-        return _count(self, CLAIMABLE, {"now": ts(now)})
+        return _count(self.tx, CLAIMABLE, {"now": ts(now)})
 
     def recent_outcomes(self, limit: int, exclude_task: int) -> list[tuple[int, str, str, str]]:
         """(task id, type, status, summary) of the agent's most recently finished tasks: the memory a

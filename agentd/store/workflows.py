@@ -21,7 +21,7 @@ from agentd.records import (
     TaskRecord,
     WorkflowRecord,
 )
-from agentd.store.base import StoreBase, dumps, loads, ts
+from agentd.store.base import StoreBase, Tx, dumps, loads, ts
 from agentd.store.outbox import settle, still_pending
 from agentd.store.rows import workflow_from_row
 from agentd.store.tasks import cancel_waiting, insert_task, read_task_or_raise
@@ -40,7 +40,7 @@ class WorkflowCancel:
 
 
 def insert_workflow(
-    store: StoreBase,
+    tx: Tx,
     workflow_type: str,
     instance_key: str,
     state: str,
@@ -52,12 +52,12 @@ def insert_workflow(
     """A new active workflow in `state` (workflow_started), or the existing one for (type, key);
     the caller holds the transaction. Returns (id, created). An existing one is looked up first: a
     refused duplicate must not use up an id (an upsert that does nothing still advances AUTOINCREMENT)."""
-    existing = store._conn.execute(
+    existing = tx.execute(
         "SELECT id FROM workflows WHERE workflow_type = ? AND instance_key = ?", (workflow_type, instance_key)
     ).fetchone()
     if existing is not None:
         return existing[0], False
-    cursor = store._conn.execute(
+    cursor = tx.execute(
         """INSERT INTO workflows (workflow_type, instance_key, current_state, context, state_entries,
                created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id""",
         (
@@ -71,7 +71,7 @@ def insert_workflow(
         ),
     )
     row = cursor.fetchone()
-    store._append_event(
+    tx.event(
         "workflow_started",
         now,
         workflow_id=row[0],
@@ -81,23 +81,23 @@ def insert_workflow(
     return row[0], True
 
 
-def read_workflow(store: StoreBase, workflow_id: int) -> WorkflowRecord:
-    row = store._conn.execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+def read_workflow(tx: Tx, workflow_id: int) -> WorkflowRecord:
+    row = tx.execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
     if row is None:
         raise NotFound(f"workflow {workflow_id} does not exist; `agentd workflow list` shows them")
     return workflow_from_row(row)
 
 
 def move_workflow(
-    store: StoreBase, workflow: WorkflowRecord, change: Change, signal: str | None, now: datetime, task_id: int | None
+    tx: Tx, workflow: WorkflowRecord, change: Change, signal: str | None, now: datetime, task_id: int | None
 ) -> None:
     """Write a transition (a new iteration of the next state) or a completion, with its event; the
     caller holds the transaction."""
     wid = workflow.workflow_id
     if change.kind == "transition" and change.next_state is not None:
-        _enter_state(store, wid, change.next_state, now)
+        _enter_state(tx, wid, change.next_state, now)
         payload = {"from": workflow.current_state, "to": change.next_state, "signal": signal}
-        store._append_event(
+        tx.event(
             "workflow_transitioned",
             now,
             workflow_id=wid,
@@ -105,11 +105,11 @@ def move_workflow(
             payload={**payload, "iteration": workflow.iteration + 1},
         )
     elif change.kind == "complete":
-        store._conn.execute(
+        tx.execute(
             "UPDATE workflows SET status = 'completed', completed_at = ?, updated_at = ? WHERE id = ?",
             (ts(now), ts(now), wid),
         )
-        store._append_event(
+        tx.event(
             "workflow_completed",
             now,
             workflow_id=wid,
@@ -118,12 +118,12 @@ def move_workflow(
         )
 
 
-def _enter_state(store: StoreBase, workflow_id: int, state: str, now: datetime) -> None:
+def _enter_state(tx: Tx, workflow_id: int, state: str, now: datetime) -> None:
     """The workflow enters `state` as a new iteration, active (an unblocked one too)."""
-    row = store._conn.execute("SELECT state_entries FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+    row = tx.execute("SELECT state_entries FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
     entries = dict(loads(row[0]))
     entries[state] = entries.get(state, 0) + 1
-    store._conn.execute(
+    tx.execute(
         """UPDATE workflows SET status = 'active', blocked_reason = NULL, current_state = ?,
                iteration = iteration + 1, state_entries = ?, updated_at = ? WHERE id = ?""",
         (state, dumps(entries), ts(now), workflow_id),
@@ -131,14 +131,14 @@ def _enter_state(store: StoreBase, workflow_id: int, state: str, now: datetime) 
 
 
 def apply_signal(
-    store: StoreBase, decision: SignalDecision, origin: str, now: datetime, sensor_id: str | None = None
+    tx: Tx, decision: SignalDecision, origin: str, now: datetime, sensor_id: str | None = None
 ) -> str | None:
     """Apply an outside signal if the workflow is still where it was judged, and record it
     (workflow_signaled: applied, or not and why); the caller holds the transaction. Returns why it
     was not applied (None: it was). The queued step task of the state it leaves ends
     operator_canceled; a running one refuses the signal (the step's own signal is on its way)."""
-    current = read_workflow(store, decision.judged.workflow_id)
-    step = _open_step(store, current)
+    current = read_workflow(tx, decision.judged.workflow_id)
+    step = _open_step(tx, current)
     refusal = _signal_refusal(decision, current, step)
     payload: dict[str, Any] = {
         "signal": decision.signal,
@@ -154,20 +154,20 @@ def apply_signal(
         payload |= {"canceled_task_id": step[0]} if step else {}
     else:
         payload["refusal"] = refusal
-    store._append_event("workflow_signaled", now, workflow_id=current.workflow_id, sensor_id=sensor_id, payload=payload)
+    tx.event("workflow_signaled", now, workflow_id=current.workflow_id, sensor_id=sensor_id, payload=payload)
     if refusal is not None:
         return refusal
     if step is not None:
         why = f"workflow {current.workflow_id} left {current.current_state} on signal {decision.signal!r}"
         why += f" from {decision.by}"
-        cancel_waiting(store, step[0], TaskOutcome.failure(why[:SUMMARY_CHARS], "operator_canceled"), now)
-    move_workflow(store, current, decision.change, decision.signal, now, None)
+        cancel_waiting(tx, step[0], TaskOutcome.failure(why[:SUMMARY_CHARS], "operator_canceled"), now)
+    move_workflow(tx, current, decision.change, decision.signal, now, None)
     return None
 
 
-def _open_step(store: StoreBase, workflow: WorkflowRecord) -> tuple[int, str] | None:
+def _open_step(tx: Tx, workflow: WorkflowRecord) -> tuple[int, str] | None:
     """(id, status) of the current entry's step task, if it has not ended."""
-    row = store._conn.execute(
+    row = tx.execute(
         f"""SELECT id, status FROM tasks WHERE workflow_id = ? AND workflow_state = ? AND workflow_iteration = ?
                AND status NOT IN ({", ".join("?" * len(TERMINAL_STATUSES))})""",
         (workflow.workflow_id, workflow.current_state, workflow.iteration, *TERMINAL_STATUSES),
@@ -207,8 +207,8 @@ class WorkflowVerbs(StoreBase):
         origin: str,
     ) -> tuple[WorkflowRecord, bool]:
         """A new active workflow in `state`, or the existing one for (type, instance_key)."""
-        with self._transaction():
-            workflow_id, created = insert_workflow(self, workflow_type, instance_key, state, context, now, origin)
+        with self.transaction():
+            workflow_id, created = insert_workflow(self.tx, workflow_type, instance_key, state, context, now, origin)
         return self.get_workflow_or_raise(workflow_id), created
 
     def get_workflow(self, workflow_id: int) -> WorkflowRecord | None:
@@ -223,7 +223,7 @@ class WorkflowVerbs(StoreBase):
         return None if row is None else (workflow_from_row(row), dict(loads(row["state_entries"])))
 
     def get_workflow_or_raise(self, workflow_id: int) -> WorkflowRecord:
-        return read_workflow(self, workflow_id)
+        return read_workflow(self.tx, workflow_id)
 
     def list_workflows(self, *, statuses: tuple[str, ...] = (), limit: int = 50) -> list[WorkflowRecord]:
         where = f"WHERE status IN ({', '.join('?' * len(statuses))})" if statuses else ""
@@ -237,7 +237,7 @@ class WorkflowVerbs(StoreBase):
         rows = self._conn.execute(
             "SELECT id FROM tasks WHERE workflow_id = ? ORDER BY workflow_iteration, id", (workflow_id,)
         ).fetchall()
-        return [read_task_or_raise(self, r[0]) for r in rows]
+        return [read_task_or_raise(self.tx, r[0]) for r in rows]
 
     def state_entries(self, workflow_id: int) -> dict[str, int]:
         row = self._conn.execute("SELECT state_entries FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
@@ -255,19 +255,19 @@ class WorkflowVerbs(StoreBase):
     def signal_workflow(self, decision: SignalDecision, now: datetime) -> WorkflowRecord:
         """Apply the operator's signal, judged on `decision.judged`, once; InputError (nothing
         written) if it cannot apply or the workflow moved on meanwhile."""
-        with self._transaction():
-            refusal = apply_signal(self, decision, "operator:cli", now)
+        with self.transaction():
+            refusal = apply_signal(self.tx, decision, "operator:cli", now)
             if refusal is not None:
                 raise InputError(f"workflow {decision.judged.workflow_id}: {refusal}; nothing was changed")
-            return read_workflow(self, decision.judged.workflow_id)
+            return read_workflow(self.tx, decision.judged.workflow_id)
 
     def unblock_workflow(
         self, judged: WorkflowRecord, state: str, by: str, reason: str | None, now: datetime
     ) -> WorkflowRecord:
         """A blocked workflow becomes active, entering `state` as a new iteration (the engine creates
         its step task); InputError (nothing written) if it is no longer blocked where it was judged."""
-        with self._transaction():
-            current = read_workflow(self, judged.workflow_id)
+        with self.transaction():
+            current = read_workflow(self.tx, judged.workflow_id)
             if current.status != "blocked" or (current.current_state, current.iteration) != (
                 judged.current_state,
                 judged.iteration,
@@ -276,7 +276,7 @@ class WorkflowVerbs(StoreBase):
                     f"workflow {current.workflow_id} is {current.status} at {current.current_state}"
                     f"#{current.iteration}, not blocked where it was judged; nothing was changed"
                 )
-            _enter_state(self, current.workflow_id, state, now)
+            _enter_state(self.tx, current.workflow_id, state, now)
             self._append_event(
                 "workflow_unblocked",
                 now,
@@ -290,13 +290,13 @@ class WorkflowVerbs(StoreBase):
                     "blocked_reason": current.blocked_reason,
                 },
             )
-            return read_workflow(self, current.workflow_id)
+            return read_workflow(self.tx, current.workflow_id)
 
     def cancel_workflow(self, workflow_id: int, by: str, reason: str | None, now: datetime) -> WorkflowCancel:
         """An active or blocked workflow ends canceled; its queued step tasks end operator_canceled,
         a running one is left to finish (its signal is then ignored)."""
-        with self._transaction():
-            current = read_workflow(self, workflow_id)
+        with self.transaction():
+            current = read_workflow(self.tx, workflow_id)
             if current.status not in ("active", "blocked"):
                 raise InputError(
                     f"workflow {workflow_id} is already {current.status}; only an active or blocked one can be canceled"
@@ -327,8 +327,8 @@ class WorkflowVerbs(StoreBase):
             )
             why = f"workflow {workflow_id} canceled by {by}" + (f": {reason}" if reason else "")
             for task_id in queued:
-                cancel_waiting(self, task_id, TaskOutcome.failure(why[:SUMMARY_CHARS], "operator_canceled"), now)
-            return WorkflowCancel(read_workflow(self, workflow_id), queued, running)
+                cancel_waiting(self.tx, task_id, TaskOutcome.failure(why[:SUMMARY_CHARS], "operator_canceled"), now)
+            return WorkflowCancel(read_workflow(self.tx, workflow_id), queued, running)
 
     # --- step tasks -----------------------------------------------------------------------------
 
@@ -345,7 +345,7 @@ class WorkflowVerbs(StoreBase):
         """Write the engine's decisions: each step's task, or its workflow blocked. A decision about a
         workflow that moved on, or whose step now exists, is dropped. Returns tasks created."""
         created = 0
-        with self._transaction():
+        with self.transaction():
             for decision in decisions:
                 if not self._awaits_step(decision):
                     continue
@@ -353,7 +353,7 @@ class WorkflowVerbs(StoreBase):
                     if decision.block_reason:  # "": a state with no task type waits for a signal
                         self._block_workflow(decision.workflow_id, decision.block_reason, now)
                     continue
-                task_id = insert_task(self, decision.task, now)
+                task_id = insert_task(self.tx, decision.task, now)
                 self._append_event(
                     "workflow_task_created",
                     now,
@@ -378,7 +378,7 @@ class WorkflowVerbs(StoreBase):
     def workflow_for_signal(self, entry: OutboxEntry) -> tuple[WorkflowRecord, dict[str, int]] | None:
         """The workflow a pending workflow_signal entry is for, and its state entries (None if the
         entry was already applied)."""
-        if not still_pending(self, entry.outbox_id):
+        if not still_pending(self.tx, entry.outbox_id):
             return None
         workflow = self.get_workflow_or_raise(int(entry.payload["workflow_id"]))
         return workflow, self.state_entries(workflow.workflow_id)
@@ -388,8 +388,8 @@ class WorkflowVerbs(StoreBase):
     ) -> Change | None:
         """Apply the engine's move (judged on `judged`) and settle the entry, once. If the workflow
         moved on meanwhile, the move is recorded as ignored instead."""
-        with self._transaction():
-            if not still_pending(self, entry.outbox_id):
+        with self.transaction():
+            if not still_pending(self.tx, entry.outbox_id):
                 return None
             current = self.get_workflow_or_raise(judged.workflow_id)
             if (current.status, current.current_state, current.iteration) != (
@@ -400,7 +400,11 @@ class WorkflowVerbs(StoreBase):
                 change = Change("ignore", reason="the workflow moved on while this signal was judged")
             self._apply_change(entry, current, change, now)
             settle(
-                self, entry, "applied", {"change": change.kind, "reason": change.reason, "to": change.next_state}, now
+                self.tx,
+                entry,
+                "applied",
+                {"change": change.kind, "reason": change.reason, "to": change.next_state},
+                now,
             )
         return change
 
@@ -408,7 +412,7 @@ class WorkflowVerbs(StoreBase):
         if change.kind == "block":
             self._block_workflow(workflow.workflow_id, change.reason or "blocked", now, task_id=entry.task_id)
         else:
-            move_workflow(self, workflow, change, entry.payload.get("signal"), now, task_id=entry.task_id)
+            move_workflow(self.tx, workflow, change, entry.payload.get("signal"), now, task_id=entry.task_id)
 
     def _block_workflow(self, workflow_id: int, reason: str, now: datetime, task_id: int | None = None) -> None:
         self._conn.execute(
