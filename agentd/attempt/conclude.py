@@ -8,7 +8,6 @@ and `finish`es: the manifest sealed (complete on every path), the run dir remove
 
 from __future__ import annotations
 
-import random
 import shutil
 from collections.abc import Mapping
 from dataclasses import replace
@@ -17,12 +16,12 @@ from stat import S_ISREG
 from typing import Any
 
 from agentd.adapters import AdapterRun
-from agentd.attempt.judge import AttemptFacts, OutboxPolicy, ProposalFact, Stopped, extracted_of, judge
+from agentd.attempt.judge import AttemptFacts, ProposalFact, Stopped, extracted_of, judge
 from agentd.attempt.manifest import manifest_fields
 from agentd.attempt.outcome import FileFact, paths_to_check
-from agentd.attempt.prepare import Prepared, adapter_redactor, completion_checks, retry_policy
-from agentd.clock import Clock, format_ts
-from agentd.config import Config
+from agentd.attempt.policy import AttemptPolicy, Ending
+from agentd.attempt.prepare import Prepared
+from agentd.clock import format_ts
 from agentd.edge import MAX_RESULT_BYTES, scrub, scrub_value
 from agentd.evidence import AttemptPaths, attempt_paths, seal, trace_summary, verify_attempt_dir
 from agentd.evidence.action_trace import Step, capped, trace_lines, trace_of
@@ -39,12 +38,9 @@ from agentd.records import (
     TaskRecord,
 )
 from agentd.redaction import Redactor
-from agentd.work.intake import delegation_caps
 
 
-def conclude(
-    config: Config, clock: Clock, rng: random.Random, prepared: Prepared, run: AdapterRun | None, stopped: str | None
-) -> AttemptEnd:
+def conclude(ending: Ending, prepared: Prepared, run: AdapterRun | None, stopped: str | None) -> AttemptEnd:
     """A live attempt's end: its run redacted before anything reads it, then judged and sealed."""
     paths, redactor = prepared.ctx.paths, prepared.redactor
     run = sanitized_run(run, redactor)
@@ -52,7 +48,7 @@ def conclude(
         write_private(paths.last_message, run.final_message)
     process = run.process if run else None
     facts = gather(
-        config,
+        ending.policy,
         prepared.task,
         prepared.attempt,
         paths,
@@ -62,62 +58,61 @@ def conclude(
         started=run is not None,
         stdout_bytes=process.stdout.bytes_seen if process else None,
     )
-    return finish(config, clock, rng, facts, bundle_hash=prepared.bundle.bundle_hash)
+    return finish(ending, facts, bundle_hash=prepared.bundle.bundle_hash)
 
 
 def sweep_end(
-    config: Config, clock: Clock, rng: random.Random, task: TaskRecord, attempt: TaskAttempt, survivors: list[int]
+    ending: Ending, task: TaskRecord, attempt: TaskAttempt, survivors: list[int], redactor: Redactor
 ) -> AttemptEnd:
     """An attempt a dead runtime left open. If its processes were gone and it left a result, that is
     judged through the same gates as a live attempt (exit unknown); otherwise the runtime crashed
     under it: re-queued without spending an attempt, unless it keeps happening (crash_limit)."""
+    policy = ending.policy
     paths = (
-        AttemptPaths(Path(attempt.evidence_dir), config.paths.runs / attempt.attempt_id)
+        AttemptPaths(Path(attempt.evidence_dir), policy.runs / attempt.attempt_id)
         if attempt.evidence_dir
-        else attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id, config.paths.runs)
+        else attempt_paths(policy.state_dir, task.task_id, attempt.attempt_id, policy.runs)
     )
     facts = gather(
-        config,
+        policy,
         task,
         attempt,
         paths,
-        adapter_redactor(config, attempt.adapter_id),
+        redactor,
         swept=True,
         read_result=not survivors,  # a result beside live processes may be half-written: not judged
         started=attempt.pid is not None,
         notes={"killed_pids": survivors},
     )
     facts = replace(facts, notes={**facts.notes, "judged": facts.result_text is not None})
-    return finish(config, clock, rng, facts, bundle_hash=attempt.bundle_hash)
+    return finish(ending, facts, bundle_hash=attempt.bundle_hash)
 
 
 def internal_failure_end(
-    config: Config,
-    clock: Clock,
-    rng: random.Random,
+    ending: Ending,
     task: TaskRecord,
     attempt: TaskAttempt,
     exc: BaseException,
     *,
     stage: str,
     started: bool,
-    redactor: Redactor | None = None,
+    redactor: Redactor,
 ) -> AttemptEnd:
     """agentd itself failed (a bug, or a value nothing could store): a recorded failure naming the
     exception, with nothing from the attempt's own outcome (that is what may have been poison)."""
-    redactor = redactor or adapter_redactor(config, attempt.adapter_id)
+    policy = ending.policy
     reason = redactor.text(scrub(f"agentd failed {stage}: {failure_text(exc)}"))[:2000]
     facts = AttemptFacts(
         task=task,
         attempt=attempt,
-        checks=completion_checks(config, task),
-        timeout_s=_timeout_s(config, attempt.adapter_id),
+        checks=policy.checks,
+        timeout_s=policy.timeout_s,
         internal_error=reason,
         started=started,
-        outbox_policy=_outbox_policy(config, task),
+        outbox_policy=policy.outbox,
         redactions=redactor.count,
     )
-    return finish(config, clock, rng, facts, bundle_hash=attempt.bundle_hash, best_effort=True)
+    return finish(ending, facts, bundle_hash=attempt.bundle_hash, best_effort=True)
 
 
 def failure_text(exc: BaseException) -> str:
@@ -129,7 +124,7 @@ def failure_text(exc: BaseException) -> str:
 
 
 def gather(
-    config: Config,
+    policy: AttemptPolicy,
     task: TaskRecord,
     attempt: TaskAttempt,
     paths: AttemptPaths,
@@ -149,12 +144,12 @@ def gather(
     redact_evidence(paths, redactor)
     result_text, result_problem = read_result_file(paths) if read_result else (None, None)
     result_problem = result_problem or copied_problem
-    checks = completion_checks(config, task)
+    checks = policy.checks
     facts = AttemptFacts(
         task=task,
         attempt=attempt,
         checks=checks,
-        timeout_s=_timeout_s(config, attempt.adapter_id),
+        timeout_s=policy.timeout_s,
         run=run,
         stopped=stopped,
         result_text=result_text,
@@ -162,18 +157,18 @@ def gather(
         stdout_bytes=_size(paths.stdout) if stdout_bytes is None else stdout_bytes,
         swept=swept,
         started=started,
-        outbox_policy=_outbox_policy(config, task),
+        outbox_policy=policy.outbox,
         notes=dict(notes or {}),
         redactions=redactor.count,
     )
     extracted = extracted_of(facts)
-    files = {p: file_fact(p, config.paths.workspace) for p in paths_to_check(extracted.outcome, checks)}
+    files = {p: file_fact(p, policy.workspace) for p in paths_to_check(extracted.outcome, checks)}
     audit = None
     if checks.require_adapter_audit and paths.stdout.is_file():
-        relative = str(paths.stdout.relative_to(config.paths.state_dir))
+        relative = str(paths.stdout.relative_to(policy.state_dir))
         audit = ArtifactRow("adapter-audit", relative, sha256_file(paths.stdout), "text/plain")
     evidence = {n: str(getattr(paths, n)) if getattr(paths, n).exists() else None for n in EVIDENCE_PATHS}
-    proposal = proposal_fact(extracted.outcome, config, redactor)  # its redactions counted below
+    proposal = proposal_fact(extracted.outcome, policy, redactor)  # its redactions counted below
     return replace(
         facts,
         extracted=extracted,
@@ -188,31 +183,26 @@ def gather(
 EVIDENCE_PATHS = ("stdout", "stderr", "result", "last_message")
 
 
-def finish(
-    config: Config,
-    clock: Clock,
-    rng: random.Random,
-    facts: AttemptFacts,
-    *,
-    bundle_hash: str | None,
-    best_effort: bool = False,
-) -> AttemptEnd:
+def finish(ending: Ending, facts: AttemptFacts, *, bundle_hash: str | None, best_effort: bool = False) -> AttemptEnd:
     """Judge, seal the manifest (complete on every path), drop the run dir, and say what to commit."""
-    now = clock.now()
-    end = judge(facts, now=now, policy=retry_policy(config), rng=rng)
-    paths = attempt_paths(config.paths.state_dir, facts.task.task_id, facts.attempt.attempt_id, config.paths.runs)
+    policy, now = ending.policy, ending.clock.now()
+    end = judge(facts, now=now, policy=policy.retry, rng=ending.rng)
+    paths = attempt_paths(policy.state_dir, facts.task.task_id, facts.attempt.attempt_id, policy.runs)
     steps, dropped = capped(action_steps(facts, end, paths))  # before the run dir goes: a harness may log there
-    fields = {**manifest_fields(config, facts, end, bundle_hash), "action_trace": trace_summary(steps, dropped)}
-    sealed, problem = seal(paths, fields, trace=trace_lines(steps), best_effort=best_effort)
-    if sealed and end.status == "completed" and strict_evidence(config, facts.task):
+    trace = {"action_trace": trace_summary(steps, dropped)}
+    sealed, problem = seal(
+        paths, {**manifest_fields(policy.described, facts, end, bundle_hash), **trace}, trace=trace_lines(steps),
+        best_effort=best_effort,
+    )  # fmt: skip
+    if sealed and end.status == "completed" and policy.strict_evidence:
         problems = verify_attempt_dir(paths.root)
         if problems:  # judged again as a failure, and sealed again to say so
-            end = judge(
-                replace(facts, evidence_problems=tuple(problems)), now=now, policy=retry_policy(config), rng=rng
-            )
-            fields = {**manifest_fields(config, facts, end, bundle_hash), "action_trace": trace_summary(steps, dropped)}
-            sealed, problem = seal(paths, fields, trace=trace_lines(steps), best_effort=best_effort)
-    remove_run_dir(paths.run, config)  # HOME and what the attempt wrote: not evidence, and may hold keys
+            end = judge(replace(facts, evidence_problems=tuple(problems)), now=now, policy=policy.retry, rng=ending.rng)
+            sealed, problem = seal(
+                paths, {**manifest_fields(policy.described, facts, end, bundle_hash), **trace},
+                trace=trace_lines(steps), best_effort=best_effort,
+            )  # fmt: skip
+    remove_run_dir(paths.run, policy.run_as)  # HOME and what the attempt wrote: not evidence, and may hold keys
     diagnostics = {
         **end.diagnostics,
         "artifact_hash": sealed.artifact_hash if sealed else None,
@@ -225,18 +215,12 @@ def finish(
     return replace(end, diagnostics=diagnostics)
 
 
-def remove_run_dir(run: Path, config: Config) -> None:
+def remove_run_dir(run: Path, run_as: str | None) -> None:
     """The attempt's run dir goes. What the run user made unreadable to the service (a folder it chmod
     0700) is removed by the run user itself."""
     shutil.rmtree(run, ignore_errors=True)
-    if run.exists() and config.dispatch.run_as is not None:
-        remove_as(run, run_user(config.dispatch.run_as))
-
-
-def strict_evidence(config: Config, task: TaskRecord) -> bool:
-    spec = config.task_types.get(task.task_type)
-    override = spec.strict_evidence if spec else None
-    return config.dispatch.strict_evidence if override is None else override
+    if run.exists() and run_as is not None:
+        remove_as(run, run_user(run_as))
 
 
 def action_steps(facts: AttemptFacts, end: AttemptEnd, paths: AttemptPaths) -> list[Step]:
@@ -276,16 +260,17 @@ def file_fact(relative: str, workspace: Path) -> FileFact:
 MAX_PROPOSAL_BYTES = 64 * 1024
 
 
-def proposal_fact(outcome: TaskOutcome | None, config: Config, redactor: Redactor) -> ProposalFact | None:
+def proposal_fact(outcome: TaskOutcome | None, policy: AttemptPolicy, redactor: Redactor) -> ProposalFact | None:
     """The text an outcome's constitution_proposal names (seed 000 §1b): a regular file inside the
     workspace (checked as an artifact's path is), at most MAX_PROPOSAL_BYTES of UTF-8; redacted like
     all text judging sees. Reading it is all agentd does with it here: only the operator applies one."""
     proposed = outcome.constitution_proposal if outcome else None
     if proposed is None:
         return None
-    base = config.constitution.soul_hash if proposed.document == "soul" else config.constitution.purpose_hash
+    constitution = policy.constitution
+    base = constitution.soul_hash if proposed.document == "soul" else constitution.purpose_hash
     fact = ProposalFact(proposed.document, proposed.path, proposed.reason, base)
-    text, problem = _proposal_text(proposed.path, config.paths.workspace)
+    text, problem = _proposal_text(proposed.path, policy.workspace)
     if problem is not None:
         return replace(fact, problem=problem)
     text = redactor.text(text)
@@ -366,29 +351,8 @@ def read_result_file(paths: AttemptPaths) -> tuple[str | None, str | None]:
     return data.decode("utf-8", errors="replace"), None
 
 
-# Who serves a harness's model when its config names no provider: the CLI's own default.
-def _outbox_policy(config: Config, task: TaskRecord) -> OutboxPolicy:
-    profile = config.profiles.get(task.requested_profile_id)
-    if profile is None:
-        return OutboxPolicy(agent=config.agent.agent_id)
-    policy, caps = profile.result_policy, delegation_caps(config, task)
-    return OutboxPolicy(
-        policy.allow_follow_up_tasks,
-        policy.allow_external_messages,
-        caps["max_depth"],
-        caps["max_per_outcome"],
-        policy.require_approval_for_side_effects,
-        config.agent.agent_id,
-    )
-
-
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
     except OSError:
         return 0
-
-
-def _timeout_s(config: Config, adapter_id: str) -> float:
-    adapter = config.adapters.get(adapter_id)
-    return adapter.timeout_ms / 1000 if adapter else 0.0

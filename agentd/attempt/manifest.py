@@ -29,55 +29,75 @@ from agentd.records import (
 PROVIDERS = {"claude-code": "anthropic", "codex": "openai", "hermes-agent": "hermes", "ollama-generate": "ollama"}
 
 
-def manifest_fields(config: Config, facts: AttemptFacts, end: AttemptEnd, bundle_hash: str | None) -> dict[str, Any]:
-    """The manifest (docs/design.md, "Evidence", seed 001): who ran what, on which inputs, under which budgets, how
-    it ended. Pure: the files' hashes are added when it is sealed."""
-    task, attempt, run = facts.task, facts.attempt, facts.run
+def described_by(config: Config, task: TaskRecord, adapter_id: str) -> dict[str, Any]:
+    """The manifest's fields that come from the configuration (resolved once per attempt, with its
+    policy: agentd/attempt/policy.py)."""
     profile = config.profiles.get(task.requested_profile_id)
-    started = attempt.started_at
-    model = (run.model if run else None) or attempt.model
     spec = config.task_types.get(task.task_type)
+    adapter = config.adapters.get(adapter_id)
     return {
-        "run_id": attempt.attempt_id,
-        "runtime_identity": {
-            "agentd_version": __version__,
-            "host": socket.gethostname(),
-            "agent_id": config.agent.agent_id,
-            "runner_id": attempt.runner_id,
-        },
-        "agent_ref": {
-            "agent": config.agent.agent_id,
-            "profile": task.requested_profile_id,
-            **agent_variant(config, task),
-        },
-        "task_ref": {
-            "task_id": task.task_id,
-            "task_type": task.task_type,
-            "task_type_version": spec.version if spec else None,
-            "attempt_number": attempt.attempt_number,
-        },
-        "task_hash": task_hash(task),
-        "bundle_hash": bundle_hash,
+        "agent_id": config.agent.agent_id,
+        "agent_variant": agent_variant(config, task),
+        "task_type_version": spec.version if spec else None,
         "constitution": {
             "soul_hash": config.constitution.soul_hash,
             "purpose_hash": config.constitution.purpose_hash,
             "version": config.constitution.version,
         },
+        "script": script_command(config, adapter_id),
+        "adapter": adapter,
+        "kill_grace_s": config.dispatch.kill_grace_s,
+        "output_cap_bytes": config.dispatch.output_cap_bytes,
+        "max_prompt_chars": profile.context_policy.max_prompt_chars if profile else None,
+        "max_turns": getattr(adapter, "max_turns", None),
+    }
+
+
+def manifest_fields(
+    described: dict[str, Any], facts: AttemptFacts, end: AttemptEnd, bundle_hash: str | None
+) -> dict[str, Any]:
+    """The manifest (docs/design.md, "Evidence", seed 001): who ran what, on which inputs, under which budgets,
+    how it ended. Pure: the files' hashes are added when it is sealed."""
+    task, attempt, run = facts.task, facts.attempt, facts.run
+    started = attempt.started_at
+    model = (run.model if run else None) or attempt.model
+    return {
+        "run_id": attempt.attempt_id,
+        "runtime_identity": {
+            "agentd_version": __version__,
+            "host": socket.gethostname(),
+            "agent_id": described["agent_id"],
+            "runner_id": attempt.runner_id,
+        },
+        "agent_ref": {
+            "agent": described["agent_id"],
+            "profile": task.requested_profile_id,
+            **described["agent_variant"],
+        },
+        "task_ref": {
+            "task_id": task.task_id,
+            "task_type": task.task_type,
+            "task_type_version": described["task_type_version"],
+            "attempt_number": attempt.attempt_number,
+        },
+        "task_hash": task_hash(task),
+        "bundle_hash": bundle_hash,
+        "constitution": described["constitution"],
         "adapter": {
             "adapter_id": attempt.adapter_id,
             "kind": attempt.adapter_kind,
             "cli_version": run.cli_version if run else None,
-            **script_command(config, attempt.adapter_id),
+            **described["script"],
         },
         "model": model,
-        "model_pin": model_pin(config.adapters.get(attempt.adapter_id), model, run),
+        "model_pin": model_pin(described["adapter"], model, run),
         "budgets": {
             "timeout_s": facts.timeout_s,
-            "kill_grace_s": config.dispatch.kill_grace_s,
-            "output_cap_bytes": config.dispatch.output_cap_bytes,
-            "max_prompt_chars": profile.context_policy.max_prompt_chars if profile else None,
+            "kill_grace_s": described["kill_grace_s"],
+            "output_cap_bytes": described["output_cap_bytes"],
+            "max_prompt_chars": described["max_prompt_chars"],
             "max_attempts": task.max_attempts,
-            "max_turns": getattr(config.adapters.get(attempt.adapter_id), "max_turns", None),
+            "max_turns": described["max_turns"],
         },
         "started_at": format_ts(started),
         "completed_at": format_ts(end.ended_at),

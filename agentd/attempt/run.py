@@ -16,7 +16,8 @@ import anyio
 
 from agentd.adapters import Adapter, AdapterRun, adapter_for
 from agentd.attempt.conclude import conclude, internal_failure_end
-from agentd.attempt.prepare import AttemptPreparer, Prepared
+from agentd.attempt.policy import Ending, attempt_policy
+from agentd.attempt.prepare import AttemptPreparer, Prepared, adapter_redactor
 from agentd.clock import Clock, age
 from agentd.config import Config
 from agentd.errors import FATAL
@@ -106,7 +107,7 @@ class AttemptRunner:
             prepared = await self.preparer.prepare(claim)
             run = await self._execute(prepared, control)
             end = await anyio.to_thread.run_sync(
-                conclude, self.config, self.clock, self.rng, prepared, run, control.stopped
+                conclude, self.ending(claim.task, attempt), prepared, run, control.stopped
             )
         except FATAL:
             raise
@@ -163,17 +164,19 @@ class AttemptRunner:
         return await anyio.to_thread.run_sync(
             functools.partial(
                 internal_failure_end,
-                self.config,
-                self.clock,
-                self.rng,
+                self.ending(task, attempt),
                 task,
                 attempt,
                 exc,
                 stage=stage,
                 started=bool(control and control.started),
-                redactor=prepared.redactor if prepared else None,
+                redactor=prepared.redactor if prepared else adapter_redactor(self.config, attempt.adapter_id),
             )
         )
+
+    def ending(self, task: TaskRecord, attempt: TaskAttempt) -> Ending:
+        """The attempt's policy, resolved once from the configuration, with the clock and the jitter."""
+        return Ending(attempt_policy(self.config, task, attempt.adapter_id), self.clock, self.rng)
 
     async def _execute(self, prepared: Prepared, control: AttemptControl) -> AdapterRun | None:
         task_id, attempt_id = prepared.task.task_id, prepared.attempt_id

@@ -13,6 +13,7 @@ import logging
 import anyio
 
 from agentd.attempt.conclude import sweep_end
+from agentd.attempt.prepare import adapter_redactor
 from agentd.attempt.run import AttemptRunner
 from agentd.errors import FATAL
 from agentd.process.containment import attempt_group, sweep_run
@@ -27,7 +28,10 @@ async def boot_sweep(runner: AttemptRunner) -> int:
     for task, attempt in await runner.db.call(Store.running_attempts):
         survivors = await sweep_run(attempt_group(config.paths.state_dir, attempt.attempt_id), runner.preparer.user)
         try:
-            end = await anyio.to_thread.run_sync(sweep_end, config, runner.clock, runner.rng, task, attempt, survivors)
+            redactor = adapter_redactor(config, attempt.adapter_id)  # its secrets as they are now
+            end = await anyio.to_thread.run_sync(
+                sweep_end, runner.ending(task, attempt), task, attempt, survivors, redactor
+            )
         except FATAL:
             raise
         except Exception as exc:

@@ -1,0 +1,82 @@
+"""One attempt's policy: everything the configuration says about how an attempt is judged, sealed and
+ended, resolved once (when the attempt is claimed, or when the boot sweep or agentd's own failure ends
+it) and passed whole. The ending itself (agentd/attempt/conclude.py) reads no configuration."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentd.attempt.judge import OutboxPolicy
+from agentd.attempt.manifest import described_by
+from agentd.attempt.outcome import CompletionChecks, RetryPolicy
+from agentd.attempt.prepare import completion_checks, retry_policy
+from agentd.clock import Clock
+from agentd.config import Config
+from agentd.records import AgentConstitution, TaskRecord
+from agentd.work.intake import delegation_caps
+
+
+@dataclass(frozen=True)
+class AttemptPolicy:
+    checks: CompletionChecks  # what completion must prove (the task type and the intent)
+    retry: RetryPolicy  # backoff and the rate-limit and crash limits ([dispatch])
+    outbox: OutboxPolicy  # what the outcome may ask for after it (the profile's result policy)
+    timeout_s: float  # the adapter's
+    strict_evidence: bool  # re-verify the sealed folder before a completion counts
+    state_dir: Path
+    runs: Path
+    workspace: Path
+    run_as: str | None  # who the attempt ran as: its run dir may need that user to remove it
+    constitution: AgentConstitution  # the hashes a constitution proposal is based on
+    described: dict[str, Any]  # the manifest's fields that come from the configuration
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What ending an attempt needs beside its facts: its policy, the clock and the retry jitter."""
+
+    policy: AttemptPolicy
+    clock: Clock
+    rng: random.Random
+
+
+def attempt_policy(config: Config, task: TaskRecord, adapter_id: str) -> AttemptPolicy:
+    """The policy of `task`'s attempt on `adapter_id`, as the configuration says now."""
+    spec = config.task_types.get(task.task_type)
+    override = spec.strict_evidence if spec else None
+    adapter = config.adapters.get(adapter_id)
+    return AttemptPolicy(
+        checks=completion_checks(config, task),
+        retry=retry_policy(config),
+        outbox=outbox_policy(config, task),
+        timeout_s=adapter.timeout_ms / 1000 if adapter else 0.0,
+        strict_evidence=config.dispatch.strict_evidence if override is None else override,
+        state_dir=config.paths.state_dir,
+        runs=config.paths.runs,
+        workspace=config.paths.workspace,
+        run_as=config.dispatch.run_as,
+        constitution=config.constitution,
+        described=described_by(config, task, adapter_id),
+    )
+
+
+def ending(config: Config, clock: Clock, rng: random.Random, task: TaskRecord, adapter_id: str) -> Ending:
+    return Ending(attempt_policy(config, task, adapter_id), clock, rng)
+
+
+def outbox_policy(config: Config, task: TaskRecord) -> OutboxPolicy:
+    profile = config.profiles.get(task.requested_profile_id)
+    if profile is None:
+        return OutboxPolicy(agent=config.agent.agent_id)
+    policy, caps = profile.result_policy, delegation_caps(config, task)
+    return OutboxPolicy(
+        policy.allow_follow_up_tasks,
+        policy.allow_external_messages,
+        caps["max_depth"],
+        caps["max_per_outcome"],
+        policy.require_approval_for_side_effects,
+        config.agent.agent_id,
+    )
