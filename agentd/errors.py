@@ -6,6 +6,9 @@ A model's failure is data (a TaskOutcome), never one of these.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -71,6 +74,29 @@ class StorageError(AgentdError):
 # What ends a service (exit 1: systemd restarts it once the disk is usable); anything else a service
 # records as one tick's, one run's or one attempt's failure and goes on.
 FATAL = (StorageError,)
+
+
+@dataclass
+class Contained:
+    """What a `contained` block caught: None while it went well."""
+
+    error: Exception | None = None
+
+
+@contextmanager
+def contained(log: logging.Logger | None, message: str = "", *args: object) -> Iterator[Contained]:
+    """A block whose failure is one tick's, one run's or one attempt's own: anything but FATAL is
+    logged with its traceback (`message % args`; not when `log` is None) and handed back for the
+    caller to record; FATAL (and cancellation, which is no Exception) goes on up and ends the service."""
+    caught = Contained()
+    try:
+        yield caught
+    except FATAL:
+        raise
+    except Exception as exc:
+        if log is not None:
+            log.exception(message, *args)
+        caught.error = exc
 
 
 class DatabaseGone(StorageError):

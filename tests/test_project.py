@@ -57,6 +57,40 @@ def test_the_connection_check_would_catch_a_helper_reaching_in() -> None:
     assert not reaching_into_the_connection("    row = self._conn.execute('x')\n    tx.event('x', now)")
 
 
+def test_the_fatal_pair_is_written_once() -> None:
+    """A failure boundary (one tick's, one run's, one attempt's) is `errors.contained`; only it spells
+    out "FATAL goes up, the rest is caught"."""
+    offenders = [
+        str(path.relative_to(REPO))
+        for path in sorted((REPO / "agentd").rglob("*.py"))
+        if path.name != "errors.py" and re.search(r"except\s*\(?\s*FATAL", path.read_text())
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("fatal", [False, True])
+def test_contained_hands_back_a_failure_and_lets_fatal_end_the_service(
+    fatal: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from agentd.errors import StorageError, contained
+
+    error = StorageError("agent.db", "the disk is full", "free some space") if fatal else ValueError("one tick's own")
+    log = logging.getLogger("agentd.test")
+    if fatal:
+        with pytest.raises(StorageError), contained(log, "tick %d failed", 7):
+            raise error
+        return
+    with contained(log, "tick %d failed", 7) as failed:
+        raise error
+    assert failed.error is error
+    assert "tick 7 failed" in caplog.text and "one tick's own" in caplog.text  # with its traceback
+    with contained(None) as quiet:
+        pass
+    assert quiet.error is None
+
+
 def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     found = []
     for action in parser._actions:

@@ -11,6 +11,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -264,6 +265,57 @@ async def test_an_idle_dispatcher_does_not_write_its_row_at_every_tick(rig: Rig)
         rig.clock.advance(60)
         assert not await dispatcher.tick(rig.clock.now())
     assert dispatch_row(rig) == written, "only a change of state writes the row between two refreshes"
+
+
+@pytest.mark.asyncio
+async def test_an_idle_dispatcher_reads_the_pause_once_per_tick_from_the_one_outlook(rig: Rig) -> None:
+    """The tick that found nothing, its status line and its sleep are one read (issue 24, "one
+    outlook"): the pause is not read again to say so, nor again before sleeping."""
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    rig.store.pause_dispatch("op", "maintenance", rig.clock.now())
+    statements: list[str] = []
+    dispatcher.db.store._conn.set_trace_callback(statements.append)
+    try:
+        assert not await dispatcher.tick(rig.clock.now())
+        with anyio.move_on_after(0.05):
+            await dispatcher._sleep_until_due()
+    finally:
+        dispatcher.db.store._conn.set_trace_callback(None)
+    reads = [s for s in statements if "FROM dispatch_control" in s]
+    assert len(reads) == 2, reads  # one inside the claim's own transaction, one for the outlook
+    assert dispatch_row(rig)["status"].startswith("paused since")
+
+
+def test_status_and_the_metrics_read_one_state_of_the_database(rig: Rig) -> None:
+    """A commit by another process between two of the outlook's reads is not half seen: status and
+    the gauges are made from one deferred read transaction."""
+    from agentd.outlook import status as outlook
+    from agentd.store import open_store
+
+    other = open_store(rig.config.db_path, rig.clock)
+    real_pause = rig.store.dispatch_pause
+
+    def pause_then_read() -> Any:  # another process pauses, and adds a task, mid-read
+        other.pause_dispatch("op", "mid-read", rig.clock.now())
+        admitted = admit_task(
+            TaskIntent.model_validate({"task_type": "example", "source": "test", "payload": {}}),
+            rig.config,
+            rig.clock.now(),
+            trusted=True,
+        )
+        other.enqueue_task(admitted, rig.clock.now())
+        return real_pause()
+
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(rig.store, "dispatch_pause", pause_then_read)
+            seen = outlook.read_outlook(rig.store, rig.config, rig.clock.now())
+        assert seen.pause is None and sum(seen.summary.counts.values()) == 0, "one state: before both commits"
+        after = outlook.read_outlook(rig.store, rig.config, rig.clock.now())
+        assert after.pause is not None and after.summary.counts == {"pending": 1}
+    finally:
+        other.close()
 
 
 # --- 4. a message that failed for good is seen --------------------------------------------------

@@ -20,7 +20,7 @@ from agentd.attempt.policy import Ending, attempt_policy
 from agentd.attempt.prepare import AttemptPreparer, Prepared, adapter_redactor
 from agentd.clock import Clock, age
 from agentd.config import Config
-from agentd.errors import FATAL
+from agentd.errors import contained
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.privilege import RunUser
 from agentd.process.wake import Doorbell
@@ -100,20 +100,21 @@ class AttemptRunner:
         if stopping:
             control.stop("interrupted", self.config.dispatch.grace_s)
         prepared: Prepared | None = None
-        try:
-            self._running = (claim.task.task_id, attempt.adapter_id, attempt.model, anyio.current_time())
-            if on_running is not None:
-                await on_running()
-            prepared = await self.preparer.prepare(claim)
-            run = await self._execute(prepared, control)
-            end = await anyio.to_thread.run_sync(
-                conclude, self.ending(claim.task, attempt), prepared, run, control.stopped
-            )
-        except FATAL:
-            raise
-        except Exception as exc:  # the attempt's boundary: record it, never leave the task running
-            logger.exception("attempt %s of task %s failed inside agentd", attempt.attempt_id, claim.task.task_id)
-            end = await self.internal_failure(claim.task, attempt, exc, "running this attempt", control, prepared)
+        boundary = ("attempt %s of task %s failed inside agentd", attempt.attempt_id, claim.task.task_id)
+        try:  # the attempt's boundary: what fails inside agentd is recorded; the task never stays running
+            with contained(logger, *boundary) as failed:
+                self._running = (claim.task.task_id, attempt.adapter_id, attempt.model, anyio.current_time())
+                if on_running is not None:
+                    await on_running()
+                prepared = await self.preparer.prepare(claim)
+                run = await self._execute(prepared, control)
+                end = await anyio.to_thread.run_sync(
+                    conclude, self.ending(claim.task, attempt), prepared, run, control.stopped
+                )
+            if failed.error is not None:
+                end = await self.internal_failure(
+                    claim.task, attempt, failed.error, "running this attempt", control, prepared
+                )
         finally:
             self.control = None
             self._running = None
@@ -126,12 +127,8 @@ class AttemptRunner:
     async def _record_bundle(self, task_id: int, attempt_id: str, compiled: CompiledBundle) -> None:
         """An attempt that never started: its bundle, recorded before its end (a refusal here is
         logged; the outcome commit still happens, so the task never stays running)."""
-        try:
+        with contained(logger, "the bundle of attempt %s could not be recorded", attempt_id):
             await self.db.call(Store.record_bundle, task_id, attempt_id, compiled, self.clock.now())
-        except FATAL:
-            raise
-        except Exception:
-            logger.exception("the bundle of attempt %s could not be recorded", attempt_id)
 
     async def commit(
         self,
@@ -143,14 +140,11 @@ class AttemptRunner:
     ) -> TaskRecord:
         """The outcome commit. If SQLite refuses it (a value nothing caught earlier), the attempt is
         recorded as agentd's internal_error naming why, so the task never stays running."""
-        try:
+        with contained(logger, "the outcome of attempt %s could not be recorded", attempt.attempt_id) as failed:
             return await self.db.call(Store.finish_attempt, end)
-        except FATAL:
-            raise
-        except Exception as exc:
-            logger.exception("the outcome of attempt %s could not be recorded", attempt.attempt_id)
-            fallback = await self.internal_failure(task, attempt, exc, "recording its outcome", control, prepared)
-            return await self.db.call(Store.finish_attempt, fallback)
+        assert failed.error is not None
+        fallback = await self.internal_failure(task, attempt, failed.error, "recording its outcome", control, prepared)
+        return await self.db.call(Store.finish_attempt, fallback)
 
     async def internal_failure(
         self,

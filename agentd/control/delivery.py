@@ -20,7 +20,7 @@ import anyio
 from agentd.clock import Clock
 from agentd.config import Config
 from agentd.control.handlers import MessageHandler, send
-from agentd.errors import FATAL
+from agentd.errors import contained
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.wake import Doorbell
 from agentd.records import OutboxEntry
@@ -99,12 +99,9 @@ class Deliveries:
         await self.db.call(Store.sweep_deliveries, self.clock.now())
         pause = 1.0
         while True:
-            try:
+            with contained(logger, "message_delivery_pass_failed: retrying in %.0fs", pause) as failed:
                 await self.deliver_due(self.clock.now())
-            except FATAL:
-                raise
-            except Exception:
-                logger.exception("message_delivery_pass_failed: retrying in %.0fs", pause)
+            if failed.error:
                 await self.wake.wait(pause)
                 pause = min(pause * 2, POLL_S)
                 continue
@@ -124,12 +121,8 @@ class Deliveries:
         """Each message is its own boundary: what one raises is logged and the others go on (its row
         stays due; a started attempt is swept as interrupted at the next start)."""
         async with limiter:
-            try:
+            with contained(logger, "message %s could not be delivered", delivery.idempotency_key):
                 await self.deliver(delivery)
-            except FATAL:
-                raise
-            except Exception:
-                logger.exception("message %s could not be delivered", delivery.idempotency_key)
 
     async def deliver(self, delivery: Delivery) -> None:
         """One attempt at one message: recorded started, sent, its end recorded."""

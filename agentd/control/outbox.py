@@ -11,7 +11,7 @@ from datetime import datetime
 from agentd.clock import Clock
 from agentd.config import Config
 from agentd.control.delivery import Deliveries
-from agentd.errors import FATAL
+from agentd.errors import contained
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.records import OutboxEntry, StepResult
 from agentd.store import AsyncStore, Store
@@ -28,12 +28,9 @@ class OutboxApplier:
 
     async def apply_pending(self) -> None:
         for entry in await self.db.call(Store.pending_outbox):
-            try:
+            with contained(logger, "outbox entry %s could not be applied", entry.idempotency_key) as failed:
                 await self.apply(entry, self.clock.now())
-            except FATAL:
-                raise
-            except Exception as exc:
-                logger.exception("outbox entry %s could not be applied", entry.idempotency_key)
+            if (exc := failed.error) is not None:
                 reason = f"internal_error: {type(exc).__name__}: {exc}"[:500]
                 await self.db.call(Store.settle_outbox, entry, "refused", {"reason": reason}, self.clock.now())
 

@@ -44,7 +44,7 @@ from agentd.config.budget import AdapterSpend
 from agentd.errors import AgentdError
 from agentd.outlook import metric_specs as specs
 from agentd.outlook.metric_specs import Spec
-from agentd.outlook.status import liveness, queue_outlook
+from agentd.outlook.status import liveness, read_outlook
 from agentd.process import procs
 from agentd.records import TASK_STATUSES
 from agentd.store import Store, open_store
@@ -85,14 +85,8 @@ class QueueCollector(Collector):
         with self._lock:
             if self._store is None:
                 self._store = open_store(self._db_path, self._clock)
-            now = self._clock.now()
-            summary, budget = queue_outlook(self._store, self._config, now)
-            running = self._store.running_now()
-            services = self._store.service_statuses()
-            head = self._store.chain_head()
-            approvals = self._store.pending_approvals()
-            paused = self._store.dispatch_pause() is not None
-            failed_messages = self._store.failed_message_count()
+            seen = read_outlook(self._store, self._config, self._clock.now())
+        now, summary, budget, running = seen.now, seen.summary, seen.budget, seen.running
         tasks = family(specs.TASKS)
         for status in TASK_STATUSES:
             tasks.add_metric([status], summary.counts.get(status, 0))
@@ -107,7 +101,8 @@ class QueueCollector(Collector):
         ):
             waiting.add_metric([reason], count)
         yield waiting
-        yield family(specs.APPROVAL_OLDEST, (now - approvals[0].requested_at).total_seconds() if approvals else 0.0)
+        oldest = seen.oldest_approval_at
+        yield family(specs.APPROVAL_OLDEST, (now - oldest).total_seconds() if oldest else 0.0)
         spent = family(specs.BUDGET_SPENT)
         if budget is not None and self._config is not None:  # every adapter, 0 until it spends
             for adapter_id in sorted(set(self._config.adapters) | set(budget.spend.by_adapter)):
@@ -115,13 +110,13 @@ class QueueCollector(Collector):
                 spent.add_metric([adapter_id, str(int(used.estimated))], used.total_usd)
         yield spent
         yield family(specs.BUDGET_HOLDING, int(bool(budget and budget.hold)))
-        yield family(specs.PAUSED, int(paused))
-        yield family(specs.MESSAGES_FAILED, failed_messages)
+        yield family(specs.PAUSED, int(seen.pause is not None))
+        yield family(specs.MESSAGES_FAILED, seen.failed_messages)
         age = (now - summary.oldest_pending_at).total_seconds() if summary.oldest_pending_at else 0.0
         yield family(specs.OLDEST_PENDING, age)
         yield family(specs.RUNNING_AGE, max(((now - r.started_at).total_seconds() for r in running), default=0.0))
-        yield family(specs.CHAIN_HEAD, head[0] if head else 0)
-        yield from self._services(services, now)
+        yield family(specs.CHAIN_HEAD, seen.chain_head[0] if seen.chain_head else 0)
+        yield from self._services(seen.services, now)
 
     def _services(self, rows: list[dict[str, Any]], now: datetime) -> Iterator[Metric]:
         """Each service as `agentd status` judges it: live only while the process that wrote its row

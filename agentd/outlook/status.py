@@ -18,8 +18,9 @@ from agentd.config import Config
 from agentd.config.budget import BudgetHold, Spend, budget_hold, day_start
 from agentd.process import procs
 from agentd.process.privilege import boundary
-from agentd.records import TASK_STATUSES, QueueSummary
+from agentd.records import TASK_STATUSES, LockHolder, QueueSummary, RunningAttempt
 from agentd.store import Store
+from agentd.store.control import Pause
 
 STALE_STATUS_S = 30.0  # services refresh their row every 5 s
 Liveness = Literal["live", "stale", "down", "stopped", "unknown"]
@@ -81,11 +82,61 @@ def budget_report(config: Config, outlook: BudgetOutlook | None) -> dict[str, An
     }
 
 
+@dataclass(frozen=True)
+class Outlook:
+    """The agent as one read sees it: what `agentd status`, the metrics collector and the dispatcher's
+    status line are made from, so they never disagree (one deferred read transaction: one state of
+    the database, not a mix of before and after a commit)."""
+
+    now: datetime
+    summary: QueueSummary
+    budget: BudgetOutlook | None
+    pause: Pause | None
+    running: list[RunningAttempt]
+    services: list[dict[str, Any]]
+    oldest_approval_at: datetime | None
+    failed_messages: int
+    lock_holder: LockHolder | None
+    chain_head: tuple[int, str] | None
+
+
+def read_outlook(store: Store, config: Config | None, now: datetime) -> Outlook:
+    with store.snapshot():
+        summary, budget = queue_outlook(store, config, now)
+        approvals = store.pending_approvals()
+        return Outlook(
+            now,
+            summary,
+            budget,
+            store.dispatch_pause(),
+            store.running_now(),
+            store.service_statuses(),
+            approvals[0].requested_at if approvals else None,
+            store.failed_message_count(),
+            store.dispatch_lock_holder(),
+            store.chain_head(),
+        )
+
+
+@dataclass(frozen=True)
+class IdleOutlook:
+    """What an idle dispatcher shows and sleeps on, in one read: the operator's pause, the tasks
+    claimable now and when the next task or schedule falls due."""
+
+    pause: Pause | None
+    waiting: int
+    upcoming: datetime | None
+
+
+def idle_outlook(store: Store, now: datetime) -> IdleOutlook:
+    with store.snapshot():
+        return IdleOutlook(store.dispatch_pause(), *store.idle_outlook(now))
+
+
 def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
-    summary, budget = queue_outlook(store, config, now)
-    holder = store.dispatch_lock_holder()
-    approvals = store.pending_approvals()
-    pause = store.dispatch_pause()
+    """`agentd status --json`'s body."""
+    seen = read_outlook(store, config, now)
+    summary, pause, holder = seen.summary, seen.pause, seen.lock_holder
     here = procs.this_process()
     return {
         "agent_id": config.agent.agent_id,
@@ -101,9 +152,9 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
             "approval": summary.approval,
             "budget": summary.budget,
         },
-        "budget": budget_report(config, budget),
-        "messages": {"failed": store.failed_message_count()},
-        "oldest_approval_age_s": (now - approvals[0].requested_at).total_seconds() if approvals else None,
+        "budget": budget_report(config, seen.budget),
+        "messages": {"failed": seen.failed_messages},
+        "oldest_approval_age_s": (now - seen.oldest_approval_at).total_seconds() if seen.oldest_approval_at else None,
         "paused": {"since": format_ts(pause.paused_at), "by": pause.paused_by, "reason": pause.reason}
         if pause
         else None,
@@ -121,9 +172,9 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
                 "started_at": format_ts(r.started_at),
                 "elapsed_s": round((now - r.started_at).total_seconds(), 1),
             }
-            for r in store.running_now()
+            for r in seen.running
         ],
-        "services": [service_health(row, now, here) for row in store.service_statuses()],
+        "services": [service_health(row, now, here) for row in seen.services],
         "boundary": boundary(config.dispatch.run_as),
         "dispatch_lock": {"pid": holder.pid, "host": holder.host, "heartbeat_at": format_ts(holder.heartbeat_at)}
         if holder

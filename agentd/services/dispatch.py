@@ -26,10 +26,10 @@ from agentd.config import Config
 from agentd.config.budget import BudgetHold
 from agentd.config.budget import describe as budget_line
 from agentd.control.outbox import OutboxApplier
-from agentd.errors import FATAL, DatabaseGone
+from agentd.errors import DatabaseGone, contained
 from agentd.evidence.rollback import refuse_if_behind
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
-from agentd.outlook.status import BudgetOutlook, budget_outlook
+from agentd.outlook.status import BudgetOutlook, IdleOutlook, budget_outlook, idle_outlook
 from agentd.process.containment import release_namespace
 from agentd.process.privilege import run_user
 from agentd.process.wake import Doorbell
@@ -38,7 +38,6 @@ from agentd.services.fleet import FleetLink
 from agentd.services.lock import DispatchLock
 from agentd.services.shell import Notifier, Shell
 from agentd.store import AsyncStore, Store
-from agentd.store.control import Pause
 from agentd.store.fleet_leases import FleetGate
 from agentd.work.intents import schedule_runs, schedule_spec, step_decisions
 
@@ -72,7 +71,8 @@ class Dispatcher:
         self._stopping = False
         self._idle_noted = False
         self._held: tuple[BudgetHold, int] | None = None  # what the budget held back at the last claim
-        self._paused: Pause | None = None  # the operator's pause, as the last claim found it
+        self._idle: IdleOutlook | None = None  # the pause and what waits, as the last claim that found nothing saw them
+        self._idle_fresh = False  # _idle was read by this tick: the status line it publishes need not read again
         self._shown = ""  # the state the service row was last written for (_publish)
 
     @property
@@ -134,10 +134,10 @@ class Dispatcher:
         if self._stopping:
             return "stopping"
         now = self.clock.now()
-        pause = await self.db.call(Store.dispatch_pause)
-        if pause is not None:
-            return pause.describe()
-        return self._idle_line(now, *await self.db.call(Store.idle_outlook, now))
+        idle, self._idle_fresh = self._idle if self._idle_fresh else None, False
+        if idle is None:
+            idle = await self.db.call(idle_outlook, now)
+        return self._idle_line(now, idle)
 
     def request_stop(self, *, immediately: bool = False) -> None:
         """Stop claiming; the running attempt gets the grace period (none if immediately)."""
@@ -163,12 +163,9 @@ class Dispatcher:
         to the poll ceiling (never a hot loop); only an unusable disk ends the service."""
         pause = 1.0
         while not self._stopping:
-            try:
+            with contained(logger, "dispatch_tick_failed: retrying in %.0fs", pause) as failed:
                 worked = await self.tick(self.clock.now())
-            except FATAL:
-                raise
-            except Exception:
-                logger.exception("dispatch_tick_failed: retrying in %.0fs", pause)
+            if failed.error:
                 await self.doorbell.wait(pause)
                 pause = min(pause * 2, self.config.dispatch.poll_ceiling_s)
                 continue
@@ -226,13 +223,13 @@ class Dispatcher:
                 Store.claim_next_task, self.clock.now(), self.holder_id, self._plan, evidence, hold, confirmed
             )
         if claim is None:
-            self._paused = await self.db.call(Store.dispatch_pause)
-            if self._paused is None:  # else the operator paused it: nothing is claimed until `dispatch resume`
+            self._idle, self._idle_fresh = await self.db.call(idle_outlook, now), True  # for the line it publishes
+            if self._idle.pause is None:  # else the operator paused it: nothing is claimed until `dispatch resume`
                 await self._note_budget(budget, now)
                 await self.outbox.apply_pending()  # e.g. side effects an operator just approved
             await self._publish()
             return False
-        self._held, self._paused = None, None
+        self._held, self._idle = None, None
         self._idle_noted = False
         if claim.attempt is None:  # refused at the claim: its outbox, if any, is the next tick's
             return True
@@ -261,8 +258,8 @@ class Dispatcher:
             return f"running task {self.attempts.running_task}"
         if self._stopping:
             return "stopping"
-        if self._paused is not None:
-            return f"paused {self._paused.paused_at}"
+        if self._idle is not None and self._idle.pause is not None:
+            return f"paused {self._idle.pause.paused_at}"
         return f"budget {self._held[0].reason}" if self._held is not None else "idle"
 
     async def _publish(self) -> None:
@@ -295,8 +292,11 @@ class Dispatcher:
         return plan_attempt(self.config, task)  # pure: config lookups only (it runs inside the claim)
 
     async def _sleep_until_due(self) -> None:
+        """Until the next task or schedule falls due (as the tick that found nothing saw it), the
+        poll ceiling, or the doorbell."""
         now = self.clock.now()
-        waiting, upcoming = await self.db.call(Store.idle_outlook, now)
+        idle = self._idle if self._idle is not None else await self.db.call(idle_outlook, now)
+        upcoming = idle.upcoming
         delay = self.config.dispatch.poll_ceiling_s
         if self._held is not None:  # a new UTC day is a new budget
             upcoming = min(upcoming or self._held[0].until, self._held[0].until)
@@ -305,9 +305,8 @@ class Dispatcher:
         if not self._idle_noted:
             await self.db.call(Store.record_event, "dispatch_idle", now, {"next_due_in_s": round(delay, 3)})
             self._idle_noted = True
-        pause = await self.db.call(Store.dispatch_pause)
         if not self._stopping:
-            self.shell.status(pause.describe() if pause else self._idle_line(now, waiting, upcoming))
+            self.shell.status(self._idle_line(now, idle))
         await self.doorbell.wait(delay)
 
     def _crash_point(self, name: str) -> None:
@@ -315,8 +314,10 @@ class Dispatcher:
             logger.warning("chaos: crashing at %s", name)
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def _idle_line(self, now: datetime, waiting: int, upcoming: datetime | None) -> str:
+    def _idle_line(self, now: datetime, idle: IdleOutlook) -> str:
+        if idle.pause is not None:
+            return idle.pause.describe()
         if self._held is not None:
             return budget_line(*self._held)
-        later = f", next due in {age((upcoming - now).total_seconds())}" if upcoming else ""
-        return f"idle, {waiting} pending{later}"
+        later = f", next due in {age((idle.upcoming - now).total_seconds())}" if idle.upcoming else ""
+        return f"idle, {idle.waiting} pending{later}"

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from agentd.clock import Clock
 from agentd.config import Config
-from agentd.errors import FATAL, InputError, SchemaMismatch
+from agentd.errors import InputError, SchemaMismatch, contained
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.wake import Doorbell
 from agentd.records import TaskIntent
@@ -105,14 +105,11 @@ class FleetLink:
         """Round after round until cancelled; an unreachable fleet is logged once and tried again, and a
         round that fails otherwise is logged and retried: only an unusable disk ends the service."""
         while True:
-            try:
-                await self.round()
-            except FleetUnavailable as exc:
-                self._unreachable("intake", str(exc))
-            except FATAL:
-                raise
-            except Exception:
-                logger.exception("fleet_round_failed: retrying in %.0fs", self.round_s)
+            with contained(logger, "fleet_round_failed: retrying in %.0fs", self.round_s):
+                try:
+                    await self.round()
+                except FleetUnavailable as exc:
+                    self._unreachable("intake", str(exc))
             await self.wake.wait(self.round_s)
 
     async def round(self) -> None:
@@ -197,13 +194,11 @@ class FleetLink:
     async def confirm(self, gate: FleetGate) -> bool:
         """Renew the lease with its token just before the attempt starts: True, start it. Lost: the
         task is canceled here (False). Unreachable: it waits, not started, one round (False)."""
-        try:
+        with contained(None) as failed:
             lost = await self._ask("confirm", FleetQueue.renew_all, {gate.fleet_id: gate.token}, self.settings.lease_s)
-        except FATAL:
-            raise
-        except Exception as exc:  # unreachable, or anything else: not confirmed, so not started
+        if (exc := failed.error) is not None:  # unreachable, or anything else: not confirmed, so not started
             if not isinstance(exc, FleetUnavailable):
-                logger.exception("fleet_confirm_failed task_id=%d", gate.task_id)
+                logger.error("fleet_confirm_failed task_id=%d", gate.task_id, exc_info=exc)
             self._unreachable("confirm", str(exc))
             now = self.clock.now()
             until = now + timedelta(seconds=self.round_s)

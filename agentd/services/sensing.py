@@ -20,7 +20,7 @@ from agentd.clock import Clock, age
 from agentd.config import Config
 from agentd.config.sensors import Sensor
 from agentd.edge import scrub
-from agentd.errors import FATAL
+from agentd.errors import contained
 from agentd.evidence.retention import Cutoffs, RetentionReport, apply_retention
 from agentd.evidence.rollback import refuse_if_behind
 from agentd.outlook.metrics import NullMetrics, SensorMetrics
@@ -127,16 +127,14 @@ class SensorService:
             runs.start_soon(self._run_guarded, sensor, reports)
 
     async def _run_guarded(self, sensor: Sensor, reports: list[SensorRunReport] | None) -> None:
-        try:
-            report = await self.runner.run(sensor)
-            if reports is not None:
-                reports.append(report)
-        except FATAL:
-            raise
-        except Exception:  # one sensor's failure is its own; the service and the others go on
-            logger.exception("sensor %s failed inside agentd", sensor.sensor_id)
-            interval = timedelta(seconds=sensor.manifest.interval_seconds)
-            self._not_before[sensor.sensor_id] = self.clock.now() + interval
+        try:  # one sensor's failure is its own; the service and the others go on
+            with contained(logger, "sensor %s failed inside agentd", sensor.sensor_id) as failed:
+                report = await self.runner.run(sensor)
+                if reports is not None:
+                    reports.append(report)
+            if failed.error:
+                interval = timedelta(seconds=sensor.manifest.interval_seconds)
+                self._not_before[sensor.sensor_id] = self.clock.now() + interval
         finally:
             self._running.discard(sensor.sensor_id)
             self.doorbell.ring()

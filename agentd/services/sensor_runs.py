@@ -29,7 +29,7 @@ from agentd.config import Config
 from agentd.config.sensors import Sensor
 from agentd.edge import MAX_DEPTH, Refused, scrub
 from agentd.edge import loads as load_json
-from agentd.errors import FATAL, InputError
+from agentd.errors import InputError, contained
 from agentd.hashing import new_ulid
 from agentd.outlook.metrics import NullMetrics, SensorMetrics
 from agentd.process import procs
@@ -202,15 +202,12 @@ class SensorRunner:
         redactor = Redactor()
         if not dry_run:
             await self.db.call(Store.begin_sensor_run, sensor.sensor_id, run_id, self.owner, started)
-        try:
+        with contained(logger, "sensor %s: run %s failed inside agentd", sensor.sensor_id, run_id) as failed:
             spec, redactor = self._spec(sensor, run_id)
             report = await self._observe(sensor, spec, redactor)
             if not dry_run:
                 await self._record(sensor, report)
-        except FATAL:
-            raise
-        except Exception as exc:
-            logger.exception("sensor %s: run %s failed inside agentd", sensor.sensor_id, run_id)
+        if (exc := failed.error) is not None:
             error = redactor.text(scrub(f"{type(exc).__name__}: {exc}"))
             report = SensorRunReport(sensor.sensor_id, "internal_error", "internal_error", error[:2000])
         if not dry_run:
@@ -250,19 +247,13 @@ class SensorRunner:
         """One transaction for the batch; if it fails, each event on its own, and an event that
         still fails is recorded as rejected with the reason: its neighbours are kept."""
         batch = [await self._judge_wake(sensor_id, item) for item in batch]
-        try:
+        with contained(logger, "sensor %s: a batch of %d events failed; one by one", sensor_id, len(batch)) as failed:
             return await self.db.call(Store.record_sensor_events, sensor_id, batch, rejected, self.clock.now())
-        except FATAL:
-            raise
-        except Exception:
-            logger.exception("sensor %s: a batch of %d events failed; recording them one by one", sensor_id, len(batch))
         counts = IntakeCounts()
         for item in batch:
-            try:
+            with contained(None) as failed:
                 counts.add(await self.db.call(Store.record_sensor_events, sensor_id, [item], [], self.clock.now()))
-            except FATAL:
-                raise
-            except Exception as exc:
+            if (exc := failed.error) is not None:
                 reason = scrub(f"internal_error: {type(exc).__name__}: {exc}")[:500]
                 rejected = [*rejected, RejectedLine(item.line, reason)]
         counts.add(await self.db.call(Store.record_sensor_events, sensor_id, [], rejected, self.clock.now()))

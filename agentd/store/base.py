@@ -203,6 +203,19 @@ class StoreBase:
             logger.info("%s %s", event_type, shown)
         self._log_after_commit.clear()
 
+    @contextmanager
+    def snapshot(self) -> Iterator[Tx]:
+        """Reads that see one state of the database (a deferred read transaction: in WAL it takes no
+        lock and never waits for a writer); inside a transaction, that transaction's own view."""
+        if self._conn.in_transaction:
+            yield self.tx
+            return
+        self._conn.execute("BEGIN DEFERRED")
+        try:
+            yield self.tx
+        finally:
+            self._rollback()  # nothing was written: ending it is all that is left
+
     def _begin(self) -> None:
         if (gone := database_gone(self.path, self._opened)) is not None:
             raise gone  # no write reaches a database nobody else can see: every service exits on it
