@@ -25,7 +25,7 @@ from agentd.adapters.base import Usage
 from agentd.adapters.claude import parse_claude_output
 from agentd.adapters.codex import parse_codex_events
 from agentd.adapters.harness import RATE_LIMIT, ParsedRun, estimate_cost
-from agentd.adapters.hermes import parse_hermes
+from agentd.adapters.hermes import HermesAgentAdapter, parse_hermes
 from agentd.adapters.ollama import OllamaGenerateAdapter
 from agentd.adapters.probe import probe_adapters
 from agentd.attempt.outcome import extract_outcome
@@ -169,11 +169,14 @@ def test_hermes_without_a_usage_file_was_killed() -> None:
     assert not run.finished and "no usage file" in (run.failure or "")
 
 
-def test_hermes_chat_mode_banner_is_not_mistaken_for_the_answer() -> None:
-    """The -Q chat mode prints a warning line first; agentd uses -z, whose stdout is the text."""
-    text = sample("hermes_chat_q_quiet.txt")
-    assert text.lstrip().startswith("⚠")
-    assert extract_outcome(None, text).source == "none"  # its ```json block is no TaskOutcome
+def test_hermes_chat_mode_banner_is_not_mistaken_for_the_answer(tmp_path: Path) -> None:
+    """The -Q chat mode prints a warning line before the text; agentd asks for -z, whose stdout is the
+    text, and never takes a chat-mode transcript's ```json block for a TaskOutcome."""
+    built = HermesAgentAdapter().build(ctx(tmp_path, {"kind": "hermes-agent", "base_url": "http://127.0.0.1:9/v1"}))
+    assert built.argv[1] == "-z" and "-Q" not in built.argv
+    chat = sample("hermes_chat_q_quiet.txt")
+    run = parse_hermes(sample("hermes_usage_success.json"), chat)
+    assert run.final_message == chat.strip() and extract_outcome(None, run.final_message).source == "none"
 
 
 # --- the exit codes the CLIs gave, against agentd's verdicts -------------------------------------------
@@ -192,17 +195,28 @@ PARSERS: dict[str, Callable[[Callable[[str], str]], ParsedRun]] = {
 
 
 @pytest.mark.parametrize(
-    "scenario", [n for n, s in SCENARIOS.items() if s.cli in PARSERS and "hermes_chat_q_quiet.txt" not in s.files]
+    "scenario",
+    [n for n, s in SCENARIOS.items() if s.cli in ("claude", "codex") and "hermes_chat_q_quiet.txt" not in s.files],
 )
 def test_agentd_agrees_with_the_exit_code_where_the_cli_means_it(scenario: str) -> None:
-    """claude and codex exit 0 exactly when agentd reads success; hermes exits 0 whatever happened
-    (which is why agentd judges it by its usage file)."""
+    """claude and codex exit 0 exactly when agentd reads success. (hermes exits 0 whatever happened,
+    which is why agentd judges it by its usage file: test_hermes_exit_0_with_failed_usage_is_a_failure.)"""
     recorded = MANIFEST[scenario]["exit_code"]
-    run = parsed_fixture(scenario)
-    if MANIFEST[scenario]["cli"] == "hermes":
-        assert recorded == 0
-    else:
-        assert (recorded == 0) == run.succeeded, (recorded, run)
+    assert (recorded == 0) == parsed_fixture(scenario).succeeded, recorded
+
+
+# --- hermes: exit 0 with a failed usage file is read as a failure, through the adapter itself --------------
+
+
+HERMES_ANSWERED = {"hermes-success": True, "hermes-tool-use": True, "hermes-http500": False, "hermes-http429": False}
+
+
+@pytest.mark.parametrize(("scenario", "answered"), HERMES_ANSWERED.items())
+def test_agentd_reads_hermes_by_its_usage_file_not_its_exit_code(scenario: str, answered: bool) -> None:
+    """Every hermes scenario exited 0; agentd's verdict follows what happened (the fake model answered,
+    or failed with an HTTP error), which only the usage file says."""
+    assert MANIFEST[scenario]["exit_code"] == 0
+    assert parsed_fixture(scenario).succeeded is answered
 
 
 # --- ollama: agentd's adapter and probe, over real HTTP, answered with the recorded bytes -------------
