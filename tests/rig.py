@@ -5,7 +5,11 @@ processes (`rig.dispatcher(processes=True)`): the fast tier needs no child proce
 
 from __future__ import annotations
 
+import os
 import random
+import tempfile
+from datetime import datetime
+from pathlib import Path
 
 from inprocess import in_process
 
@@ -22,7 +26,7 @@ class Rig:
     def __init__(self, config: Config, clock: FakeClock) -> None:
         self.config, self.clock = config, clock
         init_state_dir(config.paths.state_dir, config.paths.workspace)
-        migrate(config.db_path, clock)
+        migrated(config.db_path, clock)
         self.store: Store = open_store(config.db_path, clock)
         self.db = AsyncStore(open_store(config.db_path, clock))
         self.service = SensorService(config, self.db, clock=clock)
@@ -45,3 +49,24 @@ class Rig:
     def close(self) -> None:
         self.store.close()
         self.db.close()
+
+
+_MIGRATED: dict[datetime, tuple[bytes, int]] = {}  # one freshly migrated file per clock instant, per worker
+
+
+def migrated(path: Path, clock: FakeClock) -> None:
+    """`path` as `agentd migrate` leaves a new database at the clock's now: migrated once per worker
+    and instant, then copied (a real migrated SQLite file, without 13 migrations' commits per test)."""
+    if path.exists():  # a second rig on the same agent: what `agentd migrate` does to an existing file
+        migrate(path, clock)
+        return
+    now = clock.now()
+    if now not in _MIGRATED:
+        with tempfile.TemporaryDirectory() as scratch:
+            fresh = Path(scratch) / "agent.db"
+            migrate(fresh, clock)  # its last connection closed: the WAL is checkpointed into the file
+            _MIGRATED[now] = (fresh.read_bytes(), fresh.stat().st_mode & 0o777)
+    data, mode = _MIGRATED[now]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "wb") as file:
+        file.write(data)

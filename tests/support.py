@@ -208,3 +208,9 @@ def outcome_disagreements(tasks: list[Any]) -> list[str]:
         for t in tasks
         if t.status in waiting_or_ended and (t.outcome is None or t.outcome.status != t.status)
     ]
+
+
+def examples(full: int) -> int:
+    """A property test's example count: `make test-fast` runs a quarter (AGENTD_TEST_TIER=fast), at
+    least 10; `make test` and CI all of them."""
+    return max(full // 4, 10) if os.environ.get("AGENTD_TEST_TIER") == "fast" else full

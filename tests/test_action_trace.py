@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import harness_fixture
+from support import examples, harness_fixture
 
 from agentd.adapters.hermes import USAGE_FILE
 from agentd.evidence import EVIDENCE_FILES
@@ -326,7 +326,7 @@ LINES = st.lists(
 CONTENT = LINES.map(str.encode) | st.binary(max_size=300) | st.text().map(lambda t: t.encode("utf-8", "surrogatepass"))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(stdout=CONTENT, usage=CONTENT, exit_code=st.none() | st.integers(-255, 255))
 def test_no_output_breaks_the_trace(stdout: bytes, usage: bytes, exit_code: int | None) -> None:
     with tempfile.TemporaryDirectory() as folder:
@@ -347,7 +347,7 @@ def digests(step: Step) -> list[str | None]:
     return [step.arguments_sha256, step.result_sha256]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(outputs=st.lists(st.text(max_size=10), min_size=1, max_size=6), order=st.randoms())
 def test_every_result_finds_its_own_call_in_any_order(outputs: list[str], order: Any) -> None:
     calls = [

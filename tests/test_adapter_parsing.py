@@ -208,13 +208,19 @@ def test_agentd_agrees_with_the_exit_code_where_the_cli_means_it(scenario: str) 
 # --- hermes: exit 0 with a failed usage file is read as a failure, through the adapter itself --------------
 
 
-HERMES_ANSWERED = {"hermes-success": True, "hermes-tool-use": True, "hermes-http500": False, "hermes-http429": False}
+HERMES_ANSWERED = {
+    "hermes-success": True,
+    "hermes-tool-use": True,
+    "hermes-http500": False,
+    "hermes-http429": False,
+    "hermes-hang": False,
+}
 
 
 @pytest.mark.parametrize(("scenario", "answered"), HERMES_ANSWERED.items())
 def test_agentd_reads_hermes_by_its_usage_file_not_its_exit_code(scenario: str, answered: bool) -> None:
     """Every hermes scenario exited 0; agentd's verdict follows what happened (the fake model answered,
-    or failed with an HTTP error), which only the usage file says."""
+    failed with an HTTP error, or never answered), which only the usage file says."""
     assert MANIFEST[scenario]["exit_code"] == 0
     assert parsed_fixture(scenario).succeeded is answered
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
-from support import agent_config
+from support import agent_config, examples
 
 from agentd.attempt.prepare import plan_attempt
 from agentd.config.budget import AdapterSpend, Spend, budget_hold, day_start
@@ -162,7 +162,7 @@ def test_a_bad_budget_is_refused_naming_the_key(tmp_path: Any, budget: dict[str,
     assert message in str(raised.value)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     tasks=st.lists(
         st.tuples(

@@ -22,7 +22,7 @@ from hostile_http import Answer, HostileReceiver, answer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rig import Rig
-from support import CliResult
+from support import CliResult, examples
 from test_delivery import Mutate, complete_with_messages, webhook, with_handlers
 
 from agentd.clock import FakeClock
@@ -99,7 +99,7 @@ def format_datetime_gmt(moment: datetime) -> str:
     return format_datetime(moment, usegmt=True)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     lines=st.lists(
         st.one_of(
@@ -255,7 +255,7 @@ async def test_a_secret_in_a_commands_stderr_is_recorded_nowhere_wherever_the_ta
     assert leaks(rig, SECRET, caplog.text) == []
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     before=st.text(max_size=600),
     form=st.sampled_from([*secret_forms(SECRET), SECRET.encode().decode("latin-1")]),

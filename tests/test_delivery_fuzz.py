@@ -13,6 +13,7 @@ import pytest
 from hostile_http import Answer, HostileReceiver, answer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import examples
 from test_delivery_answers import SECRET, secret_runs
 
 from agentd.clock import FakeClock
@@ -81,7 +82,7 @@ def receiver() -> Iterator[HostileReceiver]:
     made.close()
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scripted=answers(), attempt=st.integers(1, 5))
 def test_whatever_a_receiver_answers_the_attempt_ends_delivered_retried_or_failed_with_a_clean_reason(
     receiver: HostileReceiver, env_file: Path, tmp_path: Path, scripted: Answer, attempt: int

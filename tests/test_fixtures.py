@@ -13,7 +13,7 @@ from harness.redact import HERMES_SESSION, UUID, Redactor, session_placeholder, 
 from harness.scenarios import SCENARIOS
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import HARNESS_FIXTURES, REFERENCE_DIR, REPO, missing, reference_dir
+from support import HARNESS_FIXTURES, REFERENCE_DIR, REPO, examples, missing, reference_dir
 
 MANIFEST = json.loads((HARNESS_FIXTURES / "fixtures.json").read_text())
 # The samples the third-party reference carries (its harness-samples/): each has a fixture of the same name.
@@ -101,7 +101,7 @@ IDS = st.uuids().map(str) | st.uuids().map(lambda u: str(u).upper())
 PIECES = st.lists(st.sampled_from(SECRETS) | IDS | st.text(max_size=8) | st.just(" "), max_size=12).map("".join)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(text=PIECES)
 def test_the_redactor_leaves_no_scratch_path_key_or_id(text: str) -> None:
     literals = {SECRETS[0]: "/srv/agent/work", SECRETS[1]: "/srv/agent", SECRETS[2]: "[redacted-api-key]"}

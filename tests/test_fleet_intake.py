@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from inprocess import in_process
 from rig import Rig
-from support import CliResult
+from support import CliResult, examples
 
 from agentd.config.settings import FleetSection
 from agentd.errors import InputError
@@ -222,7 +222,7 @@ JSON = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     origin=JSON | st.fixed_dictionaries({"submitted_by": JSON, "dispatch_context": JSON}),
     subject=st.none() | st.text(max_size=600),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import HARNESS_FIXTURES, harness_fixture
+from support import HARNESS_FIXTURES, examples, harness_fixture
 from test_adapter_builders import ctx
 
 from agentd.adapters.base import AdapterRun
@@ -31,11 +30,6 @@ from agentd.evidence.action_trace import parse_trace, trace_lines, trace_of
 from agentd.process.runner import CapturedOutput, ProcessResult
 from agentd.records import PolicyDenial
 from agentd.usage import MAX_COST_USD, MAX_TOKENS, TOKEN_KINDS, Usage
-
-
-def examples(full: int) -> int:
-    return max(full // 4, 10) if os.environ.get("AGENTD_TEST_TIER") == "fast" else full
-
 
 PROPERTY = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DEEP = "[" * 200_000 + "]" * 200_000  # the line: json.loads raises RecursionError on it

@@ -11,6 +11,7 @@ from typing import Any
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from agentd import edge
 
@@ -52,7 +53,7 @@ def test_visible_text_is_left_as_it_is() -> None:
     assert edge.printable("a\nb", keep_newlines=True) == "a\nb"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(st.one_of(st.characters(), st.sampled_from(INVISIBLE[:4000]), st.sampled_from(TRICKS))), st.booleans())
 @example(TRICKS, True)
 def test_printable_output_shows_nothing_invisible(text: str, keep_newlines: bool) -> None:
@@ -61,7 +62,7 @@ def test_printable_output_shows_nothing_invisible(text: str, keep_newlines: bool
     assert not bad, (text, shown)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(TEXT_TREES)
 @example(["\u202e", {"k\u2028": "v\u200b"}])
 def test_json_for_a_terminal_shows_nothing_invisible_and_parses_the_same(value: object) -> None:

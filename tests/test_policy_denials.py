@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from inprocess import InProcessAdapter, ok
 from rig import Rig
-from support import CliResult, harness_fixture
+from support import CliResult, examples, harness_fixture
 
 from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted
 from agentd.adapters.claude import ClaudeCodeAdapter, parse_claude_output
@@ -126,7 +126,7 @@ DENIAL_LIKE = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(denials=JSON | st.lists(DENIAL_LIKE | JSON, max_size=5))
 def test_no_permission_denials_value_breaks_the_claude_parser(denials: Any) -> None:
     record = json.loads(sample("claude_json_permission_denied.json"))
@@ -139,7 +139,7 @@ def test_no_permission_denials_value_breaks_the_claude_parser(denials: Any) -> N
         assert all(len(t or "") <= DENIAL_TEXT_CHARS for t in (cleaned.tool, cleaned.summary, cleaned.call_id))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(item=JSON | st.fixed_dictionaries({"status": st.just("declined")}, optional={"id": JSON, "command": JSON}))
 def test_no_codex_item_breaks_the_codex_parser(item: Any) -> None:
     lines = sample("codex_exec_json_success.jsonl").splitlines()

@@ -21,7 +21,7 @@ import pytest
 import tomli_w
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
-from support import EXAMPLE_CONFIG, REPO
+from support import EXAMPLE_CONFIG, REPO, examples
 
 from agentd import edge
 from agentd.attempt.outcome import Extracted, extract_outcome
@@ -31,12 +31,6 @@ from agentd.config import Config
 from agentd.errors import ConfigError
 from agentd.services.sensor_runs import parse_output
 from agentd.work.validation import load_config
-
-
-# `make test-fast` runs a quarter of the examples (AGENTD_TEST_TIER=fast); `make test` all of them.
-def examples(full: int) -> int:
-    return max(full // 4, 10) if os.environ.get("AGENTD_TEST_TIER") == "fast" else full
-
 
 FAST = settings(max_examples=examples(300), deadline=None)
 CONTROL_CHARS = [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0))]

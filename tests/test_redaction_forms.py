@@ -17,7 +17,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from rig import Rig
-from support import write_sensor
+from support import examples, write_sensor
 
 from agentd.redaction import MARK, MIN_SECRET_CHARS, Redactor
 from agentd.store import Store
@@ -51,7 +51,7 @@ def _bytes_back(text: str, encoding: str) -> str:
     return bytes(ast.literal_eval(literal)).decode(encoding, "replace")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     secret=st.text(st.characters(codec="utf-8"), min_size=MIN_SECRET_CHARS, max_size=40),
     before=st.text(st.characters(codec="utf-8"), max_size=30),
@@ -70,7 +70,7 @@ def test_a_secret_is_redacted_in_every_form_a_text_can_quote_it(secret: str, bef
             assert secret not in read_back(redacted), form
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(secret=st.text(min_size=MIN_SECRET_CHARS, max_size=40), around=st.binary(max_size=30))
 def test_a_secret_is_redacted_from_bytes_in_utf_8_and_latin_1(secret: str, around: bytes) -> None:
     redactor = Redactor([secret])

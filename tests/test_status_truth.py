@@ -19,7 +19,7 @@ from inprocess import InProcessAdapter
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
-from support import outcome_disagreements
+from support import examples, outcome_disagreements
 
 from agentd.adapters import AdapterRun
 from agentd.attempt.prepare import plan_attempt
@@ -126,7 +126,7 @@ HOLDS = st.one_of(
 )
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tasks=TASK_MIX, hold_spec=HOLDS)
 def test_the_waiting_reasons_partition_the_waiting_tasks_and_claimable_is_what_the_claim_takes(
     rig: Rig, tasks: list[dict[str, Any]], hold_spec: tuple[Any, int] | None

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from agentd.process.files import Refused, create_private, lstat_beneath, read_beneath, read_reported, sha256_beneath
 
@@ -90,7 +91,7 @@ def test_a_link_planted_where_the_service_writes_is_replaced_not_written_through
 NAMES = st.sampled_from(["a", "b", "c"])
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     plan=st.lists(
         st.tuples(st.lists(NAMES, min_size=1, max_size=3), st.sampled_from(["file", "folder", "link-out", "link-in"])),

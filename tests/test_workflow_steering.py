@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rig import Rig
-from support import write_sensor
+from support import examples, write_sensor
 
 from agentd.attempt.prepare import plan_attempt
 from agentd.clock import FakeClock
@@ -328,7 +328,7 @@ IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")  # records.base.Id
 GOAL_LOOP_SIGNALS = {s for state in GOAL_LOOP.states for s in accepted_signals(state)}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.one_of(
         st.sampled_from(sorted(GOAL_LOOP_SIGNALS)),
