@@ -15,11 +15,12 @@ from typing import Any
 import anyio
 import pytest
 from rig import Rig
-from support import ADAPTERS, harness_fixture
+from support import ADAPTERS, CliResult, harness_fixture
 
 from agentd.adapters.activity import Activity
 from agentd.attempt.live import BURST, MAX_EVENTS, RATE_PER_S, Budget
 from agentd.edge import printable
+from agentd.outlook.activity import activity_lines, attempt_activity
 from agentd.records import RuntimeEvent
 from agentd.records.events import LIVE_EVENT_TYPES
 
@@ -341,3 +342,59 @@ async def test_a_flood_of_progress_is_rate_limited_capped_and_counted(live: Call
     assert capped.payload["dropped"] == len(flood) - len(shown)  # nothing lost uncounted
     assert len(run.live()) <= MAX_EVENTS
     assert run.rig.store.get_task_or_raise(run.task_id).status == "completed"
+
+
+@pytest.mark.process
+@pytest.mark.asyncio
+async def test_status_says_what_the_running_attempt_is_doing_now(
+    live: Callable[..., Live], rig_cli: Callable[..., CliResult]
+) -> None:
+    todos = [
+        {"content": "Read the issue", "status": "completed"},
+        {"content": "Write the tests", "status": "in_progress"},
+        {"content": "Ship", "status": "pending"},
+    ]
+    block = {"type": "tool_use", "id": "call_7", "name": "Bash", "input": {"command": "pytest -q tests/"}}
+    now = json.dumps({"type": "assistant", "message": {"id": "m2", "content": [block]}})
+    run = live(
+        "claude-code", [todo_write("todo_1", todos, "m1"), now], fixture_lines("claude_stream_json_tool_use.jsonl")[1]
+    )
+
+    async def check() -> tuple[dict[str, Any], CliResult, CliResult]:
+        events = await run.until(
+            lambda e: bool(of_type(e, "tool_started")) and bool(of_type(e, "todos_updated")), "both"
+        )
+        attempt_id = events[-1].attempt_id
+        assert attempt_id is not None
+        return (
+            attempt_activity(run.rig.store, run.task_id, attempt_id),
+            rig_cli(run.rig, "status", "--json"),
+            rig_cli(run.rig, "status"),
+        )
+
+    activity, as_json, as_text = await run.run(check)
+    last = activity["last"]
+    assert (last["type"], last["tool"], last["summary"], last["call_id"]) == (
+        "tool_started",
+        "Bash",
+        "pytest -q tests/",
+        "call_7",
+    )
+    assert [(t["text"], t["status"]) for t in activity["todos"]] == [
+        ("Read the issue", "done"),
+        ("Write the tests", "in-progress"),
+        ("Ship", "open"),
+    ]
+    [running] = as_json.json()["running"]
+    assert running["activity"] == activity
+    assert "  now      Bash since " in as_text.out and ": pytest -q tests/" in as_text.out
+    assert "  todos    1/3 done; in progress: Write the tests" in as_text.out
+    after = attempt_activity(run.rig.store, run.task_id, running["attempt_id"])
+    assert after["last"]["type"] == "model_turn_completed"  # the result record closed the turn, at the end
+
+
+def test_an_attempt_with_no_activity_yet_has_none(rig: Rig) -> None:
+    task = rig.add("example")
+    rig.store.record_activity(task.task_id, "earlier-attempt", [("attempt_progress", {"text": "old"})], rig.clock.now())
+    assert attempt_activity(rig.store, task.task_id, "this-attempt") == {"last": None, "todos": []}
+    assert activity_lines({"last": None, "todos": []}) == []

@@ -163,6 +163,7 @@ def _budget_line(budget: dict[str, Any]) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from agentd.outlook.activity import activity_lines
     from agentd.outlook.status import snapshot
 
     with agent_store(args, readonly=True) as (config, store):
@@ -206,6 +207,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"running  task {run['task_id']} ({run['task_type']}), attempt {run['attempt_id']} on {run['adapter_id']}"
             f" for {age(run['elapsed_s'])}"
         )
+        for line in activity_lines(run.get("activity") or {}):
+            print(f"  {line}")
     for service in shown["services"]:
         print(printable(_service_line(service)))
     if not shown["services"]:
