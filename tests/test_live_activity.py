@@ -17,10 +17,11 @@ import pytest
 from rig import Rig
 from support import ADAPTERS, CliResult, harness_fixture
 
-from agentd.adapters.activity import Activity
+from agentd.adapters.activity import Activity, Shown, stream_parser
 from agentd.attempt.live import BURST, MAX_EVENTS, RATE_PER_S, Budget
 from agentd.edge import printable
 from agentd.outlook.activity import activity_lines, attempt_activity
+from agentd.outlook.agent_runtime import runtime_type
 from agentd.records import RuntimeEvent
 from agentd.records.events import LIVE_EVENT_TYPES
 
@@ -398,3 +399,47 @@ def test_an_attempt_with_no_activity_yet_has_none(rig: Rig) -> None:
     rig.store.record_activity(task.task_id, "earlier-attempt", [("attempt_progress", {"text": "old"})], rig.clock.now())
     assert attempt_activity(rig.store, task.task_id, "this-attempt") == {"last": None, "todos": []}
     assert activity_lines({"last": None, "todos": []}) == []
+
+
+def test_events_shows_a_todo_list_by_where_it_stands(rig: Rig, rig_cli: Callable[..., CliResult]) -> None:
+    task = rig.add("example")
+    todos = [{"text": t, "status": s} for t, s in (("a", "done"), ("b", "in-progress"), ("c", "open"))]
+    rig.store.record_activity(task.task_id, "attempt-1", [("todos_updated", {"todos": todos})], rig.clock.now())
+    shown = rig_cli(rig, "events", "--type", "todos_updated")
+    assert (
+        shown.code == 0
+        and "todos_updated  task=1 attempt=attempt-1  todos=3: 1 done, 1 in-progress, 1 open" in shown.out
+    )
+    assert rig_cli(rig, "events", "--type", "todos_updated", "--json").json_lines()[0]["payload"]["todos"] == todos
+
+
+def todo_list(parser: Any, todos: list[tuple[str, str]], at: str) -> list[tuple[str, str, str, str]]:
+    record = json.loads(todo_write("t", [{"content": text, "status": status} for text, status in todos]))
+    [update] = [a for a in parser.feed(record, at) if a.type == "todos_updated"]
+    return [(t["text"], t["status"], t["createdAt"], t["updatedAt"]) for t in update.payload["todos"]]
+
+
+def test_a_todo_removed_before_it_is_done_is_dropped_and_each_keeps_when_it_was_made() -> None:
+    parser = stream_parser("claude-code", "attempt-1", Shown())
+    assert todo_list(parser, [("plan", "pending"), ("build", "pending")], "t1") == [
+        ("plan", "open", "t1", "t1"),
+        ("build", "open", "t1", "t1"),
+    ]
+    assert todo_list(parser, [("plan", "completed")], "t2") == [
+        ("plan", "done", "t1", "t2"),
+        ("build", "dropped", "t1", "t2"),
+    ]
+    assert todo_list(parser, [], "t3") == [("plan", "done", "t1", "t2"), ("build", "dropped", "t1", "t2")]
+
+
+def test_a_failed_tool_call_is_tool_failed_in_the_agent_runtime_format(rig: Rig) -> None:
+    task = rig.add("example")
+    calls = [("tool_finished", {"call_id": n, "tool": "Bash", "ok": n == "1", "summary": ""}) for n in ("1", "2")]
+    rig.store.record_activity(task.task_id, "attempt-1", calls, rig.clock.now())
+    shown = [runtime_type(e) for e in rig.events(task.task_id) if e.type == "tool_finished"]
+    assert shown == ["tool.result", "tool.failed"]
+
+
+def test_only_activity_goes_through_the_activity_verb(rig: Rig) -> None:
+    with pytest.raises(ValueError, match="not an activity event type"):
+        rig.store.record_activity(1, "attempt-1", [("task_finished", {})], rig.clock.now())

@@ -69,6 +69,10 @@ DETAIL_CHARS = 160
 def detail(payload: dict[str, Any]) -> str:
     """An event's payload on one line: key=value, values as JSON (no Python reprs); a long one is
     cut with a marker saying how much is left (`--json` shows it all)."""
+    if isinstance(payload.get("todos"), list):  # todos_updated: where the list stands, not all of it
+        from agentd.outlook.activity import todo_counts
+
+        payload = {**payload, "todos": todo_counts(payload["todos"])}
     text = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}" for k, v in payload.items())
     if len(text) <= DETAIL_CHARS:
         return text

@@ -70,6 +70,13 @@ def _todos_line(todos: list[dict[str, Any]]) -> str:
     return f"todos    {done}/{len(kept)} done" + (f"; in progress: {doing}" if doing else "")
 
 
+def todo_counts(todos: list[Any]) -> str:
+    """A todo list in a few words, for an event's line: `3: 1 done, 1 in-progress, 1 open`."""
+    statuses = [todo.get("status") for todo in todos if isinstance(todo, dict)]
+    counted = ", ".join(f"{statuses.count(s)} {s}" for s in ("done", "in-progress", "open", "dropped") if s in statuses)
+    return f"{len(todos)}: {counted}" if counted else str(len(todos))
+
+
 def _cut(line: str) -> str:
     line = printable(line)
     return line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 1] + "…"
