@@ -17,7 +17,7 @@ import pytest
 from rig import Rig
 from support import ADAPTERS, CliResult, harness_fixture
 
-from agentd.adapters.activity import Activity, Shown, stream_parser
+from agentd.adapters.activity import Activity, ClaudeStream, Shown, stream_parser
 from agentd.attempt.live import BURST, MAX_EVENTS, RATE_PER_S, Budget
 from agentd.edge import printable
 from agentd.outlook.activity import activity_lines, attempt_activity
@@ -443,3 +443,28 @@ def test_a_failed_tool_call_is_tool_failed_in_the_agent_runtime_format(rig: Rig)
 def test_only_activity_goes_through_the_activity_verb(rig: Rig) -> None:
     with pytest.raises(ValueError, match="not an activity event type"):
         rig.store.record_activity(1, "attempt-1", [("task_finished", {})], rig.clock.now())
+
+
+@pytest.mark.process
+@pytest.mark.asyncio
+async def test_in_a_flood_every_held_back_event_is_counted_and_the_newest_todo_list_still_lands(
+    live: Callable[..., Live],
+) -> None:
+    states = [
+        [{"content": f"step {k}", "status": "completed" if k < n else "pending"} for k in range(5)] for n in range(60)
+    ]
+    lines = [todo_write(f"call_{n}", todos, f"msg_{n}") for n, todos in enumerate(states)]
+    expected = ClaudeStream("attempt", Shown())
+    produced = [a for line in lines for a in expected.feed(json.loads(line), "t")]
+    run = live("claude-code", lines, fixture_lines("claude_stream_json_tool_use.jsonl")[1])
+
+    async def check() -> None:
+        await run.until(lambda e: bool(of_type(e, "todos_updated")), "a todo list")
+
+    await run.run(check)
+    written = [e for e in run.live() if e.type not in ("todos_updated", "activity_capped")]
+    others = [a for a in produced if a.type != "todos_updated"] + expected.close("t")
+    [capped] = of_type(run.events(), "activity_capped")
+    assert capped.payload["dropped"] == len(others) - len(written) > 0
+    newest = of_type(run.events(), "todos_updated")[-1].payload["todos"]
+    assert [t["status"] for t in newest] == ["done"] * 5 and len(of_type(run.events(), "todos_updated")) < 10

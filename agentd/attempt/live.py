@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,14 +101,20 @@ class Budget:
     dropped: int = 0
 
     def admit(self, events: list[Activity], now: float) -> list[Activity]:
-        self.tokens = min(BURST, self.tokens + (now - self.at) * RATE_PER_S)
-        self.at = now
-        room = max(0, min(int(self.tokens), MAX_EVENTS - 1 - self.written))
-        kept = events[:room]
-        self.tokens -= len(kept)
-        self.written += len(kept)
+        """The events there is room for now; the rest are counted as dropped."""
+        kept = events[: self.room(now)]
+        self.take(len(kept))
         self.dropped += len(events) - len(kept)
         return kept
+
+    def room(self, now: float) -> int:
+        self.tokens = min(BURST, self.tokens + (now - self.at) * RATE_PER_S)
+        self.at = now
+        return max(0, min(int(self.tokens), MAX_EVENTS - 1 - self.written))
+
+    def take(self, count: int) -> None:
+        self.tokens -= count
+        self.written += count
 
 
 @dataclass
@@ -170,7 +177,7 @@ class LiveWatcher:
         """The attempt's process ended: read what it wrote last, and say what was held back."""
         await self._guarded(self._last)
 
-    async def _guarded(self, step: Any) -> None:
+    async def _guarded(self, step: Callable[[], Awaitable[None]]) -> None:
         async with self.lock:
             if self.done:
                 return
@@ -189,7 +196,8 @@ class LiveWatcher:
             found = await anyio.to_thread.run_sync(self._read, format_ts(at), last)
         events = self._coalesce(found)
         events = self.budget.admit(events, anyio.current_time())
-        if self.todos is not None and self.budget.admit([self.todos], anyio.current_time()):
+        if self.todos is not None and self.budget.room(anyio.current_time()):  # waits for room, never dropped
+            self.budget.take(1)
             events.append(self.todos)
             self.todos = None
         await self._write(events, at)
