@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import HARNESS_FIXTURES
 
 from agentd.adapters.activity import PROGRESS_MAX_CHARS, SUMMARY_MAX_CHARS, Activity, Shown, progress, stream_parser
 from agentd.attempt.live import Lines, redacting
 from agentd.edge import check_value, printable
+from agentd.evidence.action_trace import trace_of
 from agentd.records.events import LIVE_EVENT_TYPES
 from agentd.redaction import Redactor
 from agentd.store import Store
@@ -175,3 +180,33 @@ def test_whatever_the_parsers_yield_the_chain_holds(store: Store, records: list[
     found = [a for record in records for a in parser.feed(record, "2026-01-01T00:00:00Z")]
     store.record_activity(1, "attempt-1", [(a.type, a.payload) for a in found], store.clock.now())
     assert store.verify_event_chain() == []
+
+
+STREAMS = sorted(p.name for p in HARNESS_FIXTURES.glob("*.jsonl") if p.name.startswith(("claude_", "codex_")))
+TOOLS = [
+    {"type": "tool_use", "id": "r1", "name": "Read", "input": {"file_path": "/w/ünï.md", "limit": 5, "offset": 1e3}},
+    {"type": "tool_use", "id": "e1", "name": "Edit", "input": {"z": [1, {"b": None, "a": "x" * 300}]}},
+]
+MADE = "\n".join(json.dumps({"type": "assistant", "message": {"id": "m", "content": [t]}}) for t in TOOLS)
+
+
+@pytest.mark.parametrize("name", [*STREAMS, "claude_made_by_hand.jsonl"])
+def test_live_tool_calls_are_the_action_traces_tool_steps(name: str, tmp_path: Path) -> None:
+    """What the live view showed while the run went on and what the sealed trace says it did agree."""
+    kind = "claude-code" if name.startswith("claude") else "codex"
+    if name in STREAMS:
+        shutil.copyfile(HARNESS_FIXTURES / name, tmp_path / "stdout.log")
+    else:
+        (tmp_path / "stdout.log").write_text(MADE + "\n")
+    parser = stream_parser(kind, "attempt-1", Shown())
+    assert parser is not None
+    found: list[Activity] = []
+    for line in Lines(1 << 20, keep_long=False).feed((tmp_path / "stdout.log").read_bytes()):
+        record = json.loads(line) if line.startswith(b"{") else None
+        found += parser.feed(record, "t") if isinstance(record, dict) else []
+    traced = [step for step in trace_of(kind, tmp_path) if step.kind == "tool"]
+    started = [a.payload for a in found if a.type == "tool_started"]
+    finished = [a.payload for a in found if a.type == "tool_finished"]
+    assert [s["tool"] for s in started] == [step.tool for step in traced]
+    assert [s["summary"] for s in started] == [step.summary or "" for step in traced]
+    assert [f["ok"] for f in finished] == [step.is_error is not True for step in traced if step.result_sha256]

@@ -9,13 +9,12 @@ part of a secret survives at the cut, then made printable and short.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentd.edge import printable
-from agentd.hashing import sha256_hex
+from agentd.edge import printable, scrub_value
+from agentd.hashing import canonical_json, sha256_hex
 from agentd.usage import judge_number
 
 SUMMARY_MAX_CHARS = 200  # of a tool call's input or result, on one line
@@ -53,8 +52,8 @@ class Shown:
             value = value["command"]
         if isinstance(value, str):
             return self(value, limit)
-        try:
-            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+        try:  # as the action trace shows it (agentd/evidence/action_trace.py): the two views agree
+            text = canonical_json(scrub_value(value)).decode()
         except (ValueError, RecursionError):
             text = f"<{type(value).__name__}>"
         return self(text, limit)
