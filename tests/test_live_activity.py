@@ -6,6 +6,7 @@ until the test has seen what it waits for."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -468,3 +469,34 @@ async def test_in_a_flood_every_held_back_event_is_counted_and_the_newest_todo_l
     assert capped.payload["dropped"] == len(others) - len(written) > 0
     newest = of_type(run.events(), "todos_updated")[-1].payload["todos"]
     assert [t["status"] for t in newest] == ["done"] * 5 and len(of_type(run.events(), "todos_updated")) < 10
+
+
+@pytest.mark.process
+@pytest.mark.asyncio
+async def test_events_follow_prints_a_tool_call_while_the_attempt_runs(live: Callable[..., Live]) -> None:
+    before, after = fixture_lines("claude_stream_json_tool_use.jsonl")
+    run = live("claude-code", before, after)
+    argv = [sys.executable, "-m", "agentd", "--config", str(run.rig.config.path), "events", "--follow"]
+    follower = await anyio.open_process([*argv, "--type", "tool_started"], stdout=subprocess.PIPE)
+    out = follower.stdout
+    assert out is not None
+    printed = b""
+    try:
+        with anyio.fail_after(WAIT_S):
+            while b"SEQ" not in printed:  # its header: it has read where the chain ends, and follows from there
+                printed += await out.receive()
+
+        async def check() -> bytes:
+            nonlocal printed
+            with anyio.fail_after(WAIT_S):
+                while b"tool_started" not in printed:
+                    printed += await out.receive()
+            assert run.rig.store.get_task_or_raise(run.task_id).status == "running"
+            return printed
+
+        await run.run(check)
+    finally:
+        follower.terminate()
+        await follower.wait()
+    line = next(line for line in printed.decode().splitlines() if "tool_started" in line)
+    assert f"task={run.task_id}" in line and "tool=Bash" in line and "summary=echo tool-ran-ok" in line
