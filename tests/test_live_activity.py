@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import privsep
 import pytest
 from rig import Rig
 from support import ADAPTERS, CliResult, harness_fixture
@@ -500,3 +501,18 @@ async def test_events_follow_prints_a_tool_call_while_the_attempt_runs(live: Cal
         await follower.wait()
     line = next(line for line in printed.decode().splitlines() if "tool_started" in line)
     assert f"task={run.task_id}" in line and "tool=Bash" in line and "summary=echo tool-ran-ok" in line
+
+
+@pytest.mark.process
+def test_progress_written_by_the_run_user_is_read_by_the_service() -> None:
+    """With `[dispatch] run_as`, the script writes its progress file as its own user, in its run folder;
+    the service (another user) reads it (docs/install-and-deploy.md, "The boundary")."""
+    privsep.require()
+    with privsep.priv_agent() as agent:
+        assert agent.as_service("init").returncode == 0
+        payload = json.dumps({"files": {"${AGENTD_PROGRESS_PATH}": "one\ntwo\n"}, "outcome": {**OUTCOME}})
+        assert agent.as_operator("task", "add", "--type", "scripted", "--payload", payload).returncode == 0
+        ran = agent.as_service("dispatch", "--until-idle")
+        assert ran.returncode == 0, ran.stderr
+        listed = agent.as_operator("events", "--type", "attempt_progress", "--json")
+        assert [json.loads(line)["payload"]["text"] for line in listed.stdout.splitlines()] == ["one", "two"]
