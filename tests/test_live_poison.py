@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from support import HARNESS_FIXTURES
 
 from agentd.adapters.activity import PROGRESS_MAX_CHARS, SUMMARY_MAX_CHARS, Activity, Shown, progress, stream_parser
-from agentd.attempt.live import Lines, redacting
+from agentd.attempt.live import Lines, Source, redacting
 from agentd.edge import check_value, printable
 from agentd.evidence.action_trace import trace_of
 from agentd.records.events import LIVE_EVENT_TYPES
@@ -210,3 +210,15 @@ def test_live_tool_calls_are_the_action_traces_tool_steps(name: str, tmp_path: P
     assert [s["tool"] for s in started] == [step.tool for step in traced]
     assert [s["summary"] for s in started] == [step.summary or "" for step in traced]
     assert [f["ok"] for f in finished] == [step.is_error is not True for step in traced if step.result_sha256]
+
+
+def test_a_progress_path_that_is_a_link_or_a_fifo_is_refused_never_followed_nor_waited_on(tmp_path: Path) -> None:
+    (tmp_path / "secret").write_text("what the link points at\n")
+    os.symlink(tmp_path / "secret", tmp_path / "linked.log")
+    os.mkfifo(tmp_path / "fifo.log")
+    for name in ("linked.log", "fifo.log"):
+        source = Source(tmp_path, name, Lines(4096, keep_long=True))
+        assert source.read() == [] and source.refused is not None
+        (tmp_path / name).unlink()
+        (tmp_path / name).write_text("a plain file now\n")
+        assert source.read() == [], "once refused, the attempt's file is not read again"

@@ -285,7 +285,7 @@ def watcher_for(prepared: Prepared, db: AsyncStore, clock: Clock) -> LiveWatcher
     return LiveWatcher(prepared, db, clock, source, parser, shown)
 
 
-async def watch(prepared: Prepared, db: AsyncStore, clock: Clock, group: anyio.abc.TaskGroup) -> LiveWatcher | None:
+def watch(prepared: Prepared, db: AsyncStore, clock: Clock, group: anyio.abc.TaskGroup) -> LiveWatcher | None:
     """Start watching the attempt in `group` (cancelled when the attempt ends); call `finish` on what
     this returns once the adapter is done."""
     watcher = watcher_for(prepared, db, clock)

@@ -187,7 +187,7 @@ class AttemptRunner:
         with control.scope:
             async with anyio.create_task_group() as watchers:
                 watchers.start_soon(self._watch_for_cancel, task_id, control)
-                activity = await live.watch(prepared, self.db, self.clock, watchers)
+                activity = live.watch(prepared, self.db, self.clock, watchers)
                 run = await prepared.adapter.execute(prepared.ctx, started)
                 if activity is not None:
                     await activity.finish()
