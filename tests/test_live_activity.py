@@ -516,3 +516,20 @@ def test_progress_written_by_the_run_user_is_read_by_the_service() -> None:
         assert ran.returncode == 0, ran.stderr
         listed = agent.as_operator("events", "--type", "attempt_progress", "--json")
         assert [json.loads(line)["payload"]["text"] for line in listed.stdout.splitlines()] == ["one", "two"]
+
+
+@pytest.mark.process
+@pytest.mark.asyncio
+async def test_what_a_harness_wrote_last_is_read_however_much_came_before_it(live: Callable[..., Live]) -> None:
+    filler = ["not json: " + "x" * 1000] * 6000  # 6 MB at once, more than one tick reads
+    block = {"type": "tool_use", "id": "call_last", "name": "Bash", "input": {"command": "echo last"}}
+    final = json.dumps({"type": "assistant", "message": {"id": "m9", "content": [block]}})
+    run = live("claude-code", [], [*filler, final, *fixture_lines("claude_stream_json_tool_use.jsonl")[1]])
+
+    async def check() -> None:
+        await run.until(lambda e: any(x.type == "task_started" for x in e), "the start")
+
+    await run.run(check)
+    [started] = of_type(run.events(), "tool_started")
+    assert started.payload["call_id"] == "call_last"
+    assert run.rig.store.get_task_or_raise(run.task_id).status == "completed"

@@ -37,6 +37,7 @@ BURST = 20  # events written at once after a quiet spell
 RATE_PER_S = 10.0  # events per second after that (a person reads a few a second)
 MAX_EVENTS = 2_000  # per attempt, activity_capped included (~1 MB of events at most)
 READ_MAX_BYTES = 4 * 1024 * 1024  # read per tick from one file: a flood is read over several ticks
+LAST_READS = 4  # more reads once the process ended: up to 20 MiB of what it wrote last
 LINE_MAX_BYTES = 1024 * 1024  # a longer JSON line is skipped (a tool result holding a whole file)
 PROGRESS_LINE_MAX_BYTES = 4096  # a longer progress line is cut
 
@@ -212,8 +213,13 @@ class LiveWatcher:
 
     def _read(self, at: str, last: bool) -> list[Activity]:
         """On a worker thread: the new lines as activity (at the end, what the stream leaves open too)."""
+        lines = self.source.read()
+        for _ in range(LAST_READS if last else 0):  # the process is gone: what it left, not a tick's worth
+            if not self.source.grown():
+                break
+            lines += self.source.read()
         found: list[Activity] = []
-        for line in self.source.read() + (self.source.lines.rest() if last else []):
+        for line in lines + (self.source.lines.rest() if last else []):
             found += self._activity(line, at)
         if last and self.parser is not None:
             found += self.parser.close(at)
