@@ -1,6 +1,7 @@
 """The script adapter (seed 000 §2): `command` + `extra_args`, the task payload as JSON on stdin.
 
-The outcome comes from $AGENTD_RESULT_PATH or the last ```json block of stdout.
+The outcome comes from $AGENTD_RESULT_PATH or the last ```json block of stdout. Lines the script appends
+to $AGENTD_PROGRESS_PATH (a file in its run dir) are its live progress (docs/live.md).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, Subproc
 from agentd.process.runner import ProcessResult
 from agentd.records import ScriptAdapterConfig
 
+PROGRESS_FILE = "progress.log"
+
 
 class ScriptAdapter(SubprocessAdapter):
     kind = "script"
@@ -19,7 +22,8 @@ class ScriptAdapter(SubprocessAdapter):
         config = ctx.adapter
         assert isinstance(config, ScriptAdapterConfig)
         payload = json.dumps(ctx.task.payload, ensure_ascii=False).encode()
-        return Invocation(argv=[config.command, *(config.extra_args or [])], env=dict(ctx.env), stdin=payload)
+        env = {**ctx.env, "AGENTD_PROGRESS_PATH": str(ctx.paths.reported(PROGRESS_FILE))}
+        return Invocation(argv=[config.command, *(config.extra_args or [])], env=env, stdin=payload)
 
     def parse(self, ctx: AttemptContext, result: ProcessResult) -> AdapterRun:
         return AdapterRun(

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from agentd.adapters import Adapter, AdapterRun, adapter_for
+from agentd.attempt import live
 from agentd.attempt.conclude import conclude, internal_failure_end
 from agentd.attempt.policy import Ending, attempt_policy
 from agentd.attempt.prepare import AttemptPreparer, Prepared, adapter_redactor
@@ -183,7 +184,10 @@ class AttemptRunner:
         with control.scope:
             async with anyio.create_task_group() as watchers:
                 watchers.start_soon(self._watch_for_cancel, task_id, control)
+                activity = live.watch(prepared, self.db, self.clock, watchers)
                 run = await prepared.adapter.execute(prepared.ctx, started)
+                if activity is not None:
+                    await activity.finish()
                 watchers.cancel_scope.cancel()
             return run
         return None  # stopped from outside: control.stopped says why

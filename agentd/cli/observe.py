@@ -69,6 +69,10 @@ DETAIL_CHARS = 160
 def detail(payload: dict[str, Any]) -> str:
     """An event's payload on one line: key=value, values as JSON (no Python reprs); a long one is
     cut with a marker saying how much is left (`--json` shows it all)."""
+    if isinstance(payload.get("todos"), list):  # todos_updated: where the list stands, not all of it
+        from agentd.outlook.activity import todo_counts
+
+        payload = {**payload, "todos": todo_counts(payload["todos"])}
     text = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}" for k, v in payload.items())
     if len(text) <= DETAIL_CHARS:
         return text
@@ -163,6 +167,7 @@ def _budget_line(budget: dict[str, Any]) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from agentd.outlook.activity import activity_lines
     from agentd.outlook.status import snapshot
 
     with agent_store(args, readonly=True) as (config, store):
@@ -206,6 +211,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"running  task {run['task_id']} ({run['task_type']}), attempt {run['attempt_id']} on {run['adapter_id']}"
             f" for {age(run['elapsed_s'])}"
         )
+        for line in activity_lines(run.get("activity") or {}):
+            print(f"  {line}")
     for service in shown["services"]:
         print(printable(_service_line(service)))
     if not shown["services"]:

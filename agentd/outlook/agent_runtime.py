@@ -88,6 +88,12 @@ EVENT_MAP: dict[str, str] = {
     "constitution_accepted": "action.resolved",
     "constitution_rejected": "action.resolved",
     "rollback_accepted": "runtime.warning",  # the operator went on from a database older than the evidence
+    "tool_started": "tool.started",
+    "tool_finished": "tool.result",  # or tool.failed
+    "model_turn_completed": "model.completed",
+    "todos_updated": "task.updated",
+    "attempt_progress": "task.progress",
+    "activity_capped": "run.status",
 }
 FINISHED = {
     "completed": "task.completed",
@@ -117,6 +123,8 @@ def runtime_type(event: RuntimeEvent) -> str:
         return FINISHED.get(str(payload.get("status")), "task.updated")
     if event.type == "sensor_run_finished" and payload.get("result") not in (None, "ok"):
         return "job.failed"
+    if event.type == "tool_finished" and payload.get("ok") is False:
+        return "tool.failed"
     return EVENT_MAP.get(event.type, GENERIC)
 
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from agentd.clock import format_ts, parse_ts
 from agentd.config import Config
 from agentd.config.budget import BudgetHold, Spend, budget_hold, day_start
+from agentd.outlook.activity import attempt_activity
 from agentd.process import procs
 from agentd.process.privilege import boundary
 from agentd.records import TASK_STATUSES, LockHolder, QueueSummary, RunningAttempt
@@ -171,6 +172,7 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
                 "model": r.model,
                 "started_at": format_ts(r.started_at),
                 "elapsed_s": round((now - r.started_at).total_seconds(), 1),
+                "activity": attempt_activity(store, r.task_id, r.attempt_id),  # docs/live.md
             }
             for r in seen.running
         ],

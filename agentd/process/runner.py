@@ -153,6 +153,7 @@ class CappedFile:
         if room > 0:
             part = chunk[:room]
             self._file.write(part)
+            self._file.flush()  # as it comes: a reader tails the file while the process runs (docs/live.md)
             self.kept += len(part)
             chunk = chunk[room:]
         if chunk and self.tail_cap:

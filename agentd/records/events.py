@@ -30,6 +30,15 @@ SEED_EVENT_TYPES = (
     "boot_sweep_reclaimed",
     "dispatch_lock_stale_cleared",
 )
+# What a running attempt is doing, written while it runs (docs/live.md); each has task_id and attempt_id.
+LIVE_EVENT_TYPES = (
+    "tool_started",
+    "tool_finished",
+    "model_turn_completed",
+    "todos_updated",
+    "attempt_progress",
+    "activity_capped",
+)
 AGENTD_EVENT_TYPES = (
     "migration_applied",
     "task_cancel_requested",
@@ -75,6 +84,7 @@ AGENTD_EVENT_TYPES = (
     "fleet_task_deferred",
     "fleet_result_reported",
     "fleet_lease_lost",
+    *LIVE_EVENT_TYPES,
 )
 EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES
 

@@ -3,12 +3,14 @@ pruning its oldest prefix behind a checkpoint the chain continues from."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from agentd.hashing import GENESIS_HASH, chain_hash
 from agentd.records import TASK_STATUSES, TERMINAL_STATUSES, RuntimeEvent
+from agentd.records.events import LIVE_EVENT_TYPES
 from agentd.store.base import StoreBase, loads, ts
 from agentd.store.rows import EVENT_BODY_FIELDS, event_from_row
 
@@ -114,6 +116,18 @@ class EventVerbs(StoreBase):
         """A service-level event with no other state change (dispatch_started, dispatch_idle, …)."""
         with self.transaction():
             self._append_event(event_type, now, payload=payload)
+
+    def record_activity(
+        self, task_id: int, attempt_id: str, events: Sequence[tuple[str, dict[str, Any]]], now: datetime
+    ) -> None:
+        """What a running attempt did since the last batch (docs/live.md), in order, in one transaction.
+        Not durable on its own: a power cut may lose the last batches, and the attempt's action trace,
+        sealed with its outcome (a durable commit, which makes these durable too), still has every step."""
+        if any(event_type not in LIVE_EVENT_TYPES for event_type, _ in events):
+            raise ValueError(f"not an activity event type: {[t for t, _ in events if t not in LIVE_EVENT_TYPES]}")
+        with self._transaction(durable=False):
+            for event_type, payload in events:
+                self._append_event(event_type, now, task_id=task_id, attempt_id=attempt_id, payload=payload)
 
     def verify_event_chain(self, batch: int = 10_000) -> list[ChainBreak]:
         """Recompute every hash; each row must continue the previous one with no gaps. A pruned prefix
