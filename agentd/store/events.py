@@ -125,7 +125,7 @@ class EventVerbs(StoreBase):
         sealed with its outcome (a durable commit, which makes these durable too), still has every step."""
         if any(event_type not in LIVE_EVENT_TYPES for event_type, _ in events):
             raise ValueError(f"not an activity event type: {[t for t, _ in events if t not in LIVE_EVENT_TYPES]}")
-        with self._transaction(durable=False):
+        with self.transaction(durable=False):
             for event_type, payload in events:
                 self._append_event(event_type, now, task_id=task_id, attempt_id=attempt_id, payload=payload)
 
