@@ -39,6 +39,49 @@ def is_subsequence(wanted: list[str], seen: list[str]) -> bool:
     return all(kind in it for kind in wanted)
 
 
+def durable_commits(statements: list[str]) -> int:
+    """COMMITs made at synchronous=FULL: a `durable=False` transaction sets NORMAL before its BEGIN."""
+    count, relaxed = 0, False
+    for statement in statements:
+        if statement.startswith("PRAGMA synchronous"):
+            relaxed = statement.endswith("NORMAL")
+        elif statement == "COMMIT" and not relaxed:
+            count += 1
+    return count
+
+
+@pytest.mark.parametrize("capped", [False, True])
+async def test_an_attempts_outcome_and_the_next_claim_share_one_durable_commit(
+    rig_factory: Callable[..., Rig], capped: bool
+) -> None:
+    """Group commit at the attempt boundary (docs/decisions.md, "Group commit"): a drain of n tasks
+    commits durably about n times, not 4n; with a capped budget each claim reads the spend afresh."""
+
+    def budget(raw: dict[str, Any]) -> None:
+        if capped:
+            raw["budget"] = {"daily_usd": 100}
+
+    rig = rig_factory(budget)
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    tasks = [rig.add("example", subject=f"t{n}") for n in range(5)]
+    statements: list[str] = []
+    dispatcher.db.store._conn.set_trace_callback(statements.append)
+    try:
+        assert await dispatcher.run_until_idle() == 5
+    finally:
+        dispatcher.db.store._conn.set_trace_callback(None)
+    assert [rig.store.get_task_or_raise(t.task_id).status for t in tasks] == ["completed"] * 5
+    # grouped: the first claim, its row, 5 outcome commits (4 claiming the next), the last row, and the
+    # claim that finds nothing (it writes nothing, so it syncs nothing); one at a time: 4 per task + 1
+    assert durable_commits(statements) == (4 * 5 + 1 if capped else 5 + 4)
+    claimed = [e.task_id for e in rig.events() if e.type == "task_claimed"]
+    assert claimed == [t.task_id for t in tasks]  # the same order as one claim per tick
+    row = next(r for r in rig.store.service_statuses() if r["service"] == "dispatch")
+    assert row["status"].startswith("idle")
+    await dispatcher.stop()
+
+
 async def test_200_tasks_drain_in_priority_then_time_order(rig: Rig) -> None:
     chooser = random.Random(2026)
     start = rig.clock.now()

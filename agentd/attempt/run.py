@@ -26,7 +26,7 @@ from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.privilege import RunUser
 from agentd.process.wake import Doorbell
 from agentd.records import AdapterConfig, AttemptEnd, Claim, CompiledBundle, TaskAttempt, TaskRecord
-from agentd.store import AsyncStore, Store
+from agentd.store import AsyncStore, Follow, Followed, Store
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,10 @@ class AttemptControl:
         return self.reason if self.scope.cancelled_caught else None
 
 
+def running_line(task_id: int, adapter: str, model: str | None, seconds: float) -> str:
+    return f"running task {task_id} ({adapter}, {model or 'no model'}) {age(seconds)}"
+
+
 class AttemptRunner:
     def __init__(
         self,
@@ -67,6 +71,7 @@ class AttemptRunner:
         self.preparer = AttemptPreparer(config, db, clock, adapters, user)
         self.control: AttemptControl | None = None
         self._running: tuple[int, str, str | None, float] | None = None  # task, adapter, model, since
+        self.followed: Followed | None = None  # the task the last outcome commit claimed with it
 
     @property
     def busy(self) -> bool:
@@ -82,18 +87,25 @@ class AttemptRunner:
         if self._running is None:
             return None
         task_id, adapter, model, since = self._running
-        return f"running task {task_id} ({adapter}, {model or 'no model'}) {age(anyio.current_time() - since)}"
+        return running_line(task_id, adapter, model, anyio.current_time() - since)
 
     def stop(self, reason: str, after_s: float) -> None:
         if self.control is not None:
             self.control.stop(reason, after_s)
 
     async def run(
-        self, claim: Claim, *, stopping: bool = False, on_running: Callable[[], Awaitable[None]] | None = None
+        self,
+        claim: Claim,
+        *,
+        stopping: bool = False,
+        on_running: Callable[[], Awaitable[None]] | None = None,
+        follow: Follow | None = None,
     ) -> AttemptEnd:
         """One attempt to its commit; returns its end. `stopping`: the service is stopping, so the
         attempt gets only the grace period. `on_running` is told as the attempt begins (its claim is
-        committed and it is what `describe` says runs)."""
+        committed and it is what `describe` says runs). `follow`: the outcome commit may claim the
+        next task in the same transaction (`Store.finish_then_claim`); what it claimed is `followed`."""
+        self.followed = None
         attempt = claim.attempt
         assert attempt is not None
         control = AttemptControl()
@@ -121,7 +133,7 @@ class AttemptRunner:
             self._running = None
         if prepared is not None and not control.started:  # its bundle is evidence all the same
             await self._record_bundle(claim.task.task_id, attempt.attempt_id, prepared.compiled)
-        await self.commit(claim.task, attempt, end, control, prepared)
+        await self.commit(claim.task, attempt, end, control, prepared, follow)
         self._count(attempt, end)
         return end
 
@@ -138,9 +150,15 @@ class AttemptRunner:
         end: AttemptEnd,
         control: AttemptControl | None = None,
         prepared: Prepared | None = None,
+        follow: Follow | None = None,
     ) -> TaskRecord:
         """The outcome commit. If SQLite refuses it (a value nothing caught earlier), the attempt is
-        recorded as agentd's internal_error naming why, so the task never stays running."""
+        recorded as agentd's internal_error naming why, so the task never stays running. With
+        `follow`, the next claim shares the transaction; if that fails, the outcome is committed alone."""
+        if follow is not None and not (control and control.reason):  # a stopped attempt claims nothing after it
+            with contained(logger, "the boundary commit after attempt %s failed; alone now", attempt.attempt_id):
+                finished, self.followed = await self.db.call(Store.finish_then_claim, end, follow)
+                return finished
         with contained(logger, "the outcome of attempt %s could not be recorded", attempt.attempt_id) as failed:
             return await self.db.call(Store.finish_attempt, end)
         assert failed.error is not None

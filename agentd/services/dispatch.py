@@ -19,7 +19,7 @@ import anyio
 
 from agentd.adapters import Adapter, adapter_for
 from agentd.attempt.prepare import plan_attempt
-from agentd.attempt.run import AttemptRunner
+from agentd.attempt.run import AttemptRunner, running_line
 from agentd.attempt.sweep import boot_sweep
 from agentd.clock import Clock, age, format_ts
 from agentd.config import Config
@@ -33,11 +33,11 @@ from agentd.outlook.status import BudgetOutlook, IdleOutlook, budget_outlook, id
 from agentd.process.containment import release_namespace
 from agentd.process.privilege import run_user
 from agentd.process.wake import Doorbell
-from agentd.records import AdapterConfig, AttemptPlan, DueSchedule, TaskRecord, WorkflowRecord
+from agentd.records import AdapterConfig, AttemptPlan, Claim, DueSchedule, TaskRecord, WorkflowRecord
 from agentd.services.fleet import FleetLink
 from agentd.services.lock import DispatchLock
 from agentd.services.shell import Notifier, Shell
-from agentd.store import AsyncStore, Store
+from agentd.store import AsyncStore, Follow, Store
 from agentd.store.fleet_leases import FleetGate
 from agentd.work.intents import schedule_runs, schedule_spec, step_decisions
 
@@ -73,6 +73,7 @@ class Dispatcher:
         self._held: tuple[BudgetHold, int] | None = None  # what the budget held back at the last claim
         self._idle: IdleOutlook | None = None  # the pause and what waits, as the last claim that found nothing saw them
         self._idle_fresh = False  # _idle was read by this tick: the status line it publishes need not read again
+        self._followed: Claim | None = None  # claimed by the last outcome commit: the next tick runs it
         self._shown = ""  # the state the service row was last written for (_publish)
 
     @property
@@ -162,7 +163,7 @@ class Dispatcher:
         """Tick until stopped. A tick that fails is logged and retried after a pause that doubles up
         to the poll ceiling (never a hot loop); only an unusable disk ends the service."""
         pause = 1.0
-        while not self._stopping:
+        while not self._stopping or self._followed is not None:  # a task already claimed runs (its grace)
             with contained(logger, "dispatch_tick_failed: retrying in %.0fs", pause) as failed:
                 worked = await self.tick(self.clock.now())
             if failed.error:
@@ -178,7 +179,11 @@ class Dispatcher:
     async def tick(self, now: datetime) -> bool:
         """One pass in the seed's order; True if an attempt ran (or a claim was refused). What the
         schedules and workflows need is one read; so is whether the outbox holds an entry to apply
-        (one an operator's approval let go, say: an attempt's own are applied as it ends)."""
+        (one an operator's approval let go, say: an attempt's own are applied as it ends). A task the
+        last outcome commit claimed runs first: that commit found nothing else due."""
+        if self._followed is not None:
+            claim, self._followed = self._followed, None
+            return await self._run_claimed(claim)
         due, waiting, outbox = await self.db.read(Store.tick_intents, now)
         if outbox:
             await self.outbox.apply_pending()
@@ -191,7 +196,7 @@ class Dispatcher:
         """Tick until nothing is claimable at the clock's now, or until asked to stop; return how many
         tasks were claimed."""
         claimed = 0
-        while not self._stopping and await self.tick(self.clock.now()):
+        while (not self._stopping or self._followed is not None) and await self.tick(self.clock.now()):
             claimed += 1
         return claimed
 
@@ -229,19 +234,42 @@ class Dispatcher:
                 await self.outbox.apply_pending()  # e.g. side effects an operator just approved
             await self._publish()
             return False
+        return await self._run_claimed(claim)
+
+    async def _run_claimed(self, claim: Claim) -> bool:
+        """Run the claimed task's attempt to its outcome commit. When the next task is claimable at
+        once, that commit claims it too (one durable transaction at the attempt boundary) and the
+        next tick starts from it."""
         self._held, self._idle = None, None
         self._idle_noted = False
         if claim.attempt is None:  # refused at the claim: its outbox, if any, is the next tick's
             return True
         self._crash_point("after_claim")
-        end = await self.attempts.run(claim, stopping=self._stopping, on_running=self._publish)
+        end = await self.attempts.run(claim, stopping=self._stopping, on_running=self._publish, follow=self._follow())
         self._crash_point("after_outcome_commit")
         if self.fleet is not None:
             self.fleet.wake.ring()  # a fleet task's result goes back now
+        if (followed := self.attempts.followed) is not None:
+            self._followed = followed.claim
+            if followed.claim.attempt is not None:  # the row says it runs: written in that same commit
+                self._shown = f"running task {followed.claim.task.task_id}"
+                await self.shell.reported(followed.head, claimed_line(followed.claim))
+            return True
         await self._publish()
         if end.outbox:
             await self.outbox.apply_pending()
         return True
+
+    def _follow(self) -> Follow | None:
+        """What the outcome commit needs to claim the next task with it; None while stopping or when the
+        budget is capped (the next claim then needs the spend this attempt adds, read afresh)."""
+        if self._stopping or self.config.budget.capped:
+            return None
+        evidence = self.config.paths.state_dir / "attempts"
+        return Follow(self.holder_id, self._plan, evidence, self._running_row)
+
+    def _running_row(self, store: Store, claim: Claim) -> tuple[int, str] | None:
+        return self.shell.row(claimed_line(claim))(store)
 
     async def _confirm(self, gate: FleetGate) -> bool:
         """True once the fleet confirmed the lease; else the task was canceled (lost) or deferred."""
@@ -321,3 +349,10 @@ class Dispatcher:
             return budget_line(*self._held)
         later = f", next due in {age((idle.upcoming - now).total_seconds())}" if idle.upcoming else ""
         return f"idle, {idle.waiting} pending{later}"
+
+
+def claimed_line(claim: Claim) -> str:
+    """The status line of a task claimed this instant."""
+    attempt = claim.attempt
+    assert attempt is not None
+    return running_line(claim.task.task_id, attempt.adapter_id, attempt.model, 0.0)

@@ -132,15 +132,19 @@ class Shell:
     async def report(self, line: str) -> None:
         """The service's row; then the chain head that durable write found, published beside the
         database when it moved (agentd/evidence/rollback.py): every refresh, every attempt's end, every stop."""
-        head = await self.db.call(
-            Store.report_service_status,
-            self.name,
-            self.identity,
-            line,
-            self.metrics.url,
-            self.started_at,
-            self.clock.now(),
+        await self.reported(await self.db.call(self.row(line)))
+
+    def row(self, line: str) -> Callable[[Store], tuple[int, str] | None]:
+        """Writing the service's row as `line`, as a verb that may join another's transaction."""
+        return lambda store: store.report_service_status(
+            self.name, self.identity, line, self.metrics.url, self.started_at, self.clock.now()
         )
+
+    async def reported(self, head: tuple[int, str] | None, line: str | None = None) -> None:
+        """After a durable write of the row (`line`, if it was written inside another transaction, is
+        told to systemd too): the chain head it found, published beside the database when it moved."""
+        if line is not None:
+            self.notifier.status(line)
         if head is not None and head != self._head_file and self.state_dir is not None:
             try:
                 await anyio.to_thread.run_sync(publish_head, self.state_dir, head)

@@ -12,6 +12,7 @@ import functools
 import os
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
@@ -22,7 +23,7 @@ import anyio.to_thread
 from agentd.clock import Clock
 from agentd.errors import SchemaMismatch
 from agentd.faults import os_storage_error, storage_error
-from agentd.records import DueSchedule, WorkflowRecord
+from agentd.records import AttemptEnd, Claim, DueSchedule, TaskRecord, WorkflowRecord
 from agentd.store.attempts import AttemptVerbs, Planner
 from agentd.store.base import SERVICE_BUSY_RETRY_S, connect
 from agentd.store.budget import BudgetVerbs
@@ -49,6 +50,8 @@ from agentd.store.workflows import WorkflowVerbs
 __all__ = [
     "AsyncStore",
     "ChainBreak",
+    "Follow",
+    "Followed",
     "Planner",
     "Store",
     "init_state_dir",
@@ -60,6 +63,25 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 DB_NAME = "agentd.db"
+
+
+@dataclass(frozen=True)
+class Follow:
+    """What the claim after an attempt needs (`finish_then_claim`): the claim's own arguments, and how
+    the service row says the claimed task runs (it returns the chain head that write found)."""
+
+    runner_id: str
+    plan: Planner
+    evidence_root: Path
+    report: Callable[[Store, Claim], tuple[int, str] | None]
+
+
+@dataclass(frozen=True)
+class Followed:
+    """The task claimed in the same transaction as the last attempt's outcome, and the chain head."""
+
+    claim: Claim
+    head: tuple[int, str] | None
 
 
 class Store(
@@ -97,6 +119,22 @@ class Store(
         recent = self.recent_outcomes(recent_items, task_id) if recent_items else []
         workflow = self.get_workflow_or_raise(workflow_id) if workflow_id is not None else None
         return self.failure_summaries(task_id), recent, workflow
+
+    def finish_then_claim(self, end: AttemptEnd, follow: Follow) -> tuple[TaskRecord, Followed | None]:
+        """The attempt boundary as one durable transaction: attempt N's outcome commit, and, when the
+        next task is claimable at once and nothing else is due first (N asked for nothing after it, no
+        schedule is due, no workflow awaits its step, no outbox entry waits), the claim of N+1 and the
+        service row saying it runs. Otherwise only N's commit, and the tick does the rest as always.
+        One fsync where there were three (docs/decisions.md, "Group commit")."""
+        with self.transaction():
+            finished = self.finish_attempt(end)
+            if end.outbox or any(self.tick_intents(self.clock.now())):
+                return finished, None
+            claim = self.claim_next_task(self.clock.now(), follow.runner_id, follow.plan, follow.evidence_root)
+            if not isinstance(claim, Claim):  # nothing due, paused, or a fleet task whose lease is confirmed first
+                return finished, None
+            head = follow.report(self, claim) if claim.attempt is not None else None
+            return finished, Followed(claim, head)
 
     def idle_outlook(self, now: datetime) -> tuple[int, datetime | None]:
         """What an idle dispatcher needs in one read: tasks claimable now, and when the next task or

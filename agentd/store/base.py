@@ -161,6 +161,7 @@ class StoreBase:
         # replaced since would write where no one reads it (docs/reliability.md, "Storage").
         self._opened = file_identity(path)
         self.tx = Tx(self)  # what helpers are given (reads, and writes inside a verb's transaction)
+        self._depth = 0  # transactions open: a verb called inside another's joins it (one commit)
 
     def close(self) -> None:
         self._conn.close()
@@ -182,10 +183,22 @@ class StoreBase:
 
         `durable=False` commits without the fsync (synchronous=NORMAL for this one commit): the
         next durable commit makes it durable too (WAL frames are written in order). Only for rows a
-        power cut may lose because what follows them re-creates the truth (docs/decisions.md, "Durability")."""
+        power cut may lose because what follows them re-creates the truth (docs/decisions.md, "Durability").
+
+        A verb called inside another verb's transaction joins it: one commit for both (the attempt
+        boundary's, docs/design.md "Dispatch"); what it raises goes up to the outer one, which rolls
+        the whole back."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield self.tx
+            finally:
+                self._depth -= 1
+            return
         if not durable:
             self._conn.execute("PRAGMA synchronous = NORMAL")
         self._begin()
+        self._depth = 1
         try:
             yield self.tx
             self._conn.execute("COMMIT")
@@ -196,6 +209,7 @@ class StoreBase:
                 raise fault from None
             raise
         finally:
+            self._depth = 0
             if not durable:
                 self._conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
         for event_type, fields in self._log_after_commit:
