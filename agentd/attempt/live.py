@@ -25,7 +25,7 @@ from agentd.adapters.activity import Activity, Shown, StreamParser, progress, st
 from agentd.adapters.script import PROGRESS_FILE
 from agentd.attempt.prepare import Prepared
 from agentd.clock import Clock, format_ts
-from agentd.errors import FATAL
+from agentd.errors import contained
 from agentd.process.files import Refused, open_beneath
 from agentd.redaction import Redactor
 from agentd.store import AsyncStore, Store
@@ -182,12 +182,10 @@ class LiveWatcher:
         async with self.lock:
             if self.done:
                 return
-            try:
+            # live activity is a view: its failure never fails the attempt
+            with contained(logger, "live activity of attempt %s stopped", self.prepared.attempt_id) as failed:
                 await step()
-            except FATAL:
-                raise
-            except Exception:  # live activity is a view: its failure never fails the attempt
-                logger.exception("live activity of attempt %s stopped", self.prepared.attempt_id)
+            if failed.error is not None:
                 self.done = True
 
     async def _tick(self, last: bool = False) -> None:
