@@ -82,6 +82,44 @@ async def test_an_attempts_outcome_and_the_next_claim_share_one_durable_commit(
     await dispatcher.stop()
 
 
+async def test_a_fleet_task_next_in_line_is_not_claimed_by_the_outcome_commit(rig: Rig) -> None:
+    """The claim inside the outcome commit meets a fleet task whose lease is not confirmed yet: that
+    claim is rolled back to its savepoint (the task stays pending, no attempt counted) while the
+    outcome it shares the transaction with is kept; the next tick confirms the lease as always."""
+    from agentd.records import TaskIntent
+    from agentd.store.fleet_leases import Taken
+    from agentd.work.intake import admit_task
+
+    local = rig.add("example", subject="local")
+    intent = TaskIntent.model_validate({"task_type": "example", "source": "fleet:7", "payload": {}})
+    new = admit_task(intent, rig.config, rig.clock.now(), trusted=True)
+    [fleet_task] = rig.store.record_fleet_claims([Taken(new, 7, 1, {})], rig.clock.now())
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    assert await dispatcher.tick(rig.clock.now())
+    assert rig.store.get_task_or_raise(local.task_id).status == "completed"
+    gated = rig.store.get_task_or_raise(fleet_task)
+    assert (gated.status, gated.attempt_count) == ("pending", 0)
+    assert [e.type for e in rig.events(fleet_task)] == ["task_enqueued"]
+    assert rig.store.verify_event_chain() == []
+    await dispatcher.stop()
+
+
+async def test_a_verb_inside_another_is_all_or_nothing_of_its_own(rig: Rig) -> None:
+    """Joined transactions are savepoints: an inner verb that raises leaves nothing, the outer goes on
+    and commits what it wrote, and the event chain stays whole."""
+    store = rig.store
+    with store.transaction():
+        store.record_event("dispatch_idle", rig.clock.now(), {"n": 1})
+        with pytest.raises(RuntimeError):
+            with store.transaction():
+                store.record_event("dispatch_idle", rig.clock.now(), {"n": 2})
+                raise RuntimeError("the inner verb fails")
+        store.record_event("dispatch_idle", rig.clock.now(), {"n": 3})
+    assert [e.payload["n"] for e in rig.events() if e.type == "dispatch_idle"] == [1, 3]
+    assert store.verify_event_chain() == []
+
+
 async def test_200_tasks_drain_in_priority_then_time_order(rig: Rig) -> None:
     chooser = random.Random(2026)
     start = rig.clock.now()

@@ -186,14 +186,10 @@ class StoreBase:
         power cut may lose because what follows them re-creates the truth (docs/decisions.md, "Durability").
 
         A verb called inside another verb's transaction joins it: one commit for both (the attempt
-        boundary's, docs/design.md "Dispatch"); what it raises goes up to the outer one, which rolls
-        the whole back."""
+        boundary's, docs/design.md "Dispatch"), and still all or nothing of its own: a savepoint, rolled
+        back to if the verb raises (the outer transaction may catch that and go on)."""
         if self._depth:
-            self._depth += 1
-            try:
-                yield self.tx
-            finally:
-                self._depth -= 1
+            yield from self._joined()
             return
         if not durable:
             self._conn.execute("PRAGMA synchronous = NORMAL")
@@ -216,6 +212,22 @@ class StoreBase:
             shown = " ".join(f"{k}={printable(str(v))}" for k, v in fields.items() if v is not None)
             logger.info("%s %s", event_type, shown)
         self._log_after_commit.clear()
+
+    def _joined(self) -> Iterator[Tx]:
+        name = f"joined_{self._depth}"
+        head, logged = self._chain_head, len(self._log_after_commit)
+        self._conn.execute(f"SAVEPOINT {name}")
+        self._depth += 1
+        try:
+            yield self.tx
+        except BaseException:
+            self._conn.execute(f"ROLLBACK TO {name}")
+            self._chain_head = head  # the events it appended are gone: the head is what it was
+            del self._log_after_commit[logged:]
+            raise
+        finally:
+            self._depth -= 1
+            self._conn.execute(f"RELEASE {name}")
 
     @contextmanager
     def snapshot(self) -> Iterator[Tx]:
