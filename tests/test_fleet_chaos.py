@@ -13,7 +13,8 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 @pytest.mark.timeout(300)
 def test_fleet_chaos_short_form(tmp_path: Path) -> None:
-    report = run_fleet_chaos(tmp_path, tasks=45, kills=6, seed=2026, deadline_s=30.0, task_s=(0.02, 0.2))
+    # the kill phase ends at 6 kills; its deadline only bounds a machine too slow to reach them
+    report = run_fleet_chaos(tmp_path, tasks=45, kills=6, seed=2026, deadline_s=90.0, task_s=(0.02, 0.2))
     assert report.kills >= 6 and report.postgres_restarts == 1 and report.partitions == 3, report.table()
     assert report.refused_writes > 0, report.table()  # stale agents did write, and were refused
     assert sum(report.fleet.values()) == 45, report.table()
