@@ -88,6 +88,10 @@ EVENT_MAP: dict[str, str] = {
     "constitution_accepted": "action.resolved",
     "constitution_rejected": "action.resolved",
     "rollback_accepted": "runtime.warning",  # the operator went on from a database older than the evidence
+    "web_token_added": GENERIC,
+    "web_token_revoked": GENERIC,
+    "approval_handed_off": "hook.completed",  # an approval request sent to the [web] approval_handler
+    "approval_handoff_failed": "runtime.error",
 }
 FINISHED = {
     "completed": "task.completed",

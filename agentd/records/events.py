@@ -75,6 +75,10 @@ AGENTD_EVENT_TYPES = (
     "fleet_task_deferred",
     "fleet_result_reported",
     "fleet_lease_lost",
+    "web_token_added",
+    "web_token_revoked",
+    "approval_handed_off",
+    "approval_handoff_failed",
 )
 EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES
 

@@ -1,0 +1,5 @@
+from starlette.routing import BaseRoute
+
+
+def routes() -> list[BaseRoute]:
+    return []
