@@ -49,7 +49,7 @@ def test_sensors_and_dispatcher_share_the_database_under_load(tmp_path: Path) ->
 
 
 def test_a_second_agentd_run_says_dispatch_locked_without_a_traceback(tmp_path: Path) -> None:
-    agent = Agent(tmp_path, {"AGENTD_METRICS__ENABLED": "false", "AGENTD_WEB__LISTEN": "127.0.0.1:0"})
+    agent = Agent(tmp_path, {"AGENTD_METRICS__ENABLED": "false"})
     command = [sys.executable, "-m", "agentd", "--config", str(agent.config_path), "run"]
     try:
         with open(tmp_path / "first.log", "wb") as log:

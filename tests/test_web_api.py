@@ -101,6 +101,7 @@ def test_token_cli_adds_lists_and_revokes(rig: Rig, rig_cli: Any) -> None:
     added = rig_cli(rig, "web", "token", "add", "carol", "--json")
     assert added.code == 0
     token = added.json()["token"]
+    assert added.json()["url"] == f"http://{rig.config.web.listen}/", "what `make run` prints"
     assert rig_cli(rig, "web", "token", "add", "carol").code == 2
     listed = rig_cli(rig, "web", "token", "list", "--json").json()
     assert [(t["name"], t["revoked_at"]) for t in listed] == [("carol", None)]

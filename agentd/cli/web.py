@@ -48,10 +48,10 @@ def cmd_token_add(args: argparse.Namespace) -> int:
 
     name = token_name(args.name)
     token_id, hashed, whole = new_token()
-    with agent_store(args) as (_, store):
+    with agent_store(args) as (config, store):
         store.add_web_token(token_id, name, hashed, control.operator(), SystemClock().now(), replace=args.replace)
     if wants_json(args):
-        print_json({"name": name, "token_id": token_id, "token": whole})
+        print_json({"name": name, "token_id": token_id, "token": whole, "url": f"http://{config.web.listen}/"})
     else:
         print(whole)
         print(f"agentd: the token of {name!r} (shown once; only its hash is kept)", file=sys.stderr)
