@@ -25,6 +25,7 @@ class Answer:
     status: int
     headers: dict[str, str]
     body: bytes
+    set_cookies: list[str] = field(default_factory=list)  # every Set-Cookie (headers keeps only the last)
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -59,7 +60,9 @@ class Client:
         try:
             conn.request(method, path, body=body, headers=sent)
             reply = conn.getresponse()
-            answer = Answer(reply.status, {k.lower(): v for k, v in reply.getheaders()}, reply.read())
+            found = reply.getheaders()
+            cookies = [v for k, v in found if k.lower() == "set-cookie"]
+            answer = Answer(reply.status, {k.lower(): v for k, v in found}, reply.read(), cookies)
         finally:
             conn.close()
         for name, value in reply.getheaders():

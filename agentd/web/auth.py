@@ -96,6 +96,15 @@ class Sessions:
     def csrf_ok(self, session: Session, given: str | None) -> bool:
         return bool(given) and hmac.compare_digest((given or "").encode(), self.csrf(session).encode())
 
+    def login_csrf(self, nonce: str) -> str:
+        """The login form's CSRF token: bound to a nonce in its own cookie (there is no session yet)."""
+        return self._mac("login", nonce)
+
+    def login_csrf_ok(self, nonce: str | None, given: str | None) -> bool:
+        if not nonce or not given:
+            return False
+        return hmac.compare_digest(given.encode(), self.login_csrf(nonce).encode())
+
     def _mac(self, purpose: str, text: str) -> str:
         return hmac.new(self._key, f"{purpose}:{text}".encode(), hashlib.sha256).hexdigest()
 
