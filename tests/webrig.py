@@ -128,3 +128,4 @@ def serving(rig: Rig, clock: FakeClock | None = None) -> Iterator[WebRig]:
 def service_poll(service: WebService) -> None:
     """Streams poll the database often in tests, so an appended event shows within a few ms."""
     service.stream_poll_s = 0.02
+    service.handoff_poll_s = 0.02

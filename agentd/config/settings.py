@@ -327,10 +327,14 @@ class Settings(Section):
             raise ValueError(f"web.listen: expected a port of its own, found {self.web.listen!r}, a metrics port")
         wanted = self.web.approval_handler
         if wanted is not None:
-            kinds = {h.handler_id: h.kind for h in self.message_handlers}
-            if kinds.get(wanted) != "webhook":
-                found = f"a {kinds[wanted]} handler" if wanted in kinds else "no such handler"
+            handlers = {h.handler_id: h for h in self.message_handlers}
+            kind = handlers[wanted].kind if wanted in handlers else None
+            if kind != "webhook":
+                found = f"a {kind} handler" if kind else "no such handler"
                 raise ValueError(f"web.approval_handler: expected a webhook [[message_handlers]] id, found {found}")
+            if getattr(handlers[wanted], "env_file", None) is None:
+                key = self.web.approval_secret_key
+                raise ValueError(f"web.approval_handler: {wanted!r} needs an env_file holding {key}=… to sign with")
         return self
 
 

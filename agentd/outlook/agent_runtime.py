@@ -92,6 +92,7 @@ EVENT_MAP: dict[str, str] = {
     "web_token_revoked": GENERIC,
     "approval_handed_off": "hook.completed",  # an approval request sent to the [web] approval_handler
     "approval_handoff_failed": "runtime.error",
+    "approval_handoff_retrying": "runtime.warning",
 }
 FINISHED = {
     "completed": "task.completed",

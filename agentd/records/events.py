@@ -79,6 +79,7 @@ AGENTD_EVENT_TYPES = (
     "web_token_revoked",
     "approval_handed_off",
     "approval_handoff_failed",
+    "approval_handoff_retrying",
 )
 EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES
 

@@ -230,8 +230,8 @@ class WebVerbs(StoreBase):
     def finish_handoff_attempt(
         self, handoff: Handoff, status: str, error: str | None, next_attempt_at: datetime, now: datetime
     ) -> None:
-        """One send's end: `sent`, `pending` again (a retry at next_attempt_at) or `failed` for good;
-        an event for a send that ended it either way."""
+        """One send's end, and its event: `sent`, `pending` again (a retry at next_attempt_at) or `failed`
+        for good."""
         with self._transaction():
             self._conn.execute(
                 """UPDATE approval_handoffs SET status = ?, attempts = attempts + 1, next_attempt_at = ?,
@@ -240,11 +240,11 @@ class WebVerbs(StoreBase):
                 (status, ts(next_attempt_at), (error or "")[:HANDOFF_ERROR_CHARS] or None, status, ts(now),
                  handoff.approval_id),
             )  # fmt: skip
-            if status == "pending":
-                return
-            kind = "approval_handed_off" if status == "sent" else "approval_handoff_failed"
+            kinds = {"sent": "approval_handed_off", "failed": "approval_handoff_failed"}
+            kind = kinds.get(status, "approval_handoff_retrying")
             payload: dict[str, Any] = {"approval_id": handoff.approval_id, "handler": handoff.handler_id}
             payload |= {"attempts": handoff.attempts + 1} | ({"error": error} if error else {})
+            payload |= {"next_attempt_at": ts(next_attempt_at)} if status == "pending" else {}
             self._append_event(kind, now, task_id=handoff.task_id, payload=payload)
 
     def approval_context(self, task_id: int) -> dict[str, Any]:

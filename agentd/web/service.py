@@ -7,6 +7,7 @@ import logging
 import socket
 import threading
 
+import anyio
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HyperConfig
 from starlette.routing import BaseRoute
@@ -16,7 +17,7 @@ from agentd.config import Config
 from agentd.config.settings import listen_address
 from agentd.errors import InputError
 from agentd.store import AsyncStore
-from agentd.web import api, console
+from agentd.web import api, console, handoff
 from agentd.web.app import Web, build_app, templates
 from agentd.web.auth import LoginThrottle, Sessions
 
@@ -56,6 +57,7 @@ class WebService:
         self.listen = listen or config.web.listen
         self.beside = beside  # under `agentd run`: a port in use costs the console, never the dispatcher
         self.stream_poll_s = 0.5  # how often a live stream looks for new events
+        self.handoff_poll_s = handoff.POLL_S
         self.ready = threading.Event()
         self.url = ""
         self._stop_asked = False
@@ -95,7 +97,11 @@ class WebService:
             web.stopping.set()
         logger.info("console and API at %s", self.url)
         self.ready.set()
-        await serve(app, served, shutdown_trigger=web.stopping.wait)  # type: ignore[arg-type]
+        async with anyio.create_task_group() as group:
+            if self.config.web.approval_handler is not None:
+                group.start_soon(handoff.keep_handing_off, web, self.handoff_poll_s)
+            await serve(app, served, shutdown_trigger=web.stopping.wait)  # type: ignore[arg-type]
+            group.cancel_scope.cancel()
 
     def request_stop(self, *, immediately: bool = False) -> None:
         """Stop listening, end the live streams, let open requests finish (GRACE_S at most)."""
