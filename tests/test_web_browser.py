@@ -4,10 +4,13 @@ AGENTD_REQUIRE_BROWSER=1 (.ci/run sets it). AGENTD_SCREENSHOTS=DIR saves the doc
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +46,29 @@ def browser() -> Iterator[Any]:
     except ImportError:
         missing("BROWSER", "playwright is not installed (the test extra: make .venv/.installed-test)")
     expect.set_options(timeout=WAIT_MS)
-    with sync_playwright() as playwright:
+    with own_child_watcher(), sync_playwright() as playwright:
         args = ["--no-sandbox"] if os.geteuid() == 0 else []  # chromium's sandbox refuses root
         launched = playwright.chromium.launch(executable_path=executable, args=args)
         try:
             yield launched
         finally:
             launched.close()
+
+
+@contextmanager
+def own_child_watcher() -> Iterator[None]:
+    """Playwright starts its driver from an event loop of its own. agentd's runner leaves Python 3.11's
+    child watcher attached to the loop of the test before (agentd/process/runner.py), which a new loop
+    cannot use: a thread-per-child watcher meanwhile, the runner's back afterwards."""
+    if sys.version_info >= (3, 12):
+        yield
+        return
+    before = asyncio.get_child_watcher()
+    asyncio.set_child_watcher(asyncio.ThreadedChildWatcher())
+    try:
+        yield
+    finally:
+        asyncio.set_child_watcher(before)
 
 
 @pytest.fixture

@@ -37,12 +37,14 @@ def register(commands: Any) -> None:
 
 
 def token_name(text: str) -> str:
+    """An operator's name as a token takes it; InputError naming NAME otherwise."""
     if not TOKEN_NAME.fullmatch(text):
         raise InputError(f"NAME: expected 1-64 letters, digits, '.', '_' or '-' (not first), found {text[:80]!r}")
     return text
 
 
 def cmd_token_add(args: argparse.Namespace) -> int:
+    """`agentd web token add NAME [--replace]`: the token is printed once, only its hash kept."""
     from agentd import control
     from agentd.web.auth import new_token
 
@@ -59,6 +61,7 @@ def cmd_token_add(args: argparse.Namespace) -> int:
 
 
 def cmd_token_list(args: argparse.Namespace) -> int:
+    """`agentd web token list`: names, ids, who issued them, revoked or not."""
     with agent_store(args, readonly=True) as (_, store):
         tokens = store.web_tokens()
     if wants_json(args):
@@ -72,6 +75,7 @@ def cmd_token_list(args: argparse.Namespace) -> int:
 
 
 def cmd_token_revoke(args: argparse.Namespace) -> int:
+    """`agentd web token revoke NAME`."""
     from agentd import control
 
     with agent_store(args) as (_, store):

@@ -113,6 +113,7 @@ class WebVerbs(StoreBase):
             return self.web_token(live.token_id) or live
 
     def web_token(self, token_id: str) -> WebToken | None:
+        """A token by its id, live or revoked; None if it never existed."""
         row = self._conn.execute("SELECT * FROM web_tokens WHERE token_id = ?", (token_id,)).fetchone()
         return None if row is None else _token(row)
 
@@ -210,6 +211,7 @@ class WebVerbs(StoreBase):
             return found
 
     def due_handoffs(self, now: datetime, limit: int = 20) -> list[Handoff]:
+        """Hand-offs whose next send is due, oldest first."""
         rows = self._conn.execute(
             """SELECT * FROM approval_handoffs WHERE status = 'pending' AND next_attempt_at <= ?
                ORDER BY next_attempt_at LIMIT ?""",
@@ -218,12 +220,14 @@ class WebVerbs(StoreBase):
         return [_handoff(row) for row in rows]
 
     def next_handoff_at(self) -> datetime | None:
+        """When the next pending hand-off is due; None if none is pending."""
         row = self._conn.execute(
             "SELECT MIN(next_attempt_at) FROM approval_handoffs WHERE status = 'pending'"
         ).fetchone()
         return parse_optional_ts(row[0])
 
     def handoff_of(self, approval_id: str) -> Handoff | None:
+        """The hand-off of an approval, if there is one."""
         row = self._conn.execute("SELECT * FROM approval_handoffs WHERE approval_id = ?", (approval_id,)).fetchone()
         return None if row is None else _handoff(row)
 

@@ -22,7 +22,7 @@ from agentd.records.fleet import DispatchContext
 from agentd.store import Store
 from agentd.vocabulary import TASK_STATUSES
 from agentd.web import handoff, inputs, stream
-from agentd.web.app import Web, bearer, web_of
+from agentd.web.app import Web, bearer, bearer_or_session, web_of
 from agentd.web.auth import Operator
 from agentd.web.inputs import BadInput
 from agentd.web.views import approvals_view, evidence_path, evidence_root, jsonable, status_view, task_view
@@ -48,6 +48,7 @@ MAX_EVIDENCE_BYTES = 16 * 1024 * 1024  # an evidence file larger than this is fe
 
 
 async def api_status(request: Request) -> Response:
+    """GET /api/status: `agentd status --json`, the running attempts' activity, the approvals."""
     operator = await bearer(request)
     web = web_of(request)
     found = await web.db.call(lambda store: status_view(web.config, store, web.clock.now()))
@@ -55,6 +56,7 @@ async def api_status(request: Request) -> Response:
 
 
 async def api_tasks(request: Request) -> Response:
+    """GET /api/tasks: newest first, by status (repeatable) and type."""
     await bearer(request)
     query = request.query_params
     statuses = tuple(inputs.choice(s, "query.status", TASK_STATUSES) for s in query.getlist("status"))
@@ -65,12 +67,14 @@ async def api_tasks(request: Request) -> Response:
 
 
 async def api_task(request: Request) -> Response:
+    """GET /api/tasks/ID: the task, its attempts with evidence links, its events, its dispatch context."""
     await bearer(request)
     web, task_id = web_of(request), path_id(request)
     return JSONResponse(await web.db.call(lambda store: task_view(web.config, store, task_id)))
 
 
 async def api_events(request: Request) -> Response:
+    """GET /api/events: events after a sequence, in order; `next_after` pages on."""
     await bearer(request)
     query = request.query_params
     after = inputs.integer(query.get("after"), "query.after", low=0, high=2**62, default=0)
@@ -83,13 +87,12 @@ async def api_events(request: Request) -> Response:
 
 async def api_stream(request: Request) -> Response:
     """Server-Sent Events from `after` (or the Last-Event-ID a reconnecting client sends)."""
-    from agentd.web.app import bearer_or_session
-
     await bearer_or_session(request)
     return stream.response(request, web_of(request))
 
 
 async def api_approvals(request: Request) -> Response:
+    """GET /api/approvals: what waits for an operator, oldest first."""
     await bearer(request)
     return JSONResponse({"approvals": await web_of(request).db.call(approvals_view)})
 
@@ -115,6 +118,7 @@ async def api_submit(request: Request) -> Response:
 
 
 def intent_of(body: dict[str, Any], operator: Operator) -> TaskIntent:
+    """The task intent of a submission, judged as `agentd task add` judges its options."""
     fields = {name: body[name] for name in INTENT_FIELDS if name in body}
     fields["source"] = source_of(fields.get("source"), operator)
     try:
@@ -144,6 +148,7 @@ def dispatch_context_of(value: Any) -> dict[str, Any] | None:
 
 
 def path_id(request: Request) -> int:
+    """The task id in the path: a positive integer, or a 422 naming path.task_id."""
     return inputs.integer(request.path_params["task_id"], "path.task_id", low=1, high=2**62)
 
 
@@ -165,11 +170,13 @@ def action(
 
 
 def do_cancel(web: Web, store: Store, task_id: int, body: dict[str, Any], operator: Operator) -> dict[str, Any]:
+    """`agentd cancel ID`, by the token's operator."""
     result = control.cancel_task(web.config, store, task_id, web.clock.now(), by=operator.name)
     return {"task": jsonable(result.task), "action": result.action}
 
 
 def do_retry(web: Web, store: Store, task_id: int, body: dict[str, Any], operator: Operator) -> dict[str, Any]:
+    """`agentd retry ID [--attempts N]`, by the token's operator."""
     attempts = body.get("attempts")
     more = None if attempts is None else inputs.integer(attempts, "body.attempts", low=1, high=control.MAX_ATTEMPTS)
     task = control.retry_task(web.config, store, task_id, more, web.clock.now(), by=operator.name)
@@ -196,6 +203,7 @@ def resolver(approved: bool) -> Callable[[Web, Store, int, dict[str, Any], Opera
 
 
 async def api_pause(request: Request) -> Response:
+    """POST /api/pause: `agentd pause [--reason]`."""
     operator = await bearer(request)
     body = await inputs.json_object(request)
     inputs.refuse_unknown(body, ("reason",))
@@ -208,6 +216,7 @@ async def api_pause(request: Request) -> Response:
 
 
 async def api_resume(request: Request) -> Response:
+    """POST /api/resume: `agentd resume`."""
     operator = await bearer(request)
     inputs.refuse_unknown(await inputs.json_object(request), ())
     web = web_of(request)
@@ -218,6 +227,7 @@ async def api_resume(request: Request) -> Response:
 
 
 def routes() -> list[BaseRoute]:
+    """The API's routes (docs/web.md, "The API")."""
     return [
         Route("/api/status", api_status),
         Route("/api/tasks", api_tasks),
@@ -239,8 +249,6 @@ def routes() -> list[BaseRoute]:
 async def evidence_file(request: Request) -> Response:
     """One file of an attempt's evidence folder, read-only, never through a link (agentd/process/files.py),
     always as an attachment-safe type: the console links to it, no page renders it."""
-    from agentd.web.app import bearer_or_session
-
     await bearer_or_session(request)
     web, task_id = web_of(request), path_id(request)
     relative = evidence_path(task_id, request.path_params["attempt_id"], request.path_params["name"])
@@ -252,6 +260,7 @@ async def evidence_file(request: Request) -> Response:
 
 
 def read_evidence(root: Path, relative: str) -> bytes | None:
+    """The file's bytes, or None for anything that is not a regular file reached without a link."""
     try:
         found = read_beneath(root, relative, MAX_EVIDENCE_BYTES)
     except OSError:  # missing, a link, not a regular file: all the same to a reader
@@ -262,6 +271,7 @@ def read_evidence(root: Path, relative: str) -> bytes | None:
 
 
 def looks_textual(data: bytes) -> bool:
+    """UTF-8 without NUL bytes (in its first 64 KiB): served as text/plain."""
     try:
         data[:65536].decode("utf-8")
     except UnicodeDecodeError:

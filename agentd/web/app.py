@@ -76,11 +76,13 @@ class Web:
 
 
 def web_of(request: Request) -> Web:
+    """The service's shared state, from the application."""
     found: Web = request.app.state.web
     return found
 
 
 def client_address(request: Request) -> str:
+    """The client's address: what failed logins are counted by."""
     return request.client.host if request.client else "unknown"
 
 
@@ -134,6 +136,7 @@ def _is_api(request: Request) -> bool:
 
 
 def error_json(status: int, what: str, where: str, expected: str | None, **headers: str) -> JSONResponse:
+    """The API's error body: what was wrong, where, what was expected."""
     body = {"error": {"what": what, "where": where, "expected": expected}}
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -184,6 +187,7 @@ async def on_http(request: Request, exc: Exception) -> Response:
 
 
 def console_error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    """The console's error page, with the status."""
     web = web_of(request)
     context = {"status": status, "message": message, "operator": None, "csrf": ""}
     return web.templates.TemplateResponse(request, "error.html", context, status_code=status, headers=headers)
@@ -233,6 +237,7 @@ class SecurityHeaders:
 
 
 def templates() -> Jinja2Templates:
+    """The console's Jinja2 templates (autoescaped)."""
     return Jinja2Templates(directory=HERE / "templates")
 
 

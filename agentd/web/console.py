@@ -27,6 +27,7 @@ RETRYABLE = ("permanent_failure", "blocked", "operator_canceled")
 
 
 def page(request: Request, name: str, operator: Operator | None, csrf: str, **context: Any) -> Response:
+    """A page of the console with what every page shows (the operator, the CSRF token, the agent)."""
     web = web_of(request)
     values = {"operator": operator, "csrf": csrf, "agent_id": web.config.agent.agent_id, **context}
     return web.templates.TemplateResponse(request, name, values)
@@ -49,6 +50,7 @@ async def posted(request: Request) -> tuple[Operator, dict[str, str]]:
 
 
 def back(path: str) -> RedirectResponse:
+    """A 303 to the page an action returns to (a reload does not post again)."""
     return RedirectResponse(path, status_code=303)
 
 
@@ -56,6 +58,7 @@ def back(path: str) -> RedirectResponse:
 
 
 async def login_page(request: Request, *, failed: str | None = None, status: int = 200) -> Response:
+    """GET /login: the form, with a CSRF token bound to a nonce cookie of its own."""
     web = web_of(request)
     nonce = request.cookies.get(LOGIN_COOKIE) or secrets.token_hex(16)
     answer = page(request, "login.html", None, web.sessions.login_csrf(nonce), failed=failed)
@@ -83,6 +86,7 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
+    """POST /logout: the session cookie is dropped."""
     await posted(request)
     answer = back("/login")
     answer.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
@@ -93,6 +97,7 @@ async def logout(request: Request) -> Response:
 
 
 async def overview(request: Request) -> Response:
+    """GET /: the queue, dispatch, services, budget, and the running attempts with their activity."""
     operator, csrf = await viewer(request)
     web = web_of(request)
     status = await web.db.call(lambda store: status_view(web.config, store, web.clock.now()))
@@ -100,6 +105,7 @@ async def overview(request: Request) -> Response:
 
 
 async def tasks(request: Request) -> Response:
+    """GET /tasks: filtered by status and type; a many-task retry for the statuses it can retry."""
     operator, csrf = await viewer(request)
     query = request.query_params
     status = query.get("status") or None
@@ -112,6 +118,7 @@ async def tasks(request: Request) -> Response:
 
 
 async def task(request: Request) -> Response:
+    """GET /tasks/ID: the task, its attempts with evidence links, its events."""
     operator, csrf = await viewer(request)
     web, task_id = web_of(request), task_id_of(request)
     shown = await web.db.call(lambda store: task_view(web.config, store, task_id))
@@ -119,11 +126,13 @@ async def task(request: Request) -> Response:
 
 
 async def approvals(request: Request) -> Response:
+    """GET /approvals: approve (a note optional) or deny (a reason required)."""
     operator, csrf = await viewer(request)
     return page(request, "approvals.html", operator, csrf, approvals=await web_of(request).db.call(approvals_view))
 
 
 async def events(request: Request) -> Response:
+    """GET /events: the newest events, or those after a sequence."""
     operator, csrf = await viewer(request)
     query = request.query_params
     after = inputs.integer(query.get("after"), "query.after", low=0, high=2**62, default=0)
@@ -133,6 +142,7 @@ async def events(request: Request) -> Response:
 
 
 def task_id_of(request: Request) -> int:
+    """The task id in the path, or a 422 naming path.task_id."""
     return inputs.integer(request.path_params["task_id"], "path.task_id", low=1, high=2**62)
 
 
@@ -152,6 +162,7 @@ def act(verb: Callable[[Web, Store, int | None, dict[str, str], Operator], str])
 
 
 def do_approve(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
+    """`agentd approve ID [--note]`."""
     assert task_id is not None
     note = inputs.optional_text(fields.get("note"), "body.note")
     now = web.clock.now()
@@ -160,6 +171,7 @@ def do_approve(web: Web, store: Store, task_id: int | None, fields: dict[str, st
 
 
 def do_deny(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
+    """`agentd deny ID --reason`: a reason is required."""
     assert task_id is not None
     reason = inputs.optional_text(fields.get("reason", "").strip(), "body.reason")
     if reason is None:
@@ -170,23 +182,27 @@ def do_deny(web: Web, store: Store, task_id: int | None, fields: dict[str, str],
 
 
 def do_pause(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
+    """`agentd pause [--reason]`."""
     reason = inputs.optional_text(fields.get("reason"), "body.reason")
     control.pause_dispatch(web.config, store, reason, web.clock.now(), by=operator.name)
     return "/"
 
 
 def do_resume(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
+    """`agentd resume`."""
     control.resume_dispatch(web.config, store, web.clock.now(), by=operator.name)
     return "/"
 
 
 def do_cancel(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
+    """`agentd cancel ID`."""
     assert task_id is not None
     control.cancel_task(web.config, store, task_id, web.clock.now(), by=operator.name)
     return f"/tasks/{task_id}"
 
 
 def do_retry(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
+    """`agentd retry ID`."""
     assert task_id is not None
     control.retry_task(web.config, store, task_id, None, web.clock.now(), by=operator.name)
     return f"/tasks/{task_id}"
@@ -218,6 +234,7 @@ async def retry_all(request: Request) -> Response:
 
 
 def routes() -> list[BaseRoute]:
+    """The console's pages and forms (docs/web.md, "The console")."""
     return [
         Route("/login", login_page),
         Route("/login", login, methods=["POST"]),

@@ -101,6 +101,7 @@ async def hand_off_due(web: Web) -> int:
 
 
 async def send_one(web: Web, handler: WebhookHandler, handoff: Handoff) -> None:
+    """One signed send of a hand-off, and what it came to recorded."""
     delivery = Delivery(
         outbox_id=0,
         idempotency_key=f"approval-{handoff.approval_id}",

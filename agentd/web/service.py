@@ -44,6 +44,7 @@ def bind(listen: str) -> socket.socket:
 
 
 def routes() -> list[BaseRoute]:
+    """The API's and the console's routes."""
     return [*api.routes(), *console.routes()]
 
 
@@ -64,6 +65,7 @@ class WebService:
         self._web: Web | None = None
 
     def build(self) -> Web:
+        """The state every request handler reaches."""
         web = self.config.web
         return Web(
             config=self.config,
