@@ -332,9 +332,8 @@ class Settings(Section):
             if kind != "webhook":
                 found = f"a {kind} handler" if kind else "no such handler"
                 raise ValueError(f"web.approval_handler: expected a webhook [[message_handlers]] id, found {found}")
-            if getattr(handlers[wanted], "env_file", None) is None:
-                key = self.web.approval_secret_key
-                raise ValueError(f"web.approval_handler: {wanted!r} needs an env_file holding {key}=… to sign with")
+            if getattr(handlers[wanted], "env_file", None) is None:  # its secret signs each hand-off
+                raise ValueError(f"web.approval_handler: {wanted!r} needs an env_file holding the signing secret")
         return self
 
 
