@@ -125,7 +125,12 @@ def test_status_shows_the_running_attempts_activity_and_latest_todos(web: WebRig
     status = client.get("/api/status").json()
     [shown] = status["running"]
     assert shown["attempt_id"] == attempt_id
-    assert [e["type"] for e in shown["activity"]] == ["todos_updated", "tool_started", "todos_updated", "tool_finished"]
+    assert [e["type"] for e in shown["recent_activity"]] == [
+        "todos_updated",
+        "tool_started",
+        "todos_updated",
+        "tool_finished",
+    ]
     assert [t["status"] for t in shown["todos"]] == ["done"]
 
 

@@ -55,7 +55,7 @@ def activity_of(store: Store, task_id: int, attempt_id: str) -> dict[str, Any]:
     )
     todos = store.event_rows(task_id=task_id, attempt_id=attempt_id, types=("todos_updated",), limit=1, last=True)
     listed = todos[0]["payload"].get("todos") if todos else None
-    return {"activity": activity, "todos": listed if isinstance(listed, list) else []}
+    return {"recent_activity": activity, "todos": listed if isinstance(listed, list) else []}
 
 
 def approvals_view(store: Store) -> list[dict[str, Any]]:
