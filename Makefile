@@ -27,15 +27,17 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,fleet,bench]'
 	@touch $@ $(VENV)/.installed $(VENV)/.installed-test
 
-## run: initialise var/demo from the embedded default config and run both services in the foreground
+## run: initialise var/demo from the embedded default config and run the services and the console in the foreground
 run: $(VENV)/.installed
 	$(BIN)/agentd --config $(DEMO) init
 	@ws=$$($(BIN)/agentd --config $(DEMO) status --json | $(BIN)/python -c 'import json, sys; print(json.load(sys.stdin)["workspace"])'); \
 	  mkdir -p "$$ws/inbox" "$$ws/goals"; \
 	  [ -e "$$ws/inbox/hello.txt" ] || echo "hello from make run" > "$$ws/inbox/hello.txt"; \
 	  [ -e "$$ws/goals/demo.txt" ] || echo "show the goal loop: plan, execute twice, verify" > "$$ws/goals/demo.txt"; \
-	  echo "make run: dispatcher and sensors in the foreground; Ctrl-C stops both."; \
+	  echo "make run: dispatcher, sensors and the console in the foreground; Ctrl-C stops all three."; \
 	  echo "  drop .txt files into $$ws/inbox (each a task) or $$ws/goals (each a goal-loop workflow)"
+	@$(BIN)/agentd --config $(DEMO) web token add demo --replace --json | $(BIN)/python -c \
+	  'import json, sys; t = json.load(sys.stdin); print("  console: %s  (log in with the demo token: %s)" % (t["url"], t["token"]))'
 	$(BIN)/agentd --config $(DEMO) run
 
 # Tests keep their temp files in /dev/shm where it exists (RAM: the suite's thousands of SQLite fsyncs

@@ -27,6 +27,7 @@ def _clean_agentd_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # No test binds a fixed port: the suite passes beside a running agentd (and in parallel).
     monkeypatch.setenv("AGENTD_METRICS__DISPATCH_LISTEN", "127.0.0.1:0")
     monkeypatch.setenv("AGENTD_METRICS__SENSORS_LISTEN", "127.0.0.1:0")
+    monkeypatch.setenv("AGENTD_WEB__LISTEN", "127.0.0.1:0")  # the console `agentd run` starts too
 
 
 @pytest.fixture(autouse=True)

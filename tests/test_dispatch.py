@@ -111,10 +111,9 @@ async def test_a_verb_inside_another_is_all_or_nothing_of_its_own(rig: Rig) -> N
     store = rig.store
     with store.transaction():
         store.record_event("dispatch_idle", rig.clock.now(), {"n": 1})
-        with pytest.raises(RuntimeError):
-            with store.transaction():
-                store.record_event("dispatch_idle", rig.clock.now(), {"n": 2})
-                raise RuntimeError("the inner verb fails")
+        with pytest.raises(RuntimeError), store.transaction():
+            store.record_event("dispatch_idle", rig.clock.now(), {"n": 2})
+            raise RuntimeError("the inner verb fails")
         store.record_event("dispatch_idle", rig.clock.now(), {"n": 3})
     assert [e.payload["n"] for e in rig.events() if e.type == "dispatch_idle"] == [1, 3]
     assert store.verify_event_chain() == []

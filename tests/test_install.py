@@ -254,8 +254,9 @@ def test_config_check_refuses_a_metrics_address_another_installed_agent_uses(
 # 2. the example's comments survive install, and the header names the real agent
 
 
-def expected_config(agent: str, ports: tuple[int, int]) -> dict[str, Any]:
-    """What install wrote before it kept comments (tomli_w of these edits), plus the ports."""
+def expected_config(agent: str, ports: tuple[int, int], root: Path) -> dict[str, Any]:
+    """What install wrote before it kept comments (tomli_w of these edits), plus the ports (and the console's,
+    tested in tests/test_web_install.py)."""
     raw = example_raw()
     raw["agent"].update(agent_id=agent, internal_name=agent, display_name=agent.capitalize())
     raw["constitution"].update(soul_path=f"{agent}/SOUL.md", purpose_path=f"{agent}/PURPOSE.md")
@@ -272,6 +273,7 @@ def expected_config(agent: str, ports: tuple[int, int]) -> dict[str, Any]:
         if adapter["kind"] == "script":
             adapter["command"] = f"{agent}/{adapter['command']}"
     raw["metrics"].update(dispatch_listen=f"127.0.0.1:{ports[0]}", sensors_listen=f"127.0.0.1:{ports[1]}")
+    raw["web"] = tomllib.loads((root / f"etc/agentd/{agent}.toml").read_text())["web"]
     return raw
 
 
@@ -281,7 +283,7 @@ def test_the_written_config_keeps_the_examples_comments_and_names_the_agent(
     install_agent(tmp_path, "web")
     assert "without the example's comments" not in capsys.readouterr().err
     text = (tmp_path / "etc/agentd/web.toml").read_text()
-    assert tomllib.loads(text) == expected_config("web", ports_of(tmp_path, "web"))
+    assert tomllib.loads(text) == expected_config("web", ports_of(tmp_path, "web"), tmp_path)
     header = text[: text.index("\n\n")]
     assert "`agentd config check --agent web`" in header and "NAME" not in header and "demo" not in header
     example = EXAMPLE_CONFIG.read_text().splitlines()
@@ -303,7 +305,7 @@ def test_an_example_the_edits_cannot_fit_is_written_without_comments_and_says_so
     install_agent(tmp_path / "root", "web")
     assert "web.toml: written without the example's comments" in capsys.readouterr().err
     written = (tmp_path / "root/etc/agentd/web.toml").read_text()
-    assert tomllib.loads(written) == expected_config("web", ports_of(tmp_path / "root", "web"))
+    assert tomllib.loads(written) == expected_config("web", ports_of(tmp_path / "root", "web"), tmp_path / "root")
     assert "`agentd config check --agent web`" in written
 
 

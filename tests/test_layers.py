@@ -36,6 +36,7 @@ PACKAGES = (
     "agentd.attempt",
     "agentd.control",
     "agentd.services",
+    "agentd.web",
     "agentd.install",
     "agentd.cli",
 )

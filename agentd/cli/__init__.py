@@ -1,6 +1,6 @@
 """The `agentd` command line: argument parsing and output only.
 
-May import: records, config, process, store, work, evidence, outlook, adapters, attempt, control, services.
+May import: records, config, process, store, work, evidence, outlook, adapters, attempt, control, services, web.
 
 `agentd …`: argument parsing and output only; every command calls the modules below it.
 
@@ -39,6 +39,7 @@ from agentd.cli import (
     services,
     setup,
     steer,
+    web,
     work,
 )
 from agentd.cli.common import COMMON, CommandError, Parser, check_argv
@@ -63,6 +64,7 @@ COMMAND_MODULES = (
     outbox,
     completion,
     fleet,
+    web,
 )
 
 

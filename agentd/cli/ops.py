@@ -66,6 +66,7 @@ def cmd_install(args: argparse.Namespace) -> int:
         print(f"kept      {path} (exists; not replaced)")
     if report.ports:
         print(f"metrics   {report.ports[0]} (dispatch) and {report.ports[1]} (sensors) on 127.0.0.1")
+        print(f"console   {report.ports[2]} on 127.0.0.1 (docs/web.md; `agentd web token add NAME` for a login)")
     print(f"users     {report.users}")
     if not report.changed:
         print("nothing to change: already installed")

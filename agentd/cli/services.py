@@ -48,7 +48,7 @@ def register(commands: Any) -> None:
         commands,
         "run",
         cmd_run,
-        "run the dispatcher and the sensor service together in the foreground (Ctrl-C stops both)",
+        "run the dispatcher, the sensor service and ([web] enabled) the console in the foreground; Ctrl-C stops all",
     )
     run.set_defaults(log_level=logging.INFO, service=True)
 
@@ -129,14 +129,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config, dispatch_db = _open(args)
     sensors_db = AsyncStore(store_from(config))
+    web_db = AsyncStore(store_from(config)) if config.web.enabled else None
     try:
         dispatcher = Dispatcher(config, dispatch_db, clock=SystemClock(), metrics=_dispatch_metrics(config))
         sensors = SensorService(config, sensors_db, clock=SystemClock(), metrics=_sensor_metrics(config))
-        anyio.run(run_services, dispatcher, sensors)
+        anyio.run(run_services, dispatcher, sensors, *_web(config, web_db))
     finally:
-        dispatch_db.close()
-        sensors_db.close()
+        for db in (dispatch_db, sensors_db, web_db):
+            if db is not None:
+                db.close()
     return 0
+
+
+def _web(config: Config, db: AsyncStore | None) -> list[Service]:
+    """The console beside the two services, when [web] enabled (docs/web.md)."""
+    from agentd.web.service import WebService
+
+    return [] if db is None else [WebService(config, db, clock=SystemClock(), beside=True)]
 
 
 def _dispatch_metrics(config: Config, *, one_shot: bool = False) -> DispatchMetrics | NullMetrics:

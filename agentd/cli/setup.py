@@ -114,7 +114,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     from agentd.store import open_store
 
     config = config_from(args)
-    refuse_shared_ports(config.path, config.metrics)  # another agent in /etc/agentd on the same port
+    refuse_shared_ports(config.path, config.metrics, config.web)  # another agent in /etc/agentd on the same port
     if config.db_path.is_file():  # the config must also fit what is running
         store = open_store(config.db_path, SystemClock(), readonly=True)
         try:

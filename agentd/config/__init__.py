@@ -37,6 +37,7 @@ from agentd.config.settings import (
     RetentionSection,
     SensorsSection,
     Settings,
+    WebSection,
     environment_overrides,
     needed_keys,
     needed_kind,
@@ -97,6 +98,7 @@ class Config:
     message_handlers: Mapping[str, MessageHandler] = field(default_factory=dict)  # [[message_handlers]]
     budget: BudgetSection = field(default_factory=BudgetSection)
     fleet: FleetSection = field(default_factory=FleetSection)
+    web: WebSection = field(default_factory=WebSection)  # [web]: `agentd web` (docs/web.md)
 
     @property
     def identity(self) -> AgentIdentity:
@@ -321,6 +323,7 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         message_handlers={h.handler_id: h for h in settings.message_handlers},
         budget=settings.budget,
         fleet=settings.fleet,
+        web=settings.web,
         skills=skills,
         sensor_definitions=sensors,
         soul_text=texts["soul_path"],

@@ -47,6 +47,7 @@ SECTIONS = {
     "retention": "How long agentd keeps what piles up, in days; 0 keeps that kind forever. Nothing of a task "
     "that is not finished is ever removed.",
     "fleet": "Taking work from a fleet's queue on PostgreSQL (`agentd fleet intake`; docs/fleet.md).",
+    "web": "`agentd web`: the HTTP API and operator console, its port, logins, the approval hand-off (docs/web.md).",
     "chaos": "Fault injection for agentd's own crash tests; leave it out.",
     "adapters": "How attempts run: a harness CLI (claude-code, codex, hermes-agent), an Ollama endpoint or a script.",
     "profiles": "Subagent profiles (seed 000 §3): adapter, prompt framing, skills and result policy of a kind of work.",

@@ -263,6 +263,30 @@ class FleetSection(Section):
     )
 
 
+class WebSection(Section):
+    """[web]: `agentd web`, the HTTP API and operator console (docs/web.md). Its own port: `agentd install`
+    gives each agent the first free one from 9578 up (the metrics pairs start at 9478)."""
+
+    enabled: bool = Field(default=True, description="`agentd run` starts the console beside the two services")
+    listen: ListenAddress = Field(
+        default="127.0.0.1:9578",
+        description="HOST:PORT of the API and console (loopback by default; put TLS in front of any other)",
+    )
+    session_hours: float = Field(default=12.0, gt=0, le=24 * 30, description="how long a console login lasts")
+    login_failures: int = Field(
+        default=5, ge=1, le=1000, description="failed logins one client address may make per login_window_s"
+    )
+    login_window_s: float = Field(default=60.0, gt=0, le=86_400, description="then it waits out the window (429)")
+    approval_handler: Identifier | None = Field(
+        default=None, description="a webhook [[message_handlers]] each approval request is handed off to, signed"
+    )
+    approval_secret_key: str = Field(
+        default="AGENTD_APPROVAL_SECRET",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="the KEY in that handler's env_file whose value signs each hand-off (HMAC-SHA256)",
+    )
+
+
 class ChaosSection(Section):
     """Fault injection for the crash tests and the chaos suite: SIGKILL ourselves at a point."""
 
@@ -285,6 +309,7 @@ class Settings(Section):
     metrics: MetricsSection = MetricsSection()
     retention: RetentionSection = RetentionSection()
     fleet: FleetSection = FleetSection()
+    web: WebSection = WebSection()
     chaos: ChaosSection = ChaosSection()
     adapters: list[AdapterConfig] = Field(min_length=1)
     profiles: list[SubagentProfile] = Field(min_length=1)
@@ -293,6 +318,23 @@ class Settings(Section):
     workflows: list[WorkflowDefinition] = []
     schedules: list[ScheduleSpec] = []
     message_handlers: list[MessageHandler] = []
+
+    @model_validator(mode="after")
+    def _web_fits(self) -> Settings:
+        """The console's port is none of the metrics ports; its approval handler is a webhook that exists."""
+        metrics = (self.metrics.dispatch_listen, self.metrics.sensors_listen)
+        if self.web.listen in metrics and not self.web.listen.endswith(":0"):
+            raise ValueError(f"web.listen: expected a port of its own, found {self.web.listen!r}, a metrics port")
+        wanted = self.web.approval_handler
+        if wanted is not None:
+            handlers = {h.handler_id: h for h in self.message_handlers}
+            kind = handlers[wanted].kind if wanted in handlers else None
+            if kind != "webhook":
+                found = f"a {kind} handler" if kind else "no such handler"
+                raise ValueError(f"web.approval_handler: expected a webhook [[message_handlers]] id, found {found}")
+            if getattr(handlers[wanted], "env_file", None) is None:  # its secret signs each hand-off
+                raise ValueError(f"web.approval_handler: {wanted!r} needs an env_file holding the signing secret")
+        return self
 
 
 def section_model(section: str) -> type[BaseModel] | None:

@@ -39,12 +39,23 @@ MAX_ATTEMPTS = 100  # as a task type's max_attempts
 
 
 def add_task(
-    config: Config, store: Store, intent: TaskIntent, now: datetime, *, require_approval: bool = False
+    config: Config,
+    store: Store,
+    intent: TaskIntent,
+    now: datetime,
+    *,
+    require_approval: bool = False,
+    by: str | None = None,
+    dispatch_context: dict[str, Any] | None = None,
 ) -> TaskRecord:
     """The operator may give an absolute time (`--at`): a trusted intent (its source from
-    `privilege.operator_source`); the event names who added it."""
+    `privilege.operator_source`); the event names who added it (`by`: a console's operator, else the OS
+    user) and, for a task from a browser or an app, seed 003 §7's dispatch context."""
     new = admit_task(intent, config, now, trusted=True, require_approval=require_approval)
-    task = store.enqueue_task(new, now, event_payload={"by": operator()})
+    payload: dict[str, Any] = {"by": by or operator()}
+    if dispatch_context is not None:
+        payload["dispatch_context"] = dispatch_context
+    task = store.enqueue_task(new, now, event_payload=payload)
     poke(config.paths.state_dir)
     return task
 
@@ -56,33 +67,44 @@ def operator() -> str:
 
 
 def resolve_approval(
-    config: Config, store: Store, task_id: int, *, approved: bool, note: str | None, now: datetime
+    config: Config,
+    store: Store,
+    task_id: int,
+    *,
+    approved: bool,
+    note: str | None,
+    now: datetime,
+    by: str | None = None,
 ) -> tuple[TaskRecord, ApprovalScope]:
-    task, scope = store.resolve_approval(task_id, approved=approved, by=operator(), note=note, now=now)
+    task, scope = store.resolve_approval(task_id, approved=approved, by=by or operator(), note=note, now=now)
     poke(config.paths.state_dir)
     return task, scope
 
 
-def pause_dispatch(config: Config, store: Store, reason: str | None, now: datetime) -> tuple[Pause, bool]:
-    paused = store.pause_dispatch(operator(), reason, now)
+def pause_dispatch(
+    config: Config, store: Store, reason: str | None, now: datetime, *, by: str | None = None
+) -> tuple[Pause, bool]:
+    paused = store.pause_dispatch(by or operator(), reason, now)
     poke(config.paths.state_dir)  # an idle dispatcher says it is paused at once, not at its next wake
     return paused
 
 
-def resume_dispatch(config: Config, store: Store, now: datetime) -> Pause | None:
-    ended = store.resume_dispatch(operator(), now)
+def resume_dispatch(config: Config, store: Store, now: datetime, *, by: str | None = None) -> Pause | None:
+    ended = store.resume_dispatch(by or operator(), now)
     poke(config.paths.state_dir)
     return ended
 
 
-def cancel_task(config: Config, store: Store, task_id: int, now: datetime) -> CancelResult:
+def cancel_task(config: Config, store: Store, task_id: int, now: datetime, *, by: str | None = None) -> CancelResult:
     outcome = TaskOutcome.failure("canceled by the operator before it ran", "operator_canceled")
-    result = store.cancel_task(task_id, outcome, now, by=operator())
+    result = store.cancel_task(task_id, outcome, now, by=by or operator())
     poke(config.paths.state_dir)  # a running task: the dispatcher stops its adapter now
     return result
 
 
-def retry_task(config: Config, store: Store, task_id: int, attempts: int | None, now: datetime) -> TaskRecord:
+def retry_task(
+    config: Config, store: Store, task_id: int, attempts: int | None, now: datetime, *, by: str | None = None
+) -> TaskRecord:
     """Re-queue with `attempts` more (default: its task type's max_attempts, else the dispatch default)."""
     task = store.get_task_or_raise(task_id)
     spec = config.task_types.get(task.task_type)
@@ -93,7 +115,7 @@ def retry_task(config: Config, store: Store, task_id: int, attempts: int | None,
     )
     if not 1 <= more <= MAX_ATTEMPTS:
         raise InputError(f"--attempts: expected 1 to {MAX_ATTEMPTS}, found {more}")
-    retried = store.retry_task(task_id, more, now, by=operator())
+    retried = store.retry_task(task_id, more, now, by=by or operator())
     poke(config.paths.state_dir)
     return retried
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -21,7 +23,7 @@ import shutil
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -156,14 +158,55 @@ def _escaped(char: str) -> str:
     return f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"
 
 
+# --- a signed hand-off (docs/web.md, "Approval hand-off") ---------------------------------------------
+
+TIMESTAMP_HEADER = "X-Agentd-Timestamp"  # UNIX seconds when it was signed
+SIGNATURE_HEADER = "X-Agentd-Signature"  # sha256=<hex HMAC-SHA256 over "<timestamp>.<body>">
+
+
+def signature(secret: str, timestamp: str, body: bytes) -> str:
+    """What SIGNATURE_HEADER carries: a receiver recomputes it with the same secret and compares in
+    constant time, and refuses a timestamp too old (a replay)."""
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return f"sha256={mac.hexdigest()}"
+
+
+async def send_signed(handler: WebhookHandler, delivery: Delivery, secret_key: str, timestamp: str) -> Sent:
+    """One signed POST through a webhook handler: the secret is `secret_key`'s value in its env_file
+    (redacted, as every value of it, from whatever the send returns). No such key: a retry that says so."""
+    try:
+        secrets = _secrets(handler)
+    except Failed as exc:
+        return cleaned(Sent("retry", str(exc)), Redactor())
+    redactor = Redactor(secrets.values())
+    if not secrets.get(secret_key):
+        return cleaned(Sent("retry", f"env_file {handler.env_file} has no {secret_key}=… to sign with"), redactor)
+
+    def signer(body: bytes) -> list[tuple[bytes, bytes]]:
+        signed = signature(secrets[secret_key], timestamp, body)
+        return [(TIMESTAMP_HEADER.encode(), timestamp.encode()), (SIGNATURE_HEADER.encode(), signed.encode())]
+
+    try:
+        sent = await post_webhook(handler, delivery, secrets, redactor, signer)
+    except Exception as exc:  # as `send`: a bug in here is this attempt's retry, never the caller's
+        logger.error("approval hand-off failed: %s", redactor.text("".join(traceback.format_exception(exc))))
+        sent = Sent("retry", f"internal_error: {type(exc).__name__}: {exc}")
+    return cleaned(sent, redactor)
+
+
 # --- webhook ---------------------------------------------------------------------------------------
 
 
 async def post_webhook(
-    handler: WebhookHandler, delivery: Delivery, secrets: dict[str, str], redactor: Redactor
+    handler: WebhookHandler,
+    delivery: Delivery,
+    secrets: dict[str, str],
+    redactor: Redactor,
+    signer: Callable[[bytes], list[tuple[bytes, bytes]]] | None = None,
 ) -> Sent:
     """POST the message as JSON; 2xx delivered it, a 4xx other than 408/429 refused it for good,
-    anything else (5xx, 408, 429, a timeout, no connection) is worth another try."""
+    anything else (5xx, 408, 429, a timeout, no connection) is worth another try. `signer` adds the
+    headers that sign the exact body bytes (an approval hand-off: `send_signed`)."""
     try:  # as UTF-8 bytes: a token need not be ASCII
         headers = [(name.encode(), _expand(value, secrets).encode()) for name, value in handler.headers.items()]
     except KeyError as exc:
@@ -175,6 +218,7 @@ async def post_webhook(
         (b"Accept-Encoding", b"identity"),  # the few bytes read of an answer are its words, not compressed
     ]
     body = json.dumps(delivery.message, ensure_ascii=False, allow_nan=False).encode()
+    headers += signer(body) if signer is not None else []
     try:
         response, first = await _exchange(handler, headers, body, redactor)
     except TimeoutError:

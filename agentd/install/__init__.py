@@ -1,13 +1,14 @@
 """Laying out a VM for an agent: its TOML, users, folders and units.
 
-May import: records, config, process, store, work, evidence, outlook, adapters, attempt, control, services.
+May import: records, config, process, store, work, evidence, outlook, adapters, attempt, control, services, web.
 
 Laying out a VM for one agent (docs/install-and-deploy.md, "Deploy on a VM"):
 `agentd install --agent NAME [--root DIR]`.
 
 Writes /etc/agentd/NAME.toml (the embedded example with its comments, edited for NAME, its run user
-and a free pair of metrics ports; never over an existing one) with the agent's SOUL.md, PURPOSE.md,
-schemas, skills and sensors beside it in /etc/agentd/NAME/, the two unit templates (ExecStart = this
+a free pair of metrics ports and a free console port; never over an existing one) with the agent's
+SOUL.md, PURPOSE.md, schemas, skills and sensors beside it in /etc/agentd/NAME/, the three unit templates
+(dispatch, sensors, web; ExecStart = this
 agentd), the agent's two users (/etc/sysusers.d/agentd-NAME.conf: `agentd-NAME` runs the services and
 owns the state dir, `agentd-NAME-run` runs attempts and sensors and owns only the workspace) and their
 folders (/etc/tmpfiles.d/agentd-NAME.conf). Running it again changes nothing. `--root` lays the same
@@ -26,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentd.errors import InputError
-from agentd.install.ports import free_pair, other_agents, used_ports
+from agentd.install.ports import free_pair, free_port, other_agents, used_ports
 from agentd.install.toml_edit import Placement, agent_toml
 from agentd.process.runner import run_setup_command
 from agentd.resources import data_dir, example_config
 
-UNITS = ("agentd-dispatch@.service", "agentd-sensors@.service")
+UNITS = ("agentd-dispatch@.service", "agentd-sensors@.service", "agentd-web@.service")
 TEMPLATE_BIN = "/usr/local/bin/agentd"
 # agentd-NAME-run must fit the 32 characters of a user name.
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,20}$")
@@ -127,7 +128,7 @@ class Report:
     unchanged: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    ports: list[int] = field(default_factory=list)  # the metrics pair a new TOML got: dispatch, sensors
+    ports: list[int] = field(default_factory=list)  # the ports a new TOML got: dispatch, sensors, web
     users: str = ""  # how the users of the sysusers.d file come to exist (install never writes /etc/passwd)
 
     def note(self, path: Path, changed: bool) -> None:
@@ -182,7 +183,8 @@ def _config_text(layout: Layout, report: Report) -> str:
     """The example TOML edited for this agent and a free pair of metrics ports (agentd/install/toml_edit.py)."""
     used, skipped = used_ports(layout.config)
     report.warnings += skipped
-    report.ports = list(free_pair(used))
+    pair = free_pair(used)
+    report.ports = [*pair, free_port(used | set(pair))]
     text, warning = agent_toml(layout.placement, report.ports)
     if warning:
         report.warnings.append(f"{layout.config}: {warning}")
@@ -236,7 +238,7 @@ def _interpreter(script: Path) -> Path | None:
 
 
 def enable_command(agent: str) -> str:
-    return f"systemctl enable --now agentd-dispatch@{agent} agentd-sensors@{agent}"
+    return f"systemctl enable --now agentd-dispatch@{agent} agentd-sensors@{agent} agentd-web@{agent}"
 
 
 def _copy_agent_files(layout: Layout, report: Report) -> None:
@@ -333,7 +335,7 @@ def uninstall(agent: str, root: Path, *, purge: bool, yes: bool = False) -> Repo
             "evidence): add --yes to confirm"
         )
     if layout.on_this_system and shutil.which("systemctl"):
-        units = [f"agentd-dispatch@{agent}.service", f"agentd-sensors@{agent}.service"]
+        units = [f"agentd-{service}@{agent}.service" for service in ("dispatch", "sensors", "web")]
         run_setup_command(["systemctl", "disable", "--now", *units], check=False)
     for path in own:
         if purge:

@@ -1,7 +1,9 @@
-"""The metric-port scheme: every agent on a VM gets its own pair, 9478/9479, then 9480/9481, and so on.
+"""The port scheme: every agent on a VM gets its own pair of metrics ports, 9478/9479, then 9480/9481, and
+so on, and its own console port ([web] listen), 9578, then 9579, and so on (docs/web.md, "Its port").
 
-`agentd install` picks the first pair that no other agent's TOML in /etc/agentd names and nothing on
-127.0.0.1 listens on; `agentd config check` refuses a port another installed agent's TOML also names.
+`agentd install` picks the first pair (and the first console port) that no other agent's TOML in
+/etc/agentd names and nothing on 127.0.0.1 listens on; `agentd config check` refuses a port another
+installed agent's TOML also names.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-from agentd.config.settings import MetricsSection, listen_address
+from agentd.config.settings import MetricsSection, WebSection, listen_address
 from agentd.errors import ConfigError, InputError, Problem
 
 PORT_BASE = 9478
+WEB_PORT_BASE = 9578  # the metrics pairs reach it only past fifty agents; both skip what is used
 LOOPBACK = "127.0.0.1"
 WILDCARDS = frozenset({"0.0.0.0", "[::]"})  # any address: clashes with every host
 LISTENS = ("dispatch_listen", "sensors_listen")
@@ -45,6 +48,14 @@ def free_pair(
     )
 
 
+def free_port(used: set[int], *, start: int = WEB_PORT_BASE, is_free: Callable[[int], bool] = port_is_free) -> int:
+    """The first console port from `start` up that no TOML names and nothing listens on."""
+    for port in range(start, 65536):
+        if port not in used and is_free(port):
+            return port
+    raise InputError(f"no free console port from {start} to 65535 on {LOOPBACK}: free one, then install again")
+
+
 def other_agents(config: Path) -> list[Path]:
     """The other agents' TOMLs in the folder the units read theirs from (/etc/agentd/*.toml)."""
     return sorted(p for p in config.parent.glob("*.toml") if p.name != config.name)
@@ -64,23 +75,36 @@ def metrics_of(path: Path) -> MetricsSection:
     return MetricsSection.model_validate(raw)
 
 
+def web_of(path: Path) -> WebSection:
+    """An agent's [web] as its console will read it (the defaults where the file says nothing).
+
+    :raises OSError, ValueError: unreadable, not TOML, or a [web] that is not valid.
+    """
+    with path.open("rb") as file:
+        raw = tomllib.load(file).get("web", {})
+    if not isinstance(raw, dict):
+        raise ValueError("[web] is not a table")
+    listen_address(str(raw.get("listen", WebSection().listen)))
+    return WebSection.model_validate(raw)
+
+
 def used_ports(config: Path) -> tuple[set[int], list[str]]:
-    """Every port another agent's TOML names (enabled or not: it may be switched on), and a warning for each
-    TOML that could not be read, whose ports are then unknown."""
+    """Every port another agent's TOML names (metrics and console, enabled or not: it may be switched on),
+    and a warning for each TOML that could not be read, whose ports are then unknown."""
     used: set[int] = set()
     warnings = []
     for path in other_agents(config):
         try:
-            metrics = metrics_of(path)
+            metrics, web = metrics_of(path), web_of(path)
         except (OSError, ValueError) as exc:
             warnings.append(f"skipped {path} when picking metrics ports (its ports are unknown): {_one_line(exc)}")
             continue
-        used.update(_port(getattr(metrics, key)) for key in LISTENS)
+        used.update(_port(listen) for listen in (*(getattr(metrics, key) for key in LISTENS), web.listen))
     used.discard(0)
     return used, warnings
 
 
-def refuse_shared_ports(config: Path, metrics: MetricsSection) -> None:
+def refuse_shared_ports(config: Path, metrics: MetricsSection, web: WebSection | None = None) -> None:
     """Refuse an agent whose metrics address another installed agent's TOML also names: the second service to
     start could not listen. Only an etc/agentd folder holds installed agents; a checkout's config/ folder
     holds copies of the example, which name the same ports and never run side by side.
@@ -88,12 +112,14 @@ def refuse_shared_ports(config: Path, metrics: MetricsSection) -> None:
     :raises ConfigError: one problem per clash, naming the other agent's file and the port.
     """
     folder = config.resolve().parent
-    if not metrics.enabled or (folder.name, folder.parent.name) != ("agentd", "etc"):
+    if (folder.name, folder.parent.name) != ("agentd", "etc"):
         return
+    ours = {f"metrics.{key}": getattr(metrics, key) for key in LISTENS if metrics.enabled}
+    ours |= {"web.listen": web.listen} if web is not None and web.enabled else {}
     problems = [
-        Problem(str(config), f"metrics.{key}", message)
-        for key in LISTENS
-        for message in _clashes(getattr(metrics, key), folder / config.name)
+        Problem(str(config), key, message)
+        for key, listen in ours.items()
+        for message in _clashes(listen, folder / config.name)
     ]
     if problems:
         raise ConfigError(problems)
@@ -103,15 +129,23 @@ def _clashes(listen: str, config: Path) -> list[str]:
     found = []
     for path in other_agents(config):
         try:
-            other = metrics_of(path)
+            theirs = _listens_of(path)
         except (OSError, ValueError):
             continue  # that agent's own check reports its file
         found += [
-            f"{listen} is also {path}'s metrics.{key}: give each agent its own ports (9478/9479, 9480/9481, ...)"
-            for key in LISTENS
-            if other.enabled and _same_endpoint(listen, getattr(other, key))
+            f"{listen} is also {path}'s {key}: give each agent its own ports (metrics 9478/9479, 9480/9481, ...; "
+            "console 9578, 9579, ...)"
+            for key, other in theirs.items()
+            if _same_endpoint(listen, other)
         ]
     return found
+
+
+def _listens_of(path: Path) -> dict[str, str]:
+    """The addresses another agent's enabled endpoints listen on, by key."""
+    metrics, web = metrics_of(path), web_of(path)
+    found = {f"metrics.{key}": getattr(metrics, key) for key in LISTENS if metrics.enabled}
+    return found | ({"web.listen": web.listen} if web.enabled else {})
 
 
 def _same_endpoint(one: str, other: str) -> bool:

@@ -43,6 +43,8 @@ def agent_toml(placement: Placement, ports: list[int]) -> tuple[str, str | None]
     intended = intended_config(copy.deepcopy(original), placement, ports)
     header = _config_header(placement.agent, ports)
     text = header + _without_header(_edit_strings(example, _string_edits(original, intended)))
+    if "web" not in original and "web" in intended:  # the example leaves [web] to its defaults: add the port
+        text += _web_table(intended["web"]["listen"])
     try:
         if tomllib.loads(text) == intended:
             return text, None
@@ -68,11 +70,20 @@ def intended_config(raw: dict[str, Any], placement: Placement, ports: list[int])
     for adapter in raw.get("adapters", []):
         if adapter.get("kind") == "script" and not Path(adapter["command"]).is_absolute():
             adapter["command"] = f"{agent}/{adapter['command']}"
-    dispatch, sensors = ports
+    dispatch, sensors = ports[:2]
     raw.setdefault("metrics", {}).update(
         dispatch_listen=f"{LOOPBACK}:{dispatch}", sensors_listen=f"{LOOPBACK}:{sensors}"
     )
+    if len(ports) > 2:  # the console's own port (docs/web.md, "Its port")
+        raw.setdefault("web", {})["listen"] = f"{LOOPBACK}:{ports[2]}"
     return raw
+
+
+def _web_table(listen: str) -> str:
+    return (
+        "\n# `agentd web`, the console and HTTP API (docs/web.md): its own port, free and named by no other agent\n"
+        "# here when install ran (9578 up).\n[web]\n" + tomli_w.dumps({"listen": listen})
+    )
 
 
 def _config_header(agent: str, ports: list[int]) -> str:
@@ -81,7 +92,8 @@ def _config_header(agent: str, ports: list[int]) -> str:
         f"# Edit it, then `agentd config check --agent {agent}` and restart the two units.\n"
         "# Relative paths resolve against this file's folder (/etc/agentd).\n"
         f"# Its metrics ports {ports[0]}/{ports[1]} were free and named by no other agent here when install ran\n"
-        "# (pairs from 9478/9479 up); `agentd config check` refuses a port another agent's TOML names.\n"
+        "# (pairs from 9478/9479 up), and so was its console port ([web] listen, from 9578 up);\n"
+        "# `agentd config check` refuses a port another agent's TOML names.\n"
         f"# Attempts and sensors run as {agent}'s run user ([dispatch] run_as), never as the services' user.\n"
     )
 

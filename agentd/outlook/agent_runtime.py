@@ -94,6 +94,11 @@ EVENT_MAP: dict[str, str] = {
     "todos_updated": "task.updated",
     "attempt_progress": "task.progress",
     "activity_capped": "run.status",
+    "web_token_added": GENERIC,
+    "web_token_revoked": GENERIC,
+    "approval_handed_off": "hook.completed",  # an approval request sent to the [web] approval_handler
+    "approval_handoff_failed": "runtime.error",
+    "approval_handoff_retrying": "runtime.warning",
 }
 FINISHED = {
     "completed": "task.completed",

@@ -85,6 +85,11 @@ AGENTD_EVENT_TYPES = (
     "fleet_result_reported",
     "fleet_lease_lost",
     *LIVE_EVENT_TYPES,
+    "web_token_added",
+    "web_token_revoked",
+    "approval_handed_off",
+    "approval_handoff_failed",
+    "approval_handoff_retrying",
 )
 EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES
 

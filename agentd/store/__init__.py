@@ -45,6 +45,7 @@ from agentd.store.schedules import ScheduleVerbs
 from agentd.store.sensing import SensingVerbs
 from agentd.store.status import StatusVerbs
 from agentd.store.tasks import TaskVerbs
+from agentd.store.web import WebVerbs
 from agentd.store.workflows import WorkflowVerbs
 
 __all__ = [
@@ -100,6 +101,7 @@ class Store(
     ControlVerbs,
     ConstitutionVerbs,
     FleetLeaseVerbs,
+    WebVerbs,
 ):
     """Domain verbs over one connection, one group per concept (each extends StoreBase directly);
     each public verb is at most one transaction."""

@@ -1,0 +1,245 @@
+"""The Starlette application of `agentd web`: its routes (agentd/web/api.py, agentd/web/console.py), who a
+request acts for (a bearer token, or a console session), the answers to refused requests, and the headers
+every answer carries (no page loads anything from another origin)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentd.clock import Clock
+from agentd.config import Config
+from agentd.errors import InputError, NotFound
+from agentd.store import AsyncStore, Store
+from agentd.web.auth import COOKIE, LoginThrottle, Operator, Session, Sessions, split_token, token_matches
+from agentd.web.inputs import FIELD_FIRST, BadInput, from_input_error
+
+logger = logging.getLogger(__name__)
+HERE = Path(__file__).parent
+T = TypeVar("T")
+SECURITY_HEADERS = {
+    # Everything a page uses is served from here: no CDN, no inline script, no other origin.
+    "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+class Unauthorized(Exception):
+    """No token, a malformed one, a wrong or revoked one: 401 (the console: the login page)."""
+
+
+class Throttled(Exception):
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__(f"too many failed logins from this address; try again in {retry_after_s:.0f}s")
+        self.retry_after_s = retry_after_s
+
+
+class Forbidden(Exception):
+    """A console POST without this session's CSRF token: 403, nothing done."""
+
+
+@dataclass
+class Web:
+    """What every request handler reaches: the agent's config, its database, the clock, the sessions and
+    the login brake; `stopping` ends the live streams when the service stops."""
+
+    config: Config
+    db: AsyncStore
+    clock: Clock
+    sessions: Sessions
+    throttle: LoginThrottle
+    templates: Jinja2Templates
+    stopping: anyio.Event = field(default_factory=anyio.Event)
+    stream_poll_s: float = 0.5
+
+    async def read(self, verb: Callable[..., T], *args: Any) -> T:
+        """A read on the service's one connection, off the event loop (one thread hop)."""
+        return await self.db.call(verb, *args)
+
+
+def web_of(request: Request) -> Web:
+    """The service's shared state, from the application."""
+    found: Web = request.app.state.web
+    return found
+
+
+def client_address(request: Request) -> str:
+    """The client's address: what failed logins are counted by."""
+    return request.client.host if request.client else "unknown"
+
+
+async def bearer(request: Request) -> Operator:
+    """The operator of the request's `Authorization: Bearer <token>`; Unauthorized or Throttled otherwise."""
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        raise Unauthorized("no bearer token: send Authorization: Bearer <token> (`agentd web token add NAME`)")
+    return await check_token(request, given)
+
+
+async def check_token(request: Request, given: str) -> Operator:
+    """A presented token, counted against the client's failed logins (a throttled client is refused
+    before its token is even looked at: a brute force learns nothing while it waits)."""
+    web, address = web_of(request), client_address(request)
+    wait = web.throttle.retry_after(address)
+    if wait is not None:
+        raise Throttled(wait)
+    parts = split_token(given)
+    stored = await web.read(Store.web_token, parts[0]) if parts else None
+    if parts is None or not token_matches(stored, parts[1]) or stored is None:
+        web.throttle.failed(address)
+        raise Unauthorized("the token is not valid (wrong, revoked, or not a token agentd issued)")
+    web.throttle.succeeded(address)
+    return Operator(stored.name, stored.token_id)
+
+
+async def session_of(request: Request) -> tuple[Operator, Session]:
+    """The console session of the request's cookie, its token still live; Unauthorized otherwise."""
+    web = web_of(request)
+    session = web.sessions.read(request.cookies.get(COOKIE))
+    if session is None:
+        raise Unauthorized("not logged in")
+    stored = await web.read(Store.web_token, session.token_id)
+    if stored is None or stored.revoked_at is not None:
+        raise Unauthorized("the token this session logged in with was revoked")
+    return Operator(stored.name, stored.token_id), session
+
+
+async def bearer_or_session(request: Request) -> Operator:
+    """A GET the console's own scripts make (the live stream: EventSource sends no headers) may use the
+    session cookie instead of a bearer token. Never for a POST: those need the CSRF token."""
+    if "authorization" in request.headers:
+        return await bearer(request)
+    return (await session_of(request))[0]
+
+
+def _is_api(request: Request) -> bool:
+    """An API client (a path under /api/, or any request with a bearer token) is answered in JSON."""
+    return request.url.path.startswith("/api/") or "authorization" in request.headers
+
+
+def error_json(status: int, what: str, where: str, expected: str | None, **headers: str) -> JSONResponse:
+    """The API's error body: what was wrong, where, what was expected."""
+    body = {"error": {"what": what, "where": where, "expected": expected}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def on_bad_input(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, BadInput)
+    if _is_api(request):
+        return JSONResponse(exc.as_json(), status_code=exc.status)
+    return console_error(
+        request, exc.status, f"{exc.where}: {exc.what}" + (f" (expected {exc.expected})" if exc.expected else "")
+    )
+
+
+async def on_input_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, InputError)
+    if isinstance(exc, NotFound) and "task_id" in request.path_params and not FIELD_FIRST.match(str(exc)):
+        return await on_bad_input(request, BadInput(404, str(exc), "path.task_id", "a task that exists"))
+    prefix = "path" if request.method == "GET" else "body"
+    return await on_bad_input(request, from_input_error(exc, prefix))
+
+
+async def on_unauthorized(request: Request, exc: Exception) -> Response:
+    if _is_api(request):
+        headers = {"WWW-Authenticate": 'Bearer realm="agentd"'}
+        return error_json(401, str(exc), "header.authorization", "a bearer token of a named operator", **headers)
+    return RedirectResponse("/login", status_code=303)
+
+
+async def on_throttled(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Throttled)
+    retry = str(max(int(exc.retry_after_s + 0.999), 1))
+    if _is_api(request):
+        return error_json(429, str(exc), "client", "no more than the allowed failed logins", **{"Retry-After": retry})
+    return console_error(request, 429, str(exc), {"Retry-After": retry})
+
+
+async def on_forbidden(request: Request, exc: Exception) -> Response:
+    if _is_api(request):
+        return error_json(403, str(exc), "body.csrf", "this session's CSRF token")
+    return console_error(request, 403, str(exc))
+
+
+async def on_http(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if _is_api(request):
+        return error_json(exc.status_code, str(exc.detail), "path", "an endpoint docs/web.md lists")
+    return console_error(request, exc.status_code, str(exc.detail))
+
+
+def console_error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    """The console's error page, with the status."""
+    web = web_of(request)
+    context = {"status": status, "message": message, "operator": None, "csrf": ""}
+    return web.templates.TemplateResponse(request, "error.html", context, status_code=status, headers=headers)
+
+
+def build_app(web: Web, routes: list[BaseRoute]) -> Starlette:
+    """The application: the routes, the static files (htmx, the stylesheet, the console's script), the
+    error answers, and the security headers on every answer."""
+    static = Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static")
+    app = Starlette(
+        routes=[*routes, static],
+        exception_handlers={
+            BadInput: on_bad_input,
+            InputError: on_input_error,
+            Unauthorized: on_unauthorized,
+            Throttled: on_throttled,
+            Forbidden: on_forbidden,
+            HTTPException: on_http,
+        },
+    )
+    app.state.web = web
+    app.add_middleware(SecurityHeaders)
+    return app
+
+
+class SecurityHeaders:
+    """Adds SECURITY_HEADERS to every answer that has not set its own (pure ASGI: a live stream passes
+    through untouched, unlike a middleware that wraps the response)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    if name not in headers:
+                        headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def templates() -> Jinja2Templates:
+    """The console's Jinja2 templates (autoescaped)."""
+    return Jinja2Templates(directory=HERE / "templates")
+
+
+def text(body: str, status: int = 200) -> PlainTextResponse:
+    return PlainTextResponse(body, status_code=status)

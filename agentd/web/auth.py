@@ -1,0 +1,140 @@
+"""Who may use the console (docs/web.md, "Tokens and sessions"): bearer tokens per named operator, the
+session cookie a console login gets, its CSRF token, and the brake on failed logins.
+
+A token is `<token_id>.<secret>`: the row is found by its id and the secret's SHA-256 compared in constant
+time, so a guess learns nothing from timing. Sessions and CSRF tokens are HMACs under a key this process
+draws at start: a restart logs everyone out, and nothing secret is stored for them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from agentd.clock import Clock
+from agentd.store.web import WebToken
+
+TOKEN = re.compile(r"^(?P<id>[0-9a-f]{12})\.(?P<secret>[A-Za-z0-9_-]{43})$")
+COOKIE = "agentd_session"
+THROTTLE_MEMORY = 10_000  # client addresses remembered at once; the oldest is forgotten first
+
+
+@dataclass(frozen=True)
+class Operator:
+    """Who a request acts for: the token's name (recorded as `by` in every event) and which token."""
+
+    name: str
+    token_id: str
+
+
+def new_token() -> tuple[str, str, str]:
+    """(token_id, the secret's SHA-256, the whole token to hand out once)."""
+    token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
+    return token_id, secret_hash(secret), f"{token_id}.{secret}"
+
+
+def secret_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def split_token(text: str) -> tuple[str, str] | None:
+    """(token_id, secret) of a well-formed token; None for anything else."""
+    found = TOKEN.fullmatch(text.strip())
+    return (found["id"], found["secret"]) if found else None
+
+
+def token_matches(stored: WebToken | None, secret: str) -> bool:
+    """A live token whose secret hashes to the stored hash, compared in constant time. A missing row is
+    compared too, against nothing, so an unknown id costs what a wrong secret does."""
+    expected = stored.secret_sha256 if stored is not None else "0" * 64
+    same = hmac.compare_digest(secret_hash(secret).encode(), expected.encode())
+    return same and stored is not None and stored.revoked_at is None
+
+
+@dataclass(frozen=True)
+class Session:
+    token_id: str
+    nonce: str
+    expires: float  # UNIX seconds
+
+
+class Sessions:
+    """Signed session cookies and their CSRF tokens, under a key of this process's own."""
+
+    def __init__(self, clock: Clock, hours: float, key: bytes | None = None) -> None:
+        self.clock, self.lifetime_s = clock, hours * 3600
+        self._key = key or secrets.token_bytes(32)
+
+    def issue(self, token_id: str) -> str:
+        """A cookie value for a fresh login with `token_id`."""
+        body = {"t": token_id, "n": secrets.token_hex(16), "e": self.clock.now().timestamp() + self.lifetime_s}
+        encoded = base64.urlsafe_b64encode(json.dumps(body, separators=(",", ":")).encode()).decode()
+        return f"{encoded}.{self._mac('session', encoded)}"
+
+    def read(self, cookie: str | None) -> Session | None:
+        """The session a cookie holds, if its signature is ours and it has not expired."""
+        encoded, _, mac = (cookie or "").partition(".")
+        if not encoded or not hmac.compare_digest(mac.encode(), self._mac("session", encoded).encode()):
+            return None
+        try:
+            body = json.loads(base64.urlsafe_b64decode(encoded.encode()))
+            session = Session(str(body["t"]), str(body["n"]), float(body["e"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+        return session if session.expires > self.clock.now().timestamp() else None
+
+    def csrf(self, session: Session) -> str:
+        """The CSRF token every form of this session carries (and no other session's forms can)."""
+        return self._mac("csrf", session.nonce)
+
+    def csrf_ok(self, session: Session, given: str | None) -> bool:
+        return bool(given) and hmac.compare_digest((given or "").encode(), self.csrf(session).encode())
+
+    def login_csrf(self, nonce: str) -> str:
+        """The login form's CSRF token: bound to a nonce in its own cookie (there is no session yet)."""
+        return self._mac("login", nonce)
+
+    def login_csrf_ok(self, nonce: str | None, given: str | None) -> bool:
+        if not nonce or not given:
+            return False
+        return hmac.compare_digest(given.encode(), self.login_csrf(nonce).encode())
+
+    def _mac(self, purpose: str, text: str) -> str:
+        return hmac.new(self._key, f"{purpose}:{text}".encode(), hashlib.sha256).hexdigest()
+
+
+class LoginThrottle:
+    """At most `failures` failed logins per client address per `window_s`; then that address waits out
+    the window (429 with Retry-After), right token or not. A success forgets the address's failures."""
+
+    def __init__(self, clock: Clock, failures: int, window_s: float) -> None:
+        self.clock, self.failures, self.window_s = clock, failures, window_s
+        self._seen: OrderedDict[str, tuple[float, int]] = OrderedDict()  # address → (window start, count)
+
+    def retry_after(self, address: str) -> float | None:
+        """Seconds the address must wait before it may try again; None if it may try now."""
+        start, count = self._current(address)
+        if count < self.failures:
+            return None
+        return max(start + self.window_s - self.clock.monotonic(), 0.001)
+
+    def failed(self, address: str) -> None:
+        start, count = self._current(address)
+        self._seen[address] = (start, count + 1)
+        self._seen.move_to_end(address)
+        while len(self._seen) > THROTTLE_MEMORY:
+            self._seen.popitem(last=False)
+
+    def succeeded(self, address: str) -> None:
+        self._seen.pop(address, None)
+
+    def _current(self, address: str) -> tuple[float, int]:
+        now = self.clock.monotonic()
+        start, count = self._seen.get(address, (now, 0))
+        return (now, 0) if now - start >= self.window_s else (start, count)

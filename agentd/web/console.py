@@ -1,0 +1,254 @@
+"""The operator console (docs/web.md, "The console"): server-rendered pages over the same views as the API,
+a login with a token that becomes a session cookie, a CSRF token in every form, and a confirmation with
+a dry-run count before anything acts on more than one task."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from agentd import control
+from agentd.store import Store
+from agentd.vocabulary import TASK_STATUSES
+from agentd.web import inputs
+from agentd.web.app import Forbidden, Unauthorized, Web, check_token, session_of, web_of
+from agentd.web.auth import COOKIE, Operator
+from agentd.web.inputs import BadInput
+from agentd.web.views import ACTIVITY_TYPES, approvals_view, jsonable, status_view, task_view
+
+LOGIN_COOKIE = "agentd_login"  # the login form's own CSRF nonce, before there is a session
+BULK_MAX = 1000  # tasks one confirmed action may act on
+RETRYABLE = ("permanent_failure", "blocked", "operator_canceled")
+
+
+def page(request: Request, name: str, operator: Operator | None, csrf: str, **context: Any) -> Response:
+    """A page of the console with what every page shows (the operator, the CSRF token, the agent)."""
+    web = web_of(request)
+    values = {"operator": operator, "csrf": csrf, "agent_id": web.config.agent.agent_id, **context}
+    return web.templates.TemplateResponse(request, name, values)
+
+
+async def viewer(request: Request) -> tuple[Operator, str]:
+    """The session's operator and the CSRF token its forms carry."""
+    operator, session = await session_of(request)
+    return operator, web_of(request).sessions.csrf(session)
+
+
+async def posted(request: Request) -> tuple[Operator, dict[str, str]]:
+    """A console POST: a live session, then its form, refused (403, nothing done) without the session's
+    own CSRF token."""
+    operator, session = await session_of(request)
+    fields = await inputs.form(request)
+    if not web_of(request).sessions.csrf_ok(session, fields.get("csrf")):
+        raise Forbidden("the form's CSRF token is missing or not this session's: reload the page and try again")
+    return operator, fields
+
+
+def back(path: str) -> RedirectResponse:
+    """A 303 to the page an action returns to (a reload does not post again)."""
+    return RedirectResponse(path, status_code=303)
+
+
+# --- login --------------------------------------------------------------------------------------------
+
+
+async def login_page(request: Request, *, failed: str | None = None, status: int = 200) -> Response:
+    """GET /login: the form, with a CSRF token bound to a nonce cookie of its own."""
+    web = web_of(request)
+    nonce = request.cookies.get(LOGIN_COOKIE) or secrets.token_hex(16)
+    answer = page(request, "login.html", None, web.sessions.login_csrf(nonce), failed=failed)
+    answer.status_code = status
+    answer.set_cookie(LOGIN_COOKIE, nonce, httponly=True, samesite="strict", path="/login")
+    return answer
+
+
+async def login(request: Request) -> Response:
+    """A token from the form: a session cookie (HttpOnly, SameSite=Strict), or the form again."""
+    web = web_of(request)
+    fields = await inputs.form(request)
+    if not web.sessions.login_csrf_ok(request.cookies.get(LOGIN_COOKIE), fields.get("csrf")):
+        raise Forbidden("the login form's CSRF token is missing or wrong: reload the login page")
+    try:
+        operator = await check_token(request, fields.get("token", ""))
+    except Unauthorized as exc:
+        return await login_page(request, failed=str(exc), status=401)
+    answer = back("/")
+    cookie = web.sessions.issue(operator.token_id)
+    max_age = int(web.sessions.lifetime_s)
+    answer.set_cookie(COOKIE, cookie, max_age=max_age, httponly=True, samesite="strict", path="/")
+    answer.delete_cookie(LOGIN_COOKIE, path="/login", httponly=True, samesite="strict")
+    return answer
+
+
+async def logout(request: Request) -> Response:
+    """POST /logout: the session cookie is dropped."""
+    await posted(request)
+    answer = back("/login")
+    answer.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    return answer
+
+
+# --- pages --------------------------------------------------------------------------------------------
+
+
+async def overview(request: Request) -> Response:
+    """GET /: the queue, dispatch, services, budget, and the running attempts with their activity."""
+    operator, csrf = await viewer(request)
+    web = web_of(request)
+    status = await web.db.call(lambda store: status_view(web.config, store, web.clock.now()))
+    return page(request, "overview.html", operator, csrf, status=status, activity_types=ACTIVITY_TYPES)
+
+
+async def tasks(request: Request) -> Response:
+    """GET /tasks: filtered by status and type; a many-task retry for the statuses it can retry."""
+    operator, csrf = await viewer(request)
+    query = request.query_params
+    status = query.get("status") or None
+    statuses = (inputs.choice(status, "query.status", TASK_STATUSES),) if status else ()
+    task_type = inputs.optional_text(query.get("type"), "query.type", max_chars=128)
+    found = await web_of(request).db.call(Store.tasks_matching, statuses=statuses, task_type=task_type, limit=200)
+    listed = [jsonable(t) for t in found]
+    context = {"tasks": listed, "status": status, "task_type": task_type, "statuses": TASK_STATUSES}
+    return page(request, "tasks.html", operator, csrf, retryable=RETRYABLE, **context)
+
+
+async def task(request: Request) -> Response:
+    """GET /tasks/ID: the task, its attempts with evidence links, its events."""
+    operator, csrf = await viewer(request)
+    web, task_id = web_of(request), task_id_of(request)
+    shown = await web.db.call(lambda store: task_view(web.config, store, task_id))
+    return page(request, "task.html", operator, csrf, **shown)
+
+
+async def approvals(request: Request) -> Response:
+    """GET /approvals: approve (a note optional) or deny (a reason required)."""
+    operator, csrf = await viewer(request)
+    return page(request, "approvals.html", operator, csrf, approvals=await web_of(request).db.call(approvals_view))
+
+
+async def events(request: Request) -> Response:
+    """GET /events: the newest events, or those after a sequence."""
+    operator, csrf = await viewer(request)
+    query = request.query_params
+    after = inputs.integer(query.get("after"), "query.after", low=0, high=2**62, default=0)
+    task_id = inputs.integer(query.get("task_id"), "query.task_id", low=1, high=2**62, default=0) or None
+    rows = await web_of(request).db.call(Store.event_rows, after=after, task_id=task_id, limit=200, last=after == 0)
+    return page(request, "events.html", operator, csrf, events=rows, task_id=task_id)
+
+
+def task_id_of(request: Request) -> int:
+    """The task id in the path, or a 422 naming path.task_id."""
+    return inputs.integer(request.path_params["task_id"], "path.task_id", low=1, high=2**62)
+
+
+# --- actions ------------------------------------------------------------------------------------------
+
+
+def act(verb: Callable[[Web, Store, int | None, dict[str, str], Operator], str]) -> Callable[[Request], Any]:
+    """A console POST: session, CSRF, the control verb, then back to the page it names."""
+
+    async def endpoint(request: Request) -> Response:
+        operator, fields = await posted(request)
+        web = web_of(request)
+        task_id = task_id_of(request) if "task_id" in request.path_params else None
+        return back(await web.db.call(lambda store: verb(web, store, task_id, fields, operator)))
+
+    return endpoint
+
+
+def do_approve(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
+    """`agentd approve ID [--note]`."""
+    assert task_id is not None
+    note = inputs.optional_text(fields.get("note"), "body.note")
+    now = web.clock.now()
+    control.resolve_approval(web.config, store, task_id, approved=True, note=note, now=now, by=operator.name)
+    return "/approvals"
+
+
+def do_deny(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
+    """`agentd deny ID --reason`: a reason is required."""
+    assert task_id is not None
+    reason = inputs.optional_text(fields.get("reason", "").strip(), "body.reason")
+    if reason is None:
+        raise BadInput(422, "missing", "body.reason", "why the task is denied: a reason is required to deny")
+    now = web.clock.now()
+    control.resolve_approval(web.config, store, task_id, approved=False, note=reason, now=now, by=operator.name)
+    return "/approvals"
+
+
+def do_pause(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
+    """`agentd pause [--reason]`."""
+    reason = inputs.optional_text(fields.get("reason"), "body.reason")
+    control.pause_dispatch(web.config, store, reason, web.clock.now(), by=operator.name)
+    return "/"
+
+
+def do_resume(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
+    """`agentd resume`."""
+    control.resume_dispatch(web.config, store, web.clock.now(), by=operator.name)
+    return "/"
+
+
+def do_cancel(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
+    """`agentd cancel ID`."""
+    assert task_id is not None
+    control.cancel_task(web.config, store, task_id, web.clock.now(), by=operator.name)
+    return f"/tasks/{task_id}"
+
+
+def do_retry(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
+    """`agentd retry ID`."""
+    assert task_id is not None
+    control.retry_task(web.config, store, task_id, None, web.clock.now(), by=operator.name)
+    return f"/tasks/{task_id}"
+
+
+async def retry_all(request: Request) -> Response:
+    """Retry every task of one status and type: first a page with the dry-run count and a confirmation
+    of that count; only a confirmation whose count is still the count acts (one changed in between is
+    shown again, counted anew)."""
+    operator, fields = await posted(request)
+    web = web_of(request)
+    status = inputs.choice(fields.get("status"), "body.status", RETRYABLE)
+    task_type = inputs.optional_text(fields.get("type"), "body.type", max_chars=128)
+    found = await web.db.call(Store.tasks_matching, statuses=(status,), task_type=task_type, limit=BULK_MAX)
+    ids = [t.task_id for t in found]
+    confirmed = fields.get("confirm") == "yes"
+    if not confirmed or fields.get("expected") != str(len(ids)) or not ids:
+        changed = confirmed and fields.get("expected") != str(len(ids))
+        csrf = web.sessions.csrf((await session_of(request))[1])
+        context = {"count": len(ids), "status": status, "task_type": task_type, "changed": changed}
+        return page(request, "confirm.html", operator, csrf, **context)
+
+    def retry_each(store: Store) -> None:
+        for task_id in ids:
+            control.retry_task(web.config, store, task_id, None, web.clock.now(), by=operator.name)
+
+    await web.db.call(retry_each)
+    return back(f"/tasks?status=pending&type={task_type or ''}")
+
+
+def routes() -> list[BaseRoute]:
+    """The console's pages and forms (docs/web.md, "The console")."""
+    return [
+        Route("/login", login_page),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/", overview),
+        Route("/tasks", tasks),
+        Route("/tasks/retry-all", retry_all, methods=["POST"]),
+        Route("/tasks/{task_id}", task),
+        Route("/tasks/{task_id}/cancel", act(do_cancel), methods=["POST"]),
+        Route("/tasks/{task_id}/retry", act(do_retry), methods=["POST"]),
+        Route("/approvals", approvals),
+        Route("/approvals/{task_id}/approve", act(do_approve), methods=["POST"]),
+        Route("/approvals/{task_id}/deny", act(do_deny), methods=["POST"]),
+        Route("/events", events),
+        Route("/pause", act(do_pause), methods=["POST"]),
+        Route("/resume", act(do_resume), methods=["POST"]),
+    ]

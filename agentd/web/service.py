@@ -1,0 +1,112 @@
+"""The `agentd web` service: the application on hypercorn inside anyio (its asyncio backend, as the other
+services run), on its own database connection, until asked to stop (docs/web.md)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+
+import anyio
+from hypercorn.asyncio import serve
+from hypercorn.config import Config as HyperConfig
+from starlette.routing import BaseRoute
+
+from agentd.clock import Clock
+from agentd.config import Config
+from agentd.config.settings import listen_address
+from agentd.errors import InputError
+from agentd.store import AsyncStore
+from agentd.web import api, console, handoff
+from agentd.web.app import Web, build_app, templates
+from agentd.web.auth import LoginThrottle, Sessions
+
+logger = logging.getLogger(__name__)
+GRACE_S = 2.0  # open requests (a live stream ends at once) get this long when the service stops
+
+
+def bind(listen: str) -> socket.socket:
+    """The listening socket of HOST:PORT (port 0: any free one); InputError naming [web] listen."""
+    host, _, port = listen_address(listen).rpartition(":")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise InputError(f"web.listen: cannot listen on {listen} ({exc.strerror or exc})") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise InputError(f"web.listen: cannot listen on {listen} ({exc.strerror or exc})") from None
+    return sock
+
+
+def routes() -> list[BaseRoute]:
+    """The API's and the console's routes."""
+    return [*api.routes(), *console.routes()]
+
+
+class WebService:
+    """The service `agentd web` (and `agentd run`) runs. `ready` is set once it listens; `url` says where."""
+
+    def __init__(
+        self, config: Config, db: AsyncStore, *, clock: Clock, listen: str | None = None, beside: bool = False
+    ) -> None:
+        self.config, self.db, self.clock = config, db, clock
+        self.listen = listen or config.web.listen
+        self.beside = beside  # under `agentd run`: a port in use costs the console, never the dispatcher
+        self.stream_poll_s = 0.5  # how often a live stream looks for new events
+        self.handoff_poll_s = handoff.POLL_S
+        self.ready = threading.Event()
+        self.url = ""
+        self._stop_asked = False
+        self._web: Web | None = None
+
+    def build(self) -> Web:
+        """The state every request handler reaches."""
+        web = self.config.web
+        return Web(
+            config=self.config,
+            db=self.db,
+            clock=self.clock,
+            sessions=Sessions(self.clock, web.session_hours),
+            throttle=LoginThrottle(self.clock, web.login_failures, web.login_window_s),
+            templates=templates(),
+            stream_poll_s=self.stream_poll_s,
+        )
+
+    async def run(self) -> None:
+        """Serve until request_stop; the socket is bound before `ready`, so a client may connect at once."""
+        try:
+            sock = bind(self.listen)
+        except InputError as exc:
+            if not self.beside:
+                raise
+            logger.error("the console is not served: %s ([web] listen, or AGENTD_WEB__ENABLED=false)", exc)
+            return
+        host, port = sock.getsockname()[:2]
+        self.url = f"http://{host if ':' not in host else f'[{host}]'}:{port}/"
+        self._web = web = self.build()
+        app = build_app(web, routes())
+        served = HyperConfig()
+        served.bind = [f"fd://{sock.detach()}"]  # hypercorn owns the descriptor from here
+        served.graceful_timeout = GRACE_S
+        served.accesslog = None
+        served.errorlog = logger
+        if self._stop_asked:
+            web.stopping.set()
+        logger.info("console and API at %s", self.url)
+        self.ready.set()
+        async with anyio.create_task_group() as group:
+            if self.config.web.approval_handler is not None:
+                group.start_soon(handoff.keep_handing_off, web, self.handoff_poll_s)
+            await serve(app, served, shutdown_trigger=web.stopping.wait)  # type: ignore[arg-type]
+            group.cancel_scope.cancel()
+
+    def request_stop(self, *, immediately: bool = False) -> None:
+        """Stop listening, end the live streams, let open requests finish (GRACE_S at most)."""
+        self._stop_asked = True
+        if self._web is not None:
+            self._web.stopping.set()

@@ -1,0 +1,127 @@
+"""What the API answers and the console shows, read in one store call each: the status, the running
+attempt's live activity and todos, a task with its attempts and evidence, the approvals. Plain JSON
+objects, so the API returns them as they are and the templates render the same values."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from agentd.config import Config
+from agentd.errors import InputError
+from agentd.outlook.status import snapshot
+from agentd.process.files import Refused, lstat_beneath
+from agentd.records import TaskAttempt, TaskRecord
+from agentd.store import Store
+
+# The live activity of a running attempt (docs/web.md, "The running attempt"): what its harness did, as
+# the dispatcher records it while the attempt runs.
+ACTIVITY_TYPES = (
+    "tool_started",
+    "tool_finished",
+    "model_turn_completed",
+    "todos_updated",
+    "attempt_progress",
+    "activity_capped",
+)
+ACTIVITY_SHOWN = 40  # the newest activity events the overview shows of a running attempt
+EVENTS_SHOWN = 200  # of a task, in its page
+ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
+FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def jsonable(record: TaskRecord | TaskAttempt) -> dict[str, Any]:
+    return record.model_dump(mode="json")
+
+
+def status_view(config: Config, store: Store, now: datetime) -> dict[str, Any]:
+    """`agentd status --json`, and the running attempts' activity and todos, and what waits for approval."""
+    found = snapshot(config, store, now)
+    for running in found["running"]:
+        running |= activity_of(store, running["task_id"], running["attempt_id"])
+    found["approvals"] = approvals_view(store)
+    found["last_sequence"] = store.last_event_sequence()
+    return found
+
+
+def activity_of(store: Store, task_id: int, attempt_id: str) -> dict[str, Any]:
+    """The newest activity of an attempt, oldest first, and its latest todo list."""
+    activity = store.event_rows(
+        task_id=task_id, attempt_id=attempt_id, types=ACTIVITY_TYPES, limit=ACTIVITY_SHOWN, last=True
+    )
+    todos = store.event_rows(task_id=task_id, attempt_id=attempt_id, types=("todos_updated",), limit=1, last=True)
+    listed = todos[0]["payload"].get("todos") if todos else None
+    return {"recent_activity": activity, "todos": listed if isinstance(listed, list) else []}
+
+
+def approvals_view(store: Store) -> list[dict[str, Any]]:
+    return [
+        {
+            "approval_id": p.approval_id,
+            "task_id": p.task_id,
+            "task_type": p.task_type,
+            "subject": p.subject,
+            "reason": p.reason,
+            "scope": p.scope,
+            "requested_at": p.requested_at.isoformat().replace("+00:00", "Z"),
+        }
+        for p in store.pending_approvals()
+    ]
+
+
+def task_view(config: Config, store: Store, task_id: int) -> dict[str, Any]:
+    """A task, its attempts (each with the files of its evidence folder and their links), its events and
+    the dispatch context it was submitted with."""
+    task = store.get_task_or_raise(task_id)
+    attempts = []
+    for attempt in store.attempts_of(task_id):
+        files = evidence_files(config, task_id, attempt.attempt_id)
+        links = [{"name": name, "href": evidence_href(task_id, attempt.attempt_id, name)} for name in files]
+        attempts.append(jsonable(attempt) | {"evidence": links})
+    events = store.event_rows(task_id=task_id, limit=EVENTS_SHOWN, last=True)
+    enqueued = next((e for e in store.event_rows(task_id=task_id, types=("task_enqueued",), limit=1)), None)
+    context = enqueued["payload"].get("dispatch_context") if enqueued else None
+    return {"task": jsonable(task), "attempts": attempts, "events": events, "dispatch_context": context}
+
+
+def evidence_href(task_id: int, attempt_id: str, name: str) -> str:
+    return f"/evidence/{task_id}/{attempt_id}/{name}"
+
+
+def evidence_root(config: Config) -> Path:
+    return config.paths.state_dir / "attempts"
+
+
+def evidence_files(config: Config, task_id: int, attempt_id: str) -> list[str]:
+    """The regular files of an attempt's evidence folder, by name; links and anything else are left out
+    (agentd/process/files.py: nothing is reached through a link)."""
+    if not ULID.fullmatch(attempt_id):
+        return []
+    folder = f"{task_id}/{attempt_id}"
+    try:
+        if not stat.S_ISDIR(lstat_beneath(evidence_root(config), folder).st_mode):
+            return []
+        names = sorted(os.listdir(evidence_root(config) / folder))
+    except (Refused, OSError):
+        return []
+    return [name for name in names if FILE_NAME.fullmatch(name) and _regular(config, f"{folder}/{name}")]
+
+
+def _regular(config: Config, relative: str) -> bool:
+    try:
+        return stat.S_ISREG(lstat_beneath(evidence_root(config), relative).st_mode)
+    except OSError:
+        return False
+
+
+def evidence_path(task_id: int, attempt_id: str, name: str) -> str:
+    """The path below the evidence root of one file, or InputError for a name no evidence file has."""
+    if not ULID.fullmatch(attempt_id):
+        raise InputError(f"attempt_id: expected an attempt id (a ULID), found {attempt_id[:40]!r}")
+    if not FILE_NAME.fullmatch(name):
+        raise InputError(f"name: expected a file name of the evidence folder, found {name[:40]!r}")
+    return f"{task_id}/{attempt_id}/{name}"

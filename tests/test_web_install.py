@@ -1,0 +1,121 @@
+"""`agentd install` and the console: its own unit (verified and hardened as the other two), its own port
+per agent, and `agentd config check` refusing a console port another installed agent names."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+from support import REPO
+from test_install import analyzer, install_agent, ports_of
+
+from agentd.cli import main
+from agentd.install.ports import LOOPBACK, WEB_PORT_BASE, free_port, port_is_free
+
+UNITS = Path("etc/systemd/system")
+
+
+def web_port(root: Path, agent: str) -> int:
+    listen = tomllib.loads((root / f"etc/agentd/{agent}.toml").read_text())["web"]["listen"]
+    assert listen.startswith(f"{LOOPBACK}:"), "loopback by default"
+    return int(listen.rpartition(":")[2])
+
+
+def test_a_console_port_another_agent_names_or_something_listens_on_is_skipped() -> None:
+    assert free_port(set(), is_free=lambda port: True) == WEB_PORT_BASE
+    assert free_port({9578, 9579}, is_free=lambda port: port != 9580) == 9581
+    with socket.socket() as held:
+        held.bind((LOOPBACK, 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        assert not port_is_free(taken)
+        assert free_port(set(), start=taken) > taken
+
+
+def test_each_agent_gets_its_own_console_port_and_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "root"
+    install_agent(root, "one")
+    install_agent(root, "two")
+    out = capsys.readouterr().out
+    ports = {agent: (*ports_of(root, agent), web_port(root, agent)) for agent in ("one", "two")}
+    assert len({*ports["one"], *ports["two"]}) == 6, ports
+    assert f"console   {ports['two'][2]} on 127.0.0.1" in out
+    assert "next: systemctl enable --now agentd-dispatch@two agentd-sensors@two agentd-web@two" in out
+    unit = (root / UNITS / "agentd-web@.service").read_text()
+    assert "ExecStart=/" in unit and unit.rstrip().endswith("WantedBy=multi-user.target")
+    for agent in ("one", "two"):
+        assert main(["config", "check", "--config", str(root / f"etc/agentd/{agent}.toml")]) == 0
+
+
+def test_config_check_refuses_a_console_port_another_installed_agent_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AGENTD_METRICS__DISPATCH_LISTEN", "AGENTD_METRICS__SENSORS_LISTEN", "AGENTD_WEB__LISTEN"):
+        monkeypatch.delenv(name)  # the addresses in the files are checked here, and nothing binds them
+    root = tmp_path / "root"
+    install_agent(root, "one")
+    install_agent(root, "two")
+    one, two = root / "etc/agentd/one.toml", root / "etc/agentd/two.toml"
+    theirs, own = web_port(root, "one"), web_port(root, "two")
+    two.write_text(two.read_text().replace(f'listen = "127.0.0.1:{own}"', f'listen = "127.0.0.1:{theirs}"'))
+    capsys.readouterr()
+    assert main(["config", "check", "--config", str(two)]) == 2
+    err = capsys.readouterr().err
+    assert f"{two}: web.listen: 127.0.0.1:{theirs} is also {one}'s web.listen" in err
+    dispatch = ports_of(root, "one")[0]
+    two.write_text(two.read_text().replace(f'listen = "127.0.0.1:{theirs}"', f'listen = "127.0.0.1:{dispatch}"'))
+    assert main(["config", "check", "--config", str(two)]) == 2
+    assert f"is also {one}'s metrics.dispatch_listen" in capsys.readouterr().err
+    one.write_text(one.read_text().replace("[metrics]\n", "[metrics]\nenabled = false\n"))
+    assert main(["config", "check", "--config", str(two)]) == 0, "a disabled endpoint listens on nothing"
+
+
+def test_config_check_refuses_a_console_on_the_agents_own_metrics_port(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AGENTD_METRICS__DISPATCH_LISTEN", "AGENTD_WEB__LISTEN"):
+        monkeypatch.delenv(name)  # the file's own addresses are checked here
+    root = tmp_path / "root"
+    install_agent(root, "one")
+    toml = root / "etc/agentd/one.toml"
+    dispatch = ports_of(root, "one")[0]
+    toml.write_text(re.sub(r'(\[web\]\nlisten = )"[^"]+"', rf'\1"127.0.0.1:{dispatch}"', toml.read_text()))
+    capsys.readouterr()
+    assert main(["config", "check", "--config", str(toml)]) == 2
+    assert "web.listen: expected a port of its own" in capsys.readouterr().err
+
+
+def test_the_web_unit_carries_the_operational_contract() -> None:
+    unit = (REPO / "units" / "agentd-web@.service").read_text()
+    settings = dict(re.findall(r"^(\w+)=(.*)$", unit, re.M))
+    assert settings["ExecStartPre"].endswith("migrate") and settings["ExecStart"].endswith(" web")
+    assert settings["Restart"] == "on-failure" and settings["User"] == "agentd-%i"
+    assert settings["RestartPreventExitStatus"] == "2"
+    assert settings["CapabilityBoundingSet"] == "" and settings["AmbientCapabilities"] == ""
+    assert settings["ReadWritePaths"] == "/var/lib/agentd/%i", "the run area is not the console's"
+    for hardening in ("NoNewPrivileges", "ProtectSystem", "PrivateTmp", "ProtectHome", "RestrictAddressFamilies",
+                      "RemoveIPC", "PrivateMounts", "PrivateUsers"):  # fmt: skip
+        assert settings[hardening], hardening
+
+
+@pytest.mark.process
+def test_systemd_analyze_verifies_the_web_unit_and_rates_it_at_most_its_measured_exposure(tmp_path: Path) -> None:
+    """`systemd-analyze security --offline=yes` rates it 1.1 (the sensor service 1.7, the dispatcher 2.6)."""
+    root = tmp_path / "root"
+    install_agent(root, "demo")
+    instance = root / UNITS / "agentd-web@demo.service"
+    verify = subprocess.run(
+        [analyzer(), "verify", "--man=no", str(instance)], capture_output=True, text=True, timeout=60
+    )
+    assert verify.returncode == 0 and verify.stderr.strip() == "", verify.stderr
+    security = subprocess.run(
+        [analyzer(), "security", "--offline=yes", "--no-pager", "--threshold=11", str(instance)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert security.returncode == 0, security.stdout[-400:] + security.stderr

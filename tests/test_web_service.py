@@ -1,0 +1,51 @@
+"""`agentd web` as a process: it serves until SIGTERM and exits 0; a port in use is exit 2 naming
+[web] listen; under `agentd run` the same port costs only the console, the dispatcher runs on."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_entry_points import line_reader
+from test_web_footprint import URL, quiet_agent, started
+from webrig import Client
+
+pytestmark = [pytest.mark.process, pytest.mark.timeout(120)]
+
+
+def test_agentd_web_serves_until_sigterm_then_exits_0(tmp_path: Path) -> None:
+    config_path, token = quiet_agent(tmp_path, web=True)
+    with started(config_path, "web", "--listen", "127.0.0.1:0", wait_for="console and API at") as (web, line):
+        found = URL.search(line)
+        assert found is not None
+        answer = Client(found.group(1), token).get("/api/status")
+        assert answer.status == 200 and answer.json()["operator"] == "alice"
+        web.send_signal(signal.SIGTERM)
+        assert web.wait(timeout=30) == 0
+
+
+def test_a_port_in_use_stops_agentd_web_but_not_agentd_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config_path, _ = quiet_agent(tmp_path, web=True)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        busy = f"127.0.0.1:{held.getsockname()[1]}"
+        agentd = [sys.executable, "-m", "agentd", "--config", str(config_path)]
+        refused = subprocess.run([*agentd, "web", "--listen", busy], capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2, refused.stderr
+        assert f"web.listen: cannot listen on {busy}" in refused.stderr and "Traceback" not in refused.stderr
+        monkeypatch.setenv("AGENTD_WEB__LISTEN", busy)
+        with subprocess.Popen([*agentd, "run"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as run:
+            try:
+                lines, seen = line_reader(run.stdout), ""
+                while "dispatch_idle" not in seen or "the console is not served" not in seen:
+                    seen += lines.get(timeout=60)
+                assert f"cannot listen on {busy}" in seen and "Traceback" not in seen
+                assert run.poll() is None, "the dispatcher runs on without its console"
+            finally:
+                run.terminate()
+                assert run.wait(timeout=30) == 0
