@@ -230,6 +230,13 @@ class TestAdapterContract:
         assert (harness.workspace / "made.txt").read_text().strip() == "made-by-tool"
         assert task.status == "completed", (task.last_error, attempt.diagnostics)
         assert [a for a in (task.outcome.artifact_paths if task.outcome else [])] == ["made.txt"]
+        if kind in ("claude-code", "codex"):  # the real CLI's stream became live activity (docs/live.md)
+            live = [e for e in harness.store.read_events(task_id=task.task_id) if e.attempt_id == attempt.attempt_id]
+            started = [e.payload for e in live if e.type == "tool_started"]
+            finished = [e.payload for e in live if e.type == "tool_finished"]
+            assert started and "made.txt" in started[0]["summary"], [e.type for e in live]
+            assert finished and finished[0]["call_id"] == started[0]["call_id"] and finished[0]["ok"] is True
+            assert any(e.type == "model_turn_completed" for e in live), [e.type for e in live]
 
     def test_a_claimed_artifact_the_model_never_made_is_not_completed(self, kind: str, harness_factory: Any) -> None:
         harness = harness_factory(kind, [Reply(outcome_message(artifact_paths=["imagined.txt"]))])
