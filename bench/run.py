@@ -100,7 +100,7 @@ def goals(sizes: Sizes) -> list[Goal]:
             "claim + complete ≥ 0.5× raw sqlite3 (FULL)", CLAIM.format("agentd"), CLAIM.format("raw sqlite3"), 0.5, True
         ),
         Goal(f"claim p50 at {sizes.large_queue:,} ≤ 2× at {sizes.small_queue:,}", large, small, 2.0, False),
-        Goal("sensor ingest ≥ 10,000 events/s", sensor_ingest(sizes.sensor_events), None, 10_000, True),
+        Goal("sensor ingest ≥ 20,000 events/s", sensor_ingest(sizes.sensor_events), None, 20_000, True),
         Goal("`agentd task add` ≤ 150 ms", "start-up: agentd task add", None, 150, False),
         Goal("`agentd status` ≤ 150 ms", "start-up: agentd status", None, 150, False),
         Goal("idle `agentd dispatch` ≤ 0.1% of a core", IDLE_CPU.format("dispatch"), None, 0.1, False),

@@ -22,6 +22,10 @@ from agentd.store.tasks import insert_task
 from agentd.store.workflows import apply_signal, insert_workflow, read_workflow
 
 MAX_REJECTION_EVENTS = 100  # per run; the rest are counted in sensor_run_finished
+_INSERT_SENSOR_EVENT = """INSERT INTO sensor_events (sensor_id, dedupe_key, event_id, observed_at, source_ref,
+        freshness_deadline, payload, result, task_id, workflow_id, recorded_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+_MARK_REPEATED = "UPDATE sensor_events SET deduped_at = ? WHERE sensor_id = ? AND dedupe_key = ?"
 
 
 @dataclass(frozen=True)
@@ -34,9 +38,13 @@ class SensingVerbs(StoreBase):
     def record_sensor_events(
         self, sensor_id: str, accepted: list[AcceptedEvent], rejected: list[RejectedLine], now: datetime
     ) -> IntakeCounts:
-        """One batch of a run's output, in one transaction: duplicates change nothing."""
+        """One batch of a run's output, in one transaction: duplicates change nothing. Its events and
+        its sensor_events rows are written by one executemany each, as the transaction ends (nothing
+        here reads them back meanwhile: the keys spent are known in memory)."""
         counts = IntakeCounts(rejected=len(rejected))
-        with self.transaction():
+        rows: list[tuple[Any, ...]] = []
+        repeats: list[tuple[Any, ...]] = []
+        with self.transaction(), self._events_batched():
             # One query for the batch: under the write lock no one else can spend a key meanwhile,
             # so a known key is a repeat without trying its INSERT (and a key's second line here too).
             spent = self._spent_keys(sensor_id, [item.event.dedupe_key for item in accepted])
@@ -44,10 +52,10 @@ class SensingVerbs(StoreBase):
                 key = item.event.dedupe_key
                 if key in spent:
                     counts.deduped += 1  # sensor_run_finished says how many in each run
-                    self._note_first_repeat(sensor_id, item, spent, now)
+                    self._note_first_repeat(sensor_id, item, spent, now, repeats)
                     continue
                 spent[key] = _SpentKey(item.event.event_id, repeat_noted=False)
-                self._record_one(sensor_id, item, now, counts)
+                rows.append(self._record_one(sensor_id, item, now, counts))
             for rejection in rejected[:MAX_REJECTION_EVENTS]:
                 self._append_event(
                     "sensor_event_rejected",
@@ -55,6 +63,9 @@ class SensingVerbs(StoreBase):
                     sensor_id=sensor_id,
                     payload={"line": rejection.line, "reason": rejection.reason[:500]},
                 )
+            # The rows first: a key's first repeat may be in this batch too, and marks its row.
+            self._conn.executemany(_INSERT_SENSOR_EVENT, rows)
+            self._conn.executemany(_MARK_REPEATED, repeats)
         return counts
 
     def _spent_keys(self, sensor_id: str, keys: list[str]) -> dict[str, _SpentKey]:
@@ -65,23 +76,27 @@ class SensingVerbs(StoreBase):
         return {r[0]: _SpentKey(r[1], bool(r[2])) for r in self._rows_in(sql, keys, sensor_id)}
 
     def _note_first_repeat(
-        self, sensor_id: str, item: AcceptedEvent, spent: dict[str, _SpentKey], now: datetime
+        self,
+        sensor_id: str,
+        item: AcceptedEvent,
+        spent: dict[str, _SpentKey],
+        now: datetime,
+        repeats: list[tuple[Any, ...]],
     ) -> None:
         """sensor_event_deduped, once per (sensor, dedupe key): the first repeat writes it and marks
-        the row, so a sensor printing the same items every poll adds nothing to the log after that."""
+        the row (added to `repeats`), so a sensor printing the same items every poll adds nothing to
+        the log after that."""
         key = item.event.dedupe_key
         first = spent[key]
         if first.repeat_noted:
             return
-        self._conn.execute(
-            "UPDATE sensor_events SET deduped_at = ? WHERE sensor_id = ? AND dedupe_key = ?", (ts(now), sensor_id, key)
-        )
+        repeats.append((ts(now), sensor_id, key))
         payload = {"dedupe_key": key, "event_id": item.event.event_id, "first_event_id": first.event_id}
         self._append_event("sensor_event_deduped", now, sensor_id=sensor_id, payload=payload)
         spent[key] = _SpentKey(first.event_id, repeat_noted=True)
 
-    def _record_one(self, sensor_id: str, item: AcceptedEvent, now: datetime, counts: IntakeCounts) -> None:
-        """A new event: its events in the chain, its task or workflow, then its row (which names them)."""
+    def _record_one(self, sensor_id: str, item: AcceptedEvent, now: datetime, counts: IntakeCounts) -> tuple[Any, ...]:
+        """A new event: its events in the chain, its task or workflow; its row (which names them)."""
         event = item.event
         ids: dict[str, Any] = {
             "sensor_id": sensor_id,
@@ -103,23 +118,18 @@ class SensingVerbs(StoreBase):
         if not item.stale and item.workflow is not None:
             workflow_id = self._start_workflow(sensor_id, item, ids, now, counts)
             result = "created"
-        self._conn.execute(
-            """INSERT INTO sensor_events (sensor_id, dedupe_key, event_id, observed_at, source_ref,
-                   freshness_deadline, payload, result, task_id, workflow_id, recorded_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            (
-                sensor_id,
-                event.dedupe_key,
-                event.event_id,
-                ts(event.observed_at),
-                event.source_ref,
-                ts(event.freshness_deadline),
-                dumps(event.payload),
-                result,
-                task_id,
-                workflow_id,
-                ts(now),
-            ),
+        return (
+            sensor_id,
+            event.dedupe_key,
+            event.event_id,
+            ts(event.observed_at),
+            event.source_ref,
+            ts(event.freshness_deadline),
+            dumps(event.payload),
+            result,
+            task_id,
+            workflow_id,
+            ts(now),
         )
 
     def _start_workflow(
