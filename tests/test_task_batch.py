@@ -3,11 +3,13 @@ bad line and nothing is written; the rest go in 500 per transaction."""
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +21,9 @@ from support import EXAMPLE_CONFIG, examples
 from agentd.clock import FakeClock
 from agentd.config import Config
 from agentd.errors import AgentdError
-from agentd.records import NewTask
+from agentd.records import NewTask, WorkflowRef
 from agentd.store import Store
+from agentd.store.base import no_cycle_collection
 from agentd.work import batch
 
 
@@ -256,3 +259,26 @@ def test_the_ids_written_are_those_autoincrement_gives_after_the_last_task_remov
     second = batch.write(store, judged(config, clock, 2), clock.now(), "tester").task_ids
     single = store.enqueue_task(judged(config, clock, 1)[0][1], clock.now()).task_id
     assert (first, second, single) == ([1, 2, 3], [4, 5], 6)
+
+
+def test_a_transaction_that_fails_leaves_no_held_event_and_the_collector_running(
+    store: Store, config: Config, clock: FakeClock
+) -> None:
+    """A row SQLite refuses (a workflow that does not exist: a foreign key) rolls the whole transaction
+    back: none of its held events is written later by another verb, and the cyclic GC runs again."""
+    tasks = [new for _, new in judged(config, clock, 3)]
+    orphan = replace(tasks[2], workflow_ref=WorkflowRef(workflow_id=999, state_id="s", instance_key="k"))
+    before = store.last_event_sequence()
+    with pytest.raises(sqlite3.IntegrityError):
+        store.enqueue_tasks([*tasks[:2], orphan], clock.now(), event_payload={"by": "tester"})
+    assert gc.isenabled() and store.last_event_sequence() == before
+    assert store.enqueue_task(tasks[0], clock.now()).task_id == 1
+    assert store.last_event_sequence() == before + 1 and store.verify_event_chain() == []
+
+
+def test_the_collector_pause_nests_and_ends_running() -> None:
+    with no_cycle_collection():
+        with no_cycle_collection():
+            assert not gc.isenabled()
+        assert not gc.isenabled(), "the inner pause does not resume what the outer one paused"
+    assert gc.isenabled()

@@ -21,6 +21,7 @@ from agentd.errors import AgentdError, InputError
 from agentd.process.privilege import operator_source
 from agentd.records import NewTask, TaskIntent
 from agentd.store import Store
+from agentd.store.base import no_cycle_collection
 from agentd.work.intake import admit_task
 
 CHUNK = 500  # lines per transaction: bounds how long a batch holds the write lock
@@ -78,6 +79,19 @@ def judge_lines(
     lines are skipped. `source`: the source of the lines that name none, as `operator_source` made it
     from --source (judged once, by the caller)."""
     judged = Judged()
+    with no_cycle_collection():
+        _judge_each(lines, judged, config, now, source, require_approval)
+    return judged
+
+
+def _judge_each(
+    lines: Iterable[tuple[int, bytes | None]],
+    judged: Judged,
+    config: Config,
+    now: datetime,
+    source: str,
+    require_approval: bool,
+) -> None:
     for number, raw in lines:
         judged.lines = number
         try:
@@ -90,7 +104,6 @@ def judge_lines(
             judged.bad.append(BadLine(number, str(exc)))
         if len(judged.tasks) > MAX_TASKS:
             raise InputError(f"more than {MAX_TASKS:,} tasks in one batch; split the file (nothing was written)")
-    return judged
 
 
 def judge_line(raw: bytes, config: Config, now: datetime, source: str, require_approval: bool) -> NewTask:
