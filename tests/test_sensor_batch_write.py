@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 
 from agentd.clock import FakeClock
 from agentd.config import Config
+from agentd.records import TaskIntent
 from agentd.services.sensor_runs import parse_output
 from agentd.store import Store
+from agentd.work.intake import admit_task
 
 
 def line(key: str, **extra: object) -> str:
@@ -60,4 +63,29 @@ def test_after_a_batch_an_event_is_written_at_once_again(store: Store, config: C
     record(store, config, clock, [line("a"), line("a")])  # the first repeat, then a repeat noted already
     store.record_event("dispatch_started", clock.now())
     assert [e.type for e in store.read_events()][-2:] == ["sensor_event_deduped", "dispatch_started"]
+    assert store.verify_event_chain() == []
+
+
+def test_a_batch_s_tasks_get_the_ids_one_insert_at_a_time_gave_around_workflows_and_approvals(
+    store: Store, config: Config, clock: FakeClock
+) -> None:
+    """The batch's task rows go in by one executemany with their ids worked out first; a workflow (which
+    reads tasks) and a task held for approval (whose request updates its row) come between them, and
+    every event, row and approval names the task it names one insert at a time."""
+    workflow = {"template": "goal-loop", "instance_key": "w1"}
+    lines = [line("a", proposed_task=task("A")), line("w", proposed_workflow=workflow)]
+    lines += [line(k, proposed_task=task(k.upper())) for k in ("b", "c", "d")]
+    accepted, rejected = parse_output("s", "\n".join(lines), config, clock.now())
+    held = admit_task(TaskIntent(**task("C")), config, clock.now(), trusted=False, require_approval=True)
+    accepted[3] = replace(accepted[3], task=held)
+    store.record_sensor_events("s", accepted, rejected, clock.now())
+    created = {e.payload["dedupe_key"]: e.task_id for e in store.read_events(types=("sensor_task_created",))}
+    assert created == {"a": 1, "b": 2, "c": 3, "d": 4}
+    with sqlite3.connect(store.path) as conn:
+        rows = dict(conn.execute("SELECT dedupe_key, task_id FROM sensor_events WHERE task_id IS NOT NULL"))
+        subjects = dict(conn.execute("SELECT id, subject FROM tasks"))
+        approvals = conn.execute("SELECT task_id FROM approvals").fetchall()
+    assert rows == created and subjects == {1: "A", 2: "B", 3: "C", 4: "D"} and approvals == [(3,)]
+    assert [t.task_id for t in store.list_tasks() if t.awaiting_approval] == [3]
+    assert store.enqueue_task(held, clock.now()).task_id == 5, "AUTOINCREMENT goes on after them"
     assert store.verify_event_chain() == []

@@ -18,7 +18,7 @@ from agentd.records import (
     SignalDecision,
 )
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
-from agentd.store.tasks import insert_task
+from agentd.store.tasks import HeldTasks
 from agentd.store.workflows import apply_signal, insert_workflow, read_workflow
 
 MAX_REJECTION_EVENTS = 100  # per run; the rest are counted in sensor_run_finished
@@ -45,6 +45,7 @@ class SensingVerbs(StoreBase):
         rows: list[tuple[Any, ...]] = []
         repeats: list[tuple[Any, ...]] = []
         with self.transaction(), self._events_batched():
+            held = HeldTasks(self.tx)  # the batch's tasks go in by one executemany too
             # One query for the batch: under the write lock no one else can spend a key meanwhile,
             # so a known key is a repeat without trying its INSERT (and a key's second line here too).
             spent = self._spent_keys(sensor_id, [item.event.dedupe_key for item in accepted])
@@ -55,7 +56,7 @@ class SensingVerbs(StoreBase):
                     self._note_first_repeat(sensor_id, item, spent, now, repeats)
                     continue
                 spent[key] = _SpentKey(item.event.event_id, repeat_noted=False)
-                rows.append(self._record_one(sensor_id, item, now, counts))
+                rows.append(self._record_one(sensor_id, item, now, counts, held))
             for rejection in rejected[:MAX_REJECTION_EVENTS]:
                 self._append_event(
                     "sensor_event_rejected",
@@ -63,7 +64,9 @@ class SensingVerbs(StoreBase):
                     sensor_id=sensor_id,
                     payload={"line": rejection.line, "reason": rejection.reason[:500]},
                 )
-            # The rows first: a key's first repeat may be in this batch too, and marks its row.
+            # The tasks the rows name, then the rows (a key's first repeat may be in this batch too,
+            # and marks its row).
+            held.flush()
             self._conn.executemany(_INSERT_SENSOR_EVENT, rows)
             self._conn.executemany(_MARK_REPEATED, repeats)
         return counts
@@ -95,7 +98,9 @@ class SensingVerbs(StoreBase):
         self._append_event("sensor_event_deduped", now, sensor_id=sensor_id, payload=payload)
         spent[key] = _SpentKey(first.event_id, repeat_noted=True)
 
-    def _record_one(self, sensor_id: str, item: AcceptedEvent, now: datetime, counts: IntakeCounts) -> tuple[Any, ...]:
+    def _record_one(
+        self, sensor_id: str, item: AcceptedEvent, now: datetime, counts: IntakeCounts, held: HeldTasks
+    ) -> tuple[Any, ...]:
         """A new event: its events in the chain, its task or workflow; its row (which names them)."""
         event = item.event
         ids: dict[str, Any] = {
@@ -110,12 +115,13 @@ class SensingVerbs(StoreBase):
             result = "stale"
             counts.stale += 1
         elif item.task is not None:
-            task_id = insert_task(self.tx, item.task, now, {"sensor_id": sensor_id})
+            task_id = held.insert(item.task, now, {"sensor_id": sensor_id})
             self._append_event("sensor_task_created", now, task_id=task_id, **ids)
             result = "created"
             counts.created += 1
             counts.task_ids.append(task_id)
         if not item.stale and item.workflow is not None:
+            held.flush()  # a workflow may make tasks of its own, and reads them
             workflow_id = self._start_workflow(sensor_id, item, ids, now, counts)
             result = "created"
         return (

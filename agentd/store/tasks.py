@@ -104,6 +104,36 @@ def _enqueued(tx: Tx, task_id: int, new: NewTask, now: datetime, event_payload: 
         request_approval(tx, task_id, new.approval_reason, now)
 
 
+class HeldTasks:
+    """New tasks whose rows go in later, by one executemany (`flush`): under the write lock the ids
+    AUTOINCREMENT would give them one by one are known up front, so their events can name them now.
+    Hazard: nothing else may insert a task or read these rows before `flush()`, which the caller runs
+    before any such step and before its transaction ends. A task held for approval is inserted at
+    once (its approval request updates its row)."""
+
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+        self._rows: list[tuple[Any, ...]] = []
+        self._next_id = 0
+
+    def insert(self, new: NewTask, now: datetime, event_payload: dict[str, Any] | None = None) -> int:
+        """The task's id and its task_enqueued event now; its row at the next flush."""
+        if new.approval_reason is not None:
+            self.flush()
+            return insert_task(self._tx, new, now, event_payload)
+        if not self._rows:  # after a flush, or another insert: ask the table again
+            self._next_id = int(self._tx.execute(_NEXT_TASK_ID).fetchone()[0])
+        task_id, self._next_id = self._next_id, self._next_id + 1
+        self._rows.append((task_id, *_task_row(new, now)))
+        _enqueued(self._tx, task_id, new, now, event_payload)
+        return task_id
+
+    def flush(self) -> None:
+        if self._rows:
+            self._tx.executemany(_INSERT_TASK_WITH_ID, self._rows)
+            self._rows = []
+
+
 def cancel_waiting(tx: Tx, task_id: int, outcome: TaskOutcome, now: datetime, by: str = "agentd") -> None:
     """A task that is not running ends operator_canceled; the caller holds the transaction."""
     tx.execute(
@@ -174,15 +204,9 @@ class TaskVerbs(StoreBase):
         """Insert validated tasks, each with its task_enqueued event as `enqueue_task` writes it, all in
         one transaction (the caller bounds how many: `agentd task add --batch` gives 500); their ids."""
         with self.transaction(), self._events_batched():  # nothing here reads the events back
-            # Under the write lock the ids AUTOINCREMENT would give one by one are known up front, so
-            # the rows go in by one executemany; then each task's event (and approval), in order.
-            first = int(self._conn.execute(_NEXT_TASK_ID).fetchone()[0])
-            ids = list(range(first, first + len(news)))
-            self._conn.executemany(
-                _INSERT_TASK_WITH_ID, [(first + n, *_task_row(new, now)) for n, new in enumerate(news)]
-            )
-            for n, new in enumerate(news):
-                _enqueued(self.tx, first + n, new, now, event_payload)
+            held = HeldTasks(self.tx)
+            ids = [held.insert(new, now, event_payload) for new in news]
+            held.flush()
             return ids
 
     def get_task(self, task_id: int) -> TaskRecord | None:
