@@ -282,3 +282,13 @@ def test_the_collector_pause_nests_and_ends_running() -> None:
             assert not gc.isenabled()
         assert not gc.isenabled(), "the inner pause does not resume what the outer one paused"
     assert gc.isenabled()
+
+
+def test_a_batch_over_the_task_limit_is_refused_whole(
+    initialised: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(batch, "MAX_TASKS", 5)
+    result = add_batch(initialised, tmp_path, jsonl(*(intent(n) for n in range(1, 7))))
+    assert result.code == 2 and "more than 5 tasks in one batch; split the file (nothing was written)" in result.err
+    assert task_count(initialised) == 0
+    assert add_batch(initialised, tmp_path, jsonl(*(intent(n) for n in range(1, 6)))).code == 0

@@ -24,7 +24,7 @@ from agentd.store import Store
 from agentd.store.base import no_cycle_collection
 from agentd.work.intake import admit_task
 
-CHUNK = 500  # lines per transaction: bounds how long a batch holds the write lock
+CHUNK = 500  # tasks (non-blank lines) per transaction: bounds how long a batch holds the write lock
 MAX_TASKS = 100_000  # per batch: every judged task is held in memory until the writing starts
 MAX_LINE_BYTES = 2 * 1024 * 1024  # a payload's 1 MiB and a description's 64 KiB fit with room to spare
 SHOWN_PROBLEMS = 20  # bad lines named in the refusal; the rest are counted
