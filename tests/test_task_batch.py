@@ -98,6 +98,10 @@ BAD_LINES = {
     "unknown field": (json.dumps(intent(0, idempotency_key="k")), "idempotency_key: extra inputs are not permitted"),
     "agentd's own source": (json.dumps(intent(0, source="sensor:x")), "source: 'sensor:x' claims a namespace"),
     "priority out of range": (json.dumps(intent(0, priority=11)), "priority: input should be less than or equal"),
+    "a workflow's step": (
+        json.dumps(intent(0, workflow_ref={"workflow_id": 1, "state_id": "plan", "instance_key": "k"})),
+        "workflow_ref: only the workflow engine creates workflow tasks",
+    ),
     "not UTF-8": (b'{"task_type": "\xff"}', "not UTF-8: invalid start byte at byte 15"),
 }
 
@@ -179,7 +183,7 @@ LINE_PARTS = st.one_of(
     st.builds(
         lambda d: json.dumps(d),
         st.dictionaries(
-            st.sampled_from(["task_type", "payload", "priority", "subject", "source", "x"]),
+            st.sampled_from(["task_type", "payload", "priority", "subject", "source", "workflow_ref", "x"]),
             st.one_of(st.none(), st.integers(), st.text(max_size=5), st.just({})),
             max_size=4,
         ),

@@ -116,6 +116,8 @@ def judge_line(raw: bytes, config: Config, now: datetime, source: str, require_a
         raise InputError(str(exc).removeprefix("line: ")) from None
     if not isinstance(data, dict):
         raise InputError(f"expected a JSON object (a task intent), found {_json_kind(data)}")
+    if "workflow_ref" in data:  # the one intent field `task add` has no flag for: a workflow's step is the engine's
+        raise InputError("workflow_ref: only the workflow engine creates workflow tasks; propose a workflow instead")
     if "source" not in data:
         data["source"] = source
     elif isinstance(data["source"], str):  # anything else: the record says what a source is
