@@ -79,7 +79,7 @@ def test_a_batch_of_many_lines_lands_with_each_line_as_task_add_would_make_it(in
 def test_the_text_summary_names_the_tasks_and_a_held_batch_says_so(initialised: Any, tmp_path: Path) -> None:
     result = add_batch(initialised, tmp_path, jsonl(intent(1), intent(2)), "--require-approval")
     assert result.code == 0 and result.out == "2 tasks enqueued from " + str(tmp_path / "tasks.jsonl") + (
-        ": tasks 1–2; waiting for approval (`agentd approve`)\n"
+        ": tasks 1–2; all waiting for approval (`agentd approve`)\n"
     )
     assert [t["awaiting_approval"] for t in initialised("task", "list", "--json").json()] == [True, True]
 

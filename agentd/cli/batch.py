@@ -55,7 +55,12 @@ def cmd_task_add_batch(args: argparse.Namespace) -> int:
     if wants_json(args):
         print_json(ids)
     elif ids:
-        held = "; waiting for approval (`agentd approve`)" if args.require_approval else ""
+        waiting = sum(
+            1 for _, new in judged.tasks if new.approval_reason is not None
+        )  # --require-approval or the type's
+        held = (
+            f"; {'all' if waiting == len(ids) else waiting} waiting for approval (`agentd approve`)" if waiting else ""
+        )
         print(f"{len(ids):,} tasks enqueued from {_name(args.batch)}: tasks {batch.id_ranges(ids)}{held}")
     else:
         print(f"no tasks in {_name(args.batch)} (only blank lines)")
