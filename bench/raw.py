@@ -4,6 +4,7 @@ transaction per row, as agentd commits them."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from pathlib import Path
@@ -69,3 +70,28 @@ def claim_complete_per_s(directory: Path, count: int) -> float:
     elapsed = time.perf_counter() - started
     conn.close()
     return count / elapsed
+
+
+BATCH_INSERT = """INSERT INTO tasks (task_type, source, subject, priority, payload, requested_profile_id, max_attempts,
+                                     available_at, created_at, updated_at)
+                  VALUES (?, 'operator:bench', ?, 5, ?, 'operator', 3, ?, ?, ?)"""
+
+
+def batch_insert_per_s(directory: Path, text: bytes) -> float:
+    """The same JSON lines as `task add --batch` gets, each parsed (json.loads) and its row inserted,
+    500 rows per transaction: a minimal importer, with no validation and no events."""
+    path, now = migrated_file(directory)
+    conn = connect(path)
+    started = time.perf_counter()
+    lines = text.splitlines()
+    for start in range(0, len(lines), 500):
+        conn.execute("BEGIN IMMEDIATE")
+        for line in lines[start : start + 500]:
+            intent = json.loads(line)
+            conn.execute(
+                BATCH_INSERT, (intent["task_type"], intent["subject"], json.dumps(intent["payload"]), now, now, now)
+            )
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return len(lines) / elapsed

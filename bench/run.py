@@ -44,10 +44,11 @@ class Sizes:
     idle_settle_s: float
     fleet_tasks: int
     fleet_claimers: int
+    batch_lines: int
 
 
-FULL = Sizes(5, 300, 2_000, 1_000, 200, 1_000, 1_000_000, 20_000, 3, 3.0, 5_000, 8)
-QUICK = Sizes(1, 3, 20, 20, 10, 1_000, 10_000, 200, 1, 1.0, 200, 8)
+FULL = Sizes(5, 300, 2_000, 1_000, 200, 1_000, 1_000_000, 20_000, 3, 3.0, 5_000, 8, 10_000)
+QUICK = Sizes(1, 3, 20, 20, 10, 1_000, 10_000, 200, 1, 1.0, 200, 8, 200)
 
 # Sample names (the measurement table's rows) that the goals refer to.
 E2E_AGENTD = "end to end: agentd dispatch --until-idle"
@@ -81,6 +82,10 @@ def sensor_ingest(events: int) -> str:
     return f"sensor ingest: {events:,} events, half duplicates"
 
 
+def batch_add(lines: int, side: str) -> str:
+    return f"task add --batch: {lines:,} lines, {side}"
+
+
 def goals(sizes: Sizes) -> list[Goal]:
     small, large = claim_latency(sizes.small_queue), claim_latency(sizes.large_queue)
     return [
@@ -100,7 +105,14 @@ def goals(sizes: Sizes) -> list[Goal]:
             "claim + complete ≥ 0.5× raw sqlite3 (FULL)", CLAIM.format("agentd"), CLAIM.format("raw sqlite3"), 0.5, True
         ),
         Goal(f"claim p50 at {sizes.large_queue:,} ≤ 2× at {sizes.small_queue:,}", large, small, 2.0, False),
-        Goal("sensor ingest ≥ 10,000 events/s", sensor_ingest(sizes.sensor_events), None, 10_000, True),
+        Goal("sensor ingest ≥ 20,000 events/s", sensor_ingest(sizes.sensor_events), None, 20_000, True),
+        Goal(
+            "`task add --batch` ≥ 0.5× raw sqlite3 (FULL)",
+            batch_add(sizes.batch_lines, "agentd"),
+            batch_add(sizes.batch_lines, "raw sqlite3"),
+            0.5,
+            True,
+        ),
         Goal("`agentd task add` ≤ 150 ms", "start-up: agentd task add", None, 150, False),
         Goal("`agentd status` ≤ 150 ms", "start-up: agentd status", None, 150, False),
         Goal("idle `agentd dispatch` ≤ 0.1% of a core", IDLE_CPU.format("dispatch"), None, 0.1, False),
@@ -170,6 +182,12 @@ def measure_claim_complete(samples: Samples, folder: Path, count: int) -> None:
     measure_sides(samples, CLAIM, folder, count, sides)
 
 
+def measure_batch_add(samples: Samples, folder: Path, lines: int, text: bytes) -> None:
+    """The two sides of the batch row back to back, each on a fresh migrated file."""
+    samples.add(batch_add(lines, "agentd"), "lines/s", store_rows.batch_add_per_s(folder / "agentd", text))
+    samples.add(batch_add(lines, "raw sqlite3"), "lines/s", raw.batch_insert_per_s(folder / "raw", text))
+
+
 def measure_claim_latency(samples: Samples, folder: Path, sizes: Sizes, large: Store) -> None:
     """The small queue is made anew each repetition (its claimable tasks run out); the large one is
     made once (a repetition's claims are a rounding error of it)."""
@@ -222,18 +240,20 @@ def measure_all(sizes: Sizes, tmp: Path, rig: fleet.Rig | None, fleet_reason: st
     say(f"building the {sizes.large_queue:,}-task claim queue")
     large = store_rows.claim_queue(tmp / "claim-large", sizes.large_queue)
     sensor_text = store_rows.sensor_lines(sizes.sensor_events)
+    batch_text = store_rows.batch_lines(sizes.batch_lines)
     startup_config = processes.operator_agent(tmp / "operator")
     for rep in range(sizes.reps):
         folder = tmp / f"rep-{rep}"
         say(f"repetition {rep + 1}/{sizes.reps}: idle services started; end to end ({sizes.e2e_tasks} tasks a side)")
         with processes.idle_services(folder / "idle", sizes.idle_settle_s) as idle:
             measure_end_to_end(samples, folder / "e2e", sizes)
-            say(f"repetition {rep + 1}/{sizes.reps}: enqueue, claim + complete, claim latency, sensor ingest")
+            say(f"repetition {rep + 1}/{sizes.reps}: enqueue, claim + complete, claim latency, sensor ingest, --batch")
             measure_enqueue(samples, folder / "enqueue", sizes.enqueues)
             measure_claim_complete(samples, folder / "claim", sizes.claim_completes)
             measure_claim_latency(samples, folder / "latency", sizes, large)
             ingest = store_rows.sensor_ingest_per_s(folder / "sensor", sensor_text)
             samples.add(sensor_ingest(sizes.sensor_events), "events/s", ingest)
+            measure_batch_add(samples, folder / "batch", sizes.batch_lines, batch_text)
             if rig is not None:
                 say(f"repetition {rep + 1}/{sizes.reps}: fleet claim + complete ({sizes.fleet_tasks:,} tasks a limit)")
             measure_fleet(samples, rig, sizes, fleet_reason)
@@ -278,6 +298,10 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]
         "(a tenth urgent and delayed a day, a third done), ANALYZEd",
         f"- sensor ingest: {sizes.sensor_events:,} SensorEvent lines, half repeats of the other half, through "
         "`parse_output` (each line judged, its task admitted) and `record_sensor_events` 500 per transaction",
+        f"- task add --batch: {sizes.batch_lines:,} JSON lines (the example type, a subject and a payload each); "
+        "agentd: what the command runs after its start-up (`agentd.work.batch`: each line judged as `task add` "
+        "judges one, then `enqueue_tasks` 500 per transaction, each task with its task_enqueued event); raw: each "
+        "line `json.loads`ed and its row inserted, 500 per transaction, no validation or events",
         f"- start-up: the console script `agentd`, a new process each run, {sizes.startup_runs} runs per repetition",
         f"- idle: `agentd dispatch` and `agentd sensors` as services on an agent of their own (no sensors, metrics on "
         f"a free loopback port), started at each repetition's beginning; {sizes.idle_settle_s:g} s later the window "

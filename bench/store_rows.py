@@ -1,9 +1,10 @@
 """agentd's side of the store rows, through the store's own verbs on a real migrated file
 (synchronous=FULL): enqueue with intake validation, claim + complete, the claim's latency as the
-queue grows, and sensor ingest through the dedupe path. Each function returns one sample."""
+queue grows, sensor ingest through the dedupe path, and `task add --batch`. Each function returns one sample."""
 
 from __future__ import annotations
 
+import io
 import json
 import statistics
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 from agentd.records import AttemptEnd, AttemptPlan, TaskIntent, TaskOutcome
 from agentd.services.sensor_runs import BATCH, parse_output
 from agentd.store import Store
+from agentd.work import batch
 from agentd.work.intake import admit_task
 from bench.agent import bulk_tasks, fresh, pending_tasks
 
@@ -116,3 +118,31 @@ def sensor_ingest_per_s(directory: Path, text: str) -> float:
     lines = text.count("\n") + 1
     assert not rejected and created + deduped == lines and deduped == lines - lines // 2, (created, deduped)
     return lines / elapsed
+
+
+def batch_lines(count: int) -> bytes:
+    """`count` task intent lines as `agentd task add --batch` reads them: the example type, a subject
+    and a payload its schema accepts, each different."""
+    lines = [
+        json.dumps({"task_type": "example", "subject": f"item {n}", "payload": {"note": f"n{n}"}}) for n in range(count)
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def batch_add_per_s(directory: Path, text: bytes) -> float:
+    """Lines/s through what `agentd task add --batch` runs after its start-up: every line read and
+    judged (JSON, TaskIntent, the operator's source, `admit_task` with the payload schema), then the
+    tasks written 500 per transaction, each with its task_enqueued event."""
+    config, store, clock = fresh(directory)
+    started = time.perf_counter()
+    judged = batch.judge_lines(batch.read_lines(io.BytesIO(text)), config, clock.now(), source="bench")
+    writing = batch.write(store, judged.tasks, clock.now(), "bench")
+    elapsed = time.perf_counter() - started
+    store.close()
+    assert not judged.bad and writing.failed is None and len(writing.task_ids) == judged.lines, (
+        judged.bad[:2],
+        writing.failed,
+        len(writing.task_ids),
+        judged.lines,
+    )
+    return judged.lines / elapsed

@@ -35,7 +35,9 @@ def register(commands: Any) -> None:
         dest="task_command", metavar="SUBCOMMAND", required=True
     )
     add = add_command(task, "add", cmd_task_add, "validate and enqueue a task")
-    add.add_argument("--type", dest="task_type", required=True, help="a registered task type")
+    what = add.add_mutually_exclusive_group(required=True)
+    what.add_argument("--type", dest="task_type", help="a registered task type")
+    what.add_argument("--batch", metavar="FILE", help="many tasks: a task intent per JSON line ('-': stdin)")
     add.add_argument("--subject")
     add.add_argument("--description")
     add.add_argument("--priority", type=int, help="1 (most urgent) to 10 (least); default 5")
@@ -126,6 +128,10 @@ def intent_from_args(args: argparse.Namespace) -> TaskIntent:
 def cmd_task_add(args: argparse.Namespace) -> int:
     from agentd import control
 
+    if args.batch is not None:
+        from agentd.cli.batch import cmd_task_add_batch
+
+        return cmd_task_add_batch(args)
     intent = intent_from_args(args)
     with agent_store(args) as (config, store):
         task = control.add_task(config, store, intent, SystemClock().now(), require_approval=args.require_approval)

@@ -10,12 +10,9 @@ run's recorded internal_error.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import json
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -41,6 +38,7 @@ from agentd.process.wake import poke
 from agentd.records import AcceptedEvent, IntakeCounts, NewTask, RejectedLine, SensorEvent, WorkflowStart
 from agentd.redaction import Redactor
 from agentd.store import AsyncStore, Store
+from agentd.store.base import no_cycle_collection
 from agentd.work.intake import admit_task
 from agentd.work.workflows import judge_signal, signal_refusal, start_state
 
@@ -66,7 +64,7 @@ def parse_output(
 ) -> tuple[list[AcceptedEvent], list[RejectedLine]]:
     """Judge each line on its own: a SensorEvent with a valid proposal, or rejected and why."""
     accepted, rejected = [], []
-    with _no_cycle_collection():
+    with no_cycle_collection():
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
@@ -78,22 +76,6 @@ def parse_output(
                 logger.exception("sensor %s line %d could not be judged", sensor_id, number)
                 rejected.append(RejectedLine(number, scrub(f"internal_error: {type(exc).__name__}: {exc}")[:500]))
     return accepted, rejected
-
-
-@contextlib.contextmanager
-def _no_cycle_collection() -> Iterator[None]:
-    """The cyclic GC paused while a run's output is judged (as Mercurial's util.nogc does): each line
-    leaves a few objects that live until recorded, and the collector would walk everything the
-    process holds several times per run (a third of the judging time for 20,000 lines, measured).
-    Judging makes no reference cycles worth waiting for; reference counting frees what it drops.
-    Only the caller that paused it resumes it, so nested or concurrent pauses end with it running."""
-    was_running = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_running:
-            gc.enable()
 
 
 class _Rejected(Exception):

@@ -18,10 +18,14 @@ from agentd.records import (
     SignalDecision,
 )
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
-from agentd.store.tasks import insert_task
+from agentd.store.tasks import HeldTasks
 from agentd.store.workflows import apply_signal, insert_workflow, read_workflow
 
 MAX_REJECTION_EVENTS = 100  # per run; the rest are counted in sensor_run_finished
+_INSERT_SENSOR_EVENT = """INSERT INTO sensor_events (sensor_id, dedupe_key, event_id, observed_at, source_ref,
+        freshness_deadline, payload, result, task_id, workflow_id, recorded_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+_MARK_REPEATED = "UPDATE sensor_events SET deduped_at = ? WHERE sensor_id = ? AND dedupe_key = ?"
 
 
 @dataclass(frozen=True)
@@ -34,9 +38,14 @@ class SensingVerbs(StoreBase):
     def record_sensor_events(
         self, sensor_id: str, accepted: list[AcceptedEvent], rejected: list[RejectedLine], now: datetime
     ) -> IntakeCounts:
-        """One batch of a run's output, in one transaction: duplicates change nothing."""
+        """One batch of a run's output, in one transaction: duplicates change nothing. Its events and
+        its sensor_events rows are written by one executemany each, as the transaction ends (nothing
+        here reads them back meanwhile: the keys spent are known in memory)."""
         counts = IntakeCounts(rejected=len(rejected))
-        with self.transaction():
+        rows: list[tuple[Any, ...]] = []
+        repeats: list[tuple[Any, ...]] = []
+        with self.transaction(), self._events_batched():
+            held = HeldTasks(self.tx)  # the batch's tasks go in by one executemany too
             # One query for the batch: under the write lock no one else can spend a key meanwhile,
             # so a known key is a repeat without trying its INSERT (and a key's second line here too).
             spent = self._spent_keys(sensor_id, [item.event.dedupe_key for item in accepted])
@@ -44,10 +53,10 @@ class SensingVerbs(StoreBase):
                 key = item.event.dedupe_key
                 if key in spent:
                     counts.deduped += 1  # sensor_run_finished says how many in each run
-                    self._note_first_repeat(sensor_id, item, spent, now)
+                    self._note_first_repeat(sensor_id, item, spent, now, repeats)
                     continue
                 spent[key] = _SpentKey(item.event.event_id, repeat_noted=False)
-                self._record_one(sensor_id, item, now, counts)
+                rows.append(self._record_one(sensor_id, item, now, counts, held))
             for rejection in rejected[:MAX_REJECTION_EVENTS]:
                 self._append_event(
                     "sensor_event_rejected",
@@ -55,6 +64,11 @@ class SensingVerbs(StoreBase):
                     sensor_id=sensor_id,
                     payload={"line": rejection.line, "reason": rejection.reason[:500]},
                 )
+            # The tasks the rows name, then the rows (a key's first repeat may be in this batch too,
+            # and marks its row).
+            held.flush()
+            self._conn.executemany(_INSERT_SENSOR_EVENT, rows)
+            self._conn.executemany(_MARK_REPEATED, repeats)
         return counts
 
     def _spent_keys(self, sensor_id: str, keys: list[str]) -> dict[str, _SpentKey]:
@@ -65,23 +79,29 @@ class SensingVerbs(StoreBase):
         return {r[0]: _SpentKey(r[1], bool(r[2])) for r in self._rows_in(sql, keys, sensor_id)}
 
     def _note_first_repeat(
-        self, sensor_id: str, item: AcceptedEvent, spent: dict[str, _SpentKey], now: datetime
+        self,
+        sensor_id: str,
+        item: AcceptedEvent,
+        spent: dict[str, _SpentKey],
+        now: datetime,
+        repeats: list[tuple[Any, ...]],
     ) -> None:
         """sensor_event_deduped, once per (sensor, dedupe key): the first repeat writes it and marks
-        the row, so a sensor printing the same items every poll adds nothing to the log after that."""
+        the row (added to `repeats`), so a sensor printing the same items every poll adds nothing to
+        the log after that."""
         key = item.event.dedupe_key
         first = spent[key]
         if first.repeat_noted:
             return
-        self._conn.execute(
-            "UPDATE sensor_events SET deduped_at = ? WHERE sensor_id = ? AND dedupe_key = ?", (ts(now), sensor_id, key)
-        )
+        repeats.append((ts(now), sensor_id, key))
         payload = {"dedupe_key": key, "event_id": item.event.event_id, "first_event_id": first.event_id}
         self._append_event("sensor_event_deduped", now, sensor_id=sensor_id, payload=payload)
         spent[key] = _SpentKey(first.event_id, repeat_noted=True)
 
-    def _record_one(self, sensor_id: str, item: AcceptedEvent, now: datetime, counts: IntakeCounts) -> None:
-        """A new event: its events in the chain, its task or workflow, then its row (which names them)."""
+    def _record_one(
+        self, sensor_id: str, item: AcceptedEvent, now: datetime, counts: IntakeCounts, held: HeldTasks
+    ) -> tuple[Any, ...]:
+        """A new event: its events in the chain, its task or workflow; its row (which names them)."""
         event = item.event
         ids: dict[str, Any] = {
             "sensor_id": sensor_id,
@@ -95,31 +115,27 @@ class SensingVerbs(StoreBase):
             result = "stale"
             counts.stale += 1
         elif item.task is not None:
-            task_id = insert_task(self.tx, item.task, now, {"sensor_id": sensor_id})
+            task_id = held.insert(item.task, now, {"sensor_id": sensor_id})
             self._append_event("sensor_task_created", now, task_id=task_id, **ids)
             result = "created"
             counts.created += 1
             counts.task_ids.append(task_id)
         if not item.stale and item.workflow is not None:
+            held.flush()  # a workflow may make tasks of its own, and reads them
             workflow_id = self._start_workflow(sensor_id, item, ids, now, counts)
             result = "created"
-        self._conn.execute(
-            """INSERT INTO sensor_events (sensor_id, dedupe_key, event_id, observed_at, source_ref,
-                   freshness_deadline, payload, result, task_id, workflow_id, recorded_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            (
-                sensor_id,
-                event.dedupe_key,
-                event.event_id,
-                ts(event.observed_at),
-                event.source_ref,
-                ts(event.freshness_deadline),
-                dumps(event.payload),
-                result,
-                task_id,
-                workflow_id,
-                ts(now),
-            ),
+        return (
+            sensor_id,
+            event.dedupe_key,
+            event.event_id,
+            ts(event.observed_at),
+            event.source_ref,
+            ts(event.freshness_deadline),
+            dumps(event.payload),
+            result,
+            task_id,
+            workflow_id,
+            ts(now),
         )
 
     def _start_workflow(

@@ -34,41 +34,56 @@ def read_task_or_raise(tx: Tx, task_id: int) -> TaskRecord:
 
 def insert_task(tx: Tx, new: NewTask, now: datetime, event_payload: dict[str, Any] | None = None) -> int:
     """The INSERT and its task_enqueued event; the caller holds the transaction."""
-    workflow = new.workflow_ref
-    cursor = tx.execute(
-        """INSERT INTO tasks (task_type, source, subject, description, priority, payload,
-               requested_profile_id, requested_adapter_id, requested_model, skill_ids,
-               evidence_requirements, workflow_id, workflow_state, workflow_iteration,
-               schedule_id, max_attempts, available_at, created_at, updated_at, parent_task_id, delegation_depth,
-               root_task_id, delegation_caps)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        (
-            new.task_type,
-            new.source,
-            new.subject,
-            new.description,
-            new.priority,
-            dumps(new.payload),
-            new.requested_profile_id,
-            new.requested_adapter_id,
-            new.requested_model,
-            dumps(list(new.skill_ids)),
-            dumps(new.evidence_requirements.model_dump(exclude_none=True)) if new.evidence_requirements else None,
-            workflow.workflow_id if workflow else None,
-            workflow.state_id if workflow else None,
-            new.workflow_iteration,
-            new.schedule_id,
-            new.max_attempts,
-            ts(new.available_at),
-            ts(now),
-            ts(now),
-            new.parent_task_id,
-            new.delegation_depth,
-            new.root_task_id,
-            dumps(new.delegation_caps) if new.delegation_caps is not None else None,
-        ),
-    )
+    cursor = tx.execute(_INSERT_TASK, _task_row(new, now))
     task_id = int(cursor.lastrowid or 0)
+    _enqueued(tx, task_id, new, now, event_payload)
+    return task_id
+
+
+_TASK_COLUMNS = """task_type, source, subject, description, priority, payload, requested_profile_id,
+    requested_adapter_id, requested_model, skill_ids, evidence_requirements, workflow_id, workflow_state,
+    workflow_iteration, schedule_id, max_attempts, available_at, created_at, updated_at, parent_task_id,
+    delegation_depth, root_task_id, delegation_caps"""
+_INSERT_TASK = f"INSERT INTO tasks ({_TASK_COLUMNS}) VALUES ({', '.join('?' * 23)})"
+_INSERT_TASK_WITH_ID = f"INSERT INTO tasks (id, {_TASK_COLUMNS}) VALUES ({', '.join('?' * 24)})"
+# The id AUTOINCREMENT gives the next row: one above the largest the table ever held.
+_NEXT_TASK_ID = """SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tasks'), 0),
+                         COALESCE((SELECT MAX(id) FROM tasks), 0)) + 1"""
+
+
+def _task_row(new: NewTask, now: datetime) -> tuple[Any, ...]:
+    """A task's columns in _TASK_COLUMNS order."""
+    workflow = new.workflow_ref
+    return (
+        new.task_type,
+        new.source,
+        new.subject,
+        new.description,
+        new.priority,
+        dumps(new.payload),
+        new.requested_profile_id,
+        new.requested_adapter_id,
+        new.requested_model,
+        dumps(list(new.skill_ids)),
+        dumps(new.evidence_requirements.model_dump(exclude_none=True)) if new.evidence_requirements else None,
+        workflow.workflow_id if workflow else None,
+        workflow.state_id if workflow else None,
+        new.workflow_iteration,
+        new.schedule_id,
+        new.max_attempts,
+        ts(new.available_at),
+        ts(now),
+        ts(now),
+        new.parent_task_id,
+        new.delegation_depth,
+        new.root_task_id,
+        dumps(new.delegation_caps) if new.delegation_caps is not None else None,
+    )
+
+
+def _enqueued(tx: Tx, task_id: int, new: NewTask, now: datetime, event_payload: dict[str, Any] | None) -> None:
+    """A new task's task_enqueued event, and its approval request if it waits for one."""
+    workflow = new.workflow_ref
     tx.event(
         "task_enqueued",
         now,
@@ -87,7 +102,36 @@ def insert_task(tx: Tx, new: NewTask, now: datetime, event_payload: dict[str, An
     )
     if new.approval_reason is not None:
         request_approval(tx, task_id, new.approval_reason, now)
-    return task_id
+
+
+class HeldTasks:
+    """New tasks whose rows go in later, by one executemany (`flush`): under the write lock the ids
+    AUTOINCREMENT would give them one by one are known up front, so their events can name them now.
+    Hazard: nothing else may insert a task or read these rows before `flush()`, which the caller runs
+    before any such step and before its transaction ends. A task held for approval is inserted at
+    once (its approval request updates its row)."""
+
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+        self._rows: list[tuple[Any, ...]] = []
+        self._next_id = 0
+
+    def insert(self, new: NewTask, now: datetime, event_payload: dict[str, Any] | None = None) -> int:
+        """The task's id and its task_enqueued event now; its row at the next flush."""
+        if new.approval_reason is not None:
+            self.flush()
+            return insert_task(self._tx, new, now, event_payload)
+        if not self._rows:  # after a flush, or another insert: ask the table again
+            self._next_id = int(self._tx.execute(_NEXT_TASK_ID).fetchone()[0])
+        task_id, self._next_id = self._next_id, self._next_id + 1
+        self._rows.append((task_id, *_task_row(new, now)))
+        _enqueued(self._tx, task_id, new, now, event_payload)
+        return task_id
+
+    def flush(self) -> None:
+        if self._rows:
+            self._tx.executemany(_INSERT_TASK_WITH_ID, self._rows)
+            self._rows = []
 
 
 def cancel_waiting(tx: Tx, task_id: int, outcome: TaskOutcome, now: datetime, by: str = "agentd") -> None:
@@ -155,6 +199,15 @@ class TaskVerbs(StoreBase):
         with self.transaction():
             task_id = insert_task(self.tx, new, now, event_payload)
         return read_task_or_raise(self.tx, task_id)
+
+    def enqueue_tasks(self, news: list[NewTask], now: datetime, *, event_payload: dict[str, Any]) -> list[int]:
+        """Insert validated tasks, each with its task_enqueued event as `enqueue_task` writes it, all in
+        one transaction (the caller bounds how many: `agentd task add --batch` gives 500); their ids."""
+        with self.transaction(), self._events_batched():  # nothing here reads the events back
+            held = HeldTasks(self.tx)
+            ids = [held.insert(new, now, event_payload) for new in news]
+            held.flush()
+            return ids
 
     def get_task(self, task_id: int) -> TaskRecord | None:
         return read_task(self.tx, task_id)

@@ -1,0 +1,224 @@
+"""`agentd task add --batch`: JSON lines, each one task intent judged exactly as `agentd task add` judges
+its flags (the TaskIntent record, the operator's source, `admit_task` with its payload schema). Every
+line is judged before anything is written: one bad line and nothing is (docs/operate.md, "Many tasks at
+once"); then the tasks are written CHUNK lines per transaction, and a write that fails part way says
+which lines were written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import IO, Any
+
+from pydantic import ValidationError
+
+from agentd.config import Config
+from agentd.edge import Refused
+from agentd.edge import loads as load_json
+from agentd.errors import AgentdError, InputError
+from agentd.process.privilege import operator_source
+from agentd.records import NewTask, TaskIntent
+from agentd.store import Store
+from agentd.store.base import no_cycle_collection
+from agentd.work.intake import admit_task
+
+CHUNK = 500  # tasks (non-blank lines) per transaction: bounds how long a batch holds the write lock
+MAX_TASKS = 100_000  # per batch: every judged task is held in memory until the writing starts
+MAX_LINE_BYTES = 2 * 1024 * 1024  # a payload's 1 MiB and a description's 64 KiB fit with room to spare
+SHOWN_PROBLEMS = 20  # bad lines named in the refusal; the rest are counted
+
+
+@dataclass(frozen=True)
+class BadLine:
+    number: int
+    reason: str
+
+
+@dataclass
+class Judged:
+    """Every line judged: the tasks to write (with their line numbers), the lines refused."""
+
+    tasks: list[tuple[int, NewTask]] = field(default_factory=list)
+    bad: list[BadLine] = field(default_factory=list)
+    lines: int = 0  # read, blank ones included
+
+
+@dataclass(frozen=True)
+class Written:
+    """One transaction's tasks: the line numbers they came from, their ids."""
+
+    lines: list[int]
+    task_ids: list[int]
+
+
+def read_lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, its bytes without the line end) for each line; None for a line longer than
+    MAX_LINE_BYTES, which is skipped to its end without holding it."""
+    number = 0
+    while line := stream.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            while (rest := stream.readline(1 << 20)) and not rest.endswith(b"\n"):
+                pass
+            yield number, None
+            continue
+        yield number, line.rstrip(b"\r\n")
+
+
+def judge_lines(
+    lines: Iterable[tuple[int, bytes | None]],
+    config: Config,
+    now: datetime,
+    *,
+    source: str,
+    require_approval: bool = False,
+) -> Judged:
+    """Each line on its own: a task `agentd task add` would enqueue, or the reason it would not. Blank
+    lines are skipped. `source`: the source of the lines that name none, as `operator_source` made it
+    from --source (judged once, by the caller)."""
+    judged = Judged()
+    with no_cycle_collection():
+        _judge_each(lines, judged, config, now, source, require_approval)
+    return judged
+
+
+def _judge_each(
+    lines: Iterable[tuple[int, bytes | None]],
+    judged: Judged,
+    config: Config,
+    now: datetime,
+    source: str,
+    require_approval: bool,
+) -> None:
+    for number, raw in lines:
+        judged.lines = number
+        try:
+            if raw is None:
+                raise InputError(f"longer than {MAX_LINE_BYTES:,} bytes; a task intent is at most ~1.1 MiB")
+            if not raw.strip():
+                continue
+            judged.tasks.append((number, judge_line(raw, config, now, source, require_approval)))
+        except InputError as exc:
+            judged.bad.append(BadLine(number, str(exc)))
+        if len(judged.tasks) > MAX_TASKS:
+            raise InputError(f"more than {MAX_TASKS:,} tasks in one batch; split the file (nothing was written)")
+
+
+def judge_line(raw: bytes, config: Config, now: datetime, source: str, require_approval: bool) -> NewTask:
+    """One line as `agentd task add` judges its flags; InputError naming the field and what was expected."""
+    try:
+        data = load_json(raw.decode(), "line")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
+    except Refused as exc:
+        raise InputError(str(exc).removeprefix("line: ")) from None
+    if not isinstance(data, dict):
+        raise InputError(f"expected a JSON object (a task intent), found {_json_kind(data)}")
+    if "workflow_ref" in data:  # the one intent field `task add` has no flag for: a workflow's step is the engine's
+        raise InputError("workflow_ref: only the workflow engine creates workflow tasks; propose a workflow instead")
+    if "source" not in data:
+        data["source"] = source
+    elif isinstance(data["source"], str):  # anything else: the record says what a source is
+        data["source"] = _source(data["source"])
+    try:
+        intent = TaskIntent.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(_problems(exc)) from None
+    return admit_task(intent, config, now, trusted=True, require_approval=require_approval)
+
+
+def _source(given: str) -> str:
+    """A line's own source, as `task add --source` takes one: agentd's own namespaces refused ("" is
+    operator:<you>)."""
+    try:
+        return operator_source(given)
+    except InputError as exc:
+        raise InputError(str(exc).replace("--source:", "source:", 1)) from None
+
+
+def _problems(exc: ValidationError) -> str:
+    """A refused intent in its fields' words: `priority: input should be less than or equal to 10, found 11`."""
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(part) for part in err["loc"]) or "line"
+        message = str(err["msg"]).removeprefix("Value error, ")
+        found = "" if "found" in message or err["type"] == "missing" else f", found {_short(err.get('input'))}"
+        problems.append(f"{where}: {message[0].lower()}{message[1:]}{found}")
+    return "; ".join(problems)
+
+
+def _short(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 80 else f"{shown[:60]}… ({len(shown):,} characters)"
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
+def refusal(judged: Judged) -> InputError:
+    """The batch refused: every bad line by number (the first SHOWN_PROBLEMS), nothing written."""
+    shown = [f"  line {bad.number}: {bad.reason}" for bad in judged.bad[:SHOWN_PROBLEMS]]
+    more = len(judged.bad) - len(shown)
+    tail = [f"  … and {more:,} more bad lines"] if more else []
+    head = f"{len(judged.bad):,} of {judged.lines:,} lines refused; nothing was written (fix them and run it again):"
+    return InputError("\n".join([head, *shown, *tail]))
+
+
+@dataclass
+class Writing:
+    """What was written, one Written per committed transaction, and the error that stopped it (if any)."""
+
+    written: list[Written] = field(default_factory=list)
+    failed: AgentdError | None = None
+
+    @property
+    def task_ids(self) -> list[int]:
+        return [task_id for done in self.written for task_id in done.task_ids]
+
+    def resume_note(self, total: int) -> str:
+        """For an operator after a failed write: which lines are in, where to resume."""
+        if not self.written:
+            return "nothing of the batch was written"
+        last, count = self.written[-1].lines[-1], len(self.task_ids)
+        return (
+            f"lines 1–{last} were written ({count:,} of {total:,} tasks: {id_ranges(self.task_ids)}); "
+            f"the lines after {last} were not: resume from line {last + 1}"
+        )
+
+
+def write(
+    store: Store,
+    tasks: list[tuple[int, NewTask]],
+    now: datetime,
+    by: str,
+    on_written: Callable[[Written], None] | None = None,
+) -> Writing:
+    """The judged tasks, CHUNK per transaction, in line order. A transaction that fails leaves those
+    before it written, and ends the writing: `failed` says why, `written` what is in."""
+    writing = Writing()
+    for start in range(0, len(tasks), CHUNK):
+        chunk = tasks[start : start + CHUNK]
+        try:
+            ids = store.enqueue_tasks([new for _, new in chunk], now, event_payload={"by": by})
+        except AgentdError as exc:  # storage trouble (a full disk, a lock held too long): reported, not raised
+            writing.failed = exc
+            return writing
+        writing.written.append(Written([number for number, _ in chunk], ids))
+        if on_written is not None:
+            on_written(writing.written[-1])
+    return writing
+
+
+def id_ranges(task_ids: list[int]) -> str:
+    """12–511, 600, 700–701: ids as the runs they form."""
+    runs: list[list[int]] = []
+    for task_id in task_ids:
+        if runs and task_id == runs[-1][1] + 1:
+            runs[-1][1] = task_id
+        else:
+            runs.append([task_id, task_id])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs)
