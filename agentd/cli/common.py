@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from agentd.clock import SystemClock, parse_duration, parse_ts
@@ -199,14 +200,27 @@ def wants_json(args: argparse.Namespace) -> bool:
     return bool(option(args, "json", False))
 
 
-def config_from(args: argparse.Namespace) -> Config:
-    from agentd.config import resolve_config_path
-    from agentd.work.validation import load_config
+def config_path_from(args: argparse.Namespace) -> Path:
+    """The identity TOML the command acts on (--config, --agent, $AGENTD_CONFIG, /etc/agentd), saying
+    so on stderr when it is the embedded default."""
+    from agentd.cli.config_cache import resolve_config_path
 
     path, notice = resolve_config_path(option(args, "config"), option(args, "agent"))
-    if notice and not wants_json(args):
+    if notice and not wants_json(args) and not option(args, "notice_shown"):
         print(f"agentd: {notice}", file=sys.stderr)
-    return load_config(path)
+        args.notice_shown = True  # a fast path that hands over to the full one: said once
+    return path
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    """The config, loaded and checked in full; its view is left for the next command's fast path
+    (agentd/cli/config_cache.py)."""
+    from agentd.cli.config_cache import write_view
+    from agentd.work.validation import load_config
+
+    config = load_config(config_path_from(args))
+    write_view(config)
+    return config
 
 
 def store_from(config: Config, *, readonly: bool = False) -> Store:
@@ -242,9 +256,9 @@ def check_live_workflows(config: Config, store: Store) -> None:
 
 
 def to_jsonable(value: Any) -> Any:
-    from pydantic import BaseModel  # not at import: a command that prints no JSON never loads pydantic
-
-    if isinstance(value, BaseModel):
+    """A record (anything pydantic can dump) as JSON values; asked by its method, so printing plain
+    values never imports pydantic."""
+    if callable(getattr(value, "model_dump", None)) and not isinstance(value, type):
         return value.model_dump(mode="json")
     if isinstance(value, dict):
         return {k: to_jsonable(v) for k, v in value.items()}

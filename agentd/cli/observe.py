@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import (
@@ -163,16 +164,10 @@ def _budget_line(budget: dict[str, Any]) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from agentd.outlook.status import snapshot
-
-    with agent_store(args, readonly=True) as (config, store):
-        now = SystemClock().now()
-        shown = snapshot(config, store, now)
-        if _format(args) == "agent-runtime":
-            from agentd.outlook.agent_runtime import session_snapshot
-
-            print_json(session_snapshot(config, store, shown, now))
-            return 0
+    found = _status(args)
+    if found is None:  # agent-runtime: printed already
+        return 0
+    shown, now = found
     if _format(args) == "json":
         print_json(shown)
         return 0
@@ -220,6 +215,26 @@ SERVICE_WORDS = {
     "stopped": "stopped {quiet} ago",
     "unknown": "unknown: another host wrote this row ({quiet} ago)",
 }
+
+
+def _status(args: argparse.Namespace) -> tuple[dict[str, Any], datetime] | None:
+    """The snapshot `status` prints: without pydantic where agentd/cli/quick.py can answer, else in full."""
+    from agentd.cli import quick
+
+    now = SystemClock().now()
+    if _format(args) != "agent-runtime" and (shown := quick.status_snapshot(args, now)) is not None:
+        return shown, now
+    from agentd.outlook.status import snapshot
+
+    with agent_store(args, readonly=True) as (config, store):
+        now = SystemClock().now()
+        shown = snapshot(config, store, now)
+        if _format(args) == "agent-runtime":
+            from agentd.outlook.agent_runtime import session_snapshot
+
+            print_json(session_snapshot(config, store, shown, now))
+            return None
+    return shown, now
 
 
 def _service_line(service: dict[str, Any]) -> str:

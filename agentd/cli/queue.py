@@ -124,6 +124,11 @@ def intent_from_args(args: argparse.Namespace) -> TaskIntent:
 
 
 def cmd_task_add(args: argparse.Namespace) -> int:
+    from agentd.cli import quick
+
+    fast = quick.task_add(args)  # without pydantic, where it answers as the full path would
+    if fast is not None:
+        return fast
     from agentd import control
 
     intent = intent_from_args(args)

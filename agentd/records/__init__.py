@@ -26,6 +26,7 @@ from agentd.vocabulary import TERMINAL_STATUSES as TERMINAL_STATUSES
 if TYPE_CHECKING:
     from agentd.records.catalog import *  # noqa: F403
 
+
 def __getattr__(name: str) -> Any:
     """A record (or anything else the catalog names): the catalog is imported once, then its names are
     this package's own."""
@@ -41,4 +42,3 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     catalog = importlib.import_module("agentd.records.catalog")
     return sorted({*globals(), *catalog.__all__})
-
