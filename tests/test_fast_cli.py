@@ -375,3 +375,12 @@ def test_the_full_path_replaces_a_stale_view(rig: Rig, rig_cli: Any) -> None:
     path.chmod(0o600)
     assert rig_cli(rig, "status").code == 0  # no view: the full path, which writes one
     assert read_view(rig.config.path) is not None
+
+
+@pytest.mark.process
+def test_init_leaves_the_view_for_the_first_command(tmp_path: Path) -> None:
+    from support import agent_config
+
+    config = agent_config(tmp_path)
+    assert probe(config, "init")["code"] == 0
+    assert not probe(config, "status")["pydantic"]
