@@ -80,6 +80,14 @@ EVENT_HEADER = f"{'SEQ':>6}  {'TIME':<20}  TYPE  IDS  DETAIL"
 
 
 def cmd_events(args: argparse.Namespace) -> int:
+    from agentd.cli import quick
+
+    plain = quick.events(args)  # without pydantic, where it answers as the full path would
+    if plain is not None:
+        print(EVENT_HEADER, flush=True)
+        for event in plain:
+            print(event_text(event), flush=True)
+        return 0
     config = config_from(args)
     store = store_from(config, readonly=True)
     try:
@@ -128,6 +136,12 @@ def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
     if _format(args) == "json":
         print(visible_json(event.model_dump_json()), flush=True)  # a bidi override in a subject stays visible
         return
+    print(event_text(event), flush=True)
+
+
+def event_text(event: Any) -> str:
+    """One event as `agentd events` prints it: a RuntimeEvent, or the plain event of the fast path
+    (agentd/cli/quick.py), which has the same fields."""
     ids = " ".join(
         f"{k}={v}"
         for k, v in (
@@ -140,7 +154,7 @@ def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
         if v is not None
     )
     parts = [f"{event.sequence:>6}", format_ts(event.timestamp)[:19] + "Z", event.type, ids, detail(event.payload)]
-    print(printable("  ".join(part for part in parts if part)), flush=True)
+    return printable("  ".join(part for part in parts if part))
 
 
 def _budget_line(budget: dict[str, Any]) -> str:

@@ -10,11 +10,12 @@ Tests hold both paths to the same output on the same database (tests/test_fast_c
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from agentd.cli.common import config_path_from, json_object, wants_json
+from agentd.cli.common import config_path_from, json_object, option, wants_json
 from agentd.clock import SystemClock, format_ts, parse_ts
 from agentd.edge import Refused, check_json_size, check_value
 from agentd.schema_check import compile_check
@@ -241,3 +242,139 @@ def _enqueue(view: dict[str, Any], new: dict[str, Any], now: datetime) -> int | 
     when = "now" if format_ts(new["available_at"]) <= format_ts(now) else format_ts(new["available_at"])
     print(f"task {task_id} enqueued ({new['task_type']}, priority {new['priority']}, available {when})")
     return 0
+
+
+# --- agentd events --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlainEvent:
+    """The fields of a RuntimeEvent that `agentd events` prints as text."""
+
+    sequence: int
+    timestamp: datetime
+    type: str
+    task_id: int | None
+    attempt_id: str | None
+    workflow_id: int | None
+    schedule_id: str | None
+    sensor_id: str | None
+    payload: dict[str, Any]
+
+
+def events(args: argparse.Namespace) -> list[PlainEvent] | None:
+    """The events `agentd events` prints as text, each one a RuntimeEvent would hold exactly as stored;
+    None for --follow, another format, or any row the record would read otherwise (a poisoned one)."""
+    if option(args, "follow") or option(args, "format") not in (None, "text") or wants_json(args):
+        return None
+    view = cached_view(args)
+    if view is None:
+        return None
+    from agentd.store.plain import event_rows, open_plain, task_exists
+
+    store = open_plain(Path(view["database"]), SystemClock(), readonly=True)
+    if store is None:
+        return None
+    try:
+        if args.task is not None and not task_exists(store, args.task):
+            return None  # the full path says there is no such task
+        limit = args.last if args.last is not None else args.limit
+        found = event_rows(
+            store, after=args.after or 0, task_id=args.task, types=tuple(args.types), since=args.since, limit=limit,
+            last=args.last is not None,
+        )  # fmt: skip
+    finally:
+        store.close()
+    plain = [plain_event(row) for row in found]
+    return None if any(event is None for event in plain) else plain  # type: ignore[return-value]
+
+
+_TEXTS = ("event_id", "prev_hash", "hash")
+_OPTIONAL_IDS = (("task_id", int), ("attempt_id", str), ("workflow_id", int), ("schedule_id", str), ("sensor_id", str))
+
+
+def plain_event(row: Any) -> PlainEvent | None:
+    """The row as a RuntimeEvent would hold it, when it would hold it exactly as stored; else None."""
+    from agentd.records.event_names import EVENT_TYPES
+
+    if row["type"] not in EVENT_TYPES or any(type(row[name]) is not str for name in _TEXTS):
+        return None
+    if type(row["sequence"]) is not int or type(row["schema_version"]) is not int:
+        return None
+    if any(row[name] is not None and type(row[name]) is not kind for name, kind in _OPTIONAL_IDS):
+        return None
+    payload, refs = _stored_object(row["payload"]), _stored_object(row["refs"])
+    if payload is None or refs is None or type(row["timestamp"]) is not str:
+        return None
+    try:
+        timestamp = parse_ts(row["timestamp"])
+    except ValueError:
+        return None
+    ids = {name: row[name] for name, _ in _OPTIONAL_IDS}
+    return PlainEvent(row["sequence"], timestamp, row["type"], payload=payload, **ids)
+
+
+def _stored_object(text: Any) -> dict[str, Any] | None:
+    """A stored JSON object a record holds as it is (agentd/records/base.py JsonObject), or None."""
+    import json
+
+    try:
+        value = json.loads(text) if type(text) is str else None
+        if type(value) is not dict:
+            return None
+        check_value(value, "value")
+    except (ValueError, RecursionError, Refused):
+        return None
+    return value
+
+
+# --- agentd approvals, approve --------------------------------------------------------------------
+
+
+def approvals(args: argparse.Namespace) -> list[dict[str, Any]] | None:
+    """What waits for approval, as agentd/store/control.py PendingApproval's fields; None where the full
+    path must answer (no view, a time that does not read)."""
+    view = cached_view(args)
+    if view is None:
+        return None
+    from agentd.store.plain import approval_rows, open_plain
+
+    store = open_plain(Path(view["database"]), SystemClock(), readonly=True)
+    if store is None:
+        return None
+    try:
+        rows = approval_rows(store)
+    finally:
+        store.close()
+    keys = ("approval_id", "task_id", "task_type", "subject", "reason", "requested_at", "scope")
+    try:
+        return [{**dict(zip(keys, row, strict=True)), "requested_at": parse_ts(row[5])} for row in rows]
+    except (ValueError, TypeError):
+        return None
+
+
+def approve(args: argparse.Namespace) -> str | None:
+    """Approve a task held before its first claim as agentd/control `resolve_approval` does; who approved
+    it, or None (nothing written) wherever the full path must answer: --json, any other approval, none."""
+    if wants_json(args):
+        return None
+    view = cached_view(args)
+    if view is None:
+        return None
+    from agentd.process.privilege import operator_name, refuse_inside_attempt
+    from agentd.process.wake import poke
+    from agentd.store.plain import approve_claim, open_plain
+
+    refuse_inside_attempt(view["run_as"], "this command writes to the agent's database")
+    store = open_plain(Path(view["database"]), SystemClock(), readonly=False)
+    if store is None:
+        return None
+    who = operator_name()
+    try:
+        done = approve_claim(store, args.task_id, who, args.note, SystemClock().now())
+    finally:
+        store.close()
+    if not done:
+        return None
+    poke(Path(view["state_dir"]))
+    return who

@@ -35,20 +35,24 @@ HOLDS = {"claim": "its first claim", "side_effects": "its follow-ups and message
 
 
 def cmd_approvals(args: argparse.Namespace) -> int:
-    with agent_store(args, readonly=True) as (_, store):
-        waiting = store.pending_approvals()
+    from agentd.cli import quick
+
+    waiting = quick.approvals(args)  # without pydantic, where it answers as the full path would
+    if waiting is None:
+        with agent_store(args, readonly=True) as (_, store):
+            waiting = [vars(p) for p in store.pending_approvals()]
     now = SystemClock().now()
     if wants_json(args):
-        print_json([{**vars(p), "requested_at": format_ts(p.requested_at)} for p in waiting])
+        print_json([{**p, "requested_at": format_ts(p["requested_at"])} for p in waiting])
         return 0
     rows = [
         (
-            p.task_id,
-            p.task_type,
-            HOLDS[p.scope],
-            age((now - p.requested_at).total_seconds()),
-            p.reason or "",
-            p.subject or "",
+            p["task_id"],
+            p["task_type"],
+            HOLDS[p["scope"]],
+            age((now - p["requested_at"]).total_seconds()),
+            p["reason"] or "",
+            p["subject"] or "",
         )
         for p in waiting
     ]
@@ -65,6 +69,11 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 
 def _resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> int:
+    from agentd.cli import quick
+
+    if approved and (who := quick.approve(args)) is not None:  # without pydantic, as the full path would
+        print(f"task {args.task_id} approved by {who}; it runs when its turn comes")
+        return 0
     from agentd import control
 
     with agent_store(args) as (config, store):

@@ -158,3 +158,70 @@ def enqueue_plain(store: StoreBase, new: dict[str, Any], now: datetime, event_pa
         }
         store._append_event("task_enqueued", now, task_id=task_id, payload=payload)
     return task_id
+
+
+# --- agentd approvals, approve (store/control.py pending_approvals, resolve_approval) ------------------
+
+
+def approval_rows(store: StoreBase) -> list[tuple[Any, ...]]:
+    """`pending_approvals`: (approval_id, task_id, task_type, subject, reason, requested_at text, scope)."""
+    return [
+        tuple(row)
+        for row in store._conn.execute(
+            """SELECT p.approval_id, p.task_id, t.task_type, t.subject, p.reason, p.requested_at, p.scope
+               FROM approvals p JOIN tasks t ON t.id = p.task_id
+               WHERE p.status = 'pending' ORDER BY p.requested_at, p.task_id"""
+        ).fetchall()
+    ]
+
+
+def approve_claim(store: StoreBase, task_id: int, by: str, note: str | None, now: datetime) -> bool:
+    """`resolve_approval(approved=True)` of a task held before its first claim; False, with nothing
+    written, for anything else (no such task, nothing pending, a side-effects approval)."""
+    with store._transaction():
+        row = store._conn.execute(
+            """SELECT a.approval_id, a.scope FROM tasks t JOIN approvals a ON a.task_id = t.id
+               WHERE t.id = ? AND a.status = 'pending'""",
+            (task_id,),
+        ).fetchall()
+        if len(row) != 1 or row[0][1] != "claim":
+            return False
+        approval_id = row[0][0]
+        store._conn.execute(
+            """UPDATE approvals SET status = 'approved', decided_at = ?, decided_by = ?, reason = COALESCE(?, reason)
+               WHERE approval_id = ?""",
+            (ts(now), by, note, approval_id),
+        )
+        payload = {"approval_id": approval_id, "decision": "approved", "by": by, "note": note}
+        store._append_event("approval_resolved", now, task_id=task_id, payload=payload)
+        store._conn.execute("UPDATE tasks SET awaiting_approval = 0, updated_at = ? WHERE id = ?", (ts(now), task_id))
+    return True
+
+
+# --- agentd events (store/events.py read_events) ------------------------------------------------------
+
+
+def task_exists(store: StoreBase, task_id: int) -> bool:
+    return store._conn.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone() is not None
+
+
+def event_rows(
+    store: StoreBase, *, after: int, task_id: int | None, types: tuple[str, ...], since: datetime | None, limit: int,
+    last: bool,
+) -> list[Any]:  # fmt: skip
+    """`read_events`' rows, before they are records: in sequence order (the newest `limit` with `last`)."""
+    clauses, params = ["sequence > ?"], [after]
+    if task_id is not None:
+        clauses.append("task_id = ?")
+        params.append(task_id)
+    if types:
+        clauses.append(f"type IN ({', '.join('?' * len(types))})")
+        params.extend(types)  # type: ignore[arg-type]
+    if since is not None:
+        clauses.append("timestamp >= ?")
+        params.append(ts(since))  # type: ignore[arg-type]
+    order = "DESC" if last else "ASC"
+    rows = store._conn.execute(
+        f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY sequence {order} LIMIT ?", (*params, limit)
+    ).fetchall()
+    return rows[::-1] if last else rows
