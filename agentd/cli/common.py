@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from agentd.clock import SystemClock, parse_duration, parse_ts
 from agentd.edge import INT64_MAX, NotJson, check_id, check_text, printable, visible_json
@@ -244,6 +244,30 @@ def agent_store(args: argparse.Namespace, *, readonly: bool = False) -> Iterator
         yield config, store
     finally:
         store.close()
+
+
+T = TypeVar("T")
+
+
+def store_command(
+    args: argparse.Namespace,
+    act: Callable[[Config, Store], T],
+    text: Callable[[T], object],
+    *,
+    readonly: bool = False,
+    as_json: Callable[[T], Any] | None = None,
+) -> int:
+    """The pattern of every command on the agent's database, written once: open the store (read-only for
+    a command that only looks), `act` on it, close it, then print what it returned: JSON with --json
+    (`as_json(result)`, else the result itself), else `text(result)`. A refusal raised by `act` is reported
+    by agentd/cli/__init__.py (exit 2 for bad input). Exit 0."""
+    with agent_store(args, readonly=readonly) as (config, store):
+        result = act(config, store)
+    if wants_json(args):
+        print_json(result if as_json is None else as_json(result))
+    else:
+        text(result)
+    return 0
 
 
 def check_live_workflows(config: Config, store: Store) -> None:

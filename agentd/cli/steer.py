@@ -7,7 +7,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agentd.cli.common import add_command, agent_store, print_json, print_table, record_id, wants_json
+from agentd.cli.common import (
+    add_command,
+    agent_store,
+    print_json,
+    print_table,
+    record_id,
+    store_command,
+    wants_json,
+)
 from agentd.clock import SystemClock, age, format_ts
 
 
@@ -76,46 +84,56 @@ def _resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> i
         return 0
     from agentd import control
 
-    with agent_store(args) as (config, store):
-        task, scope = control.resolve_approval(
+    def said(result: Any) -> None:
+        (task, scope), who = result, control.operator()
+        if scope == "side_effects":
+            went, decided = ("go ahead", "approved") if approved else ("are refused", "denied")
+            print(f"task {task.task_id}'s follow-ups and messages {went} ({decided} by {who})")
+        elif approved:
+            print(f"task {task.task_id} approved by {who}; it runs when its turn comes")
+        else:
+            print(f"task {task.task_id} denied by {who}: {task.status}")
+
+    return store_command(
+        args,
+        lambda config, store: control.resolve_approval(
             config, store, args.task_id, approved=approved, note=note, now=SystemClock().now()
-        )
-    who = control.operator()
-    if wants_json(args):
-        print_json(task)
-    elif scope == "side_effects":
-        went = "go ahead" if approved else "are refused"
-        print(f"task {task.task_id}'s follow-ups and messages {went} ({'approved' if approved else 'denied'} by {who})")
-    elif approved:
-        print(f"task {task.task_id} approved by {who}; it runs when its turn comes")
-    else:
-        print(f"task {task.task_id} denied by {who}: {task.status}")
-    return 0
+        ),
+        said,
+        as_json=lambda result: result[0],
+    )
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
     from agentd import control
 
-    with agent_store(args) as (config, store):
-        pause, made = control.pause_dispatch(config, store, args.reason, SystemClock().now())
-    if wants_json(args):
-        print_json({"paused_at": format_ts(pause.paused_at), "paused_by": pause.paused_by, "reason": pause.reason})
-    elif made:
-        print(f"dispatch {pause.describe()}; a running attempt finishes, nothing more is claimed until resumed")
-    else:
-        print(f"dispatch was already {pause.describe()}")
-    return 0
+    def said(result: Any) -> None:
+        pause, made = result
+        if made:
+            print(f"dispatch {pause.describe()}; a running attempt finishes, nothing more is claimed until resumed")
+        else:
+            print(f"dispatch was already {pause.describe()}")
+
+    return store_command(
+        args,
+        lambda config, store: control.pause_dispatch(config, store, args.reason, SystemClock().now()),
+        said,
+        as_json=lambda result: {
+            "paused_at": format_ts(result[0].paused_at),
+            "paused_by": result[0].paused_by,
+            "reason": result[0].reason,
+        },
+    )
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from agentd import control
 
-    with agent_store(args) as (config, store):
-        ended = control.resume_dispatch(config, store, SystemClock().now())
-    if wants_json(args):
-        print_json({"resumed": ended is not None})
-    elif ended is None:
-        print("dispatch was not paused")
-    else:
-        print(f"dispatch resumed (it was {ended.describe()})")
-    return 0
+    return store_command(
+        args,
+        lambda config, store: control.resume_dispatch(config, store, SystemClock().now()),
+        lambda ended: print(
+            "dispatch was not paused" if ended is None else f"dispatch resumed (it was {ended.describe()})"
+        ),
+        as_json=lambda ended: {"resumed": ended is not None},
+    )
