@@ -213,14 +213,10 @@ def config_path_from(args: argparse.Namespace) -> Path:
 
 
 def config_from(args: argparse.Namespace) -> Config:
-    """The config, loaded and checked in full; its view is left for the next command's fast path
-    (agentd/cli/config_cache.py)."""
-    from agentd.cli.config_cache import write_view
+    """The config, loaded and checked in full."""
     from agentd.work.validation import load_config
 
-    config = load_config(config_path_from(args))
-    write_view(config)
-    return config
+    return load_config(config_path_from(args))
 
 
 def store_from(config: Config, *, readonly: bool = False) -> Store:
@@ -231,7 +227,12 @@ def store_from(config: Config, *, readonly: bool = False) -> Store:
 
     if not readonly:
         refuse_inside_attempt(config.dispatch.run_as, "this command writes to the agent's database")
-    return open_store(config.db_path, SystemClock(), readonly=readonly)
+    store = open_store(config.db_path, SystemClock(), readonly=readonly)
+    if not readonly:  # a command that only looks leaves the state dir as it found it (a copy stays a copy)
+        from agentd.cli.config_cache import write_view
+
+        write_view(config)  # for the next command's fast path (agentd/cli/config_cache.py)
+    return store
 
 
 @contextmanager
