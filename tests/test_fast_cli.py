@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from rig import Rig
 
-from agentd.cli import quick
+from agentd.cli import plain_reads, quick
 from agentd.cli.config_cache import cache_file, read_view, write_view
 from agentd.clock import FakeClock, format_ts
 from agentd.errors import InputError
@@ -469,7 +469,7 @@ def events_both_ways(
         full, fast = both_paths(rig, rig_cli, *args)
         assert (fast.code, fast.out, fast.err) == (full.code, full.out, full.err)
     if not poison:
-        assert quick.events(parsed(rig, "events")) is not None, "a clean log is printed by the fast path"
+        assert plain_reads.events(parsed(rig, "events")) is not None, "a clean log is printed by the fast path"
 
 
 def test_events_of_a_task_that_does_not_exist_are_the_full_paths_error(rig: Rig, rig_cli: Any) -> None:
@@ -502,3 +502,71 @@ def approvals_both_ways(rig: Rig, rig_cli: Any, ops: list[tuple[str, Any, Any]])
     assert not rig.store.get_task_or_raise(held[-1]).awaiting_approval
     again = rig_cli(rig, "approve", str(held[-1]))  # nothing pending now: the full path's refusal
     assert again.code == 2 and "is not waiting for approval" in again.err
+
+
+# --- task list: the same table, poisoned rows included -----------------------------------------------
+
+TASK_POISON = st.sampled_from(
+    [
+        ("outcome", '{"status": "completed", "machine_status": "ok", "operator_summary": "done"}'),
+        ("outcome", '{"status": "completed", "machine_status": "ok"}'),
+        ("outcome", '{"status": "finished", "machine_status": "ok", "operator_summary": "x"}'),
+        ("outcome", '{"status": "completed", "machine_status": "ok", "operator_summary": "x", "extra": 1}'),
+        ("outcome", '{"status": "completed", "machine_status": "ok", "operator_summary": "\\ud800"}'),
+        ("outcome", '{"status": "completed", "machine_status": "ok", "operator_summary": "x", "follow_up_tasks": '
+         '[{"task_type": "example", "source": "s", "payload": {}, "available_at": "soon"}]}'),
+        ("outcome", '{"status": "completed", "machine_status": "ok", "operator_summary": "x", "follow_up_tasks": '
+         '[{"task_type": "bad\\n", "source": "s", "payload": {}}]}'),
+        ("outcome", "[1]"),
+        ("skill_ids", "null"),
+        ("skill_ids", '["a", 1]'),
+        ("delegation_caps", '{"max_depth": 1.5}'),
+        ("evidence_requirements", '{"required_artifacts": "x"}'),
+        ("evidence_requirements", "{}"),
+        ("payload", '{"n": 1e999}'),
+        ("priority", 0),
+        ("status", "weird"),
+        ("available_at", "garbage"),
+        ("delegation_depth", -1),
+        ("subject", 7),
+    ]
+)  # fmt: skip
+
+
+def outcome_of(rig_cli: Any, rig: Rig, *args: str) -> tuple[Any, ...]:
+    """(exit code, stdout, stderr), or the exception's type where the command raised one."""
+    try:
+        done = rig_cli(rig, *args)
+    except Exception as exc:
+        return (type(exc),)
+    return (done.code, done.out, done.err)
+
+
+@RIG_SETTINGS
+@given(ops=OPS, poison=st.lists(st.tuples(st.integers(1, 6), TASK_POISON), max_size=2))
+def test_task_list_prints_the_same_through_both_paths(
+    tmp_path_factory: pytest.TempPathFactory,
+    clock: FakeClock,
+    rig_cli: Any,
+    ops: list[tuple[str, Any, Any]],
+    poison: list[tuple[int, tuple[str, Any]]],
+) -> None:
+    import sqlite3
+
+    with fresh(tmp_path_factory, clock) as rig:
+        for op in [("add", 5, 0), *ops]:
+            apply(rig, op)
+        edit = sqlite3.connect(rig.config.db_path, isolation_level=None)
+        edit.execute("PRAGMA ignore_check_constraints = ON")
+        for task_id, (column, value) in poison:
+            edit.execute(f"UPDATE tasks SET {column} = ? WHERE id = ?", (value, task_id))
+        edit.close()
+        for args in (("task", "list"), ("task", "list", "--status", "pending", "--limit", "2")):
+            cache_file(rig.config.paths.state_dir).unlink(missing_ok=True)
+            full = outcome_of(rig_cli, rig, *args)
+            view(rig)
+            assert outcome_of(rig_cli, rig, *args) == full
+        if not poison:
+            assert plain_reads.task_list(parsed(rig, "task", "list")) is not None, (
+                "a clean queue is listed by the fast path"
+            )

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 CONFIG_ENV = "AGENTD_CONFIG"
 SYSTEM_CONFIG_DIR = Path("/etc/agentd")
 CACHE_NAME = "config-cache.json"
-FORMAT = 1  # the view's shape: a change here makes every cached view stale
+FORMAT = 2  # the view's shape: a change here makes every cached view stale
 HASHED_MAX = 1 << 20  # a file up to this size is hashed; a larger one (an interpreter) by its stat only
 TREE_MAX = 5000  # a skills or sensors folder with more entries than this is not cached (too slow to key)
 _PACKAGE = Path(agentd.__file__).resolve().parent

@@ -27,6 +27,18 @@ def view_of(config: Config) -> dict[str, Any]:
         "run_as": config.dispatch.run_as,
         "budget_capped": config.budget.capped,
         "intake": intake_view(config),
+        "record_schemas": record_schemas(),
+    }
+
+
+def record_schemas() -> dict[str, Any]:
+    """The JSON Schemas of what a task row stores as JSON, for the fast `task list` to tell a row the
+    record reads as it is from one only pydantic can judge (agentd/cli/quick.py `sure_task`)."""
+    from agentd.records import EvidenceRequirements, TaskOutcome
+
+    return {
+        name: strict_patterns(inline_refs(model.model_json_schema(mode="validation")))
+        for name, model in (("outcome", TaskOutcome), ("evidence_requirements", EvidenceRequirements))
     }
 
 

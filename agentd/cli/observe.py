@@ -80,9 +80,9 @@ EVENT_HEADER = f"{'SEQ':>6}  {'TIME':<20}  TYPE  IDS  DETAIL"
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    from agentd.cli import quick
+    from agentd.cli import plain_reads
 
-    plain = quick.events(args)  # without pydantic, where it answers as the full path would
+    plain = plain_reads.events(args)  # without pydantic, where it answers as the full path would
     if plain is not None:
         print(EVENT_HEADER, flush=True)
         for event in plain:
@@ -141,7 +141,7 @@ def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
 
 def event_text(event: Any) -> str:
     """One event as `agentd events` prints it: a RuntimeEvent, or the plain event of the fast path
-    (agentd/cli/quick.py), which has the same fields."""
+    (agentd/cli/plain_reads.py), which has the same fields."""
     ids = " ".join(
         f"{k}={v}"
         for k, v in (

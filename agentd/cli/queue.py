@@ -153,13 +153,20 @@ def _delegation(task: TaskRecord, chain: list[int]) -> str | None:
 
 
 def cmd_task_list(args: argparse.Namespace) -> int:
+    from agentd.cli import plain_reads
+
+    plain = plain_reads.task_list(args)  # without pydantic, where it answers as the full path would
+    if plain is not None:
+        _print_tasks(plain)
+        return 0
     return store_command(
         args, lambda _, store: store.list_tasks(statuses=tuple(args.status), limit=args.limit), _print_tasks,
         readonly=True,
     )  # fmt: skip
 
 
-def _print_tasks(tasks: list[TaskRecord]) -> None:
+def _print_tasks(tasks: list[Any]) -> None:
+    """TaskRecords, or the fast path's PlainTasks (agentd/cli/plain_reads.py): the same fields."""
     print_table(
         ["ID", "STATUS", "PRI", "TYPE", "ATTEMPTS", "AVAILABLE", "SUBJECT"],
         [

@@ -1,5 +1,6 @@
-"""The hot commands without pydantic: `agentd status` and `agentd task add` from the config's cached
-view (agentd/cli/config_cache.py) and plain rows (agentd/store/plain.py).
+"""The hot commands without pydantic: `agentd status`, `task add`, `approvals` and `approve` from the
+config's cached view (agentd/cli/config_cache.py) and plain rows (agentd/store/plain.py); `events` and
+`task list` are agentd/cli/plain_reads.py's.
 
 Each function here answers only where it is sure to answer as the full path would, and returns None
 everywhere else (no view, a budget, --json of a record, anything refused): the command then runs the
@@ -10,12 +11,11 @@ Tests hold both paths to the same output on the same database (tests/test_fast_c
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from agentd.cli.common import config_path_from, json_object, option, wants_json
+from agentd.cli.common import config_path_from, json_object, wants_json
 from agentd.clock import SystemClock, format_ts, parse_ts
 from agentd.edge import Refused, check_json_size, check_value
 from agentd.schema_check import compile_check
@@ -242,90 +242,6 @@ def _enqueue(view: dict[str, Any], new: dict[str, Any], now: datetime) -> int | 
     when = "now" if format_ts(new["available_at"]) <= format_ts(now) else format_ts(new["available_at"])
     print(f"task {task_id} enqueued ({new['task_type']}, priority {new['priority']}, available {when})")
     return 0
-
-
-# --- agentd events --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PlainEvent:
-    """The fields of a RuntimeEvent that `agentd events` prints as text."""
-
-    sequence: int
-    timestamp: datetime
-    type: str
-    task_id: int | None
-    attempt_id: str | None
-    workflow_id: int | None
-    schedule_id: str | None
-    sensor_id: str | None
-    payload: dict[str, Any]
-
-
-def events(args: argparse.Namespace) -> list[PlainEvent] | None:
-    """The events `agentd events` prints as text, each one a RuntimeEvent would hold exactly as stored;
-    None for --follow, another format, or any row the record would read otherwise (a poisoned one)."""
-    if option(args, "follow") or option(args, "format") not in (None, "text") or wants_json(args):
-        return None
-    view = cached_view(args)
-    if view is None:
-        return None
-    from agentd.store.plain import event_rows, open_plain, task_exists
-
-    store = open_plain(Path(view["database"]), SystemClock(), readonly=True)
-    if store is None:
-        return None
-    try:
-        if args.task is not None and not task_exists(store, args.task):
-            return None  # the full path says there is no such task
-        limit = args.last if args.last is not None else args.limit
-        found = event_rows(
-            store, after=args.after or 0, task_id=args.task, types=tuple(args.types), since=args.since, limit=limit,
-            last=args.last is not None,
-        )  # fmt: skip
-    finally:
-        store.close()
-    plain = [plain_event(row) for row in found]
-    return None if any(event is None for event in plain) else plain  # type: ignore[return-value]
-
-
-_TEXTS = ("event_id", "prev_hash", "hash")
-_OPTIONAL_IDS = (("task_id", int), ("attempt_id", str), ("workflow_id", int), ("schedule_id", str), ("sensor_id", str))
-
-
-def plain_event(row: Any) -> PlainEvent | None:
-    """The row as a RuntimeEvent would hold it, when it would hold it exactly as stored; else None."""
-    from agentd.records.event_names import EVENT_TYPES
-
-    if row["type"] not in EVENT_TYPES or any(type(row[name]) is not str for name in _TEXTS):
-        return None
-    if type(row["sequence"]) is not int or type(row["schema_version"]) is not int:
-        return None
-    if any(row[name] is not None and type(row[name]) is not kind for name, kind in _OPTIONAL_IDS):
-        return None
-    payload, refs = _stored_object(row["payload"]), _stored_object(row["refs"])
-    if payload is None or refs is None or type(row["timestamp"]) is not str:
-        return None
-    try:
-        timestamp = parse_ts(row["timestamp"])
-    except ValueError:
-        return None
-    ids = {name: row[name] for name, _ in _OPTIONAL_IDS}
-    return PlainEvent(row["sequence"], timestamp, row["type"], payload=payload, **ids)
-
-
-def _stored_object(text: Any) -> dict[str, Any] | None:
-    """A stored JSON object a record holds as it is (agentd/records/base.py JsonObject), or None."""
-    import json
-
-    try:
-        value = json.loads(text) if type(text) is str else None
-        if type(value) is not dict:
-            return None
-        check_value(value, "value")
-    except (ValueError, RecursionError, Refused):
-        return None
-    return value
 
 
 # --- agentd approvals, approve --------------------------------------------------------------------

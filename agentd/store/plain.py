@@ -225,3 +225,25 @@ def event_rows(
         f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY sequence {order} LIMIT ?", (*params, limit)
     ).fetchall()
     return rows[::-1] if last else rows
+
+
+# --- agentd task list (store/tasks.py list_tasks; store/rows.py TASK_COLUMNS) ------------------------
+
+TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.priority, t.payload,
+    t.requested_profile_id, t.requested_adapter_id, t.requested_model, t.skill_ids,
+    t.evidence_requirements, t.workflow_id, t.workflow_state, t.workflow_iteration, t.schedule_id,
+    t.status, t.max_attempts, t.attempt_count, t.free_attempt_count, t.rate_limit_count, t.crash_count,
+    t.available_at, t.created_at, t.updated_at, t.started_at, t.finished_at, t.outcome, t.last_error,
+    t.cancel_requested_at, t.awaiting_approval, t.parent_task_id, t.delegation_depth, t.root_task_id,
+    t.delegation_caps,
+    w.instance_key AS workflow_instance_key"""
+
+
+def task_rows(store: StoreBase, statuses: tuple[str, ...], limit: int) -> list[Any]:
+    """`list_tasks`' rows, before they are records: newest first, only `statuses` when given."""
+    where = f"WHERE t.status IN ({', '.join('?' * len(statuses))})" if statuses else ""
+    return store._conn.execute(
+        f"""SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN workflows w ON w.id = t.workflow_id {where}
+            ORDER BY t.id DESC LIMIT ?""",
+        (*statuses, limit),
+    ).fetchall()
