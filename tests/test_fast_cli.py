@@ -570,3 +570,12 @@ def test_task_list_prints_the_same_through_both_paths(
             assert plain_reads.task_list(parsed(rig, "task", "list")) is not None, (
                 "a clean queue is listed by the fast path"
             )
+
+
+def test_a_temporary_file_left_by_a_dead_writer_does_not_stop_the_view(rig: Rig) -> None:
+    state = rig.config.paths.state_dir
+    (state / f".config-cache.json.{os.getpid()}").write_text("half a view")
+    cache_file(state).unlink(missing_ok=True)
+    assert read_view(rig.config.path) is None
+    write_view(rig.config)
+    assert read_view(rig.config.path) is not None

@@ -232,6 +232,8 @@ def write_view(config: Config) -> None:
 
 def _write_private(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    with contextlib.suppress(OSError):
+        os.unlink(temporary)  # left by a process of this pid that died mid-write: O_EXCL would refuse it
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as file:
