@@ -46,13 +46,14 @@ def snapshot_from(view: dict[str, Any], now: datetime) -> dict[str, Any] | None:
     """The snapshot of the agent a cached view describes; None with a budget, or no database."""
     if view["budget_capped"]:
         return None
-    from agentd.store.plain import open_plain, queue_rows, status_rows
+    from agentd.store.plain import one_read, open_plain, queue_rows, status_rows
 
     store = open_plain(Path(view["database"]), SystemClock(), readonly=True)
     if store is None:
         return None
     try:
-        summary, rows = queue_rows(store, now), status_rows(store)
+        with one_read(store):
+            summary, rows = queue_rows(store, now), status_rows(store)
     finally:
         store.close()
     return _snapshot(view, summary, rows, now)

@@ -5,6 +5,8 @@ description of every shape. Transactions and the event chain are store/base.py's
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,17 @@ def open_plain(path: Path, clock: Clock, *, readonly: bool) -> StoreBase | None:
         conn.close()
         raise
     return StoreBase(conn, clock, path)
+
+
+@contextmanager
+def one_read(store: StoreBase) -> Iterator[None]:
+    """The reads inside it see one state of the database (a deferred read transaction), not a mix of
+    before and after another process's commit."""
+    store._conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        store._conn.execute("COMMIT")
 
 
 # --- agentd status (store/tasks.py queue_summary, next_due_at; the status, lock and control verbs) ------
