@@ -22,10 +22,14 @@ Process = subprocess.Popen[bytes]
 
 
 def operator_agent(directory: Path) -> Path:
-    """An initialised agent for the start-up commands."""
+    """An initialised agent for the start-up commands, as `agentd init` leaves one: with the config's
+    cached view, so each row measures the command an operator runs every day (docs/decisions.md, "Start-up")."""
+    from agentd.cli.config_cache import write_view
+
     config_path = write_config(directory)
-    _, store = open_agent(config_path, SystemClock())
+    config, store = open_agent(config_path, SystemClock())
     store.close()
+    write_view(config)
     return config_path
 
 

@@ -13,7 +13,8 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from agentd.clock import SystemClock, parse_duration, parse_ts
 from agentd.edge import INT64_MAX, NotJson, check_id, check_text, printable, visible_json
@@ -199,14 +200,23 @@ def wants_json(args: argparse.Namespace) -> bool:
     return bool(option(args, "json", False))
 
 
-def config_from(args: argparse.Namespace) -> Config:
-    from agentd.config import resolve_config_path
-    from agentd.work.validation import load_config
+def config_path_from(args: argparse.Namespace) -> Path:
+    """The identity TOML the command acts on (--config, --agent, $AGENTD_CONFIG, /etc/agentd), saying
+    so on stderr when it is the embedded default."""
+    from agentd.cli.config_cache import resolve_config_path
 
     path, notice = resolve_config_path(option(args, "config"), option(args, "agent"))
-    if notice and not wants_json(args):
+    if notice and not wants_json(args) and not option(args, "notice_shown"):
         print(f"agentd: {notice}", file=sys.stderr)
-    return load_config(path)
+        args.notice_shown = True  # a fast path that hands over to the full one: said once
+    return path
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    """The config, loaded and checked in full."""
+    from agentd.work.validation import load_config
+
+    return load_config(config_path_from(args))
 
 
 def store_from(config: Config, *, readonly: bool = False) -> Store:
@@ -217,7 +227,12 @@ def store_from(config: Config, *, readonly: bool = False) -> Store:
 
     if not readonly:
         refuse_inside_attempt(config.dispatch.run_as, "this command writes to the agent's database")
-    return open_store(config.db_path, SystemClock(), readonly=readonly)
+    store = open_store(config.db_path, SystemClock(), readonly=readonly)
+    if not readonly:  # a command that only looks leaves the state dir as it found it (a copy stays a copy)
+        from agentd.cli.config_cache import write_view
+
+        write_view(config)  # for the next command's fast path (agentd/cli/config_cache.py)
+    return store
 
 
 @contextmanager
@@ -232,6 +247,30 @@ def agent_store(args: argparse.Namespace, *, readonly: bool = False) -> Iterator
         store.close()
 
 
+T = TypeVar("T")
+
+
+def store_command(
+    args: argparse.Namespace,
+    act: Callable[[Config, Store], T],
+    text: Callable[[T], object],
+    *,
+    readonly: bool = False,
+    as_json: Callable[[T], Any] | None = None,
+) -> int:
+    """The pattern of every command on the agent's database, written once: open the store (read-only for
+    a command that only looks), `act` on it, close it, then print what it returned: JSON with --json
+    (`as_json(result)`, else the result itself), else `text(result)`. A refusal raised by `act` is reported
+    by agentd/cli/__init__.py (exit 2 for bad input). Exit 0."""
+    with agent_store(args, readonly=readonly) as (config, store):
+        result = act(config, store)
+    if wants_json(args):
+        print_json(result if as_json is None else as_json(result))
+    else:
+        text(result)
+    return 0
+
+
 def check_live_workflows(config: Config, store: Store) -> None:
     """Refuse a config that would strand a live workflow in a state it no longer has."""
     from agentd.work.validation import stranded_workflows
@@ -242,9 +281,9 @@ def check_live_workflows(config: Config, store: Store) -> None:
 
 
 def to_jsonable(value: Any) -> Any:
-    from pydantic import BaseModel  # not at import: a command that prints no JSON never loads pydantic
-
-    if isinstance(value, BaseModel):
+    """A record (anything pydantic can dump) as JSON values; asked by its method, so printing plain
+    values never imports pydantic."""
+    if callable(getattr(value, "model_dump", None)) and not isinstance(value, type):
         return value.model_dump(mode="json")
     if isinstance(value, dict):
         return {k: to_jsonable(v) for k, v in value.items()}

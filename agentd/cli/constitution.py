@@ -7,7 +7,15 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from agentd.cli.common import add_command, agent_store, print_fields, print_json, print_table, wants_json
+from agentd.cli.common import (
+    add_command,
+    agent_store,
+    print_fields,
+    print_json,
+    print_table,
+    store_command,
+    wants_json,
+)
 from agentd.clock import SystemClock, format_ts
 from agentd.edge import check_text, printable
 
@@ -52,14 +60,18 @@ def note_text(flag: str) -> Any:
 
 
 def cmd_proposals(args: argparse.Namespace) -> int:
-    with agent_store(args, readonly=True) as (_, store):
-        proposals = store.constitution_proposals(include_decided=args.all)
-    if wants_json(args):
-        print_json(proposals)
-        return 0
-    if not proposals:
-        print("no pending constitution proposals" if not args.all else "no constitution proposals")
-        return 0
+    def said(proposals: list[ConstitutionProposalRecord]) -> None:
+        if not proposals:
+            print("no pending constitution proposals" if not args.all else "no constitution proposals")
+        else:
+            _print_proposals(proposals)
+
+    return store_command(
+        args, lambda _, store: store.constitution_proposals(include_decided=args.all), said, readonly=True
+    )
+
+
+def _print_proposals(proposals: list[ConstitutionProposalRecord]) -> None:
     print_table(
         ["ID", "DOCUMENT", "STATUS", "TASK", "PROPOSED", "REASON"],
         [
@@ -67,7 +79,6 @@ def cmd_proposals(args: argparse.Namespace) -> int:
             for p in proposals
         ],
     )
-    return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -118,13 +129,12 @@ def cmd_accept(args: argparse.Namespace) -> int:
 def cmd_reject(args: argparse.Namespace) -> int:
     from agentd.control.constitution import reject_proposal
 
-    with agent_store(args) as (_, store):
-        proposal = reject_proposal(store, args.proposal_id, reason=args.reason, now=SystemClock().now())
-    if wants_json(args):
-        print_json(proposal.model_dump(mode="json", exclude={"proposed_text"}))
-        return 0
-    print(f"rejected {proposal.proposal_id} ({proposal.document}); the document was not touched")
-    return 0
+    return store_command(
+        args,
+        lambda _, store: reject_proposal(store, args.proposal_id, reason=args.reason, now=SystemClock().now()),
+        lambda proposal: print(f"rejected {proposal.proposal_id} ({proposal.document}); the document was not touched"),
+        as_json=lambda proposal: proposal.model_dump(mode="json", exclude={"proposed_text"}),
+    )
 
 
 def _print_proposal(proposal: ConstitutionProposalRecord, path: str) -> None:

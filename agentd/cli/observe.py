@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import (
@@ -83,6 +84,14 @@ EVENT_HEADER = f"{'SEQ':>6}  {'TIME':<20}  TYPE  IDS  DETAIL"
 
 
 def cmd_events(args: argparse.Namespace) -> int:
+    from agentd.cli import plain_reads
+
+    plain = plain_reads.events(args)  # without pydantic, where it answers as the full path would
+    if plain is not None:
+        print(EVENT_HEADER, flush=True)
+        for event in plain:
+            print(event_text(event), flush=True)
+        return 0
     config = config_from(args)
     store = store_from(config, readonly=True)
     try:
@@ -131,6 +140,12 @@ def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
     if _format(args) == "json":
         print(visible_json(event.model_dump_json()), flush=True)  # a bidi override in a subject stays visible
         return
+    print(event_text(event), flush=True)
+
+
+def event_text(event: Any) -> str:
+    """One event as `agentd events` prints it: a RuntimeEvent, or the plain event of the fast path
+    (agentd/cli/plain_reads.py), which has the same fields."""
     ids = " ".join(
         f"{k}={v}"
         for k, v in (
@@ -143,7 +158,7 @@ def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
         if v is not None
     )
     parts = [f"{event.sequence:>6}", format_ts(event.timestamp)[:19] + "Z", event.type, ids, detail(event.payload)]
-    print(printable("  ".join(part for part in parts if part)), flush=True)
+    return printable("  ".join(part for part in parts if part))
 
 
 def _budget_line(budget: dict[str, Any]) -> str:
@@ -167,17 +182,10 @@ def _budget_line(budget: dict[str, Any]) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from agentd.outlook.activity import activity_lines
-    from agentd.outlook.status import snapshot
-
-    with agent_store(args, readonly=True) as (config, store):
-        now = SystemClock().now()
-        shown = snapshot(config, store, now)
-        if _format(args) == "agent-runtime":
-            from agentd.outlook.agent_runtime import session_snapshot
-
-            print_json(session_snapshot(config, store, shown, now))
-            return 0
+    found = _status(args)
+    if found is None:  # agent-runtime: printed already
+        return 0
+    shown, now = found
     if _format(args) == "json":
         print_json(shown)
         return 0
@@ -207,17 +215,24 @@ def cmd_status(args: argparse.Namespace) -> int:
     if shown["next_available_at"]:
         print(f"next waiting task due: {ago(parse_ts(shown['next_available_at']), now)}")
     for run in shown["running"]:
-        print(
-            f"running  task {run['task_id']} ({run['task_type']}), attempt {run['attempt_id']} on {run['adapter_id']}"
-            f" for {age(run['elapsed_s'])}"
-        )
-        for line in activity_lines(run.get("activity") or {}):
-            print(f"  {line}")
+        _print_running(run)
     for service in shown["services"]:
         print(printable(_service_line(service)))
     if not shown["services"]:
         print("no service has run against this database yet")
     return 0
+
+
+def _print_running(run: dict[str, Any]) -> None:
+    print(
+        f"running  task {run['task_id']} ({run['task_type']}), attempt {run['attempt_id']} on {run['adapter_id']}"
+        f" for {age(run['elapsed_s'])}"
+    )
+    if run.get("activity"):
+        from agentd.outlook.activity import activity_lines  # only when something runs: it loads the records
+
+        for line in activity_lines(run["activity"]):
+            print(f"  {line}")
 
 
 SERVICE_WORDS = {
@@ -227,6 +242,26 @@ SERVICE_WORDS = {
     "stopped": "stopped {quiet} ago",
     "unknown": "unknown: another host wrote this row ({quiet} ago)",
 }
+
+
+def _status(args: argparse.Namespace) -> tuple[dict[str, Any], datetime] | None:
+    """The snapshot `status` prints: without pydantic where agentd/cli/quick.py can answer, else in full."""
+    from agentd.cli import quick
+
+    now = SystemClock().now()
+    if _format(args) != "agent-runtime" and (shown := quick.status_snapshot(args, now)) is not None:
+        return shown, now
+    from agentd.outlook.status import snapshot
+
+    with agent_store(args, readonly=True) as (config, store):
+        now = SystemClock().now()
+        shown = snapshot(config, store, now)
+        if _format(args) == "agent-runtime":
+            from agentd.outlook.agent_runtime import session_snapshot
+
+            print_json(session_snapshot(config, store, shown, now))
+            return None
+    return shown, now
 
 
 def _service_line(service: dict[str, Any]) -> str:

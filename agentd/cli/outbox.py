@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from agentd.cli.common import add_command, agent_store, count, print_json, print_table, record_id, wants_json
+from agentd.cli.common import add_command, count, print_table, record_id, store_command
 from agentd.clock import SystemClock, ago
 
 if TYPE_CHECKING:
@@ -39,11 +39,16 @@ def register(commands: Any) -> None:
 
 
 def cmd_outbox_list(args: argparse.Namespace) -> int:
-    with agent_store(args, readonly=True) as (_, store):
-        items = store.list_outbox(state=args.state, limit=args.limit)
-    if wants_json(args):
-        print_json([item.as_dict() for item in items])
-        return 0
+    return store_command(
+        args,
+        lambda _, store: store.list_outbox(state=args.state, limit=args.limit),
+        _print_outbox,
+        readonly=True,
+        as_json=lambda items: [item.as_dict() for item in items],
+    )
+
+
+def _print_outbox(items: list[OutboxItem]) -> None:
     now = SystemClock().now()
     print_table(
         ["ID", "TASK", "KIND", "STATE", "HANDLER", "TRIES", "WHEN", "KEY", "DETAIL"],
@@ -62,7 +67,6 @@ def cmd_outbox_list(args: argparse.Namespace) -> int:
             for i in items
         ],
     )
-    return 0
 
 
 def _when(item: OutboxItem, now: Any) -> str:
@@ -78,13 +82,15 @@ def cmd_outbox_retry(args: argparse.Namespace) -> int:
     )
     from agentd.process.privilege import operator_name
 
-    with agent_store(args) as (config, store):
-        item = retry_message(config, store, args.outbox_id, operator_name(), SystemClock().now())
-    if wants_json(args):
-        print_json(item.as_dict())
-    else:
+    def said(item: OutboxItem) -> None:
         print(
             f"message {item.outbox_id} is pending again with {item.handler_id} (attempts reset, key "
             f"{item.idempotency_key}); a running dispatcher sends it within {POLL_S:g}s"
         )
-    return 0
+
+    return store_command(
+        args,
+        lambda config, store: retry_message(config, store, args.outbox_id, operator_name(), SystemClock().now()),
+        said,
+        as_json=lambda item: item.as_dict(),
+    )

@@ -8,17 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import (
     add_command,
-    agent_store,
     attempts,
     count,
     duration,
     input_problems,
     json_object,
     print_fields,
-    print_json,
     print_table,
     record_id,
-    wants_json,
+    store_command,
 )
 from agentd.cli.observe import detail
 from agentd.clock import SystemClock, age, ago, format_ts
@@ -126,6 +124,11 @@ def intent_from_args(args: argparse.Namespace) -> TaskIntent:
 
 
 def cmd_task_add(args: argparse.Namespace) -> int:
+    from agentd.cli import quick
+
+    fast = quick.task_add(args)  # without pydantic, where it answers as the full path would
+    if fast is not None:
+        return fast
     from agentd import control
 
     if args.batch is not None:
@@ -133,15 +136,19 @@ def cmd_task_add(args: argparse.Namespace) -> int:
 
         return cmd_task_add_batch(args)
     intent = intent_from_args(args)
-    with agent_store(args) as (config, store):
-        task = control.add_task(config, store, intent, SystemClock().now(), require_approval=args.require_approval)
-    if wants_json(args):
-        print_json(task)
-    else:
-        when = "now" if task.available_at <= task.created_at else format_ts(task.available_at)
-        held = "; waiting for approval (`agentd approve`)" if task.awaiting_approval else ""
-        print(f"task {task.task_id} enqueued ({task.task_type}, priority {task.priority}, available {when}){held}")
-    return 0
+    return store_command(
+        args,
+        lambda config, store: control.add_task(
+            config, store, intent, SystemClock().now(), require_approval=args.require_approval
+        ),
+        _print_added,
+    )
+
+
+def _print_added(task: TaskRecord) -> None:
+    when = "now" if task.available_at <= task.created_at else format_ts(task.available_at)
+    held = "; waiting for approval (`agentd approve`)" if task.awaiting_approval else ""
+    print(f"task {task.task_id} enqueued ({task.task_type}, priority {task.priority}, available {when}){held}")
 
 
 def _delegation(task: TaskRecord, chain: list[int]) -> str | None:
@@ -152,11 +159,20 @@ def _delegation(task: TaskRecord, chain: list[int]) -> str | None:
 
 
 def cmd_task_list(args: argparse.Namespace) -> int:
-    with agent_store(args, readonly=True) as (_, store):
-        tasks = store.list_tasks(statuses=tuple(args.status), limit=args.limit)
-    if wants_json(args):
-        print_json(tasks)
+    from agentd.cli import plain_reads
+
+    plain = plain_reads.task_list(args)  # without pydantic, where it answers as the full path would
+    if plain is not None:
+        _print_tasks(plain)
         return 0
+    return store_command(
+        args, lambda _, store: store.list_tasks(statuses=tuple(args.status), limit=args.limit), _print_tasks,
+        readonly=True,
+    )  # fmt: skip
+
+
+def _print_tasks(tasks: list[Any]) -> None:
+    """TaskRecords, or the fast path's PlainTasks (agentd/cli/plain_reads.py): the same fields."""
     print_table(
         ["ID", "STATUS", "PRI", "TYPE", "ATTEMPTS", "AVAILABLE", "SUBJECT"],
         [
@@ -172,20 +188,28 @@ def cmd_task_list(args: argparse.Namespace) -> int:
             for t in tasks
         ],
     )
-    return 0
 
 
 def cmd_task_show(args: argparse.Namespace) -> int:
-    with agent_store(args, readonly=True) as (_, store):
-        task = store.get_task_or_raise(args.task_id)
-        attempts = store.attempts_of(task.task_id)
-        events = store.read_events(task_id=task.task_id, limit=100_000)
-        chain = delegation_chain(store, task)
-        fleet = store.fleet_lease_of(task.task_id)
-    if wants_json(args):
-        shown = {"task": task, "attempts": attempts, "events": events, "delegation_chain": chain}
-        print_json({**shown, "fleet": fleet} if fleet else shown)
-        return 0
+    return store_command(args, lambda _, store: _task_shown(store, args.task_id), _print_shown, readonly=True)
+
+
+def _task_shown(store: Any, task_id: int) -> dict[str, Any]:
+    """The task, its attempts, events, delegation chain and (a fleet's task) its lease, as --json prints them."""
+    task = store.get_task_or_raise(task_id)
+    shown = {
+        "task": task,
+        "attempts": store.attempts_of(task.task_id),
+        "events": store.read_events(task_id=task.task_id, limit=100_000),
+        "delegation_chain": delegation_chain(store, task),
+    }
+    fleet = store.fleet_lease_of(task.task_id)
+    return {**shown, "fleet": fleet} if fleet else shown
+
+
+def _print_shown(shown: dict[str, Any]) -> None:
+    task, attempts, events, chain = shown["task"], shown["attempts"], shown["events"], shown["delegation_chain"]
+    fleet = shown.get("fleet")
     now = SystemClock().now()
     print_task(task, now, chain)
     if fleet:
@@ -232,34 +256,36 @@ def cmd_task_show(args: argparse.Namespace) -> int:
         ["SEQ", "TIME", "TYPE", "DETAIL"],
         [(e.sequence, format_ts(e.timestamp)[:19] + "Z", e.type, detail(e.payload)) for e in events],
     )
-    return 0
 
 
 def cmd_task_cancel(args: argparse.Namespace) -> int:
     from agentd import control
 
-    with agent_store(args) as (config, store):
-        result = control.cancel_task(config, store, args.task_id, SystemClock().now())
-    if wants_json(args):
-        print_json({"task": result.task, "action": result.action})
-    elif result.action == "canceled":
-        print(f"task {args.task_id} canceled")
-    else:
-        print(f"task {args.task_id} is running: the dispatcher will stop its adapter and record operator_canceled")
-    return 0
+    def said(result: Any) -> None:
+        if result.action == "canceled":
+            print(f"task {args.task_id} canceled")
+        else:
+            print(f"task {args.task_id} is running: the dispatcher will stop its adapter and record operator_canceled")
+
+    return store_command(
+        args,
+        lambda config, store: control.cancel_task(config, store, args.task_id, SystemClock().now()),
+        said,
+        as_json=lambda result: {"task": result.task, "action": result.action},
+    )
 
 
 def cmd_task_retry(args: argparse.Namespace) -> int:
     from agentd import control
 
-    with agent_store(args) as (config, store):
-        task = control.retry_task(config, store, args.task_id, args.attempts, SystemClock().now())
-    if wants_json(args):
-        print_json(task)
-    else:
+    def said(task: TaskRecord) -> None:
         more = task.max_attempts - task.attempt_count + task.free_attempt_count
         print(f"task {task.task_id} re-queued with {more} more attempts (history kept)")
-    return 0
+
+    return store_command(
+        args, lambda config, store: control.retry_task(config, store, args.task_id, args.attempts, SystemClock().now()),
+        said,
+    )  # fmt: skip
 
 
 def delegation_chain(store: Any, task: TaskRecord) -> list[int]:

@@ -65,6 +65,7 @@ def register(commands: Any) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from agentd.cli.config_cache import write_view
     from agentd.store import init_state_dir, migrate, open_store
 
     config = config_from(args)
@@ -72,6 +73,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     applied = migrate(config.db_path, SystemClock())
     store = open_store(config.db_path, SystemClock())
     store.close()
+    write_view(config)  # the state dir exists now: the next command's fast path reads the view
     if wants_json(args):
         print_json(
             {

@@ -7,7 +7,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agentd.cli.common import add_command, agent_store, print_json, print_table, record_id, wants_json
+from agentd.cli.common import (
+    add_command,
+    agent_store,
+    print_json,
+    print_table,
+    record_id,
+    store_command,
+    wants_json,
+)
 from agentd.clock import SystemClock, age, format_ts
 
 
@@ -35,20 +43,24 @@ HOLDS = {"claim": "its first claim", "side_effects": "its follow-ups and message
 
 
 def cmd_approvals(args: argparse.Namespace) -> int:
-    with agent_store(args, readonly=True) as (_, store):
-        waiting = store.pending_approvals()
+    from agentd.cli import quick
+
+    waiting = quick.approvals(args)  # without pydantic, where it answers as the full path would
+    if waiting is None:
+        with agent_store(args, readonly=True) as (_, store):
+            waiting = [vars(p) for p in store.pending_approvals()]
     now = SystemClock().now()
     if wants_json(args):
-        print_json([{**vars(p), "requested_at": format_ts(p.requested_at)} for p in waiting])
+        print_json([{**p, "requested_at": format_ts(p["requested_at"])} for p in waiting])
         return 0
     rows = [
         (
-            p.task_id,
-            p.task_type,
-            HOLDS[p.scope],
-            age((now - p.requested_at).total_seconds()),
-            p.reason or "",
-            p.subject or "",
+            p["task_id"],
+            p["task_type"],
+            HOLDS[p["scope"]],
+            age((now - p["requested_at"]).total_seconds()),
+            p["reason"] or "",
+            p["subject"] or "",
         )
         for p in waiting
     ]
@@ -65,48 +77,63 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 
 def _resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> int:
+    from agentd.cli import quick
+
+    if approved and (who := quick.approve(args)) is not None:  # without pydantic, as the full path would
+        print(f"task {args.task_id} approved by {who}; it runs when its turn comes")
+        return 0
     from agentd import control
 
-    with agent_store(args) as (config, store):
-        task, scope = control.resolve_approval(
+    def said(result: Any) -> None:
+        (task, scope), who = result, control.operator()
+        if scope == "side_effects":
+            went, decided = ("go ahead", "approved") if approved else ("are refused", "denied")
+            print(f"task {task.task_id}'s follow-ups and messages {went} ({decided} by {who})")
+        elif approved:
+            print(f"task {task.task_id} approved by {who}; it runs when its turn comes")
+        else:
+            print(f"task {task.task_id} denied by {who}: {task.status}")
+
+    return store_command(
+        args,
+        lambda config, store: control.resolve_approval(
             config, store, args.task_id, approved=approved, note=note, now=SystemClock().now()
-        )
-    who = control.operator()
-    if wants_json(args):
-        print_json(task)
-    elif scope == "side_effects":
-        went = "go ahead" if approved else "are refused"
-        print(f"task {task.task_id}'s follow-ups and messages {went} ({'approved' if approved else 'denied'} by {who})")
-    elif approved:
-        print(f"task {task.task_id} approved by {who}; it runs when its turn comes")
-    else:
-        print(f"task {task.task_id} denied by {who}: {task.status}")
-    return 0
+        ),
+        said,
+        as_json=lambda result: result[0],
+    )
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
     from agentd import control
 
-    with agent_store(args) as (config, store):
-        pause, made = control.pause_dispatch(config, store, args.reason, SystemClock().now())
-    if wants_json(args):
-        print_json({"paused_at": format_ts(pause.paused_at), "paused_by": pause.paused_by, "reason": pause.reason})
-    elif made:
-        print(f"dispatch {pause.describe()}; a running attempt finishes, nothing more is claimed until resumed")
-    else:
-        print(f"dispatch was already {pause.describe()}")
-    return 0
+    def said(result: Any) -> None:
+        pause, made = result
+        if made:
+            print(f"dispatch {pause.describe()}; a running attempt finishes, nothing more is claimed until resumed")
+        else:
+            print(f"dispatch was already {pause.describe()}")
+
+    return store_command(
+        args,
+        lambda config, store: control.pause_dispatch(config, store, args.reason, SystemClock().now()),
+        said,
+        as_json=lambda result: {
+            "paused_at": format_ts(result[0].paused_at),
+            "paused_by": result[0].paused_by,
+            "reason": result[0].reason,
+        },
+    )
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from agentd import control
 
-    with agent_store(args) as (config, store):
-        ended = control.resume_dispatch(config, store, SystemClock().now())
-    if wants_json(args):
-        print_json({"resumed": ended is not None})
-    elif ended is None:
-        print("dispatch was not paused")
-    else:
-        print(f"dispatch resumed (it was {ended.describe()})")
-    return 0
+    return store_command(
+        args,
+        lambda config, store: control.resume_dispatch(config, store, SystemClock().now()),
+        lambda ended: print(
+            "dispatch was not paused" if ended is None else f"dispatch resumed (it was {ended.describe()})"
+        ),
+        as_json=lambda ended: {"resumed": ended is not None},
+    )

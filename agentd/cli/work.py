@@ -18,6 +18,7 @@ from agentd.cli.common import (
     print_json,
     print_table,
     record_id,
+    store_command,
     store_from,
     wants_json,
 )
@@ -25,7 +26,7 @@ from agentd.clock import SystemClock, age, format_ts
 from agentd.errors import InputError, NotFound
 
 if TYPE_CHECKING:
-    from agentd.records import RecurringScheduleRecord
+    from agentd.records import RecurringScheduleRecord, WorkflowRecord
 
 
 def register(commands: Any) -> None:
@@ -102,26 +103,30 @@ def cmd_workflow_start(args: argparse.Namespace) -> int:
     from agentd import control
 
     context = json_object(args.context, "--context")
-    with agent_store(args) as (config, store):
-        workflow = control.start_workflow(
-            config, store, args.workflow_type, args.instance_key, context, args.state, SystemClock().now()
-        )
-    if wants_json(args):
-        print_json(workflow)
-    else:
+
+    def said(workflow: WorkflowRecord) -> None:
         print(
             f"workflow {workflow.workflow_id} started ({workflow.workflow_type} {workflow.instance_key!r}, "
             f"state {workflow.current_state})"
         )
-    return 0
+
+    return store_command(
+        args,
+        lambda config, store: control.start_workflow(
+            config, store, args.workflow_type, args.instance_key, context, args.state, SystemClock().now()
+        ),
+        said,
+    )
 
 
 def cmd_workflow_list(args: argparse.Namespace) -> int:
-    with agent_store(args, readonly=True) as (_, store):
-        workflows = store.list_workflows(statuses=tuple(args.status), limit=args.limit)
-    if wants_json(args):
-        print_json(workflows)
-        return 0
+    return store_command(
+        args, lambda _, store: store.list_workflows(statuses=tuple(args.status), limit=args.limit),
+        _print_workflows, readonly=True,
+    )  # fmt: skip
+
+
+def _print_workflows(workflows: list[WorkflowRecord]) -> None:
     print_table(
         ["ID", "TYPE", "INSTANCE", "STATUS", "STATE", "ITERATION", "UPDATED"],
         [
@@ -137,17 +142,19 @@ def cmd_workflow_list(args: argparse.Namespace) -> int:
             for w in workflows
         ],
     )
-    return 0
 
 
 def cmd_workflow_show(args: argparse.Namespace) -> int:
-    with agent_store(args, readonly=True) as (_, store):
+    def shown(_: Any, store: Any) -> dict[str, Any]:
         workflow = store.get_workflow_or_raise(args.workflow_id)
         steps = store.workflow_steps(workflow.workflow_id)
-        events = store.read_events(workflow_id=workflow.workflow_id)
-    if wants_json(args):
-        print_json({"workflow": workflow, "steps": steps, "events": events})
-        return 0
+        return {"workflow": workflow, "steps": steps, "events": store.read_events(workflow_id=workflow.workflow_id)}
+
+    return store_command(args, shown, _print_workflow, readonly=True)
+
+
+def _print_workflow(shown: dict[str, Any]) -> None:
+    workflow, steps, events = shown["workflow"], shown["steps"], shown["events"]
     print_fields(workflow.model_dump(mode="json").items())
     print("\nsteps")
     print_table(
@@ -168,61 +175,70 @@ def cmd_workflow_show(args: argparse.Namespace) -> int:
     print_table(
         ["SEQ", "TIME", "TYPE", "TASK"], [(e.sequence, format_ts(e.timestamp), e.type, e.task_id) for e in events]
     )
-    return 0
 
 
 def cmd_workflow_signal(args: argparse.Namespace) -> int:
     from agentd import control
 
-    with agent_store(args) as (config, store):
-        workflow, change = control.signal_workflow(
+    def said(result: Any) -> None:
+        workflow, change = result
+        if change.kind == "complete":
+            print(f"workflow {workflow.workflow_id} completed on signal {args.signal!r} from {control.operator()}")
+        else:
+            print(
+                f"workflow {workflow.workflow_id} moved to {workflow.current_state} (iteration {workflow.iteration}) "
+                f"on signal {args.signal!r} from {control.operator()}"
+            )
+
+    return store_command(
+        args,
+        lambda config, store: control.signal_workflow(
             config, store, args.workflow_id, args.signal, args.reason, SystemClock().now()
-        )
-    if wants_json(args):
-        print_json(workflow)
-    elif change.kind == "complete":
-        print(f"workflow {workflow.workflow_id} completed on signal {args.signal!r} from {control.operator()}")
-    else:
-        print(
-            f"workflow {workflow.workflow_id} moved to {workflow.current_state} (iteration {workflow.iteration}) "
-            f"on signal {args.signal!r} from {control.operator()}"
-        )
-    return 0
+        ),
+        said,
+        as_json=lambda result: result[0],
+    )
 
 
 def cmd_workflow_unblock(args: argparse.Namespace) -> int:
     from agentd import control
 
-    with agent_store(args) as (config, store):
-        workflow = control.unblock_workflow(
-            config, store, args.workflow_id, args.state, args.reason, SystemClock().now()
-        )
-    if wants_json(args):
-        print_json(workflow)
-    else:
+    def said(workflow: WorkflowRecord) -> None:
         print(
             f"workflow {workflow.workflow_id} unblocked by {control.operator()}: it re-enters "
             f"{workflow.current_state} (iteration {workflow.iteration}); the dispatcher creates its step"
         )
-    return 0
+
+    return store_command(
+        args,
+        lambda config, store: control.unblock_workflow(
+            config, store, args.workflow_id, args.state, args.reason, SystemClock().now()
+        ),
+        said,
+    )
 
 
 def cmd_workflow_cancel(args: argparse.Namespace) -> int:
     from agentd import control
 
-    with agent_store(args) as (config, store):
-        canceled = control.cancel_workflow(config, store, args.workflow_id, args.reason, SystemClock().now())
-    if wants_json(args):
-        print_json(vars(canceled))
-        return 0
-    tasks = ", ".join(map(str, canceled.canceled_task_ids))
-    print(
-        f"workflow {canceled.workflow.workflow_id} canceled by {control.operator()}"
-        + (f"; step task {tasks} ended operator_canceled" if tasks else "")
+    def said(canceled: Any) -> None:
+        tasks = ", ".join(map(str, canceled.canceled_task_ids))
+        print(
+            f"workflow {canceled.workflow.workflow_id} canceled by {control.operator()}"
+            + (f"; step task {tasks} ended operator_canceled" if tasks else "")
+        )
+        for task_id in canceled.running_task_ids:
+            stop = f"`agentd task cancel {task_id}` stops it"
+            print(f"  step task {task_id} is running; its signal will be ignored ({stop})")
+
+    return store_command(
+        args,
+        lambda config, store: control.cancel_workflow(
+            config, store, args.workflow_id, args.reason, SystemClock().now()
+        ),
+        said,
+        as_json=vars,
     )
-    for task_id in canceled.running_task_ids:
-        print(f"  step task {task_id} is running; its signal will be ignored (`agentd task cancel {task_id}` stops it)")
-    return 0
 
 
 def cmd_schedule_add(args: argparse.Namespace) -> int:
@@ -255,11 +271,10 @@ def cmd_schedule_add(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule_list(args: argparse.Namespace) -> int:
-    with agent_store(args, readonly=True) as (_, store):
-        schedules = store.list_schedules()
-    if wants_json(args):
-        print_json(schedules)
-        return 0
+    return store_command(args, lambda _, store: store.list_schedules(), _print_schedules, readonly=True)
+
+
+def _print_schedules(schedules: list[RecurringScheduleRecord]) -> None:
     print_table(
         ["ID", "ENABLED", "EVERY", "TASK TYPE", "NEXT RUN", "LAST RUN", "SKIPPED"],
         [
@@ -275,7 +290,6 @@ def cmd_schedule_list(args: argparse.Namespace) -> int:
             for s in schedules
         ],
     )
-    return 0
 
 
 def _skipped(schedule: RecurringScheduleRecord) -> str:

@@ -60,11 +60,8 @@ from agentd.records import (
     WorkflowDefinition,
 )
 from agentd.records.messages import MessageHandler
-from agentd.resources import example_config
 from agentd.schema_check import schema_problem
 
-CONFIG_ENV = "AGENTD_CONFIG"
-SYSTEM_CONFIG_DIR = Path("/etc/agentd")
 ANY_OBJECT_SCHEMA_ID = "agent-runtime/payload.any-object/v1"
 BUILTIN_PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {ANY_OBJECT_SCHEMA_ID: {"type": "object"}}
 # internal_name is load-bearing (seed §1): nothing may override it, agent_id must match it.
@@ -111,36 +108,6 @@ class Config:
     @property
     def db_path(self) -> Path:
         return self.paths.state_dir / "agentd.db"
-
-
-def resolve_config_path(given: str | None, agent: str | None = None) -> tuple[Path, str | None]:
-    """Which identity TOML to load, and a notice when it is the embedded default.
-
-    Order: --config, $AGENTD_CONFIG, /etc/agentd/<agent>.toml, the only TOML in /etc/agentd,
-    then the embedded example (only on a machine with no /etc/agentd TOML at all).
-    """
-    named = [
-        (source, Path(value))
-        for source, value in (
-            ("--config", given),
-            (f"${CONFIG_ENV}", os.environ.get(CONFIG_ENV)),
-            (f"--agent {agent}", str(SYSTEM_CONFIG_DIR / f"{agent}.toml") if agent else None),
-        )
-        if value
-    ]
-    if len({os.path.realpath(path) for _, path in named}) > 1:  # which agent a command acts on is never a guess
-        (first, one), (second, other) = named[:2]
-        raise ConfigError([Problem(first, "", f"names {one}, but {second} names {other}: give only one")])
-    if named:
-        return named[0][1], None
-    installed = sorted(SYSTEM_CONFIG_DIR.glob("*.toml")) if SYSTEM_CONFIG_DIR.is_dir() else []
-    if len(installed) == 1:
-        return installed[0], None
-    if installed:
-        names = ", ".join(p.stem for p in installed)
-        raise ConfigError([Problem(str(SYSTEM_CONFIG_DIR), "", f"several agents ({names}); pass --agent or --config")])
-    path = example_config()
-    return path, f"using the embedded default config {path}; pass --config for a real agent"
 
 
 def parse_config(path: Path) -> tuple[Config, list[Problem]]:

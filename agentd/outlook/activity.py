@@ -10,7 +10,7 @@ from typing import Any
 from agentd.clock import format_ts
 from agentd.edge import printable
 from agentd.records import RuntimeEvent
-from agentd.records.events import LIVE_EVENT_TYPES
+from agentd.records.event_names import LIVE_EVENT_TYPES
 from agentd.store import Store
 
 LAST_TYPES = tuple(kind for kind in LIVE_EVENT_TYPES if kind != "todos_updated")

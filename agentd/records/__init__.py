@@ -6,228 +6,39 @@ Pydantic models of every seed 000 record, each with a versioned schema id.
 
 Field names are the seed's. Where agentd needs more than the seed says, the extra field is
 marked "agentd:" in its description and the JSON Schema carries it too.
+
+Lazy (PEP 562): the names below come from agentd/records/catalog.py, imported with pydantic the first time
+one is asked for. The event and status words need no model, so the store can check an event's type and
+the CLI's fast paths run without pydantic (docs/decisions.md, "Start-up").
 """
 
-from agentd.records.adapters import (
-    ADAPTER_MODELS,
-    AdapterConfig,
-    ClaudeAutonomy,
-    ClaudeCodeAdapterConfig,
-    CodexAdapterConfig,
-    CodexProvider,
-    HarnessAdapterConfig,
-    HarnessAutonomy,
-    HermesAgentAdapterConfig,
-    OllamaGenerateAdapterConfig,
-    ScriptAdapterConfig,
-    ScriptAutonomy,
-    SubprocessAdapterConfig,
-    TokenPrice,
-)
-from agentd.records.agent import (
-    AgentConstitution,
-    AgentFields,
-    AgentIdentity,
-    ContextPolicy,
-    ExternalName,
-    OnchainIdentity,
-    ResultPolicy,
-    SkillCommand,
-    SkillManifest,
-    SubagentProfile,
-    WalletIdentity,
-)
-from agentd.records.base import (
-    TASK_STATUSES,
-    TERMINAL_STATUSES,
-    ArtifactRole,
-    Identifier,
-    JsonObject,
-    MachineStatus,
-    OutcomeStatus,
-    Priority,
-    Record,
-    Sandbox,
-    TaskStatus,
-    Timestamp,
-)
-from agentd.records.events import (
-    AGENTD_EVENT_TYPES,
-    EVENT_TYPES,
-    SEED_EVENT_TYPES,
-    RuntimeEvent,
-)
-from agentd.records.sensing import (
-    AcceptedEvent,
-    IntakeCounts,
-    OpenSensorRun,
-    RejectedLine,
-    SensorState,
-    WorkflowStart,
-)
-from agentd.records.tasks import (
-    ArtifactRecord,
-    EvidenceRequirements,
-    ProposedWorkflow,
-    RelativeSchedule,
-    SensorEvent,
-    SuccessPolicy,
-    TaskAttempt,
-    TaskIntent,
-    TaskOutcome,
-    TaskRecord,
-    TaskTypeSpec,
-    WorkflowRef,
-)
-from agentd.records.work import (
-    ArtifactRow,
-    AttemptEnd,
-    AttemptPlan,
-    CancelResult,
-    Claim,
-    CompiledBundle,
-    CostTotal,
-    ExitStatus,
-    LockAttempt,
-    LockHolder,
-    NewTask,
-    OutboxEntry,
-    OutboxKind,
-    OutboxStatus,
-    PolicyDenial,
-    QueueSummary,
-    RetryClass,
-    RunningAttempt,
-    SideEffects,
-)
-from agentd.records.workflows import (
-    Change,
-    ChangeKind,
-    DueSchedule,
-    RecurringScheduleRecord,
-    ScheduleRun,
-    ScheduleSpec,
-    SignalDecision,
-    StepDecision,
-    StepResult,
-    WorkflowDefinition,
-    WorkflowRecord,
-    WorkflowState,
-    WorkflowTransition,
-)
+from __future__ import annotations
 
-__all__ = [
-    "ADAPTER_MODELS",
-    "AGENTD_EVENT_TYPES",
-    "EVENT_TYPES",
-    "EXPORTED_RECORDS",
-    "SEED_EVENT_TYPES",
-    "TASK_STATUSES",
-    "TERMINAL_STATUSES",
-    "AcceptedEvent",
-    "AdapterConfig",
-    "AgentConstitution",
-    "AgentFields",
-    "AgentIdentity",
-    "ArtifactRecord",
-    "ArtifactRole",
-    "ArtifactRow",
-    "AttemptEnd",
-    "AttemptPlan",
-    "CancelResult",
-    "Change",
-    "ChangeKind",
-    "Claim",
-    "ClaudeAutonomy",
-    "ClaudeCodeAdapterConfig",
-    "CodexAdapterConfig",
-    "CodexProvider",
-    "CompiledBundle",
-    "ContextPolicy",
-    "CostTotal",
-    "DueSchedule",
-    "EvidenceRequirements",
-    "ExitStatus",
-    "ExternalName",
-    "HarnessAdapterConfig",
-    "HarnessAutonomy",
-    "HermesAgentAdapterConfig",
-    "Identifier",
-    "IntakeCounts",
-    "JsonObject",
-    "LockAttempt",
-    "LockHolder",
-    "MachineStatus",
-    "NewTask",
-    "OllamaGenerateAdapterConfig",
-    "OnchainIdentity",
-    "OpenSensorRun",
-    "OutboxEntry",
-    "OutboxKind",
-    "OutboxStatus",
-    "OutcomeStatus",
-    "PolicyDenial",
-    "Priority",
-    "ProposedWorkflow",
-    "QueueSummary",
-    "Record",
-    "RecurringScheduleRecord",
-    "RejectedLine",
-    "RelativeSchedule",
-    "ResultPolicy",
-    "RetryClass",
-    "RunningAttempt",
-    "RuntimeEvent",
-    "Sandbox",
-    "ScheduleRun",
-    "ScheduleSpec",
-    "ScriptAdapterConfig",
-    "ScriptAutonomy",
-    "SensorEvent",
-    "SensorState",
-    "SideEffects",
-    "SignalDecision",
-    "SkillCommand",
-    "SkillManifest",
-    "StepDecision",
-    "StepResult",
-    "SubagentProfile",
-    "SubprocessAdapterConfig",
-    "SuccessPolicy",
-    "TaskAttempt",
-    "TaskIntent",
-    "TaskOutcome",
-    "TaskRecord",
-    "TaskStatus",
-    "TaskTypeSpec",
-    "Timestamp",
-    "TokenPrice",
-    "WalletIdentity",
-    "WorkflowDefinition",
-    "WorkflowRecord",
-    "WorkflowRef",
-    "WorkflowStart",
-    "WorkflowState",
-    "WorkflowTransition",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
 
-EXPORTED_RECORDS: tuple[type[Record], ...] = (
-    AgentIdentity,
-    AgentConstitution,
-    WalletIdentity,
-    *ADAPTER_MODELS,
-    SubagentProfile,
-    SkillManifest,
-    SensorEvent,
-    TaskIntent,
-    TaskRecord,
-    TaskAttempt,
-    TaskOutcome,
-    WorkflowDefinition,
-    WorkflowRecord,
-    RecurringScheduleRecord,
-    ScheduleSpec,
-    ArtifactRecord,
-    TaskTypeSpec,
-    RuntimeEvent,
-)
+from agentd.records.event_names import AGENTD_EVENT_TYPES as AGENTD_EVENT_TYPES
+from agentd.records.event_names import EVENT_TYPES as EVENT_TYPES
+from agentd.records.event_names import SEED_EVENT_TYPES as SEED_EVENT_TYPES
+from agentd.vocabulary import TASK_STATUSES as TASK_STATUSES
+from agentd.vocabulary import TERMINAL_STATUSES as TERMINAL_STATUSES
+
+if TYPE_CHECKING:
+    from agentd.records.catalog import *  # noqa: F403
+
+
+def __getattr__(name: str) -> Any:
+    """A record (or anything else the catalog names): the catalog is imported once, then its names are
+    this package's own."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    catalog = importlib.import_module("agentd.records.catalog")  # not `from … import`: that asks __getattr__
+    globals().update({key: getattr(catalog, key) for key in catalog.__all__})
+    if name not in catalog.__all__:
+        raise AttributeError(f"module 'agentd.records' has no attribute {name!r}")
+    return getattr(catalog, name)
+
+
+def __dir__() -> list[str]:
+    catalog = importlib.import_module("agentd.records.catalog")
+    return sorted({*globals(), *catalog.__all__})

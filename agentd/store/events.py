@@ -10,7 +10,7 @@ from typing import Any
 
 from agentd.hashing import GENESIS_HASH, chain_hash
 from agentd.records import TASK_STATUSES, TERMINAL_STATUSES, RuntimeEvent
-from agentd.records.events import LIVE_EVENT_TYPES
+from agentd.records.event_names import LIVE_EVENT_TYPES
 from agentd.store.base import StoreBase, loads, ts
 from agentd.store.rows import EVENT_BODY_FIELDS, event_from_row
 

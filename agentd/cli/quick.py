@@ -1,0 +1,300 @@
+"""The hot commands without pydantic: `agentd status`, `task add`, `approvals` and `approve` from the
+config's cached view (agentd/cli/config_cache.py) and plain rows (agentd/store/plain.py); `events` and
+`task list` are agentd/cli/plain_reads.py's.
+
+Each function here answers only where it is sure to answer as the full path would, and returns None
+everywhere else (no view, a budget, --json of a record, anything refused): the command then runs the
+full path, which says what is wrong in its own words. Nothing is written before that choice is made.
+Tests hold both paths to the same output on the same database (tests/test_fast_cli.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from agentd.cli.common import config_path_from, json_object, wants_json
+from agentd.clock import SystemClock, format_ts, parse_ts
+from agentd.edge import Refused, check_json_size, check_value
+from agentd.schema_check import compile_check
+from agentd.vocabulary import TASK_STATUSES
+
+DEFAULT_PRIORITY = 5  # agentd/work/intake.py
+STALE_STATUS_S = 30.0  # agentd/outlook/status.py
+
+
+def cached_view(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The config's cached view, if it is still exactly what a full load would give."""
+    from agentd.cli.config_cache import read_view
+
+    return read_view(config_path_from(args))
+
+
+# --- agentd status --------------------------------------------------------------------------------
+
+
+def status_snapshot(args: argparse.Namespace, now: datetime) -> dict[str, Any] | None:
+    """agentd/outlook/status.py `snapshot`, for an agent without a budget (a budget's hold is the full
+    path's); None where the full path must answer."""
+    view = cached_view(args)
+    return None if view is None else snapshot_from(view, now)
+
+
+def snapshot_from(view: dict[str, Any], now: datetime) -> dict[str, Any] | None:
+    """The snapshot of the agent a cached view describes; None with a budget, no database, or an
+    attempt running (its live activity is read by agentd/outlook/activity.py)."""
+    if view["budget_capped"]:
+        return None
+    from agentd.store.plain import one_read, open_plain, queue_rows, status_rows
+
+    store = open_plain(Path(view["database"]), SystemClock(), readonly=True)
+    if store is None:
+        return None
+    try:
+        with one_read(store):
+            summary, rows = queue_rows(store, now), status_rows(store)
+    finally:
+        store.close()
+    if rows["running"]:  # what a running attempt is doing now (docs/live.md) is the full path's read
+        return None
+    return _snapshot(view, summary, rows, now)
+
+
+def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any], now: datetime) -> dict[str, Any]:
+    from agentd.process import procs
+    from agentd.process.privilege import boundary
+
+    here, pause, lock, oldest = procs.this_process(), rows["pause"], rows["lock"], summary["oldest_pending_at"]
+    return {
+        "agent_id": view["agent_id"],
+        "database": view["database"],
+        "state_dir": view["state_dir"],
+        "workspace": view["workspace"],
+        "schema_version": summary["schema_version"],
+        "counts": {status: summary["counts"].get(status, 0) for status in TASK_STATUSES},
+        "waiting": {key: summary[key] for key in ("claimable", "retry_waiting", "delayed", "approval", "budget")},
+        "budget": None,
+        "messages": {"failed": rows["failed_messages"]},
+        "oldest_approval_age_s": (now - rows["oldest_approval_at"]).total_seconds()
+        if rows["oldest_approval_at"]
+        else None,
+        "paused": {"since": format_ts(pause[0]), "by": pause[1], "reason": pause[2]} if pause else None,
+        "oldest_pending_age_s": (now - oldest).total_seconds() if oldest else None,
+        "next_available_at": format_ts(summary["next_available_at"]) if summary["next_available_at"] else None,
+        "running": [_running(row, now) for row in rows["running"]],
+        "services": [_service_health(row, now, here) for row in rows["services"]],
+        "boundary": boundary(view["run_as"]),
+        "dispatch_lock": {"pid": lock[0], "host": lock[1], "heartbeat_at": format_ts(lock[2])} if lock else None,
+    }
+
+
+def _running(row: tuple[Any, ...], now: datetime) -> dict[str, Any]:
+    task_id, task_type, attempt_id, adapter_id, model, started_at = row
+    return {
+        "task_id": task_id,
+        "task_type": task_type,
+        "attempt_id": attempt_id,
+        "adapter_id": adapter_id,
+        "model": model,
+        "started_at": format_ts(started_at),
+        "elapsed_s": round((now - started_at).total_seconds(), 1),
+    }
+
+
+def _service_health(row: dict[str, Any], now: datetime, here: Any) -> dict[str, Any]:
+    """agentd/outlook/status.py `service_health`."""
+    quiet = (now - parse_ts(row["updated_at"])).total_seconds()
+    return {**row, "liveness": _liveness(row, quiet, here), "updated_ago_s": round(quiet, 1)}
+
+
+def _liveness(row: dict[str, Any], quiet_s: float, here: Any) -> str:
+    from agentd.process import procs
+
+    if row["status"] == "stopped":
+        return "stopped"
+    owner = procs.ProcessIdentity(
+        row["pid"], row.get("pid_started") or 0, row.get("host") or "", row.get("boot_id") or ""
+    )
+    running = procs.is_running(owner, here) if row.get("pid_started") is not None else None
+    if running is False:
+        return "down"
+    if quiet_s > STALE_STATUS_S:
+        return "stale"
+    return "live" if running else "unknown"
+
+
+# --- agentd task add ------------------------------------------------------------------------------
+
+
+def task_add(args: argparse.Namespace) -> int | None:
+    """Enqueue the task as agentd/control `add_task` would, for an intent the full path would accept
+    as it is: no --at (a time pydantic parses), no approval, no --json (that prints the record)."""
+    if args.at is not None or args.require_approval or wants_json(args):
+        return None
+    view = cached_view(args)
+    if view is None:
+        return None
+    now = SystemClock().now()
+    new = admitted(view["intake"], intent_fields(args), now)
+    if new is None:
+        return None
+    return _enqueue(view, new, now)
+
+
+def intent_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """agentd/cli/queue.py `intent_from_args`, before pydantic: the same fields, the same refusals of
+    a --payload that is no JSON object and of a reserved --source."""
+    from agentd.process.privilege import operator_source
+
+    payload = json_object(args.payload, "--payload")
+    fields: dict[str, Any] = {
+        "task_type": args.task_type,
+        "source": operator_source(args.source),
+        "subject": args.subject,
+        "description": args.description,
+        "priority": args.priority,
+        "payload": payload,
+        "requested_profile_id": args.profile,
+        "requested_adapter_id": args.adapter,
+        "requested_model": args.model,
+        "skill_ids": args.skills or None,
+    }
+    if args.delay is not None:
+        fields["schedule"] = {"delay_minutes": args.delay / 60}
+    if args.artifacts:
+        fields["evidence_requirements"] = {"required_artifacts": args.artifacts}
+    return fields
+
+
+def admitted(intake: dict[str, Any], fields: dict[str, Any], now: datetime) -> dict[str, Any] | None:
+    """The task agentd/work/intake.py `admit_task` would make of this intent, or None wherever the full
+    path could answer otherwise (a refusal, an approval, anything the compiled checks do not settle)."""
+    check = compile_check(intake["intent_schema"])  # TaskIntent's own JSON Schema, from the view
+    spec = intake["task_types"].get(fields["task_type"])
+    if check is None or not check(fields) or spec is None or spec["requires_approval"]:
+        return None
+    try:
+        check_value(fields["payload"], "value")  # the record's own edge checks (agentd/records/base.py)
+        check_json_size(fields["payload"], "payload")
+    except Refused:
+        return None
+    payload_check = compile_check(intake["payload_schemas"][spec["payload_schema_id"]])
+    if payload_check is None or not payload_check(fields["payload"]) or not _known(intake, fields, spec):
+        return None
+    try:
+        available_at = now + timedelta(minutes=fields["schedule"]["delay_minutes"]) if "schedule" in fields else now
+    except OverflowError:
+        return None
+    return _new_task(intake, fields, spec, available_at)
+
+
+def _known(intake: dict[str, Any], fields: dict[str, Any], spec: dict[str, Any]) -> bool:
+    """Every id the intent names is one the config declares, each skill allowed, each artifact inside."""
+    from pathlib import PurePosixPath
+
+    for key, known in (("requested_profile_id", "profiles"), ("requested_adapter_id", "adapters")):
+        if fields[key] is not None and fields[key] not in intake[known]:
+            return False
+    if fields["requested_model"] is not None and fields["requested_model"] not in intake["models"]:
+        return False
+    allowed = spec["allowed_skill_ids"]
+    for skill in fields["skill_ids"] or ():
+        if skill not in intake["skills"] or (allowed is not None and skill not in allowed):
+            return False
+    artifacts = fields.get("evidence_requirements", {}).get("required_artifacts") or ()
+    return not any(PurePosixPath(p).is_absolute() or ".." in PurePosixPath(p).parts for p in artifacts)
+
+
+def _new_task(
+    intake: dict[str, Any], fields: dict[str, Any], spec: dict[str, Any], available: datetime
+) -> dict[str, Any]:
+    return {
+        "task_type": fields["task_type"],
+        "source": fields["source"],
+        "subject": fields["subject"],
+        "description": fields["description"],
+        "priority": fields["priority"] if fields["priority"] is not None else DEFAULT_PRIORITY,
+        "payload": fields["payload"],
+        "requested_profile_id": fields["requested_profile_id"]
+        or spec["default_profile_id"]
+        or intake["default_profile_id"],
+        "requested_adapter_id": fields["requested_adapter_id"],
+        "requested_model": fields["requested_model"],
+        "skill_ids": tuple(fields["skill_ids"] or ()),
+        "evidence_requirements": fields.get("evidence_requirements"),
+        "max_attempts": spec["max_attempts"] or intake["default_max_attempts"],
+        "available_at": available,
+    }
+
+
+def _enqueue(view: dict[str, Any], new: dict[str, Any], now: datetime) -> int | None:
+    from agentd.process.privilege import operator_name, refuse_inside_attempt
+    from agentd.process.wake import poke
+    from agentd.store.plain import enqueue_plain, open_plain
+
+    refuse_inside_attempt(view["run_as"], "this command writes to the agent's database")
+    store = open_plain(Path(view["database"]), SystemClock(), readonly=False)
+    if store is None:
+        return None
+    try:
+        task_id = enqueue_plain(store, new, now, {"by": operator_name()})
+    finally:
+        store.close()
+    poke(Path(view["state_dir"]))
+    when = "now" if format_ts(new["available_at"]) <= format_ts(now) else format_ts(new["available_at"])
+    print(f"task {task_id} enqueued ({new['task_type']}, priority {new['priority']}, available {when})")
+    return 0
+
+
+# --- agentd approvals, approve --------------------------------------------------------------------
+
+
+def approvals(args: argparse.Namespace) -> list[dict[str, Any]] | None:
+    """What waits for approval, as agentd/store/control.py PendingApproval's fields; None where the full
+    path must answer (no view, a time that does not read)."""
+    view = cached_view(args)
+    if view is None:
+        return None
+    from agentd.store.plain import approval_rows, open_plain
+
+    store = open_plain(Path(view["database"]), SystemClock(), readonly=True)
+    if store is None:
+        return None
+    try:
+        rows = approval_rows(store)
+    finally:
+        store.close()
+    keys = ("approval_id", "task_id", "task_type", "subject", "reason", "requested_at", "scope")
+    try:
+        return [{**dict(zip(keys, row, strict=True)), "requested_at": parse_ts(row[5])} for row in rows]
+    except (ValueError, TypeError):
+        return None
+
+
+def approve(args: argparse.Namespace) -> str | None:
+    """Approve a task held before its first claim as agentd/control `resolve_approval` does; who approved
+    it, or None (nothing written) wherever the full path must answer: --json, any other approval, none."""
+    if wants_json(args):
+        return None
+    view = cached_view(args)
+    if view is None:
+        return None
+    from agentd.process.privilege import operator_name, refuse_inside_attempt
+    from agentd.process.wake import poke
+    from agentd.store.plain import approve_claim, open_plain
+
+    refuse_inside_attempt(view["run_as"], "this command writes to the agent's database")
+    store = open_plain(Path(view["database"]), SystemClock(), readonly=False)
+    if store is None:
+        return None
+    who = operator_name()
+    try:
+        done = approve_claim(store, args.task_id, who, args.note, SystemClock().now())
+    finally:
+        store.close()
+    if not done:
+        return None
+    poke(Path(view["state_dir"]))
+    return who

@@ -1,0 +1,262 @@
+"""Plain rows for the CLI's fast paths: `agentd status`'s reads and `task add`'s insert, as dicts and
+tuples, without the records (pydantic). They mirror the verbs named beside each one; tests hold the fast
+paths' output to the verbs' on the same database (tests/test_fast_cli.py), so the records stay the one
+description of every shape. Transactions and the event chain are store/base.py's own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from agentd.clock import Clock, parse_ts
+from agentd.store.base import StoreBase, connect, dumps, parse_optional_ts, timestamp_text, ts
+from agentd.store.migrations import available_migrations, require_current
+
+WAITING = ("pending", "retryable_failure")
+CLAIMABLE = "status IN ('pending', 'retryable_failure') AND awaiting_approval = 0 AND available_at <= :now"
+# store/budget.py's claim branch with no budget hold: the oldest claimable task of one priority.
+_BRANCH = f"""SELECT * FROM (
+    SELECT id, priority, available_at FROM tasks
+    WHERE {CLAIMABLE} AND priority = {{priority}}
+    ORDER BY available_at, id LIMIT 1)"""
+
+
+def open_plain(path: Path, clock: Clock, *, readonly: bool) -> StoreBase | None:
+    """store/core.py `open_store` without the verbs; None where there is no database file (the full
+    path then says what to do). A database behind the code is refused the same way."""
+    if not path.is_file():
+        return None
+    conn = connect(path, readonly=readonly)
+    try:
+        require_current(conn, available_migrations(), path)
+    except BaseException:
+        conn.close()
+        raise
+    return StoreBase(conn, clock, path)
+
+
+@contextmanager
+def one_read(store: StoreBase) -> Iterator[None]:
+    """The reads inside it see one state of the database (a deferred read transaction), not a mix of
+    before and after another process's commit."""
+    store._conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        store._conn.execute("COMMIT")
+
+
+# --- agentd status (store/tasks.py queue_summary, next_due_at; the status, lock and control verbs) ------
+
+
+def queue_rows(store: StoreBase, now: datetime) -> dict[str, Any]:
+    """`queue_summary(now)` with no budget hold, as a dict of its fields."""
+    conn, at = store._conn, timestamp_text(now)
+    counts = dict(conn.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status").fetchall())
+    later = {
+        status: conn.execute(
+            "SELECT COUNT(*) FROM tasks WHERE status = ? AND available_at > ?", (status, at)
+        ).fetchone()[0]
+        for status in WAITING
+    }
+    held = _held_for_approval(store, at)
+    due = sum(counts.get(s, 0) - later[s] - held.get((s, False), 0) for s in WAITING)
+    branches = " UNION ALL ".join(_BRANCH.format(priority=priority) for priority in range(1, 11))
+    oldest = conn.execute(f"SELECT MIN(available_at) FROM ({branches})", {"now": at}).fetchone()[0]
+    version = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
+    return {
+        "counts": counts,
+        "oldest_pending_at": parse_optional_ts(oldest),
+        "next_available_at": _next_due_at(store, at),
+        "schema_version": version,
+        "claimable": due,
+        "retry_waiting": later["retryable_failure"] - held.get(("retryable_failure", True), 0),
+        "delayed": later["pending"] - held.get(("pending", True), 0),
+        "approval": sum(held.values()),
+        "budget": 0,
+    }
+
+
+def _held_for_approval(store: StoreBase, at: str) -> dict[tuple[str, bool], int]:
+    rows = store._conn.execute(
+        """SELECT t.status, t.available_at > ?, COUNT(DISTINCT t.id) FROM approvals a CROSS JOIN tasks t
+           ON t.id = a.task_id
+           WHERE a.status = 'pending' AND a.scope = 'claim' AND t.awaiting_approval = 1
+               AND t.status IN ('pending', 'retryable_failure')
+           GROUP BY 1, 2""",
+        (at,),
+    ).fetchall()
+    return {(r[0], bool(r[1])): r[2] for r in rows}
+
+
+def _next_due_at(store: StoreBase, at: str) -> datetime | None:
+    waiting = [
+        store._conn.execute(
+            """SELECT available_at FROM tasks WHERE status = ? AND available_at > ? AND awaiting_approval = 0
+               ORDER BY available_at LIMIT 1""",
+            (status, at),
+        ).fetchone()
+        for status in WAITING
+    ]
+    return parse_optional_ts(min((row[0] for row in waiting if row), default=None))
+
+
+def status_rows(store: StoreBase) -> dict[str, Any]:
+    """What `agentd status` reads besides the queue: the lock holder, the oldest pending approval, the
+    pause, failed messages, the open attempts and the services' own lines."""
+    conn = store._conn
+    holder = conn.execute("SELECT pid, host, heartbeat_at FROM dispatch_lock WHERE id = 1").fetchone()
+    approval = conn.execute(
+        """SELECT p.requested_at FROM approvals p JOIN tasks t ON t.id = p.task_id
+           WHERE p.status = 'pending' ORDER BY p.requested_at, p.task_id LIMIT 1"""
+    ).fetchone()
+    pause = conn.execute("SELECT paused_at, paused_by, reason FROM dispatch_control WHERE id = 1").fetchone()
+    running = conn.execute(
+        """SELECT a.task_id, t.task_type, a.attempt_id, a.adapter_id, a.model, a.started_at
+           FROM task_attempts a JOIN tasks t ON t.id = a.task_id
+           WHERE a.ended_at IS NULL AND t.status = 'running' ORDER BY a.started_at"""
+    ).fetchall()
+    return {
+        "lock": None if holder is None else (holder[0], holder[1], parse_ts(holder[2])),
+        "oldest_approval_at": None if approval is None else parse_ts(approval[0]),
+        "pause": None if pause is None else (parse_ts(pause[0]), pause[1], pause[2]),
+        "failed_messages": int(conn.execute("SELECT COUNT(*) FROM deliveries WHERE status = 'failed'").fetchone()[0]),
+        "running": [(*row[:5], parse_ts(row[5])) for row in running],
+        "services": [dict(row) for row in conn.execute("SELECT * FROM service_status ORDER BY service").fetchall()],
+    }
+
+
+# --- agentd task add (store/tasks.py enqueue_task, insert_task) ---------------------------------------
+
+
+def enqueue_plain(store: StoreBase, new: dict[str, Any], now: datetime, event_payload: dict[str, Any]) -> int:
+    """`enqueue_task` of a task admitted with every default resolved and no approval, workflow, schedule
+    or parent (the only tasks the fast `task add` takes): the INSERT and its task_enqueued event."""
+    with store.transaction():
+        cursor = store._conn.execute(
+            """INSERT INTO tasks (task_type, source, subject, description, priority, payload,
+                   requested_profile_id, requested_adapter_id, requested_model, skill_ids,
+                   evidence_requirements, workflow_id, workflow_state, workflow_iteration,
+                   schedule_id, max_attempts, available_at, created_at, updated_at, parent_task_id, delegation_depth,
+                   root_task_id, delegation_caps)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?, ?, ?, ?, NULL, 0, NULL, NULL)""",
+            (
+                new["task_type"],
+                new["source"],
+                new["subject"],
+                new["description"],
+                new["priority"],
+                dumps(new["payload"]),
+                new["requested_profile_id"],
+                new["requested_adapter_id"],
+                new["requested_model"],
+                dumps(list(new["skill_ids"])),
+                dumps(new["evidence_requirements"]) if new["evidence_requirements"] is not None else None,
+                new["max_attempts"],
+                ts(new["available_at"]),
+                ts(now),
+                ts(now),
+            ),
+        )
+        task_id = int(cursor.lastrowid or 0)
+        payload = {
+            "task_type": new["task_type"],
+            "source": new["source"],
+            "priority": new["priority"],
+            "available_at": ts(new["available_at"]),
+            **event_payload,
+        }
+        store._append_event("task_enqueued", now, task_id=task_id, payload=payload)
+    return task_id
+
+
+# --- agentd approvals, approve (store/control.py pending_approvals, resolve_approval) ------------------
+
+
+def approval_rows(store: StoreBase) -> list[tuple[Any, ...]]:
+    """`pending_approvals`: (approval_id, task_id, task_type, subject, reason, requested_at text, scope)."""
+    return [
+        tuple(row)
+        for row in store._conn.execute(
+            """SELECT p.approval_id, p.task_id, t.task_type, t.subject, p.reason, p.requested_at, p.scope
+               FROM approvals p JOIN tasks t ON t.id = p.task_id
+               WHERE p.status = 'pending' ORDER BY p.requested_at, p.task_id"""
+        ).fetchall()
+    ]
+
+
+def approve_claim(store: StoreBase, task_id: int, by: str, note: str | None, now: datetime) -> bool:
+    """`resolve_approval(approved=True)` of a task held before its first claim; False, with nothing
+    written, for anything else (no such task, nothing pending, a side-effects approval)."""
+    with store.transaction():
+        row = store._conn.execute(
+            """SELECT a.approval_id, a.scope FROM tasks t JOIN approvals a ON a.task_id = t.id
+               WHERE t.id = ? AND a.status = 'pending'""",
+            (task_id,),
+        ).fetchall()
+        if len(row) != 1 or row[0][1] != "claim":
+            return False
+        approval_id = row[0][0]
+        store._conn.execute(
+            """UPDATE approvals SET status = 'approved', decided_at = ?, decided_by = ?, reason = COALESCE(?, reason)
+               WHERE approval_id = ?""",
+            (ts(now), by, note, approval_id),
+        )
+        payload = {"approval_id": approval_id, "decision": "approved", "by": by, "note": note}
+        store._append_event("approval_resolved", now, task_id=task_id, payload=payload)
+        store._conn.execute("UPDATE tasks SET awaiting_approval = 0, updated_at = ? WHERE id = ?", (ts(now), task_id))
+    return True
+
+
+# --- agentd events (store/events.py read_events) ------------------------------------------------------
+
+
+def task_exists(store: StoreBase, task_id: int) -> bool:
+    return store._conn.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone() is not None
+
+
+def event_rows(
+    store: StoreBase, *, after: int, task_id: int | None, types: tuple[str, ...], since: datetime | None, limit: int,
+    last: bool,
+) -> list[Any]:  # fmt: skip
+    """`read_events`' rows, before they are records: in sequence order (the newest `limit` with `last`)."""
+    clauses, params = ["sequence > ?"], [after]
+    if task_id is not None:
+        clauses.append("task_id = ?")
+        params.append(task_id)
+    if types:
+        clauses.append(f"type IN ({', '.join('?' * len(types))})")
+        params.extend(types)  # type: ignore[arg-type]
+    if since is not None:
+        clauses.append("timestamp >= ?")
+        params.append(ts(since))  # type: ignore[arg-type]
+    order = "DESC" if last else "ASC"
+    rows = store._conn.execute(
+        f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY sequence {order} LIMIT ?", (*params, limit)
+    ).fetchall()
+    return rows[::-1] if last else rows
+
+
+# --- agentd task list (store/tasks.py list_tasks; store/rows.py TASK_COLUMNS) ------------------------
+
+TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.priority, t.payload,
+    t.requested_profile_id, t.requested_adapter_id, t.requested_model, t.skill_ids,
+    t.evidence_requirements, t.workflow_id, t.workflow_state, t.workflow_iteration, t.schedule_id,
+    t.status, t.max_attempts, t.attempt_count, t.free_attempt_count, t.rate_limit_count, t.crash_count,
+    t.available_at, t.created_at, t.updated_at, t.started_at, t.finished_at, t.outcome, t.last_error,
+    t.cancel_requested_at, t.awaiting_approval, t.parent_task_id, t.delegation_depth, t.root_task_id,
+    t.delegation_caps,
+    w.instance_key AS workflow_instance_key"""
+
+
+def task_rows(store: StoreBase, statuses: tuple[str, ...], limit: int) -> list[Any]:
+    """`list_tasks`' rows, before they are records: newest first, only `statuses` when given."""
+    where = f"WHERE t.status IN ({', '.join('?' * len(statuses))})" if statuses else ""
+    return store._conn.execute(
+        f"""SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN workflows w ON w.id = t.workflow_id {where}
+            ORDER BY t.id DESC LIMIT ?""",
+        (*statuses, limit),
+    ).fetchall()
