@@ -42,11 +42,8 @@ def open_plain(path: Path, clock: Clock, *, readonly: bool) -> StoreBase | None:
 def one_read(store: StoreBase) -> Iterator[None]:
     """The reads inside it see one state of the database (a deferred read transaction), not a mix of
     before and after another process's commit."""
-    store._conn.execute("BEGIN")
-    try:
+    with store.snapshot():
         yield
-    finally:
-        store._conn.execute("COMMIT")
 
 
 # --- agentd status (store/tasks.py queue_summary, next_due_at; the status, lock and control verbs) ------
@@ -54,7 +51,7 @@ def one_read(store: StoreBase) -> Iterator[None]:
 
 def queue_rows(store: StoreBase, now: datetime) -> dict[str, Any]:
     """`queue_summary(now)` with no budget hold, as a dict of its fields."""
-    conn, at = store._conn, timestamp_text(now)
+    conn, at = store.tx, timestamp_text(now)
     counts = dict(conn.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status").fetchall())
     later = {
         status: conn.execute(
@@ -81,7 +78,7 @@ def queue_rows(store: StoreBase, now: datetime) -> dict[str, Any]:
 
 
 def _held_for_approval(store: StoreBase, at: str) -> dict[tuple[str, bool], int]:
-    rows = store._conn.execute(
+    rows = store.tx.execute(
         """SELECT t.status, t.available_at > ?, COUNT(DISTINCT t.id) FROM approvals a CROSS JOIN tasks t
            ON t.id = a.task_id
            WHERE a.status = 'pending' AND a.scope = 'claim' AND t.awaiting_approval = 1
@@ -94,7 +91,7 @@ def _held_for_approval(store: StoreBase, at: str) -> dict[tuple[str, bool], int]
 
 def _next_due_at(store: StoreBase, at: str) -> datetime | None:
     waiting = [
-        store._conn.execute(
+        store.tx.execute(
             """SELECT available_at FROM tasks WHERE status = ? AND available_at > ? AND awaiting_approval = 0
                ORDER BY available_at LIMIT 1""",
             (status, at),
@@ -107,7 +104,7 @@ def _next_due_at(store: StoreBase, at: str) -> datetime | None:
 def status_rows(store: StoreBase) -> dict[str, Any]:
     """What `agentd status` reads besides the queue: the lock holder, the oldest pending approval, the
     pause, failed messages, the open attempts and the services' own lines."""
-    conn = store._conn
+    conn = store.tx
     holder = conn.execute("SELECT pid, host, heartbeat_at FROM dispatch_lock WHERE id = 1").fetchone()
     approval = conn.execute(
         """SELECT p.requested_at FROM approvals p JOIN tasks t ON t.id = p.task_id
@@ -136,7 +133,7 @@ def enqueue_plain(store: StoreBase, new: dict[str, Any], now: datetime, event_pa
     """`enqueue_task` of a task admitted with every default resolved and no approval, workflow, schedule
     or parent (the only tasks the fast `task add` takes): the INSERT and its task_enqueued event."""
     with store.transaction():
-        cursor = store._conn.execute(
+        cursor = store.tx.execute(
             """INSERT INTO tasks (task_type, source, subject, description, priority, payload,
                    requested_profile_id, requested_adapter_id, requested_model, skill_ids,
                    evidence_requirements, workflow_id, workflow_state, workflow_iteration,
@@ -169,7 +166,7 @@ def enqueue_plain(store: StoreBase, new: dict[str, Any], now: datetime, event_pa
             "available_at": ts(new["available_at"]),
             **event_payload,
         }
-        store._append_event("task_enqueued", now, task_id=task_id, payload=payload)
+        store.tx.event("task_enqueued", now, task_id=task_id, payload=payload)
     return task_id
 
 
@@ -180,7 +177,7 @@ def approval_rows(store: StoreBase) -> list[tuple[Any, ...]]:
     """`pending_approvals`: (approval_id, task_id, task_type, subject, reason, requested_at text, scope)."""
     return [
         tuple(row)
-        for row in store._conn.execute(
+        for row in store.tx.execute(
             """SELECT p.approval_id, p.task_id, t.task_type, t.subject, p.reason, p.requested_at, p.scope
                FROM approvals p JOIN tasks t ON t.id = p.task_id
                WHERE p.status = 'pending' ORDER BY p.requested_at, p.task_id"""
@@ -192,7 +189,7 @@ def approve_claim(store: StoreBase, task_id: int, by: str, note: str | None, now
     """`resolve_approval(approved=True)` of a task held before its first claim; False, with nothing
     written, for anything else (no such task, nothing pending, a side-effects approval)."""
     with store.transaction():
-        row = store._conn.execute(
+        row = store.tx.execute(
             """SELECT a.approval_id, a.scope FROM tasks t JOIN approvals a ON a.task_id = t.id
                WHERE t.id = ? AND a.status = 'pending'""",
             (task_id,),
@@ -200,14 +197,14 @@ def approve_claim(store: StoreBase, task_id: int, by: str, note: str | None, now
         if len(row) != 1 or row[0][1] != "claim":
             return False
         approval_id = row[0][0]
-        store._conn.execute(
+        store.tx.execute(
             """UPDATE approvals SET status = 'approved', decided_at = ?, decided_by = ?, reason = COALESCE(?, reason)
                WHERE approval_id = ?""",
             (ts(now), by, note, approval_id),
         )
         payload = {"approval_id": approval_id, "decision": "approved", "by": by, "note": note}
-        store._append_event("approval_resolved", now, task_id=task_id, payload=payload)
-        store._conn.execute("UPDATE tasks SET awaiting_approval = 0, updated_at = ? WHERE id = ?", (ts(now), task_id))
+        store.tx.event("approval_resolved", now, task_id=task_id, payload=payload)
+        store.tx.execute("UPDATE tasks SET awaiting_approval = 0, updated_at = ? WHERE id = ?", (ts(now), task_id))
     return True
 
 
@@ -215,7 +212,7 @@ def approve_claim(store: StoreBase, task_id: int, by: str, note: str | None, now
 
 
 def task_exists(store: StoreBase, task_id: int) -> bool:
-    return store._conn.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone() is not None
+    return store.tx.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone() is not None
 
 
 def event_rows(
@@ -234,7 +231,7 @@ def event_rows(
         clauses.append("timestamp >= ?")
         params.append(ts(since))  # type: ignore[arg-type]
     order = "DESC" if last else "ASC"
-    rows = store._conn.execute(
+    rows = store.tx.execute(
         f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY sequence {order} LIMIT ?", (*params, limit)
     ).fetchall()
     return rows[::-1] if last else rows
@@ -255,7 +252,7 @@ TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.prior
 def task_rows(store: StoreBase, statuses: tuple[str, ...], limit: int) -> list[Any]:
     """`list_tasks`' rows, before they are records: newest first, only `statuses` when given."""
     where = f"WHERE t.status IN ({', '.join('?' * len(statuses))})" if statuses else ""
-    return store._conn.execute(
+    return store.tx.execute(
         f"""SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN workflows w ON w.id = t.workflow_id {where}
             ORDER BY t.id DESC LIMIT ?""",
         (*statuses, limit),
