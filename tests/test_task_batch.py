@@ -236,6 +236,7 @@ def test_a_write_that_fails_part_way_says_which_lines_are_in(store: Store, confi
     """Another writer holds the lock after the second transaction: lines 1–1,000 are in, and the note
     says to resume from line 1,001."""
     store.busy_retry_s = 0.2
+    store._conn.execute("PRAGMA busy_timeout = 50")  # SQLite's own wait, before agentd's retries
     holder = sqlite3.connect(store.path, timeout=0.05, isolation_level=None)
 
     def hold_after_second(done: batch.Written) -> None:
