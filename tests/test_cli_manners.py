@@ -30,17 +30,22 @@ SIGPIPE_STATUS = 128 + signal.SIGPIPE
 
 
 @pytest.fixture
-def agent_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    """An initialised example agent in tmp_path with one task: what the commands below read."""
-    env = {
-        **os.environ,
+def agent_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> Iterator[dict[str, str]]:
+    """An initialised example agent in tmp_path with one task: what the commands below read (made
+    in-process, as the same commands would make it; the commands under test run as real processes)."""
+    from agentd.cli import main
+
+    overrides = {
         "AGENTD_CONFIG": str(EXAMPLE_CONFIG),
         "AGENTD_PATHS__STATE_DIR": str(tmp_path / "state"),
         "AGENTD_PATHS__WORKSPACE": str(tmp_path / "workspace"),
     }
-    for argv in (["init"], ["task", "add", "--type", "example", "--subject", "hi"]):
-        subprocess.run([sys.executable, "-m", "agentd", *argv], env=env, check=True, capture_output=True, timeout=60)
-    yield env
+    with monkeypatch.context() as patch:
+        for name, value in overrides.items():
+            patch.setenv(name, value)
+        for argv in (["init"], ["task", "add", "--type", "example", "--subject", "hi"]):
+            assert main(argv) == 0, capsys.readouterr()
+    yield {**os.environ, **overrides}
 
 
 def into_closed_pipe(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
