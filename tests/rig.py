@@ -56,7 +56,7 @@ _MIGRATED: dict[datetime, tuple[bytes, int]] = {}  # one freshly migrated file p
 
 def migrated(path: Path, clock: FakeClock) -> None:
     """`path` as `agentd migrate` leaves a new database at the clock's now: migrated once per worker
-    and instant, then copied (a real migrated SQLite file, without 13 migrations' commits per test)."""
+    and instant, then copied (a real migrated SQLite file, without every migration's commits per test)."""
     if path.exists():  # a second rig on the same agent: what `agentd migrate` does to an existing file
         migrate(path, clock)
         return

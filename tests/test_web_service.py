@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -24,8 +25,18 @@ def test_agentd_web_serves_until_sigterm_then_exits_0(tmp_path: Path) -> None:
         assert found is not None
         answer = Client(found.group(1), token).get("/api/status")
         assert answer.status == 200 and answer.json()["operator"] == "alice"
+        [row] = [s for s in answer.json()["services"] if s["service"] == "web"]  # as `agentd status` shows it
+        assert row["liveness"] == "live" and found.group(1) in row["status"], row
         web.send_signal(signal.SIGTERM)
         assert web.wait(timeout=30) == 0
+    shown = subprocess.run(
+        [sys.executable, "-m", "agentd", "--config", str(config_path), "status", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    [row] = [s for s in json.loads(shown.stdout)["services"] if s["service"] == "web"]
+    assert (row["status"], row["liveness"]) == ("stopped", "stopped"), row
 
 
 def test_a_port_in_use_stops_agentd_web_but_not_agentd_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,8 +15,10 @@ from starlette.routing import BaseRoute
 from agentd.clock import Clock
 from agentd.config import Config
 from agentd.config.settings import listen_address
-from agentd.errors import InputError
-from agentd.store import AsyncStore
+from agentd.errors import InputError, contained
+from agentd.process import procs
+from agentd.services.shell import STATUS_REFRESH_S
+from agentd.store import AsyncStore, Store
 from agentd.web import api, console, handoff
 from agentd.web.app import Web, build_app, templates
 from agentd.web.auth import LoginThrottle, Sessions
@@ -63,6 +65,7 @@ class WebService:
         self.url = ""
         self._stop_asked = False
         self._web: Web | None = None
+        self._me, self._started = procs.this_process(), clock.now()
 
     def build(self) -> Web:
         """The state every request handler reaches."""
@@ -99,11 +102,30 @@ class WebService:
             web.stopping.set()
         logger.info("console and API at %s", self.url)
         self.ready.set()
-        async with anyio.create_task_group() as group:
-            if self.config.web.approval_handler is not None:
-                group.start_soon(handoff.keep_handing_off, web, self.handoff_poll_s)
-            await serve(app, served, shutdown_trigger=web.stopping.wait)  # type: ignore[arg-type]
-            group.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._keep_reporting, web, f"serving the console and API at {self.url}")
+                if self.config.web.approval_handler is not None:
+                    group.start_soon(handoff.keep_handing_off, web, self.handoff_poll_s)
+                await serve(app, served, shutdown_trigger=web.stopping.wait)  # type: ignore[arg-type]
+                if self.config.web.approval_handler is not None:
+                    group.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._report("stopped")
+
+    async def _keep_reporting(self, web: Web, line: str) -> None:
+        """The service's row, as dispatch and sensors keep theirs: `agentd status` calls it live only
+        while this very process runs and the row is fresh. Ends (never cancelled) once it stops."""
+        while not web.stopping.is_set():
+            await self._report(line)
+            with anyio.move_on_after(STATUS_REFRESH_S):
+                await web.stopping.wait()
+
+    async def _report(self, line: str) -> None:
+        with contained(logger, "the console's status row could not be written"):
+            now = self.clock.now()
+            await self.db.call(Store.report_service_status, "web", self._me, line, None, self._started, now)
 
     def request_stop(self, *, immediately: bool = False) -> None:
         """Stop listening, end the live streams, let open requests finish (GRACE_S at most)."""
