@@ -164,8 +164,6 @@ async def test_an_adapter_printing_its_secret_as_bytes_or_a_repr_leaves_it_nowhe
 
 STOPPED_SENSOR = """
 print("debug " + os.environ["TOKEN"], file=sys.stderr, flush=True)
-time.sleep(0.3)  # agentd's pump has read it by then
-open(os.path.join(os.environ["AGENTD_SENSOR_STATE_DIR"], "said"), "w").close()
 time.sleep(600)
 """
 
@@ -183,7 +181,8 @@ async def test_a_sensor_run_a_stop_cancels_leaves_no_secret_in_its_output_files(
     async with anyio.create_task_group() as group:
         group.start_soon(rig.service.run_due, rig.clock.now())
         with anyio.fail_after(30):
-            while not (folder / "state" / "said").exists():  # noqa: ASYNC110 (a file: no event to wait on)
+            stderr = folder / "stderr.log"  # agentd's pump has written the line (raw, until the stop)
+            while not (stderr.exists() and stderr.stat().st_size):  # noqa: ASYNC110 (a file: no event to wait on)
                 await anyio.sleep(0.02)
         group.cancel_scope.cancel()
     stderr = folder / "stderr.log"

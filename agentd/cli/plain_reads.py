@@ -7,12 +7,11 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from agentd.cli.common import option, wants_json
-from agentd.cli.quick import cached_view
-from agentd.clock import SystemClock, parse_ts
+from agentd.cli.quick import cached_view, plain_store
+from agentd.clock import parse_ts
 from agentd.edge import Refused, check_json_size, check_value
 from agentd.schema_check import compile_check
 from agentd.vocabulary import TASK_STATUSES
@@ -43,12 +42,11 @@ def events(args: argparse.Namespace) -> list[PlainEvent] | None:
     view = cached_view(args)
     if view is None:
         return None
-    from agentd.store.plain import event_rows, open_plain, task_exists
+    from agentd.store.plain import event_rows, task_exists
 
-    store = open_plain(Path(view["database"]), SystemClock(), readonly=True)
-    if store is None:
-        return None
-    try:
+    with plain_store(view) as store:
+        if store is None:
+            return None
         if args.task is not None and not task_exists(store, args.task):
             return None  # the full path says there is no such task
         limit = args.last if args.last is not None else args.limit
@@ -56,8 +54,6 @@ def events(args: argparse.Namespace) -> list[PlainEvent] | None:
             store, after=args.after or 0, task_id=args.task, types=tuple(args.types), since=args.since, limit=limit,
             last=args.last is not None,
         )  # fmt: skip
-    finally:
-        store.close()
     plain = [plain_event(row) for row in found]
     return None if any(event is None for event in plain) else plain  # type: ignore[return-value]
 
@@ -127,15 +123,12 @@ def task_list(args: argparse.Namespace) -> list[PlainTask] | None:
     view = cached_view(args)
     if view is None:
         return None
-    from agentd.store.plain import open_plain, task_rows
+    from agentd.store.plain import task_rows
 
-    store = open_plain(Path(view["database"]), SystemClock(), readonly=True)
-    if store is None:
-        return None
-    try:
+    with plain_store(view) as store:
+        if store is None:
+            return None
         rows = task_rows(store, tuple(args.status), args.limit)
-    finally:
-        store.close()
     checks = {name: compile_check(schema) for name, schema in view["record_schemas"].items()}
     if any(check is None for check in checks.values()) or not all(sure_task(row, checks) for row in rows):
         return None

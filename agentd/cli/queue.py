@@ -12,7 +12,6 @@ from agentd.cli.common import (
     count,
     duration,
     input_problems,
-    json_object,
     print_fields,
     print_table,
     record_id,
@@ -95,28 +94,12 @@ def register(commands: Any) -> None:
 def intent_from_args(args: argparse.Namespace) -> TaskIntent:
     from pydantic import ValidationError
 
-    from agentd.process.privilege import operator_source
+    from agentd.cli.quick import intent_fields
     from agentd.records import TaskIntent
 
-    payload = json_object(args.payload, "--payload")
-    fields: dict[str, Any] = {
-        "task_type": args.task_type,
-        "source": operator_source(args.source),
-        "subject": args.subject,
-        "description": args.description,
-        "priority": args.priority,
-        "payload": payload,
-        "requested_profile_id": args.profile,
-        "requested_adapter_id": args.adapter,
-        "requested_model": args.model,
-        "skill_ids": args.skills or None,
-    }
-    if args.delay is not None:
-        fields["schedule"] = {"delay_minutes": args.delay / 60}
+    fields = intent_fields(args)
     if args.at is not None:
         fields["available_at"] = args.at
-    if args.artifacts:
-        fields["evidence_requirements"] = {"required_artifacts": args.artifacts}
     try:
         return TaskIntent.model_validate(fields)
     except ValidationError as exc:

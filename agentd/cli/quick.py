@@ -11,6 +11,8 @@ Tests hold both paths to the same output on the same database (tests/test_fast_c
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,6 @@ from agentd.schema_check import compile_check
 from agentd.vocabulary import TASK_STATUSES
 
 DEFAULT_PRIORITY = 5  # agentd/work/intake.py
-STALE_STATUS_S = 30.0  # agentd/outlook/status.py
 
 
 def cached_view(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -30,6 +31,20 @@ def cached_view(args: argparse.Namespace) -> dict[str, Any] | None:
     from agentd.cli.config_cache import read_view
 
     return read_view(config_path_from(args))
+
+
+@contextmanager
+def plain_store(view: dict[str, Any], *, readonly: bool = True) -> Iterator[Any | None]:
+    """The agent's database opened without the records (agentd/store/plain.py), closed after the
+    block; None where there is none to open (the full path then says why)."""
+    from agentd.store.plain import open_plain
+
+    store = open_plain(Path(view["database"]), SystemClock(), readonly=readonly)
+    try:
+        yield store
+    finally:
+        if store is not None:
+            store.close()
 
 
 # --- agentd status --------------------------------------------------------------------------------
@@ -47,22 +62,20 @@ def snapshot_from(view: dict[str, Any], now: datetime) -> dict[str, Any] | None:
     attempt running (its live activity is read by agentd/outlook/activity.py)."""
     if view["budget_capped"]:
         return None
-    from agentd.store.plain import one_read, open_plain, queue_rows, status_rows
+    from agentd.store.plain import one_read, queue_rows, status_rows
 
-    store = open_plain(Path(view["database"]), SystemClock(), readonly=True)
-    if store is None:
-        return None
-    try:
+    with plain_store(view) as store:
+        if store is None:
+            return None
         with one_read(store):
             summary, rows = queue_rows(store, now), status_rows(store)
-    finally:
-        store.close()
     if rows["running"]:  # what a running attempt is doing now (docs/live.md) is the full path's read
         return None
     return _snapshot(view, summary, rows, now)
 
 
 def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any], now: datetime) -> dict[str, Any]:
+    from agentd.outlook.liveness import service_health
     from agentd.process import procs
     from agentd.process.privilege import boundary
 
@@ -84,7 +97,7 @@ def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any
         "oldest_pending_age_s": (now - oldest).total_seconds() if oldest else None,
         "next_available_at": format_ts(summary["next_available_at"]) if summary["next_available_at"] else None,
         "running": [_running(row, now) for row in rows["running"]],
-        "services": [_service_health(row, now, here) for row in rows["services"]],
+        "services": [service_health(row, now, here) for row in rows["services"]],
         "boundary": boundary(view["run_as"]),
         "dispatch_lock": {"pid": lock[0], "host": lock[1], "heartbeat_at": format_ts(lock[2])} if lock else None,
     }
@@ -101,28 +114,6 @@ def _running(row: tuple[Any, ...], now: datetime) -> dict[str, Any]:
         "started_at": format_ts(started_at),
         "elapsed_s": round((now - started_at).total_seconds(), 1),
     }
-
-
-def _service_health(row: dict[str, Any], now: datetime, here: Any) -> dict[str, Any]:
-    """agentd/outlook/status.py `service_health`."""
-    quiet = (now - parse_ts(row["updated_at"])).total_seconds()
-    return {**row, "liveness": _liveness(row, quiet, here), "updated_ago_s": round(quiet, 1)}
-
-
-def _liveness(row: dict[str, Any], quiet_s: float, here: Any) -> str:
-    from agentd.process import procs
-
-    if row["status"] == "stopped":
-        return "stopped"
-    owner = procs.ProcessIdentity(
-        row["pid"], row.get("pid_started") or 0, row.get("host") or "", row.get("boot_id") or ""
-    )
-    running = procs.is_running(owner, here) if row.get("pid_started") is not None else None
-    if running is False:
-        return "down"
-    if quiet_s > STALE_STATUS_S:
-        return "stale"
-    return "live" if running else "unknown"
 
 
 # --- agentd task add ------------------------------------------------------------------------------
@@ -144,8 +135,9 @@ def task_add(args: argparse.Namespace) -> int | None:
 
 
 def intent_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """agentd/cli/queue.py `intent_from_args`, before pydantic: the same fields, the same refusals of
-    a --payload that is no JSON object and of a reserved --source."""
+    """The intent's fields as `task add`'s flags give them (--at aside: a time pydantic parses), before
+    pydantic: what agentd/cli/queue.py `intent_from_args` validates, refusing a --payload that is no
+    JSON object and a reserved --source."""
     from agentd.process.privilege import operator_source
 
     payload = json_object(args.payload, "--payload")
@@ -232,16 +224,13 @@ def _new_task(
 def _enqueue(view: dict[str, Any], new: dict[str, Any], now: datetime) -> int | None:
     from agentd.process.privilege import operator_name, refuse_inside_attempt
     from agentd.process.wake import poke
-    from agentd.store.plain import enqueue_plain, open_plain
+    from agentd.store.plain import enqueue_plain
 
     refuse_inside_attempt(view["run_as"], "this command writes to the agent's database")
-    store = open_plain(Path(view["database"]), SystemClock(), readonly=False)
-    if store is None:
-        return None
-    try:
+    with plain_store(view, readonly=False) as store:
+        if store is None:
+            return None
         task_id = enqueue_plain(store, new, now, {"by": operator_name()})
-    finally:
-        store.close()
     poke(Path(view["state_dir"]))
     when = "now" if format_ts(new["available_at"]) <= format_ts(now) else format_ts(new["available_at"])
     print(f"task {task_id} enqueued ({new['task_type']}, priority {new['priority']}, available {when})")
@@ -257,15 +246,12 @@ def approvals(args: argparse.Namespace) -> list[dict[str, Any]] | None:
     view = cached_view(args)
     if view is None:
         return None
-    from agentd.store.plain import approval_rows, open_plain
+    from agentd.store.plain import approval_rows
 
-    store = open_plain(Path(view["database"]), SystemClock(), readonly=True)
-    if store is None:
-        return None
-    try:
+    with plain_store(view) as store:
+        if store is None:
+            return None
         rows = approval_rows(store)
-    finally:
-        store.close()
     keys = ("approval_id", "task_id", "task_type", "subject", "reason", "requested_at", "scope")
     try:
         return [{**dict(zip(keys, row, strict=True)), "requested_at": parse_ts(row[5])} for row in rows]
@@ -283,17 +269,14 @@ def approve(args: argparse.Namespace) -> str | None:
         return None
     from agentd.process.privilege import operator_name, refuse_inside_attempt
     from agentd.process.wake import poke
-    from agentd.store.plain import approve_claim, open_plain
+    from agentd.store.plain import approve_claim
 
     refuse_inside_attempt(view["run_as"], "this command writes to the agent's database")
-    store = open_plain(Path(view["database"]), SystemClock(), readonly=False)
-    if store is None:
-        return None
-    who = operator_name()
-    try:
+    with plain_store(view, readonly=False) as store:
+        if store is None:
+            return None
+        who = operator_name()
         done = approve_claim(store, args.task_id, who, args.note, SystemClock().now())
-    finally:
-        store.close()
     if not done:
         return None
     poke(Path(view["state_dir"]))

@@ -43,8 +43,9 @@ from agentd.config import Config
 from agentd.config.budget import AdapterSpend
 from agentd.errors import AgentdError
 from agentd.outlook import metric_specs as specs
+from agentd.outlook.liveness import liveness
 from agentd.outlook.metric_specs import Spec
-from agentd.outlook.status import liveness, read_outlook
+from agentd.outlook.status import read_outlook
 from agentd.process import procs
 from agentd.records import TASK_STATUSES
 from agentd.store import Store, open_store

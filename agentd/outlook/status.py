@@ -11,20 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from agentd.clock import format_ts, parse_ts
+from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.config.budget import BudgetHold, Spend, budget_hold, day_start
 from agentd.outlook.activity import attempt_activity
+from agentd.outlook.liveness import service_health
 from agentd.process import procs
 from agentd.process.privilege import boundary
 from agentd.records import TASK_STATUSES, LockHolder, QueueSummary, RunningAttempt
 from agentd.store import Store
 from agentd.store.control import Pause
-
-STALE_STATUS_S = 30.0  # services refresh their row every 5 s
-Liveness = Literal["live", "stale", "down", "stopped", "unknown"]
 
 
 @dataclass(frozen=True)
@@ -136,7 +134,9 @@ def idle_outlook(store: Store, now: datetime) -> IdleOutlook:
 
 def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
     """`agentd status --json`'s body."""
-    seen = read_outlook(store, config, now)
+    with store.snapshot():  # the running attempts' activity from the same read as the rest
+        seen = read_outlook(store, config, now)
+        activity = {r.attempt_id: attempt_activity(store, r.task_id, r.attempt_id) for r in seen.running}
     summary, pause, holder = seen.summary, seen.pause, seen.lock_holder
     here = procs.this_process()
     return {
@@ -172,7 +172,7 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
                 "model": r.model,
                 "started_at": format_ts(r.started_at),
                 "elapsed_s": round((now - r.started_at).total_seconds(), 1),
-                "activity": attempt_activity(store, r.task_id, r.attempt_id),  # docs/live.md
+                "activity": activity[r.attempt_id],  # docs/live.md
             }
             for r in seen.running
         ],
@@ -182,23 +182,3 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
         if holder
         else None,
     }
-
-
-def service_health(row: dict[str, Any], now: datetime, here: procs.ProcessIdentity) -> dict[str, Any]:
-    """The row, with `liveness` and how long ago it was last updated."""
-    quiet = (now - parse_ts(row["updated_at"])).total_seconds()
-    return {**row, "liveness": liveness(row, quiet, here), "updated_ago_s": round(quiet, 1)}
-
-
-def liveness(row: dict[str, Any], quiet_s: float, here: procs.ProcessIdentity) -> Liveness:
-    if row["status"] == "stopped":
-        return "stopped"
-    owner = procs.ProcessIdentity(
-        row["pid"], row.get("pid_started") or 0, row.get("host") or "", row.get("boot_id") or ""
-    )
-    running = procs.is_running(owner, here) if row.get("pid_started") is not None else None
-    if running is False:
-        return "down"
-    if quiet_s > STALE_STATUS_S:
-        return "stale"
-    return "live" if running else "unknown"  # another host, or a row from before agentd recorded who wrote it

@@ -1,0 +1,34 @@
+"""Whether a service is live, as its row in service_status says and the OS confirms: one judgement for
+`agentd status` (both paths), the console and agentd_service_live. Plain (no records), so the CLI's
+fast path can use it too (docs/decisions.md, "Start-up")."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from agentd.clock import parse_ts
+from agentd.process import procs
+
+STALE_STATUS_S = 30.0  # services refresh their row every 5 s
+Liveness = Literal["live", "stale", "down", "stopped", "unknown"]
+
+
+def service_health(row: dict[str, Any], now: datetime, here: procs.ProcessIdentity) -> dict[str, Any]:
+    """The row, with `liveness` and how long ago it was last updated."""
+    quiet = (now - parse_ts(row["updated_at"])).total_seconds()
+    return {**row, "liveness": liveness(row, quiet, here), "updated_ago_s": round(quiet, 1)}
+
+
+def liveness(row: dict[str, Any], quiet_s: float, here: procs.ProcessIdentity) -> Liveness:
+    if row["status"] == "stopped":
+        return "stopped"
+    owner = procs.ProcessIdentity(
+        row["pid"], row.get("pid_started") or 0, row.get("host") or "", row.get("boot_id") or ""
+    )
+    running = procs.is_running(owner, here) if row.get("pid_started") is not None else None
+    if running is False:
+        return "down"
+    if quiet_s > STALE_STATUS_S:
+        return "stale"
+    return "live" if running else "unknown"  # another host, or a row from before agentd recorded who wrote it
