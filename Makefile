@@ -43,14 +43,22 @@ run: $(VENV)/.installed
 # Tests keep their temp files in /dev/shm where it exists (RAM: the suite's thousands of SQLite fsyncs
 # cost nothing there); elsewhere in $$TMPDIR.
 TEST_TMP := $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo $${TMPDIR:-/tmp})
+# Test runs keep Python's bytecode caches (the gitignored __pycache__ folders) even where the shell says
+# PYTHONDONTWRITEBYTECODE: compiling agentd in each of the suite's hundreds of child processes, and
+# re-rewriting every test module in each worker, costs more CPU than any test does. compileall warms
+# agentd's caches once, before the workers start, so a fresh clone's first run has them too.
+TEST_ENV := TMPDIR=$(TEST_TMP) PYTHONDONTWRITEBYTECODE=
+WARM     := $(BIN)/python -m compileall -q agentd tests >/dev/null
 
 ## test: the whole default suite, both tiers, four workers (fails if no test ran)
 test: $(VENV)/.installed-test
-	TMPDIR=$(TEST_TMP) $(BIN)/python -m pytest -n 4
+	@$(WARM)
+	$(TEST_ENV) $(BIN)/python -m pytest -n 4
 
 ## test-fast: the fast tier only (no child processes): pure logic, store verbs, in-process adapters
 test-fast: $(VENV)/.installed-test
-	AGENTD_TEST_TIER=fast TMPDIR=$(TEST_TMP) $(BIN)/python -m pytest -n 2 -m "not process and not slow and not harness"
+	@$(WARM)
+	AGENTD_TEST_TIER=fast $(TEST_ENV) $(BIN)/python -m pytest -n 2 -m "not process and not slow and not harness"
 
 ## test-harness: install the pinned claude, codex and hermes CLIs into .cache/harness, then run
 ## the adapter contract against them inside a loopback-only network namespace (with a temp root of its
@@ -66,9 +74,10 @@ record-fixtures: $(VENV)/.installed-test
 	tests/harness/install.sh
 	tests/harness/isolated.sh $(BIN)/python tests/harness/record.py
 
-## test-slow: the long forms of the slow suites
+## test-slow: the short forms of the slow suites, and every property test at its full example count
 test-slow: $(VENV)/.installed-test
-	AGENTD_TEST_TIER=slow TMPDIR=$(TEST_TMP) $(BIN)/python -m pytest -n 2 -m slow
+	@$(WARM)
+	AGENTD_TEST_TIER=slow $(TEST_ENV) $(BIN)/python -m pytest -n 4 -m "slow or property"
 
 ## chaos: real services under >= 50 SIGKILLs with poisoned input from every surface; prints the table
 chaos: $(VENV)/.installed-test

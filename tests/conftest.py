@@ -15,6 +15,14 @@ from agentd.store import Store, migrate, open_store
 from agentd.work.validation import load_config
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every hypothesis test is marked `property`: `make test-slow` runs them all at their full example
+    count (tests/support.py `examples`)."""
+    for item in items:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.property)
+
+
 @pytest.fixture(autouse=True)
 def _clean_agentd_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test sees the developer's config overrides (AGENTD_CONFIG, AGENTD_<SECTION>__<KEY>);

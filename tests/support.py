@@ -211,6 +211,6 @@ def outcome_disagreements(tasks: list[Any]) -> list[str]:
 
 
 def examples(full: int) -> int:
-    """A property test's example count: `make test-fast` runs a quarter (AGENTD_TEST_TIER=fast), at
-    least 10; `make test` and CI all of them."""
-    return max(full // 4, 10) if os.environ.get("AGENTD_TEST_TIER") == "fast" else full
+    """A property test's example count: `make test` and `make test-fast` run a quarter, at least 10;
+    `make test-slow` (AGENTD_TEST_TIER=slow, which CI runs) all of them (docs/testing.md, "Property tests")."""
+    return full if os.environ.get("AGENTD_TEST_TIER") == "slow" else max(full // 4, 10)

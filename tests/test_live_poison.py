@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import HARNESS_FIXTURES
+from support import HARNESS_FIXTURES, examples
 
 from agentd.adapters.activity import PROGRESS_MAX_CHARS, SUMMARY_MAX_CHARS, Activity, Shown, progress, stream_parser
 from agentd.attempt.live import Lines, Source, redacting
@@ -23,11 +23,6 @@ from agentd.evidence.action_trace import trace_of
 from agentd.records.events import LIVE_EVENT_TYPES
 from agentd.redaction import Redactor
 from agentd.store import Store
-
-
-def examples(full: int) -> int:
-    return max(full // 4, 10) if os.environ.get("AGENTD_TEST_TIER") == "fast" else full
-
 
 PROPERTY = settings(max_examples=examples(200), deadline=None, suppress_health_check=list(HealthCheck))
 SECRET = "hunter2-live-secret"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import os
 import select
@@ -94,7 +95,10 @@ def _leaves(group: BaseExceptionGroup[Any]) -> list[Any]:
     return found
 
 
+@functools.cache
 def build_parser() -> argparse.ArgumentParser:
+    """The whole command tree, built once per process (parsing leaves it as it was; the in-process
+    test suite calls `main` thousands of times, and building it is most of a quick command's cost)."""
     parser = Parser(
         prog="agentd",
         description="An agent runtime: a durable task queue, one verified attempt at a time.",

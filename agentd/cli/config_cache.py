@@ -12,6 +12,7 @@ of this user's (docs/decisions.md, "Start-up"). Nothing here imports pydantic.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -135,9 +136,11 @@ def tree_fingerprint(root: str) -> Iterator[list[Any] | None]:
             yield [os.path.relpath(path, root), file_fingerprint(path)]
 
 
+@functools.cache
 def _source_fingerprint() -> list[Any]:
     """agentd's own modules by size and time: a checkout edited since the view was written (same
-    version number, other rules) makes it stale."""
+    version number, other rules) makes it stale. Read once per process: the code this process runs is
+    what it loaded at its start."""
     found = []
     for directory, folders, files in os.walk(_PACKAGE):
         folders[:] = sorted(f for f in folders if f != "__pycache__")

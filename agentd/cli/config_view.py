@@ -4,6 +4,7 @@ files and folders it depends on. Built only on the full path (pydantic is loaded
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Mapping
 from pathlib import Path, PurePath
@@ -31,9 +32,11 @@ def view_of(config: Config) -> dict[str, Any]:
     }
 
 
+@functools.cache
 def record_schemas() -> dict[str, Any]:
     """The JSON Schemas of what a task row stores as JSON, for the fast `task list` to tell a row the
-    record reads as it is from one only pydantic can judge (agentd/cli/quick.py `sure_task`)."""
+    record reads as it is from one only pydantic can judge (agentd/cli/quick.py `sure_task`). Built once
+    per process (the code's records, not the config's); callers never change what it returns."""
     from agentd.records import EvidenceRequirements, TaskOutcome
 
     return {
@@ -43,11 +46,10 @@ def record_schemas() -> dict[str, Any]:
 
 
 def intake_view(config: Config) -> dict[str, Any]:
-    from agentd.records import TaskIntent
     from agentd.work.intake import known_models
 
     return {
-        "intent_schema": strict_patterns(inline_refs(TaskIntent.model_json_schema(mode="validation"))),
+        "intent_schema": intent_schema(),
         "task_types": {
             name: {
                 "payload_schema_id": spec.payload_schema_id,
@@ -69,6 +71,15 @@ def intake_view(config: Config) -> dict[str, Any]:
         "models": sorted(known_models(config)),
         "skills": sorted(config.skills),
     }
+
+
+@functools.cache
+def intent_schema() -> dict[str, Any]:
+    """The JSON Schema of a task intent as the fast `task add` checks it (built once per process; callers
+    never change it)."""
+    from agentd.records import TaskIntent
+
+    return strict_patterns(inline_refs(TaskIntent.model_json_schema(mode="validation")))  # type: ignore[no-any-return]
 
 
 def inline_refs(schema: Any, defs: Mapping[str, Any] | None = None) -> Any:
