@@ -4,12 +4,9 @@ and writes them; this prints what happened)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from collections.abc import Iterator
-from typing import IO
 
-from agentd.cli.common import agent_store, print_json, wants_json
+from agentd.cli.common import agent_store, input_name, opened_input, print_json, wants_json
 from agentd.clock import SystemClock
 from agentd.errors import InputError
 
@@ -39,7 +36,7 @@ def cmd_task_add_batch(args: argparse.Namespace) -> int:
     _refuse_per_task_flags(args)
     source = operator_source(args.source)  # the lines that name no source of their own get this one
     now = SystemClock().now()
-    with agent_store(args) as (config, store), _opened(args.batch) as stream:
+    with agent_store(args) as (config, store), opened_input(args.batch, "--batch") as stream:
         judged = batch.judge_lines(
             batch.read_lines(stream), config, now, source=source, require_approval=args.require_approval
         )
@@ -61,9 +58,9 @@ def cmd_task_add_batch(args: argparse.Namespace) -> int:
         held = (
             f"; {'all' if waiting == len(ids) else waiting} waiting for approval (`agentd approve`)" if waiting else ""
         )
-        print(f"{len(ids):,} tasks enqueued from {_name(args.batch)}: tasks {batch.id_ranges(ids)}{held}")
+        print(f"{len(ids):,} tasks enqueued from {input_name(args.batch)}: tasks {batch.id_ranges(ids)}{held}")
     else:
-        print(f"no tasks in {_name(args.batch)} (only blank lines)")
+        print(f"no tasks in {input_name(args.batch)} (only blank lines)")
     return 0
 
 
@@ -73,20 +70,3 @@ def _refuse_per_task_flags(args: argparse.Namespace) -> None:
         given.append("--payload")
     if given:
         raise InputError(f"{', '.join(given)}: not with --batch; each line gives its own task's fields")
-
-
-@contextlib.contextmanager
-def _opened(path: str) -> Iterator[IO[bytes]]:
-    if path == "-":
-        yield sys.stdin.buffer
-        return
-    try:
-        stream = open(path, "rb")  # noqa: SIM115 (closed below; the operator's own file)
-    except OSError as exc:
-        raise InputError(f"--batch: cannot read {path!r}: {exc.strerror}") from None
-    with stream:
-        yield stream
-
-
-def _name(path: str) -> str:
-    return "stdin" if path == "-" else path

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from agentd.clock import SystemClock, parse_duration, parse_ts
 from agentd.edge import INT64_MAX, NotJson, check_id, check_text, printable, visible_json
@@ -314,3 +314,22 @@ def print_fields(pairs: Iterable[tuple[str, Any]]) -> None:
             continue
         shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else str(value)
         print(f"{key.ljust(width)}  {printable(shown)}")
+
+
+@contextmanager
+def opened_input(path: str, flag: str) -> Iterator[IO[bytes]]:
+    """The operator's input file for `flag` (FILE, or - for stdin), read as bytes; InputError if unreadable."""
+    if path == "-":
+        yield sys.stdin.buffer
+        return
+    try:
+        stream = open(path, "rb")  # noqa: SIM115 (closed below; the operator's own file)
+    except OSError as exc:
+        raise InputError(f"{flag}: cannot read {path!r}: {exc.strerror}") from None
+    with stream:
+        yield stream
+
+
+def input_name(path: str) -> str:
+    """How an input file is named in what a command prints."""
+    return "stdin" if path == "-" else path

@@ -4,10 +4,11 @@ cancel, and the intake service that feeds this agent from it."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentd.cli.common import add_command, config_from, input_problems, json_object, print_json, wants_json
+from agentd.cli.common import add_command, config_from, json_object, print_json, wants_json
 from agentd.clock import SystemClock, format_ts
 from agentd.edge import printable
 from agentd.errors import InputError
@@ -23,15 +24,20 @@ def register(commands: Any) -> None:
     )
     init = add_command(fleet, "init", cmd_init, "create or migrate the fleet's schema in PostgreSQL")
     submit = add_command(fleet, "submit", cmd_submit, "submit a task once: whichever suitable agent is free takes it")
-    submit.add_argument("--type", dest="task_type", required=True, metavar="TYPE")
+    submit.add_argument("--type", dest="task_type", metavar="TYPE", help="required unless --batch")
     submit.add_argument("--subject")
-    submit.add_argument("--payload", default="{}", metavar="JSON")
+    submit.add_argument("--payload", metavar="JSON", help="a JSON object (default {})")
     submit.add_argument("--label", dest="labels", action="append", default=[], metavar="LABEL")
-    submit.add_argument("--priority", type=int, default=5, metavar="N", help="1 (most urgent) to 10")
+    submit.add_argument("--priority", type=int, metavar="N", help="1 (most urgent) to 10 (default 5)")
     submit.add_argument("--key", metavar="IDEMPOTENCY_KEY", help="a repeated key is the same task")
     submit.add_argument("--origin-surface", choices=SURFACES, default="cli")
     submit.add_argument("--origin-product", default="agentd", metavar="PRODUCT")
     submit.add_argument("--dispatch-mode", choices=MODES, default="queued")
+    submit.add_argument(
+        "--batch",
+        metavar="FILE",
+        help="JSON lines (- for stdin), one submission each: task_type, subject, payload, labels, priority, key",
+    )
     status = add_command(fleet, "status", cmd_status, "the fleet's tasks by status and who holds leases")
     show = add_command(fleet, "show", cmd_show, "one fleet task: its record, result and history")
     show.add_argument("fleet_id", type=int, metavar="ID")
@@ -83,64 +89,33 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    """Judged as `agentd task add` judges it (the task type registry and its payload schema, here),
-    before anything reaches PostgreSQL."""
-    from pydantic import TypeAdapter, ValidationError
+    """One task from the flags, or (--batch) one per JSON line: each judged as `agentd task add` judges a
+    task (agentd/cli/fleet_submit.py) before anything reaches PostgreSQL."""
+    from agentd.cli import fleet_submit
 
-    from agentd.process.privilege import operator_name
-    from agentd.records import TaskIntent
-    from agentd.records.base import Identifier
-    from agentd.records.fleet import FleetOrigin
-    from agentd.work.intake import admit_task
-
-    if not 1 <= args.priority <= 10:
-        raise InputError(f"--priority: expected 1 (most urgent) to 10 (least urgent), found {args.priority}")
-    payload = json_object(args.payload, "--payload")
     config, now = config_from(args), SystemClock().now()
-    try:
-        intent = TaskIntent.model_validate(
-            {"task_type": args.task_type, "source": "fleet", "subject": args.subject, "payload": payload}
-        )
-    except ValidationError as exc:
-        raise InputError(input_problems(exc)) from None
-    label_rule: TypeAdapter[str] = TypeAdapter(Identifier)  # what [fleet] labels may name
-    for label in args.labels:
-        try:
-            label_rule.validate_python(label)
-        except ValidationError:
-            raise InputError(
-                f"--label: expected letters, digits and . _ : - (starting with a letter or digit, at most 128), "
-                f"found {label!r}"
-            ) from None
-    admit_task(intent, config, now, trusted=False)
-    try:
-        origin = FleetOrigin.model_validate(
-            {
-                "submitted_by": operator_name(),
-                "dispatch_context": {
-                    "originSurface": args.origin_surface,
-                    "originProductId": args.origin_product,
-                    "dispatchMode": args.dispatch_mode,
-                    "initiatedAt": format_ts(now),
-                },
-            }
-        ).model_dump()
-    except ValidationError as exc:
-        raise InputError(f"--origin-product: {exc.errors()[0]['msg']}") from None
+    if args.batch is not None:
+        submissions = fleet_submit.judge_batch(args, config, now)
+    elif args.task_type is None:
+        raise InputError("--type: required (or --batch FILE for many tasks)")
+    else:
+        fields = fleet_submit.given_fields(args)
+        fields["payload"] = json_object(args.payload or "{}", "--payload")
+        submissions = [(0, fleet_submit.judge(fields, config, now, flags=True))]
+    origin = fleet_submit.origin_of(args, now)
     queue = _queue(args)
     try:
-        queue.require_current()
-        task, new = queue.submit(
-            args.task_type,
-            args.subject,
-            payload,
-            labels=args.labels,
-            priority=args.priority,
-            key=args.key,
-            origin=origin,
-        )
+        sent, failed = fleet_submit.send(queue, submissions, origin)
     finally:
         queue.close()
+    if failed is not None:
+        if args.batch is not None:
+            print(f"agentd: {fleet_submit.resume_note(sent, len(submissions))}", file=sys.stderr)
+        raise failed
+    if args.batch is not None:
+        fleet_submit.report(args, sent)
+        return 0
+    [(_, task, new)] = sent
     if wants_json(args):
         print_json({**task.as_dict(), "new": new})
     else:

@@ -129,6 +129,29 @@ class FleetTask:
 
 
 @dataclass(frozen=True)
+class Submission:
+    """One task to submit, as `agentd fleet submit` judged it (agentd/cli/fleet_submit.py)."""
+
+    task_type: str
+    subject: str | None
+    payload: dict[str, Any]
+    labels: tuple[str, ...] = ()
+    priority: int = 5
+    key: str | None = None
+
+    def check(self, names: dict[str, str] | None = None) -> None:
+        """InputError for what PostgreSQL cannot store (U+0000 in text or jsonb), by the name the caller
+        gives each field (a flag, a line's field)."""
+        names = names or {}
+        for value, field_name in ((self.subject, "subject"), (self.key, "key"), (self.payload, "payload")):
+            if _without_nul(value) != value:
+                raise InputError(
+                    f"{names.get(field_name, field_name)}: holds the character U+0000, which PostgreSQL cannot "
+                    "store; remove it"
+                )
+
+
+@dataclass(frozen=True)
 class Lease:
     """What a claim gives an agent: the task, and the token every later write must carry."""
 
@@ -167,13 +190,6 @@ def connect(dsn: str) -> Any:
         return psycopg.connect(dsn, autocommit=True, row_factory=psycopg.rows.dict_row, **BOUNDED)
     except psycopg.OperationalError as exc:
         raise FleetUnavailable(f"cannot reach the fleet's PostgreSQL ({_first_line(exc)})") from None
-
-
-def _refusing_nul(value: Any, where: str) -> str:
-    """JSON for a jsonb column, which cannot hold U+0000 (PostgreSQL's text cannot): refused by name."""
-    if _without_nul(value) != value:
-        raise InputError(f"{where}: holds the character U+0000, which PostgreSQL cannot store; remove it")
-    return json.dumps(value)
 
 
 def _scrubbed(value: Any) -> str:
@@ -295,29 +311,39 @@ class FleetQueue:
         origin: dict[str, Any],
     ) -> tuple[FleetTask, bool]:
         """(the task, whether it is new). A repeated idempotency key is the task made the first time."""
-        for text, where in ((subject, "--subject"), (key, "--key")):
-            _refusing_nul(text, where)
+        new = Submission(task_type, subject, payload, tuple(labels), priority, key)
+        [done] = self.submit_many([new], origin=origin)
+        return done
+
+    def submit_many(self, submissions: Sequence[Submission], *, origin: dict[str, Any]) -> list[tuple[FleetTask, bool]]:
+        """Each submission as `submit` makes it, all in one transaction (all or none), in order: (the task,
+        whether it is new) for each. A key repeated within them is one task too."""
+        for new in submissions:
+            new.check()
         with self._transaction() as cur:
-            cur.execute(
-                f"""INSERT INTO fleet_tasks (idempotency_key, task_type, subject, payload, labels, priority, origin)
-                    VALUES (%s, %s, %s, %s, %s, %s, %s)
-                    ON CONFLICT (idempotency_key) DO NOTHING RETURNING {COLUMNS}""",
-                (
-                    key,
-                    task_type,
-                    subject,
-                    _refusing_nul(payload, "--payload"),
-                    sorted(set(labels)),
-                    priority,
-                    json.dumps(origin),
-                ),
-            )
-            row = cur.fetchone()
-            if row is not None:
-                self._event(cur, row["id"], "submitted", detail={"by": origin.get("submitted_by")})
-                return FleetTask.of(row), True
-            cur.execute(f"SELECT {COLUMNS} FROM fleet_tasks WHERE idempotency_key = %s", (key,))
-            return FleetTask.of(cur.fetchone()), False
+            return [self._submit_one(cur, new, origin) for new in submissions]
+
+    def _submit_one(self, cur: Any, new: Submission, origin: dict[str, Any]) -> tuple[FleetTask, bool]:
+        cur.execute(
+            f"""INSERT INTO fleet_tasks (idempotency_key, task_type, subject, payload, labels, priority, origin)
+                VALUES (%s, %s, %s, %s, %s, %s, %s)
+                ON CONFLICT (idempotency_key) DO NOTHING RETURNING {COLUMNS}""",
+            (
+                new.key,
+                new.task_type,
+                new.subject,
+                json.dumps(new.payload),
+                sorted(set(new.labels)),
+                new.priority,
+                json.dumps(origin),
+            ),
+        )
+        row = cur.fetchone()
+        if row is not None:
+            self._event(cur, row["id"], "submitted", detail={"by": origin.get("submitted_by")})
+            return FleetTask.of(row), True
+        cur.execute(f"SELECT {COLUMNS} FROM fleet_tasks WHERE idempotency_key = %s", (new.key,))
+        return FleetTask.of(cur.fetchone()), False
 
     # --- an agent's side ------------------------------------------------------------------------------
 
