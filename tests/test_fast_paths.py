@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,7 +23,7 @@ from test_properties import ANY_TEXT, BASE_TASK, FAST, JSON_VALUE, PY_VALUE, SEN
 from agentd import edge
 from agentd.clock import FakeClock
 from agentd.evidence import EVIDENCE_FILES, MANIFEST_SCHEMA
-from agentd.hashing import canonical_json, new_ulid
+from agentd.hashing import _PAIRS, canonical_json, chain_hash, chain_hash_of, event_body_json, new_ulid, random_tails
 from agentd.schema_check import compile_check, well_formed
 from agentd.services import sensor_runs
 from agentd.store.base import dumps
@@ -326,6 +327,100 @@ def test_a_ulid_is_its_milliseconds_then_80_random_bits(millis: int) -> None:
     for char in ulid:
         value = value * 32 + CROCKFORD.index(char)
     assert value >> 80 == int(moment.timestamp() * 1000) and value < 2**128
+
+
+@FAST
+@given(st.binary(min_size=0, max_size=60))
+@example(b"\x00" * 10)
+@example(b"\xff" * 20)
+def test_random_tails_are_each_10_bytes_as_16_crockford_characters(random: bytes) -> None:
+    """The batched base32 tails are the characters the per-id pair lookups wrote, 10 bytes an id."""
+    expected = []
+    for start in range(0, len(random) - len(random) % 10, 10):
+        r = int.from_bytes(random[start : start + 10], "big")
+        expected.append("".join(_PAIRS[(r >> shift) & 1023] for shift in range(70, -1, -10)))
+    assert random_tails(random) == expected
+
+
+def test_ulids_made_at_once_are_all_different() -> None:
+    clock = FakeClock(datetime(2026, 11, 25, tzinfo=UTC))
+    made = [new_ulid(clock) for _ in range(2_000)]  # several refills of the pool of tails
+    assert len(set(made)) == len(made) and len({ulid[:10] for ulid in made}) == 1
+
+
+def test_a_forked_child_never_draws_its_parents_next_ulid() -> None:
+    """The pool of random tails is the process's own: a child forked with tails left in it draws fresh ones."""
+    clock = FakeClock(datetime(2026, 11, 25, tzinfo=UTC))
+    new_ulid(clock)  # the pool now holds the parent's next tails
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: its next id, then out without pytest's teardown
+        os.write(write, "".join(new_ulid(clock) for _ in range(3)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        drawn = pipe.read().decode()
+    assert os.waitpid(child, 0)[1] == 0
+    children = {drawn[i : i + 26] for i in range(0, len(drawn), 26)}
+    assert len(children) == 3 and not children & {new_ulid(clock) for _ in range(3)}
+
+
+ID_TEXT = st.one_of(st.none(), ANY_TEXT)
+ID_NUMBER = st.one_of(st.none(), st.integers(), st.booleans(), st.sampled_from([1.5, -0.0, 10**30]))
+BODY = st.fixed_dictionaries(
+    {
+        "event_id": ANY_TEXT,
+        "type": ANY_TEXT,
+        "timestamp": ANY_TEXT,
+        "sequence": st.integers(),
+        "schema_version": st.integers() | st.just(1),
+        "task_id": ID_NUMBER,
+        "attempt_id": ID_TEXT,
+        "workflow_id": ID_NUMBER,
+        "schedule_id": ID_TEXT,
+        "sensor_id": ID_TEXT,
+        "payload": st.one_of(st.just({}), st.dictionaries(ANY_TEXT, JSON_VALUE, max_size=4), JSON_VALUE),
+        "refs": st.one_of(st.just({}), st.dictionaries(ANY_TEXT, JSON_VALUE, max_size=3)),
+    }
+)
+
+
+@FAST
+@given(BODY, st.text("0123456789abcdef", min_size=64, max_size=64))
+@example(
+    {
+        "event_id": "01J",
+        "type": "task_enqueued",
+        "timestamp": "2026-11-25T00:00:00.000000Z",
+        "sequence": 1,
+        "schema_version": 1,
+        "task_id": 7,
+        "attempt_id": None,
+        "workflow_id": None,
+        "schedule_id": None,
+        "sensor_id": "inbox",
+        "payload": {"b": 1, "a": [math.nan]},
+        "refs": {},
+    },
+    "0" * 64,
+)
+def test_the_event_body_writer_writes_canonical_json_bytes(body: dict[str, Any], prev_hash: str) -> None:
+    """The append's writer and canonical_json of the body dict (what evidence verify rebuilds and
+    hashes) give the same bytes, or fail alike, for any field values."""
+
+    def outcome(encode: Callable[[], Any]) -> Any:
+        try:
+            return encode()
+        except ValueError as exc:  # NaN refused, or a lone surrogate UTF-8 cannot hold
+            return type(exc)
+
+    fields = (
+        *(body[k] for k in ("event_id", "type", "timestamp", "sequence", "schema_version", "task_id")),
+        *(body[k] for k in ("attempt_id", "workflow_id", "schedule_id", "sensor_id", "payload", "refs")),
+    )
+    assert outcome(lambda: event_body_json(*fields)) == outcome(lambda: canonical_json(body))
+    written = outcome(lambda: chain_hash_of(prev_hash, event_body_json(*fields)))
+    assert written == outcome(lambda: chain_hash(prev_hash, body))
 
 
 # --- a sensor line in one pass --------------------------------------------------------------------
