@@ -6,6 +6,7 @@ milliseconds then 80 random bits, and a sensor line read in one pass is what the
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -22,11 +23,14 @@ from test_properties import ANY_TEXT, BASE_TASK, FAST, JSON_VALUE, PY_VALUE, SEN
 
 from agentd import edge
 from agentd.clock import FakeClock
+from agentd.config import Config
 from agentd.evidence import EVIDENCE_FILES, MANIFEST_SCHEMA
 from agentd.hashing import _PAIRS, canonical_json, chain_hash, chain_hash_of, event_body_json, new_ulid, random_tails
+from agentd.records import NewTask, TaskIntent
 from agentd.schema_check import compile_check, well_formed
 from agentd.services import sensor_runs
 from agentd.store.base import dumps
+from agentd.work.intake import admit_task
 
 # --- the compiled schema check -----------------------------------------------------------------
 
@@ -421,6 +425,46 @@ def test_the_event_body_writer_writes_canonical_json_bytes(body: dict[str, Any],
     assert outcome(lambda: event_body_json(*fields)) == outcome(lambda: canonical_json(body))
     written = outcome(lambda: chain_hash_of(prev_hash, event_body_json(*fields)))
     assert written == outcome(lambda: chain_hash(prev_hash, body))
+
+
+# --- a task admitted ------------------------------------------------------------------------------
+
+INTENTS = [
+    {"task_type": "example", "source": "t", "payload": {}},
+    {
+        "task_type": "example",
+        "source": "t",
+        "subject": "s",
+        "description": "d",
+        "priority": 2,
+        "payload": {"note": "n"},
+    },
+    {"task_type": "example", "source": "t", "payload": {}, "schedule": {"delay_minutes": 5}, "skill_ids": ["example"]},
+    {"task_type": "example", "source": "t", "payload": {}, "evidence_requirements": {"required_artifacts": ["a"]}},
+    {
+        "task_type": "example",
+        "source": "t",
+        "payload": {},
+        "workflow_ref": {"workflow_id": 1, "state_id": "s", "instance_key": "k"},
+    },
+]
+
+
+@pytest.mark.parametrize("require_approval", [False, True])
+@pytest.mark.parametrize("intent", INTENTS)
+def test_an_admitted_task_is_the_newtask_its_fields_make(
+    config: Config, intent: dict[str, Any], require_approval: bool
+) -> None:
+    """admit_task builds its NewTask without the dataclass's __init__: every field is there (none
+    missing, none extra, no default_factory left unmade) and it equals NewTask(**its fields)."""
+    now = datetime(2026, 11, 25, tzinfo=UTC)
+    task = admit_task(TaskIntent.model_validate(intent), config, now, trusted=True, require_approval=require_approval)
+    fields = dataclasses.fields(NewTask)
+    assert all(f.default_factory is dataclasses.MISSING for f in fields)
+    assert set(vars(task)) == {f.name for f in fields}
+    assert task == NewTask(**{f.name: getattr(task, f.name) for f in fields})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        task.subject = "changed"  # type: ignore[misc]
 
 
 # --- a sensor line in one pass --------------------------------------------------------------------
