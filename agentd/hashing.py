@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import collections
 import functools
 import hashlib
@@ -74,10 +73,11 @@ def _millis_text(millis: int) -> str:
     return "".join([_PAIRS[(millis >> shift) & 1023] for shift in range(40, -1, -10)])
 
 
-# 80 random bits are exactly 16 base32 characters, most significant first as a ULID writes them:
-# base32 of 10 bytes in RFC 4648's alphabet, translated to Crockford's. One os.urandom and one
-# b32encode make the tails of _TAILS_AT_ONCE ids (an os.urandom per id was a fifth of an id's cost).
-_RFC_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode())
+# The 80 random bits are 16 characters of 5 random bits each: one random byte per character, its low
+# 5 bits (256 is a multiple of 32, so each character is uniform), mapped by one bytes.translate. One
+# os.urandom and one translate make the tails of _TAILS_AT_ONCE ids (an os.urandom per id, then eight
+# lookups, were half an id's cost).
+_RANDOM_CHARACTER = bytes(ord(_CROCKFORD[byte & 31]) for byte in range(256))
 _TAILS_AT_ONCE = 256
 # Hazard: one process's tails, never another's. deque.popleft is atomic (threads never share a
 # tail); a forked child forgets what its parent had drawn (os.register_at_fork below).
@@ -86,16 +86,16 @@ os.register_at_fork(after_in_child=_tails.clear)
 
 
 def random_tails(random: bytes) -> list[str]:
-    """Each 10 bytes of `random` as 16 Crockford base32 characters, most significant bit first."""
-    text = base64.b32encode(random).translate(_RFC_TO_CROCKFORD).decode()
-    return [text[start : start + 16] for start in range(0, len(random) // 10 * 16, 16)]
+    """Each 16 bytes of `random` as 16 Crockford base32 characters: each byte's low 5 bits."""
+    text = random.translate(_RANDOM_CHARACTER).decode()
+    return [text[start : start + 16] for start in range(0, len(random) // 16 * 16, 16)]
 
 
 def _random_tail() -> str:
     try:
         return _tails.popleft()
     except IndexError:
-        fresh = random_tails(os.urandom(10 * _TAILS_AT_ONCE))
+        fresh = random_tails(os.urandom(16 * _TAILS_AT_ONCE))
         _tails.extend(fresh[1:])
         return fresh[0]
 
@@ -143,13 +143,15 @@ def event_body_json(
 ) -> bytes:
     """canonical_json of an event's body (the dict of these twelve fields), the same bytes, written
     without building the dict and sorting its keys (the append's largest cost; tests/test_fast_paths.py
-    proves the two agree for any values). The keys below are in sorted order."""
-    s, o = _canonical_scalar, _canonical_object
+    proves the two agree for any values of these types: event_id, event_type and timestamp are always
+    text). The keys below are in sorted order."""
+    s, o, text = _canonical_scalar, _canonical_object, _encode_text
     return (
-        f'{{"attempt_id":{s(attempt_id)},"event_id":{s(event_id)},"payload":{o(payload)},"refs":{o(refs)},'
-        f'"schedule_id":{s(schedule_id)},"schema_version":{s(schema_version)},"sensor_id":{s(sensor_id)},'
-        f'"sequence":{s(sequence)},"task_id":{s(task_id)},"timestamp":{s(timestamp)},"type":{s(event_type)},'
-        f'"workflow_id":{s(workflow_id)}}}'
+        f'{{"attempt_id":{"null" if attempt_id is None else s(attempt_id)},"event_id":{text(event_id)},'
+        f'"payload":{o(payload)},"refs":{o(refs)},"schedule_id":{"null" if schedule_id is None else s(schedule_id)},'
+        f'"schema_version":{s(schema_version)},"sensor_id":{"null" if sensor_id is None else s(sensor_id)},'
+        f'"sequence":{s(sequence)},"task_id":{"null" if task_id is None else s(task_id)},"timestamp":{text(timestamp)},'
+        f'"type":{text(event_type)},"workflow_id":{"null" if workflow_id is None else s(workflow_id)}}}'
     ).encode()
 
 
