@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import json
@@ -60,13 +61,8 @@ def new_ulid(clock: Clock) -> str:
         value = (millis << 80) | int.from_bytes(os.urandom(10), "big")
         return "".join([_CROCKFORD[(value >> shift) & 31] for shift in _ULID_SHIFTS])
     # The same 26 characters: the first 10 are the milliseconds (the same for every id made in
-    # that millisecond), the last 16 the 80 random bits, two characters (10 bits) per lookup.
-    r, pairs = int.from_bytes(os.urandom(10), "big"), _PAIRS
-    return (
-        f"{_millis_text(millis)}{pairs[r >> 70]}{pairs[(r >> 60) & 1023]}{pairs[(r >> 50) & 1023]}"
-        f"{pairs[(r >> 40) & 1023]}{pairs[(r >> 30) & 1023]}{pairs[(r >> 20) & 1023]}{pairs[(r >> 10) & 1023]}"
-        f"{pairs[r & 1023]}"
-    )
+    # that millisecond), the last 16 the 80 random bits.
+    return _millis_text(millis) + _random_tail()
 
 
 _PAIRS = [high + low for high in _CROCKFORD for low in _CROCKFORD]  # 10 bits → 2 characters
@@ -77,9 +73,88 @@ def _millis_text(millis: int) -> str:
     return "".join([_PAIRS[(millis >> shift) & 1023] for shift in range(40, -1, -10)])
 
 
+# The 80 random bits are 16 characters of 5 random bits each: one random byte per character, its low
+# 5 bits (256 is a multiple of 32, so each character is uniform), mapped by one bytes.translate. One
+# os.urandom and one translate make the tails of _TAILS_AT_ONCE ids (an os.urandom per id, then eight
+# lookups, were half an id's cost).
+_RANDOM_CHARACTER = bytes(ord(_CROCKFORD[byte & 31]) for byte in range(256))
+_TAILS_AT_ONCE = 256
+# Hazard: one process's tails, never another's. deque.popleft is atomic (threads never share a
+# tail); a forked child forgets what its parent had drawn (os.register_at_fork below).
+_tails: collections.deque[str] = collections.deque()
+os.register_at_fork(after_in_child=_tails.clear)
+
+
+def random_tails(random: bytes) -> list[str]:
+    """Each 16 bytes of `random` as 16 Crockford base32 characters: each byte's low 5 bits."""
+    text = random.translate(_RANDOM_CHARACTER).decode()
+    return [text[start : start + 16] for start in range(0, len(random) // 16 * 16, 16)]
+
+
+def _random_tail() -> str:
+    try:
+        return _tails.popleft()
+    except IndexError:
+        fresh = random_tails(os.urandom(16 * _TAILS_AT_ONCE))
+        _tails.extend(fresh[1:])
+        return fresh[0]
+
+
 GENESIS_HASH = "0" * 64
 
 
 def chain_hash(prev_hash: str, body: dict[str, Any]) -> str:
     """An event's hash: over the previous event's hash and its own canonical body."""
     return sha256_hex(prev_hash.encode() + canonical_json(body))
+
+
+_encode_text: Callable[[str], str] = encode_basestring  # json's own (its C form): the encoders' string
+
+
+def _canonical_scalar(value: Any) -> str:
+    """A field of an event's body as canonical_json writes it: the common types at once, the rest
+    through the same encoder."""
+    if value is None:
+        return "null"
+    if type(value) is str:
+        return _encode_text(value)
+    if type(value) is int:
+        return int.__repr__(value)
+    return _canonical_text(value)
+
+
+def _canonical_object(value: Any) -> str:
+    return "{}" if type(value) is dict and not value else _canonical_text(value)
+
+
+def event_body_json(
+    event_id: str,
+    event_type: str,
+    timestamp: str,
+    sequence: int,
+    schema_version: int,
+    task_id: int | None,
+    attempt_id: str | None,
+    workflow_id: int | None,
+    schedule_id: str | None,
+    sensor_id: str | None,
+    payload: Any,
+    refs: Any,
+) -> bytes:
+    """canonical_json of an event's body (the dict of these twelve fields), the same bytes, written
+    without building the dict and sorting its keys (the append's largest cost; tests/test_fast_paths.py
+    proves the two agree for any values of these types: event_id, event_type and timestamp are always
+    text). The keys below are in sorted order."""
+    s, o, text = _canonical_scalar, _canonical_object, _encode_text
+    return (
+        f'{{"attempt_id":{"null" if attempt_id is None else s(attempt_id)},"event_id":{text(event_id)},'
+        f'"payload":{o(payload)},"refs":{o(refs)},"schedule_id":{"null" if schedule_id is None else s(schedule_id)},'
+        f'"schema_version":{s(schema_version)},"sensor_id":{"null" if sensor_id is None else s(sensor_id)},'
+        f'"sequence":{s(sequence)},"task_id":{"null" if task_id is None else s(task_id)},"timestamp":{text(timestamp)},'
+        f'"type":{text(event_type)},"workflow_id":{"null" if workflow_id is None else s(workflow_id)}}}'
+    ).encode()
+
+
+def chain_hash_of(prev_hash: str, body_json: bytes) -> str:
+    """chain_hash, given the body's canonical bytes (event_body_json)."""
+    return sha256_hex(prev_hash.encode() + body_json)

@@ -16,7 +16,7 @@ import contextlib
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -183,18 +183,23 @@ def measure_claim_complete(samples: Samples, folder: Path, count: int) -> None:
     measure_sides(samples, CLAIM, folder, count, sides)
 
 
+def measure_sensor_ingest(samples: Samples, folder: Path, events: int, text: str) -> None:
+    samples.add(sensor_ingest(events), "events/s", store_rows.sensor_ingest_per_s(folder, text))
+
+
 def measure_batch_add(samples: Samples, folder: Path, lines: int, text: bytes) -> None:
     """The two sides of the batch row back to back, each on a fresh migrated file."""
     samples.add(batch_add(lines, "agentd"), "lines/s", store_rows.batch_add_per_s(folder / "agentd", text))
     samples.add(batch_add(lines, "raw sqlite3"), "lines/s", raw.batch_insert_per_s(folder / "raw", text))
 
 
-def measure_claim_latency(samples: Samples, folder: Path, sizes: Sizes, large: Store) -> None:
+def measure_claim_latency(samples: Samples, folder: Path, sizes: Sizes, large: Store | None) -> None:
     """The small queue is made anew each repetition (its claimable tasks run out); the large one is
     made once (a repetition's claims are a rounding error of it)."""
     small = store_rows.claim_queue(folder / "small", sizes.small_queue)
     samples.add(claim_latency(sizes.small_queue), "µs", store_rows.claim_p50_us(small, sizes.latency_claims))
     small.close()
+    assert large is not None, "measure_all builds the large queue when this row is wanted"
     samples.add(claim_latency(sizes.large_queue), "µs", store_rows.claim_p50_us(large, sizes.latency_claims))
 
 
@@ -225,44 +230,83 @@ def record_idle(samples: Samples, idle: processes.IdleWatch) -> None:
         samples.add(IDLE_RSS.format(name), "MB", idle.rss_mb[name])
 
 
-def measure(sizes: Sizes, tmp: Path) -> tuple[Samples, str]:
-    """Every row, and the PostgreSQL the fleet row ran against (or why it did not run)."""
+# The rows `--only` may name; each is run by `measure_all` in this order.
+ROWS = (
+    "end to end",
+    "enqueue",
+    "claim + complete",
+    "claim latency",
+    "sensor ingest",
+    "task add --batch",
+    "fleet",
+    "start-up",
+    "idle",
+)
+
+
+def parse_only(text: str) -> frozenset[str]:
+    """`--only NAME[,NAME]`: the rows named, each one of ROWS; anything else is an error naming them."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ROWS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown row {', '.join(unknown) or '(none)'!r}; rows: {', '.join(ROWS)}")
+    return frozenset(names)
+
+
+def measure(sizes: Sizes, tmp: Path, only: frozenset[str] = frozenset(ROWS)) -> tuple[Samples, str]:
+    """Every row named in `only`, and the PostgreSQL the fleet row ran against (or why it did not run)."""
     with contextlib.ExitStack() as stack:
-        reason = fleet.why_not()
+        reason = fleet.why_not() if "fleet" in only else "not selected (--only)"
         if reason is None:
             say(f"starting PostgreSQL and {sizes.fleet_claimers} fleet claimers")
         rig = None if reason else stack.enter_context(fleet.rig(sizes.fleet_claimers))
         server = f"none ({reason})" if rig is None else rig.describe()
-        return measure_all(sizes, tmp, rig, reason), server
+        return measure_all(sizes, tmp, rig, reason, only), server
 
 
-def measure_all(sizes: Sizes, tmp: Path, rig: fleet.Rig | None, fleet_reason: str | None) -> Samples:
+def measure_all(
+    sizes: Sizes, tmp: Path, rig: fleet.Rig | None, fleet_reason: str | None, only: frozenset[str] = frozenset(ROWS)
+) -> Samples:
     samples = Samples()
-    say(f"building the {sizes.large_queue:,}-task claim queue")
-    large = store_rows.claim_queue(tmp / "claim-large", sizes.large_queue)
+    large = None
+    if "claim latency" in only:
+        say(f"building the {sizes.large_queue:,}-task claim queue")
+        large = store_rows.claim_queue(tmp / "claim-large", sizes.large_queue)
     sensor_text = store_rows.sensor_lines(sizes.sensor_events)
     batch_text = store_rows.batch_lines(sizes.batch_lines)
-    startup_config = processes.operator_agent(tmp / "operator")
+    startup_config = processes.operator_agent(tmp / "operator") if "start-up" in only else tmp
+    rows: dict[str, Callable[[Path], None]] = {
+        "end to end": lambda folder: measure_end_to_end(samples, folder / "e2e", sizes),
+        "enqueue": lambda folder: measure_enqueue(samples, folder / "enqueue", sizes.enqueues),
+        "claim + complete": lambda folder: measure_claim_complete(samples, folder / "claim", sizes.claim_completes),
+        "claim latency": lambda folder: measure_claim_latency(samples, folder / "latency", sizes, large),
+        "sensor ingest": lambda f: measure_sensor_ingest(samples, f / "sensor", sizes.sensor_events, sensor_text),
+        "task add --batch": lambda folder: measure_batch_add(samples, folder / "batch", sizes.batch_lines, batch_text),
+        "fleet": lambda _folder: measure_fleet(samples, rig, sizes, fleet_reason),
+        "start-up": lambda _folder: measure_startup(samples, startup_config, sizes.startup_runs),
+    }
     for rep in range(sizes.reps):
         folder = tmp / f"rep-{rep}"
-        say(f"repetition {rep + 1}/{sizes.reps}: idle services started; end to end ({sizes.e2e_tasks} tasks a side)")
-        with processes.idle_services(folder / "idle", sizes.idle_settle_s) as idle:
-            measure_end_to_end(samples, folder / "e2e", sizes)
-            say(f"repetition {rep + 1}/{sizes.reps}: enqueue, claim + complete, claim latency, sensor ingest, --batch")
-            measure_enqueue(samples, folder / "enqueue", sizes.enqueues)
-            measure_claim_complete(samples, folder / "claim", sizes.claim_completes)
-            measure_claim_latency(samples, folder / "latency", sizes, large)
-            ingest = store_rows.sensor_ingest_per_s(folder / "sensor", sensor_text)
-            samples.add(sensor_ingest(sizes.sensor_events), "events/s", ingest)
-            measure_batch_add(samples, folder / "batch", sizes.batch_lines, batch_text)
-            if rig is not None:
-                say(f"repetition {rep + 1}/{sizes.reps}: fleet claim + complete ({sizes.fleet_tasks:,} tasks a limit)")
-            measure_fleet(samples, rig, sizes, fleet_reason)
-            say(f"repetition {rep + 1}/{sizes.reps}: start-up")
-            measure_startup(samples, startup_config, sizes.startup_runs)
-        record_idle(samples, idle)
-    large.close()
+        say(f"repetition {rep + 1}/{sizes.reps}: {', '.join(row for row in ROWS if row in only)}")
+        with idle_window(folder / "idle", sizes, "idle" in only) as idle:
+            for name, row in rows.items():
+                if name in only:
+                    row(folder)
+        if idle is not None:
+            record_idle(samples, idle)
+    if large is not None:
+        large.close()
     return samples
+
+
+@contextlib.contextmanager
+def idle_window(directory: Path, sizes: Sizes, wanted: bool) -> Iterator[processes.IdleWatch | None]:
+    """The idle services around a repetition's other rows, or nothing when the idle row is not wanted."""
+    if not wanted:
+        yield None
+        return
+    with processes.idle_services(directory, sizes.idle_settle_s) as idle:
+        yield idle
 
 
 def say(text: str) -> None:
@@ -331,15 +375,21 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition, no verdicts")
     parser.add_argument("--reps", type=int, help="repetitions (default 3; 1 with --quick)")
     parser.add_argument("--write", action="store_true", help="rewrite bench/BENCHMARKS.md")
+    rows = ", ".join(ROWS)
+    parser.add_argument("--only", type=parse_only, default=frozenset(ROWS), help=f"only these rows (a,b): {rows}")
     args = parser.parse_args()
+    if args.write and args.only != frozenset(ROWS):
+        parser.error("--write rewrites bench/BENCHMARKS.md from every row: it cannot be used with --only")
     sizes = QUICK if args.quick else FULL
     if args.reps:
         sizes = replace(sizes, reps=args.reps)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp:
-        samples, server = measure(sizes, Path(tmp))
+        samples, server = measure(sizes, Path(tmp), args.only)
     lines = intro(sizes, args.quick, time.perf_counter() - started, server)
-    report = render("agentd benchmarks", lines, goals(sizes), samples, judge=not args.quick)
+    # --only: the goals of the rows left out are left out of the table too.
+    shown = [goal for goal in goals(sizes) if samples.has(goal.subject) or goal.subject in samples.skipped]
+    report = render("agentd benchmarks", lines, shown, samples, judge=not args.quick)
     print(report)
     if args.write:
         (REPO / "bench" / "BENCHMARKS.md").write_text(report, encoding="utf-8")

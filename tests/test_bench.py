@@ -4,6 +4,7 @@ here; the goals live in bench/run.py and their verdicts in bench/BENCHMARKS.md),
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 import sys
@@ -16,7 +17,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.agent import bulk_tasks, fresh
 from bench.report import Goal, Samples, goal_line, render
-from bench.run import QUICK, goals
+from bench.run import QUICK, ROWS, goals, parse_only
 
 NUMBER = r"[\d,.]+"
 
@@ -42,6 +43,30 @@ def test_the_quick_benchmark_runs_and_reports_every_goal() -> None:
         assert float(line[1].replace(",", "")) > 0 or "CPU" in goal.subject, goal.title
         assert line[2] == "not judged (quick)" or (line[2] == "SKIP" and goal.peer), (goal.title, line[2])
     assert "PASS" not in result.stdout and "FAIL" not in result.stdout
+
+
+@pytest.mark.process
+def test_only_runs_the_rows_it_names_and_skips_the_others() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--only", "sensor ingest,enqueue"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr
+    measured = re.findall(r"^\| (.+?) \| [\d,.]+ .*\| 1 \|$", result.stdout, re.MULTILINE)
+    assert {"sensor ingest: 200 events, half duplicates", "enqueue: agentd", "enqueue: raw sqlite3"} <= set(measured)
+    assert all(name.startswith(("enqueue: ", "sensor ingest: ")) for name in measured), measured
+    assert "| sensor ingest ≥ 20,000 events/s |" in result.stdout
+    assert "| `task add --batch` ≥" not in result.stdout  # the goals of the rows left out are not in the table
+
+
+def test_only_names_the_rows_it_knows_when_given_another() -> None:
+    assert parse_only("sensor ingest, task add --batch") == {"sensor ingest", "task add --batch"}
+    for text in ("sensor", "enqueue,nope", ","):
+        with pytest.raises(argparse.ArgumentTypeError, match="rows: " + re.escape(", ".join(ROWS))):
+            parse_only(text)
 
 
 def test_a_goal_is_judged_by_its_ratio_to_the_baseline_or_the_limit() -> None:

@@ -6,8 +6,10 @@ milliseconds then 80 random bits, and a sensor line read in one pass is what the
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,11 +23,14 @@ from test_properties import ANY_TEXT, BASE_TASK, FAST, JSON_VALUE, PY_VALUE, SEN
 
 from agentd import edge
 from agentd.clock import FakeClock
+from agentd.config import Config
 from agentd.evidence import EVIDENCE_FILES, MANIFEST_SCHEMA
-from agentd.hashing import canonical_json, new_ulid
+from agentd.hashing import canonical_json, chain_hash, chain_hash_of, event_body_json, new_ulid, random_tails
+from agentd.records import NewTask, TaskIntent
 from agentd.schema_check import compile_check, well_formed
 from agentd.services import sensor_runs
 from agentd.store.base import dumps
+from agentd.work.intake import admit_task
 
 # --- the compiled schema check -----------------------------------------------------------------
 
@@ -326,6 +331,138 @@ def test_a_ulid_is_its_milliseconds_then_80_random_bits(millis: int) -> None:
     for char in ulid:
         value = value * 32 + CROCKFORD.index(char)
     assert value >> 80 == int(moment.timestamp() * 1000) and value < 2**128
+
+
+@FAST
+@given(st.binary(min_size=0, max_size=70))
+@example(bytes(range(256)))
+def test_random_tails_are_16_characters_of_5_random_bits_each(random: bytes) -> None:
+    """Each character of a tail is its byte's low 5 bits (every value of a byte, so each character is
+    uniform): 16 bytes make the 80 random bits of one id."""
+    tails = random_tails(random)
+    assert len(tails) == len(random) // 16 and all(len(tail) == 16 for tail in tails)
+    assert "".join(tails) == "".join(CROCKFORD[byte % 32] for byte in random[: len(tails) * 16])
+
+
+def test_ulids_made_at_once_are_all_different() -> None:
+    clock = FakeClock(datetime(2026, 11, 25, tzinfo=UTC))
+    made = [new_ulid(clock) for _ in range(2_000)]  # several refills of the pool of tails
+    assert len(set(made)) == len(made) and len({ulid[:10] for ulid in made}) == 1
+
+
+def test_a_forked_child_never_draws_its_parents_next_ulid() -> None:
+    """The pool of random tails is the process's own: a child forked with tails left in it draws fresh ones."""
+    clock = FakeClock(datetime(2026, 11, 25, tzinfo=UTC))
+    new_ulid(clock)  # the pool now holds the parent's next tails
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: its next id, then out without pytest's teardown
+        os.write(write, "".join(new_ulid(clock) for _ in range(3)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        drawn = pipe.read().decode()
+    assert os.waitpid(child, 0)[1] == 0
+    children = {drawn[i : i + 26] for i in range(0, len(drawn), 26)}
+    assert len(children) == 3 and not children & {new_ulid(clock) for _ in range(3)}
+
+
+ID_TEXT = st.one_of(st.none(), ANY_TEXT)
+ID_NUMBER = st.one_of(st.none(), st.integers(), st.booleans(), st.sampled_from([1.5, -0.0, 10**30]))
+BODY = st.fixed_dictionaries(
+    {
+        "event_id": ANY_TEXT,
+        "type": ANY_TEXT,
+        "timestamp": ANY_TEXT,
+        "sequence": st.integers(),
+        "schema_version": st.integers() | st.just(1),
+        "task_id": ID_NUMBER,
+        "attempt_id": ID_TEXT,
+        "workflow_id": ID_NUMBER,
+        "schedule_id": ID_TEXT,
+        "sensor_id": ID_TEXT,
+        "payload": st.one_of(st.just({}), st.dictionaries(ANY_TEXT, JSON_VALUE, max_size=4), JSON_VALUE),
+        "refs": st.one_of(st.just({}), st.dictionaries(ANY_TEXT, JSON_VALUE, max_size=3)),
+    }
+)
+
+
+@FAST
+@given(BODY, st.text("0123456789abcdef", min_size=64, max_size=64))
+@example(
+    {
+        "event_id": "01J",
+        "type": "task_enqueued",
+        "timestamp": "2026-11-25T00:00:00.000000Z",
+        "sequence": 1,
+        "schema_version": 1,
+        "task_id": 7,
+        "attempt_id": None,
+        "workflow_id": None,
+        "schedule_id": None,
+        "sensor_id": "inbox",
+        "payload": {"b": 1, "a": [math.nan]},
+        "refs": {},
+    },
+    "0" * 64,
+)
+def test_the_event_body_writer_writes_canonical_json_bytes(body: dict[str, Any], prev_hash: str) -> None:
+    """The append's writer and canonical_json of the body dict (what evidence verify rebuilds and
+    hashes) give the same bytes, or fail alike, for any field values."""
+
+    def outcome(encode: Callable[[], Any]) -> Any:
+        try:
+            return encode()
+        except ValueError as exc:  # NaN refused, or a lone surrogate UTF-8 cannot hold
+            return type(exc)
+
+    fields = (
+        *(body[k] for k in ("event_id", "type", "timestamp", "sequence", "schema_version", "task_id")),
+        *(body[k] for k in ("attempt_id", "workflow_id", "schedule_id", "sensor_id", "payload", "refs")),
+    )
+    assert outcome(lambda: event_body_json(*fields)) == outcome(lambda: canonical_json(body))
+    written = outcome(lambda: chain_hash_of(prev_hash, event_body_json(*fields)))
+    assert written == outcome(lambda: chain_hash(prev_hash, body))
+
+
+# --- a task admitted ------------------------------------------------------------------------------
+
+INTENTS = [
+    {"task_type": "example", "source": "t", "payload": {}},
+    {
+        "task_type": "example",
+        "source": "t",
+        "subject": "s",
+        "description": "d",
+        "priority": 2,
+        "payload": {"note": "n"},
+    },
+    {"task_type": "example", "source": "t", "payload": {}, "schedule": {"delay_minutes": 5}, "skill_ids": ["example"]},
+    {"task_type": "example", "source": "t", "payload": {}, "evidence_requirements": {"required_artifacts": ["a"]}},
+    {
+        "task_type": "example",
+        "source": "t",
+        "payload": {},
+        "workflow_ref": {"workflow_id": 1, "state_id": "s", "instance_key": "k"},
+    },
+]
+
+
+@pytest.mark.parametrize("require_approval", [False, True])
+@pytest.mark.parametrize("intent", INTENTS)
+def test_an_admitted_task_is_the_newtask_its_fields_make(
+    config: Config, intent: dict[str, Any], require_approval: bool
+) -> None:
+    """admit_task builds its NewTask without the dataclass's __init__: every field is there (none
+    missing, none extra, no default_factory left unmade) and it equals NewTask(**its fields)."""
+    now = datetime(2026, 11, 25, tzinfo=UTC)
+    task = admit_task(TaskIntent.model_validate(intent), config, now, trusted=True, require_approval=require_approval)
+    fields = dataclasses.fields(NewTask)
+    assert all(f.default_factory is dataclasses.MISSING for f in fields)
+    assert set(vars(task)) == {f.name for f in fields}
+    assert task == NewTask(**{f.name: getattr(task, f.name) for f in fields})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        task.subject = "changed"  # type: ignore[misc]
 
 
 # --- a sensor line in one pass --------------------------------------------------------------------

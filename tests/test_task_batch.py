@@ -9,6 +9,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import weakref
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -287,6 +288,32 @@ def test_the_collector_pause_nests_and_ends_running() -> None:
             assert not gc.isenabled()
         assert not gc.isenabled(), "the inner pause does not resume what the outer one paused"
     assert gc.isenabled()
+
+
+class Node:
+    """A container the collector tracks, which can be made part of a cycle."""
+
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+def test_what_a_bulk_step_made_is_not_walked_again_by_a_young_collection() -> None:
+    """After the pause, what the step made and kept is in the collector's oldest generation (no young
+    collection walks it again, nor starts at the next allocation); a cycle it left is still collected
+    by a full collection."""
+    with no_cycle_collection():
+        kept = [Node() for _ in range(5_000)]
+        cycle = Node()
+        cycle.other = Node()
+        cycle.other.other = cycle
+        gone = weakref.ref(cycle)
+        del cycle
+    assert gc.isenabled() and gc.get_count()[0] < 50
+    young = {id(thing) for generation in (0, 1) for thing in gc.get_objects(generation)}
+    assert not any(id(node) in young for node in kept)
+    assert gone() is not None  # nothing collected it yet ...
+    gc.collect()
+    assert gone() is None  # ... a full collection does
 
 
 def test_a_batch_over_the_task_limit_is_refused_whole(

@@ -18,13 +18,19 @@ from agentd.records import (
     SignalDecision,
 )
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
+from agentd.store.sparse import SparseInsert
 from agentd.store.tasks import HeldTasks
 from agentd.store.workflows import apply_signal, insert_workflow, read_workflow
 
 MAX_REJECTION_EVENTS = 100  # per run; the rest are counted in sensor_run_finished
-_INSERT_SENSOR_EVENT = """INSERT INTO sensor_events (sensor_id, dedupe_key, event_id, observed_at, source_ref,
-        freshness_deadline, payload, result, task_id, workflow_id, recorded_at)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+_SENSOR_EVENTS = SparseInsert(
+    "sensor_events",
+    (
+        *("sensor_id", "dedupe_key", "event_id", "observed_at", "source_ref", "freshness_deadline", "payload"),
+        *("result", "task_id", "workflow_id", "recorded_at"),
+    ),
+    ("freshness_deadline", "workflow_id"),
+)
 _MARK_REPEATED = "UPDATE sensor_events SET deduped_at = ? WHERE sensor_id = ? AND dedupe_key = ?"
 
 
@@ -67,7 +73,7 @@ class SensingVerbs(StoreBase):
             # The tasks the rows name, then the rows (a key's first repeat may be in this batch too,
             # and marks its row).
             held.flush()
-            self._conn.executemany(_INSERT_SENSOR_EVENT, rows)
+            _SENSOR_EVENTS.run(self._conn, rows)
             self._conn.executemany(_MARK_REPEATED, repeats)
         return counts
 

@@ -16,6 +16,7 @@ from agentd.store.approvals import never_approved, request_approval
 from agentd.store.base import StoreBase, Tx, dumps, parse_optional_ts, ts
 from agentd.store.budget import CLAIMABLE, claimable_branches, held_by_budget, hold_params
 from agentd.store.rows import TASK_COLUMNS, TASK_FROM, task_from_row
+from agentd.store.sparse import SparseInsert
 
 WAITING = ("pending", "retryable_failure")
 
@@ -34,18 +35,26 @@ def read_task_or_raise(tx: Tx, task_id: int) -> TaskRecord:
 
 def insert_task(tx: Tx, new: NewTask, now: datetime, event_payload: dict[str, Any] | None = None) -> int:
     """The INSERT and its task_enqueued event; the caller holds the transaction."""
-    cursor = tx.execute(_INSERT_TASK, _task_row(new, now))
+    cursor = _TASKS.one(tx, _task_row(new, now))
     task_id = int(cursor.lastrowid or 0)
     _enqueued(tx, task_id, new, now, event_payload)
     return task_id
 
 
-_TASK_COLUMNS = """task_type, source, subject, description, priority, payload, requested_profile_id,
-    requested_adapter_id, requested_model, skill_ids, evidence_requirements, workflow_id, workflow_state,
-    workflow_iteration, schedule_id, max_attempts, available_at, created_at, updated_at, parent_task_id,
-    delegation_depth, root_task_id, delegation_caps"""
-_INSERT_TASK = f"INSERT INTO tasks ({_TASK_COLUMNS}) VALUES ({', '.join('?' * 23)})"
-_INSERT_TASK_WITH_ID = f"INSERT INTO tasks (id, {_TASK_COLUMNS}) VALUES ({', '.join('?' * 24)})"
+_TASK_COLUMNS = (
+    *("task_type", "source", "subject", "description", "priority", "payload", "requested_profile_id"),
+    *("requested_adapter_id", "requested_model", "skill_ids", "evidence_requirements", "workflow_id"),
+    *("workflow_state", "workflow_iteration", "schedule_id", "max_attempts", "available_at", "created_at"),
+    *("updated_at", "parent_task_id", "delegation_depth", "root_task_id", "delegation_caps"),
+)
+# The columns a task may leave NULL (none has a DEFAULT): a row names only those it gives.
+_NULLABLE = (
+    *("subject", "description", "requested_adapter_id", "requested_model", "evidence_requirements"),
+    *("workflow_id", "workflow_state", "workflow_iteration", "schedule_id", "parent_task_id"),
+    *("root_task_id", "delegation_caps"),
+)
+_TASKS = SparseInsert("tasks", _TASK_COLUMNS, _NULLABLE)
+_TASKS_WITH_ID = SparseInsert("tasks", ("id", *_TASK_COLUMNS), _NULLABLE)
 # The id AUTOINCREMENT gives the next row: one above the largest the table ever held.
 _NEXT_TASK_ID = """SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tasks'), 0),
                          COALESCE((SELECT MAX(id) FROM tasks), 0)) + 1"""
@@ -130,7 +139,7 @@ class HeldTasks:
 
     def flush(self) -> None:
         if self._rows:
-            self._tx.executemany(_INSERT_TASK_WITH_ID, self._rows)
+            _TASKS_WITH_ID.run(self._tx, self._rows)
             self._rows = []
 
 
