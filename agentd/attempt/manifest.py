@@ -3,6 +3,7 @@ the outcome and its checks (agentd/evidence seals it)."""
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,8 @@ from typing import Any
 from agentd import __version__
 from agentd.adapters import AdapterRun
 from agentd.attempt.judge import AttemptFacts
-from agentd.attempt.prepare import agent_variant
-from agentd.clock import format_ts
+from agentd.attempt.prepare import agent_variant, attempt_skills, retry_policy
+from agentd.clock import Clock, format_ts
 from agentd.config import Config
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
 from agentd.process.runner import agentd_path, resolve_command
@@ -29,22 +30,64 @@ from agentd.records import (
 PROVIDERS = {"claude-code": "anthropic", "codex": "openai", "hermes-agent": "hermes", "ollama-generate": "ollama"}
 
 
-def described_by(config: Config, task: TaskRecord, adapter_id: str) -> dict[str, Any]:
+RACY_S = 2.0  # a file changed this recently may change again within its timestamp's granularity
+
+
+class DescribedMemo:
+    """What `described_by` takes from one configuration, kept for the life of the service that loaded
+    it (a dispatcher's config never changes while it runs): the retry policy, the agent variant per
+    profile and skills, the PATH a script is found on, and a script's sha256 while its file is unchanged (same device,
+    inode, size, mtime and ctime, and changed long enough before it was hashed that a later write
+    cannot share those timestamps: git's "racily clean" rule)."""
+
+    def __init__(self, config: Config, clock: Clock) -> None:
+        self.config, self.clock = config, clock
+        self.retry = retry_policy(config)
+        self.path = agentd_path()
+        self._variants: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}
+        self._digests: dict[Path, tuple[tuple[int, ...], str]] = {}
+
+    def variant(self, task: TaskRecord) -> dict[str, Any]:
+        key = (task.requested_profile_id, tuple(s.skill_id for s in attempt_skills(self.config, task)))
+        if key not in self._variants:
+            self._variants[key] = agent_variant(self.config, task)
+        return self._variants[key]
+
+    def digest(self, executable: Path) -> str:
+        """sha256 of `executable`'s bytes (OSError as sha256_file raises it)."""
+        info = os.stat(executable)
+        stamp = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        known = self._digests.get(executable)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        digest = sha256_file(executable)
+        if self.clock.now().timestamp() - max(info.st_mtime, info.st_ctime) > RACY_S:
+            self._digests[executable] = (stamp, digest)
+        return digest
+
+    def kept_digests(self) -> int:
+        """How many script digests are kept (their files settled)."""
+        return len(self._digests)
+
+
+def described_by(
+    config: Config, task: TaskRecord, adapter_id: str, memo: DescribedMemo | None = None
+) -> dict[str, Any]:
     """The manifest's fields that come from the configuration (resolved once per attempt, with its
-    policy: agentd/attempt/policy.py)."""
+    policy: agentd/attempt/policy.py); `memo` keeps what does not change between attempts."""
     profile = config.profiles.get(task.requested_profile_id)
     spec = config.task_types.get(task.task_type)
     adapter = config.adapters.get(adapter_id)
     return {
         "agent_id": config.agent.agent_id,
-        "agent_variant": agent_variant(config, task),
+        "agent_variant": memo.variant(task) if memo is not None else agent_variant(config, task),
         "task_type_version": spec.version if spec else None,
         "constitution": {
             "soul_hash": config.constitution.soul_hash,
             "purpose_hash": config.constitution.purpose_hash,
             "version": config.constitution.version,
         },
-        "script": script_command(config, adapter_id),
+        "script": script_command(config, adapter_id, memo),
         "adapter": adapter,
         "kill_grace_s": config.dispatch.kill_grace_s,
         "output_cap_bytes": config.dispatch.output_cap_bytes,
@@ -117,15 +160,17 @@ def manifest_fields(
     }
 
 
-def script_command(config: Config, adapter_id: str) -> dict[str, Any]:
+def script_command(config: Config, adapter_id: str, memo: DescribedMemo | None = None) -> dict[str, Any]:
     """For a script adapter, the argv it ran and the sha256 of its executable (what `agentd replay`
     re-runs and checks); harness CLIs are pinned by their version instead."""
     adapter = config.adapters.get(adapter_id)
     if not isinstance(adapter, ScriptAdapterConfig):
         return {}
     cwd = Path(adapter.working_dir) if adapter.working_dir else config.paths.workspace
-    executable = resolve_command(adapter.command, cwd, agentd_path())
-    digest = sha256_file(executable) if executable is not None else None
+    executable = resolve_command(adapter.command, cwd, memo.path if memo is not None else agentd_path())
+    digest = None
+    if executable is not None:
+        digest = memo.digest(executable) if memo is not None else sha256_file(executable)
     return {"argv": [adapter.command, *(adapter.extra_args or [])], "command_sha256": digest}
 
 

@@ -17,6 +17,7 @@ import anyio
 from agentd.adapters import Adapter, AdapterRun, adapter_for
 from agentd.attempt import live
 from agentd.attempt.conclude import conclude, internal_failure_end
+from agentd.attempt.manifest import DescribedMemo
 from agentd.attempt.policy import Ending, attempt_policy
 from agentd.attempt.prepare import AttemptPreparer, Prepared, adapter_redactor
 from agentd.clock import Clock, age
@@ -69,6 +70,7 @@ class AttemptRunner:
         self.config, self.db, self.clock, self.rng, self.metrics = config, db, clock, rng, metrics
         self.doorbell = doorbell
         self.preparer = AttemptPreparer(config, db, clock, adapters, user)
+        self.memo = DescribedMemo(config, clock)  # what every attempt's policy takes from the config
         self.control: AttemptControl | None = None
         self._running: tuple[int, str, str | None, float] | None = None  # task, adapter, model, since
         self.followed: Followed | None = None  # the task the last outcome commit claimed with it
@@ -189,7 +191,7 @@ class AttemptRunner:
 
     def ending(self, task: TaskRecord, attempt: TaskAttempt) -> Ending:
         """The attempt's policy, resolved once from the configuration, with the clock and the jitter."""
-        return Ending(attempt_policy(self.config, task, attempt.adapter_id), self.clock, self.rng)
+        return Ending(attempt_policy(self.config, task, attempt.adapter_id, self.memo), self.clock, self.rng)
 
     async def _execute(self, prepared: Prepared, control: AttemptControl) -> AdapterRun | None:
         task_id, attempt_id = prepared.task.task_id, prepared.attempt_id
