@@ -11,6 +11,7 @@ import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import anyio
 
@@ -32,6 +33,16 @@ from agentd.store import AsyncStore, Follow, Followed, Store
 logger = logging.getLogger(__name__)
 
 CANCEL_POLL_S = 1.0  # a running task's cancel flag is checked at least this often
+
+
+@dataclass(frozen=True)
+class Concluded:
+    """An attempt's end, and whether its outcome commit was made with it (`follow`: what the commit
+    still to make may claim the next task with)."""
+
+    end: AttemptEnd
+    committed: bool = False
+    follow: Follow | None = None
 
 
 class AttemptControl:
@@ -115,6 +126,7 @@ class AttemptRunner:
         if stopping:
             control.stop("interrupted", self.config.dispatch.grace_s)
         prepared: Prepared | None = None
+        concluded: Concluded | None = None
         boundary = ("attempt %s of task %s failed inside agentd", attempt.attempt_id, claim.task.task_id)
         try:  # the attempt's boundary: what fails inside agentd is recorded; the task never stays running
             with contained(logger, *boundary) as failed:
@@ -123,21 +135,46 @@ class AttemptRunner:
                     await on_running()
                 prepared = await self.preparer.prepare(claim)
                 run = await self._execute(prepared, control)
-                end = await anyio.to_thread.run_sync(
-                    conclude, self.ending(claim.task, attempt), prepared, run, control.stopped
-                )
+                concluded = await self._conclude(prepared, run, control, follow)
+                end, follow = concluded.end, concluded.follow
             if failed.error is not None:
+                concluded = None
                 end = await self.internal_failure(
                     claim.task, attempt, failed.error, "running this attempt", control, prepared
                 )
         finally:
             self.control = None
             self._running = None
-        if prepared is not None and not control.started:  # its bundle is evidence all the same
-            await self._record_bundle(claim.task.task_id, attempt.attempt_id, prepared.compiled)
-        await self.commit(claim.task, attempt, end, control, prepared, follow)
+        if concluded is None or not concluded.committed:
+            if prepared is not None and not control.started:  # its bundle is evidence all the same
+                await self._record_bundle(claim.task.task_id, attempt.attempt_id, prepared.compiled)
+            await self.commit(claim.task, attempt, end, control, prepared, follow)
         self._count(attempt, end)
         return end
+
+    async def _conclude(
+        self, prepared: Prepared, run: AdapterRun | None, control: AttemptControl, follow: Follow | None
+    ) -> Concluded:
+        """The attempt's end. When the adapter started and the boundary commit may claim the next task,
+        that commit is made here too, in the same hop to the database's thread (the evidence sealed,
+        then committed); if it fails, `commit` records the outcome alone, as after its own."""
+        ending = self.ending(prepared.task, prepared.attempt)
+        if follow is None or not control.started:  # an attempt that never started records its bundle first
+            return Concluded(
+                await anyio.to_thread.run_sync(conclude, ending, prepared, run, control.stopped), False, follow
+            )
+
+        def conclude_and_commit(store: Store) -> Concluded:
+            end = conclude(ending, prepared, run, control.stopped)  # its failure is the attempt's, as ever
+            if control.reason:  # stopped meanwhile: a stopped attempt claims nothing after it
+                return Concluded(end)
+            boundary = ("the boundary commit after attempt %s failed; alone now", prepared.attempt_id)
+            with contained(logger, *boundary):
+                _, self.followed = store.finish_then_claim(end, follow)
+                return Concluded(end, committed=True)
+            return Concluded(end)
+
+        return await self.db.call(conclude_and_commit)
 
     async def _record_bundle(self, task_id: int, attempt_id: str, compiled: CompiledBundle) -> None:
         """An attempt that never started: its bundle, recorded before its end (a refusal here is
