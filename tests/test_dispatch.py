@@ -434,10 +434,11 @@ async def test_prompt_budget_cuts_are_recorded(rig_factory: Callable[..., Rig]) 
     assert "cut by context_policy.max_prompt_chars" in prompt and "Reporting your outcome" in prompt
 
 
-async def test_an_attempt_costs_three_hops_to_a_worker_thread(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_attempt_costs_two_hops_to_a_worker_thread(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each hop to a worker thread is a wake-up the event loop waits for (~0.1-0.5 ms on a busy VM): an
-    attempt that runs makes three, its start, its end sealed and committed with the next claim in one
-    (agentd/attempt/run.py, `_conclude`), and the chain head published beside the database."""
+    attempt that runs makes two, its start, and its end sealed, committed with the next claim and the
+    chain head published beside the database, all in one (agentd/attempt/run.py, `_conclude`). The
+    head file never runs ahead of the database: it is written after that commit, and names its head."""
     import anyio.to_thread
 
     hops: list[str] = []
@@ -457,7 +458,10 @@ async def test_an_attempt_costs_three_hops_to_a_worker_thread(rig: Rig, monkeypa
     monkeypatch.undo()
     starts = [n for n, hop in enumerate(hops) if hop == "AttemptVerbs.mark_attempt_started"]
     assert len(starts) == 5
-    assert [b - a for a, b in itertools.pairwise(starts)] == [3] * 4, hops  # one attempt to the next
+    assert [b - a for a, b in itertools.pairwise(starts)] == [2] * 4, hops  # one attempt to the next
+    head = rig.store.chain_head()
+    assert head is not None
+    assert (rig.config.paths.state_dir / "chain_head").read_text() == f"{head[0]}:{head[1]}\n"
     await dispatcher.stop()
 
 

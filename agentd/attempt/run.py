@@ -24,6 +24,7 @@ from agentd.attempt.prepare import AttemptPreparer, Prepared, adapter_redactor
 from agentd.clock import Clock, age
 from agentd.config import Config
 from agentd.errors import contained
+from agentd.evidence.rollback import publish_head
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.privilege import RunUser
 from agentd.process.wake import Doorbell
@@ -169,12 +170,24 @@ class AttemptRunner:
             if control.reason:  # stopped meanwhile: a stopped attempt claims nothing after it
                 return Concluded(end)
             boundary = ("the boundary commit after attempt %s failed; alone now", prepared.attempt_id)
-            with contained(logger, *boundary):
-                _, self.followed = store.finish_then_claim(end, follow)
-                return Concluded(end, committed=True)
-            return Concluded(end)
+            with contained(logger, *boundary) as failed:
+                _, followed = store.finish_then_claim(end, follow)
+            if failed.error is not None:
+                return Concluded(end)
+            self.followed = self._published(followed)
+            return Concluded(end, committed=True)
 
         return await self.db.call(conclude_and_commit)
+
+    def _published(self, followed: Followed | None) -> Followed | None:
+        """The chain head the boundary commit found (durable now), written beside the database in the same
+        hop (docs/evidence.md, "A database older than what happened"): no head is left for the service to
+        publish then. If it cannot be written, the service's own publish tries again and says why."""
+        if followed is None or followed.head is None:
+            return followed
+        with contained(logger, "chain_head not published beside the database") as failed:
+            publish_head(self.config.paths.state_dir, followed.head)
+        return followed if failed.error is not None else Followed(followed.claim, None)
 
     async def _record_bundle(self, task_id: int, attempt_id: str, compiled: CompiledBundle) -> None:
         """An attempt that never started: its bundle, recorded before its end (a refusal here is
