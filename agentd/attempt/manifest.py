@@ -3,7 +3,6 @@ the outcome and its checks (agentd/evidence seals it)."""
 
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from agentd import __version__
 from agentd.adapters import AdapterRun
 from agentd.attempt.judge import AttemptFacts
 from agentd.attempt.prepare import agent_variant, attempt_skills, retry_policy
-from agentd.clock import Clock, format_ts
+from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
 from agentd.process.runner import agentd_path, resolve_command
@@ -30,44 +29,23 @@ from agentd.records import (
 PROVIDERS = {"claude-code": "anthropic", "codex": "openai", "hermes-agent": "hermes", "ollama-generate": "ollama"}
 
 
-RACY_S = 2.0  # a file changed this recently may change again within its timestamp's granularity
-
-
 class DescribedMemo:
-    """What `described_by` takes from one configuration, kept for the life of the service that loaded
-    it (a dispatcher's config never changes while it runs): the retry policy, the agent variant per
-    profile and skills, the PATH a script is found on, and a script's sha256 while its file is unchanged (same device,
-    inode, size, mtime and ctime, and changed long enough before it was hashed that a later write
-    cannot share those timestamps: git's "racily clean" rule)."""
+    """What `described_by` takes from one configuration alone, kept for the life of the service that
+    loaded it (a dispatcher's config never changes while it runs): the retry policy, the agent variant
+    per profile and skills (a model_dump and two hashes each), and the PATH a script is found on. What
+    a file says (a script's sha256) is read again for every attempt: the file may change any time."""
 
-    def __init__(self, config: Config, clock: Clock) -> None:
-        self.config, self.clock = config, clock
+    def __init__(self, config: Config) -> None:
+        self.config = config
         self.retry = retry_policy(config)
         self.path = agentd_path()
         self._variants: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}
-        self._digests: dict[Path, tuple[tuple[int, ...], str]] = {}
 
     def variant(self, task: TaskRecord) -> dict[str, Any]:
         key = (task.requested_profile_id, tuple(s.skill_id for s in attempt_skills(self.config, task)))
         if key not in self._variants:
             self._variants[key] = agent_variant(self.config, task)
         return self._variants[key]
-
-    def digest(self, executable: Path) -> str:
-        """sha256 of `executable`'s bytes (OSError as sha256_file raises it)."""
-        info = os.stat(executable)
-        stamp = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-        known = self._digests.get(executable)
-        if known is not None and known[0] == stamp:
-            return known[1]
-        digest = sha256_file(executable)
-        if self.clock.now().timestamp() - max(info.st_mtime, info.st_ctime) > RACY_S:
-            self._digests[executable] = (stamp, digest)
-        return digest
-
-    def kept_digests(self) -> int:
-        """How many script digests are kept (their files settled)."""
-        return len(self._digests)
 
 
 def described_by(
@@ -168,9 +146,7 @@ def script_command(config: Config, adapter_id: str, memo: DescribedMemo | None =
         return {}
     cwd = Path(adapter.working_dir) if adapter.working_dir else config.paths.workspace
     executable = resolve_command(adapter.command, cwd, memo.path if memo is not None else agentd_path())
-    digest = None
-    if executable is not None:
-        digest = memo.digest(executable) if memo is not None else sha256_file(executable)
+    digest = sha256_file(executable) if executable is not None else None
     return {"argv": [adapter.command, *(adapter.extra_args or [])], "command_sha256": digest}
 
 

@@ -82,7 +82,7 @@ class AttemptRunner:
         self.config, self.db, self.clock, self.rng, self.metrics = config, db, clock, rng, metrics
         self.doorbell = doorbell
         self.preparer = AttemptPreparer(config, db, clock, adapters, user)
-        self.memo = DescribedMemo(config, clock)  # what every attempt's policy takes from the config
+        self.memo = DescribedMemo(config)  # what every attempt's policy takes from the config
         self.control: AttemptControl | None = None
         self._running: tuple[int, str, str | None, float] | None = None  # task, adapter, model, since
         self.followed: Followed | None = None  # the task the last outcome commit claimed with it
