@@ -63,3 +63,13 @@ def test_what_the_memo_describes_is_what_the_configuration_describes(rig: Rig) -
     task = rig.add("scripted")
     memo = DescribedMemo(rig.config)
     assert described_by(rig.config, task, "scripted", memo) == described_by(rig.config, task, "scripted")
+
+
+def test_an_attempts_paths_are_built_once(tmp_path: Path) -> None:
+    """An attempt asks for its paths ~30 times (prepare, the adapter, conclude, the seal)."""
+    from agentd.evidence import attempt_paths
+
+    paths = attempt_paths(tmp_path, 7, "01ATTEMPT", tmp_path / "runs")
+    assert paths.stdout is paths.stdout and paths.bundle_copy is paths.bundle_copy
+    assert paths.stdout == tmp_path / "attempts" / "7" / "01ATTEMPT" / "stdout.log"
+    assert paths.bundle_copy == tmp_path / "runs" / "01ATTEMPT" / "prompt.md"
