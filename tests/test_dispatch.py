@@ -492,3 +492,23 @@ async def test_a_boundary_commit_that_fails_leaves_the_outcome_committed_alone(r
         assert [e.type for e in rig.events(task.task_id)].count("task_finished") == 1
     assert rig.store.verify_event_chain() == []
     await dispatcher.stop()
+
+
+async def test_a_drain_reads_each_task_row_once_per_claim(rig: Rig) -> None:
+    """The outcome commit at the attempt boundary reads nothing back (the dispatcher needs nothing of the
+    finished task): a task's whole row is read when it is claimed, not again when its outcome is."""
+    from agentd.store.rows import TASK_COLUMNS
+
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    for n in range(5):
+        rig.add("example", subject=f"t{n}")
+    statements: list[str] = []
+    dispatcher.db.store._conn.set_trace_callback(statements.append)
+    try:
+        assert await dispatcher.run_until_idle() == 5
+    finally:
+        dispatcher.db.store._conn.set_trace_callback(None)
+    rows_read = [s for s in statements if s.startswith(f"SELECT {TASK_COLUMNS}") and "WHERE t.id = " in s]
+    assert len(rows_read) == len(claim_order(rig)) == 5
+    await dispatcher.stop()

@@ -171,7 +171,7 @@ class AttemptRunner:
                 return Concluded(end)
             boundary = ("the boundary commit after attempt %s failed; alone now", prepared.attempt_id)
             with contained(logger, *boundary) as failed:
-                _, followed = store.finish_then_claim(end, follow)
+                followed = store.end_then_claim(end, follow)
             if failed.error is not None:
                 return Concluded(end)
             self.followed = self._published(followed)
