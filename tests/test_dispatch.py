@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import time
@@ -431,3 +432,83 @@ async def test_prompt_budget_cuts_are_recorded(rig_factory: Callable[..., Rig]) 
     assert {c["section"] for c in compiled.payload["cuts"]} >= {"task"}
     prompt = Path(rig.store.attempts_of(task.task_id)[0].prompt_path).read_text()
     assert "cut by context_policy.max_prompt_chars" in prompt and "Reporting your outcome" in prompt
+
+
+async def test_an_attempt_costs_two_hops_to_a_worker_thread(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each hop to a worker thread is a wake-up the event loop waits for (~0.1-0.5 ms on a busy VM): an
+    attempt that runs makes two, its start, and its end sealed, committed with the next claim and the
+    chain head published beside the database, all in one (agentd/attempt/run.py, `_conclude`). The
+    head file never runs ahead of the database: it is written after that commit, and names its head."""
+    import anyio.to_thread
+
+    hops: list[str] = []
+    real = anyio.to_thread.run_sync
+
+    async def counted(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        inner = getattr(func, "func", func)  # a store verb: functools.partial(verb, store, ...)
+        hops.append(getattr(inner, "__qualname__", repr(inner)))
+        return await real(func, *args, **kwargs)
+
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    for n in range(5):
+        rig.add("example", subject=f"t{n}")
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    assert await dispatcher.run_until_idle() == 5
+    monkeypatch.undo()
+    starts = [n for n, hop in enumerate(hops) if hop == "AttemptVerbs.mark_attempt_started"]
+    assert len(starts) == 5
+    assert [b - a for a, b in itertools.pairwise(starts)] == [2] * 4, hops  # one attempt to the next
+    head = rig.store.chain_head()
+    assert head is not None
+    assert (rig.config.paths.state_dir / "chain_head").read_text() == f"{head[0]}:{head[1]}\n"
+    await dispatcher.stop()
+
+
+async def test_a_boundary_commit_that_fails_leaves_the_outcome_committed_alone(rig: Rig) -> None:
+    """The claim that shares the outcome's transaction fails (here: the row saying the next task runs):
+    the whole transaction is rolled back, the outcome is committed alone, once, and the next tick claims
+    the next task as it would have without the group commit."""
+    from agentd.services.dispatch import Dispatcher
+
+    class RowFails(Dispatcher):
+        failures = 0
+
+        def _running_row(self, store: Store, claim: Any) -> tuple[int, str] | None:
+            if not self.failures:
+                self.failures += 1
+                raise RuntimeError("the running row cannot be written")
+            return super()._running_row(store, claim)
+
+    first, second = rig.add("example", subject="one"), rig.add("example", subject="two")
+    dispatcher = RowFails(
+        rig.config, rig.db, clock=rig.clock, rng=random.Random(7), adapters=rig.dispatcher().attempts.preparer.adapters
+    )
+    await dispatcher.start()
+    assert await dispatcher.run_until_idle() == 2
+    assert dispatcher.failures == 1
+    for task in (first, second):
+        assert rig.store.get_task_or_raise(task.task_id).status == "completed"
+        assert [e.type for e in rig.events(task.task_id)].count("task_finished") == 1
+    assert rig.store.verify_event_chain() == []
+    await dispatcher.stop()
+
+
+async def test_a_drain_reads_each_task_row_once_per_claim(rig: Rig) -> None:
+    """The outcome commit at the attempt boundary reads nothing back (the dispatcher needs nothing of the
+    finished task): a task's whole row is read when it is claimed, not again when its outcome is."""
+    from agentd.store.rows import TASK_COLUMNS
+
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    for n in range(5):
+        rig.add("example", subject=f"t{n}")
+    statements: list[str] = []
+    dispatcher.db.store._conn.set_trace_callback(statements.append)
+    try:
+        assert await dispatcher.run_until_idle() == 5
+    finally:
+        dispatcher.db.store._conn.set_trace_callback(None)
+    rows_read = [s for s in statements if s.startswith(f"SELECT {TASK_COLUMNS}") and "WHERE t.id = " in s]
+    assert len(rows_read) == len(claim_order(rig)) == 5
+    await dispatcher.stop()

@@ -10,7 +10,7 @@ from typing import Any
 from agentd import __version__
 from agentd.adapters import AdapterRun
 from agentd.attempt.judge import AttemptFacts
-from agentd.attempt.prepare import agent_variant
+from agentd.attempt.prepare import agent_variant, attempt_skills, retry_policy
 from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
@@ -29,22 +29,43 @@ from agentd.records import (
 PROVIDERS = {"claude-code": "anthropic", "codex": "openai", "hermes-agent": "hermes", "ollama-generate": "ollama"}
 
 
-def described_by(config: Config, task: TaskRecord, adapter_id: str) -> dict[str, Any]:
+class DescribedMemo:
+    """What `described_by` takes from one configuration alone, kept for the life of the service that
+    loaded it (a dispatcher's config never changes while it runs): the retry policy, the agent variant
+    per profile and skills (a model_dump and two hashes each), and the PATH a script is found on. What
+    a file says (a script's sha256) is read again for every attempt: the file may change any time."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.retry = retry_policy(config)
+        self.path = agentd_path()
+        self._variants: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}
+
+    def variant(self, task: TaskRecord) -> dict[str, Any]:
+        key = (task.requested_profile_id, tuple(s.skill_id for s in attempt_skills(self.config, task)))
+        if key not in self._variants:
+            self._variants[key] = agent_variant(self.config, task)
+        return self._variants[key]
+
+
+def described_by(
+    config: Config, task: TaskRecord, adapter_id: str, memo: DescribedMemo | None = None
+) -> dict[str, Any]:
     """The manifest's fields that come from the configuration (resolved once per attempt, with its
-    policy: agentd/attempt/policy.py)."""
+    policy: agentd/attempt/policy.py); `memo` keeps what does not change between attempts."""
     profile = config.profiles.get(task.requested_profile_id)
     spec = config.task_types.get(task.task_type)
     adapter = config.adapters.get(adapter_id)
     return {
         "agent_id": config.agent.agent_id,
-        "agent_variant": agent_variant(config, task),
+        "agent_variant": memo.variant(task) if memo is not None else agent_variant(config, task),
         "task_type_version": spec.version if spec else None,
         "constitution": {
             "soul_hash": config.constitution.soul_hash,
             "purpose_hash": config.constitution.purpose_hash,
             "version": config.constitution.version,
         },
-        "script": script_command(config, adapter_id),
+        "script": script_command(config, adapter_id, memo),
         "adapter": adapter,
         "kill_grace_s": config.dispatch.kill_grace_s,
         "output_cap_bytes": config.dispatch.output_cap_bytes,
@@ -117,14 +138,14 @@ def manifest_fields(
     }
 
 
-def script_command(config: Config, adapter_id: str) -> dict[str, Any]:
+def script_command(config: Config, adapter_id: str, memo: DescribedMemo | None = None) -> dict[str, Any]:
     """For a script adapter, the argv it ran and the sha256 of its executable (what `agentd replay`
     re-runs and checks); harness CLIs are pinned by their version instead."""
     adapter = config.adapters.get(adapter_id)
     if not isinstance(adapter, ScriptAdapterConfig):
         return {}
     cwd = Path(adapter.working_dir) if adapter.working_dir else config.paths.workspace
-    executable = resolve_command(adapter.command, cwd, agentd_path())
+    executable = resolve_command(adapter.command, cwd, memo.path if memo is not None else agentd_path())
     digest = sha256_file(executable) if executable is not None else None
     return {"argv": [adapter.command, *(adapter.extra_args or [])], "command_sha256": digest}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd.attempt.judge import OutboxPolicy
-from agentd.attempt.manifest import described_by
+from agentd.attempt.manifest import DescribedMemo, described_by
 from agentd.attempt.outcome import CompletionChecks, RetryPolicy
 from agentd.attempt.prepare import completion_checks, retry_policy
 from agentd.clock import Clock
@@ -43,14 +43,17 @@ class Ending:
     rng: random.Random
 
 
-def attempt_policy(config: Config, task: TaskRecord, adapter_id: str) -> AttemptPolicy:
-    """The policy of `task`'s attempt on `adapter_id`, as the configuration says now."""
+def attempt_policy(
+    config: Config, task: TaskRecord, adapter_id: str, memo: DescribedMemo | None = None
+) -> AttemptPolicy:
+    """The policy of `task`'s attempt on `adapter_id`, as the configuration says now. `memo`: what a
+    service keeps of its configuration between attempts (agentd/attempt/manifest.py)."""
     spec = config.task_types.get(task.task_type)
     override = spec.strict_evidence if spec else None
     adapter = config.adapters.get(adapter_id)
     return AttemptPolicy(
         checks=completion_checks(config, task),
-        retry=retry_policy(config),
+        retry=memo.retry if memo is not None else retry_policy(config),
         outbox=outbox_policy(config, task),
         timeout_s=adapter.timeout_ms / 1000 if adapter else 0.0,
         strict_evidence=config.dispatch.strict_evidence if override is None else override,
@@ -59,7 +62,7 @@ def attempt_policy(config: Config, task: TaskRecord, adapter_id: str) -> Attempt
         workspace=config.paths.workspace,
         run_as=config.dispatch.run_as,
         constitution=config.constitution,
-        described=described_by(config, task, adapter_id),
+        described=described_by(config, task, adapter_id, memo),
     )
 
 

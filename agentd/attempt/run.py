@@ -11,17 +11,20 @@ import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import anyio
 
 from agentd.adapters import Adapter, AdapterRun, adapter_for
 from agentd.attempt import live
 from agentd.attempt.conclude import conclude, internal_failure_end
+from agentd.attempt.manifest import DescribedMemo
 from agentd.attempt.policy import Ending, attempt_policy
 from agentd.attempt.prepare import AttemptPreparer, Prepared, adapter_redactor
 from agentd.clock import Clock, age
 from agentd.config import Config
 from agentd.errors import contained
+from agentd.evidence.rollback import publish_head
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.privilege import RunUser
 from agentd.process.wake import Doorbell
@@ -31,6 +34,16 @@ from agentd.store import AsyncStore, Follow, Followed, Store
 logger = logging.getLogger(__name__)
 
 CANCEL_POLL_S = 1.0  # a running task's cancel flag is checked at least this often
+
+
+@dataclass(frozen=True)
+class Concluded:
+    """An attempt's end, and whether its outcome commit was made with it (`follow`: what the commit
+    still to make may claim the next task with)."""
+
+    end: AttemptEnd
+    committed: bool = False
+    follow: Follow | None = None
 
 
 class AttemptControl:
@@ -69,6 +82,7 @@ class AttemptRunner:
         self.config, self.db, self.clock, self.rng, self.metrics = config, db, clock, rng, metrics
         self.doorbell = doorbell
         self.preparer = AttemptPreparer(config, db, clock, adapters, user)
+        self.memo = DescribedMemo(config)  # what every attempt's policy takes from the config
         self.control: AttemptControl | None = None
         self._running: tuple[int, str, str | None, float] | None = None  # task, adapter, model, since
         self.followed: Followed | None = None  # the task the last outcome commit claimed with it
@@ -113,6 +127,7 @@ class AttemptRunner:
         if stopping:
             control.stop("interrupted", self.config.dispatch.grace_s)
         prepared: Prepared | None = None
+        concluded: Concluded | None = None
         boundary = ("attempt %s of task %s failed inside agentd", attempt.attempt_id, claim.task.task_id)
         try:  # the attempt's boundary: what fails inside agentd is recorded; the task never stays running
             with contained(logger, *boundary) as failed:
@@ -121,21 +136,58 @@ class AttemptRunner:
                     await on_running()
                 prepared = await self.preparer.prepare(claim)
                 run = await self._execute(prepared, control)
-                end = await anyio.to_thread.run_sync(
-                    conclude, self.ending(claim.task, attempt), prepared, run, control.stopped
-                )
+                concluded = await self._conclude(prepared, run, control, follow)
+                end, follow = concluded.end, concluded.follow
             if failed.error is not None:
+                concluded = None
                 end = await self.internal_failure(
                     claim.task, attempt, failed.error, "running this attempt", control, prepared
                 )
         finally:
             self.control = None
             self._running = None
-        if prepared is not None and not control.started:  # its bundle is evidence all the same
-            await self._record_bundle(claim.task.task_id, attempt.attempt_id, prepared.compiled)
-        await self.commit(claim.task, attempt, end, control, prepared, follow)
+        if concluded is None or not concluded.committed:
+            if prepared is not None and not control.started:  # its bundle is evidence all the same
+                await self._record_bundle(claim.task.task_id, attempt.attempt_id, prepared.compiled)
+            await self.commit(claim.task, attempt, end, control, prepared, follow)
         self._count(attempt, end)
         return end
+
+    async def _conclude(
+        self, prepared: Prepared, run: AdapterRun | None, control: AttemptControl, follow: Follow | None
+    ) -> Concluded:
+        """The attempt's end. When the adapter started and the boundary commit may claim the next task,
+        that commit is made here too, in the same hop to the database's thread (the evidence sealed,
+        then committed); if it fails, `commit` records the outcome alone, as after its own."""
+        ending = self.ending(prepared.task, prepared.attempt)
+        if follow is None or not control.started:  # an attempt that never started records its bundle first
+            return Concluded(
+                await anyio.to_thread.run_sync(conclude, ending, prepared, run, control.stopped), False, follow
+            )
+
+        def conclude_and_commit(store: Store) -> Concluded:
+            end = conclude(ending, prepared, run, control.stopped)  # its failure is the attempt's, as ever
+            if control.reason:  # stopped meanwhile: a stopped attempt claims nothing after it
+                return Concluded(end)
+            boundary = ("the boundary commit after attempt %s failed; alone now", prepared.attempt_id)
+            with contained(logger, *boundary) as failed:
+                followed = store.end_then_claim(end, follow)
+            if failed.error is not None:
+                return Concluded(end)
+            self.followed = self._published(followed)
+            return Concluded(end, committed=True)
+
+        return await self.db.call(conclude_and_commit)
+
+    def _published(self, followed: Followed | None) -> Followed | None:
+        """The chain head the boundary commit found (durable now), written beside the database in the same
+        hop (docs/evidence.md, "A database older than what happened"): no head is left for the service to
+        publish then. If it cannot be written, the service's own publish tries again and says why."""
+        if followed is None or followed.head is None:
+            return followed
+        with contained(logger, "chain_head not published beside the database") as failed:
+            publish_head(self.config.paths.state_dir, followed.head)
+        return followed if failed.error is not None else Followed(followed.claim, None)
 
     async def _record_bundle(self, task_id: int, attempt_id: str, compiled: CompiledBundle) -> None:
         """An attempt that never started: its bundle, recorded before its end (a refusal here is
@@ -189,7 +241,7 @@ class AttemptRunner:
 
     def ending(self, task: TaskRecord, attempt: TaskAttempt) -> Ending:
         """The attempt's policy, resolved once from the configuration, with the clock and the jitter."""
-        return Ending(attempt_policy(self.config, task, attempt.adapter_id), self.clock, self.rng)
+        return Ending(attempt_policy(self.config, task, attempt.adapter_id, self.memo), self.clock, self.rng)
 
     async def _execute(self, prepared: Prepared, control: AttemptControl) -> AdapterRun | None:
         task_id, attempt_id = prepared.task.task_id, prepared.attempt_id

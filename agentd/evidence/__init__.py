@@ -58,58 +58,59 @@ VOLATILE_FILES = ("prompt.md", "action_trace.jsonl")
 class AttemptPaths:
     """Where an attempt's evidence is sealed (`root`, in the state dir: only the services reach it) and
     where the attempt itself may write (`run`: its HOME, TMPDIR and the files it reports back, which
-    agentd reads without following links and copies into `root`)."""
+    agentd reads without following links and copies into `root`). Each path is built once, on first
+    use: an attempt asks for them ~30 times."""
 
     root: Path
     run_root: Path | None = None  # default: beside root (tests, and tools that run no attempt)
 
-    @property
+    @functools.cached_property
     def run(self) -> Path:
         return self.run_root if self.run_root is not None else self.root.with_name(self.root.name + ".run")
 
-    @property
+    @functools.cached_property
     def prompt(self) -> Path:
         return self.root / "prompt.md"
 
-    @property
+    @functools.cached_property
     def stdin(self) -> Path:
         return self.root / "stdin.json"
 
-    @property
+    @functools.cached_property
     def stdout(self) -> Path:
         return self.root / "stdout.log"
 
-    @property
+    @functools.cached_property
     def stderr(self) -> Path:
         return self.root / "stderr.log"
 
-    @property
+    @functools.cached_property
     def result(self) -> Path:
         return self.root / "result.json"
 
-    @property
+    @functools.cached_property
     def last_message(self) -> Path:
         return self.root / "last_message.txt"
 
-    @property
+    @functools.cached_property
     def action_trace(self) -> Path:
         return self.root / "action_trace.jsonl"
 
-    @property
+    @functools.cached_property
     def manifest(self) -> Path:
         return self.root / MANIFEST
 
-    @property
+    @functools.cached_property
     def scratch(self) -> Path:
         """HOME, TMPDIR and the harness CLIs' own homes: written by the adapter, not evidence."""
         return self.run / "home"
 
-    @property
+    @functools.cached_property
     def reported_result(self) -> Path:
         """$AGENTD_RESULT_PATH: where the attempt writes its TaskOutcome (copied into `result`)."""
         return self.run / "result.json"
 
-    @property
+    @functools.cached_property
     def bundle_copy(self) -> Path:
         """$AGENTD_BUNDLE_PATH: the attempt's own copy of prompt.md (the evidence keeps the original)."""
         return self.run / "prompt.md"
@@ -182,9 +183,12 @@ def seal(
 def discard_partial_writes(paths: AttemptPaths) -> None:
     """The temporary file of an atomic write a kill cut short (`prompt.md.tmp`): agentd's own, never
     evidence, removed before the seal so the folder holds what the manifest names."""
-    for name in (*EVIDENCE_FILES, MANIFEST):
+    partial = {f"{name}.tmp" for name in (*EVIDENCE_FILES, MANIFEST)}
+    with os.scandir(paths.root) as entries:  # one listing, not an unlink per name that is almost never there
+        found = [entry.name for entry in entries if entry.name in partial]
+    for name in found:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(paths.root / f"{name}.tmp")
+            os.unlink(paths.root / name)
 
 
 def write_manifest(paths: AttemptPaths, fields: dict[str, Any]) -> Sealed:

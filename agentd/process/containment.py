@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import signal
@@ -51,7 +52,13 @@ class RunGroup:
 
 
 def namespace_for(state_dir: Path) -> str:
-    return "agentd." + sha256_hex(str(state_dir.absolute()).encode())[:12]
+    return _namespace(str(state_dir.absolute()))
+
+
+@functools.lru_cache(maxsize=64)
+def _namespace(state_dir: str) -> str:
+    """One per agent (an absolute state dir); asked for at every spawn, hashed once."""
+    return "agentd." + sha256_hex(state_dir.encode())[:12]
 
 
 def attempt_group(state_dir: Path, attempt_id: str) -> RunGroup:

@@ -27,6 +27,7 @@ import anyio.abc
 
 from agentd.config.environment import passthrough_environment, read_env_file
 from agentd.process import procs
+from agentd.process.child import Child, PipeReader, PipeWriter, pidfds_work, start_child
 from agentd.process.containment import RunGroup, end_run, spawn
 from agentd.process.files import create_private
 from agentd.process.privilege import RunUser, popen_identity
@@ -34,6 +35,7 @@ from agentd.redaction import Redactor
 
 CHUNK_BYTES = 64 * 1024
 PIPE_DRAIN_S = 2.0  # after the run's processes are stopped, how long its output may still arrive
+LEAN_SPAWN: bool | None = None  # agentd/process/child.py where pidfds work (None: find out at the first spawn)
 
 
 @dataclass(frozen=True)
@@ -241,7 +243,9 @@ async def run_process(
     )
 
 
-async def _spawn(spec: ProcessSpec) -> anyio.abc.Process:
+async def _spawn(spec: ProcessSpec) -> anyio.abc.Process | Child:
+    if _lean():
+        return await spawn(spec.group, lambda: _start_lean(spec))
     _pidfd_child_watcher()
     return await spawn(
         spec.group,
@@ -256,6 +260,17 @@ async def _spawn(spec: ProcessSpec) -> anyio.abc.Process:
             **popen_identity(spec.user),
         ),
     )
+
+
+def _lean() -> bool:
+    global LEAN_SPAWN
+    if LEAN_SPAWN is None:
+        LEAN_SPAWN = pidfds_work()
+    return LEAN_SPAWN
+
+
+async def _start_lean(spec: ProcessSpec) -> Child:
+    return start_child(spec.argv, cwd=spec.cwd, env=spec.env, identity=popen_identity(spec.user))
 
 
 _PIDFD: list[asyncio.PidfdChildWatcher] = []  # this process's, once it is known to work
@@ -279,7 +294,7 @@ def _pidfd_child_watcher() -> None:
         _PIDFD[0].attach_loop(loop)
 
 
-async def _stop_group(process: anyio.abc.Process, grace_s: float, user: RunUser | None = None) -> None:
+async def _stop_group(process: anyio.abc.Process | Child, grace_s: float, user: RunUser | None = None) -> None:
     """TERM the group and wait up to grace for the leader; then KILL whatever is left in it."""
     if process.returncode is None:
         await signal_group(process.pid, signal.SIGTERM, user)
@@ -317,7 +332,7 @@ def kill_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
-async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: CappedFile) -> None:
+async def _pump(stream: anyio.abc.ByteReceiveStream | PipeReader | None, sink: CappedFile) -> None:
     if stream is None:
         return
     try:
@@ -327,7 +342,7 @@ async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: CappedFile) ->
         return
 
 
-async def _feed(stream: anyio.abc.ByteSendStream | None, data: bytes) -> None:
+async def _feed(stream: anyio.abc.ByteSendStream | PipeWriter | None, data: bytes) -> None:
     if stream is None:
         return
     try:

@@ -235,7 +235,12 @@ class AttemptVerbs(StoreBase):
         return [RunningAttempt(r[0], r[1], r[2], r[3], r[4], parse_ts(r[5])) for r in rows]
 
     def finish_attempt(self, end: AttemptEnd) -> TaskRecord:
-        """The outcome commit: one transaction, or nothing at all."""
+        """The outcome commit: one transaction, or nothing at all; the task as it left it."""
+        self.record_end(end)
+        return read_task_or_raise(self.tx, end.task_id)
+
+    def record_end(self, end: AttemptEnd) -> None:
+        """The outcome commit, the task not read back (the dispatcher's boundary commit needs nothing of it)."""
         with self.transaction():
             self._close_attempt(end)
             self._update_task(end)
@@ -245,7 +250,6 @@ class AttemptVerbs(StoreBase):
             self._insert_artifacts(end, ids)
             self._insert_outbox(end, ids)
             self._append_events_of(end, ids)
-        return read_task_or_raise(self.tx, end.task_id)
 
     def _append_denials(self, end: AttemptEnd, ids: dict[str, Any]) -> None:
         """What the harness's permission policy refused during the attempt: one event each, then

@@ -39,7 +39,7 @@ from agentd.store.retention import RetentionVerbs
 from agentd.store.schedules import ScheduleVerbs
 from agentd.store.sensing import SensingVerbs
 from agentd.store.status import StatusVerbs
-from agentd.store.tasks import TaskVerbs
+from agentd.store.tasks import TaskVerbs, read_task_or_raise
 from agentd.store.web import WebVerbs
 from agentd.store.workflows import WorkflowVerbs
 
@@ -118,20 +118,25 @@ class Store(
         return self.failure_summaries(task_id), recent, workflow
 
     def finish_then_claim(self, end: AttemptEnd, follow: Follow) -> tuple[TaskRecord, Followed | None]:
+        """`end_then_claim`, and the finished task as it left it."""
+        followed = self.end_then_claim(end, follow)
+        return read_task_or_raise(self.tx, end.task_id), followed
+
+    def end_then_claim(self, end: AttemptEnd, follow: Follow) -> Followed | None:
         """The attempt boundary as one durable transaction: attempt N's outcome commit, and, when the
         next task is claimable at once and nothing else is due first (N asked for nothing after it, no
         schedule is due, no workflow awaits its step, no outbox entry waits), the claim of N+1 and the
         service row saying it runs. Otherwise only N's commit, and the tick does the rest as always.
         One fsync where there were three (docs/decisions.md, "Group commit")."""
         with self.transaction():
-            finished = self.finish_attempt(end)
+            self.record_end(end)
             if end.outbox or any(self.tick_intents(self.clock.now())):
-                return finished, None
+                return None
             claim = self.claim_next_task(self.clock.now(), follow.runner_id, follow.plan, follow.evidence_root)
             if not isinstance(claim, Claim):  # nothing due, paused, or a fleet task whose lease is confirmed first
-                return finished, None
+                return None
             head = follow.report(self, claim) if claim.attempt is not None else None
-            return finished, Followed(claim, head)
+            return Followed(claim, head)
 
     def idle_outlook(self, now: datetime) -> tuple[int, datetime | None]:
         """What an idle dispatcher needs in one read: tasks claimable now, and when the next task or
