@@ -10,6 +10,7 @@ import threading
 import anyio
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HyperConfig
+from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
 from agentd.clock import Clock
@@ -102,17 +103,30 @@ class WebService:
             web.stopping.set()
         logger.info("console and API at %s", self.url)
         self.ready.set()
+        handing = anyio.CancelScope()  # a hand-off pass in flight when serving ends is cut short
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._keep_reporting, web, f"serving the console and API at {self.url}")
                 if self.config.web.approval_handler is not None:
-                    group.start_soon(handoff.keep_handing_off, web, self.handoff_poll_s)
-                await serve(app, served, shutdown_trigger=web.stopping.wait)  # type: ignore[arg-type]
-                if self.config.web.approval_handler is not None:
-                    group.cancel_scope.cancel()
+                    group.start_soon(self._keep_handing_off, web, handing)
+                group.start_soon(self._serve, app, served, web, handing)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._report("stopped")
+
+    async def _serve(self, app: Starlette, served: HyperConfig, web: Web, handing: anyio.CancelScope) -> None:
+        """hypercorn until the stop event, in a task of its own: what its shutdown does to the task it runs
+        in (it cancels and collects its own tasks) never reaches the service's task, whose task group
+        must end by its own rules (it once ended by a cancellation it could not tell from its own)."""
+        try:
+            await serve(app, served, shutdown_trigger=web.stopping.wait)  # type: ignore[arg-type]
+        finally:
+            web.stopping.set()  # served or failed: the other loops end too
+            handing.cancel()
+
+    async def _keep_handing_off(self, web: Web, handing: anyio.CancelScope) -> None:
+        with handing:
+            await handoff.keep_handing_off(web, self.handoff_poll_s)
 
     async def _keep_reporting(self, web: Web, line: str) -> None:
         """The service's row, as dispatch and sensors keep theirs: `agentd status` calls it live only
