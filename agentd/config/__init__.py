@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agentd.config.parsed import parse_toml
 from agentd.config.sensors import Sensor, load_sensors
 from agentd.config.settings import (
     ENV_PREFIX,
@@ -116,7 +117,7 @@ def parse_config(path: Path) -> tuple[Config, list[Problem]]:
     path = path.absolute()
     source = str(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = parse_toml(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError([Problem(source, "", "no such file")]) from None
     except tomllib.TOMLDecodeError as exc:

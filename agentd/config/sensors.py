@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentd.config.parsed import parse_toml
 from agentd.config.skills import Skill
 from agentd.errors import Problem
 
@@ -86,7 +87,7 @@ def _load_sensor(sensor_id: str, directory: Path) -> tuple[Sensor | None, list[P
             return None, []
         return None, [Problem(source, "", "missing: every sensor folder needs a sensor.toml")]
     try:
-        manifest = SensorManifest.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+        manifest = SensorManifest.model_validate(parse_toml(path.read_text(encoding="utf-8")))
     except tomllib.TOMLDecodeError as exc:
         return None, [Problem(source, "", f"not valid TOML: {exc}")]
     except ValidationError as exc:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from agentd.config.parsed import parse_toml
 from agentd.errors import Problem
 from agentd.hashing import canonical_json, sha256_hex
 from agentd.records import SkillManifest
@@ -70,7 +71,7 @@ def _load_skill(directory: Path) -> tuple[Skill | None, list[Problem]]:
     if not manifest_path.is_file():
         return None, [Problem(source, "", "missing: every skill folder needs a skill.toml")]
     try:
-        raw = tomllib.loads(manifest_path.read_text(encoding="utf-8"))
+        raw = parse_toml(manifest_path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         return None, [Problem(source, "", f"not valid TOML: {exc}")]
     raw.setdefault("skill_id", directory.name)
