@@ -89,13 +89,12 @@ async def test_a_child_that_never_reads_its_stdin_ends_the_run_all_the_same(tmp_
     assert (tmp_path / "stdout.log").read_text() == "ignored it\n"
 
 
+@pytest.mark.parametrize("spawner", ["pidfd"], indirect=True)  # the pidfd spawner's own test
 async def test_where_pidfds_work_a_child_gets_no_asyncio_transports(
     tmp_path: Path, spawner: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The cheap way is the one taken where it can be (~0.35 ms less CPU per attempt): the child is a
     plain one (agentd/process/child.py), its pipes read with add_reader, its exit seen on a pidfd."""
-    if spawner != "pidfd":
-        pytest.skip("the pidfd spawner's own test")
     monkeypatch.setattr(runner, "LEAN_SPAWN", None)  # as a service starts: found out at the first spawn
     started: list[object] = []
     real = runner._spawn
