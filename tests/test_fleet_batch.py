@@ -96,6 +96,7 @@ def test_a_bad_line_is_named_by_number_and_nothing_is_sent(
         12: ("{not json", "line"),
         13: ({"task_type": "example", "payload": {"note": "\x00"}}, "payload: holds the character U+0000"),
         14: ({"task_type": "example", "subject": "s" * 600}, "subject:"),
+        15: ({"task_type": "example", "subject": 7}, "subject: input should be a valid string, found 7"),
     }
     lines: list[Any] = [LINES[0], LINES[1], *(line for line, _ in bad.values()), LINES[3]]
     refused = fleet_cli(capsys, dsn, "submit", "--batch", str(lines_file(tmp_path, lines)))

@@ -14,8 +14,6 @@ from agentd.clock import format_ts
 from agentd.errors import AgentdError, InputError
 
 if TYPE_CHECKING:
-    from pydantic import ValidationError
-
     from agentd.config import Config
     from agentd.store.fleet import FleetQueue, FleetTask, Submission
 
@@ -42,6 +40,7 @@ def judge(fields: dict[str, Any], config: Config, now: datetime, *, flags: bool)
     from agentd.records import TaskIntent
     from agentd.records.base import Identifier
     from agentd.store.fleet import Submission
+    from agentd.work.batch import field_problems
     from agentd.work.intake import admit_task
 
     def name(field_name: str) -> str:
@@ -75,21 +74,11 @@ def judge(fields: dict[str, Any], config: Config, now: datetime, *, flags: bool)
             {"task_type": fields.get("task_type"), "source": "fleet", "subject": subject, "payload": payload}
         )
     except ValidationError as exc:
-        raise InputError(input_problems(exc) if flags else _field_problems(exc)) from None
+        raise InputError(input_problems(exc) if flags else field_problems(exc)) from None
     admit_task(intent, config, now, trusted=False)
     new = Submission(intent.task_type, subject, payload, tuple(labels), priority, key)
     new.check(FIELDS if flags else None)
     return new
-
-
-def _field_problems(exc: ValidationError) -> str:
-    """A refused line in its fields' words: `subject: string should have at most 500 characters`."""
-    shown = []
-    for err in exc.errors():
-        where = ".".join(str(part) for part in err["loc"]) or "line"
-        message = str(err["msg"]).removeprefix("Value error, ")
-        shown.append(f"{where}: {message[0].lower()}{message[1:]}")
-    return "; ".join(shown)
 
 
 def origin_of(args: argparse.Namespace, now: datetime) -> dict[str, Any]:

@@ -125,7 +125,7 @@ def judge_line(raw: bytes, config: Config, now: datetime, source: str, require_a
     try:
         intent = TaskIntent.model_validate(data)
     except ValidationError as exc:
-        raise InputError(_problems(exc)) from None
+        raise InputError(field_problems(exc)) from None
     return admit_task(intent, config, now, trusted=True, require_approval=require_approval)
 
 
@@ -138,7 +138,7 @@ def _source(given: str) -> str:
         raise InputError(str(exc).replace("--source:", "source:", 1)) from None
 
 
-def _problems(exc: ValidationError) -> str:
+def field_problems(exc: ValidationError) -> str:
     """A refused intent in its fields' words: `priority: input should be less than or equal to 10, found 11`."""
     problems = []
     for err in exc.errors():
