@@ -114,6 +114,8 @@ def test_kill_9_mid_attempt_then_restart_reclaims_and_completes(agent: Agent) ->
     task_id = agent.add(once_marker="first-attempt-was-here", sleep_first_s=600, outcome=ok())
     first = agent.start()
     adapter_pid = agent.wait_event("task_started", task_id).payload["pid"]
+    marker = agent.config.paths.workspace / "first-attempt-was-here"
+    wait_until(marker.exists, 20, "the first attempt's marker")  # else a slow start makes two "first" attempts
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
     assert alive(adapter_pid), "the adapter outlives a kill -9 of its dispatcher: only the sweep can stop it"

@@ -10,7 +10,7 @@ from pathlib import Path
 from queue import Empty, Queue
 
 import pytest
-from test_dispatch_process import Agent, ok
+from test_dispatch_process import Agent, ok, wait_until
 
 pytestmark = pytest.mark.process
 
@@ -66,6 +66,9 @@ def test_ready_after_the_boot_sweep_then_watchdog_status_and_stopping(agent: Age
     task_id = agent.add(once_marker="first", sleep_first_s=600, sleep_s=3, outcome=ok())
     crashed = agent.start()  # leaves an open attempt behind for the sweep
     agent.wait_event("task_started", task_id)
+    # Killed only once the first attempt has left its marker: killed sooner (a slow start under load),
+    # the second attempt would take itself for the first and sleep its 600 s.
+    wait_until(lambda: (agent.config.paths.workspace / "first").exists(), 20, "the first attempt's marker")
     crashed.send_signal(signal.SIGKILL)
     crashed.wait(timeout=10)
 
