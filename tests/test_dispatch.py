@@ -40,6 +40,17 @@ def is_subsequence(wanted: list[str], seen: list[str]) -> bool:
     return all(kind in it for kind in wanted)
 
 
+async def drained_with_statements(dispatcher: Any, count: int) -> list[str]:
+    """Every SQL statement the dispatcher's connection ran while it drained `count` tasks."""
+    statements: list[str] = []
+    dispatcher.db.store._conn.set_trace_callback(statements.append)
+    try:
+        assert await dispatcher.run_until_idle() == count
+    finally:
+        dispatcher.db.store._conn.set_trace_callback(None)
+    return statements
+
+
 def durable_commits(statements: list[str]) -> int:
     """COMMITs made at synchronous=FULL: a `durable=False` transaction sets NORMAL before its BEGIN."""
     count, relaxed = 0, False
@@ -66,12 +77,7 @@ async def test_an_attempts_outcome_and_the_next_claim_share_one_durable_commit(
     dispatcher = rig.dispatcher()
     await dispatcher.start()
     tasks = [rig.add("example", subject=f"t{n}") for n in range(5)]
-    statements: list[str] = []
-    dispatcher.db.store._conn.set_trace_callback(statements.append)
-    try:
-        assert await dispatcher.run_until_idle() == 5
-    finally:
-        dispatcher.db.store._conn.set_trace_callback(None)
+    statements = await drained_with_statements(dispatcher, 5)
     assert [rig.store.get_task_or_raise(t.task_id).status for t in tasks] == ["completed"] * 5
     # grouped: the first claim, its row, 5 outcome commits (4 claiming the next), the last row, and the
     # claim that finds nothing (it writes nothing, so it syncs nothing); one at a time: 4 per task + 1
@@ -497,18 +503,13 @@ async def test_a_boundary_commit_that_fails_leaves_the_outcome_committed_alone(r
 async def test_a_drain_reads_each_task_row_once_per_claim(rig: Rig) -> None:
     """The outcome commit at the attempt boundary reads nothing back (the dispatcher needs nothing of the
     finished task): a task's whole row is read when it is claimed, not again when its outcome is."""
-    from agentd.store.rows import TASK_COLUMNS
+    from agentd.store.columns import TASK_COLUMNS
 
     dispatcher = rig.dispatcher()
     await dispatcher.start()
     for n in range(5):
         rig.add("example", subject=f"t{n}")
-    statements: list[str] = []
-    dispatcher.db.store._conn.set_trace_callback(statements.append)
-    try:
-        assert await dispatcher.run_until_idle() == 5
-    finally:
-        dispatcher.db.store._conn.set_trace_callback(None)
+    statements = await drained_with_statements(dispatcher, 5)
     rows_read = [s for s in statements if s.startswith(f"SELECT {TASK_COLUMNS}") and "WHERE t.id = " in s]
     assert len(rows_read) == len(claim_order(rig)) == 5
     await dispatcher.stop()

@@ -4,8 +4,6 @@ the one rule below before anything reaches PostgreSQL (docs/fleet.md, "Submittin
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +16,6 @@ if TYPE_CHECKING:
     from agentd.store.fleet import FleetQueue, FleetTask, Submission
 
 CHUNK = 500  # submissions per transaction, as `task add --batch` writes (docs/operate.md, "Many tasks at once")
-MAX_SUBMISSIONS = 100_000  # per batch: every judged line is held in memory until the writing starts
 # What a line may hold, and the flag each field is for one task.
 FIELDS = {
     "task_type": "--type",
@@ -107,49 +104,6 @@ def origin_of(args: argparse.Namespace, now: datetime) -> dict[str, Any]:
 # --- many -------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Judged:
-    """Every line judged: the submissions (with their line numbers), the lines refused."""
-
-    submissions: list[tuple[int, Submission]] = field(default_factory=list)
-    bad: list[Any] = field(default_factory=list)  # agentd.work.batch.BadLine
-    lines: int = 0
-
-
-def judge_lines(lines: Iterable[tuple[int, bytes | None]], config: Config, now: datetime) -> Judged:
-    """Each line on its own, as one `fleet submit` would be judged; blank lines skipped."""
-    from agentd.work.batch import MAX_LINE_BYTES, BadLine
-
-    judged = Judged()
-    for number, raw in lines:
-        judged.lines = number
-        try:
-            if raw is None:
-                raise InputError(f"longer than {MAX_LINE_BYTES:,} bytes")
-            if raw.strip():
-                judged.submissions.append((number, judge(_line_object(raw), config, now, flags=False)))
-        except InputError as exc:
-            judged.bad.append(BadLine(number, str(exc)))
-        if len(judged.submissions) > MAX_SUBMISSIONS:
-            raise InputError(f"more than {MAX_SUBMISSIONS:,} submissions in one batch; split the file (none was sent)")
-    return judged
-
-
-def _line_object(raw: bytes) -> dict[str, Any]:
-    from agentd.edge import Refused
-    from agentd.edge import loads as load_json
-
-    try:
-        data = load_json(raw.decode(), "line")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
-    except Refused as exc:
-        raise InputError(str(exc).removeprefix("line: ")) from None
-    if not isinstance(data, dict):
-        raise InputError(f"expected a JSON object (a fleet submission), found {type(data).__name__}")
-    return data
-
-
 def given_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The per-task flags given on the command line, by field name (an unset flag is absent)."""
     given = {name: getattr(args, name) for name in FIELDS}
@@ -165,11 +119,15 @@ def judge_batch(args: argparse.Namespace, config: Config, now: datetime) -> list
     if given:
         flags = ", ".join(FIELDS[name] for name in given)
         raise InputError(f"{flags}: not with --batch; each line gives its own task's fields")
+
+    def judge_one(raw: bytes) -> Submission:
+        return judge(batch.line_object(raw, "a fleet submission"), config, now, flags=False)
+
     with opened_input(args.batch, "--batch") as stream:
-        judged = judge_lines(batch.read_lines(stream), config, now)
+        judged = batch.judge_each(batch.read_lines(stream), judge_one)
     if judged.bad:
-        raise batch.refusal(batch.Judged(bad=judged.bad, lines=judged.lines))
-    return judged.submissions
+        raise batch.refusal(judged)
+    return judged.tasks
 
 
 Sent = list[tuple[int, "FleetTask", bool]]  # (line, task, new)

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from agentd.cli.common import option, wants_json
-from agentd.cli.quick import cached_view, plain_store
+from agentd.cli.quick import plain_reader
 from agentd.clock import parse_ts
 from agentd.edge import Refused, check_json_size, check_value
 from agentd.schema_check import compile_check
@@ -39,14 +39,12 @@ def events(args: argparse.Namespace) -> list[PlainEvent] | None:
     None for --follow, another format, or any row the record would read otherwise (a poisoned one)."""
     if option(args, "follow") or option(args, "format") not in (None, "text") or wants_json(args):
         return None
-    view = cached_view(args)
-    if view is None:
-        return None
     from agentd.store.plain import event_rows, task_exists
 
-    with plain_store(view) as store:
-        if store is None:
+    with plain_reader(args) as opened:
+        if opened is None:
             return None
+        store = opened[1]
         if args.task is not None and not task_exists(store, args.task):
             return None  # the full path says there is no such task
         limit = args.last if args.last is not None else args.limit
@@ -120,14 +118,12 @@ def task_list(args: argparse.Namespace) -> list[PlainTask] | None:
     stored; None with --json, or for any row only pydantic can judge (a poisoned one)."""
     if wants_json(args):
         return None
-    view = cached_view(args)
-    if view is None:
-        return None
     from agentd.store.plain import task_rows
 
-    with plain_store(view) as store:
-        if store is None:
+    with plain_reader(args) as opened:
+        if opened is None:
             return None
+        view, store = opened
         rows = task_rows(store, tuple(args.status), args.limit)
     checks = {name: compile_check(schema) for name, schema in view["record_schemas"].items()}
     if any(check is None for check in checks.values()) or not all(sure_task(row, checks) for row in rows):

@@ -47,6 +47,18 @@ def plain_store(view: dict[str, Any], *, readonly: bool = True) -> Iterator[Any 
             store.close()
 
 
+@contextmanager
+def plain_reader(args: argparse.Namespace) -> Iterator[tuple[dict[str, Any], Any] | None]:
+    """The config's cached view and the database opened read-only without the records; None where the
+    full path must answer (no view that is still exact, no database to open)."""
+    view = cached_view(args)
+    if view is None:
+        yield None
+        return
+    with plain_store(view) as store:
+        yield None if store is None else (view, store)
+
+
 # --- agentd status --------------------------------------------------------------------------------
 
 
@@ -243,15 +255,12 @@ def _enqueue(view: dict[str, Any], new: dict[str, Any], now: datetime) -> int | 
 def approvals(args: argparse.Namespace) -> list[dict[str, Any]] | None:
     """What waits for approval, as agentd/store/control.py PendingApproval's fields; None where the full
     path must answer (no view, a time that does not read)."""
-    view = cached_view(args)
-    if view is None:
-        return None
     from agentd.store.plain import approval_rows
 
-    with plain_store(view) as store:
-        if store is None:
+    with plain_reader(args) as opened:
+        if opened is None:
             return None
-        rows = approval_rows(store)
+        rows = approval_rows(opened[1])
     keys = ("approval_id", "task_id", "task_type", "subject", "reason", "requested_at", "scope")
     try:
         return [{**dict(zip(keys, row, strict=True)), "requested_at": parse_ts(row[5])} for row in rows]

@@ -12,6 +12,7 @@ import socket
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from agentd.config.settings import MetricsSection, WebSection, listen_address
 from agentd.errors import ConfigError, InputError, Problem
@@ -66,13 +67,19 @@ def metrics_of(path: Path) -> MetricsSection:
 
     :raises OSError, ValueError: unreadable, not TOML, or a [metrics] that is not valid.
     """
-    with path.open("rb") as file:
-        raw = tomllib.load(file).get("metrics", {})
-    if not isinstance(raw, dict):
-        raise ValueError("[metrics] is not a table")
+    raw = _section(path, "metrics")
     for key in LISTENS:
         listen_address(str(raw.get(key, getattr(MetricsSection(), key))))  # one clear line, not pydantic's
     return MetricsSection.model_validate(raw)
+
+
+def _section(path: Path, name: str) -> dict[str, Any]:
+    """One table of an agent's TOML ({} where the file has none); ValueError if it is not a table."""
+    with path.open("rb") as file:
+        raw = tomllib.load(file).get(name, {})
+    if not isinstance(raw, dict):
+        raise ValueError(f"[{name}] is not a table")
+    return raw
 
 
 def web_of(path: Path) -> WebSection:
@@ -80,10 +87,7 @@ def web_of(path: Path) -> WebSection:
 
     :raises OSError, ValueError: unreadable, not TOML, or a [web] that is not valid.
     """
-    with path.open("rb") as file:
-        raw = tomllib.load(file).get("web", {})
-    if not isinstance(raw, dict):
-        raise ValueError("[web] is not a table")
+    raw = _section(path, "web")
     listen_address(str(raw.get("listen", WebSection().listen)))
     return WebSection.model_validate(raw)
 

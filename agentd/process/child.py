@@ -38,12 +38,24 @@ async def _ready(fd: int, *, write: bool = False) -> None:
         (loop.remove_writer if write else loop.remove_reader)(fd)
 
 
-class PipeReader:
-    """The service's end of a child's stdout or stderr."""
+class _Pipe:
+    """The service's end of one of a child's pipes: non-blocking, closed once."""
 
     def __init__(self, fd: int) -> None:
         os.set_blocking(fd, False)
         self.fd: int | None = fd
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+class PipeReader(_Pipe):
+    """The service's end of a child's stdout or stderr."""
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
         """The next bytes the child wrote; anyio.EndOfStream once it closed its end."""
@@ -58,21 +70,9 @@ class PipeReader:
             return data
         raise anyio.ClosedResourceError
 
-    async def aclose(self) -> None:
-        self.close()
 
-    def close(self) -> None:
-        fd, self.fd = self.fd, None
-        if fd is not None:
-            os.close(fd)
-
-
-class PipeWriter:
+class PipeWriter(_Pipe):
     """The service's end of a child's stdin."""
-
-    def __init__(self, fd: int) -> None:
-        os.set_blocking(fd, False)
-        self.fd: int | None = fd
 
     async def send(self, data: bytes) -> None:
         """All of `data`, as fast as the child reads it; anyio.BrokenResourceError once it stopped."""
@@ -86,14 +86,6 @@ class PipeWriter:
                 await _ready(self.fd, write=True)
             except BrokenPipeError:
                 raise anyio.BrokenResourceError from None
-
-    async def aclose(self) -> None:
-        self.close()
-
-    def close(self) -> None:
-        fd, self.fd = self.fd, None
-        if fd is not None:
-            os.close(fd)
 
 
 class Child:
@@ -137,9 +129,7 @@ class Child:
             await self.wait()
 
 
-def start_child(
-    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], identity: Mapping[str, Any]
-) -> Child:
+def start_child(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], identity: Mapping[str, Any]) -> Child:
     """Fork and exec `argv` in a session of its own, its stdio three pipes (the caller's ends
     non-blocking). OSError (no such file, not executable) as Popen raises it, nothing left open."""
     ends = [os.pipe() for _ in range(3)]  # (read, write): stdin, stdout, stderr

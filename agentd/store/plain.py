@@ -13,6 +13,7 @@ from typing import Any
 
 from agentd.clock import Clock, parse_ts
 from agentd.store.base import StoreBase, connect, dumps, parse_optional_ts, timestamp_text, ts
+from agentd.store.columns import HELD_FOR_APPROVAL, TASK_COLUMNS, TASK_FROM
 from agentd.store.migrations import available_migrations, require_current
 
 WAITING = ("pending", "retryable_failure")
@@ -78,14 +79,7 @@ def queue_rows(store: StoreBase, now: datetime) -> dict[str, Any]:
 
 
 def _held_for_approval(store: StoreBase, at: str) -> dict[tuple[str, bool], int]:
-    rows = store.tx.execute(
-        """SELECT t.status, t.available_at > ?, COUNT(DISTINCT t.id) FROM approvals a CROSS JOIN tasks t
-           ON t.id = a.task_id
-           WHERE a.status = 'pending' AND a.scope = 'claim' AND t.awaiting_approval = 1
-               AND t.status IN ('pending', 'retryable_failure')
-           GROUP BY 1, 2""",
-        (at,),
-    ).fetchall()
+    rows = store.tx.execute(HELD_FOR_APPROVAL, (at,)).fetchall()
     return {(r[0], bool(r[1])): r[2] for r in rows}
 
 
@@ -237,23 +231,14 @@ def event_rows(
     return rows[::-1] if last else rows
 
 
-# --- agentd task list (store/tasks.py list_tasks; store/rows.py TASK_COLUMNS) ------------------------
-
-TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.priority, t.payload,
-    t.requested_profile_id, t.requested_adapter_id, t.requested_model, t.skill_ids,
-    t.evidence_requirements, t.workflow_id, t.workflow_state, t.workflow_iteration, t.schedule_id,
-    t.status, t.max_attempts, t.attempt_count, t.free_attempt_count, t.rate_limit_count, t.crash_count,
-    t.available_at, t.created_at, t.updated_at, t.started_at, t.finished_at, t.outcome, t.last_error,
-    t.cancel_requested_at, t.awaiting_approval, t.parent_task_id, t.delegation_depth, t.root_task_id,
-    t.delegation_caps,
-    w.instance_key AS workflow_instance_key"""
+# --- agentd task list (store/tasks.py list_tasks; store/columns.py TASK_COLUMNS) ------------------------
 
 
 def task_rows(store: StoreBase, statuses: tuple[str, ...], limit: int) -> list[Any]:
     """`list_tasks`' rows, before they are records: newest first, only `statuses` when given."""
     where = f"WHERE t.status IN ({', '.join('?' * len(statuses))})" if statuses else ""
     return store.tx.execute(
-        f"""SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN workflows w ON w.id = t.workflow_id {where}
+        f"""SELECT {TASK_COLUMNS} FROM {TASK_FROM} {where}
             ORDER BY t.id DESC LIMIT ?""",
         (*statuses, limit),
     ).fetchall()

@@ -30,16 +30,6 @@ from agentd.records import (
 from agentd.store.base import loads, parse_optional_ts
 from agentd.usage import stored_usage
 
-TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.priority, t.payload,
-    t.requested_profile_id, t.requested_adapter_id, t.requested_model, t.skill_ids,
-    t.evidence_requirements, t.workflow_id, t.workflow_state, t.workflow_iteration, t.schedule_id,
-    t.status, t.max_attempts, t.attempt_count, t.free_attempt_count, t.rate_limit_count, t.crash_count,
-    t.available_at, t.created_at, t.updated_at, t.started_at, t.finished_at, t.outcome, t.last_error,
-    t.cancel_requested_at, t.awaiting_approval, t.parent_task_id, t.delegation_depth, t.root_task_id,
-    t.delegation_caps,
-    w.instance_key AS workflow_instance_key"""
-TASK_FROM = "tasks t LEFT JOIN workflows w ON w.id = t.workflow_id"
-
 
 def task_from_row(row: sqlite3.Row) -> TaskRecord:
     outcome = loads(row["outcome"])

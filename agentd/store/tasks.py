@@ -15,7 +15,8 @@ from agentd.records import TERMINAL_STATUSES, CancelResult, NewTask, QueueSummar
 from agentd.store.approvals import never_approved, request_approval
 from agentd.store.base import StoreBase, Tx, dumps, parse_optional_ts, ts
 from agentd.store.budget import CLAIMABLE, claimable_branches, held_by_budget, hold_params
-from agentd.store.rows import TASK_COLUMNS, TASK_FROM, task_from_row
+from agentd.store.columns import HELD_FOR_APPROVAL, TASK_COLUMNS, TASK_FROM
+from agentd.store.rows import task_from_row
 from agentd.store.sparse import SparseInsert
 
 WAITING = ("pending", "retryable_failure")
@@ -187,14 +188,7 @@ def held_for_approval(tx: Tx, now: str) -> dict[tuple[str, bool], int]:
     """Waiting tasks held for an operator's approval, by (status, due later than `now`). Found from the
     pending approvals (an index; store/control.py sets a task's awaiting_approval together with its
     pending `claim` approval and clears both together), so a long queue costs nothing here."""
-    rows = tx.execute(  # CROSS JOIN: walk the pending approvals (approvals_pending), not the queue
-        """SELECT t.status, t.available_at > ?, COUNT(DISTINCT t.id) FROM approvals a CROSS JOIN tasks t
-           ON t.id = a.task_id
-           WHERE a.status = 'pending' AND a.scope = 'claim' AND t.awaiting_approval = 1
-               AND t.status IN ('pending', 'retryable_failure')
-           GROUP BY 1, 2""",
-        (now,),
-    ).fetchall()
+    rows = tx.execute(HELD_FOR_APPROVAL, (now,)).fetchall()
     return {(r[0], bool(r[1])): r[2] for r in rows}
 
 

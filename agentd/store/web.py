@@ -11,7 +11,8 @@ from agentd.clock import parse_ts
 from agentd.errors import InputError, NotFound
 from agentd.records import TaskRecord
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
-from agentd.store.rows import TASK_COLUMNS, TASK_FROM, holdable, task_from_row
+from agentd.store.columns import TASK_COLUMNS, TASK_FROM
+from agentd.store.rows import holdable, task_from_row
 
 HANDOFF_ERROR_CHARS = 500
 

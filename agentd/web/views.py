@@ -16,18 +16,12 @@ from agentd.errors import InputError
 from agentd.outlook.status import snapshot
 from agentd.process.files import Refused, lstat_beneath
 from agentd.records import TaskAttempt, TaskRecord
+from agentd.records.event_names import LIVE_EVENT_TYPES
 from agentd.store import Store
 
 # The live activity of a running attempt (docs/web.md, "The running attempt"): what its harness did, as
 # the dispatcher records it while the attempt runs.
-ACTIVITY_TYPES = (
-    "tool_started",
-    "tool_finished",
-    "model_turn_completed",
-    "todos_updated",
-    "attempt_progress",
-    "activity_capped",
-)
+ACTIVITY_TYPES = LIVE_EVENT_TYPES
 ACTIVITY_SHOWN = 40  # the newest activity events the overview shows of a running attempt
 EVENTS_SHOWN = 200  # of a task, in its page
 ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
@@ -29,6 +29,8 @@ MAX_TASKS = 100_000  # per batch: every judged task is held in memory until the 
 MAX_LINE_BYTES = 2 * 1024 * 1024  # a payload's 1 MiB and a description's 64 KiB fit with room to spare
 SHOWN_PROBLEMS = 20  # bad lines named in the refusal; the rest are counted
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class BadLine:
@@ -37,10 +39,10 @@ class BadLine:
 
 
 @dataclass
-class Judged:
-    """Every line judged: the tasks to write (with their line numbers), the lines refused."""
+class Judged(Generic[T]):
+    """Every line judged: what each good line made (with its line number), the lines refused."""
 
-    tasks: list[tuple[int, NewTask]] = field(default_factory=list)
+    tasks: list[tuple[int, T]] = field(default_factory=list)
     bad: list[BadLine] = field(default_factory=list)
     lines: int = 0  # read, blank ones included
 
@@ -74,40 +76,34 @@ def judge_lines(
     *,
     source: str,
     require_approval: bool = False,
-) -> Judged:
+) -> Judged[NewTask]:
     """Each line on its own: a task `agentd task add` would enqueue, or the reason it would not. Blank
     lines are skipped. `source`: the source of the lines that name none, as `operator_source` made it
     from --source (judged once, by the caller)."""
-    judged = Judged()
+    return judge_each(lines, lambda raw: judge_line(raw, config, now, source, require_approval))
+
+
+def judge_each(lines: Iterable[tuple[int, bytes | None]], judge: Callable[[bytes], T]) -> Judged[T]:
+    """Every non-blank line through `judge` (InputError: the line is bad, and why), the cyclic GC paused;
+    `fleet submit --batch` judges its lines with this too."""
+    judged: Judged[T] = Judged()
     with no_cycle_collection():
-        _judge_each(lines, judged, config, now, source, require_approval)
+        for number, raw in lines:
+            judged.lines = number
+            try:
+                if raw is None:
+                    raise InputError(f"longer than {MAX_LINE_BYTES:,} bytes; a task intent is at most ~1.1 MiB")
+                if raw.strip():
+                    judged.tasks.append((number, judge(raw)))
+            except InputError as exc:
+                judged.bad.append(BadLine(number, str(exc)))
+            if len(judged.tasks) > MAX_TASKS:
+                raise InputError(f"more than {MAX_TASKS:,} tasks in one batch; split the file (nothing was written)")
     return judged
 
 
-def _judge_each(
-    lines: Iterable[tuple[int, bytes | None]],
-    judged: Judged,
-    config: Config,
-    now: datetime,
-    source: str,
-    require_approval: bool,
-) -> None:
-    for number, raw in lines:
-        judged.lines = number
-        try:
-            if raw is None:
-                raise InputError(f"longer than {MAX_LINE_BYTES:,} bytes; a task intent is at most ~1.1 MiB")
-            if not raw.strip():
-                continue
-            judged.tasks.append((number, judge_line(raw, config, now, source, require_approval)))
-        except InputError as exc:
-            judged.bad.append(BadLine(number, str(exc)))
-        if len(judged.tasks) > MAX_TASKS:
-            raise InputError(f"more than {MAX_TASKS:,} tasks in one batch; split the file (nothing was written)")
-
-
-def judge_line(raw: bytes, config: Config, now: datetime, source: str, require_approval: bool) -> NewTask:
-    """One line as `agentd task add` judges its flags; InputError naming the field and what was expected."""
+def line_object(raw: bytes, what: str) -> dict[str, Any]:
+    """A line's JSON object; InputError for bytes that are not UTF-8, JSON or an object (`what` it should be)."""
     try:
         data = load_json(raw.decode(), "line")
     except UnicodeDecodeError as exc:
@@ -115,7 +111,13 @@ def judge_line(raw: bytes, config: Config, now: datetime, source: str, require_a
     except Refused as exc:
         raise InputError(str(exc).removeprefix("line: ")) from None
     if not isinstance(data, dict):
-        raise InputError(f"expected a JSON object (a task intent), found {_json_kind(data)}")
+        raise InputError(f"expected a JSON object ({what}), found {_json_kind(data)}")
+    return data
+
+
+def judge_line(raw: bytes, config: Config, now: datetime, source: str, require_approval: bool) -> NewTask:
+    """One line as `agentd task add` judges its flags; InputError naming the field and what was expected."""
+    data = line_object(raw, "a task intent")
     if "workflow_ref" in data:  # the one intent field `task add` has no flag for: a workflow's step is the engine's
         raise InputError("workflow_ref: only the workflow engine creates workflow tasks; propose a workflow instead")
     if "source" not in data:
@@ -159,7 +161,7 @@ def _json_kind(value: Any) -> str:
     return "null" if value is None else kinds.get(type(value), type(value).__name__)
 
 
-def refusal(judged: Judged) -> InputError:
+def refusal(judged: Judged[Any]) -> InputError:
     """The batch refused: every bad line by number (the first SHOWN_PROBLEMS), nothing written."""
     shown = [f"  line {bad.number}: {bad.reason}" for bad in judged.bad[:SHOWN_PROBLEMS]]
     more = len(judged.bad) - len(shown)

@@ -1,0 +1,19 @@
+"""SQL that both the store's verbs and the CLI's plain readers (agentd/store/plain.py) run, here without
+the records so that both run the very same: the columns a task row is read with (in the order
+agentd/store/rows.py `task_from_row` takes them), and the count of tasks held for approval."""
+
+TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.priority, t.payload,
+    t.requested_profile_id, t.requested_adapter_id, t.requested_model, t.skill_ids,
+    t.evidence_requirements, t.workflow_id, t.workflow_state, t.workflow_iteration, t.schedule_id,
+    t.status, t.max_attempts, t.attempt_count, t.free_attempt_count, t.rate_limit_count, t.crash_count,
+    t.available_at, t.created_at, t.updated_at, t.started_at, t.finished_at, t.outcome, t.last_error,
+    t.cancel_requested_at, t.awaiting_approval, t.parent_task_id, t.delegation_depth, t.root_task_id,
+    t.delegation_caps,
+    w.instance_key AS workflow_instance_key"""
+TASK_FROM = "tasks t LEFT JOIN workflows w ON w.id = t.workflow_id"
+# Waiting tasks held for approval, by (status, due later than ?): agentd/store/tasks.py `held_for_approval`.
+HELD_FOR_APPROVAL = """SELECT t.status, t.available_at > ?, COUNT(DISTINCT t.id) FROM approvals a CROSS JOIN tasks t
+    ON t.id = a.task_id
+    WHERE a.status = 'pending' AND a.scope = 'claim' AND t.awaiting_approval = 1
+        AND t.status IN ('pending', 'retryable_failure')
+    GROUP BY 1, 2"""
