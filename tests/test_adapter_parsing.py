@@ -247,7 +247,7 @@ def serving(routes: dict[str, bytes]) -> Iterator[str]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = Thread(target=server.serve_forever, daemon=True)
+    thread = Thread(target=server.serve_forever, args=(0.05,), daemon=True)  # shutdown() waits one poll
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

@@ -107,3 +107,15 @@ def test_no_pydantic_plugin_installed_beside_agentd_is_loaded(state_dir: Path, t
         )
         assert done.returncode == 0, done.stderr
     assert not loaded.exists(), "agentd let a pydantic plugin in"
+
+
+def test_a_run_that_sends_nothing_and_serves_no_metrics_loads_neither_http_nor_prometheus(state_dir: Path) -> None:
+    """httpx (~35 ms) is loaded by the process that sends a webhook, calls ollama or probes an endpoint;
+    prometheus_client by the one that serves /metrics. A one-shot drain of an empty queue does neither
+    (docs/decisions.md, "Start-up"); with --metrics it serves, so it loads prometheus_client."""
+    config = ("--config", str(EXAMPLE_CONFIG))
+    subprocess.run([sys.executable, "-m", "agentd", *config, "init"], capture_output=True, check=True, timeout=60)
+    drained = imported_by(*config, "dispatch", "--until-idle")
+    assert "agentd.services.dispatch" in drained  # the dispatcher itself did run
+    assert among(drained, ("httpx", "prometheus_client")) == []
+    assert among(imported_by(*config, "dispatch", "--until-idle", "--metrics"), ("prometheus_client",))

@@ -585,3 +585,19 @@ def test_a_temporary_file_left_by_a_dead_writer_does_not_stop_the_view(rig: Rig)
     assert read_view(rig.config.path) is None
     write_view(rig.config)
     assert read_view(rig.config.path) is not None
+
+
+def test_a_full_load_rewrites_the_view_only_when_its_key_changed(rig: Rig) -> None:
+    """A service's restart (or any full load) on an unchanged config leaves the view file as it is: the
+    key covers everything the view is made from. A changed config gets a new one."""
+    write_view(rig.config)
+    path = cache_file(rig.config.paths.state_dir)
+    before = path.stat()
+    write_view(rig.config)
+    assert path.stat().st_ino == before.st_ino  # not replaced: os.replace would give a new inode
+    from agentd.work.validation import load_config
+
+    rig.config.path.write_text(rig.config.path.read_text() + "\n# edited\n")
+    write_view(load_config(rig.config.path))
+    assert path.stat().st_ino != before.st_ino
+    assert read_view(rig.config.path) is not None

@@ -20,7 +20,7 @@ from rig import Rig
 from support import REPO, missing
 from test_delivery import complete_with_messages, with_handlers
 
-from agentd.control.handlers import append_line
+from agentd.control.spool import append_line
 from agentd.records.messages import Sent
 
 
@@ -96,7 +96,7 @@ def test_a_resend_finds_its_whole_line_however_large_the_spool(tmp_path: Path) -
 WRITERS = """
 import sys
 from pathlib import Path
-from agentd.control.handlers import append_line
+from agentd.control.spool import append_line
 name, count = sys.argv[2], int(sys.argv[3])
 for n in range(count):
     pad = "z" * (n * 97 % 9000)
@@ -158,7 +158,7 @@ def test_a_full_device_is_a_retry_naming_what_failed_where_and_the_errno() -> No
 FSIZE_WRITER = """
 import json, resource, signal, sys
 from pathlib import Path
-from agentd.control.handlers import append_line
+from agentd.control.spool import append_line
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # then a write past the limit is EFBIG, not a kill
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), int(sys.argv[2])))
 sent = append_line(Path(sys.argv[1]), sys.stdin.buffer.read(), resent=False)

@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import httpx
 
 from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted, output_tail_bytes
 from agentd.adapters.denials import text_of
 from agentd.adapters.harness import fact, judge_harness_usage, text_or
-from agentd.process.http import tls_context
+from agentd.process.http import client as http_client
 from agentd.process.runner import CappedFile
 from agentd.records import OllamaGenerateAdapterConfig as OllamaConfig
 
@@ -88,8 +87,10 @@ def stream_run(stream: Stream, model: str | None, timed_out: bool, elapsed_s: fl
 
 
 async def _generate(url: str, body: dict[str, Any], timeout_s: float, sink: CappedFile, stream: Stream) -> None:
+    import httpx  # only an attempt that sends loads it (agentd/process/http.py)
+
     try:
-        client = httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(timeout_s), verify=tls_context())
+        client = http_client(httpx.Timeout(timeout_s))
         async with client, client.stream("POST", url, json=body) as response:
             stream.status = response.status_code
             if response.status_code >= 400:

@@ -9,12 +9,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from agentd.adapters.versions import cli_version
 from agentd.config import Config
 from agentd.config.environment import passthrough_environment
-from agentd.process.http import tls_context
+from agentd.process.http import client
 from agentd.records import AdapterConfig, OllamaGenerateAdapterConfig
 
 PROBE_TIMEOUT_S = 5.0
@@ -43,10 +41,12 @@ async def _probe(adapter: AdapterConfig, scratch: Path) -> dict[str, Any]:
 
 
 async def _probe_endpoint(adapter: OllamaGenerateAdapterConfig) -> dict[str, Any]:
+    import httpx  # only a probe of an endpoint loads it (agentd/process/http.py)
+
     url = adapter.endpoint.rstrip("/") + "/api/tags"
     try:
-        async with httpx.AsyncClient(trust_env=False, timeout=PROBE_TIMEOUT_S, verify=tls_context()) as client:
-            response = await client.get(url)
+        async with client(PROBE_TIMEOUT_S) as http:
+            response = await http.get(url)
         names = [m.get("name") for m in response.json().get("models", [])] if response.status_code == 200 else []
     except (httpx.HTTPError, ValueError) as exc:
         return {"ok": False, "probe": f"unreachable: {exc}", "version": None}

@@ -181,22 +181,15 @@ def read_view(config_path: Path) -> dict[str, Any] | None:
     state_dir = state_dir_hint(config_path)
     if state_dir is None:
         return None
-    text = _read_own_file(cache_file(state_dir))
-    if text is None:
+    cached = _cached(state_dir)
+    if cached is None:
         return None
-    digest, _, body = text.partition("\n")
-    if hashlib.sha256(body.encode()).hexdigest() != digest:
-        return None  # torn or edited: never trusted
-    try:
-        cached = json.loads(body)
-        key, paths, trees, view = cached["key"], cached["paths"], cached["trees"], cached["view"]
-    except (ValueError, KeyError, TypeError):
-        return None
+    key, paths, trees, view = cached
     if view.get("config_path") != str(config_path.absolute()) or view.get("state_dir") != str(state_dir):
         return None
     if key is None or cache_key(config_path, paths, trees) != key:
         return None
-    return view  # type: ignore[no-any-return]
+    return view
 
 
 def _read_own_file(path: Path) -> str | None:
@@ -217,6 +210,22 @@ def _read_own_file(path: Path) -> str | None:
         os.close(fd)
 
 
+def _cached(state_dir: Path) -> tuple[Any, Any, Any, dict[str, Any]] | None:
+    """The view file's key, paths, trees and view, if it is whole (its digest holds) and well formed."""
+    text = _read_own_file(cache_file(state_dir))
+    if text is None:
+        return None
+    digest, _, body = text.partition("\n")
+    if hashlib.sha256(body.encode()).hexdigest() != digest:
+        return None  # torn or edited: never trusted
+    try:
+        cached = json.loads(body)
+        found = cached["key"], cached["paths"], cached["trees"], cached["view"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return found if isinstance(found[3], dict) else None
+
+
 def write_view(config: Config) -> None:
     """Leave the view of a config that was just loaded in full, for the next command. Best effort: a
     state dir that does not exist yet, or cannot be written, simply has no view."""
@@ -229,6 +238,8 @@ def write_view(config: Config) -> None:
     key = cache_key(config.path, paths, trees)
     if key is None:
         return
+    if (cached := _cached(state_dir)) is not None and cached[0] == key:
+        return  # the view there is this one already: the key covers everything it is made from
     body = json.dumps({"key": key, "paths": paths, "trees": trees, "view": view_of(config)}, sort_keys=True)
     _write_private(cache_file(state_dir), hashlib.sha256(body.encode()).hexdigest() + "\n" + body)
 

@@ -11,33 +11,30 @@ handler returns, on every path, before anything records or logs it.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import hashlib
 import hmac
 import json
 import logging
-import os
 import re
 import shutil
 import tempfile
-import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
-import httpx
 
 from agentd import __version__
 from agentd.config.environment import read_env_file
+from agentd.control.spool import Failed, append_line, doing, spool_line
 from agentd.edge import printable
 from agentd.errors import ConfigError
-from agentd.process.http import tls_context
+from agentd.process.http import client
 from agentd.process.runner import ProcessSpec, child_environment, run_process
 from agentd.records.messages import (
     SECRET_REF,
@@ -48,6 +45,9 @@ from agentd.records.messages import (
     WebhookHandler,
 )
 from agentd.redaction import Redactor
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger(__name__)
 # The HTTP library logs what a receiver answered, unredacted (the reason phrase at INFO, raw bytes at
@@ -61,9 +61,6 @@ ERROR_CHARS = 300  # of a command's stderr, in its last_error
 MAX_ERROR_CHARS = 500  # any error text a send returns, once redacted
 OUTPUT_CAP_BYTES = 64 * 1024  # a command handler's stdout/stderr, each
 RETRY_STATUSES = (408, 429)  # 4xx that mean "later", not "never"
-SCAN_BYTES = 64 * 1024  # a re-send's look for its line in the spool, per read
-SPOOL_LOCK_S = 10.0  # the longest wait for another writer's lock on a spool; then the attempt is a retry
-LOCK_POLL_S = 0.05
 # Retry-After as RFC 9110 §10.2.3 allows it: delay-seconds (ASCII digits only) or an HTTP-date in one of
 # its three forms (IMF-fixdate, RFC 850, asctime). Anything else leaves the handler's own backoff.
 DELAY_SECONDS = re.compile(r"[0-9]+", re.ASCII)
@@ -207,6 +204,8 @@ async def post_webhook(
     """POST the message as JSON; 2xx delivered it, a 4xx other than 408/429 refused it for good,
     anything else (5xx, 408, 429, a timeout, no connection) is worth another try. `signer` adds the
     headers that sign the exact body bytes (an approval hand-off: `send_signed`)."""
+    import httpx  # only a process that sends loads it (agentd/process/http.py)
+
     try:  # as UTF-8 bytes: a token need not be ASCII
         headers = [(name.encode(), _expand(value, secrets).encode()) for name, value in handler.headers.items()]
     except KeyError as exc:
@@ -236,10 +235,10 @@ async def _exchange(
     more than BODY_CAP_BYTES of it are read, whatever it sends or however long it takes, and all of it
     within timeout_s, however slowly the receiver drips. The rest is never read: the connection closes."""
     started = anyio.current_time()
-    async with httpx.AsyncClient(trust_env=False, timeout=handler.timeout_s, verify=tls_context()) as client:
-        request = client.build_request("POST", handler.url, content=body, headers=headers)
+    async with client(handler.timeout_s) as http:
+        request = http.build_request("POST", handler.url, content=body, headers=headers)
         with anyio.fail_after(handler.timeout_s):
-            response = await client.send(request, stream=True)
+            response = await http.send(request, stream=True)
         try:
             first = ""
             if not 200 <= response.status_code < 300:  # delivered by its status line: no need to listen
@@ -254,6 +253,8 @@ async def _first_words(response: httpx.Response, redactor: Redactor) -> str:
     """At most BODY_CAP_BYTES of the body, streamed (never buffered whole); an answer cut short or reset
     gives what came. Redacted before it is cut to BODY_SHOWN_CHARS (and what came last before the cap is
     dropped: a secret the cap cut in two would no longer be recognised)."""
+    import httpx
+
     data = bytearray()
     with contextlib.suppress(httpx.HTTPError):
         async for chunk in response.aiter_raw():
@@ -312,119 +313,6 @@ def _expand(value: str, secrets: dict[str, str]) -> str:
         return secrets[name]
 
     return SECRET_REF.sub(secret, value)
-
-
-class Failed(Exception):
-    """What a handler could not do, where, and the OS's word for why (`doing`)."""
-
-
-@contextlib.contextmanager
-def doing(what: str, where: Path) -> Iterator[None]:
-    """Any OSError inside becomes Failed("cannot <what> <where>: <strerror> (<ERRNO>)"): an OSError
-    from a write or an fsync names no file (`cannot read None`, before), and a full disk, a quota, a
-    read-only remount and an I/O error must each say which."""
-    try:
-        yield
-    except OSError as exc:
-        raise Failed(f"cannot {what} {where}: {os_error_text(exc)}") from exc
-
-
-def os_error_text(exc: OSError) -> str:
-    name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
-    text = exc.strerror or str(exc) or type(exc).__name__
-    return f"{text} ({name})" if name else text
-
-
-# --- spool -----------------------------------------------------------------------------------------
-
-
-def spool_line(delivery: Delivery) -> bytes:
-    line = {"idempotency_key": delivery.idempotency_key, "message": delivery.message, "task_id": delivery.task_id}
-    return json.dumps(line, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode() + b"\n"
-
-
-def append_line(path: Path, line: bytes, resent: bool, lock_wait_s: float = SPOOL_LOCK_S) -> Sent:
-    """Append one whole line and fsync it, under an exclusive flock: agentd's own writers (and any other
-    that takes the lock) interleave whole lines. Never removes or rewrites a byte already in the file:
-    if it does not end in a newline (an earlier write cut short, or a writer that does not lock still
-    writing its line), agentd's line starts with one, so it is whole on its own. A re-send first looks
-    for its own line: an interrupted attempt may have written it already. Any OSError is a retry that
-    says what failed, where and why; the message is delivered only once its line is synced."""
-    try:
-        with doing("create the folder of", path):
-            created = not path.exists()
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with doing("open", path):
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except Failed as exc:
-        return Sent("retry", str(exc))
-    try:
-        return _append_locked(fd, path, line, resent, created, lock_wait_s)
-    except Failed as exc:
-        return Sent("retry", str(exc))
-    finally:
-        os.close(fd)
-
-
-def _append_locked(fd: int, path: Path, line: bytes, resent: bool, created: bool, lock_wait_s: float) -> Sent:
-    with doing("lock", path):
-        _lock(fd, path, lock_wait_s)
-    if resent:
-        with doing("read", path):
-            if _holds_line(fd, line):
-                return Sent("delivered", note="already in the spool: an interrupted attempt had written it")
-    with doing("append to", path):
-        _write_all(fd, _fresh_line(fd) + line)
-    with doing("sync", path):
-        os.fsync(fd)
-    if created:
-        with doing("sync the folder of", path):
-            _fsync_dir(path.parent)
-    return Sent("delivered")
-
-
-def _lock(fd: int, path: Path, wait_s: float) -> None:
-    """flock, waiting at most wait_s: a writer that holds the lock forever makes a retry, never a
-    delivery slot (or a stop) that waits forever."""
-    for _ in range(max(round(wait_s / LOCK_POLL_S), 1)):
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            time.sleep(LOCK_POLL_S)  # on a worker thread: the event loop goes on
-    raise Failed(f"cannot lock {path}: another writer held it for {wait_s:g}s")
-
-
-def _fresh_line(fd: int) -> bytes:
-    """A newline if the file ends inside a line (never a byte removed: that line may be someone's)."""
-    size = os.fstat(fd).st_size
-    return b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
-
-
-def _holds_line(fd: int, line: bytes) -> bool:
-    """Whether `line` is already one of the file's whole lines (agentd writes a message's line the same
-    way every time). Read in chunks: a spool can be large, and a line of it too."""
-    needle, offset, carry = b"\n" + line, 0, b"\n"  # the file's start counts as a line's start
-    while chunk := os.pread(fd, SCAN_BYTES, offset):
-        seen = carry + chunk
-        if needle in seen:
-            return True
-        carry, offset = seen[-(len(needle) - 1) :], offset + len(chunk)
-    return False
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- command ---------------------------------------------------------------------------------------

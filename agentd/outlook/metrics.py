@@ -13,29 +13,18 @@ threads or memory. prometheus-client does the encoding.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 import anyio.to_thread
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    Info,
-    disable_created_metrics,
-    generate_latest,
-)
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
 from agentd import __version__
 from agentd.clock import Clock, parse_ts
@@ -51,9 +40,12 @@ from agentd.records import TASK_STATUSES
 from agentd.store import Store, open_store
 from agentd.usage import TOKEN_KINDS, believed
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Counter
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.metrics_core import Metric
+
 logger = logging.getLogger(__name__)
-# a `_created` series per counter doubles the scrape, and no query of ours reads it
-disable_created_metrics()  # type: ignore[no-untyped-call]
 
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
 FLEET_STATUSES = ("completed", "failed", "refused")  # agentd_fleet_reported_total{status}
@@ -63,19 +55,33 @@ CONNECTION_TIMEOUT_S = 5.0
 MAX_REQUEST_BYTES = 8192
 
 
+@functools.cache
+def prometheus() -> ModuleType:
+    """prometheus_client, imported by the first service that serves metrics: a command or a one-shot run
+    that serves none never loads it (docs/decisions.md, "Start-up")."""
+    import prometheus_client
+    import prometheus_client.core
+
+    # a `_created` series per counter doubles the scrape, and no query of ours reads it
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+    return prometheus_client
+
+
 def family(spec: Spec, value: float | None = None) -> GaugeMetricFamily:
     """A gauge read at scrape time, as its Spec says (labelled: samples are added to it)."""
+    gauge = prometheus().core.GaugeMetricFamily
     if spec.labels:
-        return GaugeMetricFamily(spec.name, spec.help, labels=list(spec.labels))
-    return GaugeMetricFamily(spec.name, spec.help, value=value)
+        return gauge(spec.name, spec.help, labels=list(spec.labels))  # type: ignore[no-any-return]
+    return gauge(spec.name, spec.help, value=value)  # type: ignore[no-any-return]
 
 
 def counter(spec: Spec, registry: CollectorRegistry) -> Counter:
-    return Counter(spec.name, spec.help, list(spec.labels), registry=registry)
+    return prometheus().Counter(spec.name, spec.help, list(spec.labels), registry=registry)  # type: ignore[no-any-return]
 
 
-class QueueCollector(Collector):
-    """Tasks by status and the oldest pending task's age, from the database at scrape time."""
+class QueueCollector:
+    """Tasks by status and the oldest pending task's age, from the database at scrape time (a
+    prometheus_client Collector: one `collect`)."""
 
     def __init__(self, db_path: Path, clock: Clock, config: Config | None = None) -> None:
         self._db_path, self._clock, self._config = db_path, clock, config
@@ -143,8 +149,9 @@ class Metrics:
 
     def __init__(self, service: str, agent_id: str, db_path: Path, clock: Clock, config: Config | None = None) -> None:
         self.service = service
-        self.registry = CollectorRegistry(auto_describe=True)
-        Info(specs.BUILD.name, specs.BUILD.help, registry=self.registry).info(
+        prom = prometheus()
+        self.registry = prom.CollectorRegistry(auto_describe=True)
+        prom.Info(specs.BUILD.name, specs.BUILD.help, registry=self.registry).info(
             {"version": __version__, "agent_id": agent_id, "service": service}
         )
         self._queue = QueueCollector(db_path, clock, config)
@@ -195,8 +202,9 @@ class Metrics:
         elif path.split(b"?", 1)[0] not in (b"/metrics", b"/"):
             await stream.send(_response(404, b"try /metrics\n", b"text/plain"))
         else:
-            body = await anyio.to_thread.run_sync(generate_latest, self.registry, limiter=self._scrapes)
-            await stream.send(_response(200, body, CONTENT_TYPE_LATEST.encode(), head=method == b"HEAD"))
+            prom = prometheus()
+            body = await anyio.to_thread.run_sync(prom.generate_latest, self.registry, limiter=self._scrapes)
+            await stream.send(_response(200, body, prom.CONTENT_TYPE_LATEST.encode(), head=method == b"HEAD"))
 
     def close(self) -> None:
         self._queue.close()
@@ -205,16 +213,18 @@ class Metrics:
 class DispatchMetrics(Metrics):
     def __init__(self, agent_id: str, db_path: Path, clock: Clock, config: Config | None = None) -> None:
         super().__init__("dispatch", agent_id, db_path, clock, config)
-        r = self.registry
+        r, prom = self.registry, prometheus()
         self.attempts = counter(specs.ATTEMPTS, r)
         spec = specs.ATTEMPT_DURATION
-        self.attempt_duration = Histogram(spec.name, spec.help, list(spec.labels), buckets=DURATION_BUCKETS, registry=r)
+        self.attempt_duration = prom.Histogram(
+            spec.name, spec.help, list(spec.labels), buckets=DURATION_BUCKETS, registry=r
+        )
         self.cost = counter(specs.COST, r)
         self.tokens = counter(specs.TOKENS, r)
         self.schedule_tasks = counter(specs.SCHEDULE_TASKS, r)
         self.workflow_transitions = counter(specs.WORKFLOW_MOVES, r)
-        self._lock_held = Gauge(specs.LOCK_HELD.name, specs.LOCK_HELD.help, registry=r)
-        self._last_success = Gauge(specs.LAST_SUCCESS.name, specs.LAST_SUCCESS.help, registry=r)
+        self._lock_held = prom.Gauge(specs.LOCK_HELD.name, specs.LOCK_HELD.help, registry=r)
+        self._last_success = prom.Gauge(specs.LAST_SUCCESS.name, specs.LAST_SUCCESS.help, registry=r)
         self._boot_sweep = counter(specs.BOOT_SWEEP, r)
         self.messages = counter(specs.MESSAGES, r)
         self._fleet: dict[str, Any] = {}  # made on the first fleet call: an agent without a fleet shows none
@@ -223,18 +233,18 @@ class DispatchMetrics(Metrics):
         """A fleet metric (docs/fleet.md). None has an `agent` label: the scrape job's target label
         names the agent, as on every other series (a label of ours would come back as exported_agent)."""
         if not self._fleet:
-            r = self.registry
+            r, prom = self.registry, prometheus()
             spec = specs.FLEET_CLAIM_SECONDS
             reported = counter(specs.FLEET_REPORTED, r)
             for status in FLEET_STATUSES:  # at 0 from the start, so increase() sees the first report
                 reported.labels(status)
             self._fleet = {
-                "leases": Gauge(specs.FLEET_LEASES.name, specs.FLEET_LEASES.help, registry=r),
+                "leases": prom.Gauge(specs.FLEET_LEASES.name, specs.FLEET_LEASES.help, registry=r),
                 "claimed": counter(specs.FLEET_CLAIMED, r),
                 "lost": counter(specs.FLEET_LOST, r),
                 "reported": reported,
-                "claim_seconds": Histogram(spec.name, spec.help, buckets=CLAIM_BUCKETS, registry=r),
-                "reachable": Gauge(specs.FLEET_REACHABLE.name, specs.FLEET_REACHABLE.help, registry=r),
+                "claim_seconds": prom.Histogram(spec.name, spec.help, buckets=CLAIM_BUCKETS, registry=r),
+                "reachable": prom.Gauge(specs.FLEET_REACHABLE.name, specs.FLEET_REACHABLE.help, registry=r),
             }
         return self._fleet[name]
 
