@@ -1,5 +1,5 @@
-"""agentd's words, free of every dependency: a task's statuses (seed 000 §6) and seed 003 §7's
-dispatch context. The CLI offers them as choices before it loads a record (agentd/records builds
+"""agentd's words, free of every dependency: a task's statuses (seed 000 §6), an outcome's, and seed
+003 §7's dispatch context. The CLI offers them as choices before it loads a record (agentd/records builds
 its records from them)."""
 
 from __future__ import annotations
@@ -22,6 +22,17 @@ TERMINAL_STATUSES: tuple[TaskStatus, ...] = (
     "blocked",
     "operator_canceled",
 )
+
+# An outcome's status, and the machine status each one means (seed 000 §7's TaskOutcome).
+OutcomeStatus = Literal["completed", "retryable_failure", "permanent_failure", "blocked", "operator_canceled"]
+MachineStatus = Literal["ok", "needs_retry", "blocked", "failed", "canceled"]
+MACHINE_STATUS_OF: dict[OutcomeStatus, MachineStatus] = {
+    "completed": "ok",
+    "retryable_failure": "needs_retry",
+    "permanent_failure": "failed",
+    "blocked": "blocked",
+    "operator_canceled": "canceled",
+}
 
 OriginSurface = Literal["browser", "mobile", "desktop", "web", "product-api", "cli"]  # seed 003 §7, and `cli`
 DispatchMode = Literal["interactive", "queued", "scheduled", "remote"]

@@ -510,6 +510,78 @@ def approvals_both_ways(rig: Rig, rig_cli: Any, ops: list[tuple[str, Any, Any]])
     assert again.code == 2 and "is not waiting for approval" in again.err
 
 
+
+def decided(rig: Rig, task_id: int) -> dict[str, Any]:
+    """What an approval's decision left of a task: its row, its approvals and its events, without the ids
+    and the times (two tasks decided a moment apart compare equal)."""
+    db = rig.store.tx
+    task = dict(db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone())
+    for moment in ("id", "created_at", "updated_at", "finished_at", "available_at"):
+        task.pop(moment)
+    approvals = db.execute(
+        "SELECT status, decided_by, reason, scope, decided_at IS NOT NULL FROM approvals WHERE task_id = ?", (task_id,)
+    ).fetchall()
+    events = [
+        (e.type, {k: v for k, v in e.payload.items() if k not in ("approval_id", "task_id")})
+        for e in rig.store.read_events(task_id=task_id, limit=1000)
+    ]
+    return {"task": task, "approvals": [tuple(a) for a in approvals], "events": events}
+
+
+@pytest.mark.parametrize(
+    "verb", [("approve",), ("approve", "--note", "looks right"), ("deny", "--reason", "not this week")]
+)
+def test_approve_and_deny_do_through_the_fast_path_what_the_full_path_does(
+    rig: Rig, rig_cli: Any, monkeypatch: pytest.MonkeyPatch, verb: tuple[str, ...]
+) -> None:
+    """Two tasks held alike: one decided by the full path (no view), the other by the fast one (the full
+    path made to fail, so it cannot have answered). The same words, rows and events, ids and times aside."""
+    for _ in range(2):
+        apply(rig, ("held", 3, 0))
+    first, second = [p.task_id for p in rig.store.pending_approvals()][-2:]
+    cache_file(rig.config.paths.state_dir).unlink(missing_ok=True)
+    full = rig_cli(rig, verb[0], str(first), *verb[1:])
+    view(rig)
+
+    def no_full_path(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the full path answered")
+
+    monkeypatch.setattr("agentd.control.resolve_approval", no_full_path)
+    fast = rig_cli(rig, verb[0], str(second), *verb[1:])
+    assert full.code == 0, full.err
+    assert (fast.code, fast.err) == (full.code, full.err)
+    assert fast.out.replace(f"task {second}", "task N") == full.out.replace(f"task {first}", "task N")
+    assert decided(rig, second) == decided(rig, first)
+    monkeypatch.undo()
+    again = rig_cli(rig, *verb[:1], str(second), *verb[1:])  # nothing pending now: the full path's refusal
+    assert again.code == 2 and "is not waiting for approval" in again.err
+
+
+@settings(max_examples=examples(200))
+@given(summary=st.text(), note=st.one_of(st.none(), st.text()))
+def test_a_denied_tasks_outcome_is_the_records_own(summary: str, note: str | None) -> None:
+    """The fast path writes a denied task's outcome without pydantic: the same JSON TaskOutcome stores."""
+    from agentd.records import TaskOutcome
+    from agentd.store.plain import canceled_outcome, denial
+
+    written = TaskOutcome.failure(summary, "operator_canceled").model_dump(mode="json", exclude_none=True)
+    assert canceled_outcome(summary) == written
+    assert denial("op", note).startswith("denied by op")
+
+
+@pytest.mark.process
+def test_deny_runs_without_pydantic_once_the_view_is_there(rig: Rig) -> None:
+    from agentd.process.privilege import operator_name
+
+    apply(rig, ("held", 3, 0))
+    (held,) = [p.task_id for p in rig.store.pending_approvals()]
+    assert probe(rig.config.path, "init")["code"] == 0  # the view, in the probe's environment
+    denied = probe(rig.config.path, "deny", str(held), "--reason", "no")
+    assert (denied["code"], denied["pydantic"]) == (0, False), denied
+    assert denied["out"] == f"task {held} denied by {operator_name()}: operator_canceled\n"
+    assert rig.store.get_task_or_raise(held).status == "operator_canceled"
+
+
 # --- task list: the same table, poisoned rows included -----------------------------------------------
 
 TASK_POISON = st.sampled_from(

@@ -1,4 +1,4 @@
-"""The hot commands without pydantic: `agentd status`, `task add`, `approvals` and `approve` from the
+"""The hot commands without pydantic: `agentd status`, `task add`, `approvals`, `approve` and `deny` from the
 config's cached view (agentd/cli/config_cache.py) and plain rows (agentd/store/plain.py); `events` and
 `task list` are agentd/cli/plain_reads.py's.
 
@@ -268,9 +268,10 @@ def approvals(args: argparse.Namespace) -> list[dict[str, Any]] | None:
         return None
 
 
-def approve(args: argparse.Namespace) -> str | None:
-    """Approve a task held before its first claim as agentd/control `resolve_approval` does; who approved
-    it, or None (nothing written) wherever the full path must answer: --json, any other approval, none."""
+def resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> str | None:
+    """Approve or deny a task held before its first claim as agentd/control `resolve_approval` does; who
+    decided, or None (nothing written) wherever the full path must answer: --json, any other approval,
+    none."""
     if wants_json(args):
         return None
     view = cached_view(args)
@@ -278,14 +279,14 @@ def approve(args: argparse.Namespace) -> str | None:
         return None
     from agentd.process.privilege import operator_name, refuse_inside_attempt
     from agentd.process.wake import poke
-    from agentd.store.plain import approve_claim
+    from agentd.store.plain import resolve_claim
 
     refuse_inside_attempt(view["run_as"], "this command writes to the agent's database")
     with plain_store(view, readonly=False) as store:
         if store is None:
             return None
         who = operator_name()
-        done = approve_claim(store, args.task_id, who, args.note, SystemClock().now())
+        done = resolve_claim(store, args.task_id, who, note, SystemClock().now(), approved=approved)
     if not done:
         return None
     poke(Path(view["state_dir"]))

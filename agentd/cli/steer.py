@@ -79,8 +79,8 @@ def cmd_deny(args: argparse.Namespace) -> int:
 def _resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> int:
     from agentd.cli import quick
 
-    if approved and (who := quick.approve(args)) is not None:  # without pydantic, as the full path would
-        print(f"task {args.task_id} approved by {who}; it runs when its turn comes")
+    if (who := quick.resolve(args, approved=approved, note=note)) is not None:  # as the full path would
+        print(_decided(args.task_id, who, approved, "operator_canceled"))
         return 0
     from agentd import control
 
@@ -89,10 +89,8 @@ def _resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> i
         if scope == "side_effects":
             went, decided = ("go ahead", "approved") if approved else ("are refused", "denied")
             print(f"task {task.task_id}'s follow-ups and messages {went} ({decided} by {who})")
-        elif approved:
-            print(f"task {task.task_id} approved by {who}; it runs when its turn comes")
         else:
-            print(f"task {task.task_id} denied by {who}: {task.status}")
+            print(_decided(task.task_id, who, approved, task.status))
 
     return store_command(
         args,
@@ -102,6 +100,13 @@ def _resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> i
         said,
         as_json=lambda result: result[0],
     )
+
+
+def _decided(task_id: int, who: str, approved: bool, status: str) -> str:
+    """What `approve` and `deny` say of a claim approval (a denied task's status: operator_canceled)."""
+    if approved:
+        return f"task {task_id} approved by {who}; it runs when its turn comes"
+    return f"task {task_id} denied by {who}: {status}"
 
 
 def cmd_pause(args: argparse.Namespace) -> int:

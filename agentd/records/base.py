@@ -11,6 +11,8 @@ from agentd.clock import format_ts, parse_ts, to_utc
 from agentd.edge import check_value
 from agentd.vocabulary import TASK_STATUSES as TASK_STATUSES  # the status words live below the records
 from agentd.vocabulary import TERMINAL_STATUSES as TERMINAL_STATUSES
+from agentd.vocabulary import MachineStatus as MachineStatus
+from agentd.vocabulary import OutcomeStatus as OutcomeStatus
 from agentd.vocabulary import TaskStatus as TaskStatus
 
 
@@ -42,8 +44,6 @@ def _storable(value: dict[str, Any]) -> dict[str, Any]:
 JsonObject = Annotated[dict[str, Any], AfterValidator(_storable)]
 
 Sandbox = Literal["read-only", "workspace-write", "danger-full-access"]
-OutcomeStatus = Literal["completed", "retryable_failure", "permanent_failure", "blocked", "operator_canceled"]
-MachineStatus = Literal["ok", "needs_retry", "blocked", "failed", "canceled"]
 ArtifactRole = Literal["plan", "execute-report", "verify-report", "output", "snapshot", "adapter-audit"]
 
 

@@ -19,6 +19,7 @@ from agentd.records.base import (
     TaskStatus,
     Timestamp,
 )
+from agentd.vocabulary import MACHINE_STATUS_OF as MACHINE_STATUS_OF
 
 
 class WorkflowRef(Record):
@@ -104,13 +105,6 @@ class ConstitutionProposal(Record):
     reason: str = Field(min_length=1, max_length=4000, description="why the agent proposes it")
 
 
-MACHINE_STATUS_OF: dict[OutcomeStatus, MachineStatus] = {
-    "completed": "ok",
-    "retryable_failure": "needs_retry",
-    "permanent_failure": "failed",
-    "blocked": "blocked",
-    "operator_canceled": "canceled",
-}
 
 
 class TaskOutcome(Record):

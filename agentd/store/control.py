@@ -12,6 +12,7 @@ from agentd.records import TaskOutcome, TaskRecord
 from agentd.store.approvals import ApprovalScope
 from agentd.store.base import StoreBase, ts
 from agentd.store.outbox import held_side_effects, settle
+from agentd.store.plain import denial
 from agentd.store.tasks import cancel_waiting, read_task_or_raise
 
 
@@ -62,7 +63,7 @@ class ControlVerbs(StoreBase):
             if scope == "side_effects":
                 payload["scope"] = scope
             self._append_event("approval_resolved", now, task_id=task_id, payload=payload)
-            denied = f"denied by {by}: {note}" if note else f"denied by {by}"
+            denied = denial(by, note)
             if scope == "claim":
                 self._conn.execute(
                     "UPDATE tasks SET awaiting_approval = 0, updated_at = ? WHERE id = ?", (ts(now), task_id)

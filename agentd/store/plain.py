@@ -1,7 +1,8 @@
 """Plain rows for the CLI's fast paths: `agentd status`'s reads and `task add`'s insert, as dicts and
 tuples, without the records (pydantic). They mirror the verbs named beside each one; tests hold the fast
 paths' output to the verbs' on the same database (tests/test_fast_cli.py), so the records stay the one
-description of every shape. Transactions and the event chain are store/base.py's own."""
+description of every shape. Transactions and the event chain are store/base.py's own. Where a write is
+the same on both paths (a waiting task's end), the verbs call the one here."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from agentd.clock import Clock, parse_ts
-from agentd.store.base import StoreBase, connect, dumps, parse_optional_ts, timestamp_text, ts
+from agentd.store.base import StoreBase, Tx, connect, dumps, parse_optional_ts, timestamp_text, ts
 from agentd.store.columns import HELD_FOR_APPROVAL, TASK_COLUMNS, TASK_FROM
 from agentd.store.migrations import available_migrations, require_current
+from agentd.vocabulary import MACHINE_STATUS_OF
 
 WAITING = ("pending", "retryable_failure")
 CLAIMABLE = "status IN ('pending', 'retryable_failure') AND awaiting_approval = 0 AND available_at <= :now"
@@ -164,7 +166,7 @@ def enqueue_plain(store: StoreBase, new: dict[str, Any], now: datetime, event_pa
     return task_id
 
 
-# --- agentd approvals, approve (store/control.py pending_approvals, resolve_approval) ------------------
+# --- agentd approvals, approve, deny (store/control.py pending_approvals, resolve_approval) ------------
 
 
 def approval_rows(store: StoreBase) -> list[tuple[Any, ...]]:
@@ -179,9 +181,10 @@ def approval_rows(store: StoreBase) -> list[tuple[Any, ...]]:
     ]
 
 
-def approve_claim(store: StoreBase, task_id: int, by: str, note: str | None, now: datetime) -> bool:
-    """`resolve_approval(approved=True)` of a task held before its first claim; False, with nothing
-    written, for anything else (no such task, nothing pending, a side-effects approval)."""
+def resolve_claim(store: StoreBase, task_id: int, by: str, note: str | None, now: datetime, *, approved: bool) -> bool:
+    """`resolve_approval` of a task held before its first claim: approved, it may be claimed; denied, it
+    ends operator_canceled. False, with nothing written, for anything else (no such task, nothing
+    pending, a side-effects approval): the full path answers those."""
     with store.transaction():
         row = store.tx.execute(
             """SELECT a.approval_id, a.scope FROM tasks t JOIN approvals a ON a.task_id = t.id
@@ -192,14 +195,57 @@ def approve_claim(store: StoreBase, task_id: int, by: str, note: str | None, now
             return False
         approval_id = row[0][0]
         store.tx.execute(
-            """UPDATE approvals SET status = 'approved', decided_at = ?, decided_by = ?, reason = COALESCE(?, reason)
+            """UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, reason = COALESCE(?, reason)
                WHERE approval_id = ?""",
-            (ts(now), by, note, approval_id),
+            ("approved" if approved else "rejected", ts(now), by, note, approval_id),
         )
-        payload = {"approval_id": approval_id, "decision": "approved", "by": by, "note": note}
+        decision = "approved" if approved else "denied"
+        payload = {"approval_id": approval_id, "decision": decision, "by": by, "note": note}
         store.tx.event("approval_resolved", now, task_id=task_id, payload=payload)
         store.tx.execute("UPDATE tasks SET awaiting_approval = 0, updated_at = ? WHERE id = ?", (ts(now), task_id))
+        if not approved:
+            end_waiting(store.tx, task_id, canceled_outcome(denial(by, note)), now, "agentd")
     return True
+
+
+def denial(by: str, note: str | None) -> str:
+    """What a denied task's outcome says."""
+    return f"denied by {by}: {note}" if note else f"denied by {by}"
+
+
+def canceled_outcome(summary: str) -> dict[str, Any]:
+    """`TaskOutcome.failure(summary, "operator_canceled")` as the tasks table stores it (its JSON without
+    the fields it leaves unset); tests/test_fast_cli.py holds the two equal for any summary."""
+    return {
+        "status": "operator_canceled",
+        "machine_status": MACHINE_STATUS_OF["operator_canceled"],
+        "operator_summary": summary,
+    }
+
+
+def end_waiting(tx: Tx, task_id: int, outcome: dict[str, Any], now: datetime, by: str) -> None:
+    """A task that is not running ends operator_canceled with `outcome` (a TaskOutcome's stored JSON), and
+    waits for no operator any more; the caller holds the transaction (store/tasks.py `cancel_waiting`)."""
+    summary = outcome["operator_summary"]
+    tx.execute(
+        """UPDATE tasks SET status = 'operator_canceled', outcome = ?, finished_at = ?, updated_at = ?
+           WHERE id = ?""",
+        (dumps(outcome), ts(now), ts(now), task_id),
+    )
+    tx.event(
+        "task_finished", now, task_id=task_id, payload={"status": "operator_canceled", "summary": summary, "by": by}
+    )
+    # Its pending approval is closed (denied, by whoever canceled it, with the cancel's summary), or
+    # `approvals` and the oldest-approval gauge would keep it forever.
+    rows = tx.execute(
+        """UPDATE approvals SET status = 'rejected', decided_at = ?, decided_by = ?, reason = ?
+           WHERE task_id = ? AND status = 'pending' RETURNING approval_id""",
+        (ts(now), by, summary, task_id),
+    ).fetchall()
+    tx.execute("UPDATE tasks SET awaiting_approval = 0 WHERE id = ? AND awaiting_approval = 1", (task_id,))
+    for (approval_id,) in rows:
+        payload = {"approval_id": approval_id, "decision": "denied", "by": by, "note": f"task canceled: {summary}"}
+        tx.event("approval_resolved", now, task_id=task_id, payload=payload)
 
 
 # --- agentd events (store/events.py read_events) ------------------------------------------------------

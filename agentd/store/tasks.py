@@ -16,6 +16,7 @@ from agentd.store.approvals import never_approved, request_approval
 from agentd.store.base import StoreBase, Tx, dumps, parse_optional_ts, ts
 from agentd.store.budget import CLAIMABLE, claimable_branches, held_by_budget, hold_params
 from agentd.store.columns import HELD_FOR_APPROVAL, TASK_COLUMNS, TASK_FROM
+from agentd.store.plain import end_waiting
 from agentd.store.rows import task_from_row
 from agentd.store.sparse import SparseInsert
 
@@ -146,18 +147,7 @@ class HeldTasks:
 
 def cancel_waiting(tx: Tx, task_id: int, outcome: TaskOutcome, now: datetime, by: str = "agentd") -> None:
     """A task that is not running ends operator_canceled; the caller holds the transaction."""
-    tx.execute(
-        """UPDATE tasks SET status = 'operator_canceled', outcome = ?, finished_at = ?, updated_at = ?
-           WHERE id = ?""",
-        (dumps(outcome.model_dump(mode="json", exclude_none=True)), ts(now), ts(now), task_id),
-    )
-    tx.event(
-        "task_finished",
-        now,
-        task_id=task_id,
-        payload={"status": "operator_canceled", "summary": outcome.operator_summary, "by": by},
-    )
-    _close_approvals(tx, task_id, outcome.operator_summary, now, by)
+    end_waiting(tx, task_id, outcome.model_dump(mode="json", exclude_none=True), now, by)
 
 
 def request_cancel(tx: Tx, task_id: int, now: datetime, by: str) -> None:
@@ -167,21 +157,6 @@ def request_cancel(tx: Tx, task_id: int, now: datetime, by: str) -> None:
         (ts(now), ts(now), task_id),
     )
     tx.event("task_cancel_requested", now, task_id=task_id, payload={"by": by})
-
-
-def _close_approvals(tx: Tx, task_id: int, why: str, now: datetime, by: str) -> None:
-    """A canceled task waits for no operator: its pending approval is closed (denied, by whoever
-    canceled it, with the cancel's summary), or `approvals` and the oldest-approval gauge would keep it
-    forever."""
-    rows = tx.execute(
-        """UPDATE approvals SET status = 'rejected', decided_at = ?, decided_by = ?, reason = ?
-           WHERE task_id = ? AND status = 'pending' RETURNING approval_id""",
-        (ts(now), by, why, task_id),
-    ).fetchall()
-    tx.execute("UPDATE tasks SET awaiting_approval = 0 WHERE id = ? AND awaiting_approval = 1", (task_id,))
-    for (approval_id,) in rows:
-        payload = {"approval_id": approval_id, "decision": "denied", "by": by, "note": f"task canceled: {why}"}
-        tx.event("approval_resolved", now, task_id=task_id, payload=payload)
 
 
 def held_for_approval(tx: Tx, now: str) -> dict[tuple[str, bool], int]:
