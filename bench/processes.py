@@ -38,6 +38,7 @@ def startup_commands(config_path: Path) -> dict[str, list[str]]:
         "python -c pass": [sys.executable, "-c", "pass"],
         "agentd status": agentd_argv(config_path, "status"),
         "agentd task add": agentd_argv(config_path, "task", "add", "--type", "example", "--subject", "bench"),
+        "agentd task show": agentd_argv(config_path, "task", "show", "1"),  # the task the first `task add` made
     }
 
 

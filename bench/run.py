@@ -117,6 +117,7 @@ def goals(sizes: Sizes) -> list[Goal]:
         ),
         Goal("`agentd task add` ≤ 150 ms", "start-up: agentd task add", None, 150, False),
         Goal("`agentd status` ≤ 150 ms", "start-up: agentd status", None, 150, False),
+        Goal("`agentd task show` ≤ 150 ms", "start-up: agentd task show", None, 150, False),
         Goal("idle `agentd dispatch` ≤ 0.1% of a core", IDLE_CPU.format("dispatch"), None, 0.1, False),
         Goal("idle `agentd sensors` ≤ 0.1% of a core", IDLE_CPU.format("sensors"), None, 0.1, False),
         Goal("idle `agentd dispatch` ≤ 80 MB RSS", IDLE_RSS.format("dispatch"), None, 80, False),

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from rig import Rig
@@ -570,7 +570,7 @@ def test_a_denied_tasks_outcome_is_the_records_own(summary: str, note: str | Non
 
 
 @pytest.mark.process
-def test_deny_runs_without_pydantic_once_the_view_is_there(rig: Rig) -> None:
+def test_deny_and_task_show_run_without_pydantic_once_the_view_is_there(rig: Rig) -> None:
     from agentd.process.privilege import operator_name
 
     apply(rig, ("held", 3, 0))
@@ -580,6 +580,9 @@ def test_deny_runs_without_pydantic_once_the_view_is_there(rig: Rig) -> None:
     assert (denied["code"], denied["pydantic"]) == (0, False), denied
     assert denied["out"] == f"task {held} denied by {operator_name()}: operator_canceled\n"
     assert rig.store.get_task_or_raise(held).status == "operator_canceled"
+    page = probe(rig.config.path, "task", "show", str(held))
+    assert (page["code"], page["pydantic"]) == (0, False), page
+    assert page["out"].startswith(f"task {held}  operator_canceled") and "summary     denied by" in page["out"]
 
 
 # --- task list: the same table, poisoned rows included -----------------------------------------------
@@ -648,6 +651,68 @@ def test_task_list_prints_the_same_through_both_paths(
             assert plain_reads.task_list(parsed(rig, "task", "list")) is not None, (
                 "a clean queue is listed by the fast path"
             )
+
+
+
+# --- task show: the same page, poisoned rows included ----------------------------------------------
+
+ATTEMPT_POISON = st.sampled_from(
+    [
+        ("exit_status", "weird"),
+        ("started_at", "garbage"),
+        ("ended_at", "2026-13-01T00:00:00Z"),
+        ("attempt_number", "1"),
+        ("pid", 1.5),
+        ("model", 7),
+        ("evidence_pruned_at", "2026-11-20T10:00:00Z"),
+        ("termination_reason", "the operator's \x1b[31mred\x1b[0m words"),
+        ("diagnostics", '{"n": 1e999}'),
+        ("input_tokens", -3),
+    ]
+)
+SHOW_EDITS = st.one_of(
+    st.tuples(st.just("tasks"), TASK_POISON),
+    st.tuples(st.just("tasks"), st.tuples(st.just("parent_task_id"), st.integers(1, 7))),
+    st.tuples(st.just("task_attempts"), ATTEMPT_POISON),
+    st.tuples(st.just("events"), POISON),
+)
+WHERE = {"tasks": "id", "task_attempts": "rowid", "events": "sequence"}
+
+
+@settings(RIG_SETTINGS, max_examples=examples(100))
+@given(ops=OPS, edits=st.lists(st.tuples(st.integers(1, 6), SHOW_EDITS), max_size=3), shown=st.integers(1, 4))
+def test_task_show_prints_the_same_through_both_paths(
+    tmp_path_factory: pytest.TempPathFactory,
+    clock: FakeClock,
+    rig_cli: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    ops: list[tuple[str, Any, Any]],
+    edits: list[tuple[int, tuple[str, tuple[str, Any]]]],
+    shown: int,
+) -> None:
+    """A task with attempts, events, approvals and delegation parents (some of them cycles or missing),
+    any row poisoned: the fast path prints the full path's page, or hands over to it."""
+    import sqlite3
+
+    monkeypatch.setattr("agentd.cli.queue.SystemClock", lambda: clock)  # the page's "ago", the same twice
+    with fresh(tmp_path_factory, clock) as rig:
+        for op in [("add", 5, 0), ("claim", 0, 0), ("held", 3, 0), *ops]:
+            apply(rig, op)
+        edit = sqlite3.connect(rig.config.db_path, isolation_level=None)
+        edit.execute("PRAGMA ignore_check_constraints = ON")
+        edit.execute("PRAGMA foreign_keys = OFF")
+        for row, (table, (column, value)) in edits:
+            edit.execute(f"UPDATE {table} SET {column} = ? WHERE {WHERE[table]} = ?", (value, row))
+        edit.close()
+        args = ("task", "show", str(shown))
+        cache_file(rig.config.paths.state_dir).unlink(missing_ok=True)
+        full = outcome_of(rig_cli, rig, *args)
+        view(rig)
+        assert outcome_of(rig_cli, rig, *args) == full
+        answered = plain_reads.task_shown(parsed(rig, *args)) is not None
+        event("the fast path answered" if answered else "the full path answered")
+        if not edits and full[0] == 0:
+            assert answered, "a clean task is shown by the fast path"
 
 
 def test_a_temporary_file_left_by_a_dead_writer_does_not_stop_the_view(rig: Rig) -> None:

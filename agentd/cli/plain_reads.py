@@ -1,11 +1,12 @@
-"""The fast paths that print rows (`agentd events`, `agentd task list`) without pydantic: each row only if
-its record would hold it exactly as stored, else the whole command is the full path's (agentd/cli/quick.py
-says how the fast paths hand over)."""
+"""The fast paths that print rows (`agentd events`, `agentd task list`, `agentd task show`) without
+pydantic: each row only if its record would hold it exactly as stored, else the whole command is the full
+path's (agentd/cli/quick.py says how the fast paths hand over)."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -99,8 +100,29 @@ def _stored_object(text: Any) -> dict[str, Any] | None:
 
 
 @dataclass(frozen=True)
+class PlainOutcome:
+    """The fields of a TaskOutcome that `agentd task show` prints."""
+
+    status: str
+    machine_status: str
+    operator_summary: str
+    artifact_paths: list[str] | None = None
+    file_changes: list[str] | None = None
+    workflow_signal: str | None = None
+    follow_up_tasks: list[Any] | None = None
+    external_messages: list[Any] | None = None
+
+
+@dataclass(frozen=True)
+class PlainWorkflowRef:
+    workflow_id: int
+    state_id: str
+    instance_key: str
+
+
+@dataclass(frozen=True)
 class PlainTask:
-    """The fields of a TaskRecord that `agentd task list` prints as text."""
+    """The fields of a TaskRecord that `agentd task list` and `task show` print as text."""
 
     task_id: int
     status: str
@@ -111,6 +133,25 @@ class PlainTask:
     max_attempts: int
     available_at: datetime
     subject: str | None
+    description: str | None
+    source: str
+    parent_task_id: int | None
+    delegation_depth: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    free_attempt_count: int
+    requested_profile_id: str
+    requested_adapter_id: str | None
+    requested_model: str | None
+    skill_ids: list[str]
+    workflow_ref: PlainWorkflowRef | None
+    workflow_iteration: int | None
+    schedule_id: str | None
+    cancel_requested_at: datetime | None
+    payload: dict[str, Any]
+    last_error: str | None
+    outcome: PlainOutcome | None
 
 
 def task_list(args: argparse.Namespace) -> list[PlainTask] | None:
@@ -125,16 +166,41 @@ def task_list(args: argparse.Namespace) -> list[PlainTask] | None:
             return None
         view, store = opened
         rows = task_rows(store, tuple(args.status), args.limit)
-    checks = {name: compile_check(schema) for name, schema in view["record_schemas"].items()}
-    if any(check is None for check in checks.values()) or not all(sure_task(row, checks) for row in rows):
+    checks = record_checks(view)
+    if checks is None or not all(sure_task(row, checks) for row in rows):
         return None
     return [_plain_task(row) for row in rows]
 
 
+def record_checks(view: dict[str, Any]) -> dict[str, Any] | None:
+    """The compiled checks of the record schemas the view keeps; None if one does not compile."""
+    checks = {name: compile_check(schema) for name, schema in view["record_schemas"].items()}
+    return None if any(check is None for check in checks.values()) else checks
+
+
 def _plain_task(row: Any) -> PlainTask:
+    """A row sure_task passed, as agentd/store/rows.py `task_from_row` reads it."""
+    import json
+
+    optional_time = {name: parse_ts(row[name]) if row[name] is not None else None for name in _OPTIONAL_TIMES}
+    ref = None
+    if row["workflow_id"] is not None:
+        ref = PlainWorkflowRef(row["workflow_id"], row["workflow_state"], row["workflow_instance_key"])
+    outcome = json.loads(row["outcome"]) if row["outcome"] is not None else None
+    known = {field.name for field in fields(PlainOutcome)}
     return PlainTask(
-        row["id"], row["status"], bool(row["awaiting_approval"]), row["priority"], row["task_type"],
-        row["attempt_count"], row["max_attempts"], parse_ts(row["available_at"]), row["subject"],
+        task_id=row["id"], status=row["status"], awaiting_approval=bool(row["awaiting_approval"]),
+        priority=row["priority"], task_type=row["task_type"], attempt_count=row["attempt_count"],
+        max_attempts=row["max_attempts"], available_at=parse_ts(row["available_at"]), subject=row["subject"],
+        description=row["description"], source=row["source"], parent_task_id=row["parent_task_id"],
+        delegation_depth=row["delegation_depth"], created_at=parse_ts(row["created_at"]),
+        free_attempt_count=row["free_attempt_count"], requested_profile_id=row["requested_profile_id"],
+        requested_adapter_id=row["requested_adapter_id"], requested_model=row["requested_model"],
+        skill_ids=json.loads(row["skill_ids"]), workflow_ref=ref, workflow_iteration=row["workflow_iteration"],
+        schedule_id=row["schedule_id"], payload=json.loads(row["payload"]), last_error=row["last_error"],
+        outcome=PlainOutcome(**{k: v for k, v in outcome.items() if k in known}) if outcome is not None else None,
+        started_at=optional_time["started_at"], finished_at=optional_time["finished_at"],
+        cancel_requested_at=optional_time["cancel_requested_at"],
     )  # fmt: skip
 
 
@@ -217,3 +283,109 @@ def _follow_ups_read(outcome: dict[str, Any]) -> bool:
         except (Refused, ValueError):
             return False
     return True
+
+
+# --- agentd task show -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlainAttempt:
+    """The fields of a TaskAttempt that `agentd task show` prints."""
+
+    attempt_number: int
+    attempt_id: str
+    adapter_id: str
+    model: str | None
+    exit_status: str | None
+    termination_reason: str | None
+    started_at: datetime
+    ended_at: datetime | None
+    evidence_dir: str | None
+    evidence_pruned_at: datetime | None
+
+
+def task_shown(args: argparse.Namespace) -> dict[str, Any] | None:
+    """What `agentd task show` prints as text (agentd/cli/queue.py `_task_shown`), when the task, the
+    tasks it was delegated from, its attempts and its events are each one its record reads exactly as
+    stored; None with --json, for a task that is not there, a fleet's task, or any row only pydantic can
+    judge."""
+    if wants_json(args):
+        return None
+    from agentd.store.plain import attempt_rows, event_rows, has_fleet_lease, task_row
+
+    with plain_reader(args) as opened:
+        if opened is None:
+            return None
+        view, store = opened
+        row = task_row(store, args.task_id)
+        if row is None or has_fleet_lease(store, args.task_id):
+            return None
+        rows = [row]
+
+        def parent_of(task_id: int) -> int | None:
+            found = task_row(store, task_id)
+            rows.extend([found] if found is not None else [])
+            return found["parent_task_id"] if found is not None else None
+
+        chain = delegation_chain(row["parent_task_id"], parent_of)
+        attempts = attempt_rows(store, args.task_id)
+        found = event_rows(store, after=0, task_id=args.task_id, types=(), since=None, limit=100_000, last=False)
+    checks = record_checks(view)
+    if checks is None or not all(sure_task(r, checks) for r in rows) or not all(map(sure_attempt, attempts)):
+        return None
+    events = [plain_event(event) for event in found]
+    if any(event is None for event in events):
+        return None
+    shown = [_plain_attempt(attempt) for attempt in attempts]
+    return {"task": _plain_task(row), "attempts": shown, "events": events, "delegation_chain": chain}
+
+
+def delegation_chain(parent: int | None, parent_of: Callable[[int], int | None]) -> list[int]:
+    """The task ids whose outcomes led to a task, nearest first (dispatch context, seed 003), from its
+    parent; `parent_of` gives a task's parent (None for none, or for a task not there)."""
+    chain: list[int] = []
+    while parent is not None and parent not in chain and len(chain) < 1000:
+        chain.append(parent)
+        parent = parent_of(parent)
+    return chain
+
+
+_ATTEMPT_TEXTS = ("attempt_id", "adapter_id", "adapter_kind", "runner_id")
+_ATTEMPT_OPTIONAL_TEXTS = (
+    "model", "termination_reason", "bundle_hash", "evidence_dir", "prompt_path", "stdout_path", "stderr_path",
+    "result_path", "last_message_path",
+)  # fmt: skip
+_ATTEMPT_WORDS = {
+    "exit_status": (None, "ok", "error", "timeout", "unknown"),
+    "retry_class": (None, "none", "retryable", "permanent"),
+    "side_effects": (None, "none", "possible"),
+}
+
+
+def sure_attempt(row: Any) -> bool:
+    """Whether agentd/store/rows.py `attempt_from_row` reads this row exactly as stored. Its usage and
+    diagnostics are read whatever they hold (never a failure), and `task show` prints neither."""
+    if any(type(row[name]) is not str for name in _ATTEMPT_TEXTS) or type(row["started_at"]) is not str:
+        return False
+    if type(row["task_id"]) is not int or type(row["attempt_number"]) is not int:
+        return False
+    if row["pid"] is not None and type(row["pid"]) is not int:
+        return False
+    if any(row[name] is not None and type(row[name]) is not str for name in _ATTEMPT_OPTIONAL_TEXTS):
+        return False
+    if any(row[name] not in words for name, words in _ATTEMPT_WORDS.items()):
+        return False
+    times = [row["started_at"]] + [row[name] for name in ("ended_at", "evidence_pruned_at") if row[name] is not None]
+    try:
+        return all(type(text) is str and parse_ts(text) for text in times)
+    except ValueError:
+        return False
+
+
+def _plain_attempt(row: Any) -> PlainAttempt:
+    ended, pruned = row["ended_at"], row["evidence_pruned_at"]
+    return PlainAttempt(
+        row["attempt_number"], row["attempt_id"], row["adapter_id"], row["model"], row["exit_status"],
+        row["termination_reason"], parse_ts(row["started_at"]), parse_ts(ended) if ended is not None else None,
+        row["evidence_dir"], parse_ts(pruned) if pruned is not None else None,
+    )  # fmt: skip

@@ -174,17 +174,30 @@ def _print_tasks(tasks: list[Any]) -> None:
 
 
 def cmd_task_show(args: argparse.Namespace) -> int:
+    from agentd.cli import plain_reads
+
+    shown = plain_reads.task_shown(args)  # without pydantic, where it answers as the full path would
+    if shown is not None:
+        _print_shown(shown)
+        return 0
     return store_command(args, lambda _, store: _task_shown(store, args.task_id), _print_shown, readonly=True)
+
+
+def _parent(store: Any, task_id: int) -> int | None:
+    found = store.get_task(task_id)
+    return found.parent_task_id if found is not None else None
 
 
 def _task_shown(store: Any, task_id: int) -> dict[str, Any]:
     """The task, its attempts, events, delegation chain and (a fleet's task) its lease, as --json prints them."""
+    from agentd.cli import plain_reads
+
     task = store.get_task_or_raise(task_id)
     shown = {
         "task": task,
         "attempts": store.attempts_of(task.task_id),
         "events": store.read_events(task_id=task.task_id, limit=100_000),
-        "delegation_chain": delegation_chain(store, task),
+        "delegation_chain": plain_reads.delegation_chain(task.parent_task_id, lambda t: _parent(store, t)),
     }
     fleet = store.fleet_lease_of(task.task_id)
     return {**shown, "fleet": fleet} if fleet else shown
@@ -269,17 +282,6 @@ def cmd_task_retry(args: argparse.Namespace) -> int:
         args, lambda config, store: control.retry_task(config, store, args.task_id, args.attempts, SystemClock().now()),
         said,
     )  # fmt: skip
-
-
-def delegation_chain(store: Any, task: TaskRecord) -> list[int]:
-    """The task ids whose outcomes led to this one, nearest first (dispatch context, seed 003)."""
-    chain: list[int] = []
-    parent = task.parent_task_id
-    while parent is not None and parent not in chain and len(chain) < 1000:
-        chain.append(parent)
-        found = store.get_task(parent)
-        parent = found.parent_task_id if found is not None else None
-    return chain
 
 
 def print_task(task: TaskRecord, now: datetime, chain: list[int] | None = None) -> None:

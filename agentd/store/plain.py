@@ -280,6 +280,23 @@ def event_rows(
 # --- agentd task list (store/tasks.py list_tasks; store/columns.py TASK_COLUMNS) ------------------------
 
 
+def task_row(store: StoreBase, task_id: int) -> Any | None:
+    """`get_task`'s row, before it is a record."""
+    return store.tx.execute(f"SELECT {TASK_COLUMNS} FROM {TASK_FROM} WHERE t.id = ?", (task_id,)).fetchone()
+
+
+def attempt_rows(store: StoreBase, task_id: int) -> list[Any]:
+    """`attempts_of`' rows, before they are records: in attempt order."""
+    return store.tx.execute(
+        "SELECT * FROM task_attempts WHERE task_id = ? ORDER BY attempt_number", (task_id,)
+    ).fetchall()
+
+
+def has_fleet_lease(store: StoreBase, task_id: int) -> bool:
+    """Whether `fleet_lease_of` has a lease to show for the task (a fleet's task: the full path shows it)."""
+    return store.tx.execute("SELECT 1 FROM fleet_leases WHERE task_id = ?", (task_id,)).fetchone() is not None
+
+
 def task_rows(store: StoreBase, statuses: tuple[str, ...], limit: int) -> list[Any]:
     """`list_tasks`' rows, before they are records: newest first, only `statuses` when given."""
     where = f"WHERE t.status IN ({', '.join('?' * len(statuses))})" if statuses else ""
