@@ -5,7 +5,8 @@ path's (agentd/cli/quick.py says how the fast paths hand over)."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
@@ -157,11 +158,9 @@ class PlainTask:
 def task_list(args: argparse.Namespace) -> list[PlainTask] | None:
     """The tasks `agentd task list` prints as text, when every row is one a TaskRecord reads exactly as
     stored; None with --json, or for any row only pydantic can judge (a poisoned one)."""
-    if wants_json(args):
-        return None
     from agentd.store.plain import task_rows
 
-    with plain_reader(args) as opened:
+    with text_reader(args) as opened:
         if opened is None:
             return None
         view, store = opened
@@ -170,6 +169,17 @@ def task_list(args: argparse.Namespace) -> list[PlainTask] | None:
     if checks is None or not all(sure_task(row, checks) for row in rows):
         return None
     return [_plain_task(row) for row in rows]
+
+
+@contextmanager
+def text_reader(args: argparse.Namespace) -> Iterator[tuple[dict[str, Any], Any] | None]:
+    """agentd/cli/quick.py `plain_reader` for a command that prints text: None with --json too (a record's
+    JSON is what pydantic serializes: the full path's)."""
+    if wants_json(args):
+        yield None
+        return
+    with plain_reader(args) as opened:
+        yield opened
 
 
 def record_checks(view: dict[str, Any]) -> dict[str, Any] | None:
@@ -309,11 +319,9 @@ def task_shown(args: argparse.Namespace) -> dict[str, Any] | None:
     tasks it was delegated from, its attempts and its events are each one its record reads exactly as
     stored; None with --json, for a task that is not there, a fleet's task, or any row only pydantic can
     judge."""
-    if wants_json(args):
-        return None
     from agentd.store.plain import attempt_rows, event_rows, has_fleet_lease, task_row
 
-    with plain_reader(args) as opened:
+    with text_reader(args) as opened:
         if opened is None:
             return None
         view, store = opened
