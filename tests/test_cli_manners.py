@@ -157,6 +157,28 @@ def test_status_watch_redraws_until_ctrl_c(agent_env: dict[str, str]) -> None:
             watcher.kill()
 
 
+def test_ctrl_c_in_the_middle_of_a_frame_finishes_it_then_ends_the_watch(agent_env: dict[str, str]) -> None:
+    """Ctrl-C while a frame is drawn (here the first, on the full path: ~0.3 s of imports) ends the
+    watch once that frame is whole: exit 0, nothing on stderr. A KeyboardInterrupt in the middle of an
+    import or a read cut the frame short, and now and then ended the process by the signal itself
+    (exit -2, no traceback) or was lost and the watch went on."""
+    state = Path(agent_env["AGENTD_PATHS__STATE_DIR"])
+    (state / "config-cache.json").unlink()  # the full path: a frame long enough to be interrupted
+    argv = [sys.executable, "-m", "agentd", "status", "--watch", "30"]
+    env = {**agent_env, "PYTHONUNBUFFERED": "1"}  # the header line comes out before the frame is drawn
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True) as watcher:
+        try:
+            assert watcher.stdout is not None
+            assert "every 30s" in watcher.stdout.readline()
+            watcher.send_signal(signal.SIGINT)  # the frame is being drawn now
+            out, err = watcher.communicate(timeout=30)
+        finally:
+            watcher.kill()
+    assert (watcher.returncode, err) == (0, "")
+    assert "tasks    pending 1" in out, out  # the frame was finished
+    assert "every 30s" not in out  # and no other begun
+
+
 def test_status_watch_refuses_a_bad_interval(agent_env: dict[str, str]) -> None:
     for bad in ("0", "-1", "soon", "nan"):
         done = subprocess.run(

@@ -4,10 +4,13 @@ would, without a shell. The command's renderer is reused as it is; this only rep
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import signal
 import sys
-import time
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from agentd.clock import SystemClock, format_ts
 
@@ -46,13 +49,38 @@ def watching(name: str, render: Callable[[argparse.Namespace], int]) -> Callable
         if getattr(args, "watch", None) is None:
             return render(args)
         try:
-            while True:
-                _redraw(name, render, args)
-                time.sleep(args.watch)
-        except KeyboardInterrupt:  # Ctrl-C is how a watch ends: not an error, no traceback
-            return 0
+            with ctrl_c() as stopped:
+                while not stopped.is_set():
+                    _redraw(name, render, args)
+                    stopped.wait(args.watch)
+        except KeyboardInterrupt:  # a second Ctrl-C, or one ctrl_c could not take over
+            pass
+        return 0  # Ctrl-C is how a watch ends: not an error, no traceback
 
     return handler
+
+
+@contextlib.contextmanager
+def ctrl_c() -> Iterator[threading.Event]:
+    """An event Ctrl-C (SIGINT) sets, instead of raising KeyboardInterrupt wherever the program happens to
+    be: a KeyboardInterrupt in the middle of a frame (an import, a read, a print) could end the process by
+    the signal, or be lost in code that cleans up. The frame being drawn is finished, then the watch ends;
+    a second Ctrl-C interrupts at once, as usual."""
+    stopped = threading.Event()
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler or threading.current_thread() is not threading.main_thread():
+        yield stopped  # Ctrl-C ignored (a background job), or someone else's handler: theirs stays
+        return
+
+    def first(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, previous)  # the next Ctrl-C is the usual KeyboardInterrupt
+        stopped.set()
+
+    signal.signal(signal.SIGINT, first)
+    try:
+        yield stopped
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _redraw(name: str, render: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> None:
