@@ -143,9 +143,17 @@ def read_lines_until(stream: object, count: int, marker: str, timeout: float) ->
     return lines
 
 
+def ctrl_c_reaches() -> None:
+    """In the child before exec: SIGINT at its default, as in a terminal's foreground job. A suite run as a
+    background job (`make test &`) inherits SIGINT ignored, and Python keeps ignoring an ignored SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_status_watch_redraws_until_ctrl_c(agent_env: dict[str, str]) -> None:
     argv = [sys.executable, "-m", "agentd", "status", "--watch", "0.2"]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=agent_env, text=True) as watcher:
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=agent_env, text=True, preexec_fn=ctrl_c_reaches
+    ) as watcher:
         try:
             assert watcher.stdout is not None and watcher.stderr is not None
             lines = read_lines_until(watcher.stdout, 2, "tasks    ", timeout=30)
@@ -166,7 +174,9 @@ def test_ctrl_c_in_the_middle_of_a_frame_finishes_it_then_ends_the_watch(agent_e
     (state / "config-cache.json").unlink()  # the full path: a frame long enough to be interrupted
     argv = [sys.executable, "-m", "agentd", "status", "--watch", "30"]
     env = {**agent_env, "PYTHONUNBUFFERED": "1"}  # the header line comes out before the frame is drawn
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True) as watcher:
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True, preexec_fn=ctrl_c_reaches
+    ) as watcher:
         try:
             assert watcher.stdout is not None
             assert "every 30s" in watcher.stdout.readline()
