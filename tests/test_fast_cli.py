@@ -441,6 +441,8 @@ POISON = st.sampled_from(
         ("payload", '{"deep": ' + "[" * 80 + "]" * 80 + "}"),
         ("refs", "7"),
         ("payload", '{"fine": "\\u00e9t\\u00e9", "n": 1.5}'),
+        ("payload", '{"big": 1e16, "small": [1e-07, 0.0001, -2.5e300]}'),
+        ("payload", '{"quote": "\\"\\\\\\u0000\\u001f\\u007f\\u2028 \\ud83d\\ude00", "t": true, "n": null}'),
         ("payload", '{"lone": "\\ud800"}'),
     ]
 )
@@ -471,11 +473,51 @@ def events_both_ways(
     for sequence, (column, text) in poison:
         edit.execute(f"UPDATE events SET {column} = ? WHERE sequence = ?", (text, sequence))
     edit.close()
-    for args in (("events",), ("events", "--last", "3"), ("events", "--type", "task_enqueued", "--after", "2")):
+    for args in (
+        ("events",), ("events", "--last", "3"), ("events", "--type", "task_enqueued", "--after", "2"),
+        ("events", "--json"), ("events", "--format", "json", "--last", "2"),
+    ):  # fmt: skip
         full, fast = both_paths(rig, rig_cli, *args)
         assert (fast.code, fast.out, fast.err) == (full.code, full.out, full.err)
     if not poison:
         assert plain_reads.events(parsed(rig, "events")) is not None, "a clean log is printed by the fast path"
+        clean = plain_reads.events(parsed(rig, "events", "--json")) or []
+        assert clean and None not in [event.json() for event in clean], "and written as JSON by it"
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(exclude_categories=("Cs",))),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)  # fmt: skip
+
+
+@settings(max_examples=examples(300))
+@given(payload=st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=5), subject=st.text())
+def test_an_events_json_line_is_the_records_own(payload: dict[str, Any], subject: str) -> None:
+    """`events --json` without pydantic writes what RuntimeEvent.model_dump_json() writes, byte for byte,
+    or hands the event to the full path (a float Python writes with an exponent)."""
+    from agentd.records import RuntimeEvent
+
+    fields = {
+        "event_id": "01M8ARFN5G5ENN98ZC4R03FYWP", "type": "task_enqueued", "sequence": 7, "schema_version": 1,
+        "task_id": 3, "attempt_id": None, "workflow_id": None, "schedule_id": None, "sensor_id": subject or None,
+        "payload": {**payload, "subject": subject}, "refs": {"r": payload}, "prev_hash": "0" * 64, "hash": "f" * 64,
+    }  # fmt: skip
+    moment = FakeClock().now()
+    written = plain_reads.PlainEvent(timestamp=moment, **fields).json()
+    record = RuntimeEvent(timestamp=moment, **fields).model_dump_json()
+    assert written == record or (written is None and exponent_floats(payload)), (written, record)
+
+
+def exponent_floats(value: Any) -> list[float]:
+    """The floats in a JSON value that Python writes with an exponent (`1e+16`)."""
+    if isinstance(value, dict):
+        return [f for item in value.values() for f in exponent_floats(item)]
+    if isinstance(value, list):
+        return [f for item in value for f in exponent_floats(item)]
+    return [value] if isinstance(value, float) and "e" in repr(value) else []
 
 
 def test_events_of_a_task_that_does_not_exist_are_the_full_paths_error(rig: Rig, rig_cli: Any) -> None:
@@ -570,7 +612,7 @@ def test_a_denied_tasks_outcome_is_the_records_own(summary: str, note: str | Non
 
 
 @pytest.mark.process
-def test_deny_and_task_show_run_without_pydantic_once_the_view_is_there(rig: Rig) -> None:
+def test_deny_task_show_and_events_json_run_without_pydantic_once_the_view_is_there(rig: Rig) -> None:
     from agentd.process.privilege import operator_name
 
     apply(rig, ("held", 3, 0))
@@ -583,6 +625,9 @@ def test_deny_and_task_show_run_without_pydantic_once_the_view_is_there(rig: Rig
     page = probe(rig.config.path, "task", "show", str(held))
     assert (page["code"], page["pydantic"]) == (0, False), page
     assert page["out"].startswith(f"task {held}  operator_canceled") and "summary     denied by" in page["out"]
+    logged = probe(rig.config.path, "events", "--json", "--task", str(held))
+    assert (logged["code"], logged["pydantic"]) == (0, False), logged
+    assert [json.loads(line)["type"] for line in logged["out"].splitlines()][-1] == "task_finished"
 
 
 # --- task list: the same table, poisoned rows included -----------------------------------------------

@@ -87,10 +87,15 @@ def cmd_events(args: argparse.Namespace) -> int:
     from agentd.cli import plain_reads
 
     plain = plain_reads.events(args)  # without pydantic, where it answers as the full path would
-    if plain is not None:
+    lines = [event.json() for event in plain or ()] if _format(args) == "json" else None
+    if plain is not None and lines is None:
         print(EVENT_HEADER, flush=True)
         for event in plain:
             print(event_text(event), flush=True)
+        return 0
+    if plain is not None and lines is not None and None not in lines:
+        for line in lines:
+            print(visible_json(line or ""), flush=True)  # a bidi override in a subject stays visible
         return 0
     config = config_from(args)
     store = store_from(config, readonly=True)

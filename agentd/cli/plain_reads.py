@@ -13,7 +13,7 @@ from typing import Any
 
 from agentd.cli.common import option, wants_json
 from agentd.cli.quick import plain_reader
-from agentd.clock import parse_ts
+from agentd.clock import format_ts, parse_ts
 from agentd.edge import Refused, check_json_size, check_value
 from agentd.schema_check import compile_check
 from agentd.vocabulary import TASK_STATUSES
@@ -23,7 +23,7 @@ from agentd.vocabulary import TASK_STATUSES
 
 @dataclass(frozen=True)
 class PlainEvent:
-    """The fields of a RuntimeEvent that `agentd events` prints as text."""
+    """The fields of a RuntimeEvent, as `agentd events` prints them."""
 
     sequence: int
     timestamp: datetime
@@ -34,12 +34,46 @@ class PlainEvent:
     schedule_id: str | None
     sensor_id: str | None
     payload: dict[str, Any]
+    event_id: str
+    schema_version: int
+    refs: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+    def json(self) -> str | None:
+        """`RuntimeEvent.model_dump_json()` of this event: its fields in the record's order, compact, the
+        timestamp as the record writes it. pydantic-core writes what json.dumps writes for these values
+        (tests/test_fast_cli.py compares both paths), except a float Python would write with an exponent
+        (`1e+16` where pydantic-core writes `1e16`): None for an event holding one (the full path prints it)."""
+        import json
+
+        if _has_exponent(self.payload) or _has_exponent(self.refs):
+            return None
+        record = {
+            "event_id": self.event_id, "type": self.type, "timestamp": format_ts(self.timestamp),
+            "sequence": self.sequence, "schema_version": self.schema_version, "task_id": self.task_id,
+            "attempt_id": self.attempt_id, "workflow_id": self.workflow_id, "schedule_id": self.schedule_id,
+            "sensor_id": self.sensor_id, "payload": self.payload, "refs": self.refs, "prev_hash": self.prev_hash,
+            "hash": self.hash,
+        }  # fmt: skip
+        return json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _has_exponent(value: Any) -> bool:
+    if type(value) is float:
+        return "e" in repr(value)
+    if type(value) is dict:
+        return any(_has_exponent(item) for item in value.values())
+    if type(value) is list:
+        return any(_has_exponent(item) for item in value)
+    return False
 
 
 def events(args: argparse.Namespace) -> list[PlainEvent] | None:
-    """The events `agentd events` prints as text, each one a RuntimeEvent would hold exactly as stored;
-    None for --follow, another format, or any row the record would read otherwise (a poisoned one)."""
-    if option(args, "follow") or option(args, "format") not in (None, "text") or wants_json(args):
+    """The events `agentd events` prints as text or JSON, each one a RuntimeEvent would hold exactly as
+    stored; None for --follow, the agent-runtime format, or any row the record would read otherwise (a
+    poisoned one)."""
+    if option(args, "follow") or option(args, "format") not in (None, "text", "json"):
         return None
     from agentd.store.plain import event_rows, task_exists
 
@@ -80,7 +114,11 @@ def plain_event(row: Any) -> PlainEvent | None:
     except ValueError:
         return None
     ids = {name: row[name] for name, _ in _OPTIONAL_IDS}
-    return PlainEvent(row["sequence"], timestamp, row["type"], payload=payload, **ids)
+    hashes = {"event_id": row["event_id"], "prev_hash": row["prev_hash"], "hash": row["hash"]}
+    return PlainEvent(
+        row["sequence"], timestamp, row["type"], payload=payload, schema_version=row["schema_version"], refs=refs,
+        **ids, **hashes,
+    )  # fmt: skip
 
 
 def _stored_object(text: Any) -> dict[str, Any] | None:
