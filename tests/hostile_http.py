@@ -11,6 +11,8 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from support import serve_in_thread
+
 WRITE_BYTES = 64 * 1024
 
 
@@ -63,8 +65,7 @@ class HostileReceiver:
         self._lock = threading.Lock()
         self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
+        self.thread = serve_in_thread(self.server)
 
     @property
     def url(self) -> str:

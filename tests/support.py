@@ -216,3 +216,13 @@ def examples(full: int) -> int:
     of them (docs/testing.md, "Property tests")."""
     tier = os.environ.get("AGENTD_TEST_TIER")
     return full if tier == "slow" else max(full // (10 if tier == "fast" else 4), 10)
+
+
+def serve_in_thread(server: Any) -> Any:
+    """A loopback test server serving in a daemon thread; `server.shutdown()` returns within one poll
+    (10 ms here, where socketserver's default half second was what many tests waited for at their end)."""
+    import threading
+
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    return thread

@@ -10,14 +10,13 @@ from contextlib import contextmanager
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from threading import Thread
 from typing import Any
 
 import pytest
 from harness.record import Clis, record_all
 from harness.scenarios import SCENARIOS
 from pydantic import TypeAdapter
-from support import REPO, harness_fixture, reference_dir, write_config
+from support import REPO, harness_fixture, reference_dir, serve_in_thread, write_config
 from test_adapter_builders import ctx
 from test_fixtures import MANIFEST, REFERENCE_SAMPLES
 
@@ -247,8 +246,7 @@ def serving(routes: dict[str, bytes]) -> Iterator[str]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = Thread(target=server.serve_forever, args=(0.05,), daemon=True)  # shutdown() waits one poll
-    thread.start()
+    thread = serve_in_thread(server)
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:

@@ -23,7 +23,7 @@ from inprocess import in_process
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
-from support import CliResult, agent_config, run_main
+from support import CliResult, agent_config, run_main, serve_in_thread
 from test_dispatch_process import Agent
 
 from agentd.cli import main
@@ -80,8 +80,7 @@ class Receiver:
         self.arrived, self.release = threading.Event(), threading.Event()
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
+        self.thread = serve_in_thread(self.server)
 
     @property
     def url(self) -> str:

@@ -363,8 +363,8 @@ async def test_an_answers_first_words_are_its_error_and_the_body_beyond_them_is_
     [
         (answer(500, b"Oops", chunked=True, filler=1 << 40, pause_s=0.05), "HTTP 500 Oops"),
         (answer(200, b"OK", chunked=True, filler=1 << 40, pause_s=0.05), None),
-        (answer(500, b"Oops", trickle_head=True, pause_s=0.05), "no answer within 1s"),
-        (Answer(silent=True), "no answer within 1s"),
+        (answer(500, b"Oops", trickle_head=True, pause_s=0.05), "no answer within 0.5s"),
+        (Answer(silent=True), "no answer within 0.5s"),
     ],
     ids=["500-trickling-its-body", "200-trickling-its-body", "trickling-its-status-line", "never-answering"],
 )
@@ -372,7 +372,7 @@ async def test_a_receiver_that_trickles_forever_is_cut_at_the_handlers_timeout(
     rig_factory: Callable[..., Rig], hostile: Callable[..., HostileReceiver], trickle: Answer, said: str | None
 ) -> None:
     receiver = hostile(trickle)
-    rig = rig_factory(with_handlers(webhook(receiver.url, timeout_s=1), default="hook"))
+    rig = rig_factory(with_handlers(webhook(receiver.url, timeout_s=0.5), default="hook"))
     await complete_with_messages(rig, {"text": "hello"})
     started = time.monotonic()
     with anyio.fail_after(10):

@@ -552,7 +552,6 @@ def approvals_both_ways(rig: Rig, rig_cli: Any, ops: list[tuple[str, Any, Any]])
     assert again.code == 2 and "is not waiting for approval" in again.err
 
 
-
 def decided(rig: Rig, task_id: int) -> dict[str, Any]:
     """What an approval's decision left of a task: its row, its approvals and its events, without the ids
     and the times (two tasks decided a moment apart compare equal)."""
@@ -696,7 +695,6 @@ def test_task_list_prints_the_same_through_both_paths(
             assert plain_reads.task_list(parsed(rig, "task", "list")) is not None, (
                 "a clean queue is listed by the fast path"
             )
-
 
 
 # --- task show: the same page, poisoned rows included ----------------------------------------------

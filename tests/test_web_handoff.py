@@ -8,7 +8,6 @@ import hashlib
 import hmac
 import json
 import queue
-import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 from rig import Rig
+from support import serve_in_thread
 from test_web_api import CONTEXT
 from test_web_live import Stream
 from webrig import Client, WebRig, serving
@@ -49,9 +49,7 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/approvals"
-        # shutdown() waits out one poll of serve_forever: 50 ms, not the default half second
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
+        self.thread = serve_in_thread(self.server)
 
     def next(self) -> tuple[dict[str, str], dict[str, Any], bytes]:
         headers, body = self.requests.get(timeout=20)
