@@ -87,15 +87,15 @@ def cmd_events(args: argparse.Namespace) -> int:
     from agentd.cli import plain_reads
 
     plain = plain_reads.events(args)  # without pydantic, where it answers as the full path would
-    lines = [event.json() for event in plain or ()] if _format(args) == "json" else None
-    if plain is not None and lines is None:
+    if plain is not None and _format(args) == "text":
         print(EVENT_HEADER, flush=True)
         for event in plain:
             print(event_text(event), flush=True)
         return 0
-    if plain is not None and lines is not None and None not in lines:
+    lines = plain_reads.json_lines(plain) if plain is not None else None
+    if lines is not None:
         for line in lines:
-            print(visible_json(line or ""), flush=True)  # a bidi override in a subject stays visible
+            print(visible_json(line), flush=True)  # a bidi override in a subject stays visible
         return 0
     config = config_from(args)
     store = store_from(config, readonly=True)

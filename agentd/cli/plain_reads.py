@@ -59,6 +59,12 @@ class PlainEvent:
         return json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
+def json_lines(events: list[PlainEvent]) -> list[str] | None:
+    """Each event's JSON line, or None if one of them is the full path's to write."""
+    lines = [event.json() for event in events]
+    return None if None in lines else lines  # type: ignore[return-value]
+
+
 def _has_exponent(value: Any) -> bool:
     if type(value) is float:
         return "e" in repr(value)

@@ -337,36 +337,13 @@ class StoreBase:
         event_id, timestamp, payload, refs = new_ulid(self.clock), timestamp_text(now), payload or {}, refs or {}
         # The hash is over the event's body as events.py's verify rebuilds it from the row (chain_hash of
         # the dict of these fields); event_body_json writes those bytes without building the dict.
-        body = event_body_json(
-            event_id,
-            event_type,
-            timestamp,
-            sequence,
-            EVENT_SCHEMA_VERSION,
-            task_id,
-            attempt_id,
-            workflow_id,
-            schedule_id,
-            sensor_id,
-            payload,
-            refs,
-        )
+        about = (task_id, attempt_id, workflow_id, schedule_id, sensor_id)  # in the body's order and the row's
+        body = event_body_json(event_id, event_type, timestamp, sequence, EVENT_SCHEMA_VERSION, *about, payload, refs)
         event_hash = chain_hash_of(prev_hash, body)
         row = (
-            sequence,
-            event_id,
-            event_type,
-            timestamp,
-            EVENT_SCHEMA_VERSION,
-            task_id,
-            attempt_id,
-            workflow_id,
-            schedule_id,
-            sensor_id,
-            dumps(payload),
-            dumps(refs),
-            prev_hash,
-            event_hash,
+            *(sequence, event_id, event_type, timestamp, EVENT_SCHEMA_VERSION),
+            *about,
+            *(dumps(payload), dumps(refs), prev_hash, event_hash),
         )
         if self._held_events is None:
             self._conn.execute(_INSERT_EVENT, row)

@@ -8,12 +8,12 @@ from datetime import datetime
 
 from agentd.clock import parse_ts
 from agentd.errors import InputError
-from agentd.records import TaskOutcome, TaskRecord
+from agentd.records import TaskRecord
 from agentd.store.approvals import ApprovalScope
 from agentd.store.base import StoreBase, ts
 from agentd.store.outbox import held_side_effects, settle
-from agentd.store.plain import denial
-from agentd.store.tasks import cancel_waiting, read_task_or_raise
+from agentd.store.plain import decide, denial
+from agentd.store.tasks import read_task_or_raise
 
 
 @dataclass(frozen=True)
@@ -53,26 +53,10 @@ class ControlVerbs(StoreBase):
                 raise InputError(f"task {task_id} is not waiting for approval (it is {task.status})")
             approval_id, scope = row
             held = held_side_effects(self.tx, task_id) if scope == "side_effects" else []  # before it is decided
-            self._conn.execute(
-                """UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, reason = COALESCE(?, reason)
-                   WHERE approval_id = ?""",
-                ("approved" if approved else "rejected", ts(now), by, note, approval_id),
-            )
-            decision = "approved" if approved else "denied"
-            payload = {"approval_id": approval_id, "decision": decision, "by": by, "note": note}
-            if scope == "side_effects":
-                payload["scope"] = scope
-            self._append_event("approval_resolved", now, task_id=task_id, payload=payload)
-            denied = denial(by, note)
-            if scope == "claim":
-                self._conn.execute(
-                    "UPDATE tasks SET awaiting_approval = 0, updated_at = ? WHERE id = ?", (ts(now), task_id)
-                )
-                if not approved:
-                    cancel_waiting(self.tx, task_id, TaskOutcome.failure(denied, "operator_canceled"), now)
-            elif not approved:  # side effects: the task stays as it ended; what it asked for is refused
+            decide(self.tx, task_id, approval_id, scope, approved=approved, by=by, note=note, now=now)
+            if scope == "side_effects" and not approved:  # the task stays as it ended; what it asked for is refused
                 for entry in held:
-                    settle(self.tx, entry, "refused", {"reason": denied}, now)
+                    settle(self.tx, entry, "refused", {"reason": denial(by, note)}, now)
             return read_task_or_raise(self.tx, task_id), scope
 
     def pending_approvals(self) -> list[PendingApproval]:

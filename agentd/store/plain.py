@@ -193,19 +193,29 @@ def resolve_claim(store: StoreBase, task_id: int, by: str, note: str | None, now
         ).fetchall()
         if len(row) != 1 or row[0][1] != "claim":
             return False
-        approval_id = row[0][0]
-        store.tx.execute(
-            """UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, reason = COALESCE(?, reason)
-               WHERE approval_id = ?""",
-            ("approved" if approved else "rejected", ts(now), by, note, approval_id),
-        )
-        decision = "approved" if approved else "denied"
-        payload = {"approval_id": approval_id, "decision": decision, "by": by, "note": note}
-        store.tx.event("approval_resolved", now, task_id=task_id, payload=payload)
-        store.tx.execute("UPDATE tasks SET awaiting_approval = 0, updated_at = ? WHERE id = ?", (ts(now), task_id))
-        if not approved:
-            end_waiting(store.tx, task_id, canceled_outcome(denial(by, note)), now, "agentd")
+        decide(store.tx, task_id, row[0][0], "claim", approved=approved, by=by, note=note, now=now)
     return True
+
+
+def decide(
+    tx: Tx, task_id: int, approval_id: str, scope: str, *, approved: bool, by: str, note: str | None, now: datetime
+) -> None:
+    """A pending approval decided, on both paths (store/control.py `resolve_approval` too): its row and its
+    approval_resolved event; a claim approval's task may then be claimed, or, denied, ends
+    operator_canceled. What a side-effects approval held back is the caller's to release or refuse."""
+    tx.execute(
+        """UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, reason = COALESCE(?, reason)
+           WHERE approval_id = ?""",
+        ("approved" if approved else "rejected", ts(now), by, note, approval_id),
+    )
+    payload = {"approval_id": approval_id, "decision": "approved" if approved else "denied", "by": by, "note": note}
+    if scope == "side_effects":
+        payload["scope"] = scope
+    tx.event("approval_resolved", now, task_id=task_id, payload=payload)
+    if scope == "claim":
+        tx.execute("UPDATE tasks SET awaiting_approval = 0, updated_at = ? WHERE id = ?", (ts(now), task_id))
+        if not approved:
+            end_waiting(tx, task_id, canceled_outcome(denial(by, note)), now, "agentd")
 
 
 def denial(by: str, note: str | None) -> str:
