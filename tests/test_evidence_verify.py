@@ -237,3 +237,72 @@ async def test_a_write_a_kill_cut_short_leaves_no_stray_file_in_the_sealed_evide
     checked = verify(rig, "--task", str(task.task_id))
     assert checked.code == 0, checked.out
     assert not (folder / "prompt.md.tmp").exists()
+
+
+@pytest.mark.asyncio
+async def test_an_attempt_renames_only_its_manifest_and_removes_nothing_that_is_not_there(
+    rig: Rig, verify: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt's files are written in place until the seal, which alone is atomic (docs/evidence.md,
+    "The attempt folder"): one rename per attempt, and no removal of a file that was never there."""
+    state, runs = rig.config.paths.state_dir, rig.config.paths.runs
+    renamed: list[str] = []
+    missing: list[str] = []
+    real_replace, real_unlink = os.replace, os.unlink
+
+    def replace(src: Any, dst: Any, **kw: Any) -> None:
+        if Path(dst).is_relative_to(state / "attempts") or Path(dst).is_relative_to(runs):
+            renamed.append(Path(dst).name)
+        real_replace(src, dst, **kw)
+
+    def unlink(path: Any, *args: Any, **kw: Any) -> None:
+        try:
+            real_unlink(path, *args, **kw)
+        except FileNotFoundError:
+            missing.append(str(path))
+            raise
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "unlink", unlink)
+    outcome = {"status": "completed", "machine_status": "ok", "operator_summary": "did it"}
+    task = rig.add("scripted", payload={"outcome": outcome, "stdout": "hello", "stderr": "world"})
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    await dispatcher.run_until_idle()
+    await dispatcher.stop()
+    monkeypatch.undo()
+    (attempt,) = rig.store.attempts_of(task.task_id)
+    assert attempt.ended_at is not None and attempt.evidence_dir is not None
+    folder = Path(attempt.evidence_dir)
+    assert {"prompt.md", "stdin.json", "stdout.log", "stderr.log", "result.json", "manifest.json"} <= {
+        p.name for p in folder.iterdir()
+    }
+    assert renamed == [MANIFEST]
+    assert missing == []
+    assert (folder / MANIFEST).stat().st_mode & 0o777 == 0o400
+    checked = verify(rig, "--task", str(task.task_id))
+    assert checked.code == 0, checked.out
+
+
+@pytest.mark.parametrize("write", ["create_private", "write_new", "write_private", "write_shared"])
+def test_every_service_write_replaces_a_planted_link_and_never_writes_through_it(
+    tmp_path: Path, write: str
+) -> None:
+    from agentd.process import files
+
+    secret = tmp_path / "agentd.db"
+    secret.write_text("the database")
+    target = tmp_path / "result.json"
+    for planted in (target, target.with_name("result.json.tmp")):
+        planted.symlink_to(secret)
+    if write == "create_private":
+        fd = files.create_private(target)
+        os.write(fd, b"output")
+        os.close(fd)
+    elif write == "write_shared":
+        files.write_shared(target, "output", None)
+    else:
+        getattr(files, write)(target, "output")
+    assert secret.read_text() == "the database"
+    assert not target.is_symlink() and target.read_text() == "output"
+    assert target.stat().st_mode & 0o777 == 0o600

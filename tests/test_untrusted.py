@@ -79,7 +79,7 @@ def test_a_path_that_is_not_plainly_inside_is_refused(tmp_path: Path, relative: 
 
 
 def test_a_link_planted_where_the_service_writes_is_replaced_not_written_through(run: Path, secret: Path) -> None:
-    (run / "prompt.md.tmp").symlink_to(secret)  # where write_private's temp file goes
+    (run / "manifest.json.tmp").symlink_to(secret)  # where write_private's temp file goes
     (run / "stdout.log").symlink_to(secret)
     fd = create_private(run / "stdout.log")
     os.write(fd, b"output")

@@ -24,7 +24,7 @@ from agentd.adapters.harness import (
     text_or,
     to_run,
 )
-from agentd.process.files import read_reported, write_private
+from agentd.process.files import read_reported, write_new
 from agentd.process.runner import ProcessResult
 from agentd.records import HermesAgentAdapterConfig as HermesConfig
 from agentd.usage import TOKEN_KINDS, Usage
@@ -63,7 +63,7 @@ class HermesAgentAdapter(HarnessAdapter):
         (ctx.paths.scratch / "hermes" / "config.yaml").unlink(missing_ok=True)  # it held the provider key
         usage, problem = read_reported(ctx.paths.reported(USAGE_FILE), MAX_USAGE_BYTES)
         if usage is not None:  # evidence: a copy in the state dir, which the attempt cannot reach
-            write_private(ctx.paths.root / USAGE_FILE, usage.decode("utf-8", errors="replace"))
+            write_new(ctx.paths.root / USAGE_FILE, usage.decode("utf-8", errors="replace"))
         usage_text = usage.decode("utf-8", errors="replace") if usage is not None else None
         run = parse_hermes(usage_text, read_tail(ctx.paths.stdout))
         if problem is not None:

@@ -27,7 +27,7 @@ from agentd.evidence import AttemptPaths, attempt_paths, seal, trace_summary, ve
 from agentd.evidence.action_trace import Step, capped, trace_lines, trace_of
 from agentd.hashing import sha256_file, sha256_hex
 from agentd.process.files import Refused as UntrustedPath
-from agentd.process.files import lstat_beneath, read_beneath, read_reported, sha256_beneath, write_private
+from agentd.process.files import lstat_beneath, read_beneath, read_reported, sha256_beneath, write_new
 from agentd.process.privilege import run_user
 from agentd.process.runner import remove_as
 from agentd.records import (
@@ -45,7 +45,7 @@ def conclude(ending: Ending, prepared: Prepared, run: AdapterRun | None, stopped
     paths, redactor = prepared.ctx.paths, prepared.redactor
     run = sanitized_run(run, redactor)
     if run is not None and run.final_message:  # none, or empty: no file (one file is ~0.5 ms on a VM's disk)
-        write_private(paths.last_message, run.final_message)
+        write_new(paths.last_message, run.final_message)
     process = run.process if run else None
     facts = gather(
         ending.policy,
@@ -333,7 +333,7 @@ def copy_reported_result(paths: AttemptPaths) -> str | None:
     cannot reach): read without following a link, at most MAX_RESULT_BYTES. None, or why not."""
     data, problem = read_reported(paths.reported_result, MAX_RESULT_BYTES)
     if data is not None:
-        write_private(paths.result, data.decode("utf-8", errors="replace"))
+        write_new(paths.result, data.decode("utf-8", errors="replace"))
     return problem
 
 

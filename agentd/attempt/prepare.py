@@ -35,7 +35,7 @@ from agentd.errors import ConfigError, InputError
 from agentd.evidence import AttemptPaths, attempt_paths, make_attempt_dir
 from agentd.hashing import canonical_json, sha256_hex
 from agentd.process.containment import attempt_group
-from agentd.process.files import write_private, write_shared
+from agentd.process.files import write_new, write_shared
 from agentd.process.privilege import RunUser
 from agentd.process.runner import child_environment
 from agentd.records import AdapterConfig, AttemptPlan, Claim, CompiledBundle, TaskAttempt, TaskRecord, WorkflowRecord
@@ -114,7 +114,7 @@ class AttemptPreparer:
         prior, recent, record = await self.db.read(Store.bundle_history, task.task_id, recent_items, workflow_id)
         workflow = workflow_step(config, task, record) if record is not None else None
         bundle = compile_bundle(self._bundle_input(task, attempt.attempt_number, workflow, prior, recent))
-        write_private(paths.prompt, bundle.text)
+        write_new(paths.prompt, bundle.text)
         write_shared(paths.bundle_copy, bundle.text, self.user)  # the attempt reads its own copy
         details = {
             "chars": bundle.chars,

@@ -40,6 +40,7 @@ from agentd.process.files import (
     make_run_dir,
     read_whole_beneath,
     sha256_beneath,
+    write_new,
     write_private,
 )
 from agentd.process.privilege import RunUser
@@ -170,7 +171,7 @@ def seal(
     try:
         paths.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         discard_partial_writes(paths)
-        write_private(paths.action_trace, trace)
+        write_new(paths.action_trace, trace)
         return write_manifest(paths, fields), None
     except Exception as exc:
         if isinstance(exc, OSError) and is_storage_fault(exc):
@@ -181,8 +182,9 @@ def seal(
 
 
 def discard_partial_writes(paths: AttemptPaths) -> None:
-    """The temporary file of an atomic write a kill cut short (`prompt.md.tmp`): agentd's own, never
-    evidence, removed before the seal so the folder holds what the manifest names."""
+    """The temporary file of an atomic write a kill cut short (`manifest.json.tmp`; an older agentd
+    wrote every file so): agentd's own, never evidence, removed before the seal so the folder holds
+    what the manifest names."""
     partial = {f"{name}.tmp" for name in (*EVIDENCE_FILES, MANIFEST)}
     with os.scandir(paths.root) as entries:  # one listing, not an unlink per name that is almost never there
         found = [entry.name for entry in entries if entry.name in partial]
@@ -196,8 +198,7 @@ def write_manifest(paths: AttemptPaths, fields: dict[str, Any]) -> Sealed:
     manifest = {"spec_version": EVIDENCE_SPEC, **fields, "files": file_hashes(paths)}
     manifest["artifact_hash"] = artifact_hash(manifest)
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    write_private(paths.manifest, text)
-    os.chmod(paths.manifest, 0o400)
+    write_private(paths.manifest, text, mode=0o400)  # read-only from its creation
     return Sealed(manifest["artifact_hash"], sha256_hex(text.encode()))
 
 

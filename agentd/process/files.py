@@ -176,26 +176,47 @@ def make_run_dir(directory: Path, user: RunUser | None, *, mode: int = 0o2770) -
 
 
 def write_shared(path: Path, text: str, user: RunUser | None) -> None:
-    """A file the service writes for the attempt to read (its bundle copy, a harness's config): the
-    run user's group may read it; without a run user, 0600 like every private file."""
-    write_private(path, text)
+    """A file the service writes for the attempt to read (its bundle copy, a harness's config), before
+    the attempt starts: the run user's group may read it; without a run user, 0600 like every private
+    file. Written in place (`write_new`): nothing reads it until the attempt starts."""
+    write_new(path, text)
     if user is not None:
         os.chown(path, -1, user.gid, follow_symlinks=False)
         os.chmod(path, 0o640, follow_symlinks=False)
 
 
-def create_private(path: Path) -> int:
-    """A new file (0600) at `path`, for writing: whatever was there goes first and the new one is created
-    exclusively, never through a link, so nothing planted in a folder the run user may write (a link to
-    the database) can turn the service's write into a write elsewhere."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # a link is removed, not followed
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_PLANTED_AGAIN = 3  # a name still taken after this many removals is refused (FileExistsError)
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write a file only the service user can read, atomically."""
+def create_private(path: Path, mode: int = 0o600) -> int:
+    """A new file (`mode`) at `path`, for writing: created exclusively, never through a link. Whatever
+    is there is removed first (a link is removed, not followed), so nothing planted in a folder the run
+    user may write (a link to the database) can turn the service's write into a write elsewhere. The
+    usual case, a free name, is one system call."""
+    for _ in range(_PLANTED_AGAIN):
+        try:
+            return os.open(path, _NEW_FILE, mode)
+        except FileExistsError:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+    return os.open(path, _NEW_FILE, mode)
+
+
+def write_private(path: Path, text: str, *, mode: int = 0o600) -> None:
+    """Write a file only the service user can read, atomically (a temporary name, then a rename): for a
+    file that is read as a whole or not at all, such as an attempt's sealed manifest."""
     tmp = path.with_name(path.name + ".tmp")
-    with os.fdopen(create_private(tmp), "w", encoding="utf-8") as handle:
+    with os.fdopen(create_private(tmp, mode), "w", encoding="utf-8") as handle:
         handle.write(text)
     os.replace(tmp, path)
+
+
+def write_new(path: Path, text: str) -> None:
+    """Write a private file (0600) in place, as `create_private` creates it: for a file in a folder that
+    is still being filled, whose seal comes later (an attempt's evidence before its manifest, its run
+    folder before it starts). A write a crash cuts short is sealed as the crash left it by the boot
+    sweep, as the attempt's other files are; the rename and the temporary's removal that an atomic
+    write costs are saved (docs/evidence.md, "The attempt folder")."""
+    with os.fdopen(create_private(path), "w", encoding="utf-8") as handle:
+        handle.write(text)
