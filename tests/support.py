@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import sys
+import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -208,6 +209,26 @@ def outcome_disagreements(tasks: list[Any]) -> list[str]:
         for t in tasks
         if t.status in waiting_or_ended and (t.outcome is None or t.outcome.status != t.status)
     ]
+
+
+def alive(pid: int) -> bool:
+    """Running now, not a zombie: what a test asserts of a process that was meant to escape."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def gone(pid: int, within_s: float = 2.0) -> bool:
+    """Dead (or a zombie) within `within_s`: a SIGKILLed process closes its files before the kernel
+    reports it dead, so the caller's EOF can come a moment earlier. Polls every 5 ms."""
+    deadline = time.monotonic() + within_s
+    while alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def examples(full: int) -> int:

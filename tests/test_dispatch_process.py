@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import agent_config
+from support import agent_config, alive, gone
 
 from agentd.cli import main
 from agentd.clock import SystemClock
@@ -30,14 +30,6 @@ pytestmark = pytest.mark.process
 
 def ok(**fields: Any) -> dict[str, Any]:
     return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -123,7 +115,7 @@ def test_kill_9_mid_attempt_then_restart_reclaims_and_completes(agent: Agent) ->
     agent.wait_event("task_finished", task_id, timeout=30)
     task = agent.store.get_task_or_raise(task_id)
     assert task.status == "completed"
-    assert not alive(adapter_pid), "the boot sweep killed the orphaned adapter"
+    assert gone(adapter_pid), "the boot sweep killed the orphaned adapter"
     attempts = agent.store.attempts_of(task_id)
     assert [a.termination_reason for a in attempts] == ["boot_sweep", "exited"]
     assert agent.event("boot_sweep_reclaimed", task_id) is not None
@@ -171,7 +163,7 @@ def test_sigterm_during_a_long_attempt_records_it_interrupted_and_requeues(agent
     assert dispatcher.wait(timeout=15) == 0
     grace, kill_grace, slack = 1.0, 1.0, 3.0
     assert time.monotonic() - started < grace + kill_grace + slack
-    assert not alive(adapter_pid)
+    assert gone(adapter_pid)
     [attempt] = agent.store.attempts_of(task_id)
     assert attempt.termination_reason == "interrupted" and attempt.retry_class == "retryable"
     task = agent.store.get_task_or_raise(task_id)
@@ -190,7 +182,7 @@ def test_operator_cancel_stops_a_running_adapter(
     assert "will stop its adapter" in capsys.readouterr().out
     agent.wait_event("task_finished", task_id, timeout=10)
     assert time.monotonic() - asked < 3.0
-    assert not alive(adapter_pid)
+    assert gone(adapter_pid)
     task = agent.store.get_task_or_raise(task_id)
     assert task.status == "operator_canceled"
     assert agent.store.attempts_of(task_id)[0].termination_reason == "operator_canceled"

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from rig import Rig
-from support import task_subjects, write_sensor
-from test_dispatch_process import alive, wait_until
+from support import alive, gone, task_subjects, write_sensor
+from test_dispatch_process import wait_until
 
 from agentd.store import Store
 
@@ -150,7 +150,7 @@ time.sleep(600)
 
             [swept] = wait_until(reclaimed, 30, "the sweep to reclaim the orphaned sensor run")
             assert swept.sensor_id == "hangs" and swept.payload["killed"] >= 1
-            assert not alive(sensor_pid)
+            assert gone(sensor_pid)
             wait_until(lambda: running_as(rig, second.pid), 30, "the restarted service to report itself")
         finally:
             second.send_signal(signal.SIGTERM)

@@ -6,11 +6,11 @@ import os
 import resource
 import signal
 import sys
-import time
 from pathlib import Path
 
 import anyio
 import pytest
+from support import alive, gone
 
 from agentd.process import containment, runner
 from agentd.process.child import Child, pidfds_work
@@ -42,21 +42,6 @@ def spec(tmp_path: Path, code: str, **overrides: object) -> ProcessSpec:
     }
     fields.update(overrides)
     return ProcessSpec(**fields)  # type: ignore[arg-type]
-
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie. A SIGKILLed process closes its files before it turns zombie, so
-    the caller's EOF can come a moment before the kernel reports it dead: allow a short wait."""
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return False
-        except FileNotFoundError:
-            return False
-        os.sched_yield()
-    return True
 
 
 async def test_output_stdin_and_exit_code(tmp_path: Path) -> None:
@@ -139,7 +124,7 @@ async def test_timeout_kills_a_term_ignoring_child_and_its_grandchild(tmp_path: 
     assert result.timed_out and result.signal == signal.SIGKILL
     assert elapsed < 1.5 + 0.5 + 1.5
     leader, grandchild = map(int, (tmp_path / "stdout.log").read_text().split())
-    assert not alive(leader) and not alive(grandchild)
+    assert gone(leader) and gone(grandchild)
 
 
 async def test_stragglers_are_killed_when_the_leader_exits(tmp_path: Path) -> None:
@@ -151,7 +136,7 @@ async def test_stragglers_are_killed_when_the_leader_exits(tmp_path: Path) -> No
     )
     result = await run_process(spec(tmp_path, code, timeout_s=30))
     assert result.exit_code == 0 and result.elapsed_s < 10  # did not wait for the sleeper's pipe
-    assert not alive(int((tmp_path / "stdout.log").read_text()))
+    assert gone(int((tmp_path / "stdout.log").read_text()))
 
 
 async def test_cancelling_the_caller_kills_the_group(tmp_path: Path) -> None:
@@ -163,7 +148,7 @@ async def test_cancelling_the_caller_kills_the_group(tmp_path: Path) -> None:
 
     with anyio.move_on_after(1.0):
         await run_process(spec(tmp_path, code, timeout_s=600), on_started=started)
-    assert pids and not alive(pids[0])
+    assert pids and gone(pids[0])
 
 
 async def test_a_gigabyte_of_output_is_capped_without_growing_memory(tmp_path: Path) -> None:
@@ -191,7 +176,7 @@ async def test_a_process_that_left_the_group_with_setsid_still_dies_with_the_run
     result = await run_process(spec(tmp_path, code, env=env, group=group(tmp_path, "01TESTMARKER")))
     assert result.exit_code == 0 and result.stragglers >= 1
     escapee = int((tmp_path / "stdout.log").read_text())
-    assert not alive(escapee), "a process the run started outlived it"
+    assert gone(escapee), "a process the run started outlived it"
 
 
 def group(tmp_path: Path, run_id: str) -> RunGroup:
@@ -217,7 +202,7 @@ async def test_an_empty_environment_setsid_daemon_dies_with_its_run(tmp_path: Pa
     result = await run_process(spec(tmp_path, DAEMON, env=env, group=group(tmp_path, "01DAEMON")))
     assert result.exit_code == 0
     daemon = int((tmp_path / "daemon.pid").read_text())
-    assert not alive(daemon), "a daemon with no marker escaped its run"
+    assert gone(daemon), "a daemon with no marker escaped its run"
     found = containment.cgroups()
     run_dir = found.run_dir(group(tmp_path, "01DAEMON")) if found else None
     assert run_dir is not None and run_dir.parent.name == containment.namespace_for(tmp_path / "state")
@@ -228,6 +213,7 @@ async def test_without_cgroups_the_documented_limit_holds(tmp_path: Path, monkey
     """docs/reliability.md, "No escapees": without a writable cgroup a process that both leaves the session and
     clears its environment escapes until the service stops; one that keeps the marker is still found."""
     monkeypatch.setitem(containment._CGROUPS, os.getpid(), None)
+    monkeypatch.setattr(runner, "PIPE_DRAIN_S", 0.2)  # the daemon holds the pipes; the drain is not tested here
     env = {"PATH": os.environ["PATH"], "AGENTD_ATTEMPT_ID": "01NOCG"}
     await run_process(spec(tmp_path, DAEMON, env=env, group=group(tmp_path, "01NOCG")))
     daemon = int((tmp_path / "daemon.pid").read_text())
@@ -237,7 +223,10 @@ async def test_without_cgroups_the_documented_limit_holds(tmp_path: Path, monkey
         os.kill(daemon, signal.SIGKILL)
 
 
-async def test_without_a_run_group_only_the_process_group_is_reached(tmp_path: Path) -> None:
+async def test_without_a_run_group_only_the_process_group_is_reached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "PIPE_DRAIN_S", 0.2)  # the escapee holds the pipes; the drain is not tested here
     code = (
         "import subprocess, sys\n"
         "escapee = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
