@@ -231,6 +231,17 @@ def gone(pid: int, within_s: float = 2.0) -> bool:
     return True
 
 
+def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll `condition` every 50 ms until it is truthy (its value is returned) or `timeout` seconds
+    pass (AssertionError naming `what`): a hard deadline, never a fixed sleep."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := condition():
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
 def examples(full: int) -> int:
     """A property test's example count: `make test` runs a quarter, `make test-fast` (AGENTD_TEST_TIER=fast,
     the inner loop) a tenth, both at least 10; `make test-slow` (AGENTD_TEST_TIER=slow, which CI runs) all

@@ -17,8 +17,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
@@ -26,7 +24,7 @@ from typing import Any
 
 import pytest
 from rig import Rig
-from support import CliResult, agent_config
+from support import CliResult, agent_config, wait_until
 
 from agentd.cli import main
 from agentd.clock import FakeClock, SystemClock
@@ -177,15 +175,6 @@ async def test_a_chain_behind_or_other_than_the_published_head_is_refused(
 
 
 # --- a real dispatcher, killed, its -wal deleted -----------------------------------------------------
-
-
-def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline, pause = time.monotonic() + timeout, threading.Event()
-    while time.monotonic() < deadline:
-        if result := condition():
-            return result
-        pause.wait(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def run(config: Path, *args: str) -> subprocess.CompletedProcess[str]:

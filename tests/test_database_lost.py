@@ -12,15 +12,14 @@ import os
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import agent_config
+from support import agent_config, wait_until
 
 from agentd.clock import SystemClock
 from agentd.config import Config
@@ -30,15 +29,6 @@ from agentd.work.intake import admit_task
 from agentd.work.validation import load_config
 
 pytestmark = pytest.mark.process
-
-
-def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline, pause = time.monotonic() + timeout, threading.Event()
-    while time.monotonic() < deadline:
-        if result := condition():
-            return result
-        pause.wait(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class Agent:

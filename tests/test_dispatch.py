@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from rig import Rig
+from support import gone
 
 from agentd.evidence import verify_attempt_dir
 from agentd.process import containment
@@ -269,19 +270,7 @@ async def test_timeout_kills_a_term_ignoring_adapter_and_its_grandchild(rig_fact
     [attempt] = rig.store.attempts_of(task.task_id)
     assert attempt.exit_status == "timeout" and attempt.termination_reason == "timeout"
     for pid in map(int, (rig.config.paths.workspace / "pids.txt").read_text().split()):
-        assert dead_or_zombie(pid), f"pid {pid} survived the timeout"
-
-
-def dead_or_zombie(pid: int) -> bool:
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline:  # a SIGKILLed process is gone a moment after its pipes close
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-    return False
+        assert gone(pid), f"pid {pid} survived the timeout"
 
 
 async def test_recent_outcomes_reach_the_next_bundle(rig: Rig) -> None:

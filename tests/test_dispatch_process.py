@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import agent_config, alive, gone
+from support import agent_config, alive, gone, wait_until
 
 from agentd.cli import main
 from agentd.clock import SystemClock
@@ -30,18 +30,6 @@ pytestmark = pytest.mark.process
 
 def ok(**fields: Any) -> dict[str, Any]:
     return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
-
-
-def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Wait for a condition with a hard deadline (polls the database, never a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        pause.wait(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class Agent:

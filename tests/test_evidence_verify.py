@@ -285,9 +285,7 @@ async def test_an_attempt_renames_only_its_manifest_and_removes_nothing_that_is_
 
 
 @pytest.mark.parametrize("write", ["create_private", "write_new", "write_private", "write_shared"])
-def test_every_service_write_replaces_a_planted_link_and_never_writes_through_it(
-    tmp_path: Path, write: str
-) -> None:
+def test_every_service_write_replaces_a_planted_link_and_never_writes_through_it(tmp_path: Path, write: str) -> None:
     from agentd.process import files
 
     secret = tmp_path / "agentd.db"

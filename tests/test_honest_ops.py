@@ -292,7 +292,7 @@ def test_events_follow_starts_at_the_end(cli: Any, state_dir: Path) -> None:
 def _wait_for_follower(follower: subprocess.Popen[str]) -> None:
     """The follower has fixed where it starts once it sleeps between polls: it has read the log's
     end and found nothing new (its first sleep comes only after that read)."""
-    from test_dispatch_process import wait_until
+    from support import wait_until
 
     def polling() -> bool:
         try:

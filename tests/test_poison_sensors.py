@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 from rig import Rig
-from support import alive, gone, task_subjects, write_sensor
-from test_dispatch_process import wait_until
+from support import alive, gone, task_subjects, wait_until, write_sensor
 
 from agentd.store import Store
 
