@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from agentd import frozen_value
+
 
 class AgentdError(Exception):
     """Base of every error agentd raises on purpose."""
@@ -28,7 +30,7 @@ class NotFound(InputError):
     """A task, workflow, skill or schedule the caller named does not exist."""
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Problem:
     """One configuration problem: where it is and what was expected."""
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from agentd import frozen_value
 
-@dataclass(frozen=True)
+
+@frozen_value
 class Usage:
     input_tokens: int | None = None
     output_tokens: int | None = None

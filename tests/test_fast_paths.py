@@ -1,7 +1,8 @@
 """The fast paths agree with what they stand in front of, for any input: the compiled schema check
 never says yes where jsonschema says no, check_value refuses exactly what its explaining walk refuses
 (in its words), the prebuilt JSON encoders write json.dumps's bytes, and a ULID is still 48 bits of
-milliseconds then 80 random bits, and a sensor line read in one pass is what the careful reading gives."""
+milliseconds then 80 random bits, a sensor line read in one pass is what the careful reading gives, and
+a frozen_value is a frozen dataclass."""
 
 from __future__ import annotations
 
@@ -513,3 +514,104 @@ def test_a_line_read_at_once_is_what_the_careful_reading_accepts(sensor_id: str,
 def test_the_benchmark_line_is_read_at_once() -> None:
     line = json.dumps({**EVENT, "proposed_task": {"task_type": "example", "source": "x", "payload": {}}})
     assert sensor_runs._read_at_once("inbox", line) == read_carefully("inbox", line)
+
+
+# --- frozen_value: a frozen dataclass built with fewer compiled methods ----------------------------
+
+FIELD_VALUE = st.one_of(PY_VALUE, st.floats(allow_nan=True), st.tuples(st.integers(), st.text(max_size=3)))
+
+
+def sample_class(decorator: Callable[[type], type], *, options: bool = False) -> type:
+    """The same class body under either decorator (so both share a qualname)."""
+
+    class Sample:
+        first: Any
+        second: Any = None
+        third: Any = dataclasses.field(default=0, repr=not options, compare=not options)
+        fourth: Any = dataclasses.field(default=1, hash=False if options else None)
+
+    return decorator(Sample)
+
+
+STDLIB_FROZEN = dataclasses.dataclass(frozen=True)
+
+
+@FAST
+@given(values=st.lists(FIELD_VALUE, min_size=4, max_size=4), others=st.lists(FIELD_VALUE, min_size=4, max_size=4))
+@pytest.mark.parametrize("options", [False, True], ids=["plain fields", "repr, compare and hash options"])
+def test_a_frozen_value_behaves_as_a_frozen_dataclass(options: bool, values: list[Any], others: list[Any]) -> None:
+    from agentd import frozen_value
+
+    made, reference = sample_class(frozen_value, options=options), sample_class(STDLIB_FROZEN, options=options)
+    for first, second in ((values, values), (values, others), (values, [*values[:3], others[3]])):
+        a, b = made(*first), made(*second)
+        ra, rb = reference(*first), reference(*second)
+        assert repr(a) == repr(ra)
+        assert (a == b) is (ra == rb) and (a != b) is (ra != rb)
+        assert (a == ra) is False and a.__eq__(1) is NotImplemented
+        assert dataclasses.astuple(a) == dataclasses.astuple(ra) or repr(dataclasses.astuple(a)) == repr(
+            dataclasses.astuple(ra)
+        )
+        outcome = []
+        for item in (a, ra):
+            try:
+                outcome.append(("hash", hash(item)))  # both hash the same tuple of fields
+            except TypeError as exc:
+                outcome.append(("unhashable", str(exc)))
+        assert outcome[0] == outcome[1]
+    for attempt in (lambda o: setattr(o, "first", 1), lambda o: delattr(o, "first"), lambda o: setattr(o, "new", 1)):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            attempt(made(*values))
+    assert [f.name for f in dataclasses.fields(made)] == [f.name for f in dataclasses.fields(reference)]
+    assert made.__match_args__ == reference.__match_args__ and made.__doc__ == reference.__doc__
+
+
+def test_a_frozen_value_compiles_half_the_methods_a_frozen_dataclass_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    from agentd import frozen_value
+
+    compiled: list[str] = []
+    real_exec = builtins.exec
+
+    def counting_exec(source: Any, *args: Any) -> None:
+        compiled.append(str(source).split("(")[0])
+        real_exec(source, *args)
+
+    monkeypatch.setattr(builtins, "exec", counting_exec)
+    sample_class(STDLIB_FROZEN)
+    by_dataclass, compiled[:] = len(compiled), []
+    sample_class(frozen_value)
+    monkeypatch.undo()
+    assert by_dataclass == 6 and len(compiled) == 3, compiled
+
+
+def test_a_frozen_value_keeps_the_methods_its_class_defines() -> None:
+    from agentd import frozen_value
+
+    @frozen_value
+    class Own:
+        a: int
+
+        def __repr__(self) -> str:
+            return "own"
+
+        def __eq__(self, other: object) -> bool:
+            return True
+
+    assert repr(Own(1)) == "own" and Own(1) == Own(2)
+    assert type(hash(Own(1))) is int  # __eq__ alone leaves __hash__ None: dataclass adds one, so does this
+
+
+def test_every_frozen_dataclass_of_agentd_is_a_frozen_value() -> None:
+    """A plain `@dataclass(frozen=True)` compiles three methods more at every start (agentd/__init__.py)."""
+    from support import REPO
+
+    found = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in sorted((REPO / "agentd").rglob("*.py"))
+        if path.name != "__init__.py" or path.parent.name != "agentd"
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if line.strip().startswith("@dataclass(") and "frozen=True" in line
+    ]
+    assert found == [], "use agentd.frozen_value"

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agentd import frozen_value
 from agentd.edge import printable, scrub_value
 from agentd.hashing import canonical_json, sha256_hex
 from agentd.usage import judge_number
@@ -25,7 +26,7 @@ TURN_USAGE = {"input_tokens": "input_tokens", "output_tokens": "output_tokens"} 
 CODEX_MESSAGE_ITEMS = ("agent_message", "reasoning", "error", "todo_list")  # not tool calls
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Activity:
     """One event-to-be: its type (agentd/records/events.py LIVE_EVENT_TYPES) and payload."""
 

@@ -9,10 +9,11 @@ kind leaves the same TaskAttempt evidence (seed 000 §2, §8).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from agentd import frozen_value
 from agentd.evidence import AttemptPaths
 from agentd.process.containment import RunGroup
 from agentd.process.files import make_run_dir, write_shared
@@ -34,7 +35,7 @@ def output_tail_bytes(cap: int) -> int:
 OnStarted = Callable[[int | None], Awaitable[None]]  # the process group leader's pid, None for HTTP
 
 
-@dataclass(frozen=True)
+@frozen_value
 class AttemptContext:
     task: TaskRecord
     attempt_id: str
@@ -52,7 +53,7 @@ class AttemptContext:
     user: RunUser | None = None  # who they run as ([dispatch] run_as; None: the service's own user)
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Invocation:
     argv: list[str]
     env: dict[str, str]
@@ -60,7 +61,7 @@ class Invocation:
     files: dict[Path, str] = field(default_factory=dict)  # written (0600) before the start
 
 
-@dataclass(frozen=True)
+@frozen_value
 class AdapterRun:
     exit_status: Literal["ok", "error", "timeout"]
     ok: bool  # the adapter itself ended cleanly (its own verdict, before agentd's gates)

@@ -13,10 +13,11 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from agentd import frozen_value
 from agentd.adapters.base import AdapterRun, AttemptContext, SubprocessAdapter, Usage
 from agentd.adapters.denials import compact
 from agentd.adapters.versions import cached_version, cli_version
@@ -32,7 +33,7 @@ FACT_MAX_CHARS = 500  # of one value a harness printed, kept in the attempt's di
 FACTS_MAX = 200  # values of one list kept there (tool uses, commands)
 
 
-@dataclass(frozen=True)
+@frozen_value
 class ParsedRun:
     """A CLI's own verdict on its run, before agentd's completion gates."""
 

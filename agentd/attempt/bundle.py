@@ -9,29 +9,30 @@ enforced by cutting the least essential sections first; every cut is recorded, n
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from agentd import frozen_value
 from agentd.hashing import sha256_hex
 from agentd.records import AgentConstitution, SubagentProfile, TaskRecord
 
 RESULT_ENV = "AGENTD_RESULT_PATH"
 
 
-@dataclass(frozen=True)
+@frozen_value
 class SkillBrief:
     skill_id: str
     instructions: str
     commands: tuple[tuple[str, str], ...]  # (name, description)
 
 
-@dataclass(frozen=True)
+@frozen_value
 class PriorAttempt:
     attempt_number: int
     termination_reason: str
     summary: str
 
 
-@dataclass(frozen=True)
+@frozen_value
 class RecentOutcome:
     task_id: int
     task_type: str
@@ -39,7 +40,7 @@ class RecentOutcome:
     summary: str
 
 
-@dataclass(frozen=True)
+@frozen_value
 class WorkflowStep:
     workflow_id: int
     workflow_type: str
@@ -48,7 +49,7 @@ class WorkflowStep:
     accepted_signals: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@frozen_value
 class BundleInput:
     agent_name: str
     constitution: AgentConstitution
@@ -65,13 +66,13 @@ class BundleInput:
     artifact_roles: tuple[str, ...] = ()  # the roles the task type allows its artifacts
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Cut:
     section: str
     chars_removed: int
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Bundle:
     text: str
     bundle_hash: str

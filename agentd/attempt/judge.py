@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from agentd import frozen_value
 from agentd.adapters.base import AdapterRun
 from agentd.attempt.outcome import (
     CompletionChecks,
@@ -49,7 +50,7 @@ Stopped = Literal["interrupted", "operator_canceled"]
 MAX_DENIAL_EVENTS = 50  # policy_denied events per attempt; one more event counts the rest
 
 
-@dataclass(frozen=True)
+@frozen_value
 class OutboxPolicy:
     """The profile's result_policy, as judging needs it."""
 
@@ -61,7 +62,7 @@ class OutboxPolicy:
     agent: str = ""  # whose outbox: in every key, so two agents sending to one receiver never share a key
 
 
-@dataclass(frozen=True)
+@frozen_value
 class ProposalFact:
     """The file an outcome's constitution_proposal names, read from the workspace before judging
     (seed 000 §1b): its text, or why it cannot be a proposal."""
@@ -75,7 +76,7 @@ class ProposalFact:
     problem: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class AttemptFacts:
     """Everything judging needs, gathered before it. Text in here is already redacted."""
 

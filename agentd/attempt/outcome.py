@@ -11,12 +11,13 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from agentd import frozen_value
 from agentd.edge import Refused, loads_setting_aside
 from agentd.records import OutcomeStatus, RetryClass, TaskOutcome, TaskRecord, TaskStatus
 from agentd.records.tasks import MACHINE_STATUS_OF
@@ -25,7 +26,7 @@ _FENCED_JSON = re.compile(r"```json[ \t]*\r?\n(.*?)```", re.DOTALL)
 MTIME_SLACK_S = 2.0  # filesystem timestamp granularity
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Extracted:
     outcome: TaskOutcome | None
     source: Literal["result_file", "final_message", "none"]
@@ -67,7 +68,7 @@ def _parse(text: str) -> tuple[TaskOutcome | None, str | None, Any]:
         return None, f"not a TaskOutcome ({where}: {first['msg']})", None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class CompletionChecks:
     """What the task type and the intent ask completion to prove."""
 
@@ -87,7 +88,7 @@ def artifact_role(outcome: TaskOutcome, relative: str, allowed: tuple[str, ...])
     return allowed[0] if len(allowed) == 1 else "output"
 
 
-@dataclass(frozen=True)
+@frozen_value
 class FileFact:
     """What the workspace holds at a path an outcome or a task type names, looked up before judging."""
 
@@ -99,7 +100,7 @@ class FileFact:
     sha256: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Gated:
     outcome: TaskOutcome
     reasons: tuple[str, ...] = ()  # why a claimed completion was downgraded
@@ -206,7 +207,7 @@ def downgrade(outcome: TaskOutcome, reason: str, status: OutcomeStatus = "retrya
 # --- the task's next state -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen_value
 class RetryPolicy:
     backoff_base_s: float
     backoff_max_s: float
@@ -216,7 +217,7 @@ class RetryPolicy:
     crash_limit: int = 3  # boot sweeps in a row before a task is ended crashed_runtime
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Decision:
     status: TaskStatus  # the task's next status
     retry_class: RetryClass

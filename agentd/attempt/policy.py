@@ -5,10 +5,10 @@ it) and passed whole. The ending itself (agentd/attempt/conclude.py) reads no co
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentd import frozen_value
 from agentd.attempt.judge import OutboxPolicy
 from agentd.attempt.manifest import DescribedMemo, described_by
 from agentd.attempt.outcome import CompletionChecks, RetryPolicy
@@ -19,7 +19,7 @@ from agentd.records import AgentConstitution, TaskRecord
 from agentd.work.intake import delegation_caps
 
 
-@dataclass(frozen=True)
+@frozen_value
 class AttemptPolicy:
     checks: CompletionChecks  # what completion must prove (the task type and the intent)
     retry: RetryPolicy  # backoff and the rate-limit and crash limits ([dispatch])
@@ -34,7 +34,7 @@ class AttemptPolicy:
     described: dict[str, Any]  # the manifest's fields that come from the configuration
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Ending:
     """What ending an attempt needs beside its facts: its policy, the clock and the retry jitter."""
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentd import frozen_value
 from agentd.adapters import Adapter, AttemptContext, adapter_for
 from agentd.attempt.bundle import (
     Bundle,
@@ -47,7 +47,7 @@ from agentd.work.workflows import accepted_signals, state_of
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Prepared:
     """An attempt ready to run: its adapter, its context, its bundle and its secrets."""
 

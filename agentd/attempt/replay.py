@@ -20,6 +20,7 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Any, Literal
 
+from agentd import frozen_value
 from agentd.adapters.base import exit_status_of, output_tail_bytes
 from agentd.attempt.prepare import attempt_variables, workflow_step
 from agentd.clock import format_ts
@@ -43,7 +44,7 @@ MAX_FIELD_DIFFERENCES = 50  # of result.json; the rest are counted in a note
 _ABSENT = object()  # a JSON key or list item one side does not have
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Difference:
     """One way the replay differs from the attempt: what (a file, a JSON path, the exit status, the
     command), where (a path, `path:line`), and the two sides; None is "absent"."""
@@ -75,7 +76,7 @@ class Replay:
         }
 
 
-@dataclass(frozen=True)
+@frozen_value
 class ReplayPlan:
     """Everything a replay runs on, read from the store, the config and the evidence beforehand."""
 
@@ -99,7 +100,7 @@ class ReplayPlan:
         return recorded if isinstance(recorded, str) else None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class ReplayScratch:
     """The replay's own dirs, laid out as the attempt's: an evidence dir, a workspace, a state dir."""
 

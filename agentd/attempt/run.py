@@ -11,10 +11,10 @@ import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import anyio
 
+from agentd import frozen_value
 from agentd.adapters import Adapter, AdapterRun, adapter_for
 from agentd.attempt import live
 from agentd.attempt.conclude import conclude, internal_failure_end
@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 CANCEL_POLL_S = 1.0  # a running task's cancel flag is checked at least this often
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Concluded:
     """An attempt's end, and whether its outcome commit was made with it (`follow`: what the commit
     still to make may claim the next task with)."""

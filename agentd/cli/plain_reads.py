@@ -7,10 +7,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
+from agentd import frozen_value
 from agentd.cli.common import option, wants_json
 from agentd.cli.quick import plain_reader
 from agentd.clock import format_ts, parse_ts
@@ -21,7 +22,7 @@ from agentd.vocabulary import TASK_STATUSES
 # --- agentd events --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen_value
 class PlainEvent:
     """The fields of a RuntimeEvent, as `agentd events` prints them."""
 
@@ -144,7 +145,7 @@ def _stored_object(text: Any) -> dict[str, Any] | None:
 # --- agentd task list -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen_value
 class PlainOutcome:
     """The fields of a TaskOutcome that `agentd task show` prints."""
 
@@ -158,14 +159,14 @@ class PlainOutcome:
     external_messages: list[Any] | None = None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class PlainWorkflowRef:
     workflow_id: int
     state_id: str
     instance_key: str
 
 
-@dataclass(frozen=True)
+@frozen_value
 class PlainTask:
     """The fields of a TaskRecord that `agentd task list` and `task show` print as text."""
 
@@ -342,7 +343,7 @@ def _follow_ups_read(outcome: dict[str, Any]) -> bool:
 # --- agentd task show -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen_value
 class PlainAttempt:
     """The fields of a TaskAttempt that `agentd task show` prints."""
 

@@ -18,12 +18,13 @@ import json
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from agentd import frozen_value
 from agentd.config.parsed import parse_toml
 from agentd.config.sensors import Sensor, load_sensors
 from agentd.config.settings import (
@@ -69,7 +70,7 @@ BUILTIN_PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {ANY_OBJECT_SCHEMA_ID: {"ty
 PROTECTED_ENV = ("AGENTD_AGENT", "AGENTD_AGENT__INTERNAL_NAME", "AGENTD_AGENT__AGENT_ID")
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Config:
     """Everything agentd knows about one agent, validated and cross-checked."""
 

@@ -13,20 +13,21 @@ UTC day.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime, timedelta
 
+from agentd import frozen_value
 from agentd.config import Config
 
 
-@dataclass(frozen=True)
+@frozen_value
 class AdapterSpend:
     total_usd: float = 0.0
     dearest_usd: float = 0.0  # the dearest single attempt
     estimated: bool = False  # some of it was priced by agentd, not reported
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Spend:
     """What the attempts that ended since `since` cost, per adapter."""
 
@@ -46,7 +47,7 @@ class Spend:
         return any(s.estimated for s in self.by_adapter.values())
 
 
-@dataclass(frozen=True)
+@frozen_value
 class BudgetHold:
     """What waits for the next UTC day: every task less urgent than `urgent_priority` (`everything`,
     the daily cap), or those that would run on a held adapter. A task's adapter is the one it asked

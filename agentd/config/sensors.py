@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import shlex
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentd import frozen_value
 from agentd.config.parsed import parse_toml
 from agentd.config.skills import Skill
 from agentd.errors import Problem
@@ -34,7 +34,7 @@ class SensorManifest(BaseModel):
     enabled: bool = True
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Sensor:
     sensor_id: str
     manifest: SensorManifest

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import shlex
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from agentd import frozen_value
 from agentd.config.parsed import parse_toml
 from agentd.errors import Problem
 from agentd.hashing import canonical_json, sha256_hex
@@ -17,7 +17,7 @@ from agentd.records import SkillManifest
 MANIFEST = "skill.toml"
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Skill:
     manifest: SkillManifest
     directory: Path

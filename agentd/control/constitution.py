@@ -16,12 +16,12 @@ import re
 import tempfile
 import tomllib
 from contextlib import suppress
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from stat import S_IMODE
 from typing import Any
 
+from agentd import frozen_value
 from agentd.clock import to_utc
 from agentd.config import Config
 from agentd.control import operator
@@ -36,7 +36,7 @@ DOCUMENT_KEYS = {"soul": "soul_path", "purpose": "purpose_path"}
 NO_FILE = "(no file)"
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Accepted:
     proposal: ConstitutionProposalRecord
     path: Path  # the document written

@@ -19,10 +19,10 @@ import io
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentd import frozen_value
 from agentd.edge import scrub
 from agentd.evidence.action_trace import TRACE_FILE, parse_trace
 from agentd.evidence.layout import EVIDENCE_FILES as EVIDENCE_FILES
@@ -55,7 +55,7 @@ VOLATILE = ("run_id", "runtime_identity", "started_at", "completed_at", "wall_cl
 VOLATILE_FILES = ("prompt.md", "action_trace.jsonl")
 
 
-@dataclass(frozen=True)
+@frozen_value
 class AttemptPaths:
     """Where an attempt's evidence is sealed (`root`, in the state dir: only the services reach it) and
     where the attempt itself may write (`run`: its HOME, TMPDIR and the files it reports back, which
@@ -157,7 +157,7 @@ def artifact_hash(manifest: dict[str, Any]) -> str:
     return sha256_hex(canonical_json(stable))
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Sealed:
     artifact_hash: str
     manifest_sha256: str  # of manifest.json as written: the event chain records it
@@ -228,7 +228,7 @@ def check_attempt_dir(root: Path) -> tuple[dict[str, Any] | None, list[str]]:
     return evidence.manifest, evidence.problems
 
 
-@dataclass(frozen=True)
+@frozen_value
 class AttemptEvidence:
     """One attempt folder as `check_attempt_dir` judges it, and the sha256 of manifest.json's bytes
     (None if there is none): what the event chain sealed, from the same read."""

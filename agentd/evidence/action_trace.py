@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from agentd import frozen_value
 from agentd.clock import format_ts, parse_ts
 from agentd.edge import printable, scrub, scrub_value
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
@@ -51,7 +52,7 @@ HERMES_USAGE_FILE = "hermes-usage.json"  # agentd/adapters/hermes.py USAGE_FILE
 CODEX_SKIPPED_ITEMS = ("reasoning", "error")  # model thinking and warnings: not steps
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Step:
     step: int
     kind: str  # "tool", "message", "command" or "generate"

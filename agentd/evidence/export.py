@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentd import __version__
+from agentd import __version__, frozen_value
 from agentd.errors import InputError
 from agentd.evidence import EVIDENCE_FILES, MANIFEST
 from agentd.evidence.action_trace import TRACE_FILE, parse_trace
@@ -48,7 +48,7 @@ class Exported:
     pruned: list[str] = field(default_factory=list)  # attempts whose evidence retention removed (not a fault)
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Sealed:
     attempt: TaskAttempt
     root: Path

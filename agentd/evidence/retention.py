@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from agentd import frozen_value
 from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.config.settings import RetentionSection
@@ -35,7 +36,7 @@ BOUNDED_TASKS = TASK_BATCH
 SENSOR_LOGS = ("stdout.log", "stderr.log")  # a sensor's last run; its state/ folder is the sensor's own
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Cutoffs:
     """Per kind, what is older than this may go; None keeps that kind forever."""
 

@@ -16,11 +16,12 @@ import contextlib
 import logging
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agentd import frozen_value
 from agentd.clock import to_utc
 from agentd.errors import DatabaseBehind
 from agentd.evidence.verify import parse_head
@@ -75,7 +76,7 @@ def publish_head(state_dir: Path, head: tuple[int, str], *, force: bool = False)
         os.close(folder)
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Behind:
     """What says the database is older than what happened: attempt folders it does not name, and what is
     wrong with the chain head against the published one."""
@@ -120,7 +121,7 @@ def refuse_if_behind(store: Store, state_dir: Path) -> None:
         )
 
 
-@dataclass(frozen=True)
+@frozen_value
 class AcceptedRollback:
     behind: Behind
     moved_to: Path | None  # where the folders went (relative to the state dir), None if there were none

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentd import frozen_value
 from agentd.evidence import MANIFEST, inspect_attempt_dir
 from agentd.records import TaskAttempt
 from agentd.store import Store
@@ -28,7 +29,7 @@ from agentd.store import Store
 HEAD = re.compile(r"^(\d+):([0-9a-f]{64})$")
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Finding:
     where: str
     what: str

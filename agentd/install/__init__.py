@@ -26,6 +26,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentd import frozen_value
 from agentd.errors import InputError
 from agentd.install.ports import free_pair, free_port, other_agents, used_ports
 from agentd.install.toml_edit import Placement, agent_toml
@@ -43,7 +44,7 @@ HIDDEN_FROM_UNITS = tuple(map(Path, ("/tmp", "/var/tmp", "/home", "/root", "/run
 UNIT_SAFE_PATH = re.compile(r"/[A-Za-z0-9/._+-]+")
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Layout:
     root: Path
     agent: str
@@ -111,7 +112,7 @@ class Layout:
         return self.root == Path("/")
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Folder:
     path: str  # on the target
     owner: str

@@ -9,12 +9,12 @@ import copy
 import re
 import tomllib
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
+from agentd import frozen_value
 from agentd.install.ports import LOOPBACK
 from agentd.resources import example_config
 
@@ -25,7 +25,7 @@ STRING_KEY = re.compile(
 )
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Placement:
     """Where install puts the agent, as its TOML names it."""
 

@@ -4,13 +4,14 @@ same table (`reference`), so the documentation cannot drift from what a scrape s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+from agentd import frozen_value
 
 Kind = Literal["gauge", "counter", "histogram", "info"]
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Spec:
     name: str  # as created; a counter is exposed with `_total`, info with `_info`
     kind: Kind

@@ -9,10 +9,10 @@ claimable now: tasks waiting for a retry or delayed are counted on their own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from agentd import frozen_value
 from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.config.budget import BudgetHold, Spend, budget_hold, day_start
@@ -25,7 +25,7 @@ from agentd.store import Store
 from agentd.store.control import Pause
 
 
-@dataclass(frozen=True)
+@frozen_value
 class BudgetOutlook:
     spend: Spend  # today's, since 00:00 UTC
     hold: BudgetHold | None  # what waits for the next UTC day
@@ -81,7 +81,7 @@ def budget_report(config: Config, outlook: BudgetOutlook | None) -> dict[str, An
     }
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Outlook:
     """The agent as one read sees it: what `agentd status`, the metrics collector and the dispatcher's
     status line are made from, so they never disagree (one deferred read transaction: one state of
@@ -117,7 +117,7 @@ def read_outlook(store: Store, config: Config | None, now: datetime) -> Outlook:
         )
 
 
-@dataclass(frozen=True)
+@frozen_value
 class IdleOutlook:
     """What an idle dispatcher shows and sleeps on, in one read: the operator's pause, the tasks
     claimable now and when the next task or schedule falls due."""

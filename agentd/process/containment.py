@@ -23,13 +23,13 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import anyio
 import anyio.lowlevel
 
+from agentd import frozen_value
 from agentd.hashing import sha256_hex
 from agentd.process import procs
 from agentd.process.privilege import RunUser, popen_identity
@@ -42,7 +42,7 @@ EMPTY_POLL_S = 0.005
 _SPAWN_LOCK: anyio.lowlevel.RunVar[anyio.Lock] = anyio.lowlevel.RunVar("agentd_spawn_lock")
 
 
-@dataclass(frozen=True)
+@frozen_value
 class RunGroup:
     """One run's identity for containment: where its cgroup lives and the marker its processes carry."""
 

@@ -18,9 +18,9 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from agentd import frozen_value
 from agentd.process.privilege import RunUser
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -35,7 +35,7 @@ class Refused(OSError):
     """The path is not a regular file reached without links, inside the root."""
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Found:
     data: bytes  # at most limit + 1 bytes: more than limit means it was larger
     size: int  # the file's size when it was opened

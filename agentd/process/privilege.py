@@ -17,10 +17,10 @@ import ctypes.util
 import getpass
 import os
 import pwd
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
+from agentd import frozen_value
 from agentd.errors import AgentdError, InputError
 
 CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
@@ -45,7 +45,7 @@ class BoundaryError(AgentdError):
     exit_code = 2
 
 
-@dataclass(frozen=True)
+@frozen_value
 class RunUser:
     """The user attempts and sensors run as."""
 

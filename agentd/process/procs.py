@@ -12,13 +12,14 @@ import os
 import signal
 import socket
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+
+from agentd import frozen_value
 
 PROC = Path("/proc")
 
 
-@dataclass(frozen=True)
+@frozen_value
 class ProcessIdentity:
     pid: int
     started: int  # clock ticks after boot (field 22 of /proc/PID/stat)

@@ -18,13 +18,13 @@ import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 import anyio
 import anyio.abc
 
+from agentd import frozen_value
 from agentd.config.environment import passthrough_environment, read_env_file
 from agentd.process import procs
 from agentd.process.child import Child, PipeReader, PipeWriter, pidfds_work, start_child
@@ -38,7 +38,7 @@ PIPE_DRAIN_S = 2.0  # after the run's processes are stopped, how long its output
 LEAN_SPAWN: bool | None = None  # agentd/process/child.py where pidfds work (None: find out at the first spawn)
 
 
-@dataclass(frozen=True)
+@frozen_value
 class ProcessSpec:
     argv: Sequence[str]
     cwd: Path
@@ -100,7 +100,7 @@ def child_environment(
     return found, Redactor(secrets.values())
 
 
-@dataclass(frozen=True)
+@frozen_value
 class CapturedOutput:
     path: Path
     bytes_seen: int
@@ -111,7 +111,7 @@ class CapturedOutput:
         return self.bytes_seen > self.bytes_kept
 
 
-@dataclass(frozen=True)
+@frozen_value
 class ProcessResult:
     pid: int | None
     exit_code: int | None  # None when it never started or a signal ended it

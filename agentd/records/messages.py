@@ -4,13 +4,13 @@ three kinds) and a message's delivery as the store keeps it. agentd's own record
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, field_validator
 
+from agentd import frozen_value
 from agentd.clock import format_ts
 from agentd.records.base import Identifier, Record
 
@@ -94,7 +94,7 @@ DeliveryStatus = Literal["pending", "delivered", "failed"]
 SendOutcome = Literal["delivered", "retry", "rejected"]
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Delivery:
     """One message with its handler, as the delivery loop reads it."""
 
@@ -110,7 +110,7 @@ class Delivery:
     last_error: str | None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Sent:
     """What one attempt at sending came to, as the handler saw it."""
 
@@ -121,7 +121,7 @@ class Sent:
     note: str | None = None  # e.g. "already in the spool": found delivered by an earlier, interrupted attempt
 
 
-@dataclass(frozen=True)
+@frozen_value
 class DeliveryStep:
     """An attempt's end, decided before it is recorded: delivered, retry at `next_attempt_at`, or failed."""
 
@@ -130,7 +130,7 @@ class DeliveryStep:
     next_attempt_at: datetime | None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class OutboxItem:
     """An outbox row for `agentd outbox list`: its state folds the delivery's in for a message."""
 

@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from agentd import frozen_value
 from agentd.records.tasks import SensorEvent
 from agentd.records.work import NewTask
 from agentd.records.workflows import SignalDecision
 
 
-@dataclass(frozen=True)
+@frozen_value
 class WorkflowStart:
     workflow_type: str
     instance_key: str
@@ -21,7 +22,7 @@ class WorkflowStart:
     signal: str | None = None  # for the existing workflow: see AcceptedEvent.wake
 
 
-@dataclass(frozen=True)
+@frozen_value
 class AcceptedEvent:
     line: int
     event: SensorEvent
@@ -37,7 +38,7 @@ class AcceptedEvent:
         return f"sensor event {self.event.dedupe_key}{source}"
 
 
-@dataclass(frozen=True)
+@frozen_value
 class RejectedLine:
     line: int
     reason: str
@@ -65,7 +66,7 @@ class IntakeCounts:
         return {k: v for k, v in vars(self).items() if isinstance(v, int)}
 
 
-@dataclass(frozen=True)
+@frozen_value
 class SensorState:
     sensor_id: str
     last_run_at: datetime | None
@@ -75,7 +76,7 @@ class SensorState:
     runs: int
 
 
-@dataclass(frozen=True)
+@frozen_value
 class OpenSensorRun:
     """A sensor run recorded in flight, and the service process that owns it."""
 

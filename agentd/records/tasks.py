@@ -105,8 +105,6 @@ class ConstitutionProposal(Record):
     reason: str = Field(min_length=1, max_length=4000, description="why the agent proposes it")
 
 
-
-
 class TaskOutcome(Record):
     schema_id = "agent-runtime/task.outcome/v1"
     schema_mode = "validation"

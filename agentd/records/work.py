@@ -5,10 +5,11 @@ decided in the pure middle, written as-is by the store."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from typing import Any, Literal
 
+from agentd import frozen_value
 from agentd.records.base import TaskStatus
 from agentd.records.tasks import EvidenceRequirements, TaskAttempt, TaskOutcome, TaskRecord, WorkflowRef
 
@@ -20,7 +21,7 @@ OutboxStatus = Literal["pending", "applied", "refused", "awaiting_handler"]
 DENIAL_TEXT_CHARS = 300  # each text of a policy_denied event, after redaction
 
 
-@dataclass(frozen=True)
+@frozen_value
 class NewTask:
     """A validated intent with every default resolved (agentd/work/intake.py); the store inserts it as-is."""
 
@@ -47,7 +48,7 @@ class NewTask:
     delegation_caps: dict[str, int] | None = None  # the stricter of its parent's and its own profile's
 
 
-@dataclass(frozen=True)
+@frozen_value
 class AttemptPlan:
     """Which adapter and model an attempt runs with (agentd/attempt/prepare.py plan_attempt)."""
 
@@ -56,7 +57,7 @@ class AttemptPlan:
     model: str | None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class CompiledBundle:
     """What `bundle_compiled` records of an attempt's bundle (agentd/attempt/bundle.py compiles it)."""
 
@@ -65,14 +66,14 @@ class CompiledBundle:
     details: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Claim:
     task: TaskRecord
     attempt: TaskAttempt | None
     refused: str | None = None  # the config can no longer run this task: it failed permanently
 
 
-@dataclass(frozen=True)
+@frozen_value
 class ArtifactRow:
     role: str
     relative_path: str
@@ -80,7 +81,7 @@ class ArtifactRow:
     content_type: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class OutboxEntry:
     """A side effect an outcome asked for: written with the outcome, applied after it, once.
 
@@ -96,7 +97,7 @@ class OutboxEntry:
     attempt_id: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class PolicyDenial:
     """A tool call the harness's own permission policy or sandbox refused: what the agent tried and
     was stopped from doing (claude's `permission_denials`, codex's declined commands)."""
@@ -132,7 +133,7 @@ class PolicyDenial:
         return found | {k: v for k, v in optional.items() if v is not None}
 
 
-@dataclass(frozen=True)
+@frozen_value
 class AttemptEnd:
     """Everything the outcome commit writes, decided before the transaction starts."""
 
@@ -176,13 +177,13 @@ class AttemptEnd:
         return self.outcome.status
 
 
-@dataclass(frozen=True)
+@frozen_value
 class CancelResult:
     task: TaskRecord
     action: Literal["canceled", "requested"]  # it was waiting / the dispatcher will stop its adapter
 
 
-@dataclass(frozen=True)
+@frozen_value
 class QueueSummary:
     counts: dict[str, int]  # by status
     oldest_pending_at: datetime | None  # the oldest claimable task's available_at
@@ -196,7 +197,7 @@ class QueueSummary:
     budget: int = 0  # due, but held back by [budget] until the next UTC day
 
 
-@dataclass(frozen=True)
+@frozen_value
 class LockHolder:
     holder_id: str
     pid: int
@@ -207,14 +208,14 @@ class LockHolder:
     heartbeat_at: datetime
 
 
-@dataclass(frozen=True)
+@frozen_value
 class LockAttempt:
     acquired: bool
     holder: LockHolder  # ours when acquired, else the live holder
     cleared: LockHolder | None = None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class RunningAttempt:
     task_id: int
     task_type: str
@@ -224,7 +225,7 @@ class RunningAttempt:
     started_at: datetime
 
 
-@dataclass(frozen=True)
+@frozen_value
 class CostTotal:
     adapter: str
     model: str

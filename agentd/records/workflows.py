@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from pydantic import Field
 
+from agentd import frozen_value
 from agentd.records.base import Identifier, JsonObject, Record, Timestamp
 from agentd.records.tasks import TaskIntent
 from agentd.records.work import NewTask
@@ -98,7 +98,7 @@ class ScheduleSpec(Record):
 ChangeKind = Literal["transition", "complete", "block", "ignore"]
 
 
-@dataclass(frozen=True)
+@frozen_value
 class StepResult:
     """What a finished step task reported, as the outbox carries it."""
 
@@ -110,7 +110,7 @@ class StepResult:
     task_id: int
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Change:
     """A workflow's next move after one of its steps ended."""
 
@@ -119,7 +119,7 @@ class Change:
     reason: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class SignalDecision:
     """An outside signal (an operator's, or a sensor's) judged on `judged`, the workflow as it was
     read: the store applies `change` only if the workflow is still where it was, and records who
@@ -132,7 +132,7 @@ class SignalDecision:
     reason: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class StepDecision:
     """For an active workflow whose current entry has no task yet: the task to create, or why the
     workflow blocks ("" : the state has no task type and waits for a signal)."""
@@ -144,13 +144,13 @@ class StepDecision:
     block_reason: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class DueSchedule:
     schedule: RecurringScheduleRecord
     has_open_task: bool
 
 
-@dataclass(frozen=True)
+@frozen_value
 class ScheduleRun:
     """What one due schedule does this time: create its task, record why not, or just move on."""
 

@@ -3,9 +3,9 @@ its event, naming who (the OS user who ran the command) and why."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
+from agentd import frozen_value
 from agentd.clock import parse_ts
 from agentd.errors import InputError
 from agentd.records import TaskRecord
@@ -16,7 +16,7 @@ from agentd.store.plain import decide, denial
 from agentd.store.tasks import read_task_or_raise
 
 
-@dataclass(frozen=True)
+@frozen_value
 class PendingApproval:
     approval_id: str
     task_id: int
@@ -27,7 +27,7 @@ class PendingApproval:
     scope: ApprovalScope = "claim"
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Pause:
     paused_at: datetime
     paused_by: str

@@ -7,7 +7,6 @@ import functools
 import os
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
@@ -15,6 +14,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 import anyio
 import anyio.to_thread
 
+from agentd import frozen_value
 from agentd.clock import Clock
 from agentd.errors import SchemaMismatch
 from agentd.faults import os_storage_error, storage_error
@@ -61,7 +61,7 @@ T = TypeVar("T")
 DB_NAME = "agentd.db"
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Follow:
     """What the claim after an attempt needs (`finish_then_claim`): the claim's own arguments, and how
     the service row says the claimed task runs (it returns the chain head that write found)."""
@@ -72,7 +72,7 @@ class Follow:
     report: Callable[[Store, Claim], tuple[int, str] | None]
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Followed:
     """The task claimed in the same transaction as the last attempt's outcome, and the chain head."""
 

@@ -4,10 +4,10 @@ pruning its oldest prefix behind a checkpoint the chain continues from."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from agentd import frozen_value
 from agentd.hashing import GENESIS_HASH, chain_hash
 from agentd.records import TASK_STATUSES, TERMINAL_STATUSES, RuntimeEvent
 from agentd.records.event_names import LIVE_EVENT_TYPES
@@ -17,13 +17,13 @@ from agentd.store.rows import EVENT_BODY_FIELDS, event_from_row
 LIVE_STATUSES = tuple(status for status in TASK_STATUSES if status not in TERMINAL_STATUSES)
 
 
-@dataclass(frozen=True)
+@frozen_value
 class ChainBreak:
     sequence: int
     reason: str
 
 
-@dataclass(frozen=True)
+@frozen_value
 class EventCheckpoint:
     """A pruned prefix of the chain: its last sequence and hash, and how many events went with it."""
 
@@ -32,7 +32,7 @@ class EventCheckpoint:
     removed: int
 
 
-@dataclass(frozen=True)
+@frozen_value
 class EventPrefix:
     """What pruning up to a cutoff would remove: events through this sequence (0: none), how many."""
 

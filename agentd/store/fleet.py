@@ -16,10 +16,10 @@ import importlib.util
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from agentd import frozen_value
 from agentd.errors import AgentdError, InputError, NotFound, SchemaMismatch
 from agentd.resources import data_dir
 from agentd.store.migrations import Migration, available_migrations
@@ -98,7 +98,7 @@ def fleet_migrations() -> list[Migration]:
     return available_migrations(data_dir("migrations") / "fleet")
 
 
-@dataclass(frozen=True)
+@frozen_value
 class FleetTask:
     """A row of fleet_tasks."""
 
@@ -128,7 +128,7 @@ class FleetTask:
         return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in self.__dict__.items()}
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Submission:
     """One task to submit, as `agentd fleet submit` judged it (agentd/cli/fleet_submit.py)."""
 
@@ -151,7 +151,7 @@ class Submission:
                 )
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Lease:
     """What a claim gives an agent: the task, and the token every later write must carry."""
 

@@ -8,10 +8,10 @@ was given. The task's own record, attempts and evidence are the agent's as alway
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from agentd import frozen_value
 from agentd.records import TERMINAL_STATUSES, NewTask, TaskOutcome
 from agentd.store.base import StoreBase, Tx, dumps, loads, ts
 from agentd.store.tasks import cancel_waiting, insert_task, request_cancel
@@ -20,7 +20,7 @@ WAITING = ("pending", "retryable_failure")
 COST_CEILING_USD = 1e9  # a stored cost past any real one (written before the usage judge) is not summed
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Taken:
     """A fleet task this agent claimed, admitted as a local task."""
 
@@ -30,7 +30,7 @@ class Taken:
     origin: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@frozen_value
 class HeldLease:
     task_id: int
     fleet_id: int
@@ -42,7 +42,7 @@ class HeldLease:
         return self.status in TERMINAL_STATUSES
 
 
-@dataclass(frozen=True)
+@frozen_value
 class FleetGate:
     """The claim met a fleet task whose lease has not been confirmed for this attempt: nothing was
     claimed; confirm it with the fleet, then claim again (agentd/services/fleet.py)."""

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from agentd import frozen_value
 from agentd.clock import format_ts
 from agentd.errors import SchemaMismatch
 from agentd.hashing import sha256_hex
@@ -23,7 +23,7 @@ _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 FOREIGN_KEYS_OFF = "-- agentd: foreign_keys off"
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Migration:
     version: int
     name: str

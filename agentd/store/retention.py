@@ -3,9 +3,9 @@ nothing refers to any more. What is old enough is decided above (agentd/evidence
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
+from agentd import frozen_value
 from agentd.records import TERMINAL_STATUSES
 from agentd.store.base import StoreBase, ts
 
@@ -39,7 +39,7 @@ TASK_ROWS = (  # children first: each statement leaves no row referring to a tas
 )
 
 
-@dataclass(frozen=True)
+@frozen_value
 class PrunableEvidence:
     task_id: int
     attempt_id: str

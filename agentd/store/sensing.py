@@ -3,10 +3,10 @@ as the task or workflow it creates; each sensor's schedule; the runs in flight."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from agentd import frozen_value
 from agentd.clock import parse_ts
 from agentd.records import (
     AcceptedEvent,
@@ -34,7 +34,7 @@ _SENSOR_EVENTS = SparseInsert(
 _MARK_REPEATED = "UPDATE sensor_events SET deduped_at = ? WHERE sensor_id = ? AND dedupe_key = ?"
 
 
-@dataclass(frozen=True)
+@frozen_value
 class _SpentKey:
     event_id: str  # the event that used the key
     repeat_noted: bool  # its sensor_event_deduped is written (sensor_events.deduped_at)

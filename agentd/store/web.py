@@ -3,10 +3,10 @@ approval requests handed off to an external app, with the run context each carri
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from agentd import frozen_value
 from agentd.clock import parse_ts
 from agentd.errors import InputError, NotFound
 from agentd.records import TaskRecord
@@ -17,7 +17,7 @@ from agentd.store.rows import holdable, task_from_row
 HANDOFF_ERROR_CHARS = 500
 
 
-@dataclass(frozen=True)
+@frozen_value
 class WebToken:
     """One operator's token as stored: never its secret, only the secret's SHA-256."""
 
@@ -41,7 +41,7 @@ class WebToken:
         }
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Handoff:
     """An approval request sent (or being sent) to the approval handler, with the context it carried."""
 

@@ -6,10 +6,10 @@ re-checking that the workflow is still where it was when the decision was made."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from agentd import frozen_value
 from agentd.errors import InputError, NotFound
 from agentd.records import (
     TERMINAL_STATUSES,
@@ -29,7 +29,7 @@ from agentd.store.tasks import cancel_waiting, insert_task, read_task_or_raise
 SUMMARY_CHARS = 500  # of a step task's outcome summary when a steering act ends it
 
 
-@dataclass(frozen=True)
+@frozen_value
 class WorkflowCancel:
     """A canceled workflow, the queued step tasks that ended with it, and a running one left to finish
     (its signal is ignored: the workflow is no longer active)."""

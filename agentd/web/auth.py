@@ -15,8 +15,8 @@ import json
 import re
 import secrets
 from collections import OrderedDict
-from dataclasses import dataclass
 
+from agentd import frozen_value
 from agentd.clock import Clock
 from agentd.store.web import WebToken
 
@@ -25,7 +25,7 @@ COOKIE = "agentd_session"
 THROTTLE_MEMORY = 10_000  # client addresses remembered at once; the oldest is forgotten first
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Operator:
     """Who a request acts for: the token's name (recorded as `by` in every event) and which token."""
 
@@ -57,7 +57,7 @@ def token_matches(stored: WebToken | None, secret: str) -> bool:
     return same and stored is not None and stored.revoked_at is None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Session:
     token_id: str
     nonce: str

@@ -14,6 +14,7 @@ from typing import IO, Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
+from agentd import frozen_value
 from agentd.config import Config
 from agentd.edge import Refused
 from agentd.edge import loads as load_json
@@ -32,7 +33,7 @@ SHOWN_PROBLEMS = 20  # bad lines named in the refusal; the rest are counted
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@frozen_value
 class BadLine:
     number: int
     reason: str
@@ -47,7 +48,7 @@ class Judged(Generic[T]):
     lines: int = 0  # read, blank ones included
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Written:
     """One transaction's tasks: the line numbers they came from, their ids."""
 
