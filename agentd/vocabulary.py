@@ -1,6 +1,6 @@
-"""agentd's words, free of every dependency: a task's statuses (seed 000 §6), an outcome's, and seed
-003 §7's dispatch context. The CLI offers them as choices before it loads a record (agentd/records builds
-its records from them)."""
+"""agentd's words, free of every dependency: a task's statuses (seed 000 §6), an outcome's, an
+attempt's ending, and seed 003 §7's dispatch context. The CLI offers them as choices before it loads a
+record (agentd/records builds its records from them)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,11 @@ MACHINE_STATUS_OF: dict[OutcomeStatus, MachineStatus] = {
     "blocked": "blocked",
     "operator_canceled": "canceled",
 }
+
+# How an attempt ended, in its record (seed 000 §8's TaskAttempt) and its end.
+ExitStatus = Literal["ok", "error", "timeout", "unknown"]  # unknown: the boot sweep found it, its exit unseen
+RetryClass = Literal["none", "retryable", "permanent"]
+SideEffects = Literal["none", "possible"]  # none: the adapter never started
 
 OriginSurface = Literal["browser", "mobile", "desktop", "web", "product-api", "cli"]  # seed 003 §7, and `cli`
 DispatchMode = Literal["interactive", "queued", "scheduled", "remote"]

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 import tomllib
 from collections.abc import Callable
@@ -222,23 +223,23 @@ def alive(pid: int) -> bool:
 
 def gone(pid: int, within_s: float = 2.0) -> bool:
     """Dead (or a zombie) within `within_s`: a SIGKILLed process closes its files before the kernel
-    reports it dead, so the caller's EOF can come a moment earlier. Polls every 5 ms."""
-    deadline = time.monotonic() + within_s
+    reports it dead, so the caller's EOF can come a moment earlier. Looks every 5 ms."""
+    deadline, pause = time.monotonic() + within_s, threading.Event()
     while alive(pid):
         if time.monotonic() >= deadline:
             return False
-        time.sleep(0.005)
+        pause.wait(0.005)
     return True
 
 
 def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
     """Poll `condition` every 50 ms until it is truthy (its value is returned) or `timeout` seconds
     pass (AssertionError naming `what`): a hard deadline, never a fixed sleep."""
-    deadline = time.monotonic() + timeout
+    deadline, pause = time.monotonic() + timeout, threading.Event()
     while time.monotonic() < deadline:
         if result := condition():
             return result
-        time.sleep(0.05)
+        pause.wait(0.05)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
@@ -253,8 +254,6 @@ def examples(full: int) -> int:
 def serve_in_thread(server: Any) -> Any:
     """A loopback test server serving in a daemon thread; `server.shutdown()` returns within one poll
     (10 ms here, where socketserver's default half second was what many tests waited for at their end)."""
-    import threading
-
     thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     return thread

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime
-from typing import Any
+from typing import Any, get_args
 
 from agentd import frozen_value
 from agentd.cli.common import option, wants_json
@@ -17,7 +17,8 @@ from agentd.cli.quick import plain_reader
 from agentd.clock import format_ts, parse_ts
 from agentd.edge import Refused, check_json_size, check_value
 from agentd.schema_check import compile_check
-from agentd.vocabulary import TASK_STATUSES
+from agentd.store.base import parse_optional_ts
+from agentd.vocabulary import TASK_STATUSES, ExitStatus, RetryClass, SideEffects
 
 # --- agentd events --------------------------------------------------------------------------------
 
@@ -237,7 +238,7 @@ def _plain_task(row: Any) -> PlainTask:
     """A row sure_task passed, as agentd/store/rows.py `task_from_row` reads it."""
     import json
 
-    optional_time = {name: parse_ts(row[name]) if row[name] is not None else None for name in _OPTIONAL_TIMES}
+    optional_time = {name: parse_optional_ts(row[name]) for name in _OPTIONAL_TIMES}
     ref = None
     if row["workflow_id"] is not None:
         ref = PlainWorkflowRef(row["workflow_id"], row["workflow_state"], row["workflow_instance_key"])
@@ -408,10 +409,10 @@ _ATTEMPT_OPTIONAL_TEXTS = (
     "model", "termination_reason", "bundle_hash", "evidence_dir", "prompt_path", "stdout_path", "stderr_path",
     "result_path", "last_message_path",
 )  # fmt: skip
-_ATTEMPT_WORDS = {
-    "exit_status": (None, "ok", "error", "timeout", "unknown"),
-    "retry_class": (None, "none", "retryable", "permanent"),
-    "side_effects": (None, "none", "possible"),
+_ATTEMPT_WORDS = {  # each may be null too
+    "exit_status": (None, *get_args(ExitStatus)),
+    "retry_class": (None, *get_args(RetryClass)),
+    "side_effects": (None, *get_args(SideEffects)),
 }
 
 
@@ -436,9 +437,8 @@ def sure_attempt(row: Any) -> bool:
 
 
 def _plain_attempt(row: Any) -> PlainAttempt:
-    ended, pruned = row["ended_at"], row["evidence_pruned_at"]
     return PlainAttempt(
         row["attempt_number"], row["attempt_id"], row["adapter_id"], row["model"], row["exit_status"],
-        row["termination_reason"], parse_ts(row["started_at"]), parse_ts(ended) if ended is not None else None,
-        row["evidence_dir"], parse_ts(pruned) if pruned is not None else None,
+        row["termination_reason"], parse_ts(row["started_at"]), parse_optional_ts(row["ended_at"]),
+        row["evidence_dir"], parse_optional_ts(row["evidence_pruned_at"]),
     )  # fmt: skip

@@ -207,16 +207,15 @@ def write_private(path: Path, text: str, *, mode: int = 0o600) -> None:
     """Write a file only the service user can read, atomically (a temporary name, then a rename): for a
     file that is read as a whole or not at all, such as an attempt's sealed manifest."""
     tmp = path.with_name(path.name + ".tmp")
-    with os.fdopen(create_private(tmp, mode), "w", encoding="utf-8") as handle:
-        handle.write(text)
+    write_new(tmp, text, mode=mode)
     os.replace(tmp, path)
 
 
-def write_new(path: Path, text: str) -> None:
-    """Write a private file (0600) in place, as `create_private` creates it: for a file in a folder that
+def write_new(path: Path, text: str, *, mode: int = 0o600) -> None:
+    """Write a private file (`mode`) in place, as `create_private` creates it: for a file in a folder that
     is still being filled, whose seal comes later (an attempt's evidence before its manifest, its run
     folder before it starts). A write a crash cuts short is sealed as the crash left it by the boot
     sweep, as the attempt's other files are; the rename and the temporary's removal that an atomic
     write costs are saved (docs/evidence.md, "The attempt folder")."""
-    with os.fdopen(create_private(path), "w", encoding="utf-8") as handle:
+    with os.fdopen(create_private(path, mode), "w", encoding="utf-8") as handle:
         handle.write(text)

@@ -20,6 +20,7 @@ from agentd.records.base import (
     Timestamp,
 )
 from agentd.vocabulary import MACHINE_STATUS_OF as MACHINE_STATUS_OF
+from agentd.vocabulary import ExitStatus, RetryClass, SideEffects
 
 
 class WorkflowRef(Record):
@@ -206,12 +207,12 @@ class TaskAttempt(Record):
     runner_id: str
     started_at: Timestamp
     ended_at: Timestamp | None
-    exit_status: Literal["ok", "error", "timeout", "unknown"] | None = Field(
+    exit_status: ExitStatus | None = Field(
         description="unknown: the boot sweep closed it after the runtime died; its process was gone"
     )
-    retry_class: Literal["none", "retryable", "permanent"] | None
+    retry_class: RetryClass | None
     termination_reason: str | None = Field(description="agentd: why the attempt ended")
-    side_effects: Literal["none", "possible"] | None = Field(
+    side_effects: SideEffects | None = Field(
         default=None, description="agentd: whether the adapter ran far enough for side effects to have happened"
     )
     pid: int | None = Field(default=None, description="agentd: the adapter's process (group leader), once started")

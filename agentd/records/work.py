@@ -12,10 +12,10 @@ from typing import Any, Literal
 from agentd import frozen_value
 from agentd.records.base import TaskStatus
 from agentd.records.tasks import EvidenceRequirements, TaskAttempt, TaskOutcome, TaskRecord, WorkflowRef
+from agentd.vocabulary import ExitStatus as ExitStatus
+from agentd.vocabulary import RetryClass as RetryClass
+from agentd.vocabulary import SideEffects as SideEffects
 
-ExitStatus = Literal["ok", "error", "timeout", "unknown"]  # unknown: the boot sweep found it, its exit unseen
-RetryClass = Literal["none", "retryable", "permanent"]
-SideEffects = Literal["none", "possible"]  # none: the adapter never started
 OutboxKind = Literal["follow_up_task", "external_message", "workflow_signal", "constitution_proposal"]
 OutboxStatus = Literal["pending", "applied", "refused", "awaiting_handler"]
 DENIAL_TEXT_CHARS = 300  # each text of a policy_denied event, after redaction

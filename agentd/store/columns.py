@@ -1,6 +1,6 @@
 """SQL that both the store's verbs and the CLI's plain readers (agentd/store/plain.py) run, here without
 the records so that both run the very same: the columns a task row is read with (in the order
-agentd/store/rows.py `task_from_row` takes them), and the count of tasks held for approval."""
+agentd/store/rows.py `task_from_row` takes them)."""
 
 TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.priority, t.payload,
     t.requested_profile_id, t.requested_adapter_id, t.requested_model, t.skill_ids,
@@ -11,9 +11,3 @@ TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.prior
     t.delegation_caps,
     w.instance_key AS workflow_instance_key"""
 TASK_FROM = "tasks t LEFT JOIN workflows w ON w.id = t.workflow_id"
-# Waiting tasks held for approval, by (status, due later than ?): agentd/store/tasks.py `held_for_approval`.
-HELD_FOR_APPROVAL = """SELECT t.status, t.available_at > ?, COUNT(DISTINCT t.id) FROM approvals a CROSS JOIN tasks t
-    ON t.id = a.task_id
-    WHERE a.status = 'pending' AND a.scope = 'claim' AND t.awaiting_approval = 1
-        AND t.status IN ('pending', 'retryable_failure')
-    GROUP BY 1, 2"""

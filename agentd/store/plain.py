@@ -14,7 +14,7 @@ from typing import Any
 
 from agentd.clock import Clock, parse_ts
 from agentd.store.base import StoreBase, Tx, connect, dumps, parse_optional_ts, timestamp_text, ts
-from agentd.store.columns import HELD_FOR_APPROVAL, TASK_COLUMNS, TASK_FROM
+from agentd.store.columns import TASK_COLUMNS, TASK_FROM
 from agentd.store.migrations import available_migrations, require_current
 from agentd.vocabulary import MACHINE_STATUS_OF
 
@@ -62,7 +62,7 @@ def queue_rows(store: StoreBase, now: datetime) -> dict[str, Any]:
         ).fetchone()[0]
         for status in WAITING
     }
-    held = _held_for_approval(store, at)
+    held = held_for_approval(store.tx, at)
     due = sum(counts.get(s, 0) - later[s] - held.get((s, False), 0) for s in WAITING)
     branches = " UNION ALL ".join(_BRANCH.format(priority=priority) for priority in range(1, 11))
     oldest = conn.execute(f"SELECT MIN(available_at) FROM ({branches})", {"now": at}).fetchone()[0]
@@ -80,8 +80,19 @@ def queue_rows(store: StoreBase, now: datetime) -> dict[str, Any]:
     }
 
 
-def _held_for_approval(store: StoreBase, at: str) -> dict[tuple[str, bool], int]:
-    rows = store.tx.execute(HELD_FOR_APPROVAL, (at,)).fetchall()
+def held_for_approval(tx: Tx, at: str) -> dict[tuple[str, bool], int]:
+    """Waiting tasks held for an operator's approval, by (status, due later than `at`), on both paths
+    (store/tasks.py `queue_summary` too). Found from the pending approvals (an index; store/control.py
+    sets a task's awaiting_approval together with its pending `claim` approval and clears both
+    together), so a long queue costs nothing here: the CROSS JOIN walks the approvals, not the queue."""
+    rows = tx.execute(
+        """SELECT t.status, t.available_at > ?, COUNT(DISTINCT t.id) FROM approvals a CROSS JOIN tasks t
+           ON t.id = a.task_id
+           WHERE a.status = 'pending' AND a.scope = 'claim' AND t.awaiting_approval = 1
+               AND t.status IN ('pending', 'retryable_failure')
+           GROUP BY 1, 2""",
+        (at,),
+    ).fetchall()
     return {(r[0], bool(r[1])): r[2] for r in rows}
 
 

@@ -15,8 +15,8 @@ from agentd.records import TERMINAL_STATUSES, CancelResult, NewTask, QueueSummar
 from agentd.store.approvals import never_approved, request_approval
 from agentd.store.base import StoreBase, Tx, dumps, parse_optional_ts, ts
 from agentd.store.budget import CLAIMABLE, claimable_branches, held_by_budget, hold_params
-from agentd.store.columns import HELD_FOR_APPROVAL, TASK_COLUMNS, TASK_FROM
-from agentd.store.plain import end_waiting
+from agentd.store.columns import TASK_COLUMNS, TASK_FROM
+from agentd.store.plain import end_waiting, held_for_approval
 from agentd.store.rows import task_from_row
 from agentd.store.sparse import SparseInsert
 
@@ -157,14 +157,6 @@ def request_cancel(tx: Tx, task_id: int, now: datetime, by: str) -> None:
         (ts(now), ts(now), task_id),
     )
     tx.event("task_cancel_requested", now, task_id=task_id, payload={"by": by})
-
-
-def held_for_approval(tx: Tx, now: str) -> dict[tuple[str, bool], int]:
-    """Waiting tasks held for an operator's approval, by (status, due later than `now`). Found from the
-    pending approvals (an index; store/control.py sets a task's awaiting_approval together with its
-    pending `claim` approval and clears both together), so a long queue costs nothing here."""
-    rows = tx.execute(HELD_FOR_APPROVAL, (now,)).fetchall()
-    return {(r[0], bool(r[1])): r[2] for r in rows}
 
 
 def _count(tx: Tx, where: str, params: dict[str, Any]) -> int:
