@@ -282,25 +282,3 @@ async def test_an_attempt_renames_only_its_manifest_and_removes_nothing_that_is_
     assert (folder / MANIFEST).stat().st_mode & 0o777 == 0o400
     checked = verify(rig, "--task", str(task.task_id))
     assert checked.code == 0, checked.out
-
-
-@pytest.mark.parametrize("write", ["create_private", "write_new", "write_private", "write_shared"])
-def test_every_service_write_replaces_a_planted_link_and_never_writes_through_it(tmp_path: Path, write: str) -> None:
-    from agentd.process import files
-
-    secret = tmp_path / "agentd.db"
-    secret.write_text("the database")
-    target = tmp_path / "result.json"
-    for planted in (target, target.with_name("result.json.tmp")):
-        planted.symlink_to(secret)
-    if write == "create_private":
-        fd = files.create_private(target)
-        os.write(fd, b"output")
-        os.close(fd)
-    elif write == "write_shared":
-        files.write_shared(target, "output", None)
-    else:
-        getattr(files, write)(target, "output")
-    assert secret.read_text() == "the database"
-    assert not target.is_symlink() and target.read_text() == "output"
-    assert target.stat().st_mode & 0o777 == 0o600

@@ -88,6 +88,28 @@ def test_a_link_planted_where_the_service_writes_is_replaced_not_written_through
     assert not (run / "stdout.log").is_symlink() and (run / "stdout.log").read_bytes() == b"output"
 
 
+@pytest.mark.parametrize("write", ["create_private", "write_new", "write_private", "write_shared"])
+def test_every_service_write_replaces_a_planted_link_and_never_writes_through_it(tmp_path: Path, write: str) -> None:
+    from agentd.process import files
+
+    secret = tmp_path / "agentd.db"
+    secret.write_text("the database")
+    target = tmp_path / "result.json"
+    for planted in (target, target.with_name("result.json.tmp")):
+        planted.symlink_to(secret)
+    if write == "create_private":
+        fd = files.create_private(target)
+        os.write(fd, b"output")
+        os.close(fd)
+    elif write == "write_shared":
+        files.write_shared(target, "output", None)
+    else:
+        getattr(files, write)(target, "output")
+    assert secret.read_text() == "the database"
+    assert not target.is_symlink() and target.read_text() == "output"
+    assert target.stat().st_mode & 0o777 == 0o600
+
+
 NAMES = st.sampled_from(["a", "b", "c"])
 
 
