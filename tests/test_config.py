@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,44 @@ def test_unknown_key_is_named(tmp_path: Path) -> None:
     assert problems_of(path) == [
         f"{path}: dispatch.poll_ceilng_s: unknown key (check its spelling against `agentd config reference`)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (
+            date(2026, 1, 1),
+            "a timestamp needs a time and a time zone, found the date 2026-01-01; write 2026-01-01T00:00:00Z",
+        ),
+        (
+            datetime(2026, 1, 1, 12),
+            "a timestamp needs a time zone, found 2026-01-01T12:00:00; write it in UTC with a trailing Z",
+        ),
+    ],
+    ids=["a TOML local date", "a TOML local date-time"],
+)
+def test_a_timestamp_without_a_time_zone_is_named_not_a_traceback(tmp_path: Path, value: Any, said: str) -> None:
+    path = write_config(tmp_path, lambda raw: raw["constitution"].update(revised_at=value))
+    assert problems_of(path) == [f"{path}: constitution.revised_at: {said}"]
+
+
+def test_a_record_stricter_than_its_section_is_still_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sections are checked first; a record built from them that refuses what its section let
+    through is the file's problem too, never a traceback (the date above was one)."""
+    import agentd.config as config_module
+    from agentd.records import AgentConstitution
+
+    def stricter(source: str, settings: Any) -> Any:
+        AgentConstitution.model_validate({"agent_id": settings.agent.agent_id})  # refuses: fields missing
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(config_module, "_constitution", stricter)
+    path = write_config(tmp_path)
+    found = problems_of(path)
+    assert found and all(problem.startswith(f"{path}: ") for problem in found), found
+    assert any("required, but missing" in problem for problem in found), found
 
 
 def test_duplicate_adapter_id_is_refused(tmp_path: Path) -> None:

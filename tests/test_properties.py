@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import tomllib
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -621,6 +621,7 @@ FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 @example([("set", ("paths", "sensors_dir"), "empty-sensors")])
 # inputs that once escaped as other exceptions, pinned:
 @example([("set", ("adapters", 0, "adapter_id"), [])])
+@example([("set", ("constitution", "revised_at"), date(2000, 1, 1))])  # pydantic would make it a naive midnight
 @example([("add", ("payload_schemas",), "", "")])
 @example([("set", ("payload_schemas", "example.payload/v1"), "")])
 @example([("set", ("payload_schemas", "example.payload/v1"), "\x00")])
@@ -721,3 +722,32 @@ def test_property_inputs_cover_every_config_table() -> None:
     tables = {p[0] for p in LEAF_PATHS}
     assert {"adapters", "profiles", "task_types", "workflows", "payload_schemas", "constitution", "dispatch"} <= tables
     assert any(p[:2] == ("workflows", 0) and "states" in p for p in LEAF_PATHS)
+
+
+TIMESTAMP_INPUT = st.one_of(
+    st.dates(),
+    st.datetimes(timezones=st.none() | st.just(UTC) | st.timezones()),
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.datetimes(timezones=st.none() | st.just(UTC)).map(lambda moment: moment.isoformat()),
+    ANY_TEXT,
+)
+
+
+@FAST
+@given(TIMESTAMP_INPUT)
+@example(date(2026, 1, 1))
+@example(datetime(2026, 1, 1, 12))
+def test_a_timestamp_is_utc_or_refused_never_naive(value: Any) -> None:
+    """Every record's and section's Timestamp: an aware UTC datetime, or a ValidationError that says
+    what was expected (a naive one would raise later, when compared with an aware one)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from agentd.records.base import Timestamp
+
+    try:
+        moment = TypeAdapter(Timestamp).validate_python(value)
+    except ValidationError as exc:
+        assert "time zone" in str(exc) or "timestamp" in str(exc).lower() or "datetime" in str(exc), exc
+        return
+    assert moment.tzinfo is UTC, (value, moment)

@@ -137,7 +137,10 @@ def parse_config(path: Path) -> tuple[Config, list[Problem]]:
         settings = Settings(**overlay(raw, overrides))
     except ValidationError as exc:
         raise ConfigError(problems + _validation_problems(exc, raw, source)) from None
-    config, found = _assemble(path, settings)
+    try:
+        config, found = _assemble(path, settings)
+    except ValidationError as exc:  # a record stricter than the section it is built from: still the file's problem
+        raise ConfigError(_validation_problems(exc, raw, source)) from None
     return config, problems + found
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, date, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
@@ -20,15 +20,24 @@ def _to_utc(value: Any) -> Any:
     if isinstance(value, str):
         return parse_ts(value)
     if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise ValueError("a timestamp needs a time zone; write it in UTC with a trailing Z")
-        return to_utc(value)
+        return _aware(value)
+    if isinstance(value, date):  # e.g. TOML's `revised_at = 2026-01-01`, which pydantic would make a naive midnight
+        raise ValueError(f"a timestamp needs a time and a time zone, found the date {value}; write {value}T00:00:00Z")
     return value
+
+
+def _aware(value: datetime) -> datetime:
+    """Whatever pydantic made of the input (a number is seconds since the epoch, in UTC), a Timestamp is
+    never naive: a naive time compared with an aware one raises, far from where it came in."""
+    if value.tzinfo is None:
+        raise ValueError(f"a timestamp needs a time zone, found {value.isoformat()}; write it in UTC with a trailing Z")
+    return value if value.tzinfo is UTC else to_utc(value)
 
 
 Timestamp = Annotated[
     datetime,
     BeforeValidator(_to_utc),
+    AfterValidator(_aware),
     PlainSerializer(format_ts, return_type=str, when_used="json"),
     WithJsonSchema({"type": "string", "format": "date-time"}),
 ]
