@@ -8,9 +8,12 @@ expected. Nothing that passes here can make a later write fail.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from agentd.errors import InputError
@@ -21,6 +24,7 @@ MAX_SUBJECT_CHARS = 500
 MAX_DESCRIPTION_CHARS = 64 * 1024
 MAX_PAYLOAD_BYTES = 1024 * 1024  # a task payload or workflow context, as stored JSON
 MAX_RESULT_BYTES = 16 * 1024 * 1024  # result.json is read at most this far
+MAX_CONFIG_FILE_BYTES = 1024 * 1024  # any file the config names is far smaller; bounds e.g. --config /dev/zero
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -84,6 +88,49 @@ def _parse(text: str | bytes) -> Any:
     if isinstance(text, str) and not text.startswith("\ufeff"):
         return _DECODER.decode(text)
     return json.loads(text, parse_constant=_no_constant)
+
+
+class UnusableFile(ValueError):
+    """A file the config names that agentd cannot use; the text says why (a Problem's words)."""
+
+
+def read_bounded(path: Path, limit: int = MAX_CONFIG_FILE_BYTES) -> bytes:
+    """A config file's bytes (the identity TOML, a manifest, an env_file, SKILL.md, SOUL.md), never
+    more than `limit`: OSError as reading raises it; UnusableFile if there is more."""
+    with open(path, "rb") as file:
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise UnusableFile(f"cannot read it: over {limit:,} bytes, far more than a config file holds")
+    return data
+
+
+def utf8_text(data: bytes) -> str:
+    """`data` as Path.read_text reads a file (UTF-8, universal newlines); UnusableFile if not UTF-8."""
+    try:
+        return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read()
+    except UnicodeDecodeError as exc:
+        raise UnusableFile(f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
+def read_toml(path: Path, parse: Callable[[str], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A TOML file as `parse` (tomllib.loads) reads it; UnusableFile if it cannot be: missing,
+    unreadable, not UTF-8, too large, not TOML, or nested deeper than the parser recurses."""
+    import tomllib  # only where a TOML is read: the hot commands' fast path reads one, most imports none
+
+    try:
+        text = utf8_text(read_bounded(path))
+    except FileNotFoundError:
+        raise UnusableFile("no such file") from None
+    except OSError as exc:
+        raise UnusableFile(f"cannot read it: {exc}") from None
+    try:
+        return (parse or tomllib.loads)(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UnusableFile(f"not valid TOML: {exc}") from None
+    except RecursionError:  # the parser recurses once per level of arrays and inline tables
+        raise UnusableFile(
+            f"cannot read it: arrays or inline tables nested too deep (agentd keeps {MAX_DEPTH} levels)"
+        ) from None
 
 
 def check_value(value: Any, where: str) -> None:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import resource
+import shutil
+import subprocess
+import sys
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import EXAMPLE_CONFIG, write_config
+from support import EXAMPLE_CONFIG, REPO, write_config
 
 from agentd.cli import main
 from agentd.config.settings import environment_overrides
@@ -264,3 +268,123 @@ def test_a_bad_payload_schema_is_a_config_error_naming_its_file(tmp_path: Path, 
     problem, unknown = problems_of(path)  # and the task type naming it is told the schema is gone
     assert problem.startswith(f"{path}: payload_schemas.'example.payload/v1': {schema} ") and said in problem
     assert "found 'example.payload/v1'" in unknown
+
+
+# --- A TOML file agentd cannot use: one named problem, whichever file it is and however it is bad ----
+
+HOSTILE_TOML = {
+    "not UTF-8": (b'[agent]\nagent_id = "\xff"\n', "not UTF-8 (invalid start byte at byte 20)"),
+    "arrays 3,000 deep": (b"x = " + b"[" * 3000 + b"]" * 3000 + b"\n", "nested too deep (agentd keeps 64 levels)"),
+    "inline tables 3,000 deep": (b"x = " + b"{a = " * 3000 + b"1" + b"}" * 3000 + b"\n", "nested too deep"),
+    "over a mebibyte": (b"# " + b"x" * (1 << 20) + b"\n", "cannot read it: over 1,048,576 bytes"),
+}
+
+
+@pytest.mark.parametrize(("content", "said"), HOSTILE_TOML.values(), ids=HOSTILE_TOML.keys())
+def test_an_identity_toml_agentd_cannot_read_is_one_line_for_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, said: str
+) -> None:
+    path = write_config(tmp_path)
+    main(["init", "--config", str(path)])  # a state dir, and the fast path's cached view of the good file
+    path.write_bytes(content)
+    capsys.readouterr()
+    for command in (["status"], ["task", "list"], ["config", "check"], ["web", "token", "list"]):
+        assert main([*command, "--config", str(path)]) == 2, command
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"{path}: ") and said in line, (command, line)
+
+
+@pytest.mark.process
+def test_a_config_path_that_never_ends_is_read_only_so_far() -> None:
+    # In a child with 1 GiB of address space: were the read unbounded, it would fail there, not here.
+    def one_gib() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "agentd", "status", "--config", "/dev/zero"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        preexec_fn=one_gib,
+    )
+    assert (done.returncode, done.stderr.strip()) == (
+        2,
+        "/dev/zero: cannot read it: over 1,048,576 bytes, far more than a config file holds",
+    )
+
+
+@pytest.mark.parametrize("manifest", ["sensor", "skill"])
+@pytest.mark.parametrize(("content", "said"), HOSTILE_TOML.values(), ids=HOSTILE_TOML.keys())
+def test_a_manifest_agentd_cannot_read_is_a_problem_naming_it(
+    tmp_path: Path, manifest: str, content: bytes, said: str
+) -> None:
+    skills, sensors = tmp_path / "skills", tmp_path / "sensors"
+    shutil.copytree(REPO / "skills", skills)
+    (sensors / "bad").mkdir(parents=True)
+    bad = sensors / "bad" / "sensor.toml" if manifest == "sensor" else skills / "example" / "skill.toml"
+    bad.write_bytes(content)
+    path = write_config(tmp_path, lambda raw: raw["paths"].update(skills_dir=str(skills), sensors_dir=str(sensors)))
+    found = problems_of(path)
+    assert any(problem.startswith(f"{bad}: ") and said in problem for problem in found), found
+
+
+def _adapter_env(tmp_path: Path, raw: dict[str, Any]) -> Path:
+    raw["adapters"][0]["env_file"] = str(tmp_path / "adapter.env")
+    return tmp_path / "adapter.env"
+
+
+def _sensor_env(tmp_path: Path, raw: dict[str, Any]) -> Path:
+    sensor = tmp_path / "sensors" / "feed"
+    sensor.mkdir(parents=True, exist_ok=True)
+    (sensor / "sensor.toml").write_text(
+        'command = ["true"]\ndescription = "d"\ninterval_seconds = 60\nenv_file = "feed.env"\n'
+    )
+    raw["paths"]["sensors_dir"] = str(tmp_path / "sensors")
+    return sensor / "feed.env"
+
+
+def _skill_md(tmp_path: Path, raw: dict[str, Any]) -> Path:
+    if not (tmp_path / "skills").exists():
+        shutil.copytree(REPO / "skills", tmp_path / "skills")
+    raw["paths"]["skills_dir"] = str(tmp_path / "skills")
+    return tmp_path / "skills" / "example" / "SKILL.md"
+
+
+def _soul(tmp_path: Path, raw: dict[str, Any]) -> Path:
+    raw["constitution"]["soul_path"] = str(tmp_path / "SOUL.md")
+    return tmp_path / "SOUL.md"
+
+
+def _schema(tmp_path: Path, raw: dict[str, Any]) -> Path:
+    raw["payload_schemas"]["example.payload/v1"] = str(tmp_path / "example.payload.json")
+    return tmp_path / "example.payload.json"
+
+
+NAMED_FILES = {"adapter env_file": _adapter_env, "sensor env_file": _sensor_env, "SKILL.md": _skill_md}
+NAMED_FILES |= {"SOUL.md": _soul, "payload schema": _schema}
+SPOILED = {
+    "not UTF-8": (b'{"a": "\xff"}\n', "not UTF-8 (invalid start byte at byte 7)"),
+    "over a mebibyte": (b"#" * ((1 << 20) + 1), "over 1,048,576 bytes"),
+}
+
+
+@pytest.mark.parametrize(
+    ("named", "content", "said"),
+    [
+        pytest.param(named, content, said, id=f"{name}, {spoil}")
+        for name, named in NAMED_FILES.items()
+        for spoil, (content, said) in SPOILED.items()
+        if (name, spoil) != ("SOUL.md", "not UTF-8")  # hashed as bytes, shown with U+FFFD: not a problem
+    ],
+)
+def test_a_file_the_config_names_that_agentd_cannot_read_is_a_problem_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], named: Any, content: bytes, said: str
+) -> None:
+    spoiled: list[Path] = []
+    path = write_config(tmp_path, lambda raw: spoiled.append(named(tmp_path, raw)))
+    spoiled[0].write_bytes(content)
+    spoiled[0].chmod(0o600)
+    assert main(["config", "check", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert any(str(spoiled[0]) in line and said in line for line in err.splitlines()), err
+    assert "Traceback" not in err

@@ -502,3 +502,33 @@ async def test_a_drain_reads_each_task_row_once_per_claim(rig: Rig) -> None:
     rows_read = [s for s in statements if s.startswith(f"SELECT {TASK_COLUMNS}") and "WHERE t.id = " in s]
     assert len(rows_read) == len(claim_order(rig)) == 5
     await dispatcher.stop()
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"TOKEN=\xff\xfe\n", "not UTF-8 (invalid start byte at byte 6)"),
+        (b"TOKEN=" + b"x" * (1 << 20) + b"\n", "over 1,048,576 bytes"),
+        (b"not a pair\n", "line 1: expected KEY=VALUE"),
+    ],
+    ids=["not UTF-8", "over a mebibyte", "not KEY=VALUE"],
+)
+async def test_an_env_file_spoiled_after_the_config_check_fails_the_attempt_not_the_dispatcher(
+    rig_factory: Callable[..., Rig], tmp_path: Path, content: bytes, said: str
+) -> None:
+    """The adapter's env_file is read per attempt: whatever makes it unusable by then ends that attempt
+    with a retryable failure naming the file, and the dispatcher goes on to the next task."""
+    secrets = tmp_path / "adapter.env"
+    secrets.write_text("API_TOKEN=s3cr3t\n")
+    secrets.chmod(0o600)
+    rig = rig_factory(lambda raw: raw["adapters"][1].update(env_file=str(secrets)))
+    secrets.write_bytes(content)
+    first, second = rig.add("scripted", payload={"outcome": ok()}), rig.add("scripted", payload={"outcome": ok()})
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    assert await dispatcher.run_until_idle() == 2
+    await dispatcher.stop()
+    for task_id in (first.task_id, second.task_id):
+        task = rig.store.get_task_or_raise(task_id)
+        assert task.status == "retryable_failure", (task_id, task.status, task.last_error)
+        assert f"{secrets}" in (task.last_error or "") and said in (task.last_error or ""), task.last_error

@@ -751,3 +751,42 @@ def test_a_timestamp_is_utc_or_refused_never_naive(value: Any) -> None:
         assert "time zone" in str(exc) or "timestamp" in str(exc).lower() or "datetime" in str(exc), exc
         return
     assert moment.tzinfo is UTC, (value, moment)
+
+
+@settings(max_examples=examples(120), deadline=None)
+@given(
+    depth=st.integers(1, 4000),
+    opening=st.sampled_from(["[", "{a = ", "[{a = "]),
+    where=st.sampled_from(["agent.toml", "sensor.toml", "skill.toml"]),
+)
+@example(depth=330, opening="{a = ", where="agent.toml")  # tomllib's own limit, near these
+@example(depth=450, opening="[", where="sensor.toml")
+def test_any_nesting_in_any_toml_is_a_config_or_a_config_error(
+    config_folder: Path, depth: int, opening: str, where: str
+) -> None:
+    """However deep the arrays and inline tables of the identity TOML or a manifest go, loading
+    the config returns a Config or raises ConfigError (never RecursionError)."""
+    closing = "".join("]" if mark == "[" else "}" for mark in reversed(opening.replace("{a = ", "{")))
+    value = opening * depth + "1" + closing * depth
+    root = config_folder.parent
+    skills, sensors = root / f"skills-{where}", root / f"sensors-{where}"
+    if not skills.exists():
+        shutil.copytree(REPO / "skills", skills)
+        (sensors / "deep").mkdir(parents=True)
+        (sensors / "deep" / "sensor.toml").write_text('command = ["true"]\ndescription = "d"\ninterval_seconds = 60\n')
+    target = {"sensor.toml": sensors / "deep" / "sensor.toml", "skill.toml": skills / "example" / "skill.toml"}
+    original = {name: path.read_text() for name, path in target.items()}
+    raw = tomllib.loads(EXAMPLE_CONFIG.read_text())
+    raw["paths"] |= {"skills_dir": str(skills), "sensors_dir": str(sensors), "state_dir": str(root / "state")}
+    identity = tomli_w.dumps(raw)
+    try:
+        if where == "agent.toml":
+            identity = f"x = {value}\n" + identity
+        else:
+            target[where].write_text(f"x = {value}\n" + original[where])
+        (config_folder / "deep.toml").write_text(identity)
+        with contextlib.suppress(ConfigError):
+            load_config(config_folder / "deep.toml")
+    finally:
+        for name, path in target.items():
+            path.write_text(original[name])

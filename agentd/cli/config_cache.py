@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import agentd
+from agentd.edge import UnusableFile, read_bounded, read_toml
 from agentd.errors import ConfigError, Problem
 from agentd.resources import example_config
 
@@ -74,8 +75,8 @@ def resolve_config_path(given: str | None, agent: str | None = None) -> tuple[Pa
 def cache_key(config_path: Path, paths: list[str], trees: list[str]) -> str | None:
     """The key of everything a view was built from, as it is now; None if it cannot be known."""
     try:
-        toml = config_path.read_bytes()
-    except OSError:
+        toml = read_bounded(config_path)
+    except (OSError, UnusableFile):
         return None
     tree_facts = [[tree, list(tree_fingerprint(tree))] for tree in trees]
     if any(entry is None for _, entries in tree_facts for entry in entries):
@@ -160,13 +161,10 @@ def cache_file(state_dir: Path) -> Path:
 def state_dir_hint(config_path: Path) -> Path | None:
     """Where the config's state dir should be, read from the TOML and the environment without
     validating anything: only to find the view, which must then name this very state dir."""
-    import tomllib
-
     path = config_path.absolute()
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        given = raw["paths"]["state_dir"]
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, KeyError, TypeError):
+        given = read_toml(path)["paths"]["state_dir"]
+    except (UnusableFile, KeyError, TypeError):
         return None
     override = [value for name, value in os.environ.items() if name.upper() == "AGENTD_PATHS__STATE_DIR"]
     if override:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import field
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentd import frozen_value
-from agentd.config.parsed import parse_toml
+from agentd.config.parsed import UnusableFile, read_toml
 from agentd.config.sensors import Sensor, load_sensors
 from agentd.config.settings import (
     ENV_PREFIX,
@@ -47,6 +46,7 @@ from agentd.config.settings import (
     section_model,
 )
 from agentd.config.skills import Skill, load_skills
+from agentd.edge import read_bounded, utf8_text
 from agentd.errors import ConfigError, Problem
 from agentd.hashing import sha256_hex
 from agentd.records import (
@@ -118,13 +118,9 @@ def parse_config(path: Path) -> tuple[Config, list[Problem]]:
     path = path.absolute()
     source = str(path)
     try:
-        raw = parse_toml(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError([Problem(source, "", "no such file")]) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([Problem(source, "", f"not valid TOML: {exc}")]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([Problem(source, "", f"cannot read it: {exc}")]) from None
+        raw = read_toml(path)
+    except UnusableFile as exc:
+        raise ConfigError([Problem(source, "", str(exc))]) from None
     overrides, problems = environment_overrides(os.environ)
     problems = _protected_env_problems() + environment_problems() + problems
     if problems:  # anything checked after an identity override would be about the wrong agent
@@ -356,10 +352,13 @@ def _constitution(source: str, settings: Settings) -> tuple[AgentConstitution, d
     for key in ("soul_path", "purpose_path"):
         file = Path(getattr(settings.constitution, key)).absolute()
         try:
-            data = file.read_bytes()
+            data = read_bounded(file)
         except OSError:
             data = b""
             problems.append(Problem(source, f"constitution.{key}", f"expected a file, found nothing at {file}"))
+        except UnusableFile as exc:
+            data = b""
+            problems.append(Problem(source, f"constitution.{key}", f"{file}: {exc}"))
         hashes[key], texts[key] = sha256_hex(data) if data else "", data.decode("utf-8", errors="replace")
     constitution = AgentConstitution(
         agent_id=settings.agent.agent_id,
@@ -379,7 +378,7 @@ def _payload_schemas(source: str, declared: Mapping[str, Path]) -> tuple[dict[st
     for schema_id, file in declared.items():
         key = f"payload_schemas.{schema_id!r}" if "." in schema_id else f"payload_schemas.{schema_id}"
         try:
-            schema = json.loads(Path(file).read_text(encoding="utf-8"))
+            schema = json.loads(utf8_text(read_bounded(Path(file))))
             invalid = schema_problem(schema)
         except RecursionError:
             problems.append(Problem(source, key, f"{file} is nested too deeply to check as a JSON Schema"))
@@ -387,8 +386,10 @@ def _payload_schemas(source: str, declared: Mapping[str, Path]) -> tuple[dict[st
             problems.append(Problem(source, key, f"expected a JSON Schema file, found nothing at {file}"))
         except OSError as exc:
             problems.append(Problem(source, key, f"expected a JSON Schema file, cannot read {file}: {exc.strerror}"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except json.JSONDecodeError as exc:
             problems.append(Problem(source, key, f"{file} is not JSON: {exc}"))
+        except UnusableFile as exc:
+            problems.append(Problem(source, key, f"{file}: {exc}"))
         else:
             if invalid is None:
                 schemas[schema_id] = schema

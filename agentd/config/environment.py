@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from agentd.edge import UnusableFile, read_bounded, utf8_text
 from agentd.errors import ConfigError, Problem
 
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
@@ -17,9 +18,17 @@ def passthrough_environment() -> dict[str, str]:
 
 
 def read_env_file(path: Path) -> dict[str, str]:
-    """KEY=VALUE lines (`#` comments, optional `export `, optional quotes); read per attempt."""
+    """KEY=VALUE lines (`#` comments, optional `export `, optional quotes); read per attempt.
+
+    :raises OSError: it cannot be read (each caller says which file and what it was doing).
+    :raises ConfigError: anything else that makes it unusable: not UTF-8, too large, a line not KEY=VALUE.
+    """
+    try:
+        text = utf8_text(read_bounded(path))
+    except UnusableFile as exc:
+        raise ConfigError([Problem(str(path), "", str(exc))]) from None
     values = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
@@ -31,6 +40,24 @@ def read_env_file(path: Path) -> dict[str, str]:
             value = value[1:-1]
         values[key.strip()] = value
     return values
+
+
+def secret_file_problems(source: str, key: str, path: Path, *, env_pairs: bool = True) -> list[Problem]:
+    """A file of secrets the config names (an env_file, the fleet's dsn_file): there, a regular file
+    only its owner can read and, for an env_file, KEY=VALUE lines agentd can read as it will per attempt."""
+    if not path.is_file():
+        return [Problem(source, key, f"expected a file, found none at {path}")]
+    if path.stat().st_mode & 0o077:
+        return [Problem(source, key, f"{path} holds secrets but others can read it; chmod 600 it")]
+    if not env_pairs:
+        return []
+    try:
+        read_env_file(path)
+    except OSError as exc:
+        return [Problem(source, key, f"cannot read {path}: {exc.strerror or exc}")]
+    except ConfigError as exc:  # each names the file, and the line or why
+        return exc.problems
+    return []
 
 
 def systemd_notify_socket() -> str | None:

@@ -6,12 +6,20 @@ from __future__ import annotations
 import copy
 import functools
 import tomllib
+from pathlib import Path
 from typing import Any
 
+from agentd import edge
+from agentd.edge import UnusableFile as UnusableFile
 
-def parse_toml(text: str) -> dict[str, Any]:
-    """`tomllib.loads(text)`, a fresh copy each call (callers may change what they get); raises
-    tomllib.TOMLDecodeError as it does."""
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """edge.read_toml, through the per-process cache: a fresh copy each call (callers may change what
+    they get); UnusableFile says why the file cannot be used."""
+    return edge.read_toml(path, _fresh_copy)
+
+
+def _fresh_copy(text: str) -> dict[str, Any]:
     return copy.deepcopy(_parsed(text))
 
 

@@ -23,7 +23,10 @@ Relative paths in it resolve against the file's own folder. Every key of a `[sec
 overridden by an environment variable `AGENTD_<SECTION>__<KEY>` (a whole table or list by
 `AGENTD_<SECTION>` holding JSON), except `agent.internal_name` and `agent.agent_id`.
 `agentd config check` validates the file and everything it names, prints every problem as
-`FILE: key.path: expected…, found…` and writes nothing.
+`FILE: key.path: expected…, found…` and writes nothing. Every file the config names (the TOML, the
+manifests, env_files, SKILL.md, SOUL.md, PURPOSE.md, payload schemas) is read up to 1 MiB and, except
+SOUL.md and PURPOSE.md (hashed as bytes), as UTF-8; more, or not UTF-8, is one such problem. A timestamp
+needs its time zone (`2026-01-01T00:00:00Z`; a TOML date or local time is refused).
 
 An *identifier* is 1–128 characters of letters, digits and `._:-`, starting with a letter or digit.
 A key marked **required** has no default; every other key may be left out. A dotted key

@@ -7,13 +7,13 @@ stdout; the sensor service (agentd/sensing.py) turns them into tasks and workflo
 from __future__ import annotations
 
 import shlex
-import tomllib
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentd import frozen_value
-from agentd.config.parsed import parse_toml
+from agentd.config.environment import secret_file_problems
+from agentd.config.parsed import UnusableFile, read_toml
 from agentd.config.skills import Skill
 from agentd.errors import Problem
 
@@ -87,9 +87,9 @@ def _load_sensor(sensor_id: str, directory: Path) -> tuple[Sensor | None, list[P
             return None, []
         return None, [Problem(source, "", "missing: every sensor folder needs a sensor.toml")]
     try:
-        manifest = SensorManifest.model_validate(parse_toml(path.read_text(encoding="utf-8")))
-    except tomllib.TOMLDecodeError as exc:
-        return None, [Problem(source, "", f"not valid TOML: {exc}")]
+        manifest = SensorManifest.model_validate(read_toml(path))
+    except UnusableFile as exc:
+        return None, [Problem(source, "", str(exc))]
     except ValidationError as exc:
         return None, [Problem(source, ".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
     sensor = Sensor(sensor_id, manifest, directory)
@@ -98,9 +98,6 @@ def _load_sensor(sensor_id: str, directory: Path) -> tuple[Sensor | None, list[P
         problems.append(Problem(source, "command", "expected an argv, found nothing"))
     elif "/" in sensor.argv[0] and not Path(sensor.argv[0]).is_file():
         problems.append(Problem(source, "command", f"expected an executable, found nothing at {sensor.argv[0]}"))
-    env_file = sensor.env_file
-    if env_file is not None and not env_file.is_file():
-        problems.append(Problem(source, "env_file", f"expected a file, found nothing at {env_file}"))
-    elif env_file is not None and env_file.stat().st_mode & 0o077:
-        problems.append(Problem(source, "env_file", f"{env_file} holds secrets but others can read it; chmod 600 it"))
+    if sensor.env_file is not None:
+        problems += secret_file_problems(source, "env_file", sensor.env_file)
     return sensor, problems

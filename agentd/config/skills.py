@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import shlex
-import tomllib
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from agentd import frozen_value
-from agentd.config.parsed import parse_toml
+from agentd.config.parsed import UnusableFile, read_toml
+from agentd.edge import read_bounded, utf8_text
 from agentd.errors import Problem
 from agentd.hashing import canonical_json, sha256_hex
 from agentd.records import SkillManifest
@@ -71,9 +71,9 @@ def _load_skill(directory: Path) -> tuple[Skill | None, list[Problem]]:
     if not manifest_path.is_file():
         return None, [Problem(source, "", "missing: every skill folder needs a skill.toml")]
     try:
-        raw = parse_toml(manifest_path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        return None, [Problem(source, "", f"not valid TOML: {exc}")]
+        raw = read_toml(manifest_path)
+    except UnusableFile as exc:
+        return None, [Problem(source, "", str(exc))]
     raw.setdefault("skill_id", directory.name)
     try:
         manifest = SkillManifest.model_validate(raw)
@@ -99,6 +99,18 @@ def _load_skill(directory: Path) -> tuple[Skill | None, list[Problem]]:
     for index, command in enumerate(manifest.cli_commands or ()):
         if not (command.command if isinstance(command.command, list) else shlex.split(command.command)):
             problems.append(Problem(source, f"cli_commands[{index}].command", "expected an argv, found nothing"))
-    instructions_file = directory / manifest.instruction_path
-    instructions = instructions_file.read_text(encoding="utf-8") if instructions_file.is_file() else ""
+    instructions, problem = _instructions(directory / manifest.instruction_path)
+    problems += [Problem(source, "instruction_path", problem)] if problem else []
     return Skill(manifest, directory, instructions), problems
+
+
+def _instructions(path: Path) -> tuple[str, str | None]:
+    """SKILL.md's text ("" where there is none), or why it cannot be read."""
+    if not path.is_file():
+        return "", None
+    try:
+        return utf8_text(read_bounded(path)), None
+    except OSError as exc:
+        return "", f"cannot read {path}: {exc.strerror or exc}"
+    except UnusableFile as exc:
+        return "", f"{path}: {exc}"

@@ -103,10 +103,8 @@ def _secrets(handler: MessageHandler) -> dict[str, str]:
     with doing("read env_file", Path(env_file)):
         try:
             return read_env_file(Path(env_file))
-        except ConfigError as exc:  # it names the file and the line
+        except ConfigError as exc:  # it names the file, and the line or why (not UTF-8, too large)
             raise Failed(f"cannot read env_file {exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise Failed(f"cannot read env_file {env_file}: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
 
 
 async def _send(

@@ -9,11 +9,11 @@ installed agent's TOML also names.
 from __future__ import annotations
 
 import socket
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentd.config.parsed import read_toml
 from agentd.config.settings import MetricsSection, WebSection, listen_address
 from agentd.errors import ConfigError, InputError, Problem
 
@@ -75,8 +75,7 @@ def metrics_of(path: Path) -> MetricsSection:
 
 def _section(path: Path, name: str) -> dict[str, Any]:
     """One table of an agent's TOML ({} where the file has none); ValueError if it is not a table."""
-    with path.open("rb") as file:
-        raw = tomllib.load(file).get(name, {})
+    raw = read_toml(path).get(name, {})  # UnusableFile is a ValueError
     if not isinstance(raw, dict):
         raise ValueError(f"[{name}] is not a table")
     return raw

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from agentd.config import Config, parse_config, task_intent_from_schedule
+from agentd.config.environment import secret_file_problems
 from agentd.errors import ConfigError, InputError, Problem
 from agentd.records import (
     HarnessAdapterConfig,
@@ -104,7 +105,7 @@ def _adapters(config: Config) -> list[Problem]:
             if "/" in adapter.command and not os.access(command, os.X_OK):
                 problems.append(Problem(src, f"{key}.command", f"expected an executable file, found none at {command}"))
             if adapter.env_file is not None:
-                problems += _env_file(src, f"{key}.env_file", Path(adapter.env_file))
+                problems += secret_file_problems(src, f"{key}.env_file", Path(adapter.env_file))
             if adapter.working_dir is not None and not Path(adapter.working_dir).is_dir():
                 problems.append(
                     Problem(src, f"{key}.working_dir", f"expected a folder, found none at {adapter.working_dir}")
@@ -158,14 +159,6 @@ def _posture(src: str, key: str, adapter: HarnessAdapterConfig) -> list[Problem]
     return problems
 
 
-def _env_file(src: str, key: str, path: Path) -> list[Problem]:
-    if not path.is_file():
-        return [Problem(src, key, f"expected a file, found none at {path}")]
-    if path.stat().st_mode & 0o077:
-        return [Problem(src, key, f"{path} holds secrets but others can read it; chmod 600 it")]
-    return []
-
-
 def _fleet(config: Config) -> list[Problem]:
     """[fleet] dsn_file: a file of its own that only its owner can read, and psycopg to use it."""
     path = config.fleet.dsn_file
@@ -173,7 +166,7 @@ def _fleet(config: Config) -> list[Problem]:
         return []
     from agentd.store.fleet import installed  # psycopg is imported only by an agent with a fleet
 
-    problems = _env_file(str(config.path), "fleet.dsn_file", path)
+    problems = secret_file_problems(str(config.path), "fleet.dsn_file", path, env_pairs=False)
     if not installed():
         problems.append(
             Problem(str(config.path), "fleet.dsn_file", "the fleet needs psycopg: pip install 'agentd[fleet]'")
@@ -288,7 +281,7 @@ def _message_handler(src: str, key: str, handler: WebhookHandler | SpoolHandler 
     """What a handler names exists (secrets 0600), and a webhook's ${NAME} headers have an env_file."""
     problems = []
     if not isinstance(handler, SpoolHandler) and handler.env_file is not None:
-        problems += _env_file(src, f"{key}.env_file", Path(handler.env_file))
+        problems += secret_file_problems(src, f"{key}.env_file", Path(handler.env_file))
     if isinstance(handler, WebhookHandler) and handler.secret_names() and handler.env_file is None:
         names = ", ".join(handler.secret_names())
         problems.append(Problem(src, f"{key}.headers", f"name {names} but no env_file says what they are"))
