@@ -306,6 +306,13 @@ def visible_json(text: str) -> str:
     return _IN_JSON.sub(_json_escape, text)
 
 
+def shown(value: Any, limit: int = 120) -> str:
+    """`repr(value)` for an error line, cut in the middle past `limit` characters: what a bad input
+    looked like, never the whole of a megabyte of it."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 30]}…{text[-20:]} ({len(text):,} characters)"
+
+
 def _abbreviated(path: str) -> str:
     return path if len(path) <= 80 else f"{path[:40]}…{path[-30:]}"
 

@@ -15,7 +15,7 @@ import pytest
 from support import EXAMPLE_CONFIG, REPO, write_config
 
 from agentd.cli import main
-from agentd.config.settings import environment_overrides
+from agentd.config.environment import environment_overrides
 from agentd.errors import ConfigError
 from agentd.work.validation import load_config
 
@@ -388,3 +388,21 @@ def test_a_file_the_config_names_that_agentd_cannot_read_is_a_problem_naming_it(
     err = capsys.readouterr().err
     assert any(str(spoiled[0]) in line and said in line for line in err.splitlines()), err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("AGENTD_ADAPTERS", "expected JSON nested at most 64 levels deep, found '[[["),
+        ("AGENTD_DISPATCH__POLL_CEILING_S", "input should be a valid number, unable to parse string as a number"),
+    ],
+)
+def test_an_override_nested_past_what_json_reads_is_a_problem_and_a_long_value_is_shown_cut(
+    monkeypatch: pytest.MonkeyPatch, state_dir: Path, name: str, said: str
+) -> None:
+    monkeypatch.setenv(name, "[" * 50_000 + "]" * 50_000)
+    with pytest.raises(ConfigError) as caught:
+        load_config(EXAMPLE_CONFIG)
+    [problem] = caught.value.problems
+    assert problem.source == name and problem.message.startswith(said), problem
+    assert len(problem.message) < 300 and problem.message.endswith("(100,002 characters)"), problem

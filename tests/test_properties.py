@@ -790,3 +790,29 @@ def test_any_nesting_in_any_toml_is_a_config_or_a_config_error(
     finally:
         for name, path in target.items():
             path.write_text(original[name])
+
+
+ENV_NAMES = st.sampled_from(
+    [
+        *("AGENTD_ADAPTERS", "AGENTD_WALLETS", "AGENTD_DISPATCH", "AGENTD_PAYLOAD_SCHEMAS", "AGENTD_WEB"),
+        *("AGENTD_DISPATCH__POLL_CEILING_S", "AGENTD_AGENT__DISPLAY_NAME", "AGENTD_PATHS__STATE_DIR"),
+        *("AGENTD_METRICS__DISPATCH_LISTEN", "AGENTD_NOT_A_SECTION", "AGENTD_DISPATCH__NOT_A_KEY"),
+    ]
+)
+ENV_TEXT = st.one_of(
+    ANY_TEXT.filter(lambda text: "\x00" not in text),
+    st.integers(1, 60_000).map(lambda n: "[" * n + "]" * n),
+    st.integers(1, 60_000).map(lambda n: '{"a":' * n + "1" + "}" * n),
+    JSON_VALUE.map(json.dumps),
+)
+
+
+@FAST
+@given(st.dictionaries(ENV_NAMES, ENV_TEXT, min_size=1, max_size=3))
+def test_environment_overrides_give_values_or_problems_whatever_the_text(environ: dict[str, str]) -> None:
+    """Any text in any AGENTD_ variable: values to lay over the file, or problems, each line short."""
+    from agentd.config.environment import environment_overrides
+
+    values, problems = environment_overrides(environ)
+    assert isinstance(values, dict)
+    assert all(problem.source in environ and len(problem.message) < 400 for problem in problems), problems

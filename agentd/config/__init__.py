@@ -6,9 +6,10 @@ May import: records.
 
 The identity TOML (docs/design.md, "Configuration") parsed into one frozen Config: the bottom of agentd's imports.
 
-Environment overrides (`AGENTD_<SECTION>__<KEY>`) are read here and nowhere else. This module
-parses and checks each value on its own; agentd/work/validation.py checks the references between
-sections and is where the whole config is loaded (`load_config`). Every problem is reported as
+Environment overrides (`AGENTD_<SECTION>__<KEY>`) are read by config/environment.py and nowhere else,
+and laid over the file here. This module parses and checks each value on its own;
+agentd/work/validation.py checks the references between sections and is where the whole config is
+loaded (`load_config`). Every problem is reported as
 `FILE: key.path: expected…, found…`.
 """
 
@@ -24,6 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentd import frozen_value
+from agentd.config.environment import environment_overrides, overlay
 from agentd.config.parsed import UnusableFile, read_toml
 from agentd.config.sensors import Sensor, load_sensors
 from agentd.config.settings import (
@@ -39,14 +41,12 @@ from agentd.config.settings import (
     SensorsSection,
     Settings,
     WebSection,
-    environment_overrides,
     needed_keys,
     needed_kind,
-    overlay,
     section_model,
 )
 from agentd.config.skills import Skill, load_skills
-from agentd.edge import read_bounded, utf8_text
+from agentd.edge import read_bounded, shown, utf8_text
 from agentd.errors import ConfigError, Problem
 from agentd.hashing import sha256_hex
 from agentd.records import (
@@ -252,7 +252,7 @@ def _describe(err: Any) -> str:
     message = f"{err['msg'][0].lower()}{err['msg'][1:]}"
     if kind == "value_error" and "found" in message:  # our validator already says what it found
         return message.removeprefix("value error, ")
-    return f"{err['msg'][0].lower()}{err['msg'][1:]}, found {found!r}"
+    return f"{err['msg'][0].lower()}{err['msg'][1:]}, found {shown(found)}"
 
 
 def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:

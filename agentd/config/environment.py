@@ -1,15 +1,102 @@
-"""What a service's own environment gives its children and tells it: the few variables an adapter
-inherits, env files (KEY=VALUE) read per attempt, and what systemd put there (notify, watchdog)."""
+"""The environment, both ways: the `AGENTD_<SECTION>__<KEY>` overrides laid over the identity TOML;
+what a service's own environment gives its children (the few variables an adapter inherits, env files
+of KEY=VALUE read per attempt); and what systemd put there (notify, watchdog)."""
 
 from __future__ import annotations
 
+import json
 import os
+import types
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from agentd.edge import UnusableFile, read_bounded, utf8_text
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from agentd.config.settings import ENV_PREFIX, Settings, section_model
+from agentd.edge import MAX_DEPTH, UnusableFile, read_bounded, shown, utf8_text
 from agentd.errors import ConfigError, Problem
 
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
+
+
+def environment_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[Problem]]:
+    """What `environ` lays over the file (`overlay`): `AGENTD_<SECTION>__<KEY>` one key of a section,
+    `AGENTD_<SECTION>` a whole table or list as JSON (its __KEY variables still win). Names are
+    case-insensitive. A key that holds a table, list or dict takes JSON (an optional one keeps text
+    that is not JSON, for validation to refuse); any other key takes the text, which validation reads
+    as the key's type. The same rules pydantic-settings applied, without its import cost."""
+    whole: dict[str, Any] = {}
+    keys: dict[str, dict[str, Any]] = {}
+    problems: list[Problem] = []
+    for name, text in environ.items():
+        if not name.upper().startswith(ENV_PREFIX):
+            continue
+        section, nested, key = name[len(ENV_PREFIX) :].lower().partition("__")
+        target = _env_target(section, key if nested else None)
+        if target is None:
+            continue  # not the config's (AGENTD_TASK_ID, …), or a key environment_problems names
+        try:
+            value = _env_value(target.annotation, text)
+        except ValueError as exc:
+            expected = f"JSON nested at most {MAX_DEPTH} levels deep" if isinstance(exc, _TooDeep) else "JSON"
+            found = f"expected {expected}, found {shown(text)}"
+            problems.append(Problem(name, f"{section}.{key}" if nested else section, found))
+            continue
+        if nested:
+            keys.setdefault(section, {})[key] = value
+        else:
+            whole[section] = value
+    for section, values in keys.items():
+        table = whole.get(section, {})
+        if isinstance(table, dict):  # a whole list, or a scalar, is taken as it is (validation refuses it)
+            whole[section] = overlay(table, values)
+    return whole, problems
+
+
+def _env_target(section: str, key: str | None) -> FieldInfo | None:
+    """The field a variable sets: a whole section (key None), or one key of a section's table."""
+    if key is None:
+        return Settings.model_fields.get(section)
+    model = section_model(section)
+    return model.model_fields.get(key) if model is not None else None
+
+
+class _TooDeep(ValueError):
+    """JSON nested deeper than json.loads recurses."""
+
+
+def _env_value(annotation: Any, text: str) -> Any:
+    """The text as JSON where the key holds a table, list or dict; ValueError if it must be and is
+    not. An optional one (`X | None`) keeps text that is not JSON."""
+    kinds = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    kinds = tuple(get_args(kind)[0] if get_origin(kind) is Annotated else kind for kind in kinds)
+    if not text or not any(_is_structured(kind) for kind in kinds):
+        return text
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise _TooDeep from None
+    except ValueError:
+        if len(kinds) == 1:
+            raise
+        return text
+
+
+def _is_structured(kind: Any) -> bool:
+    if isinstance(kind, type) and issubclass(kind, BaseModel | list | dict | tuple | set | frozenset):
+        return True
+    return get_origin(kind) in (list, dict, tuple, set, frozenset)
+
+
+def overlay(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `over` laid on it: tables merged key by key, anything else replaced."""
+    merged = dict(base)
+    for key, value in over.items():
+        below = merged.get(key)
+        merged[key] = overlay(below, value) if isinstance(below, dict) and isinstance(value, dict) else value
+    return merged
 
 
 def passthrough_environment() -> dict[str, str]:

@@ -5,17 +5,13 @@ and the environment, and making a Config of them, is agentd/config/__init__.py's
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 import types
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-from pydantic.fields import FieldInfo
 
-from agentd.errors import Problem
 from agentd.records import (
     AdapterConfig,
     AgentFields,
@@ -297,7 +293,7 @@ class ChaosSection(Section):
 
 class Settings(Section):
     """The identity TOML's shape, validated once the environment's overrides are laid over the file
-    (agentd/config/__init__.py, `environment_overrides`)."""
+    (agentd/config/environment.py, `environment_overrides`)."""
 
     agent: AgentSection
     constitution: ConstitutionSection
@@ -344,76 +340,6 @@ def section_model(section: str) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     return None
-
-
-def environment_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[Problem]]:
-    """What `environ` lays over the file (`overlay`): `AGENTD_<SECTION>__<KEY>` one key of a section,
-    `AGENTD_<SECTION>` a whole table or list as JSON (its __KEY variables still win). Names are
-    case-insensitive. A key that holds a table, list or dict takes JSON (an optional one keeps text
-    that is not JSON, for validation to refuse); any other key takes the text, which validation reads
-    as the key's type. The same rules pydantic-settings applied, without its import cost."""
-    whole: dict[str, Any] = {}
-    keys: dict[str, dict[str, Any]] = {}
-    problems: list[Problem] = []
-    for name, text in environ.items():
-        if not name.upper().startswith(ENV_PREFIX):
-            continue
-        section, nested, key = name[len(ENV_PREFIX) :].lower().partition("__")
-        target = _env_target(section, key if nested else None)
-        if target is None:
-            continue  # not the config's (AGENTD_TASK_ID, …), or a key environment_problems names
-        try:
-            value = _env_value(target.annotation, text)
-        except ValueError:
-            problems.append(Problem(name, f"{section}.{key}" if nested else section, f"expected JSON, found {text!r}"))
-            continue
-        if nested:
-            keys.setdefault(section, {})[key] = value
-        else:
-            whole[section] = value
-    for section, values in keys.items():
-        table = whole.get(section, {})
-        if isinstance(table, dict):  # a whole list, or a scalar, is taken as it is (validation refuses it)
-            whole[section] = overlay(table, values)
-    return whole, problems
-
-
-def _env_target(section: str, key: str | None) -> FieldInfo | None:
-    """The field a variable sets: a whole section (key None), or one key of a section's table."""
-    if key is None:
-        return Settings.model_fields.get(section)
-    model = section_model(section)
-    return model.model_fields.get(key) if model is not None else None
-
-
-def _env_value(annotation: Any, text: str) -> Any:
-    """The text as JSON where the key holds a table, list or dict; ValueError if it must be and is
-    not. An optional one (`X | None`) keeps text that is not JSON."""
-    kinds = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
-    kinds = tuple(get_args(kind)[0] if get_origin(kind) is Annotated else kind for kind in kinds)
-    if not text or not any(_is_structured(kind) for kind in kinds):
-        return text
-    try:
-        return json.loads(text)
-    except ValueError:
-        if len(kinds) == 1:
-            raise
-        return text
-
-
-def _is_structured(kind: Any) -> bool:
-    if isinstance(kind, type) and issubclass(kind, BaseModel | list | dict | tuple | set | frozenset):
-        return True
-    return get_origin(kind) in (list, dict, tuple, set, frozenset)
-
-
-def overlay(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """`base` with `over` laid on it: tables merged key by key, anything else replaced."""
-    merged = dict(base)
-    for key, value in over.items():
-        below = merged.get(key)
-        merged[key] = overlay(below, value) if isinstance(below, dict) and isinstance(value, dict) else value
-    return merged
 
 
 def needed_keys(loc: tuple[int | str, ...]) -> str | None:
