@@ -406,3 +406,33 @@ def test_an_override_nested_past_what_json_reads_is_a_problem_and_a_long_value_i
     [problem] = caught.value.problems
     assert problem.source == name and problem.message.startswith(said), problem
     assert len(problem.message) < 300 and problem.message.endswith("(100,002 characters)"), problem
+
+
+BAD_COMMANDS = {
+    "empty text": ('""', "expected an argv, found ''"),
+    "no items": ("[]", "expected an argv, found []"),
+    "blanks": ('"   "', "expected an argv, found '   '"),
+    "an empty program": ('[""]', "expected an argv, found ['']"),
+    "a quote left open": ("\"notes 'add\"", "cannot split \"notes 'add\" into an argv: no closing quotation"),
+    "an escape at the end": ('"notes \\\\"', "cannot split 'notes \\\\' into an argv: no escaped character"),
+}
+
+
+@pytest.mark.parametrize("manifest", ["sensor", "skill"])
+@pytest.mark.parametrize(("command", "said"), BAD_COMMANDS.values(), ids=BAD_COMMANDS.keys())
+def test_a_command_with_no_argv_to_run_is_a_problem_naming_its_manifest(
+    tmp_path: Path, manifest: str, command: str, said: str
+) -> None:
+    skills, sensors = tmp_path / "skills", tmp_path / "sensors"
+    shutil.copytree(REPO / "skills", skills)
+    (sensors / "feed").mkdir(parents=True)
+    if manifest == "sensor":
+        where, key = sensors / "feed" / "sensor.toml", "command"
+        where.write_text(f'command = {command}\ndescription = "d"\ninterval_seconds = 60\n')
+    else:
+        where, key = skills / "example" / "skill.toml", "cli_commands.0.command"
+        text = where.read_text().replace('command = ["bin/notes.py"]', f"command = {command}")
+        assert text != where.read_text()
+        where.write_text(text)
+    path = write_config(tmp_path, lambda raw: raw["paths"].update(skills_dir=str(skills), sensors_dir=str(sensors)))
+    assert f"{where}: {key}: {said}" in problems_of(path)

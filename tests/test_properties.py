@@ -816,3 +816,21 @@ def test_environment_overrides_give_values_or_problems_whatever_the_text(environ
     values, problems = environment_overrides(environ)
     assert isinstance(values, dict)
     assert all(problem.source in environ and len(problem.message) < 400 for problem in problems), problems
+
+
+@FAST
+@given(st.one_of(ANY_TEXT, st.lists(ANY_TEXT, max_size=4)))
+@example("echo 'open")
+@example("echo \\")
+@example([""])
+def test_a_command_is_an_argv_to_run_or_refused_in_words(command: str | list[str]) -> None:
+    """A sensor's or a skill's command: a non-empty argv whose program is named, or ValueError (which
+    pydantic reports as the manifest's problem), never an IndexError later."""
+    from agentd.records.base import command_argv
+
+    try:
+        argv = command_argv(command)
+    except ValueError as exc:
+        assert str(exc).startswith(("expected an argv", "cannot split")), exc
+        return
+    assert argv and argv[0]

@@ -6,16 +6,16 @@ stdout; the sensor service (agentd/sensing.py) turns them into tasks and workflo
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentd import frozen_value
 from agentd.config.environment import secret_file_problems
-from agentd.config.parsed import UnusableFile, read_toml
+from agentd.config.parsed import UnusableFile, manifest_problems, read_toml
 from agentd.config.skills import Skill
 from agentd.errors import Problem
+from agentd.records.base import Command, command_argv
 
 MANIFEST = "sensor.toml"
 
@@ -28,7 +28,7 @@ class SensorManifest(BaseModel):
     timeout_seconds: float | None = Field(
         default=None, gt=0, le=86_400, description="default: [sensors] default_timeout_s"
     )
-    command: list[str] | str = Field(description="argv; a relative executable resolves in the sensor folder")
+    command: Command = Field(description="argv; a relative executable resolves in the sensor folder")
     env: dict[str, str] = {}
     env_file: str | None = None
     enabled: bool = True
@@ -42,8 +42,7 @@ class Sensor:
 
     @property
     def argv(self) -> list[str]:
-        command = self.manifest.command
-        argv = list(command) if isinstance(command, list) else shlex.split(command)
+        argv = command_argv(self.manifest.command)  # never empty: the manifest's Command
         if "/" in argv[0] and not Path(argv[0]).is_absolute():
             argv[0] = str(self.directory / argv[0])
         return argv
@@ -91,12 +90,10 @@ def _load_sensor(sensor_id: str, directory: Path) -> tuple[Sensor | None, list[P
     except UnusableFile as exc:
         return None, [Problem(source, "", str(exc))]
     except ValidationError as exc:
-        return None, [Problem(source, ".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
+        return None, manifest_problems(source, exc)
     sensor = Sensor(sensor_id, manifest, directory)
     problems = []
-    if not sensor.argv:
-        problems.append(Problem(source, "command", "expected an argv, found nothing"))
-    elif "/" in sensor.argv[0] and not Path(sensor.argv[0]).is_file():
+    if "/" in sensor.argv[0] and not Path(sensor.argv[0]).is_file():
         problems.append(Problem(source, "command", f"expected an executable, found nothing at {sensor.argv[0]}"))
     if sensor.env_file is not None:
         problems += secret_file_problems(source, "env_file", sensor.env_file)

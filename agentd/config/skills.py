@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from agentd import frozen_value
-from agentd.config.parsed import UnusableFile, read_toml
+from agentd.config.parsed import UnusableFile, manifest_problems, read_toml
 from agentd.edge import read_bounded, utf8_text
 from agentd.errors import Problem
 from agentd.hashing import canonical_json, sha256_hex
 from agentd.records import SkillManifest
+from agentd.records.base import command_argv
 
 MANIFEST = "skill.toml"
 
@@ -43,7 +43,7 @@ class Skill:
         """The declared command's argv (relative executables resolve in the skill folder)."""
         for command in self.manifest.cli_commands or ():
             if command.name == name:
-                argv = command.command if isinstance(command.command, list) else shlex.split(command.command)
+                argv = command_argv(command.command)  # never empty: the manifest's Command
                 head = argv[0]
                 if "/" in head and not Path(head).is_absolute():
                     argv = [str(self.directory / head), *argv[1:]]
@@ -78,7 +78,7 @@ def _load_skill(directory: Path) -> tuple[Skill | None, list[Problem]]:
     try:
         manifest = SkillManifest.model_validate(raw)
     except ValidationError as exc:
-        return None, [Problem(source, ".".join(str(p) for p in err["loc"]), err["msg"]) for err in exc.errors()]
+        return None, manifest_problems(source, exc)
     problems = []
     if manifest.skill_id != directory.name:
         problems.append(
@@ -96,9 +96,6 @@ def _load_skill(directory: Path) -> tuple[Skill | None, list[Problem]]:
     names = [c.name for c in manifest.cli_commands or ()]
     for name in {n for n in names if names.count(n) > 1}:
         problems.append(Problem(source, "cli_commands", f"command {name!r} is declared twice"))
-    for index, command in enumerate(manifest.cli_commands or ()):
-        if not (command.command if isinstance(command.command, list) else shlex.split(command.command)):
-            problems.append(Problem(source, f"cli_commands[{index}].command", "expected an argv, found nothing"))
     instructions, problem = _instructions(directory / manifest.instruction_path)
     problems += [Problem(source, "instruction_path", problem)] if problem else []
     return Skill(manifest, directory, instructions), problems

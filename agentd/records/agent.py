@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from agentd.records.base import Identifier, JsonObject, Record, Timestamp
+from agentd.records.base import Command, Identifier, JsonObject, Record, Timestamp
 
 
 class ExternalName(Record):
@@ -130,7 +130,7 @@ class SubagentProfile(Record):
 class SkillCommand(Record):
     schema_id = "agent-runtime/skill.command/v1"
     name: Identifier
-    command: str | list[str] = Field(description="argv (a string is split like a shell would, but never run by one)")
+    command: Command = Field(description="argv (a string is split like a shell would, but never run by one)")
     description: str | None = None
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import shlex
 from datetime import UTC, date, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
 from agentd.clock import format_ts, parse_ts, to_utc
-from agentd.edge import check_value
+from agentd.edge import check_value, shown
 from agentd.vocabulary import TASK_STATUSES as TASK_STATUSES  # the status words live below the records
 from agentd.vocabulary import TERMINAL_STATUSES as TERMINAL_STATUSES
 from agentd.vocabulary import MachineStatus as MachineStatus
@@ -42,6 +43,26 @@ Timestamp = Annotated[
     WithJsonSchema({"type": "string", "format": "date-time"}),
 ]
 Priority = Annotated[int, Field(ge=1, le=10, description="1 is the most urgent, 10 the least")]
+
+
+def command_argv(command: list[str] | str) -> list[str]:
+    """A configured command's argv: a list as it is, a string split as a shell would split it (it is
+    never run by one). ValueError if there is no argv to run: nothing, or a quote left open."""
+    try:
+        argv = list(command) if isinstance(command, list) else shlex.split(command)
+    except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
+        raise ValueError(f"cannot split {shown(command)} into an argv: {str(exc).lower()}") from None
+    if not argv or not argv[0]:
+        raise ValueError(f"expected an argv, found {shown(command)}")
+    return argv
+
+
+def _runnable(command: list[str] | str) -> list[str] | str:
+    command_argv(command)
+    return command
+
+
+Command = Annotated[list[str] | str, AfterValidator(_runnable)]  # an argv, or a string split into one
 Identifier = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
 
 
