@@ -436,3 +436,19 @@ def test_a_command_with_no_argv_to_run_is_a_problem_naming_its_manifest(
         where.write_text(text)
     path = write_config(tmp_path, lambda raw: raw["paths"].update(skills_dir=str(skills), sensors_dir=str(sensors)))
     assert f"{where}: {key}: {said}" in problems_of(path)
+
+
+@pytest.mark.parametrize("key", ["state_dir", "workspace", "run_dir", "skills_dir", "sensors_dir"])
+@pytest.mark.parametrize(("made", "found"), [("file", "a file"), ("pipe", "a device, pipe or socket")])
+def test_a_path_that_is_not_a_folder_is_named_for_what_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, made: str, found: str
+) -> None:
+    """Not "permission denied" or "File exists" from whichever command first tripped on it."""
+    there = tmp_path / "not-a-folder"
+    there.write_text("x") if made == "file" else os.mkfifo(there)
+    path = write_config(tmp_path, lambda raw: raw["paths"].update({key: str(there)}))
+    said = f"{path}: paths.{key}: expected a folder, found {found} at {there}"
+    assert said in problems_of(path)
+    for command in (["status"], ["init"], ["task", "list"]):
+        assert main([*command, "--config", str(path)]) == 2
+        assert said in capsys.readouterr().err.splitlines()

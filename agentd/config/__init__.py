@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import field
 from pathlib import Path
@@ -255,6 +256,26 @@ def _describe(err: Any) -> str:
     return f"{err['msg'][0].lower()}{err['msg'][1:]}, found {shown(found)}"
 
 
+def _folder_problems(source: str, paths: PathsSection) -> list[Problem]:
+    """Each [paths] entry is a folder, or nothing yet (`agentd init` makes the state dir, the workspace
+    and the run dir; skills_dir must be there): a file, a device or a pipe there is named as such."""
+    problems = []
+    for key in ("state_dir", "workspace", "run_dir", "skills_dir", "sensors_dir"):
+        folder = getattr(paths, key)
+        try:
+            mode = folder.stat().st_mode if folder is not None else stat.S_IFDIR
+        except FileNotFoundError:
+            if key == "skills_dir":
+                problems.append(Problem(source, f"paths.{key}", f"expected a folder, found nothing at {folder}"))
+            continue
+        except OSError:
+            continue  # cannot look (a parent it may not search): the command that needs it says so
+        if not stat.S_ISDIR(mode):
+            found = "a file" if stat.S_ISREG(mode) else "a device, pipe or socket"
+            problems.append(Problem(source, f"paths.{key}", f"expected a folder, found {found} at {folder}"))
+    return problems
+
+
 def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
     source = str(path)
     problems: list[Problem] = []
@@ -263,8 +284,7 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
     problems += skill_problems
     sensors, sensor_problems = load_sensors(paths.sensors_dir, skills)
     problems += sensor_problems
-    if not paths.skills_dir.is_dir():
-        problems.append(Problem(source, "paths.skills_dir", f"expected a folder, found nothing at {paths.skills_dir}"))
+    problems += _folder_problems(source, paths)
     constitution, texts, found = _constitution(source, settings)
     problems += found
     schemas, found = _payload_schemas(source, settings.payload_schemas)
