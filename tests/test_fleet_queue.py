@@ -184,6 +184,38 @@ def test_submit_refuses_what_postgresql_or_a_task_cannot_hold_and_writes_nothing
     assert queue.counts()["tasks"]["queued"] == 0
 
 
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"host=/x password=\xff\n", "not UTF-8 (invalid start byte at byte 17)"),
+        (b"host=/x " + b"x" * (1 << 20), "cannot read it: over 1,048,576 bytes"),
+        (b"  \n", "is empty"),
+    ],
+    ids=["not UTF-8", "over a mebibyte", "blank"],
+)
+def test_a_dsn_file_agentd_cannot_use_is_one_line_from_the_cli_and_the_service(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: bytes, says: str
+) -> None:
+    from agentd.services.fleet import read_dsn
+    from agentd.store.fleet import FleetUnavailable
+
+    dsn_file = tmp_path / "fleet.dsn"
+    dsn_file.write_bytes(content)
+    refused = run_main(capsys, EXAMPLE_CONFIG, "fleet", "status", "--dsn-file", str(dsn_file))
+    assert refused.code == 2 and refused.err.startswith(f"agentd: --dsn-file: {dsn_file}"), refused.err
+    assert says in refused.err and "Traceback" not in refused.err
+    with pytest.raises(FleetUnavailable, match=f"^\\[fleet\\] dsn_file: {dsn_file}.*{says.split(' (')[0]}"):
+        read_dsn(dsn_file)
+
+
+@pytest.mark.parametrize("command", ["show", "cancel"])
+def test_a_fleet_id_past_what_postgresql_holds_is_refused_before_connecting(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    refused = run_main(capsys, EXAMPLE_CONFIG, "fleet", command, "99999999999999999999", "--dsn", "host=/nowhere")
+    assert refused.code == 2 and "expected an id from 1 to 9223372036854775807" in refused.err, refused.err
+
+
 def test_config_check_wants_a_private_dsn_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from support import agent_config
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentd.cli.common import add_command, config_from, json_object, print_json, wants_json
+from agentd.cli.common import add_command, config_from, json_object, print_json, record_id, wants_json
 from agentd.clock import SystemClock, format_ts
 from agentd.edge import printable
 from agentd.errors import InputError
@@ -40,9 +40,9 @@ def register(commands: Any) -> None:
     )
     status = add_command(fleet, "status", cmd_status, "the fleet's tasks by status and who holds leases")
     show = add_command(fleet, "show", cmd_show, "one fleet task: its record, result and history")
-    show.add_argument("fleet_id", type=int, metavar="ID")
+    show.add_argument("fleet_id", type=record_id, metavar="ID")
     cancel = add_command(fleet, "cancel", cmd_cancel, "cancel a queued or leased fleet task")
-    cancel.add_argument("fleet_id", type=int, metavar="ID")
+    cancel.add_argument("fleet_id", type=record_id, metavar="ID")
     for parser in (init, submit, status, show, cancel):
         parser.add_argument("--dsn", help="the connection string (else --dsn-file, else [fleet] dsn_file)")
         parser.add_argument("--dsn-file", type=Path, metavar="FILE")
@@ -58,13 +58,13 @@ def dsn_of(args: argparse.Namespace) -> str:
         path = config_from(args).fleet.dsn_file
     if path is None:
         raise InputError("--dsn: give the fleet's PostgreSQL (--dsn, --dsn-file FILE or [fleet] dsn_file)")
+    from agentd.config.environment import read_dsn_file
+    from agentd.edge import UnusableFile
+
     try:
-        text = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise InputError(f"--dsn-file: cannot read {path} ({exc.strerror})") from None
-    if not text:
-        raise InputError(f"--dsn-file: {path} is empty")
-    return text
+        return read_dsn_file(Path(path))
+    except UnusableFile as exc:
+        raise InputError(f"--dsn-file: {exc}") from None
 
 
 def _queue(args: argparse.Namespace) -> FleetQueue:

@@ -129,6 +129,21 @@ def read_env_file(path: Path) -> dict[str, str]:
     return values
 
 
+def read_dsn_file(path: Path) -> str:
+    """The fleet's connection string from its file (one line; read again at every connect, so a rotated
+    password needs no restart). UnusableFile saying why for a file that is missing, unreadable, not
+    UTF-8, too large or empty."""
+    try:
+        text = utf8_text(read_bounded(path)).strip()
+    except OSError as exc:
+        raise UnusableFile(f"cannot read {path} ({exc.strerror or exc})") from None
+    except UnusableFile as exc:
+        raise UnusableFile(f"{path}: {exc}") from None
+    if not text:
+        raise UnusableFile(f"{path} is empty")
+    return text
+
+
 def secret_file_problems(source: str, key: str, path: Path, *, env_pairs: bool = True) -> list[Problem]:
     """A file of secrets the config names (an env_file, the fleet's dsn_file): there, a regular file
     only its owner can read and, for an env_file, KEY=VALUE lines agentd can read as it will per attempt."""

@@ -24,6 +24,8 @@ from pydantic import ValidationError
 
 from agentd.clock import Clock
 from agentd.config import Config
+from agentd.config.environment import read_dsn_file
+from agentd.edge import UnusableFile
 from agentd.errors import InputError, SchemaMismatch, contained
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.wake import Doorbell
@@ -61,15 +63,11 @@ def fleet_status(local_status: str) -> Literal["completed", "failed"]:
 
 
 def read_dsn(path: Path) -> str:
-    """The connection string from its file (read again at every connect, so a rotated password needs
-    no restart). :raises FleetUnavailable: missing, unreadable or empty."""
+    """config/environment.py's read_dsn_file. :raises FleetUnavailable: the file cannot be used, and why."""
     try:
-        text = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise FleetUnavailable(f"[fleet] dsn_file: cannot read {path} ({exc.strerror})") from None
-    if not text:
-        raise FleetUnavailable(f"[fleet] dsn_file: {path} is empty")
-    return text
+        return read_dsn_file(path)
+    except UnusableFile as exc:
+        raise FleetUnavailable(f"[fleet] dsn_file: {exc}") from None
 
 
 class FleetLink:
