@@ -155,3 +155,47 @@ async def test_an_out_that_is_a_link_or_inside_one_is_refused(
         assert result.code == 2, (out, result.out, result.err)
         assert len(result.err.splitlines()) == 1 and says in result.err and "Traceback" not in result.err, result.err
     assert list(target.iterdir()) == [] and not (tmp_path / "nowhere").exists()
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+MANIFEST_TAMPERING = {
+    "nested past json's reach": (DEEP, "not JSON agentd reads (nested deeper than Python's JSON parser goes)"),
+    "over 16 MiB": (b" " * (16 * 1024 * 1024 + 1), "over 16,777,216 bytes, far more than agentd writes"),
+    "not UTF-8": (b'{"a": "\xff"}', "not JSON ('utf-8' codec can't decode byte 0xff"),
+    "a FIFO": (None, "not a regular file (never read)"),
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("content", "said"), MANIFEST_TAMPERING.values(), ids=MANIFEST_TAMPERING.keys())
+async def test_whatever_a_tampered_manifest_holds_is_a_finding_for_verify_export_and_replay(
+    filled: Rig, agentd: Any, tmp_path: Path, content: bytes | None, said: str
+) -> None:
+    first, _ = attempts(filled)
+    manifest = folder(filled, first) / "manifest.json"
+    manifest.chmod(0o600)
+    manifest.unlink()
+    manifest.write_bytes(content) if content is not None else os.mkfifo(manifest)
+
+    verified = agentd(filled, "evidence", "verify")
+    assert verified.code == 1 and f"{manifest}: {said}" in verified.out, verified.out
+    for fmt in ("bundle", "tracecore"):
+        out = tmp_path / fmt
+        exported = agentd(filled, "evidence", "export", "--format", fmt, "--all", "--out", str(out))
+        assert exported.code == 1 and f"not exported: {first.attempt_id}" in exported.err, exported.err
+    replayed = agentd(filled, "replay", first.attempt_id)
+    assert replayed.code != 0 and "Traceback" not in replayed.err + replayed.out
+    assert said in replayed.out + replayed.err, (replayed.out, replayed.err)
+
+
+@pytest.mark.asyncio
+async def test_an_action_trace_past_what_agentd_writes_is_hashed_not_read_whole(filled: Rig, agentd: Any) -> None:
+    first, _ = attempts(filled)
+    trace = folder(filled, first) / "action_trace.jsonl"
+    trace.chmod(0o600)
+    with trace.open("ab") as grown:  # 17 MiB more: the hash differs, and the parse is not attempted
+        grown.write(b'{"step": 1}\n' * (17 * 1024 * 1024 // 12))
+    verified = agentd(filled, "evidence", "verify")
+    assert verified.code == 1
+    assert f"{trace}: over 16,777,216 bytes, far more than agentd writes" in verified.out
+    assert f"{trace}: sha256 differs from the manifest" in verified.out

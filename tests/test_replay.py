@@ -425,3 +425,12 @@ def test_an_attempt_whose_output_passed_the_cap_replays_identical(
     assert stdout.startswith("1\n2\n") and stdout.endswith("\n3000\n") and "output capped at 1024" in stdout
     result = replay(long_rig, long_ran.attempt_id)
     assert result.code == 0 and result.out == f"identical: attempt {long_ran.attempt_id}\n", result.out + result.err
+
+
+@pytest.mark.parametrize("depth", [900, 100_000], ids=["past the walk's reach", "past json's reach"])
+def test_result_files_nested_past_what_python_walks_are_compared_as_text(tmp_path: Path, depth: int) -> None:
+    """A result.json is what the attempt wrote: however deep, replay reports the difference, never raises."""
+    expected = b'{"a": ' * depth + b"1" + b"}" * depth
+    found = expected.replace(b"1", b"2", 1)
+    [difference] = result_differences(tmp_path / "result.json", expected, found)
+    assert difference.what == "result.json", difference

@@ -353,9 +353,10 @@ def result_differences(where: Path, expected: bytes | None, found: bytes | None)
         return [Difference("result.json", str(where), *shown)]
     try:
         old, new = json.loads(expected), json.loads(found)
-    except ValueError:
+        paths = json_differences(old, new)
+    except (ValueError, RecursionError):  # not JSON, or nested past what json (or the walk) reads: as text
         return [d for d in [text_difference("result.json", where, expected, found)] if d is not None]
-    return [Difference(f"result.json {path}", str(where), e, f) for path, e, f in json_differences(old, new)]
+    return [Difference(f"result.json {path}", str(where), e, f) for path, e, f in paths]
 
 
 def json_differences(expected: Any, found: Any, path: str = "$") -> list[tuple[str, str | None, str | None]]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from agentd import frozen_value
 from agentd.edge import scrub
-from agentd.evidence.action_trace import TRACE_FILE, parse_trace
+from agentd.evidence.action_trace import MAX_READ_BYTES, TRACE_FILE, parse_trace
 from agentd.evidence.layout import EVIDENCE_FILES as EVIDENCE_FILES
 from agentd.evidence.layout import EVIDENCE_SPEC as EVIDENCE_SPEC
 from agentd.evidence.layout import MANIFEST as MANIFEST
@@ -38,7 +38,7 @@ from agentd.process.files import (
     entry_problem,
     folder_problems,
     make_run_dir,
-    read_whole_beneath,
+    read_beneath,
     sha256_beneath,
     write_new,
     write_private,
@@ -286,9 +286,13 @@ def _hash_files(
         if name not in entries:
             continue
         try:
-            if name == TRACE_FILE:
-                trace = read_whole_beneath(root, name)
-                if trace is not None:
+            if name == TRACE_FILE:  # read once for its hash and its parse, up to what agentd writes (~5 MiB)
+                found = read_beneath(root, name, MAX_READ_BYTES)
+                if len(found.data) > MAX_READ_BYTES:  # hashed as any file, not parsed
+                    unreadable.append(f"{root / name}: over {MAX_READ_BYTES:,} bytes, far more than agentd writes")
+                    actual[name] = {"sha256": sha256_beneath(root, name)}
+                else:
+                    trace = found.data
                     actual[name] = {"sha256": sha256_hex(trace)}
             else:
                 actual[name] = {"sha256": sha256_beneath(root, name)}
@@ -317,48 +321,38 @@ def manifest_check() -> SchemaCheck:
     return SchemaCheck(MANIFEST_SCHEMA)
 
 
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # agentd writes a few kB; a larger one is not agentd's
+
+
 def load_manifest(root: Path) -> tuple[dict[str, Any] | None, list[str]]:
     """The attempt's sealed manifest, or None and why it cannot be read (a link is never followed)."""
-    path = root / MANIFEST
-    try:
-        data = read_whole_beneath(root, MANIFEST)
-    except Refused:
-        return None, [f"{path}: {LINK} or {NOT_REGULAR}"]
-    if data is None:
-        return None, [f"{root}: no {MANIFEST}"]
-    try:  # as Path.read_text decodes it (universal newlines), so every reason reads the same
-        loaded = json.loads(io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read())
-    except ValueError as exc:
-        return None, [f"{path}: not JSON ({exc})"]
-    if not isinstance(loaded, dict):
-        return None, [f"{path}: not a JSON object"]
-    return loaded, []
+    manifest, _, problems = _read_manifest(root)
+    return manifest, problems
 
 
 def _read_manifest(root: Path) -> tuple[dict[str, Any] | None, str | None, list[str]]:
-    """load_manifest from one read of the bytes, and their sha256. Text that is not plain UTF-8 with
-    \\n line ends goes through load_manifest itself (which decodes as read_text does), so every reason
-    reads word for word the same."""
+    """load_manifest, with the sha256 of the bytes it read (None when it read none). Whatever a
+    tampered manifest holds (a link, a pipe, gigabytes, JSON nested past what `json` reads, not UTF-8)
+    is a reason, never an exception."""
+    path = root / MANIFEST
     try:
-        data = read_whole_beneath(root, MANIFEST)
-    except Refused:
-        return None, None, [f"{root / MANIFEST}: {LINK} or {NOT_REGULAR}"]
-    if data is None:
+        found = read_beneath(root, MANIFEST, MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
         return None, None, [f"{root}: no {MANIFEST}"]
-    digest = sha256_hex(data)
-    try:
-        text: str | None = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    if text is None or "\r" in text:
-        manifest, problems = load_manifest(root)
-        return manifest, digest, problems
-    try:
-        loaded = json.loads(text)
-    except ValueError as exc:
-        return None, digest, [f"{root / MANIFEST}: not JSON ({exc})"]
+    except Refused:
+        return None, None, [f"{path}: {LINK} or {NOT_REGULAR}"]
+    if len(found.data) > MAX_MANIFEST_BYTES:
+        return None, None, [f"{path}: over {MAX_MANIFEST_BYTES:,} bytes, far more than agentd writes"]
+    digest = sha256_hex(found.data)
+    try:  # decoded as Path.read_text decodes (universal newlines), so every reason reads the same
+        text = found.data.decode("utf-8")
+        loaded = json.loads(io.TextIOWrapper(io.BytesIO(found.data), encoding="utf-8").read() if "\r" in text else text)
+    except RecursionError:
+        return None, digest, [f"{path}: not JSON agentd reads (nested deeper than Python's JSON parser goes)"]
+    except ValueError as exc:  # not UTF-8 (UnicodeDecodeError is one), or not JSON
+        return None, digest, [f"{path}: not JSON ({exc})"]
     if not isinstance(loaded, dict):
-        return None, digest, [f"{root / MANIFEST}: not a JSON object"]
+        return None, digest, [f"{path}: not a JSON object"]
     return loaded, digest, []
 
 
