@@ -413,7 +413,7 @@ BAD_COMMANDS = {
     "no items": ("[]", "expected an argv, found []"),
     "blanks": ('"   "', "expected an argv, found '   '"),
     "an empty program": ('[""]', "expected an argv, found ['']"),
-    "a quote left open": ("\"notes 'add\"", "cannot split \"notes 'add\" into an argv: no closing quotation"),
+    "a quote left open": ('"notes \'add"', 'cannot split "notes \'add" into an argv: no closing quotation'),
     "an escape at the end": ('"notes \\\\"', "cannot split 'notes \\\\' into an argv: no escaped character"),
 }
 
@@ -452,3 +452,42 @@ def test_a_path_that_is_not_a_folder_is_named_for_what_it_is(
     for command in (["status"], ["init"], ["task", "list"]):
         assert main([*command, "--config", str(path)]) == 2
         assert said in capsys.readouterr().err.splitlines()
+
+
+BAD_ENVIRONMENTS = {
+    "a NUL in a value": ('env = { A = "x\\u0000y" }', "env.A: contains a NUL character"),
+    "a NUL in a name": ('env = { "A\\u0000" = "1" }', "contains a NUL character"),
+    "'=' in a name": ('env = { "B=C" = "1" }', "env: expected variable names without '=' or NUL, found 'B=C'"),
+    "an empty name": ('env = { "" = "1" }', "env: expected variable names without '=' or NUL, found ''"),
+    "a NUL in the argv": ('command = ["./feed", "a\\u0000b"]', "command[1]: contains a NUL character"),
+}
+
+
+@pytest.mark.parametrize(("line", "said"), BAD_ENVIRONMENTS.values(), ids=BAD_ENVIRONMENTS.keys())
+def test_what_a_sensor_could_not_be_started_with_is_refused_at_the_check(tmp_path: Path, line: str, said: str) -> None:
+    """Not an internal_error at the sensor's first run (exec refuses these)."""
+    sensor = tmp_path / "sensors" / "feed"
+    sensor.mkdir(parents=True)
+    (sensor / "feed").write_text("#!/bin/sh\n")
+    (sensor / "feed").chmod(0o700)
+    fields = {"command": 'command = ["./feed"]', "env": ""}
+    fields[line.split(" ")[0]] = line
+    (sensor / "sensor.toml").write_text(
+        f'{fields["command"]}\ndescription = "d"\ninterval_seconds = 60\n{fields["env"]}\n'
+    )
+    path = write_config(tmp_path, lambda raw: raw["paths"].update(sensors_dir=str(tmp_path / "sensors")))
+    found = problems_of(path)
+    assert any(problem.startswith(f"{sensor / 'sensor.toml'}: ") and said in problem for problem in found), found
+
+
+@pytest.mark.parametrize("where", ["adapters", "message_handlers"])
+def test_an_environment_name_exec_cannot_set_is_refused_in_the_identity_toml(tmp_path: Path, where: str) -> None:
+    def bad_name(raw: dict[str, Any]) -> None:
+        if where == "adapters":
+            raw["adapters"][0]["env"] = {"X=Y": "1"}
+        else:
+            raw["message_handlers"] = [{"handler_id": "cmd", "kind": "command", "argv": ["true"], "env": {"X=Y": "1"}}]
+
+    path = write_config(tmp_path, bad_name)
+    said = "env: expected variable names without '=' or NUL, found 'X=Y'"
+    assert any(said in problem for problem in problems_of(path)), problems_of(path)

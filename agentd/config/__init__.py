@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from agentd import frozen_value
 from agentd.config.environment import environment_overrides, overlay
-from agentd.config.parsed import UnusableFile, read_toml
+from agentd.config.parsed import UnusableFile, nul_problems, read_toml
 from agentd.config.sensors import Sensor, load_sensors
 from agentd.config.settings import (
     ENV_PREFIX,
@@ -126,7 +126,7 @@ def parse_config(path: Path) -> tuple[Config, list[Problem]]:
     problems = _protected_env_problems() + environment_problems() + problems
     if problems:  # anything checked after an identity override would be about the wrong agent
         raise ConfigError(problems)
-    problems = _duplicates(source, raw) + _nul_problems(source, raw)
+    problems = _duplicates(source, raw) + nul_problems(source, raw)
     if problems:
         raise ConfigError(problems)
     _resolve_relative_paths(raw, path.parent)  # the file's; an override's relative path is the working dir's
@@ -446,17 +446,6 @@ def _duplicates(source: str, raw: dict[str, Any]) -> list[Problem]:
                 )
             seen.setdefault(ident, index)
     return problems
-
-
-def _nul_problems(source: str, raw: Any, key: str = "") -> list[Problem]:
-    """A NUL character is never part of a name, a path or a command: refused wherever it is."""
-    if isinstance(raw, str):
-        return [Problem(source, key, "contains a NUL character (\\x00); remove it")] if "\x00" in raw else []
-    if isinstance(raw, dict):
-        return [p for k, v in raw.items() for p in _nul_problems(source, v, f"{key}.{k}" if key else str(k))]
-    if isinstance(raw, list):
-        return [p for i, v in enumerate(raw) for p in _nul_problems(source, v, f"{key}[{i}]")]
-    return []
 
 
 def task_intent_from_schedule(spec: ScheduleSpec) -> TaskIntent:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentd import frozen_value
 from agentd.config.environment import secret_file_problems
-from agentd.config.parsed import UnusableFile, manifest_problems, read_toml
+from agentd.config.parsed import read_manifest
 from agentd.config.skills import Skill
 from agentd.errors import Problem
-from agentd.records.base import Command, command_argv
+from agentd.records.base import Command, EnvVars, command_argv
 
 MANIFEST = "sensor.toml"
 
@@ -29,7 +29,7 @@ class SensorManifest(BaseModel):
         default=None, gt=0, le=86_400, description="default: [sensors] default_timeout_s"
     )
     command: Command = Field(description="argv; a relative executable resolves in the sensor folder")
-    env: dict[str, str] = {}
+    env: EnvVars = {}
     env_file: str | None = None
     enabled: bool = True
 
@@ -85,12 +85,9 @@ def _load_sensor(sensor_id: str, directory: Path) -> tuple[Sensor | None, list[P
         if directory.name == "__pycache__" or not any(directory.iterdir()):
             return None, []
         return None, [Problem(source, "", "missing: every sensor folder needs a sensor.toml")]
-    try:
-        manifest = SensorManifest.model_validate(read_toml(path))
-    except UnusableFile as exc:
-        return None, [Problem(source, "", str(exc))]
-    except ValidationError as exc:
-        return None, manifest_problems(source, exc)
+    manifest, problems = read_manifest(path, SensorManifest)
+    if manifest is None:
+        return None, problems
     sensor = Sensor(sensor_id, manifest, directory)
     problems = []
     if "/" in sensor.argv[0] and not Path(sensor.argv[0]).is_file():

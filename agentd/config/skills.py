@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from agentd import frozen_value
-from agentd.config.parsed import UnusableFile, manifest_problems, read_toml
-from agentd.edge import read_bounded, utf8_text
+from agentd.config.parsed import read_manifest
+from agentd.edge import UnusableFile, read_bounded, utf8_text
 from agentd.errors import Problem
 from agentd.hashing import canonical_json, sha256_hex
 from agentd.records import SkillManifest
@@ -70,15 +68,9 @@ def _load_skill(directory: Path) -> tuple[Skill | None, list[Problem]]:
     source = str(manifest_path)
     if not manifest_path.is_file():
         return None, [Problem(source, "", "missing: every skill folder needs a skill.toml")]
-    try:
-        raw = read_toml(manifest_path)
-    except UnusableFile as exc:
-        return None, [Problem(source, "", str(exc))]
-    raw.setdefault("skill_id", directory.name)
-    try:
-        manifest = SkillManifest.model_validate(raw)
-    except ValidationError as exc:
-        return None, manifest_problems(source, exc)
+    manifest, problems = read_manifest(manifest_path, SkillManifest, skill_id=directory.name)
+    if manifest is None:
+        return None, problems
     problems = []
     if manifest.skill_id != directory.name:
         problems.append(

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from agentd.records.base import Identifier, Record, Sandbox
+from agentd.records.base import EnvVars, Identifier, Record, Sandbox
 
 MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000  # a week: longer than any attempt should run
 
@@ -72,7 +72,7 @@ class _SubprocessAdapter(Record):
         default=None,
         description="KEY=VALUE lines given to the process (secrets live here, redacted from evidence by value)",
     )
-    env: dict[str, str] | None = Field(
+    env: EnvVars | None = Field(
         default=None, description="more variables for the process (not secrets: they are evidence)"
     )
     extra_args: list[str] | None = Field(default=None, description="appended to the command line agentd builds")

@@ -63,6 +63,17 @@ def _runnable(command: list[str] | str) -> list[str] | str:
 
 
 Command = Annotated[list[str] | str, AfterValidator(_runnable)]  # an argv, or a string split into one
+
+
+def _settable(variables: dict[str, str]) -> dict[str, str]:
+    for name in variables:
+        if not name or "=" in name or "\x00" in name:
+            raise ValueError(f"expected variable names without '=' or NUL, found {shown(name)}")
+    return variables
+
+
+# Variables a child process is given: each name one exec can set (not empty, no '=' or NUL).
+EnvVars = Annotated[dict[str, str], AfterValidator(_settable)]
 Identifier = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
 
 

@@ -12,7 +12,7 @@ from pydantic import AfterValidator, Field, field_validator
 
 from agentd import frozen_value
 from agentd.clock import format_ts
-from agentd.records.base import Identifier, Record
+from agentd.records.base import EnvVars, Identifier, Record
 
 DAY_S = 86_400.0
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
@@ -85,7 +85,7 @@ class CommandHandler(_Handler):
     )
     timeout_s: float = Field(description="the command's hard timeout", default=30.0, gt=0, le=DAY_S)
     env_file: str | None = Field(default=None, description="KEY=VALUE lines given to the command")
-    env: dict[str, str] | None = Field(default=None, description="more variables for the command")
+    env: EnvVars | None = Field(default=None, description="more variables for the command")
 
 
 MessageHandler = Annotated[WebhookHandler | SpoolHandler | CommandHandler, Field(discriminator="kind")]
