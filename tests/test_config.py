@@ -313,18 +313,32 @@ def test_a_config_path_that_never_ends_is_read_only_so_far() -> None:
     )
 
 
+def own_folders(tmp_path: Path) -> tuple[Path, Path]:
+    """The test's own skills folder (a copy of the repository's) and sensors folder (one empty sensor,
+    `feed`, for the test to fill)."""
+    skills, sensors = tmp_path / "skills", tmp_path / "sensors"
+    if not skills.exists():
+        shutil.copytree(REPO / "skills", skills)
+    (sensors / "feed").mkdir(parents=True, exist_ok=True)
+    return skills, sensors
+
+
+def problems_with_own_folders(tmp_path: Path) -> list[str]:
+    skills, sensors = own_folders(tmp_path)
+    return problems_of(
+        write_config(tmp_path, lambda raw: raw["paths"].update(skills_dir=str(skills), sensors_dir=str(sensors)))
+    )
+
+
 @pytest.mark.parametrize("manifest", ["sensor", "skill"])
 @pytest.mark.parametrize(("content", "said"), HOSTILE_TOML.values(), ids=HOSTILE_TOML.keys())
 def test_a_manifest_agentd_cannot_read_is_a_problem_naming_it(
     tmp_path: Path, manifest: str, content: bytes, said: str
 ) -> None:
-    skills, sensors = tmp_path / "skills", tmp_path / "sensors"
-    shutil.copytree(REPO / "skills", skills)
-    (sensors / "bad").mkdir(parents=True)
-    bad = sensors / "bad" / "sensor.toml" if manifest == "sensor" else skills / "example" / "skill.toml"
+    skills, sensors = own_folders(tmp_path)
+    bad = sensors / "feed" / "sensor.toml" if manifest == "sensor" else skills / "example" / "skill.toml"
     bad.write_bytes(content)
-    path = write_config(tmp_path, lambda raw: raw["paths"].update(skills_dir=str(skills), sensors_dir=str(sensors)))
-    found = problems_of(path)
+    found = problems_with_own_folders(tmp_path)
     assert any(problem.startswith(f"{bad}: ") and said in problem for problem in found), found
 
 
@@ -423,9 +437,7 @@ BAD_COMMANDS = {
 def test_a_command_with_no_argv_to_run_is_a_problem_naming_its_manifest(
     tmp_path: Path, manifest: str, command: str, said: str
 ) -> None:
-    skills, sensors = tmp_path / "skills", tmp_path / "sensors"
-    shutil.copytree(REPO / "skills", skills)
-    (sensors / "feed").mkdir(parents=True)
+    skills, sensors = own_folders(tmp_path)
     if manifest == "sensor":
         where, key = sensors / "feed" / "sensor.toml", "command"
         where.write_text(f'command = {command}\ndescription = "d"\ninterval_seconds = 60\n')
@@ -434,8 +446,7 @@ def test_a_command_with_no_argv_to_run_is_a_problem_naming_its_manifest(
         text = where.read_text().replace('command = ["bin/notes.py"]', f"command = {command}")
         assert text != where.read_text()
         where.write_text(text)
-    path = write_config(tmp_path, lambda raw: raw["paths"].update(skills_dir=str(skills), sensors_dir=str(sensors)))
-    assert f"{where}: {key}: {said}" in problems_of(path)
+    assert f"{where}: {key}: {said}" in problems_with_own_folders(tmp_path)
 
 
 @pytest.mark.parametrize("key", ["state_dir", "workspace", "run_dir", "skills_dir", "sensors_dir"])
@@ -466,8 +477,8 @@ BAD_ENVIRONMENTS = {
 @pytest.mark.parametrize(("line", "said"), BAD_ENVIRONMENTS.values(), ids=BAD_ENVIRONMENTS.keys())
 def test_what_a_sensor_could_not_be_started_with_is_refused_at_the_check(tmp_path: Path, line: str, said: str) -> None:
     """Not an internal_error at the sensor's first run (exec refuses these)."""
-    sensor = tmp_path / "sensors" / "feed"
-    sensor.mkdir(parents=True)
+    _, sensors = own_folders(tmp_path)
+    sensor = sensors / "feed"
     (sensor / "feed").write_text("#!/bin/sh\n")
     (sensor / "feed").chmod(0o700)
     fields = {"command": 'command = ["./feed"]', "env": ""}
@@ -475,8 +486,7 @@ def test_what_a_sensor_could_not_be_started_with_is_refused_at_the_check(tmp_pat
     (sensor / "sensor.toml").write_text(
         f'{fields["command"]}\ndescription = "d"\ninterval_seconds = 60\n{fields["env"]}\n'
     )
-    path = write_config(tmp_path, lambda raw: raw["paths"].update(sensors_dir=str(tmp_path / "sensors")))
-    found = problems_of(path)
+    found = problems_with_own_folders(tmp_path)
     assert any(problem.startswith(f"{sensor / 'sensor.toml'}: ") and said in problem for problem in found), found
 
 
