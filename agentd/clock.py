@@ -9,6 +9,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from agentd.edge import shown
+
 
 class Clock(Protocol):
     def now(self) -> datetime:
@@ -109,5 +111,5 @@ def parse_duration(text: str, bare_unit: str = "s") -> float:
     except ValueError:
         amount = float("nan")
     if not (amount == amount and 0 <= amount <= 100 * 365 * 86400):  # NaN, negative or beyond a century
-        raise ValueError(f"expected a duration like 90s, 15m, 2h or 7d, found {text!r}")
+        raise ValueError(f"expected a duration like 90s, 15m, 2h or 7d, found {shown(text)}")
     return amount * DURATION_UNITS[unit]

@@ -375,3 +375,31 @@ def test_completion_is_generated_when_asked_and_costs_other_commands_nothing() -
 
     assert "build_parser" not in dir(completion), "the tree is read only inside `agentd completion`"
     assert not list((REPO / "agentd").rglob("*complet*.sh")) and not list((REPO / "agentd").rglob("_agentd"))
+
+
+HUGE = "9" * 100_000
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["task", "show", HUGE],
+        ["events", "--limit", HUGE],
+        ["events", "--since", HUGE],
+        ["task", "add", "--type", "example", "--subject", "s", "--delay", HUGE],
+        ["web", "token", "add", "n" * 100_000],
+        ["evidence", "verify", "--expect-head", HUGE],
+        ["status", "--watch", HUGE + "x"],
+        ["task", "list", "--status", "s" * 100_000],
+        ["task", "list", "--no-such-option", "x" * 100_000],
+    ],
+    ids=["an id", "a count", "a time", "a duration", "a token name", "a head", "an interval", "a choice", "unknown"],
+)
+def test_a_huge_bad_argument_is_named_in_one_short_line(
+    capsys: pytest.CaptureFixture[str], state_dir: Path, argv: list[str]
+) -> None:
+    """What was wrong and what was expected, with the value cut in the middle: not 100 kB echoed back."""
+    refused = run_main(capsys, EXAMPLE_CONFIG, *argv)
+    assert refused.code == 2, refused
+    [line] = refused.err.splitlines()
+    assert len(line) < 400 and "(100,00" in line, line

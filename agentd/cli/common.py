@@ -9,6 +9,7 @@ import argparse
 import functools
 import gettext
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from agentd.clock import SystemClock, parse_duration, parse_ts
-from agentd.edge import INT64_MAX, NotJson, check_id, check_text, printable, visible_json
+from agentd.edge import INT64_MAX, NotJson, check_id, check_text, printable, shown, visible_json
 from agentd.edge import loads as load_json
 from agentd.errors import ConfigError, InputError
 
@@ -45,8 +46,11 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("agentd").strip()
+        message = _LONG_WORD.sub(lambda word: f"{word[0][:90]}…{word[0][-20:]} ({len(word[0]):,} characters)", message)
         raise CommandError(f"{command + ': ' if command else ''}{message}; see `{self.prog} --help`")
 
+
+_LONG_WORD = re.compile(r"[^\s']{121,}")  # an argument argparse quotes whole (unrecognized, invalid choice)
 
 COMMON = Parser(add_help=False)
 COMMON.add_argument(
@@ -75,7 +79,7 @@ def record_id(text: str) -> int:
     try:
         return check_id(int(text), "id")
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected an id from 1 to {INT64_MAX}, found {text!r}") from exc
+        raise argparse.ArgumentTypeError(f"expected an id from 1 to {INT64_MAX}, found {shown(text)}") from exc
 
 
 def count(text: str) -> int:
@@ -85,7 +89,7 @@ def count(text: str) -> int:
     except ValueError:
         value = -1
     if not 0 <= value <= INT64_MAX:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {INT64_MAX}, found {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {INT64_MAX}, found {shown(text)}")
     return value
 
 
@@ -98,7 +102,7 @@ def attempts(text: str) -> int:
     except ValueError:
         value = 0
     if not 1 <= value <= MAX_ATTEMPTS:
-        raise argparse.ArgumentTypeError(f"expected 1 to {MAX_ATTEMPTS} attempts, found {text!r}")
+        raise argparse.ArgumentTypeError(f"expected 1 to {MAX_ATTEMPTS} attempts, found {shown(text)}")
     return value
 
 
@@ -127,7 +131,7 @@ def moment(text: str) -> datetime:
         return parse_ts(full if any(c in full[10:] for c in "Zz+-") else full + "Z")
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected a UTC time like 2026-11-23T10:00:00Z or an age like 30m, 2h, 7d, found {text!r}"
+            f"expected a UTC time like 2026-11-23T10:00:00Z or an age like 30m, 2h, 7d, found {shown(text)}"
         ) from None
 
 

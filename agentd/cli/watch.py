@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from agentd.clock import SystemClock, format_ts
+from agentd.edge import shown
 
 DEFAULT_WATCH_S = 2.0
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: only ever sent to a terminal
@@ -25,7 +26,7 @@ def watch_seconds(text: str) -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, found {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, found {shown(text)}")
     return value
 
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from agentd.edge import shown
 from agentd.records import (
     AdapterConfig,
     AgentFields,
@@ -190,14 +191,16 @@ def listen_address(value: str) -> str:
     bracketed = host.startswith("[") and host.endswith("]")
     bare = host[1:-1] if bracketed else host
     if ":" in bare and not bracketed:
-        raise ValueError(f"expected an IPv6 address in brackets (e.g. [::1]:9478), found {value!r}")
+        raise ValueError(f"expected an IPv6 address in brackets (e.g. [::1]:9478), found {shown(value)}")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected HOST:PORT with a port from 0 to 65535 (e.g. 127.0.0.1:9478), found {value!r}")
+        raise ValueError(f"expected HOST:PORT with a port from 0 to 65535 (e.g. 127.0.0.1:9478), found {shown(value)}")
     try:
         ipaddress.ip_address(bare)
     except ValueError:
         if ":" in bare or not HOST_NAME.fullmatch(bare):
-            raise ValueError(f"expected an IP address, [IPv6] or a host name before the port, found {host!r}") from None
+            raise ValueError(
+                f"expected an IP address, [IPv6] or a host name before the port, found {shown(host)}"
+            ) from None
     return value
 
 
@@ -320,7 +323,7 @@ class Settings(Section):
         """The console's port is none of the metrics ports; its approval handler is a webhook that exists."""
         metrics = (self.metrics.dispatch_listen, self.metrics.sensors_listen)
         if self.web.listen in metrics and not self.web.listen.endswith(":0"):
-            raise ValueError(f"web.listen: expected a port of its own, found {self.web.listen!r}, a metrics port")
+            raise ValueError(f"web.listen: expected a port of its own, found {shown(self.web.listen)}, a metrics port")
         wanted = self.web.approval_handler
         if wanted is not None:
             handlers = {h.handler_id: h for h in self.message_handlers}

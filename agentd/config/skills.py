@@ -6,7 +6,7 @@ from pathlib import Path
 
 from agentd import frozen_value
 from agentd.config.parsed import read_manifest
-from agentd.edge import UnusableFile, read_bounded, utf8_text
+from agentd.edge import UnusableFile, read_bounded, shown, utf8_text
 from agentd.errors import Problem
 from agentd.hashing import canonical_json, sha256_hex
 from agentd.records import SkillManifest
@@ -74,7 +74,9 @@ def _load_skill(directory: Path) -> tuple[Skill | None, list[Problem]]:
     problems = []
     if manifest.skill_id != directory.name:
         problems.append(
-            Problem(source, "skill_id", f"expected {directory.name!r} (the folder name), found {manifest.skill_id!r}")
+            Problem(
+                source, "skill_id", f"expected {directory.name!r} (the folder name), found {shown(manifest.skill_id)}"
+            )
         )
     for field in ("instruction_path", "subagent_path", "sensor_path"):
         relative = getattr(manifest, field)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd import frozen_value
+from agentd.edge import shown
 from agentd.evidence import MANIFEST, inspect_attempt_dir
 from agentd.records import TaskAttempt
 from agentd.store import Store
@@ -59,7 +60,7 @@ def parse_head(text: str) -> tuple[int, str]:
     """`SEQ:HASH` as the journal's chain_head line prints it; ValueError naming the form otherwise."""
     match = HEAD.match(text.strip().lower())
     if match is None:
-        raise ValueError(f"expected SEQUENCE:SHA256 (e.g. 812:3f2a…, 64 hex digits), found {text!r}")
+        raise ValueError(f"expected SEQUENCE:SHA256 (e.g. 812:3f2a…, 64 hex digits), found {shown(text)}")
     return int(match.group(1)), match.group(2)
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentd import frozen_value
+from agentd.edge import shown
 from agentd.errors import InputError
 from agentd.install.ports import free_pair, free_port, other_agents, used_ports
 from agentd.install.toml_edit import Placement, agent_toml
@@ -140,7 +141,7 @@ def check_name(agent: str) -> None:
     if not NAME.match(agent):
         raise InputError(
             f"--agent: expected a lowercase name like 'arc' (letters, digits, - and _; at most 21, so that its "
-            f"user agentd-NAME-run fits a user name), found {agent!r}"
+            f"user agentd-NAME-run fits a user name), found {shown(agent)}"
         )
 
 

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from agentd.config import Config, parse_config, task_intent_from_schedule
 from agentd.config.environment import secret_file_problems
+from agentd.edge import shown
 from agentd.errors import ConfigError, InputError, Problem
 from agentd.records import (
     HarnessAdapterConfig,
@@ -65,14 +66,18 @@ def _agent(config: Config) -> list[Problem]:
     if agent.agent_id != agent.internal_name:
         problems.append(
             Problem(
-                src, "agent.agent_id", f"expected {agent.internal_name!r} (the internal_name), found {agent.agent_id!r}"
+                src,
+                "agent.agent_id",
+                f"expected {agent.internal_name!r} (the internal_name), found {shown(agent.agent_id)}",
             )
         )
     contract = agent.onchain_identity.contract if agent.onchain_identity else None
     for index, wallet in enumerate(config.wallets):
         if wallet.agent_id != agent.agent_id:
             problems.append(
-                Problem(src, f"wallets[{index}].agent_id", f"expected {agent.agent_id!r}, found {wallet.agent_id!r}")
+                Problem(
+                    src, f"wallets[{index}].agent_id", f"expected {agent.agent_id!r}, found {shown(wallet.agent_id)}"
+                )
             )
         linked = wallet.onchain_identity_contract
         if linked is not None and linked != contract:
@@ -80,7 +85,7 @@ def _agent(config: Config) -> list[Problem]:
                 Problem(
                     src,
                     f"wallets[{index}].onchain_identity_contract",
-                    f"must match agent.onchain_identity.contract ({contract!r}), found {linked!r}",
+                    f"must match agent.onchain_identity.contract ({contract!r}), found {shown(linked)}",
                 )
             )
     if agent.external_name and config.wallets:
@@ -90,7 +95,7 @@ def _agent(config: Config) -> list[Problem]:
                 Problem(
                     src,
                     "agent.external_name.wallet_ref",
-                    f"expected a wallet address {sorted(addresses)}, found {agent.external_name.wallet_ref!r}",
+                    f"expected a wallet address {sorted(addresses)}, found {shown(agent.external_name.wallet_ref)}",
                 )
             )
     return problems
@@ -311,7 +316,7 @@ def _schedules(config: Config) -> list[Problem]:
 
 def _unknown(src: str, key: str, noun: str, found: str, known: object) -> Problem:
     names = sorted(known) if not isinstance(known, list) else sorted(set(known))  # type: ignore[call-overload]
-    return Problem(src, key, f"expected a known {noun} ({', '.join(names) or 'none declared'}), found {found!r}")
+    return Problem(src, key, f"expected a known {noun} ({', '.join(names) or 'none declared'}), found {shown(found)}")
 
 
 def stranded_workflows(config: Config, live: list[tuple[int, str, str, str]]) -> list[Problem]:
