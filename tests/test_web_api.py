@@ -229,6 +229,8 @@ def test_bad_submissions_are_refused_naming_the_field_and_nothing_is_written(
         (b"task_type=example", "application/x-www-form-urlencoded", 415),
         (b"\xff\xfe", "application/json", 400),
         (b"{" + b" " * (300 * 1024) + b"}", "application/json", 413),
+        (b'{"payload": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "application/json", 400),
+        (b'{"payload": {"n": 1' + b"0" * 5000 + b"}}", "application/json", 400),
     ],
 )
 def test_a_body_that_is_not_a_json_object_is_refused(
