@@ -21,6 +21,7 @@ from agentd.errors import InputError
 MAX_DEPTH = 64  # nested objects/arrays in any JSON agentd stores (SQLite's own limit is 1000)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_SUBJECT_CHARS = 500
+MAX_KEY_CHARS = 512  # a workflow's instance key, a sensor event's dedupe key
 MAX_DESCRIPTION_CHARS = 64 * 1024
 MAX_PAYLOAD_BYTES = 1024 * 1024  # a task payload or workflow context, as stored JSON
 MAX_RESULT_BYTES = 16 * 1024 * 1024  # result.json is read at most this far
@@ -311,6 +312,15 @@ def shown(value: Any, limit: int = 120) -> str:
     looked like, never the whole of a megabyte of it."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 30]}…{text[-20:]} ({len(text):,} characters)"
+
+
+_LONG_RUN = re.compile(r"[^\s'\"]{1001,}")  # far past any path or name a message means to show whole
+
+
+def cut_long_runs(text: str) -> str:
+    """`text` with each run of over 1,000 characters without a space or a quote cut in the middle, with
+    its length: an error line that echoes what it refuses stays a line (a path, even a long one, stays)."""
+    return _LONG_RUN.sub(lambda run: f"{run[0][:200]}…{run[0][-40:]} ({len(run[0]):,} characters)", text)
 
 
 def _abbreviated(path: str) -> str:

@@ -44,7 +44,7 @@ from agentd.cli import (
     work,
 )
 from agentd.cli.common import COMMON, CommandError, Parser, check_argv
-from agentd.edge import printable
+from agentd.edge import cut_long_runs, printable
 from agentd.errors import AgentdError, ConfigError, StorageError
 from agentd.faults import is_storage_fault, os_storage_error
 
@@ -71,11 +71,11 @@ COMMAND_MODULES = (
 
 def report(exc: AgentdError | CommandError, *, service: bool = False) -> int:
     """Print an error the way an operator reads it; return its exit code."""
-    if isinstance(exc, ConfigError):
+    if isinstance(exc, ConfigError):  # whatever a message echoes back, each line stays a line (cut_long_runs)
         for problem in exc.problems:
-            print(printable(str(problem)), file=sys.stderr)
+            print(printable(cut_long_runs(str(problem))), file=sys.stderr)
     else:
-        print(f"agentd: {printable(str(exc), keep_newlines=True)}", file=sys.stderr)
+        print(f"agentd: {printable(cut_long_runs(str(exc)), keep_newlines=True)}", file=sys.stderr)
     if service and isinstance(exc, StorageError):
         return 1  # a service exits 1 on unusable storage: systemd restarts it once the disk is usable
     return exc.exit_code

@@ -9,7 +9,6 @@ import argparse
 import functools
 import gettext
 import json
-import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -46,11 +45,8 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("agentd").strip()
-        message = _LONG_WORD.sub(lambda word: f"{word[0][:90]}…{word[0][-20:]} ({len(word[0]):,} characters)", message)
         raise CommandError(f"{command + ': ' if command else ''}{message}; see `{self.prog} --help`")
 
-
-_LONG_WORD = re.compile(r"[^\s']{121,}")  # an argument argparse quotes whole (unrecognized, invalid choice)
 
 COMMON = Parser(add_help=False)
 COMMON.add_argument(

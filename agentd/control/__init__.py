@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from agentd.config import Config
+from agentd.edge import MAX_KEY_CHARS, check_text
 from agentd.errors import InputError
 from agentd.process.privilege import operator_name, operator_source
 from agentd.process.wake import poke
@@ -142,6 +143,9 @@ def start_workflow(
     state: str | None,
     now: datetime,
 ) -> WorkflowRecord:
+    if not instance_key.strip():
+        raise InputError(f"INSTANCE_KEY: expected 1 to {MAX_KEY_CHARS} characters, found nothing")
+    check_text(instance_key, "INSTANCE_KEY", MAX_KEY_CHARS)
     chosen = start_state(config.workflows, config.task_types, workflow_type, state)
     refusal = first_step_refusal(config, workflow_type, instance_key, chosen, context, now)
     if refusal:

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from agentd.edge import MAX_DESCRIPTION_CHARS, MAX_SUBJECT_CHARS, check_json_size
+from agentd.edge import MAX_DESCRIPTION_CHARS, MAX_KEY_CHARS, MAX_SUBJECT_CHARS, check_json_size
 from agentd.records.base import (
     ArtifactRole,
     Identifier,
@@ -69,7 +69,7 @@ class TaskIntent(Record):
 class ProposedWorkflow(Record):
     schema_id = "agent-runtime/sensor.proposed-workflow/v1"
     template: Identifier
-    instance_key: str = Field(min_length=1, max_length=512)
+    instance_key: str = Field(min_length=1, max_length=MAX_KEY_CHARS)
     state: str | None = None
     context: JsonObject | None = None
     signal: Identifier | None = Field(
@@ -86,7 +86,7 @@ class SensorEvent(Record):
     event_id: str = Field(min_length=1, max_length=512)
     observed_at: Timestamp
     source_ref: str = Field(max_length=4096)
-    dedupe_key: str = Field(min_length=1, max_length=512)
+    dedupe_key: str = Field(min_length=1, max_length=MAX_KEY_CHARS)
     freshness_deadline: Timestamp | None = None
     payload: JsonObject
     proposed_task: TaskIntent | None = None
