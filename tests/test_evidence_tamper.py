@@ -199,3 +199,28 @@ async def test_an_action_trace_past_what_agentd_writes_is_hashed_not_read_whole(
     assert verified.code == 1
     assert f"{trace}: over 16,777,216 bytes, far more than agentd writes" in verified.out
     assert f"{trace}: sha256 differs from the manifest" in verified.out
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("fmt", ["bundle", "tracecore"])
+async def test_an_out_the_system_refuses_is_one_line_and_nothing_is_left(
+    filled: Rig, agentd: Any, tmp_path: Path, fmt: str
+) -> None:
+    before = sorted(tmp_path.iterdir())
+    too_long = tmp_path / ("d" * 300)  # a name past NAME_MAX (255)
+    result = agentd(filled, "evidence", "export", "--format", fmt, "--all", "--out", str(too_long))
+    assert result.code == 2, (result.out, result.err)
+    [line] = result.err.splitlines()
+    assert line.startswith(f"agentd: cannot export to {too_long}: File name too long"), line
+    assert line.endswith("nothing was written there")
+    assert sorted(tmp_path.iterdir()) == before
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("fmt", ["bundle", "tracecore"])
+async def test_an_export_is_its_owners_alone_as_the_evidence_is(
+    filled: Rig, agentd: Any, tmp_path: Path, fmt: str
+) -> None:
+    out = tmp_path / "export"
+    assert agentd(filled, "evidence", "export", "--format", fmt, "--all", "--out", str(out)).code == 0
+    assert out.stat().st_mode & 0o077 == 0, oct(out.stat().st_mode)

@@ -34,7 +34,7 @@ from agentd.evidence import EVIDENCE_FILES, MANIFEST
 from agentd.evidence.action_trace import TRACE_FILE, parse_trace
 from agentd.evidence.tracecore import run_artifact
 from agentd.evidence.verify import checked_attempt
-from agentd.process.files import open_beneath, read_whole_beneath, sha256_beneath
+from agentd.process.files import Refused, open_beneath, read_whole_beneath, sha256_beneath
 from agentd.records import TaskAttempt
 from agentd.store import Store
 
@@ -135,7 +135,11 @@ def export_bundle(store: Store, state_dir: Path, task_ids: list[int], out: Path,
         "skipped": exported.skipped,
         "pruned": exported.pruned,
     }
-    with _staging(out) as staging, tarfile.open(staging, "w:gz") as tar:
+    with (
+        _staging(out) as staging,
+        open(os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file,  # as evidence is
+        tarfile.open(fileobj=file, mode="w:gz") as tar,
+    ):
         _add_bytes(tar, "index.json", _json(index).encode())
         _add_bytes(tar, "chain_head", (f"{head[0]}:{head[1]}\n" if head else "").encode())
         for source, name in entries:
@@ -149,7 +153,21 @@ def export_bundle(store: Store, state_dir: Path, task_ids: list[int], out: Path,
 @contextmanager
 def _staging(out: Path) -> Iterator[Path]:
     """A path in a temporary sibling of `out`, moved to `out` only when everything was written. A link
-    at `out` (dangling or not) or as its folder is refused: the export never writes through one."""
+    at `out` (dangling or not) or as its folder is refused: the export never writes through one. Any
+    other OSError on the way (a name too long, a full disk, a read-only folder) is one line, with
+    nothing written at `out`."""
+    try:
+        with _staged(out) as staging:
+            yield staging
+    except Refused:
+        raise  # a planted link met while reading the evidence: the caller's finding
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(out) else ""
+        raise InputError(f"cannot export to {out}: {exc.strerror or exc}{where}; nothing was written there") from None
+
+
+@contextmanager
+def _staged(out: Path) -> Iterator[Path]:
     for path, what in ((out, "--out"), (out.parent, "--out's folder")):
         if path.is_symlink():
             raise InputError(f"{path} is a symbolic link ({what}); give a path without one. Nothing was written")
