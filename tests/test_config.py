@@ -501,3 +501,18 @@ def test_an_environment_name_exec_cannot_set_is_refused_in_the_identity_toml(tmp
     path = write_config(tmp_path, bad_name)
     said = "env: expected variable names without '=' or NUL, found 'X=Y'"
     assert any(said in problem for problem in problems_of(path)), problems_of(path)
+
+
+@pytest.mark.parametrize("key", ["state_dir", "workspace", "skills_dir"])
+@pytest.mark.parametrize("kind", ["a name past 255 bytes", "a file as a parent"])
+def test_a_path_that_can_never_be_a_folder_is_named_by_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, kind: str
+) -> None:
+    (tmp_path / "a-file").write_text("x")
+    there = tmp_path / ("d" * 300) if kind.startswith("a name") else tmp_path / "a-file" / "sub"
+    why = "File name too long" if kind.startswith("a name") else "Not a directory"
+    path = write_config(tmp_path, lambda raw: raw["paths"].update({key: str(there)}))
+    said = f"{path}: paths.{key}: cannot be a folder: {there}: {why}"
+    for command in (["status"], ["init"], ["task", "list"], ["evidence", "verify"]):
+        assert main([*command, "--config", str(path)]) == 2, command
+        assert said in capsys.readouterr().err.splitlines(), command

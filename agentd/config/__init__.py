@@ -268,8 +268,11 @@ def _folder_problems(source: str, paths: PathsSection) -> list[Problem]:
             if key == "skills_dir":
                 problems.append(Problem(source, f"paths.{key}", f"expected a folder, found nothing at {folder}"))
             continue
-        except OSError:
+        except PermissionError:
             continue  # cannot look (a parent it may not search): the command that needs it says so
+        except OSError as exc:  # a name too long, a parent that is a file, a loop of links: no folder ever
+            problems.append(Problem(source, f"paths.{key}", f"cannot be a folder: {folder}: {exc.strerror}"))
+            continue
         if not stat.S_ISDIR(mode):
             found = "a file" if stat.S_ISREG(mode) else "a device, pipe or socket"
             problems.append(Problem(source, f"paths.{key}", f"expected a folder, found {found} at {folder}"))

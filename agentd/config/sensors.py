@@ -6,6 +6,7 @@ stdout; the sensor service (agentd/sensing.py) turns them into tasks and workflo
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -54,7 +55,8 @@ class Sensor:
 
 def load_sensors(sensors_dir: Path, skills: dict[str, Skill]) -> tuple[dict[str, Sensor], list[Problem]]:
     """Every sensor folder under sensors_dir and every skill's sensor, with the problems found."""
-    folders = [(p.name, p) for p in sorted(sensors_dir.iterdir()) if p.is_dir()] if sensors_dir.is_dir() else []
+    listed = os.path.isdir(sensors_dir)  # False for whatever cannot be one (_folder_problems says which)
+    folders = [(p.name, p) for p in sorted(sensors_dir.iterdir()) if p.is_dir()] if listed else []
     for skill in skills.values():
         if skill.manifest.sensor_path:
             folders.append((skill.skill_id, skill.directory / skill.manifest.sensor_path))

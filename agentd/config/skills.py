@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from agentd import frozen_value
@@ -53,7 +54,7 @@ def load_skills(skills_dir: Path) -> tuple[dict[str, Skill], list[Problem]]:
     """Every skill folder under skills_dir, and every problem found while reading them."""
     skills: dict[str, Skill] = {}
     problems: list[Problem] = []
-    if not skills_dir.is_dir():
+    if not os.path.isdir(skills_dir):  # False for whatever cannot be one (_folder_problems says which)
         return skills, problems
     for directory in sorted(p for p in skills_dir.iterdir() if p.is_dir()):
         skill, found = _load_skill(directory)
