@@ -324,3 +324,16 @@ def test_a_batch_over_the_task_limit_is_refused_whole(
     assert result.code == 2 and "more than 5 tasks in one batch; split the file (nothing was written)" in result.err
     assert task_count(initialised) == 0
     assert add_batch(initialised, tmp_path, jsonl(*(intent(n) for n in range(1, 6)))).code == 0
+
+
+def test_an_input_that_never_ends_is_not_read_forever(
+    initialised: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--batch /dev/zero` (one line with no end) and endless blank lines each stop with one line."""
+    endless = initialised("task", "add", "--batch", "/dev/zero")
+    assert endless.code == 2, endless
+    assert "line 1: over 67,108,864 bytes and no end in sight; stopped reading (nothing was written)" in endless.err
+    monkeypatch.setattr(batch, "MAX_LINES", 50)
+    blank = add_batch(initialised, tmp_path, "\n" * 51 + jsonl(intent(1)))
+    assert blank.code == 2 and "more than 50 lines in one batch; split the input (nothing was written)" in blank.err
+    assert task_count(initialised) == 0

@@ -28,6 +28,8 @@ from agentd.work.intake import admit_task
 CHUNK = 500  # tasks (non-blank lines) per transaction: bounds how long a batch holds the write lock
 MAX_TASKS = 100_000  # per batch: every judged task is held in memory until the writing starts
 MAX_LINE_BYTES = 2 * 1024 * 1024  # a payload's 1 MiB and a description's 64 KiB fit with room to spare
+MAX_SKIPPED_BYTES = 64 * 1024 * 1024  # an overlong line is skipped this far to report the lines after it
+MAX_LINES = 10 * MAX_TASKS  # blank and bad lines included: an input that never ends is not read forever
 SHOWN_PROBLEMS = 20  # bad lines named in the refusal; the rest are counted
 
 T = TypeVar("T")
@@ -58,13 +60,22 @@ class Written:
 
 def read_lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes | None]]:
     """(line number, its bytes without the line end) for each line; None for a line longer than
-    MAX_LINE_BYTES, which is skipped to its end without holding it."""
+    MAX_LINE_BYTES, which is skipped to its end without holding it. InputError (nothing is written) past
+    MAX_LINES lines, or for a line still going after MAX_SKIPPED_BYTES (`--batch /dev/zero`)."""
     number = 0
     while line := stream.readline(MAX_LINE_BYTES + 1):
         number += 1
+        if number > MAX_LINES:
+            raise InputError(f"more than {MAX_LINES:,} lines in one batch; split the input (nothing was written)")
         if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            skipped = len(line)
             while (rest := stream.readline(1 << 20)) and not rest.endswith(b"\n"):
-                pass
+                skipped += len(rest)
+                if skipped > MAX_SKIPPED_BYTES:
+                    raise InputError(
+                        f"line {number}: over {MAX_SKIPPED_BYTES:,} bytes and no end in sight; stopped reading "
+                        "(nothing was written)"
+                    )
             yield number, None
             continue
         yield number, line.rstrip(b"\r\n")
