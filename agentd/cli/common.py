@@ -223,11 +223,16 @@ def store_from(config: Config, *, readonly: bool = False) -> Store:
     """The agent's database. Every command that may write it (each control verb, each service) is
     refused inside an attempt, before anything is read (docs/install-and-deploy.md, "The boundary")."""
     from agentd.process.privilege import refuse_inside_attempt
-    from agentd.store import open_store
+    from agentd.store import open_store, own_state_dir
 
     if not readonly:
         refuse_inside_attempt(config.dispatch.run_as, "this command writes to the agent's database")
     store = open_store(config.db_path, SystemClock(), readonly=readonly)
+    try:
+        own_state_dir(config.paths.state_dir, config.agent.agent_id, bind=not readonly)
+    except BaseException:
+        store.close()
+        raise
     if not readonly:  # a command that only looks leaves the state dir as it found it (a copy stays a copy)
         from agentd.cli.config_cache import write_view
 

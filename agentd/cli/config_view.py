@@ -119,6 +119,9 @@ def named_paths(config: Config) -> tuple[list[str], list[str]]:
     folders whose whole contents it loads (skills and sensors)."""
     found: set[str] = set()
     _collect(config, found, 0)
+    from agentd.store.core import AGENT_FILE  # loaded already: this is the full path
+
+    found.add(str(config.paths.state_dir / AGENT_FILE))  # whose state dir it is (store/core.py own_state_dir)
     trees = sorted({str(config.paths.skills_dir), str(config.paths.sensors_dir)})
     return sorted(found), trees
 

@@ -66,10 +66,11 @@ def register(commands: Any) -> None:
 
 def cmd_init(args: argparse.Namespace) -> int:
     from agentd.cli.config_cache import write_view
-    from agentd.store import init_state_dir, migrate, open_store
+    from agentd.store import init_state_dir, migrate, open_store, own_state_dir
 
     config = config_from(args)
     init_state_dir(config.paths.state_dir, config.paths.workspace)
+    own_state_dir(config.paths.state_dir, config.agent.agent_id, bind=True)  # before the database is touched
     applied = migrate(config.db_path, SystemClock())
     store = open_store(config.db_path, SystemClock())
     store.close()
@@ -90,10 +91,11 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from agentd.store import init_state_dir, migrate
+    from agentd.store import init_state_dir, migrate, own_state_dir
 
     config = config_from(args)
     init_state_dir(config.paths.state_dir)
+    own_state_dir(config.paths.state_dir, config.agent.agent_id, bind=True)
     applied = migrate(config.db_path, SystemClock())
     if wants_json(args):
         print_json({"database": str(config.db_path), "applied": [m.filename for m in applied]})
@@ -113,11 +115,12 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     from agentd.install.ports import refuse_shared_ports
-    from agentd.store import open_store
+    from agentd.store import open_store, own_state_dir
 
     config = config_from(args)
     refuse_shared_ports(config.path, config.metrics, config.web)  # another agent in /etc/agentd on the same port
-    if config.db_path.is_file():  # the config must also fit what is running
+    if config.db_path.is_file():  # the config must also fit what is running, and be the same agent's
+        own_state_dir(config.paths.state_dir, config.agent.agent_id, bind=False)
         store = open_store(config.db_path, SystemClock(), readonly=True)
         try:
             check_live_workflows(config, store)

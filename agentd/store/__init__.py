@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         init_state_dir,
         migrate,
         open_store,
+        own_state_dir,
     )
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "init_state_dir",
     "migrate",
     "open_store",
+    "own_state_dir",
 ]
 
 

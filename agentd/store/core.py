@@ -3,6 +3,7 @@ Imported by `agentd.store` the first time one of these is asked for (agentd/stor
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sqlite3
@@ -16,8 +17,10 @@ import anyio.to_thread
 
 from agentd import frozen_value
 from agentd.clock import Clock
-from agentd.errors import SchemaMismatch
+from agentd.edge import shown
+from agentd.errors import InputError, SchemaMismatch
 from agentd.faults import os_storage_error, storage_error
+from agentd.process.files import write_new
 from agentd.records import AttemptEnd, Claim, DueSchedule, TaskRecord, WorkflowRecord
 from agentd.store.attempts import AttemptVerbs, Planner
 from agentd.store.base import SERVICE_BUSY_RETRY_S, connect
@@ -161,6 +164,47 @@ def open_store(path: Path, clock: Clock, migrations: list[Migration] | None = No
     store = Store(conn, clock, path)
     store.schema_version = version
     return store
+
+
+AGENT_FILE = "agent_id"  # whose state dir this is: one agent per state dir
+
+
+def own_state_dir(state_dir: Path, agent_id: str, *, bind: bool) -> None:
+    """Refuse a state dir that names another agent: two agents' TOMLs naming one state_dir would mix
+    their queues, event chains and evidence. `bind`: name this agent in a state dir that names none yet
+    (`agentd init`, or the first writing command or service start on one from before the file). The
+    name is published whole (written aside, then linked: never half a name, and the first agent wins)."""
+    path = state_dir / AGENT_FILE
+    owner = _state_dir_owner(path)
+    if owner is None and bind and state_dir.is_dir():
+        aside = state_dir / f".{AGENT_FILE}.{os.getpid()}"
+        try:
+            write_new(aside, agent_id + "\n")
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, path)
+        except OSError as exc:
+            raise os_storage_error(exc, state_dir) from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(aside)
+        owner = _state_dir_owner(path)
+    if owner is not None and owner != agent_id:
+        raise InputError(
+            f"{state_dir} is the state dir of agent {shown(owner)} ({path}); this config is agent {agent_id!r}. "
+            "Give each agent its own [paths] state_dir"
+        )
+
+
+def _state_dir_owner(path: Path) -> str | None:
+    """The agent a state dir's AGENT_FILE names; None if it has none. Never through a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise os_storage_error(exc, path) from None
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(1024).decode("utf-8", errors="replace").strip()
 
 
 def init_state_dir(state_dir: Path, workspace: Path | None = None) -> None:
