@@ -7,6 +7,7 @@ import resource
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -516,3 +517,48 @@ def test_a_path_that_can_never_be_a_folder_is_named_by_every_command(
     for command in (["status"], ["init"], ["task", "list"], ["evidence", "verify"]):
         assert main([*command, "--config", str(path)]) == 2, command
         assert said in capsys.readouterr().err.splitlines(), command
+
+
+def _long_name(tmp_path: Path) -> str:
+    return str(tmp_path / ("n" * 300))  # past NAME_MAX: every stat of it is ENAMETOOLONG
+
+
+def _long_sensor(field: str) -> Callable[[Path, dict[str, Any]], str]:
+    def write(tmp_path: Path, raw: dict[str, Any]) -> str:
+        _, sensors = own_folders(tmp_path)
+        long = _long_name(tmp_path)
+        argv, line = ('["true"]', f'env_file = "{long}"\n') if field == "env_file" else (f'["{long}"]', "")
+        (sensors / "feed" / "sensor.toml").write_text(
+            f'command = {argv}\ndescription = "d"\ninterval_seconds = 60\n{line}'
+        )
+        raw["paths"]["sensors_dir"] = str(sensors)
+        return f"{sensors / 'feed' / 'sensor.toml'}: {field}"
+
+    return write
+
+
+def _long_adapter(field: str) -> Callable[[Path, dict[str, Any]], str]:
+    def write(tmp_path: Path, raw: dict[str, Any]) -> str:
+        raw["adapters"][0][field] = _long_name(tmp_path)
+        return f"adapters[0].{field}"
+
+    return write
+
+
+LONG_NAMES = {
+    "adapter env_file": _long_adapter("env_file"),
+    "adapter working_dir": _long_adapter("working_dir"),
+    "sensor env_file": _long_sensor("env_file"),
+    "sensor command": _long_sensor("command"),
+}
+
+
+@pytest.mark.parametrize("named", LONG_NAMES.values(), ids=LONG_NAMES.keys())
+def test_a_name_too_long_for_the_file_system_is_a_problem_naming_its_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], named: Any
+) -> None:
+    where: list[str] = []
+    path = write_config(tmp_path, lambda raw: where.append(named(tmp_path, raw)))
+    assert main(["config", "check", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and any(where[0] in line for line in err.splitlines()), err

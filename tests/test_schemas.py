@@ -99,3 +99,16 @@ def test_the_export_refuses_invalid_records(cli: Any, tmp_path: Path) -> None:
 
 def _json(model: BaseModel) -> Any:
     return model.model_dump(mode="json")
+
+
+def test_a_folder_the_system_refuses_is_one_line_about_that_folder(cli: Any, tmp_path: Path) -> None:
+    """Not an OSError, and not advice about the state dir: DIR is the operator's own."""
+    too_long, a_file = tmp_path / ("d" * 300), tmp_path / "a-file"
+    a_file.write_text("x")
+    for target, said in (
+        (too_long, f"agentd: cannot write the JSON Schemas to {too_long}: File name too long"),
+        (a_file / "sub", f"agentd: cannot write the JSON Schemas to {a_file / 'sub'}: Not a directory"),
+        (a_file, f"agentd: {a_file} exists and is not a folder"),
+    ):
+        result = cli("schema", "export", str(target))
+        assert result.code == 2 and result.err.splitlines() == [said], result.err

@@ -139,19 +139,23 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 
 def cmd_schema_export(args: argparse.Namespace) -> int:
-    target = Path(args.directory)
-    if target.exists() and not target.is_dir():
-        raise InputError(f"{target} exists and is not a folder")
-    target.mkdir(parents=True, exist_ok=True)
-    written = []
     from agentd.config.schemas import json_schemas
 
-    for schema_id, schema in sorted(json_schemas().items()):
-        path = target / (schema_id.removeprefix("agent-runtime/").replace("/", ".") + ".schema.json")
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-        written.append(str(path))
+    target = Path(args.directory)
+    written = []
+    try:  # DIR is the operator's, not the state dir: whatever the system refuses is said of it
+        if os.path.lexists(target) and not os.path.isdir(target):
+            raise InputError(f"{target} exists and is not a folder")
+        target.mkdir(parents=True, exist_ok=True)
+        for schema_id, schema in sorted(json_schemas().items()):
+            path = target / (schema_id.removeprefix("agent-runtime/").replace("/", ".") + ".schema.json")
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+            written.append(str(path))
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(target) else ""
+        raise InputError(f"cannot write the JSON Schemas to {target}: {exc.strerror or exc}{where}") from None
     if wants_json(args):
         print_json(written)
     else:

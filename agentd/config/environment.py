@@ -147,7 +147,7 @@ def read_dsn_file(path: Path) -> str:
 def secret_file_problems(source: str, key: str, path: Path, *, env_pairs: bool = True) -> list[Problem]:
     """A file of secrets the config names (an env_file, the fleet's dsn_file): there, a regular file
     only its owner can read and, for an env_file, KEY=VALUE lines agentd can read as it will per attempt."""
-    if not path.is_file():
+    if not os.path.isfile(path):  # False, not an OSError, for a name too long or a loop of links
         return [Problem(source, key, f"expected a file, found none at {path}")]
     if path.stat().st_mode & 0o077:
         return [Problem(source, key, f"{path} holds secrets but others can read it; chmod 600 it")]

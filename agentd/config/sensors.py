@@ -92,7 +92,7 @@ def _load_sensor(sensor_id: str, directory: Path) -> tuple[Sensor | None, list[P
         return None, problems
     sensor = Sensor(sensor_id, manifest, directory)
     problems = []
-    if "/" in sensor.argv[0] and not Path(sensor.argv[0]).is_file():
+    if "/" in sensor.argv[0] and not os.path.isfile(sensor.argv[0]):
         problems.append(Problem(source, "command", f"expected an executable, found nothing at {sensor.argv[0]}"))
     if sensor.env_file is not None:
         problems += secret_file_problems(source, "env_file", sensor.env_file)

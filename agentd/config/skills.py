@@ -86,7 +86,7 @@ def _load_skill(directory: Path) -> tuple[Skill | None, list[Problem]]:
         target = (directory / relative).resolve()
         if not target.is_relative_to(directory.resolve()):
             problems.append(Problem(source, field, f"{relative!r} escapes the skill folder"))
-        elif not target.exists():
+        elif not os.path.exists(target):
             problems.append(Problem(source, field, f"{relative!r} does not exist in {directory}"))
     names = [c.name for c in manifest.cli_commands or ()]
     for name in {n for n in names if names.count(n) > 1}:
@@ -98,7 +98,7 @@ def _load_skill(directory: Path) -> tuple[Skill | None, list[Problem]]:
 
 def _instructions(path: Path) -> tuple[str, str | None]:
     """SKILL.md's text ("" where there is none), or why it cannot be read."""
-    if not path.is_file():
+    if not os.path.isfile(path):
         return "", None
     try:
         return utf8_text(read_bounded(path)), None

@@ -111,7 +111,7 @@ def _adapters(config: Config) -> list[Problem]:
                 problems.append(Problem(src, f"{key}.command", f"expected an executable file, found none at {command}"))
             if adapter.env_file is not None:
                 problems += secret_file_problems(src, f"{key}.env_file", Path(adapter.env_file))
-            if adapter.working_dir is not None and not Path(adapter.working_dir).is_dir():
+            if adapter.working_dir is not None and not os.path.isdir(adapter.working_dir):
                 problems.append(
                     Problem(src, f"{key}.working_dir", f"expected a folder, found none at {adapter.working_dir}")
                 )
@@ -293,7 +293,7 @@ def _message_handler(src: str, key: str, handler: WebhookHandler | SpoolHandler 
     if isinstance(handler, CommandHandler) and "/" in handler.argv[0] and not os.access(handler.argv[0], os.X_OK):
         found = f"expected an executable file, found none at {handler.argv[0]}"
         problems.append(Problem(src, f"{key}.argv[0]", found))
-    if isinstance(handler, SpoolHandler) and Path(handler.path).is_dir():
+    if isinstance(handler, SpoolHandler) and os.path.isdir(handler.path):
         found = f"expected a file to append to, found a folder at {handler.path}"
         problems.append(Problem(src, f"{key}.path", found))
     return problems
