@@ -527,3 +527,19 @@ def test_two_agents_share_no_writable_path(tmp_path: Path) -> None:
 def test_an_agent_name_its_users_could_not_hold_is_refused(tmp_path: Path, name: str, capsys: Any) -> None:
     assert main(["install", "--root", str(tmp_path), "--agent", name]) == 2
     assert "expected a lowercase name" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_a_root_the_system_refuses_is_one_line_and_install_can_run_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --root whose name is too long, or under a file: one line naming the agent, the root and why."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for root, why in ((tmp_path / ("r" * 300), "File name too long"), (a_file / "stage", "Not a directory")):
+        capsys.readouterr()
+        assert main(["install", "--root", str(root), "--agent", "demo"]) == 2
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"agentd: cannot lay out agent demo under {root}: {why}"), line
+        assert line.endswith(
+            "install is safe to run again once that is fixed (what it wrote is kept, or written again if it differs)"
+        )

@@ -54,7 +54,14 @@ def cmd_install(args: argparse.Namespace) -> int:
     from agentd.install import enable_command, install
 
     agent = _agent(args)
-    report = install(agent, Path(args.root), _agentd_bin(args))
+    try:
+        report = install(agent, Path(args.root), _agentd_bin(args))
+    except OSError as exc:  # a --root the system refuses, a full disk, a read-only /etc: one line
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise InputError(
+            f"cannot lay out agent {agent} under {args.root}: {exc.strerror or exc}{where}; install is safe to "
+            "run again once that is fixed (what it wrote is kept, or written again if it differs)"
+        ) from None
     for warning in report.warnings:
         print(f"agentd: warning: {warning}", file=sys.stderr)
     if wants_json(args):
