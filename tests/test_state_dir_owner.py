@@ -45,12 +45,18 @@ COMMANDS = [
 ]
 
 
-def test_another_agents_config_is_refused_by_every_command_and_writes_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def two_agents_one_state_dir(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """Agent `first` initialised its state dir; agent `second`'s TOML names the same one."""
     shared = tmp_path / "state"
     first, second = agent(tmp_path, "first", shared), agent(tmp_path, "second", shared)
     assert main(["init", "--config", str(first)]) == 0
+    return shared, first, second
+
+
+def test_another_agents_config_is_refused_by_every_command_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shared, first, second = two_agents_one_state_dir(tmp_path)
     assert (shared / AGENT_FILE).read_text() == "first\n" and (shared / AGENT_FILE).stat().st_mode & 0o777 == 0o600
     before = events(shared)
     capsys.readouterr()
@@ -65,12 +71,8 @@ def test_another_agents_config_is_refused_by_every_command_and_writes_nothing(
     assert main(["status", "--config", str(first)]) == 0
 
 
-def test_a_state_dir_from_before_the_file_is_bound_by_the_first_write_not_by_a_look(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    shared = tmp_path / "state"
-    first, second = agent(tmp_path, "first", shared), agent(tmp_path, "second", shared)
-    assert main(["init", "--config", str(first)]) == 0
+def test_a_state_dir_from_before_the_file_is_bound_by_the_first_write_not_by_a_look(tmp_path: Path) -> None:
+    shared, first, second = two_agents_one_state_dir(tmp_path)
     (shared / AGENT_FILE).unlink()  # as a state dir made before agentd named its agent
     assert main(["status", "--config", str(first)]) == 0 and not (shared / AGENT_FILE).exists()
     assert main(["task", "add", "--type", "example", "--subject", "s", "--config", str(first)]) == 0
