@@ -152,6 +152,12 @@ def test_status_tasks_task_events_and_approvals(web: WebRig, alice: Client) -> N
         ("/api/tasks/abc", "path.task_id"),
         ("/api/tasks/999", "path.task_id"),
         ("/api/events/stream?after=x", "query.after"),
+        ("/api/tasks/99999999999999999999999", "path.task_id"),
+        ("/api/tasks?limit=" + "9" * 5000, "query.limit"),
+        ("/api/events?after=99999999999999999999999", "query.after"),
+        ("/api/tasks/-1", "path.task_id"),
+        ("/api/tasks/%F0%9F%98%80", "path.task_id"),
+        ("/api/tasks?status=%ED%A0%80", "query.status"),
     ],
 )
 def test_bad_queries_name_the_field(alice: Client, path: str, where: str) -> None:
