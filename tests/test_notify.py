@@ -96,3 +96,19 @@ def test_without_notify_socket_nothing_is_sent_and_it_still_runs(agent: Agent) -
     service = agent.start("--until-idle")
     assert service.wait(timeout=20) == 0
     assert "Traceback" not in agent.log(0)
+
+
+@pytest.mark.parametrize("usec", ["-5", "0", "abc", "1e6", ""])
+def test_a_watchdog_interval_that_is_not_a_positive_number_is_not_used(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, usec: str
+) -> None:
+    """systemd sets a positive count of microseconds; anything else (a hand-written unit, a test) means no
+    watchdog, said once in the log, never a crash at start (a negative one was: anyio's sleep refused it)."""
+    from agentd.config.environment import systemd_watchdog_interval
+
+    monkeypatch.setenv("WATCHDOG_USEC", usec)
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    assert systemd_watchdog_interval() is None
+    assert (usec == "") or "is not a positive number of microseconds" in caplog.text
+    monkeypatch.setenv("WATCHDOG_USEC", "3000000")
+    assert systemd_watchdog_interval() == 1.5

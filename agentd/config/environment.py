@@ -5,6 +5,7 @@ of KEY=VALUE read per attempt); and what systemd put there (notify, watchdog).""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import types
 from collections.abc import Mapping
@@ -17,6 +18,8 @@ from pydantic.fields import FieldInfo
 from agentd.config.settings import ENV_PREFIX, Settings, section_model
 from agentd.edge import MAX_DEPTH, UnusableFile, read_bounded, shown, utf8_text
 from agentd.errors import ConfigError, Problem
+
+logger = logging.getLogger(__name__)
 
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
 
@@ -174,6 +177,10 @@ def systemd_watchdog_interval() -> float | None:
     if not usec or (pid and pid != str(os.getpid())):
         return None
     try:
-        return int(usec) / 2_000_000
+        interval = int(usec) / 2_000_000
     except ValueError:
-        return None
+        interval = 0.0
+    if interval > 0:
+        return interval
+    logger.warning("WATCHDOG_USEC=%s is not a positive number of microseconds; the watchdog is not pinged", shown(usec))
+    return None
