@@ -5,6 +5,7 @@ real signals; nothing sleeps (waits are on output, with deadlines)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import selectors
@@ -411,3 +412,30 @@ def test_a_huge_bad_argument_is_named_in_one_short_line(
     assert refused.code == 2, refused
     [line] = refused.err.splitlines()
     assert len(line) < 600 and ("(100,00" in line or "100000 characters, expected at most" in line), line
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_an_output_encoding_that_cannot_hold_a_character_gets_escapes_and_json_stays_json(
+    agent_env: dict[str, str], encoding: str
+) -> None:
+    """A Latin-1 locale or PYTHONIOENCODING=ascii: text shows \\u escapes, JSON keeps its values."""
+    env = {**agent_env, "PYTHONIOENCODING": encoding}
+
+    def agentd(*argv: str) -> tuple[int, str, str]:
+        done = subprocess.run([sys.executable, "-m", "agentd", *argv], capture_output=True, env=env, timeout=60)
+        return done.returncode, done.stdout.decode(encoding), done.stderr.decode(encoding)
+
+    subject = "snow \u2603, smile \U0001f600"  # neither fits ascii or latin-1
+    assert agentd("task", "add", "--type", "example", "--subject", subject)[0] == 0
+    code, out, err = agentd("task", "list")
+    assert code == 0 and "Traceback" not in err, err
+    assert "snow \\u2603, smile \\ud83d\\ude00" in out
+    code, out, _ = agentd("task", "show", "2", "--json")
+    assert code == 0 and json.loads(out)["task"]["subject"] == subject
+    code, out, _ = agentd("task", "list", "--json")
+    assert code == 0 and subject in [task["subject"] for task in json.loads(out)]
+    code, out, _ = agentd("events", "--json")
+    assert code == 0 and [json.loads(line)["type"] for line in out.splitlines()][-1] == "task_enqueued"
+    code, _, err = agentd("task", "add", "--type", "nope", "--subject", subject)
+    assert code == 2 and "Traceback" not in err and "unknown task type 'nope'" in err

@@ -11,8 +11,10 @@ Exit codes: 0 ok, 2 bad input or configuration (nothing written), 1 runtime fail
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import functools
+import io
 import logging
 import os
 import select
@@ -115,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one `agentd` command; its exit code. A reader of stdout that went away (`agentd events |
     head`) ends any command here, quietly: no traceback, whatever the command was printing."""
+    for stream in (sys.stdout, sys.stderr):  # a terminal or file whose encoding cannot hold a character
+        if isinstance(stream, io.TextIOWrapper):  # (a Latin-1 locale, PYTHONIOENCODING=ascii): \u escapes
+            stream.reconfigure(errors=UNENCODABLE)
     try:
         try:
             return _run(argv)
@@ -128,6 +133,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         if group.split(BrokenPipeError)[1] is not None or not stdout_reader_gone(_stdout_fd()):
             raise
         return _stdout_closed()
+
+
+def _as_json_escapes(error: UnicodeError) -> tuple[str, int]:
+    """What the output's encoding cannot hold, as JSON's \\uXXXX escapes (UTF-16 pairs past U+FFFF):
+    text stays readable, and JSON output stays JSON with the same values."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    escaped = []
+    for char in error.object[error.start : error.end]:
+        code = ord(char)
+        if code > 0xFFFF:
+            code -= 0x10000
+            escaped.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            escaped.append(f"\\u{code:04x}")
+    return "".join(escaped), error.end
+
+
+UNENCODABLE = "agentd.json-escapes"
+codecs.register_error(UNENCODABLE, _as_json_escapes)
 
 
 def stdout_reader_gone(fd: int | None) -> bool:
