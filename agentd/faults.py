@@ -102,9 +102,10 @@ _GONE_FIX = (
     "init` for a new one) and start the service again: its start-up check says if the database is older "
     "than the evidence"
 )
+_GONE_FOR_A_READER = "this command stops rather than go on reading what no one writes any more; run it again"
 
 
-def database_gone(path: Path, opened: FileIdentity | None) -> DatabaseGone | None:
+def database_gone(path: Path, opened: FileIdentity | None, *, reading: bool = False) -> DatabaseGone | None:
     """DatabaseGone if `path` no longer names the file opened as `opened` (deleted, moved away, or
     replaced by another file), else None. An error other than "not there" is left to SQLite to report."""
     if opened is None:
@@ -113,11 +114,14 @@ def database_gone(path: Path, opened: FileIdentity | None) -> DatabaseGone | Non
         info = os.stat(path)
     except FileNotFoundError:
         return DatabaseGone(
-            path, "the database file was deleted (or moved away) while this process had it open", _GONE_FIX
+            path,
+            "the database file was deleted (or moved away) while this process had it open",
+            _GONE_FOR_A_READER if reading else _GONE_FIX,
         )
     except OSError:
         return None
     if (info.st_dev, info.st_ino) != opened:
         problem = "the database file was replaced by another file while this process had it open"
-        return DatabaseGone(path, f"{problem} (inode {opened[1]} is now {info.st_ino})", _GONE_FIX)
+        fix = _GONE_FOR_A_READER if reading else _GONE_FIX
+        return DatabaseGone(path, f"{problem} (inode {opened[1]} is now {info.st_ino})", fix)
     return None

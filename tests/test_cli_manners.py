@@ -439,3 +439,30 @@ def test_an_output_encoding_that_cannot_hold_a_character_gets_escapes_and_json_s
     assert code == 0 and [json.loads(line)["type"] for line in out.splitlines()][-1] == "task_enqueued"
     code, _, err = agentd("task", "add", "--type", "nope", "--subject", subject)
     assert code == 2 and "Traceback" not in err and "unknown task type 'nope'" in err
+
+
+@pytest.mark.parametrize("how", ["moved away", "replaced"])
+def test_events_follow_ends_with_one_line_when_its_database_goes(agent_env: dict[str, str], how: str) -> None:
+    """A follower of a database that was moved away or replaced would print nothing new for ever and look
+    like a quiet agent: it says what happened and stops instead."""
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "agentd", "events", "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=agent_env,
+        text=True,
+    )
+    try:
+        assert follower.stdout is not None
+        follower.stdout.readline()  # the header: it is following now
+        db = Path(agent_env["AGENTD_PATHS__STATE_DIR"]) / "agentd.db"
+        db.rename(db.with_name("moved.db"))
+        if how == "replaced":
+            shutil.copyfile(db.with_name("moved.db"), db)
+        _, err = follower.communicate(timeout=20)
+    finally:
+        follower.kill()
+    assert follower.returncode == 2, err
+    [line] = err.splitlines()
+    gone = "deleted (or moved away)" if how == "moved away" else "replaced by another file"
+    assert gone in line and "this command stops rather than go on reading what no one writes any more" in line

@@ -129,6 +129,7 @@ def _events(args: argparse.Namespace, store: Any) -> None:
             return
         if len(events) < args.limit:
             time.sleep(0.5)  # the follower polls; the database is the only channel
+        store.require_present(reading=True)  # deleted or replaced meanwhile: say so, do not follow nothing
         events = store.read_events(after=after, limit=args.limit, **query)
 
 

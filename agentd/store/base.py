@@ -290,9 +290,15 @@ class StoreBase:
         if held:  # only on success: an exception rolls the transaction back anyway
             self._conn.executemany(_INSERT_EVENT, held)
 
+    def require_present(self, *, reading: bool = False) -> None:
+        """DatabaseGone if the file this store opened was deleted, moved away or replaced since: a
+        writer must not write to it, and a follower (`reading`) would go on reading what no one writes
+        any more."""
+        if (gone := database_gone(self.path, self._opened, reading=reading)) is not None:
+            raise gone
+
     def _begin(self) -> None:
-        if (gone := database_gone(self.path, self._opened)) is not None:
-            raise gone  # no write reaches a database nobody else can see: every service exits on it
+        self.require_present()  # no write reaches a database nobody else can see: every service exits on it
         self._chain_head = None  # another process may have appended since our last transaction
         deadline, pause = time.monotonic() + self.busy_retry_s, 0.05
         while True:
