@@ -63,3 +63,20 @@ def test_a_second_agentd_run_says_dispatch_locked_without_a_traceback(tmp_path: 
         assert first.wait(timeout=30) == 0
     finally:
         agent.close()
+
+
+def test_a_closed_terminal_sighup_stops_agentd_run_as_sigterm_does(tmp_path: Path) -> None:
+    """`make run` in a terminal that is closed gets SIGHUP: the services stop as they do on SIGTERM
+    (each says so and records it), rather than die where they stand."""
+    agent = Agent(tmp_path, {"AGENTD_METRICS__ENABLED": "false"})
+    command = [sys.executable, "-m", "agentd", "--config", str(agent.config_path), "run"]
+    try:
+        with open(tmp_path / "run.log", "wb") as log:
+            running = subprocess.Popen(command, env=agent.env, stdout=log, stderr=subprocess.STDOUT)
+        wait_until(lambda: agent.event("dispatch_started"), 20, "the dispatcher")
+        running.send_signal(signal.SIGHUP)
+        assert running.wait(timeout=30) == 0
+        assert "SIGHUP received: stopping" in (tmp_path / "run.log").read_text()
+        assert agent.event("dispatch_stopped")
+    finally:
+        agent.close()

@@ -181,8 +181,8 @@ class Service(Protocol):
 
 
 async def run_services(*services: Service, watch_signals: bool = True) -> None:
-    """Run the services until they end; SIGTERM/SIGINT asks each to stop, a second signal asks
-    them to stop at once (no grace period)."""
+    """Run the services until they end; SIGTERM, SIGINT or SIGHUP (the terminal of a foreground
+    `agentd run` closed) asks each to stop, a second signal asks them to stop at once (no grace period)."""
     async with anyio.create_task_group() as group:
         if watch_signals:
             group.start_soon(_watch_signals, services)
@@ -194,7 +194,7 @@ async def run_services(*services: Service, watch_signals: bool = True) -> None:
 
 async def _watch_signals(services: tuple[Service, ...]) -> None:
     received = 0
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             received += 1
             logger.info("%s received: stopping%s", signal.Signals(signum).name, " at once" if received > 1 else "")
