@@ -48,13 +48,20 @@ def test_sensors_and_dispatcher_share_the_database_under_load(tmp_path: Path) ->
         agent.close()
 
 
+def agentd_run(tmp_path: Path, agent: Agent) -> tuple[list[str], subprocess.Popen[bytes]]:
+    """`agentd run` for `agent` as a real process (its output in tmp_path/run.log), once its dispatcher
+    has started; and the command, to start another."""
+    command = [sys.executable, "-m", "agentd", "--config", str(agent.config_path), "run"]
+    with open(tmp_path / "run.log", "wb") as log:
+        running = subprocess.Popen(command, env=agent.env, stdout=log, stderr=subprocess.STDOUT)
+    wait_until(lambda: agent.event("dispatch_started"), 20, "the first dispatcher")
+    return command, running
+
+
 def test_a_second_agentd_run_says_dispatch_locked_without_a_traceback(tmp_path: Path) -> None:
     agent = Agent(tmp_path, {"AGENTD_METRICS__ENABLED": "false"})
-    command = [sys.executable, "-m", "agentd", "--config", str(agent.config_path), "run"]
     try:
-        with open(tmp_path / "first.log", "wb") as log:
-            first = subprocess.Popen(command, env=agent.env, stdout=log, stderr=subprocess.STDOUT)
-        wait_until(lambda: agent.event("dispatch_started"), 20, "the first dispatcher")
+        command, first = agentd_run(tmp_path, agent)
         second = subprocess.run(command, env=agent.env, capture_output=True, text=True, timeout=60)
         assert second.returncode == 1
         assert "dispatch_locked: another dispatcher holds the lock" in second.stderr
@@ -69,11 +76,8 @@ def test_a_closed_terminal_sighup_stops_agentd_run_as_sigterm_does(tmp_path: Pat
     """`make run` in a terminal that is closed gets SIGHUP: the services stop as they do on SIGTERM
     (each says so and records it), rather than die where they stand."""
     agent = Agent(tmp_path, {"AGENTD_METRICS__ENABLED": "false"})
-    command = [sys.executable, "-m", "agentd", "--config", str(agent.config_path), "run"]
     try:
-        with open(tmp_path / "run.log", "wb") as log:
-            running = subprocess.Popen(command, env=agent.env, stdout=log, stderr=subprocess.STDOUT)
-        wait_until(lambda: agent.event("dispatch_started"), 20, "the dispatcher")
+        _, running = agentd_run(tmp_path, agent)
         running.send_signal(signal.SIGHUP)
         assert running.wait(timeout=30) == 0
         assert "SIGHUP received: stopping" in (tmp_path / "run.log").read_text()
