@@ -292,12 +292,17 @@ def printable(text: str, *, keep_newlines: bool = False) -> str:
     return pattern.sub(_escape, scrub(text))
 
 
-def _json_escape(match: re.Match[str]) -> str:
-    point = ord(match.group())
+def json_escape(char: str) -> str:
+    """One character as JSON's \\uXXXX escape (a UTF-16 surrogate pair past U+FFFF)."""
+    point = ord(char)
     if point <= 0xFFFF:
         return f"\\u{point:04x}"
     point -= 0x10000
     return f"\\u{0xD800 + (point >> 10):04x}\\u{0xDC00 + (point & 0x3FF):04x}"  # JSON's surrogate pair
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return json_escape(match.group())
 
 
 def visible_json(text: str) -> str:

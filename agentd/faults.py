@@ -125,3 +125,10 @@ def database_gone(path: Path, opened: FileIdentity | None, *, reading: bool = Fa
         fix = _GONE_FOR_A_READER if reading else _GONE_FIX
         return DatabaseGone(path, f"{problem} (inode {opened[1]} is now {info.st_ino})", fix)
     return None
+
+
+def refused_about(exc: OSError, about: object) -> str:
+    """What the system refused while agentd worked on the operator's `about` (an --out, a DIR, a --root):
+    its reason, and the file it was at when that is another one."""
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(about) else ""
+    return f"{exc.strerror or exc}{where}"

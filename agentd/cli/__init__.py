@@ -46,7 +46,7 @@ from agentd.cli import (
     work,
 )
 from agentd.cli.common import COMMON, CommandError, Parser, check_argv
-from agentd.edge import cut_long_runs, printable
+from agentd.edge import cut_long_runs, json_escape, printable
 from agentd.errors import AgentdError, ConfigError, StorageError
 from agentd.faults import is_storage_fault, os_storage_error
 
@@ -140,15 +140,7 @@ def _as_json_escapes(error: UnicodeError) -> tuple[str, int]:
     text stays readable, and JSON output stays JSON with the same values."""
     if not isinstance(error, UnicodeEncodeError):
         raise error
-    escaped = []
-    for char in error.object[error.start : error.end]:
-        code = ord(char)
-        if code > 0xFFFF:
-            code -= 0x10000
-            escaped.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
-        else:
-            escaped.append(f"\\u{code:04x}")
-    return "".join(escaped), error.end
+    return "".join(map(json_escape, error.object[error.start : error.end])), error.end
 
 
 UNENCODABLE = "agentd.json-escapes"

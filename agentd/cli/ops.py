@@ -10,6 +10,7 @@ from typing import Any
 
 from agentd.cli.common import add_command, print_json, wants_json
 from agentd.errors import InputError
+from agentd.faults import refused_about
 
 
 def register(commands: Any) -> None:
@@ -57,10 +58,9 @@ def cmd_install(args: argparse.Namespace) -> int:
     try:
         report = install(agent, Path(args.root), _agentd_bin(args))
     except OSError as exc:  # a --root the system refuses, a full disk, a read-only /etc: one line
-        where = f" ({exc.filename})" if exc.filename else ""
         raise InputError(
-            f"cannot lay out agent {agent} under {args.root}: {exc.strerror or exc}{where}; install is safe to "
-            "run again once that is fixed (what it wrote is kept, or written again if it differs)"
+            f"cannot lay out agent {agent} under {args.root}: {refused_about(exc, args.root)}; install is safe "
+            "to run again once that is fixed (what it wrote is kept, or written again if it differs)"
         ) from None
     for warning in report.warnings:
         print(f"agentd: warning: {warning}", file=sys.stderr)

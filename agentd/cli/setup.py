@@ -20,6 +20,7 @@ from agentd.cli.common import (
 )
 from agentd.clock import SystemClock
 from agentd.errors import InputError, NotFound
+from agentd.faults import refused_about
 
 
 def register(commands: Any) -> None:
@@ -154,8 +155,7 @@ def cmd_schema_export(args: argparse.Namespace) -> int:
             os.replace(tmp, path)
             written.append(str(path))
     except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(target) else ""
-        raise InputError(f"cannot write the JSON Schemas to {target}: {exc.strerror or exc}{where}") from None
+        raise InputError(f"cannot write the JSON Schemas to {target}: {refused_about(exc, target)}") from None
     if wants_json(args):
         print_json(written)
     else:

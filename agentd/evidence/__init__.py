@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
 import json
 import os
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd import frozen_value
-from agentd.edge import scrub
+from agentd.edge import scrub, utf8_text
 from agentd.evidence.action_trace import MAX_READ_BYTES, TRACE_FILE, parse_trace
 from agentd.evidence.layout import EVIDENCE_FILES as EVIDENCE_FILES
 from agentd.evidence.layout import EVIDENCE_SPEC as EVIDENCE_SPEC
@@ -345,8 +344,8 @@ def _read_manifest(root: Path) -> tuple[dict[str, Any] | None, str | None, list[
         return None, None, [f"{path}: over {MAX_MANIFEST_BYTES:,} bytes, far more than agentd writes"]
     digest = sha256_hex(found.data)
     try:  # decoded as Path.read_text decodes (universal newlines), so every reason reads the same
-        text = found.data.decode("utf-8")
-        loaded = json.loads(io.TextIOWrapper(io.BytesIO(found.data), encoding="utf-8").read() if "\r" in text else text)
+        text = found.data.decode("utf-8")  # its UnicodeDecodeError says where, as read_text's does
+        loaded = json.loads(utf8_text(found.data) if "\r" in text else text)
     except RecursionError:
         return None, digest, [f"{path}: not JSON agentd reads (nested deeper than Python's JSON parser goes)"]
     except ValueError as exc:  # not UTF-8 (UnicodeDecodeError is one), or not JSON

@@ -34,6 +34,7 @@ from agentd.evidence import EVIDENCE_FILES, MANIFEST
 from agentd.evidence.action_trace import TRACE_FILE, parse_trace
 from agentd.evidence.tracecore import run_artifact
 from agentd.evidence.verify import checked_attempt
+from agentd.faults import refused_about
 from agentd.process.files import Refused, open_beneath, read_whole_beneath, sha256_beneath
 from agentd.records import TaskAttempt
 from agentd.store import Store
@@ -162,8 +163,7 @@ def _staging(out: Path) -> Iterator[Path]:
     except Refused:
         raise  # a planted link met while reading the evidence: the caller's finding
     except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(out) else ""
-        raise InputError(f"cannot export to {out}: {exc.strerror or exc}{where}; nothing was written there") from None
+        raise InputError(f"cannot export to {out}: {refused_about(exc, out)}; nothing was written there") from None
 
 
 @contextmanager
