@@ -9,7 +9,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from agentd.edge import shown
+from agentd.edge import decimal_number, shown
 
 
 class Clock(Protocol):
@@ -98,6 +98,7 @@ def ago(moment: datetime, now: datetime) -> str:
 
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION_S = 100 * 365 * 86400  # a century: any longer duration is a typo, and a date then overflows
 
 
 def parse_duration(text: str, bare_unit: str = "s") -> float:
@@ -106,10 +107,8 @@ def parse_duration(text: str, bare_unit: str = "s") -> float:
     value = text.strip().lower()
     unit = value[-1] if value and value[-1] in DURATION_UNITS else bare_unit
     number = value[:-1] if value and value[-1] in DURATION_UNITS else value
-    try:
-        amount = float(number)
-    except ValueError:
-        amount = float("nan")
-    if not (amount == amount and 0 <= amount <= 100 * 365 * 86400):  # NaN, negative or beyond a century
+    amount = decimal_number(number)  # ASCII digits and a point: no sign, exponent, "1_0", "inf" or "١"
+    seconds = None if amount is None else amount * DURATION_UNITS[unit]
+    if seconds is None or seconds > MAX_DURATION_S:  # not a plain number, or beyond a century
         raise ValueError(f"expected a duration like 90s, 15m, 2h or 7d, found {shown(text)}")
-    return amount * DURATION_UNITS[unit]
+    return seconds

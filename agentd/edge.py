@@ -232,6 +232,24 @@ def check_json_size(value: Any, where: str, limit: int = MAX_PAYLOAD_BYTES) -> N
         raise Refused(f"{where}: {size} bytes as JSON, expected at most {limit}")
 
 
+# At most 100 digits: far past any range agentd takes, and short of int()'s own 4,300-digit limit.
+_WHOLE = re.compile(r"[0-9]{1,100}")
+_DECIMAL = re.compile(r"(?=.{1,100}$)(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+
+
+def whole_number(text: str) -> int | None:
+    """`text` as a whole number if it is ASCII digits and nothing else, else None. Python's int()
+    also takes "1_000", "+5", " 7 " and other scripts' digits ("١٢" is 12); an operator's argument,
+    a port or a folder's name is held to the plain form (docs/decisions.md, Numbers)."""
+    return int(text) if _WHOLE.fullmatch(text) else None
+
+
+def decimal_number(text: str) -> float | None:
+    """`text` as a number if it is ASCII digits with at most one decimal point ("90", "0.5", ".5"),
+    else None: no sign, exponent, underscore, inf or nan, which float() would take."""
+    return float(text) if _DECIMAL.fullmatch(text) else None
+
+
 def check_id(value: int, where: str) -> int:
     """A database id: 1 up to the largest SQLite integer."""
     if not 1 <= value <= INT64_MAX:

@@ -323,6 +323,10 @@ def test_next_version_counts_the_last_number_up_or_takes_the_time() -> None:
     assert next_version("2026-11-22T00:00:00Z", now) == "2027-03-04T05:06:07Z"
     assert next_version("2026-11-22", now) == "2027-03-04"
     assert next_version("first", now) == "2027-03-04T05:06:07Z"
+    # Only ASCII digits count, and only as many as make a number: past 100 digits is a name, not a count
+    # (int() would refuse past 4,300 with a ValueError).
+    assert next_version("v\u0660\u0667", now) == "2027-03-04T05:06:07Z"
+    assert next_version("v" + "9" * 5000, now) == "2027-03-04T05:06:07Z"
 
 
 def test_revise_toml_changes_two_lines_and_keeps_every_comment() -> None:

@@ -30,6 +30,7 @@ from agentd.cli import main
 from agentd.clock import FakeClock, SystemClock
 from agentd.config import Config
 from agentd.errors import DatabaseBehind
+from agentd.evidence.rollback import find_rollback, refuse_if_behind
 from agentd.records import TaskIntent
 from agentd.store import init_state_dir, migrate, open_store
 from agentd.work.intake import admit_task
@@ -252,3 +253,13 @@ def test_agentd_run_refuses_once_for_both_services(tmp_path: Path) -> None:
     lines = [line for line in refused.stderr.splitlines() if line.startswith("agentd:")]
     assert refused.returncode == 2 and len(lines) == 1, refused.stderr
     assert "ends at event" in lines[0] and "where agentd published 999:" in lines[0]
+
+
+@pytest.mark.parametrize("name", ["\u00b2", "\u0661", "1_0", "notes"])
+def test_a_folder_in_attempts_not_named_by_a_task_id_is_not_a_rollback(rig: Rig, name: str) -> None:
+    """What the services check before they act: a stray folder "²" (a digit to str.isdigit(), not to
+    int()) stopped every service start with a ValueError traceback. Only a task id's folder says
+    anything about the database; a folder named like none is `agentd evidence verify`'s to name."""
+    (rig.config.paths.state_dir / "attempts" / name / "01ARZ3NDEKTSV4RRFFQ69G5FAV").mkdir(parents=True)
+    assert not find_rollback(rig.store, rig.config.paths.state_dir)
+    refuse_if_behind(rig.store, rig.config.paths.state_dir)

@@ -176,6 +176,18 @@ async def test_a_manifest_field_outside_its_schema_is_named_even_with_a_recomput
 
 
 @pytest.mark.asyncio
+async def test_a_manifest_time_in_other_digits_is_outside_its_schema(filled: Rig, verify: Any) -> None:
+    """The schema's times are ASCII digits, as a JSON Schema's \\d is; Python's \\d took "٢٠٢٦"."""
+    manifest_path = an_attempt_dir(filled) / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    os.chmod(manifest_path, 0o600)
+    manifest["completed_at"] = "\u0662\u0660\u0662\u0666" + manifest["completed_at"][4:]
+    manifest["artifact_hash"] = artifact_hash(manifest)
+    manifest_path.write_text(json.dumps(manifest))
+    assert f"{manifest_path} completed_at: outside the manifest schema" in verify(filled).out
+
+
+@pytest.mark.asyncio
 async def test_missing_and_extra_files_and_folders_are_named(filled: Rig, verify: Any) -> None:
     folder = an_attempt_dir(filled)
     (folder / "stderr.log").unlink()
@@ -186,6 +198,30 @@ async def test_missing_and_extra_files_and_folders_are_named(filled: Rig, verify
     assert f"{folder / 'stderr.log'}: listed in the manifest but missing" in out
     assert f"{folder / 'planted.sh'}: present but not part of the evidence" in out
     assert f"{stray}: an attempt folder no attempt in the database names" in out
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("name", ["\u00b2", "\u0661", "1_0", "+1", "9" * 120])
+async def test_a_task_folder_whose_name_only_looks_like_a_number_is_named(
+    filled: Rig, verify: Any, name: str
+) -> None:
+    """A planted task folder named "²" (a digit to str.isdigit(), not to int()) was a ValueError
+    traceback; "١" (Arabic-Indic one) was read as task 1."""
+    stray = filled.config.paths.state_dir / "attempts" / name / "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+    stray.mkdir(parents=True)
+    result = verify(filled)
+    assert result.code == 1 and "Traceback" not in result.err, result
+    assert f"{stray}: an attempt folder no attempt in the database names" in result.out
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("sequence", ["9223372036854775808", "\u0661\u0662", "0", "9" * 5000])
+async def test_an_expected_head_whose_sequence_no_event_can_have_is_refused(
+    filled: Rig, verify: Any, sequence: str
+) -> None:
+    """Past int64 was an OverflowError traceback from SQLite; 5,000 digits, int()'s own message."""
+    refused = verify(filled, "--expect-head", f"{sequence}:{'0' * 64}")
+    assert refused.code == 2 and "expected SEQUENCE:SHA256" in refused.err, refused
 
 
 @pytest.mark.asyncio

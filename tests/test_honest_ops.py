@@ -181,12 +181,17 @@ def test_one_shot_runs_do_not_serve_metrics_unless_asked(
     assert asked.code == 1 and f"cannot listen on 127.0.0.1:{dispatch_port}" in asked.err
 
 
-@pytest.mark.parametrize("value", ["nonsense", "127.0.0.1", "127.0.0.1:70000", "::1:9478", "a b:80", ":9478"])
+@pytest.mark.parametrize(
+    "value",
+    # "²" is a digit to str.isdigit() but not to int() (was int()'s own message); "١٢٣" was port 123.
+    ["nonsense", "127.0.0.1", "127.0.0.1:70000", "::1:9478", "a b:80", ":9478", "127.0.0.1:\u00b2", "127.0.0.1:\u0661"],
+)
 def test_a_listen_address_that_cannot_work_is_refused_by_config_check(cli: Any, monkeypatch: Any, value: str) -> None:
     monkeypatch.setenv("AGENTD_METRICS__DISPATCH_LISTEN", value)
     result = cli("config", "check")
     assert result.code == 2
     assert "AGENTD_METRICS__DISPATCH_LISTEN: metrics.dispatch_listen: expected" in result.err, result.err
+    assert "invalid literal" not in result.err
 
 
 def test_the_two_services_cannot_share_a_port(cli: Any, monkeypatch: Any) -> None:

@@ -54,6 +54,22 @@ def refused(cli: Any, *args: str) -> str:
         (("task", "add", "--type", "example", "--priority", BIG), "--priority: expected 1"),
         (("schedule", "add", "s1", "--type", "example", "--every", BIG), "--every: expected a duration like"),
         (("workflow", "start", "goal-loop", "k", "--context", '{"a": NaN}'), "NaN"),
+        # Numbers are ASCII digits: Python's int() and float() would read each of these as one.
+        (("task", "show", "1_0"), "expected an id from 1"),
+        (("task", "show", "\u0661\u0662"), "expected an id from 1"),  # Arabic-Indic 12
+        (("task", "show", " 1"), "expected an id from 1"),
+        (("events", "--limit", "+5"), "expected a whole number"),
+        (("task", "retry", "1", "--attempts", "\u0663"), "expected 1 to"),
+        (("task", "add", "--type", "example", "--priority", "\u0661"), "--priority: expected 1 (most urgent)"),
+        (("task", "add", "--type", "example", "--priority", "abc"), "--priority: expected 1 (most urgent)"),
+        (("task", "add", "--type", "example", "--delay", "1_0m"), "--delay: expected a duration like"),
+        (("task", "add", "--type", "example", "--delay", "\u0661m"), "--delay: expected a duration like"),
+        (("task", "add", "--type", "example", "--delay", "1e3"), "--delay: expected a duration like"),
+        (("schedule", "add", "s1", "--type", "example", "--every", "infinity"), "--every: expected a duration"),
+        # A count that fits a float but whose seconds overflow a date: was an OverflowError traceback.
+        (("task", "add", "--type", "example", "--delay", "3000000000d"), "--delay: expected a duration like"),
+        (("events", "--since", "3000000000d"), "--since: expected a UTC time"),
+        (("status", "--watch", "inf"), "--watch: expected a number of seconds above 0"),
     ],
 )
 def test_overflowing_and_poisoned_input_is_refused_in_one_line(

@@ -230,6 +230,45 @@ def test_printable_output_has_no_control_characters_or_surrogates(text: str, kee
     assert edge.printable(text) == edge.printable(text, keep_newlines=False)
 
 
+# --- numbers an operator types ---------------------------------------------------------------------
+
+NUMBER_TEXT = st.one_of(
+    st.text(alphabet="0123456789", min_size=1, max_size=120),
+    st.from_regex(r"\A[0-9]{0,8}\.?[0-9]{0,8}[smhd]?\Z"),
+    st.text(alphabet=st.characters(categories=["Nd", "No"]) | st.sampled_from("0123456789_+-. eE\t"), max_size=30),
+    st.sampled_from(["1_0", "+5", " 7", "7 ", "inf", "nan", "1e3", "\u0661\u0662", "\u00b2", "9" * 5000]),
+)
+
+
+@FAST
+@given(NUMBER_TEXT)
+@example("\u00b2")  # superscript two: str.isdigit() says yes, int() says no
+@example("9" * 5000)  # past int()'s 4,300-digit limit
+def test_a_number_is_ascii_digits_or_none(text: str) -> None:
+    whole, decimal = edge.whole_number(text), edge.decimal_number(text)
+    plain = 1 <= len(text) <= 100 and all(c in "0123456789" for c in text)
+    assert whole == (int(text) if plain else None)
+    if decimal is not None:
+        assert (set(text) <= set("0123456789.") and text.count(".") == 1) or plain, text
+        assert decimal == float(text)
+    elif plain:
+        raise AssertionError(f"{text!r} is a plain decimal")
+
+
+@FAST
+@given(NUMBER_TEXT, st.sampled_from(["s", "m"]))
+def test_parse_duration_returns_seconds_within_a_century_or_refuses(text: str, bare_unit: str) -> None:
+    from agentd.clock import MAX_DURATION_S, parse_duration
+
+    try:
+        seconds = parse_duration(text, bare_unit)
+    except ValueError as exc:
+        assert "expected a duration like 90s" in str(exc)
+        return
+    assert 0 <= seconds <= MAX_DURATION_S and math.isfinite(seconds)
+    assert text.strip().isascii(), text
+
+
 # --- extract_outcome -------------------------------------------------------------------------------
 
 FIXED_TZ = st.integers(-23 * 60 - 59, 23 * 60 + 59).map(lambda m: timezone(timedelta(minutes=m)))

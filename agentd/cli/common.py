@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from agentd.clock import SystemClock, parse_duration, parse_ts
-from agentd.edge import INT64_MAX, NotJson, check_id, check_text, printable, shown, visible_json
+from agentd.edge import INT64_MAX, NotJson, check_text, printable, shown, visible_json, whole_number
 from agentd.edge import loads as load_json
 from agentd.errors import ConfigError, InputError
 
@@ -70,36 +70,32 @@ class CommandError(Exception):
         self.exit_code = exit_code
 
 
-def record_id(text: str) -> int:
-    """argparse type for a task, workflow or event id: an integer SQLite can hold, 1 or more."""
-    try:
-        return check_id(int(text), "id")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected an id from 1 to {INT64_MAX}, found {shown(text)}") from exc
+def whole_in(low: int, high: int | None, expected: str) -> Callable[[str], int]:
+    """argparse type for a whole number from `low` to `high` (None: the record checks the top), in
+    ASCII digits (edge.whole_number); anything else is refused saying what was `expected`."""
+
+    def parse(text: str) -> int:
+        value = whole_number(text)
+        if value is None or value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected {expected}, found {shown(text)}")
+        return value
+
+    return parse
 
 
-def count(text: str) -> int:
-    """argparse type for --limit/--after/--last: 0 up to the largest SQLite integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= INT64_MAX:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {INT64_MAX}, found {shown(text)}")
-    return value
+# A task, workflow or event id: an integer SQLite can hold, 1 or more.
+record_id = whole_in(1, INT64_MAX, f"an id from 1 to {INT64_MAX}")
+# --limit/--after/--last: 0 up to the largest SQLite integer.
+count = whole_in(0, INT64_MAX, f"a whole number from 0 to {INT64_MAX}")
+# --priority wherever a task is made: a number here, its bounds the record's (input_problems says them).
+priority = whole_in(0, None, "1 (most urgent) to 10 (least urgent)")
 
 
 def attempts(text: str) -> int:
     """argparse type for --attempts: 1 to MAX_ATTEMPTS (0 is refused, not read as "the default")."""
     from agentd.control import MAX_ATTEMPTS  # only `task retry` takes --attempts, and it needs control anyway
 
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_ATTEMPTS:
-        raise argparse.ArgumentTypeError(f"expected 1 to {MAX_ATTEMPTS} attempts, found {shown(text)}")
-    return value
+    return whole_in(1, MAX_ATTEMPTS, f"1 to {MAX_ATTEMPTS} attempts")(text)
 
 
 def duration(bare_unit: str) -> Callable[[str], float]:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentd.cli.common import add_command, config_from, json_object, print_json, record_id, wants_json
+from agentd.cli.common import add_command, config_from, json_object, print_json, priority, record_id, wants_json
 from agentd.clock import SystemClock, format_ts
 from agentd.edge import printable
 from agentd.errors import InputError
@@ -28,7 +28,7 @@ def register(commands: Any) -> None:
     submit.add_argument("--subject")
     submit.add_argument("--payload", metavar="JSON", help="a JSON object (default {})")
     submit.add_argument("--label", dest="labels", action="append", default=[], metavar="LABEL")
-    submit.add_argument("--priority", type=int, metavar="N", help="1 (most urgent) to 10 (default 5)")
+    submit.add_argument("--priority", type=priority, metavar="N", help="1 (most urgent) to 10 (default 5)")
     submit.add_argument("--key", metavar="IDEMPOTENCY_KEY", help="a repeated key is the same task")
     submit.add_argument("--origin-surface", choices=SURFACES, default="cli")
     submit.add_argument("--origin-product", default="agentd", metavar="PRODUCT")

@@ -14,6 +14,7 @@ from agentd.cli.common import (
     input_problems,
     print_fields,
     print_table,
+    priority,
     record_id,
     store_command,
 )
@@ -37,7 +38,7 @@ def register(commands: Any) -> None:
     what.add_argument("--batch", metavar="FILE", help="many tasks: a task intent per JSON line ('-': stdin)")
     add.add_argument("--subject")
     add.add_argument("--description")
-    add.add_argument("--priority", type=int, help="1 (most urgent) to 10 (least); default 5")
+    add.add_argument("--priority", type=priority, help="1 (most urgent) to 10 (least); default 5")
     add.add_argument("--payload", default="{}", help="JSON object checked against the type's payload schema")
     add.add_argument("--skill", dest="skills", action="append", default=[], help="a skill id (repeatable)")
     add.add_argument("--profile", help="a profile id (default: the task type's)")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import signal
 import sys
 import threading
@@ -13,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from agentd.clock import SystemClock, format_ts
-from agentd.edge import shown
+from agentd.edge import decimal_number, shown
 
 DEFAULT_WATCH_S = 2.0
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: only ever sent to a terminal
@@ -21,11 +20,8 @@ CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: only ever sent to a termin
 
 def watch_seconds(text: str) -> float:
     """argparse type for --watch: seconds between redraws, above 0 (a bare number; 0.5 is fine)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
+    value = decimal_number(text)
+    if value is None or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, found {shown(text)}")
     return value
 

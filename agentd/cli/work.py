@@ -17,6 +17,7 @@ from agentd.cli.common import (
     print_fields,
     print_json,
     print_table,
+    priority,
     record_id,
     store_command,
     store_from,
@@ -62,7 +63,7 @@ def register(commands: Any) -> None:
     add.add_argument("--type", dest="task_type", required=True, help="the task type to enqueue")
     add.add_argument("--subject")
     add.add_argument("--payload", default="{}")
-    add.add_argument("--priority", type=int)
+    add.add_argument("--priority", type=priority)
     add.add_argument("--name")
     add.add_argument("--disabled", action="store_true")
     add_command(schedule, "list", cmd_schedule_list, "schedules with their next and last runs")

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from agentd.edge import shown
+from agentd.edge import shown, whole_number
 from agentd.records import (
     AdapterConfig,
     AgentFields,
@@ -192,7 +192,8 @@ def listen_address(value: str) -> str:
     bare = host[1:-1] if bracketed else host
     if ":" in bare and not bracketed:
         raise ValueError(f"expected an IPv6 address in brackets (e.g. [::1]:9478), found {shown(value)}")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    number = whole_number(port)
+    if not sep or number is None or number > 65535:
         raise ValueError(f"expected HOST:PORT with a port from 0 to 65535 (e.g. 127.0.0.1:9478), found {shown(value)}")
     try:
         ipaddress.ip_address(bare)

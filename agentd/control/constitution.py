@@ -25,6 +25,7 @@ from agentd import frozen_value
 from agentd.clock import to_utc
 from agentd.config import Config
 from agentd.control import operator
+from agentd.edge import whole_number
 from agentd.errors import InputError
 from agentd.hashing import sha256_hex
 from agentd.records.constitution import ConstitutionProposalRecord
@@ -165,12 +166,13 @@ def reject_proposal(store: Store, proposal_id: str, *, reason: str, now: datetim
 def next_version(version: str, now: datetime) -> str:
     """The revision after `version`: an ISO 8601 marker becomes the time of accepting; otherwise its last
     number counts up ("1" → "2", "1.4.2" → "1.4.3", "v07" → "v08"); with no number, the time too."""
-    if re.match(r"^\d{4}-\d{2}-\d{2}", version):
+    if re.match(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}", version):
         return revision_time(now) if "T" in version else to_utc(now).date().isoformat()
-    match = re.search(r"(\d+)(\D*)$", version)
-    if match is None:
+    match = re.search(r"([0-9]+)([^0-9]*)$", version)
+    last = None if match is None else whole_number(match[1])  # None past 100 digits too
+    if match is None or last is None:
         return revision_time(now)
-    number = str(int(match[1]) + 1).zfill(len(match[1]))
+    number = str(last + 1).zfill(len(match[1]))
     return f"{version[: match.start(1)]}{number}{match[2]}"
 
 

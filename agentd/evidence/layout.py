@@ -30,7 +30,8 @@ def _object(properties: dict[str, Any], *optional: str) -> dict[str, Any]:
     return {"type": "object", "required": [k for k in properties if k not in optional], "properties": properties}
 
 
-_TIME = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$"}
+# [0-9], not \d: a JSON Schema's \d is ASCII (ECMA-262), Python's takes every script's digits.
+_TIME = {"type": "string", "pattern": r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$"}
 # The sealed manifest (agentd-evidence/v1), as `agentd evidence verify` holds every manifest to it:
 # what every ending (completed, failed, timed out, canceled, interrupted, boot-swept, agentd's own
 # failure) writes. Extra fields are allowed for later versions; the listed ones must be as here.

@@ -23,6 +23,7 @@ from typing import Any
 
 from agentd import frozen_value
 from agentd.clock import to_utc
+from agentd.edge import whole_number
 from agentd.errors import DatabaseBehind
 from agentd.evidence.verify import parse_head
 from agentd.store import Store
@@ -166,8 +167,9 @@ def _attempt_folders(root: Path) -> list[tuple[tuple[int, str], Path]]:
     """((task id, attempt id), path) of every folder attempts/<task>/<attempt>, by name."""
     found = []
     for task_dir in _entries(root):
-        if task_dir.name.isdigit():
-            found += [((int(task_dir.name), a.name), Path(a.path)) for a in _entries(Path(task_dir.path))]
+        task_id = whole_number(task_dir.name)
+        if task_id is not None:
+            found += [((task_id, a.name), Path(a.path)) for a in _entries(Path(task_dir.path))]
     return found
 
 

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from agentd import frozen_value
-from agentd.edge import shown
+from agentd.edge import INT64_MAX, shown, whole_number
 from agentd.evidence import MANIFEST, inspect_attempt_dir
 from agentd.records import TaskAttempt
 from agentd.store import Store
 
-HEAD = re.compile(r"^(\d+):([0-9a-f]{64})$")
+HEAD = re.compile(r"^([0-9]+):([0-9a-f]{64})$")
 
 
 @frozen_value
@@ -59,9 +59,10 @@ class Verification:
 def parse_head(text: str) -> tuple[int, str]:
     """`SEQ:HASH` as the journal's chain_head line prints it; ValueError naming the form otherwise."""
     match = HEAD.match(text.strip().lower())
-    if match is None:
+    sequence = None if match is None else whole_number(match.group(1))
+    if match is None or sequence is None or not 1 <= sequence <= INT64_MAX:
         raise ValueError(f"expected SEQUENCE:SHA256 (e.g. 812:3f2a…, 64 hex digits), found {shown(text)}")
-    return int(match.group(1)), match.group(2)
+    return sequence, match.group(2)
 
 
 def verify(
@@ -164,7 +165,7 @@ def _unknown_folders(state_dir: Path, known: set[tuple[int, str]]) -> list[Findi
     findings = []
     for task_dir in _listed(state_dir / "attempts"):
         for folder in _listed(Path(task_dir.path)):
-            if not task_dir.name.isdigit() or (int(task_dir.name), folder.name) not in known:
+            if (whole_number(task_dir.name), folder.name) not in known:
                 findings.append(Finding(folder.path, "an attempt folder no attempt in the database names"))
     return findings
 

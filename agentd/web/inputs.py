@@ -63,7 +63,8 @@ def _expected(error: Any) -> str | None:
 async def body_bytes(request: Request) -> bytes:
     """The body, refused past MAX_BODY_BYTES however it is sent (a Content-Length or chunks)."""
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+    size = edge.whole_number(declared)
+    if size is not None and size > MAX_BODY_BYTES:
         raise BadInput(413, f"the body is {declared} bytes", "body", f"at most {MAX_BODY_BYTES} bytes")
     data = bytearray()
     async for chunk in request.stream():
