@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from agentd.adapters.base import AdapterRun
 from agentd.attempt.bundle import BundleInput, PriorAttempt, RecentOutcome, SkillBrief, WorkflowStep, compile_bundle
@@ -16,7 +17,9 @@ from agentd.attempt.outcome import CompletionChecks, Extracted, FileFact, RetryP
 from agentd.records import (
     AgentConstitution,
     ContextPolicy,
+    RelativeSchedule,
     ResultPolicy,
+    SensorEvent,
     SubagentProfile,
     TaskAttempt,
     TaskIntent,
@@ -24,6 +27,7 @@ from agentd.records import (
     TaskRecord,
     WorkflowRef,
 )
+from agentd.records.workflows import ScheduleSpec
 
 NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 STARTED = NOW - timedelta(minutes=5)
@@ -273,3 +277,52 @@ def test_judge(name: str, given: AttemptFacts, expected: dict[str, Any]) -> None
         else:
             assert getattr(end, key) == value, (name, key, getattr(end, key))
     assert end.ended_at == NOW and end.task_id == 7 and end.attempt_id == "01ATTEMPT"
+
+
+# --- JSON numbers and booleans ----------------------------------------------------------------------
+
+INTENT = {"task_type": "example", "source": "x", "payload": {}}
+SENSED = {"sensor_id": "s", "event_id": "e", "observed_at": "2026-11-22T10:00:00Z", "source_ref": "r",
+          "dedupe_key": "k", "payload": {}}  # fmt: skip
+OUTCOME = {"status": "completed", "machine_status": "ok", "operator_summary": "done"}
+
+
+def _intent(**fields: Any) -> dict[str, Any]:
+    return {**INTENT, **fields}
+
+
+AUDIT = "evidence_requirements.require_adapter_audit"
+CHANGES = "evidence_requirements.require_file_change_verification"
+STEP_REF = {"workflow_id": "4", "state_id": "a", "instance_key": "k"}
+JSON_TYPED: dict[str, tuple[type[Any], dict[str, Any], str]] = {
+    # what: (record, input, the field the refusal names)
+    "priority true": (TaskIntent, _intent(priority=True), "priority"),
+    "priority as text": (TaskIntent, _intent(priority="1"), "priority"),
+    "priority 1_0": (TaskIntent, _intent(priority="1_0"), "priority"),
+    "priority as an array": (TaskIntent, _intent(priority=[1]), "priority"),
+    "delay as text": (TaskIntent, _intent(schedule={"delay_minutes": "5"}), "schedule.delay_minutes"),
+    "delay false": (TaskIntent, _intent(schedule={"delay_minutes": False}), "schedule.delay_minutes"),
+    "an audit of 'yes'": (TaskIntent, _intent(evidence_requirements={"require_adapter_audit": "yes"}), AUDIT),
+    "an audit of 1": (TaskIntent, _intent(evidence_requirements={"require_file_change_verification": 1}), CHANGES),
+    "a workflow id as text": (TaskIntent, _intent(workflow_ref=STEP_REF), "workflow_ref.workflow_id"),
+    "a sensor's task": (SensorEvent, {**SENSED, "proposed_task": _intent(priority=" 3 ")}, "proposed_task.priority"),
+    "an agent's follow-up": (TaskOutcome, {**OUTCOME, "follow_up_tasks": [_intent(priority=True)]}, "follow_up_tasks.0.priority"),
+    "an interval as text": (ScheduleSpec, {"schedule_id": "s", "interval_seconds": "90", "task": {}}, "interval_seconds"),
+    "enabled 'off'": (ScheduleSpec, {"schedule_id": "s", "interval_seconds": 90, "enabled": "off", "task": {}}, "enabled"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(JSON_TYPED))
+def test_a_number_or_boolean_field_takes_only_that_json_type(case: str) -> None:
+    """As the schema agentd publishes says ("type": "integer", "boolean"): pydantic alone took true as
+    priority 1, "1_0" as 10 and "off" as false."""
+    record, given, field = JSON_TYPED[case]
+    with pytest.raises(ValidationError) as refused:
+        record.model_validate(given)
+    assert [".".join(str(part) for part in error["loc"]) for error in refused.value.errors()] == [field]
+
+
+def test_a_whole_float_is_still_an_integer_as_in_json_schema() -> None:
+    assert TaskIntent.model_validate(_intent(priority=3.0)).priority == 3
+    assert ScheduleSpec.model_validate({"schedule_id": "s", "interval_seconds": 90.0, "task": {}}).interval_seconds == 90
+    assert TaskIntent.model_validate(_intent(schedule={"delay_minutes": 5})).schedule == RelativeSchedule(delay_minutes=5)

@@ -99,6 +99,8 @@ BAD_LINES = {
     "unknown field": (json.dumps(intent(0, idempotency_key="k")), "idempotency_key: extra inputs are not permitted"),
     "agentd's own source": (json.dumps(intent(0, source="sensor:x")), "source: 'sensor:x' claims a namespace"),
     "priority out of range": (json.dumps(intent(0, priority=11)), "priority: input should be less than or equal"),
+    "priority as text": (json.dumps(intent(0, priority="1_0")), "priority: expected a JSON number, found the text"),
+    "priority true": (json.dumps(intent(0, priority=True)), "priority: expected a JSON number, found true"),
     "a workflow's step": (
         json.dumps(intent(0, workflow_ref={"workflow_id": 1, "state_id": "plan", "instance_key": "k"})),
         "workflow_ref: only the workflow engine creates workflow tasks",

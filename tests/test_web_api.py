@@ -206,6 +206,10 @@ def test_submission_is_judged_as_task_add_and_keeps_the_dispatch_context(web: We
         ({"task_type": "example"}, 422, "body.payload"),
         ({"task_type": "example", "payload": [1]}, 422, "body.payload"),
         ({"task_type": "example", "payload": {}, "priority": "high"}, 422, "body.priority"),
+        ({"task_type": "example", "payload": {}, "priority": "1"}, 422, "body.priority"),  # was priority 1
+        ({"task_type": "example", "payload": {}, "priority": True}, 422, "body.priority"),  # was priority 1
+        ({"task_type": "example", "payload": {}, "schedule": {"delay_minutes": "5"}}, 422,
+         "body.schedule.delay_minutes"),
         ({"task_type": "example", "payload": {}, "colour": "red"}, 422, "body.colour"),
         ({"task_type": "example", "payload": {}, "source": "sensor:x"}, 422, "body.source"),
         ({"task_type": "example", "payload": {}, "require_approval": "yes"}, 422, "body.require_approval"),

@@ -6,7 +6,16 @@ import shlex
 from datetime import UTC, date, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    Strict,
+    WithJsonSchema,
+)
 
 from agentd.clock import format_ts, parse_ts, to_utc
 from agentd.edge import check_value, shown
@@ -42,7 +51,32 @@ Timestamp = Annotated[
     PlainSerializer(format_ts, return_type=str, when_used="json"),
     WithJsonSchema({"type": "string", "format": "date-time"}),
 ]
-Priority = Annotated[int, Field(ge=1, le=10, description="1 is the most urgent, 10 the least")]
+
+
+def _json_number(value: Any) -> Any:
+    """A number field of a record people or agents send as JSON takes a JSON number, as the schema agentd
+    publishes says: pydantic alone would take true as 1 and the text "1_0" as 10 (docs/decisions.md,
+    Numbers). A float goes on to the field's own check (3.0 is the integer 3, as in JSON Schema)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a JSON number, found {_json_kind(value)}")
+    return value
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"the text {shown(value, 40)}"
+    return {dict: "an object", list: "an array", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+# The number and boolean fields of what comes in as JSON (task intents, sensor events, outcomes, schedules).
+JsonInt = Annotated[int, BeforeValidator(_json_number)]
+JsonFloat = Annotated[float, BeforeValidator(_json_number)]
+JsonBool = Annotated[bool, Strict()]  # true or false: not 1, "yes" or "off"
+Priority = Annotated[  # the bounds on the int itself (not on JsonInt), so the schema says minimum and maximum
+    int, Field(ge=1, le=10, description="1 is the most urgent, 10 the least"), BeforeValidator(_json_number)
+]
 
 
 def command_argv(command: list[str] | str) -> list[str]:

@@ -11,6 +11,9 @@ from agentd.edge import MAX_DESCRIPTION_CHARS, MAX_KEY_CHARS, MAX_SUBJECT_CHARS,
 from agentd.records.base import (
     ArtifactRole,
     Identifier,
+    JsonBool,
+    JsonFloat,
+    JsonInt,
     JsonObject,
     MachineStatus,
     OutcomeStatus,
@@ -25,21 +28,21 @@ from agentd.vocabulary import ExitStatus, RetryClass, SideEffects
 
 class WorkflowRef(Record):
     schema_id = "agent-runtime/task.workflow-ref/v1"
-    workflow_id: int
+    workflow_id: JsonInt
     state_id: str
     instance_key: str
 
 
 class RelativeSchedule(Record):
     schema_id = "agent-runtime/task.schedule/v1"
-    delay_minutes: float = Field(ge=0, le=525_600)
+    delay_minutes: JsonFloat = Field(ge=0, le=525_600)
 
 
 class EvidenceRequirements(Record):
     schema_id = "agent-runtime/task.evidence-requirements/v1"
     required_artifacts: list[str] | None = None
-    require_file_change_verification: bool | None = None
-    require_adapter_audit: bool | None = None
+    require_file_change_verification: JsonBool | None = None
+    require_adapter_audit: JsonBool | None = None
 
 
 class TaskIntent(Record):

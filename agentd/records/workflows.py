@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from agentd import frozen_value
-from agentd.records.base import Identifier, JsonObject, Record, Timestamp
+from agentd.records.base import Identifier, JsonBool, JsonInt, JsonObject, Record, Timestamp
 from agentd.records.tasks import TaskIntent
 from agentd.records.work import NewTask
 
@@ -86,8 +86,8 @@ class ScheduleSpec(Record):
     schema_mode = "validation"
     schedule_id: Identifier = Field(description="the schedule's id")
     name: str | None = Field(default=None, description="a label")
-    enabled: bool = Field(default=True, description="false: defined but not run")
-    interval_seconds: int = Field(
+    enabled: JsonBool = Field(default=True, description="false: defined but not run")
+    interval_seconds: JsonInt = Field(
         description="one task per interval, never a second while the last is open", ge=1, le=YEAR_S
     )
     task: JsonObject = Field(description="a TaskIntent; source defaults to schedule:<id>")
