@@ -333,8 +333,16 @@ def visible_json(text: str) -> str:
 def shown(value: Any, limit: int = 120) -> str:
     """`repr(value)` for an error line, cut in the middle past `limit` characters: what a bad input
     looked like, never the whole of a megabyte of it."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 30]}…{text[-20:]} ({len(text):,} characters)"
+    return cut(repr(value), limit)
+
+
+def cut(text: str, limit: int) -> str:
+    """`text` cut in the middle to at most `limit` characters (at least 60), saying how long it was: a
+    message that quotes what it refuses (jsonschema's do, whole) stays readable."""
+    if len(text) <= limit:
+        return text
+    tail = f"…{text[-20:]} ({len(text):,} characters)"
+    return text[: max(limit, 60) - len(tail)] + tail
 
 
 _LONG_RUN = re.compile(r"[^\s'\"]{1001,}")  # far past any path or name a message means to show whole

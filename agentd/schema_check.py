@@ -15,7 +15,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from agentd.edge import cut
+
 Check = Callable[[Any], bool]
+MAX_NAMED = 20  # errors named per instance; the rest are counted
+MAX_MESSAGE_CHARS = 300
 
 # Keywords Draft202012Validator does not assert without a format checker, or that only matter to
 # a `$ref`, which the subset refuses: their presence changes no verdict.
@@ -47,6 +51,13 @@ class SchemaCheck:
         self.schema = schema
         self.fast = compile_check(schema)
         self._validator: Any = None
+
+    def named(self, instance: Any, key: Callable[[Any], Any]) -> tuple[list[tuple[Any, str]], int]:
+        """The first MAX_NAMED errors in `key` order, each with its message cut to MAX_MESSAGE_CHARS
+        (jsonschema quotes the whole instance: a 400 kB string, 20,000 extra keys), and how many more
+        there were. What every error line about a schema says, so none is megabytes long."""
+        errors = sorted(self.errors(instance), key=key)
+        return [(e, cut(e.message, MAX_MESSAGE_CHARS)) for e in errors[:MAX_NAMED]], max(len(errors) - MAX_NAMED, 0)
 
     def errors(self, instance: Any) -> list[Any]:
         """jsonschema's ValidationErrors for `instance`, unsorted; [] at once when the fast yes says yes."""

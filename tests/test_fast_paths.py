@@ -30,7 +30,7 @@ from agentd.config import Config
 from agentd.evidence import EVIDENCE_FILES, MANIFEST_SCHEMA
 from agentd.hashing import canonical_json, chain_hash, chain_hash_of, event_body_json, new_ulid, random_tails
 from agentd.records import NewTask, TaskIntent
-from agentd.schema_check import compile_check, well_formed
+from agentd.schema_check import MAX_MESSAGE_CHARS, MAX_NAMED, SchemaCheck, compile_check, well_formed
 from agentd.services import sensor_runs
 from agentd.store.base import dumps
 from agentd.work.intake import admit_task
@@ -622,3 +622,15 @@ def test_every_frozen_dataclass_of_agentd_is_a_frozen_value() -> None:
         if line.strip().startswith("@dataclass(") and "frozen=True" in line
     ]
     assert found == [], "use agentd.frozen_value"
+
+
+def test_a_schema_check_names_the_first_twenty_errors_each_cut_and_counts_the_rest() -> None:
+    """What every error line about a schema is built from (a payload, a manifest): jsonschema quotes the
+    whole instance in its message, and names every error of a list of thousands."""
+    check = SchemaCheck({"type": "array", "items": {"type": "string", "maxLength": 5}})
+    named, more = check.named(["x" * 10_000, *range(99)], key=lambda e: list(e.path))
+    assert [list(error.path) for error, _ in named] == [[n] for n in range(MAX_NAMED)] and more == 100 - MAX_NAMED
+    assert named[0][1].endswith("' is too long (10,014 characters)"), named[0][1]
+    assert all(len(message) <= MAX_MESSAGE_CHARS for _, message in named)
+    assert named[1][1] == "0 is not of type 'string'"  # short messages are jsonschema's own, whole
+    assert check.named(["ok"], key=str) == ([], 0)

@@ -109,6 +109,25 @@ BAD_LINES = {
 }
 
 
+@pytest.mark.parametrize(
+    ("payload", "named"),
+    [
+        ({"note": "a b " * 100_000}, "payload.note: 'a b a b"),  # jsonschema quotes the whole 400 kB string
+        ({f"k{n}": 1 for n in range(20_000)}, "payload: Additional properties are not allowed ('k0'"),
+    ],
+    ids=["a long string", "20,000 unknown keys"],
+)
+def test_a_refusal_quoting_a_huge_value_stays_a_line(
+    initialised: Any, tmp_path: Path, payload: Any, named: str
+) -> None:
+    """Each line's problem quoted the whole value: 50 such lines were 8 MB of stderr."""
+    result = add_batch(initialised, tmp_path, jsonl(*[{"task_type": "example", "payload": payload}] * 3))
+    lines = result.err.splitlines()
+    assert result.code == 2 and [line[:10] for line in lines[1:]] == ["  line 1: ", "  line 2: ", "  line 3: "]
+    assert named in lines[1] and "characters) (schema example.payload/v1)" in lines[1], lines[1][:400]
+    assert max(len(line) for line in lines) < 500, [len(line) for line in lines]
+
+
 @pytest.mark.parametrize("kind", sorted(BAD_LINES))
 def test_a_bad_line_is_named_by_number_and_nothing_of_the_batch_is_written(
     initialised: Any, tmp_path: Path, kind: str

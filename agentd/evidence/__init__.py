@@ -307,11 +307,12 @@ SCRATCH = "scratch"  # the attempt's HOME and temp files: removed when it ends, 
 
 def schema_problems(root: Path, manifest: dict[str, Any]) -> list[str]:
     """Every field outside MANIFEST_SCHEMA, by its path."""
+    named, more = manifest_check().named(manifest, key=lambda e: [str(p) for p in e.path])
     return [
         f"{root / MANIFEST} {'.'.join(str(p) for p in error.absolute_path) or '(top)'}: "
-        f"outside the manifest schema: {error.message}"
-        for error in sorted(manifest_check().errors(manifest), key=lambda e: list(e.path))
-    ]
+        f"outside the manifest schema: {message}"
+        for error, message in named
+    ] + ([f"{root / MANIFEST}: {more:,} more field(s) outside the manifest schema"] if more else [])
 
 
 @functools.cache

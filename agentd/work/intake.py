@@ -107,9 +107,12 @@ def _new_task(**values: Any) -> NewTask:
 def _payload_problems(schema_id: str, schema: dict[str, Any], intent: TaskIntent) -> list[str]:
     """The payload against its schema: the compiled fast yes first, jsonschema to name what is wrong."""
     problems = []
-    for error in sorted(_check(schema_id, schema).errors(intent.payload), key=str):
+    named, more = _check(schema_id, schema).named(intent.payload, key=str)
+    for error, message in named:
         where = "payload" + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-        problems.append(f"{where}: {error.message} (schema {schema_id})")
+        problems.append(f"{where}: {message} (schema {schema_id})")
+    if more:
+        problems.append(f"payload: {more:,} more problem(s) against schema {schema_id}")
     return problems
 
 
