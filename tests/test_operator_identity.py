@@ -5,13 +5,14 @@ anything, `--source` cannot claim a namespace agentd sets, and a retry is never 
 from __future__ import annotations
 
 import pwd
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rig import Rig
-from support import write_config
+from support import REPO, write_config
 
 from agentd.clock import FakeClock
 from agentd.errors import ConfigError, InputError
@@ -174,6 +175,70 @@ async def test_a_run_user_needs_its_folders_outside_the_state_dir(
     with pytest.raises(ConfigError) as refused:
         load_config(write_config(tmp_path, mutate))
     assert problem in str(refused.value)
+
+
+def _run_as_nobody(tmp_path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    def mutate(raw: dict[str, Any]) -> None:
+        raw["dispatch"]["run_as"] = "nobody"
+        raw["paths"]["workspace"] = str(tmp_path / "area" / "workspace")
+        raw["paths"]["run_dir"] = str(tmp_path / "area" / "runs")
+        change(raw)
+
+    return write_config(tmp_path, mutate)
+
+
+def _handler(argv: list[str]) -> Callable[[dict[str, Any]], None]:
+    def change(raw: dict[str, Any]) -> None:
+        raw["message_handlers"] = [{"handler_id": "notify", "kind": "command", "argv": argv}]
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("case", "problem"),
+    [
+        # The agent's workspace holding the state dir and the config: the run user could rename the state
+        # dir away and put its own in its place, or edit the TOML that decides its approvals.
+        ("a workspace above everything", "paths.state_dir: expected a path outside paths.workspace"),
+        ("a workspace above everything", "the identity TOML: expected a path outside paths.workspace"),
+        ("a workspace above everything", "constitution.soul_path: expected a path outside paths.workspace"),
+        ("the run dir in the workspace", "paths.run_dir: expected a path outside paths.workspace"),
+        ("the run dir is the workspace", "paths.run_dir: expected a path outside paths.workspace"),
+        ("skills linked into the workspace", "paths.skills_dir: expected a path outside paths.workspace"),
+        # A command handler runs as the services' user: a script the agent can rewrite is the operator's power.
+        ("a handler's script in the workspace", "message_handlers.notify.argv[1]: expected a path outside"),
+        ("a handler's command in the run dir", "message_handlers.notify.argv[0]: expected a path outside paths.run"),
+        ("an adapter's env_file in the workspace", "adapters.script.env_file: expected a path outside paths.workspace"),
+    ],
+)
+def test_nothing_the_operator_decides_lies_where_the_run_user_can_write(
+    tmp_path: Path, case: str, problem: str
+) -> None:
+    area = tmp_path / "area"
+    changes: dict[str, Callable[[dict[str, Any]], None]] = {
+        "a workspace above everything": lambda raw: raw["paths"].update(workspace=str(tmp_path)),
+        "the run dir in the workspace": lambda raw: raw["paths"].update(run_dir=str(area / "workspace" / "runs")),
+        "the run dir is the workspace": lambda raw: raw["paths"].update(run_dir=str(area / "workspace")),
+        "skills linked into the workspace": lambda raw: raw["paths"].update(skills_dir=str(tmp_path / "skills")),
+        "a handler's script in the workspace": _handler(["/usr/bin/python3", str(area / "workspace" / "n.py")]),
+        "a handler's command in the run dir": _handler([str(area / "runs" / "notify")]),
+        "an adapter's env_file in the workspace": lambda raw: raw["adapters"][0].update(
+            env_file=str(area / "workspace" / "secrets.env")
+        ),
+    }
+    (area / "workspace").mkdir(parents=True)
+    shutil.copytree(REPO / "skills", area / "workspace" / "skills")  # what the run user may rewrite
+    (tmp_path / "skills").symlink_to(area / "workspace" / "skills")
+    (area / "workspace" / "secrets.env").write_text("KEY=value\n")
+    (area / "workspace" / "secrets.env").chmod(0o600)
+    with pytest.raises(ConfigError) as refused:
+        load_config(_run_as_nobody(tmp_path, changes[case]))
+    assert problem in str(refused.value), str(refused.value)
+
+
+def test_the_layout_agentd_install_makes_keeps_the_run_user_to_its_area(tmp_path: Path) -> None:
+    """Control: the state dir and the config beside each other, the workspace and the run dir in a run area."""
+    assert load_config(_run_as_nobody(tmp_path, lambda raw: None)).dispatch.run_as == "nobody"
 
 
 @pytest.mark.asyncio

@@ -8,7 +8,7 @@ Above config, intake and workflows in the import graph: it checks with their rul
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -361,4 +361,51 @@ def _boundary(config: Config) -> list[Problem]:
         if path is not None and (path == paths.state_dir or path.is_relative_to(paths.state_dir)):
             found = f"{path}, inside state_dir, which the run user ({config.dispatch.run_as}) must never reach"
             problems.append(Problem(src, f"paths.{key}", f"expected a folder outside state_dir, found {found}"))
+    areas = [(key, area) for key, area in (("workspace", paths.workspace), ("run_dir", paths.run_dir)) if area]
+    for key, path in _operator_paths(config):
+        for area_key, area in areas:
+            if key != f"paths.{area_key}" and _within(path, area):
+                problems.append(
+                    Problem(
+                        src,
+                        key,
+                        f"expected a path outside paths.{area_key} ({area}), found {path}: the run user "
+                        f"({config.dispatch.run_as}) may change what is there, and it is the operator's",
+                    )
+                )
     return problems
+
+
+def _operator_paths(config: Config) -> Iterator[tuple[str, Path]]:
+    """What the operator decides and the run user must not be able to change (docs/install-and-deploy.md,
+    "The boundary"): the state dir and the config with every file it names that agentd reads or runs
+    as the services' user, and the run dir (the services make each attempt's folder in it)."""
+    paths = config.paths
+    yield "the identity TOML", config.path
+    for key in ("state_dir", "skills_dir", "sensors_dir"):
+        yield f"paths.{key}", getattr(paths, key)
+    if paths.run_dir is not None:
+        yield "paths.run_dir", paths.run_dir
+    yield "constitution.soul_path", Path(config.constitution.soul_path)
+    yield "constitution.purpose_path", Path(config.constitution.purpose_path)
+    if config.fleet.dsn_file is not None:
+        yield "fleet.dsn_file", config.fleet.dsn_file
+    for adapter_id, adapter in config.adapters.items():
+        for field in ("env_file", "command"):
+            value = getattr(adapter, field, None)
+            if isinstance(value, str) and value.startswith("/"):
+                yield f"adapters.{adapter_id}.{field}", Path(value)
+    for handler_id, handler in config.message_handlers.items():
+        for field in ("env_file", "path"):
+            value = getattr(handler, field, None)
+            if isinstance(value, str) and value.startswith("/"):
+                yield f"message_handlers.{handler_id}.{field}", Path(value)
+        for n, arg in enumerate(getattr(handler, "argv", None) or ()):
+            if arg.startswith("/"):  # the command, or a script an interpreter runs: as the services' user
+                yield f"message_handlers.{handler_id}.argv[{n}]", Path(arg)
+
+
+def _within(path: Path, area: Path) -> bool:
+    """`path` is `area` or inside it, as the file system resolves both (a link into the area counts)."""
+    real, real_area = Path(os.path.realpath(path)), Path(os.path.realpath(area))
+    return real == real_area or real.is_relative_to(real_area)
