@@ -308,14 +308,17 @@ JSON_TYPED: dict[str, tuple[type[Any], dict[str, Any], str]] = {
     "a sensor's task": (SensorEvent, {**SENSED, "proposed_task": _intent(priority=" 3 ")}, "proposed_task.priority"),
     "an agent's follow-up": (TaskOutcome, {**OUTCOME, "follow_up_tasks": [_intent(priority=True)]}, "follow_up_tasks.0.priority"),
     "an interval as text": (ScheduleSpec, {"schedule_id": "s", "interval_seconds": "90", "task": {}}, "interval_seconds"),
+    "a time as seconds since 1970": (SensorEvent, {**SENSED, "observed_at": 1_700_000_000}, "observed_at"),
+    "a time of 0": (SensorEvent, {**SENSED, "freshness_deadline": 0}, "freshness_deadline"),
+    "a time of true": (TaskIntent, _intent(available_at=True), "available_at"),
     "enabled 'off'": (ScheduleSpec, {"schedule_id": "s", "interval_seconds": 90, "enabled": "off", "task": {}}, "enabled"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(JSON_TYPED))
 def test_a_number_or_boolean_field_takes_only_that_json_type(case: str) -> None:
-    """As the schema agentd publishes says ("type": "integer", "boolean"): pydantic alone took true as
-    priority 1, "1_0" as 10 and "off" as false."""
+    """As the schema agentd publishes says ("type": "integer", "boolean", a date-time "string"): pydantic
+    alone took true as priority 1, "1_0" as 10, "off" as false and 0 as 1970-01-01."""
     record, given, field = JSON_TYPED[case]
     with pytest.raises(ValidationError) as refused:
         record.model_validate(given)

@@ -33,7 +33,8 @@ def _to_utc(value: Any) -> Any:
         return _aware(value)
     if isinstance(value, date):  # e.g. TOML's `revised_at = 2026-01-01`, which pydantic would make a naive midnight
         raise ValueError(f"a timestamp needs a time and a time zone, found the date {value}; write {value}T00:00:00Z")
-    return value
+    # A number would be seconds since 1970 to pydantic (0 is 1970-01-01): the schema says text.
+    raise ValueError(f"expected a time as text like 2026-11-22T10:00:00Z, found {_json_kind(value)}")
 
 
 def _aware(value: datetime) -> datetime:
@@ -67,6 +68,8 @@ def _json_kind(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return f"the text {shown(value, 40)}"
+    if isinstance(value, int | float):
+        return f"the number {shown(value, 40)}"
     return {dict: "an object", list: "an array", type(None): "null"}.get(type(value), type(value).__name__)
 
 
