@@ -194,6 +194,39 @@ def test_a_listen_address_that_cannot_work_is_refused_by_config_check(cli: Any, 
     assert "invalid literal" not in result.err
 
 
+BEYOND_LOOPBACK = ["0.0.0.0:9578", "[::]:9578", "10.1.2.3:9578", "[::ffff:0.0.0.0]:9578", "box.lan:9578"]
+LOOPBACK = ["127.0.0.1:9578", "127.8.9.10:0", "[::1]:9578", "[::ffff:127.0.0.1]:9578", "localhost:9"]
+
+
+@pytest.mark.parametrize("listen", BEYOND_LOOPBACK)
+def test_the_console_beyond_loopback_is_refused_unless_the_operator_says_so(
+    cli: Any, monkeypatch: Any, listen: str
+) -> None:
+    """Plain HTTP with bearer tokens and session cookies: beyond loopback they would cross the network in clear."""
+    monkeypatch.setenv("AGENTD_WEB__LISTEN", listen)
+    refused = cli("config", "check")
+    assert refused.code == 2 and f"web.listen: {listen} is not a loopback address" in refused.err, refused.err
+    assert "[web] beyond_loopback = true" in refused.err
+    monkeypatch.setenv("AGENTD_WEB__BEYOND_LOOPBACK", "true")
+    assert cli("config", "check").code == 0
+
+
+@pytest.mark.parametrize("listen", LOOPBACK)
+def test_the_console_on_loopback_needs_no_word(cli: Any, monkeypatch: Any, listen: str) -> None:
+    monkeypatch.setenv("AGENTD_WEB__LISTEN", listen)
+    assert cli("config", "check").code == 0
+
+
+def test_agentd_web_holds_its_listen_flag_to_loopback_too() -> None:
+    """`agentd web --listen` bypasses the config's value, not its rule; nothing is bound."""
+    from agentd.errors import InputError
+    from agentd.web.service import bind
+
+    with pytest.raises(InputError, match=r"web.listen: 0.0.0.0:0 is not a loopback address"):
+        bind("0.0.0.0:0")
+    bind("127.0.0.1:0").close()
+
+
 def test_the_two_services_cannot_share_a_port(cli: Any, monkeypatch: Any) -> None:
     monkeypatch.setenv("AGENTD_METRICS__DISPATCH_LISTEN", "127.0.0.1:9600")
     monkeypatch.setenv("AGENTD_METRICS__SENSORS_LISTEN", "127.0.0.1:9600")

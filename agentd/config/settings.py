@@ -206,6 +206,32 @@ def listen_address(value: str) -> str:
 
 
 ListenAddress = Annotated[str, AfterValidator(listen_address)]
+
+
+def is_loopback(listen: str) -> bool:
+    """HOST:PORT (a valid listen_address) names this host only: 127.0.0.0/8, ::1 (mapped too), localhost."""
+    host = listen.rpartition(":")[0].strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # another name: where it resolves is not this check's to trust
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return (mapped or address).is_loopback
+
+
+def exposure_problem(listen: str, beyond_loopback: bool) -> str | None:
+    """Why the console may not listen on `listen` (docs/web.md, "Its port"), or None: beyond loopback its
+    bearer tokens and session cookies cross the network in clear, unless the operator says a TLS proxy
+    in front is why (`[web] beyond_loopback = true`)."""
+    if beyond_loopback or is_loopback(listen):
+        return None
+    return (
+        f"{listen} is not a loopback address: tokens and session cookies would cross the network in clear. "
+        "Listen on 127.0.0.1 and put a TLS proxy or an SSH tunnel in front (docs/web.md), or set "
+        "[web] beyond_loopback = true if a TLS proxy elsewhere is in front already"
+    )
 HOST_NAME = re.compile(
     r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
 )
@@ -270,7 +296,12 @@ class WebSection(Section):
     enabled: bool = Field(default=True, description="`agentd run` starts the console beside the two services")
     listen: ListenAddress = Field(
         default="127.0.0.1:9578",
-        description="HOST:PORT of the API and console (loopback by default; put TLS in front of any other)",
+        description="HOST:PORT of the API and console (loopback; see beyond_loopback)",
+    )
+    beyond_loopback: bool = Field(
+        default=False,
+        description="true: listen may name a non-loopback address (a TLS proxy elsewhere is in front; "
+        "otherwise tokens cross the network in clear)",
     )
     session_hours: float = Field(default=12.0, gt=0, le=24 * 30, description="how long a console login lasts")
     login_failures: int = Field(

@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute
 
 from agentd.clock import Clock
 from agentd.config import Config
-from agentd.config.settings import listen_address
+from agentd.config.settings import exposure_problem, listen_address
 from agentd.errors import InputError, contained
 from agentd.process import procs
 from agentd.services.shell import STATUS_REFRESH_S
@@ -28,9 +28,12 @@ logger = logging.getLogger(__name__)
 GRACE_S = 2.0  # open requests (a live stream ends at once) get this long when the service stops
 
 
-def bind(listen: str) -> socket.socket:
-    """The listening socket of HOST:PORT (port 0: any free one); InputError naming [web] listen."""
+def bind(listen: str, beyond_loopback: bool = False) -> socket.socket:
+    """The listening socket of HOST:PORT (port 0: any free one); InputError naming [web] listen, also for
+    an address beyond loopback that the config does not allow (`--listen` is held to it too)."""
     host, _, port = listen_address(listen).rpartition(":")
+    if (problem := exposure_problem(listen, beyond_loopback)) is not None:
+        raise InputError(f"web.listen: {problem}")
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)
@@ -84,7 +87,7 @@ class WebService:
     async def run(self) -> None:
         """Serve until request_stop; the socket is bound before `ready`, so a client may connect at once."""
         try:
-            sock = bind(self.listen)
+            sock = bind(self.listen, self.config.web.beyond_loopback)
         except InputError as exc:
             if not self.beside:
                 raise

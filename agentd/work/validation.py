@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from agentd.config import Config, parse_config, task_intent_from_schedule
 from agentd.config.environment import secret_file_problems
+from agentd.config.settings import exposure_problem
 from agentd.edge import shown
 from agentd.errors import ConfigError, InputError, Problem
 from agentd.records import (
@@ -57,6 +58,7 @@ def check_references(config: Config) -> list[Problem]:
         _budget,
         _boundary,
         _fleet,
+        _web,
     )
     return [problem for check in checks for problem in check(config)]
 
@@ -162,6 +164,11 @@ def _posture(src: str, key: str, adapter: HarnessAdapterConfig) -> list[Problem]
             )
         )
     return problems
+
+
+def _web(config: Config) -> list[Problem]:
+    problem = exposure_problem(config.web.listen, config.web.beyond_loopback)
+    return [] if problem is None else [Problem(str(config.path), "web.listen", problem)]
 
 
 def _fleet(config: Config) -> list[Problem]:
