@@ -119,3 +119,40 @@ def test_systemd_analyze_verifies_the_web_unit_and_rates_it_at_most_its_measured
         timeout=60,
     )
     assert security.returncode == 0, security.stdout[-400:] + security.stderr
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        # Agent two's run user is agent one's: each agent's attempts would reach the other's workspace.
+        (('run_as = "agentd-two-run"', 'run_as = "agentd-one-run"'), "dispatch.run_as: 'agentd-one-run' is also"),
+        # Agent two's workspace on agent one's state dir: two's run user could rename what is there.
+        (
+            ('workspace = "/var/lib/agentd-run/two/workspace"', 'workspace = "/var/lib/agentd/one"'),
+            "paths.workspace: /var/lib/agentd/one overlaps",
+        ),
+        # Agent two's state dir inside agent one's workspace: one's attempts could do the same to two.
+        (
+            ('state_dir = "/var/lib/agentd/two"', 'state_dir = "/var/lib/agentd-run/one/workspace/two"'),
+            "paths.state_dir: /var/lib/agentd-run/one/workspace/two is inside",
+        ),
+    ],
+    ids=["one run user", "a workspace over a state dir", "a state dir in a workspace"],
+)
+def test_config_check_and_the_services_refuse_another_installed_agents_run_user_or_folders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: tuple[str, str], problem: str
+) -> None:
+    root = tmp_path / "root"
+    install_agent(root, "one")
+    install_agent(root, "two")
+    one, two = root / "etc/agentd/one.toml", root / "etc/agentd/two.toml"
+    assert edit[0] in two.read_text()
+    two.write_text(two.read_text().replace(edit[0], edit[1]))
+    capsys.readouterr()
+    assert main(["config", "check", "--config", str(two)]) == 2
+    err = capsys.readouterr().err
+    assert f"{two}: {problem}" in err and str(one) in err, err
+    assert main(["dispatch", "--until-idle", "--config", str(two)]) == 2  # before it makes or opens anything
+    assert problem in capsys.readouterr().err
+    two.write_text(two.read_text().replace(edit[1], edit[0]))
+    assert main(["config", "check", "--config", str(two)]) == 0, "control: as installed, they share nothing"

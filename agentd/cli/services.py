@@ -56,11 +56,13 @@ def register(commands: Any) -> None:
 def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
     """The migrated database (a missing one is refused before anything is created: `init` and the
     units' `ExecStartPre=agentd migrate` make it), then the state dir's folders."""
+    from agentd.install.neighbours import refuse_neighbours
     from agentd.process.files import make_run_dir
     from agentd.process.privilege import boundary_line, keep_capabilities_to_self, require_switch, run_user
     from agentd.store import AsyncStore, init_state_dir
 
     config = config_from(args)
+    refuse_neighbours(config)  # before make_run_dir opens the workspace to the run user
     store = store_from(config)  # refused inside an attempt
     try:
         keep_capabilities_to_self()  # CAP_SETUID/SETGID/KILL (the units') pass on to no child

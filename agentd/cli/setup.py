@@ -115,11 +115,13 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
+    from agentd.install.neighbours import refuse_neighbours
     from agentd.install.ports import refuse_shared_ports
     from agentd.store import open_store, own_state_dir
 
     config = config_from(args)
     refuse_shared_ports(config.path, config.metrics, config.web)  # another agent in /etc/agentd on the same port
+    refuse_neighbours(config)  # or its run user, or its folders over this agent's
     if config.db_path.is_file():  # the config must also fit what is running, and be the same agent's
         own_state_dir(config.paths.state_dir, config.agent.agent_id, bind=False)
         store = open_store(config.db_path, SystemClock(), readonly=True)

@@ -369,9 +369,9 @@ def _boundary(config: Config) -> list[Problem]:
             found = f"{path}, inside state_dir, which the run user ({config.dispatch.run_as}) must never reach"
             problems.append(Problem(src, f"paths.{key}", f"expected a folder outside state_dir, found {found}"))
     areas = [(key, area) for key, area in (("workspace", paths.workspace), ("run_dir", paths.run_dir)) if area]
-    for key, path in _operator_paths(config):
+    for key, path in operator_paths(config):
         for area_key, area in areas:
-            if key != f"paths.{area_key}" and _within(path, area):
+            if key != f"paths.{area_key}" and within(path, area):
                 problems.append(
                     Problem(
                         src,
@@ -383,7 +383,7 @@ def _boundary(config: Config) -> list[Problem]:
     return problems
 
 
-def _operator_paths(config: Config) -> Iterator[tuple[str, Path]]:
+def operator_paths(config: Config) -> Iterator[tuple[str, Path]]:
     """What the operator decides and the run user must not be able to change (docs/install-and-deploy.md,
     "The boundary"): the state dir and the config with every file it names that agentd reads or runs
     as the services' user, and the run dir (the services make each attempt's folder in it)."""
@@ -412,7 +412,7 @@ def _operator_paths(config: Config) -> Iterator[tuple[str, Path]]:
                 yield f"message_handlers.{handler_id}.argv[{n}]", Path(arg)
 
 
-def _within(path: Path, area: Path) -> bool:
+def within(path: Path, area: Path) -> bool:
     """`path` is `area` or inside it, as the file system resolves both (a link into the area counts)."""
     real, real_area = Path(os.path.realpath(path)), Path(os.path.realpath(area))
     return real == real_area or real.is_relative_to(real_area)

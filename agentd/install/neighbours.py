@@ -1,0 +1,89 @@
+"""The other agents on this VM (docs/install-and-deploy.md, "The boundary"): one agent's run user must reach
+nothing another agent's operator decides. `agentd install` gives each agent a run user and folders of its
+own; a TOML written by hand can still name another agent's run user, or put one agent's workspace over
+another's state dir. `agentd config check` and the services' start read the other installed agents' TOMLs
+(/etc/agentd/*.toml, as the port check does) and refuse such a clash, naming both files.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from agentd import frozen_value
+from agentd.config import Config
+from agentd.config.parsed import read_toml
+from agentd.errors import ConfigError, Problem
+from agentd.install.ports import other_agents
+from agentd.work.validation import operator_paths, within
+
+
+@frozen_value
+class Neighbour:
+    """What another installed agent's TOML says about who runs its attempts and where."""
+
+    toml: Path
+    run_as: str | None
+    state_dir: Path | None
+    areas: tuple[tuple[str, Path], ...]  # (key, folder) its run user may write: workspace, run_dir
+
+
+def refuse_neighbours(config: Config) -> None:
+    """ConfigError naming every clash with another installed agent (neighbour_problems)."""
+    if problems := neighbour_problems(config):
+        raise ConfigError(problems)
+
+
+def neighbour_problems(config: Config) -> list[Problem]:
+    """One problem per clash between this agent and another installed one; none outside /etc/agentd (a
+    checkout's config/ folder holds copies of the example, which never run side by side)."""
+    folder = config.path.resolve().parent
+    if (folder.name, folder.parent.name) != ("agentd", "etc"):
+        return []
+    problems = []
+    for other in other_agents(folder / config.path.name):
+        try:
+            theirs = neighbour(other)
+        except (OSError, ValueError):
+            continue  # that agent's own check reports its file
+        problems += [Problem(str(config.path), key, what) for key, what in _clashes(config, theirs)]
+    return problems
+
+
+def _clashes(config: Config, theirs: Neighbour) -> list[tuple[str, str]]:
+    """(key, what) for each way this agent and `theirs` reach each other's."""
+    found, other, run_as = [], theirs.toml, config.dispatch.run_as
+    if run_as is not None and run_as == theirs.run_as:
+        found.append(("dispatch.run_as", f"{run_as!r} is also {other}'s run user: each agent's attempts would "
+                      "reach the other's workspace; give each agent its own"))  # fmt: skip
+    for key, path in operator_paths(config):
+        found += [
+            (key, f"{path} is inside {other}'s {area_key} ({area}): that agent's attempts may change what is there")
+            for area_key, area in theirs.areas
+            if within(path, area)
+        ]
+    for key, area in (("paths.workspace", config.paths.workspace), ("paths.run_dir", config.paths.run_dir)):
+        state_dir = theirs.state_dir
+        if area is not None and state_dir is not None and (within(state_dir, area) or within(area, state_dir)):
+            found.append((key, f"{area} overlaps {other}'s state dir ({state_dir}): this agent's attempts could "
+                          "reach it"))  # fmt: skip
+    return found
+
+
+def neighbour(toml: Path) -> Neighbour:
+    """Another agent's run user and folders, its relative paths resolved as its own load resolves them.
+
+    :raises OSError, ValueError: unreadable, not TOML, or tables that are not tables.
+    """
+    raw = read_toml(toml)
+    paths, dispatch = raw.get("paths", {}), raw.get("dispatch", {})
+    if not isinstance(paths, dict) or not isinstance(dispatch, dict):
+        raise ValueError("[paths] or [dispatch] is not a table")
+
+    def folder(key: str) -> Path | None:
+        value = paths.get(key)
+        return Path(os.path.normpath(toml.parent / value)) if isinstance(value, str) and value else None
+
+    run_as = dispatch.get("run_as")
+    areas = tuple((key, path) for key in ("workspace", "run_dir") if (path := folder(key)) is not None)
+    return Neighbour(toml, run_as if isinstance(run_as, str) else None, folder("state_dir"), areas)
