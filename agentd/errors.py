@@ -73,6 +73,12 @@ class StorageError(AgentdError):
         self.path, self.problem = path, problem
 
 
+class UnreadableRow(AgentdError):
+    """A database row no record can be made of: the database was changed outside agentd (a row edited by
+    hand, a restore of another version's file). One line naming the row and what does not fit; a
+    service records it as the failure of what it was doing (a tick, an attempt) and goes on."""
+
+
 # What ends a service (exit 1: systemd restarts it once the disk is usable); anything else a service
 # records as one tick's, one run's or one attempt's failure and goes on.
 FATAL = (StorageError,)

@@ -306,3 +306,19 @@ def test_every_answer_carries_the_security_headers(alice: Client) -> None:
         assert "default-src 'self'" in answer.headers["content-security-policy"]
         assert answer.headers["x-frame-options"] == "DENY"
         assert answer.headers["cache-control"] == "no-store"
+
+
+def test_a_row_edited_outside_agentd_is_a_json_500_naming_it(web: WebRig, alice: Client) -> None:
+    """Was Starlette's plain-text 500 and a pydantic traceback in the log."""
+    import sqlite3
+    from contextlib import closing
+
+    task = web.rig.add()
+    with closing(sqlite3.connect(web.rig.config.db_path)) as conn:
+        conn.execute("UPDATE tasks SET skill_ids = '7' WHERE id = ?", (task.task_id,))
+        conn.commit()
+    for path in (f"/api/tasks/{task.task_id}", "/api/tasks"):
+        answer = alice.get(path)
+        assert answer.status == 500 and answer.error_at() == "database", (path, answer.status)
+        what = answer.json()["error"]["what"]
+        assert f"task {task.task_id} in the database is not a row agentd wrote (skill_ids:" in what, what

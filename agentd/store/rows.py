@@ -1,9 +1,11 @@
 """Rows to records: every SELECT the store runs comes back through one of these.
 
-A reader never fails on a stored row: a JSON column an older agentd (or an edit) left holding what no
-record may (a number json reads as Infinity or beyond int64, nesting deeper than agentd stores) is read
-as what a record can hold (`holdable`), and usage numbers only where they are believable
-(agentd/usage.py). The event chain still names the edit (`agentd evidence verify`).
+A reader never fails on a stored row with a traceback: a JSON column an older agentd (or an edit) left
+holding what no record may (a number json reads as Infinity or beyond int64, nesting deeper than agentd
+stores) is read as what a record can hold (`holdable`), and usage numbers only where they are believable
+(agentd/usage.py). A row that still fits no record (an edit gave a column another shape, or a time that
+is not one) is UnreadableRow: one line naming the row and the column. The event chain still names the
+edit (`agentd evidence verify`).
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ import math
 import sqlite3
 from typing import Any
 
+from pydantic import ValidationError
+
 from agentd.clock import parse_ts
-from agentd.edge import INT64_MAX, INT64_MIN, MAX_DEPTH
+from agentd.edge import INT64_MAX, INT64_MIN, MAX_DEPTH, cut, shown
+from agentd.errors import UnreadableRow
 from agentd.records import (
     EvidenceRequirements,
     LockHolder,
@@ -27,11 +32,57 @@ from agentd.records import (
     WorkflowRecord,
     WorkflowRef,
 )
-from agentd.store.base import loads, parse_optional_ts
+from agentd.store.base import loads
 from agentd.usage import stored_usage
+
+READ_FAILURES = (ValueError, TypeError, RecursionError)  # pydantic's ValidationError is a ValueError
+
+
+def unreadable(kind: str, key: str, row: sqlite3.Row, exc: BaseException) -> UnreadableRow:
+    """The one line for a row of `kind` (named by its `key` column) that no record can be made of."""
+    what = first_error(exc) if isinstance(exc, ValidationError) else cut(str(exc) or type(exc).__name__, 200)
+    return UnreadableRow(
+        f"{kind} {shown(row[key], 40)} in the database is not a row agentd wrote ({what}): it was changed outside "
+        "agentd; `agentd evidence verify` names what the event chain says"
+    )
+
+
+def first_error(exc: ValidationError, column: str = "") -> str:
+    """`column.field: what, found value` for the first of a ValidationError's errors."""
+    first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
+    where = ".".join([column, *(str(part) for part in first["loc"])] if column else [str(p) for p in first["loc"]])
+    message = str(first["msg"])
+    found = f", found {shown(first['input'], 60)}" if "input" in first else ""
+    return f"{where or 'row'}: {message[:1].lower()}{message[1:]}{found}"
+
+
+def _ts(row: sqlite3.Row, column: str, *, optional: bool = False) -> Any:
+    """A time column as a datetime (None where `optional` and empty); ValueError naming the column."""
+    text = row[column]
+    if text is None and optional:
+        return None
+    try:
+        return parse_ts(text)
+    except (ValueError, TypeError):
+        raise ValueError(f"{column}: expected a time like 2026-11-22T10:00:00Z, found {shown(text, 60)}") from None
+
+
+def _column(model: Any, value: Any, column: str) -> Any:
+    """A JSON column's record; ValueError naming the column if the value fits none."""
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise ValueError(first_error(exc, column)) from None
 
 
 def task_from_row(row: sqlite3.Row) -> TaskRecord:
+    try:
+        return _task(row)
+    except READ_FAILURES as exc:
+        raise unreadable("task", "id", row, exc) from None
+
+
+def _task(row: sqlite3.Row) -> TaskRecord:
     outcome = loads(row["outcome"])
     evidence = loads(row["evidence_requirements"])
     workflow_ref = None
@@ -55,22 +106,22 @@ def task_from_row(row: sqlite3.Row) -> TaskRecord:
         status=row["status"],
         max_attempts=row["max_attempts"],
         attempt_count=row["attempt_count"],
-        available_at=parse_ts(row["available_at"]),
-        created_at=parse_ts(row["created_at"]),
-        updated_at=parse_ts(row["updated_at"]),
-        started_at=parse_optional_ts(row["started_at"]),
-        finished_at=parse_optional_ts(row["finished_at"]),
-        outcome=TaskOutcome.model_validate(outcome) if outcome is not None else None,
+        available_at=_ts(row, "available_at"),
+        created_at=_ts(row, "created_at"),
+        updated_at=_ts(row, "updated_at"),
+        started_at=_ts(row, "started_at", optional=True),
+        finished_at=_ts(row, "finished_at", optional=True),
+        outcome=_column(TaskOutcome, outcome, "outcome") if outcome is not None else None,
         last_error=row["last_error"],
         skill_ids=loads(row["skill_ids"]),
-        evidence_requirements=EvidenceRequirements.model_validate(evidence) if evidence else None,
+        evidence_requirements=_column(EvidenceRequirements, evidence, "evidence_requirements") if evidence else None,
         workflow_ref=workflow_ref,
         workflow_iteration=row["workflow_iteration"],
         schedule_id=row["schedule_id"],
         free_attempt_count=row["free_attempt_count"],
         rate_limit_count=row["rate_limit_count"],
         crash_count=row["crash_count"],
-        cancel_requested_at=parse_optional_ts(row["cancel_requested_at"]),
+        cancel_requested_at=_ts(row, "cancel_requested_at", optional=True),
         awaiting_approval=bool(row["awaiting_approval"]),
         parent_task_id=row["parent_task_id"],
         delegation_depth=row["delegation_depth"],
@@ -81,9 +132,12 @@ def task_from_row(row: sqlite3.Row) -> TaskRecord:
 
 def attempt_from_row(row: sqlite3.Row) -> TaskAttempt:
     try:
-        return _attempt(row, loads(row["diagnostics"]))
-    except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
-        return _attempt(row, holdable(row["diagnostics"]))
+        try:
+            return _attempt(row, loads(row["diagnostics"]))
+        except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
+            return _attempt(row, holdable(row["diagnostics"]))
+    except READ_FAILURES as exc:
+        raise unreadable("attempt", "attempt_id", row, exc) from None
 
 
 def _attempt(row: sqlite3.Row, diagnostics: Any) -> TaskAttempt:
@@ -95,8 +149,8 @@ def _attempt(row: sqlite3.Row, diagnostics: Any) -> TaskAttempt:
         adapter_kind=row["adapter_kind"],
         model=row["model"],
         runner_id=row["runner_id"],
-        started_at=parse_ts(row["started_at"]),
-        ended_at=parse_optional_ts(row["ended_at"]),
+        started_at=_ts(row, "started_at"),
+        ended_at=_ts(row, "ended_at", optional=True),
         exit_status=row["exit_status"],
         retry_class=row["retry_class"],
         termination_reason=row["termination_reason"],
@@ -111,7 +165,7 @@ def _attempt(row: sqlite3.Row, diagnostics: Any) -> TaskAttempt:
         last_message_path=row["last_message_path"],
         diagnostics=diagnostics,
         usage=stored_usage({name: row[name] for name in USAGE_COLUMNS}, row["cost_estimated"]),
-        evidence_pruned_at=parse_optional_ts(row["evidence_pruned_at"]),
+        evidence_pruned_at=_ts(row, "evidence_pruned_at", optional=True),
     )
 
 
@@ -119,6 +173,13 @@ USAGE_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_wr
 
 
 def workflow_from_row(row: sqlite3.Row) -> WorkflowRecord:
+    try:
+        return _workflow(row)
+    except READ_FAILURES as exc:
+        raise unreadable("workflow", "id", row, exc) from None
+
+
+def _workflow(row: sqlite3.Row) -> WorkflowRecord:
     return WorkflowRecord(
         workflow_id=row["id"],
         workflow_type=row["workflow_type"],
@@ -126,25 +187,32 @@ def workflow_from_row(row: sqlite3.Row) -> WorkflowRecord:
         current_state=row["current_state"],
         context=loads(row["context"]),
         status=row["status"],
-        created_at=parse_ts(row["created_at"]),
-        updated_at=parse_ts(row["updated_at"]),
-        completed_at=parse_optional_ts(row["completed_at"]),
+        created_at=_ts(row, "created_at"),
+        updated_at=_ts(row, "updated_at"),
+        completed_at=_ts(row, "completed_at", optional=True),
         iteration=row["iteration"],
         blocked_reason=row["blocked_reason"],
     )
 
 
 def schedule_from_row(row: sqlite3.Row) -> RecurringScheduleRecord:
+    try:
+        return _schedule(row)
+    except READ_FAILURES as exc:
+        raise unreadable("schedule", "schedule_id", row, exc) from None
+
+
+def _schedule(row: sqlite3.Row) -> RecurringScheduleRecord:
     return RecurringScheduleRecord(
         schedule_id=row["schedule_id"],
         name=row["name"],
         enabled=bool(row["enabled"]),
         interval_seconds=row["interval_seconds"],
-        next_run_at=parse_ts(row["next_run_at"]),
-        last_run_at=parse_optional_ts(row["last_run_at"]),
-        task=TaskIntent.model_validate(loads(row["task"])),
-        created_at=parse_ts(row["created_at"]),
-        updated_at=parse_ts(row["updated_at"]),
+        next_run_at=_ts(row, "next_run_at"),
+        last_run_at=_ts(row, "last_run_at", optional=True),
+        task=_column(TaskIntent, loads(row["task"]), "task"),
+        created_at=_ts(row, "created_at"),
+        updated_at=_ts(row, "updated_at"),
         skipped_for_task_id=row["skipped_for_task_id"],
         skipped_slots=row["skipped_slots"],
         skipped_slots_total=row["skipped_slots_total"],
@@ -167,16 +235,19 @@ EVENT_BODY_FIELDS = (
 
 def event_from_row(row: sqlite3.Row) -> RuntimeEvent:
     try:
-        return _event(row, loads(row["payload"]), loads(row["refs"]))
-    except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
-        return _event(row, holdable(row["payload"]), holdable(row["refs"]))
+        try:
+            return _event(row, loads(row["payload"]), loads(row["refs"]))
+        except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
+            return _event(row, holdable(row["payload"]), holdable(row["refs"]))
+    except READ_FAILURES as exc:
+        raise unreadable("event", "sequence", row, exc) from None
 
 
 def _event(row: sqlite3.Row, payload: Any, refs: Any) -> RuntimeEvent:
     return RuntimeEvent(
         event_id=row["event_id"],
         type=row["type"],
-        timestamp=parse_ts(row["timestamp"]),
+        timestamp=_ts(row, "timestamp"),
         sequence=row["sequence"],
         schema_version=row["schema_version"],
         task_id=row["task_id"],
@@ -192,14 +263,21 @@ def _event(row: sqlite3.Row, payload: Any, refs: Any) -> RuntimeEvent:
 
 
 def holder_from_row(row: sqlite3.Row) -> LockHolder:
+    try:
+        return _holder(row)
+    except READ_FAILURES as exc:
+        raise unreadable("dispatch lock holder", "holder_id", row, exc) from None
+
+
+def _holder(row: sqlite3.Row) -> LockHolder:
     return LockHolder(
         holder_id=row["holder_id"],
         pid=row["pid"],
         pid_started=row["pid_started"],
         host=row["host"],
         boot_id=row["boot_id"],
-        acquired_at=parse_ts(row["acquired_at"]),
-        heartbeat_at=parse_ts(row["heartbeat_at"]),
+        acquired_at=_ts(row, "acquired_at"),
+        heartbeat_at=_ts(row, "heartbeat_at"),
     )
 
 

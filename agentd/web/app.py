@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentd.clock import Clock
 from agentd.config import Config
-from agentd.errors import InputError, NotFound
+from agentd.errors import InputError, NotFound, UnreadableRow
 from agentd.store import AsyncStore, Store
 from agentd.web.auth import COOKIE, LoginThrottle, Operator, Session, Sessions, split_token, token_matches
 from agentd.web.inputs import FIELD_FIRST, BadInput, from_input_error
@@ -179,6 +179,14 @@ async def on_forbidden(request: Request, exc: Exception) -> Response:
     return console_error(request, 403, str(exc))
 
 
+async def on_unreadable_row(request: Request, exc: Exception) -> Response:
+    """A row edited outside agentd: the service's data, not the request, is at fault (500), in one line."""
+    logger.warning("%s: %s", request.url.path, exc)
+    if _is_api(request):
+        return error_json(500, str(exc), "database", "rows agentd wrote (`agentd evidence verify`)")
+    return console_error(request, 500, str(exc))
+
+
 async def on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if _is_api(request):
@@ -206,6 +214,7 @@ def build_app(web: Web, routes: list[BaseRoute]) -> Starlette:
             Throttled: on_throttled,
             Forbidden: on_forbidden,
             HTTPException: on_http,
+            UnreadableRow: on_unreadable_row,
         },
     )
     app.state.web = web
