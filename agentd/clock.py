@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from agentd.edge import decimal_number, shown
+from agentd.errors import UnreadableRow
 
 
 class Clock(Protocol):
@@ -66,6 +67,15 @@ def parse_ts(text: str) -> datetime:
     if moment.tzinfo is None:
         raise ValueError(f"{text!r} has no time zone; write it in UTC with a trailing Z")
     return to_utc(moment, text)
+
+
+def stored_ts(text: object) -> datetime:
+    """A time column as agentd writes them; UnreadableRow where an edit left anything else (a reader
+    never fails with a traceback: docs/reliability.md, "Storage")."""
+    try:
+        return parse_ts(text)  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        raise UnreadableRow(f"a time in the database is not one agentd wrote (found {shown(text, 60)})") from None
 
 
 def to_utc(moment: datetime, shown: object = None) -> datetime:

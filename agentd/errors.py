@@ -78,6 +78,10 @@ class UnreadableRow(AgentdError):
     hand, a restore of another version's file). One line naming the row and what does not fit; a
     service records it as the failure of what it was doing (a tick, an attempt) and goes on."""
 
+    def __init__(self, what: str) -> None:
+        said = "it was changed outside agentd; `agentd evidence verify` names what the event chain says"
+        super().__init__(f"{what}: {said}")
+
 
 # What ends a service (exit 1: systemd restarts it once the disk is usable); anything else a service
 # records as one tick's, one run's or one attempt's failure and goes on.

@@ -74,3 +74,26 @@ async def test_the_dispatcher_ends_a_task_it_cannot_read_and_runs_the_next(rig: 
     assert rows[readable.task_id].startswith("completed"), rows
     assert rows[unreadable.task_id].startswith("permanent_failure internal_error: UnreadableRow: task"), rows
     assert "(payload: input should be a valid dictionary, found [1])" in rows[unreadable.task_id]
+
+
+@pytest.mark.parametrize(
+    ("setup", "statement", "command"),
+    [
+        (["task", "add", "--type", "example", "--require-approval"], "UPDATE approvals SET requested_at = '[]'",
+         ["approvals"]),
+        (["task", "add", "--type", "example", "--require-approval"], "UPDATE approvals SET requested_at = ''",
+         ["status", "--json"]),
+        (["dispatch", "pause", "--reason", "r"], "UPDATE dispatch_control SET paused_at = 'x'", ["status"]),
+        (["web", "token", "add", "op"], "UPDATE web_tokens SET created_at = 'x'", ["web", "token", "list"]),
+    ],
+    ids=["an approval's time", "an empty time", "the pause's time", "a token's time"],
+)  # fmt: skip
+def test_every_stored_time_is_read_as_agentd_wrote_it_or_named(
+    rig: Rig, rig_cli: Any, setup: list[str], statement: str, command: list[str]
+) -> None:
+    """The readers outside rows.py parsed times themselves: each was a ValueError traceback."""
+    assert rig_cli(rig, *setup).code == 0
+    edit(rig, statement)
+    result = rig_cli(rig, *command)
+    assert result.code == 1 and "Traceback" not in result.err and len(result.err.strip().splitlines()) == 1, result
+    assert "a time in the database is not one agentd wrote (found " in result.err, result.err

@@ -14,7 +14,7 @@ from typing import Any, get_args
 from agentd import frozen_value
 from agentd.cli.common import option, wants_json
 from agentd.cli.quick import plain_reader
-from agentd.clock import format_ts, parse_ts
+from agentd.clock import format_ts, parse_ts, stored_ts
 from agentd.edge import Refused, check_json_size, check_value
 from agentd.schema_check import compile_check
 from agentd.store.base import parse_optional_ts
@@ -118,7 +118,7 @@ def plain_event(row: Any) -> PlainEvent | None:
     if payload is None or refs is None or type(row["timestamp"]) is not str:
         return None
     try:
-        timestamp = parse_ts(row["timestamp"])
+        timestamp = stored_ts(row["timestamp"])
     except ValueError:
         return None
     ids = {name: row[name] for name, _ in _OPTIONAL_IDS}
@@ -247,9 +247,9 @@ def _plain_task(row: Any) -> PlainTask:
     return PlainTask(
         task_id=row["id"], status=row["status"], awaiting_approval=bool(row["awaiting_approval"]),
         priority=row["priority"], task_type=row["task_type"], attempt_count=row["attempt_count"],
-        max_attempts=row["max_attempts"], available_at=parse_ts(row["available_at"]), subject=row["subject"],
+        max_attempts=row["max_attempts"], available_at=stored_ts(row["available_at"]), subject=row["subject"],
         description=row["description"], source=row["source"], parent_task_id=row["parent_task_id"],
-        delegation_depth=row["delegation_depth"], created_at=parse_ts(row["created_at"]),
+        delegation_depth=row["delegation_depth"], created_at=stored_ts(row["created_at"]),
         free_attempt_count=row["free_attempt_count"], requested_profile_id=row["requested_profile_id"],
         requested_adapter_id=row["requested_adapter_id"], requested_model=row["requested_model"],
         skill_ids=json.loads(row["skill_ids"]), workflow_ref=ref, workflow_iteration=row["workflow_iteration"],
@@ -439,6 +439,6 @@ def sure_attempt(row: Any) -> bool:
 def _plain_attempt(row: Any) -> PlainAttempt:
     return PlainAttempt(
         row["attempt_number"], row["attempt_id"], row["adapter_id"], row["model"], row["exit_status"],
-        row["termination_reason"], parse_ts(row["started_at"]), parse_optional_ts(row["ended_at"]),
+        row["termination_reason"], stored_ts(row["started_at"]), parse_optional_ts(row["ended_at"]),
         row["evidence_dir"], parse_optional_ts(row["evidence_pruned_at"]),
     )  # fmt: skip

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from agentd.clock import parse_ts
+from agentd.clock import stored_ts
 from agentd.process import procs
 
 STALE_STATUS_S = 30.0  # services refresh their row every 5 s
@@ -16,7 +16,7 @@ Liveness = Literal["live", "stale", "down", "stopped", "unknown"]
 
 def service_health(row: dict[str, Any], now: datetime, here: procs.ProcessIdentity) -> dict[str, Any]:
     """The row, with `liveness` and how long ago it was last updated."""
-    quiet = (now - parse_ts(row["updated_at"])).total_seconds()
+    quiet = (now - stored_ts(row["updated_at"])).total_seconds()
     return {**row, "liveness": liveness(row, quiet, here), "updated_ago_s": round(quiet, 1)}
 
 

@@ -27,7 +27,7 @@ import anyio.abc
 import anyio.to_thread
 
 from agentd import __version__
-from agentd.clock import Clock, parse_ts
+from agentd.clock import Clock, stored_ts
 from agentd.config import Config
 from agentd.config.budget import AdapterSpend
 from agentd.errors import AgentdError
@@ -131,7 +131,7 @@ class QueueCollector:
         live, quiet = family(specs.SERVICE_LIVE), family(specs.SERVICE_QUIET)
         here = procs.this_process()
         for row in rows:
-            silent = (now - parse_ts(row["updated_at"])).total_seconds()
+            silent = (now - stored_ts(row["updated_at"])).total_seconds()
             live.add_metric([row["service"]], int(liveness(row, silent, here) == "live"))
             quiet.add_metric([row["service"]], max(silent, 0.0))
         yield live

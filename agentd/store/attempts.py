@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agentd.clock import parse_ts
+from agentd.clock import stored_ts
 from agentd.config.budget import BudgetHold
 from agentd.errors import InputError
 from agentd.hashing import new_ulid
@@ -232,7 +232,7 @@ class AttemptVerbs(StoreBase):
                FROM task_attempts a JOIN tasks t ON t.id = a.task_id
                WHERE a.ended_at IS NULL AND t.status = 'running' ORDER BY a.started_at"""
         ).fetchall()
-        return [RunningAttempt(r[0], r[1], r[2], r[3], r[4], parse_ts(r[5])) for r in rows]
+        return [RunningAttempt(r[0], r[1], r[2], r[3], r[4], stored_ts(r[5])) for r in rows]
 
     def finish_attempt(self, end: AttemptEnd) -> TaskRecord:
         """The outcome commit: one transaction, or nothing at all; the task as it left it."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from agentd.clock import Clock, format_ts, parse_ts
+from agentd.clock import Clock, format_ts, stored_ts
 from agentd.edge import printable
 from agentd.faults import database_gone, file_identity, os_storage_error, storage_error
 from agentd.hashing import GENESIS_HASH, chain_hash_of, compact_json_writer, event_body_json, new_ulid
@@ -114,7 +114,8 @@ def _utc_text(moment: datetime) -> str:
 
 
 def parse_optional_ts(text: str | None) -> datetime | None:
-    return None if text is None else parse_ts(text)
+    """A nullable time column (clock.stored_ts: UnreadableRow where an edit left something else)."""
+    return None if text is None else stored_ts(text)
 
 
 @contextmanager

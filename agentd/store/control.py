@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from agentd import frozen_value
-from agentd.clock import parse_ts
+from agentd.clock import stored_ts
 from agentd.errors import InputError
 from agentd.records import TaskRecord
 from agentd.store.approvals import ApprovalScope
@@ -66,7 +66,7 @@ class ControlVerbs(StoreBase):
                FROM approvals p JOIN tasks t ON t.id = p.task_id
                WHERE p.status = 'pending' ORDER BY p.requested_at, p.task_id"""
         ).fetchall()
-        return [PendingApproval(r[0], r[1], r[2], r[3], r[4], parse_ts(r[5]), r[6]) for r in rows]
+        return [PendingApproval(r[0], r[1], r[2], r[3], r[4], stored_ts(r[5]), r[6]) for r in rows]
 
     def pause_dispatch(self, by: str, reason: str | None, now: datetime) -> tuple[Pause, bool]:
         """(the pause, whether this call made it): pausing a paused dispatcher changes nothing."""
@@ -94,4 +94,4 @@ class ControlVerbs(StoreBase):
 
     def dispatch_pause(self) -> Pause | None:
         row = self._conn.execute("SELECT paused_at, paused_by, reason FROM dispatch_control WHERE id = 1").fetchone()
-        return None if row is None else Pause(parse_ts(row[0]), row[1], row[2])
+        return None if row is None else Pause(stored_ts(row[0]), row[1], row[2])

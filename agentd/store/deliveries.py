@@ -9,7 +9,8 @@ import sqlite3
 from datetime import datetime
 from typing import Any
 
-from agentd.errors import InputError, NotFound
+from agentd.edge import shown
+from agentd.errors import InputError, NotFound, UnreadableRow
 from agentd.records import OutboxEntry
 from agentd.records.messages import Delivery, DeliveryStep, OutboxItem
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
@@ -49,6 +50,9 @@ def item_from_row(row: sqlite3.Row) -> OutboxItem:
     created_at = parse_optional_ts(row["created_at"])
     assert created_at is not None
     result = loads(row["result"]) or {}
+    if not isinstance(result, dict):
+        raise UnreadableRow(f"outbox {row['id']} in the database is not a row agentd wrote (result: expected an "
+                            f"object, found {shown(result, 60)})")  # fmt: skip
     return OutboxItem(
         outbox_id=row["id"],
         kind=row["kind"],

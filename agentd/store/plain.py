@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agentd.clock import Clock, parse_ts
+from agentd.clock import Clock, stored_ts
 from agentd.store.base import StoreBase, Tx, connect, dumps, parse_optional_ts, timestamp_text, ts
 from agentd.store.columns import TASK_COLUMNS, TASK_FROM
 from agentd.store.migrations import available_migrations, require_current
@@ -124,11 +124,11 @@ def status_rows(store: StoreBase) -> dict[str, Any]:
            WHERE a.ended_at IS NULL AND t.status = 'running' ORDER BY a.started_at"""
     ).fetchall()
     return {
-        "lock": None if holder is None else (holder[0], holder[1], parse_ts(holder[2])),
-        "oldest_approval_at": None if approval is None else parse_ts(approval[0]),
-        "pause": None if pause is None else (parse_ts(pause[0]), pause[1], pause[2]),
+        "lock": None if holder is None else (holder[0], holder[1], stored_ts(holder[2])),
+        "oldest_approval_at": None if approval is None else stored_ts(approval[0]),
+        "pause": None if pause is None else (stored_ts(pause[0]), pause[1], pause[2]),
         "failed_messages": int(conn.execute("SELECT COUNT(*) FROM deliveries WHERE status = 'failed'").fetchone()[0]),
-        "running": [(*row[:5], parse_ts(row[5])) for row in running],
+        "running": [(*row[:5], stored_ts(row[5])) for row in running],
         "services": [dict(row) for row in conn.execute("SELECT * FROM service_status ORDER BY service").fetchall()],
     }
 

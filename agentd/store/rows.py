@@ -41,10 +41,7 @@ READ_FAILURES = (ValueError, TypeError, RecursionError)  # pydantic's Validation
 def unreadable(kind: str, key: str, row: sqlite3.Row, exc: BaseException) -> UnreadableRow:
     """The one line for a row of `kind` (named by its `key` column) that no record can be made of."""
     what = first_error(exc) if isinstance(exc, ValidationError) else cut(str(exc) or type(exc).__name__, 200)
-    return UnreadableRow(
-        f"{kind} {shown(row[key], 40)} in the database is not a row agentd wrote ({what}): it was changed outside "
-        "agentd; `agentd evidence verify` names what the event chain says"
-    )
+    return UnreadableRow(f"{kind} {shown(row[key], 40)} in the database is not a row agentd wrote ({what})")
 
 
 def first_error(exc: ValidationError, column: str = "") -> str:

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from agentd import frozen_value
-from agentd.clock import parse_ts
+from agentd.clock import stored_ts
 from agentd.records import (
     AcceptedEvent,
     Change,
@@ -202,7 +202,7 @@ class SensingVerbs(StoreBase):
         rows = self._conn.execute(
             "SELECT sensor_id, run_id, run_owner, run_started_at FROM sensor_state WHERE run_id IS NOT NULL"
         ).fetchall()
-        return [OpenSensorRun(r[0], r[1], loads(r[2]) or {}, parse_ts(r[3])) for r in rows]
+        return [OpenSensorRun(r[0], r[1], loads(r[2]) or {}, stored_ts(r[3])) for r in rows]
 
     def reclaim_sensor_run(self, sensor_id: str, run_id: str, killed: int, now: datetime) -> None:
         """Close a run whose service died: what it printed but did not record, it prints again."""

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from agentd import frozen_value
-from agentd.clock import parse_ts
+from agentd.clock import stored_ts
 from agentd.errors import InputError, NotFound
 from agentd.records import TaskRecord
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
@@ -62,7 +62,7 @@ def _token(row: Any) -> WebToken:
         row["token_id"],
         row["name"],
         row["secret_sha256"],
-        parse_ts(row["created_at"]),
+        stored_ts(row["created_at"]),
         row["created_by"],
         parse_optional_ts(row["revoked_at"]),
         row["revoked_by"],
@@ -76,10 +76,10 @@ def _handoff(row: Any) -> Handoff:
         row["handler_id"],
         row["status"],
         row["attempts"],
-        parse_ts(row["next_attempt_at"]),
+        stored_ts(row["next_attempt_at"]),
         row["last_error"],
         loads(row["context"]),
-        parse_ts(row["created_at"]),
+        stored_ts(row["created_at"]),
         parse_optional_ts(row["sent_at"]),
     )
 
