@@ -159,3 +159,31 @@ time.sleep(600)
             first.kill()
         if pid_file.exists() and alive(int(pid_file.read_text())):
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("name", ["bad\nname", "my sensor", "\u00b2", "-dash", "x" * 129])
+def test_a_sensor_folder_whose_name_is_no_id_is_named_by_config_check(sensors_dir: Path, name: str) -> None:
+    """The folder's name is the sensor's id (events, sources, logs, its state folder): "bad\\nname" was a
+    sensor whose id split every log line it was in."""
+    from agentd.config.sensors import load_sensors
+
+    write_sensor(sensors_dir, "fine", "pass")
+    write_sensor(sensors_dir, name, "pass")
+    sensors, problems = load_sensors(sensors_dir, {})
+    assert list(sensors) == ["fine"]
+    [problem] = problems
+    assert problem.source == str(sensors_dir / name) and "a sensor's folder name is its id: expected" in str(problem)
+
+
+def test_a_dot_folder_in_sensors_or_skills_is_passed_over(sensors_dir: Path, tmp_path: Path) -> None:
+    """A .git (or an editor's folder) was "missing: every sensor folder needs a sensor.toml"."""
+    from agentd.config.sensors import load_sensors
+    from agentd.config.skills import load_skills
+
+    write_sensor(sensors_dir, "fine", "pass")
+    for root in (sensors_dir, tmp_path / "skills"):
+        (root / ".git" / "objects").mkdir(parents=True)
+        (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    sensors, problems = load_sensors(sensors_dir, {})
+    assert list(sensors) == ["fine"] and problems == []
+    assert load_skills(tmp_path / "skills") == ({}, [])

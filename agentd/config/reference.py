@@ -9,8 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from agentd.config.settings import Settings
-
-IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+from agentd.records.base import IDENTIFIER_PATTERN
 
 INTRO = """\
 # Configuration reference

@@ -7,6 +7,7 @@ stdout; the sensor service (agentd/sensing.py) turns them into tasks and workflo
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,9 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentd import frozen_value
 from agentd.config.environment import secret_file_problems
 from agentd.config.parsed import read_manifest
-from agentd.config.skills import Skill
+from agentd.config.skills import Skill, hidden
+from agentd.edge import shown
 from agentd.errors import Problem
-from agentd.records.base import Command, EnvVars, command_argv
+from agentd.records.base import IDENTIFIER_MAX, IDENTIFIER_PATTERN, IDENTIFIER_WORDS, Command, EnvVars, command_argv
 
 MANIFEST = "sensor.toml"
 
@@ -56,7 +58,7 @@ class Sensor:
 def load_sensors(sensors_dir: Path, skills: dict[str, Skill]) -> tuple[dict[str, Sensor], list[Problem]]:
     """Every sensor folder under sensors_dir and every skill's sensor, with the problems found."""
     listed = os.path.isdir(sensors_dir)  # False for whatever cannot be one (_folder_problems says which)
-    folders = [(p.name, p) for p in sorted(sensors_dir.iterdir()) if p.is_dir()] if listed else []
+    folders = [(p.name, p) for p in sorted(sensors_dir.iterdir()) if p.is_dir() and not hidden(p)] if listed else []
     for skill in skills.values():
         if skill.manifest.sensor_path:
             folders.append((skill.skill_id, skill.directory / skill.manifest.sensor_path))
@@ -66,6 +68,11 @@ def load_sensors(sensors_dir: Path, skills: dict[str, Skill]) -> tuple[dict[str,
         sensor, found = _load_sensor(sensor_id, directory)
         problems += found
         if sensor is None:
+            continue
+        if not is_identifier(sensor_id):  # it names the sensor in events, sources, logs and its state folder
+            expected = f"{IDENTIFIER_WORDS}, at most {IDENTIFIER_MAX}"
+            problems.append(Problem(str(directory), "", f"a sensor's folder name is its id: expected {expected}, "
+                                    f"found {shown(sensor_id)}"))  # fmt: skip
             continue
         if sensor_id in sensors:
             problems.append(
@@ -78,6 +85,13 @@ def load_sensors(sensors_dir: Path, skills: dict[str, Skill]) -> tuple[dict[str,
             continue
         sensors[sensor_id] = sensor
     return sensors, problems
+
+
+_IDENTIFIER = re.compile(IDENTIFIER_PATTERN)
+
+
+def is_identifier(text: str) -> bool:
+    return len(text) <= IDENTIFIER_MAX and _IDENTIFIER.fullmatch(text) is not None
 
 
 def _load_sensor(sensor_id: str, directory: Path) -> tuple[Sensor | None, list[Problem]]:

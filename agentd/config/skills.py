@@ -50,13 +50,18 @@ class Skill:
         return None
 
 
+def hidden(folder: Path) -> bool:
+    """A folder named with a leading dot (.git, an editor's) is no skill or sensor: it is passed over."""
+    return folder.name.startswith(".")
+
+
 def load_skills(skills_dir: Path) -> tuple[dict[str, Skill], list[Problem]]:
     """Every skill folder under skills_dir, and every problem found while reading them."""
     skills: dict[str, Skill] = {}
     problems: list[Problem] = []
     if not os.path.isdir(skills_dir):  # False for whatever cannot be one (_folder_problems says which)
         return skills, problems
-    for directory in sorted(p for p in skills_dir.iterdir() if p.is_dir()):
+    for directory in sorted(p for p in skills_dir.iterdir() if p.is_dir() and not hidden(p)):
         skill, found = _load_skill(directory)
         problems.extend(found)
         if skill is not None:

@@ -111,7 +111,10 @@ def _settable(variables: dict[str, str]) -> dict[str, str]:
 
 # Variables a child process is given: each name one exec can set (not empty, no '=' or NUL).
 EnvVars = Annotated[dict[str, str], AfterValidator(_settable)]
-Identifier = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
+IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+IDENTIFIER_MAX = 128
+IDENTIFIER_WORDS = "letters, digits and . _ : - (starting with a letter or digit)"
+Identifier = Annotated[str, Field(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER_PATTERN)]
 
 
 def _storable(value: dict[str, Any]) -> dict[str, Any]:
