@@ -131,13 +131,18 @@ def test_systemd_analyze_verifies_the_web_unit_and_rates_it_at_most_its_measured
             ('workspace = "/var/lib/agentd-run/two/workspace"', 'workspace = "/var/lib/agentd/one"'),
             "paths.workspace: /var/lib/agentd/one overlaps",
         ),
+        # One workspace for both: each service makes it its own run user's, each agent sees the other's work.
+        (
+            ('workspace = "/var/lib/agentd-run/two/workspace"', 'workspace = "/var/lib/agentd-run/one/workspace"'),
+            "paths.workspace: /var/lib/agentd-run/one/workspace overlaps",
+        ),
         # Agent two's state dir inside agent one's workspace: one's attempts could do the same to two.
         (
             ('state_dir = "/var/lib/agentd/two"', 'state_dir = "/var/lib/agentd-run/one/workspace/two"'),
             "paths.state_dir: /var/lib/agentd-run/one/workspace/two is inside",
         ),
     ],
-    ids=["one run user", "a workspace over a state dir", "a state dir in a workspace"],
+    ids=["one run user", "a workspace over a state dir", "one workspace", "a state dir in a workspace"],
 )
 def test_config_check_and_the_services_refuse_another_installed_agents_run_user_or_folders(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: tuple[str, str], problem: str

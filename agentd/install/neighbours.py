@@ -63,10 +63,17 @@ def _clashes(config: Config, theirs: Neighbour) -> list[tuple[str, str]]:
             if within(path, area)
         ]
     for key, area in (("paths.workspace", config.paths.workspace), ("paths.run_dir", config.paths.run_dir)):
+        if area is None:
+            continue
         state_dir = theirs.state_dir
-        if area is not None and state_dir is not None and (within(state_dir, area) or within(area, state_dir)):
+        if state_dir is not None and (within(state_dir, area) or within(area, state_dir)):
             found.append((key, f"{area} overlaps {other}'s state dir ({state_dir}): this agent's attempts could "
                           "reach it"))  # fmt: skip
+        found += [  # two services would each make it their own run user's, and each agent's attempts see the other's
+            (key, f"{area} overlaps {other}'s {their_key} ({their_area}): give each agent its own")
+            for their_key, their_area in theirs.areas
+            if within(area, their_area) or within(their_area, area)
+        ]
     return found
 
 
