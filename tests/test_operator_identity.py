@@ -93,11 +93,19 @@ async def test_a_source_cannot_claim_a_namespace_agentd_sets(gated: Rig, rig_cli
     assert gated.store.chain_head() == before
 
 
+@pytest.mark.parametrize("given", ["no-such-account-here", "nobody\nforged line", "x" * 100_000])
+def test_sudo_user_is_recorded_only_when_it_names_an_account(monkeypatch: pytest.MonkeyPatch, given: str) -> None:
+    """$SUDO_USER is anyone's to set: text that names no account of this system (a newline that would forge a
+    log line, a megabyte in every event's `by`) is not recorded as who ran sudo. The OS user always is."""
+    monkeypatch.setenv("SUDO_USER", given)
+    assert "sudo_user" not in operator_identity() and operator_name() == operator_identity()["user"]
+
+
 @pytest.mark.asyncio
 async def test_every_control_act_records_the_os_user(gated: Rig, rig_cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SUDO_USER", "alice")  # as sudo leaves it: the person behind the account
+    monkeypatch.setenv("SUDO_USER", "nobody")  # as sudo leaves it: the person behind the account
     who = operator_name()
-    assert who == f"alice (sudo as {operator_identity()['user']})"
+    assert who == f"nobody (sudo as {operator_identity()['user']})"
     added = rig_cli(gated, "task", "add", "--type", "scripted", "--payload", "{}", "--json").json()
     assert added["source"] == f"operator:{operator_identity()['user']}"
     assert rig_cli(gated, "task", "add", "--type", "scripted", "--source", "ci:nightly", "--payload", "{}").code == 0

@@ -177,9 +177,21 @@ def operator_identity() -> dict[str, Any]:
         name = getpass.getuser() if uid == os.geteuid() else f"uid:{uid}"
     found: dict[str, Any] = {"user": name, "uid": uid}
     sudo_user = os.environ.get("SUDO_USER")
-    if sudo_user and sudo_user != name:
+    if sudo_user and sudo_user != name and _is_account(sudo_user):
         found["sudo_user"] = sudo_user
     return found
+
+
+def _is_account(name: str) -> bool:
+    """$SUDO_USER names an account of this system: anything else (text that is no user, a megabyte, a
+    newline) is not recorded as who ran sudo."""
+    if len(name) > 256 or not name.isprintable():
+        return False
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 def operator_name() -> str:
