@@ -158,6 +158,9 @@ def test_status_tasks_task_events_and_approvals(web: WebRig, alice: Client) -> N
         ("/api/tasks/-1", "path.task_id"),
         ("/api/tasks/%F0%9F%98%80", "path.task_id"),
         ("/api/tasks?status=%ED%A0%80", "query.status"),
+        ("/api/tasks/%D9%A1", "path.task_id"),  # Arabic-Indic one: numbers are ASCII digits
+        ("/api/tasks/1_0", "path.task_id"),
+        ("/api/events?after=%2B5", "query.after"),
     ],
 )
 def test_bad_queries_name_the_field(alice: Client, path: str, where: str) -> None:
@@ -322,3 +325,13 @@ def test_a_row_edited_outside_agentd_is_a_json_500_naming_it(web: WebRig, alice:
         assert answer.status == 500 and answer.error_at() == "database", (path, answer.status)
         what = answer.json()["error"]["what"]
         assert f"task {task.task_id} in the database is not a row agentd wrote (skill_ids:" in what, what
+
+
+def test_ids_and_sequences_take_what_the_cli_takes(alice: Client) -> None:
+    """Any id up to 2^63-1, as `agentd task show` takes it: 13 digits and more were refused as if past the
+    top of a range ("an integer from 1 to 4611686018427387904") that the parser never reached."""
+    assert alice.get("/api/events", after="99999999999999").json()["events"] == []
+    missing = alice.get("/api/tasks/99999999999999")
+    assert missing.status == 404 and missing.error_at() == "path.task_id"
+    past = alice.get("/api/tasks/9223372036854775808")
+    assert past.status == 422 and past.json()["error"]["expected"] == "an integer from 1 to 9223372036854775807"

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from agentd import control
+from agentd.edge import INT64_MAX
 from agentd.process.files import read_beneath
 from agentd.process.privilege import RESERVED_SOURCES
 from agentd.records import TaskIntent
@@ -77,9 +78,9 @@ async def api_events(request: Request) -> Response:
     """GET /api/events: events after a sequence, in order; `next_after` pages on."""
     await bearer(request)
     query = request.query_params
-    after = inputs.integer(query.get("after"), "query.after", low=0, high=2**62, default=0)
+    after = inputs.integer(query.get("after"), "query.after", low=0, high=INT64_MAX, default=0)
     limit = inputs.integer(query.get("limit"), "query.limit", low=1, high=1000, default=200)
-    task_id = inputs.integer(query.get("task_id"), "query.task_id", low=1, high=2**62, default=0) or None
+    task_id = inputs.integer(query.get("task_id"), "query.task_id", low=1, high=INT64_MAX, default=0) or None
     types = tuple(inputs.event_type(t, "query.type") for t in query.getlist("type"))
     rows = await web_of(request).db.call(Store.event_rows, after=after, task_id=task_id, types=types, limit=limit)
     return JSONResponse({"events": rows, "next_after": rows[-1]["sequence"] if rows else after})
@@ -149,7 +150,7 @@ def dispatch_context_of(value: Any) -> dict[str, Any] | None:
 
 def path_id(request: Request) -> int:
     """The task id in the path: a positive integer, or a 422 naming path.task_id."""
-    return inputs.integer(request.path_params["task_id"], "path.task_id", low=1, high=2**62)
+    return inputs.integer(request.path_params["task_id"], "path.task_id", low=1, high=INT64_MAX)
 
 
 def action(

@@ -13,6 +13,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from agentd import control
+from agentd.edge import INT64_MAX
 from agentd.store import Store
 from agentd.vocabulary import TASK_STATUSES
 from agentd.web import inputs
@@ -135,15 +136,15 @@ async def events(request: Request) -> Response:
     """GET /events: the newest events, or those after a sequence."""
     operator, csrf = await viewer(request)
     query = request.query_params
-    after = inputs.integer(query.get("after"), "query.after", low=0, high=2**62, default=0)
-    task_id = inputs.integer(query.get("task_id"), "query.task_id", low=1, high=2**62, default=0) or None
+    after = inputs.integer(query.get("after"), "query.after", low=0, high=INT64_MAX, default=0)
+    task_id = inputs.integer(query.get("task_id"), "query.task_id", low=1, high=INT64_MAX, default=0) or None
     rows = await web_of(request).db.call(Store.event_rows, after=after, task_id=task_id, limit=200, last=after == 0)
     return page(request, "events.html", operator, csrf, events=rows, task_id=task_id)
 
 
 def task_id_of(request: Request) -> int:
     """The task id in the path, or a 422 naming path.task_id."""
-    return inputs.integer(request.path_params["task_id"], "path.task_id", low=1, high=2**62)
+    return inputs.integer(request.path_params["task_id"], "path.task_id", low=1, high=INT64_MAX)
 
 
 # --- actions ------------------------------------------------------------------------------------------

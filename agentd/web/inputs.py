@@ -114,8 +114,8 @@ def integer(value: Any, where: str, *, low: int, high: int, default: int | None 
         if default is None:
             raise BadInput(422, "missing", where, f"an integer from {low} to {high}")
         return default
-    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,12}", value):
-        value = int(value)
+    if isinstance(value, str) and (number := edge.whole_number(value)) is not None:
+        value = number  # ASCII digits only, as every number agentd reads from text (docs/decisions.md, Numbers)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise BadInput(422, f"found {str(value)[:40]!r}", where, f"an integer from {low} to {high}")
     return value

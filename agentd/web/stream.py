@@ -12,6 +12,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
+from agentd.edge import INT64_MAX
 from agentd.store import Store
 from agentd.web import inputs
 from agentd.web.app import Web
@@ -24,8 +25,8 @@ def response(request: Request, web: Web) -> StreamingResponse:
     """The stream the query (or Last-Event-ID) asks for: after, task_id, type (repeated)."""
     query = request.query_params
     resume = request.headers.get("last-event-id") or query.get("after")
-    after = inputs.integer(resume, "query.after", low=0, high=2**62, default=0)
-    task_id = inputs.integer(query.get("task_id"), "query.task_id", low=1, high=2**62, default=0) or None
+    after = inputs.integer(resume, "query.after", low=0, high=INT64_MAX, default=0)
+    task_id = inputs.integer(query.get("task_id"), "query.task_id", low=1, high=INT64_MAX, default=0) or None
     types = tuple(inputs.event_type(t, "query.type") for t in query.getlist("type"))
     headers = {"cache-control": "no-store", "x-accel-buffering": "no"}
     return StreamingResponse(events_from(web, after, task_id, types), media_type="text/event-stream", headers=headers)
