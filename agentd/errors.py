@@ -7,6 +7,7 @@ A model's failure is data (a TaskOutcome), never one of these.
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -71,6 +72,15 @@ class StorageError(AgentdError):
     def __init__(self, path: object, problem: str, fix: str) -> None:
         super().__init__(f"{path}: {problem}; {fix}")
         self.path, self.problem = path, problem
+
+
+class Interrupted(AgentdError):
+    """A signal (Ctrl-C, SIGTERM, SIGHUP) asked a command to stop; it stopped between two transactions.
+    Exit 128 + the signal's number, as a shell reports a command the signal ended."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(f"stopped by {signal_name}")
+        self.exit_code = 128 + signal.Signals[signal_name].value
 
 
 class UnreadableRow(AgentdError):

@@ -193,3 +193,21 @@ def _example_config() -> Config:
     if not _CONFIGS:
         _CONFIGS.append(load_config(EXAMPLE_CONFIG))
     return _CONFIGS[0]
+
+
+def test_a_signal_stops_a_fleet_batch_between_two_transactions(queue: FleetQueue, dsn: str) -> None:
+    """`fleet submit --batch` under Ctrl-C or SIGTERM (cli/common.py stop_between): the transaction under
+    way ends, the next is never begun, and the note says where to resume."""
+    from agentd.cli.fleet_submit import resume_note, send
+    from agentd.errors import Interrupted
+
+    config, now = _example_config(), FakeClock().now()
+    fields = [{"task_type": "example", "key": f"k{n}"} for n in range(1, 1_202)]
+    submissions = [(n, judge(line, config, now, flags=False)) for n, line in enumerate(fields, 1)]
+    origin = {"submitted_by": "tester", "dispatch_context": {"originSurface": "cli", "originProductId": "agentd",
+              "dispatchMode": "batch", "initiatedAt": "2026-11-26T00:00:00Z"}}  # fmt: skip
+    asked = iter([None, None, "SIGINT"])
+    sent, failed = send(queue, submissions, origin, lambda: next(asked))
+    assert isinstance(failed, Interrupted) and failed.exit_code == 130 and len(sent) == 1_000
+    assert "lines 1–1000 were submitted (1,000 of 1,201)" in resume_note(sent, 1_201)
+    assert len(rows(dsn)) == 1_000 + 1  # and the events' count

@@ -6,10 +6,12 @@ from __future__ import annotations
 import gc
 import io
 import json
+import os
 import sqlite3
 import subprocess
 import sys
 import weakref
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from support import EXAMPLE_CONFIG, examples
 
 from agentd.clock import FakeClock
 from agentd.config import Config
-from agentd.errors import AgentdError
+from agentd.errors import AgentdError, Interrupted
 from agentd.records import NewTask, WorkflowRef
 from agentd.store import Store
 from agentd.store.base import no_cycle_collection
@@ -273,6 +275,53 @@ def test_a_write_that_fails_part_way_says_which_lines_are_in(store: Store, confi
     note = writing.resume_note(1_201)
     assert "lines 1–1000 were written (1,000 of 1,201 tasks: 1–1000)" in note and "resume from line 1001" in note
     assert store.queue_summary(clock.now()).counts == {"pending": 1_000}
+
+
+def test_a_signal_stops_the_writing_between_two_transactions(store: Store, config: Config, clock: FakeClock) -> None:
+    """A stop asked after the second transaction: the third is never begun, and the note is exact."""
+    asked = iter([None, None, "SIGTERM"])
+    writing = batch.write(store, judged(config, clock, 1_201), clock.now(), "tester", stop=lambda: next(asked))
+    assert isinstance(writing.failed, Interrupted) and writing.failed.exit_code == 128 + 15
+    assert "lines 1–1000 were written (1,000 of 1,201 tasks: 1–1000)" in writing.resume_note(1_201)
+    assert store.queue_summary(clock.now()).counts == {"pending": 1_000}
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_mid_batch_says_exactly_which_lines_are_in(
+    initialised: Any, tmp_path: Path, state_dir: Path, signal_name: str
+) -> None:
+    """Was exit 130 or death by SIGTERM with nothing said, thousands of tasks in and no word of which."""
+    import signal
+    import time
+
+    path = tmp_path / "many.jsonl"
+    path.write_text(jsonl(*(intent(n) for n in range(1, 40_001))))
+    env = dict(os.environ)  # the state_dir fixture points the example config at this test's folders
+    running = subprocess.Popen(
+        [sys.executable, "-m", "agentd", "--config", str(EXAMPLE_CONFIG), "task", "add", "--batch", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    db = state_dir / "agentd.db"
+    deadline = time.monotonic() + 60
+    while _tasks_in(db) == 0 and running.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)  # the first transaction is in: stop it part way
+    running.send_signal(getattr(signal, signal_name))
+    out, err = running.communicate(timeout=60)
+    written = _tasks_in(db)
+    assert 0 < written < 40_000, (written, err)
+    assert running.returncode == 128 + getattr(signal, signal_name), (running.returncode, err)
+    assert f"lines 1–{written} were written ({written:,} of 40,000 tasks" in err, err
+    assert f"resume from line {written + 1}" in err
+    assert err.rstrip().endswith(f"agentd: stopped by {signal_name}") and "Traceback" not in err and out == ""
+
+
+def _tasks_in(db: Path) -> int:
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])
+    except sqlite3.Error:
+        return 0
 
 
 def test_the_ids_written_are_those_autoincrement_gives_after_the_last_task_removed(

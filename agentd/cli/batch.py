@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentd.cli.common import agent_store, input_name, opened_input, print_json, wants_json
+from agentd.cli.common import agent_store, input_name, opened_input, print_json, stop_between, wants_json
 from agentd.clock import SystemClock
 from agentd.errors import InputError
 
@@ -36,13 +36,13 @@ def cmd_task_add_batch(args: argparse.Namespace) -> int:
     _refuse_per_task_flags(args)
     source = operator_source(args.source)  # the lines that name no source of their own get this one
     now = SystemClock().now()
-    with agent_store(args) as (config, store), opened_input(args.batch, "--batch") as stream:
+    with agent_store(args) as (config, store), opened_input(args.batch, "--batch") as stream, stop_between() as stop:
         judged = batch.judge_lines(
             batch.read_lines(stream), config, now, source=source, require_approval=args.require_approval
         )
         if judged.bad:
             raise batch.refusal(judged)
-        writing = batch.write(store, judged.tasks, now, control.operator())
+        writing = batch.write(store, judged.tasks, now, control.operator(), stop=stop)
     if writing.written:
         poke(config.paths.state_dir)  # new work: wake the dispatcher now
     if writing.failed is not None:

@@ -318,6 +318,26 @@ def print_fields(pairs: Iterable[tuple[str, Any]]) -> None:
 
 
 @contextmanager
+def stop_between() -> Iterator[Callable[[], str | None]]:
+    """For a command that writes in several transactions: Ctrl-C, SIGTERM and SIGHUP only note that a stop
+    was asked (the function yielded says which signal, or None), so the command stops between two
+    transactions and can say exactly what is in, instead of dying between a commit and its report."""
+    import signal
+
+    asked: list[str] = []
+
+    def note(number: int, _frame: object) -> None:
+        asked.append(signal.Signals(number).name)
+
+    previous = {number: signal.signal(number, note) for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield lambda: asked[0] if asked else None
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+@contextmanager
 def opened_input(path: str, flag: str) -> Iterator[IO[bytes]]:
     """The operator's input file for `flag` (FILE, or - for stdin), read as bytes; InputError if unreadable."""
     if path == "-":

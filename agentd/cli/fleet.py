@@ -8,7 +8,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentd.cli.common import add_command, config_from, json_object, print_json, priority, record_id, wants_json
+from agentd.cli.common import (
+    add_command,
+    config_from,
+    json_object,
+    print_json,
+    priority,
+    record_id,
+    stop_between,
+    wants_json,
+)
 from agentd.clock import SystemClock, format_ts
 from agentd.edge import printable
 from agentd.errors import InputError
@@ -105,7 +114,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     origin = fleet_submit.origin_of(args, now)
     queue = _queue(args)
     try:
-        sent, failed = fleet_submit.send(queue, submissions, origin)
+        with stop_between() as stop:
+            sent, failed = fleet_submit.send(queue, submissions, origin, stop)
     finally:
         queue.close()
     if failed is not None:

@@ -4,13 +4,14 @@ the one rule below before anything reaches PostgreSQL (docs/fleet.md, "Submittin
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import input_problems, print_json, wants_json
 from agentd.clock import format_ts
 from agentd.edge import shown
-from agentd.errors import AgentdError, InputError
+from agentd.errors import AgentdError, InputError, Interrupted
 
 if TYPE_CHECKING:
     from agentd.config import Config
@@ -135,13 +136,19 @@ Sent = list[tuple[int, "FleetTask", bool]]  # (line, task, new)
 
 
 def send(
-    queue: FleetQueue, submissions: list[tuple[int, Submission]], origin: dict[str, Any]
+    queue: FleetQueue,
+    submissions: list[tuple[int, Submission]],
+    origin: dict[str, Any],
+    stop: Callable[[], str | None] = lambda: None,
 ) -> tuple[Sent, AgentdError | None]:
-    """CHUNK submissions per transaction, in line order; a failed transaction ends it (those before are in)."""
+    """CHUNK submissions per transaction, in line order; a failed transaction ends it (those before are in),
+    as does a signal (`stop`, asked before each transaction: cli/common.py stop_between)."""
     sent: Sent = []
     try:
         queue.require_current()
         for start in range(0, len(submissions), CHUNK):
+            if (signal_name := stop()) is not None:
+                return sent, Interrupted(signal_name)
             chunk = submissions[start : start + CHUNK]
             done = queue.submit_many([new for _, new in chunk], origin=origin)
             sent += [(number, task, fresh) for (number, _), (task, fresh) in zip(chunk, done, strict=True)]

@@ -18,7 +18,7 @@ from agentd import frozen_value
 from agentd.config import Config
 from agentd.edge import Refused
 from agentd.edge import loads as load_json
-from agentd.errors import AgentdError, InputError
+from agentd.errors import AgentdError, InputError, Interrupted
 from agentd.process.privilege import operator_source
 from agentd.records import NewTask, TaskIntent
 from agentd.store import Store
@@ -210,11 +210,16 @@ def write(
     now: datetime,
     by: str,
     on_written: Callable[[Written], None] | None = None,
+    stop: Callable[[], str | None] = lambda: None,
 ) -> Writing:
     """The judged tasks, CHUNK per transaction, in line order. A transaction that fails leaves those
-    before it written, and ends the writing: `failed` says why, `written` what is in."""
+    before it written, and ends the writing: `failed` says why, `written` what is in. `stop` (which
+    signal asked, if one did: cli/common.py stop_between) is asked before each transaction."""
     writing = Writing()
     for start in range(0, len(tasks), CHUNK):
+        if (signal_name := stop()) is not None:
+            writing.failed = Interrupted(signal_name)
+            return writing
         chunk = tasks[start : start + CHUNK]
         try:
             ids = store.enqueue_tasks([new for _, new in chunk], now, event_payload={"by": by})
