@@ -108,13 +108,18 @@ class Contained:
 @contextmanager
 def contained(log: logging.Logger | None, message: str = "", *args: object) -> Iterator[Contained]:
     """A block whose failure is one tick's, one run's or one attempt's own: anything but FATAL is
-    logged with its traceback (`message % args`; not when `log` is None) and handed back for the
-    caller to record; FATAL (and cancellation, which is no Exception) goes on up and ends the service."""
+    logged with its traceback (`message % args`; not when `log` is None; an UnreadableRow in one line)
+    and handed back for the caller to record; FATAL (and cancellation, which is no Exception) goes on up
+    and ends the service."""
     caught = Contained()
     try:
         yield caught
     except FATAL:
         raise
+    except UnreadableRow as exc:  # the data's fault, said in one line: a traceback would add nothing
+        if log is not None:
+            log.error("%s: %s", message % args if args else message, exc)
+        caught.error = exc
     except Exception as exc:
         if log is not None:
             log.exception(message, *args)

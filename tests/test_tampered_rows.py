@@ -62,7 +62,9 @@ async def test_a_row_no_record_takes_is_named_in_one_line(
 
 
 @pytest.mark.asyncio
-async def test_the_dispatcher_ends_a_task_it_cannot_read_and_runs_the_next(rig: Rig) -> None:
+async def test_the_dispatcher_ends_a_task_it_cannot_read_and_runs_the_next(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
     unreadable, readable = rig.add(subject="edited"), rig.add(subject="next")
     edit(rig, f"UPDATE tasks SET payload = '[1]' WHERE id = {unreadable.task_id}")
     dispatcher = rig.dispatcher()
@@ -72,8 +74,10 @@ async def test_the_dispatcher_ends_a_task_it_cannot_read_and_runs_the_next(rig: 
     with closing(sqlite3.connect(rig.config.db_path)) as conn:
         rows = dict(conn.execute("SELECT id, status || ' ' || coalesce(last_error, '') FROM tasks").fetchall())
     assert rows[readable.task_id].startswith("completed"), rows
-    assert rows[unreadable.task_id].startswith("permanent_failure internal_error: UnreadableRow: task"), rows
+    assert rows[unreadable.task_id].startswith("permanent_failure internal_error: task"), rows
     assert "(payload: input should be a valid dictionary, found [1])" in rows[unreadable.task_id]
+    said = [r for r in caplog.records if "not a row agentd wrote" in r.getMessage()]
+    assert said and not any(r.exc_info for r in said), "one line: the row and the column, no traceback"
 
 
 @pytest.mark.parametrize(

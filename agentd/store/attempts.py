@@ -14,7 +14,7 @@ from typing import Any
 
 from agentd.clock import stored_ts
 from agentd.config.budget import BudgetHold
-from agentd.errors import InputError
+from agentd.errors import InputError, UnreadableRow
 from agentd.hashing import new_ulid
 from agentd.records import (
     TERMINAL_STATUSES,
@@ -106,9 +106,11 @@ class AttemptVerbs(StoreBase):
                 check_fleet_gate(self.tx, row["id"], confirmed)
                 try:
                     task = read_task_or_raise(self.tx, row["id"])
-                except Exception as exc:
-                    logger.exception("task %s cannot be read back; failing it", row["id"])
-                    self._fail_unreadable(row["id"], f"internal_error: {type(exc).__name__}: {exc}"[:500], now)
+                except Exception as exc:  # an UnreadableRow (an edit outside agentd) says it all in one line
+                    plain = isinstance(exc, UnreadableRow)
+                    said = str(exc) if plain else f"{type(exc).__name__}: {exc}"
+                    logger.error("task %s cannot be read back; failing it: %s", row["id"], said, exc_info=not plain)
+                    self._fail_unreadable(row["id"], f"internal_error: {said}"[:500], now)
                     continue
                 try:
                     chosen = plan(task)
