@@ -96,9 +96,10 @@ def test_two_agents_on_one_vm_share_no_writable_path() -> None:
 
 SENSOR = """#!/usr/bin/env python3
 import json, os, subprocess, sys
-daemon = (
-    "import os, time\\nif os.fork(): os._exit(0)\\nos.setsid()\\n"
-    "open(os.environ['HOME'] + '/daemon.pid', 'w').write(str(os.getpid()))\\ntime.sleep(600)"
+daemon = (  # the first process returns only once the daemon has written its pid (no race with the test)
+    "import os, time\\nr, w = os.pipe()\\nif os.fork():\\n    os.close(w); os.read(r, 1); os._exit(0)\\n"
+    "os.setsid()\\nopen(os.environ['HOME'] + '/daemon.pid', 'w').write(str(os.getpid()))\\n"
+    "os.write(w, b'x')\\ntime.sleep(600)"
 )
 subprocess.run([sys.executable, "-c", daemon], check=True)  # leaves the group; keeps the run's marker
 print(json.dumps({"event_id": "e1", "observed_at": "2026-11-25T00:00:00Z", "source_ref": "x",
