@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import EXAMPLE_CONFIG, examples
+from support import EXAMPLE_CONFIG, examples, wait_until
 
 from agentd.clock import FakeClock
 from agentd.config import Config
@@ -293,7 +293,6 @@ def test_ctrl_c_or_sigterm_mid_batch_says_exactly_which_lines_are_in(
 ) -> None:
     """Was exit 130 or death by SIGTERM with nothing said, thousands of tasks in and no word of which."""
     import signal
-    import time
 
     path = tmp_path / "many.jsonl"
     path.write_text(jsonl(*(intent(n) for n in range(1, 40_001))))
@@ -303,9 +302,7 @@ def test_ctrl_c_or_sigterm_mid_batch_says_exactly_which_lines_are_in(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     db = state_dir / "agentd.db"
-    deadline = time.monotonic() + 60
-    while _tasks_in(db) == 0 and running.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)  # the first transaction is in: stop it part way
+    wait_until(lambda: _tasks_in(db) > 0 or running.poll() is not None, 60, "the batch's first transaction")
     running.send_signal(getattr(signal, signal_name))
     out, err = running.communicate(timeout=60)
     written = _tasks_in(db)

@@ -14,7 +14,7 @@ from agentd import frozen_value
 from agentd.config import Config
 from agentd.config.parsed import read_toml
 from agentd.errors import ConfigError, Problem
-from agentd.install.ports import other_agents
+from agentd.install.ports import installed_neighbours
 from agentd.work.validation import operator_paths, within
 
 
@@ -35,13 +35,9 @@ def refuse_neighbours(config: Config) -> None:
 
 
 def neighbour_problems(config: Config) -> list[Problem]:
-    """One problem per clash between this agent and another installed one; none outside /etc/agentd (a
-    checkout's config/ folder holds copies of the example, which never run side by side)."""
-    folder = config.path.resolve().parent
-    if (folder.name, folder.parent.name) != ("agentd", "etc"):
-        return []
+    """One problem per clash between this agent and another installed one (ports.installed_neighbours)."""
     problems = []
-    for other in other_agents(folder / config.path.name):
+    for other in installed_neighbours(config.path):
         try:
             theirs = neighbour(other)
         except (OSError, ValueError):

@@ -62,6 +62,15 @@ def other_agents(config: Path) -> list[Path]:
     return sorted(p for p in config.parent.glob("*.toml") if p.name != config.name)
 
 
+def installed_neighbours(config: Path) -> list[Path]:
+    """The other installed agents' TOMLs, if `config` is itself one in an etc/agentd folder; none for any
+    other config (a checkout's config/ folder holds copies of the example, which never run side by side)."""
+    folder = config.resolve().parent
+    if (folder.name, folder.parent.name) != ("agentd", "etc"):
+        return []
+    return other_agents(folder / config.name)
+
+
 def metrics_of(path: Path) -> MetricsSection:
     """An agent's [metrics] as its services will read them (the defaults where the file says nothing).
 
@@ -109,39 +118,32 @@ def used_ports(config: Path) -> tuple[set[int], list[str]]:
 
 def refuse_shared_ports(config: Path, metrics: MetricsSection, web: WebSection | None = None) -> None:
     """Refuse an agent whose metrics address another installed agent's TOML also names: the second service to
-    start could not listen. Only an etc/agentd folder holds installed agents; a checkout's config/ folder
-    holds copies of the example, which name the same ports and never run side by side.
+    start could not listen (installed_neighbours: only those of an etc/agentd folder).
 
     :raises ConfigError: one problem per clash, naming the other agent's file and the port.
     """
-    folder = config.resolve().parent
-    if (folder.name, folder.parent.name) != ("agentd", "etc"):
-        return
+    theirs = {}  # each other agent's TOML read once, whatever the number of our endpoints
+    for path in installed_neighbours(config):
+        try:
+            theirs[path] = _listens_of(path)
+        except (OSError, ValueError):
+            continue  # that agent's own check reports its file
     ours = {f"metrics.{key}": getattr(metrics, key) for key in LISTENS if metrics.enabled}
     ours |= {"web.listen": web.listen} if web is not None and web.enabled else {}
     problems = [
-        Problem(str(config), key, message)
+        Problem(
+            str(config),
+            key,
+            f"{listen} is also {path}'s {their_key}: give each agent its own ports (metrics 9478/9479, "
+            "9480/9481, ...; console 9578, 9579, ...)",
+        )
         for key, listen in ours.items()
-        for message in _clashes(listen, folder / config.name)
+        for path, listens in theirs.items()
+        for their_key, other in listens.items()
+        if _same_endpoint(listen, other)
     ]
     if problems:
         raise ConfigError(problems)
-
-
-def _clashes(listen: str, config: Path) -> list[str]:
-    found = []
-    for path in other_agents(config):
-        try:
-            theirs = _listens_of(path)
-        except (OSError, ValueError):
-            continue  # that agent's own check reports its file
-        found += [
-            f"{listen} is also {path}'s {key}: give each agent its own ports (metrics 9478/9479, 9480/9481, ...; "
-            "console 9578, 9579, ...)"
-            for key, other in theirs.items()
-            if _same_endpoint(listen, other)
-        ]
-    return found
 
 
 def _listens_of(path: Path) -> dict[str, str]:

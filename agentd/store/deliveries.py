@@ -10,11 +10,12 @@ from datetime import datetime
 from typing import Any
 
 from agentd.edge import shown
-from agentd.errors import InputError, NotFound, UnreadableRow
+from agentd.errors import InputError, NotFound
 from agentd.records import OutboxEntry
 from agentd.records.messages import Delivery, DeliveryStep, OutboxItem
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
 from agentd.store.outbox import HELD, entry_from_row, settle, still_pending
+from agentd.store.rows import unreadable
 
 DELIVERY = """SELECT d.outbox_id, o.idempotency_key, o.task_id, o.payload, d.handler_id, d.status, d.attempts,
        d.in_flight, d.next_attempt_at, d.last_error
@@ -51,8 +52,7 @@ def item_from_row(row: sqlite3.Row) -> OutboxItem:
     assert created_at is not None
     result = loads(row["result"]) or {}
     if not isinstance(result, dict):
-        raise UnreadableRow(f"outbox {row['id']} in the database is not a row agentd wrote (result: expected an "
-                            f"object, found {shown(result, 60)})")  # fmt: skip
+        raise unreadable("outbox", "id", row, ValueError(f"result: expected an object, found {shown(result, 60)}"))
     return OutboxItem(
         outbox_id=row["id"],
         kind=row["kind"],
