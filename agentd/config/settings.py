@@ -208,6 +208,17 @@ def listen_address(value: str) -> str:
 ListenAddress = Annotated[str, AfterValidator(listen_address)]
 
 
+def host_name(value: str) -> str:
+    """A DNS name the console answers to (`[web] host_names`), in lower case, without a trailing dot."""
+    name = value[:-1] if value.endswith(".") else value  # the root's dot: the same name
+    if not HOST_NAME.fullmatch(name) or name.replace(".", "").isdigit():  # an IP address is answered anyway
+        raise ValueError(f"expected a DNS name like console.example.org (no port, no scheme), found {shown(value)}")
+    return name.lower()  # after the check: str.lower() makes ASCII of some other letters (K, the Kelvin sign)
+
+
+HostName = Annotated[str, AfterValidator(host_name)]
+
+
 def is_loopback(listen: str) -> bool:
     """HOST:PORT (a valid listen_address) names this host only: 127.0.0.0/8, ::1 (mapped too), localhost."""
     host = listen.rpartition(":")[0].strip("[]")
@@ -232,6 +243,8 @@ def exposure_problem(listen: str, beyond_loopback: bool) -> str | None:
         "Listen on 127.0.0.1 and put a TLS proxy or an SSH tunnel in front (docs/web.md), or set "
         "[web] beyond_loopback = true if a TLS proxy elsewhere is in front already"
     )
+
+
 HOST_NAME = re.compile(
     r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
 )
@@ -302,6 +315,12 @@ class WebSection(Section):
         default=False,
         description="true: listen may name a non-loopback address (a TLS proxy elsewhere is in front; "
         "otherwise tokens cross the network in clear)",
+    )
+    host_names: list[HostName] = Field(
+        default=[],
+        max_length=100,
+        description="DNS names the console answers to besides IP addresses and localhost (the Host header a "
+        "proxy in front passes on); any other name is refused, as a DNS-rebinding page would send",
     )
     session_hours: float = Field(default=12.0, gt=0, le=24 * 30, description="how long a console login lasts")
     login_failures: int = Field(

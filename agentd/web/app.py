@@ -4,6 +4,7 @@ every answer carries (no page loads anything from another origin)."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentd.clock import Clock
 from agentd.config import Config
+from agentd.edge import shown, whole_number
 from agentd.errors import InputError, NotFound, UnreadableRow
 from agentd.store import AsyncStore, Store
 from agentd.web.auth import COOKIE, LoginThrottle, Operator, Session, Sessions, split_token, token_matches
@@ -218,8 +220,54 @@ def build_app(web: Web, routes: list[BaseRoute]) -> Starlette:
         },
     )
     app.state.web = web
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(KnownHosts, names=frozenset(web.config.web.host_names))
+    app.add_middleware(SecurityHeaders)  # the outermost: a refused host's answer carries them too
     return app
+
+
+def answers_to(host: str | None, names: frozenset[str]) -> bool:
+    """Whether the console answers a request whose Host header is `host` (docs/web.md, "Its host"): an IP
+    address, localhost (or a name under .localhost), or one of `names` ([web] host_names), with any port.
+    Any other name is what a page of another site sends once its DNS name points at 127.0.0.1 (DNS
+    rebinding): the browser takes it for that site's own, so only this check tells the two apart."""
+    if host is None:
+        return True  # no Host header: HTTP/1.0, never a browser's request
+    if host.startswith("["):
+        host, bracket, rest = host[1:].partition("]")
+        if not bracket or (rest and not (rest.startswith(":") and whole_number(rest[1:]) is not None)):
+            return False
+    else:
+        name, colon, port = host.rpartition(":")
+        if colon:
+            if whole_number(port) is None:
+                return False
+            host = name
+    if not host.isascii():
+        return False
+    host = (host[:-1] if host.endswith(".") else host).lower()
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return host == "localhost" or host.endswith(".localhost") or host in names
+
+
+class KnownHosts:
+    """Refuses (400) a request whose Host header the console does not answer to (`answers_to`), before
+    any route, login or static file sees it: a failed login it never counts, a page it never serves."""
+
+    def __init__(self, app: ASGIApp, names: frozenset[str]) -> None:
+        self.app, self.names = app, names
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            hosts = [value.decode("latin-1") for key, value in scope["headers"] if key == b"host"]
+            if len(hosts) > 1 or not answers_to(hosts[0] if hosts else None, self.names):
+                what = f"this console does not answer to the host {shown(', '.join(hosts))}"
+                expected = "an IP address, localhost, or a name in [web] host_names"
+                await error_json(400, what, "header.host", expected)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class SecurityHeaders:
