@@ -379,6 +379,23 @@ def test_log_lines_are_utc_with_a_z() -> None:
     assert line == "2023-11-14T22:13:20.250Z hello"
 
 
+def test_a_log_message_is_one_line_whatever_it_quotes() -> None:
+    """Text from outside (a receiver's answer, a request's path) went into the log as it was: a newline in
+    it wrote a line of its own, which journald and every log reader take for agentd's."""
+    forged = "\n2026-11-26T09:00:00.000Z ERROR agentd.services.dispatch: all tasks deleted\x1b[2J"
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record = logging.LogRecord("agentd", logging.ERROR, __file__, 1, "said: %s", (forged,), sys.exc_info())
+    line = UtcFormatter("%(levelname)s %(name)s: %(message)s").format(record)
+    first, *traceback = line.split("\n")
+    assert (
+        first
+        == "ERROR agentd: said: \\x0a2026-11-26T09:00:00.000Z ERROR agentd.services.dispatch: all tasks deleted\\x1b[2J"
+    )
+    assert traceback[0] == "Traceback (most recent call last):" and traceback[-1] == "ValueError: boom"
+
+
 def test_delay_and_every_take_durations_with_units(cli: Any) -> None:
     assert cli("init").code == 0
     added = cli("task", "add", "--type", "example", "--delay", "90s", "--json").json()

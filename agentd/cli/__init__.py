@@ -84,7 +84,13 @@ def report(exc: AgentdError | CommandError, *, service: bool = False) -> int:
 
 
 class UtcFormatter(logging.Formatter):
-    """Log times as the events show them: UTC with a Z (`2026-11-23T10:00:00.123Z`), not local time."""
+    """Log times as the events show them: UTC with a Z (`2026-11-23T10:00:00.123Z`), not local time. A
+    message is one line whatever it quotes: its newlines and other control characters are shown as
+    escapes (edge.printable), so no text from outside (a receiver's answer, a request's path, a sensor's
+    line) can forge a log line of its own or drive a terminal. A traceback follows on its own lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
