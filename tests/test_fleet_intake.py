@@ -185,8 +185,21 @@ async def test_a_lease_lost_while_waiting_cancels_the_local_task(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "host={tmp} dbname=gone user=postgres connect_timeout=2",
+        "postgresql://fleet:hunter2-Secret@[::1/fleet",  # one libpq cannot read: it was a crash, password shown
+    ],
+    ids=["nothing there", "not a connection string"],
+)
 async def test_an_unreachable_fleet_defers_fleet_work_and_local_work_goes_on(
-    fleet_rig: Callable[..., Rig], queue: FleetQueue, tmp_path: Path, dispatcher_of: Callable[[Rig], Dispatcher]
+    fleet_rig: Callable[..., Rig],
+    queue: FleetQueue,
+    tmp_path: Path,
+    dispatcher_of: Callable[[Rig], Dispatcher],
+    caplog: pytest.LogCaptureFixture,
+    broken: str,
 ) -> None:
     rig = fleet_rig()
     [fleet_id] = submit(queue)
@@ -194,7 +207,7 @@ async def test_an_unreachable_fleet_defers_fleet_work_and_local_work_goes_on(
     assert dispatcher.fleet is not None
     await dispatcher.fleet.round()
     assert rig.config.fleet.dsn_file is not None
-    rig.config.fleet.dsn_file.write_text(f"host={tmp_path} dbname=gone user=postgres connect_timeout=2\n")
+    rig.config.fleet.dsn_file.write_text(broken.format(tmp=tmp_path) + "\n")
     dispatcher.fleet.close()  # the next call connects again, to nothing
     local = rig.add()
     assert await dispatcher.run_until_idle() == 1  # the local task ran; the fleet task waits
@@ -203,6 +216,8 @@ async def test_an_unreachable_fleet_defers_fleet_work_and_local_work_goes_on(
     assert fleet_task.status == "pending" and rig.store.attempts_of(fleet_task.task_id) == []
     assert "fleet_task_deferred" in [e.type for e in rig.events(fleet_task.task_id)]
     assert queue.get(fleet_id).status == "leased"
+    [unreachable] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fleet_unreachable")]
+    assert "hunter2" not in caplog.text and "fleet tasks wait, local work goes on" in unreachable
 
 
 def poisoned(**changes: Any) -> Lease:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from support import EXAMPLE_CONFIG, CliResult, run_main
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import EXAMPLE_CONFIG, CliResult, examples, run_main
 
 from agentd.errors import InputError, SchemaMismatch
 from agentd.store.fleet import FleetQueue, fleet_migrations
@@ -160,6 +162,65 @@ def test_an_unreachable_fleet_is_one_clear_line(capsys: pytest.CaptureFixture[st
     gone = fleet_cli(capsys, f"host={tmp_path} dbname=x user=postgres", "status")
     assert gone.code == 1 and gone.err.startswith("agentd: cannot reach the fleet's PostgreSQL")
     assert "Traceback" not in gone.err
+
+
+SECRET = "hunter2-Secret"
+MALFORMED = [
+    "postgresql://fleet:{secret}@[::1/fleet",  # libpq quotes the whole string back
+    "{secret}",  # a file holding only the password: libpq quotes the word it stopped at
+    "host=/x user=fleet {secret}",
+    "host=/x password='{secret}",
+    "postgresql://fleet:{secret}@127.0.0.1:5432/fleet?sslmode=nonsense",
+    "postgresql://fleet:{secret}@127.0.0.1:99999/fleet",
+    "host=127.0.0.1 port=1 password={secret} connect_timeout=2",  # well formed, nothing listening
+]
+
+
+@pytest.mark.parametrize("template", MALFORMED)
+def test_a_connection_string_that_fails_is_one_line_without_its_password(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, template: str
+) -> None:
+    """A string libpq could not read was a psycopg traceback quoting it, password and all, from the CLI,
+    and from the dispatcher a crash that stopped local work too."""
+    dsn_file = tmp_path / "fleet.dsn"
+    dsn_file.write_text(template.format(secret=SECRET) + "\n")
+    dsn_file.chmod(0o600)
+    refused = run_main(capsys, EXAMPLE_CONFIG, "fleet", "status", "--dsn-file", str(dsn_file))
+    assert refused.code == 1 and "Traceback" not in refused.err, refused.err
+    assert refused.err.startswith(("agentd: the fleet's connection string is not", "agentd: cannot reach the fleet"))
+    assert len(refused.err.strip().splitlines()) == 1 and SECRET not in refused.err + refused.out, refused.err
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    secret=st.text(st.characters(codec="ascii", exclude_characters="\x00"), min_size=8, max_size=40),
+    template=st.sampled_from(MALFORMED[:-1]),
+)
+def test_whatever_the_password_libpq_is_never_the_one_to_show_it(secret: str, template: str) -> None:
+    from agentd.store.fleet import FleetUnavailable, connect
+
+    try:
+        connect(template.format(secret=secret))
+    except FleetUnavailable as exc:
+        assert secret not in str(exc), str(exc)
+    except Exception as exc:  # the test's point: nothing but FleetUnavailable
+        raise AssertionError(f"{type(exc).__name__} escaped: {exc}") from None
+
+
+def test_config_check_names_a_connection_string_libpq_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from support import agent_config
+
+    dsn_file = tmp_path / "fleet.dsn"
+    dsn_file.write_text(f"postgresql://fleet:{SECRET}@[::1/fleet\n")
+    dsn_file.chmod(0o600)
+    path = agent_config(tmp_path / "agent", lambda raw: raw.update(fleet={"dsn_file": str(dsn_file)}))
+    checked = run_main(capsys, path, "config", "check")
+    assert checked.code == 2 and f"fleet.dsn_file: {dsn_file}: the fleet's connection string is not" in checked.err
+    assert SECRET not in checked.err
+    dsn_file.write_text(f"postgresql://fleet:{SECRET}@[::1]/fleet\n")
+    assert run_main(capsys, path, "config", "check").code == 0, "well formed: whether it connects is not config's"
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -21,6 +22,7 @@ from typing import Any
 
 from agentd import frozen_value
 from agentd.errors import AgentdError, InputError, NotFound, SchemaMismatch
+from agentd.redaction import Redactor
 from agentd.resources import data_dir
 from agentd.store.migrations import Migration, available_migrations
 
@@ -183,13 +185,38 @@ class FleetUnavailable(AgentdError):
 def connect(dsn: str) -> Any:
     """One connection (autocommit: each verb opens its own short transaction).
 
-    :raises FleetUnavailable: the server cannot be reached.
+    :raises FleetUnavailable: the connection string cannot be read, or the server cannot be reached;
+        the message never holds the string's password.
+    """
+    psycopg = _psycopg()
+    password = dsn_parts(dsn).get("password") or ""
+    try:
+        return psycopg.connect(dsn, autocommit=True, row_factory=psycopg.rows.dict_row, **BOUNDED)
+    except psycopg.Error as exc:
+        said = Redactor([password]).text(_first_line(exc))
+        raise FleetUnavailable(f"cannot reach the fleet's PostgreSQL ({said})") from None
+
+
+def dsn_parts(dsn: str) -> dict[str, str]:
+    """A connection string's parameters, as libpq reads it (a URI or key=value pairs).
+
+    :raises FleetUnavailable: libpq cannot read it, saying why in libpq's words but with every part of
+        the string it quotes left out: it quotes the string itself, password and all, or the word it
+        stopped at, which may be the password.
     """
     psycopg = _psycopg()
     try:
-        return psycopg.connect(dsn, autocommit=True, row_factory=psycopg.rows.dict_row, **BOUNDED)
-    except psycopg.OperationalError as exc:
-        raise FleetUnavailable(f"cannot reach the fleet's PostgreSQL ({_first_line(exc)})") from None
+        parts: dict[str, str] = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        said = _QUOTED.sub(lambda m: m.group() if len(m.group()) <= 3 else '"…"', _first_line(exc))
+        raise FleetUnavailable(
+            f"the fleet's connection string is not one libpq reads ({said}); expected "
+            "postgresql://USER@HOST:PORT/DBNAME or key=value pairs such as host=… dbname=… user=…"
+        ) from None
+    return parts
+
+
+_QUOTED = re.compile(r'"[^"]*"')  # what libpq quotes of the string; a one-character quote ("=") is its own
 
 
 def _scrubbed(value: Any) -> str:

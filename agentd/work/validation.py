@@ -14,9 +14,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from agentd.config import Config, parse_config, task_intent_from_schedule
-from agentd.config.environment import secret_file_problems
+from agentd.config.environment import read_dsn_file, secret_file_problems
 from agentd.config.settings import exposure_problem
-from agentd.edge import shown
+from agentd.edge import UnusableFile, shown
 from agentd.errors import ConfigError, InputError, Problem
 from agentd.records import (
     HarnessAdapterConfig,
@@ -176,13 +176,20 @@ def _fleet(config: Config) -> list[Problem]:
     path = config.fleet.dsn_file
     if path is None:
         return []
-    from agentd.store.fleet import installed  # psycopg is imported only by an agent with a fleet
+    from agentd.store.fleet import FleetUnavailable, installed  # psycopg: only an agent with a fleet
 
     problems = secret_file_problems(str(config.path), "fleet.dsn_file", path, env_pairs=False)
     if not installed():
         problems.append(
             Problem(str(config.path), "fleet.dsn_file", "the fleet needs psycopg: pip install 'agentd[fleet]'")
         )
+    elif not problems:  # a string libpq cannot read would fail every connect, each time saying so
+        from agentd.store.fleet import dsn_parts
+
+        try:
+            dsn_parts(read_dsn_file(path))
+        except (UnusableFile, FleetUnavailable) as exc:
+            problems.append(Problem(str(config.path), "fleet.dsn_file", f"{path}: {exc}"))
     return problems
 
 
