@@ -106,10 +106,16 @@ class WebRig:
 
 
 @contextmanager
-def serving(rig: Rig, clock: FakeClock | None = None) -> Iterator[WebRig]:
-    """The web service on its own connection, listening on 127.0.0.1:0, stopped (and joined) at the end."""
+def serving(
+    rig: Rig,
+    clock: FakeClock | None = None,
+    *,
+    listen: str = "127.0.0.1:0",
+    run_users: tuple[tuple[str, str], ...] = (),
+) -> Iterator[WebRig]:
+    """The web service on its own connection, listening on `listen`, stopped (and joined) at the end."""
     db = AsyncStore(open_store(rig.config.db_path, rig.clock))
-    service = WebService(rig.config, db, clock=clock or rig.clock, listen="127.0.0.1:0")
+    service = WebService(rig.config, db, clock=clock or rig.clock, listen=listen, run_users=run_users)
     service_poll(service)
     try:
         with start_blocking_portal() as portal:

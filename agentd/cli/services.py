@@ -145,9 +145,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _web(config: Config, db: AsyncStore | None) -> list[Service]:
     """The console beside the two services, when [web] enabled (docs/web.md)."""
+    from agentd.install.neighbours import neighbour_run_users
     from agentd.web.service import WebService
 
-    return [] if db is None else [WebService(config, db, clock=SystemClock(), beside=True)]
+    others = neighbour_run_users(config)
+    return [] if db is None else [WebService(config, db, clock=SystemClock(), beside=True, run_users=others)]
 
 
 def _dispatch_metrics(config: Config, *, one_shot: bool = False) -> DispatchMetrics | NullMetrics:

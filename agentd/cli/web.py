@@ -91,6 +91,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     """The service: its own connection, until SIGTERM/SIGINT."""
     import anyio
 
+    from agentd.install.neighbours import neighbour_run_users
     from agentd.services.shell import run_services
     from agentd.store import AsyncStore
     from agentd.web.service import WebService
@@ -98,7 +99,8 @@ def cmd_web(args: argparse.Namespace) -> int:
     config = config_from(args)
     db = AsyncStore(store_from(config))
     try:
-        anyio.run(run_services, WebService(config, db, clock=SystemClock(), listen=args.listen))
+        others = neighbour_run_users(config)
+        anyio.run(run_services, WebService(config, db, clock=SystemClock(), listen=args.listen, run_users=others))
     finally:
         db.close()
     return 0

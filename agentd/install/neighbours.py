@@ -46,6 +46,17 @@ def neighbour_problems(config: Config) -> list[Problem]:
     return problems
 
 
+def neighbour_run_users(config: Config) -> list[tuple[str | None, str]]:
+    """(run user, whose) of each other installed agent: the console refuses their sockets too."""
+    found: list[tuple[str | None, str]] = []
+    for other in installed_neighbours(config.path):
+        try:
+            found.append((neighbour(other).run_as, f"{other}'s"))
+        except (OSError, ValueError):
+            continue  # that agent's own check reports its file
+    return found
+
+
 def _clashes(config: Config, theirs: Neighbour) -> list[tuple[str, str]]:
     """(key, what) for each way this agent and `theirs` reach each other's."""
     found, other, run_as = [], theirs.toml, config.dispatch.run_as

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Callable
+import pwd
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,6 +30,7 @@ from agentd.errors import InputError, NotFound, UnreadableRow
 from agentd.store import AsyncStore, Store
 from agentd.web.auth import COOKIE, LoginThrottle, Operator, Session, Sessions, split_token, token_matches
 from agentd.web.inputs import FIELD_FIRST, BadInput, from_input_error
+from agentd.web.peers import local_peer_uid
 
 logger = logging.getLogger(__name__)
 HERE = Path(__file__).parent
@@ -71,6 +73,7 @@ class Web:
     templates: Jinja2Templates
     stopping: anyio.Event = field(default_factory=anyio.Event)
     stream_poll_s: float = 0.5
+    attempt_users: Mapping[int, str] = field(default_factory=dict)  # uid → whose run user: refused (NoAttempts)
 
     async def read(self, verb: Callable[..., T], *args: Any) -> T:
         """A read on the service's one connection, off the event loop (one thread hop)."""
@@ -84,8 +87,21 @@ def web_of(request: Request) -> Web:
 
 
 def client_address(request: Request) -> str:
-    """The client's address: what failed logins are counted by."""
-    return request.client.host if request.client else "unknown"
+    """Who failed logins are counted by: the client's address and, for a client on this machine, the user
+    owning its socket (every local client is 127.0.0.1: an agent's attempts guessing tokens must not
+    lock the operator's own browser out)."""
+    host = request.client.host if request.client else "unknown"
+    uid = peer_uid(request.scope)
+    return host if uid is None else f"{host} uid {uid}"
+
+
+def peer_uid(scope: Scope) -> int | None:
+    """The uid owning the client's socket when the client is on this machine (web/peers.py), looked up
+    once per request."""
+    if "agentd.peer_uid" not in scope:
+        scope["agentd.peer_uid"] = local_peer_uid(scope.get("client"), scope.get("server"))
+    uid: int | None = scope["agentd.peer_uid"]
+    return uid
 
 
 async def bearer(request: Request) -> Operator:
@@ -220,9 +236,42 @@ def build_app(web: Web, routes: list[BaseRoute]) -> Starlette:
         },
     )
     app.state.web = web
+    if web.attempt_users:
+        app.add_middleware(NoAttempts, users=web.attempt_users)
     app.add_middleware(KnownHosts, names=frozenset(web.config.web.host_names))
     app.add_middleware(SecurityHeaders)  # the outermost: a refused host's answer carries them too
     return app
+
+
+class NoAttempts:
+    """Refuses (403) a request from a socket an agent's run user owns (this agent's `[dispatch] run_as`, or
+    another installed agent's): an attempt has no business with the console, not even its login form,
+    and its token guesses must cost the operator nothing (docs/web.md, "Who may connect")."""
+
+    def __init__(self, app: ASGIApp, users: Mapping[int, str]) -> None:
+        self.app, self.users = app, users
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (whose := self.users.get(peer_uid(scope) or -1)) is not None:
+            what = f"the console does not answer {whose}: attempts run as that user"
+            expected = "a connection from the operator's own user (a browser, an SSH tunnel, curl)"
+            await error_json(403, what, "client", expected)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def run_user_uids(users: Iterable[tuple[str | None, str]]) -> dict[int, str]:
+    """uid → "WHOSE run user NAME" for each (name, whose) that names an account here (a name that does not
+    is no one's socket)."""
+    found = {}
+    for name, whose in users:
+        if name is None:
+            continue
+        try:
+            found[pwd.getpwnam(name).pw_uid] = f"{whose} run user {name}"
+        except KeyError:
+            continue
+    return found
 
 
 def answers_to(host: str | None, names: frozenset[str]) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Iterable
 
 import anyio
 from hypercorn.asyncio import serve
@@ -21,7 +22,7 @@ from agentd.process import procs
 from agentd.services.shell import STATUS_REFRESH_S
 from agentd.store import AsyncStore, Store
 from agentd.web import api, console, handoff
-from agentd.web.app import Web, build_app, templates
+from agentd.web.app import Web, build_app, run_user_uids, templates
 from agentd.web.auth import LoginThrottle, Sessions
 
 logger = logging.getLogger(__name__)
@@ -58,9 +59,19 @@ class WebService:
     """The service `agentd web` (and `agentd run`) runs. `ready` is set once it listens; `url` says where."""
 
     def __init__(
-        self, config: Config, db: AsyncStore, *, clock: Clock, listen: str | None = None, beside: bool = False
+        self,
+        config: Config,
+        db: AsyncStore,
+        *,
+        clock: Clock,
+        listen: str | None = None,
+        beside: bool = False,
+        run_users: Iterable[tuple[str | None, str]] = (),
     ) -> None:
+        """`run_users`: (name, whose) of the run users besides this agent's own whose requests are refused
+        (the CLI passes the other installed agents')."""
         self.config, self.db, self.clock = config, db, clock
+        self.attempt_users = run_user_uids([(config.dispatch.run_as, "this agent's"), *run_users])
         self.listen = listen or config.web.listen
         self.beside = beside  # under `agentd run`: a port in use costs the console, never the dispatcher
         self.stream_poll_s = 0.5  # how often a live stream looks for new events
@@ -82,6 +93,7 @@ class WebService:
             throttle=LoginThrottle(self.clock, web.login_failures, web.login_window_s),
             templates=templates(),
             stream_poll_s=self.stream_poll_s,
+            attempt_users=self.attempt_users,
         )
 
     async def run(self) -> None:

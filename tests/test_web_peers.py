@@ -1,0 +1,177 @@
+"""Who may connect to the console (docs/web.md, "Who may connect"). Every client on this machine comes from
+127.0.0.1: the operator's browser or SSH tunnel, and the agent's own attempts. The console tells them apart
+by the user owning the client's socket (agentd/web/peers.py asks the kernel): a socket of an agent's run
+user is refused outright, and failed logins are counted per user, so no other local user's guesses can
+lock the operator out.
+
+The other users are real: a forked child switches to a uid of its own (root only; the suite's CI runs as
+root, elsewhere these skip with the reason, or fail under AGENTD_REQUIRE_PRIVSEP=1)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from rig import Rig
+from webrig import WebRig, serving
+
+from agentd.web.peers import local_peer_uid
+
+pytestmark = pytest.mark.timeout(60)
+NOBODY = 65534  # the account `nobody`: a run user of some agent in these tests
+STRANGER = 64999  # a uid with no account: another local user
+
+
+def needs_root() -> None:
+    if os.geteuid() == 0:
+        return
+    if os.environ.get("AGENTD_REQUIRE_PRIVSEP"):
+        pytest.fail("AGENTD_REQUIRE_PRIVSEP is set but the suite is not root: these tests switch users")
+    pytest.skip("not root: the tests of who may connect switch a child to other users")
+
+
+def as_user(uid: int, port: int, requests: list[bytes]) -> list[int]:
+    """Each request sent on its own connection by a forked child running as `uid`; their statuses."""
+    return [status for status, _ in answers_as(uid, port, requests)]
+
+
+def answers_as(uid: int, port: int, requests: list[bytes]) -> list[tuple[int, str]]:
+    """Each request sent on its own connection by a forked child running as `uid`; each status and body."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only sockets and a pipe, then _exit (nothing of the parent's threads runs)
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            replies = []
+            for request in requests:
+                with socket.create_connection(("127.0.0.1", port), timeout=20) as conn:
+                    conn.sendall(request)
+                    reply = b""
+                    while chunk := conn.recv(65536):
+                        reply += chunk
+                replies.append(reply)
+            os.write(write_end, b"\0".join(replies))
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        said = pipe.read()
+    os.waitpid(pid, 0)
+    replies = [reply.decode() for reply in said.split(b"\0")] if said else []
+    return [(int(reply.split(" ", 2)[1]), reply.partition("\r\n\r\n")[2]) for reply in replies]
+
+
+def get(path: str, port: int, token: str | None = None) -> bytes:
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}Connection: close\r\n\r\n".encode()
+
+
+def port_of(web: WebRig) -> int:
+    port = urlsplit(web.url).port
+    assert port is not None
+    return port
+
+
+@pytest.mark.parametrize(("family", "host"), [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")])
+def test_the_kernel_names_the_owner_of_a_local_clients_socket(family: socket.AddressFamily, host: str) -> None:
+    with socket.socket(family) as server:
+        server.bind((host, 0))
+        server.listen()
+        with socket.socket(family) as client:
+            client.connect(server.getsockname()[:2])
+            accepted, peer = server.accept()
+            with accepted:
+                assert local_peer_uid(peer[:2], accepted.getsockname()[:2]) == os.geteuid()
+                assert local_peer_uid((host, peer[1] ^ 1), accepted.getsockname()[:2]) is None, "no such socket"
+    assert local_peer_uid(None, None) is None and local_peer_uid(("not an address", 1), (host, 2)) is None
+
+
+def test_an_ipv4_client_of_a_dual_stack_server_is_found_too() -> None:
+    with socket.socket(socket.AF_INET6) as server:
+        server.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        server.bind(("::", 0))
+        server.listen()
+        with socket.create_connection(("127.0.0.1", server.getsockname()[1])):
+            accepted, peer = server.accept()
+            with accepted:
+                assert peer[0] == "::ffff:127.0.0.1"
+                assert local_peer_uid(peer[:2], accepted.getsockname()[:2]) == os.geteuid()
+
+
+def test_another_users_socket_is_that_users() -> None:
+    needs_root()
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgid(STRANGER)
+                os.setuid(STRANGER)
+                with socket.create_connection(server.getsockname()):
+                    os.read(read_end, 1)  # held open until the parent has looked
+            finally:
+                os._exit(0)
+        accepted, peer = server.accept()
+        with accepted:
+            assert local_peer_uid(peer, accepted.getsockname()) == STRANGER
+        os.write(write_end, b"x")
+        os.waitpid(pid, 0)
+
+
+@pytest.fixture
+def guarded(rig_factory: Callable[..., Rig], tmp_path: Path) -> Callable[[bool], AbstractContextManager[WebRig]]:
+    """The console of an agent whose run user (`own`) or another installed agent's is `nobody`."""
+    needs_root()
+
+    def make(own: bool) -> AbstractContextManager[WebRig]:
+        if own:
+
+            def own_run_user(raw: dict[str, Any]) -> None:
+                raw["dispatch"]["run_as"] = "nobody"
+                raw["paths"]["run_dir"] = str(tmp_path / "runs")  # outside the state dir, as the boundary asks
+
+            return serving(rig_factory(own_run_user))
+        return serving(rig_factory(), run_users=(("nobody", "/etc/agentd/other.toml's"),))
+
+    return make
+
+
+@pytest.mark.parametrize("own", [True, False], ids=["this agent's run user", "another agent's"])
+def test_a_run_users_socket_is_refused_whatever_it_asks(
+    guarded: Callable[[bool], AbstractContextManager[WebRig]], own: bool
+) -> None:
+    """An attempt reached the login form and the API like any local client, its token guesses counted
+    against 127.0.0.1 as the operator's are."""
+    with guarded(own) as web:
+        port, token = port_of(web), web.token("alice")
+        asked = [get("/login", port), get("/api/status", port, token), get("/static/console.js", port)]
+        answers = answers_as(NOBODY, port, asked)
+        assert [status for status, _ in answers] == [403, 403, 403]
+        whose = "this agent's" if own else "/etc/agentd/other.toml's"
+        assert f'"what":"the console does not answer {whose} run user nobody' in answers[0][1], answers[0][1]
+        assert '"where":"client"' in answers[0][1]
+        assert as_user(STRANGER, port, asked) == [200, 200, 200], "the control: another user is answered"
+        assert web.client("alice").get("/api/status").status == 200, "and so is the operator"
+
+
+def test_another_local_users_failed_logins_cost_the_operator_nothing(rig_factory: Callable[..., Rig]) -> None:
+    """Failed logins were counted per address, and every local client is 127.0.0.1: any user on the
+    machine could lock the operator out of the console, the right token refused with 429."""
+    needs_root()
+    with serving(rig_factory()) as web:
+        port, limit = port_of(web), web.rig.config.web.login_failures
+        guesses = [get("/api/status", port, "0123456789ab." + "A" * 43)] * (limit + 1)
+        assert as_user(STRANGER, port, guesses) == [401] * limit + [429]
+        assert web.client("alice").get("/api/status").status == 200
+        assert as_user(STRANGER, port, [get("/api/status", port, web.token("bob"))]) == [429], "it still waits"
