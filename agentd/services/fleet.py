@@ -32,7 +32,8 @@ from agentd.process.wake import Doorbell
 from agentd.records import TaskIntent
 from agentd.records.fleet import FleetOrigin
 from agentd.store import AsyncStore, Store
-from agentd.store.fleet import FleetQueue, FleetUnavailable, Lease
+from agentd.store.fleet import FleetQueue, Lease
+from agentd.store.fleet_connect import FleetUnavailable
 from agentd.store.fleet_leases import FleetGate, HeldLease, Taken
 from agentd.work.intake import admit_task
 

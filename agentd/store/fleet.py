@@ -6,38 +6,23 @@ from a sequence (it only grows). Every later write of the agent that claimed —
 fail — is guarded by that token and by the task still being leased: a task whose lease expired and was
 claimed again, or that an operator canceled, refuses the old token's writes (recorded as `refused`),
 so a rescuer can never have its work overwritten by the agent it rescued. Lease times are the server's
-clock, never an agent's. psycopg 3, imported only here and by the fleet's commands.
+clock, never an agent's. The connection (psycopg 3, imported on first use) is agentd/store/fleet_connect.py's.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from agentd import frozen_value
-from agentd.errors import AgentdError, InputError, NotFound, SchemaMismatch
-from agentd.redaction import Redactor
+from agentd.errors import InputError, NotFound, SchemaMismatch
 from agentd.resources import data_dir
+from agentd.store.fleet_connect import connect, unavailable
 from agentd.store.migrations import Migration, available_migrations
-
-
-@functools.cache
-def _psycopg() -> Any:
-    """psycopg (the `fleet` extra), imported on first use: an agent without a fleet never pays its
-    ~40 ms import at start-up. InputError saying how to get it where it is missing."""
-    try:
-        import psycopg
-        import psycopg.rows
-    except ImportError:
-        raise InputError("the fleet needs psycopg: pip install 'agentd[fleet]'") from None
-    return psycopg
-
 
 TERMINAL = ("completed", "failed", "canceled")
 COLUMNS = """id, idempotency_key, task_type, subject, payload, labels, priority, origin, status, lease_agent,
@@ -161,64 +146,6 @@ class Lease:
     token: int
 
 
-# A service's connection gives up rather than hang: on a statement, a lock, or a peer that vanished
-# (TCP keepalives notice a partition within about 25 s).
-BOUNDED: dict[str, Any] = {
-    "connect_timeout": 10,
-    "options": "-c statement_timeout=15000 -c lock_timeout=5000 -c idle_in_transaction_session_timeout=30000",
-    "keepalives": 1,
-    "keepalives_idle": 10,
-    "keepalives_interval": 5,
-    "keepalives_count": 3,
-}
-
-
-def installed() -> bool:
-    """True when psycopg (the `fleet` extra) is importable."""
-    return importlib.util.find_spec("psycopg") is not None
-
-
-class FleetUnavailable(AgentdError):
-    """PostgreSQL could not be reached or dropped the connection: nothing was decided; try again later."""
-
-
-def connect(dsn: str) -> Any:
-    """One connection (autocommit: each verb opens its own short transaction).
-
-    :raises FleetUnavailable: the connection string cannot be read, or the server cannot be reached;
-        the message never holds the string's password.
-    """
-    psycopg = _psycopg()
-    password = dsn_parts(dsn).get("password") or ""
-    try:
-        return psycopg.connect(dsn, autocommit=True, row_factory=psycopg.rows.dict_row, **BOUNDED)
-    except psycopg.Error as exc:
-        said = Redactor([password]).text(_first_line(exc))
-        raise FleetUnavailable(f"cannot reach the fleet's PostgreSQL ({said})") from None
-
-
-def dsn_parts(dsn: str) -> dict[str, str]:
-    """A connection string's parameters, as libpq reads it (a URI or key=value pairs).
-
-    :raises FleetUnavailable: libpq cannot read it, saying why in libpq's words but with every part of
-        the string it quotes left out: it quotes the string itself, password and all, or the word it
-        stopped at, which may be the password.
-    """
-    psycopg = _psycopg()
-    try:
-        parts: dict[str, str] = psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.Error as exc:
-        said = _QUOTED.sub(lambda m: m.group() if len(m.group()) <= 3 else '"…"', _first_line(exc))
-        raise FleetUnavailable(
-            f"the fleet's connection string is not one libpq reads ({said}); expected "
-            "postgresql://USER@HOST:PORT/DBNAME or key=value pairs such as host=… dbname=… user=…"
-        ) from None
-    return parts
-
-
-_QUOTED = re.compile(r'"[^"]*"')  # what libpq quotes of the string; a one-character quote ("=") is its own
-
-
 def _scrubbed(value: Any) -> str:
     """JSON of what agentd itself writes (a result, an event's detail), U+0000 replaced by U+FFFD: a
     summary an attempt wrote must never make its report impossible."""
@@ -233,23 +160,6 @@ def _without_nul(value: Any) -> Any:
     if isinstance(value, list):
         return [_without_nul(item) for item in value]
     return value
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-@contextmanager
-def _unavailable() -> Iterator[None]:
-    """A connection that failed under the block is FleetUnavailable (the server rolled back what it
-    had not committed: nothing of it happened)."""
-    psycopg = _psycopg()
-    try:
-        yield
-    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-        if isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable):
-            raise FleetUnavailable(f"the fleet's PostgreSQL took too long ({_first_line(exc)})") from None
-        raise FleetUnavailable(f"lost the fleet's PostgreSQL ({_first_line(exc)})") from None
 
 
 class FleetQueue:
@@ -269,14 +179,14 @@ class FleetQueue:
     def _transaction(self) -> Iterator[Any]:
         """One short transaction; a connection that failed under it is FleetUnavailable (the server
         rolled the transaction back: nothing of it happened)."""
-        with _unavailable(), self.conn.transaction(), self.conn.cursor() as cursor:
+        with unavailable(), self.conn.transaction(), self.conn.cursor() as cursor:
             yield cursor
 
     @contextmanager
     def _statement(self) -> Iterator[Any]:
         """A cursor for one statement, its own transaction (the connection autocommits): no BEGIN and
         COMMIT to wait for, so a verb that is one statement is one round trip."""
-        with _unavailable(), self.conn.cursor() as cursor:
+        with unavailable(), self.conn.cursor() as cursor:
             yield cursor
 
     @property
@@ -384,7 +294,7 @@ class FleetQueue:
         and PostgreSQL runs them as one implicit transaction, committed at the pipeline's end (each
         statement writes its own events). The claim sees the tasks the requeue just queued."""
         params = {"types": list(task_types), "labels": sorted(set(labels)), "agent": agent, "lease_s": lease_s}
-        with _unavailable(), self.conn.cursor() as cur:
+        with unavailable(), self.conn.cursor() as cur:
             with self.conn.pipeline():
                 cur.execute(REQUEUE_EXPIRED)
                 cur.execute(_claim_sql(limit), params)

@@ -176,7 +176,7 @@ def _fleet(config: Config) -> list[Problem]:
     path = config.fleet.dsn_file
     if path is None:
         return []
-    from agentd.store.fleet import FleetUnavailable, installed  # psycopg: only an agent with a fleet
+    from agentd.store.fleet_connect import FleetUnavailable, installed  # psycopg: only an agent with a fleet
 
     problems = secret_file_problems(str(config.path), "fleet.dsn_file", path, env_pairs=False)
     if not installed():
@@ -184,7 +184,7 @@ def _fleet(config: Config) -> list[Problem]:
             Problem(str(config.path), "fleet.dsn_file", "the fleet needs psycopg: pip install 'agentd[fleet]'")
         )
     elif not problems:  # a string libpq cannot read would fail every connect, each time saying so
-        from agentd.store.fleet import dsn_parts
+        from agentd.store.fleet_connect import dsn_parts
 
         try:
             dsn_parts(read_dsn_file(path))
