@@ -66,9 +66,11 @@ def loads_setting_aside(text: str | bytes, where: str, key: str) -> tuple[Any, A
     written (Infinity and NaN included), for a caller that judges it on its own: an adapter's usage
     numbers are judged apart from its outcome, so a bad number cannot cost the outcome."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=one_of_each)
     except RecursionError:
         raise Refused(f"{where}: JSON nested deeper than {MAX_DEPTH} levels") from None
+    except Refused as exc:
+        raise Refused(f"{where}: {exc}") from None
     except ValueError:  # not JSON at all (or too big a number): `loads` says why, in its own words
         return loads(text, where), None
     aside = value.pop(key, None) if isinstance(value, dict) else None
@@ -80,7 +82,29 @@ def _no_constant(name: str) -> Any:
     raise Refused(f"{name} is not a JSON number; agentd stores finite numbers only")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+def one_of_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook for an object whose keys are each written once: with two `"priority"`
+    keys, JSON readers disagree on which counts (Python's and most take the last, others the first or
+    refuse), so what agentd acted on and what a reviewer's or an auditor's tool reads of the same bytes
+    could differ."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise Refused(f"the key {shown(key)} is written twice in one object (readers disagree on which counts)")
+            seen.add(key)
+    return found
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, object_pairs_hook=one_of_each)
+
+
+def keys_once(text: str) -> None:
+    """Refused (a ValueError) unless `text` is JSON whose every object writes each key once, for a reader
+    that parses with a parser of its own (pydantic's keeps the last of two keys): NaN and Infinity, and
+    what is not JSON at all, are refused too; the rest of `loads`'s checks are that reader's."""
+    _DECODER.decode(text)
 
 
 def _parse(text: str | bytes) -> Any:
@@ -88,7 +112,7 @@ def _parse(text: str | bytes) -> Any:
     any keyword): text without a BOM goes straight to the one decoder, the rest as json.loads."""
     if isinstance(text, str) and not text.startswith("\ufeff"):
         return _DECODER.decode(text)
-    return json.loads(text, parse_constant=_no_constant)
+    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=one_of_each)
 
 
 class UnusableFile(ValueError):

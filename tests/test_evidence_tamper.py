@@ -163,17 +163,25 @@ MANIFEST_TAMPERING = {
     "over 16 MiB": (b" " * (16 * 1024 * 1024 + 1), "over 16,777,216 bytes, far more than agentd writes"),
     "not UTF-8": (b'{"a": "\xff"}', "not JSON ('utf-8' codec can't decode byte 0xff"),
     "a FIFO": (None, "not a regular file (never read)"),
+    # Python's reader kept the last of the two, so the forged first one passed every check (the fields'
+    # artifact_hash included) while an auditor's tool that takes the first read `crashed`.
+    "a key written twice": (
+        lambda original: original.replace(b"{\n", b'{\n  "exit_status": "crashed",\n', 1),
+        "the key 'exit_status' is written twice in one object",
+    ),
 }
 
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize(("content", "said"), MANIFEST_TAMPERING.values(), ids=MANIFEST_TAMPERING.keys())
 async def test_whatever_a_tampered_manifest_holds_is_a_finding_for_verify_export_and_replay(
-    filled: Rig, agentd: Any, tmp_path: Path, content: bytes | None, said: str
+    filled: Rig, agentd: Any, tmp_path: Path, content: bytes | Callable[[bytes], bytes] | None, said: str
 ) -> None:
     first, _ = attempts(filled)
     manifest = folder(filled, first) / "manifest.json"
     manifest.chmod(0o600)
+    if callable(content):  # an edit of what agentd wrote
+        content = content(manifest.read_bytes())
     manifest.unlink()
     manifest.write_bytes(content) if content is not None else os.mkfifo(manifest)
 

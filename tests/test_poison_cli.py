@@ -54,6 +54,8 @@ def refused(cli: Any, *args: str) -> str:
         (("task", "add", "--type", "example", "--priority", BIG), "--priority: expected 1"),
         (("schedule", "add", "s1", "--type", "example", "--every", BIG), "--every: expected a duration like"),
         (("workflow", "start", "goal-loop", "k", "--context", '{"a": NaN}'), "NaN"),
+        (("task", "add", "--type", "example", "--payload", '{"note": "a", "note": "b"}'), "'note' is written twice"),
+        (("workflow", "start", "goal-loop", "k", "--context", '{"a": {"b": 1, "b": 1}}'), "key 'b' is written twice"),
         # Numbers are ASCII digits: Python's int() and float() would read each of these as one.
         (("task", "show", "1_0"), "expected an id from 1"),
         (("task", "show", "\u0661\u0662"), "expected an id from 1"),  # Arabic-Indic 12

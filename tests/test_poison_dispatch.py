@@ -51,6 +51,8 @@ POISONED_OUTCOMES = {
     ' "subject": "\\udfff", "payload": {}}]}',
     "integer_beyond_int64": '{"status": "completed", "machine_status": "ok", "operator_summary": "x",'
     ' "external_messages": [{"n": 99999999999999999999999}]}',
+    "a_key_written_twice": '{"status": "failed", "machine_status": "error", "operator_summary": "x",'
+    ' "status": "completed", "machine_status": "ok"}',
     "nested_2000_deep": '{"status": "completed", "machine_status": "ok", "operator_summary": "x",'
     ' "external_messages": [' + "[" * 2000 + "]" * 2000 + "]}",
 }

@@ -108,6 +108,10 @@ BAD_LINES = {
         "workflow_ref: only the workflow engine creates workflow tasks",
     ),
     "not UTF-8": (b'{"task_type": "\xff"}', "not UTF-8: invalid start byte at byte 15"),
+    "a key written twice": (
+        '{"task_type": "example", "payload": {"note": "a"}, "task_type": "other"}',
+        "the key 'task_type' is written twice in one object",
+    ),
 }
 
 

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from agentd.clock import Clock
 from agentd.config import Config
 from agentd.config.sensors import Sensor
-from agentd.edge import MAX_DEPTH, Refused, scrub
+from agentd.edge import MAX_DEPTH, Refused, keys_once, scrub
 from agentd.edge import loads as load_json
 from agentd.errors import InputError, contained
 from agentd.hashing import new_ulid
@@ -116,14 +116,16 @@ def _read_at_once(sensor_id: str, line: str) -> SensorEvent | None:
     Surely: the sensor's id goes first, so an id the line gives wins (as setdefault lets it) and must
     be this one; fewer brackets than MAX_DEPTH (the careful path counts nesting from the line, the
     record from each payload); no workflow_ref (the one integer without bounds, which only the
-    careful path holds to int64; a sensor may not propose one anyway). Lone surrogates, NaN and
-    integers past int64 anywhere else fail here too, and go there."""
+    careful path holds to int64; a sensor may not propose one anyway); no key written twice in one
+    object (edge.keys_once). Lone surrogates, NaN and integers past int64 anywhere else fail here too,
+    and go there."""
     text = line.strip(" \t\r\n")  # JSON's whitespace only: json.loads refuses any other
     if not text.startswith("{") or text.count("{") + text.count("[") >= MAX_DEPTH:
         return None
     try:
+        keys_once(text)  # pydantic's parser would keep the last of a key written twice
         event = SensorEvent.model_validate_json(_id_first(sensor_id) + text[1:])
-    except ValueError:  # pydantic's ValidationError among them
+    except ValueError:  # pydantic's ValidationError and edge's Refused among them
         return None
     task = event.proposed_task
     if event.sensor_id != sensor_id or (task is not None and task.workflow_ref is not None):
