@@ -36,7 +36,9 @@ def tree(root: Path) -> dict[str, tuple[int, str]]:
 def installed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     root = tmp_path / "root"
     assert main(["install", "--root", str(root), "--agent", "demo"]) == 0
-    assert "next: systemctl enable --now agentd-dispatch@demo agentd-sensors@demo" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "next: systemctl enable --now agentd-web@demo.socket agentd-dispatch@demo.socket" in out
+    assert "agentd-sensors@demo.socket agentd-dispatch@demo agentd-sensors@demo agentd-web@demo\n" in out
     return root
 
 
@@ -468,9 +470,10 @@ def test_two_agents_get_distinct_ports_and_their_units_verify(
         assert main(["config", "check", "--config", str(root / f"etc/agentd/{agent}.toml")]) == 0
     units = root / "etc/systemd/system"
     instances = [
-        str(units / f"agentd-{service}@{agent}.service")
-        for service in ("dispatch", "sensors")
+        str(units / f"agentd-{service}@{agent}.{kind}")
+        for service in ("dispatch", "sensors", "web")
         for agent in ("web", "api")
+        for kind in ("service", "socket")  # each port's socket unit, as install wrote it
     ]
     result = subprocess.run([analyzer(), "verify", "--man=no", *instances], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stderr.strip() == "", result.stderr

@@ -44,7 +44,8 @@ def test_each_agent_gets_its_own_console_port_and_unit(tmp_path: Path, capsys: p
     ports = {agent: (*ports_of(root, agent), web_port(root, agent)) for agent in ("one", "two")}
     assert len({*ports["one"], *ports["two"]}) == 6, ports
     assert f"console   {ports['two'][2]} on 127.0.0.1" in out
-    assert "next: systemctl enable --now agentd-dispatch@two agentd-sensors@two agentd-web@two" in out
+    assert "agentd-web@two.socket agentd-dispatch@two.socket agentd-sensors@two.socket" in out
+    assert "agentd-dispatch@two agentd-sensors@two agentd-web@two\n" in out
     unit = (root / UNITS / "agentd-web@.service").read_text()
     assert "ExecStart=/" in unit and unit.rstrip().endswith("WantedBy=multi-user.target")
     for agent in ("one", "two"):

@@ -65,7 +65,7 @@ def cmd_install(args: argparse.Namespace) -> int:
     for warning in report.warnings:
         print(f"agentd: warning: {warning}", file=sys.stderr)
     if wants_json(args):
-        print_json({**vars(report), "enable": enable_command(agent)})
+        print_json({**vars(report), "enable": enable_command(agent, report.sockets)})
         return 0
     for path in report.changed:
         print(f"wrote     {path}")
@@ -77,7 +77,7 @@ def cmd_install(args: argparse.Namespace) -> int:
     print(f"users     {report.users}")
     if not report.changed:
         print("nothing to change: already installed")
-    print(f"\nnext: {enable_command(agent)}")
+    print(f"\nnext: {enable_command(agent, report.sockets)}")
     return 0
 
 

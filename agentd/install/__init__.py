@@ -30,6 +30,7 @@ from agentd import frozen_value
 from agentd.edge import shown
 from agentd.errors import InputError
 from agentd.install.ports import free_pair, free_port, other_agents, used_ports
+from agentd.install.sockets import SERVICES, socket_names, socket_units
 from agentd.install.toml_edit import Placement, agent_toml
 from agentd.process.runner import run_setup_command
 from agentd.resources import data_dir, example_config
@@ -132,6 +133,7 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)  # the ports a new TOML got: dispatch, sensors, web
     users: str = ""  # how the users of the sysusers.d file come to exist (install never writes /etc/passwd)
+    sockets: list[str] = field(default_factory=list)  # the socket units that hold the agent's ports
 
     def note(self, path: Path, changed: bool) -> None:
         (self.changed if changed else self.unchanged).append(str(path))
@@ -161,6 +163,12 @@ def install(agent: str, root: Path, agentd_bin: Path) -> Report:
     for unit in UNITS:
         text = (data_dir("units") / unit).read_text(encoding="utf-8").replace(TEMPLATE_BIN, str(agentd_bin))
         report.note(layout.units_dir / unit, _write_if_changed(layout.units_dir / unit, text, 0o644))
+    for path, held in socket_units(layout.config, layout.units_dir).items():
+        if held is not None:
+            report.note(path, _write_if_changed(path, held, 0o644))
+            report.sockets.append(path.name)
+        else:
+            _remove([path], report)  # that port is off, or the service binds it itself
     report.note(layout.sysusers, _write_if_changed(layout.sysusers, sysusers_text(layout), 0o644))
     report.note(layout.tmpfiles, _write_if_changed(layout.tmpfiles, tmpfiles_text(layout), 0o644))
     _create_users(layout, report)
@@ -168,6 +176,13 @@ def install(agent: str, root: Path, agentd_bin: Path) -> Report:
     if layout.on_this_system and shutil.which("systemctl"):
         run_setup_command(["systemctl", "daemon-reload"], check=False)
     return report
+
+
+def _remove(paths: list[Path], report: Report) -> None:
+    for path in paths:
+        if path.exists():
+            path.unlink()
+            report.changed.append(str(path))
 
 
 def sysusers_text(layout: Layout) -> str:
@@ -239,8 +254,12 @@ def _interpreter(script: Path) -> Path | None:
     return Path(words[0]) if words else None
 
 
-def enable_command(agent: str) -> str:
-    return f"systemctl enable --now agentd-dispatch@{agent} agentd-sensors@{agent} agentd-web@{agent}"
+def enable_command(agent: str, sockets: list[str]) -> str:
+    """What starts the agent: its socket units first in the line (systemd orders them before the services
+    anyway), then the three services."""
+    return " ".join(
+        ["systemctl enable --now", *sockets, f"agentd-dispatch@{agent} agentd-sensors@{agent} agentd-web@{agent}"]
+    )
 
 
 def _copy_agent_files(layout: Layout, report: Report) -> None:
@@ -337,7 +356,7 @@ def uninstall(agent: str, root: Path, *, purge: bool, yes: bool = False) -> Repo
             "evidence): add --yes to confirm"
         )
     if layout.on_this_system and shutil.which("systemctl"):
-        units = [f"agentd-{service}@{agent}.service" for service in ("dispatch", "sensors", "web")]
+        units = [f"agentd-{service}@{agent}.{kind}" for service in SERVICES for kind in ("service", "socket")]
         run_setup_command(["systemctl", "disable", "--now", *units], check=False)
     for path in own:
         if purge:
@@ -345,15 +364,10 @@ def uninstall(agent: str, root: Path, *, purge: bool, yes: bool = False) -> Repo
             report.changed.append(str(path))
         else:
             report.kept.append(str(path))
-    for path in (layout.sysusers, layout.tmpfiles):  # the agent's users stay in the account files
-        if path.exists():
-            path.unlink()
-            report.changed.append(str(path))
+    # its socket units (its own ports) and its users' files go with it; the users stay in the account files
+    _remove([layout.sysusers, layout.tmpfiles, *(layout.units_dir / name for name in socket_names(agent))], report)
     if not other_agents(layout.config):  # the last agent: the shared templates go too
-        for path in (layout.units_dir / unit for unit in UNITS):
-            if path.exists():
-                path.unlink()
-                report.changed.append(str(path))
+        _remove([layout.units_dir / unit for unit in UNITS], report)
     if layout.on_this_system and shutil.which("systemctl"):
         run_setup_command(["systemctl", "daemon-reload"], check=False)
     return report

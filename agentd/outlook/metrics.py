@@ -36,6 +36,7 @@ from agentd.outlook.liveness import liveness
 from agentd.outlook.metric_specs import Spec
 from agentd.outlook.status import read_outlook
 from agentd.process import procs
+from agentd.process.activation import passed_socket
 from agentd.records import TASK_STATUSES
 from agentd.store import Store, open_store
 from agentd.usage import TOKEN_KINDS, believed
@@ -164,11 +165,13 @@ class Metrics:
         """Serve /metrics on HOST:PORT (port 0 picks a free one) until cancelled; started() gives
         the URL."""
         host, _, port = listen.rpartition(":")
-        host = host.strip("[]")
+        host, key = host.strip("[]"), f"{self.service}_listen"
         try:
-            listener = await anyio.create_tcp_listener(local_host=host, local_port=int(port), reuse_port=False)
+            if (held := passed_socket(listen, f"metrics.{key}")) is not None:  # the port systemd holds
+                listener: anyio.abc.Listener[anyio.abc.SocketStream] = await anyio.abc.SocketListener.from_socket(held)
+            else:
+                listener = await anyio.create_tcp_listener(local_host=host, local_port=int(port), reuse_port=False)
         except (OSError, ValueError) as exc:
-            key = f"{self.service}_listen"
             raise AgentdError(
                 f"metrics: cannot listen on {listen} ({exc}); change [metrics] {key} (or set [metrics] enabled = false)"
             ) from None

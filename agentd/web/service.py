@@ -19,6 +19,7 @@ from agentd.config import Config
 from agentd.config.settings import exposure_problem, listen_address
 from agentd.errors import InputError, contained
 from agentd.process import procs
+from agentd.process.activation import passed_socket
 from agentd.services.shell import STATUS_REFRESH_S
 from agentd.store import AsyncStore, Store
 from agentd.web import api, console, handoff
@@ -30,11 +31,14 @@ GRACE_S = 2.0  # open requests (a live stream ends at once) get this long when t
 
 
 def bind(listen: str, beyond_loopback: bool = False) -> socket.socket:
-    """The listening socket of HOST:PORT (port 0: any free one); InputError naming [web] listen, also for
-    an address beyond loopback that the config does not allow (`--listen` is held to it too)."""
+    """The listening socket of HOST:PORT (port 0: any free one): the one systemd holds for it
+    (process/activation.py), else bound here. InputError naming [web] listen, also for an address beyond
+    loopback that the config does not allow (`--listen` is held to it too)."""
     host, _, port = listen_address(listen).rpartition(":")
     if (problem := exposure_problem(listen, beyond_loopback)) is not None:
         raise InputError(f"web.listen: {problem}")
+    if (held := passed_socket(listen, "web.listen")) is not None:
+        return held
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)
