@@ -127,3 +127,48 @@ def test_a_sensor_runs_as_the_run_user_and_what_it_leaves_is_ended_by_its_marker
         pid_file = agent.run_area / "runs" / "sensors" / "leaky" / "daemon.pid"
         assert pid_file.stat().st_uid == agent.uid(agent.run)  # the sensor ran as the run user, and its daemon started
         assert agent.processes_of(agent.run) == []  # and is gone
+
+
+@pytest.mark.process
+def test_a_replay_runs_as_the_attempt_ran_never_as_its_operator() -> None:
+    """`agentd replay` ran the attempt's command again as whoever asked (root, or the services' user, who
+    owns the database and the env files), with the attempt's own stdin: a task an attempt shaped could
+    have its script run with the operator's rights. Now it runs as the run user, or not at all."""
+    privsep.require()
+    with privsep.priv_agent() as agent:
+        ok(agent.as_service("init"))
+        payload = json.dumps({"whoami": True, "outcome": {"status": "completed", "machine_status": "ok",
+                                                         "operator_summary": "ran"}})  # fmt: skip
+        ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", payload))
+        assert agent.as_service("dispatch", "--until-idle").returncode == 0
+        [task] = json.loads(ok(agent.as_operator("task", "list", "--json")))
+        shown = json.loads(ok(agent.as_operator("task", "show", str(task["task_id"]), "--json")))
+        attempt_id = shown["attempts"][0]["attempt_id"]
+        for replayed in (
+            agent.as_operator("replay", attempt_id, "--json"),
+            agent.as_service("replay", attempt_id, "--json"),
+        ):
+            verdict = json.loads(ok(replayed))
+            assert verdict["verdict"] == "identical", verdict  # the same uid printed: the run user's
+        assert agent.processes_of(agent.run) == []
+
+
+@pytest.mark.process
+def test_a_skill_command_the_operator_runs_acts_with_the_run_users_rights_only() -> None:
+    """`agentd skills run` ran the skill's command in the workspace as whoever typed it: the workspace is
+    the run user's, so a link an attempt left where the command writes (the example skill's notes.md)
+    turned the operator's `notes add` into a write wherever the link pointed."""
+    privsep.require()
+    with privsep.priv_agent() as agent:
+        ok(agent.as_service("init"))
+        operators = agent.base / "etc" / "operators-file"
+        operators.write_text("the operator's\n")
+        operators.chmod(0o644)
+        planted = agent.workspace / "notes.md"
+        planted.symlink_to(operators)  # what an attempt could leave
+        followed = agent.as_operator("skills", "run", "example", "notes", "add", "from the workspace")
+        assert followed.returncode != 0, followed.stdout
+        assert operators.read_text() == "the operator's\n"
+        planted.unlink()
+        ok(agent.as_operator("skills", "run", "example", "notes", "add", "hello"))
+        assert planted.read_text() == "- hello\n" and planted.stat().st_uid == agent.uid(agent.run)

@@ -32,8 +32,16 @@ from agentd.evidence.verify import checked_attempt
 from agentd.hashing import sha256_file
 from agentd.process import procs
 from agentd.process.containment import RunGroup, namespace_for
-from agentd.process.files import read_whole_beneath
-from agentd.process.runner import ProcessResult, ProcessSpec, child_environment, resolve_command, run_process
+from agentd.process.files import make_run_dir, read_whole_beneath, write_shared
+from agentd.process.privilege import RunUser, require_switch, run_user
+from agentd.process.runner import (
+    ProcessResult,
+    ProcessSpec,
+    child_environment,
+    remove_as,
+    resolve_command,
+    run_process,
+)
 from agentd.records import ScriptAdapterConfig, TaskAttempt
 from agentd.redaction import Redactor
 from agentd.store import Store
@@ -92,6 +100,7 @@ class ReplayPlan:
     timeout_s: float
     kill_grace_s: float
     output_cap_bytes: int
+    user: RunUser | None  # who the attempt ran as ([dispatch] run_as): the replay runs as that user too
     notes: tuple[str, ...] = ()
 
     @property
@@ -118,10 +127,18 @@ class ReplayScratch:
     def state_dir(self) -> Path:
         return self.root / "state"  # an agentd the command calls writes here, never to the real one
 
-    def make(self) -> None:
-        make_attempt_dir(self.paths)
-        self.workspace.mkdir(mode=0o700)
-        self.state_dir.mkdir(mode=0o700)
+    def make(self, user: RunUser | None) -> None:
+        """The dirs, each one `user` may use as the attempt's own were (the root only to pass through)."""
+        make_run_dir(self.root, user, mode=0o750)
+        make_attempt_dir(self.paths, user)
+        for folder in (self.workspace, self.state_dir):
+            make_run_dir(folder, user)
+
+    def remove(self, user: RunUser | None) -> None:
+        """What `user` may have made unreadable to this process goes first, removed as that user."""
+        if user is not None:
+            for folder in (self.paths.run, self.workspace, self.state_dir):
+                remove_as(folder, user)
 
 
 def plan_replay(config: Config, store: Store, attempt_id: str) -> ReplayPlan | Replay:
@@ -157,6 +174,7 @@ def plan_replay(config: Config, store: Store, attempt_id: str) -> ReplayPlan | R
         timeout_s=_number(budgets.get("timeout_s"), adapter.timeout_ms / 1000),
         kill_grace_s=_number(budgets.get("kill_grace_s"), config.dispatch.kill_grace_s),
         output_cap_bytes=int(_number(budgets.get("output_cap_bytes"), config.dispatch.output_cap_bytes)),
+        user=run_user(config.dispatch.run_as),
         notes=tuple(notes),
     )
 
@@ -210,16 +228,20 @@ def identity_variables(config: Config, store: Store, attempt: TaskAttempt) -> di
 
 async def run_replay(plan: ReplayPlan) -> Replay:
     """Run the plan in a scratch dir (removed after) and compare what it left with the evidence."""
+    require_switch(plan.user)  # as the attempt ran: never as the operator or the services' user
     with tempfile.TemporaryDirectory(prefix="agentd-replay-") as tmp:
         scratch = ReplayScratch(Path(tmp))
-        scratch.make()
-        env, redactor = replay_environment(plan, scratch)
-        prompt = read_whole_beneath(plan.root, "prompt.md")
-        if prompt is not None:
-            scratch.paths.bundle_copy.write_bytes(prompt)
-        process = await run_process(replay_spec(plan, scratch, env))
-        redactor.files([scratch.paths.stdout, scratch.paths.stderr, scratch.paths.reported_result])
-        differences, notes = compare(plan, scratch, process, env.get("PATH", ""))
+        try:
+            scratch.make(plan.user)
+            env, redactor = replay_environment(plan, scratch)
+            prompt = read_whole_beneath(plan.root, "prompt.md")
+            if prompt is not None:
+                write_shared(scratch.paths.bundle_copy, prompt, plan.user)
+            process = await run_process(replay_spec(plan, scratch, env))
+            redactor.files([scratch.paths.stdout, scratch.paths.stderr, scratch.paths.reported_result])
+            differences, notes = compare(plan, scratch, process, env.get("PATH", ""))
+        finally:
+            scratch.remove(plan.user)
     return Replay("different" if differences else "identical", plan.attempt.attempt_id, None, differences, notes)
 
 
@@ -264,6 +286,7 @@ def replay_spec(plan: ReplayPlan, scratch: ReplayScratch, env: dict[str, str]) -
         output_tail_bytes=output_tail_bytes(plan.output_cap_bytes),  # capped as the attempt was
         stdin=read_whole_beneath(plan.root, "stdin.json") or b"",
         group=group,
+        user=plan.user,
     )
 
 

@@ -175,7 +175,7 @@ def make_run_dir(directory: Path, user: RunUser | None, *, mode: int = 0o2770) -
             os.chmod(directory, mode, follow_symlinks=False)
 
 
-def write_shared(path: Path, text: str, user: RunUser | None) -> None:
+def write_shared(path: Path, text: str | bytes, user: RunUser | None) -> None:
     """A file the service writes for the attempt to read (its bundle copy, a harness's config), before
     the attempt starts: the run user's group may read it; without a run user, 0600 like every private
     file. Written in place (`write_new`): nothing reads it until the attempt starts."""
@@ -211,11 +211,13 @@ def write_private(path: Path, text: str, *, mode: int = 0o600) -> None:
     os.replace(tmp, path)
 
 
-def write_new(path: Path, text: str, *, mode: int = 0o600) -> None:
+def write_new(path: Path, text: str | bytes, *, mode: int = 0o600) -> None:
     """Write a private file (`mode`) in place, as `create_private` creates it: for a file in a folder that
     is still being filled, whose seal comes later (an attempt's evidence before its manifest, its run
     folder before it starts). A write a crash cuts short is sealed as the crash left it by the boot
     sweep, as the attempt's other files are; the rename and the temporary's removal that an atomic
     write costs are saved (docs/evidence.md, "The attempt folder")."""
-    with os.fdopen(create_private(path, mode), "w", encoding="utf-8") as handle:
+    if isinstance(text, str):
+        text = text.encode("utf-8")
+    with os.fdopen(create_private(path, mode), "wb") as handle:
         handle.write(text)

@@ -374,10 +374,13 @@ def run_setup_command(argv: Sequence[str], *, check: bool = True) -> subprocess.
     return subprocess.run(list(argv), check=check, capture_output=True, text=True, timeout=120)
 
 
-def run_foreground(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> int:
-    """Run an operator's command attached to this terminal; return its exit status."""
+def run_foreground(
+    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None, user: RunUser | None = None
+) -> int:
+    """Run an operator's command attached to this terminal, as `user` if given; return its exit status."""
     try:
-        completed = subprocess.run(list(argv), cwd=cwd, env=None if env is None else dict(env), check=False)
+        identity = popen_identity(user)
+        completed = subprocess.run(list(argv), cwd=cwd, env=None if env is None else dict(env), check=False, **identity)
     except FileNotFoundError:
         return 127
     except PermissionError:

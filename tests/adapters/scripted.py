@@ -5,7 +5,7 @@
 "stubborn": true (ignore SIGTERM, start a grandchild that ignores it too, write both pids to pids.txt),
 "daemon": "path" (double-fork a setsid daemon with an empty environment; it writes its pid to path),
 "append": "path" (append "TASK ATTEMPT" to it: a side effect), "stdout_hex": "raw bytes for stdout",
-"result_symlink": "target" (make the result file a symlink to it)}.
+"result_symlink": "target" (make the result file a symlink to it), "whoami": true (print its uid and gid)}.
 Text fields may name environment variables as ${NAME}, or ${json:NAME} for the value escaped as inside a
 JSON string (how a test makes the script echo a secret)."""
 
@@ -56,6 +56,8 @@ if payload.get("stdout_hex"):
 for path, text in payload.get("files", {}).items():
     Path(expand(path)).parent.mkdir(parents=True, exist_ok=True)
     Path(expand(path)).write_text(expand(text))
+if payload.get("whoami"):
+    print(f"uid {os.getuid()} gid {os.getgid()}")
 if payload.get("env_dump"):
     print(json.dumps(dict(os.environ)))
 if "stdout" in payload:
