@@ -23,6 +23,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_SUBJECT_CHARS = 500
 MAX_KEY_CHARS = 512  # a workflow's instance key, a sensor event's dedupe key
 MAX_DESCRIPTION_CHARS = 64 * 1024
+MAX_NOTE_CHARS = 4000  # an operator's note or reason (note_text)
 MAX_PAYLOAD_BYTES = 1024 * 1024  # a task payload or workflow context, as stored JSON
 MAX_RESULT_BYTES = 16 * 1024 * 1024  # result.json is read at most this far
 MAX_CONFIG_FILE_BYTES = 1024 * 1024  # any file the config names is far smaller; bounds e.g. --config /dev/zero
@@ -244,6 +245,22 @@ def check_text(text: str, where: str, max_chars: int | None = None) -> str:
     if max_chars is not None and len(text) > max_chars:
         raise Refused(f"{where}: {len(text)} characters, expected at most {max_chars}")
     return text
+
+
+def note_text(value: Any, where: str, *, required: bool = False) -> str | None:
+    """An operator's note or reason (approve, deny, pause, a workflow's signal or cancel, a constitution
+    decision, an evidence acceptance), judged alike from the CLI, the API and the console: text of at
+    most MAX_NOTE_CHARS, no NUL, valid Unicode, kept as given. Nothing, or only blanks, is no note: None,
+    or Refused where one is `required` (a deny needs a reason)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        if required:
+            raise Refused(f"{where}: expected some text, found {'nothing' if not value else 'only blanks'}")
+        return None
+    if not isinstance(value, str):
+        raise Refused(f"{where}: expected text, found {type(value).__name__} {shown(value, 40)}")
+    if "\x00" in value:
+        raise Refused(f"{where}: holds the character U+0000, which a note may not")
+    return check_text(value, where, MAX_NOTE_CHARS)
 
 
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # built once, not per call

@@ -158,3 +158,15 @@ def test_evidence_files_are_listed_and_served_read_only_never_through_a_link(web
         assert b"not evidence" not in refused.body
     anonymous = Client(web.url).get(links["stdout.log"])  # a browser without a session: to the login page
     assert (anonymous.status, anonymous.headers["location"], anonymous.body) == (303, "/login", b"")
+
+
+@pytest.mark.parametrize("before", [65534, 65535], ids=["cut after two bytes", "cut after its first byte"])
+def test_a_long_text_log_whose_64_kib_cut_splits_a_character_is_still_text(before: int) -> None:
+    """The check decoded the first 64 KiB as whole UTF-8: a three-byte character at the cut made a long
+    log of any script but Latin a download (application/octet-stream) instead of a page of text."""
+    from agentd.web.api import looks_textual
+
+    data = b"a" * before + "€".encode() * 10
+    assert looks_textual(data)
+    assert not looks_textual(b"a" * before + b"\xff" + b"a" * 10), "the control: bytes that are no UTF-8 at all"
+    assert not looks_textual(b"\xe2\x82"), "a file that ends cut short is not text"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from agentd.clock import SystemClock, parse_duration, parse_ts
-from agentd.edge import INT64_MAX, NotJson, check_text, printable, shown, visible_json, whole_number
+from agentd.edge import INT64_MAX, NotJson, Refused, check_text, note_text, printable, shown, visible_json, whole_number
 from agentd.edge import loads as load_json
 from agentd.errors import ConfigError, InputError
 
@@ -89,6 +89,18 @@ record_id = whole_in(1, INT64_MAX, f"an id from 1 to {INT64_MAX}")
 count = whole_in(0, INT64_MAX, f"a whole number from 0 to {INT64_MAX}")
 # --priority wherever a task is made: a number here, its bounds the record's (input_problems says them).
 priority = whole_in(0, None, "1 (most urgent) to 10 (least urgent)")
+
+
+def note(flag: str, *, required: bool = False) -> Callable[[str], str | None]:
+    """argparse type for an operator's note or reason, by the rule every surface uses (edge.note_text)."""
+
+    def parse(text: str) -> str | None:
+        try:
+            return note_text(text, flag, required=required)
+        except Refused as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{flag}: ")) from None
+
+    return parse
 
 
 def attempts(text: str) -> int:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from agentd.cli.common import (
     add_command,
     agent_store,
+    note,
     print_fields,
     print_json,
     print_table,
@@ -17,12 +18,10 @@ from agentd.cli.common import (
     wants_json,
 )
 from agentd.clock import SystemClock, format_ts
-from agentd.edge import check_text, printable
+from agentd.edge import printable
 
 if TYPE_CHECKING:
     from agentd.records.constitution import ConstitutionProposalRecord
-
-MAX_NOTE_CHARS = 4000
 
 
 def register(commands: Any) -> None:
@@ -41,22 +40,12 @@ def register(commands: Any) -> None:
         "document changed since it was proposed",
     )
     accept.add_argument("proposal_id", metavar="ID")
-    accept.add_argument("--note", metavar="TEXT", type=note_text("--note"), help="recorded with the decision")
+    accept.add_argument("--note", metavar="TEXT", type=note("--note"), help="recorded with the decision")
     reject = add_command(group, "reject", cmd_reject, "decline a proposal, saying why; the document is not touched")
     reject.add_argument("proposal_id", metavar="ID")
-    reject.add_argument("--reason", metavar="TEXT", type=note_text("--reason"), required=True, help="why (recorded)")
-
-
-def note_text(flag: str) -> Any:
-    def parse(text: str) -> str:
-        if not text.strip():
-            raise argparse.ArgumentTypeError("expected some text, found nothing")
-        try:
-            return check_text(text, flag, MAX_NOTE_CHARS)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return parse
+    reject.add_argument(
+        "--reason", metavar="TEXT", type=note("--reason", required=True), required=True, help="why (recorded)"
+    )
 
 
 def cmd_proposals(args: argparse.Namespace) -> int:

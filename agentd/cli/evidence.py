@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentd.cli.common import add_command, agent_store, print_json, record_id, wants_json
+from agentd.cli.common import add_command, agent_store, note, print_json, record_id, wants_json
 from agentd.clock import SystemClock, format_ts
 from agentd.edge import printable
 
@@ -46,7 +46,9 @@ def register(commands: Any) -> None:
         "after looking, go on from a database older than what happened (a restored backup, a lost -wal): "
         "recorded, the attempt folders it does not name moved aside, the published chain head re-based",
     )
-    accept.add_argument("--reason", required=True, type=reason_text, metavar="TEXT", help="why (recorded)")
+    accept.add_argument(
+        "--reason", required=True, type=note("--reason", required=True), metavar="TEXT", help="why (recorded)"
+    )
     which_attempts(export, "this task's attempts", "every task's attempts", required=True)
     export.add_argument(
         "--out",
@@ -55,13 +57,6 @@ def register(commands: Any) -> None:
         help="a path that does not exist yet: a directory (tracecore) or a .tar.gz file (bundle); "
         "default tracecore-<task> / agentd-evidence-<task>.tar.gz in the current directory",
     )
-
-
-def reason_text(text: str) -> str:
-    from agentd.cli.constitution import note_text
-
-    parse: Any = note_text("--reason")
-    return str(parse(text))
 
 
 def which_attempts(parser: argparse.ArgumentParser, task_help: str, all_help: str, *, required: bool = False) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from agentd.cli.common import (
     add_command,
     agent_store,
+    note,
     print_json,
     print_table,
     record_id,
@@ -23,17 +24,22 @@ def register(commands: Any) -> None:
     add_command(commands, "approvals", cmd_approvals, "list what waits for an operator's approval, oldest first")
     approve = add_command(commands, "approve", cmd_approve, "let a task that waits for approval run")
     approve.add_argument("task_id", type=record_id, metavar="ID")
-    approve.add_argument("--note", help="recorded with the approval")
+    approve.add_argument("--note", type=note("--note"), help="recorded with the approval")
     deny = add_command(commands, "deny", cmd_deny, "refuse a task that waits for approval: it ends operator_canceled")
     deny.add_argument("task_id", type=record_id, metavar="ID")
-    deny.add_argument("--reason", required=True, help="why: recorded, and the task's outcome says it")
+    deny.add_argument(
+        "--reason",
+        required=True,
+        type=note("--reason", required=True),
+        help="why: recorded, and the task's outcome says it",
+    )
 
 
 def register_dispatch(dispatch: argparse.ArgumentParser) -> None:
     """`agentd dispatch pause|resume`, under the service command."""
     acts = dispatch.add_subparsers(dest="dispatch_command", metavar="[pause|resume]")
     pause = add_command(acts, "pause", cmd_pause, "finish the running attempt, then claim nothing until resumed")
-    pause.add_argument("--reason", help="why: shown in status and systemd's STATUS")
+    pause.add_argument("--reason", type=note("--reason"), help="why: shown in status and systemd's STATUS")
     add_command(acts, "resume", cmd_resume, "claim tasks again")
     for parser in (pause, acts.choices["resume"]):
         parser.set_defaults(service=False, log_level=None)

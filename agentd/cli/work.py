@@ -13,6 +13,7 @@ from agentd.cli.common import (
     duration,
     input_problems,
     json_object,
+    note,
     option,
     print_fields,
     print_json,
@@ -97,7 +98,7 @@ def register_steering(workflow: Any) -> None:
     )
     cancel.add_argument("workflow_id", type=record_id, metavar="ID")
     for parser in (signal, unblock, cancel):
-        parser.add_argument("--reason", help="why: recorded with the act")
+        parser.add_argument("--reason", type=note("--reason"), help="why: recorded with the act")
 
 
 def cmd_workflow_start(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from agentd.config import Config
-from agentd.edge import MAX_KEY_CHARS, check_text
+from agentd.edge import MAX_KEY_CHARS, check_text, note_text
 from agentd.errors import InputError
 from agentd.process.privilege import operator_name, operator_source
 from agentd.process.wake import poke
@@ -77,6 +77,7 @@ def resolve_approval(
     now: datetime,
     by: str | None = None,
 ) -> tuple[TaskRecord, ApprovalScope]:
+    note = note_text(note, "note" if approved else "reason", required=not approved)  # every surface's rule
     task, scope = store.resolve_approval(task_id, approved=approved, by=by or operator(), note=note, now=now)
     poke(config.paths.state_dir)
     return task, scope
@@ -85,7 +86,7 @@ def resolve_approval(
 def pause_dispatch(
     config: Config, store: Store, reason: str | None, now: datetime, *, by: str | None = None
 ) -> tuple[Pause, bool]:
-    paused = store.pause_dispatch(by or operator(), reason, now)
+    paused = store.pause_dispatch(by or operator(), note_text(reason, "reason"), now)
     poke(config.paths.state_dir)  # an idle dispatcher says it is paused at once, not at its next wake
     return paused
 

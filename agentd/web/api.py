@@ -4,6 +4,7 @@ the field."""
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -190,9 +191,7 @@ def resolver(approved: bool) -> Callable[[Web, Store, int, dict[str, Any], Opera
 
     def resolve(web: Web, store: Store, task_id: int, body: dict[str, Any], operator: Operator) -> dict[str, Any]:
         where = "body.note" if approved else "body.reason"
-        note = inputs.optional_text(body.get("note" if approved else "reason"), where)
-        if not approved and note is None:
-            raise BadInput(422, "missing", "body.reason", "why the task is denied (text)")
+        note = inputs.note(body.get("note" if approved else "reason"), where, required=not approved)
         if "context" in body:
             handoff.check_context(store, task_id, body["context"])
         task, scope = control.resolve_approval(
@@ -208,7 +207,7 @@ async def api_pause(request: Request) -> Response:
     operator = await bearer(request)
     body = await inputs.json_object(request)
     inputs.refuse_unknown(body, ("reason",))
-    reason = inputs.optional_text(body.get("reason"), "body.reason")
+    reason = inputs.note(body.get("reason"), "body.reason")
     web = web_of(request)
     pause, changed = await web.db.call(
         lambda store: control.pause_dispatch(web.config, store, reason, web.clock.now(), by=operator.name)
@@ -272,9 +271,11 @@ def read_evidence(root: Path, relative: str) -> bytes | None:
 
 
 def looks_textual(data: bytes) -> bool:
-    """UTF-8 without NUL bytes (in its first 64 KiB): served as text/plain."""
+    """UTF-8 without NUL bytes (in its first 64 KiB): served as text/plain. A character the 64 KiB cut in
+    two is not held against it (final=False: an incomplete sequence at the end is left undecoded)."""
+    head = data[:65536]
     try:
-        data[:65536].decode("utf-8")
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=len(data) <= len(head))
     except UnicodeDecodeError:
         return False
-    return b"\x00" not in data[:65536]
+    return b"\x00" not in head

@@ -19,7 +19,6 @@ from agentd.vocabulary import TASK_STATUSES
 from agentd.web import inputs
 from agentd.web.app import Forbidden, Unauthorized, Web, check_token, session_of, web_of
 from agentd.web.auth import COOKIE, Operator
-from agentd.web.inputs import BadInput
 from agentd.web.views import ACTIVITY_TYPES, approvals_view, jsonable, status_view, task_view
 
 LOGIN_COOKIE = "agentd_login"  # the login form's own CSRF nonce, before there is a session
@@ -165,7 +164,7 @@ def act(verb: Callable[[Web, Store, int | None, dict[str, str], Operator], str])
 def do_approve(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
     """`agentd approve ID [--note]`."""
     assert task_id is not None
-    note = inputs.optional_text(fields.get("note"), "body.note")
+    note = inputs.note(fields.get("note"), "body.note")
     now = web.clock.now()
     control.resolve_approval(web.config, store, task_id, approved=True, note=note, now=now, by=operator.name)
     return "/approvals"
@@ -174,9 +173,7 @@ def do_approve(web: Web, store: Store, task_id: int | None, fields: dict[str, st
 def do_deny(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
     """`agentd deny ID --reason`: a reason is required."""
     assert task_id is not None
-    reason = inputs.optional_text(fields.get("reason", "").strip(), "body.reason")
-    if reason is None:
-        raise BadInput(422, "missing", "body.reason", "why the task is denied: a reason is required to deny")
+    reason = inputs.note(fields.get("reason"), "body.reason", required=True)  # a reason is required to deny
     now = web.clock.now()
     control.resolve_approval(web.config, store, task_id, approved=False, note=reason, now=now, by=operator.name)
     return "/approvals"
@@ -184,7 +181,7 @@ def do_deny(web: Web, store: Store, task_id: int | None, fields: dict[str, str],
 
 def do_pause(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
     """`agentd pause [--reason]`."""
-    reason = inputs.optional_text(fields.get("reason"), "body.reason")
+    reason = inputs.note(fields.get("reason"), "body.reason")
     control.pause_dispatch(web.config, store, reason, web.clock.now(), by=operator.name)
     return "/"
 

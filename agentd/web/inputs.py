@@ -100,6 +100,15 @@ async def form(request: Request) -> dict[str, str]:
         raise BadInput(400, f"not a form: {exc}", "body", "application/x-www-form-urlencoded") from None
 
 
+def note(value: Any, where: str, *, required: bool = False) -> str | None:
+    """An operator's note or reason, by the rule the CLI uses too (edge.note_text): a 422 naming `where`."""
+    try:
+        return edge.note_text(value, where, required=required)
+    except edge.Refused as exc:
+        expected = f"text of at most {edge.MAX_NOTE_CHARS} characters" + (", not blank" if required else "")
+        raise BadInput(422, str(exc).removeprefix(f"{where}: "), where, expected) from None
+
+
 def optional_text(value: Any, where: str, *, max_chars: int = 2000) -> str | None:
     if value is None or value == "":
         return None
