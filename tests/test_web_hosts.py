@@ -127,3 +127,18 @@ def test_host_names_are_dns_names(value: str, fragment: str, tmp_path: Path) -> 
     with pytest.raises(ConfigError) as refused:
         load_config(path)
     assert fragment in str(refused.value) and "host_names" in str(refused.value)
+
+
+def test_the_name_web_listen_gives_is_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A console told to listen on a name (beyond loopback, behind a proxy) is asked for by that name."""
+    from support import agent_config
+
+    monkeypatch.delenv("AGENTD_WEB__LISTEN")  # the suite's own override: the file's listen is the point
+    from agentd.web.app import own_names
+
+    def listen_on(name: str) -> Path:
+        web = {"listen": f"{name}:9578", "beyond_loopback": True, "host_names": ["proxy.example.org"]}
+        return agent_config(tmp_path / name, lambda raw: raw.update(web=web))
+
+    assert own_names(load_config(listen_on("Console.Internal"))) == {"console.internal", "proxy.example.org"}
+    assert own_names(load_config(listen_on("10.0.0.5"))) == {"proxy.example.org"}

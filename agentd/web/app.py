@@ -238,7 +238,7 @@ def build_app(web: Web, routes: list[BaseRoute]) -> Starlette:
     app.state.web = web
     if web.attempt_users:
         app.add_middleware(NoAttempts, users=web.attempt_users)
-    app.add_middleware(KnownHosts, names=frozenset(web.config.web.host_names))
+    app.add_middleware(KnownHosts, names=own_names(web.config))
     app.add_middleware(SecurityHeaders)  # the outermost: a refused host's answer carries them too
     return app
 
@@ -272,6 +272,18 @@ def run_user_uids(users: Iterable[tuple[str | None, str]]) -> dict[int, str]:
         except KeyError:
             continue
     return found
+
+
+def own_names(config: Config) -> frozenset[str]:
+    """The DNS names the console answers to: [web] host_names, and the host [web] listen names when that
+    is a name (its clients send it)."""
+    host = config.web.listen.rpartition(":")[0].strip("[]").lower()
+    try:
+        ipaddress.ip_address(host)
+        listened: set[str] = set()
+    except ValueError:
+        listened = {host}
+    return frozenset(config.web.host_names) | listened
 
 
 def answers_to(host: str | None, names: frozenset[str]) -> bool:
