@@ -176,6 +176,19 @@ MALFORMED = [
 ]
 
 
+@pytest.mark.parametrize(
+    "dsn", [f"host=/nowhere user=fleet password={SECRET}", f"postgresql://fleet:{SECRET}@127.0.0.1:1/fleet"]
+)
+@pytest.mark.parametrize("command", ["status", "init", "show 1"])
+def test_a_password_on_the_command_line_is_refused_before_anything_is_sent(
+    capsys: pytest.CaptureFixture[str], dsn: str, command: str
+) -> None:
+    """Every user on the VM, an attempt among them, reads a process's argv in /proc/PID/cmdline."""
+    refused = run_main(capsys, EXAMPLE_CONFIG, "fleet", *command.split(), "--dsn", dsn)
+    assert refused.code == 2 and refused.err.startswith("agentd: --dsn: it holds a password"), refused.err
+    assert SECRET not in refused.err + refused.out and "--dsn-file" in refused.err
+
+
 @pytest.mark.parametrize("template", MALFORMED)
 def test_a_connection_string_that_fails_is_one_line_without_its_password(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, template: str

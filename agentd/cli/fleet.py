@@ -61,6 +61,14 @@ def dsn_of(args: argparse.Namespace) -> str:
     """--dsn, --dsn-file, or the agent's [fleet] dsn_file: a connection string never has to be typed
     where others can see it (a file of its own, 0600)."""
     if args.dsn:
+        from agentd.store.fleet_connect import dsn_parts
+
+        if dsn_parts(args.dsn).get("password"):  # never quoted back: dsn_parts leaves libpq's quotes out
+            raise InputError(
+                "--dsn: it holds a password, which every user on this machine can read in the process list "
+                "(ps, /proc/PID/cmdline): put the string in a file of its own (--dsn-file FILE, mode 0600) "
+                "or the password in ~/.pgpass"
+            )
         return str(args.dsn)
     path = args.dsn_file
     if path is None:
