@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from agentd.store import fleet
+from agentd.store import fleet, fleet_connect
 
 try:  # the cluster helper the tests use (importable from a checkout: bench/ runs from one)
     from tests import pg
@@ -64,7 +64,7 @@ class BrokenDrain(RuntimeError):
 
 def why_not() -> str | None:
     """Why the fleet row cannot run here (the report names it), or None."""
-    if not fleet.installed():
+    if not fleet_connect.installed():
         return "psycopg is not installed (the `fleet` extra)"
     if pg is None:
         return "tests/pg.py (the PostgreSQL the tests start) is not importable"
@@ -180,7 +180,7 @@ class Rig:
 
     def describe(self) -> str:
         """The server as the row found it: its version and the settings that bear on a commit."""
-        with fleet.connect(self.cluster.dsn()) as conn, conn.cursor() as cur:
+        with fleet_connect.connect(self.cluster.dsn()) as conn, conn.cursor() as cur:
             cur.execute(SERVER)
             found = cur.fetchone()
         return f"{found['version']}; {found['settings']}"
