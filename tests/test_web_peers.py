@@ -10,7 +10,10 @@ root, elsewhere these skip with the reason, or fail under AGENTD_REQUIRE_PRIVSEP
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -19,9 +22,10 @@ from urllib.parse import urlsplit
 
 import pytest
 from rig import Rig
+from support import REPO
 from webrig import WebRig, serving
 
-from agentd.web.peers import local_peer_uid
+from agentd.web.peers import cannot_tell_apart, local_peer_uid
 
 pytestmark = pytest.mark.timeout(60)
 NOBODY = 65534  # the account `nobody`: a run user of some agent in these tests
@@ -175,3 +179,24 @@ def test_another_local_users_failed_logins_cost_the_operator_nothing(rig_factory
         assert as_user(STRANGER, port, guesses) == [401] * limit + [429]
         assert web.client("alice").get("/api/status").status == 200
         assert as_user(STRANGER, port, [get("/api/status", port, web.token("bob"))]) == [429], "it still waits"
+
+
+def test_this_process_can_tell_local_clients_apart_and_a_user_namespace_could_not() -> None:
+    """Why the console's unit has no PrivateUsers= and allows AF_NETLINK: in a user namespace of its own
+    every other user's uid reads as 65534 (the run user's and the operator's alike), and without netlink
+    nothing is read at all; either way the run users would not be refused. The service says so at start."""
+    assert cannot_tell_apart() is None
+    unit = (REPO / "units" / "agentd-web@.service").read_text()
+    settings = dict(line.split("=", 1) for line in unit.splitlines() if "=" in line and not line.startswith("#"))
+    assert "PrivateUsers" not in settings and "AF_NETLINK" in settings["RestrictAddressFamilies"].split()
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("unshare (util-linux) is not installed: the user-namespace half is not tried here")
+    inside = subprocess.run(
+        [unshare, "--user", "--map-current-user", sys.executable, "-c",
+         "from agentd.web.peers import cannot_tell_apart; print(cannot_tell_apart())"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    if inside.returncode != 0 and "unshare" in inside.stderr:
+        pytest.skip(f"this machine allows no user namespace here: {inside.stderr.strip()[:120]}")
+    assert "user namespace" in inside.stdout, inside.stdout + inside.stderr

@@ -10,8 +10,10 @@ Linux only; elsewhere, or when the connection is gone before it is looked up, th
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 import struct
+from pathlib import Path
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
@@ -40,6 +42,28 @@ def local_peer_uid(client: tuple[str, int] | None, server: tuple[str, int] | Non
         uid = _ask(family, src, client[1], dst, server[1])
         if uid is not None:
             return uid
+    return None
+
+
+def cannot_tell_apart() -> str | None:
+    """Why this process cannot tell local clients apart, or None when it can: it must see uids as the
+    machine does (no user namespace mapping them away, as systemd's PrivateUsers= makes one), and a
+    loopback connection to itself must read back as its own uid."""
+    try:
+        mapping = Path("/proc/self/uid_map").read_text().split()
+    except OSError:
+        return "/proc/self/uid_map cannot be read (not Linux)"
+    if mapping[:3] != ["0", "0", "4294967295"]:
+        return "it runs in a user namespace of its own (PrivateUsers=), where every other user's uid reads as 65534"
+    with socket.socket() as server, socket.socket() as client:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        client.connect(server.getsockname())
+        accepted, peer = server.accept()
+        with accepted:
+            found = local_peer_uid(peer, accepted.getsockname())
+    if found != os.geteuid():
+        return "netlink's sock_diag named no owner of a local socket (RestrictAddressFamilies= without AF_NETLINK?)"
     return None
 
 

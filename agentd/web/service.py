@@ -25,6 +25,7 @@ from agentd.store import AsyncStore, Store
 from agentd.web import api, console, handoff
 from agentd.web.app import Web, build_app, run_user_uids, templates
 from agentd.web.auth import LoginThrottle, Sessions
+from agentd.web.peers import cannot_tell_apart
 
 logger = logging.getLogger(__name__)
 GRACE_S = 2.0  # open requests (a live stream ends at once) get this long when the service stops
@@ -111,6 +112,12 @@ class WebService:
             return
         host, port = sock.getsockname()[:2]
         self.url = f"http://{host if ':' not in host else f'[{host}]'}:{port}/"
+        if (why := cannot_tell_apart()) is not None:  # said once, at start: what "Who may connect" relies on
+            logger.warning(
+                "the console cannot tell local clients apart (%s): the agents' run users are not refused and "
+                'failed logins are counted per address only (docs/web.md, "Who may connect")',
+                why,
+            )
         self._web = web = self.build()
         app = build_app(web, routes())
         served = HyperConfig()
