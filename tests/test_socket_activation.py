@@ -211,6 +211,13 @@ def test_sockets_passed_to_another_process_are_not_taken(monkeypatch: pytest.Mon
         monkeypatch.setenv("LISTEN_PID", pid)
         monkeypatch.setenv("LISTEN_FDS", count)
         assert activation.passed_sockets.__wrapped__() == ()
+    # a count past what was passed (nothing open at those descriptors) takes nothing, and does not fail
+    unused = os.open(os.devnull, os.O_RDONLY)
+    os.close(unused)  # the lowest free descriptor: certainly nothing there
+    monkeypatch.setattr(activation, "LISTEN_FDS_START", unused)
+    monkeypatch.setenv("LISTEN_PID", str(os.getpid()))
+    monkeypatch.setenv("LISTEN_FDS", "1")
+    assert activation.passed_sockets.__wrapped__() == ()
 
 
 def test_install_writes_a_socket_unit_per_port_the_toml_names_and_uninstall_removes_them(

@@ -17,6 +17,7 @@ import functools
 import os
 import socket
 
+from agentd.edge import whole_number
 from agentd.errors import InputError
 
 LISTEN_FDS_START = 3  # sd_listen_fds(3): the first passed descriptor
@@ -26,14 +27,17 @@ LISTEN_FDS_START = 3  # sd_listen_fds(3): the first passed descriptor
 def passed_sockets() -> tuple[socket.socket, ...]:
     """The listening TCP sockets systemd passed this very process (LISTEN_PID is ours), read once. The
     variables are removed, so no child (an attempt, a sensor) takes them for its own."""
-    pid, count = os.environ.pop("LISTEN_PID", ""), os.environ.pop("LISTEN_FDS", "")
+    pid, count = whole_number(os.environ.pop("LISTEN_PID", "")), whole_number(os.environ.pop("LISTEN_FDS", ""))
     os.environ.pop("LISTEN_FDNAMES", None)
-    if not (pid.isascii() and pid.isdigit() and count.isascii() and count.isdigit()) or int(pid) != os.getpid():
+    if pid != os.getpid() or count is None:
         return ()
     found = []
-    for fd in range(LISTEN_FDS_START, LISTEN_FDS_START + min(int(count), 64)):
-        os.set_inheritable(fd, False)  # sd_listen_fds sets FD_CLOEXEC: an attempt never holds the port
-        sock = socket.socket(fileno=fd)
+    for fd in range(LISTEN_FDS_START, LISTEN_FDS_START + min(count, 64)):
+        try:
+            os.set_inheritable(fd, False)  # sd_listen_fds sets FD_CLOEXEC: an attempt never holds the port
+            sock = socket.socket(fileno=fd)
+        except OSError:  # a count past what was passed: nothing there to take
+            continue
         if sock.type == socket.SOCK_STREAM and sock.family in (socket.AF_INET, socket.AF_INET6):
             found.append(sock)
     return tuple(found)
