@@ -270,6 +270,7 @@ async def test_status_names_the_run_user_when_there_is_one(tmp_path: Path, rig_c
     finally:
         rig.close()
     assert boundary["enforced"] is True and boundary["line"].startswith("attempts run as nobody (uid ")
+    assert "sensors run as that user too" in boundary["line"], "what the user also runs, and what that costs"
 
 
 @pytest.mark.process

@@ -145,7 +145,10 @@ def keep_capabilities_to_self() -> None:
 def boundary_line(user: RunUser | None) -> str:
     """What `status` and the service start line say about who attempts run as."""
     if user is not None:
-        return f"attempts run as {user.name} (uid {user.uid}): they cannot act as the operator"
+        return (
+            f"attempts run as {user.name} (uid {user.uid}): they cannot act as the operator; sensors run as "
+            "that user too, so what they report is trusted no more than an attempt"
+        )
     return (
         f"attempts run as this service's own user ({_name(os.geteuid())}): approvals, budgets and pause are "
         "advisory (set [dispatch] run_as, as `agentd install` does, to enforce them)"
