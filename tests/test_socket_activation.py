@@ -185,6 +185,21 @@ def test_the_dispatchers_metrics_serve_on_the_socket_systemd_holds(
         assert dispatcher.wait(timeout=30) == 0
 
 
+def test_a_socket_passed_while_metrics_are_off_is_named_in_the_log(
+    agent: Callable[..., Path], started: Callable[..., subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    """Metrics switched off in the TOML, the old socket unit still enabled: the port is held and nothing
+    answers it (a scrape waits until it times out). The dispatcher says so, and how to fix it."""
+    with held() as metrics:
+        config = agent(web=0, dispatch=metrics.getsockname()[1])
+        config.write_text(config.read_text().replace("[metrics]\nenabled = true\n", "[metrics]\nenabled = false\n", 1))
+        dispatcher = started([metrics], config, "dispatch")
+        wait_until(lambda: "nothing answers on it" in output(tmp_path, 0), 20, "the warning")
+        assert f"127.0.0.1:{metrics.getsockname()[1]}" in output(tmp_path, 0)
+        dispatcher.send_signal(signal.SIGTERM)
+        assert dispatcher.wait(timeout=30) == 0
+
+
 def test_a_socket_on_another_address_than_the_toml_names_is_refused(
     agent: Callable[..., Path], started: Callable[..., subprocess.Popen[str]], tmp_path: Path
 ) -> None:

@@ -36,7 +36,7 @@ from agentd.outlook.liveness import liveness
 from agentd.outlook.metric_specs import Spec
 from agentd.outlook.status import read_outlook
 from agentd.process import procs
-from agentd.process.activation import passed_socket
+from agentd.process.activation import passed_socket, passed_sockets
 from agentd.records import TASK_STATUSES
 from agentd.store import Store, open_store
 from agentd.usage import TOKEN_KINDS, believed
@@ -352,6 +352,14 @@ class NullMetrics:
     async def serve(
         self, listen: str, *, task_status: anyio.abc.TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
+        for held in passed_sockets():  # a socket unit left from when metrics were on: nothing answers it
+            host, port = held.getsockname()[:2]
+            logger.warning(
+                "systemd passed a socket on %s:%s, but [metrics] enabled = false: nothing answers on it; run "
+                "`agentd install --agent NAME` again (it removes the socket units of ports that are off)",
+                host,
+                port,
+            )
         task_status.started(None)
 
     def close(self) -> None:
