@@ -142,3 +142,14 @@ def test_the_name_web_listen_gives_is_its_own(tmp_path: Path, monkeypatch: pytes
 
     assert own_names(load_config(listen_on("Console.Internal"))) == {"console.internal", "proxy.example.org"}
     assert own_names(load_config(listen_on("10.0.0.5"))) == {"proxy.example.org"}
+
+
+@given(st.text(max_size=80))
+def test_any_host_header_is_judged_without_raising_and_no_name_with_a_dot_slips_in(host: str) -> None:
+    """Whatever a client sends as Host, the check answers; text holding a letter outside the listed
+    names, localhost and IP literals is never its own (no suffix, prefix or case trick)."""
+    allowed = answers_to(host, frozenset({"console.example.org"}))
+    bare = host.rpartition(":")[0] if ":" in host and not host.startswith("[") else host
+    named = bare.rstrip(".").lower()
+    if allowed and any(c.isalpha() for c in named) and not named.startswith("["):
+        assert named in ("console.example.org", "localhost") or named.endswith(".localhost"), host
