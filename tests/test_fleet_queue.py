@@ -189,6 +189,21 @@ def test_a_password_on_the_command_line_is_refused_before_anything_is_sent(
     assert SECRET not in refused.err + refused.out and "--dsn-file" in refused.err
 
 
+@pytest.mark.parametrize("command", ["init", "submit --type example", "cancel 1", f"submit --batch {Path(__file__)}"])
+def test_the_fleets_writes_are_refused_inside_an_attempt_before_anything_is_sent(
+    dsn: str, queue: FleetQueue, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """Every other control verb refused an attempt; the fleet's submit, cancel and init did not, so an
+    attempt (without run_as, where it shares the services' user and can read the dsn file) could submit
+    fleet work as its operator."""
+    monkeypatch.setenv("AGENTD_ATTEMPT_ID", "01ATTEMPTFROMINSIDE")
+    refused = fleet_cli(capsys, dsn, *command.split())
+    assert refused.code == 2 and "refused inside an attempt (AGENTD_ATTEMPT_ID=01ATTEMPTFROMINSIDE)" in refused.err
+    assert queue.counts()["tasks"]["queued"] == 0
+    monkeypatch.delenv("AGENTD_ATTEMPT_ID")
+    assert fleet_cli(capsys, dsn, "status").code == 0, "a read is not a control verb"
+
+
 @pytest.mark.parametrize("template", MALFORMED)
 def test_a_connection_string_that_fails_is_one_line_without_its_password(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, template: str

@@ -90,7 +90,16 @@ def _queue(args: argparse.Namespace) -> FleetQueue:
     return FleetQueue.open(dsn_of(args))
 
 
+def refuse_attempts(args: argparse.Namespace) -> None:
+    """The fleet's writes are an operator's control verbs too: refused inside an attempt or as the run user
+    (docs/install-and-deploy.md, "The boundary"), before anything is read or sent."""
+    from agentd.process.privilege import refuse_inside_attempt
+
+    refuse_inside_attempt(config_from(args).dispatch.run_as, "this command writes to the fleet's queue")
+
+
 def cmd_init(args: argparse.Namespace) -> int:
+    refuse_attempts(args)
     queue = _queue(args)
     try:
         applied = queue.migrate()
@@ -110,6 +119,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     task (agentd/cli/fleet_submit.py) before anything reaches PostgreSQL."""
     from agentd.cli import fleet_submit
 
+    refuse_attempts(args)
     config, now = config_from(args), SystemClock().now()
     if args.batch is not None:
         submissions = fleet_submit.judge_batch(args, config, now)
@@ -196,6 +206,7 @@ def _print_task(task: FleetTask) -> None:
 def cmd_cancel(args: argparse.Namespace) -> int:
     from agentd.process.privilege import operator_name
 
+    refuse_attempts(args)
     queue = _queue(args)
     try:
         task = queue.cancel(args.fleet_id, by=operator_name())
