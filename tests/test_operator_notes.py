@@ -10,12 +10,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from rig import Rig
 from test_web_api import held
 from test_web_console import logged_in
 from webrig import WebRig, serving
 
-from agentd.edge import MAX_NOTE_CHARS
+from agentd.edge import MAX_NOTE_CHARS, Refused, note_text
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -97,3 +99,15 @@ def test_a_pause_reason_from_the_api_takes_what_the_cli_takes(web: WebRig) -> No
     assert client.post("/api/resume").status == 200
     blank = client.post("/api/pause", {"reason": "  "})
     assert blank.status == 200 and blank.json()["reason"] is None, "blanks are no reason: none is recorded"
+
+
+@given(st.one_of(st.none(), st.text(max_size=5_000), st.integers(), st.booleans(), st.lists(st.text(), max_size=2)))
+def test_any_value_is_a_note_kept_as_given_none_or_one_refusal(value: Any) -> None:
+    """The rule at every surface, for anything a JSON body or an argv can bring."""
+    try:
+        kept = note_text(value, "here")
+    except Refused as refused:
+        assert str(refused).startswith("here: ")
+        return
+    assert kept is None or kept == value
+    assert (kept is None) == (value is None or (isinstance(value, str) and not value.strip()))

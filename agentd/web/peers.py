@@ -32,7 +32,7 @@ UID_AT = HEADER.size + 4 + SOCKET_ID.size + TAIL.size + 12  # inet_diag_msg: ...
 def local_peer_uid(client: tuple[str, int] | None, server: tuple[str, int] | None) -> int | None:
     """The uid owning the client's end of the TCP connection `client` → `server`, when both ends are on
     this machine; None when no such socket is found (another machine's client, not Linux, closed)."""
-    if client is None or server is None:
+    if client is None or server is None or not all(0 <= end[1] <= 0xFFFF for end in (client, server)):
         return None
     try:
         source, destination = ipaddress.ip_address(client[0]), ipaddress.ip_address(server[0])
