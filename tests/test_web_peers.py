@@ -148,7 +148,7 @@ def guarded(rig_factory: Callable[..., Rig], tmp_path: Path) -> Callable[[bool],
                 raw["paths"]["run_dir"] = str(tmp_path / "runs")  # outside the state dir, as the boundary asks
 
             return serving(rig_factory(own_run_user))
-        return serving(rig_factory(), run_users=(("nobody", "/etc/agentd/other.toml's"),))
+        return serving(rig_factory(), run_users=lambda: [("nobody", "/etc/agentd/other.toml's")])
 
     return make
 
@@ -213,3 +213,20 @@ def test_any_pair_of_ends_is_looked_up_without_raising(client: tuple[str, int], 
     struct.error from the request's own lookup (a 500 instead of an answer)."""
     found = local_peer_uid(client, server)
     assert found is None or isinstance(found, int)
+
+
+def test_an_agent_installed_after_the_console_started_is_refused_once_it_reads_them_again(
+    rig_factory: Callable[..., Rig],
+) -> None:
+    """The other agents' run users were read once, at the console's start: an agent installed later had
+    its attempts answered like any local user until the console restarted."""
+    needs_root()
+    installed: list[tuple[str | None, str]] = []
+    with serving(rig_factory(), run_users=lambda: list(installed)) as web:
+        port = port_of(web)
+        assert as_user(NOBODY, port, [get("/login", port)]) == [200], "no agent runs as nobody yet"
+        installed.append(("nobody", "/etc/agentd/later.toml's"))  # `agentd install --agent later`
+        assert as_user(NOBODY, port, [get("/login", port)]) == [200], "read again at most once a minute"
+        web.rig.clock.advance(60)
+        assert as_user(NOBODY, port, [get("/login", port)]) == [403]
+        assert web.client("alice").get("/api/status").status == 200, "the operator is answered throughout"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,7 +111,7 @@ def serving(
     clock: FakeClock | None = None,
     *,
     listen: str = "127.0.0.1:0",
-    run_users: tuple[tuple[str, str], ...] = (),
+    run_users: Callable[[], Iterable[tuple[str | None, str]]] = tuple,
 ) -> Iterator[WebRig]:
     """The web service on its own connection, listening on `listen`, stopped (and joined) at the end."""
     db = AsyncStore(open_store(rig.config.db_path, rig.clock))

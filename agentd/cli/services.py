@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -148,7 +149,7 @@ def _web(config: Config, db: AsyncStore | None) -> list[Service]:
     from agentd.install.neighbours import neighbour_run_users
     from agentd.web.service import WebService
 
-    others = neighbour_run_users(config)
+    others = functools.partial(neighbour_run_users, config)
     return [] if db is None else [WebService(config, db, clock=SystemClock(), beside=True, run_users=others)]
 
 

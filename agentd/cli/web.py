@@ -4,6 +4,7 @@ operators' bearer tokens (docs/web.md)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import re
 import sys
@@ -99,7 +100,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     config = config_from(args)
     db = AsyncStore(store_from(config))
     try:
-        others = neighbour_run_users(config)
+        others = functools.partial(neighbour_run_users, config)
         anyio.run(run_services, WebService(config, db, clock=SystemClock(), listen=args.listen, run_users=others))
     finally:
         db.close()

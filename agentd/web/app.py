@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import pwd
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -73,7 +74,7 @@ class Web:
     templates: Jinja2Templates
     stopping: anyio.Event = field(default_factory=anyio.Event)
     stream_poll_s: float = 0.5
-    attempt_users: Mapping[int, str] = field(default_factory=dict)  # uid → whose run user: refused (NoAttempts)
+    attempt_users: AttemptUsers | None = None  # whose sockets are refused (NoAttempts); None: nobody's
 
     async def read(self, verb: Callable[..., T], *args: Any) -> T:
         """A read on the service's one connection, off the event loop (one thread hop)."""
@@ -236,11 +237,39 @@ def build_app(web: Web, routes: list[BaseRoute]) -> Starlette:
         },
     )
     app.state.web = web
-    if web.attempt_users:
+    if web.attempt_users is not None:
         app.add_middleware(NoAttempts, users=web.attempt_users)
     app.add_middleware(KnownHosts, names=own_names(web.config))
     app.add_middleware(SecurityHeaders)  # the outermost: a refused host's answer carries them too
     return app
+
+
+class AttemptUsers:
+    """The run users whose sockets the console refuses: this agent's, and every other installed agent's as
+    `others()` reads them (/etc/agentd). An agent installed after the console started is seen too: a
+    local uid the console does not know makes it read them again, at most every `refresh_s`."""
+
+    refresh_s = 60.0
+
+    def __init__(
+        self,
+        own: Iterable[tuple[str | None, str]],
+        others: Callable[[], Iterable[tuple[str | None, str]]],
+        clock: Clock,
+    ) -> None:
+        self.own, self.others, self.clock = list(own), others, clock
+        self.known = run_user_uids([*self.own, *others()])
+        self.read_at = clock.monotonic()
+
+    def whose(self, uid: int | None) -> str | None:
+        """Whose run user `uid` is ("this agent's run user NAME"), or None."""
+        if uid is None:
+            return None
+        if uid not in self.known and uid not in (0, os.geteuid()):
+            now = self.clock.monotonic()
+            if now - self.read_at >= self.refresh_s:
+                self.known, self.read_at = run_user_uids([*self.own, *self.others()]), now
+        return self.known.get(uid)
 
 
 class NoAttempts:
@@ -248,11 +277,11 @@ class NoAttempts:
     another installed agent's): an attempt has no business with the console, not even its login form,
     and its token guesses must cost the operator nothing (docs/web.md, "Who may connect")."""
 
-    def __init__(self, app: ASGIApp, users: Mapping[int, str]) -> None:
+    def __init__(self, app: ASGIApp, users: AttemptUsers) -> None:
         self.app, self.users = app, users
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and (whose := self.users.get(peer_uid(scope) or -1)) is not None:
+        if scope["type"] == "http" and (whose := self.users.whose(peer_uid(scope))) is not None:
             what = f"the console does not answer {whose}: attempts run as that user"
             expected = "a connection from the operator's own user (a browser, an SSH tunnel, curl)"
             await error_json(403, what, "client", expected)(scope, receive, send)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import anyio
 from hypercorn.asyncio import serve
@@ -23,7 +23,7 @@ from agentd.process.activation import passed_socket
 from agentd.services.shell import STATUS_REFRESH_S
 from agentd.store import AsyncStore, Store
 from agentd.web import api, console, handoff
-from agentd.web.app import Web, build_app, run_user_uids, templates
+from agentd.web.app import AttemptUsers, Web, build_app, templates
 from agentd.web.auth import LoginThrottle, Sessions
 from agentd.web.peers import cannot_tell_apart
 
@@ -71,12 +71,12 @@ class WebService:
         clock: Clock,
         listen: str | None = None,
         beside: bool = False,
-        run_users: Iterable[tuple[str | None, str]] = (),
+        run_users: Callable[[], Iterable[tuple[str | None, str]]] = tuple,
     ) -> None:
-        """`run_users`: (name, whose) of the run users besides this agent's own whose requests are refused
-        (the CLI passes the other installed agents')."""
+        """`run_users`: what reads the (name, whose) of the run users besides this agent's own whose requests
+        are refused (the CLI's reads the other installed agents'; read again for a uid it does not know)."""
         self.config, self.db, self.clock = config, db, clock
-        self.attempt_users = run_user_uids([(config.dispatch.run_as, "this agent's"), *run_users])
+        self.attempt_users = AttemptUsers([(config.dispatch.run_as, "this agent's")], run_users, clock)
         self.listen = listen or config.web.listen
         self.beside = beside  # under `agentd run`: a port in use costs the console, never the dispatcher
         self.stream_poll_s = 0.5  # how often a live stream looks for new events
