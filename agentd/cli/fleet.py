@@ -24,6 +24,7 @@ from agentd.errors import InputError
 from agentd.vocabulary import MODES, SURFACES
 
 if TYPE_CHECKING:
+    from agentd.config import Config
     from agentd.store.fleet import FleetQueue, FleetTask
 
 
@@ -57,9 +58,9 @@ def register(commands: Any) -> None:
         parser.add_argument("--dsn-file", type=Path, metavar="FILE")
 
 
-def dsn_of(args: argparse.Namespace) -> str:
-    """--dsn, --dsn-file, or the agent's [fleet] dsn_file: a connection string never has to be typed
-    where others can see it (a file of its own, 0600)."""
+def dsn_of(args: argparse.Namespace, config: Config | None = None) -> str:
+    """--dsn, --dsn-file, or the agent's [fleet] dsn_file (`config`'s, when the caller has loaded it): a
+    connection string never has to be typed where others can see it (a file of its own, 0600)."""
     if args.dsn:
         from agentd.store.fleet_connect import dsn_parts
 
@@ -72,7 +73,7 @@ def dsn_of(args: argparse.Namespace) -> str:
         return str(args.dsn)
     path = args.dsn_file
     if path is None:
-        path = config_from(args).fleet.dsn_file
+        path = (config or config_from(args)).fleet.dsn_file
     if path is None:
         raise InputError("--dsn: give the fleet's PostgreSQL (--dsn, --dsn-file FILE or [fleet] dsn_file)")
     from agentd.config.environment import read_dsn_file
@@ -84,23 +85,25 @@ def dsn_of(args: argparse.Namespace) -> str:
         raise InputError(f"--dsn-file: {exc}") from None
 
 
-def _queue(args: argparse.Namespace) -> FleetQueue:
+def _queue(args: argparse.Namespace, config: Config | None = None) -> FleetQueue:
     from agentd.store.fleet import FleetQueue
 
-    return FleetQueue.open(dsn_of(args))
+    return FleetQueue.open(dsn_of(args, config))
 
 
-def refuse_attempts(args: argparse.Namespace) -> None:
-    """The fleet's writes are an operator's control verbs too: refused inside an attempt or as the run user
-    (docs/install-and-deploy.md, "The boundary"), before anything is read or sent."""
+def writing(args: argparse.Namespace) -> Config:
+    """The config of a command that writes the fleet's queue, loaded once: the fleet's writes are an
+    operator's control verbs too, refused inside an attempt or as the run user before anything is read
+    or sent, as store_from refuses a writer of the agent's database (docs/install-and-deploy.md)."""
     from agentd.process.privilege import refuse_inside_attempt
 
-    refuse_inside_attempt(config_from(args).dispatch.run_as, "this command writes to the fleet's queue")
+    config = config_from(args)
+    refuse_inside_attempt(config.dispatch.run_as, "this command writes to the fleet's queue")
+    return config
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    refuse_attempts(args)
-    queue = _queue(args)
+    queue = _queue(args, writing(args))
     try:
         applied = queue.migrate()
     finally:
@@ -119,8 +122,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     task (agentd/cli/fleet_submit.py) before anything reaches PostgreSQL."""
     from agentd.cli import fleet_submit
 
-    refuse_attempts(args)
-    config, now = config_from(args), SystemClock().now()
+    config, now = writing(args), SystemClock().now()
     if args.batch is not None:
         submissions = fleet_submit.judge_batch(args, config, now)
     elif args.task_type is None:
@@ -130,7 +132,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         fields["payload"] = json_object(args.payload or "{}", "--payload")
         submissions = [(0, fleet_submit.judge(fields, config, now, flags=True))]
     origin = fleet_submit.origin_of(args, now)
-    queue = _queue(args)
+    queue = _queue(args, config)
     try:
         with stop_between() as stop:
             sent, failed = fleet_submit.send(queue, submissions, origin, stop)
@@ -206,8 +208,7 @@ def _print_task(task: FleetTask) -> None:
 def cmd_cancel(args: argparse.Namespace) -> int:
     from agentd.process.privilege import operator_name
 
-    refuse_attempts(args)
-    queue = _queue(args)
+    queue = _queue(args, writing(args))
     try:
         task = queue.cancel(args.fleet_id, by=operator_name())
     finally:

@@ -7,7 +7,7 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentd.cli.common import (
     add_command,
@@ -21,9 +21,6 @@ from agentd.cli.common import (
 from agentd.clock import SystemClock
 from agentd.errors import InputError, NotFound
 from agentd.faults import refused_about
-
-if TYPE_CHECKING:
-    from agentd.process.privilege import RunUser
 
 
 def register(commands: Any) -> None:
@@ -242,23 +239,19 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
     extra = args.arguments[1:] if args.arguments[:1] == ["--"] else args.arguments
     cwd = config.paths.workspace if config.paths.workspace.is_dir() else Path.cwd()
     from agentd.process.privilege import require_switch, run_user
-    from agentd.process.runner import run_foreground
+    from agentd.process.runner import child_environment, run_foreground
 
     # In the workspace, as an attempt runs it: the workspace is the run user's, so what it holds (a
     # Makefile, a module on the import path, a link where the command writes) must never act with the
-    # rights of whoever typed this (docs/operate.md, "Commands").
+    # rights of whoever typed this (docs/operate.md, "Commands"). It gets a child's environment, as an
+    # attempt's adapter does (none of the operator's own variables), and the terminal it is attached to.
     user = run_user(config.dispatch.run_as)
     if user is None or os.geteuid() == user.uid:
         return run_foreground([*argv, *extra], cwd=cwd)
     require_switch(user)
-    return run_foreground([*argv, *extra], cwd=cwd, env=run_user_env(user, cwd), user=user)
-
-
-def run_user_env(user: RunUser, home: Path) -> dict[str, str]:
-    """What a command run as the run user from a terminal gets: none of the operator's own variables
-    (tokens, keys, a session's secrets), only its PATH, its locale and terminal, and the user's name."""
-    kept = {name: os.environ[name] for name in ("PATH", "LANG", "LC_ALL", "TERM") if name in os.environ}
-    return {"PATH": os.defpath, **kept, "HOME": str(home), "USER": user.name, "LOGNAME": user.name}
+    terminal = {"TERM": os.environ["TERM"]} if "TERM" in os.environ else {}
+    env, _ = child_environment(home=cwd, env={**terminal, "USER": user.name, "LOGNAME": user.name}, agentd={})
+    return run_foreground([*argv, *extra], cwd=cwd, env=env, user=user)
 
 
 def _skill(skills: Any, skill_id: str) -> Any:

@@ -219,14 +219,27 @@ def host_name(value: str) -> str:
 HostName = Annotated[str, AfterValidator(host_name)]
 
 
+def listen_parts(listen: str) -> tuple[str, int]:
+    """A valid HOST:PORT (listen_address) as its host, without an IPv6 address's brackets, and its port."""
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def ip_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP address `host` is, or None for a name."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
 def is_loopback(listen: str) -> bool:
     """HOST:PORT (a valid listen_address) names this host only: 127.0.0.0/8, ::1 (mapped too), localhost."""
-    host = listen.rpartition(":")[0].strip("[]")
+    host = listen_parts(listen)[0]
     if host.lower() == "localhost":
         return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
+    address = ip_of(host)
+    if address is None:
         return False  # another name: where it resolves is not this check's to trust
     mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
     return (mapped or address).is_loopback

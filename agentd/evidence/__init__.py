@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd import edge, frozen_value
-from agentd.edge import one_of_each, scrub, utf8_text
+from agentd.edge import scrub, utf8_text
 from agentd.evidence.action_trace import MAX_READ_BYTES, TRACE_FILE, parse_trace
 from agentd.evidence.layout import EVIDENCE_FILES as EVIDENCE_FILES
 from agentd.evidence.layout import EVIDENCE_SPEC as EVIDENCE_SPEC
@@ -346,7 +346,7 @@ def _read_manifest(root: Path) -> tuple[dict[str, Any] | None, str | None, list[
     digest = sha256_hex(found.data)
     try:  # decoded as Path.read_text decodes (universal newlines), so every reason reads the same
         text = found.data.decode("utf-8")  # its UnicodeDecodeError says where, as read_text's does
-        loaded = json.loads(utf8_text(found.data) if "\r" in text else text, object_pairs_hook=one_of_each)
+        loaded = json.loads(utf8_text(found.data) if "\r" in text else text, object_pairs_hook=edge.one_of_each)
     except edge.Refused as exc:  # a key written twice: agentd never writes one, and readers would disagree
         return None, digest, [f"{path}: {exc}"]
     except RecursionError:

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from agentd.config.parsed import read_toml
-from agentd.config.settings import MetricsSection, WebSection, listen_address
+from agentd.config.settings import MetricsSection, WebSection, listen_address, listen_parts
 from agentd.errors import ConfigError, InputError, Problem
 
 PORT_BASE = 9478
 WEB_PORT_BASE = 9578  # the metrics pairs reach it only past fifty agents; both skip what is used
 LOOPBACK = "127.0.0.1"
-WILDCARDS = frozenset({"0.0.0.0", "[::]"})  # any address: clashes with every host
+WILDCARDS = frozenset({"0.0.0.0", "::"})  # any address: clashes with every host
 LISTENS = ("dispatch_listen", "sensors_listen")
 
 
@@ -128,8 +128,7 @@ def refuse_shared_ports(config: Path, metrics: MetricsSection, web: WebSection |
             theirs[path] = _listens_of(path)
         except (OSError, ValueError):
             continue  # that agent's own check reports its file
-    ours = {f"metrics.{key}": getattr(metrics, key) for key in LISTENS if metrics.enabled}
-    ours |= {"web.listen": web.listen} if web is not None and web.enabled else {}
+    ours = enabled_listens(metrics, web)
     problems = [
         Problem(
             str(config),
@@ -146,23 +145,27 @@ def refuse_shared_ports(config: Path, metrics: MetricsSection, web: WebSection |
         raise ConfigError(problems)
 
 
+def enabled_listens(metrics: MetricsSection, web: WebSection | None) -> dict[str, str]:
+    """The addresses an agent's enabled endpoints listen on, by key (`metrics.dispatch_listen`, …,
+    `web.listen`)."""
+    found = {f"metrics.{key}": getattr(metrics, key) for key in LISTENS if metrics.enabled}
+    return found | ({"web.listen": web.listen} if web is not None and web.enabled else {})
+
+
 def _listens_of(path: Path) -> dict[str, str]:
     """The addresses another agent's enabled endpoints listen on, by key."""
-    metrics, web = metrics_of(path), web_of(path)
-    found = {f"metrics.{key}": getattr(metrics, key) for key in LISTENS if metrics.enabled}
-    return found | ({"web.listen": web.listen} if web.enabled else {})
+    return enabled_listens(metrics_of(path), web_of(path))
 
 
 def _same_endpoint(one: str, other: str) -> bool:
-    host, _, port = one.rpartition(":")
-    other_host, _, other_port = other.rpartition(":")
-    if port != other_port or int(port) == 0:
+    (host, port), (other_host, other_port) = listen_parts(one), listen_parts(other)
+    if port != other_port or port == 0:
         return False
     return host == other_host or bool(WILDCARDS.intersection((host, other_host)))
 
 
 def _port(listen: str) -> int:
-    return int(listen.rpartition(":")[2])
+    return listen_parts(listen)[1]
 
 
 def _one_line(exc: Exception) -> str:

@@ -5,10 +5,10 @@ other user on the VM, an attempt among them, can take it meanwhile and answer in
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 
-from agentd.install.ports import metrics_of, web_of
+from agentd.config.settings import ip_of, listen_parts
+from agentd.install.ports import enabled_listens, metrics_of, web_of
 from agentd.resources import data_dir
 
 SERVICES = ("dispatch", "sensors", "web")
@@ -23,15 +23,12 @@ def socket_units(config: Path, units_dir: Path) -> dict[Path, str | None]:
     """Each of the agent's socket unit files: the text to write, or None where that port is off
     ([web] enabled or [metrics] enabled false) or is no address systemd can bind before the service
     (a host name, port 0: then the service binds it itself)."""
-    web, metrics = web_of(config), metrics_of(config)
-    listens = {
-        "web": ("web.listen", web.listen if web.enabled else None),
-        "dispatch": ("metrics.dispatch_listen", metrics.dispatch_listen if metrics.enabled else None),
-        "sensors": ("metrics.sensors_listen", metrics.sensors_listen if metrics.enabled else None),
-    }
+    listens = enabled_listens(metrics_of(config), web_of(config))
     template = (data_dir("units") / "agentd-port.socket.in").read_text(encoding="utf-8")
     found: dict[Path, str | None] = {}
-    for service, (key, listen) in listens.items():
+    for service in ("web", "dispatch", "sensors"):  # the console's first, as install prints them
+        key = "web.listen" if service == "web" else f"metrics.{service}_listen"
+        listen = listens.get(key)
         # A metrics port is stopped with its service, so a scrape never starts a service stopped on purpose.
         stop_with = "" if service == "web" else f"PartOf=agentd-{service}@%i.service\n"
         text = template.format(service=service, key=key, what=WHAT[service], listen=listen, stop_with=stop_with)
@@ -43,9 +40,5 @@ def _bindable(listen: str | None) -> bool:
     """An IP address (IPv6 in brackets) and a port other than 0: what ListenStream= binds at boot."""
     if listen is None:
         return False
-    host, _, port = listen.rpartition(":")
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    return port != "0"
+    host, port = listen_parts(listen)
+    return ip_of(host) is not None and port != 0

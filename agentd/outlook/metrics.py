@@ -30,6 +30,7 @@ from agentd import __version__
 from agentd.clock import Clock, stored_ts
 from agentd.config import Config
 from agentd.config.budget import AdapterSpend
+from agentd.config.settings import listen_parts
 from agentd.errors import AgentdError
 from agentd.outlook import metric_specs as specs
 from agentd.outlook.liveness import liveness
@@ -164,13 +165,13 @@ class Metrics:
     async def serve(self, listen: str, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve /metrics on HOST:PORT (port 0 picks a free one) until cancelled; started() gives
         the URL."""
-        host, _, port = listen.rpartition(":")
-        host, key = host.strip("[]"), f"{self.service}_listen"
+        key = f"{self.service}_listen"
         try:
+            host, port = listen_parts(listen)
             if (held := passed_socket(listen, f"metrics.{key}")) is not None:  # the port systemd holds
                 listener: anyio.abc.Listener[anyio.abc.SocketStream] = await anyio.abc.SocketListener.from_socket(held)
             else:
-                listener = await anyio.create_tcp_listener(local_host=host, local_port=int(port), reuse_port=False)
+                listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
         except (OSError, ValueError) as exc:
             raise AgentdError(
                 f"metrics: cannot listen on {listen} ({exc}); change [metrics] {key} (or set [metrics] enabled = false)"

@@ -17,6 +17,7 @@ import functools
 import os
 import socket
 
+from agentd.config.settings import listen_parts
 from agentd.edge import whole_number
 from agentd.errors import InputError
 
@@ -53,11 +54,11 @@ def passed_socket(listen: str, key: str) -> socket.socket | None:
     passed = passed_sockets()
     if not passed:
         return None
-    host, _, port = listen.rpartition(":")
-    wanted = _addresses(host.strip("[]"))
+    host, port = listen_parts(listen)
+    wanted = _addresses(host)
     for sock in passed:
         bound_host, bound_port = sock.getsockname()[:2]
-        if bound_host in wanted and (int(port) in (0, bound_port)):
+        if bound_host in wanted and port in (0, bound_port):
             return sock
     given = ", ".join(_shown(sock) for sock in passed)
     raise InputError(

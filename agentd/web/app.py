@@ -4,7 +4,6 @@ every answer carries (no page loads anything from another origin)."""
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import pwd
@@ -26,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentd.clock import Clock
 from agentd.config import Config
+from agentd.config.settings import ip_of, listen_parts
 from agentd.edge import shown, whole_number
 from agentd.errors import InputError, NotFound, UnreadableRow
 from agentd.store import AsyncStore, Store
@@ -306,13 +306,8 @@ def run_user_uids(users: Iterable[tuple[str | None, str]]) -> dict[int, str]:
 def own_names(config: Config) -> frozenset[str]:
     """The DNS names the console answers to: [web] host_names, and the host [web] listen names when that
     is a name (its clients send it)."""
-    host = config.web.listen.rpartition(":")[0].strip("[]").lower()
-    try:
-        ipaddress.ip_address(host)
-        listened: set[str] = set()
-    except ValueError:
-        listened = {host}
-    return frozenset(config.web.host_names) | listened
+    host = listen_parts(config.web.listen)[0].lower()
+    return frozenset(config.web.host_names) | (frozenset() if ip_of(host) is not None else {host})
 
 
 def answers_to(host: str | None, names: frozenset[str]) -> bool:
@@ -335,11 +330,9 @@ def answers_to(host: str | None, names: frozenset[str]) -> bool:
     if not host.isascii():
         return False
     host = (host[:-1] if host.endswith(".") else host).lower()
-    try:
-        ipaddress.ip_address(host)
+    if ip_of(host) is not None:
         return True
-    except ValueError:
-        return host == "localhost" or host.endswith(".localhost") or host in names
+    return host == "localhost" or host.endswith(".localhost") or host in names
 
 
 class KnownHosts:

@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute
 
 from agentd.clock import Clock
 from agentd.config import Config
-from agentd.config.settings import exposure_problem, listen_address
+from agentd.config.settings import exposure_problem, listen_address, listen_parts
 from agentd.errors import InputError, contained
 from agentd.process import procs
 from agentd.process.activation import passed_socket
@@ -35,13 +35,13 @@ def bind(listen: str, beyond_loopback: bool = False) -> socket.socket:
     """The listening socket of HOST:PORT (port 0: any free one): the one systemd holds for it
     (process/activation.py), else bound here. InputError naming [web] listen, also for an address beyond
     loopback that the config does not allow (`--listen` is held to it too)."""
-    host, _, port = listen_address(listen).rpartition(":")
+    host, port = listen_parts(listen_address(listen))
     if (problem := exposure_problem(listen, beyond_loopback)) is not None:
         raise InputError(f"web.listen: {problem}")
     if (held := passed_socket(listen, "web.listen")) is not None:
         return held
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)[0]
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)
     except OSError as exc:
         raise InputError(f"web.listen: cannot listen on {listen} ({exc.strerror or exc})") from None
