@@ -1,5 +1,6 @@
 """An agent laid out as `agentd install` lays one out, with real users, for the boundary tests: a
-service user that owns the state dir, a run user for attempts and sensors, a cgroup delegated to the
+service user that owns the state dir, a run user for attempts, a sensor user whose home holds the
+sensors' folders, a cgroup delegated to the
 service user (as the units' Delegate=yes does) and the service started as that user with only
 CAP_SETUID/CAP_SETGID/CAP_KILL, ambient (as the units' AmbientCapabilities= does).
 
@@ -128,6 +129,7 @@ class PrivAgent:
     base: Path
     service: str
     run: str
+    sensors: str
     cgroup: Path
     config_path: Path | None = None  # another config than the one priv_agent wrote (the chaos harness's)
 
@@ -158,6 +160,11 @@ class PrivAgent:
     @property
     def workspace(self) -> Path:
         return self.run_area / "workspace"
+
+    @property
+    def sensor_home(self) -> Path:
+        """The sensor user's home, as units/agentd.sysusers sets it: each sensor's folder is made there."""
+        return self.run_area / "sensors"
 
     @property
     def env_file(self) -> Path:
@@ -239,7 +246,7 @@ def _run(*argv: str) -> None:
 def priv_agent(mutate: Any = None) -> Iterator[PrivAgent]:
     """Make the users, folders, config and cgroup; remove them all afterwards."""
     tag = secrets.token_hex(3)
-    service, run = f"agt{tag}", f"agt{tag}-run"
+    service, run, sensors = f"agt{tag}", f"agt{tag}-run", f"agt{tag}-sns"
     base = Path(f"/tmp/agentd-privsep-{tag}")
     mount = cgroup2_mount()
     assert mount is not None
@@ -251,7 +258,9 @@ def priv_agent(mutate: Any = None) -> Iterator[PrivAgent]:
         made_users.append(service)
         _run(*system_user, "--gid", service, run)  # as units/agentd.sysusers: the services' group is its own
         made_users.append(run)
-        agent = PrivAgent(base, service, run, cgroup)
+        _run(*system_user, "--gid", service, "--home-dir", str(base / "run" / "sensors"), sensors)
+        made_users.append(sensors)
+        agent = PrivAgent(base, service, run, sensors, cgroup)
         _lay_out(agent, mutate)
         _delegate(agent)
         yield agent
@@ -259,14 +268,14 @@ def priv_agent(mutate: Any = None) -> Iterator[PrivAgent]:
         if cgroup.exists():
             _kill_cgroup(cgroup)
         shutil.rmtree(base, ignore_errors=True)
-        for user in reversed(made_users):  # the run user first: its group is the service's
+        for user in reversed(made_users):  # the run and sensor users first: their group is the service's
             subprocess.run(["userdel", user], capture_output=True, check=False)
             subprocess.run(["groupdel", user], capture_output=True, check=False)
 
 
 def _lay_out(agent: PrivAgent, mutate: Any) -> None:
     """The folders as `agentd install` makes them, and a config naming them."""
-    svc, run = pwd.getpwnam(agent.service), pwd.getpwnam(agent.run)
+    svc, run, sns = pwd.getpwnam(agent.service), pwd.getpwnam(agent.run), pwd.getpwnam(agent.sensors)
     agent.base.mkdir(mode=0o755)
     os.chmod(agent.base, 0o755)
     etc = agent.base / "etc"
@@ -278,6 +287,7 @@ def _lay_out(agent: PrivAgent, mutate: Any) -> None:
         (agent.run_area, svc.pw_uid, svc.pw_gid, 0o750),
         (agent.run_area / "runs", svc.pw_uid, svc.pw_gid, 0o750),
         (agent.workspace, run.pw_uid, svc.pw_gid, 0o2770),
+        (agent.sensor_home, sns.pw_uid, svc.pw_gid, 0o700),
     ):
         folder.mkdir(mode=0o700)
         os.chown(folder, owner, group)
@@ -299,12 +309,13 @@ def _lay_out(agent: PrivAgent, mutate: Any) -> None:
 
 def boundary(raw: dict[str, Any], agent: PrivAgent) -> None:
     """What makes any test config this agent's, as `agentd install` writes one: its folders, its run
-    user, and two more adapters (`hostile`: an attempt that tries to act as its operator; `scripted`:
+    and sensor users, and two more adapters (`hostile`: an attempt that tries to act as its operator; `scripted`:
     tests/adapters/scripted.py with a short timeout), each given the service's env_file."""
     raw["paths"].update(
         state_dir=str(agent.state_dir), workspace=str(agent.workspace), run_dir=str(agent.run_area / "runs")
     )
     raw["dispatch"]["run_as"] = agent.run
+    raw.setdefault("sensors", {})["run_as"] = agent.sensors
     raw["dispatch"]["kill_grace_s"] = 1.0
     for name, script, timeout_ms in (("hostile", "hostile.py", 60_000), ("scripted", "scripted.py", 3_000)):
         if any(a["adapter_id"] == name for a in raw["adapters"]):

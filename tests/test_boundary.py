@@ -4,6 +4,10 @@ running as its own user under a service that runs as another, as the units run t
 from __future__ import annotations
 
 import json
+import os
+import pwd
+import subprocess
+import time
 from typing import Any
 
 import privsep
@@ -107,26 +111,151 @@ print(json.dumps({"event_id": "e1", "observed_at": "2026-11-25T00:00:00Z", "sour
 """
 
 
+def add_sensor(agent: privsep.PrivAgent, sensor_id: str, script: str) -> None:
+    folder = agent.sensors_dir / sensor_id
+    folder.mkdir(mode=0o755)
+    (folder / "sense.py").write_text(script)
+    (folder / "sense.py").chmod(0o755)
+    manifest = f'description = "{sensor_id}"\ninterval_seconds = 60\ncommand = ["./sense.py"]\n'
+    (folder / "sensor.toml").write_text(manifest)
+
+
+def without_sensor_user(raw: dict[str, Any]) -> None:
+    del raw["sensors"]["run_as"]  # a TOML an older `agentd install` wrote
+
+
 @pytest.mark.process
-def test_a_sensor_runs_as_the_run_user_and_what_it_leaves_is_ended_by_its_marker() -> None:
+@pytest.mark.parametrize("own_user", [True, False], ids=["its own user", "the attempts' user (an older TOML)"])
+def test_a_sensor_runs_as_its_user_and_what_it_leaves_is_ended_by_its_marker(own_user: bool) -> None:
     """The sensor service has neither CAP_KILL nor a delegated cgroup (as under its unit): a daemon a
-    sensor leaves outside its process group is found by its marker and killed by the run user."""
+    sensor leaves outside its process group is found by its marker and killed by the sensor's user."""
     privsep.require()
-    with privsep.priv_agent() as agent:
-        folder = agent.sensors_dir / "leaky"
-        folder.mkdir(mode=0o755)
-        (folder / "sense.py").write_text(SENSOR)
-        (folder / "sense.py").chmod(0o755)
-        manifest = 'description = "leaves a daemon"\ninterval_seconds = 60\ncommand = ["./sense.py"]\n'
-        (folder / "sensor.toml").write_text(manifest)
+    with privsep.priv_agent(None if own_user else without_sensor_user) as agent:
+        add_sensor(agent, "leaky", SENSOR)
         ok(agent.as_service("init"))
         ran = agent.as_service("sensors", "--once", delegated=False)
         assert ran.returncode == 0, ran.stderr
+        user = agent.sensors if own_user else agent.run
+        said = f"sensors run as {agent.sensors} (uid" if own_user else "sensors run as that user too"
+        assert said in ran.stderr, "the start line says who sensors run as"
         events = [json.loads(line) for line in ok(agent.as_operator("events", "--json")).splitlines()]
         assert [e["type"] for e in events].count("sensor_event_recorded") == 1
-        pid_file = agent.run_area / "runs" / "sensors" / "leaky" / "daemon.pid"
-        assert pid_file.stat().st_uid == agent.uid(agent.run)  # the sensor ran as the run user, and its daemon started
-        assert agent.processes_of(agent.run) == []  # and is gone
+        home = agent.sensor_home / "leaky" if own_user else agent.run_area / "runs" / "sensors" / "leaky"
+        assert (home / "daemon.pid").stat().st_uid == agent.uid(user)  # the sensor ran as its user; its daemon started
+        assert agent.processes_of(user) == []  # and is gone
+        if own_user:
+            assert home.stat().st_uid == agent.uid(agent.sensors) and home.stat().st_mode & 0o7777 == 0o700
+            assert not (agent.run_area / "runs" / "sensors").exists(), "nothing of the sensor's where attempts reach"
+
+
+WAITING_SENSOR = """#!/usr/bin/env python3
+import json, os, time
+home = os.environ["HOME"]
+open(home + "/secret", "w").write("the sensor's own")
+open(home + "/sensor.pid", "w").write(str(os.getpid()))
+for _ in range(1200):  # until the test has tried to reach it (at most a minute)
+    if os.path.exists(home + "/go"):
+        break
+    time.sleep(0.05)
+print(json.dumps({"event_id": "e1", "observed_at": "2026-11-25T00:00:00Z", "source_ref": "x",
+                  "dedupe_key": "k1", "payload": {}}))
+"""
+
+REACH = """
+import json, os, sys
+home, pid = sys.argv[1], int(sys.argv[2])
+def tried(action):
+    try:
+        action()
+    except PermissionError:
+        return "refused"
+    except OSError as exc:
+        return f"failed: {exc}"
+    return "done"
+print(json.dumps({
+    "read its files": tried(lambda: open(home + "/secret").read()),
+    "list its folder": tried(lambda: os.listdir(home)),
+    "plant a file": tried(lambda: open(home + "/planted", "w").write("x")),
+    "read its environment": tried(lambda: open(f"/proc/{pid}/environ", "rb").read()),
+    "open its memory": tried(lambda: open(f"/proc/{pid}/mem", "rb").close()),
+    "signal it": tried(lambda: os.kill(pid, 0)),
+}))
+"""
+
+
+@pytest.mark.process
+def test_an_attempts_user_cannot_reach_a_running_sensor_or_its_folder() -> None:
+    """Sensors ran as the attempts' user, their folders under the run dir, group-writable: an attempt could
+    rewrite a sensor's state, read its environment (its env_file's secrets) and write into its memory,
+    and so make it report whatever it liked. Now each try is refused; the sensor's own user, the control,
+    does each of them."""
+    privsep.require()
+    python = privsep.reachable_python()
+    with privsep.priv_agent() as agent:
+        add_sensor(agent, "watcher", WAITING_SENSOR)
+        ok(agent.as_service("init"))
+        service = subprocess.Popen(agent.service_argv("sensors", "--once", delegated=False), env=agent.env())
+        try:
+            home = agent.sensor_home / "watcher"
+            deadline = time.monotonic() + 60
+            while not (home / "sensor.pid").exists() or not (home / "sensor.pid").read_text():
+                assert time.monotonic() < deadline and service.poll() is None, "the sensor never started"
+                time.sleep(0.05)
+            pid = (home / "sensor.pid").read_text()
+
+            def reach(name: str) -> dict[str, str]:
+                entry = pwd.getpwnam(name)
+                done = subprocess.run(
+                    [str(python), "-c", REACH, str(home), pid],
+                    user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], cwd="/",
+                    capture_output=True, text=True, timeout=30, check=True,
+                )  # fmt: skip
+                return dict(json.loads(done.stdout))
+
+            attempts = reach(agent.run)
+            assert set(attempts.values()) == {"refused"}, attempts
+            assert set(reach(agent.sensors).values()) == {"done"}, "the control: the sensor's own user may"
+            (home / "go").touch()
+            assert service.wait(timeout=60) == 0
+        finally:
+            if service.poll() is None:
+                service.kill()
+                service.wait()
+        assert (home / "secret").read_text() == "the sensor's own"
+
+
+@pytest.mark.process
+def test_status_names_the_sensor_user_and_says_when_its_home_would_let_an_attempt_in() -> None:
+    privsep.require()
+    with privsep.priv_agent() as agent:
+        ok(agent.as_service("init"))
+        sensors = agent.uid(agent.sensors)
+        line = json.loads(ok(agent.as_operator("status", "--json")))["boundary"]["line"]
+        assert line.endswith(f"sensors run as {agent.sensors} (uid {sensors}), out of the attempts' reach"), line
+        agent.sensor_home.chmod(0o770)
+        line = json.loads(ok(agent.as_operator("status", "--json")))["boundary"]["line"]
+        assert f"; no sensor can start: sensors.run_as: {agent.sensors}'s home" in line, line
+        assert "expected 0700" in line
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("loosened", ["group may enter", "a link", "the run user's"])
+def test_the_sensor_service_refuses_to_start_when_the_sensor_home_is_not_the_sensor_users_alone(loosened: str) -> None:
+    privsep.require()
+    with privsep.priv_agent() as agent:
+        ok(agent.as_service("init"))
+        home = agent.sensor_home
+        if loosened == "group may enter":
+            home.chmod(0o750)
+        elif loosened == "a link":
+            home.rename(home.with_name("elsewhere"))
+            home.symlink_to(home.with_name("elsewhere"))
+        else:
+            os.chown(home.parent, agent.uid(agent.run), -1)  # a folder above it that an attempt could change
+        ran = agent.as_service("sensors", "--once", delegated=False)
+        assert ran.returncode == 2, ran.stderr
+        assert f"sensors.run_as: {agent.sensors}'s home {home}" in ran.stderr, ran.stderr
+        assert agent.processes_of(agent.sensors) == []
 
 
 @pytest.mark.process

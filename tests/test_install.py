@@ -103,7 +103,7 @@ def test_the_sysusers_file_is_the_only_source_of_users() -> None:
         ["/usr/bin/systemd-sysusers", sysusers_file],
         ["/usr/bin/systemd-tmpfiles", "--create", tmpfiles_file],
     ]
-    assert "agentd-demo and agentd-demo-run" in said
+    assert "agentd-demo, agentd-demo-run and agentd-demo-sns" in said
     for layout, euid, found in ((staged, 0, tools), (real, 1000, tools), (real, 0, {})):
         commands, said = install_module.user_setup(layout, euid=euid, tools=found)
         assert commands == [] and "systemd-sysusers" in said and sysusers_file in said, said
@@ -270,6 +270,7 @@ def expected_config(agent: str, ports: tuple[int, int], root: Path) -> dict[str,
         "run_dir": f"/var/lib/agentd-run/{agent}/runs",
     }
     raw["dispatch"]["run_as"] = f"agentd-{agent}-run"
+    raw["sensors"] = {"run_as": f"agentd-{agent}-sns"}
     raw["payload_schemas"] = {key: f"{agent}/{value}" for key, value in raw["payload_schemas"].items()}
     for adapter in raw["adapters"]:
         if adapter["kind"] == "script":
@@ -482,9 +483,10 @@ def test_two_agents_get_distinct_ports_and_their_units_verify(
 # --- the boundary (issue 22): two users per agent, folders only they may reach ------------------------
 
 
-def test_the_sysusers_file_makes_a_services_user_and_a_run_user_in_its_group(installed: Path) -> None:
-    """Applied to a temp root by systemd-sysusers itself: two users; the run user's only group is the
-    services' (so what it writes, they read); the services' user is in no group of the run user's."""
+def test_the_sysusers_file_makes_a_services_user_a_run_user_and_a_sensor_user_in_its_group(installed: Path) -> None:
+    """Applied to a temp root by systemd-sysusers itself: three users; the run and sensor users' only
+    group is the services' (so what they write, the services read); the services' user is in no group of
+    theirs; the sensor user's home is where install makes the sensors' folder, 0700 and its own."""
     sysusers = shutil.which("systemd-sysusers")
     if sysusers is None:
         pytest.skip("systemd-sysusers is not installed on this machine")
@@ -493,11 +495,14 @@ def test_the_sysusers_file_makes_a_services_user_and_a_run_user_in_its_group(ins
     subprocess.run([sysusers, f"--root={target}", str(installed / "etc/sysusers.d/agentd-demo.conf")], check=True)
     users = {line.split(":")[0]: line.split(":") for line in (target / "etc/passwd").read_text().splitlines()}
     groups = {line.split(":")[0]: line.split(":") for line in (target / "etc/group").read_text().splitlines()}
-    service, run = users["agentd-demo"], users["agentd-demo-run"]
-    assert service[2] != run[2] and int(run[2]) != 0
-    assert run[3] == service[3] == groups["agentd-demo"][2]  # one group: the services'
-    assert "agentd-demo-run" not in groups and groups["agentd-demo"][3] == ""  # no supplementary members
-    assert run[6] == service[6] == "/usr/sbin/nologin"
+    service, run, sensors = users["agentd-demo"], users["agentd-demo-run"], users["agentd-demo-sns"]
+    assert len({service[2], run[2], sensors[2]}) == 3 and int(run[2]) != 0 and int(sensors[2]) != 0
+    assert run[3] == sensors[3] == service[3] == groups["agentd-demo"][2]  # one group: the services'
+    assert "agentd-demo-run" not in groups and "agentd-demo-sns" not in groups
+    assert groups["agentd-demo"][3] == ""  # no supplementary members
+    assert run[6] == sensors[6] == service[6] == "/usr/sbin/nologin"
+    tmpfiles = (installed / "etc/tmpfiles.d/agentd-demo.conf").read_text()
+    assert f"d {sensors[5]} 0700 agentd-demo-sns agentd-demo -" in tmpfiles.splitlines()
 
 
 def test_the_folders_leave_the_state_dir_to_the_services_alone(installed: Path) -> None:
@@ -508,6 +513,7 @@ def test_the_folders_leave_the_state_dir_to_the_services_alone(installed: Path) 
         "/var/lib/agentd-run/demo": ["0750", "agentd-demo", "agentd-demo"],
         "/var/lib/agentd-run/demo/runs": ["0750", "agentd-demo", "agentd-demo"],
         "/var/lib/agentd-run/demo/workspace": ["2770", "agentd-demo-run", "agentd-demo"],
+        "/var/lib/agentd-run/demo/sensors": ["0700", "agentd-demo-sns", "agentd-demo"],
     }
 
 
@@ -546,3 +552,23 @@ def test_a_root_the_system_refuses_is_one_line_and_install_can_run_again(
         assert line.endswith(
             "install is safe to run again once that is fixed (what it wrote is kept, or written again if it differs)"
         )
+
+
+def test_installing_again_over_an_older_toml_says_how_to_give_sensors_their_own_user(
+    installed: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A TOML an older install wrote has no [sensors] run_as, so sensors run as the attempts' user: install
+    never edits the operator's TOML, but it makes the user and its home and says what to add."""
+    toml = installed / "etc/agentd/demo.toml"
+    text = toml.read_text()
+    older = text.replace('\n[sensors]\nrun_as = "agentd-demo-sns"\n', "\n")
+    assert "sensors" not in tomllib.loads(older) and tomllib.loads(older)["dispatch"]["run_as"] == "agentd-demo-run"
+    toml.write_text(older)
+    assert main(["install", "--root", str(installed), "--agent", "demo"]) == 0
+    err = capsys.readouterr().err
+    assert 'add run_as = "agentd-demo-sns" under [sensors]' in err and "restart agentd-sensors@demo" in err, err
+    assert toml.read_text() == older, "the operator's TOML is never rewritten"
+    assert "u agentd-demo-sns " in (installed / "etc/sysusers.d/agentd-demo.conf").read_text()
+    toml.write_text(text)
+    assert main(["install", "--root", str(installed), "--agent", "demo"]) == 0
+    assert "under [sensors]" not in capsys.readouterr().err, "the control: a TOML that names it is not warned about"

@@ -84,6 +84,20 @@ async def test_the_run_user_is_refused_even_without_the_marker(monkeypatch: pyte
     refuse_inside_attempt(None, "agentd approve")  # no run user: only the marker is checked
 
 
+def test_a_sensor_is_refused_by_its_user_or_its_marker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sensor is the operator's code but runs on what it reads: it proposes work on its stdout, where
+    each line is judged, never by acting as the operator."""
+    me = pwd.getpwuid(__import__("os").getuid()).pw_name
+    with pytest.raises(InputError, match=f"refused for {me}, the user sensors run as"):
+        refuse_inside_attempt("nobody", "agentd approve", me)
+    refuse_inside_attempt("nobody", "agentd approve", "nobody")  # the control: neither user is this one
+    monkeypatch.setenv("AGENTD_SENSOR_RUN", "01SENSORRUN\nforged line")
+    with pytest.raises(
+        InputError, match=r"refused inside a sensor run \(AGENTD_SENSOR_RUN='01SENSORRUN\\nforged line'\)"
+    ):
+        refuse_inside_attempt(None, "agentd approve")
+
+
 @pytest.mark.parametrize("source", [*(f"{name}:x" for name in RESERVED_SOURCES), "Sensor:inbox:1", " operator:bob"])
 @pytest.mark.asyncio
 async def test_a_source_cannot_claim_a_namespace_agentd_sets(gated: Rig, rig_cli: Any, source: str) -> None:

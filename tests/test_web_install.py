@@ -130,6 +130,10 @@ def test_systemd_analyze_verifies_the_web_unit_and_rates_it_at_most_its_measured
     [
         # Agent two's run user is agent one's: each agent's attempts would reach the other's workspace.
         (('run_as = "agentd-two-run"', 'run_as = "agentd-one-run"'), "dispatch.run_as: 'agentd-one-run' is also"),
+        # Agent two's sensors run as agent one's attempts, or as one's sensors, or two's attempts as one's sensors.
+        (('run_as = "agentd-two-sns"', 'run_as = "agentd-one-run"'), "sensors.run_as: 'agentd-one-run' is also"),
+        (('run_as = "agentd-two-sns"', 'run_as = "agentd-one-sns"'), "sensors.run_as: 'agentd-one-sns' is also"),
+        (('run_as = "agentd-two-run"', 'run_as = "agentd-one-sns"'), "dispatch.run_as: 'agentd-one-sns' is also"),
         # Agent two's workspace on agent one's state dir: two's run user could rename what is there.
         (
             ('workspace = "/var/lib/agentd-run/two/workspace"', 'workspace = "/var/lib/agentd/one"'),
@@ -146,7 +150,15 @@ def test_systemd_analyze_verifies_the_web_unit_and_rates_it_at_most_its_measured
             "paths.state_dir: /var/lib/agentd-run/one/workspace/two is inside",
         ),
     ],
-    ids=["one run user", "a workspace over a state dir", "one workspace", "a state dir in a workspace"],
+    ids=[
+        "one run user",
+        "a sensor user that is another's run user",
+        "one sensor user",
+        "a run user that is another's sensor user",
+        "a workspace over a state dir",
+        "one workspace",
+        "a state dir in a workspace",
+    ],
 )
 def test_config_check_and_the_services_refuse_another_installed_agents_run_user_or_folders(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: tuple[str, str], problem: str

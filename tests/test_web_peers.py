@@ -136,36 +136,45 @@ def test_another_users_socket_is_that_users() -> None:
 
 
 @pytest.fixture
-def guarded(rig_factory: Callable[..., Rig], tmp_path: Path) -> Callable[[bool], AbstractContextManager[WebRig]]:
-    """The console of an agent whose run user (`own`) or another installed agent's is `nobody`."""
+def guarded(rig_factory: Callable[..., Rig], tmp_path: Path) -> Callable[[str], AbstractContextManager[WebRig]]:
+    """The console of an agent whose run user (`whose` "run"), whose sensor user ("sensors") or another
+    installed agent's run user ("other") is `nobody`."""
     needs_root()
 
-    def make(own: bool) -> AbstractContextManager[WebRig]:
-        if own:
+    def make(whose: str) -> AbstractContextManager[WebRig]:
+        def own_user(raw: dict[str, Any]) -> None:
+            if whose == "sensors":
+                raw.setdefault("sensors", {})["run_as"] = "nobody"
+                return
+            raw["dispatch"]["run_as"] = "nobody"
+            raw["paths"]["run_dir"] = str(tmp_path / "runs")  # outside the state dir, as the boundary asks
 
-            def own_run_user(raw: dict[str, Any]) -> None:
-                raw["dispatch"]["run_as"] = "nobody"
-                raw["paths"]["run_dir"] = str(tmp_path / "runs")  # outside the state dir, as the boundary asks
-
-            return serving(rig_factory(own_run_user))
-        return serving(rig_factory(), run_users=lambda: [("nobody", "/etc/agentd/other.toml's")])
+        if whose == "other":
+            return serving(rig_factory(), run_users=lambda: [("nobody", "/etc/agentd/other.toml's run user")])
+        return serving(rig_factory(own_user))
 
     return make
 
 
-@pytest.mark.parametrize("own", [True, False], ids=["this agent's run user", "another agent's"])
-def test_a_run_users_socket_is_refused_whatever_it_asks(
-    guarded: Callable[[bool], AbstractContextManager[WebRig]], own: bool
+WHOSE = {
+    "run": "this agent's run user",
+    "sensors": "this agent's sensor user",
+    "other": "/etc/agentd/other.toml's run user",
+}
+
+
+@pytest.mark.parametrize("whose", list(WHOSE))
+def test_a_run_or_sensor_users_socket_is_refused_whatever_it_asks(
+    guarded: Callable[[str], AbstractContextManager[WebRig]], whose: str
 ) -> None:
-    """An attempt reached the login form and the API like any local client, its token guesses counted
-    against 127.0.0.1 as the operator's are."""
-    with guarded(own) as web:
+    """An attempt (or a sensor) reached the login form and the API like any local client, its token
+    guesses counted against 127.0.0.1 as the operator's are."""
+    with guarded(whose) as web:
         port, token = port_of(web), web.token("alice")
         asked = [get("/login", port), get("/api/status", port, token), get("/static/console.js", port)]
         answers = answers_as(NOBODY, port, asked)
         assert [status for status, _ in answers] == [403, 403, 403]
-        whose = "this agent's" if own else "/etc/agentd/other.toml's"
-        assert f'"what":"the console does not answer {whose} run user nobody' in answers[0][1], answers[0][1]
+        assert f'"what":"the console does not answer {WHOSE[whose]} nobody' in answers[0][1], answers[0][1]
         assert '"where":"client"' in answers[0][1]
         assert as_user(STRANGER, port, asked) == [200, 200, 200], "the control: another user is answered"
         assert web.client("alice").get("/api/status").status == 200, "and so is the operator"

@@ -234,7 +234,8 @@ def store_from(config: Config, *, readonly: bool = False) -> Store:
     from agentd.store import open_store, own_state_dir
 
     if not readonly:
-        refuse_inside_attempt(config.dispatch.run_as, "this command writes to the agent's database")
+        what = "this command writes to the agent's database"
+        refuse_inside_attempt(config.dispatch.run_as, what, config.sensors.run_as)
     store = open_store(config.db_path, SystemClock(), readonly=readonly)
     try:
         own_state_dir(config.paths.state_dir, config.agent.agent_id, bind=not readonly)

@@ -26,6 +26,7 @@ def view_of(config: Config) -> dict[str, Any]:
         "database": str(config.db_path),
         "workspace": str(config.paths.workspace),
         "run_as": config.dispatch.run_as,
+        "sensors_run_as": config.sensors.run_as,
         "budget_capped": config.budget.capped,
         "intake": intake_view(config),
         "record_schemas": record_schemas(),

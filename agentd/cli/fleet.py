@@ -98,7 +98,7 @@ def writing(args: argparse.Namespace) -> Config:
     from agentd.process.privilege import refuse_inside_attempt
 
     config = config_from(args)
-    refuse_inside_attempt(config.dispatch.run_as, "this command writes to the fleet's queue")
+    refuse_inside_attempt(config.dispatch.run_as, "this command writes to the fleet's queue", config.sensors.run_as)
     return config
 
 

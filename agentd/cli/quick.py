@@ -110,7 +110,7 @@ def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any
         "next_available_at": format_ts(summary["next_available_at"]) if summary["next_available_at"] else None,
         "running": [_running(row, now) for row in rows["running"]],
         "services": [service_health(row, now, here) for row in rows["services"]],
-        "boundary": boundary(view["run_as"]),
+        "boundary": boundary(view["run_as"], view["sensors_run_as"], Path(view["state_dir"])),
         "dispatch_lock": {"pid": lock[0], "host": lock[1], "heartbeat_at": format_ts(lock[2])} if lock else None,
     }
 
@@ -238,7 +238,7 @@ def _enqueue(view: dict[str, Any], new: dict[str, Any], now: datetime) -> int | 
     from agentd.process.wake import poke
     from agentd.store.plain import enqueue_plain
 
-    refuse_inside_attempt(view["run_as"], "this command writes to the agent's database")
+    refuse_inside_attempt(view["run_as"], "this command writes to the agent's database", view["sensors_run_as"])
     with plain_store(view, readonly=False) as store:
         if store is None:
             return None
@@ -281,7 +281,7 @@ def resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> st
     from agentd.process.wake import poke
     from agentd.store.plain import resolve_claim
 
-    refuse_inside_attempt(view["run_as"], "this command writes to the agent's database")
+    refuse_inside_attempt(view["run_as"], "this command writes to the agent's database", view["sensors_run_as"])
     with plain_store(view, readonly=False) as store:
         if store is None:
             return None

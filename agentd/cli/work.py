@@ -375,6 +375,7 @@ def cmd_sensor_run(args: argparse.Namespace) -> int:
     db = AsyncStore(store_from(config))
     try:
         runner = SensorRunner(config, db, SystemClock())
+        runner.check()
         report = anyio.run(lambda: runner.run(sensor, dry_run=option(args, "dry_run", False)))
         keys = [a.event.dedupe_key for a in report.accepted]
         seen = db.store.seen_dedupe_keys(sensor.sensor_id, keys) if option(args, "dry_run", False) else set()

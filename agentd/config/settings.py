@@ -142,7 +142,7 @@ class DispatchSection(Section):
     )
     run_as: UserName | None = Field(
         default=None,
-        description="the user attempts and sensors run as (never the services' own): with it, an attempt "
+        description="the user attempts run as (never the services' own): with it, an attempt "
         "cannot read the state dir or act as the operator; without it approvals are advisory",
     )
 
@@ -182,6 +182,11 @@ class SensorsSection(Section):
         le=1024 * 1024 * MIB,
     )
     tick_s: float = Field(description="how often the sensor service looks for due sensors", default=1.0, gt=0, le=60)
+    run_as: UserName | None = Field(
+        default=None,
+        description="the user sensors run as, each with its own folder in that user's home, out of every "
+        "attempt's reach; unset: dispatch.run_as (an attempt can then reach a running sensor)",
+    )
 
 
 def listen_address(value: str) -> str:

@@ -5,13 +5,14 @@ May import: records, config, process, store, work, evidence, outlook, adapters, 
 Laying out a VM for one agent (docs/install-and-deploy.md, "Deploy on a VM"):
 `agentd install --agent NAME [--root DIR]`.
 
-Writes /etc/agentd/NAME.toml (the embedded example with its comments, edited for NAME, its run user
-a free pair of metrics ports and a free console port; never over an existing one) with the agent's
-SOUL.md, PURPOSE.md, schemas, skills and sensors beside it in /etc/agentd/NAME/, the three unit templates
-(dispatch, sensors, web; ExecStart = this
-agentd), the agent's two users (/etc/sysusers.d/agentd-NAME.conf: `agentd-NAME` runs the services and
-owns the state dir, `agentd-NAME-run` runs attempts and sensors and owns only the workspace) and their
-folders (/etc/tmpfiles.d/agentd-NAME.conf). Running it again changes nothing. `--root` lays the same
+Writes /etc/agentd/NAME.toml (the embedded example with its comments, edited for NAME, its run and
+sensor users, a free pair of metrics ports and a free console port; never over an existing one) with
+the agent's SOUL.md, PURPOSE.md, schemas, skills and sensors beside it in /etc/agentd/NAME/, the three
+unit templates (dispatch, sensors, web; ExecStart = this agentd), the agent's three users
+(/etc/sysusers.d/agentd-NAME.conf: `agentd-NAME` runs the services and owns the state dir,
+`agentd-NAME-run` runs attempts and owns only the workspace, `agentd-NAME-sns` runs sensors and owns
+only its home, where each sensor keeps its folder) and their folders (/etc/tmpfiles.d/agentd-NAME.conf).
+Running it again changes nothing. `--root` lays the same
 tree under another directory (a staging tree: nothing is applied to this system's accounts or
 folders); `uninstall` reverses it and keeps the config and the state unless told to purge.
 """
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentd import frozen_value
+from agentd.config.parsed import UnusableFile, read_toml
 from agentd.edge import shown
 from agentd.errors import InputError
 from agentd.install.ports import free_pair, free_port, other_agents, used_ports
@@ -37,7 +39,7 @@ from agentd.resources import data_dir, example_config
 
 UNITS = ("agentd-dispatch@.service", "agentd-sensors@.service", "agentd-web@.service")
 TEMPLATE_BIN = "/usr/local/bin/agentd"
-# agentd-NAME-run must fit the 32 characters of a user name.
+# agentd-NAME-run (the longest of its users) must fit the 32 characters of a user name.
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,20}$")
 AGENT_FILES = ("SOUL.md", "PURPOSE.md", "schemas", "scripts")
 # PrivateTmp= and ProtectHome= in the units hide these from the services: an agentd in them cannot start.
@@ -87,6 +89,15 @@ class Layout:
         return f"agentd-{self.agent}-run"
 
     @property
+    def sensor_user(self) -> str:
+        return f"agentd-{self.agent}-sns"
+
+    @property
+    def sensor_home(self) -> str:
+        """The sensors' user's home (units/agentd.sysusers), where each sensor's own folder is made."""
+        return f"{self.run_area}/sensors"
+
+    @property
     def run_area(self) -> str:
         return f"/var/lib/agentd-run/{self.agent}"
 
@@ -94,19 +105,26 @@ class Layout:
     def placement(self) -> Placement:
         area = self.run_area
         return Placement(
-            self.agent, f"/var/lib/agentd/{self.agent}", f"{area}/workspace", f"{area}/runs", self.run_user
+            self.agent,
+            f"/var/lib/agentd/{self.agent}",
+            f"{area}/workspace",
+            f"{area}/runs",
+            self.run_user,
+            self.sensor_user,
         )
 
     def folders(self) -> list[Folder]:
         """The agent's folders, who owns them and their modes (docs/install-and-deploy.md, "The boundary"): the
         state dir the services' alone; the run area theirs, but the run user's group may enter it; the workspace the run
-        user's. tmpfiles.d makes them so on the target; install on this system, as root, does it now."""
+        user's; the sensors' home theirs alone. tmpfiles.d makes them so on the target; install on this
+        system, as root, does it now."""
         svc, run, place = self.service_user, self.run_user, self.placement
-        return [  # the run user's primary group is the services' (units/agentd.sysusers)
+        return [  # the run and sensor users' primary group is the services' (units/agentd.sysusers)
             Folder(place.state_dir, svc, svc, 0o700),
             Folder(self.run_area, svc, svc, 0o750),
             Folder(place.run_dir, svc, svc, 0o750),
             Folder(place.workspace, run, svc, 0o2770),
+            Folder(self.sensor_home, self.sensor_user, svc, 0o700),
         ]
 
     @property
@@ -157,6 +175,7 @@ def install(agent: str, root: Path, agentd_bin: Path) -> Report:
     _copy_agent_files(layout, report)
     if config_text is None:  # the operator's, possibly edited: never replaced
         report.kept.append(str(layout.config))
+        report.warnings += _older_config(layout)
     else:
         _write_if_changed(layout.config, config_text, 0o644)
         report.changed.append(str(layout.config))
@@ -186,7 +205,7 @@ def _remove(paths: list[Path], report: Report) -> None:
 
 
 def sysusers_text(layout: Layout) -> str:
-    """The agent's two users, from units/agentd.sysusers: the one source of agentd's users."""
+    """The agent's three users, from units/agentd.sysusers: the one source of agentd's users."""
     template = (data_dir("units") / "agentd.sysusers").read_text(encoding="utf-8")
     return template.replace("@AGENT@", layout.agent)
 
@@ -206,6 +225,24 @@ def _config_text(layout: Layout, report: Report) -> str:
     if warning:
         report.warnings.append(f"{layout.config}: {warning}")
     return text
+
+
+def _older_config(layout: Layout) -> list[str]:
+    """What a TOML written by an older install lacks that this one's users and folders are for."""
+    try:
+        raw = read_toml(layout.config)
+    except (UnusableFile, OSError):
+        return []  # `agentd config check` says what is wrong with it
+    dispatch, sensors = raw.get("dispatch"), raw.get("sensors", {})
+    if not isinstance(dispatch, dict) or "run_as" not in dispatch or not isinstance(sensors, dict):
+        return []
+    if "run_as" in sensors:
+        return []
+    return [
+        f"{layout.config}: sensors run as the attempts' user ({dispatch['run_as']}), so an attempt can reach a "
+        f'running sensor; add run_as = "{layout.sensor_user}" under [sensors] (its user and home exist now) and '
+        f"restart agentd-sensors@{layout.agent}"
+    ]
 
 
 def check_agentd_bin(agentd_bin: Path, layout: Layout, report: Report) -> None:
@@ -294,7 +331,8 @@ def user_setup(layout: Layout, *, euid: int, tools: dict[str, str | None]) -> tu
     commands = [[str(tools["systemd-sysusers"]), str(layout.sysusers)]]
     if tools.get("systemd-tmpfiles") is not None:
         commands.append([str(tools["systemd-tmpfiles"]), "--create", str(layout.tmpfiles)])
-    return commands, f"{layout.service_user} and {layout.run_user}: {apply} made sure they and their folders exist"
+    users = f"{layout.service_user}, {layout.run_user} and {layout.sensor_user}"
+    return commands, f"{users}: {apply} made sure they and their folders exist"
 
 
 def _create_users(layout: Layout, report: Report) -> None:

@@ -1,5 +1,5 @@
-"""The other agents on this VM (docs/install-and-deploy.md, "The boundary"): one agent's run user must reach
-nothing another agent's operator decides. `agentd install` gives each agent a run user and folders of its
+"""The other agents on this VM (docs/install-and-deploy.md, "The boundary"): one agent's run and sensor users
+must reach nothing another agent's operator decides. `agentd install` gives each agent a run user and folders of its
 own; a TOML written by hand can still name another agent's run user, or put one agent's workspace over
 another's state dir. `agentd config check` and the services' start read the other installed agents' TOMLs
 (/etc/agentd/*.toml, as the port check does) and refuse such a clash, naming both files.
@@ -26,6 +26,11 @@ class Neighbour:
     run_as: str | None
     state_dir: Path | None
     areas: tuple[tuple[str, Path], ...]  # (key, folder) its run user may write: workspace, run_dir
+    sensors_run_as: str | None = None
+
+    def users(self) -> list[tuple[str | None, str]]:
+        """(name, what it is) of the users that run its attempts and sensors ([sensors] run_as unset: the first)."""
+        return [(self.run_as, f"{self.toml}'s run user"), (self.sensors_run_as, f"{self.toml}'s sensor user")]
 
 
 def refuse_neighbours(config: Config) -> None:
@@ -47,11 +52,12 @@ def neighbour_problems(config: Config) -> list[Problem]:
 
 
 def neighbour_run_users(config: Config) -> list[tuple[str | None, str]]:
-    """(run user, whose) of each other installed agent: the console refuses their sockets too."""
+    """(user, what it is) of each other installed agent's run and sensor users: the console refuses
+    their sockets too."""
     found: list[tuple[str | None, str]] = []
     for other in installed_neighbours(config.path):
         try:
-            found.append((neighbour(other).run_as, f"{other}'s"))
+            found += neighbour(other).users()
         except (OSError, ValueError):
             continue  # that agent's own check reports its file
     return found
@@ -59,10 +65,14 @@ def neighbour_run_users(config: Config) -> list[tuple[str | None, str]]:
 
 def _clashes(config: Config, theirs: Neighbour) -> list[tuple[str, str]]:
     """(key, what) for each way this agent and `theirs` reach each other's."""
-    found, other, run_as = [], theirs.toml, config.dispatch.run_as
-    if run_as is not None and run_as == theirs.run_as:
-        found.append(("dispatch.run_as", f"{run_as!r} is also {other}'s run user: each agent's attempts would "
-                      "reach the other's workspace; give each agent its own"))  # fmt: skip
+    found, other = [], theirs.toml
+    shared = "each agent's attempts or sensors would reach the other's; give each agent its own"
+    for key, name in (("dispatch.run_as", config.dispatch.run_as), ("sensors.run_as", config.sensors.run_as)):
+        found += [
+            (key, f"{name!r} is also {what}: {shared}")
+            for theirs_name, what in theirs.users()
+            if name is not None and name == theirs_name
+        ]
     for key, path in operator_paths(config):
         found += [
             (key, f"{path} is inside {other}'s {area_key} ({area}): that agent's attempts may change what is there")
@@ -90,14 +100,20 @@ def neighbour(toml: Path) -> Neighbour:
     :raises OSError, ValueError: unreadable, not TOML, or tables that are not tables.
     """
     raw = read_toml(toml)
-    paths, dispatch = raw.get("paths", {}), raw.get("dispatch", {})
-    if not isinstance(paths, dict) or not isinstance(dispatch, dict):
-        raise ValueError("[paths] or [dispatch] is not a table")
+    paths, dispatch, sensors = raw.get("paths", {}), raw.get("dispatch", {}), raw.get("sensors", {})
+    if not isinstance(paths, dict) or not isinstance(dispatch, dict) or not isinstance(sensors, dict):
+        raise ValueError("[paths], [dispatch] or [sensors] is not a table")
 
     def folder(key: str) -> Path | None:
         value = paths.get(key)
         return Path(os.path.normpath(toml.parent / value)) if isinstance(value, str) and value else None
 
-    run_as = dispatch.get("run_as")
+    run_as, sensors_run_as = dispatch.get("run_as"), sensors.get("run_as")
     areas = tuple((key, path) for key in ("workspace", "run_dir") if (path := folder(key)) is not None)
-    return Neighbour(toml, run_as if isinstance(run_as, str) else None, folder("state_dir"), areas)
+    return Neighbour(
+        toml,
+        run_as if isinstance(run_as, str) else None,
+        folder("state_dir"),
+        areas,
+        sensors_run_as if isinstance(sensors_run_as, str) else None,
+    )

@@ -34,6 +34,7 @@ class Placement:
     workspace: str
     run_dir: str
     run_as: str
+    sensors_run_as: str
 
 
 def agent_toml(placement: Placement, ports: list[int]) -> tuple[str, str | None]:
@@ -43,6 +44,8 @@ def agent_toml(placement: Placement, ports: list[int]) -> tuple[str, str | None]
     intended = intended_config(copy.deepcopy(original), placement, ports)
     header = _config_header(placement.agent, ports)
     text = header + _without_header(_edit_strings(example, _string_edits(original, intended)))
+    if "sensors" not in original:  # the example leaves [sensors] to its defaults: add the sensors' user
+        text += _sensors_table(intended["sensors"]["run_as"])
     if "web" not in original and "web" in intended:  # the example leaves [web] to its defaults: add the port
         text += _web_table(intended["web"]["listen"])
     try:
@@ -66,6 +69,7 @@ def intended_config(raw: dict[str, Any], placement: Placement, ports: list[int])
         "run_dir": placement.run_dir,
     }
     raw.setdefault("dispatch", {})["run_as"] = placement.run_as
+    raw.setdefault("sensors", {})["run_as"] = placement.sensors_run_as
     raw["payload_schemas"] = {key: f"{agent}/{value}" for key, value in raw.get("payload_schemas", {}).items()}
     for adapter in raw.get("adapters", []):
         if adapter.get("kind") == "script" and not Path(adapter["command"]).is_absolute():
@@ -77,6 +81,14 @@ def intended_config(raw: dict[str, Any], placement: Placement, ports: list[int])
     if len(ports) > 2:  # the console's own port (docs/web.md, "Its port")
         raw.setdefault("web", {})["listen"] = f"{LOOPBACK}:{ports[2]}"
     return raw
+
+
+def _sensors_table(run_as: str) -> str:
+    return (
+        "\n# Sensors run as a user of their own, each with its folder in that user's home, out of every\n"
+        '# attempt\'s reach (docs/install-and-deploy.md, "The boundary").\n[sensors]\n'
+        + tomli_w.dumps({"run_as": run_as})
+    )
 
 
 def _web_table(listen: str) -> str:
@@ -94,7 +106,8 @@ def _config_header(agent: str, ports: list[int]) -> str:
         f"# Its metrics ports {ports[0]}/{ports[1]} were free and named by no other agent here when install ran\n"
         "# (pairs from 9478/9479 up), and so was its console port ([web] listen, from 9578 up);\n"
         "# `agentd config check` refuses a port another agent's TOML names.\n"
-        f"# Attempts and sensors run as {agent}'s run user ([dispatch] run_as), never as the services' user.\n"
+        f"# Attempts run as {agent}'s run user ([dispatch] run_as), sensors as its sensor user ([sensors] run_as),\n"
+        "# never as the services' user.\n"
     )
 
 

@@ -177,7 +177,7 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
             for r in seen.running
         ],
         "services": [service_health(row, now, here) for row in seen.services],
-        "boundary": boundary(config.dispatch.run_as),
+        "boundary": boundary(config.dispatch.run_as, config.sensors.run_as, config.paths.state_dir),
         "dispatch_lock": {"pid": holder.pid, "host": holder.host, "heartbeat_at": format_ts(holder.heartbeat_at)}
         if holder
         else None,

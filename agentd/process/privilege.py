@@ -1,13 +1,15 @@
 """The boundary between an agent and its operator (docs/install-and-deploy.md, "The boundary").
 
-Under the units, an agent's services run as one user that owns the state dir, and every attempt and
-sensor runs as a second user, `[dispatch] run_as`, that owns only the workspace and the run dirs. The
-services keep the capabilities that switch users and signal the run user's processes (CAP_SETUID,
-CAP_SETGID, CAP_KILL) to themselves: `keep_capabilities_to_self` clears the ambient and inheritable
-sets at start, so no process they start (an attempt, a sensor, a message handler) holds any.
+Under the units, an agent's services run as one user that owns the state dir; every attempt runs as
+a second user, `[dispatch] run_as`, that owns only the workspace and the run dirs; every sensor runs as
+a third, `[sensors] run_as`, whose home (one folder per sensor) no attempt can reach. The services
+keep the capabilities that switch users (CAP_SETUID, CAP_SETGID) to themselves:
+`keep_capabilities_to_self` clears the ambient and inheritable sets at start, so no process they
+start (an attempt, a sensor, a message handler) holds any.
 
 Whoever runs a control verb is recorded (`operator_identity`); an attempt never may
-(`refuse_inside_attempt`): not with `AGENTD_ATTEMPT_ID` in its environment, not as the run user.
+(`refuse_inside_attempt`): not with `AGENTD_ATTEMPT_ID` in its environment, not as the run user; nor
+may a sensor (`AGENTD_SENSOR_RUN`, the sensors' user).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import ctypes.util
 import getpass
 import os
 import pwd
+import stat
 from pathlib import Path
 from typing import Any, TypedDict
 
 from agentd import frozen_value
+from agentd.edge import shown
 from agentd.errors import AgentdError, InputError
 
 CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
@@ -47,11 +51,12 @@ class BoundaryError(AgentdError):
 
 @frozen_value
 class RunUser:
-    """The user attempts and sensors run as."""
+    """A user the services start others' processes as: attempts' (`[dispatch] run_as`) or sensors'."""
 
     name: str
     uid: int
     gid: int
+    key: str = "dispatch.run_as"  # the setting that names it, for what is said about it
 
 
 def popen_identity(user: RunUser | None) -> Identity:
@@ -63,20 +68,67 @@ def popen_identity(user: RunUser | None) -> Identity:
     return {"user": user.uid, "group": user.gid, "extra_groups": [], "umask": RUN_UMASK}
 
 
-def run_user(name: str | None) -> RunUser | None:
-    """The `[dispatch] run_as` user, looked up now; None when attempts run as the service itself."""
+def run_user(name: str | None, key: str = "dispatch.run_as") -> RunUser | None:
+    """The user `key` names (`[dispatch] run_as` unless told), looked up now; None when what it runs
+    runs as the service itself."""
     if name is None:
         return None
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
         raise BoundaryError(
-            f"dispatch.run_as: no user {name!r} on this system; create it (`agentd install` does, from "
-            "/etc/sysusers.d) or remove run_as to run attempts as the service's own user"
+            f"{key}: no user {name!r} on this system; create it (`agentd install` does, from "
+            "/etc/sysusers.d) or remove run_as to run them as the service's own user"
         ) from None
     if entry.pw_uid == 0:
-        raise BoundaryError(f"dispatch.run_as: {name!r} is root; attempts must run as an unprivileged user")
-    return RunUser(name, entry.pw_uid, entry.pw_gid)
+        raise BoundaryError(f"{key}: {name!r} is root; expected an unprivileged user")
+    return RunUser(name, entry.pw_uid, entry.pw_gid, key)
+
+
+def sensor_user(run_as: str | None, sensors_run_as: str | None) -> RunUser | None:
+    """Who sensors run as: `[sensors] run_as`, or (unset) the attempts' user, as before it existed."""
+    if sensors_run_as is None or sensors_run_as == run_as:
+        return run_user(run_as)
+    return run_user(sensors_run_as, "sensors.run_as")
+
+
+def sensor_home_base(user: RunUser, services: int | None = None) -> Path:
+    """The folder sensors' own folders are made in when they have a user of their own: that user's
+    home (passwd; `agentd install` makes it /var/lib/agentd-run/NAME/sensors, 0700). Only the sensors'
+    user may enter it, and no one but root and the services' user (this process's, or `services`) may
+    replace it or a folder above it: an attempt's user above all.
+
+    :raises BoundaryError: naming the folder and what is wrong with it.
+    """
+    home = Path(pwd.getpwuid(user.uid).pw_dir)
+    problem = _home_problem(home, user, {0, os.geteuid(), services if services is not None else 0})
+    if problem is None:
+        return home
+    raise BoundaryError(
+        f"{user.key}: {user.name}'s home {home} {problem}; sensors keep their own folders there, out of every "
+        "attempt's reach (`agentd install` makes it: run it again, or `systemd-tmpfiles --create`)"
+    )
+
+
+def _home_problem(home: Path, user: RunUser, trusted: set[int]) -> str | None:
+    if not home.is_absolute() or ".." in home.parts:
+        return "is not an absolute path"
+    try:
+        info = os.lstat(home)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a folder (a link is not followed)"
+    if info.st_uid != user.uid or info.st_mode & 0o077:
+        return f"must be {user.name}'s alone (owner {info.st_uid}, mode {info.st_mode & 0o7777:04o}; expected 0700)"
+    for folder in home.parents:
+        above = os.lstat(folder)
+        if stat.S_ISLNK(above.st_mode):
+            return f"is reached through a link ({folder})"
+        open_to_others = above.st_mode & 0o022 and not above.st_mode & stat.S_ISVTX
+        if above.st_uid not in trusted or open_to_others:
+            return f"is inside {folder}, which a user other than root or this service's may change"
+    return None
 
 
 def require_switch(user: RunUser | None) -> None:
@@ -86,11 +138,11 @@ def require_switch(user: RunUser | None) -> None:
         return
     if os.geteuid() == user.uid:
         raise BoundaryError(
-            f"dispatch.run_as is {user.name!r}, the user this service runs as: attempts need a user of their own"
+            f"{user.key} is {user.name!r}, the user this service runs as: what it runs needs a user of its own"
         )
     if not can_switch_users():
         raise BoundaryError(
-            f"dispatch.run_as is {user.name!r} but this process cannot switch users (it needs CAP_SETUID and "
+            f"{user.key} is {user.name!r} but this process cannot switch users (it needs CAP_SETUID and "
             "CAP_SETGID: the units grant them with AmbientCapabilities=); run it under its unit, as root, "
             "or without run_as"
         )
@@ -142,26 +194,51 @@ def keep_capabilities_to_self() -> None:
             raise BoundaryError(f"cannot clear the inheritable capabilities: {os.strerror(ctypes.get_errno())}")
 
 
-def boundary_line(user: RunUser | None) -> str:
-    """What `status` and the service start line say about who attempts run as."""
-    if user is not None:
-        return (
-            f"attempts run as {user.name} (uid {user.uid}): they cannot act as the operator; sensors run as "
-            "that user too, so what they report is trusted no more than an attempt"
+def boundary_line(user: RunUser | None, sensors: RunUser | None = None, sensors_problem: str | None = None) -> str:
+    """What `status` and the service start line say about who attempts and sensors run as."""
+    if user is None:
+        line = (
+            f"attempts run as this service's own user ({_name(os.geteuid())}): approvals, budgets and pause are "
+            "advisory (set [dispatch] run_as, as `agentd install` does, to enforce them)"
         )
-    return (
-        f"attempts run as this service's own user ({_name(os.geteuid())}): approvals, budgets and pause are "
-        "advisory (set [dispatch] run_as, as `agentd install` does, to enforce them)"
+    else:
+        line = f"attempts run as {user.name} (uid {user.uid}): they cannot act as the operator"
+    if sensors_problem is not None:
+        return f"{line}; no sensor can start: {sensors_problem}"
+    if sensors is not None and (user is None or sensors.uid != user.uid):
+        return f"{line}; sensors run as {sensors.name} (uid {sensors.uid}), out of the attempts' reach"
+    if user is None:
+        return line
+    return line + (
+        "; sensors run as that user too, so an attempt can reach a running sensor and what it reports is "
+        "trusted no more than an attempt (set [sensors] run_as, as `agentd install` does)"
     )
 
 
-def boundary(run_as: str | None) -> dict[str, Any]:
-    """The boundary as `agentd status` reports it: who attempts run as, whether approvals hold."""
+def boundary(run_as: str | None, sensors_run_as: str | None = None, state_dir: Path | None = None) -> dict[str, Any]:
+    """The boundary as `agentd status` reports it: who attempts and sensors run as, whether approvals hold
+    (and, with the state dir, whose owner is the services' user, whether sensors could start)."""
+    found: dict[str, Any] = {"run_as": run_as, "sensors_run_as": sensors_run_as or run_as}
     try:
         user = run_user(run_as)
     except BoundaryError as exc:
-        return {"run_as": run_as, "enforced": False, "line": f"no attempt can start: {exc}"}
-    return {"run_as": run_as, "enforced": user is not None, "line": boundary_line(user)}
+        return {**found, "enforced": False, "line": f"no attempt can start: {exc}"}
+    sensors, problem = None, None
+    try:
+        sensors = sensor_user(run_as, sensors_run_as)
+        if sensors is not None and sensors.key == "sensors.run_as":
+            sensor_home_base(sensors, services=owner_of(state_dir))
+    except BoundaryError as exc:
+        problem = str(exc)
+    return {**found, "enforced": user is not None, "line": boundary_line(user, sensors, problem)}
+
+
+def owner_of(path: Path | None) -> int | None:
+    """The uid that owns `path` (the state dir: the services' user), or None if it cannot be told."""
+    try:
+        return None if path is None else os.stat(path).st_uid
+    except OSError:
+        return None
 
 
 def _name(uid: int) -> str:
@@ -219,18 +296,26 @@ def operator_source(given: str | None) -> str:
     return given
 
 
-def refuse_inside_attempt(run_as: str | None, what: str) -> None:
-    """An attempt never acts as its operator: a control verb run with AGENTD_ATTEMPT_ID in its
-    environment, or as the run user, is refused before it reads or writes anything."""
-    attempt = os.environ.get("AGENTD_ATTEMPT_ID")
-    if attempt:
-        raise InputError(
-            f"{what}: refused inside an attempt (AGENTD_ATTEMPT_ID={attempt}); an attempt cannot act as its operator"
-        )
-    if run_as is not None:
+def refuse_inside_attempt(run_as: str | None, what: str, sensors_run_as: str | None = None) -> None:
+    """An attempt (or a sensor) never acts as its operator: a control verb run with AGENTD_ATTEMPT_ID or
+    AGENTD_SENSOR_RUN in its environment, or as the user attempts or sensors run as, is refused before
+    it reads or writes anything."""
+    for variable, whose in (("AGENTD_ATTEMPT_ID", "an attempt"), ("AGENTD_SENSOR_RUN", "a sensor run")):
+        if marker := os.environ.get(variable):
+            raise InputError(
+                f"{what}: refused inside {whose} ({variable}={_shown_marker(marker)}); it cannot act as its operator"
+            )
+    for name, runs in ((run_as, "attempts"), (sensors_run_as, "sensors")):
+        if name is None:
+            continue
         try:
-            uid = pwd.getpwnam(run_as).pw_uid
+            uid = pwd.getpwnam(name).pw_uid
         except KeyError:
-            return
+            continue
         if os.getuid() == uid or os.geteuid() == uid:
-            raise InputError(f"{what}: refused for {run_as}, the user attempts run as; run it as the operator")
+            raise InputError(f"{what}: refused for {name}, the user {runs} run as; run it as the operator")
+
+
+def _shown_marker(value: str) -> str:
+    """An environment marker as an error message shows it: one printable line, at most 64 characters."""
+    return shown(value[:64]) if not value.isprintable() or len(value) > 64 else value

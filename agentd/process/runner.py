@@ -362,6 +362,19 @@ def _start_error(command: str, exc: OSError) -> str:
     return f"cannot start {command!r}: {exc}"
 
 
+async def make_dir_as(path: Path, user: RunUser) -> None:
+    """`mkdir -m 0700 path` as `user`, in a folder only that user may write (a sensor's home in the
+    sensors' user's); one that is there already is kept. No capability passes on.
+
+    :raises OSError: it could not be made (what mkdir said).
+    """
+    argv = ["mkdir", "-p", "-m", "0700", "--", str(path)]
+    done = await anyio.run_process(argv, check=False, **popen_identity(user))
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip() or f"exit {done.returncode}"
+        raise OSError(f"cannot make {path} as {user.name}: {said}")
+
+
 def remove_as(path: Path, user: RunUser | None) -> None:
     """`rm -rf path` as `user` (a folder the run user made unreadable to the service); no caps pass on."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):

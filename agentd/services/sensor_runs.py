@@ -32,8 +32,8 @@ from agentd.outlook.metrics import NullMetrics, SensorMetrics
 from agentd.process import procs
 from agentd.process.containment import sensor_group, sweep_run
 from agentd.process.files import make_run_dir
-from agentd.process.privilege import RunUser, run_user
-from agentd.process.runner import ProcessSpec, child_environment, run_process
+from agentd.process.privilege import RunUser, owner_of, require_switch, sensor_home_base, sensor_user
+from agentd.process.runner import ProcessSpec, child_environment, make_dir_as, run_process
 from agentd.process.wake import poke
 from agentd.records import AcceptedEvent, IntakeCounts, NewTask, RejectedLine, SensorEvent, WorkflowStart
 from agentd.redaction import Redactor
@@ -170,13 +170,19 @@ class SensorRunner:
         self, config: Config, db: AsyncStore, clock: Clock, metrics: SensorMetrics | NullMetrics | None = None
     ) -> None:
         self.config, self.db, self.clock = config, db, clock
-        self.user = run_user(
-            config.dispatch.run_as
-        )  # sensors run as attempts do (docs/install-and-deploy.md, "The boundary")
+        # as [sensors] run_as, out of the attempts' reach (docs/install-and-deploy.md, "The boundary")
+        self.user = sensor_user(config.dispatch.run_as, config.sensors.run_as)
+        self.homes = SensorHomes(config, self.user)
         self.metrics = metrics or NullMetrics()
         self._limiter = anyio.CapacityLimiter(config.sensors.max_concurrent)
         me = procs.this_process()
         self.owner = {"pid": me.pid, "started": me.started, "host": me.host, "boot_id": me.boot_id}
+
+    def check(self) -> None:
+        """Refuse to run sensors (BoundaryError) unless this process can become the sensors' user and
+        their homes are out of every attempt's reach: the service's start, `agentd sensor run`."""
+        require_switch(self.user)
+        self.homes.check()
 
     async def run(self, sensor: Sensor, *, dry_run: bool = False) -> SensorRunReport:
         """Run one sensor now: its process, its output judged line by line, recorded (unless dry_run).
@@ -187,7 +193,7 @@ class SensorRunner:
         if not dry_run:
             await self.db.call(Store.begin_sensor_run, sensor.sensor_id, run_id, self.owner, started)
         with contained(logger, "sensor %s: run %s failed inside agentd", sensor.sensor_id, run_id) as failed:
-            spec, redactor = self._spec(sensor, run_id)
+            spec, redactor = self._spec(sensor, run_id, await self.homes.make(sensor.sensor_id))
             report = await self._observe(sensor, spec, redactor)
             if not dry_run:
                 await self._record(sensor, report)
@@ -277,10 +283,9 @@ class SensorRunner:
         text = stdout.read_text(encoding="utf-8", errors="replace")
         return parse_output(sensor_id, text, self.config, self.clock.now())
 
-    def _spec(self, sensor: Sensor, run_id: str) -> tuple[ProcessSpec, Redactor]:
-        """The sensor's process: as the run user, its own persistent folder as HOME (where the run user
-        may write), its output logged by agentd into the state dir (where it may not)."""
-        home = sensor_home(self.config, sensor.sensor_id, self.user)
+    def _spec(self, sensor: Sensor, run_id: str, home: Path) -> tuple[ProcessSpec, Redactor]:
+        """The sensor's process: as the sensors' user, its own persistent folder as HOME, its output
+        logged by agentd into the state dir (where that user may not write)."""
         logs = self.config.paths.state_dir / "sensors" / sensor.sensor_id
         logs.mkdir(mode=0o700, parents=True, exist_ok=True)
         env, redactor = child_environment(
@@ -310,17 +315,39 @@ class SensorRunner:
         return spec, redactor
 
 
-def sensor_home(config: Config, sensor_id: str, user: RunUser | None) -> Path:
-    """A sensor's own persistent folder (its HOME): in the state dir without a run user, as before;
-    with one, under [paths] run_dir, which that user can reach."""
-    if config.dispatch.run_as is None:
-        home = config.paths.state_dir / "sensors" / sensor_id / "state"
+class SensorHomes:
+    """Each sensor's own persistent folder (its HOME, `AGENTD_SENSOR_STATE_DIR`), by who sensors run as:
+    - the service's own user: in the state dir, 0700;
+    - the attempts' user (no `[sensors] run_as`): under `[paths] run_dir`, which that user reaches, so
+      an attempt reaches it too (`agentd status` says so);
+    - a user of their own: in that user's home (`sensor_home_base`), made by that user, 0700, so no
+      one else (the services included) may enter it."""
+
+    def __init__(self, config: Config, user: RunUser | None) -> None:
+        self.config, self.user = config, user
+        self.own = user if user is not None and user.key == "sensors.run_as" else None  # not the attempts' user
+
+    def check(self) -> None:
+        """BoundaryError if sensors have a user of their own whose home would let others in."""
+        if self.own is not None:
+            self._base(self.own)
+
+    async def make(self, sensor_id: str) -> Path:
+        if self.own is not None:
+            home = self._base(self.own) / sensor_id  # checked again each run: made by that user, in its home
+            await make_dir_as(home, self.own)
+            return home
+        if self.user is not None:
+            base = self.config.paths.runs / "sensors"
+            make_run_dir(base, self.user, mode=0o750)
+            make_run_dir(base / sensor_id, self.user)
+            return base / sensor_id
+        home = self.config.paths.state_dir / "sensors" / sensor_id / "state"
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
         return home
-    base = config.paths.runs / "sensors"
-    make_run_dir(base, user, mode=0o750)
-    make_run_dir(base / sensor_id, user)
-    return base / sensor_id
+
+    def _base(self, user: RunUser) -> Path:
+        return sensor_home_base(user, services=owner_of(self.config.paths.state_dir))
 
 
 async def sweep_sensor_runs(config: Config, db: AsyncStore, clock: Clock) -> int:
@@ -337,7 +364,8 @@ async def sweep_sensor_runs(config: Config, db: AsyncStore, clock: Clock) -> int
         )
         if procs.is_running(holder, me) is not False:
             continue  # alive, or on another host: not ours to sweep
-        killed = await sweep_run(sensor_group(config.paths.state_dir, run.run_id), run_user(config.dispatch.run_as))
+        user = sensor_user(config.dispatch.run_as, config.sensors.run_as)
+        killed = await sweep_run(sensor_group(config.paths.state_dir, run.run_id), user)
         await db.call(Store.reclaim_sensor_run, run.sensor_id, run.run_id, len(killed), clock.now())
         swept += 1
     return swept

@@ -262,7 +262,7 @@ class AttemptUsers:
         self.read_at = clock.monotonic()
 
     def whose(self, uid: int | None) -> str | None:
-        """Whose run user `uid` is ("this agent's run user NAME"), or None."""
+        """Whose user `uid` is ("this agent's run user NAME"), or None."""
         if uid is None:
             return None
         if uid not in self.known and uid not in (0, os.geteuid()):
@@ -273,16 +273,17 @@ class AttemptUsers:
 
 
 class NoAttempts:
-    """Refuses (403) a request from a socket an agent's run user owns (this agent's `[dispatch] run_as`, or
-    another installed agent's): an attempt has no business with the console, not even its login form,
-    and its token guesses must cost the operator nothing (docs/web.md, "Who may connect")."""
+    """Refuses (403) a request from a socket an agent's run or sensor user owns (this agent's `[dispatch]
+    run_as` and `[sensors] run_as`, or another installed agent's): an attempt has no business with the
+    console, not even its login form, and its token guesses must cost the operator nothing (docs/web.md,
+    "Who may connect")."""
 
     def __init__(self, app: ASGIApp, users: AttemptUsers) -> None:
         self.app, self.users = app, users
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and (whose := self.users.whose(peer_uid(scope))) is not None:
-            what = f"the console does not answer {whose}: attempts run as that user"
+            what = f"the console does not answer {whose}: it runs an agent's attempts or sensors, never its operator"
             expected = "a connection from the operator's own user (a browser, an SSH tunnel, curl)"
             await error_json(403, what, "client", expected)(scope, receive, send)
             return
@@ -290,14 +291,14 @@ class NoAttempts:
 
 
 def run_user_uids(users: Iterable[tuple[str | None, str]]) -> dict[int, str]:
-    """uid → "WHOSE run user NAME" for each (name, whose) that names an account here (a name that does not
-    is no one's socket)."""
+    """uid → "WHAT NAME" ("this agent's run user agentd-arc-run") for each (name, what) that names an
+    account here (a name that does not is no one's socket)."""
     found = {}
     for name, whose in users:
         if name is None:
             continue
         try:
-            found[pwd.getpwnam(name).pw_uid] = f"{whose} run user {name}"
+            found[pwd.getpwnam(name).pw_uid] = f"{whose} {name}"
         except KeyError:
             continue
     return found

@@ -76,7 +76,8 @@ class WebService:
         """`run_users`: what reads the (name, whose) of the run users besides this agent's own whose requests
         are refused (the CLI's reads the other installed agents'; read again for a uid it does not know)."""
         self.config, self.db, self.clock = config, db, clock
-        self.attempt_users = AttemptUsers([(config.dispatch.run_as, "this agent's")], run_users, clock)
+        own = [(config.dispatch.run_as, "this agent's run user"), (config.sensors.run_as, "this agent's sensor user")]
+        self.attempt_users = AttemptUsers(own, run_users, clock)
         self.listen = listen or config.web.listen
         self.beside = beside  # under `agentd run`: a port in use costs the console, never the dispatcher
         self.stream_poll_s = 0.5  # how often a live stream looks for new events

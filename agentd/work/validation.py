@@ -362,11 +362,14 @@ def stranded_workflows(config: Config, live: list[tuple[int, str, str, str]]) ->
 def _boundary(config: Config) -> list[Problem]:
     """With a run user, what it must reach (the workspace, the run dirs) lies outside the state dir,
     which it must never reach (docs/install-and-deploy.md, "The boundary")."""
+    src, paths = str(config.path), config.paths
+    problems = [
+        Problem(src, key, "expected an unprivileged user, found 'root'")
+        for key, name in (("dispatch.run_as", config.dispatch.run_as), ("sensors.run_as", config.sensors.run_as))
+        if name == "root"
+    ]
     if config.dispatch.run_as is None:
-        return []
-    src, paths, problems = str(config.path), config.paths, []
-    if config.dispatch.run_as == "root":
-        problems.append(Problem(src, "dispatch.run_as", "expected an unprivileged user, found 'root'"))
+        return problems
     if paths.run_dir is None:
         problems.append(
             Problem(src, "paths.run_dir", "required with dispatch.run_as: a folder outside state_dir for the run user")
