@@ -101,7 +101,7 @@ def sensor_home_base(user: RunUser, services: int | None = None) -> Path:
     :raises BoundaryError: naming the folder and what is wrong with it.
     """
     home = Path(pwd.getpwuid(user.uid).pw_dir)
-    problem = _home_problem(home, user, {0, os.geteuid(), services if services is not None else 0})
+    problem = home_problem(home, user, {0, os.geteuid(), services if services is not None else 0})
     if problem is None:
         return home
     raise BoundaryError(
@@ -110,7 +110,10 @@ def sensor_home_base(user: RunUser, services: int | None = None) -> Path:
     )
 
 
-def _home_problem(home: Path, user: RunUser, trusted: set[int]) -> str | None:
+def home_problem(home: Path, user: RunUser, trusted: set[int]) -> str | None:
+    """What is wrong with `home` as the folder only `user` may enter and only `trusted` uids (and root)
+    may replace, or a folder above it (a sticky one anyone may write to is fine: only its owner may
+    rename what is in it); None when nothing is."""
     if not home.is_absolute() or ".." in home.parts:
         return "is not an absolute path"
     try:
