@@ -522,7 +522,12 @@ class Chaos:
         if self.agent is None:
             return  # the harness's own user runs it all: nothing separates agent from operator to test
         report = f"hostile-{len(self.hostile_reports)}.json"
-        payload = {"report": report, "env_file": str(self.agent.env_file), "approve": self.held_task}
+        payload = {
+            "report": report,
+            "env_file": str(self.agent.env_file),
+            "approve": self.held_task,
+            "sensor_home": str(self.agent.sensor_home),
+        }
         result = self.cli("task", "add", "--type", "hostile", "--payload", json.dumps(payload))
         if result.returncode != 0:
             self.problems.append(f"hostile task add exited {result.returncode}: {result.stderr[-200:]}")

@@ -15,7 +15,8 @@ import pytest
 
 
 def hostile_payload(agent: privsep.PrivAgent, **more: Any) -> str:
-    return json.dumps({"report": "hostile-report.json", "env_file": str(agent.env_file), **more})
+    files = {"env_file": str(agent.env_file), "sensor_home": str(agent.sensor_home)}
+    return json.dumps({"report": "hostile-report.json", **files, **more})
 
 
 def ok(done: Any) -> str:
@@ -36,9 +37,11 @@ def test_an_attempt_that_tries_to_act_as_its_operator_fails_at_every_try() -> No
         assert f"attempts run as {agent.run}" in ran.stderr
 
         tries = json.loads((agent.workspace / "hostile-report.json").read_text())
-        assert len(tries) >= 15
+        assert len(tries) >= 18
         succeeded = [t for t in tries if t["succeeded"]]
         assert succeeded == [], json.dumps(tries, indent=1)
+        [processes] = [t for t in tries if t["name"].startswith("reach another user's process")]
+        assert processes["detail"].startswith("PermissionError: none of "), processes  # it found some to try
 
         approvals = json.loads(ok(agent.as_operator("approvals", "--json")))
         assert [a["task_id"] for a in approvals] == [held["task_id"]]  # still held

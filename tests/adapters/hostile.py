@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """An attempt that tries to act as its operator (docs/install-and-deploy.md, "The boundary"). Its payload names what
-to try: {"approve": TASK_ID, "report": "relative path in the workspace", "env_file": "path", "config": "path"}.
+to try: {"approve": TASK_ID, "report": "relative path in the workspace", "env_file": "path", "config": "path",
+"sensor_home": "the sensor user's home", "other_workspace": "another agent's workspace"}.
 
 Each try is recorded as {"name", "succeeded", "detail"} in the report; the attempt itself completes, so
 the test reads what it found. Every try is something an agent could do with what its environment
@@ -86,6 +87,49 @@ def hold_capabilities():
 
 
 attempt("hold a capability", hold_capabilities)
+
+
+def others_processes():
+    """The processes of every other user but root (the services', a running sensor's): their environment
+    holds what the attempt must not see, and a readable one is also one it may trace."""
+    me, found = os.getuid(), []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                uid = int((entry / "status").read_text().split("Uid:", 1)[1].split()[0])
+            except (OSError, IndexError, ValueError):
+                continue
+            if uid not in (me, 0):
+                found.append(int(entry.name))
+    return found
+
+
+def reach_others_processes():
+    pids = others_processes()
+    if not pids:
+        raise LookupError("no process of another user to try (the dispatcher's should be one)")
+    reached = []
+    for pid in pids:
+        for what, action in (
+            ("environ", lambda pid=pid: Path(f"/proc/{pid}/environ").read_bytes()),
+            ("mem", lambda pid=pid: open(f"/proc/{pid}/mem", "rb").close()),
+            ("signal", lambda pid=pid: os.kill(pid, 0)),
+        ):
+            try:
+                action()
+                reached.append(f"{what} of {pid}")
+            except OSError:
+                pass
+    if not reached:
+        raise PermissionError(f"none of {len(pids)} processes of other users")
+    return reached
+
+
+attempt("reach another user's process (the services', a sensor's)", reach_others_processes)
+if payload.get("sensor_home"):
+    home = Path(payload["sensor_home"])
+    attempt("list the sensors' folders", lambda: os.listdir(home))
+    attempt("plant a file among the sensors' folders", lambda: (home / "planted").write_text("x"))
 if payload.get("other_workspace"):
     attempt("write another agent's workspace", lambda: Path(payload["other_workspace"], "planted").write_text("x"))
 
