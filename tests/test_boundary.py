@@ -235,10 +235,13 @@ def test_status_names_the_sensor_user_and_says_when_its_home_would_let_an_attemp
         sensors = agent.uid(agent.sensors)
         line = json.loads(ok(agent.as_operator("status", "--json")))["boundary"]["line"]
         assert line.endswith(f"sensors run as {agent.sensors} (uid {sensors}), out of the attempts' reach"), line
+        assert f"boundary: {line}\n" in ok(agent.as_operator("config", "check")), "config check says it too"
         agent.sensor_home.chmod(0o770)
         line = json.loads(ok(agent.as_operator("status", "--json")))["boundary"]["line"]
         assert f"; no sensor can start: sensors.run_as: {agent.sensors}'s home" in line, line
         assert "expected 0700" in line
+        checked = json.loads(ok(agent.as_operator("config", "check", "--json")))
+        assert checked["ok"] and checked["boundary"]["line"] == line, "the config is fine; the machine is not"
 
 
 @pytest.mark.process

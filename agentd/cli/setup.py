@@ -117,6 +117,7 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
 def cmd_config_check(args: argparse.Namespace) -> int:
     from agentd.install.neighbours import refuse_neighbours
     from agentd.install.ports import refuse_shared_ports
+    from agentd.process.privilege import boundary
     from agentd.store import open_store, own_state_dir
 
     config = config_from(args)
@@ -129,8 +130,10 @@ def cmd_config_check(args: argparse.Namespace) -> int:
             check_live_workflows(config, store)
         finally:
             store.close()
+    # who attempts and sensors run as, and what that costs, on this machine (docs/install-and-deploy.md)
+    said = boundary(config.dispatch.run_as, config.sensors.run_as, config.paths.state_dir)
     if wants_json(args):
-        print_json({"config": str(config.path), "ok": True})
+        print_json({"config": str(config.path), "ok": True, "boundary": said})
     else:
         print(
             f"{config.path}: ok (agent {config.agent.agent_id}; {len(config.adapters)} adapters, "
@@ -138,6 +141,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
             f"{len(config.workflows)} workflows, {len(config.schedules)} schedules, "
             f"{len(config.sensor_definitions)} sensors)"
         )
+        print(f"boundary: {said['line']}")
     return 0
 
 
