@@ -72,6 +72,35 @@ def test_a_stubborn_attempt_and_its_daemon_are_stopped_without_a_kill_capability
 
 
 @pytest.mark.process
+@pytest.mark.parametrize("mode", ["700", "2777", "770"], ids=["closed to the services", "open to all", "no setgid"])
+def test_an_attempt_that_changes_its_workspaces_mode_stops_no_service_and_no_later_attempt(mode: str) -> None:
+    """The workspace is the run user's, so only it may change its mode: an attempt's `chmod 700
+    $AGENTD_WORKSPACE` made every service fail at its next start (the service's own chmod refused), and
+    left every later attempt's files unreadable to the services. Now the mode is put back by a process of
+    the run user, at each start and before each attempt."""
+    privsep.require()
+    with privsep.priv_agent() as agent:
+        ok(agent.as_service("init"))
+        done = {"status": "completed", "machine_status": "ok", "operator_summary": "done", "artifact_paths": ["a.txt"]}
+        first = json.dumps({"files": {"a.txt": "first"}, "outcome": done, "chmod_workspace": mode})
+        ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", first))
+        second = json.dumps({"files": {"a.txt": "second"}, "outcome": done})
+        ok(agent.as_operator("task", "add", "--type", "scripted", "--priority", "9", "--payload", second))
+        ran = agent.as_service("dispatch", "--until-idle")
+        assert ran.returncode == 0, ran.stderr
+        tasks = {t["task_id"]: t for t in json.loads(ok(agent.as_operator("task", "list", "--json")))}
+        first_ends = "retryable_failure" if mode == "700" else "completed"  # it hid its own artifact from agentd
+        assert [tasks[n]["status"] for n in (1, 2)] == [first_ends, "completed"], tasks
+        assert agent.workspace.stat().st_mode & 0o7777 == 0o2770
+        os.chmod(agent.workspace, int(mode, 8))  # as the last attempt of a run may leave it
+        for service, once, delegated in (("dispatch", "--until-idle", True), ("sensors", "--once", False)):
+            started = agent.as_service(service, once, delegated=delegated)
+            assert started.returncode == 0, (service, started.stderr)
+            assert agent.workspace.stat().st_mode & 0o7777 == 0o2770, service
+            os.chmod(agent.workspace, int(mode, 8))
+
+
+@pytest.mark.process
 def test_a_planted_link_in_the_result_is_refused_and_never_followed() -> None:
     privsep.require()
     with privsep.priv_agent() as agent:

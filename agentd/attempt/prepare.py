@@ -35,7 +35,7 @@ from agentd.errors import ConfigError, InputError
 from agentd.evidence import AttemptPaths, attempt_paths, make_attempt_dir
 from agentd.hashing import canonical_json, sha256_hex
 from agentd.process.containment import attempt_group
-from agentd.process.files import write_new, write_shared
+from agentd.process.files import keep_workspace, write_new, write_shared
 from agentd.process.privilege import RunUser
 from agentd.process.runner import child_environment
 from agentd.records import AdapterConfig, AttemptPlan, Claim, CompiledBundle, TaskAttempt, TaskRecord, WorkflowRecord
@@ -108,6 +108,8 @@ class AttemptPreparer:
         adapter_config = config.adapters[attempt.adapter_id]
         paths = attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id, config.paths.runs)
         make_attempt_dir(paths, self.user)
+        if self.user is not None and (problem := keep_workspace(config.paths.workspace, self.user)):
+            logger.warning("workspace: %s", problem)  # what the last attempt did to it is not this one's to inherit
         profile = config.profiles[task.requested_profile_id]
         recent_items = config.dispatch.recent_memory_items if profile.context_policy.include_recent_memory else 0
         workflow_id = task.workflow_ref.workflow_id if task.workflow_ref else None

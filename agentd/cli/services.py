@@ -58,12 +58,12 @@ def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
     """The migrated database (a missing one is refused before anything is created: `init` and the
     units' `ExecStartPre=agentd migrate` make it), then the state dir's folders."""
     from agentd.install.neighbours import refuse_neighbours
-    from agentd.process.files import make_run_dir
+    from agentd.process.files import keep_workspace
     from agentd.process.privilege import boundary, keep_capabilities_to_self, require_switch, run_user
     from agentd.store import AsyncStore, init_state_dir
 
     config = config_from(args)
-    refuse_neighbours(config)  # before make_run_dir opens the workspace to the run user
+    refuse_neighbours(config)  # before keep_workspace opens the workspace to the run user
     store = store_from(config)  # refused inside an attempt
     try:
         keep_capabilities_to_self()  # CAP_SETUID/SETGID/KILL (the units') pass on to no child
@@ -72,7 +72,8 @@ def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
         said = boundary(config.dispatch.run_as, config.sensors.run_as, config.paths.state_dir)
         logger.info("boundary: %s", said["line"])
         init_state_dir(config.paths.state_dir)  # StateDirectory= made only the first
-        make_run_dir(config.paths.workspace, user)  # the run user's: install made it theirs, or this does
+        if problem := keep_workspace(config.paths.workspace, user):  # the run user's: install made it theirs
+            logger.warning("workspace: %s", problem)
         check_live_workflows(config, store)
     except BaseException:
         store.close()

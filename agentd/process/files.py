@@ -16,12 +16,13 @@ import errno
 import hashlib
 import os
 import stat
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from agentd import frozen_value
-from agentd.process.privilege import RunUser
+from agentd.process.privilege import RunUser, popen_identity
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO never hangs us
@@ -173,6 +174,39 @@ def make_run_dir(directory: Path, user: RunUser | None, *, mode: int = 0o2770) -
             os.chown(directory, -1, user.gid, follow_symlinks=False)
         if info.st_mode & 0o7777 != mode:
             os.chmod(directory, mode, follow_symlinks=False)
+
+
+def keep_workspace(directory: Path, user: RunUser | None) -> str | None:
+    """The workspace, as `make_run_dir` makes a run dir; but one the run user owns (as `agentd install`
+    makes it) only that user may change, and an attempt may have changed it (`chmod 700
+    $AGENTD_WORKSPACE`): its group and mode are put back by a process of that user. What cannot be put
+    back is returned, to be logged, never raised: an attempt must not be able to keep the services from
+    starting (docs/install-and-deploy.md, "The boundary")."""
+    mode = 0o2770
+    try:
+        info = os.stat(directory, follow_symlinks=False)
+    except FileNotFoundError:
+        info = None
+    if info is None or user is None or info.st_uid != user.uid or os.geteuid() in (0, user.uid):
+        make_run_dir(directory, user, mode=mode)
+        return None
+    if _kept(info, user, mode):
+        return None
+    for argv in (["chgrp", "--", str(user.gid), str(directory)], ["chmod", "--", f"{mode:o}", str(directory)]):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(argv, check=False, capture_output=True, timeout=60, **popen_identity(user))
+    now = os.stat(directory, follow_symlinks=False)
+    if _kept(now, user, mode):
+        return None
+    return (
+        f"{directory}: mode {now.st_mode & 0o7777:04o}, group {now.st_gid}; expected {mode:04o} and group "
+        f"{user.gid}, which its owner {user.name} (the run user) changed and could not put back: the services "
+        "may not read what attempts leave there until it is"
+    )
+
+
+def _kept(info: os.stat_result, user: RunUser, mode: int) -> bool:
+    return stat.S_ISDIR(info.st_mode) and info.st_gid == user.gid and info.st_mode & 0o7777 == mode
 
 
 def write_shared(path: Path, text: str | bytes, user: RunUser | None) -> None:

@@ -5,7 +5,8 @@
 "stubborn": true (ignore SIGTERM, start a grandchild that ignores it too, write both pids to pids.txt),
 "daemon": "path" (double-fork a setsid daemon with an empty environment; it writes its pid to path),
 "append": "path" (append "TASK ATTEMPT" to it: a side effect), "stdout_hex": "raw bytes for stdout",
-"result_symlink": "target" (make the result file a symlink to it), "whoami": true (print its uid and gid)}.
+"result_symlink": "target" (make the result file a symlink to it), "whoami": true (print its uid and gid),
+"chmod_workspace": "700" (change the mode of $AGENTD_WORKSPACE, which the run user owns, last)}.
 Text fields may name environment variables as ${NAME}, or ${json:NAME} for the value escaped as inside a
 JSON string (how a test makes the script echo a secret)."""
 
@@ -72,4 +73,6 @@ if "result_symlink" in payload:
     os.symlink(payload["result_symlink"], os.environ["AGENTD_RESULT_PATH"])
 if "raw_result" in payload:
     Path(os.environ["AGENTD_RESULT_PATH"]).write_text(expand(payload["raw_result"]))
+if payload.get("chmod_workspace"):
+    os.chmod(os.environ["AGENTD_WORKSPACE"], int(payload["chmod_workspace"], 8))
 sys.exit(payload.get("exit", 0))
