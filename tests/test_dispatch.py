@@ -220,6 +220,19 @@ async def test_a_real_artifact_completes_and_is_recorded(rig: Rig) -> None:
     assert manifest["outcome"]["status"] == "completed" and manifest["termination_reason"] == "exited"
 
 
+@pytest.mark.process
+async def test_a_run_dir_nested_deeper_than_python_recurses_is_removed_and_the_attempt_ends_as_it_said(
+    rig: Rig,
+) -> None:
+    """The run dir is the attempt's HOME: what it leaves there goes when it ends. shutil.rmtree recurses
+    once per level, so 3,000 nested folders raised RecursionError in the end of the attempt itself."""
+    task = await finish_one(rig, processes=True, outcome=ok(), nest=3000)
+    assert task.status == "completed", task.last_error
+    [attempt] = rig.store.attempts_of(task.task_id)
+    runs = rig.config.paths.runs
+    assert not (runs / str(task.task_id) / attempt.attempt_id).exists() and not list(runs.rglob("d"))
+
+
 async def test_completed_needs_machine_status_ok_and_exit_0(rig: Rig) -> None:
     task = await finish_one(rig, outcome=ok(machine_status="failed"))
     assert task.status == "retryable_failure" and "machine_status ok" in (task.last_error or "")

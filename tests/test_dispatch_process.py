@@ -112,6 +112,24 @@ def test_kill_9_mid_attempt_then_restart_reclaims_and_completes(agent: Agent) ->
     assert second.wait(timeout=15) == 0
 
 
+def test_a_tree_nested_past_pythons_recursion_stops_neither_an_attempts_end_nor_the_boot_sweep(agent: Agent) -> None:
+    """An attempt's HOME is its run dir, removed when it ends and by the boot sweep after a crash. 3,000
+    folders one inside another made that removal raise RecursionError: the attempt stayed running, and
+    every later start of the dispatcher failed in its boot sweep, for good."""
+    ended = agent.add(nest=3000, outcome=ok())
+    assert agent.start("--until-idle").wait(timeout=60) == 0, agent.log(0)
+    assert agent.store.get_task_or_raise(ended).status == "completed"
+    swept = agent.add(nest=3000, once_marker="nested-then-killed", sleep_first_s=600, outcome=ok())
+    crashed = agent.start()
+    wait_until((agent.config.paths.workspace / "nested-then-killed").exists, 30, "the attempt's marker")
+    crashed.send_signal(signal.SIGKILL)
+    crashed.wait(timeout=10)
+    assert agent.start("--until-idle").wait(timeout=60) == 0, agent.log(2)
+    assert agent.store.get_task_or_raise(swept).status == "completed"
+    assert [a.termination_reason for a in agent.store.attempts_of(swept)] == ["boot_sweep", "exited"]
+    assert list(agent.config.paths.runs.iterdir()) == [], "every run dir is gone, however deep"
+
+
 def test_kill_9_after_the_outcome_commit_applies_the_follow_up_once(agent: Agent) -> None:
     follow_up = {"task_type": "example", "source": "model", "subject": "the follow-up", "payload": {}}
     task_id = agent.add(outcome=ok(follow_up_tasks=[follow_up]))

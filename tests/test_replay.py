@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import sqlite3
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -434,3 +435,42 @@ def test_result_files_nested_past_what_python_walks_are_compared_as_text(tmp_pat
     found = expected.replace(b"1", b"2", 1)
     [difference] = result_differences(tmp_path / "result.json", expected, found)
     assert difference.what == "result.json", difference
+
+
+@pytest.fixture
+def nesting_rig(rig_factory: Callable[..., Rig], tmp_path: Path) -> Rig:
+    """An agent whose `nests` adapter leaves 3,000 folders one in another in its HOME."""
+    script = tmp_path / "nests.sh"
+    nest = "import os\nfor _ in range(3000):\n    os.mkdir('d'); os.chdir('d')\n"
+    script.write_text(
+        '#!/bin/sh\ncd "$HOME"\n'
+        f'python3 -c "{nest}"\n'
+        'printf \'{"status":"completed","machine_status":"ok","operator_summary":"nested"}\' > "$AGENTD_RESULT_PATH"\n'
+    )
+    script.chmod(0o755)
+
+    def add(raw: dict[str, Any]) -> None:
+        raw["adapters"].append({"adapter_id": "nests", "kind": "script", "command": str(script), "timeout_ms": 30_000})
+
+    return rig_factory(add)
+
+
+@pytest_asyncio.fixture
+async def nested(nesting_rig: Rig) -> TaskAttempt:
+    return await run_one(nesting_rig, "nests", processes=True)
+
+
+@pytest.mark.process
+def test_a_replay_that_leaves_a_tree_deeper_than_python_recurses_cleans_up_and_says_its_verdict(
+    nesting_rig: Rig, nested: TaskAttempt, replay: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay's scratch went with TemporaryDirectory's cleanup, which recurses once per level: a
+    command that left 3,000 folders one in another ended `agentd replay` in a RecursionError traceback."""
+    assert list(nesting_rig.config.paths.runs.iterdir()) == [], "the attempt's own run dir went when it ended"
+    scratch_parent = tmp_path / "tmp"
+    scratch_parent.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch_parent))  # where the replay makes its scratch
+    result = replay(nesting_rig, nested.attempt_id)
+    assert result.code == 0, result.out + result.err
+    assert result.out == f"identical: attempt {nested.attempt_id}\n"
+    assert list(scratch_parent.iterdir()) == [], "the scratch is gone, however deep"

@@ -8,7 +8,6 @@ and `finish`es: the manifest sealed (complete on every path), the run dir remove
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
@@ -29,7 +28,7 @@ from agentd.hashing import sha256_file, sha256_hex
 from agentd.process.files import Refused as UntrustedPath
 from agentd.process.files import lstat_beneath, read_beneath, read_reported, sha256_beneath, write_new
 from agentd.process.privilege import run_user
-from agentd.process.runner import remove_as
+from agentd.process.runner import remove_tree
 from agentd.records import (
     ArtifactRow,
     AttemptEnd,
@@ -216,11 +215,9 @@ def finish(ending: Ending, facts: AttemptFacts, *, bundle_hash: str | None, best
 
 
 def remove_run_dir(run: Path, run_as: str | None) -> None:
-    """The attempt's run dir goes. What the run user made unreadable to the service (a folder it chmod
-    0700) is removed by the run user itself."""
-    shutil.rmtree(run, ignore_errors=True)
-    if run.exists() and run_as is not None:
-        remove_as(run, run_user(run_as))
+    """The attempt's run dir goes, whatever the attempt left in it (`remove_tree`): never raising, so
+    neither the attempt's end nor the boot sweep after a crash can be stopped by it."""
+    remove_tree(run, run_user(run_as))
 
 
 def action_steps(facts: AttemptFacts, end: AttemptEnd, paths: AttemptPaths) -> list[Step]:

@@ -38,7 +38,7 @@ from agentd.process.runner import (
     ProcessResult,
     ProcessSpec,
     child_environment,
-    remove_as,
+    remove_tree,
     resolve_command,
     run_process,
 )
@@ -135,10 +135,8 @@ class ReplayScratch:
             make_run_dir(folder, user)
 
     def remove(self, user: RunUser | None) -> None:
-        """What `user` may have made unreadable to this process goes first, removed as that user."""
-        if user is not None:
-            for folder in (self.paths.run, self.workspace, self.state_dir):
-                remove_as(folder, user)
+        """All of it, whatever the command left (`remove_tree`: as `user` what this process cannot)."""
+        remove_tree(self.root, user)
 
 
 def plan_replay(config: Config, store: Store, attempt_id: str) -> ReplayPlan | Replay:
@@ -229,19 +227,18 @@ def identity_variables(config: Config, store: Store, attempt: TaskAttempt) -> di
 async def run_replay(plan: ReplayPlan) -> Replay:
     """Run the plan in a scratch dir (removed after) and compare what it left with the evidence."""
     require_switch(plan.user)  # as the attempt ran: never as the operator or the services' user
-    with tempfile.TemporaryDirectory(prefix="agentd-replay-") as tmp:
-        scratch = ReplayScratch(Path(tmp))
-        try:
-            scratch.make(plan.user)
-            env, redactor = replay_environment(plan, scratch)
-            prompt = read_whole_beneath(plan.root, "prompt.md")
-            if prompt is not None:
-                write_shared(scratch.paths.bundle_copy, prompt, plan.user)
-            process = await run_process(replay_spec(plan, scratch, env))
-            redactor.files([scratch.paths.stdout, scratch.paths.stderr, scratch.paths.reported_result])
-            differences, notes = compare(plan, scratch, process, env.get("PATH", ""))
-        finally:
-            scratch.remove(plan.user)
+    scratch = ReplayScratch(Path(tempfile.mkdtemp(prefix="agentd-replay-")))
+    try:
+        scratch.make(plan.user)
+        env, redactor = replay_environment(plan, scratch)
+        prompt = read_whole_beneath(plan.root, "prompt.md")
+        if prompt is not None:
+            write_shared(scratch.paths.bundle_copy, prompt, plan.user)
+        process = await run_process(replay_spec(plan, scratch, env))
+        redactor.files([scratch.paths.stdout, scratch.paths.stderr, scratch.paths.reported_result])
+        differences, notes = compare(plan, scratch, process, env.get("PATH", ""))
+    finally:
+        scratch.remove(plan.user)
     return Replay("different" if differences else "identical", plan.attempt.attempt_id, None, differences, notes)
 
 

@@ -16,7 +16,6 @@ import hmac
 import json
 import logging
 import re
-import shutil
 import tempfile
 import traceback
 from collections.abc import Callable, Sequence
@@ -35,7 +34,7 @@ from agentd.control.spool import Failed, append_line, doing, spool_line
 from agentd.edge import printable
 from agentd.errors import ConfigError
 from agentd.process.http import client
-from agentd.process.runner import ProcessSpec, child_environment, run_process
+from agentd.process.runner import ProcessSpec, child_environment, remove_tree, run_process
 from agentd.records.messages import (
     SECRET_REF,
     CommandHandler,
@@ -351,7 +350,7 @@ async def run_command(
         )
         said = _tail(scratch / "stderr", redactor)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)  # whatever the command left there, however deep
     if result.ok:
         return Sent("delivered")
     return Sent("retry", result.describe() + (f": {said}" if said else ""))

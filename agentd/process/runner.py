@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -32,6 +33,8 @@ from agentd.process.containment import RunGroup, end_run, spawn
 from agentd.process.files import create_private
 from agentd.process.privilege import RunUser, popen_identity
 from agentd.redaction import Redactor
+
+logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 64 * 1024
 PIPE_DRAIN_S = 2.0  # after the run's processes are stopped, how long its output may still arrive
@@ -375,11 +378,28 @@ async def make_dir_as(path: Path, user: RunUser) -> None:
         raise OSError(f"cannot make {path} as {user.name}: {said}")
 
 
+def remove_tree(path: Path, user: RunUser | None = None) -> None:
+    """A folder an attempt (or a command) wrote in is gone, and its removal never raises: shutil.rmtree
+    first (no process); what that leaves goes with `rm -rf`, as this process, then as `user`. rmtree
+    recurses once per level, so a tree nested past Python's recursion limit (3,000 folders one in
+    another: anything may make one) raised RecursionError; a folder the run user made unreadable to the
+    service only that user may empty. A tree that still stands is logged."""
+    with contextlib.suppress(RecursionError):  # rm below walks what it left
+        shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path):
+        remove_as(path, None)
+    if os.path.lexists(path) and user is not None:
+        remove_as(path, user)
+    if os.path.lexists(path):
+        logger.warning("%s could not be removed; remove it by hand", path)
+
+
 def remove_as(path: Path, user: RunUser | None) -> None:
-    """`rm -rf path` as `user` (a folder the run user made unreadable to the service); no caps pass on."""
+    """`rm -rf path` as `user` (a folder the run user made unreadable to the service), or as this
+    process for None; no caps pass on. GNU rm walks a tree of any depth."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         argv = ["rm", "-rf", "--one-file-system", "--", str(path)]
-        subprocess.run(argv, check=False, timeout=60, **popen_identity(user))
+        subprocess.run(argv, check=False, timeout=60, capture_output=True, **popen_identity(user))
 
 
 def run_setup_command(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,8 @@
 "daemon": "path" (double-fork a setsid daemon with an empty environment; it writes its pid to path),
 "append": "path" (append "TASK ATTEMPT" to it: a side effect), "stdout_hex": "raw bytes for stdout",
 "result_symlink": "target" (make the result file a symlink to it), "whoami": true (print its uid and gid),
-"chmod_workspace": "700" (change the mode of $AGENTD_WORKSPACE, which the run user owns, last)}.
+"chmod_workspace": "700" (change the mode of $AGENTD_WORKSPACE, which the run user owns, last),
+"nest": N (first, make N folders one inside the other in its HOME, the run dir agentd removes after it)}.
 Text fields may name environment variables as ${NAME}, or ${json:NAME} for the value escaped as inside a
 JSON string (how a test makes the script echo a secret)."""
 
@@ -29,6 +30,14 @@ def expand(text):
 
 
 payload = json.loads(sys.stdin.read() or "{}")
+if payload.get("nest"):
+    folder = os.open(os.environ["HOME"], os.O_RDONLY)
+    for _ in range(payload["nest"]):  # relative to the last one: deeper than PATH_MAX allows a path to name
+        os.mkdir("d", dir_fd=folder)
+        inner = os.open("d", os.O_RDONLY, dir_fd=folder)
+        os.close(folder)
+        folder = inner
+    os.close(folder)
 marker = payload.get("once_marker")
 if marker and not Path(marker).exists():
     Path(marker).write_text(os.environ["AGENTD_ATTEMPT_ID"])
