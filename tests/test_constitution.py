@@ -193,7 +193,7 @@ async def test_a_missing_large_or_binary_proposal_is_refused(rig: Rig) -> None:
     missing = await finish_one(rig, outcome=ok(**proposing(path="not-there.md")))
     assert "is not a file in the workspace" in refusal(rig, missing)
     large = await propose(rig, text="x" * (64 * 1024 + 1))
-    assert "larger than 65536 bytes" in refusal(rig, large)
+    assert "65,537 bytes, past what a proposal may hold (65,536 bytes)" in refusal(rig, large)
     (rig.config.paths.workspace / "binary.md").write_bytes(b"\xff\xfe soul")
     binary = await finish_one(rig, outcome=ok(**proposing(path="binary.md")))
     assert "not UTF-8" in refusal(rig, binary)

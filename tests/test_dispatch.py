@@ -233,6 +233,43 @@ async def test_a_run_dir_nested_deeper_than_python_recurses_is_removed_and_the_a
     assert not (runs / str(task.task_id) / attempt.attempt_id).exists() and not list(runs.rglob("d"))
 
 
+@pytest.mark.process
+async def test_a_sparse_terabyte_artifact_is_refused_unread(rig: Rig) -> None:
+    """An artifact is hashed in the database's thread: a terabyte that holds nothing (`truncate -s 1T`,
+    instant) held it for about an hour at 3 s a GiB. Past [dispatch] max_artifact_bytes it is not read."""
+    task = await finish_one(rig, processes=True, sparse={"big.bin": 1 << 40}, outcome=ok(artifact_paths=["big.bin"]))
+    assert task.status == "retryable_failure"
+    assert "path 'big.bin': 1,099,511,627,776 bytes, past what agentd reads to hash" in (task.last_error or "")
+    assert "([dispatch] max_artifact_bytes) (4,294,967,296 bytes)" in (task.last_error or "")
+
+
+@pytest.mark.process
+async def test_the_artifact_budget_is_for_all_of_an_attempts_files(rig_factory: Callable[..., Rig]) -> None:
+    """Each file within the limit is not enough: many of them would add up to the same hour."""
+
+    def small_budget(raw: dict[str, Any]) -> None:
+        raw["dispatch"]["max_artifact_bytes"] = 1024 * 1024
+
+    rig = rig_factory(small_budget)
+    files = {"a.bin": 700_000, "b.bin": 700_000}
+    task = await finish_one(rig, processes=True, sparse=files, outcome=ok(artifact_paths=["a.bin", "b.bin"]))
+    assert task.status == "retryable_failure"
+    error = task.last_error or ""
+    assert "path 'b.bin': 700,000 bytes, past what agentd reads" in error and "'a.bin'" not in error, error
+    task = await finish_one(rig, processes=True, sparse={"a.bin": 700_000}, outcome=ok(artifact_paths=["a.bin"]))
+    assert task.status == "completed", "the control: one of them fits"
+
+
+@pytest.mark.parametrize("named", [10_000, 10_001])
+async def test_an_outcome_may_name_at_most_ten_thousand_files(rig: Rig, named: int) -> None:
+    """Each named file is looked up (~60 µs) in the database's thread, and a 16 MiB result names a million."""
+    paths = [f"missing/{n}.txt" for n in range(named)]
+    task = await finish_one(rig, outcome=ok(artifact_paths=paths[: named // 2], file_changes=paths[named // 2 :]))
+    assert task.status == "retryable_failure"
+    refused = f"the outcome names {named:,} files (artifacts and file changes); at most 10,000"
+    assert (refused in (task.last_error or "")) is (named > 10_000), (task.last_error or "")[:300]
+
+
 async def test_completed_needs_machine_status_ok_and_exit_0(rig: Rig) -> None:
     task = await finish_one(rig, outcome=ok(machine_status="failed"))
     assert task.status == "retryable_failure" and "machine_status ok" in (task.last_error or "")

@@ -26,7 +26,7 @@ from agentd.evidence import AttemptPaths, attempt_paths, seal, trace_summary, ve
 from agentd.evidence.action_trace import Step, capped, trace_lines, trace_of
 from agentd.hashing import sha256_file, sha256_hex
 from agentd.process.files import Refused as UntrustedPath
-from agentd.process.files import lstat_beneath, read_beneath, read_reported, sha256_beneath, write_new
+from agentd.process.files import lstat_beneath, read_beneath, read_reported, sha256_at_most, write_new
 from agentd.process.privilege import run_user
 from agentd.process.runner import remove_tree
 from agentd.records import (
@@ -161,7 +161,11 @@ def gather(
         redactions=redactor.count,
     )
     extracted = extracted_of(facts)
-    files = {p: file_fact(p, policy.workspace) for p in paths_to_check(extracted.outcome, checks)}
+    budget = HashBudget(
+        policy.max_artifact_bytes,
+        "what agentd reads to hash one attempt's files, in all ([dispatch] max_artifact_bytes)",
+    )
+    files = {p: file_fact(p, policy.workspace, budget) for p in paths_to_check(extracted.outcome, checks)}
     audit = None
     if checks.require_adapter_audit and paths.stdout.is_file():
         relative = str(paths.stdout.relative_to(policy.state_dir))
@@ -234,10 +238,21 @@ def action_steps(facts: AttemptFacts, end: AttemptEnd, paths: AttemptPaths) -> l
     )
 
 
-def file_fact(relative: str, workspace: Path) -> FileFact:
+class HashBudget:
+    """What agentd may still read to hash the files one attempt's outcome names (`[dispatch]
+    max_artifact_bytes` in all). Their sizes are the attempt's to choose (a sparse file of a terabyte is
+    one `truncate` away), and hashing holds the database's thread."""
+
+    def __init__(self, limit: int, what: str) -> None:
+        self.limit = self.left = limit
+        self.what = what
+
+
+def file_fact(relative: str, workspace: Path, budget: HashBudget) -> FileFact:
     """What the workspace holds at a path an outcome names; refused if it is not inside it (absolute,
     `..`, a link leading out) or is reached through a link at all: the attempt's user can swap any
-    path in its workspace, so agentd reads there only without following links (agentd/process/files.py)."""
+    path in its workspace, so agentd reads there only without following links (agentd/process/files.py).
+    A regular file is hashed within `budget`; one past it is refused, unread."""
     pure = PurePosixPath(relative)
     root = workspace.resolve()
     if pure.is_absolute() or ".." in pure.parts or not relative.strip():
@@ -246,11 +261,18 @@ def file_fact(relative: str, workspace: Path) -> FileFact:
         return FileFact(relative, f"path {relative!r} leads outside the workspace")
     try:
         info = lstat_beneath(workspace, pure)
-        digest = sha256_beneath(workspace, pure) if S_ISREG(info.st_mode) else None
+        hashed = S_ISREG(info.st_mode) and info.st_size <= budget.left  # its size first: a large one is never read
+        digest, read = sha256_at_most(workspace, pure, budget.left) if hashed else (None, 0)
     except UntrustedPath as exc:
         return FileFact(relative, f"path {relative!r}: {exc.strerror}; agentd does not follow links in the workspace")
     except OSError:
         return FileFact(relative)
+    budget.left = max(budget.left - read, 0)
+    if S_ISREG(info.st_mode) and digest is None:
+        return FileFact(
+            relative,
+            f"path {relative!r}: {info.st_size:,} bytes, past {budget.what} ({budget.limit:,} bytes)",
+        )
     return FileFact(relative, None, True, S_ISREG(info.st_mode), info.st_mtime, digest)
 
 
@@ -275,7 +297,7 @@ def proposal_fact(outcome: TaskOutcome | None, policy: AttemptPolicy, redactor: 
 
 
 def _proposal_text(relative: str, workspace: Path) -> tuple[str, str | None]:
-    found = file_fact(relative, workspace)
+    found = file_fact(relative, workspace, HashBudget(MAX_PROPOSAL_BYTES, "what a proposal may hold"))
     if found.problem:
         return "", found.problem
     if not found.is_file:

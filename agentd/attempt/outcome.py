@@ -139,6 +139,9 @@ def gate(
         reasons.append(f"completed needs machine_status ok, found {outcome.machine_status}")
     if adapter_ok is False:  # None: its exit is unknown (the boot sweep found what it left)
         reasons.append(f"the adapter did not end cleanly ({adapter_failure or 'error'})")
+    if (named := len(named_files(outcome))) > MAX_NAMED_FILES:
+        reasons.append(f"the outcome names {named:,} files (artifacts and file changes); at most {MAX_NAMED_FILES:,}")
+        return Gated(downgrade(outcome, "; ".join(reasons)), tuple(reasons))
     verified, artifact_reasons = _check_artifacts(outcome, files, checks)
     reasons += artifact_reasons
     if checks.verify_file_changes:
@@ -150,9 +153,21 @@ def gate(
     return Gated(outcome, (), tuple(verified))
 
 
+# The distinct files one outcome may name (its artifacts and file changes): each is looked up in the
+# workspace (~60 µs) in the database's thread, and a result file of 16 MiB can name a million and more.
+MAX_NAMED_FILES = 10_000
+
+
+def named_files(outcome: TaskOutcome) -> list[str]:
+    return list(dict.fromkeys([*(outcome.artifact_paths or []), *(outcome.file_changes or [])]))
+
+
 def paths_to_check(outcome: TaskOutcome | None, checks: CompletionChecks) -> list[str]:
-    """Every workspace path the gate will ask about for this outcome."""
-    claimed = [*(outcome.artifact_paths or []), *(outcome.file_changes or [])] if outcome else []
+    """Every workspace path the gate will ask about for this outcome (none it names when it names more
+    than MAX_NAMED_FILES: the gate refuses it unread)."""
+    claimed = named_files(outcome) if outcome else []
+    if len(claimed) > MAX_NAMED_FILES:
+        claimed = []
     return list(dict.fromkeys([*claimed, *checks.required_artifacts]))
 
 

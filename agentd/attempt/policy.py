@@ -29,6 +29,7 @@ class AttemptPolicy:
     state_dir: Path
     runs: Path
     workspace: Path
+    max_artifact_bytes: int  # what agentd reads, in all, to hash the files the outcome names
     run_as: str | None  # who the attempt ran as: its run dir may need that user to remove it
     constitution: AgentConstitution  # the hashes a constitution proposal is based on
     described: dict[str, Any]  # the manifest's fields that come from the configuration
@@ -60,6 +61,7 @@ def attempt_policy(
         state_dir=config.paths.state_dir,
         runs=config.paths.runs,
         workspace=config.paths.workspace,
+        max_artifact_bytes=config.dispatch.max_artifact_bytes,
         run_as=config.dispatch.run_as,
         constitution=config.constitution,
         described=described_by(config, task, adapter_id, memo),

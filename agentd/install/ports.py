@@ -13,8 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentd.config.addresses import listen_address, listen_parts
 from agentd.config.parsed import read_toml
-from agentd.config.settings import MetricsSection, WebSection, listen_address, listen_parts
+from agentd.config.settings import MetricsSection, WebSection
 from agentd.errors import ConfigError, InputError, Problem
 
 PORT_BASE = 9478

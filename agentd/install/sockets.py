@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentd.config.settings import ip_of, listen_parts
+from agentd.config.addresses import ip_of, listen_parts
 from agentd.install.ports import enabled_listens, metrics_of, web_of
 from agentd.resources import data_dir
 

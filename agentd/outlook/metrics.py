@@ -29,8 +29,8 @@ import anyio.to_thread
 from agentd import __version__
 from agentd.clock import Clock, stored_ts
 from agentd.config import Config
+from agentd.config.addresses import listen_parts
 from agentd.config.budget import AdapterSpend
-from agentd.config.settings import listen_parts
 from agentd.errors import AgentdError
 from agentd.outlook import metric_specs as specs
 from agentd.outlook.liveness import liveness

@@ -17,7 +17,7 @@ import functools
 import os
 import socket
 
-from agentd.config.settings import listen_parts
+from agentd.config.addresses import listen_parts
 from agentd.edge import whole_number
 from agentd.errors import InputError
 

@@ -93,6 +93,20 @@ def sha256_beneath(root: Path, relative: str | PurePosixPath) -> str:
     return digest.hexdigest()
 
 
+def sha256_at_most(root: Path, relative: str | PurePosixPath, limit: int) -> tuple[str | None, int]:
+    """(the sha256 of the regular file at `relative` (see `open_beneath`), the bytes read), or (None, the
+    bytes read) once it holds more than `limit`: a file the caller does not trust to be small is
+    never read past what it may cost."""
+    digest, read = hashlib.sha256(), 0
+    with open_beneath(root, relative) as fd:
+        while chunk := os.read(fd, min(1 << 20, limit + 1 - read)):
+            read += len(chunk)
+            if read > limit:
+                return None, read
+            digest.update(chunk)
+    return digest.hexdigest(), read
+
+
 def _step(parent: int, name: str, flags: int, relative: str | PurePosixPath) -> int:
     try:
         return os.open(name, flags, dir_fd=parent)

@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentd.clock import Clock
 from agentd.config import Config
-from agentd.config.settings import ip_of, listen_parts
+from agentd.config.addresses import ip_of, listen_parts
 from agentd.edge import shown, whole_number
 from agentd.errors import InputError, NotFound, UnreadableRow
 from agentd.store import AsyncStore, Store

@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute
 
 from agentd.clock import Clock
 from agentd.config import Config
-from agentd.config.settings import exposure_problem, listen_address, listen_parts
+from agentd.config.addresses import exposure_problem, listen_address, listen_parts
 from agentd.errors import InputError, contained
 from agentd.process import procs
 from agentd.process.activation import passed_socket

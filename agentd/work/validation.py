@@ -14,8 +14,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from agentd.config import Config, parse_config, task_intent_from_schedule
+from agentd.config.addresses import exposure_problem
 from agentd.config.environment import read_dsn_file, secret_file_problems
-from agentd.config.settings import exposure_problem
 from agentd.edge import UnusableFile, shown
 from agentd.errors import ConfigError, InputError, Problem
 from agentd.records import (

@@ -7,7 +7,8 @@
 "append": "path" (append "TASK ATTEMPT" to it: a side effect), "stdout_hex": "raw bytes for stdout",
 "result_symlink": "target" (make the result file a symlink to it), "whoami": true (print its uid and gid),
 "chmod_workspace": "700" (change the mode of $AGENTD_WORKSPACE, which the run user owns, last),
-"nest": N (first, make N folders one inside the other in its HOME, the run dir agentd removes after it)}.
+"nest": N (first, make N folders one inside the other in its HOME, the run dir agentd removes after it),
+"sparse": {"path": bytes} (files of that size that hold nothing: `truncate -s`)}.
 Text fields may name environment variables as ${NAME}, or ${json:NAME} for the value escaped as inside a
 JSON string (how a test makes the script echo a secret)."""
 
@@ -82,6 +83,9 @@ if "result_symlink" in payload:
     os.symlink(payload["result_symlink"], os.environ["AGENTD_RESULT_PATH"])
 if "raw_result" in payload:
     Path(os.environ["AGENTD_RESULT_PATH"]).write_text(expand(payload["raw_result"]))
+for path, size in payload.get("sparse", {}).items():
+    with open(path, "wb") as sparse:
+        sparse.truncate(size)
 if payload.get("chmod_workspace"):
     os.chmod(os.environ["AGENTD_WORKSPACE"], int(payload["chmod_workspace"], 8))
 sys.exit(payload.get("exit", 0))
