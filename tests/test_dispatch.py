@@ -270,6 +270,30 @@ async def test_an_outcome_may_name_at_most_ten_thousand_files(rig: Rig, named: i
     assert (refused in (task.last_error or "")) is (named > 10_000), (task.last_error or "")[:300]
 
 
+@pytest.mark.parametrize(("follow_ups", "messages"), [(0, 1000), (1, 1000), (1001, 0)])
+async def test_an_outcome_may_ask_for_at_most_a_thousand_side_effects(
+    rig_factory: Callable[..., Rig], follow_ups: int, messages: int
+) -> None:
+    """Each follow-up and message is an outbox row (a refused one too) written in the attempt's commit, and
+    each message a delivery: a 16 MiB result asked for millions of them."""
+
+    def allow(raw: dict[str, Any]) -> None:
+        for profile in raw["profiles"]:
+            profile["result_policy"]["allow_external_messages"] = True
+
+    rig = rig_factory(allow)
+    intent = {"task_type": "example", "source": "model", "payload": {}}
+    outcome = ok(follow_up_tasks=[intent] * follow_ups, external_messages=[{"n": 1}] * messages)
+    task = await finish_one(rig, outcome=outcome)
+    rows = rig.store.outbox_of(task.task_id)
+    if follow_ups + messages <= 1000:
+        assert task.status == "completed" and len(rows) == follow_ups + messages, "the control: within the cap"
+        return
+    assert task.status == "retryable_failure" and rows == []
+    said = f"asks for {follow_ups:,} follow-up tasks and {messages:,} external messages; at most 1,000 in all"
+    assert said in (task.last_error or "")
+
+
 async def test_completed_needs_machine_status_ok_and_exit_0(rig: Rig) -> None:
     task = await finish_one(rig, outcome=ok(machine_status="failed"))
     assert task.status == "retryable_failure" and "machine_status ok" in (task.last_error or "")

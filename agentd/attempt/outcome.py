@@ -139,8 +139,8 @@ def gate(
         reasons.append(f"completed needs machine_status ok, found {outcome.machine_status}")
     if adapter_ok is False:  # None: its exit is unknown (the boot sweep found what it left)
         reasons.append(f"the adapter did not end cleanly ({adapter_failure or 'error'})")
-    if (named := len(named_files(outcome))) > MAX_NAMED_FILES:
-        reasons.append(f"the outcome names {named:,} files (artifacts and file changes); at most {MAX_NAMED_FILES:,}")
+    if too_much := _too_much(outcome):  # judged unread: looking at each would cost what it asks for
+        reasons += too_much
         return Gated(downgrade(outcome, "; ".join(reasons)), tuple(reasons))
     verified, artifact_reasons = _check_artifacts(outcome, files, checks)
     reasons += artifact_reasons
@@ -156,10 +156,28 @@ def gate(
 # The distinct files one outcome may name (its artifacts and file changes): each is looked up in the
 # workspace (~60 µs) in the database's thread, and a result file of 16 MiB can name a million and more.
 MAX_NAMED_FILES = 10_000
+# The follow-up tasks and external messages one outcome may ask for, in all: each becomes an outbox
+# row (a refused one too) in the attempt's commit, and each message a delivery; a 16 MiB result can ask
+# for millions. The profile's own caps (delegation's max_per_outcome) still apply below this.
+MAX_SIDE_EFFECTS = 1_000
 
 
 def named_files(outcome: TaskOutcome) -> list[str]:
     return list(dict.fromkeys([*(outcome.artifact_paths or []), *(outcome.file_changes or [])]))
+
+
+def _too_much(outcome: TaskOutcome) -> list[str]:
+    """Why the outcome names more files, or asks for more side effects, than one outcome may."""
+    found = []
+    if (named := len(named_files(outcome))) > MAX_NAMED_FILES:
+        found.append(f"the outcome names {named:,} files (artifacts and file changes); at most {MAX_NAMED_FILES:,}")
+    follow_ups, messages = len(outcome.follow_up_tasks or []), len(outcome.external_messages or [])
+    if follow_ups + messages > MAX_SIDE_EFFECTS:
+        found.append(
+            f"the outcome asks for {follow_ups:,} follow-up tasks and {messages:,} external messages; "
+            f"at most {MAX_SIDE_EFFECTS:,} in all"
+        )
+    return found
 
 
 def paths_to_check(outcome: TaskOutcome | None, checks: CompletionChecks) -> list[str]:
