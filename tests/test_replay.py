@@ -394,21 +394,29 @@ def test_a_long_or_shorter_output_is_cut_and_its_end_named(tmp_path: Path) -> No
     assert text_difference("stdout.log", where, b"same", b"same") is None
 
 
-@pytest.fixture
-def long_rig(rig_factory: Callable[..., Rig], tmp_path: Path) -> Rig:
-    """An agent whose `long` script prints more than its 1 KiB output cap."""
-    script = tmp_path / "long.sh"
+def script_rig(rig_factory: Callable[..., Rig], folder: Path, adapter_id: str, body: str, **dispatch: Any) -> Rig:
+    """The test agent plus a script adapter `adapter_id` that runs `body` (sh) and then completes."""
+    script = folder / f"{adapter_id}.sh"
     script.write_text(
-        "#!/bin/sh\nseq 1 3000\n"
-        """printf '{"status":"completed","machine_status":"ok","operator_summary":"long"}' > "$AGENTD_RESULT_PATH"\n"""
+        f"#!/bin/sh\n{body}\n"
+        f"""printf '{{"status":"completed","machine_status":"ok","operator_summary":"{adapter_id}"}}' """
+        '> "$AGENTD_RESULT_PATH"\n'
     )
     script.chmod(0o755)
 
     def add(raw: dict[str, Any]) -> None:
-        raw["dispatch"]["output_cap_bytes"] = 1024
-        raw["adapters"].append({"adapter_id": "long", "kind": "script", "command": str(script), "timeout_ms": 30_000})
+        raw["dispatch"].update(dispatch)
+        raw["adapters"].append(
+            {"adapter_id": adapter_id, "kind": "script", "command": str(script), "timeout_ms": 30_000}
+        )
 
     return rig_factory(add)
+
+
+@pytest.fixture
+def long_rig(rig_factory: Callable[..., Rig], tmp_path: Path) -> Rig:
+    """An agent whose `long` script prints more than its 1 KiB output cap."""
+    return script_rig(rig_factory, tmp_path, "long", "seq 1 3000", output_cap_bytes=1024)
 
 
 @pytest_asyncio.fixture
@@ -440,19 +448,8 @@ def test_result_files_nested_past_what_python_walks_are_compared_as_text(tmp_pat
 @pytest.fixture
 def nesting_rig(rig_factory: Callable[..., Rig], tmp_path: Path) -> Rig:
     """An agent whose `nests` adapter leaves 3,000 folders one in another in its HOME."""
-    script = tmp_path / "nests.sh"
     nest = "import os\nfor _ in range(3000):\n    os.mkdir('d'); os.chdir('d')\n"
-    script.write_text(
-        '#!/bin/sh\ncd "$HOME"\n'
-        f'python3 -c "{nest}"\n'
-        'printf \'{"status":"completed","machine_status":"ok","operator_summary":"nested"}\' > "$AGENTD_RESULT_PATH"\n'
-    )
-    script.chmod(0o755)
-
-    def add(raw: dict[str, Any]) -> None:
-        raw["adapters"].append({"adapter_id": "nests", "kind": "script", "command": str(script), "timeout_ms": 30_000})
-
-    return rig_factory(add)
+    return script_rig(rig_factory, tmp_path, "nests", f'cd "$HOME"\npython3 -c "{nest}"')
 
 
 @pytest_asyncio.fixture
