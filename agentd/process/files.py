@@ -191,11 +191,12 @@ def make_run_dir(directory: Path, user: RunUser | None, *, mode: int = 0o2770) -
 
 
 def keep_workspace(directory: Path, user: RunUser | None) -> str | None:
-    """The workspace, as `make_run_dir` makes a run dir; but one the run user owns (as `agentd install`
-    makes it) only that user may change, and an attempt may have changed it (`chmod 700
-    $AGENTD_WORKSPACE`): its group and mode are put back by a process of that user. What cannot be put
-    back is returned, to be logged, never raised: an attempt must not be able to keep the services from
-    starting (docs/install-and-deploy.md, "The boundary")."""
+    """The workspace, as `make_run_dir` makes a run dir (its errors raised: a workspace that is not the
+    run user's is the operator's to fix). One the run user owns (as `agentd install` makes it) only that
+    user may change, and an attempt may have changed it (`chmod 700 $AGENTD_WORKSPACE`): its group and
+    mode are put back by a process of that user, and what cannot be put back is returned, to be logged,
+    never raised: an attempt must not be able to keep the services from starting
+    (docs/install-and-deploy.md, "The boundary")."""
     mode = 0o2770
     try:
         info = os.stat(directory, follow_symlinks=False)
