@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import socket
@@ -572,3 +573,18 @@ def test_installing_again_over_an_older_toml_says_how_to_give_sensors_their_own_
     toml.write_text(text)
     assert main(["install", "--root", str(installed), "--agent", "demo"]) == 0
     assert "under [sensors]" not in capsys.readouterr().err, "the control: a TOML that names it is not warned about"
+
+
+def test_purge_removes_a_workspace_nested_deeper_than_python_recurses(installed: Path) -> None:
+    """The workspace is the attempts': 3,000 folders one in another made `uninstall --purge` end in a
+    RecursionError traceback (shutil.rmtree recurses once per level), the agent half removed."""
+    area = installed / "var/lib/agentd-run/demo"
+    folder = os.open(area / "workspace", os.O_RDONLY)
+    for _ in range(3000):
+        os.mkdir("d", dir_fd=folder)
+        inner = os.open("d", os.O_RDONLY, dir_fd=folder)
+        os.close(folder)
+        folder = inner
+    os.close(folder)
+    assert main(["uninstall", "--root", str(installed), "--agent", "demo", "--purge", "--yes"]) == 0
+    assert not area.exists() and not (installed / "etc/agentd/demo.toml").exists()

@@ -30,11 +30,11 @@ from pathlib import Path
 from agentd import frozen_value
 from agentd.config.parsed import UnusableFile, read_toml
 from agentd.edge import shown
-from agentd.errors import InputError
+from agentd.errors import AgentdError, InputError
 from agentd.install.ports import free_pair, free_port, other_agents, used_ports
 from agentd.install.sockets import SERVICES, socket_names, socket_units
 from agentd.install.toml_edit import Placement, agent_toml
-from agentd.process.runner import run_setup_command
+from agentd.process.runner import remove_tree, run_setup_command
 from agentd.resources import data_dir, example_config
 
 UNITS = ("agentd-dispatch@.service", "agentd-sensors@.service", "agentd-web@.service")
@@ -195,6 +195,20 @@ def install(agent: str, root: Path, agentd_bin: Path) -> Report:
     if layout.on_this_system and shutil.which("systemctl"):
         run_setup_command(["systemctl", "daemon-reload"], check=False)
     return report
+
+
+def _purge(path: Path) -> None:
+    """Delete a file or a whole folder: the workspace is the attempts', so it may be nested deeper than
+    shutil.rmtree recurses (`remove_tree` removes any depth).
+
+    :raises AgentdError: something stays, naming it (exit 1).
+    """
+    if path.is_dir() and not path.is_symlink():
+        remove_tree(path)
+    else:
+        path.unlink()
+    if os.path.lexists(path):
+        raise AgentdError(f"--purge: {path} could not be removed (see the log above); remove it by hand")
 
 
 def _remove(paths: list[Path], report: Report) -> None:
@@ -398,7 +412,7 @@ def uninstall(agent: str, root: Path, *, purge: bool, yes: bool = False) -> Repo
         run_setup_command(["systemctl", "disable", "--now", *units], check=False)
     for path in own:
         if purge:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            _purge(path)
             report.changed.append(str(path))
         else:
             report.kept.append(str(path))
