@@ -257,3 +257,17 @@ def serve_in_thread(server: Any) -> Any:
     thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     return thread
+
+
+def nest(root: Path, depth: int, leaf: str | None = None) -> None:
+    """`depth` folders `d`, one inside another, in `root` (each made relative to the last, so past what
+    one path may name: PATH_MAX), and a file `leaf` in the innermost if given. What an attempt may leave."""
+    folder = os.open(root, os.O_RDONLY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=folder)
+        inner = os.open("d", os.O_RDONLY, dir_fd=folder)
+        os.close(folder)
+        folder = inner
+    if leaf is not None:
+        (Path(f"/proc/self/fd/{folder}") / leaf).write_text("the attempt's")
+    os.close(folder)

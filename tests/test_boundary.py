@@ -7,11 +7,11 @@ import json
 import os
 import pwd
 import subprocess
-import time
 from typing import Any
 
 import privsep
 import pytest
+from support import wait_until
 
 
 def hostile_payload(agent: privsep.PrivAgent, **more: Any) -> str:
@@ -229,11 +229,12 @@ def test_an_attempts_user_cannot_reach_a_running_sensor_or_its_folder() -> None:
         service = subprocess.Popen(agent.service_argv("sensors", "--once", delegated=False), env=agent.env())
         try:
             home = agent.sensor_home / "watcher"
-            deadline = time.monotonic() + 60
-            while not (home / "sensor.pid").exists() or not (home / "sensor.pid").read_text():
-                assert time.monotonic() < deadline and service.poll() is None, "the sensor never started"
-                time.sleep(0.05)
-            pid = (home / "sensor.pid").read_text()
+
+            def started() -> str | None:
+                assert service.poll() is None, "the sensor service ended before its sensor started"
+                return (home / "sensor.pid").read_text() if (home / "sensor.pid").exists() else None
+
+            pid = wait_until(started, 60, "the sensor's pid")
 
             def reach(name: str) -> dict[str, str]:
                 entry = pwd.getpwnam(name)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import socket
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import EXAMPLE_CONFIG, REPO, example_raw, missing
+from support import EXAMPLE_CONFIG, REPO, example_raw, missing, nest
 
 from agentd import install as install_module
 from agentd.cli import main
@@ -579,12 +578,6 @@ def test_purge_removes_a_workspace_nested_deeper_than_python_recurses(installed:
     """The workspace is the attempts': 3,000 folders one in another made `uninstall --purge` end in a
     RecursionError traceback (shutil.rmtree recurses once per level), the agent half removed."""
     area = installed / "var/lib/agentd-run/demo"
-    folder = os.open(area / "workspace", os.O_RDONLY)
-    for _ in range(3000):
-        os.mkdir("d", dir_fd=folder)
-        inner = os.open("d", os.O_RDONLY, dir_fd=folder)
-        os.close(folder)
-        folder = inner
-    os.close(folder)
+    nest(area / "workspace", 3000)
     assert main(["uninstall", "--root", str(installed), "--agent", "demo", "--purge", "--yes"]) == 0
     assert not area.exists() and not (installed / "etc/agentd/demo.toml").exists()

@@ -59,7 +59,7 @@ def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
     units' `ExecStartPre=agentd migrate` make it), then the state dir's folders."""
     from agentd.install.neighbours import refuse_neighbours
     from agentd.process.files import keep_workspace
-    from agentd.process.privilege import boundary, keep_capabilities_to_self, require_switch, run_user
+    from agentd.process.privilege import boundary_of, keep_capabilities_to_self, require_switch, run_user
     from agentd.store import AsyncStore, init_state_dir
 
     config = config_from(args)
@@ -69,8 +69,7 @@ def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
         keep_capabilities_to_self()  # CAP_SETUID/SETGID/KILL (the units') pass on to no child
         user = run_user(config.dispatch.run_as)
         require_switch(user)
-        said = boundary(config.dispatch.run_as, config.sensors.run_as, config.paths.state_dir)
-        logger.info("boundary: %s", said["line"])
+        logger.info("boundary: %s", boundary_of(config)["line"])
         init_state_dir(config.paths.state_dir)  # StateDirectory= made only the first
         if problem := keep_workspace(config.paths.workspace, user):  # the run user's: install made it theirs
             logger.warning("workspace: %s", problem)

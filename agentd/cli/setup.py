@@ -117,7 +117,7 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
 def cmd_config_check(args: argparse.Namespace) -> int:
     from agentd.install.neighbours import refuse_neighbours
     from agentd.install.ports import refuse_shared_ports
-    from agentd.process.privilege import boundary
+    from agentd.process.privilege import boundary_of
     from agentd.store import open_store, own_state_dir
 
     config = config_from(args)
@@ -131,7 +131,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         finally:
             store.close()
     # who attempts and sensors run as, and what that costs, on this machine (docs/install-and-deploy.md)
-    said = boundary(config.dispatch.run_as, config.sensors.run_as, config.paths.state_dir)
+    said = boundary_of(config)
     if wants_json(args):
         print_json({"config": str(config.path), "ok": True, "boundary": said})
     else:

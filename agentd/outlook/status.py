@@ -19,7 +19,7 @@ from agentd.config.budget import BudgetHold, Spend, budget_hold, day_start
 from agentd.outlook.activity import attempt_activity
 from agentd.outlook.liveness import service_health
 from agentd.process import procs
-from agentd.process.privilege import boundary
+from agentd.process.privilege import boundary_of
 from agentd.records import TASK_STATUSES, LockHolder, QueueSummary, RunningAttempt
 from agentd.store import Store
 from agentd.store.control import Pause
@@ -177,7 +177,7 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
             for r in seen.running
         ],
         "services": [service_health(row, now, here) for row in seen.services],
-        "boundary": boundary(config.dispatch.run_as, config.sensors.run_as, config.paths.state_dir),
+        "boundary": boundary_of(config),
         "dispatch_lock": {"pid": holder.pid, "host": holder.host, "heartbeat_at": format_ts(holder.heartbeat_at)}
         if holder
         else None,

@@ -16,13 +16,12 @@ import errno
 import hashlib
 import os
 import stat
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from agentd import frozen_value
-from agentd.process.privilege import RunUser, popen_identity
+from agentd.process.privilege import RunUser, run_as
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO never hangs us
@@ -207,9 +206,8 @@ def keep_workspace(directory: Path, user: RunUser | None) -> str | None:
         return None
     if _kept(info, user, mode):
         return None
-    for argv in (["chgrp", "--", str(user.gid), str(directory)], ["chmod", "--", f"{mode:o}", str(directory)]):
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(argv, check=False, capture_output=True, timeout=60, **popen_identity(user))
+    run_as(["chgrp", "--", str(user.gid), str(directory)], user)
+    run_as(["chmod", "--", f"{mode:o}", str(directory)], user)
     now = os.stat(directory, follow_symlinks=False)
     if _kept(now, user, mode):
         return None

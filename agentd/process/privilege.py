@@ -20,12 +20,16 @@ import getpass
 import os
 import pwd
 import stat
+import subprocess
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from agentd import frozen_value
 from agentd.edge import shown
 from agentd.errors import AgentdError, InputError
+
+if TYPE_CHECKING:
+    from agentd.config import Config
 
 CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
 SWITCH_CAPS = (CAP_SETUID, CAP_SETGID)
@@ -66,6 +70,15 @@ def popen_identity(user: RunUser | None) -> Identity:
     if user is None:
         return {}
     return {"user": user.uid, "group": user.gid, "extra_groups": [], "umask": RUN_UMASK}
+
+
+def run_as(argv: list[str], user: RunUser | None) -> subprocess.CompletedProcess[bytes] | None:
+    """A short helper command (`rm`, `chmod`) as `user` (as this process for None), its output captured;
+    None if it could not run. No capability passes on (`keep_capabilities_to_self`)."""
+    try:
+        return subprocess.run(argv, check=False, capture_output=True, timeout=60, **popen_identity(user))
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def run_user(name: str | None, key: str = "dispatch.run_as") -> RunUser | None:
@@ -234,6 +247,11 @@ def boundary(run_as: str | None, sensors_run_as: str | None = None, state_dir: P
     except BoundaryError as exc:
         problem = str(exc)
     return {**found, "enforced": user is not None, "line": boundary_line(user, sensors, problem)}
+
+
+def boundary_of(config: Config) -> dict[str, Any]:
+    """`boundary` for an agent's config: its run and sensor users, its state dir."""
+    return boundary(config.dispatch.run_as, config.sensors.run_as, config.paths.state_dir)
 
 
 def owner_of(path: Path | None) -> int | None:

@@ -31,7 +31,7 @@ from agentd.process import procs
 from agentd.process.child import Child, PipeReader, PipeWriter, pidfds_work, start_child
 from agentd.process.containment import RunGroup, end_run, spawn
 from agentd.process.files import create_private
-from agentd.process.privilege import RunUser, popen_identity
+from agentd.process.privilege import RunUser, popen_identity, run_as
 from agentd.redaction import Redactor
 
 logger = logging.getLogger(__name__)
@@ -397,9 +397,7 @@ def remove_tree(path: Path, user: RunUser | None = None) -> None:
 def remove_as(path: Path, user: RunUser | None) -> None:
     """`rm -rf path` as `user` (a folder the run user made unreadable to the service), or as this
     process for None; no caps pass on. GNU rm walks a tree of any depth."""
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        argv = ["rm", "-rf", "--one-file-system", "--", str(path)]
-        subprocess.run(argv, check=False, timeout=60, capture_output=True, **popen_identity(user))
+    run_as(["rm", "-rf", "--one-file-system", "--", str(path)], user)
 
 
 def run_setup_command(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:

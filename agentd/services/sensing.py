@@ -68,7 +68,7 @@ class SensorService:
         await self.db.call(refuse_if_behind, self.config.paths.state_dir)  # a database older than the evidence
         self.runner.check()  # the boundary first: a service that cannot keep it does not start
         async with anyio.create_task_group() as group:
-            await sweep_sensor_runs(self.config, self.db, self.clock)
+            await sweep_sensor_runs(self.config, self.db, self.clock, self.runner.user)
             await self.shell.serve(group, self.status_line)
             async with anyio.create_task_group() as runs:
                 while not self.stopping:

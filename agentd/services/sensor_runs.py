@@ -350,9 +350,10 @@ class SensorHomes:
         return sensor_home_base(user, services=owner_of(self.config.paths.state_dir))
 
 
-async def sweep_sensor_runs(config: Config, db: AsyncStore, clock: Clock) -> int:
-    """The sensor boot sweep: runs recorded in flight whose service is dead are killed and closed
-    (what they printed but did not record, the sensor prints again: sensors are idempotent)."""
+async def sweep_sensor_runs(config: Config, db: AsyncStore, clock: Clock, user: RunUser | None) -> int:
+    """The sensor boot sweep: runs recorded in flight whose service is dead are killed (as `user`, who
+    sensors run as: `SensorRunner.user`) and closed (what they printed but did not record, the sensor
+    prints again: sensors are idempotent)."""
     me, swept = procs.this_process(), 0
     for run in await db.call(Store.open_sensor_runs):
         owner = run.owner
@@ -364,7 +365,6 @@ async def sweep_sensor_runs(config: Config, db: AsyncStore, clock: Clock) -> int
         )
         if procs.is_running(holder, me) is not False:
             continue  # alive, or on another host: not ours to sweep
-        user = sensor_user(config.dispatch.run_as, config.sensors.run_as)
         killed = await sweep_run(sensor_group(config.paths.state_dir, run.run_id), user)
         await db.call(Store.reclaim_sensor_run, run.sensor_id, run.run_id, len(killed), clock.now())
         swept += 1
