@@ -286,7 +286,7 @@ def _lay_out(agent: PrivAgent, mutate: Any) -> None:
         (agent.state_dir, svc.pw_uid, svc.pw_gid, 0o700),
         (agent.run_area, svc.pw_uid, svc.pw_gid, 0o750),
         (agent.run_area / "runs", svc.pw_uid, svc.pw_gid, 0o750),
-        (agent.workspace, run.pw_uid, svc.pw_gid, 0o2770),
+        (agent.workspace, run.pw_uid, svc.pw_gid, 0o770),
         (agent.sensor_home, sns.pw_uid, svc.pw_gid, 0o700),
     ):
         folder.mkdir(mode=0o700)

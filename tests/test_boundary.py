@@ -72,7 +72,7 @@ def test_a_stubborn_attempt_and_its_daemon_are_stopped_without_a_kill_capability
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("mode", ["700", "2777", "770"], ids=["closed to the services", "open to all", "no setgid"])
+@pytest.mark.parametrize("mode", ["700", "2777", "2770"], ids=["closed to the services", "open to all", "setgid"])
 def test_an_attempt_that_changes_its_workspaces_mode_stops_no_service_and_no_later_attempt(mode: str) -> None:
     """The workspace is the run user's, so only it may change its mode: an attempt's `chmod 700
     $AGENTD_WORKSPACE` made every service fail at its next start (the service's own chmod refused), and
@@ -91,12 +91,12 @@ def test_an_attempt_that_changes_its_workspaces_mode_stops_no_service_and_no_lat
         tasks = {t["task_id"]: t for t in json.loads(ok(agent.as_operator("task", "list", "--json")))}
         first_ends = "retryable_failure" if mode == "700" else "completed"  # it hid its own artifact from agentd
         assert [tasks[n]["status"] for n in (1, 2)] == [first_ends, "completed"], tasks
-        assert agent.workspace.stat().st_mode & 0o7777 == 0o2770
+        assert agent.workspace.stat().st_mode & 0o7777 == 0o770
         os.chmod(agent.workspace, int(mode, 8))  # as the last attempt of a run may leave it
         for service, once, delegated in (("dispatch", "--until-idle", True), ("sensors", "--once", False)):
             started = agent.as_service(service, once, delegated=delegated)
             assert started.returncode == 0, (service, started.stderr)
-            assert agent.workspace.stat().st_mode & 0o7777 == 0o2770, service
+            assert agent.workspace.stat().st_mode & 0o7777 == 0o770, service
             os.chmod(agent.workspace, int(mode, 8))
 
 

@@ -114,6 +114,32 @@ def test_a_killed_dispatcher_is_down_at_once_in_status(rig: Rig, cli_for: Any) -
     assert "live" not in shown.out
 
 
+def test_a_service_whose_process_proc_hides_is_live_while_it_runs(
+    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The console's unit mounts /proc with hidepid (ProtectProc=invisible) and holds no capability, so the
+    dispatcher and sensors (which hold two) are not in its /proc: it read them as down, always. A process
+    /proc does not show still answers a null signal: live while it runs, down once it is gone."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    identity = procs.ProcessIdentity(
+        child.pid, procs.start_ticks(child.pid) or 0, procs.this_process().host, procs.boot_id()
+    )
+    hidden = tmp_path / "proc"  # a /proc that shows no process, only the boot id
+    (hidden / "sys/kernel/random").mkdir(parents=True)
+    (hidden / "sys/kernel/random/boot_id").write_text(procs.boot_id() + "\n")
+    monkeypatch.setattr(procs, "PROC", hidden)
+    try:
+        report(rig, "dispatch", identity, "idle")
+        assert services(rig) == {"dispatch": "live"}
+        report(rig, "dispatch", identity, "idle", ago_s=60)
+        assert services(rig) == {"dispatch": "stale"}, "an unseen process is judged by its row's age too"
+    finally:
+        child.kill()
+        child.wait()
+    report(rig, "dispatch", identity, "idle")
+    assert services(rig) == {"dispatch": "down"}
+
+
 def test_status_shows_the_running_task_from_its_attempt_the_moment_it_is_claimed(rig: Rig) -> None:
     task = rig.add("example")
     plan = functools.partial(plan_attempt, rig.config)

@@ -174,7 +174,7 @@ def test_the_units_carry_the_operational_contract() -> None:
         unit = (REPO / "units" / name).read_text()
         settings = dict(re.findall(r"^(\w+)=(.*)$", unit, re.M))
         assert settings["Type"] == "notify" and settings["NotifyAccess"] == "main"
-        assert settings["ExecStartPre"].endswith("migrate") and settings["KillMode"] == "control-group"
+        assert settings["ExecStartPre"].endswith("migrate") and settings["KillMode"] == "mixed"
         assert settings["Restart"] == "on-failure" and settings["User"] == "agentd-%i"
         for hardening in ("NoNewPrivileges", "ProtectSystem", "PrivateTmp", "ProtectHome", "RestrictAddressFamilies"):
             assert hardening in settings, (name, hardening)
@@ -512,7 +512,7 @@ def test_the_folders_leave_the_state_dir_to_the_services_alone(installed: Path) 
         "/var/lib/agentd/demo": ["0700", "agentd-demo", "agentd-demo"],
         "/var/lib/agentd-run/demo": ["0750", "agentd-demo", "agentd-demo"],
         "/var/lib/agentd-run/demo/runs": ["0750", "agentd-demo", "agentd-demo"],
-        "/var/lib/agentd-run/demo/workspace": ["2770", "agentd-demo-run", "agentd-demo"],
+        "/var/lib/agentd-run/demo/workspace": ["0770", "agentd-demo-run", "agentd-demo"],
         "/var/lib/agentd-run/demo/sensors": ["0700", "agentd-demo-sns", "agentd-demo"],
     }
 

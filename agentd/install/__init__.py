@@ -34,6 +34,7 @@ from agentd.errors import AgentdError, InputError
 from agentd.install.ports import free_pair, free_port, other_agents, used_ports
 from agentd.install.sockets import SERVICES, socket_names, socket_units
 from agentd.install.toml_edit import Placement, agent_toml
+from agentd.process.files import SHARED_MODE
 from agentd.process.runner import remove_tree, run_setup_command
 from agentd.resources import data_dir, example_config
 
@@ -123,7 +124,7 @@ class Layout:
             Folder(place.state_dir, svc, svc, 0o700),
             Folder(self.run_area, svc, svc, 0o750),
             Folder(place.run_dir, svc, svc, 0o750),
-            Folder(place.workspace, run, svc, 0o2770),
+            Folder(place.workspace, run, svc, SHARED_MODE),
             Folder(self.sensor_home, self.sensor_user, svc, 0o700),
         ]
 

@@ -10,7 +10,8 @@ a child inherits its parent's cgroup at fork time and anyio gives no hook betwee
 Elsewhere a run's processes are found by the marker in their environment (AGENTD_ATTEMPT_ID=…),
 looking only at processes started since the run began. That is the documented limit without
 cgroups: a process that both leaves the session (setsid) and clears its environment escapes until
-the service stops (under systemd, KillMode=control-group ends it then).
+the service stops (under systemd, the unit's stop ends it then: KillMode=mixed kills what is left once the
+service has exited).
 """
 
 from __future__ import annotations

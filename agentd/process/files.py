@@ -176,9 +176,16 @@ def folder_problems(path: Path, *, depth: int = 1) -> list[tuple[Path, str]]:
     return []
 
 
-def make_run_dir(directory: Path, user: RunUser | None, *, mode: int = 0o2770) -> None:
+# A folder the services and the run user share: no setgid bit. What the run user makes there takes its primary
+# group, which is the services' (units/agentd.sysusers), and what a service makes there is given that group
+# by `make_run_dir` or `write_shared`. The units' RestrictSUIDSGID= refuses any chmod that sets S_ISGID, so a
+# setgid mode could never be set under them (docs/decisions.md, "No setgid folders").
+SHARED_MODE = 0o770
+
+
+def make_run_dir(directory: Path, user: RunUser | None, *, mode: int = SHARED_MODE) -> None:
     """A folder the run user may use: the service's, in the run user's group (which the service is a
-    member of), `mode` (setgid: what is made in it keeps that group). Without a run user, 0700."""
+    member of), `mode`. Without a run user, 0700."""
     with contextlib.suppress(FileExistsError):
         os.mkdir(directory, 0o700)
     if user is not None:
@@ -196,7 +203,7 @@ def keep_workspace(directory: Path, user: RunUser | None) -> str | None:
     mode are put back by a process of that user, and what cannot be put back is returned, to be logged,
     never raised: an attempt must not be able to keep the services from starting
     (docs/install-and-deploy.md, "The boundary")."""
-    mode = 0o2770
+    mode = SHARED_MODE
     try:
         info = os.stat(directory, follow_symlinks=False)
     except FileNotFoundError:
@@ -207,7 +214,8 @@ def keep_workspace(directory: Path, user: RunUser | None) -> str | None:
     if _kept(info, user, mode):
         return None
     run_as(["chgrp", "--", str(user.gid), str(directory)], user)
-    run_as(["chmod", "--", f"{mode:o}", str(directory)], user)
+    # Five digits: GNU chmod keeps a folder's setgid bit for a shorter numeric mode.
+    run_as(["chmod", "--", f"{mode:05o}", str(directory)], user)
     now = os.stat(directory, follow_symlinks=False)
     if _kept(now, user, mode):
         return None
