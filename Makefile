@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := config/identity.example.toml
 
-.PHONY: run test test-fast test-harness record-fixtures test-slow chaos fleet-chaos lint bench bench-quick docs docs-reference clean
+.PHONY: run test test-fast test-harness test-system record-fixtures test-slow chaos fleet-chaos lint bench bench-quick docs docs-reference clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentd needs python3 >= 3.11, found " + sys.version.split()[0] + "; run: make PYTHON=python3.11 ...")'
@@ -67,6 +67,12 @@ test-harness: $(VENV)/.installed-test
 	tests/harness/install.sh
 	mkdir -p .cache
 	tests/harness/isolated.sh $(BIN)/python -m pytest -m harness --basetemp=.cache/harness-tmp
+
+## test-system: boot a Debian 12 machine with systemd as PID 1 (systemd-nspawn), install agentd's wheel in it as
+## docs/install-and-deploy.md says, and live an operator's life with it: start, work, crashes, the watchdog, a
+## real Prometheus with agentd's rules, reboot, upgrade, uninstall (needs root, debootstrap, systemd-container)
+test-system: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -m system tests/system
 
 ## record-fixtures: re-record tests/fixtures/harness/ (what the parsing tests read) with the pinned CLIs
 ## against tests/fakemodel, redacted, inside the same loopback-only namespace; review `git diff` after

@@ -243,7 +243,7 @@ def shown_commands(block: str) -> list[list[str]]:
         lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
         words = list(lexer)
-        for start in [i for i, word in enumerate(words) if word == "agentd"]:
+        for start in [i for i, word in enumerate(words) if word == "agentd" and _runs(words[:i])]:
             argv = []
             for word in words[start + 1 :]:
                 if set(word) <= PUNCTUATION:
@@ -251,6 +251,25 @@ def shown_commands(block: str) -> list[list[str]]:
                 argv.append(word)
             found.append(argv)
     return found
+
+
+def _runs(before: list[str]) -> bool:
+    """Whether a word after these is a command (`agentd` run, not `pip install agentd`): it starts the line or
+    follows a pipe, `;`, `&&`, `$(` or `<(`, after any `sudo` with its options and `VAR=value` words."""
+    prefix: list[str] = []
+    for word in reversed(before):
+        if set(word) <= PUNCTUATION or word in ("$(", "<("):
+            break
+        prefix.insert(0, word)
+    expects_value = False
+    for word in prefix:
+        if expects_value:
+            expects_value = False
+        elif word in ("-u", "--user", "-g", "--group"):
+            expects_value = True
+        elif not (word == "sudo" or word.startswith("-") or re.fullmatch(r"[A-Za-z_]\w*=.*", word)):
+            return False
+    return True
 
 
 def parse_problem(argv: list[str]) -> str | None:
@@ -287,6 +306,7 @@ def test_every_agentd_command_a_doc_shows_is_one_agentd_parses(capsys: pytest.Ca
         ("sudo -u agentd-arc agentd --agent arc status\n", [["--agent", "arc", "status"]]),
         ("source <(agentd completion bash)\n", [["completion", "bash"]]),
         ("agentd events | head\nln -s /opt/agentd/bin/agentd /usr/local/bin/agentd\n", [["events"]]),
+        ("/opt/agentd/bin/pip install --no-index --find-links wheelhouse agentd\n", []),
         (
             "agentd fleet submit --type review \\\n    --key pr-42\n",
             [["fleet", "submit", "--type", "review", "--key", "pr-42"]],
@@ -417,3 +437,50 @@ def citations_outside_the_repo() -> list[str]:
 def test_nothing_cites_a_document_outside_the_repo() -> None:
     """Code comments and docs cite docs/ (e.g. `docs/design.md, "Storage"`), never a file a clone lacks."""
     assert citations_outside_the_repo() == []
+
+
+def _operator_docs() -> Any:
+    """tests/system/operator_docs.py, which the system test runs the docs' blocks through."""
+    sys.path.insert(0, str(REPO / "tests" / "system"))
+    try:
+        import operator_docs
+    finally:
+        sys.path.remove(str(REPO / "tests" / "system"))
+    return operator_docs
+
+
+def test_every_block_the_system_test_runs_is_marked_on_its_page_and_read_as_a_shell_would() -> None:
+    """docs/install-and-deploy.md's install, start, upgrade and uninstall blocks and docs/monitoring.md's
+    Prometheus blocks are what `make test-system` runs (tests/system/test_deployed.py and
+    test_upgrade.py): each is marked on its page, each shell line is either run word for word or one of the
+    two the test runs otherwise (an `$EDITOR` line is the test's own edit; `journalctl -f` runs once)."""
+    docs = _operator_docs()
+    marked = {**docs.blocks(docs.DEPLOY), **docs.blocks(docs.MONITORING)}
+    assert set(marked) == set(docs.BLOCKS)
+    for name in ("install", "start", "upgrade", "uninstall"):
+        for command in docs.commands(name):
+            assert command.split()[0] in (
+                "apt-get",
+                "python3",
+                "/opt/agentd/bin/pip",
+                "ln",
+                "agentd",
+                "sudo",
+                "systemctl",
+                "journalctl",
+                "userdel",
+                "$EDITOR",
+            ), command
+    start = docs.commands("start")
+    assert (
+        start[0] == "$EDITOR /etc/agentd/arc.toml"
+        and docs.as_run(start[4]) == "journalctl -u agentd-dispatch@arc --no-pager"
+    )
+    enable = next(line for line in start if line.startswith("systemctl enable"))
+    from agentd.install import enable_command
+
+    sockets = [f"agentd-{service}@arc.socket" for service in ("web", "dispatch", "sensors")]  # as install orders them
+    assert enable == enable_command("arc", sockets), "the docs' enable line is not the one `agentd install` prints"
+    assert docs.commands("build") == ["python3 -m pip wheel --wheel-dir wheelhouse ./agentd"]
+    for name in ("scrape", "rules"):
+        assert isinstance(yaml.safe_load(marked[name]), dict), name
