@@ -28,6 +28,7 @@ from agentd.edge import shown, whole_number
 from agentd.errors import InputError, NotFound, UnreadableRow
 from agentd.store import AsyncStore, Store
 from agentd.web.auth import COOKIE, LoginThrottle, Operator, Session, Sessions, split_token, token_matches
+from agentd.web.bodies import DrainRefusedBodies
 from agentd.web.gate import AttemptUsers, PeerGate, owner
 from agentd.web.inputs import FIELD_FIRST, BadInput, from_input_error
 from agentd.web.peers import PeerBook
@@ -231,7 +232,8 @@ def build_app(web: Web, routes: list[BaseRoute]) -> Starlette:
     app.state.web = web
     app.add_middleware(PeerGate, users=web.attempt_users)
     app.add_middleware(KnownHosts, names=own_names(web.config))
-    app.add_middleware(SecurityHeaders)  # the outermost: a refused host's answer carries them too
+    app.add_middleware(SecurityHeaders)  # a refused host's answer carries them too
+    app.add_middleware(DrainRefusedBodies, book=web.peers, stopping=web.stopping)  # outside every refusal
     return app
 
 

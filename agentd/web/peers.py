@@ -15,8 +15,8 @@ Linux only; elsewhere (or in a user namespace) the book is off and every client 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
-import logging
 import os
 import socket
 import struct
@@ -25,8 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from agentd import frozen_value
-
-logger = logging.getLogger(__name__)
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
@@ -159,44 +157,53 @@ def owner_of(client: tuple[str, int], server: tuple[str, int]) -> Owner:
 
 
 class PeerBook:
-    """The owner of each open connection's client socket, as `PeerSocket` found it at accept. `enabled`
-    is False where this process cannot tell local clients apart (`cannot_tell_apart`): every client is
-    then its address alone, as docs/web.md says."""
+    """Each open connection (`Connection`, as `PeerSocket` accepted it) by its ends, with the owner of its
+    client's socket as found at accept. `enabled` is False where this process cannot tell local clients
+    apart (`cannot_tell_apart`): every client is then its address alone, as docs/web.md says."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self._owners: dict[Ends, tuple[int, Owner]] = {}
+        self._open: dict[Ends, weakref.ref[Connection]] = {}
 
-    def accepted(self, conn: socket.socket, client: Any) -> Ends | None:
-        """Look up the owner of a connection just accepted, and keep it until the connection's socket
-        is closed (or, should nothing close it, collected)."""
-        if not self.enabled:
-            return None
+    def accepted(self, conn: Connection, client: Any) -> None:
+        """Look up the owner of a connection just accepted, and keep the connection until it is closed
+        (or, should nothing close it, collected)."""
         try:
-            ends = _ends(client, conn.getsockname())
+            conn.ends = _ends(client, conn.getsockname())
         except (OSError, ValueError, TypeError, IndexError):  # gone already, or not an address pair: no one's
+            return
+        conn.owner = owner_of(*conn.ends) if self.enabled else REMOTE
+        conn.book = self
+        self._open[conn.ends] = weakref.ref(conn, functools.partial(self._drop_dead, conn.ends))
+
+    def connection(self, client: Any, server: Any) -> Connection | None:
+        """The open connection `client` → `server` (as an ASGI scope names its ends), if it is one."""
+        try:
+            found = self._open.get(_ends(client, server))
+        except (ValueError, TypeError, IndexError):
             return None
-        self._owners[ends] = (id(conn), owner_of(*ends))
-        weakref.finalize(conn, self.forget, ends, id(conn))
-        return ends
+        return found() if found is not None else None
 
     def owner(self, client: Any, server: Any) -> Owner:
-        """The owner found at accept of the connection `client` → `server` (as an ASGI scope names its
-        ends); UNKNOWN for one never looked up; REMOTE for all when the book is off."""
+        """The owner found at accept of the connection `client` → `server`; UNKNOWN for one never looked
+        up; REMOTE for all when the book is off."""
         if not self.enabled:
             return REMOTE
-        try:
-            return self._owners.get(_ends(client, server), (0, UNKNOWN))[1]
-        except (ValueError, TypeError, IndexError):
-            return UNKNOWN
+        conn = self.connection(client, server)
+        return conn.owner if conn is not None else UNKNOWN
 
-    def forget(self, ends: Ends, conn_id: int) -> None:
+    def forget(self, conn: Connection) -> None:
         """The connection is closed: its entry goes (unless a later one on the same ends took its place)."""
-        if self._owners.get(ends, (None,))[0] == conn_id:
-            del self._owners[ends]
+        if conn.ends is not None and (found := self._open.get(conn.ends)) is not None and found() is conn:
+            del self._open[conn.ends]
+
+    def _drop_dead(self, ends: Ends, _gone: object) -> None:
+        found = self._open.get(ends)
+        if found is not None and found() is None:
+            del self._open[ends]
 
     def __len__(self) -> int:
-        return len(self._owners)
+        return len(self._open)
 
 
 def _ends(client: Any, server: Any) -> Ends:
@@ -219,22 +226,36 @@ class PeerSocket(socket.socket):
         return held
 
     def accept(self) -> tuple[socket.socket, Any]:
-        """socket.accept's own steps, the connection made a `Connection` that says when it closes."""
+        """socket.accept's own steps, the connection made a `Connection` the book keeps."""
         fd, client = self._accept()  # type: ignore[attr-defined]
         conn = Connection(self.family, self.type, self.proto, fileno=fd)
         if socket.getdefaulttimeout() is None and self.gettimeout():
             conn.setblocking(True)
-        conn.book, conn.ends = self.book, self.book.accepted(conn, client)
+        self.book.accepted(conn, client)
         return conn, client
 
 
 class Connection(socket.socket):
-    """An accepted connection whose close takes its owner out of the book."""
+    """An accepted connection: the owner found at accept, and `cut()`, which ends what the server reads
+    of it (asyncio's transport reads through `recv`: from then on it reads the end, and hypercorn closes
+    the connection). A close takes it out of the book."""
 
-    book: PeerBook
-    ends: Ends | None
+    owner: Owner = UNKNOWN
+    ends: Ends | None = None
+    book: PeerBook | None = None
+    cut_off = False
+
+    def cut(self) -> None:
+        """Read no more of this connection: the server sees its end, whatever the client still sends."""
+        self.cut_off = True
+
+    def recv(self, size: int, flags: int = 0) -> bytes:
+        return b"" if self.cut_off else super().recv(size, flags)
+
+    def recv_into(self, buffer: Any, size: int = 0, flags: int = 0) -> int:
+        return 0 if self.cut_off else super().recv_into(buffer, size, flags)
 
     def close(self) -> None:
-        if self.ends is not None:
-            self.book.forget(self.ends, id(self))
+        if self.book is not None:
+            self.book.forget(self)
         super().close()
