@@ -89,8 +89,8 @@ async def api_events(request: Request) -> Response:
 
 async def api_stream(request: Request) -> Response:
     """Server-Sent Events from `after` (or the Last-Event-ID a reconnecting client sends)."""
-    await bearer_or_session(request)
-    return stream.response(request, web_of(request))
+    operator, session = await bearer_or_session(request)
+    return stream.response(request, web_of(request), stream.Grant(operator.token_id, session))
 
 
 async def api_approvals(request: Request) -> Response:

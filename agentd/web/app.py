@@ -31,6 +31,7 @@ from agentd.web.auth import COOKIE, LoginThrottle, Operator, Session, Sessions, 
 from agentd.web.bodies import DrainRefusedBodies
 from agentd.web.gate import AttemptUsers, PeerGate, owner
 from agentd.web.inputs import FIELD_FIRST, BadInput, from_input_error
+from agentd.web.limits import RETRY_STREAM_S, Streams, TooManyStreams
 from agentd.web.peers import PeerBook
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class Unauthorized(Exception):
 
 class Throttled(Exception):
     def __init__(self, retry_after_s: float) -> None:
-        super().__init__(f"too many failed logins from this address; try again in {retry_after_s:.0f}s")
+        super().__init__(f"too many failed logins from this client, or from all; try again in {retry_after_s:.0f}s")
         self.retry_after_s = retry_after_s
 
 
@@ -76,6 +77,7 @@ class Web:
     stream_poll_s: float = 0.5
     attempt_users: AttemptUsers | None = None  # whose sockets are refused (PeerGate); None: nobody's
     peers: PeerBook = field(default_factory=lambda: PeerBook(enabled=False))  # each connection's owner
+    streams: Streams = field(default_factory=lambda: Streams(16, 4))  # the live streams open, and their lane
 
     async def read(self, verb: Callable[..., T], *args: Any) -> T:
         """A read on the service's one connection, off the event loop (one thread hop)."""
@@ -134,12 +136,12 @@ async def session_of(request: Request) -> tuple[Operator, Session]:
     return Operator(stored.name, stored.token_id), session
 
 
-async def bearer_or_session(request: Request) -> Operator:
+async def bearer_or_session(request: Request) -> tuple[Operator, Session | None]:
     """A GET the console's own scripts make (the live stream: EventSource sends no headers) may use the
     session cookie instead of a bearer token. Never for a POST: those need the CSRF token."""
     if "authorization" in request.headers:
-        return await bearer(request)
-    return (await session_of(request))[0]
+        return await bearer(request), None
+    return await session_of(request)
 
 
 def _is_api(request: Request) -> bool:
@@ -185,6 +187,11 @@ async def on_throttled(request: Request, exc: Exception) -> Response:
     return console_error(request, 429, str(exc), {"Retry-After": retry})
 
 
+async def on_too_many_streams(request: Request, exc: Exception) -> Response:
+    expected = 'fewer live streams: close one (docs/web.md, "Live events")'
+    return error_json(429, str(exc), "client", expected, **{"Retry-After": str(RETRY_STREAM_S)})
+
+
 async def on_forbidden(request: Request, exc: Exception) -> Response:
     if _is_api(request):
         return error_json(403, str(exc), "body.csrf", "this session's CSRF token")
@@ -225,6 +232,7 @@ def build_app(web: Web, routes: list[BaseRoute]) -> Starlette:
             Unauthorized: on_unauthorized,
             Throttled: on_throttled,
             Forbidden: on_forbidden,
+            TooManyStreams: on_too_many_streams,
             HTTPException: on_http,
             UnreadableRow: on_unreadable_row,
         },

@@ -27,6 +27,7 @@ from agentd.web import api, console, handoff
 from agentd.web.app import Web, build_app, templates
 from agentd.web.auth import LoginThrottle, Sessions
 from agentd.web.gate import AttemptUsers
+from agentd.web.limits import Streams
 from agentd.web.peers import PeerBook, PeerSocket, cannot_tell_apart
 
 logger = logging.getLogger(__name__)
@@ -110,11 +111,12 @@ class WebService:
             db=self.db,
             clock=self.clock,
             sessions=Sessions(self.clock, web.session_hours),
-            throttle=LoginThrottle(self.clock, web.login_failures, web.login_window_s),
+            throttle=LoginThrottle(self.clock, web.login_failures, web.login_window_s, web.login_failures_total),
             templates=templates(),
             stream_poll_s=self.stream_poll_s,
             attempt_users=self.attempt_users,
             peers=peers,
+            streams=Streams(web.max_streams, web.max_streams_per_token),
         )
 
     async def run(self) -> None:
