@@ -212,13 +212,34 @@ class WebVerbs(StoreBase):
             return found
 
     def due_handoffs(self, now: datetime, limit: int = 20) -> list[Handoff]:
-        """Hand-offs whose next send is due, oldest first."""
+        """Hand-offs whose next send is due and whose approval is still pending, oldest first; each one
+        whose approval was resolved meanwhile is withdrawn first (nothing is sent for it)."""
+        self.withdraw_settled_handoffs(now)
         rows = self._conn.execute(
-            """SELECT * FROM approval_handoffs WHERE status = 'pending' AND next_attempt_at <= ?
-               ORDER BY next_attempt_at LIMIT ?""",
+            """SELECT h.* FROM approval_handoffs h
+               WHERE h.status = 'pending' AND h.next_attempt_at <= ?
+                 AND EXISTS (SELECT 1 FROM approvals p WHERE p.approval_id = h.approval_id AND p.status = 'pending')
+               ORDER BY h.next_attempt_at LIMIT ?""",
             (ts(now), limit),
         ).fetchall()
         return [_handoff(row) for row in rows]
+
+    def withdraw_settled_handoffs(self, now: datetime) -> int:
+        """Each hand-off not sent yet whose approval is no longer pending (approved, denied, or asked
+        again as a new request) ends `withdrawn`, with its event; how many."""
+        with self.transaction():
+            rows = self._conn.execute(
+                """SELECT h.approval_id, h.task_id, h.handler_id FROM approval_handoffs h
+                   WHERE h.status = 'pending' AND NOT EXISTS
+                       (SELECT 1 FROM approvals p WHERE p.approval_id = h.approval_id AND p.status = 'pending')"""
+            ).fetchall()
+            for approval_id, task_id, handler_id in rows:
+                self._conn.execute(
+                    "UPDATE approval_handoffs SET status = 'withdrawn' WHERE approval_id = ?", (approval_id,)
+                )
+                payload = {"approval_id": approval_id, "handler": handler_id, "why": "resolved before it was sent"}
+                self._append_event("approval_handoff_withdrawn", now, task_id=task_id, payload=payload)
+            return len(rows)
 
     def next_handoff_at(self) -> datetime | None:
         """When the next pending hand-off is due; None if none is pending."""
