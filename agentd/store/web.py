@@ -3,6 +3,7 @@ approval requests handed off to an external app, with the run context each carri
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -182,6 +183,33 @@ class WebVerbs(StoreBase):
         ).fetchall()
         found = [{**dict(row), "payload": holdable(row["payload"]) or {}} for row in rows]
         return found[::-1] if last else found
+
+    def event_frames(
+        self, *, after: int = 0, task_id: int | None = None, types: tuple[str, ...] = (), limit: int = 200
+    ) -> list[tuple[int, str]]:
+        """(sequence, the event as JSON text) in sequence order after `after`: what `event_rows` returns,
+        as SQLite's own JSON functions write it (a live stream sends it as it is, and a replay costs no
+        parse and dump per event); a payload SQLite does not take for JSON is read as `event_rows` reads it."""
+        clauses, params = ["sequence > ?"], list[object]([after])
+        if task_id is not None:
+            clauses.append("task_id = ?")
+            params.append(task_id)
+        if types:
+            clauses.append(f"type IN ({', '.join('?' * len(types))})")
+            params += types
+        rows = self._conn.execute(
+            f"""SELECT sequence, CASE WHEN json_valid(payload) AND json_type(payload) = 'object' THEN json_object(
+                       'sequence', sequence, 'event_id', event_id, 'type', type, 'timestamp', timestamp,
+                       'task_id', task_id, 'attempt_id', attempt_id, 'workflow_id', workflow_id,
+                       'payload', json(payload)) END
+                FROM events WHERE {" AND ".join(clauses)} ORDER BY sequence LIMIT ?""",
+            (*params, limit),
+        ).fetchall()
+        return [(row[0], row[1] if row[1] is not None else self._event_json(row[0])) for row in rows]
+
+    def _event_json(self, sequence: int) -> str:
+        [row] = self.event_rows(after=sequence - 1, limit=1)
+        return json.dumps(row, separators=(",", ":"))
 
     # --- approval hand-off ---------------------------------------------------------------------------
 

@@ -10,10 +10,8 @@ clients replaying the log cannot starve the API nor, under `agentd run`, the dis
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 from starlette.requests import Request
@@ -119,13 +117,13 @@ def page_if_granted(store: Store, token_id: str, query: Query) -> Page | None:
         token = store.web_token(token_id)
         if token is None or token.revoked_at is not None:
             return None
-        rows = store.event_rows(after=query.after, task_id=query.task_id, types=query.types, limit=BATCH)
-    if not rows:
+        found = store.event_frames(after=query.after, task_id=query.task_id, types=query.types, limit=BATCH)
+    if not found:
         return Page("", 0, query.after)
-    return Page("".join(frame(row) for row in rows), len(rows), rows[-1]["sequence"])
+    return Page("".join(frame(sequence, text) for sequence, text in found), len(found), found[-1][0])
 
 
-def frame(row: dict[str, Any]) -> str:
-    """One SSE frame: the sequence as its id, the row (its type included) as its data: an unnamed event,
+def frame(sequence: int, event_json: str) -> str:
+    """One SSE frame: the sequence as its id, the event (its type included) as its data: an unnamed event,
     so one `onmessage` sees every type. JSON holds no raw newline: one data line."""
-    return f"id: {row['sequence']}\ndata: {json.dumps(row, separators=(',', ':'))}\n\n"
+    return f"id: {sequence}\ndata: {event_json}\n\n"
