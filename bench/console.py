@@ -67,8 +67,10 @@ def console_load(directory: Path, tasks: int, streams: int, backlog: int) -> Con
                 loaded_s = drain(store, config, tasks)
                 loaded_cpu_s, replayed = cpu_s(process.pid) - cpu, held.events - before
             rss_mb, peak_mb = memory_mb(process.pid)
-        return ConsoleLoad(streams, held.count, streams - held.count, alone.ms, beside.ms, quiet_s, loaded_s,
-                           quiet_cpu_s, loaded_cpu_s, replayed, peak_mb, rss_mb)  # fmt: skip
+        drains = (quiet_s, loaded_s, quiet_cpu_s, loaded_cpu_s)
+        return ConsoleLoad(
+            streams, held.count, streams - held.count, alone.ms, beside.ms, *drains, replayed, peak_mb, rss_mb
+        )
     finally:
         store.close()
 
@@ -170,8 +172,10 @@ def open_streams(url: str, tokens: list[str], count: int) -> Iterator[Streams]:
     held: list[socket.socket] = []
     for n in range(count):
         sock = socket.create_connection((parts.hostname or "", parts.port or 0), timeout=30)
-        head = (f"GET /api/events/stream?after=0 HTTP/1.1\r\nHost: {parts.netloc}\r\n"
-                f"Authorization: Bearer {tokens[n % len(tokens)]}\r\n\r\n")  # fmt: skip
+        token = tokens[n % len(tokens)]
+        head = (
+            f"GET /api/events/stream?after=0 HTTP/1.1\r\nHost: {parts.netloc}\r\nAuthorization: Bearer {token}\r\n\r\n"
+        )
         sock.sendall(head.encode())
         status = sock.recv(12)
         if status.startswith(b"HTTP/1.1 200"):

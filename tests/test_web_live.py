@@ -250,3 +250,31 @@ def test_streams_are_capped_per_token_and_in_all_and_a_closed_one_frees_its_plac
         finally:
             for each in held:
                 each.close()
+
+
+@pytest.mark.parametrize(
+    ("stored", "same_as_the_api"),
+    [
+        ('{"a": [1, {"b": "\\u00fc \\u2028 \\"q\\""}], "n": null, "f": 1.5}', True),
+        ("[1, 2]", True),
+        ('{"big": 123456789012345678901234567890}', False),
+    ],
+    ids=["as agentd writes", "not an object", "an integer past int64"],
+)
+def test_a_streamed_event_is_the_event_the_api_reads(web: WebRig, stored: str, same_as_the_api: bool) -> None:
+    """The stream's frames are written by SQLite's JSON functions (no parse and dump per event); a payload
+    SQLite does not take for a JSON object is read as /api/events reads it (`holdable`)."""
+    rig = web.rig
+    sequence = append(rig, "tool_started", None, None, call_id="c1", tool="Bash", summary="ls")
+    rig.store._conn.execute("UPDATE events SET payload = ? WHERE sequence = ?", (stored, sequence))  # an edit
+    stream = Stream(web.client(), f"/api/events/stream?after={sequence - 1}")
+    try:
+        streamed = stream.event()
+    finally:
+        stream.close()
+    [read] = rig.store.event_rows(after=sequence - 1, limit=1)
+    assert streamed["sequence"] == sequence and streamed["type"] == "tool_started"
+    if same_as_the_api:
+        assert streamed == read
+    else:
+        assert streamed["payload"]["big"] == 123456789012345678901234567890  # the number as written
