@@ -13,7 +13,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from agentd.errors import InputError
@@ -402,3 +402,13 @@ def _abbreviated(path: str) -> str:
 def _short(value: int) -> str:
     text = str(value)
     return text if len(text) <= 30 else f"{text[:12]}…({len(text)} digits)"
+
+
+def resolves_inside(root: Path, relative: str | PurePath) -> bool:
+    """Whether `relative` under `root` stays inside `root` once its links are followed. A link loop
+    leads nowhere inside: resolve() raises RuntimeError for one on Python 3.11 (OSError on later
+    ones), which agentd once recorded as its own crash."""
+    try:
+        return (root / relative).resolve().is_relative_to(root.resolve())
+    except (RuntimeError, OSError):
+        return False

@@ -39,7 +39,7 @@ from agentd.records import AcceptedEvent, IntakeCounts, NewTask, RejectedLine, S
 from agentd.redaction import Redactor
 from agentd.store import AsyncStore, Store
 from agentd.store.base import no_cycle_collection
-from agentd.work.intake import admit_task
+from agentd.work.intake import admit_task, beyond_defaults
 from agentd.work.workflows import judge_signal, signal_refusal, start_state
 
 logger = logging.getLogger(__name__)
@@ -142,6 +142,9 @@ def _proposed_task(sensor_id: str, event: SensorEvent, config: Config, now: date
     if event.proposed_task is None:
         return None
     source = f"sensor:{sensor_id}:{event.dedupe_key}"
+    sensor = config.sensor_definitions.get(sensor_id)
+    if sensor is not None and (why := beyond_defaults(config, sensor.manifest, event.proposed_task)):
+        raise _Rejected(f"proposed_task: {why}")
     try:
         return admit_task(event.proposed_task, config, now, trusted=False, source=source)
     except InputError as exc:
