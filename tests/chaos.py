@@ -866,7 +866,8 @@ class Chaos:
         log = self.agent.sensor_home / "reach" / "hostile-sensor-tries.jsonl"
         tries = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         problems = [f"the hostile sensor: {t['name']} succeeded ({t['detail'][:80]})" for t in tries if t["succeeded"]]
-        if not any(t["name"] == "forge its result" for t in tries):
+        self.poisoned["a sensor reaching for attempts"] = sum(t["name"] == "forge its result" for t in tries)
+        if not self.poisoned["a sensor reaching for attempts"]:
             problems.append("the hostile sensor never had a running attempt to try")
         return problems
 
