@@ -9,13 +9,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rig import Rig
-
-from collections.abc import Callable
 
 from agentd.cli.config_cache import read_view, write_view
 
@@ -35,7 +34,7 @@ sys.addaudithook(lambda *_: None)
 paths, trees = named_paths(config)
 print(json.dumps({"opened": sorted(opened), "paths": paths, "trees": trees}))
 """
-NOT_CONFIG = (sys.prefix, sys.base_prefix, "/usr/lib/python", "/proc/", "/dev/", "/etc/localtime", "/usr/share/zoneinfo")
+NOT_CONFIG = (sys.prefix, sys.base_prefix, "/usr/lib/python", "/usr/share/zoneinfo", "/etc/localtime", "/proc/")
 
 
 def watched_load(config: Path) -> dict[str, Any]:

@@ -26,7 +26,8 @@ from agentd.vocabulary import MODES, SURFACES
 
 if TYPE_CHECKING:
     from agentd.config import Config
-    from agentd.store.fleet import FleetQueue, FleetTask, Submission
+    from agentd.store.fleet import FleetQueue, Submission
+    from agentd.store.fleet_rows import FleetTask
 
 
 def register(commands: Any) -> None:
@@ -210,6 +211,8 @@ def _print_task(task: FleetTask) -> None:
     if task.result:
         shown = ", ".join(f"{key} {printable(str(value))}" for key, value in task.result.items() if value is not None)
         print(f"result   {shown}")
+    for column, why in task.unreadable.items():  # what agentd cannot hold (agentd/store/fleet_rows.py)
+        print(f"{column:<8} unreadable: {printable(why)}")
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
