@@ -266,6 +266,12 @@ def note_text(value: Any, where: str, *, required: bool = False) -> str | None:
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # built once, not per call
 
 
+def json_kind(value: Any) -> str:
+    """What kind of JSON value `value` is, as an error names it: "an array", "a string", "null", …"""
+    kinds = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
 def check_json_size(value: Any, where: str, limit: int = MAX_PAYLOAD_BYTES) -> None:
     text = _COMPACT.encode(value)
     size = len(text) if text.isascii() else len(text.encode())

@@ -297,3 +297,28 @@ def write_new(path: Path, text: str | bytes, *, mode: int = 0o600) -> None:
         text = text.encode("utf-8")
     with os.fdopen(create_private(path, mode), "wb") as handle:
         handle.write(text)
+
+
+def hand_over(made: Path | int, folder: Path) -> None:
+    """What root just made (a path, or an open file) in `folder`, another user's, becomes that user's,
+    with the folder's group: an operator's command run as root leaves nothing in the services' state dir
+    that they cannot open (docs/install-and-deploy.md, "Deploy on a VM"). Anyone else made it as
+    themselves, and may not give it away: nothing to do."""
+    if os.geteuid() != 0:
+        return
+    owner = os.stat(folder)
+    if owner.st_uid == 0:
+        return
+    if isinstance(made, int):
+        os.fchown(made, owner.st_uid, owner.st_gid)
+    else:
+        os.chown(made, owner.st_uid, owner.st_gid, follow_symlinks=False)
+
+
+def private_folders(folder: Path, within: Path) -> None:
+    """`folder` and the parents it lacks below `within`, each made 0700 and `within`'s owner's (hand_over)."""
+    missing = [path for path in (folder, *folder.parents) if path.is_relative_to(within) and path != within]
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700)
+            hand_over(path, within)
