@@ -13,7 +13,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from agentd.errors import InputError
@@ -266,6 +266,12 @@ def note_text(value: Any, where: str, *, required: bool = False) -> str | None:
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # built once, not per call
 
 
+def json_kind(value: Any) -> str:
+    """What kind of JSON value `value` is, as an error names it: "an array", "a string", "null", …"""
+    kinds = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
 def check_json_size(value: Any, where: str, limit: int = MAX_PAYLOAD_BYTES) -> None:
     text = _COMPACT.encode(value)
     size = len(text) if text.isascii() else len(text.encode())
@@ -402,3 +408,13 @@ def _abbreviated(path: str) -> str:
 def _short(value: int) -> str:
     text = str(value)
     return text if len(text) <= 30 else f"{text[:12]}…({len(text)} digits)"
+
+
+def resolves_inside(root: Path, relative: str | PurePath) -> bool:
+    """Whether `relative` under `root` stays inside `root` once its links are followed. A link loop
+    leads nowhere inside: resolve() raises RuntimeError for one on Python 3.11 (OSError on later
+    ones), which agentd once recorded as its own crash."""
+    try:
+        return (root / relative).resolve().is_relative_to(root.resolve())
+    except (RuntimeError, OSError):
+        return False

@@ -75,11 +75,12 @@ class StorageError(AgentdError):
 
 
 class Interrupted(AgentdError):
-    """A signal (Ctrl-C, SIGTERM, SIGHUP) asked a command to stop; it stopped between two transactions.
-    Exit 128 + the signal's number, as a shell reports a command the signal ended."""
+    """A signal (Ctrl-C, SIGTERM, SIGHUP) asked a command to stop; it stopped between two transactions,
+    or before its first (`said` adds what became of its work). Exit 128 + the signal's number, as a shell
+    reports a command the signal ended."""
 
-    def __init__(self, signal_name: str) -> None:
-        super().__init__(f"stopped by {signal_name}")
+    def __init__(self, signal_name: str, said: str | None = None) -> None:
+        super().__init__(f"stopped by {signal_name}" + (f"; {said}" if said else ""))
         self.exit_code = 128 + signal.Signals[signal_name].value
 
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import privsep
 from hostile_console import HostileConsoleClient
 from hostile_http import Answer, HostileReceiver, answer
-from support import agent_config, outcome_disagreements
+from support import REPO, agent_config, outcome_disagreements
 
 from agentd.clock import SystemClock
 from agentd.config.budget import day_start
@@ -407,6 +407,7 @@ class Chaos:
         self.feed = self.home / "feed.jsonl"
         self.feed.write_text("")
         self.feed.chmod(0o644)
+        self.targets = self.home / "targets.json"  # the running attempts, for the hostile sensor to aim at
         self.hostile_reports: list[str] = []
         self.web: Service | None = None
         self.console: HostileConsoleClient | None = None
@@ -442,6 +443,14 @@ class Chaos:
     def _configure(self) -> Path:
         sensors = self.home / "sensors" / "feed"
         sensors.mkdir(parents=True)
+        if self.agent:  # a sensor that reaches for every running attempt (issue #38: it forged outcomes)
+            hostile = self.home / "sensors" / "reach"
+            hostile.mkdir()
+            (hostile / "sensor.toml").write_text(
+                'description = "reaches for the attempts"\ninterval_seconds = 1\ntimeout_seconds = 20\n'
+                f'command = ["{REPO}/tests/adapters/hostile_sensor.py"]\n'
+                f'env = {{ HOSTILE_TARGETS = "{self.targets}" }}\n'
+            )
         script = sensors / "feed.py"
         python = privsep.agentd_bin() / "python" if self.agent else Path(sys.executable)
         script.write_text(FEED_SENSOR.format(python=python))
@@ -602,6 +611,7 @@ class Chaos:
                 self.feed_messages(self.rng.randint(1, 3))
             elif action < 0.56:
                 self.flood_console()
+            self.aim_hostile_sensor()
             victim = self.rng.choice([self.dispatch, self.dispatch, self.sensors])
             victim.kill()
             done += 1
@@ -618,6 +628,18 @@ class Chaos:
         report = self.check()
         report.seconds = time.monotonic() - started
         return report
+
+    def aim_hostile_sensor(self) -> None:
+        """Tell the hostile sensor where every running attempt is (the worst case: it knows where to aim)."""
+        if self.agent is None:
+            return
+        runs = self.agent.run_area / "runs"
+        pids = self.agent.processes_of(self.agent.run)
+        attempts = [{"run": str(run), "pid": pids[0] if pids else 1} for run in runs.iterdir() if run.is_dir()]
+        partial = self.targets.with_suffix(".partial")
+        partial.write_text(json.dumps({"runs": str(runs), "workspace": str(self.workspace), "attempts": attempts}))
+        partial.chmod(0o644)
+        partial.replace(self.targets)
 
     def _drain(self, started: float, deadline_s: float) -> None:
         """No more kills: wait until every sensed key made its work and nothing is due or running."""
@@ -761,7 +783,7 @@ class Chaos:
             ),
             "no process outlived its attempt": self._no_escapees,
             "workflows ended or waiting on a step task": lambda: self._workflows(conn),
-            "no attempt acted as its operator": lambda: self._operator_held(store, tasks),
+            "no attempt acted as its operator, no sensor reached an attempt": lambda: self._operator_held(store, tasks),
             "usage stored finite, >= 0; poisoned usage still completes": lambda: usage_problems(store, tasks),
             "every message delivered, failed, or pending a retry": lambda: self._messages(conn),
             f"no dispatcher above {DISPATCH_RSS_MIB} MiB resident": self.memory.problems,
@@ -868,12 +890,24 @@ class Chaos:
                 continue
             tries = json.loads(report.read_text())
             problems += [f"{name}: {t['name']} succeeded ({t['detail'][:80]})" for t in tries if t["succeeded"]]
+        problems += self._sensor_held()
         held = store.get_task_or_raise(self.held_task) if self.held_task else None
         if held is not None and not held.awaiting_approval:
             problems.append(f"task {held.task_id} was let go without an operator")
         problems += [f"task {t.task_id} claims to be from operator:x" for t in tasks if t.source == "operator:x"]
         kinds = {e.type for e in store.read_events(limit=10_000_000)}
         problems += [f"a {kind} event" for kind in ("dispatch_paused", "dispatch_resumed") if kind in kinds]
+        return problems
+
+    def _sensor_held(self) -> list[str]:
+        """Every try of the hostile sensor failed, and it tried at least one running attempt."""
+        assert self.agent is not None
+        log = self.agent.sensor_home / "reach" / "hostile-sensor-tries.jsonl"
+        tries = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        problems = [f"the hostile sensor: {t['name']} succeeded ({t['detail'][:80]})" for t in tries if t["succeeded"]]
+        self.poisoned["a sensor reaching for attempts"] = sum(t["name"] == "forge its result" for t in tries)
+        if not self.poisoned["a sensor reaching for attempts"]:
+            problems.append("the hostile sensor never had a running attempt to try")
         return problems
 
     @staticmethod

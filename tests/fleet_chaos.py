@@ -52,6 +52,20 @@ ORIGIN = {
 }  # fmt: skip
 
 
+# Rows anyone with the DSN could write (docs/fleet.md, "Poison in a row"), each column as SQL text: every
+# one must be refused with its reason by whichever agent claims it, and never run.
+POISON = [
+    {"payload": "[" * 3000 + "]" * 3000},
+    {"origin": '{"submitted_by": ' + "[" * 3000 + "]" * 3000 + "}"},
+    {"payload": '{"n": 1' + "0" * 5000 + "}"},
+    {"payload": json.dumps({"note": "x" * 3_000_000})},
+    {"payload": "[1, 2]"},
+    {"origin": '{"submitted_by": "x"}'},
+    {"created_at": "infinity"},  # not poison to the judge: admitted and run, but read without a raise
+]
+POISON_EVERY = 10  # one row in ten of the chaos run's
+
+
 @dataclass
 class Agent:
     name: str
@@ -105,6 +119,7 @@ class FleetChaos:
         self.agents = [self._agent(n) for n in range(AGENTS)]
         self.postgres_restarts = 0
         self.partitions = 0
+        self.poisoned: dict[int, bool] = {}  # fleet id → whether it must be refused (else run as any task)
 
     def _agent(self, n: int) -> Agent:
         name = f"fleet{n}"
@@ -136,7 +151,10 @@ class FleetChaos:
                 # frozen agent wakes up and writes with its stale token
                 seconds = self.rng.uniform(*self.task_s) if i % 7 else self.rng.uniform(LEASE_S, LEASE_S + 3)
                 payload = {"sleep_s": round(seconds, 2), "outcome": ok()}
-                if i % 50 == 0:
+                if i % POISON_EVERY == POISON_EVERY - 1:
+                    ids.append(self._poison(queue, payload, POISON[i // POISON_EVERY % len(POISON)]))
+                    self.poisoned[ids[-1]] = "created_at" not in POISON[i // POISON_EVERY % len(POISON)]
+                elif i % 50 == 0:
                     ids.append(self._submit_by_cli(payload, i))
                 else:
                     ids.append(
@@ -147,6 +165,16 @@ class FleetChaos:
             return ids
         finally:
             queue.close()
+
+    def _poison(self, queue: FleetQueue, payload: dict[str, Any], columns: dict[str, str]) -> int:
+        """A row written straight into PostgreSQL, past every judgment `fleet submit` makes."""
+        row = {"task_type": "scripted", "payload": json.dumps(payload), "origin": json.dumps(ORIGIN), **columns}
+        with queue.conn.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO fleet_tasks ({', '.join(row)}) VALUES ({', '.join(['%s'] * len(row))}) RETURNING id",
+                list(row.values()),
+            )
+            return int(cur.fetchone()["id"])
 
     def _submit_by_cli(self, payload: dict[str, Any], i: int) -> int:
         argv = [sys.executable, "-m", "agentd", "--config", str(self.agents[0].config_path), "fleet", "submit",
@@ -265,6 +293,7 @@ class FleetChaos:
             "each ended exactly once, by its last claim's token": _ended_once(events),
             "no finished fleet task claimed or started again": _not_rerun(rows, events, local),
             "0 stale-token writes accepted": _no_stale_writes(rows, local),
+            "every poisoned row refused with its reason, never run": _poison_refused(rows, local, self.poisoned),
             "every agent's leases reported or lost, none held": self._none_held(),
             "every agent's `evidence verify --all` is clean": self._verified(),
             "agents exited only when the harness ended them": self._clean_exits(),
@@ -355,6 +384,21 @@ def _no_stale_writes(rows: dict[int, Any], local: dict[int, Any]) -> list[str]:
             problems.append(f"fleet task {fleet_id}: reported token {reported[0]['token']}, ended by {row.lease_token}")
         if reported and row is not None and row.result and row.result.get("task_id") != reported[0]["task_id"]:
             problems.append(f"fleet task {fleet_id}: the result is not the reporting agent's task")
+    return problems
+
+
+def _poison_refused(rows: dict[int, Any], local: dict[int, Any], poisoned: dict[int, bool]) -> list[str]:
+    if not poisoned:
+        return ["the run wrote no poisoned row (too few tasks)"]
+    problems = []
+    for fleet_id, refusable in poisoned.items():
+        row = rows[fleet_id]
+        if not refusable:
+            continue
+        if row.status != "failed" or not row.result or row.result.get("status") != "refused":
+            problems.append(f"poisoned fleet task {fleet_id} is {row.status}, result {row.result}")
+        if local.get(fleet_id):
+            problems.append(f"poisoned fleet task {fleet_id} became a local task on {local[fleet_id][0]['agent']}")
     return problems
 
 

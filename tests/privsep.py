@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -206,7 +207,7 @@ class PrivAgent:
             "setpriv",
             f"--reuid={self.service}",
             f"--regid={self.service}",
-            "--clear-groups",
+            "--init-groups",  # as systemd's User= does: the run user's group among them
             f"--inh-caps=-all,{CAPS}",
             f"--ambient-caps=-all,{CAPS}",
             f"--bounding-set=-all,{CAPS}",
@@ -215,8 +216,14 @@ class PrivAgent:
         command = " ".join(
             _quote(a) for a in [*setpriv, str(agentd_bin() / "agentd"), "--config", str(self.config), *args]
         )
-        enter = f"echo $$ > {self.cgroup}/cgroup.procs && " if delegated else ""
+        cgroups = [self.cgroup, *self.v1_cgroups()] if delegated else []
+        enter = "".join(f"echo $$ > {cgroup}/cgroup.procs && " for cgroup in cgroups)
         return ["sh", "-c", f"{enter}exec {command}"]
+
+    def v1_cgroups(self) -> list[Path]:
+        """The service's cgroups in the v1 hierarchies of the controllers agentd limits (pids, memory), as
+        systemd makes a unit's on a hybrid host (this VM) and hands them over with Delegate=yes."""
+        return [root / self.cgroup.name for root in V1_ROOTS if (root / self.cgroup.name).is_dir()]
 
     def as_operator(self, *args: str) -> subprocess.CompletedProcess[str]:
         """`agentd` as root, the operator (the state dir's files stay the service user's: agentd never
@@ -254,12 +261,14 @@ def priv_agent(mutate: Any = None) -> Iterator[PrivAgent]:
     made_users: list[str] = []
     try:
         system_user = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin"]
+        # As units/agentd.sysusers: each user a group of its own, the services' user a member of the run user's.
         _run(*system_user, "--user-group", service)
         made_users.append(service)
-        _run(*system_user, "--gid", service, run)  # as units/agentd.sysusers: the services' group is its own
+        _run(*system_user, "--user-group", run)
         made_users.append(run)
-        _run(*system_user, "--gid", service, "--home-dir", str(base / "run" / "sensors"), sensors)
+        _run(*system_user, "--user-group", "--home-dir", str(base / "run" / "sensors"), sensors)
         made_users.append(sensors)
+        _run("usermod", "--append", "--groups", run, service)
         agent = PrivAgent(base, service, run, sensors, cgroup)
         _lay_out(agent, mutate)
         _delegate(agent)
@@ -267,8 +276,11 @@ def priv_agent(mutate: Any = None) -> Iterator[PrivAgent]:
     finally:
         if cgroup.exists():
             _kill_cgroup(cgroup)
+        for root in V1_ROOTS:
+            if (root / cgroup.name).exists():
+                _kill_cgroup(root / cgroup.name)
         shutil.rmtree(base, ignore_errors=True)
-        for user in reversed(made_users):  # the run and sensor users first: their group is the service's
+        for user in reversed(made_users):
             subprocess.run(["userdel", user], capture_output=True, check=False)
             subprocess.run(["groupdel", user], capture_output=True, check=False)
 
@@ -284,10 +296,10 @@ def _lay_out(agent: PrivAgent, mutate: Any) -> None:
         os.chmod(path, 0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
     for folder, owner, group, mode in (  # as agentd/install/__init__.py Layout.folders
         (agent.state_dir, svc.pw_uid, svc.pw_gid, 0o700),
-        (agent.run_area, svc.pw_uid, svc.pw_gid, 0o750),
-        (agent.run_area / "runs", svc.pw_uid, svc.pw_gid, 0o750),
-        (agent.workspace, run.pw_uid, svc.pw_gid, 0o770),
-        (agent.sensor_home, sns.pw_uid, svc.pw_gid, 0o700),
+        (agent.run_area, svc.pw_uid, svc.pw_gid, 0o711),
+        (agent.run_area / "runs", svc.pw_uid, run.pw_gid, 0o750),
+        (agent.workspace, run.pw_uid, run.pw_gid, 0o770),
+        (agent.sensor_home, sns.pw_uid, sns.pw_gid, 0o700),
     ):
         folder.mkdir(mode=0o700)
         os.chown(folder, owner, group)
@@ -340,8 +352,12 @@ def boundary(raw: dict[str, Any], agent: PrivAgent) -> None:
         )
 
 
+V1_ROOTS = [Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/memory")]  # where a hybrid host keeps them
+
+
 def _delegate(agent: PrivAgent) -> None:
-    """A cgroup the service user may manage, as systemd's Delegate=yes makes one for a unit."""
+    """Cgroups the service user may manage, as systemd's Delegate=yes makes them for a unit: one in the v2
+    hierarchy and, on a hybrid host, one in each v1 hierarchy of the controllers agentd limits."""
     agent.cgroup.mkdir()
     svc = pwd.getpwnam(agent.service)
     for path in (
@@ -349,6 +365,12 @@ def _delegate(agent: PrivAgent) -> None:
         *(agent.cgroup / n for n in ("cgroup.procs", "cgroup.subtree_control", "cgroup.threads")),
     ):
         os.chown(path, svc.pw_uid, svc.pw_gid)
+    for root in V1_ROOTS:
+        if (root / "cgroup.procs").exists():
+            own = root / agent.cgroup.name
+            own.mkdir()
+            for path in (own, own / "cgroup.procs", own / "tasks"):
+                os.chown(path, svc.pw_uid, svc.pw_gid)
 
 
 def _kill_cgroup(cgroup: Path) -> None:
@@ -360,5 +382,11 @@ def _kill_cgroup(cgroup: Path) -> None:
     for child in sorted((p for p in cgroup.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
         with suppress(OSError):
             child.rmdir()
-    with suppress(OSError):
-        cgroup.rmdir()
+    for _ in range(100):  # what was killed may take a moment to leave it
+        try:
+            cgroup.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)

@@ -243,6 +243,16 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def reading_stdin(pid: int) -> bool:
+    """The process is blocked reading its stdin, a pipe (the kernel's own word for where it sleeps)."""
+    try:
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+        fd = Path(f"/proc/{pid}/syscall").read_text().split()[1]
+    except (OSError, IndexError):
+        return False
+    return "pipe" in wchan and fd == "0x0"
+
+
 def examples(full: int) -> int:
     """A property test's example count: `make test` runs a quarter, `make test-fast` (AGENTD_TEST_TIER=fast,
     the inner loop) a tenth, both at least 10; `make test-slow` (AGENTD_TEST_TIER=slow, which CI runs) all

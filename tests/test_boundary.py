@@ -337,3 +337,109 @@ def test_a_skill_command_the_operator_runs_acts_with_the_run_users_rights_only()
         planted.unlink()
         ok(agent.as_operator("skills", "run", "example", "notes", "add", "hello"))
         assert planted.read_text() == "- hello\n" and planted.stat().st_uid == agent.uid(agent.run)
+
+
+def _scripted_timeout(raw: dict[str, Any]) -> None:
+    next(a for a in raw["adapters"] if a["adapter_id"] == "scripted")["timeout_ms"] = 60_000
+
+
+@pytest.mark.process
+def test_a_sensor_cannot_reach_a_running_attempt_nor_forge_what_it_reports() -> None:
+    """A sensor in the services' group rewrote a running attempt's prompt (the attempt read the injected
+    text; bundle_compiled recorded the real bundle's hash) and replaced its result after it wrote an honest
+    permanent_failure: the task ended completed, "FORGED by the sensor user", and evidence verify said clean.
+    Now the sensor user shares no group with the attempts: every try is refused and the outcome stands."""
+    privsep.require()
+    with privsep.priv_agent(_scripted_timeout) as agent:
+        folder = agent.sensors_dir / "hostile"
+        folder.mkdir(mode=0o755)
+        targets = agent.base / "targets.json"
+        (folder / "sensor.toml").write_text(
+            'description = "reaches for the attempts"\ninterval_seconds = 60\n'
+            f'command = ["{privsep.REPO}/tests/adapters/hostile_sensor.py"]\n'
+            f'env = {{ HOSTILE_TARGETS = "{targets}" }}\n'
+        )
+        ok(agent.as_service("init"))
+        honest = {"status": "permanent_failure", "machine_status": "failed", "operator_summary": "honest: it failed"}
+        payload = json.dumps({"sleep_s": 8, "outcome": honest})
+        ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", payload))
+        dispatcher = subprocess.Popen(agent.service_argv("dispatch", "--until-idle"), env=agent.env())
+        try:
+            runs = agent.run_area / "runs"
+            run = wait_until(lambda: next((p for p in runs.iterdir() if p.is_dir()), None), 60, "the attempt's run dir")
+            pid = wait_until(lambda: agent.processes_of(agent.run), 60, "the attempt's process")[0]
+            wait_until(lambda: (run / "prompt.md").exists(), 30, "its bundle copy")
+            prompt_before = (run / "prompt.md").read_bytes()
+            targets.write_text(json.dumps({"runs": str(runs), "workspace": str(agent.workspace),
+                                           "attempts": [{"run": str(run), "pid": pid}]}))  # fmt: skip
+            targets.chmod(0o644)
+            sensed = agent.as_service("sensors", "--once", delegated=False)
+            assert sensed.returncode == 0, sensed.stderr
+            tries = json.loads((agent.sensor_home / "hostile" / "hostile-sensor-report.json").read_text())
+            assert len(tries) == 11 and [t for t in tries if t["succeeded"]] == [], json.dumps(tries, indent=1)
+            assert (run / "prompt.md").read_bytes() == prompt_before
+            assert dispatcher.wait(timeout=90) == 0
+        finally:
+            if dispatcher.poll() is None:
+                dispatcher.kill()
+                dispatcher.wait()
+        [task] = json.loads(ok(agent.as_operator("task", "list", "--json")))
+        assert task["status"] == "permanent_failure" and "FORGED" not in json.dumps(task), task
+        assert not (agent.workspace / "planted-by-sensor").exists()
+        verified = agent.as_operator("evidence", "verify")
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+@pytest.mark.process
+def test_status_and_install_say_when_attempts_and_sensors_still_share_a_group() -> None:
+    """An older install made the run and sensor users in the services' group, and systemd-sysusers never
+    changes an existing user's group: status says what they can reach of each other and how to split
+    them; install names the usermod line for each."""
+    from agentd.process.privilege import not_in_own_group
+
+    privsep.require()
+    with privsep.priv_agent() as agent:
+        ok(agent.as_service("init"))
+        assert "out of the attempts' reach" in ok(agent.as_operator("status"))
+        assert not_in_own_group(agent.run) is None and not_in_own_group(agent.sensors) is None
+        for user in (agent.run, agent.sensors):  # as an older install left them
+            subprocess.run(["usermod", "-g", agent.service, user], check=True, capture_output=True)
+        status = ok(agent.as_operator("status"))
+        gid = pwd.getpwnam(agent.service).pw_gid
+        assert f"share group {gid} with the attempts" in status and f"usermod -g {agent.sensors}" in status, status
+        said = not_in_own_group(agent.run)
+        assert said is not None and f"usermod -g {agent.run} {agent.run}" in said and agent.service in said
+
+
+@pytest.mark.process
+def test_a_fork_bomb_ends_at_its_attempts_own_limit_and_never_stalls_the_dispatcher() -> None:
+    """The attempt's cgroup is a child of the dispatcher unit's, so a fork bomb used up the unit's TasksMax
+    and the dispatcher could start neither a thread nor a process until the attempt's timeout. Here the
+    service's own cgroup holds at most 128 (the unit's TasksMax, as systemd sets it) and runs as the units
+    run it: the bomb ends at its own [dispatch] max_pids within a second or so, and the next task runs."""
+    privsep.require()
+
+    def limited(raw: dict[str, Any]) -> None:
+        raw["dispatch"]["max_pids"] = 24
+        next(a for a in raw["adapters"] if a["adapter_id"] == "scripted")["timeout_ms"] = 60_000
+
+    with privsep.priv_agent(limited) as agent:
+        v1 = agent.v1_cgroups()
+        pids = next((path for path in v1 if path.parent.name == "pids"), None)
+        if pids is None:
+            pytest.skip("no cgroup v1 pids hierarchy here (a v2 host: the limit is set in the attempt's v2 cgroup)")
+        (pids / "pids.max").write_text("128")
+        ok(agent.as_service("init"))
+        bomb = json.dumps({"forks": 1000, "outcome": {"status": "completed", "machine_status": "ok",
+                                                       "operator_summary": "forked"}})  # fmt: skip
+        ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", bomb))
+        ok(agent.as_operator("task", "add", "--type", "example", "--priority", "9"))
+        ran = agent.as_service("dispatch", "--until-idle", timeout=90)
+        assert ran.returncode == 0, ran.stderr
+        first, second = sorted(json.loads(ok(agent.as_operator("task", "list", "--json"))), key=lambda t: t["task_id"])
+        shown = json.loads(ok(agent.as_operator("task", "show", str(first["task_id"]), "--json")))
+        attempt = shown["attempts"][-1]
+        assert attempt["termination_reason"] == "pids_limit", attempt
+        assert attempt["diagnostics"]["elapsed_s"] < 20, "ended at its limit, long before its 60 s timeout"
+        assert second["status"] == "completed", second
+        assert agent.processes_of(agent.run) == []

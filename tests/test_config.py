@@ -562,3 +562,18 @@ def test_a_name_too_long_for_the_file_system_is_a_problem_naming_its_key(
     assert main(["config", "check", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and any(where[0] in line for line in err.splitlines()), err
+
+
+@pytest.mark.parametrize("field", ["instruction_path", "sensor_path"])
+def test_a_skill_path_that_is_a_link_loop_is_a_problem_not_a_crash(tmp_path: Path, field: str) -> None:
+    """Path.resolve() raises RuntimeError on a link loop (Python 3.11): config check ended in a traceback."""
+    skills, _ = own_folders(tmp_path)
+    manifest = skills / "example" / "skill.toml"
+    (skills / "example" / "loop").symlink_to("loop")
+    text = manifest.read_text()
+    text = text.replace('instruction_path = "SKILL.md"', f'instruction_path = "SKILL.md"\n{field} = "loop"')
+    if field == "instruction_path":
+        text = text.replace('instruction_path = "SKILL.md"\n', "", 1)
+    manifest.write_text(text)
+    found = problems_with_own_folders(tmp_path)
+    assert f"{manifest}: {field}: 'loop' escapes the skill folder (or is a link loop)" in found, found

@@ -185,6 +185,9 @@ async def test_a_proposal_path_outside_the_workspace_is_refused_with_its_reason(
     (rig.config.paths.workspace / "soul-link.md").symlink_to(soul(rig))
     linked = await finish_one(rig, outcome=ok(**proposing(path="soul-link.md")))
     assert "leads outside the workspace" in refusal(rig, linked)
+    (rig.config.paths.workspace / "loop.md").symlink_to("loop.md")  # resolve() raised RuntimeError: a crash
+    looped = await finish_one(rig, outcome=ok(**proposing(path="loop.md")))
+    assert "leads outside the workspace" in refusal(rig, looped)
     assert soul(rig).read_bytes() == before
 
 

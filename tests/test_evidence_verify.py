@@ -202,9 +202,7 @@ async def test_missing_and_extra_files_and_folders_are_named(filled: Rig, verify
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("name", ["\u00b2", "\u0661", "1_0", "+1", "9" * 120])
-async def test_a_task_folder_whose_name_only_looks_like_a_number_is_named(
-    filled: Rig, verify: Any, name: str
-) -> None:
+async def test_a_task_folder_whose_name_only_looks_like_a_number_is_named(filled: Rig, verify: Any, name: str) -> None:
     """A planted task folder named "²" (a digit to str.isdigit(), not to int()) was a ValueError
     traceback; "١" (Arabic-Indic one) was read as task 1."""
     stray = filled.config.paths.state_dir / "attempts" / name / "01ARZ3NDEKTSV4RRFFQ69G5FAV"

@@ -211,3 +211,37 @@ def test_a_signal_stops_a_fleet_batch_between_two_transactions(queue: FleetQueue
     assert isinstance(failed, Interrupted) and failed.exit_code == 130 and len(sent) == 1_000
     assert "lines 1–1000 were submitted (1,000 of 1,201)" in resume_note(sent, 1_201)
     assert len(rows(dsn)) == 1_000 + 1  # and the events' count
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_while_a_fleet_batch_waits_on_stdin_ends_it_and_sends_nothing(
+    queue: FleetQueue, dsn: str, state_dir: Path, signal_name: str
+) -> None:
+    """As `task add --batch -` (tests/test_task_batch.py): only the sending is guarded; a signal while
+    the lines are read ends the command at once, in the same words and exit code as one between sends."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from support import reading_stdin, wait_until
+
+    running = subprocess.Popen(
+        [sys.executable, "-m", "agentd", "--config", str(EXAMPLE_CONFIG), "fleet", "submit", "--batch", "-",
+         "--dsn", dsn],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ),
+    )  # fmt: skip
+    try:
+        assert running.stdin is not None
+        running.stdin.write(json.dumps(LINES[0]).encode() + b"\n")
+        running.stdin.flush()  # and kept open
+        wait_until(lambda: reading_stdin(running.pid), 60, "the batch waiting on stdin")
+        running.send_signal(getattr(signal, signal_name))
+        code = running.wait(timeout=30)
+    finally:
+        running.kill()
+        out, err = running.communicate()
+    assert code == 128 + getattr(signal, signal_name), err
+    assert err.decode() == f"agentd: stopped by {signal_name}; nothing was written\n" and out == b""
+    assert rows(dsn) == [{"events": {}}]

@@ -5,6 +5,7 @@ token, results go back with the token, and a token the fleet no longer honours i
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from agentd.errors import InputError
 from agentd.services.dispatch import Dispatcher
 from agentd.services.fleet import FleetLink
 from agentd.store import Store
-from agentd.store.fleet import FleetQueue, FleetTask, Lease
+from agentd.store.fleet import FleetQueue
+from agentd.store.fleet_rows import FleetTask, Lease
 
 pytestmark = pytest.mark.process
 
@@ -221,12 +223,14 @@ async def test_an_unreachable_fleet_defers_fleet_work_and_local_work_goes_on(
 
 
 def poisoned(**changes: Any) -> Lease:
+    """A claimed row as a read hands it over (agentd/store/fleet_rows.py): its JSON columns as text."""
     row = {
         "id": 7, "idempotency_key": None, "task_type": "example", "subject": "s", "payload": {}, "labels": [],
         "priority": 5, "origin": ORIGIN, "status": "leased", "lease_agent": "a", "lease_token": 3,
         "lease_expires_at": None, "claims": 1, "result": None, "created_at": None, "updated_at": None,
         "finished_at": None, **changes,
     }  # fmt: skip
+    row["payload"], row["origin"] = json.dumps(row["payload"]), json.dumps(row["origin"])
     return Lease(FleetTask.of(row), 3)
 
 

@@ -483,10 +483,12 @@ def test_two_agents_get_distinct_ports_and_their_units_verify(
 # --- the boundary (issue 22): two users per agent, folders only they may reach ------------------------
 
 
-def test_the_sysusers_file_makes_a_services_user_a_run_user_and_a_sensor_user_in_its_group(installed: Path) -> None:
-    """Applied to a temp root by systemd-sysusers itself: three users; the run and sensor users' only
-    group is the services' (so what they write, the services read); the services' user is in no group of
-    theirs; the sensor user's home is where install makes the sensors' folder, 0700 and its own."""
+def test_the_sysusers_file_makes_three_users_each_in_a_group_of_its_own(installed: Path) -> None:
+    """Applied to a temp root by systemd-sysusers itself: three users, each in a group of its own; the
+    services' user is a member of the run user's group (so what an attempt writes, the services read and
+    remove) and of no other; the sensor user shares no group with the attempts (issue #38: a sensor in the
+    services' group rewrote a running attempt's prompt and its result); the sensor user's home is where
+    install makes the sensors' folder, 0700 and its own."""
     sysusers = shutil.which("systemd-sysusers")
     if sysusers is None:
         pytest.skip("systemd-sysusers is not installed on this machine")
@@ -497,23 +499,28 @@ def test_the_sysusers_file_makes_a_services_user_a_run_user_and_a_sensor_user_in
     groups = {line.split(":")[0]: line.split(":") for line in (target / "etc/group").read_text().splitlines()}
     service, run, sensors = users["agentd-demo"], users["agentd-demo-run"], users["agentd-demo-sns"]
     assert len({service[2], run[2], sensors[2]}) == 3 and int(run[2]) != 0 and int(sensors[2]) != 0
-    assert run[3] == sensors[3] == service[3] == groups["agentd-demo"][2]  # one group: the services'
-    assert "agentd-demo-run" not in groups and "agentd-demo-sns" not in groups
-    assert groups["agentd-demo"][3] == ""  # no supplementary members
+    assert service[3] == groups["agentd-demo"][2]
+    assert run[3] == groups["agentd-demo-run"][2] and sensors[3] == groups["agentd-demo-sns"][2]
+    assert len({service[3], run[3], sensors[3]}) == 3
+    members = {name: entry[3].split(",") if entry[3] else [] for name, entry in groups.items()}
+    assert members["agentd-demo-run"] == ["agentd-demo"] and members["agentd-demo-sns"] == []
+    assert members["agentd-demo"] == []
     assert run[6] == sensors[6] == service[6] == "/usr/sbin/nologin"
     tmpfiles = (installed / "etc/tmpfiles.d/agentd-demo.conf").read_text()
-    assert f"d {sensors[5]} 0700 agentd-demo-sns agentd-demo -" in tmpfiles.splitlines()
+    assert f"d {sensors[5]} 0700 agentd-demo-sns agentd-demo-sns -" in tmpfiles.splitlines()
 
 
-def test_the_folders_leave_the_state_dir_to_the_services_alone(installed: Path) -> None:
+def test_the_folders_leave_the_state_dir_to_the_services_and_share_none_between_attempts_and_sensors(
+    installed: Path,
+) -> None:
     lines = (installed / "etc/tmpfiles.d/agentd-demo.conf").read_text().splitlines()
     folders = {line.split()[1]: line.split()[2:5] for line in lines if line.startswith("d ")}
     assert folders == {
         "/var/lib/agentd/demo": ["0700", "agentd-demo", "agentd-demo"],
-        "/var/lib/agentd-run/demo": ["0750", "agentd-demo", "agentd-demo"],
-        "/var/lib/agentd-run/demo/runs": ["0750", "agentd-demo", "agentd-demo"],
-        "/var/lib/agentd-run/demo/workspace": ["0770", "agentd-demo-run", "agentd-demo"],
-        "/var/lib/agentd-run/demo/sensors": ["0700", "agentd-demo-sns", "agentd-demo"],
+        "/var/lib/agentd-run/demo": ["0711", "agentd-demo", "agentd-demo"],
+        "/var/lib/agentd-run/demo/runs": ["0750", "agentd-demo", "agentd-demo-run"],
+        "/var/lib/agentd-run/demo/workspace": ["0770", "agentd-demo-run", "agentd-demo-run"],
+        "/var/lib/agentd-run/demo/sensors": ["0700", "agentd-demo-sns", "agentd-demo-sns"],
     }
 
 

@@ -306,12 +306,24 @@ JSON_TYPED: dict[str, tuple[type[Any], dict[str, Any], str]] = {
     "an audit of 1": (TaskIntent, _intent(evidence_requirements={"require_file_change_verification": 1}), CHANGES),
     "a workflow id as text": (TaskIntent, _intent(workflow_ref=STEP_REF), "workflow_ref.workflow_id"),
     "a sensor's task": (SensorEvent, {**SENSED, "proposed_task": _intent(priority=" 3 ")}, "proposed_task.priority"),
-    "an agent's follow-up": (TaskOutcome, {**OUTCOME, "follow_up_tasks": [_intent(priority=True)]}, "follow_up_tasks.0.priority"),
-    "an interval as text": (ScheduleSpec, {"schedule_id": "s", "interval_seconds": "90", "task": {}}, "interval_seconds"),
+    "an agent's follow-up": (
+        TaskOutcome,
+        {**OUTCOME, "follow_up_tasks": [_intent(priority=True)]},
+        "follow_up_tasks.0.priority",
+    ),
+    "an interval as text": (
+        ScheduleSpec,
+        {"schedule_id": "s", "interval_seconds": "90", "task": {}},
+        "interval_seconds",
+    ),
     "a time as seconds since 1970": (SensorEvent, {**SENSED, "observed_at": 1_700_000_000}, "observed_at"),
     "a time of 0": (SensorEvent, {**SENSED, "freshness_deadline": 0}, "freshness_deadline"),
     "a time of true": (TaskIntent, _intent(available_at=True), "available_at"),
-    "enabled 'off'": (ScheduleSpec, {"schedule_id": "s", "interval_seconds": 90, "enabled": "off", "task": {}}, "enabled"),
+    "enabled 'off'": (
+        ScheduleSpec,
+        {"schedule_id": "s", "interval_seconds": 90, "enabled": "off", "task": {}},
+        "enabled",
+    ),
 }
 
 
@@ -327,5 +339,9 @@ def test_a_number_or_boolean_field_takes_only_that_json_type(case: str) -> None:
 
 def test_a_whole_float_is_still_an_integer_as_in_json_schema() -> None:
     assert TaskIntent.model_validate(_intent(priority=3.0)).priority == 3
-    assert ScheduleSpec.model_validate({"schedule_id": "s", "interval_seconds": 90.0, "task": {}}).interval_seconds == 90
-    assert TaskIntent.model_validate(_intent(schedule={"delay_minutes": 5})).schedule == RelativeSchedule(delay_minutes=5)
+    assert (
+        ScheduleSpec.model_validate({"schedule_id": "s", "interval_seconds": 90.0, "task": {}}).interval_seconds == 90
+    )
+    assert TaskIntent.model_validate(_intent(schedule={"delay_minutes": 5})).schedule == RelativeSchedule(
+        delay_minutes=5
+    )

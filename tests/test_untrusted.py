@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -147,3 +148,56 @@ def test_nothing_outside_the_root_is_ever_read_whatever_links_it_holds(
         return  # refused, or nothing there: never a read outside
     assert data == b"inside"
     assert not any(root.joinpath(*probe[: i + 1]).is_symlink() for i in range(len(probe)))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda w: (w / "loop").symlink_to("loop"),  # ln -s loop loop
+        lambda w: ((w / "a").symlink_to("b"), (w / "b").symlink_to("a")),  # a → b → a
+        lambda w: ((w / "dir").mkdir(), (w / "dir" / "loop").symlink_to("../dir/loop")),  # one deeper
+    ],
+    ids=["itself", "a pair", "inside a folder"],
+)
+def test_a_link_loop_named_as_an_artifact_leads_outside_the_workspace(tmp_path: Path, make: Any) -> None:
+    """Path.resolve() raises RuntimeError, not OSError, on a link loop (Python 3.11): agentd recorded its
+    own crash ("agentd failed running this attempt: RuntimeError: Symlink loop") and retried the task."""
+    from agentd.attempt.conclude import HashBudget, file_fact
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    make(workspace)
+    for name in ("loop", "a", "dir/loop"):
+        if os.path.lexists(workspace / name):
+            fact = file_fact(name, workspace, HashBudget(1 << 20, "the test's budget"))
+            assert fact.problem == f"path {name!r} leads outside the workspace", fact
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_reported_file_of_another_user_is_refused_not_taken_for_the_attempts(run: Path, tmp_path: Path) -> None:
+    """What an attempt reports (its result, its harness's last message or usage file, its progress, its
+    artifacts) is its run user's: a file another party left where agentd reads (a sensor, another agent,
+    the operator) is refused by its owner, as a link is refused by its kind."""
+    from agentd.attempt.conclude import HashBudget, file_fact
+
+    attempt_user, someone_else = 4242, 4343
+    result = run / "result.json"
+    result.write_text('{"status": "completed"}')
+    os.chown(result, someone_else, someone_else)
+    data, problem = read_reported(result, 1000, owner=attempt_user)
+    assert (
+        data is None
+        and problem == f"'result.json' belongs to uid {someone_else}, not to the attempt's user (uid {attempt_user})"
+    )
+    assert read_reported(result, 1000, owner=someone_else)[0] == b'{"status": "completed"}'  # the control
+    assert read_reported(result, 1000)[0] is not None  # without a run user, anyone's (the service's own)
+    workspace = tmp_path / "workspace"
+    (workspace / "reports").mkdir(parents=True)
+    (workspace / "reports" / "planted.md").write_text("not the attempt's")
+    os.chown(workspace / "reports" / "planted.md", someone_else, someone_else)
+    fact = file_fact("reports/planted.md", workspace, HashBudget(1 << 20, "the budget"), owner=attempt_user)
+    assert fact.problem is not None and "not to the attempt's user" in fact.problem
+    assert "an artifact is a file its attempt made" in fact.problem
+    with pytest.raises(Refused):
+        lstat_beneath(workspace, "reports/planted.md", owner=attempt_user)
+    assert file_fact("reports/planted.md", workspace, HashBudget(1 << 20, "b"), owner=someone_else).sha256

@@ -52,6 +52,11 @@ class AttemptContext:
     group: RunGroup | None = None  # where the attempt's processes are kept (agentd/process/containment.py)
     user: RunUser | None = None  # who they run as ([dispatch] run_as; None: the service's own user)
 
+    @property
+    def reporter(self) -> int | None:
+        """The uid whose files the attempt's reports must be (its run user's); None: anyone's (no run user)."""
+        return None if self.user is None else self.user.uid
+
 
 @frozen_value
 class Invocation:

@@ -72,7 +72,7 @@ class CodexAdapter(HarnessAdapter):
         config = ctx.adapter
         assert isinstance(config, CodexConfig)
         parsed = parse_codex_events(read_tail(ctx.paths.stdout))
-        last, _ = read_reported(ctx.paths.reported(LAST_MESSAGE), FINAL_MESSAGE_MAX_BYTES)
+        last, _ = read_reported(ctx.paths.reported(LAST_MESSAGE), FINAL_MESSAGE_MAX_BYTES, ctx.reporter)
         if last:  # written by the attempt's user: read without following a link, capped
             parsed = replace(parsed, final_message=last.decode("utf-8", errors="replace"))
         model = ctx.model or config.model

@@ -61,7 +61,7 @@ class HermesAgentAdapter(HarnessAdapter):
 
     def parse(self, ctx: AttemptContext, result: ProcessResult) -> AdapterRun:
         (ctx.paths.scratch / "hermes" / "config.yaml").unlink(missing_ok=True)  # it held the provider key
-        usage, problem = read_reported(ctx.paths.reported(USAGE_FILE), MAX_USAGE_BYTES)
+        usage, problem = read_reported(ctx.paths.reported(USAGE_FILE), MAX_USAGE_BYTES, ctx.reporter)
         if usage is not None:  # evidence: a copy in the state dir, which the attempt cannot reach
             write_new(ctx.paths.root / USAGE_FILE, usage.decode("utf-8", errors="replace"))
         usage_text = usage.decode("utf-8", errors="replace") if usage is not None else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from errno import EPERM
 from pathlib import Path, PurePosixPath
 from stat import S_ISREG
 from typing import Any
@@ -21,13 +22,13 @@ from agentd.attempt.outcome import FileFact, paths_to_check
 from agentd.attempt.policy import AttemptPolicy, Ending
 from agentd.attempt.prepare import Prepared
 from agentd.clock import format_ts
-from agentd.edge import MAX_RESULT_BYTES, scrub, scrub_value
+from agentd.edge import MAX_RESULT_BYTES, resolves_inside, scrub, scrub_value
 from agentd.evidence import AttemptPaths, attempt_paths, seal, trace_summary, verify_attempt_dir
 from agentd.evidence.action_trace import Step, capped, trace_lines, trace_of
 from agentd.hashing import sha256_file, sha256_hex
 from agentd.process.files import Refused as UntrustedPath
 from agentd.process.files import lstat_beneath, read_beneath, read_reported, sha256_at_most, write_new
-from agentd.process.privilege import run_user
+from agentd.process.privilege import run_user, uid_of
 from agentd.process.runner import remove_tree
 from agentd.records import (
     ArtifactRow,
@@ -139,7 +140,8 @@ def gather(
 ) -> AttemptFacts:
     """Everything the judge needs, from the evidence dir and the workspace: what the attempt reported
     copied into the evidence (never through a link), then redacted, then read."""
-    copied_problem = copy_reported_result(paths) if read_result else None
+    reporter = uid_of(policy.run_as)  # whose the files it reports must be
+    copied_problem = copy_reported_result(paths, reporter) if read_result else None
     redact_evidence(paths, redactor)
     result_text, result_problem = read_result_file(paths) if read_result else (None, None)
     result_problem = result_problem or copied_problem
@@ -165,7 +167,7 @@ def gather(
         policy.max_artifact_bytes,
         "what agentd reads to hash one attempt's files, in all ([dispatch] max_artifact_bytes)",
     )
-    files = {p: file_fact(p, policy.workspace, budget) for p in paths_to_check(extracted.outcome, checks)}
+    files = {p: file_fact(p, policy.workspace, budget, reporter) for p in paths_to_check(extracted.outcome, checks)}
     audit = None
     if checks.require_adapter_audit and paths.stdout.is_file():
         relative = str(paths.stdout.relative_to(policy.state_dir))
@@ -248,23 +250,24 @@ class HashBudget:
         self.what = what
 
 
-def file_fact(relative: str, workspace: Path, budget: HashBudget) -> FileFact:
+def file_fact(relative: str, workspace: Path, budget: HashBudget, owner: int | None = None) -> FileFact:
     """What the workspace holds at a path an outcome names; refused if it is not inside it (absolute,
-    `..`, a link leading out) or is reached through a link at all: the attempt's user can swap any
-    path in its workspace, so agentd reads there only without following links (agentd/process/files.py).
-    A regular file is hashed within `budget`; one past it is refused, unread."""
+    `..`, a link leading out), is reached through a link at all (the attempt's user can swap any path in
+    its workspace, so agentd reads there only without following links: agentd/process/files.py) or, with
+    `owner` (the run user's uid), is not the attempt's own. A regular file is hashed within `budget`;
+    one past it is refused, unread."""
     pure = PurePosixPath(relative)
-    root = workspace.resolve()
     if pure.is_absolute() or ".." in pure.parts or not relative.strip():
         return FileFact(relative, f"path {relative!r} is outside the workspace")
-    if not (root / pure).resolve().is_relative_to(root):
+    if not resolves_inside(workspace, pure):
         return FileFact(relative, f"path {relative!r} leads outside the workspace")
     try:
-        info = lstat_beneath(workspace, pure)
+        info = lstat_beneath(workspace, pure, owner)
         hashed = S_ISREG(info.st_mode) and info.st_size <= budget.left  # its size first: a large one is never read
-        digest, read = sha256_at_most(workspace, pure, budget.left) if hashed else (None, 0)
+        digest, read = sha256_at_most(workspace, pure, budget.left, owner) if hashed else (None, 0)
     except UntrustedPath as exc:
-        return FileFact(relative, f"path {relative!r}: {exc.strerror}; agentd does not follow links in the workspace")
+        why = "an artifact is a file its attempt made" if exc.errno == EPERM else "agentd follows no workspace link"
+        return FileFact(relative, f"path {relative!r}: {exc.strerror}; {why}")
     except OSError:
         return FileFact(relative)
     budget.left = max(budget.left - read, 0)
@@ -347,10 +350,11 @@ def redact_evidence(paths: AttemptPaths, redactor: Redactor) -> int:
 INPUT_FILES = ("prompt.md", "stdin.json", "manifest.json")
 
 
-def copy_reported_result(paths: AttemptPaths) -> str | None:
+def copy_reported_result(paths: AttemptPaths, owner: int | None = None) -> str | None:
     """The result file the attempt wrote in its run dir, sealed into its evidence dir (which the attempt
-    cannot reach): read without following a link, at most MAX_RESULT_BYTES. None, or why not."""
-    data, problem = read_reported(paths.reported_result, MAX_RESULT_BYTES)
+    cannot reach): read without following a link, at most MAX_RESULT_BYTES, only if it is `owner`'s (the
+    run user's). None, or why not."""
+    data, problem = read_reported(paths.reported_result, MAX_RESULT_BYTES, owner)
     if data is not None:
         write_new(paths.result, data.decode("utf-8", errors="replace"))
     return problem

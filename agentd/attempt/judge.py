@@ -192,6 +192,14 @@ def _exit_status(facts: AttemptFacts) -> ExitStatus:
     return facts.run.exit_status if facts.run is not None else "error"
 
 
+# A limit of its own cgroup ended the attempt (agentd/process/limits.py; docs/reliability.md).
+LIMIT_HIT = {
+    "pids": "hit its limit on processes and threads ([dispatch] max_pids); everything it started was killed",
+    "memory": "the kernel killed inside it at its memory limit ([dispatch] max_memory_mb); everything it started "
+    "was killed",
+}
+
+
 def _gated(facts: AttemptFacts, extracted: Extracted) -> tuple[Gated, str, str | None]:
     """(gated outcome, termination_reason, failure_type)."""
     if facts.internal_error is not None:
@@ -211,6 +219,8 @@ def _gated(facts: AttemptFacts, extracted: Extracted) -> tuple[Gated, str, str |
     process = run.process
     if process is not None and process.start_error:
         return Gated(TaskOutcome.failure(process.start_error)), "start_failed", "start_error"
+    if process is not None and process.limit_hit in LIMIT_HIT:
+        return Gated(TaskOutcome.failure(LIMIT_HIT[process.limit_hit])), f"{process.limit_hit}_limit", "resource_limit"
     if run.exit_status == "timeout":
         summary = f"timed out after {facts.timeout_s:g}s; the process group was killed"
         return Gated(TaskOutcome.failure(summary)), "timeout", "timeout"
@@ -395,6 +405,7 @@ def _diagnostics(facts: AttemptFacts, extracted: Extracted, gated: Gated, failur
             stdout_truncated=process.stdout.truncated,
             stderr_truncated=process.stderr.truncated,
             stragglers=process.stragglers,
+            **({"limit_hit": process.limit_hit} if process.limit_hit else {}),
         )
     return found
 

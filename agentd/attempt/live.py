@@ -126,6 +126,7 @@ class Source:
     folder: Path
     name: str
     lines: Lines
+    owner: int | None = None  # whose the file must be (the run user's progress file); None: anyone's
     offset: int = 0
     refused: str | None = None
 
@@ -139,7 +140,7 @@ class Source:
         if self.refused is not None:
             return []
         try:
-            with open_beneath(self.folder, self.name) as fd:
+            with open_beneath(self.folder, self.name, self.owner) as fd:
                 size = os.fstat(fd).st_size
                 if size < self.offset:  # replaced or truncated: read the new one from its start
                     self.offset = 0
@@ -283,7 +284,7 @@ def watcher_for(prepared: Prepared, db: AsyncStore, clock: Clock) -> LiveWatcher
     if parser is not None:
         source = Source(ctx.paths.root, ctx.paths.stdout.name, Lines(LINE_MAX_BYTES, keep_long=False))
     elif ctx.adapter.kind == "script":
-        source = Source(ctx.paths.run, PROGRESS_FILE, Lines(PROGRESS_LINE_MAX_BYTES, keep_long=True))
+        source = Source(ctx.paths.run, PROGRESS_FILE, Lines(PROGRESS_LINE_MAX_BYTES, keep_long=True), ctx.reporter)
     else:
         return None
     return LiveWatcher(prepared, db, clock, source, parser, shown)

@@ -36,6 +36,7 @@ from agentd.evidence import AttemptPaths, attempt_paths, make_attempt_dir
 from agentd.hashing import canonical_json, sha256_hex
 from agentd.process.containment import attempt_group
 from agentd.process.files import keep_workspace, write_new, write_shared
+from agentd.process.limits import Limits
 from agentd.process.privilege import RunUser
 from agentd.process.runner import child_environment
 from agentd.records import AdapterConfig, AttemptPlan, Claim, CompiledBundle, TaskAttempt, TaskRecord, WorkflowRecord
@@ -101,6 +102,7 @@ class AttemptPreparer:
     ) -> None:
         self.config, self.db, self.clock, self.adapters = config, db, clock, adapters
         self.user = user  # [dispatch] run_as, resolved at the service's start
+        self.limits = Limits.of(config.dispatch.max_pids, config.dispatch.max_memory_mb)
 
     async def prepare(self, claim: Claim) -> Prepared:
         assert claim.attempt is not None
@@ -139,7 +141,7 @@ class AttemptPreparer:
             timeout_s=adapter_config.timeout_ms / 1000,
             kill_grace_s=config.dispatch.kill_grace_s,
             output_cap_bytes=config.dispatch.output_cap_bytes,
-            group=attempt_group(config.paths.state_dir, attempt.attempt_id),
+            group=attempt_group(config.paths.state_dir, attempt.attempt_id, self.limits),
             user=self.user,
         )
         checks = completion_checks(config, task)

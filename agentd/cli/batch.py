@@ -27,7 +27,8 @@ PER_TASK = {
 
 
 def cmd_task_add_batch(args: argparse.Namespace) -> int:
-    """Judge every line, write nothing if one is bad (exit 2); else write them 500 per transaction."""
+    """Judge every line, write nothing if one is bad (exit 2); else write them 500 per transaction. Only
+    the writes are guarded (cli/common.py stop_between): a signal while stdin is read ends it at once."""
     from agentd import control
     from agentd.process.privilege import operator_source
     from agentd.process.wake import poke
@@ -36,13 +37,14 @@ def cmd_task_add_batch(args: argparse.Namespace) -> int:
     _refuse_per_task_flags(args)
     source = operator_source(args.source)  # the lines that name no source of their own get this one
     now = SystemClock().now()
-    with agent_store(args) as (config, store), opened_input(args.batch, "--batch") as stream, stop_between() as stop:
-        judged = batch.judge_lines(
-            batch.read_lines(stream), config, now, source=source, require_approval=args.require_approval
-        )
+    with agent_store(args) as (config, store), stop_between() as stop:  # a signal ends the reading at once
+        with opened_input(args.batch, "--batch") as stream:
+            judged = batch.judge_lines(
+                batch.read_lines(stream), config, now, source=source, require_approval=args.require_approval
+            )
         if judged.bad:
             raise batch.refusal(judged)
-        writing = batch.write(store, judged.tasks, now, control.operator(), stop=stop)
+        writing = batch.write(store, judged.tasks, now, control.operator(), stop=stop.writes())
     if writing.written:
         poke(config.paths.state_dir)  # new work: wake the dispatcher now
     if writing.failed is not None:

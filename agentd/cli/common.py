@@ -9,6 +9,7 @@ import argparse
 import functools
 import gettext
 import json
+import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,7 +20,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 from agentd.clock import SystemClock, parse_duration, parse_ts
 from agentd.edge import INT64_MAX, NotJson, Refused, check_text, note_text, printable, shown, visible_json, whole_number
 from agentd.edge import loads as load_json
-from agentd.errors import ConfigError, InputError
+from agentd.errors import ConfigError, InputError, Interrupted
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -330,21 +331,43 @@ def print_fields(pairs: Iterable[tuple[str, Any]]) -> None:
         print(f"{key.ljust(width)}  {printable(shown)}")
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, a service manager's stop, a closed terminal
+
+
+class StopBetween:
+    """What `stop_between` yields: `writes()` marks where the writes begin; called, it says which signal
+    asked to stop since then (None: none did)."""
+
+    def __init__(self) -> None:
+        self.writing = False
+        self.asked: str | None = None
+
+    def __call__(self) -> str | None:
+        return self.asked
+
+    def writes(self) -> StopBetween:
+        self.writing = True
+        return self
+
+    def handle(self, number: int, _frame: object) -> None:
+        """A signal handler: before the writes, end the command here; during them, only take note."""
+        name = signal.Signals(number).name
+        if not self.writing:
+            raise Interrupted(name, "nothing was written")
+        self.asked = self.asked or name
+
+
 @contextmanager
-def stop_between() -> Iterator[Callable[[], str | None]]:
-    """For a command that writes in several transactions: Ctrl-C, SIGTERM and SIGHUP only note that a stop
-    was asked (the function yielded says which signal, or None), so the command stops between two
+def stop_between() -> Iterator[StopBetween]:
+    """For a command that reads its input, then writes it in several transactions (`task add --batch`,
+    `fleet submit --batch`): only the writes are guarded. Until `writes()`, Ctrl-C, SIGTERM and SIGHUP end
+    the command at once (exit 128 + the signal's number), however long a stdin stays open, and nothing is
+    written; from then on they only note that a stop was asked, so the command stops between two
     transactions and can say exactly what is in, instead of dying between a commit and its report."""
-    import signal
-
-    asked: list[str] = []
-
-    def note(number: int, _frame: object) -> None:
-        asked.append(signal.Signals(number).name)
-
-    previous = {number: signal.signal(number, note) for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    stop = StopBetween()
+    previous = {number: signal.signal(number, stop.handle) for number in STOP_SIGNALS}
     try:
-        yield lambda: asked[0] if asked else None
+        yield stop
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)

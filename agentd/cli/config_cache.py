@@ -226,11 +226,11 @@ def _cached(state_dir: Path) -> tuple[Any, Any, Any, dict[str, Any]] | None:
 
 def write_view(config: Config) -> None:
     """Leave the view of a config that was just loaded in full, for the next command. Best effort: a
-    state dir that does not exist yet, or cannot be written, simply has no view."""
+    state dir that does not exist yet, cannot be written or is another user's simply has no view."""
     from agentd.cli.config_view import named_paths, view_of  # pydantic is loaded already: this is the full path
 
     state_dir = config.paths.state_dir
-    if not state_dir.is_dir() or config.fleet.dsn_file is not None:  # a fleet's psycopg is not in the key
+    if not _own_folder(state_dir) or config.fleet.dsn_file is not None:  # a fleet's psycopg is not in the key
         return
     paths, trees = named_paths(config)
     key = cache_key(config.path, paths, trees)
@@ -240,6 +240,17 @@ def write_view(config: Config) -> None:
         return  # the view there is this one already: the key covers everything it is made from
     body = json.dumps({"key": key, "paths": paths, "trees": trees, "view": view_of(config)}, sort_keys=True)
     _write_private(cache_file(state_dir), hashlib.sha256(body.encode()).hexdigest() + "\n" + body)
+
+
+def _own_folder(state_dir: Path) -> bool:
+    """A folder of the user running the command. Another user's (root's, an operator running a command
+    as root in the services' state dir) gets no view: one it wrote would be a file there the services
+    cannot open, and keyed to its writer, of no use to them (docs/decisions.md, "Start-up")."""
+    try:
+        found = os.stat(state_dir)
+    except OSError:
+        return False
+    return stat.S_ISDIR(found.st_mode) and found.st_uid == os.geteuid()
 
 
 def _write_private(path: Path, text: str) -> None:

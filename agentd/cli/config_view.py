@@ -26,6 +26,8 @@ def view_of(config: Config) -> dict[str, Any]:
         "database": str(config.db_path),
         "workspace": str(config.paths.workspace),
         "run_as": config.dispatch.run_as,
+        "max_pids": config.dispatch.max_pids,
+        "max_memory_mb": config.dispatch.max_memory_mb,
         "sensors_run_as": config.sensors.run_as,
         "budget_capped": config.budget.capped,
         "intake": intake_view(config),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,8 @@ from agentd.vocabulary import MODES, SURFACES
 
 if TYPE_CHECKING:
     from agentd.config import Config
-    from agentd.store.fleet import FleetQueue, FleetTask
+    from agentd.store.fleet import FleetQueue, Submission
+    from agentd.store.fleet_rows import FleetTask
 
 
 def register(commands: Any) -> None:
@@ -123,21 +125,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from agentd.cli import fleet_submit
 
     config, now = writing(args), SystemClock().now()
-    if args.batch is not None:
-        submissions = fleet_submit.judge_batch(args, config, now)
-    elif args.task_type is None:
-        raise InputError("--type: required (or --batch FILE for many tasks)")
-    else:
-        fields = fleet_submit.given_fields(args)
-        fields["payload"] = json_object(args.payload or "{}", "--payload")
-        submissions = [(0, fleet_submit.judge(fields, config, now, flags=True))]
-    origin = fleet_submit.origin_of(args, now)
-    queue = _queue(args, config)
-    try:
-        with stop_between() as stop:
-            sent, failed = fleet_submit.send(queue, submissions, origin, stop)
-    finally:
-        queue.close()
+    with stop_between() as stop:  # a signal while the lines are read ends the command at once
+        submissions = _submissions(args, config, now)
+        origin = fleet_submit.origin_of(args, now)
+        queue = _queue(args, config)
+        try:
+            sent, failed = fleet_submit.send(queue, submissions, origin, stop.writes())
+        finally:
+            queue.close()
     if failed is not None:
         if args.batch is not None:
             print(f"agentd: {fleet_submit.resume_note(sent, len(submissions))}", file=sys.stderr)
@@ -153,6 +148,19 @@ def cmd_submit(args: argparse.Namespace) -> int:
         said = "submitted" if new else f"already submitted with key {args.key!r}"
         print(f"fleet task {task.fleet_id} {said} ({task.task_type}, priority {task.priority}{labels}, {task.status})")
     return 0
+
+
+def _submissions(args: argparse.Namespace, config: Config, now: datetime) -> list[tuple[int, Submission]]:
+    """The lines of --batch, or the one task of the flags, each judged (agentd/cli/fleet_submit.py)."""
+    from agentd.cli import fleet_submit
+
+    if args.batch is not None:
+        return fleet_submit.judge_batch(args, config, now)
+    if args.task_type is None:
+        raise InputError("--type: required (or --batch FILE for many tasks)")
+    fields = fleet_submit.given_fields(args)
+    fields["payload"] = json_object(args.payload or "{}", "--payload")
+    return [(0, fleet_submit.judge(fields, config, now, flags=True))]
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -203,6 +211,8 @@ def _print_task(task: FleetTask) -> None:
     if task.result:
         shown = ", ".join(f"{key} {printable(str(value))}" for key, value in task.result.items() if value is not None)
         print(f"result   {shown}")
+    for column, why in task.unreadable.items():  # what agentd cannot hold (agentd/store/fleet_rows.py)
+        print(f"{column:<8} unreadable: {printable(why)}")
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

@@ -15,7 +15,8 @@ from agentd.errors import AgentdError, InputError, Interrupted
 
 if TYPE_CHECKING:
     from agentd.config import Config
-    from agentd.store.fleet import FleetQueue, FleetTask, Submission
+    from agentd.store.fleet import FleetQueue, Submission
+    from agentd.store.fleet_rows import FleetTask
 
 CHUNK = 500  # submissions per transaction, as `task add --batch` writes (docs/operate.md, "Many tasks at once")
 # What a line may hold, and the flag each field is for one task.

@@ -197,6 +197,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     print(f"agent {shown['agent_id']}  database {shown['database']}  schema version {shown['schema_version']}")
     print(f"boundary {shown['boundary']['line']}")
+    print(f"limits   {shown['limits']['line']}")
     print("tasks    " + "  ".join(f"{status} {n}" for status, n in shown["counts"].items()))
     waiting = shown["waiting"]
     print(

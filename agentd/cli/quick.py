@@ -87,11 +87,12 @@ def snapshot_from(view: dict[str, Any], now: datetime) -> dict[str, Any] | None:
 
 
 def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any], now: datetime) -> dict[str, Any]:
-    from agentd.outlook.liveness import service_health
+    from agentd.outlook.liveness import limits_report, service_health
     from agentd.process import procs
     from agentd.process.privilege import boundary
 
     here, pause, lock, oldest = procs.this_process(), rows["pause"], rows["lock"], summary["oldest_pending_at"]
+    services = [service_health(row, now, here) for row in rows["services"]]
     return {
         "agent_id": view["agent_id"],
         "database": view["database"],
@@ -109,8 +110,9 @@ def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any
         "oldest_pending_age_s": (now - oldest).total_seconds() if oldest else None,
         "next_available_at": format_ts(summary["next_available_at"]) if summary["next_available_at"] else None,
         "running": [_running(row, now) for row in rows["running"]],
-        "services": [service_health(row, now, here) for row in rows["services"]],
+        "services": services,
         "boundary": boundary(view["run_as"], view["sensors_run_as"], Path(view["state_dir"])),
+        "limits": limits_report(view["max_pids"], view["max_memory_mb"], services),
         "dispatch_lock": {"pid": lock[0], "host": lock[1], "heartbeat_at": format_ts(lock[2])} if lock else None,
     }
 

@@ -99,6 +99,9 @@ class Config:
     budget: BudgetSection = field(default_factory=BudgetSection)
     fleet: FleetSection = field(default_factory=FleetSection)
     web: WebSection = field(default_factory=WebSection)  # [web]: `agentd web` (docs/web.md)
+    # Where each payload schema was read from: kept so the cached view's key holds every file the load
+    # read (agentd/cli/config_view.py `named_paths` finds each path a Config holds).
+    payload_schema_files: Mapping[str, Path] = field(default_factory=dict)
 
     @property
     def identity(self) -> AgentIdentity:
@@ -309,6 +312,7 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         profiles={p.profile_id: p for p in settings.profiles},
         task_types={t.task_type: t for t in settings.task_types},
         payload_schemas=schemas,
+        payload_schema_files={key: Path(file).absolute() for key, file in settings.payload_schemas.items()},
         workflows=_with_builtin_workflows(settings),
         schedules=tuple(settings.schedules),
         message_handlers={h.handler_id: h for h in settings.message_handlers},

@@ -16,7 +16,7 @@ from agentd import frozen_value
 from agentd.config.environment import secret_file_problems
 from agentd.config.parsed import read_manifest
 from agentd.config.skills import Skill, hidden
-from agentd.edge import shown
+from agentd.edge import resolves_inside, shown
 from agentd.errors import Problem
 from agentd.records.base import IDENTIFIER_MAX, IDENTIFIER_PATTERN, IDENTIFIER_WORDS, Command, EnvVars, command_argv
 
@@ -35,6 +35,11 @@ class SensorManifest(BaseModel):
     env: EnvVars = {}
     env_file: str | None = None
     enabled: bool = True
+    # A sensor turns outside data into tasks: each runs on its task type's defaults unless these list
+    # what a proposal may name instead (docs/sensors-and-workflows.md, "What a sensor may propose").
+    may_request_profiles: list[str] = Field(default=[], description="profiles a proposed task may name")
+    may_request_adapters: list[str] = Field(default=[], description="adapters a proposed task may name")
+    may_request_models: list[str] = Field(default=[], description="models a proposed task may name")
 
 
 @frozen_value
@@ -60,8 +65,9 @@ def load_sensors(sensors_dir: Path, skills: dict[str, Skill]) -> tuple[dict[str,
     listed = os.path.isdir(sensors_dir)  # False for whatever cannot be one (_folder_problems says which)
     folders = [(p.name, p) for p in sorted(sensors_dir.iterdir()) if p.is_dir() and not hidden(p)] if listed else []
     for skill in skills.values():
-        if skill.manifest.sensor_path:
-            folders.append((skill.skill_id, skill.directory / skill.manifest.sensor_path))
+        sensor_path = skill.manifest.sensor_path
+        if sensor_path and resolves_inside(skill.directory, sensor_path):  # the skill's own problem otherwise
+            folders.append((skill.skill_id, skill.directory / sensor_path))
     sensors: dict[str, Sensor] = {}
     problems: list[Problem] = []
     for sensor_id, directory in folders:
@@ -98,7 +104,13 @@ def _load_sensor(sensor_id: str, directory: Path) -> tuple[Sensor | None, list[P
     path = directory / MANIFEST
     source = str(path)
     if not path.is_file():
-        if directory.name == "__pycache__" or not any(directory.iterdir()):
+        try:
+            empty = directory.name == "__pycache__" or not any(directory.iterdir())
+        except OSError as exc:
+            return None, [
+                Problem(str(directory), "", f"expected a sensor folder, found what cannot be listed ({exc.strerror})")
+            ]
+        if empty:
             return None, []
         return None, [Problem(source, "", "missing: every sensor folder needs a sensor.toml")]
     manifest, problems = read_manifest(path, SensorManifest)

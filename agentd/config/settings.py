@@ -148,6 +148,20 @@ class DispatchSection(Section):
         description="the user attempts run as (never the services' own): with it, an attempt "
         "cannot read the state dir or act as the operator; without it approvals are advisory",
     )
+    max_pids: int = Field(
+        default=384,
+        ge=0,
+        le=4_194_304,
+        description="processes and threads one attempt may hold at once, in its own cgroup (0: no limit); keep it "
+        "below the dispatcher unit's TasksMax (512) so a fork bomb cannot stall the dispatcher",
+    )
+    max_memory_mb: int = Field(
+        default=4096,
+        ge=0,
+        le=1024 * 1024 * 1024,
+        description="memory one attempt may use, in its own cgroup, in MiB (0: no limit); past it the kernel kills "
+        "inside it and the attempt ends memory_limit",
+    )
 
 
 USD_MAX = 1_000_000.0

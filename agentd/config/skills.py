@@ -7,7 +7,7 @@ from pathlib import Path
 
 from agentd import frozen_value
 from agentd.config.parsed import read_manifest
-from agentd.edge import UnusableFile, read_bounded, shown, utf8_text
+from agentd.edge import UnusableFile, read_bounded, resolves_inside, shown, utf8_text
 from agentd.errors import Problem
 from agentd.hashing import canonical_json, sha256_hex
 from agentd.records import SkillManifest
@@ -88,10 +88,9 @@ def _load_skill(directory: Path) -> tuple[Skill | None, list[Problem]]:
         relative = getattr(manifest, field)
         if relative is None:
             continue
-        target = (directory / relative).resolve()
-        if not target.is_relative_to(directory.resolve()):
-            problems.append(Problem(source, field, f"{relative!r} escapes the skill folder"))
-        elif not os.path.exists(target):
+        if not resolves_inside(directory, relative):
+            problems.append(Problem(source, field, f"{relative!r} escapes the skill folder (or is a link loop)"))
+        elif not os.path.exists(directory / relative):
             problems.append(Problem(source, field, f"{relative!r} does not exist in {directory}"))
     names = [c.name for c in manifest.cli_commands or ()]
     for name in {n for n in names if names.count(n) > 1}:

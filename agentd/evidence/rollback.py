@@ -26,6 +26,7 @@ from agentd.clock import to_utc
 from agentd.edge import whole_number
 from agentd.errors import DatabaseBehind
 from agentd.evidence.verify import parse_head
+from agentd.process.files import hand_over, private_folders
 from agentd.store import Store
 
 logger = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ def publish_head(state_dir: Path, head: tuple[int, str], *, force: bool = False)
         return
     fd, temp = tempfile.mkstemp(dir=state_dir, prefix=f".{HEAD_FILE}.")
     try:
+        hand_over(fd, state_dir)  # published by an operator as root: still the services' to read
         with os.fdopen(fd, "w", encoding="ascii") as handle:
             handle.write(f"{head[0]}:{head[1]}\n")
             handle.flush()
@@ -140,7 +142,7 @@ def accept_rollback(store: Store, state_dir: Path, *, by: str, reason: str, now:
     store.record_event("rollback_accepted", now, _payload(behind, moved_to, by, reason, store.chain_head()))
     for folder in behind.folders:  # recorded first: an accept cut short is found, and finished, by the next
         target = state_dir / (moved_to or "") / folder.parent.name / folder.name
-        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_folders(target.parent, state_dir)  # the services' even when root accepts
         os.rename(folder, target)
     head = store.chain_head()
     if head is not None:

@@ -36,6 +36,7 @@ VOLATILE = ("run_id", "trace_id", "started_at", "completed_at", "wall_clock_elap
 FAILURE_TYPES: dict[str, str] = {
     "timeout": "timeout",  # the adapter's timeout: the wall-clock budget
     "rate_limited": "budget_exhausted",  # the provider's quota ran out
+    "resource_limit": "budget_exhausted",  # its own cgroup's limit on processes or memory ended it
     "gate_failed": "logic_failure",  # claimed completed; the evidence did not hold it up
     "model_reported_failure": "logic_failure",  # the agent itself reported failure
     "evidence_unverified": "logic_failure",  # strict_evidence: the sealed evidence failed its check

@@ -34,7 +34,8 @@ from agentd.errors import AgentdError, InputError
 from agentd.install.ports import free_pair, free_port, other_agents, used_ports
 from agentd.install.sockets import SERVICES, socket_names, socket_units
 from agentd.install.toml_edit import Placement, agent_toml
-from agentd.process.files import SHARED_MODE
+from agentd.process.files import WORKSPACE_MODE
+from agentd.process.privilege import not_in_own_group
 from agentd.process.runner import remove_tree, run_setup_command
 from agentd.resources import data_dir, example_config
 
@@ -116,16 +117,19 @@ class Layout:
 
     def folders(self) -> list[Folder]:
         """The agent's folders, who owns them and their modes (docs/install-and-deploy.md, "The boundary"): the
-        state dir the services' alone; the run area theirs, but the run user's group may enter it; the workspace the run
-        user's; the sensors' home theirs alone. tmpfiles.d makes them so on the target; install on this
-        system, as root, does it now."""
-        svc, run, place = self.service_user, self.run_user, self.placement
-        return [  # the run and sensor users' primary group is the services' (units/agentd.sysusers)
+        state dir the services' alone; the run area theirs, which anyone may pass through (the attempts and
+        sensors to their own folders) but only they list; the run dirs' folder theirs, in the run user's group;
+        the workspace the run user's, in its group; the sensors' home theirs alone. Each user's group is its
+        own and the services' user is a member of the run user's (units/agentd.sysusers), so the attempts and
+        the sensors share no folder. tmpfiles.d makes them so on the target; install on this system, as
+        root, does it now."""
+        svc, run, sns, place = self.service_user, self.run_user, self.sensor_user, self.placement
+        return [
             Folder(place.state_dir, svc, svc, 0o700),
-            Folder(self.run_area, svc, svc, 0o750),
-            Folder(place.run_dir, svc, svc, 0o750),
-            Folder(place.workspace, run, svc, SHARED_MODE),
-            Folder(self.sensor_home, self.sensor_user, svc, 0o700),
+            Folder(self.run_area, svc, svc, 0o711),
+            Folder(place.run_dir, svc, run, 0o750),
+            Folder(place.workspace, run, run, WORKSPACE_MODE),
+            Folder(self.sensor_home, sns, sns, 0o700),
         ]
 
     @property
@@ -192,6 +196,7 @@ def install(agent: str, root: Path, agentd_bin: Path) -> Report:
     report.note(layout.sysusers, _write_if_changed(layout.sysusers, sysusers_text(layout), 0o644))
     report.note(layout.tmpfiles, _write_if_changed(layout.tmpfiles, tmpfiles_text(layout), 0o644))
     _create_users(layout, report)
+    report.warnings += _shared_groups(layout)
     _make_folders(layout, report)
     if layout.on_this_system and shutil.which("systemctl"):
         run_setup_command(["systemctl", "daemon-reload"], check=False)
@@ -258,6 +263,15 @@ def _older_config(layout: Layout) -> list[str]:
         f'running sensor; add run_as = "{layout.sensor_user}" under [sensors] (its user and home exist now) and '
         f"restart agentd-sensors@{layout.agent}"
     ]
+
+
+def _shared_groups(layout: Layout) -> list[str]:
+    """What an older install's users lack: the run and sensor users were made in the services' group, and
+    systemd-sysusers never changes an existing user's group (docs/install-and-deploy.md, "Upgrade")."""
+    if not layout.on_this_system:
+        return []
+    found = (not_in_own_group(name) for name in (layout.run_user, layout.sensor_user))
+    return [problem for problem in found if problem is not None]
 
 
 def check_agentd_bin(agentd_bin: Path, layout: Layout, report: Report) -> None:

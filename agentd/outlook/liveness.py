@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from agentd.clock import stored_ts
-from agentd.process import procs
+from agentd.process import limits, procs
 
 STALE_STATUS_S = 30.0  # services refresh their row every 5 s
 Liveness = Literal["live", "stale", "down", "stopped", "unknown"]
@@ -32,3 +32,17 @@ def liveness(row: dict[str, Any], quiet_s: float, here: procs.ProcessIdentity) -
     if quiet_s > STALE_STATUS_S:
         return "stale"
     return "live" if running else "unknown"  # another host, or a row from before agentd recorded who wrote it
+
+
+def limits_report(max_pids: int, max_memory_mb: int, services: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each attempt's limits ([dispatch] max_pids, max_memory_mb) and whether the live dispatcher can hold
+    them (agentd/process/limits.py), for `agentd status` (both paths) and the console."""
+    asked = limits.Limits.of(max_pids, max_memory_mb)
+    dispatcher = next((s for s in services if s["service"] == "dispatch" and s["liveness"] == "live"), None)
+    where = limits.held(int(dispatcher["pid"]), asked.wanted()) if asked and dispatcher else None
+    return {
+        "max_pids": max_pids,
+        "max_memory_mb": max_memory_mb,
+        "held": where,
+        "line": limits.describe(asked, where),
+    }

@@ -17,7 +17,7 @@ from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.config.budget import BudgetHold, Spend, budget_hold, day_start
 from agentd.outlook.activity import attempt_activity
-from agentd.outlook.liveness import service_health
+from agentd.outlook.liveness import limits_report, service_health
 from agentd.process import procs
 from agentd.process.privilege import boundary_of
 from agentd.records import TASK_STATUSES, LockHolder, QueueSummary, RunningAttempt
@@ -139,6 +139,7 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
         activity = {r.attempt_id: attempt_activity(store, r.task_id, r.attempt_id) for r in seen.running}
     summary, pause, holder = seen.summary, seen.pause, seen.lock_holder
     here = procs.this_process()
+    services = [service_health(row, now, here) for row in seen.services]
     return {
         "agent_id": config.agent.agent_id,
         "database": str(config.db_path),
@@ -176,8 +177,9 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
             }
             for r in seen.running
         ],
-        "services": [service_health(row, now, here) for row in seen.services],
+        "services": services,
         "boundary": boundary_of(config),
+        "limits": limits_report(config.dispatch.max_pids, config.dispatch.max_memory_mb, services),
         "dispatch_lock": {"pid": holder.pid, "host": holder.host, "heartbeat_at": format_ts(holder.heartbeat_at)}
         if holder
         else None,

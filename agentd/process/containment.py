@@ -32,7 +32,8 @@ import anyio.lowlevel
 
 from agentd import frozen_value
 from agentd.hashing import sha256_hex
-from agentd.process import procs
+from agentd.process import limits, procs
+from agentd.process.limits import Limits, Placed
 from agentd.process.privilege import RunUser, popen_identity
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class RunGroup:
     namespace: str  # one per agent (state dir): two agents on a machine never touch each other's runs
     name: str  # attempt-<id> or sensor-<id>
     marker: str  # NAME=value in every process's environment (the fallback, and the boot sweeps)
+    limits: Limits | None = None  # what the run may hold at once (attempts: [dispatch] max_pids, max_memory_mb)
 
 
 def namespace_for(state_dir: Path) -> str:
@@ -62,8 +64,8 @@ def _namespace(state_dir: str) -> str:
     return "agentd." + sha256_hex(state_dir.encode())[:12]
 
 
-def attempt_group(state_dir: Path, attempt_id: str) -> RunGroup:
-    return RunGroup(namespace_for(state_dir), f"attempt-{attempt_id}", procs.attempt_marker(attempt_id))
+def attempt_group(state_dir: Path, attempt_id: str, held: Limits | None = None) -> RunGroup:
+    return RunGroup(namespace_for(state_dir), f"attempt-{attempt_id}", procs.attempt_marker(attempt_id), held)
 
 
 def sensor_group(state_dir: Path, run_id: str) -> RunGroup:
@@ -75,6 +77,8 @@ class Cgroups:
 
     def __init__(self, own: Path) -> None:
         self.own = own
+        self.home = own  # where the service itself is: its own cgroup, or its leaf once runs get controllers
+        self.controllers: dict[Path, set[str]] = {}  # per agent namespace: what its runs' cgroups may limit
 
     @staticmethod
     def discover() -> Cgroups | None:
@@ -111,11 +115,18 @@ class Cgroups:
         _write(path / "cgroup.procs", str(os.getpid()))
 
     def leave(self) -> None:
-        _write(self.own / "cgroup.procs", str(os.getpid()))
+        _write(self.home / "cgroup.procs", str(os.getpid()))
+
+    def limited(self, namespace: Path, wanted: tuple[str, ...]) -> set[str]:
+        """The controllers runs in `namespace` get (pids, memory), enabled down to it the first time."""
+        if namespace not in self.controllers:
+            self.home, self.controllers[namespace] = limits.enable_v2(self.own, self.home, namespace, wanted)
+        return self.controllers[namespace]
 
 
 _CGROUPS: dict[int, Cgroups | None] = {}
 _NAMESPACES: set[Path] = set()  # the namespaces this process made runs in
+_PLACED: dict[tuple[str, str], Placed] = {}  # (namespace, run) → where its limits are, while it runs
 
 
 def release_namespace(state_dir: Path) -> None:
@@ -163,18 +174,45 @@ async def spawn(group: RunGroup | None, start: Callable[[], Awaitable[T]]) -> T:
     async with _spawn_lock():
         found = cgroups() if group is not None else None
         path = found.make(group) if found is not None and group is not None else None
-        if found is None or path is None:
-            return await start()
+        placed = _place(group, found, path) if group is not None else None
+        if placed is not None:
+            limits.enter_v1(placed)
         try:
-            found.enter(path)
-        except OSError as exc:  # e.g. controllers enabled below our cgroup: no internal processes
-            logger.warning("cannot enter cgroup %s (%s); runs are contained by marker from now on", path, exc)
-            _CGROUPS[os.getpid()] = None
-            return await start()
-        try:
-            return await start()
+            return await _start_in(found, path, start)
         finally:
-            found.leave()
+            if placed is not None:
+                limits.leave_v1(placed)
+
+
+async def _start_in(found: Cgroups | None, path: Path | None, start: Callable[[], Awaitable[T]]) -> T:
+    if found is None or path is None:
+        return await start()
+    try:
+        found.enter(path)
+    except OSError as exc:  # e.g. controllers enabled below our cgroup: no internal processes
+        logger.warning("cannot enter cgroup %s (%s); runs are contained by marker from now on", path, exc)
+        _CGROUPS[os.getpid()] = None
+        return await start()
+    try:
+        return await start()
+    finally:
+        found.leave()
+
+
+def _place(group: RunGroup, found: Cgroups | None, path: Path | None) -> Placed | None:
+    """Set the run's limits where they can be set (agentd/process/limits.py); None when it has none."""
+    if group.limits is None:
+        return None
+    controllers = found.limited(path.parent, group.limits.wanted()) if found is not None and path is not None else set()
+    placed = limits.place(group.limits, path, controllers, group.namespace, group.name)
+    _PLACED[(group.namespace, group.name)] = placed
+    return placed
+
+
+def limit_hit(group: RunGroup) -> limits.Hit | None:
+    """Which of its limits the running run has run into (pids or memory), if any."""
+    placed = _PLACED.get((group.namespace, group.name))
+    return limits.hit(placed) if placed is not None else None
 
 
 async def end_run(group: RunGroup, since_ticks: int | None, user: RunUser | None = None) -> list[int]:
@@ -182,9 +220,13 @@ async def end_run(group: RunGroup, since_ticks: int | None, user: RunUser | None
     carrying the run's marker that started after `since_ticks` (clock ticks since boot), found and
     killed by a process of the run's user when it has one."""
     found = cgroups()
-    if found is not None:
-        return await _kill_cgroup(found.run_dir(group))
-    return await _kill_marked(group.marker, since_ticks, user)
+    try:
+        if found is not None:
+            return await _kill_cgroup(found.run_dir(group))
+        return await _kill_marked(group.marker, since_ticks, user)
+    finally:
+        if (placed := _PLACED.pop((group.namespace, group.name), None)) is not None:
+            limits.release(placed)
 
 
 async def sweep_run(group: RunGroup, user: RunUser | None = None) -> list[int]:
@@ -192,7 +234,9 @@ async def sweep_run(group: RunGroup, user: RunUser | None = None) -> list[int]:
     that started it may have had no cgroups)."""
     found = cgroups()
     killed = await _kill_cgroup(found.run_dir(group)) if found is not None else []
-    return killed + [pid for pid in await _kill_marked(group.marker, None, user) if pid not in killed]
+    killed += [pid for pid in await _kill_marked(group.marker, None, user) if pid not in killed]
+    limits.sweep(group.namespace, group.name)  # its v1 limit cgroups, empty now
+    return killed
 
 
 async def _kill_marked(marker: str, since_ticks: int | None, user: RunUser | None) -> list[int]:

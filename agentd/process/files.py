@@ -60,26 +60,39 @@ def _parent_beneath(root: Path, relative: str | PurePosixPath) -> Iterator[tuple
 
 
 @contextmanager
-def open_beneath(root: Path, relative: str | PurePosixPath) -> Iterator[int]:
+def open_beneath(root: Path, relative: str | PurePosixPath, owner: int | None = None) -> Iterator[int]:
     """A read-only descriptor of the regular file at `relative` under `root`, reached without
-    following any link; Refused (an OSError) if it escapes, is a link, or is not a regular file."""
+    following any link; Refused (an OSError) if it escapes, is a link, is not a regular file, or (with
+    `owner`) belongs to another user."""
     with _parent_beneath(root, relative) as (parent, name):
         fd = _step(parent, name, _FILE_FLAGS, relative)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
                 raise Refused(errno.EINVAL, f"{str(relative)!r} is not a regular file")
+            _owned(info, owner, relative)
             yield fd
         finally:
             os.close(fd)
 
 
-def lstat_beneath(root: Path, relative: str | PurePosixPath) -> os.stat_result:
+def _owned(info: os.stat_result, owner: int | None, relative: str | PurePosixPath) -> None:
+    """What an attempt reports is its run user's: a file another party left where it reads (a sensor, another
+    agent, the operator) is never taken for the attempt's own (docs/install-and-deploy.md, "The boundary")."""
+    if owner is not None and info.st_uid != owner:
+        raise Refused(
+            errno.EPERM, f"{str(relative)!r} belongs to uid {info.st_uid}, not to the attempt's user (uid {owner})"
+        )
+
+
+def lstat_beneath(root: Path, relative: str | PurePosixPath, owner: int | None = None) -> os.stat_result:
     """What is at `relative` under `root` (a file, a folder, …), reached without following a link;
-    Refused if the path goes through a link or ends in one."""
+    Refused if the path goes through a link or ends in one, or (with `owner`) belongs to another user."""
     with _parent_beneath(root, relative) as (parent, name):
         info = os.stat(name, dir_fd=parent, follow_symlinks=False)
     if stat.S_ISLNK(info.st_mode):
         raise Refused(errno.ELOOP, f"{str(relative)!r} is a symbolic link")
+    _owned(info, owner, relative)
     return info
 
 
@@ -92,12 +105,14 @@ def sha256_beneath(root: Path, relative: str | PurePosixPath) -> str:
     return digest.hexdigest()
 
 
-def sha256_at_most(root: Path, relative: str | PurePosixPath, limit: int) -> tuple[str | None, int]:
+def sha256_at_most(
+    root: Path, relative: str | PurePosixPath, limit: int, owner: int | None = None
+) -> tuple[str | None, int]:
     """(the sha256 of the regular file at `relative` (see `open_beneath`), the bytes read), or (None, the
     bytes read) once it holds more than `limit`: a file the caller does not trust to be small is
     never read past what it may cost."""
     digest, read = hashlib.sha256(), 0
-    with open_beneath(root, relative) as fd:
+    with open_beneath(root, relative, owner) as fd:
         while chunk := os.read(fd, min(1 << 20, limit + 1 - read)):
             read += len(chunk)
             if read > limit:
@@ -115,9 +130,9 @@ def _step(parent: int, name: str, flags: int, relative: str | PurePosixPath) -> 
         raise
 
 
-def read_beneath(root: Path, relative: str | PurePosixPath, limit: int) -> Found:
+def read_beneath(root: Path, relative: str | PurePosixPath, limit: int, owner: int | None = None) -> Found:
     """The first limit + 1 bytes of the file (see `open_beneath`), its size and mtime."""
-    with open_beneath(root, relative) as fd:
+    with open_beneath(root, relative, owner) as fd:
         info = os.fstat(fd)
         chunks, left = [], limit + 1
         while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
@@ -126,15 +141,16 @@ def read_beneath(root: Path, relative: str | PurePosixPath, limit: int) -> Found
         return Found(b"".join(chunks), info.st_size, info.st_mtime)
 
 
-def read_reported(path: Path, limit: int) -> tuple[bytes | None, str | None]:
+def read_reported(path: Path, limit: int, owner: int | None = None) -> tuple[bytes | None, str | None]:
     """A file an attempt left directly in its run dir: (its bytes up to limit, None), (None, None) if
-    there is none, or (None, why it cannot be used)."""
+    there is none, or (None, why it cannot be used). With `owner` (the run user's uid) a file of anyone
+    else's is refused."""
     try:
-        found = read_beneath(path.parent, path.name, limit)
+        found = read_beneath(path.parent, path.name, limit, owner)
     except FileNotFoundError:
         return None, None
     except OSError as exc:
-        return None, str(exc) if isinstance(exc, Refused) else f"cannot read it ({exc.strerror})"
+        return None, exc.strerror if isinstance(exc, Refused) else f"cannot read it ({exc.strerror})"
     if len(found.data) > limit:
         return None, f"larger than {limit} bytes; agentd reads at most that much"
     return found.data, None
@@ -176,14 +192,18 @@ def folder_problems(path: Path, *, depth: int = 1) -> list[tuple[Path, str]]:
     return []
 
 
-# A folder the services and the run user share: no setgid bit. What the run user makes there takes its primary
-# group, which is the services' (units/agentd.sysusers), and what a service makes there is given that group
-# by `make_run_dir` or `write_shared`. The units' RestrictSUIDSGID= refuses any chmod that sets S_ISGID, so a
-# setgid mode could never be set under them (docs/decisions.md, "No setgid folders").
-SHARED_MODE = 0o770
+# The folders the services and the run user share, in the run user's group (which the services' user is a
+# member of: units/agentd.sysusers). No setgid bit: what the run user makes there takes its own group, and
+# what a service makes there is given that group by `make_run_dir` or `write_shared`; the units'
+# RestrictSUIDSGID= refuses any chmod that sets S_ISGID (docs/decisions.md, "Judged as deployed").
+# A run dir is sticky besides: the run user may make and remove its own files there, never rename or remove
+# one a service put there for it (its bundle copy, a harness's settings), so what it reads is what the
+# attempt's events record (docs/install-and-deploy.md, "The boundary").
+RUN_DIR_MODE = 0o1770
+WORKSPACE_MODE = 0o770
 
 
-def make_run_dir(directory: Path, user: RunUser | None, *, mode: int = SHARED_MODE) -> None:
+def make_run_dir(directory: Path, user: RunUser | None, *, mode: int = RUN_DIR_MODE) -> None:
     """A folder the run user may use: the service's, in the run user's group (which the service is a
     member of), `mode`. Without a run user, 0700."""
     with contextlib.suppress(FileExistsError):
@@ -203,7 +223,7 @@ def keep_workspace(directory: Path, user: RunUser | None) -> str | None:
     mode are put back by a process of that user, and what cannot be put back is returned, to be logged,
     never raised: an attempt must not be able to keep the services from starting
     (docs/install-and-deploy.md, "The boundary")."""
-    mode = SHARED_MODE
+    mode = WORKSPACE_MODE
     try:
         info = os.stat(directory, follow_symlinks=False)
     except FileNotFoundError:
@@ -232,12 +252,13 @@ def _kept(info: os.stat_result, user: RunUser, mode: int) -> bool:
 
 def write_shared(path: Path, text: str | bytes, user: RunUser | None) -> None:
     """A file the service writes for the attempt to read (its bundle copy, a harness's config), before
-    the attempt starts: the run user's group may read it; without a run user, 0600 like every private
-    file. Written in place (`write_new`): nothing reads it until the attempt starts."""
+    the attempt starts: the run user's group may read it, no one may change it but the service (in a
+    sticky run dir, not even rename or remove it); without a run user, 0600 like every private file.
+    Written in place (`write_new`): nothing reads it until the attempt starts."""
     write_new(path, text)
     if user is not None:
         os.chown(path, -1, user.gid, follow_symlinks=False)
-        os.chmod(path, 0o640, follow_symlinks=False)
+        os.chmod(path, 0o440, follow_symlinks=False)
 
 
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -276,3 +297,28 @@ def write_new(path: Path, text: str | bytes, *, mode: int = 0o600) -> None:
         text = text.encode("utf-8")
     with os.fdopen(create_private(path, mode), "wb") as handle:
         handle.write(text)
+
+
+def hand_over(made: Path | int, folder: Path) -> None:
+    """What root just made (a path, or an open file) in `folder`, another user's, becomes that user's,
+    with the folder's group: an operator's command run as root leaves nothing in the services' state dir
+    that they cannot open (docs/install-and-deploy.md, "Deploy on a VM"). Anyone else made it as
+    themselves, and may not give it away: nothing to do."""
+    if os.geteuid() != 0:
+        return
+    owner = os.stat(folder)
+    if owner.st_uid == 0:
+        return
+    if isinstance(made, int):
+        os.fchown(made, owner.st_uid, owner.st_gid)
+    else:
+        os.chown(made, owner.st_uid, owner.st_gid, follow_symlinks=False)
+
+
+def private_folders(folder: Path, within: Path) -> None:
+    """`folder` and the parents it lacks below `within`, each made 0700 and `within`'s owner's (hand_over)."""
+    missing = [path for path in (folder, *folder.parents) if path.is_relative_to(within) and path != within]
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700)
+            hand_over(path, within)

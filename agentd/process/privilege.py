@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import getpass
+import grp
 import os
 import pwd
 import stat
@@ -98,6 +99,17 @@ def run_user(name: str | None, key: str = "dispatch.run_as") -> RunUser | None:
     return RunUser(name, entry.pw_uid, entry.pw_gid, key)
 
 
+def uid_of(name: str | None) -> int | None:
+    """The uid of the user `name` (an attempt's run user: whose files its reports must be), or None for
+    no user or one that does not exist (then its attempt could not have started)."""
+    if name is None:
+        return None
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return None
+
+
 def sensor_user(run_as: str | None, sensors_run_as: str | None) -> RunUser | None:
     """Who sensors run as: `[sensors] run_as`, or (unset) the attempts' user, as before it existed."""
     if sensors_run_as is None or sensors_run_as == run_as:
@@ -145,6 +157,40 @@ def home_problem(home: Path, user: RunUser, trusted: set[int]) -> str | None:
         if above.st_uid not in trusted or open_to_others:
             return f"is inside {folder}, which a user other than root or this service's may change"
     return None
+
+
+def shared_group(first: RunUser, second: RunUser) -> int | None:
+    """A group both users are in (as their own group or as members), or None: the attempts' and the
+    sensors' users share none under `agentd install`'s users (units/agentd.sysusers), or either could reach
+    what the other writes in their folders (an older install made both in the services' group)."""
+    common = _groups_of(first) & _groups_of(second)
+    return min(common) if common else None
+
+
+def not_in_own_group(name: str) -> str | None:
+    """What to do when the user `name` exists but its group is not its own (an older `agentd install` made
+    the run and sensor users in the services' group); None when it is, or when either is missing."""
+    try:
+        gid, own = pwd.getpwnam(name).pw_gid, grp.getgrnam(name).gr_gid
+    except KeyError:
+        return None
+    if gid == own:
+        return None
+    return (
+        f"{name}'s group is {_group_name(gid)}, not its own: run `usermod -g {name} {name}` and restart the agent's "
+        "services, so that attempts and sensors share no group"
+    )
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return f"gid {gid}"
+
+
+def _groups_of(user: RunUser) -> set[int]:
+    return {user.gid} | {entry.gr_gid for entry in grp.getgrall() if user.name in entry.gr_mem}
 
 
 def require_switch(user: RunUser | None) -> None:
@@ -221,6 +267,12 @@ def boundary_line(user: RunUser | None, sensors: RunUser | None = None, sensors_
         line = f"attempts run as {user.name} (uid {user.uid}): they cannot act as the operator"
     if sensors_problem is not None:
         return f"{line}; no sensor can start: {sensors_problem}"
+    if sensors is not None and user is not None and sensors.uid != user.uid and (gid := shared_group(user, sensors)):
+        return (
+            f"{line}; sensors run as {sensors.name} (uid {sensors.uid}) but share group {gid} with the attempts, so "
+            f"either can change what the other reads: give each a group of its own (`usermod -g {sensors.name} "
+            f"{sensors.name}` and `usermod -g {user.name} {user.name}`, as `agentd install` says)"
+        )
     if sensors is not None and (user is None or sensors.uid != user.uid):
         return f"{line}; sensors run as {sensors.name} (uid {sensors.uid}), out of the attempts' reach"
     if user is None:

@@ -29,7 +29,7 @@ from agentd import frozen_value
 from agentd.config.environment import passthrough_environment, read_env_file
 from agentd.process import procs
 from agentd.process.child import Child, PipeReader, PipeWriter, pidfds_work, start_child
-from agentd.process.containment import RunGroup, end_run, spawn
+from agentd.process.containment import RunGroup, end_run, limit_hit, spawn
 from agentd.process.files import create_private
 from agentd.process.privilege import RunUser, popen_identity, run_as
 from agentd.redaction import Redactor
@@ -37,6 +37,7 @@ from agentd.redaction import Redactor
 logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 64 * 1024
+LIMIT_POLL_S = 0.25  # how often a limited run's cgroup is asked whether it hit its limit
 PIPE_DRAIN_S = 2.0  # after the run's processes are stopped, how long its output may still arrive
 LEAN_SPAWN: bool | None = None  # agentd/process/child.py where pidfds work (None: find out at the first spawn)
 
@@ -125,6 +126,7 @@ class ProcessResult:
     stderr: CapturedOutput
     elapsed_s: float
     stragglers: int = 0  # processes the run left behind that were killed when it ended
+    limit_hit: str | None = None  # "pids" or "memory": the run's own limit ended it (agentd/process/limits.py)
 
     @property
     def ok(self) -> bool:
@@ -210,7 +212,7 @@ async def run_process(
         return ProcessResult(
             None, None, None, False, _start_error(spec.argv[0], exc), stdout.close(), stderr.close(), 0.0
         )
-    timed_out, stragglers = False, None
+    timed_out, stragglers, hit = False, None, None
     try:
         if on_started is not None:
             await on_started(process.pid)
@@ -219,7 +221,7 @@ async def run_process(
             pumps.start_soon(_pump, process.stderr, stderr)
             pumps.start_soon(_feed, process.stdin, spec.stdin)
             with anyio.move_on_after(spec.timeout_s) as deadline:
-                await process.wait()
+                hit = await _wait_within_limits(process, spec.group)
             timed_out = deadline.cancelled_caught
             await _stop_group(process, spec.kill_grace_s, spec.user)
             stragglers = await _end(spec.group, since, spec.user)
@@ -243,7 +245,31 @@ async def run_process(
         stderr=err,
         elapsed_s=anyio.current_time() - started,
         stragglers=len(stragglers or []),
+        limit_hit=hit,
     )
+
+
+async def _wait_within_limits(process: anyio.abc.Process | Child, group: RunGroup | None) -> str | None:
+    """Wait for the process; with limits on its run, end the wait as soon as the run hits one (a fork bomb
+    at its pids.max would otherwise go on until the timeout). The limit hit, or None."""
+    if group is None or group.limits is None:
+        await process.wait()
+        return None
+    found: list[str] = []
+    async with anyio.create_task_group() as watching:
+
+        async def watch() -> None:
+            while True:  # the kernel's counter has no event to wait on: a quarter second is soon enough
+                if (hit := limit_hit(group)) is not None:
+                    found.append(hit)
+                    watching.cancel_scope.cancel()
+                    return
+                await anyio.sleep(LIMIT_POLL_S)
+
+        watching.start_soon(watch)
+        await process.wait()
+        watching.cancel_scope.cancel()
+    return found[0] if found else limit_hit(group)  # a process the kernel killed for memory ended it
 
 
 async def _spawn(spec: ProcessSpec) -> anyio.abc.Process | Child:

@@ -31,6 +31,7 @@ from agentd.evidence.rollback import refuse_if_behind
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.outlook.status import BudgetOutlook, IdleOutlook, budget_outlook, idle_outlook
 from agentd.process.containment import release_namespace
+from agentd.process.limits import own_line
 from agentd.process.privilege import run_user
 from agentd.process.wake import Doorbell
 from agentd.records import AdapterConfig, AttemptPlan, Claim, DueSchedule, TaskRecord, WorkflowRecord
@@ -103,6 +104,7 @@ class Dispatcher:
         schedules the database's."""
         await self.db.call(refuse_if_behind, self.config.paths.state_dir)
         await self.lock.take()
+        logger.info("limits: %s", own_line(self.config.dispatch.max_pids, self.config.dispatch.max_memory_mb))
         last = await self.db.call(Store.last_successful_attempt_at)
         if last is not None:
             self.metrics.last_success(last.timestamp())

@@ -32,9 +32,10 @@ from agentd.process.wake import Doorbell
 from agentd.records import TaskIntent
 from agentd.records.fleet import FleetOrigin
 from agentd.store import AsyncStore, Store
-from agentd.store.fleet import FleetQueue, Lease
+from agentd.store.fleet import FleetQueue
 from agentd.store.fleet_connect import FleetUnavailable
 from agentd.store.fleet_leases import FleetGate, HeldLease, Taken
+from agentd.store.fleet_rows import Lease
 from agentd.work.intake import admit_task
 
 logger = logging.getLogger(__name__)
@@ -134,21 +135,32 @@ class FleetLink:
         if not leases:
             return
         now = self.clock.now()
-        taken = []
-        for lease in leases:
-            try:
-                taken.append(self._admit(lease))
-            except InputError as exc:
-                await self._refuse(lease, str(exc))
-        if taken:
+        judged = [(lease, self._judge(lease)) for lease in leases]
+        taken = [verdict for _, verdict in judged if isinstance(verdict, Taken)]
+        if taken:  # kept first: a refusal the fleet does not take (unreachable) must not cost the others
             await self.db.call(Store.record_fleet_claims, taken, now)
             self.doorbell.ring()  # the dispatcher claims it now, not at its next poll
             logger.info("fleet_claimed count=%d fleet_ids=%s", len(taken), ",".join(str(t.fleet_id) for t in taken))
+        for lease, verdict in judged:
+            if isinstance(verdict, str):
+                await self._refuse(lease, verdict)
+
+    def _judge(self, lease: Lease) -> Taken | str:
+        """Each row is its own boundary (docs/fleet.md, "Poison in a row"): admitted, or the reason it is
+        refused, whatever judging it raised; the other rows of its claim go on either way."""
+        with contained(logger, "fleet_row_unjudged fleet_id=%d", lease.task.fleet_id) as failed:
+            try:
+                return self._admit(lease)
+            except InputError as exc:
+                return str(exc)
+        return f"agentd could not judge it ({type(failed.error).__name__})"
 
     def _admit(self, lease: Lease) -> Taken:
         """Judged as `agentd task add` judges a task, and its origin as FleetOrigin; anything else is
         refused here and reported failed to the fleet with the reason."""
         task = lease.task
+        if task.unreadable:  # what agentd cannot hold (agentd/store/fleet_rows.py), said column by column
+            raise InputError("; ".join(task.unreadable.values()))
         try:
             origin = FleetOrigin.model_validate(task.origin)
             intent = TaskIntent.model_validate(

@@ -31,7 +31,7 @@ from agentd.hashing import new_ulid
 from agentd.outlook.metrics import NullMetrics, SensorMetrics
 from agentd.process import procs
 from agentd.process.containment import sensor_group, sweep_run
-from agentd.process.files import make_run_dir
+from agentd.process.files import hand_over, make_run_dir, private_folders
 from agentd.process.privilege import RunUser, owner_of, require_switch, sensor_home_base, sensor_user
 from agentd.process.runner import ProcessSpec, child_environment, make_dir_as, run_process
 from agentd.process.wake import poke
@@ -39,7 +39,7 @@ from agentd.records import AcceptedEvent, IntakeCounts, NewTask, RejectedLine, S
 from agentd.redaction import Redactor
 from agentd.store import AsyncStore, Store
 from agentd.store.base import no_cycle_collection
-from agentd.work.intake import admit_task
+from agentd.work.intake import admit_task, beyond_defaults
 from agentd.work.workflows import judge_signal, signal_refusal, start_state
 
 logger = logging.getLogger(__name__)
@@ -142,6 +142,9 @@ def _proposed_task(sensor_id: str, event: SensorEvent, config: Config, now: date
     if event.proposed_task is None:
         return None
     source = f"sensor:{sensor_id}:{event.dedupe_key}"
+    sensor = config.sensor_definitions.get(sensor_id)
+    if sensor is not None and (why := beyond_defaults(config, sensor.manifest, event.proposed_task)):
+        raise _Rejected(f"proposed_task: {why}")
     try:
         return admit_task(event.proposed_task, config, now, trusted=False, source=source)
     except InputError as exc:
@@ -211,7 +214,7 @@ class SensorRunner:
                 result = await run_process(spec)
         finally:  # a stop that cancels the run too: its output never stays on disk unredacted
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(redactor.files, [spec.stdout_path, spec.stderr_path])
+                await anyio.to_thread.run_sync(self._keep_logs, redactor, spec)
         if result.start_error:
             return SensorRunReport(sensor.sensor_id, "start_failed", "start_failed", result.start_error)
         kind: SensorRunKind = "ok" if result.ok else ("timeout" if result.timed_out else "failed")
@@ -279,6 +282,13 @@ class SensorRunner:
         )
         self.metrics.sensor_run(sensor.sensor_id, report.kind, counts)
 
+    def _keep_logs(self, redactor: Redactor, spec: ProcessSpec) -> None:
+        """The run's logs redacted, and the services' even where an operator ran `sensor run` as root."""
+        redactor.files([spec.stdout_path, spec.stderr_path])
+        for log in (spec.stdout_path, spec.stderr_path):
+            if log.is_file():
+                hand_over(log, self.config.paths.state_dir)
+
     def _parse(self, sensor_id: str, stdout: Path) -> tuple[list[AcceptedEvent], list[RejectedLine]]:
         text = stdout.read_text(encoding="utf-8", errors="replace")
         return parse_output(sensor_id, text, self.config, self.clock.now())
@@ -287,7 +297,7 @@ class SensorRunner:
         """The sensor's process: as the sensors' user, its own persistent folder as HOME, its output
         logged by agentd into the state dir (where that user may not write)."""
         logs = self.config.paths.state_dir / "sensors" / sensor.sensor_id
-        logs.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_folders(logs, self.config.paths.state_dir)
         env, redactor = child_environment(
             home=home,
             env_file=sensor.env_file,

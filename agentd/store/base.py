@@ -52,7 +52,7 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
 
 def _open_writable(path: Path) -> sqlite3.Connection:
     if not path.exists():
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        _create_database_file(path)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -61,6 +61,18 @@ def _open_writable(path: Path) -> sqlite3.Connection:
     conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
+
+
+def _create_database_file(path: Path) -> None:
+    """The database file (0600), the state dir's owner's even when root creates it (`agentd init` as root
+    in a state dir `agentd install` made): SQLite then gives its -wal and -shm that owner too."""
+    from agentd.process.files import hand_over  # only where a database is made: not on the hot commands' path
+
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        hand_over(fd, path.parent)
+    finally:
+        os.close(fd)
 
 
 def _open_readonly(path: Path) -> sqlite3.Connection:

@@ -20,7 +20,7 @@ from agentd.clock import Clock
 from agentd.edge import shown
 from agentd.errors import InputError, SchemaMismatch
 from agentd.faults import os_storage_error, storage_error
-from agentd.process.files import write_new
+from agentd.process.files import hand_over, private_folders, write_new
 from agentd.records import AttemptEnd, Claim, DueSchedule, TaskRecord, WorkflowRecord
 from agentd.store.attempts import AttemptVerbs, Planner
 from agentd.store.base import SERVICE_BUSY_RETRY_S, connect
@@ -180,6 +180,7 @@ def own_state_dir(state_dir: Path, agent_id: str, *, bind: bool) -> None:
         aside = state_dir / f".{AGENT_FILE}.{os.getpid()}"
         try:
             write_new(aside, agent_id + "\n")
+            hand_over(aside, state_dir)  # bound by an operator as root: still the services' to read
             with contextlib.suppress(FileExistsError):
                 os.link(aside, path)
         except OSError as exc:
@@ -208,10 +209,12 @@ def _state_dir_owner(path: Path) -> str | None:
 
 
 def init_state_dir(state_dir: Path, workspace: Path | None = None) -> None:
-    """The state dir (0700) and, when given, the workspace; existing modes are tightened."""
+    """The state dir (0700) and, when given, the workspace; existing modes are tightened. A folder root
+    makes in a state dir of another user's is that user's (process/files.py hand_over)."""
     try:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_folders(state_dir / "attempts", state_dir)
         for directory in (state_dir, state_dir / "attempts"):
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             if directory.stat().st_mode & 0o777 != 0o700:
                 os.chmod(directory, 0o700)
         if workspace is not None:

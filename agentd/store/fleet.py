@@ -6,7 +6,8 @@ from a sequence (it only grows). Every later write of the agent that claimed —
 fail — is guarded by that token and by the task still being leased: a task whose lease expired and was
 claimed again, or that an operator canceled, refuses the old token's writes (recorded as `refused`),
 so a rescuer can never have its work overwritten by the agent it rescued. Lease times are the server's
-clock, never an agent's. The connection (psycopg 3, imported on first use) is agentd/store/fleet_connect.py's.
+clock, never an agent's. The connection (psycopg 3, imported on first use) is agentd/store/fleet_connect.py's;
+every read of a row selects it as agentd/store/fleet_rows.py says, so no row can make a read raise.
 """
 
 from __future__ import annotations
@@ -15,18 +16,16 @@ import functools
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
 from agentd import frozen_value
 from agentd.errors import InputError, NotFound, SchemaMismatch
 from agentd.resources import data_dir
 from agentd.store.fleet_connect import connect, unavailable
+from agentd.store.fleet_rows import COLUMNS, NAMES, FleetTask, Lease, event_of, read_as
 from agentd.store.migrations import Migration, available_migrations
 
 TERMINAL = ("completed", "failed", "canceled")
-COLUMNS = """id, idempotency_key, task_type, subject, payload, labels, priority, origin, status, lease_agent,
-    lease_token, lease_expires_at, claims, result, created_at, updated_at, finished_at"""
 
 
 # What an agent runs for every task: each statement writes its own events (data-modifying CTEs), so a
@@ -77,42 +76,12 @@ def _claim_sql(limit: int) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _claim_sql_for(limit: int) -> str:
-    returning = ", ".join(f"t.{c.strip()}" for c in COLUMNS.split(","))
+    returning = ", ".join(f"t.{name}" for name in NAMES)
     return CLAIM.format(limit=limit, returning=returning, columns=COLUMNS)
 
 
 def fleet_migrations() -> list[Migration]:
     return available_migrations(data_dir("migrations") / "fleet")
-
-
-@frozen_value
-class FleetTask:
-    """A row of fleet_tasks."""
-
-    fleet_id: int
-    idempotency_key: str | None
-    task_type: str
-    subject: str | None
-    payload: dict[str, Any]
-    labels: list[str]
-    priority: int
-    origin: dict[str, Any]
-    status: str
-    lease_agent: str | None
-    lease_token: int | None
-    lease_expires_at: datetime | None
-    claims: int
-    result: dict[str, Any] | None
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
-
-    @classmethod
-    def of(cls, row: dict[str, Any]) -> FleetTask:
-        return cls(row.pop("id"), **row)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in self.__dict__.items()}
 
 
 @frozen_value
@@ -136,14 +105,6 @@ class Submission:
                     f"{names.get(field_name, field_name)}: holds the character U+0000, which PostgreSQL cannot "
                     "store; remove it"
                 )
-
-
-@frozen_value
-class Lease:
-    """What a claim gives an agent: the task, and the token every later write must carry."""
-
-    task: FleetTask
-    token: int
 
 
 def _scrubbed(value: Any) -> str:
@@ -377,12 +338,12 @@ class FleetQueue:
         return FleetTask.of(row)
 
     def events(self, fleet_id: int) -> list[dict[str, Any]]:
-        """The task's history, oldest first (`at` as ISO-8601 text)."""
+        """The task's history, oldest first (fleet_rows.py `event_of`: `at` as ISO-8601 text, a detail
+        agentd cannot hold None, with why in `unreadable`)."""
         with self._transaction() as cur:
-            cur.execute(
-                "SELECT type, agent, token, detail, at FROM fleet_events WHERE task_id = %s ORDER BY id", (fleet_id,)
-            )
-            return [{**row, "at": row["at"].isoformat()} for row in cur.fetchall()]
+            columns = ", ".join(map(read_as, ("type", "agent", "token", "detail", "at")))
+            cur.execute(f"SELECT {columns} FROM fleet_events WHERE task_id = %s ORDER BY id", (fleet_id,))
+            return [event_of(row) for row in cur.fetchall()]
 
     def counts(self) -> dict[str, Any]:
         """Tasks by status, leases by agent, and the oldest queued task's age (seconds)."""
@@ -392,7 +353,8 @@ class FleetQueue:
             cur.execute("SELECT lease_agent, count(*) AS n FROM fleet_tasks WHERE status = 'leased' GROUP BY 1")
             leases = {row["lease_agent"]: row["n"] for row in cur.fetchall()}
             cur.execute(
-                "SELECT extract(epoch FROM now() - min(created_at)) AS age FROM fleet_tasks WHERE status = 'queued'"
+                "SELECT extract(epoch FROM now() - min(created_at)) AS age FROM fleet_tasks "
+                "WHERE status = 'queued' AND isfinite(created_at)"  # a row's 'infinity' is no age
             )
             age = cur.fetchone()["age"]
         return {"tasks": {s: statuses.get(s, 0) for s in ("queued", "leased", *TERMINAL)}, "leases": leases,

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from agentd import frozen_value
 from agentd.config import Config
-from agentd.edge import Refused
+from agentd.edge import Refused, json_kind
 from agentd.edge import loads as load_json
 from agentd.errors import AgentdError, InputError, Interrupted
 from agentd.process.privilege import operator_source
@@ -123,7 +123,7 @@ def line_object(raw: bytes, what: str) -> dict[str, Any]:
     except Refused as exc:
         raise InputError(str(exc).removeprefix("line: ")) from None
     if not isinstance(data, dict):
-        raise InputError(f"expected a JSON object ({what}), found {_json_kind(data)}")
+        raise InputError(f"expected a JSON object ({what}), found {json_kind(data)}")
     return data
 
 
@@ -166,11 +166,6 @@ def field_problems(exc: ValidationError) -> str:
 def _short(value: Any) -> str:
     shown = repr(value)
     return shown if len(shown) <= 80 else f"{shown[:60]}… ({len(shown):,} characters)"
-
-
-def _json_kind(value: Any) -> str:
-    kinds = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false"}
-    return "null" if value is None else kinds.get(type(value), type(value).__name__)
 
 
 def refusal(judged: Judged[Any]) -> InputError:

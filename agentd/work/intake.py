@@ -17,6 +17,7 @@ from agentd.schema_check import SchemaCheck
 
 if TYPE_CHECKING:
     from agentd.config import Config
+    from agentd.config.sensors import SensorManifest
 
 DEFAULT_PRIORITY = 5
 
@@ -202,6 +203,31 @@ def effective_adapter(config: Config, task: TaskRecord | NewTask) -> str | None:
         or (spec.default_adapter_id if spec else None)
         or (profile.default_adapter_id if profile else None)
     )
+
+
+def beyond_defaults(config: Config, manifest: SensorManifest, intent: TaskIntent) -> str | None:
+    """Why a sensor's proposed task names what its sensor.toml does not let it (a profile, adapter or model
+    other than its task type's defaults), or None. A sensor turns outside data into tasks, so, as a
+    follow-up is held to its parent's, it is held to its task type's defaults unless listed."""
+    spec = config.task_types.get(intent.task_type)
+    defaults = {
+        "profile": spec.default_profile_id if spec else None,
+        "adapter": spec.default_adapter_id if spec else None,
+        "model": None,
+    }
+    asked = {
+        "profile": (intent.requested_profile_id, manifest.may_request_profiles),
+        "adapter": (intent.requested_adapter_id, manifest.may_request_adapters),
+        "model": (intent.requested_model, manifest.may_request_models),
+    }
+    for noun, (named, allowed) in asked.items():
+        if named is not None and named != defaults[noun] and named not in allowed:
+            listed = ", ".join(allowed) or "none"
+            return (
+                f"requested_{noun if noun == 'model' else noun + '_id'} {named!r}: this sensor may name only its "
+                f"task type's default {noun} or one its sensor.toml lists in may_request_{noun}s (listed: {listed})"
+            )
+    return None
 
 
 def widening(config: Config, parent: TaskRecord, intent: TaskIntent) -> str | None:

@@ -52,6 +52,7 @@ def check_references(config: Config) -> list[Problem]:
         _adapters,
         _profiles,
         _task_types,
+        _sensors,
         _workflows,
         _schedules,
         _message_handlers,
@@ -228,6 +229,23 @@ def _task_types(config: Config) -> list[Problem]:
         if spec.default_profile_id is None and config.dispatch.default_profile_id is None:
             needed = "required: no profile would run this task type (or set dispatch.default_profile_id)"
             problems.append(Problem(src, f"{key}.default_profile_id", needed))
+    return problems
+
+
+def _sensors(config: Config) -> list[Problem]:
+    """The profiles and adapters a sensor's proposals may name must exist (its sensor.toml's keys)."""
+    problems = []
+    for sensor in config.sensor_definitions.values():
+        manifest = sensor.manifest
+        profiles: list[Reference] = [
+            (f"may_request_profiles[{i}]", "profile", found, config.profiles)
+            for i, found in enumerate(manifest.may_request_profiles)
+        ]
+        adapters: list[Reference] = [
+            (f"may_request_adapters[{i}]", "adapter", found, config.adapters)
+            for i, found in enumerate(manifest.may_request_adapters)
+        ]
+        problems += _refs(str(sensor.directory / "sensor.toml"), profiles + adapters)
     return problems
 
 

@@ -8,7 +8,8 @@
 "result_symlink": "target" (make the result file a symlink to it), "whoami": true (print its uid and gid),
 "chmod_workspace": "700" (change the mode of $AGENTD_WORKSPACE, which the run user owns, last),
 "nest": N (first, make N folders one inside the other in its HOME, the run dir agentd removes after it),
-"sparse": {"path": bytes} (files of that size that hold nothing: `truncate -s`)}.
+"sparse": {"path": bytes} (files of that size that hold nothing: `truncate -s`), "forks": N (start N sleeping
+children at once, then end them), "hog_mb": N (hold N MiB, every page touched)}.
 Text fields may name environment variables as ${NAME}, or ${json:NAME} for the value escaped as inside a
 JSON string (how a test makes the script echo a secret)."""
 
@@ -76,6 +77,16 @@ if "stdout" in payload:
 if "stderr" in payload:
     print(expand(payload["stderr"]), file=sys.stderr)
 sys.stdout.flush()
+if payload.get("forks"):  # start this many children that sleep (a fork bomb, bounded), then go on
+    children = []
+    for _ in range(payload["forks"]):
+        children.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+    for child in children:
+        child.kill()
+if payload.get("hog_mb"):  # hold this much memory, every page touched
+    hog = bytearray(payload["hog_mb"] * 1024 * 1024)
+    for offset in range(0, len(hog), 4096):
+        hog[offset] = 1
 time.sleep(payload.get("sleep_s", 0))
 if "outcome" in payload:
     Path(os.environ["AGENTD_RESULT_PATH"]).write_text(expand(json.dumps(payload["outcome"])))
