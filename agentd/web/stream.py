@@ -11,13 +11,13 @@ clients replaying the log cannot starve the API nor, under `agentd run`, the dis
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import anyio
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from agentd import frozen_value
 from agentd.edge import INT64_MAX
 from agentd.store import Store
 from agentd.web import inputs
@@ -29,7 +29,7 @@ KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an id
 REPLAY_EVENTS_PER_S = 5_000.0  # every stream's events together, at most (a page of 200: 40 ms of the lane)
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Grant:
     """What opened a stream: its token and, for the console's own script, its session; asked again
     before every read."""
@@ -38,7 +38,7 @@ class Grant:
     session: Session | None = None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Query:
     after: int
     task_id: int | None
@@ -95,7 +95,7 @@ async def events_from(web: Web, grant: Grant, query: Query) -> AsyncIterator[str
             yield ": keepalive\n\n"
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Page:
     text: str  # the frames
     count: int
@@ -105,9 +105,14 @@ class Page:
 async def next_page(web: Web, grant: Grant, query: Query) -> Page | None:
     """The next page of frames, if the grant still holds (None otherwise): the token is read in the
     same snapshot as the events, so no event appended after a revocation is ever sent for it."""
-    if grant.session is not None and not web.sessions.live(grant.session):
+    if not session_live(web, grant):
         return None
-    return await web.db.call(page_if_granted, grant.token_id, query)
+    page = await web.db.call(page_if_granted, grant.token_id, query)
+    return page if session_live(web, grant) else None  # one that ended while it was read sends nothing more
+
+
+def session_live(web: Web, grant: Grant) -> bool:
+    return grant.session is None or web.sessions.live(grant.session)
 
 
 def page_if_granted(store: Store, token_id: str, query: Query) -> Page | None:
