@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from agentd.services.fleet import MAX_CLAIM  # noqa: E402
 from agentd.store import Store  # noqa: E402
-from bench import endtoend, fleet, peers, processes, raw, store_rows  # noqa: E402
+from bench import console, endtoend, fleet, peers, processes, raw, store_rows  # noqa: E402
 from bench.agent import bulk_tasks, fresh, write_noop_script  # noqa: E402, F401  (the slow test uses the first two)
 from bench.report import Goal, Samples, machine_facts, render  # noqa: E402
 
@@ -46,10 +46,13 @@ class Sizes:
     fleet_tasks: int
     fleet_claimers: int
     batch_lines: int
+    console_tasks: int
+    console_streams: int
+    console_backlog: int
 
 
-FULL = Sizes(5, 300, 2_000, 1_000, 200, 1_000, 1_000_000, 20_000, 3, 3.0, 5_000, 8, 10_000)
-QUICK = Sizes(1, 3, 20, 20, 10, 1_000, 10_000, 200, 1, 1.0, 200, 8, 200)
+FULL = Sizes(5, 300, 2_000, 1_000, 200, 1_000, 1_000_000, 20_000, 3, 3.0, 5_000, 8, 10_000, 200, 1_000, 22_000)
+QUICK = Sizes(1, 3, 20, 20, 10, 1_000, 10_000, 200, 1, 1.0, 200, 8, 200, 5, 20, 500)
 
 # Sample names (the measurement table's rows) that the goals refer to.
 E2E_AGENTD = "end to end: agentd dispatch --until-idle"
@@ -64,6 +67,14 @@ VERIFY_ITSELF = "evidence verify, the verification itself (in-process)"
 IDLE_CPU = "idle agentd {}: CPU"
 IDLE_RSS = "idle agentd {}: VmRSS"
 IDLE_WINDOW = "idle services: the window measured"
+CONSOLE_HELD = "console: live streams held open"
+CONSOLE_REFUSED = "console: live streams refused (429)"
+CONSOLE_REPLAYED = "console: events the held streams replayed, per second"
+CONSOLE_STATUS = "console: /api/status p50, {}"
+CONSOLE_STATUS_MAX = "console: /api/status slowest, streams replaying"
+CONSOLE_DRAIN = "console: no-op tasks under agentd run, {}"
+CONSOLE_PEAK = "console: agentd run peak RSS (VmHWM)"
+CONSOLE_RSS = "console: agentd run RSS after the streams"
 FLEET_LIMITS = (1, MAX_CLAIM)  # what the goal is on (one task a claim), and the most the intake takes at once
 
 
@@ -123,6 +134,18 @@ def goals(sizes: Sizes) -> list[Goal]:
         Goal("idle `agentd dispatch` ≤ 80 MB RSS", IDLE_RSS.format("dispatch"), None, 80, False),
         Goal("idle `agentd sensors` ≤ 80 MB RSS", IDLE_RSS.format("sensors"), None, 80, False),
         Goal("evidence verify ≥ 2,000 attempts/s", VERIFY_ITSELF, None, 2_000, True),
+        Goal(
+            "dispatch beside live streams ≥ 0.8× without",
+            CONSOLE_DRAIN.format("streams replaying"),
+            CONSOLE_DRAIN.format("no stream"),
+            0.8,
+            True,
+        ),
+        Goal(
+            "`/api/status` beside live streams ≤ 250 ms", CONSOLE_STATUS.format("streams replaying"), None, 250, False
+        ),
+        Goal("live streams held ≤ `[web] max_streams` (16)", CONSOLE_HELD, None, 16, False),
+        Goal("`agentd run` peak RSS beside live streams ≤ 100 MB", CONSOLE_PEAK, None, 100, False),
         Goal(
             f"fleet claim + complete ≥ 1,000/s ({sizes.fleet_claimers} claimers, one PostgreSQL)",
             fleet_rate(sizes.fleet_claimers, 1),
@@ -218,6 +241,21 @@ def measure_fleet(samples: Samples, rig: fleet.Rig | None, sizes: Sizes, reason:
         samples.add(fleet_cpu(limit, "their PostgreSQL backends"), "µs", drained.server_us)
 
 
+def measure_console(samples: Samples, folder: Path, sizes: Sizes) -> None:
+    """Live streams against a real `agentd run` (bench/console.py): held, refused, what they cost."""
+    load = console.console_load(folder, sizes.console_tasks, sizes.console_streams, sizes.console_backlog)
+    samples.add(CONSOLE_HELD, "streams", load.held)
+    samples.add(CONSOLE_REFUSED, "streams", load.refused)
+    samples.add(CONSOLE_REPLAYED, "events/s", load.replayed / load.loaded_s)
+    samples.add(CONSOLE_STATUS.format("no stream"), "ms", console.p50(load.quiet_status_ms))
+    samples.add(CONSOLE_STATUS.format("streams replaying"), "ms", console.p50(load.status_ms))
+    samples.add(CONSOLE_STATUS_MAX, "ms", max(load.status_ms, default=0.0))
+    samples.add(CONSOLE_DRAIN.format("no stream"), "tasks/s", sizes.console_tasks / load.quiet_s)
+    samples.add(CONSOLE_DRAIN.format("streams replaying"), "tasks/s", sizes.console_tasks / load.loaded_s)
+    samples.add(CONSOLE_PEAK, "MB", load.peak_mb)
+    samples.add(CONSOLE_RSS, "MB", load.rss_mb)
+
+
 def measure_startup(samples: Samples, config_path: Path, runs: int) -> None:
     commands = processes.startup_commands(config_path)
     for _ in range(runs):
@@ -241,6 +279,7 @@ ROWS = (
     "sensor ingest",
     "task add --batch",
     "fleet",
+    "console",
     "start-up",
     "idle",
 )
@@ -285,6 +324,7 @@ def measure_all(
         "sensor ingest": lambda f: measure_sensor_ingest(samples, f / "sensor", sizes.sensor_events, sensor_text),
         "task add --batch": lambda folder: measure_batch_add(samples, folder / "batch", sizes.batch_lines, batch_text),
         "fleet": lambda _folder: measure_fleet(samples, rig, sizes, fleet_reason),
+        "console": lambda folder: measure_console(samples, folder / "console", sizes),
         "start-up": lambda _folder: measure_startup(samples, startup_config, sizes.startup_runs),
     }
     for rep in range(sizes.reps):
@@ -349,6 +389,12 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]
         "agentd: what the command runs after its start-up (`agentd.work.batch`: each line judged as `task add` "
         "judges one, then `enqueue_tasks` 500 per transaction, each task with its task_enqueued event); raw: each "
         "line `json.loads`ed and its row inserted, 500 per transaction, no validation or events",
+        f"- console: a real `agentd run` (dispatcher and console in one process, the console's default limits) over "
+        f"a log of {sizes.console_backlog:,} events; {sizes.console_streams:,} live streams asked for from the first "
+        "event (`/api/events/stream?after=0`, 25 tokens' worth, one after another), those answered 200 held and read "
+        f"to the end; {sizes.console_tasks} no-op script tasks queued (and the dispatcher woken, as `task add` does) "
+        "and drained with no stream open, then again while the held streams replay; `/api/status` asked every "
+        "100 ms meanwhile; VmHWM and VmRSS of the process at the end",
         f"- start-up: the console script `agentd`, a new process each run, {sizes.startup_runs} runs per repetition",
         f"- idle: `agentd dispatch` and `agentd sensors` as services on an agent of their own (no sensors, metrics on "
         f"a free loopback port), started at each repetition's beginning; {sizes.idle_settle_s:g} s later the window "

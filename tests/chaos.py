@@ -16,6 +16,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import privsep
+from hostile_console import HostileConsoleClient
 from hostile_http import Answer, HostileReceiver, answer
 from support import REPO, agent_config, outcome_disagreements
 
@@ -407,6 +409,8 @@ class Chaos:
         self.feed.chmod(0o644)
         self.targets = self.home / "targets.json"  # the running attempts, for the hostile sensor to aim at
         self.hostile_reports: list[str] = []
+        self.web: Service | None = None
+        self.console: HostileConsoleClient | None = None
         self.held_task: int | None = None
         self.valid_keys: list[str] = []
         self.cli_poison_sources: list[str] = []
@@ -433,6 +437,8 @@ class Chaos:
             self.env = {**self.env, **agent.env()}
             self.dispatch = Service("dispatch", agent.service_argv("dispatch"), self.env, logs)
             self.sensors = Service("sensors", agent.service_argv("sensors", delegated=False), self.env, logs)
+            web_argv = agent.service_argv("web", "--listen", "127.0.0.1:0", delegated=False)
+            self.web = Service("web", web_argv, self.env, logs)  # never killed: its port is the OS's pick
 
     def _configure(self) -> Path:
         sensors = self.home / "sensors" / "feed"
@@ -587,6 +593,7 @@ class Chaos:
         self.sensors.start()
         self.memory = PeakMemory(self.dispatch)
         self.add_by_cli(poison=True)
+        self._start_console()
         pause = threading.Event()
         done = 0
         while done < kills and time.monotonic() - started < deadline_s:
@@ -602,6 +609,8 @@ class Chaos:
                 self.add_hostile()
             elif action < 0.48:
                 self.feed_messages(self.rng.randint(1, 3))
+            elif action < 0.56:
+                self.flood_console()
             self.aim_hostile_sensor()
             victim = self.rng.choice([self.dispatch, self.dispatch, self.sensors])
             victim.kill()
@@ -612,6 +621,8 @@ class Chaos:
         self._settle_messages()
         self.dispatch.stop()
         self.sensors.stop()
+        if self.web is not None:
+            self.web.stop()
         self.memory.stop()
         self.webhook.close()
         report = self.check()
@@ -657,6 +668,31 @@ class Chaos:
                 quiet = quiet + 1 if not busy and set(self.valid_keys) <= sensed else 0
         finally:
             store.close()
+
+    # --- a hostile console client (tests/hostile_console.py) ----------------------------------------
+
+    def _start_console(self) -> None:
+        """`agentd web` as the services' user, an operator token for root and a stolen one for the run
+        user, then a first flood from the run user."""
+        if self.web is None or self.agent is None:
+            return
+        self.web.start()
+        found = None
+        deadline = time.monotonic() + 60
+        while found is None and time.monotonic() < deadline and self.web.process and self.web.process.poll() is None:
+            threading.Event().wait(0.05)
+            found = re.search(r"console and API at http://127\.0\.0\.1:([0-9]+)/", self.web.log_text())
+        if found is None:
+            self.problems.append(f"agentd web did not serve: {self.web.log_text()[-300:]}")
+            return
+        tokens = [self.cli("web", "token", "add", name, "--json") for name in ("chaos-operator", "leaked")]
+        operator, stolen = (json.loads(done.stdout)["token"] for done in tokens)
+        self.console = HostileConsoleClient(self.agent.run, int(found.group(1)), operator, stolen)
+        self.flood_console()
+
+    def flood_console(self) -> None:
+        if self.console is not None:
+            self.poisoned["the run user at the console"] += self.console.flood(self.rng)
 
     # --- hostile webhook answers ---------------------------------------------------------------------
 
@@ -751,6 +787,9 @@ class Chaos:
             "usage stored finite, >= 0; poisoned usage still completes": lambda: usage_problems(store, tasks),
             "every message delivered, failed, or pending a retry": lambda: self._messages(conn),
             f"no dispatcher above {DISPATCH_RSS_MIB} MiB resident": self.memory.problems,
+            "no console request of the run user succeeded": lambda: (
+                self.console.problems(self.config.db_path) if self.console else []
+            ),
         }
         report.checks = {name: check() for name, check in checks.items()}
         return report
@@ -799,7 +838,7 @@ class Chaos:
             for path in root.rglob("*")
             if path.is_file() and any(n in path.read_bytes() for n in needles)
         ]
-        logs = self.dispatch.log_text() + self.sensors.log_text()
+        logs = self.dispatch.log_text() + self.sensors.log_text() + (self.web.log_text() if self.web else "")
         return places + ["service logs"] * any(n.decode() in logs for n in needles)
 
     def _evidence(self, store: Any) -> list[str]:
@@ -819,7 +858,7 @@ class Chaos:
 
     def _clean_exits(self) -> list[str]:
         problems = []
-        for service in (self.dispatch, self.sensors):
+        for service in (self.dispatch, self.sensors, *([self.web] if self.web else [])):
             for code, by in service.exits:
                 expected = {"harness SIGKILL": -signal.SIGKILL, "harness SIGTERM": 0}.get(by)
                 if code != expected:

@@ -20,3 +20,4 @@ def test_chaos_short_form(tmp_path: Path) -> None:
     assert report.failed == [], report.table()
     if privsep.missing() is None:  # behind the boundary, an attempt tried to act as its operator, and failed
         assert report.poisoned["the agent as its operator"] >= 1, report.table()
+        assert report.poisoned["the run user at the console"] >= 20, report.table()  # its floods, closed early

@@ -153,3 +153,29 @@ def test_retry_all_shows_a_dry_run_count_and_acts_only_on_a_confirmed_unchanged_
     assert done.status == 303
     assert {rig.store.get_task_or_raise(i).status for i in failed} == {"pending"}
     assert browser.form("/tasks/retry-all", fields | {"status": "completed"}).status == 422
+
+
+def test_logging_out_ends_the_session_at_once_and_so_does_revoking_its_token(web: WebRig) -> None:
+    """Issue 38: after POST /logout the old cookie still got 200 until session_hours (the session was a
+    signed cookie and nothing more); a copy of it kept by anyone went on working."""
+    browser, csrf = logged_in(web)
+    kept = Client(web.url, cookies=dict(browser.cookies))
+    assert kept.get("/").status == 200
+    assert browser.form("/logout", {"csrf": csrf}).status == 303
+    for path in ("/", "/tasks", "/approvals"):
+        answer = kept.get(path)
+        assert (answer.status, answer.headers.get("location")) == (303, "/login"), path
+    assert kept.get("/api/events/stream").status == 401
+    assert kept.form("/pause", {"csrf": csrf}).status == 303 and web.rig.store.dispatch_pause() is None
+
+    other, _ = logged_in(web, "bob")
+    web.rig.store.revoke_web_token("bob", "test", web.rig.clock.now())
+    assert other.get("/").headers.get("location") == "/login", "a revoked token's sessions end with it"
+
+
+def test_a_session_ends_when_it_expires(web: WebRig) -> None:
+    browser, _ = logged_in(web)
+    web.rig.clock.advance(web.rig.config.web.session_hours * 3600 - 1)
+    assert browser.get("/").status == 200
+    web.rig.clock.advance(2)
+    assert browser.get("/").headers.get("location") == "/login"

@@ -192,3 +192,61 @@ def test_config_refuses_an_approval_handler_that_cannot_sign(
     with pytest.raises(ConfigError) as refused:
         load_config(agent_config(tmp_path, mutate))
     assert message in str(refused.value) or any(message in str(p) for p in refused.value.problems)
+
+
+def test_nothing_is_sent_for_a_request_resolved_before_its_send(web: WebRig, receiver: Receiver) -> None:
+    """Issue 44: a request was still POSTed after its approval was denied (freshly timestamped and
+    signed; resolving it gave 409). A due send whose approval is settled is withdrawn, never sent."""
+    client = web.client()
+    receiver.status = 503
+    mark = web.rig.store.last_event_sequence()
+    task_id = submit_held(client)
+    receiver.next()
+    retrying = wait_for_event(client, mark, "approval_handoff_retrying")
+    assert client.post(f"/api/approvals/{task_id}/deny", {"reason": "no"}).status == 200
+    web.rig.clock.advance(60)  # its resend is due
+    withdrawn = wait_for_event(client, retrying["sequence"], "approval_handoff_withdrawn")
+    assert withdrawn["task_id"] == task_id and withdrawn["payload"]["approval_id"] == retrying["payload"]["approval_id"]
+    assert receiver.requests.empty(), "nothing was sent for the denied request"
+
+
+def test_the_hand_off_carries_a_token_that_resolves_that_request_only_with_its_context(
+    web: WebRig, receiver: Receiver
+) -> None:
+    """Issue 44: the receiver held a full operator token (it could pause dispatch), and a resolution
+    without `context` skipped the staleness checks."""
+    client = web.client()
+    first_id, second_id = submit_held(client), submit_held(client)
+    sent = {body["task_id"]: body for body in (receiver.next()[1], receiver.next()[1])}
+    token = sent[first_id]["resolve"]["token"]
+    assert token.startswith("approval.") and SECRET not in token
+    app = Client(web.url, token)
+    assert app.get("/api/status").status == 401 and app.post("/api/pause", {}).status == 401
+    assert web.rig.store.dispatch_pause() is None
+    bare = app.post(f"/api/approvals/{first_id}/approve", {"note": "no context"})
+    assert bare.status == 422 and bare.error_at() == "body.context", bare.text
+    other = app.post(f"/api/approvals/{second_id}/approve", {"context": sent[second_id]["context"]})
+    assert other.status == 403 and other.error_at() == "header.authorization", other.text
+    forged = Client(web.url, token[:-1] + ("0" if token[-1] != "0" else "1"))
+    assert forged.post(f"/api/approvals/{first_id}/approve", {"context": sent[first_id]["context"]}).status == 401
+    assert web.rig.store.get_task_or_raise(second_id).awaiting_approval
+    done = app.post(f"/api/approvals/{first_id}/deny", {"context": sent[first_id]["context"], "reason": "by acme"})
+    assert done.status == 200, done.text
+    resolved = [e for e in web.rig.store.read_events(limit=10_000) if e.type == "approval_resolved"]
+    assert resolved[-1].payload["by"] == "approval_handler:approvals"
+
+
+def test_a_resolution_keyed_by_an_approval_resolves_only_that_request(web: WebRig, receiver: Receiver) -> None:
+    """Approve checked the context, then resolved the task's pending request in another transaction
+    without its id: a deny and retry committed in between let the old context approve the new request.
+    The store resolves only the approval named."""
+    from agentd.store.control import StaleApproval
+
+    rig, client = web.rig, web.client()
+    task_id = submit_held(client)
+    old = receiver.next()[1]["context"]["approval_id"]
+    rig.store.resolve_approval(task_id, approved=False, by="test", note="no", now=rig.clock.now())
+    rig.store.retry_task(task_id, 1, rig.clock.now(), by="test")
+    with pytest.raises(StaleApproval):
+        rig.store.resolve_approval(task_id, approved=True, by="x", note=None, now=rig.clock.now(), approval_id=old)
+    assert rig.store.get_task_or_raise(task_id).awaiting_approval

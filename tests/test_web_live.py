@@ -6,13 +6,14 @@ from __future__ import annotations
 import http.client
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
 import pytest
 from inprocess import ok
 from rig import Rig
+from support import wait_until
 from webrig import Client, WebRig, serving
 
 import agentd.store.base as store_base
@@ -36,7 +37,10 @@ class Stream:
     def __init__(self, client: Client, path: str, headers: dict[str, str] | None = None) -> None:
         host, port = client.base.split("//")[1].rstrip("/").split(":")
         self.conn = http.client.HTTPConnection(host, int(port), timeout=20)
-        self.conn.request("GET", path, headers={"Authorization": f"Bearer {client.token}", **(headers or {})})
+        sent = {"Authorization": f"Bearer {client.token}"} if client.token else {}
+        if client.cookies:
+            sent["Cookie"] = "; ".join(f"{k}={v}" for k, v in client.cookies.items())
+        self.conn.request("GET", path, headers={**sent, **(headers or {})})
         self.reply = self.conn.getresponse()
 
     def frame(self) -> dict[str, str]:
@@ -58,6 +62,14 @@ class Stream:
                 row: dict[str, Any] = json.loads(found["data"])
                 assert found["id"] == str(row["sequence"])
                 return row
+
+    def rest(self) -> list[dict[str, Any]]:
+        """Every event until the stream ends (a read that times out: it never did)."""
+        found = []
+        while fields := self.frame():
+            if "data" in fields:
+                found.append(json.loads(fields["data"]))
+        return found
 
     def close(self) -> None:
         self.conn.close()
@@ -170,3 +182,99 @@ def test_a_long_text_log_whose_64_kib_cut_splits_a_character_is_still_text(befor
     assert looks_textual(data)
     assert not looks_textual(b"a" * before + b"\xff" + b"a" * 10), "the control: bytes that are no UTF-8 at all"
     assert not looks_textual(b"\xe2\x82"), "a file that ends cut short is not text"
+
+
+def test_a_stream_ends_when_its_token_is_revoked_and_sends_nothing_after(web: WebRig) -> None:
+    """Issue 44: after `agentd web token revoke bob`, bob's /api/status got 401 but his open stream went
+    on delivering events (his own web_token_revoked, then new tasks) until the service stopped."""
+    rig = web.rig
+    stream = Stream(web.client("bob"), "/api/events/stream?after=0")
+    try:
+        backlog = rig.store.last_event_sequence()
+        assert [stream.event()["sequence"] for _ in range(backlog)][-1] == backlog
+        rig.store.revoke_web_token("bob", "test", rig.clock.now())
+        rig.add()
+        after = stream.rest()
+        assert after == [], [e["type"] for e in after]
+    finally:
+        stream.close()
+
+
+def test_a_console_stream_ends_at_logout_and_when_its_session_expires(web: WebRig) -> None:
+    from test_web_console import logged_in
+
+    browser, csrf = logged_in(web)
+    stream = Stream(browser, "/api/events/stream")
+    try:
+        assert stream.reply.status == 200 and stream.event()["sequence"] == 1
+        assert browser.form("/logout", {"csrf": csrf}).status == 303
+        web.rig.add()
+        assert [e["type"] for e in stream.rest()][-1:] != ["task_enqueued"], "no event after the logout"
+    finally:
+        stream.close()
+    browser, _ = logged_in(web)
+    stream = Stream(browser, f"/api/events/stream?after={web.rig.store.last_event_sequence()}")
+    try:
+        assert stream.reply.status == 200
+        web.rig.clock.advance(web.rig.config.web.session_hours * 3600 + 1)
+        web.rig.add()
+        assert stream.rest() == [], "nothing after it expired"
+    finally:
+        stream.close()
+
+
+def test_streams_are_capped_per_token_and_in_all_and_a_closed_one_frees_its_place(
+    rig_factory: Callable[..., Rig],
+) -> None:
+    """Issue 44: nothing bounded the live streams (1,000 replaying the backlog held /api/status 8-10 s)."""
+
+    def capped(raw: dict[str, Any]) -> None:
+        raw["web"] = {"max_streams": 3, "max_streams_per_token": 2}
+
+    with serving(rig_factory(capped)) as web:
+        alice, bob, carol = web.client("alice"), web.client("bob"), web.client("carol")
+        held = [Stream(alice, "/api/events/stream"), Stream(alice, "/api/events/stream")]
+        try:
+            assert [s.reply.status for s in held] == [200, 200]
+            third = alice.get("/api/events/stream")
+            assert third.status == 429 and "max_streams_per_token" in third.text and "retry-after" in third.headers
+            held.append(Stream(bob, "/api/events/stream"))
+            assert held[-1].reply.status == 200
+            refused = carol.get("/api/events/stream")
+            assert refused.status == 429 and "max_streams" in refused.text
+            assert alice.get("/api/status").status == 200, "the API answers beside them"
+            held.pop(0).close()
+            wait_until(lambda: web.service._web is not None and web.service._web.streams.open == 2, 10, "one freed")
+            held.append(Stream(carol, "/api/events/stream"))
+            assert held[-1].reply.status == 200
+        finally:
+            for each in held:
+                each.close()
+
+
+@pytest.mark.parametrize(
+    ("stored", "same_as_the_api"),
+    [
+        ('{"a": [1, {"b": "\\u00fc \\u2028 \\"q\\""}], "n": null, "f": 1.5}', True),
+        ("[1, 2]", True),
+        ('{"big": 123456789012345678901234567890}', False),
+    ],
+    ids=["as agentd writes", "not an object", "an integer past int64"],
+)
+def test_a_streamed_event_is_the_event_the_api_reads(web: WebRig, stored: str, same_as_the_api: bool) -> None:
+    """The stream's frames are written by SQLite's JSON functions (no parse and dump per event); a payload
+    SQLite does not take for a JSON object is read as /api/events reads it (`holdable`)."""
+    rig = web.rig
+    sequence = append(rig, "tool_started", None, None, call_id="c1", tool="Bash", summary="ls")
+    rig.store._conn.execute("UPDATE events SET payload = ? WHERE sequence = ?", (stored, sequence))  # an edit
+    stream = Stream(web.client(), f"/api/events/stream?after={sequence - 1}")
+    try:
+        streamed = stream.event()
+    finally:
+        stream.close()
+    [read] = rig.store.event_rows(after=sequence - 1, limit=1)
+    assert streamed["sequence"] == sequence and streamed["type"] == "tool_started"
+    if same_as_the_api:
+        assert streamed == read
+    else:
+        assert streamed["payload"]["big"] == 123456789012345678901234567890  # the number as written

@@ -24,10 +24,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rig import Rig
-from support import REPO
+from support import REPO, wait_until
 from webrig import WebRig, serving
 
-from agentd.web.peers import cannot_tell_apart, local_peer_uid
+from agentd.web.peers import REMOTE, UNKNOWN, PeerBook, PeerSocket, cannot_tell_apart, local_peer_uid
 
 pytestmark = pytest.mark.timeout(60)
 NOBODY = 65534  # the account `nobody`: a run user of some agent in these tests
@@ -222,6 +222,29 @@ def test_any_pair_of_ends_is_looked_up_without_raising(client: tuple[str, int], 
     struct.error from the request's own lookup (a 500 instead of an answer)."""
     found = local_peer_uid(client, server)
     assert found is None or isinstance(found, int)
+    never_accepted = PeerBook(enabled=True).owner(client, server)
+    assert never_accepted.unknown and PeerBook(enabled=False).owner(client, server) == REMOTE
+
+
+def test_the_owner_is_the_one_found_at_accept_and_a_client_gone_by_then_is_unknown() -> None:
+    """The kernel still answers for an orphaned socket (its process closed it), with uid 0 once it waits
+    in FIN-WAIT-2: that is no one's, not root's."""
+    book = PeerBook(enabled=True)
+    with PeerSocket.listening(socket.create_server(("127.0.0.1", 0)), book) as server:
+        with socket.create_connection(server.getsockname()) as open_one:
+            accepted, peer = server.accept()
+            with accepted:
+                assert book.owner(peer, accepted.getsockname()).uid == os.geteuid()
+                open_one.close()
+                assert book.owner(peer, accepted.getsockname()).uid == os.geteuid(), "kept, not looked up again"
+            del accepted  # as asyncio's transport lets go of a connection it closed
+            wait_until(lambda: len(book) == 0, 10, "the closed connection forgotten")
+        with socket.create_connection(server.getsockname()) as gone:
+            gone.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        accepted, peer = server.accept()
+        with accepted:
+            assert local_peer_uid(peer, accepted.getsockname()) is None, "an orphan is no one's"
+            assert book.owner(peer, accepted.getsockname()) == UNKNOWN
 
 
 def test_an_agent_installed_after_the_console_started_is_refused_once_it_reads_them_again(
@@ -239,3 +262,46 @@ def test_an_agent_installed_after_the_console_started_is_refused_once_it_reads_t
         web.rig.clock.advance(60)
         assert as_user(NOBODY, port, [get("/login", port)]) == [403]
         assert web.client("alice").get("/api/status").status == 200, "the operator is answered throughout"
+
+
+def closing_early(uid: int, port: int, request: bytes, count: int) -> None:
+    """`count` connections from a child running as `uid`, each sending `request` and closing before any
+    answer: the client's socket is an orphan (FIN-WAIT) by the time the console gets to the request."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            for _ in range(count):
+                with socket.socket() as conn:
+                    conn.connect(("127.0.0.1", port))
+                    conn.sendall(request)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def post(path: str, port: int, token: str, body: bytes) -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
+    return (head + f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+@pytest.mark.parametrize("whose", ["run", "sensors"])
+def test_a_run_user_that_closes_before_its_answer_is_still_refused_and_costs_the_operator_nothing(
+    guarded: Callable[[str], AbstractContextManager[WebRig]], whose: str
+) -> None:
+    """Issue 38: the owner was looked up per request, after the client may have closed; the kernel
+    reports an orphaned socket (FIN-WAIT-2) as uid 0, so 150 made-up tokens from the run user, each
+    sent on a connection closed at once, were counted against root (whose next request got 429), and a
+    valid token's POST acted. The owner is looked up at accept, kept, and an unknown one is refused."""
+    with guarded(whose) as web:
+        port, stolen = port_of(web), web.token("leaked")
+        closing_early(NOBODY, port, get("/api/status", port, "0123456789ab." + "A" * 43), 150)
+        assert web.client("alice").get("/api/status").status == 200, "the operator is not locked out"
+        closing_early(NOBODY, port, post("/api/pause", port, stolen, b"{}"), 50)
+        closing_early(NOBODY, port, post("/api/tasks", port, stolen, b'{"task_type": "example", "payload": {}}'), 50)
+        acted = [e.type for e in web.rig.store.read_events(limit=100_000)]
+        assert "dispatch_paused" not in acted and "task_enqueued" not in acted, acted[-5:]
+        book = web.service._web.peers if web.service._web else None
+        wait_until(lambda: book is not None and len(book) == 0, 20, "every closed connection's owner forgotten")

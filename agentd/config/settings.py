@@ -279,9 +279,22 @@ class WebSection(Section):
     )
     session_hours: float = Field(default=12.0, gt=0, le=24 * 30, description="how long a console login lasts")
     login_failures: int = Field(
-        default=5, ge=1, le=1000, description="failed logins one client address may make per login_window_s"
+        default=5,
+        ge=1,
+        le=1000,
+        description="failed logins one client (a local user, or an address) may make per login_window_s",
     )
     login_window_s: float = Field(default=60.0, gt=0, le=86_400, description="then it waits out the window (429)")
+    login_failures_total: int = Field(
+        default=50,
+        ge=1,
+        le=100_000,
+        description="failed logins of all clients together per login_window_s; past it, every client waits (429)",
+    )
+    max_streams: int = Field(default=16, ge=1, le=1000, description="live event streams open at once (429 past it)")
+    max_streams_per_token: int = Field(
+        default=4, ge=1, le=1000, description="live event streams one token (or its sessions) may hold open at once"
+    )
     approval_handler: Identifier | None = Field(
         default=None, description="a webhook [[message_handlers]] each approval request is handed off to, signed"
     )

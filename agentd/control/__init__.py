@@ -76,9 +76,13 @@ def resolve_approval(
     note: str | None,
     now: datetime,
     by: str | None = None,
+    approval_id: str | None = None,
 ) -> tuple[TaskRecord, ApprovalScope]:
     note = note_text(note, "note" if approved else "reason", required=not approved)  # every surface's rule
-    task, scope = store.resolve_approval(task_id, approved=approved, by=by or operator(), note=note, now=now)
+    who = by or operator()
+    task, scope = store.resolve_approval(
+        task_id, approved=approved, by=who, note=note, now=now, approval_id=approval_id
+    )
     poke(config.paths.state_dir)
     return task, scope
 

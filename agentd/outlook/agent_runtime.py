@@ -99,6 +99,7 @@ EVENT_MAP: dict[str, str] = {
     "approval_handed_off": "hook.completed",  # an approval request sent to the [web] approval_handler
     "approval_handoff_failed": "runtime.error",
     "approval_handoff_retrying": "runtime.warning",
+    "approval_handoff_withdrawn": GENERIC,  # resolved before it was sent: nothing sent
 }
 FINISHED = {
     "completed": "task.completed",

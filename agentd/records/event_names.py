@@ -87,5 +87,6 @@ AGENTD_EVENT_TYPES = (
     "approval_handed_off",
     "approval_handoff_failed",
     "approval_handoff_retrying",
+    "approval_handoff_withdrawn",
 )
 EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES

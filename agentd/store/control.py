@@ -16,6 +16,10 @@ from agentd.store.plain import decide, denial
 from agentd.store.tasks import read_task_or_raise
 
 
+class StaleApproval(InputError):
+    """The request a resolution names is no longer the task's pending one (resolved, or asked again)."""
+
+
 @frozen_value
 class PendingApproval:
     approval_id: str
@@ -40,10 +44,18 @@ class Pause:
 
 class ControlVerbs(StoreBase):
     def resolve_approval(
-        self, task_id: int, *, approved: bool, by: str, note: str | None, now: datetime
+        self,
+        task_id: int,
+        *,
+        approved: bool,
+        by: str,
+        note: str | None,
+        now: datetime,
+        approval_id: str | None = None,
     ) -> tuple[TaskRecord, ApprovalScope]:
         """Approve (the task becomes claimable) or deny (it ends operator_canceled with the reason);
-        for a side-effects approval, its held follow-ups and messages go ahead or are refused."""
+        for a side-effects approval, its held follow-ups and messages go ahead or are refused. With
+        `approval_id`, only that request is resolved: one the task replaced since is StaleApproval."""
         with self.transaction():
             task = read_task_or_raise(self.tx, task_id)
             row = self._conn.execute(
@@ -51,6 +63,8 @@ class ControlVerbs(StoreBase):
             ).fetchone()
             if row is None:
                 raise InputError(f"task {task_id} is not waiting for approval (it is {task.status})")
+            if approval_id is not None and row[0] != approval_id:
+                raise StaleApproval(f"approval_id: {approval_id!r} is not task {task_id}'s pending request")
             approval_id, scope = row
             held = held_side_effects(self.tx, task_id) if scope == "side_effects" else []  # before it is decided
             decide(self.tx, task_id, approval_id, scope, approved=approved, by=by, note=note, now=now)

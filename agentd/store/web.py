@@ -3,6 +3,7 @@ approval requests handed off to an external app, with the run context each carri
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -183,6 +184,33 @@ class WebVerbs(StoreBase):
         found = [{**dict(row), "payload": holdable(row["payload"]) or {}} for row in rows]
         return found[::-1] if last else found
 
+    def event_frames(
+        self, *, after: int = 0, task_id: int | None = None, types: tuple[str, ...] = (), limit: int = 200
+    ) -> list[tuple[int, str]]:
+        """(sequence, the event as JSON text) in sequence order after `after`: what `event_rows` returns,
+        as SQLite's own JSON functions write it (a live stream sends it as it is, and a replay costs no
+        parse and dump per event); a payload SQLite does not take for JSON is read as `event_rows` reads it."""
+        clauses, params = ["sequence > ?"], list[object]([after])
+        if task_id is not None:
+            clauses.append("task_id = ?")
+            params.append(task_id)
+        if types:
+            clauses.append(f"type IN ({', '.join('?' * len(types))})")
+            params += types
+        rows = self._conn.execute(
+            f"""SELECT sequence, CASE WHEN json_valid(payload) AND json_type(payload) = 'object' THEN json_object(
+                       'sequence', sequence, 'event_id', event_id, 'type', type, 'timestamp', timestamp,
+                       'task_id', task_id, 'attempt_id', attempt_id, 'workflow_id', workflow_id,
+                       'payload', json(payload)) END
+                FROM events WHERE {" AND ".join(clauses)} ORDER BY sequence LIMIT ?""",
+            (*params, limit),
+        ).fetchall()
+        return [(row[0], row[1] if row[1] is not None else self._event_json(row[0])) for row in rows]
+
+    def _event_json(self, sequence: int) -> str:
+        [row] = self.event_rows(after=sequence - 1, limit=1)
+        return json.dumps(row, separators=(",", ":"))
+
     # --- approval hand-off ---------------------------------------------------------------------------
 
     def approvals_not_handed_off(self, limit: int = 50) -> list[tuple[str, int]]:
@@ -212,13 +240,34 @@ class WebVerbs(StoreBase):
             return found
 
     def due_handoffs(self, now: datetime, limit: int = 20) -> list[Handoff]:
-        """Hand-offs whose next send is due, oldest first."""
+        """Hand-offs whose next send is due and whose approval is still pending, oldest first; each one
+        whose approval was resolved meanwhile is withdrawn first (nothing is sent for it)."""
+        self.withdraw_settled_handoffs(now)
         rows = self._conn.execute(
-            """SELECT * FROM approval_handoffs WHERE status = 'pending' AND next_attempt_at <= ?
-               ORDER BY next_attempt_at LIMIT ?""",
+            """SELECT h.* FROM approval_handoffs h
+               WHERE h.status = 'pending' AND h.next_attempt_at <= ?
+                 AND EXISTS (SELECT 1 FROM approvals p WHERE p.approval_id = h.approval_id AND p.status = 'pending')
+               ORDER BY h.next_attempt_at LIMIT ?""",
             (ts(now), limit),
         ).fetchall()
         return [_handoff(row) for row in rows]
+
+    def withdraw_settled_handoffs(self, now: datetime) -> int:
+        """Each hand-off not sent yet whose approval is no longer pending (approved, denied, or asked
+        again as a new request) ends `withdrawn`, with its event; how many."""
+        with self.transaction():
+            rows = self._conn.execute(
+                """SELECT h.approval_id, h.task_id, h.handler_id FROM approval_handoffs h
+                   WHERE h.status = 'pending' AND NOT EXISTS
+                       (SELECT 1 FROM approvals p WHERE p.approval_id = h.approval_id AND p.status = 'pending')"""
+            ).fetchall()
+            for approval_id, task_id, handler_id in rows:
+                self._conn.execute(
+                    "UPDATE approval_handoffs SET status = 'withdrawn' WHERE approval_id = ?", (approval_id,)
+                )
+                payload = {"approval_id": approval_id, "handler": handler_id, "why": "resolved before it was sent"}
+                self._append_event("approval_handoff_withdrawn", now, task_id=task_id, payload=payload)
+            return len(rows)
 
     def next_handoff_at(self) -> datetime | None:
         """When the next pending hand-off is due; None if none is pending."""

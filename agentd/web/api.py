@@ -22,6 +22,7 @@ from agentd.process.privilege import RESERVED_SOURCES
 from agentd.records import TaskIntent
 from agentd.records.fleet import DispatchContext
 from agentd.store import Store
+from agentd.store.control import StaleApproval
 from agentd.vocabulary import TASK_STATUSES
 from agentd.web import handoff, inputs, stream
 from agentd.web.app import Web, bearer, bearer_or_session, web_of
@@ -89,8 +90,8 @@ async def api_events(request: Request) -> Response:
 
 async def api_stream(request: Request) -> Response:
     """Server-Sent Events from `after` (or the Last-Event-ID a reconnecting client sends)."""
-    await bearer_or_session(request)
-    return stream.response(request, web_of(request))
+    operator, session = await bearer_or_session(request)
+    return stream.response(request, web_of(request), stream.Grant(operator.token_id, session))
 
 
 async def api_approvals(request: Request) -> Response:
@@ -185,21 +186,50 @@ def do_retry(web: Web, store: Store, task_id: int, body: dict[str, Any], operato
     return {"task": jsonable(task)}
 
 
-def resolver(approved: bool) -> Callable[[Web, Store, int, dict[str, Any], Operator], dict[str, Any]]:
+def resolver(approved: bool) -> Callable[[Request], Any]:
     """Approve or deny; deny needs a reason. A resolution that brings a hand-off's context must bring
-    the context of the request still pending (docs/web.md, "Approval hand-off")."""
+    the context of the request still pending, and a hand-off's own token resolves only that request,
+    only with it (docs/web.md, "Approval hand-off"). The check and the resolution are one transaction,
+    keyed by the approval: a deny and retry committed meanwhile cannot let the old context approve."""
+    fields = ("note", "context") if approved else ("reason", "context")
 
-    def resolve(web: Web, store: Store, task_id: int, body: dict[str, Any], operator: Operator) -> dict[str, Any]:
-        where = "body.note" if approved else "body.reason"
-        note = inputs.note(body.get("note" if approved else "reason"), where, required=not approved)
+    async def endpoint(request: Request) -> Response:
+        operator, scoped = await handoff.resolver_of(request)
+        task_id = path_id(request)
+        body = await inputs.json_object(request)
+        inputs.refuse_unknown(body, fields)
+        web = web_of(request)
+        return JSONResponse(await web.db.call(resolve, web, task_id, body, operator, scoped, approved))
+
+    return endpoint
+
+
+def resolve(
+    store: Store, web: Web, task_id: int, body: dict[str, Any], operator: Operator, scoped: str | None, approved: bool
+) -> dict[str, Any]:
+    where = "body.note" if approved else "body.reason"
+    note = inputs.note(body.get("note" if approved else "reason"), where, required=not approved)
+    with store.transaction():
+        if scoped is not None:
+            handoff.check_scope(store, scoped, body.get("context"))
+        approval_id = None
         if "context" in body:
             handoff.check_context(store, task_id, body["context"])
-        task, scope = control.resolve_approval(
-            web.config, store, task_id, approved=approved, note=note, now=web.clock.now(), by=operator.name
-        )
-        return {"task": jsonable(task), "scope": scope}
-
-    return resolve
+            approval_id = body["context"]["approval_id"]
+        try:
+            task, scope = control.resolve_approval(
+                web.config,
+                store,
+                task_id,
+                approved=approved,
+                note=note,
+                now=web.clock.now(),
+                by=operator.name,
+                approval_id=approval_id,
+            )
+        except StaleApproval as exc:
+            raise BadInput(409, f"stale context: {exc}", "body.context.approval_id", "a pending approval's") from None
+    return {"task": jsonable(task), "scope": scope}
 
 
 async def api_pause(request: Request) -> Response:
@@ -238,8 +268,8 @@ def routes() -> list[BaseRoute]:
         Route("/api/events", api_events),
         Route("/api/events/stream", api_stream),
         Route("/api/approvals", api_approvals),
-        Route("/api/approvals/{task_id}/approve", action(resolver(True), ("note", "context")), methods=["POST"]),
-        Route("/api/approvals/{task_id}/deny", action(resolver(False), ("reason", "context")), methods=["POST"]),
+        Route("/api/approvals/{task_id}/approve", resolver(True), methods=["POST"]),
+        Route("/api/approvals/{task_id}/deny", resolver(False), methods=["POST"]),
         Route("/api/pause", api_pause, methods=["POST"]),
         Route("/api/resume", api_resume, methods=["POST"]),
         Route("/evidence/{task_id}/{attempt_id}/{name}", evidence_file),

@@ -5,9 +5,7 @@ every answer carries (no page loads anything from another origin)."""
 from __future__ import annotations
 
 import logging
-import os
-import pwd
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,8 +28,11 @@ from agentd.edge import shown, whole_number
 from agentd.errors import InputError, NotFound, UnreadableRow
 from agentd.store import AsyncStore, Store
 from agentd.web.auth import COOKIE, LoginThrottle, Operator, Session, Sessions, split_token, token_matches
+from agentd.web.bodies import DrainRefusedBodies
+from agentd.web.gate import AttemptUsers, PeerGate, owner
 from agentd.web.inputs import FIELD_FIRST, BadInput, from_input_error
-from agentd.web.peers import local_peer_uid
+from agentd.web.limits import RETRY_STREAM_S, Streams, TooManyStreams
+from agentd.web.peers import PeerBook
 
 logger = logging.getLogger(__name__)
 HERE = Path(__file__).parent
@@ -53,7 +54,7 @@ class Unauthorized(Exception):
 
 class Throttled(Exception):
     def __init__(self, retry_after_s: float) -> None:
-        super().__init__(f"too many failed logins from this address; try again in {retry_after_s:.0f}s")
+        super().__init__(f"too many failed logins from this client, or from all; try again in {retry_after_s:.0f}s")
         self.retry_after_s = retry_after_s
 
 
@@ -74,7 +75,9 @@ class Web:
     templates: Jinja2Templates
     stopping: anyio.Event = field(default_factory=anyio.Event)
     stream_poll_s: float = 0.5
-    attempt_users: AttemptUsers | None = None  # whose sockets are refused (NoAttempts); None: nobody's
+    attempt_users: AttemptUsers | None = None  # whose sockets are refused (PeerGate); None: nobody's
+    peers: PeerBook = field(default_factory=lambda: PeerBook(enabled=False))  # each connection's owner
+    streams: Streams = field(default_factory=lambda: Streams(16, 4))  # the live streams open, and their lane
 
     async def read(self, verb: Callable[..., T], *args: Any) -> T:
         """A read on the service's one connection, off the event loop (one thread hop)."""
@@ -88,21 +91,13 @@ def web_of(request: Request) -> Web:
 
 
 def client_address(request: Request) -> str:
-    """Who failed logins are counted by: the client's address and, for a client on this machine, the user
-    owning its socket (every local client is 127.0.0.1: an agent's attempts guessing tokens must not
-    lock the operator's own browser out)."""
-    host = request.client.host if request.client else "unknown"
-    uid = peer_uid(request.scope)
-    return host if uid is None else f"{host} uid {uid}"
-
-
-def peer_uid(scope: Scope) -> int | None:
-    """The uid owning the client's socket when the client is on this machine (web/peers.py), looked up
-    once per request."""
-    if "agentd.peer_uid" not in scope:
-        scope["agentd.peer_uid"] = local_peer_uid(scope.get("client"), scope.get("server"))
-    uid: int | None = scope["agentd.peer_uid"]
-    return uid
+    """Who failed logins are counted by: a client on this machine by the user owning its socket alone
+    (every local address is this machine: an agent's attempts guessing tokens must not lock the
+    operator's own browser out, and 127.x.y.z rotated is still one user), any other by its address."""
+    found = owner(request.scope)
+    if found.uid is not None:
+        return f"local uid {found.uid}"
+    return request.client.host if request.client else "unknown"
 
 
 async def bearer(request: Request) -> Operator:
@@ -141,12 +136,12 @@ async def session_of(request: Request) -> tuple[Operator, Session]:
     return Operator(stored.name, stored.token_id), session
 
 
-async def bearer_or_session(request: Request) -> Operator:
+async def bearer_or_session(request: Request) -> tuple[Operator, Session | None]:
     """A GET the console's own scripts make (the live stream: EventSource sends no headers) may use the
     session cookie instead of a bearer token. Never for a POST: those need the CSRF token."""
     if "authorization" in request.headers:
-        return await bearer(request)
-    return (await session_of(request))[0]
+        return await bearer(request), None
+    return await session_of(request)
 
 
 def _is_api(request: Request) -> bool:
@@ -192,6 +187,11 @@ async def on_throttled(request: Request, exc: Exception) -> Response:
     return console_error(request, 429, str(exc), {"Retry-After": retry})
 
 
+async def on_too_many_streams(request: Request, exc: Exception) -> Response:
+    expected = 'fewer live streams: close one (docs/web.md, "Live events")'
+    return error_json(429, str(exc), "client", expected, **{"Retry-After": str(RETRY_STREAM_S)})
+
+
 async def on_forbidden(request: Request, exc: Exception) -> Response:
     if _is_api(request):
         return error_json(403, str(exc), "body.csrf", "this session's CSRF token")
@@ -232,76 +232,17 @@ def build_app(web: Web, routes: list[BaseRoute]) -> Starlette:
             Unauthorized: on_unauthorized,
             Throttled: on_throttled,
             Forbidden: on_forbidden,
+            TooManyStreams: on_too_many_streams,
             HTTPException: on_http,
             UnreadableRow: on_unreadable_row,
         },
     )
     app.state.web = web
-    if web.attempt_users is not None:
-        app.add_middleware(NoAttempts, users=web.attempt_users)
+    app.add_middleware(PeerGate, users=web.attempt_users)
     app.add_middleware(KnownHosts, names=own_names(web.config))
-    app.add_middleware(SecurityHeaders)  # the outermost: a refused host's answer carries them too
+    app.add_middleware(SecurityHeaders)  # a refused host's answer carries them too
+    app.add_middleware(DrainRefusedBodies, book=web.peers, stopping=web.stopping)  # outside every refusal
     return app
-
-
-class AttemptUsers:
-    """The run users whose sockets the console refuses: this agent's, and every other installed agent's as
-    `others()` reads them (/etc/agentd). An agent installed after the console started is seen too: a
-    local uid the console does not know makes it read them again, at most every `refresh_s`."""
-
-    refresh_s = 60.0
-
-    def __init__(
-        self,
-        own: Iterable[tuple[str | None, str]],
-        others: Callable[[], Iterable[tuple[str | None, str]]],
-        clock: Clock,
-    ) -> None:
-        self.own, self.others, self.clock = list(own), others, clock
-        self.known = run_user_uids([*self.own, *others()])
-        self.read_at = clock.monotonic()
-
-    def whose(self, uid: int | None) -> str | None:
-        """Whose user `uid` is ("this agent's run user NAME"), or None."""
-        if uid is None:
-            return None
-        if uid not in self.known and uid not in (0, os.geteuid()):
-            now = self.clock.monotonic()
-            if now - self.read_at >= self.refresh_s:
-                self.known, self.read_at = run_user_uids([*self.own, *self.others()]), now
-        return self.known.get(uid)
-
-
-class NoAttempts:
-    """Refuses (403) a request from a socket an agent's run or sensor user owns (this agent's `[dispatch]
-    run_as` and `[sensors] run_as`, or another installed agent's): an attempt has no business with the
-    console, not even its login form, and its token guesses must cost the operator nothing (docs/web.md,
-    "Who may connect")."""
-
-    def __init__(self, app: ASGIApp, users: AttemptUsers) -> None:
-        self.app, self.users = app, users
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and (whose := self.users.whose(peer_uid(scope))) is not None:
-            what = f"the console does not answer {whose}: it runs an agent's attempts or sensors, never its operator"
-            expected = "a connection from the operator's own user (a browser, an SSH tunnel, curl)"
-            await error_json(403, what, "client", expected)(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-
-def run_user_uids(users: Iterable[tuple[str | None, str]]) -> dict[int, str]:
-    """uid → "WHAT NAME" ("this agent's run user agentd-arc-run") for each (name, what) that names an
-    account here (a name that does not is no one's socket)."""
-    found = {}
-    for name, whose in users:
-        if name is None:
-            continue
-        try:
-            found[pwd.getpwnam(name).pw_uid] = f"{whose} {name}"
-        except KeyError:
-            continue
-    return found
 
 
 def own_names(config: Config) -> frozenset[str]:

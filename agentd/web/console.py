@@ -86,8 +86,12 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
-    """POST /logout: the session cookie is dropped."""
+    """POST /logout: the session ends (its cookie, kept or copied, is refused from now on), and the
+    browser drops the cookie."""
     await posted(request)
+    session = web_of(request).sessions.read(request.cookies.get(COOKIE))
+    if session is not None:
+        web_of(request).sessions.end(session)
     answer = back("/login")
     answer.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return answer

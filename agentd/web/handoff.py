@@ -1,31 +1,40 @@
 """Approval hand-off (docs/web.md, "Approval hand-off"): each approval request is sent once, signed, to
-the `[web] approval_handler` webhook with its run context (task, attempt, dispatch context), and a
-resolution through the API must bring back the context of the request still pending (a stale or
-mismatched one is refused, nothing resolved)."""
+the `[web] approval_handler` webhook with its run context (task, attempt, dispatch context) and a token
+of its own, scoped to approving or denying that one request; a resolution must bring back the context
+of the request still pending (a stale or mismatched one is refused, nothing resolved), checked and
+resolved in one transaction keyed by the approval. Nothing is sent for a request already resolved."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
+import re
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import anyio
+from starlette.requests import Request
 
+from agentd.config import Config
+from agentd.config.environment import read_env_file
 from agentd.control.handlers import send_signed
-from agentd.errors import InputError
+from agentd.errors import ConfigError, InputError
 from agentd.records.messages import Delivery, Sent, WebhookHandler
 from agentd.store import Store
 from agentd.store.web import Handoff
+from agentd.web.app import Throttled, Unauthorized, Web, bearer, client_address, web_of
+from agentd.web.auth import Operator
 from agentd.web.inputs import BadInput
-
-if TYPE_CHECKING:
-    from agentd.web.app import Web
 
 logger = logging.getLogger(__name__)
 CONTEXT_KEYS = ("approval_id", "task_id", "attempt_id", "dispatch_context")
 POLL_S = 2.0  # how often the service looks for a new approval request (and a due resend)
 MAX_SENDS = 8  # then the hand-off has failed for good (the console still shows the approval)
 BACKOFF_S, BACKOFF_MAX_S = 15.0, 900.0
+TOKEN_PREFIX = "approval."
+HANDOFF_TOKEN = re.compile(r"^approval\.(?P<id>[0-9A-Za-z_-]{1,64})\.(?P<mac>[0-9a-f]{64})$")
 
 
 def run_context(store: Store, task_id: int) -> dict[str, Any]:
@@ -107,7 +116,7 @@ async def send_one(web: Web, handler: WebhookHandler, handoff: Handoff) -> None:
         idempotency_key=f"approval-{handoff.approval_id}",
         task_id=handoff.task_id,
         handler_id=handoff.handler_id,
-        message=handoff.context,
+        message=with_token(web.config, handoff),
         status="pending",
         attempts=handoff.attempts + 1,
         in_flight=True,
@@ -121,6 +130,16 @@ async def send_one(web: Web, handler: WebhookHandler, handoff: Handoff) -> None:
     await web.db.call(Store.finish_handoff_attempt, handoff, status, sent.error, next_at, now)
 
 
+def with_token(config: Config, handoff: Handoff) -> dict[str, Any]:
+    """The message as recorded, with the hand-off's own token under `resolve` (never stored: derived
+    again for each send). Without a secret the send fails anyway, saying why (send_signed)."""
+    secret = signing_secret(config)
+    if secret is None:
+        return handoff.context
+    resolve = {**handoff.context.get("resolve", {}), "token": resolve_token(secret, handoff.approval_id)}
+    return {**handoff.context, "resolve": resolve}
+
+
 async def keep_handing_off(web: Web, poll_s: float = POLL_S) -> None:
     """The service's loop while it runs (only with an approval_handler): one pass every poll_s."""
     while not web.stopping.is_set():
@@ -130,3 +149,55 @@ async def keep_handing_off(web: Web, poll_s: float = POLL_S) -> None:
             logger.exception("approval hand-off pass failed; trying again in %.0fs", poll_s)
         with anyio.move_on_after(poll_s):
             await web.stopping.wait()
+
+
+# --- the hand-off's own token -----------------------------------------------------------------------
+
+
+def signing_secret(config: Config) -> str | None:
+    """The approval handler's signing secret (`[web] approval_secret_key` in its env_file), or None."""
+    handler_id = config.web.approval_handler
+    handler = config.message_handlers.get(handler_id) if handler_id else None
+    if not isinstance(handler, WebhookHandler) or not handler.env_file:
+        return None
+    try:
+        return read_env_file(Path(handler.env_file)).get(config.web.approval_secret_key) or None
+    except ConfigError:
+        return None
+
+
+def resolve_token(secret: str, approval_id: str) -> str:
+    """The token a hand-off carries: good for approving or denying this one request, with its context,
+    and for nothing else (not an operator's token: no other endpoint takes it). Derived from the signing
+    secret, so every resend carries the same one and nothing of it is stored."""
+    mac = hmac.new(secret.encode(), f"agentd-approval-resolve:{approval_id}".encode(), hashlib.sha256)
+    return f"{TOKEN_PREFIX}{approval_id}.{mac.hexdigest()}"
+
+
+async def resolver_of(request: Request) -> tuple[Operator, str | None]:
+    """Who resolves an approval: an operator's bearer token (None: any approval), or a hand-off token
+    (the approval id it is scoped to), counted against the client's failed logins as a token is."""
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip().startswith(TOKEN_PREFIX):
+        return await bearer(request), None
+    web, address = web_of(request), client_address(request)
+    if (wait := web.throttle.retry_after(address)) is not None:
+        raise Throttled(wait)
+    found = HANDOFF_TOKEN.fullmatch(given.strip())
+    secret = signing_secret(web.config)
+    expected = resolve_token(secret, found["id"]) if found and secret else ""
+    if not found or not hmac.compare_digest(given.strip().encode(), expected.encode()):
+        web.throttle.failed(address)
+        raise Unauthorized("the hand-off token is not valid (not one agentd sent, or for another secret)")
+    web.throttle.succeeded(address)
+    handler = web.config.web.approval_handler
+    return Operator(f"approval_handler:{handler}", f"handoff:{found['id']}"), found["id"]
+
+
+def check_scope(store: Store, scoped: str, given: Any) -> None:
+    """A hand-off token resolves only the request it was sent with, and only with its context."""
+    if not isinstance(given, dict):
+        raise BadInput(422, "missing", "body.context", "the context the hand-off carried (a hand-off token needs it)")
+    if given.get("approval_id") != scoped or store.handoff_of(scoped) is None:
+        what = f"this hand-off token resolves approval {scoped!r} only"
+        raise BadInput(403, what, "header.authorization", "the token sent with this request's hand-off")

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 import anyio
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HyperConfig
+from hypercorn.config import Sockets
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
@@ -23,9 +24,11 @@ from agentd.process.activation import passed_socket
 from agentd.services.shell import STATUS_REFRESH_S
 from agentd.store import AsyncStore, Store
 from agentd.web import api, console, handoff
-from agentd.web.app import AttemptUsers, Web, build_app, templates
+from agentd.web.app import Web, build_app, templates
 from agentd.web.auth import LoginThrottle, Sessions
-from agentd.web.peers import cannot_tell_apart
+from agentd.web.gate import AttemptUsers
+from agentd.web.limits import Streams
+from agentd.web.peers import PeerBook, PeerSocket, cannot_tell_apart
 
 logger = logging.getLogger(__name__)
 GRACE_S = 2.0  # open requests (a live stream ends at once) get this long when the service stops
@@ -53,6 +56,18 @@ def bind(listen: str, beyond_loopback: bool = False) -> socket.socket:
         sock.close()
         raise InputError(f"web.listen: cannot listen on {listen} ({exc.strerror or exc})") from None
     return sock
+
+
+class Served(HyperConfig):
+    """hypercorn's settings, serving the one socket given (hypercorn's own `bind` would make a plain
+    socket of it, whose accept the console could not see)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self.held = sock
+
+    def create_sockets(self) -> Sockets:
+        return Sockets(secure_sockets=[], insecure_sockets=[self.held], quic_sockets=[])
 
 
 def routes() -> list[BaseRoute]:
@@ -88,7 +103,7 @@ class WebService:
         self._web: Web | None = None
         self._me, self._started = procs.this_process(), clock.now()
 
-    def build(self) -> Web:
+    def build(self, peers: PeerBook) -> Web:
         """The state every request handler reaches."""
         web = self.config.web
         return Web(
@@ -96,10 +111,12 @@ class WebService:
             db=self.db,
             clock=self.clock,
             sessions=Sessions(self.clock, web.session_hours),
-            throttle=LoginThrottle(self.clock, web.login_failures, web.login_window_s),
+            throttle=LoginThrottle(self.clock, web.login_failures, web.login_window_s, web.login_failures_total),
             templates=templates(),
             stream_poll_s=self.stream_poll_s,
             attempt_users=self.attempt_users,
+            peers=peers,
+            streams=Streams(web.max_streams, web.max_streams_per_token),
         )
 
     async def run(self) -> None:
@@ -119,10 +136,10 @@ class WebService:
                 'failed logins are counted per address only (docs/web.md, "Who may connect")',
                 why,
             )
-        self._web = web = self.build()
+        peers = PeerBook(enabled=why is None)
+        self._web = web = self.build(peers)
         app = build_app(web, routes())
-        served = HyperConfig()
-        served.bind = [f"fd://{sock.detach()}"]  # hypercorn owns the descriptor from here
+        served = Served(PeerSocket.listening(sock, peers))  # each connection's owner looked up at accept
         served.graceful_timeout = GRACE_S
         served.accesslog = None
         served.errorlog = logger
