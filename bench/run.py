@@ -379,7 +379,7 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]
         f"- enqueue: {sizes.enqueues:,} single-task transactions; agentd through `admit_task` (payload schema) and "
         "`enqueue_task` (row + task_enqueued event); huey `task()`; persist-queue `SQLiteAckQueue.put`",
         f"- claim + complete: {sizes.claim_completes:,} due tasks; agentd `claim_next_task` (attempt row, "
-        "task_claimed) then `finish_attempt` (the outcome commit); raw: UPDATE … RETURNING then UPDATE; huey "
+        "task_claimed) then `end_attempt` (the outcome commit); raw: UPDATE … RETURNING then UPDATE; huey "
         "`dequeue` + `execute` (result stored); persist-queue `get` + `ack`",
         f"- claim latency: p50 of {sizes.latency_claims} claims per repetition, queues shaped as `bulk_tasks` "
         "(a tenth urgent and delayed a day, a third done), ANALYZEd",

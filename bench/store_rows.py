@@ -37,14 +37,14 @@ def enqueue_per_s(directory: Path, count: int) -> float:
 
 def claim_complete_per_s(directory: Path, count: int) -> float:
     """Tasks/s through `claim_next_task` (the claim, the attempt row, task_claimed) then
-    `finish_attempt` (the outcome commit), two transactions per task as the dispatcher runs them."""
+    `end_attempt` (the outcome commit), two transactions per task as the dispatcher runs them."""
     _, store, clock = fresh(directory)
     pending_tasks(store.path, count, clock.now())
     started = time.perf_counter()
     for _ in range(count):
         claim = store.claim_next_task(clock.now(), "bench", lambda _task: PLAN, EVIDENCE_ROOT)
         assert claim is not None and claim.attempt is not None
-        store.finish_attempt(completed(claim.attempt.attempt_id, claim.task.task_id, store))
+        store.end_attempt(completed(claim.attempt.attempt_id, claim.task.task_id, store))
     elapsed = time.perf_counter() - started
     store.close()
     return count / elapsed

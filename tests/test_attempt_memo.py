@@ -12,7 +12,7 @@ from typing import Any
 from rig import Rig
 
 from agentd.attempt.manifest import DescribedMemo, described_by
-from agentd.attempt.prepare import agent_variant
+from agentd.attempt.terms import agent_variant
 
 
 def sha(path: Path) -> str:

@@ -90,27 +90,33 @@ async def test_an_attempts_outcome_and_the_next_claim_share_one_durable_commit(
     await dispatcher.stop()
 
 
-async def test_a_fleet_task_next_in_line_is_not_claimed_by_the_outcome_commit(rig: Rig) -> None:
-    """The claim inside the outcome commit meets a fleet task whose lease is not confirmed yet: that
-    claim is rolled back to its savepoint (the task stays pending, no attempt counted) while the
-    outcome it shares the transaction with is kept; the next tick confirms the lease as always."""
+async def test_a_fleet_task_whose_lease_is_not_confirmed_is_not_claimable(rig: Rig) -> None:
+    """A fleet lease is a condition of the claim, never an exception: a fleet task whose confirmation ran
+    out is passed over by every claim (the outcome commit's too, which keeps the outcome it shares the
+    transaction with); once the fleet confirms its lease again, it runs (docs/fleet.md)."""
+    from datetime import timedelta
+
     from agentd.records import TaskIntent
     from agentd.store.fleet_leases import Taken
     from agentd.work.intake import admit_task
 
+    now = rig.clock.now()
     local = rig.add("example", subject="local")
     intent = TaskIntent.model_validate({"task_type": "example", "source": "fleet:7", "payload": {}})
-    new = admit_task(intent, rig.config, rig.clock.now(), trusted=True)
-    [fleet_task] = rig.store.record_fleet_claims([Taken(new, 7, 1, {})], rig.clock.now())
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    assert await dispatcher.tick(rig.clock.now())
+    new = admit_task(intent, rig.config, now, trusted=True)
+    [fleet_task] = rig.store.record_fleet_claims([Taken(new, 7, 1, {})], now, now - timedelta(seconds=1))
+    dispatcher = rig.dispatcher()  # not started: a started one without [fleet] drops the leases it finds
+    ticked = await dispatcher.tick(now)
+    assert ticked and ticked.next is None  # the local task ran; its commit claimed nothing after it
     assert rig.store.get_task_or_raise(local.task_id).status == "completed"
     gated = rig.store.get_task_or_raise(fleet_task)
     assert (gated.status, gated.attempt_count) == ("pending", 0)
     assert [e.type for e in rig.events(fleet_task)] == ["task_enqueued"]
+    assert not await dispatcher.tick(now)  # nothing claimable: the lease waits for the fleet
+    assert rig.store.fleet_leases_confirmed([fleet_task], now, now + timedelta(seconds=10)) == 1
+    assert await dispatcher.tick(now)
+    assert rig.store.get_task_or_raise(fleet_task).status == "completed"
     assert rig.store.verify_event_chain() == []
-    await dispatcher.stop()
 
 
 async def test_a_verb_inside_another_is_all_or_nothing_of_its_own(rig: Rig) -> None:

@@ -141,11 +141,14 @@ async def test_a_lease_lost_before_the_attempt_means_no_attempt(
     assert dispatcher.fleet is not None
     await dispatcher.fleet.round()
     expire_and_rescue(queue, fleet_id)
-    assert await dispatcher.run_until_idle() == 0  # the confirmation was refused: nothing started
+    rig.clock.advance(dispatcher.fleet.confirmed_s + 1)  # the claim's confirmation runs out
+    assert await dispatcher.run_until_idle() == 0  # unconfirmed: nothing started
+    await dispatcher.fleet.round()  # the renewal is refused: the lease is lost
+    assert await dispatcher.run_until_idle() == 0
     [task] = rig.store.list_tasks()
     assert task.status == "operator_canceled" and rig.store.attempts_of(task.task_id) == []
     lease = rig.store.fleet_lease_of(task.task_id)
-    assert lease is not None and lease["state"] == "lost" and "confirmation refused" in lease["lost_reason"]
+    assert lease is not None and lease["state"] == "lost" and "renewal refused" in lease["lost_reason"]
     assert [e.type for e in rig.events(task.task_id)][-2:] == ["fleet_lease_lost", "task_finished"]
     assert queue.get(fleet_id).status == "leased" and queue.get(fleet_id).lease_agent == "rescuer"
     assert [e["detail"]["write"] for e in queue.events(fleet_id) if e["type"] == "refused"] == ["renew"]
@@ -211,6 +214,8 @@ async def test_an_unreachable_fleet_defers_fleet_work_and_local_work_goes_on(
     assert rig.config.fleet.dsn_file is not None
     rig.config.fleet.dsn_file.write_text(broken.format(tmp=tmp_path) + "\n")
     dispatcher.fleet.close()  # the next call connects again, to nothing
+    rig.clock.advance(dispatcher.fleet.confirmed_s + 1)  # the claim's confirmation runs out
+    await dispatcher.fleet.step()  # it cannot be renewed: the fleet task is told it waits
     local = rig.add()
     assert await dispatcher.run_until_idle() == 1  # the local task ran; the fleet task waits
     assert rig.store.get_task_or_raise(local.task_id).status == "completed"
@@ -306,9 +311,13 @@ async def test_an_agent_without_a_fleet_drops_the_leases_it_held(
     unfleeted = dataclasses.replace(rig.config, fleet=FleetSection())  # the operator removed [fleet]
     dispatcher = Dispatcher(unfleeted, rig.db, clock=rig.clock, adapters=in_process)
     assert dispatcher.fleet is None
+    await dispatcher.start()  # no one renews or confirms its leases now: each is dropped
     assert await dispatcher.run_until_idle() == 0
+    await dispatcher.stop()
     [task] = rig.store.list_tasks()
     assert task.status == "operator_canceled" and rig.store.attempts_of(task.task_id) == []
+    lease = rig.store.fleet_lease_of(task.task_id)
+    assert lease is not None and lease["state"] == "lost" and "no longer has a fleet" in lease["lost_reason"]
 
 
 def test_the_fleet_metrics_count_and_leave_the_agent_to_the_scrape_target(

@@ -99,7 +99,7 @@ async def test_an_outcome_sqlite_refuses_is_recorded_as_internal_error_naming_wh
     )
     recorded = await dispatcher.attempts.commit(claim.task, claim.attempt, poisoned)
     await dispatcher.stop()
-    assert recorded.status == "retryable_failure"
+    assert recorded.end.status == "retryable_failure" == rig.store.get_task_or_raise(task.task_id).status
     [attempt] = rig.store.attempts_of(task.task_id)
     assert attempt.termination_reason == "internal_error"
     assert "recording its outcome: ValueError" in attempt.diagnostics["summary"]

@@ -28,7 +28,6 @@ from agentd.evidence.action_trace import Step, capped, trace_lines, trace_of
 from agentd.hashing import sha256_file, sha256_hex
 from agentd.process.files import Refused as UntrustedPath
 from agentd.process.files import lstat_beneath, read_beneath, read_reported, sha256_at_most, write_new
-from agentd.process.privilege import run_user, uid_of
 from agentd.process.runner import remove_tree
 from agentd.records import (
     ArtifactRow,
@@ -140,7 +139,7 @@ def gather(
 ) -> AttemptFacts:
     """Everything the judge needs, from the evidence dir and the workspace: what the attempt reported
     copied into the evidence (never through a link), then redacted, then read."""
-    reporter = uid_of(policy.run_as)  # whose the files it reports must be
+    reporter = policy.user.uid if policy.user is not None else None  # whose the files it reports must be
     copied_problem = copy_reported_result(paths, reporter) if read_result else None
     redact_evidence(paths, redactor)
     result_text, result_problem = read_result_file(paths) if read_result else (None, None)
@@ -207,7 +206,7 @@ def finish(ending: Ending, facts: AttemptFacts, *, bundle_hash: str | None, best
                 paths, {**manifest_fields(policy.described, facts, end, bundle_hash), **trace},
                 trace=trace_lines(steps), best_effort=best_effort,
             )  # fmt: skip
-    remove_run_dir(paths.run, policy.run_as)  # HOME and what the attempt wrote: not evidence, and may hold keys
+    remove_tree(paths.run, policy.user)  # HOME and what the attempt wrote: not evidence, and may hold keys
     diagnostics = {
         **end.diagnostics,
         "artifact_hash": sealed.artifact_hash if sealed else None,
@@ -218,12 +217,6 @@ def finish(ending: Ending, facts: AttemptFacts, *, bundle_hash: str | None, best
     if dropped:
         diagnostics["action_trace_steps_dropped"] = dropped
     return replace(end, diagnostics=diagnostics)
-
-
-def remove_run_dir(run: Path, run_as: str | None) -> None:
-    """The attempt's run dir goes, whatever the attempt left in it (`remove_tree`): never raising, so
-    neither the attempt's end nor the boot sweep after a crash can be stopped by it."""
-    remove_tree(run, run_user(run_as))
 
 
 def action_steps(facts: AttemptFacts, end: AttemptEnd, paths: AttemptPaths) -> list[Step]:

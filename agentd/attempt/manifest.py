@@ -10,7 +10,7 @@ from typing import Any
 from agentd import __version__
 from agentd.adapters import AdapterRun
 from agentd.attempt.judge import AttemptFacts
-from agentd.attempt.prepare import agent_variant, attempt_skills, retry_policy
+from agentd.attempt.terms import agent_variant, attempt_skills, retry_policy
 from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.hashing import canonical_json, sha256_file, sha256_hex

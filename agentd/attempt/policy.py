@@ -12,9 +12,10 @@ from agentd import frozen_value
 from agentd.attempt.judge import OutboxPolicy
 from agentd.attempt.manifest import DescribedMemo, described_by
 from agentd.attempt.outcome import CompletionChecks, RetryPolicy
-from agentd.attempt.prepare import completion_checks, retry_policy
+from agentd.attempt.terms import completion_checks, retry_policy
 from agentd.clock import Clock
 from agentd.config import Config
+from agentd.process.privilege import RunUser
 from agentd.records import AgentConstitution, TaskRecord
 from agentd.work.intake import delegation_caps
 
@@ -30,7 +31,7 @@ class AttemptPolicy:
     runs: Path
     workspace: Path
     max_artifact_bytes: int  # what agentd reads, in all, to hash the files the outcome names
-    run_as: str | None  # who the attempt ran as: its run dir may need that user to remove it
+    user: RunUser | None  # who the attempt runs as: whose files it reports, who may need to remove its run dir
     constitution: AgentConstitution  # the hashes a constitution proposal is based on
     described: dict[str, Any]  # the manifest's fields that come from the configuration
 
@@ -45,10 +46,11 @@ class Ending:
 
 
 def attempt_policy(
-    config: Config, task: TaskRecord, adapter_id: str, memo: DescribedMemo | None = None
+    config: Config, task: TaskRecord, adapter_id: str, user: RunUser | None, memo: DescribedMemo | None = None
 ) -> AttemptPolicy:
-    """The policy of `task`'s attempt on `adapter_id`, as the configuration says now. `memo`: what a
-    service keeps of its configuration between attempts (agentd/attempt/manifest.py)."""
+    """The policy of `task`'s attempt on `adapter_id`, as the configuration says now, for attempts that run
+    as `user` (the service's resolved `[dispatch] run_as`). `memo`: what a service keeps of its
+    configuration between attempts (agentd/attempt/manifest.py)."""
     spec = config.task_types.get(task.task_type)
     override = spec.strict_evidence if spec else None
     adapter = config.adapters.get(adapter_id)
@@ -62,14 +64,10 @@ def attempt_policy(
         runs=config.paths.runs,
         workspace=config.paths.workspace,
         max_artifact_bytes=config.dispatch.max_artifact_bytes,
-        run_as=config.dispatch.run_as,
+        user=user,
         constitution=config.constitution,
         described=described_by(config, task, adapter_id, memo),
     )
-
-
-def ending(config: Config, clock: Clock, rng: random.Random, task: TaskRecord, adapter_id: str) -> Ending:
-    return Ending(attempt_policy(config, task, adapter_id), clock, rng)
 
 
 def outbox_policy(config: Config, task: TaskRecord) -> OutboxPolicy:

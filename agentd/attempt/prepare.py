@@ -13,7 +13,6 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from agentd import frozen_value
 from agentd.adapters import Adapter, AttemptContext, adapter_for
@@ -26,14 +25,14 @@ from agentd.attempt.bundle import (
     WorkflowStep,
     compile_bundle,
 )
-from agentd.attempt.outcome import CompletionChecks, RetryPolicy
+from agentd.attempt.manifest import DescribedMemo
+from agentd.attempt.policy import AttemptPolicy, attempt_policy
+from agentd.attempt.terms import attempt_skills
 from agentd.clock import Clock
 from agentd.config import Config
 from agentd.config.environment import read_env_file
-from agentd.config.skills import Skill
 from agentd.errors import ConfigError, InputError
 from agentd.evidence import AttemptPaths, attempt_paths, make_attempt_dir
-from agentd.hashing import canonical_json, sha256_hex
 from agentd.process.containment import attempt_group
 from agentd.process.files import keep_workspace, write_new, write_shared
 from agentd.process.limits import Limits
@@ -57,7 +56,7 @@ class Prepared:
     ctx: AttemptContext
     bundle: Bundle
     compiled: CompiledBundle  # what bundle_compiled records, with the attempt's start
-    checks: CompletionChecks
+    policy: AttemptPolicy  # resolved once, here: what its end is judged, sealed and ended by
     redactor: Redactor
 
     @property
@@ -102,6 +101,7 @@ class AttemptPreparer:
     ) -> None:
         self.config, self.db, self.clock, self.adapters = config, db, clock, adapters
         self.user = user  # [dispatch] run_as, resolved at the service's start
+        self.memo = DescribedMemo(config)  # what every attempt's policy takes from the config
         self.limits = Limits.of(config.dispatch.max_pids, config.dispatch.max_memory_mb)
 
     async def prepare(self, claim: Claim) -> Prepared:
@@ -144,8 +144,8 @@ class AttemptPreparer:
             group=attempt_group(config.paths.state_dir, attempt.attempt_id, self.limits),
             user=self.user,
         )
-        checks = completion_checks(config, task)
-        return Prepared(claim, self.adapters(adapter_config), ctx, bundle, compiled, checks, redactor)
+        policy = attempt_policy(config, task, attempt.adapter_id, self.user, self.memo)
+        return Prepared(claim, self.adapters(adapter_config), ctx, bundle, compiled, policy, redactor)
 
     def _bundle_input(
         self,
@@ -248,51 +248,6 @@ def attempt_variables(
     return values
 
 
-def completion_checks(config: Config, task: TaskRecord) -> CompletionChecks:
-    """What the task type and the intent ask completion to prove."""
-    spec = config.task_types.get(task.task_type)
-    policy, required = spec.success_policy if spec else None, task.evidence_requirements
-    return CompletionChecks(
-        required_artifacts=tuple(required.required_artifacts or ()) if required else (),
-        require_artifacts=bool(policy and policy.require_artifacts),
-        verify_file_changes=bool(
-            (policy and policy.verify_claimed_file_changes) or (required and required.require_file_change_verification)
-        ),
-        require_adapter_audit=bool(
-            (policy and policy.require_adapter_audit) or (required and required.require_adapter_audit)
-        ),
-        artifact_roles=tuple(spec.artifact_roles) if spec and spec.artifact_roles else ("output",),
-    )
-
-
-def attempt_skills(config: Config, task: TaskRecord) -> list[Skill]:
-    """The skills an attempt of the task is given: its profile's, its own, its workflow step's."""
-    profile = config.profiles.get(task.requested_profile_id)
-    ids = dict.fromkeys([*(profile.skill_ids if profile else ()), *task.skill_ids, *workflow_skills(config, task)])
-    return [config.skills[i] for i in ids if i in config.skills]
-
-
-def agent_variant(config: Config, task: TaskRecord) -> dict[str, Any]:
-    """The subagent's variant lineage (seed 000 §3): (skill id, skill version) of every skill it is
-    given and the version of its agent definition (the profile), with one id over all of them."""
-    profile = config.profiles.get(task.requested_profile_id)
-    lineage = {
-        "skills": [{"skill_id": s.skill_id, "version": s.version} for s in attempt_skills(config, task)],
-        "agent_def_version": sha256_hex(canonical_json(profile.model_dump(mode="json")))[:16] if profile else None,
-    }
-    return {"variant_id": sha256_hex(canonical_json(lineage))[:16], "variant": lineage}
-
-
-def workflow_skills(config: Config, task: TaskRecord) -> list[str]:
-    if task.workflow_ref is None:
-        return []
-    for definition in config.workflows.values():
-        for state in definition.states:
-            if state.state_id == task.workflow_ref.state_id and state.task_type == task.task_type:
-                return list(state.default_skill_ids or [])
-    return []
-
-
 def adapter_redactor(config: Config, adapter_id: str) -> Redactor:
     """The adapter's secrets as they are now (the boot sweep re-reads its env_file)."""
     env_file = getattr(config.adapters.get(adapter_id), "env_file", None)
@@ -301,15 +256,3 @@ def adapter_redactor(config: Config, adapter_id: str) -> Redactor:
     except (OSError, ConfigError):
         logger.warning("cannot read %s to redact a reclaimed attempt's evidence", env_file)
         return Redactor()
-
-
-def retry_policy(config: Config) -> RetryPolicy:
-    d = config.dispatch
-    return RetryPolicy(
-        d.backoff_base_s,
-        d.backoff_max_s,
-        d.backoff_jitter,
-        d.rate_limit_backoff_s,
-        d.max_rate_limit_reschedules,
-        d.crash_limit,
-    )

@@ -7,18 +7,15 @@ an outcome SQLite refuses is recorded as internal_error naming why, so a task ne
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable
 
 import anyio
 
-from agentd import frozen_value
 from agentd.adapters import Adapter, AdapterRun, adapter_for
 from agentd.attempt import live
 from agentd.attempt.conclude import conclude, internal_failure_end
-from agentd.attempt.manifest import DescribedMemo
 from agentd.attempt.policy import Ending, attempt_policy
 from agentd.attempt.prepare import AttemptPreparer, Prepared, adapter_redactor
 from agentd.clock import Clock, age
@@ -28,22 +25,12 @@ from agentd.evidence.rollback import publish_head
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.privilege import RunUser
 from agentd.process.wake import Doorbell
-from agentd.records import AdapterConfig, AttemptEnd, Claim, CompiledBundle, TaskAttempt, TaskRecord
-from agentd.store import AsyncStore, Follow, Followed, Store
+from agentd.records import AdapterConfig, AttemptEnd, Claim, TaskAttempt, TaskRecord
+from agentd.store import AsyncStore, Ended, Follow, Followed, Store
 
 logger = logging.getLogger(__name__)
 
 CANCEL_POLL_S = 1.0  # a running task's cancel flag is checked at least this often
-
-
-@frozen_value
-class Concluded:
-    """An attempt's end, and whether its outcome commit was made with it (`follow`: what the commit
-    still to make may claim the next task with)."""
-
-    end: AttemptEnd
-    committed: bool = False
-    follow: Follow | None = None
 
 
 class AttemptControl:
@@ -82,10 +69,8 @@ class AttemptRunner:
         self.config, self.db, self.clock, self.rng, self.metrics = config, db, clock, rng, metrics
         self.doorbell = doorbell
         self.preparer = AttemptPreparer(config, db, clock, adapters, user)
-        self.memo = DescribedMemo(config)  # what every attempt's policy takes from the config
         self.control: AttemptControl | None = None
         self._running: tuple[int, str, str | None, float] | None = None  # task, adapter, model, since
-        self.followed: Followed | None = None  # the task the last outcome commit claimed with it
 
     @property
     def busy(self) -> bool:
@@ -114,12 +99,11 @@ class AttemptRunner:
         stopping: bool = False,
         on_running: Callable[[], Awaitable[None]] | None = None,
         follow: Follow | None = None,
-    ) -> AttemptEnd:
-        """One attempt to its commit; returns its end. `stopping`: the service is stopping, so the
-        attempt gets only the grace period. `on_running` is told as the attempt begins (its claim is
-        committed and it is what `describe` says runs). `follow`: the outcome commit may claim the
-        next task in the same transaction (`Store.finish_then_claim`); what it claimed is `followed`."""
-        self.followed = None
+    ) -> Ended:
+        """One attempt to its outcome commit (`Store.end_attempt`, made once); returns what that commit
+        made: the end, and the next task when `follow` let the commit claim it in the same transaction.
+        `stopping`: the service is stopping, so the attempt gets only the grace period. `on_running` is
+        told as the attempt begins (its claim is committed and it is what `describe` says runs)."""
         attempt = claim.attempt
         assert attempt is not None
         control = AttemptControl()
@@ -127,7 +111,6 @@ class AttemptRunner:
         if stopping:
             control.stop("interrupted", self.config.dispatch.grace_s)
         prepared: Prepared | None = None
-        concluded: Concluded | None = None
         boundary = ("attempt %s of task %s failed inside agentd", attempt.attempt_id, claim.task.task_id)
         try:  # the attempt's boundary: what fails inside agentd is recorded; the task never stays running
             with contained(logger, *boundary) as failed:
@@ -136,48 +119,76 @@ class AttemptRunner:
                     await on_running()
                 prepared = await self.preparer.prepare(claim)
                 run = await self._execute(prepared, control)
-                concluded = await self._conclude(prepared, run, control, follow)
-                end, follow = concluded.end, concluded.follow
+                ended = await self._conclude(claim.task, prepared, run, control, follow)
             if failed.error is not None:
-                concluded = None
                 end = await self.internal_failure(
                     claim.task, attempt, failed.error, "running this attempt", control, prepared
                 )
+                ended = await self.commit(claim.task, attempt, end, control, prepared, follow)
         finally:
             self.control = None
             self._running = None
-        if concluded is None or not concluded.committed:
-            if prepared is not None and not control.started:  # its bundle is evidence all the same
-                await self._record_bundle(claim.task.task_id, attempt.attempt_id, prepared.compiled)
-            await self.commit(claim.task, attempt, end, control, prepared, follow)
-        self._count(attempt, end)
-        return end
+        self._count(attempt, ended.end)
+        return ended
 
     async def _conclude(
-        self, prepared: Prepared, run: AdapterRun | None, control: AttemptControl, follow: Follow | None
-    ) -> Concluded:
-        """The attempt's end. When the adapter started and the boundary commit may claim the next task,
-        that commit is made here too, in the same hop to the database's thread (the evidence sealed,
-        then committed); if it fails, `commit` records the outcome alone, as after its own."""
-        ending = self.ending(prepared.task, prepared.attempt)
-        if follow is None or not control.started:  # an attempt that never started records its bundle first
-            return Concluded(
-                await anyio.to_thread.run_sync(conclude, ending, prepared, run, control.stopped), False, follow
-            )
+        self,
+        task: TaskRecord,
+        prepared: Prepared,
+        run: AdapterRun | None,
+        control: AttemptControl,
+        follow: Follow | None,
+    ) -> Ended:
+        """The attempt's end, judged and sealed, and its outcome commit, in one hop to the database's
+        thread (docs/decisions.md, "Group commit")."""
+        ending = self.ending(task, prepared.attempt, prepared)
 
-        def conclude_and_commit(store: Store) -> Concluded:
+        def conclude_and_commit(store: Store) -> Ended:
             end = conclude(ending, prepared, run, control.stopped)  # its failure is the attempt's, as ever
-            if control.reason:  # stopped meanwhile: a stopped attempt claims nothing after it
-                return Concluded(end)
-            boundary = ("the boundary commit after attempt %s failed; alone now", prepared.attempt_id)
-            with contained(logger, *boundary) as failed:
-                followed = store.end_then_claim(end, follow)
-            if failed.error is not None:
-                return Concluded(end)
-            self.followed = self._published(followed)
-            return Concluded(end, committed=True)
+            return self._commit(store, task, prepared.attempt, end, control, prepared, follow)
 
         return await self.db.call(conclude_and_commit)
+
+    async def commit(
+        self,
+        task: TaskRecord,
+        attempt: TaskAttempt,
+        end: AttemptEnd,
+        control: AttemptControl | None = None,
+        prepared: Prepared | None = None,
+        follow: Follow | None = None,
+    ) -> Ended:
+        """The outcome commit of an end found outside the adapter's run (agentd's own failure, the boot sweep)."""
+        return await self.db.call(self._commit, task, attempt, end, control, prepared, follow)
+
+    def _commit(
+        self,
+        store: Store,
+        task: TaskRecord,
+        attempt: TaskAttempt,
+        end: AttemptEnd,
+        control: AttemptControl | None,
+        prepared: Prepared | None,
+        follow: Follow | None,
+    ) -> Ended:
+        """`Store.end_attempt`, on the database's thread. An attempt that never started records its bundle
+        first (evidence all the same). With `follow` (not for a stopped attempt: it claims nothing after it)
+        the next claim shares the transaction; if that fails, the outcome is committed alone; if SQLite
+        refuses even that (a value nothing caught earlier), the attempt is recorded as agentd's
+        internal_error naming why, so the task never stays running."""
+        if prepared is not None and not (control and control.started):
+            with contained(logger, "the bundle of attempt %s could not be recorded", attempt.attempt_id):
+                store.record_bundle(task.task_id, attempt.attempt_id, prepared.compiled, self.clock.now())
+        if follow is not None and not (control and control.reason):
+            with contained(logger, "the boundary commit after attempt %s failed; alone now", attempt.attempt_id):
+                ended = store.end_attempt(end, follow)
+                return Ended(ended.end, self._published(ended.next))
+        with contained(logger, "the outcome of attempt %s could not be recorded", attempt.attempt_id) as failed:
+            return store.end_attempt(end)
+        assert failed.error is not None
+        return store.end_attempt(
+            self.failure_end(task, attempt, failed.error, "recording its outcome", control, prepared)
+        )
 
     def _published(self, followed: Followed | None) -> Followed | None:
         """The chain head the boundary commit found (durable now), written beside the database in the same
@@ -189,34 +200,6 @@ class AttemptRunner:
             publish_head(self.config.paths.state_dir, followed.head)
         return followed if failed.error is not None else Followed(followed.claim, None)
 
-    async def _record_bundle(self, task_id: int, attempt_id: str, compiled: CompiledBundle) -> None:
-        """An attempt that never started: its bundle, recorded before its end (a refusal here is
-        logged; the outcome commit still happens, so the task never stays running)."""
-        with contained(logger, "the bundle of attempt %s could not be recorded", attempt_id):
-            await self.db.call(Store.record_bundle, task_id, attempt_id, compiled, self.clock.now())
-
-    async def commit(
-        self,
-        task: TaskRecord,
-        attempt: TaskAttempt,
-        end: AttemptEnd,
-        control: AttemptControl | None = None,
-        prepared: Prepared | None = None,
-        follow: Follow | None = None,
-    ) -> TaskRecord:
-        """The outcome commit. If SQLite refuses it (a value nothing caught earlier), the attempt is
-        recorded as agentd's internal_error naming why, so the task never stays running. With
-        `follow`, the next claim shares the transaction; if that fails, the outcome is committed alone."""
-        if follow is not None and not (control and control.reason):  # a stopped attempt claims nothing after it
-            with contained(logger, "the boundary commit after attempt %s failed; alone now", attempt.attempt_id):
-                finished, self.followed = await self.db.call(Store.finish_then_claim, end, follow)
-                return finished
-        with contained(logger, "the outcome of attempt %s could not be recorded", attempt.attempt_id) as failed:
-            return await self.db.call(Store.finish_attempt, end)
-        assert failed.error is not None
-        fallback = await self.internal_failure(task, attempt, failed.error, "recording its outcome", control, prepared)
-        return await self.db.call(Store.finish_attempt, fallback)
-
     async def internal_failure(
         self,
         task: TaskRecord,
@@ -226,22 +209,30 @@ class AttemptRunner:
         control: AttemptControl | None,
         prepared: Prepared | None,
     ) -> AttemptEnd:
-        return await anyio.to_thread.run_sync(
-            functools.partial(
-                internal_failure_end,
-                self.ending(task, attempt),
-                task,
-                attempt,
-                exc,
-                stage=stage,
-                started=bool(control and control.started),
-                redactor=prepared.redactor if prepared else adapter_redactor(self.config, attempt.adapter_id),
-            )
-        )
+        return await anyio.to_thread.run_sync(self.failure_end, task, attempt, exc, stage, control, prepared)
 
-    def ending(self, task: TaskRecord, attempt: TaskAttempt) -> Ending:
-        """The attempt's policy, resolved once from the configuration, with the clock and the jitter."""
-        return Ending(attempt_policy(self.config, task, attempt.adapter_id, self.memo), self.clock, self.rng)
+    def failure_end(
+        self,
+        task: TaskRecord,
+        attempt: TaskAttempt,
+        exc: BaseException,
+        stage: str,
+        control: AttemptControl | None,
+        prepared: Prepared | None,
+    ) -> AttemptEnd:
+        """The end of an attempt agentd itself failed (`stage`: what it was doing), judged as every end is."""
+        redactor = prepared.redactor if prepared else adapter_redactor(self.config, attempt.adapter_id)
+        started = bool(control and control.started)
+        ending = self.ending(task, attempt, prepared)
+        return internal_failure_end(ending, task, attempt, exc, stage=stage, started=started, redactor=redactor)
+
+    def ending(self, task: TaskRecord, attempt: TaskAttempt, prepared: Prepared | None = None) -> Ending:
+        """The attempt's policy (resolved once, when it was prepared; else now: the boot sweep, or agentd's own
+        failure before the attempt was prepared), with the clock and the jitter."""
+        if prepared is not None:
+            return Ending(prepared.policy, self.clock, self.rng)
+        user, memo = self.preparer.user, self.preparer.memo
+        return Ending(attempt_policy(self.config, task, attempt.adapter_id, user, memo), self.clock, self.rng)
 
     async def _execute(self, prepared: Prepared, control: AttemptControl) -> AdapterRun | None:
         task_id, attempt_id = prepared.task.task_id, prepared.attempt_id

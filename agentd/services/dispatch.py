@@ -17,6 +17,7 @@ from datetime import datetime
 
 import anyio
 
+from agentd import frozen_value
 from agentd.adapters import Adapter, adapter_for
 from agentd.attempt.prepare import plan_attempt
 from agentd.attempt.run import AttemptRunner, running_line
@@ -39,10 +40,10 @@ from agentd.services.fleet import FleetLink
 from agentd.services.lock import DispatchLock
 from agentd.services.shell import Notifier, Shell
 from agentd.store import AsyncStore, Follow, Store
-from agentd.store.fleet_leases import FleetGate
 from agentd.work.intents import schedule_runs, schedule_spec, step_decisions
 
 logger = logging.getLogger(__name__)
+NO_FLEET = "this agent no longer has a fleet ([fleet] dsn_file is not set): its lease cannot be renewed"
 
 
 class Dispatcher:
@@ -74,7 +75,6 @@ class Dispatcher:
         self._held: tuple[BudgetHold, int] | None = None  # what the budget held back at the last claim
         self._idle: IdleOutlook | None = None  # the pause and what waits, as the last claim that found nothing saw them
         self._idle_fresh = False  # _idle was read by this tick: the status line it publishes need not read again
-        self._followed: Claim | None = None  # claimed by the last outcome commit: the next tick runs it
         self._shown = ""  # the state the service row was last written for (_publish)
 
     @property
@@ -109,6 +109,8 @@ class Dispatcher:
         if last is not None:
             self.metrics.last_success(last.timestamp())
         await boot_sweep(self.attempts)
+        if self.fleet is None:  # leases an earlier [fleet] left: no one renews or confirms them now
+            await self.db.call(Store.drop_fleet_leases, NO_FLEET, self.clock.now())
         await self.outbox.apply_pending()
         specs = [schedule_spec(s) for s in self.config.schedules]
         await self.db.call(Store.upsert_config_schedules, specs, self.clock.now())
@@ -164,28 +166,29 @@ class Dispatcher:
     async def _loop(self) -> None:
         """Tick until stopped. A tick that fails is logged and retried after a pause that doubles up
         to the poll ceiling (never a hot loop); only an unusable disk ends the service."""
-        pause = 1.0
-        while not self._stopping or self._followed is not None:  # a task already claimed runs (its grace)
+        pause, claimed = 1.0, None
+        while not self._stopping or claimed is not None:  # a task already claimed runs (its grace)
             with contained(logger, "dispatch_tick_failed: retrying in %.0fs", pause) as failed:
-                worked = await self.tick(self.clock.now())
+                ticked = await self.tick(self.clock.now(), claimed)
+            claimed = None if failed.error else ticked.next
             if failed.error:
                 await self.doorbell.wait(pause)
                 pause = min(pause * 2, self.config.dispatch.poll_ceiling_s)
                 continue
             pause = 1.0
-            if not worked:
+            if not ticked:
                 if self.until_idle:
                     return
                 await self._sleep_until_due()
 
-    async def tick(self, now: datetime) -> bool:
-        """One pass in the seed's order; True if an attempt ran (or a claim was refused). What the
-        schedules and workflows need is one read; so is whether the outbox holds an entry to apply
-        (one an operator's approval let go, say: an attempt's own are applied as it ends). A task the
-        last outcome commit claimed runs first: that commit found nothing else due."""
-        if self._followed is not None:
-            claim, self._followed = self._followed, None
-            return await self._run_claimed(claim)
+    async def tick(self, now: datetime, claimed: Claim | None = None) -> Ticked:
+        """One pass in the seed's order; truthy if an attempt ran (or a claim was refused), with the task
+        its outcome commit claimed, which the next tick is given. What the schedules and workflows need is
+        one read; so is whether the outbox holds an entry to apply (one an operator's approval let go, say:
+        an attempt's own are applied as it ends). `claimed`, a task the last outcome commit claimed, runs
+        first: that commit found nothing else due."""
+        if claimed is not None:
+            return await self._run_claimed(claimed)
         due, waiting, outbox = await self.db.read(Store.tick_intents, now)
         if outbox:
             await self.outbox.apply_pending()
@@ -197,10 +200,13 @@ class Dispatcher:
     async def run_until_idle(self) -> int:
         """Tick until nothing is claimable at the clock's now, or until asked to stop; return how many
         tasks were claimed."""
-        claimed = 0
-        while (not self._stopping or self._followed is not None) and await self.tick(self.clock.now()):
-            claimed += 1
-        return claimed
+        count, claimed = 0, None
+        while not self._stopping or claimed is not None:
+            ticked = await self.tick(self.clock.now(), claimed)
+            if not ticked:
+                break
+            count, claimed = count + 1, ticked.next
+        return count
 
     async def run_due_schedules(self, now: datetime, due: list[DueSchedule] | None = None) -> None:
         """Each due schedule enqueues one task, unless its previous task is still open."""
@@ -219,48 +225,42 @@ class Dispatcher:
         if waiting:
             await self.db.call(Store.create_step_tasks, step_decisions(waiting, self.config, now), now)
 
-    async def claim_and_run(self, now: datetime) -> bool:
+    async def claim_and_run(self, now: datetime) -> Ticked:
         evidence = self.config.paths.state_dir / "attempts"
         budget = await self._budget(now)
         hold = budget.hold if budget else None
         claim = await self.db.call(Store.claim_next_task, now, self.holder_id, self._plan, evidence, hold)
-        while isinstance(claim, FleetGate):  # a fleet task is next: its lease is confirmed before it starts
-            confirmed = claim.task_id if await self._confirm(claim) else None
-            claim = await self.db.call(
-                Store.claim_next_task, self.clock.now(), self.holder_id, self._plan, evidence, hold, confirmed
-            )
         if claim is None:
             self._idle, self._idle_fresh = await self.db.call(idle_outlook, now), True  # for the line it publishes
             if self._idle.pause is None:  # else the operator paused it: nothing is claimed until `dispatch resume`
                 await self._note_budget(budget, now)
                 await self.outbox.apply_pending()  # e.g. side effects an operator just approved
             await self._publish()
-            return False
+            return Ticked(False)
         return await self._run_claimed(claim)
 
-    async def _run_claimed(self, claim: Claim) -> bool:
+    async def _run_claimed(self, claim: Claim) -> Ticked:
         """Run the claimed task's attempt to its outcome commit. When the next task is claimable at
         once, that commit claims it too (one durable transaction at the attempt boundary) and the
         next tick starts from it."""
         self._held, self._idle = None, None
         self._idle_noted = False
         if claim.attempt is None:  # refused at the claim: its outbox, if any, is the next tick's
-            return True
+            return Ticked(True)
         self._crash_point("after_claim")
-        end = await self.attempts.run(claim, stopping=self._stopping, on_running=self._publish, follow=self._follow())
+        ended = await self.attempts.run(claim, stopping=self._stopping, on_running=self._publish, follow=self._follow())
         self._crash_point("after_outcome_commit")
         if self.fleet is not None:
-            self.fleet.wake.ring()  # a fleet task's result goes back now
-        if (followed := self.attempts.followed) is not None:
-            self._followed = followed.claim
+            self.fleet.wake.ring()  # a fleet task's result goes back now, and its lease is confirmed again
+        if (followed := ended.next) is not None:
             if followed.claim.attempt is not None:  # the row says it runs: written in that same commit
                 self._shown = f"running task {followed.claim.task.task_id}"
                 await self.shell.reported(followed.head, claimed_line(followed.claim))
-            return True
+            return Ticked(True, followed.claim)
         await self._publish()
-        if end.outbox:
+        if ended.end.outbox:
             await self.outbox.apply_pending()
-        return True
+        return Ticked(True)
 
     def _follow(self) -> Follow | None:
         """What the outcome commit needs to claim the next task with it; None while stopping or when the
@@ -272,14 +272,6 @@ class Dispatcher:
 
     def _running_row(self, store: Store, claim: Claim) -> tuple[int, str] | None:
         return self.shell.row(claimed_line(claim))(store)
-
-    async def _confirm(self, gate: FleetGate) -> bool:
-        """True once the fleet confirmed the lease; else the task was canceled (lost) or deferred."""
-        if self.fleet is not None:
-            return await self.fleet.confirm(gate)
-        reason = "this agent no longer has a fleet ([fleet] dsn_file is not set): its lease cannot be confirmed"
-        await self.db.call(Store.fleet_lease_lost, gate.task_id, reason, self.clock.now())
-        return False
 
     def _state(self) -> str:
         """What the dispatcher is doing, as a key that changes only when its state does (not with a
@@ -351,6 +343,18 @@ class Dispatcher:
             return budget_line(*self._held)
         later = f", next due in {age((idle.upcoming - now).total_seconds())}" if idle.upcoming else ""
         return f"idle, {idle.waiting} pending{later}"
+
+
+@frozen_value
+class Ticked:
+    """What a tick did: whether an attempt ran (or a claim was refused), and the task its outcome commit
+    claimed in the same transaction, for the next tick to run."""
+
+    worked: bool
+    next: Claim | None = None
+
+    def __bool__(self) -> bool:
+        return self.worked
 
 
 def claimed_line(claim: Claim) -> str:

@@ -1,11 +1,13 @@
 """This agent's side of a fleet (docs/fleet.md): the intake that feeds the local queue from the
-fleet's queue on PostgreSQL, and the confirmation every fleet task needs before its attempt starts.
+fleet's queue on PostgreSQL, and the confirmation every fleet task needs before an attempt of it starts.
 
-Both run inside `agentd dispatch` when `[fleet] dsn_file` is set. The intake, every round: writes back
-the results of fleet tasks that finished here (with their token), renews the leases of those that wait
-or run, and claims as many new ones as `[fleet] max_local` leaves room for. PostgreSQL is only ever
-asked in short transactions on worker threads, so an outage or a partition slows nothing but the fleet's
-own work: local tasks keep running, fleet tasks wait (not started) until the fleet answers again.
+It runs inside `agentd dispatch` when `[fleet] dsn_file` is set. Every round it writes back the results
+of fleet tasks that finished here (with their token), renews the leases of those that wait or run, which
+confirms them for a short window (the local claim takes a fleet task only inside it: store/budget.py
+CONFIRMED), and claims as many new ones as `[fleet] max_local` leaves room for. An attempt's end clears
+its task's confirmation and rings for a round at once. PostgreSQL is only ever asked in short
+transactions on a worker thread, so an outage or a partition slows nothing but the fleet's own work:
+local tasks keep running, fleet tasks wait (not started) until the fleet answers again.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from agentd.records.fleet import FleetOrigin
 from agentd.store import AsyncStore, Store
 from agentd.store.fleet import FleetQueue
 from agentd.store.fleet_connect import FleetUnavailable
-from agentd.store.fleet_leases import FleetGate, HeldLease, Taken
+from agentd.store.fleet_leases import HeldLease, Taken
 from agentd.store.fleet_rows import Lease
 from agentd.work.intake import admit_task
 
@@ -85,8 +87,9 @@ class FleetLink:
         self.dsn_file = config.fleet.dsn_file
         self.wake = Doorbell()  # rung when a fleet task ends here: its result goes back at once
         self._queues: dict[str, FleetQueue] = {}
-        self._limiters = {"intake": anyio.CapacityLimiter(1), "confirm": anyio.CapacityLimiter(1)}
+        self._limiters = {"intake": anyio.CapacityLimiter(1)}
         self._down: str | None = None  # why the fleet is unreachable, while it is (logged once)
+        self._deferred: set[int] = set()  # the tasks told they wait for the fleet, this outage
 
     @classmethod
     def of(
@@ -101,16 +104,27 @@ class FleetLink:
         """Between two rounds: poll_s, but often enough to renew every lease three times in its life."""
         return min(self.settings.poll_s, self.settings.lease_s / 3)
 
+    @property
+    def confirmed_s(self) -> float:
+        """How long a renewal confirms a lease for an attempt to start: two rounds, so a fleet task waiting
+        here stays claimable while the fleet answers, and its lease has most of lease_s left when it starts."""
+        return 2 * self.round_s
+
     async def run(self) -> None:
         """Round after round until cancelled; an unreachable fleet is logged once and tried again, and a
         round that fails otherwise is logged and retried: only an unusable disk ends the service."""
         while True:
             with contained(logger, "fleet_round_failed: retrying in %.0fs", self.round_s):
-                try:
-                    await self.round()
-                except FleetUnavailable as exc:
-                    self._unreachable("intake", str(exc))
+                await self.step()
             await self.wake.wait(self.round_s)
+
+    async def step(self) -> None:
+        """One round; an unreachable fleet is said once, and its tasks waiting here are told they wait."""
+        try:
+            await self.round()
+        except FleetUnavailable as exc:
+            self._unreachable("intake", str(exc))
+            await self._defer(str(exc))
 
     async def round(self) -> None:
         held = await self.db.read(Store.fleet_leases_held)
@@ -122,6 +136,7 @@ class FleetLink:
         for lease in waiting:
             if lease.fleet_id in lost:
                 await self._lost(lease.task_id, f"renewal refused: token {lease.token} is no longer the fleet's")
+        await self._confirmed([lease.task_id for lease in waiting if lease.fleet_id not in lost])
         room = self.settings.max_local - (len(waiting) - len(lost))
         if room > 0:
             await self._claim(min(room, MAX_CLAIM))
@@ -138,7 +153,8 @@ class FleetLink:
         judged = [(lease, self._judge(lease)) for lease in leases]
         taken = [verdict for _, verdict in judged if isinstance(verdict, Taken)]
         if taken:  # kept first: a refusal the fleet does not take (unreachable) must not cost the others
-            await self.db.call(Store.record_fleet_claims, taken, now)
+            until = now + timedelta(seconds=self.confirmed_s)  # the claim confirmed them
+            await self.db.call(Store.record_fleet_claims, taken, now, until)
             self.doorbell.ring()  # the dispatcher claims it now, not at its next poll
             logger.info("fleet_claimed count=%d fleet_ids=%s", len(taken), ",".join(str(t.fleet_id) for t in taken))
         for lease, verdict in judged:
@@ -202,24 +218,24 @@ class FleetLink:
 
     # --- before an attempt ------------------------------------------------------------------------
 
-    async def confirm(self, gate: FleetGate) -> bool:
-        """Renew the lease with its token just before the attempt starts: True, start it. Lost: the
-        task is canceled here (False). Unreachable: it waits, not started, one round (False)."""
-        with contained(None) as failed:
-            lost = await self._ask("confirm", FleetQueue.renew_all, {gate.fleet_id: gate.token}, self.settings.lease_s)
-        if (exc := failed.error) is not None:  # unreachable, or anything else: not confirmed, so not started
-            if not isinstance(exc, FleetUnavailable):
-                logger.error("fleet_confirm_failed task_id=%d", gate.task_id, exc_info=exc)
-            self._unreachable("confirm", str(exc))
-            now = self.clock.now()
-            until = now + timedelta(seconds=self.round_s)
-            await self.db.call(Store.defer_fleet_task, gate.task_id, until, str(exc), now)
-            return False
-        if lost:
-            await self._lost(gate.task_id, f"confirmation refused: token {gate.token} is no longer the fleet's")
-            return False
-        await self.db.call(Store.fleet_lease_confirmed, gate.task_id, self.clock.now())
-        return True
+    async def _confirmed(self, task_ids: list[int]) -> None:
+        """The renewal just now confirmed these leases: their tasks may start for a while (confirmed_s),
+        and the dispatcher is told when one waits to."""
+        now = self.clock.now()
+        until = now + timedelta(seconds=self.confirmed_s)
+        if await self.db.call(Store.fleet_leases_confirmed, task_ids, now, until):
+            self.doorbell.ring()
+        self._deferred.clear()
+
+    async def _defer(self, reason: str) -> None:
+        """The fleet cannot be asked: its tasks waiting here wait, not started (their confirmation runs
+        out), each told once for this outage (fleet_task_deferred)."""
+        held = await self.db.read(Store.fleet_leases_held)
+        waiting = [lease.task_id for lease in held if lease.status in ("pending", "retryable_failure")]
+        new = [task_id for task_id in waiting if task_id not in self._deferred]
+        if new:
+            await self.db.call(Store.defer_fleet_tasks, new, reason, self.clock.now())
+            self._deferred.update(new)
 
     # --- PostgreSQL, off the event loop ------------------------------------------------------------
 

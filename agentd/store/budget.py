@@ -44,18 +44,25 @@ _BRANCH = f"""SELECT * FROM (
     WHERE {CLAIMABLE} AND priority = {{priority}}{{held}}
     ORDER BY available_at, id LIMIT 1)"""
 
+# A fleet task starts only while its lease is confirmed (store/fleet_leases.py, docs/fleet.md): one lookup
+# by its task id, for the first candidates only. The claim's own condition; status counts such a task as
+# claimable, since it starts as soon as the fleet confirms it.
+CONFIRMED = """NOT EXISTS (SELECT 1 FROM fleet_leases f WHERE f.task_id = tasks.id AND f.state = 'held'
+    AND (f.confirmed_until IS NULL OR f.confirmed_until < :now))"""
 
-def claimable_branches(hold: BudgetHold | None) -> list[str]:
+
+def claimable_branches(hold: BudgetHold | None, *, claiming: bool = False) -> list[str]:
     """The oldest claimable task of each priority (with hold_params): the claim takes the first of
-    them by priority (store/attempts.py), status the oldest. With a budget hold, priorities less urgent
-    than its urgent_priority are left out (everything) or leave out the tasks of held adapters."""
+    them by priority (store/claim.py, `claiming`: a fleet task only while confirmed), status the oldest.
+    With a budget hold, priorities less urgent than its urgent_priority are left out (everything) or
+    leave out the tasks of held adapters."""
     branches = []
     for priority in range(1, 11):
-        held = ""
+        held = f" AND {CONFIRMED}" if claiming else ""
         if hold is not None and priority > hold.urgent_priority:
             if hold.everything:
                 continue
-            held = f" AND NOT {ON_HELD_ADAPTER}"
+            held += f" AND NOT {ON_HELD_ADAPTER}"
         branches.append(_BRANCH.format(priority=priority, held=held))
     return branches
 

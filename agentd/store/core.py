@@ -15,19 +15,20 @@ from typing import Concatenate, ParamSpec, TypeVar
 import anyio
 import anyio.to_thread
 
-from agentd import frozen_value
 from agentd.clock import Clock
 from agentd.edge import shown
 from agentd.errors import InputError, SchemaMismatch
 from agentd.faults import os_storage_error, storage_error
 from agentd.process.files import hand_over, private_folders, write_new
-from agentd.records import AttemptEnd, Claim, DueSchedule, TaskRecord, WorkflowRecord
-from agentd.store.attempts import AttemptVerbs, Planner
+from agentd.records import AttemptEnd, DueSchedule, WorkflowRecord
+from agentd.store.attempts import AttemptVerbs
 from agentd.store.base import SERVICE_BUSY_RETRY_S, connect
 from agentd.store.budget import BudgetVerbs
+from agentd.store.claim import ClaimVerbs, Planner
 from agentd.store.constitution import ConstitutionVerbs
 from agentd.store.control import ControlVerbs
 from agentd.store.deliveries import DeliveryVerbs
+from agentd.store.ending import Ended, Follow, Followed, record_end
 from agentd.store.events import ChainBreak, EventVerbs
 from agentd.store.fleet_leases import FleetLeaseVerbs
 from agentd.store.lock import LockVerbs
@@ -42,13 +43,14 @@ from agentd.store.retention import RetentionVerbs
 from agentd.store.schedules import ScheduleVerbs
 from agentd.store.sensing import SensingVerbs
 from agentd.store.status import StatusVerbs
-from agentd.store.tasks import TaskVerbs, read_task_or_raise
+from agentd.store.tasks import TaskVerbs
 from agentd.store.web import WebVerbs
 from agentd.store.workflows import WorkflowVerbs
 
 __all__ = [
     "AsyncStore",
     "ChainBreak",
+    "Ended",
     "Follow",
     "Followed",
     "Planner",
@@ -64,27 +66,9 @@ T = TypeVar("T")
 DB_NAME = "agentd.db"
 
 
-@frozen_value
-class Follow:
-    """What the claim after an attempt needs (`finish_then_claim`): the claim's own arguments, and how
-    the service row says the claimed task runs (it returns the chain head that write found)."""
-
-    runner_id: str
-    plan: Planner
-    evidence_root: Path
-    report: Callable[[Store, Claim], tuple[int, str] | None]
-
-
-@frozen_value
-class Followed:
-    """The task claimed in the same transaction as the last attempt's outcome, and the chain head."""
-
-    claim: Claim
-    head: tuple[int, str] | None
-
-
 class Store(
     TaskVerbs,
+    ClaimVerbs,
     AttemptVerbs,
     BudgetVerbs,
     LockVerbs,
@@ -120,26 +104,21 @@ class Store(
         workflow = self.get_workflow_or_raise(workflow_id) if workflow_id is not None else None
         return self.failure_summaries(task_id), recent, workflow
 
-    def finish_then_claim(self, end: AttemptEnd, follow: Follow) -> tuple[TaskRecord, Followed | None]:
-        """`end_then_claim`, and the finished task as it left it."""
-        followed = self.end_then_claim(end, follow)
-        return read_task_or_raise(self.tx, end.task_id), followed
-
-    def end_then_claim(self, end: AttemptEnd, follow: Follow) -> Followed | None:
-        """The attempt boundary as one durable transaction: attempt N's outcome commit, and, when the
-        next task is claimable at once and nothing else is due first (N asked for nothing after it, no
-        schedule is due, no workflow awaits its step, no outbox entry waits), the claim of N+1 and the
-        service row saying it runs. Otherwise only N's commit, and the tick does the rest as always.
-        One fsync where there were three (docs/decisions.md, "Group commit")."""
-        with self.transaction():
-            self.record_end(end)
-            if end.outbox or any(self.tick_intents(self.clock.now())):
-                return None
+    def end_attempt(self, end: AttemptEnd, follow: Follow | None = None) -> Ended:
+        """The attempt's outcome commit (store/ending.py), one durable transaction. With `follow`, when
+        the next task is claimable at once and nothing else is due first (the attempt asked for nothing
+        after it, no schedule is due, no workflow awaits its step, no outbox entry waits), the claim of the
+        next task and the service row saying it runs join that transaction: one fsync at the attempt
+        boundary where there were three (docs/decisions.md, "Group commit")."""
+        with self.transaction() as tx:
+            record_end(tx, end)
+            if follow is None or end.outbox or any(self.tick_intents(self.clock.now())):
+                return Ended(end)
             claim = self.claim_next_task(self.clock.now(), follow.runner_id, follow.plan, follow.evidence_root)
-            if not isinstance(claim, Claim):  # nothing due, paused, or a fleet task whose lease is confirmed first
-                return None
+            if claim is None:  # nothing due, paused, or a fleet task not yet confirmed
+                return Ended(end)
             head = follow.report(self, claim) if claim.attempt is not None else None
-            return Followed(claim, head)
+            return Ended(end, Followed(claim, head))
 
     def idle_outlook(self, now: datetime) -> tuple[int, datetime | None]:
         """What an idle dispatcher needs in one read: tasks claimable now, and when the next task or

@@ -13,7 +13,7 @@ from typing import Any
 
 from agentd import frozen_value
 from agentd.records import TERMINAL_STATUSES, NewTask, TaskOutcome
-from agentd.store.base import StoreBase, Tx, dumps, loads, ts
+from agentd.store.base import StoreBase, dumps, loads, ts
 from agentd.store.tasks import cancel_waiting, insert_task, request_cancel
 
 WAITING = ("pending", "retryable_failure")
@@ -42,48 +42,20 @@ class HeldLease:
         return self.status in TERMINAL_STATUSES
 
 
-@frozen_value
-class FleetGate:
-    """The claim met a fleet task whose lease has not been confirmed for this attempt: nothing was
-    claimed; confirm it with the fleet, then claim again (agentd/services/fleet.py)."""
-
-    task_id: int
-    fleet_id: int
-    token: int
-
-
-class Gated(Exception):
-    """Raised inside the claim's transaction to roll it back: the claim met an unconfirmed fleet task."""
-
-    def __init__(self, gate: FleetGate) -> None:
-        self.gate = gate
-
-
-def check_fleet_gate(tx: Tx, task_id: int, confirmed: int | None) -> None:
-    """Inside the claim (the caller holds the transaction): a fleet task other than the one whose lease
-    was just confirmed may not start; raises Gated, which rolls the claim back."""
-    if task_id == confirmed:
-        return
-    row = tx.execute(
-        "SELECT fleet_id, token FROM fleet_leases WHERE task_id = ? AND state = 'held'", (task_id,)
-    ).fetchone()
-    if row is not None:
-        raise Gated(FleetGate(task_id, row[0], row[1]))
-
-
 class FleetLeaseVerbs(StoreBase):
-    def record_fleet_claims(self, taken: list[Taken], now: datetime) -> list[int]:
+    def record_fleet_claims(self, taken: list[Taken], now: datetime, confirmed_until: datetime) -> list[int]:
         """Each claimed fleet task becomes a local task holding its lease, in one transaction: its
-        task_enqueued event carries the fleet id, the token and the dispatch context."""
+        task_enqueued event carries the fleet id, the token and the dispatch context. The claim itself
+        confirmed the lease, until `confirmed_until` (docs/fleet.md)."""
         ids = []
-        with self.transaction():
+        with self.transaction() as tx:
             for claim in taken:
                 fleet = {"fleet_id": claim.fleet_id, "fleet_token": claim.token, "origin": claim.origin}
-                task_id = insert_task(self.tx, claim.new, now, fleet)
-                self._conn.execute(
-                    """INSERT INTO fleet_leases (task_id, fleet_id, token, origin, claimed_at)
-                       VALUES (?, ?, ?, ?, ?)""",
-                    (task_id, claim.fleet_id, claim.token, dumps(claim.origin), ts(now)),
+                task_id = insert_task(tx, claim.new, now, fleet)
+                tx.execute(
+                    """INSERT INTO fleet_leases (task_id, fleet_id, token, origin, claimed_at, confirmed_at,
+                           confirmed_until) VALUES (?, ?, ?, ?, ?, ?, ?)""",
+                    (task_id, claim.fleet_id, claim.token, dumps(claim.origin), ts(now), ts(now), ts(confirmed_until)),
                 )
                 ids.append(task_id)
         return ids
@@ -114,21 +86,28 @@ class FleetLeaseVerbs(StoreBase):
         counts.update(self._conn.execute("SELECT state, count(*) FROM fleet_leases GROUP BY state").fetchall())
         return counts
 
-    def fleet_lease_confirmed(self, task_id: int, now: datetime) -> None:
-        with self.transaction(durable=False):  # a hint for people; the claim that follows is durable
-            self._conn.execute("UPDATE fleet_leases SET confirmed_at = ? WHERE task_id = ?", (ts(now), task_id))
+    def fleet_leases_confirmed(self, task_ids: list[int], now: datetime, until: datetime) -> int:
+        """The fleet renewed these leases just now: a task of theirs may start until `until` (the local
+        claim's condition, store/budget.py CONFIRMED). How many wait to run (the dispatcher may claim them)."""
+        if not task_ids:
+            return 0
+        with self.transaction(durable=False) as tx:  # lost to a power cut, the next round confirms again
+            tx.rows_in(
+                "UPDATE fleet_leases SET confirmed_at = ?, confirmed_until = ? WHERE state = 'held' AND task_id IN "
+                "({marks}) RETURNING task_id",
+                task_ids,
+                ts(now),
+                ts(until),
+            )
+            waiting = tx.rows_in(f"SELECT id FROM tasks WHERE status IN {WAITING} AND id IN ({{marks}})", task_ids)
+        return len(waiting)
 
-    def defer_fleet_task(self, task_id: int, until: datetime, reason: str, now: datetime) -> None:
-        """The fleet could not be asked (PostgreSQL unreachable): the task waits, not started, until
-        `until`; local work goes on meanwhile."""
-        with self.transaction():
-            self._conn.execute(
-                f"UPDATE tasks SET available_at = ?, updated_at = ? WHERE id = ? AND status IN {WAITING}",
-                (ts(until), ts(now), task_id),
-            )
-            self._append_event(
-                "fleet_task_deferred", now, task_id=task_id, payload={"until": ts(until), "reason": reason}
-            )
+    def defer_fleet_tasks(self, task_ids: list[int], reason: str, now: datetime) -> None:
+        """The fleet could not be asked (PostgreSQL unreachable): these tasks wait, not started, until it
+        answers again; local work goes on meanwhile. One event each (the link says it once per outage)."""
+        with self.transaction() as tx:
+            for task_id in task_ids:
+                tx.event("fleet_task_deferred", now, task_id=task_id, payload={"reason": reason})
 
     def fleet_task_facts(self, task_id: int) -> dict[str, Any]:
         """A finished task as the fleet is told of it (agentd/services/fleet.py adds the evidence pointers): its
@@ -163,6 +142,14 @@ class FleetLeaseVerbs(StoreBase):
             if row is not None:
                 payload = {"fleet_id": row[0], "fleet_token": row[1], "fleet_status": fleet_status}
                 self._append_event("fleet_result_reported", now, task_id=task_id, payload=payload)
+
+    def drop_fleet_leases(self, reason: str, now: datetime) -> int:
+        """Every lease still held is lost (an agent whose [fleet] was removed: no one can renew or confirm
+        them); their tasks that wait end operator_canceled. How many."""
+        held = [lease.task_id for lease in self.fleet_leases_held()]
+        for task_id in held:
+            self.fleet_lease_lost(task_id, reason, now)
+        return len(held)
 
     def fleet_lease_lost(self, task_id: int, reason: str, now: datetime) -> str | None:
         """The fleet refused this lease's token: the lease is lost. A task still waiting here ends
