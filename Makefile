@@ -58,7 +58,7 @@ test: $(VENV)/.installed-test
 ## test-fast: the fast tier only (no child processes): pure logic, store verbs, in-process adapters
 test-fast: $(VENV)/.installed-test
 	@$(WARM)
-	AGENTD_TEST_TIER=fast $(TEST_ENV) $(BIN)/python -m pytest -n 2 -m "not process and not slow and not harness"
+	AGENTD_TEST_TIER=fast $(TEST_ENV) $(BIN)/python -m pytest -n 2 -m "not process and not slow and not harness and not system and not deep"
 
 ## test-harness: install the pinned claude, codex and hermes CLIs into .cache/harness, then run
 ## the adapter contract against them inside a loopback-only network namespace (with a temp root of its
@@ -83,7 +83,7 @@ record-fixtures: $(VENV)/.installed-test
 ## test-slow: the short forms of the slow suites, and every property test at its full example count
 test-slow: $(VENV)/.installed-test
 	@$(WARM)
-	AGENTD_TEST_TIER=slow $(TEST_ENV) $(BIN)/python -m pytest -n 4 -m "slow or property"
+	AGENTD_TEST_TIER=slow $(TEST_ENV) $(BIN)/python -m pytest -n 4 -m "slow or property or deep"
 
 ## chaos: real services under >= 50 SIGKILLs with poisoned input from every surface; prints the table
 chaos: $(VENV)/.installed-test

@@ -24,7 +24,7 @@ Process = subprocess.Popen[bytes]
 def operator_agent(directory: Path) -> Path:
     """An initialised agent for the start-up commands, as `agentd init` leaves one: with the config's
     cached view, so each row measures the command an operator runs every day (docs/decisions.md, "Start-up")."""
-    from agentd.cli.config_cache import write_view
+    from agentd.cli.fast.cache import write_view
 
     config_path = write_config(directory)
     config, store = open_agent(config_path, SystemClock())

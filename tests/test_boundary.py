@@ -24,6 +24,7 @@ def ok(done: Any) -> str:
     return str(done.stdout)
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_an_attempt_that_tries_to_act_as_its_operator_fails_at_every_try() -> None:
     privsep.require()
@@ -55,6 +56,7 @@ def test_an_attempt_that_tries_to_act_as_its_operator_fails_at_every_try() -> No
         assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_a_stubborn_attempt_and_its_daemon_are_stopped_without_a_kill_capability() -> None:
     """The service holds no CAP_KILL: the run user's own `kill` stops the group at the timeout, and the
@@ -71,6 +73,7 @@ def test_a_stubborn_attempt_and_its_daemon_are_stopped_without_a_kill_capability
         assert agent.processes_of(agent.run) == []  # the group, the stubborn grandchild and the daemon
 
 
+@pytest.mark.deep
 @pytest.mark.process
 @pytest.mark.parametrize("mode", ["700", "2777", "2770"], ids=["closed to the services", "open to all", "setgid"])
 def test_an_attempt_that_changes_its_workspaces_mode_stops_no_service_and_no_later_attempt(mode: str) -> None:
@@ -116,6 +119,7 @@ def test_a_planted_link_in_the_result_is_refused_and_never_followed() -> None:
         assert not (evidence / "result.json").exists()  # nothing of the database was copied in
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_two_agents_on_one_vm_share_no_writable_path() -> None:
     privsep.require()
@@ -156,6 +160,7 @@ def without_sensor_user(raw: dict[str, Any]) -> None:
     del raw["sensors"]["run_as"]  # a TOML an older `agentd install` wrote
 
 
+@pytest.mark.deep
 @pytest.mark.process
 @pytest.mark.parametrize("own_user", [True, False], ids=["its own user", "the attempts' user (an older TOML)"])
 def test_a_sensor_runs_as_its_user_and_what_it_leaves_is_ended_by_its_marker(own_user: bool) -> None:
@@ -215,6 +220,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_an_attempts_user_cannot_reach_a_running_sensor_or_its_folder() -> None:
     """Sensors ran as the attempts' user, their folders under the run dir, group-writable: an attempt could
@@ -257,6 +263,7 @@ def test_an_attempts_user_cannot_reach_a_running_sensor_or_its_folder() -> None:
         assert (home / "secret").read_text() == "the sensor's own"
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_status_names_the_sensor_user_and_says_when_its_home_would_let_an_attempt_in() -> None:
     privsep.require()
@@ -274,6 +281,7 @@ def test_status_names_the_sensor_user_and_says_when_its_home_would_let_an_attemp
         assert checked["ok"] and checked["boundary"]["line"] == line, "the config is fine; the machine is not"
 
 
+@pytest.mark.deep
 @pytest.mark.process
 @pytest.mark.parametrize("loosened", ["group may enter", "a link", "the run user's"])
 def test_the_sensor_service_refuses_to_start_when_the_sensor_home_is_not_the_sensor_users_alone(loosened: str) -> None:
@@ -294,6 +302,7 @@ def test_the_sensor_service_refuses_to_start_when_the_sensor_home_is_not_the_sen
         assert agent.processes_of(agent.sensors) == []
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_a_replay_runs_as_the_attempt_ran_never_as_its_operator() -> None:
     """`agentd replay` ran the attempt's command again as whoever asked (root, or the services' user, who
@@ -318,6 +327,7 @@ def test_a_replay_runs_as_the_attempt_ran_never_as_its_operator() -> None:
         assert agent.processes_of(agent.run) == []
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_a_skill_command_the_operator_runs_acts_with_the_run_users_rights_only() -> None:
     """`agentd skills run` ran the skill's command in the workspace as whoever typed it: the workspace is
@@ -343,6 +353,7 @@ def _scripted_timeout(raw: dict[str, Any]) -> None:
     next(a for a in raw["adapters"] if a["adapter_id"] == "scripted")["timeout_ms"] = 60_000
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_a_sensor_cannot_reach_a_running_attempt_nor_forge_what_it_reports() -> None:
     """A sensor in the services' group rewrote a running attempt's prompt (the attempt read the injected
@@ -390,6 +401,7 @@ def test_a_sensor_cannot_reach_a_running_attempt_nor_forge_what_it_reports() -> 
         assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_status_and_install_say_when_attempts_and_sensors_still_share_a_group() -> None:
     """An older install made the run and sensor users in the services' group, and systemd-sysusers never
@@ -411,6 +423,7 @@ def test_status_and_install_say_when_attempts_and_sensors_still_share_a_group() 
         assert said is not None and f"usermod -g {agent.run} {agent.run}" in said and agent.service in said
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_a_fork_bomb_ends_at_its_attempts_own_limit_and_never_stalls_the_dispatcher() -> None:
     """The attempt's cgroup is a child of the dispatcher unit's, so a fork bomb used up the unit's TasksMax

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from rig import Rig
 
-from agentd.cli.config_cache import read_view, write_view
+from agentd.cli.fast.cache import read_view, write_view
 
 # Prints every file a full load opened, and what the view's key covers (its paths and its trees).
 WATCH_THE_LOAD = """
@@ -27,7 +27,7 @@ def hook(event, args):
     if event == "open" and isinstance(args[0], (str, bytes)) and (args[2] & (os.O_WRONLY | os.O_RDWR)) == 0:
         opened.add(os.path.abspath(os.fsdecode(args[0])))
 from agentd.work.validation import load_config
-from agentd.cli.config_view import named_paths
+from agentd.cli.fast.view import named_paths
 sys.addaudithook(hook)
 config = load_config(Path(sys.argv[1]))
 sys.addaudithook(lambda *_: None)

@@ -184,6 +184,7 @@ def run(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_a_wal_lost_after_a_crash_is_refused_and_the_resend_carries_the_same_keys(tmp_path: Path) -> None:
     spool = tmp_path / "spool.jsonl"

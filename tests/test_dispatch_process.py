@@ -112,6 +112,7 @@ def test_kill_9_mid_attempt_then_restart_reclaims_and_completes(agent: Agent) ->
     assert second.wait(timeout=15) == 0
 
 
+@pytest.mark.deep
 def test_a_tree_nested_past_pythons_recursion_stops_neither_an_attempts_end_nor_the_boot_sweep(agent: Agent) -> None:
     """An attempt's HOME is its run dir, removed when it ends and by the boot sweep after a crash. 3,000
     folders one inside another made that removal raise RecursionError: the attempt stayed running, and

@@ -20,8 +20,10 @@ from pydantic import ValidationError
 from rig import Rig
 from support import examples
 
-from agentd.cli import plain_reads, quick
-from agentd.cli.config_cache import cache_file, read_view, write_view
+from agentd.cli.fast import commands as quick
+from agentd.cli.fast import events as plain_events
+from agentd.cli.fast import tasks as plain_tasks
+from agentd.cli.fast.cache import cache_file, read_view, write_view
 from agentd.clock import FakeClock, format_ts
 from agentd.errors import InputError
 from agentd.outlook.status import snapshot
@@ -206,7 +208,7 @@ def test_the_fast_admission_takes_only_what_admit_task_takes_and_makes_the_same_
 
 
 def intent(**given: Any) -> dict[str, Any]:
-    """The fields `task add` builds (agentd/cli/quick.py intent_fields) from these options."""
+    """The fields `task add` builds (agentd/cli/fast/commands.py intent_fields) from these options."""
     fields = {
         "task_type": given["task_type"],
         "source": "operator:tester",
@@ -480,8 +482,8 @@ def events_both_ways(
         full, fast = both_paths(rig, rig_cli, *args)
         assert (fast.code, fast.out, fast.err) == (full.code, full.out, full.err)
     if not poison:
-        assert plain_reads.events(parsed(rig, "events")) is not None, "a clean log is printed by the fast path"
-        clean = plain_reads.events(parsed(rig, "events", "--json")) or []
+        assert plain_events.events(parsed(rig, "events")) is not None, "a clean log is printed by the fast path"
+        clean = plain_events.events(parsed(rig, "events", "--json")) or []
         assert clean and None not in [event.json() for event in clean], "and written as JSON by it"
 
 
@@ -506,7 +508,7 @@ def test_an_events_json_line_is_the_records_own(payload: dict[str, Any], subject
         "payload": {**payload, "subject": subject}, "refs": {"r": payload}, "prev_hash": "0" * 64, "hash": "f" * 64,
     }  # fmt: skip
     moment = FakeClock().now()
-    written = plain_reads.PlainEvent(timestamp=moment, **fields).json()
+    written = plain_events.PlainEvent(timestamp=moment, **fields).json()
     record = RuntimeEvent(timestamp=moment, **fields).model_dump_json()
     assert written == record or (written is None and exponent_floats(payload)), (written, record)
 
@@ -692,7 +694,7 @@ def test_task_list_prints_the_same_through_both_paths(
             view(rig)
             assert outcome_of(rig_cli, rig, *args) == full
         if not poison:
-            assert plain_reads.task_list(parsed(rig, "task", "list")) is not None, (
+            assert plain_tasks.task_list(parsed(rig, "task", "list")) is not None, (
                 "a clean queue is listed by the fast path"
             )
 
@@ -752,7 +754,7 @@ def test_task_show_prints_the_same_through_both_paths(
         full = outcome_of(rig_cli, rig, *args)
         view(rig)
         assert outcome_of(rig_cli, rig, *args) == full
-        answered = plain_reads.task_shown(parsed(rig, *args)) is not None
+        answered = plain_tasks.task_shown(parsed(rig, *args)) is not None
         event("the fast path answered" if answered else "the full path answered")
         if not edits and full[0] == 0:
             assert answered, "a clean task is shown by the fast path"

@@ -122,6 +122,7 @@ def test_keys_make_sending_a_file_again_safe(
     assert queue.counts()["tasks"]["queued"] == 3
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_500_lines_per_transaction_and_a_failed_one_says_where_to_resume(
     dsn: str, queue: FleetQueue, capsys: pytest.CaptureFixture[str], state_dir: Path, tmp_path: Path

@@ -195,3 +195,44 @@ def test_no_circle_among_modules() -> None:
 def test_the_circle_check_finds_one_behind_a_function_local_import() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
+
+
+# --- one idiom per act (issue #39) ----------------------------------------------------------------------
+
+RAW = ("self._conn", "._append_event(", "._rows_in(")
+FMT_SKIP_ALLOWANCE = 5  # each with its reason on the line: a module is split when it is full, never packed
+CLASS_MAX = {("agentd/services/dispatch.py", "Dispatcher"): 250, ("agentd/services/sensing.py", "SensorService"): 150}
+
+
+def raw_uses(source: str) -> list[str]:
+    return [f"{n}: {line.strip()}" for n, line in enumerate(source.splitlines(), 1) if any(r in line for r in RAW)]
+
+
+def test_store_verbs_use_the_transaction_handle_never_the_raw_connection() -> None:
+    """The connection and the event appender are the store's base's own (agentd/store/base.py): every verb
+    writes and reads through its `Tx` (`with self.transaction() as tx:`, or `self.tx` for a read)."""
+    found = {
+        str(path.relative_to(REPO)): uses
+        for path in sorted((REPO / "agentd" / "store").glob("*.py"))
+        if path.name != "base.py" and (uses := raw_uses(path.read_text()))
+    }
+    assert found == {}
+
+
+def test_the_raw_connection_check_finds_a_verb_that_uses_it() -> None:
+    assert raw_uses("def v(self):\n    self._conn.execute('SELECT 1')\n") == ["2: self._conn.execute('SELECT 1')"]
+    assert raw_uses("def v(self):\n    self.tx.execute('SELECT 1')\n") == []
+
+
+def test_no_module_is_packed_to_fit_and_the_services_stay_small() -> None:
+    skips = [
+        f"{path.relative_to(REPO)}:{n}"
+        for path in (REPO / "agentd").rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "fmt: skip" in line
+    ]
+    assert len(skips) <= FMT_SKIP_ALLOWANCE, skips
+    for (relative, name), most in CLASS_MAX.items():
+        tree = ast.parse((REPO / relative).read_text())
+        [node] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
+        assert node.end_lineno is not None and node.end_lineno - node.lineno + 1 <= most, (name, most)

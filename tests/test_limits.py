@@ -93,6 +93,7 @@ async def test_the_dispatcher_says_at_its_start_what_holds(
     assert line.startswith("limits: each attempt at most 24 processes and threads and 100 MiB, held in a cgroup")
 
 
+@pytest.mark.deep
 def test_status_says_whether_the_running_dispatchers_limits_hold() -> None:
     """Read from outside: a dispatcher with cgroups of its own (as its unit delegates them) holds them; one
     without says NOT held, and what that costs; none running: known while it runs."""

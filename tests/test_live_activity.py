@@ -503,6 +503,7 @@ async def test_events_follow_prints_a_tool_call_while_the_attempt_runs(live: Cal
     assert f"task={run.task_id}" in line and "tool=Bash" in line and "summary=echo tool-ran-ok" in line
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_progress_written_by_the_run_user_is_read_by_the_service() -> None:
     """With `[dispatch] run_as`, the script writes its progress file as its own user, in its run folder;

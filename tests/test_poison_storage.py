@@ -117,6 +117,7 @@ def test_a_read_only_copy_of_a_state_dir_can_be_inspected(agent: Path, tmp_path:
         assert '"subject": "before"' in shown.stdout
 
 
+@pytest.mark.deep
 @needs_root
 def test_a_user_who_cannot_read_the_state_dir_gets_one_line(agent: Path, tmp_path: Path) -> None:
     """The state dir belongs to another user; agentd runs without the power to override that

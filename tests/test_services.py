@@ -22,6 +22,7 @@ for n in range(200):
 """
 
 
+@pytest.mark.deep
 def test_sensors_and_dispatcher_share_the_database_under_load(tmp_path: Path) -> None:
     sensors = tmp_path / "sensors"
     write_sensor(sensors, "load", LOAD, interval=1)

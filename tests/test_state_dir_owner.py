@@ -142,6 +142,7 @@ def add_sensor(folder: Path) -> None:
     (folder / "sensor.toml").write_text('description = "simple"\ninterval_seconds = 60\ncommand = ["./sense.py"]\n')
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_an_operators_commands_as_root_leave_nothing_the_services_cannot_open() -> None:
     """Was: a root-owned 0600 config-cache.json after `task add` or `status` as root (and a root-owned
@@ -170,6 +171,7 @@ def test_an_operators_commands_as_root_leave_nothing_the_services_cannot_open() 
         assert "pending" in ok(agent.as_service("status"))
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_init_as_root_in_a_state_dir_install_made_leaves_the_database_to_the_services() -> None:
     """`agentd install` makes the state dir, the services' and empty; `agentd init` as root made the
@@ -184,6 +186,7 @@ def test_init_as_root_in_a_state_dir_install_made_leaves_the_database_to_the_ser
         ok(agent.as_service("dispatch", "--until-idle"))
 
 
+@pytest.mark.deep
 @pytest.mark.process
 def test_a_rollback_accepted_as_root_leaves_the_head_and_the_set_aside_folders_to_the_services() -> None:
     """`evidence accept-rollback` as root publishes the chain head and moves folders aside: both are the

@@ -279,7 +279,7 @@ async def test_an_idle_dispatcher_reads_the_pause_once_per_tick_from_the_one_out
     try:
         assert not await dispatcher.tick(rig.clock.now())
         with anyio.move_on_after(0.05):
-            await dispatcher._sleep_until_due()
+            await dispatcher.view.sleep_until_due(stopping=False)
     finally:
         dispatcher.db.store._conn.set_trace_callback(None)
     reads = [s for s in statements if "FROM dispatch_control" in s]

@@ -290,6 +290,7 @@ def test_a_signal_stops_the_writing_between_two_transactions(store: Store, confi
     assert store.queue_summary(clock.now()).counts == {"pending": 1_000}
 
 
+@pytest.mark.deep
 @pytest.mark.process
 @pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
 def test_ctrl_c_or_sigterm_mid_batch_says_exactly_which_lines_are_in(

@@ -112,6 +112,7 @@ def test_a_client_that_reads_only_after_sending_8_mib_gets_its_413(web: WebRig) 
         assert rest_of(conn) == b""
 
 
+@pytest.mark.deep
 def test_the_service_stops_cleanly_with_a_refused_body_still_arriving(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:

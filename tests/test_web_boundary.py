@@ -78,6 +78,7 @@ def request(method: str, path: str, port: int, token: str, body: bytes = b"") ->
     return (head + f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
 
 
+@pytest.mark.deep
 def test_an_attempt_closing_its_connections_early_neither_locks_the_operator_out_nor_acts() -> None:
     """Issue 38: as the run user, 150 connections each sending a made-up token and closing got root's next
     request a 429 (the console looked the peer up per request, after the close, and the kernel reported

@@ -287,6 +287,7 @@ def post(path: str, port: int, token: str, body: bytes) -> bytes:
     return (head + f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
 
 
+@pytest.mark.deep
 @pytest.mark.parametrize("whose", ["run", "sensors"])
 def test_a_run_user_that_closes_before_its_answer_is_still_refused_and_costs_the_operator_nothing(
     guarded: Callable[[str], AbstractContextManager[WebRig]], whose: str

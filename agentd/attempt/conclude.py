@@ -195,17 +195,21 @@ def finish(ending: Ending, facts: AttemptFacts, *, bundle_hash: str | None, best
     steps, dropped = capped(action_steps(facts, end, paths))  # before the run dir goes: a harness may log there
     trace = {"action_trace": trace_summary(steps, dropped)}
     sealed, problem = seal(
-        paths, {**manifest_fields(policy.described, facts, end, bundle_hash), **trace}, trace=trace_lines(steps),
+        paths,
+        {**manifest_fields(policy.described, facts, end, bundle_hash), **trace},
+        trace=trace_lines(steps),
         best_effort=best_effort,
-    )  # fmt: skip
+    )
     if sealed and end.status == "completed" and policy.strict_evidence:
         problems = verify_attempt_dir(paths.root)
         if problems:  # judged again as a failure, and sealed again to say so
             end = judge(replace(facts, evidence_problems=tuple(problems)), now=now, policy=policy.retry, rng=ending.rng)
             sealed, problem = seal(
-                paths, {**manifest_fields(policy.described, facts, end, bundle_hash), **trace},
-                trace=trace_lines(steps), best_effort=best_effort,
-            )  # fmt: skip
+                paths,
+                {**manifest_fields(policy.described, facts, end, bundle_hash), **trace},
+                trace=trace_lines(steps),
+                best_effort=best_effort,
+            )
     remove_tree(paths.run, policy.user)  # HOME and what the attempt wrote: not evidence, and may hold keys
     diagnostics = {
         **end.diagnostics,

@@ -212,7 +212,7 @@ def wants_json(args: argparse.Namespace) -> bool:
 def config_path_from(args: argparse.Namespace) -> Path:
     """The identity TOML the command acts on (--config, --agent, $AGENTD_CONFIG, /etc/agentd), saying
     so on stderr when it is the embedded default."""
-    from agentd.cli.config_cache import resolve_config_path
+    from agentd.cli.fast.cache import resolve_config_path
 
     path, notice = resolve_config_path(option(args, "config"), option(args, "agent"))
     if notice and not wants_json(args) and not option(args, "notice_shown"):
@@ -244,9 +244,9 @@ def store_from(config: Config, *, readonly: bool = False) -> Store:
         store.close()
         raise
     if not readonly:  # a command that only looks leaves the state dir as it found it (a copy stays a copy)
-        from agentd.cli.config_cache import write_view
+        from agentd.cli.fast.cache import write_view
 
-        write_view(config)  # for the next command's fast path (agentd/cli/config_cache.py)
+        write_view(config)  # for the next command's fast path (agentd/cli/fast/cache.py)
     return store
 
 

@@ -84,7 +84,7 @@ EVENT_HEADER = f"{'SEQ':>6}  {'TIME':<20}  TYPE  IDS  DETAIL"
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    from agentd.cli import plain_reads
+    from agentd.cli.fast import events as plain_reads
 
     plain = plain_reads.events(args)  # without pydantic, where it answers as the full path would
     if plain is not None and _format(args) == "text":
@@ -151,7 +151,7 @@ def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
 
 def event_text(event: Any) -> str:
     """One event as `agentd events` prints it: a RuntimeEvent, or the plain event of the fast path
-    (agentd/cli/plain_reads.py), which has the same fields."""
+    (agentd/cli/fast/tasks.py), which has the same fields."""
     ids = " ".join(
         f"{k}={v}"
         for k, v in (
@@ -252,8 +252,8 @@ SERVICE_WORDS = {
 
 
 def _status(args: argparse.Namespace) -> tuple[dict[str, Any], datetime] | None:
-    """The snapshot `status` prints: without pydantic where agentd/cli/quick.py can answer, else in full."""
-    from agentd.cli import quick
+    """The snapshot `status` prints: without pydantic where agentd/cli/fast/commands.py can answer, else in full."""
+    from agentd.cli.fast import commands as quick
 
     now = SystemClock().now()
     if _format(args) != "agent-runtime" and (shown := quick.status_snapshot(args, now)) is not None:

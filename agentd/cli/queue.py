@@ -95,7 +95,7 @@ def register(commands: Any) -> None:
 def intent_from_args(args: argparse.Namespace) -> TaskIntent:
     from pydantic import ValidationError
 
-    from agentd.cli.quick import intent_fields
+    from agentd.cli.fast.commands import intent_fields
     from agentd.records import TaskIntent
 
     fields = intent_fields(args)
@@ -108,7 +108,7 @@ def intent_from_args(args: argparse.Namespace) -> TaskIntent:
 
 
 def cmd_task_add(args: argparse.Namespace) -> int:
-    from agentd.cli import quick
+    from agentd.cli.fast import commands as quick
 
     fast = quick.task_add(args)  # without pydantic, where it answers as the full path would
     if fast is not None:
@@ -143,20 +143,22 @@ def _delegation(task: TaskRecord, chain: list[int]) -> str | None:
 
 
 def cmd_task_list(args: argparse.Namespace) -> int:
-    from agentd.cli import plain_reads
+    from agentd.cli.fast import tasks as plain_reads
 
     plain = plain_reads.task_list(args)  # without pydantic, where it answers as the full path would
     if plain is not None:
         _print_tasks(plain)
         return 0
     return store_command(
-        args, lambda _, store: store.list_tasks(statuses=tuple(args.status), limit=args.limit), _print_tasks,
+        args,
+        lambda _, store: store.list_tasks(statuses=tuple(args.status), limit=args.limit),
+        _print_tasks,
         readonly=True,
-    )  # fmt: skip
+    )
 
 
 def _print_tasks(tasks: list[Any]) -> None:
-    """TaskRecords, or the fast path's PlainTasks (agentd/cli/plain_reads.py): the same fields."""
+    """TaskRecords, or the fast path's PlainTasks (agentd/cli/fast/tasks.py): the same fields."""
     print_table(
         ["ID", "STATUS", "PRI", "TYPE", "ATTEMPTS", "AVAILABLE", "SUBJECT"],
         [
@@ -175,7 +177,7 @@ def _print_tasks(tasks: list[Any]) -> None:
 
 
 def cmd_task_show(args: argparse.Namespace) -> int:
-    from agentd.cli import plain_reads
+    from agentd.cli.fast import tasks as plain_reads
 
     shown = plain_reads.task_shown(args)  # without pydantic, where it answers as the full path would
     if shown is not None:
@@ -191,7 +193,7 @@ def _parent(store: Any, task_id: int) -> int | None:
 
 def _task_shown(store: Any, task_id: int) -> dict[str, Any]:
     """The task, its attempts, events, delegation chain and (a fleet's task) its lease, as --json prints them."""
-    from agentd.cli import plain_reads
+    from agentd.cli.fast import tasks as plain_reads
 
     task = store.get_task_or_raise(task_id)
     shown = {
@@ -215,10 +217,13 @@ def _print_shown(shown: dict[str, Any]) -> None:
             [
                 ("fleet", f"fleet task {fleet['fleet_id']}, token {fleet['token']}, lease {fleet['state']}"),
                 ("  lost", fleet.get("lost_reason")),
-                ("  from", f"{fleet['origin']['submitted_by']} via {context['originSurface']} "
-                 f"({context['originProductId']}, {context['dispatchMode']}) at {context['initiatedAt']}"),
+                (
+                    "  from",
+                    f"{fleet['origin']['submitted_by']} via {context['originSurface']} "
+                    f"({context['originProductId']}, {context['dispatchMode']}) at {context['initiatedAt']}",
+                ),
             ]
-        )  # fmt: skip
+        )
     outcomes = {e.attempt_id: e.payload.get("outcome") for e in events if e.type == "task_attempt_finished"}
     if attempts:
         print("\nattempts")
@@ -280,9 +285,10 @@ def cmd_task_retry(args: argparse.Namespace) -> int:
         print(f"task {task.task_id} re-queued with {more} more attempts (history kept)")
 
     return store_command(
-        args, lambda config, store: control.retry_task(config, store, args.task_id, args.attempts, SystemClock().now()),
+        args,
+        lambda config, store: control.retry_task(config, store, args.task_id, args.attempts, SystemClock().now()),
         said,
-    )  # fmt: skip
+    )
 
 
 def print_task(task: TaskRecord, now: datetime, chain: list[int] | None = None) -> None:

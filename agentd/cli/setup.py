@@ -66,7 +66,7 @@ def register(commands: Any) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from agentd.cli.config_cache import write_view
+    from agentd.cli.fast.cache import write_view
     from agentd.store import init_state_dir, migrate, open_store, own_state_dir
 
     config = config_from(args)

@@ -49,7 +49,7 @@ HOLDS = {"claim": "its first claim", "side_effects": "its follow-ups and message
 
 
 def cmd_approvals(args: argparse.Namespace) -> int:
-    from agentd.cli import quick
+    from agentd.cli.fast import commands as quick
 
     waiting = quick.approvals(args)  # without pydantic, where it answers as the full path would
     if waiting is None:
@@ -83,7 +83,7 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 
 def _resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> int:
-    from agentd.cli import quick
+    from agentd.cli.fast import commands as quick
 
     if (who := quick.resolve(args, approved=approved, note=note)) is not None:  # as the full path would
         print(_decided(args.task_id, who, approved, "operator_canceled"))

@@ -123,9 +123,11 @@ def cmd_workflow_start(args: argparse.Namespace) -> int:
 
 def cmd_workflow_list(args: argparse.Namespace) -> int:
     return store_command(
-        args, lambda _, store: store.list_workflows(statuses=tuple(args.status), limit=args.limit),
-        _print_workflows, readonly=True,
-    )  # fmt: skip
+        args,
+        lambda _, store: store.list_workflows(statuses=tuple(args.status), limit=args.limit),
+        _print_workflows,
+        readonly=True,
+    )
 
 
 def _print_workflows(workflows: list[WorkflowRecord]) -> None:

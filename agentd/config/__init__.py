@@ -100,7 +100,7 @@ class Config:
     fleet: FleetSection = field(default_factory=FleetSection)
     web: WebSection = field(default_factory=WebSection)  # [web]: `agentd web` (docs/web.md)
     # Where each payload schema was read from: kept so the cached view's key holds every file the load
-    # read (agentd/cli/config_view.py `named_paths` finds each path a Config holds).
+    # read (agentd/cli/fast/view.py `named_paths` finds each path a Config holds).
     payload_schema_files: Mapping[str, Path] = field(default_factory=dict)
 
     @property

@@ -77,8 +77,13 @@ def load_sensors(sensors_dir: Path, skills: dict[str, Skill]) -> tuple[dict[str,
             continue
         if not is_identifier(sensor_id):  # it names the sensor in events, sources, logs and its state folder
             expected = f"{IDENTIFIER_WORDS}, at most {IDENTIFIER_MAX}"
-            problems.append(Problem(str(directory), "", f"a sensor's folder name is its id: expected {expected}, "
-                                    f"found {shown(sensor_id)}"))  # fmt: skip
+            problems.append(
+                Problem(
+                    str(directory),
+                    "",
+                    f"a sensor's folder name is its id: expected {expected}, found {shown(sensor_id)}",
+                )
+            )
             continue
         if sensor_id in sensors:
             problems.append(

@@ -117,8 +117,10 @@ class DispatchSection(Section):
     )
     max_artifact_bytes: int = Field(
         description="the most agentd reads to hash the files one outcome names, in all; past it one fails the gate",
-        default=4 * 1024 * MIB, ge=MIB, le=1024 * 1024 * MIB,
-    )  # fmt: skip
+        default=4 * 1024 * MIB,
+        ge=MIB,
+        le=1024 * 1024 * MIB,
+    )
     workflow_state_cap: int = Field(
         description="entries of one workflow state before the workflow blocks (per workflow: max_state_entries)",
         default=5,
@@ -200,9 +202,10 @@ class SensorsSection(Section):
     )
     tick_s: float = Field(description="how often the sensor service looks for due sensors", default=1.0, gt=0, le=60)
     run_as: UserName | None = Field(
-        default=None, description="the user sensors run as, each with a folder in its home no attempt reaches; "
+        default=None,
+        description="the user sensors run as, each with a folder in its home no attempt reaches; "
         "unset: dispatch.run_as (an attempt can then reach a running sensor)",
-    )  # fmt: skip
+    )
 
 
 class MetricsSection(Section):

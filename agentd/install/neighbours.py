@@ -84,8 +84,9 @@ def _clashes(config: Config, theirs: Neighbour) -> list[tuple[str, str]]:
             continue
         state_dir = theirs.state_dir
         if state_dir is not None and (within(state_dir, area) or within(area, state_dir)):
-            found.append((key, f"{area} overlaps {other}'s state dir ({state_dir}): this agent's attempts could "
-                          "reach it"))  # fmt: skip
+            found.append(
+                (key, f"{area} overlaps {other}'s state dir ({state_dir}): this agent's attempts could reach it")
+            )
         found += [  # two services would each make it their own run user's, and each agent's attempts see the other's
             (key, f"{area} overlaps {other}'s {their_key} ({their_area}): give each agent its own")
             for their_key, their_area in theirs.areas

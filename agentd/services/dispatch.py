@@ -22,20 +22,18 @@ from agentd.adapters import Adapter, adapter_for
 from agentd.attempt.prepare import plan_attempt
 from agentd.attempt.run import AttemptRunner, running_line
 from agentd.attempt.sweep import boot_sweep
-from agentd.clock import Clock, age, format_ts
+from agentd.clock import Clock, age
 from agentd.config import Config
-from agentd.config.budget import BudgetHold
-from agentd.config.budget import describe as budget_line
 from agentd.control.outbox import OutboxApplier
 from agentd.errors import DatabaseGone, contained
 from agentd.evidence.rollback import refuse_if_behind
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
-from agentd.outlook.status import BudgetOutlook, IdleOutlook, budget_outlook, idle_outlook
 from agentd.process.containment import release_namespace
 from agentd.process.limits import own_line
 from agentd.process.privilege import run_user
 from agentd.process.wake import Doorbell
 from agentd.records import AdapterConfig, AttemptPlan, Claim, DueSchedule, TaskRecord, WorkflowRecord
+from agentd.services.dispatch_view import DispatchView
 from agentd.services.fleet import FleetLink
 from agentd.services.lock import DispatchLock
 from agentd.services.shell import Notifier, Shell
@@ -70,12 +68,8 @@ class Dispatcher:
         self.attempts = AttemptRunner(config, db, clock, self.rng, self.metrics, self.doorbell, adapters, self.user)
         self.outbox = OutboxApplier(config, db, clock, self.metrics)
         self.fleet = FleetLink.of(config, db, clock, self.metrics, self.doorbell)  # docs/fleet.md
+        self.view = DispatchView(config, db, clock, self.shell, self.doorbell)  # what it says of itself
         self._stopping = False
-        self._idle_noted = False
-        self._held: tuple[BudgetHold, int] | None = None  # what the budget held back at the last claim
-        self._idle: IdleOutlook | None = None  # the pause and what waits, as the last claim that found nothing saw them
-        self._idle_fresh = False  # _idle was read by this tick: the status line it publishes need not read again
-        self._shown = ""  # the state the service row was last written for (_publish)
 
     @property
     def holder_id(self) -> str:
@@ -133,16 +127,7 @@ class Dispatcher:
 
     async def status_line(self) -> str:
         """What the dispatcher is doing, in one line: systemd's STATUS=, `agentd status`, the logs."""
-        running = self.attempts.describe()
-        if running is not None:
-            return f"stopping: waiting for {running}" if self._stopping else running
-        if self._stopping:
-            return "stopping"
-        now = self.clock.now()
-        idle, self._idle_fresh = self._idle if self._idle_fresh else None, False
-        if idle is None:
-            idle = await self.db.call(idle_outlook, now)
-        return self._idle_line(now, idle)
+        return await self.view.line(self.attempts.describe(), self._stopping)
 
     def request_stop(self, *, immediately: bool = False) -> None:
         """Stop claiming; the running attempt gets the grace period (none if immediately)."""
@@ -179,7 +164,7 @@ class Dispatcher:
             if not ticked:
                 if self.until_idle:
                     return
-                await self._sleep_until_due()
+                await self.view.sleep_until_due(self._stopping)
 
     async def tick(self, now: datetime, claimed: Claim | None = None) -> Ticked:
         """One pass in the seed's order; truthy if an attempt ran (or a claim was refused), with the task
@@ -227,13 +212,11 @@ class Dispatcher:
 
     async def claim_and_run(self, now: datetime) -> Ticked:
         evidence = self.config.paths.state_dir / "attempts"
-        budget = await self._budget(now)
+        budget = await self.view.budget(now)
         hold = budget.hold if budget else None
         claim = await self.db.call(Store.claim_next_task, now, self.holder_id, self._plan, evidence, hold)
         if claim is None:
-            self._idle, self._idle_fresh = await self.db.call(idle_outlook, now), True  # for the line it publishes
-            if self._idle.pause is None:  # else the operator paused it: nothing is claimed until `dispatch resume`
-                await self._note_budget(budget, now)
+            if not await self.view.nothing_claimed(now, budget):  # not paused
                 await self.outbox.apply_pending()  # e.g. side effects an operator just approved
             await self._publish()
             return Ticked(False)
@@ -243,8 +226,7 @@ class Dispatcher:
         """Run the claimed task's attempt to its outcome commit. When the next task is claimable at
         once, that commit claims it too (one durable transaction at the attempt boundary) and the
         next tick starts from it."""
-        self._held, self._idle = None, None
-        self._idle_noted = False
+        self.view.ran()
         if claim.attempt is None:  # refused at the claim: its outbox, if any, is the next tick's
             return Ticked(True)
         self._crash_point("after_claim")
@@ -254,7 +236,7 @@ class Dispatcher:
             self.fleet.wake.ring()  # a fleet task's result goes back now, and its lease is confirmed again
         if (followed := ended.next) is not None:
             if followed.claim.attempt is not None:  # the row says it runs: written in that same commit
-                self._shown = f"running task {followed.claim.task.task_id}"
+                self.view.shown(f"running task {followed.claim.task.task_id}")
                 await self.shell.reported(followed.head, claimed_line(followed.claim))
             return Ticked(True, followed.claim)
         await self._publish()
@@ -273,76 +255,16 @@ class Dispatcher:
     def _running_row(self, store: Store, claim: Claim) -> tuple[int, str] | None:
         return self.shell.row(claimed_line(claim))(store)
 
-    def _state(self) -> str:
-        """What the dispatcher is doing, as a key that changes only when its state does (not with a
-        count or the time): running which task, stopping, paused, held by the budget, or idle."""
-        if self.attempts.running_task is not None:
-            return f"running task {self.attempts.running_task}"
-        if self._stopping:
-            return "stopping"
-        if self._idle is not None and self._idle.pause is not None:
-            return f"paused {self._idle.pause.paused_at}"
-        return f"budget {self._held[0].reason}" if self._held is not None else "idle"
-
     async def _publish(self) -> None:
-        """Write the status line to the service row when the state changed (an attempt began or
-        ended, a pause, a budget hold), so `agentd status` never shows the attempt rows one thing and
-        the service row another until the next refresh; one write per change, none per idle tick."""
-        state = self._state()
-        if state != self._shown:
-            self._shown = state
-            await self.shell.publish(self.status_line)
-
-    async def _budget(self, now: datetime) -> BudgetOutlook | None:
-        """What the day's spend holds back ([budget]); no read at all when nothing is capped."""
-        return await self.db.call(budget_outlook, self.config, now) if self.config.budget.capped else None
-
-    async def _note_budget(self, outlook: BudgetOutlook | None, now: datetime) -> None:
-        """Nothing was claimed: if the budget held tasks back, say so (an event once per hold,
-        the status line while it lasts)."""
-        if outlook is None or outlook.hold is None or not outlook.waiting:
-            self._held = None
-            return
-        hold = outlook.hold
-        if self._held is None or self._held[0].reason != hold.reason:
-            logger.info("%s", budget_line(hold, outlook.waiting))
-            payload = {"waiting": outlook.waiting, "reason": hold.reason, "until": format_ts(hold.until)}
-            await self.db.call(Store.record_event, "budget_held", now, payload)
-        self._held = (hold, outlook.waiting)
+        await self.view.publish(self.view.state(self.attempts.running_task, self._stopping), self.status_line)
 
     def _plan(self, task: TaskRecord) -> AttemptPlan:
         return plan_attempt(self.config, task)  # pure: config lookups only (it runs inside the claim)
-
-    async def _sleep_until_due(self) -> None:
-        """Until the next task or schedule falls due (as the tick that found nothing saw it), the
-        poll ceiling, or the doorbell."""
-        now = self.clock.now()
-        idle = self._idle if self._idle is not None else await self.db.call(idle_outlook, now)
-        upcoming = idle.upcoming
-        delay = self.config.dispatch.poll_ceiling_s
-        if self._held is not None:  # a new UTC day is a new budget
-            upcoming = min(upcoming or self._held[0].until, self._held[0].until)
-        if upcoming is not None:
-            delay = min(delay, (upcoming - now).total_seconds())
-        if not self._idle_noted:
-            await self.db.call(Store.record_event, "dispatch_idle", now, {"next_due_in_s": round(delay, 3)})
-            self._idle_noted = True
-        if not self._stopping:
-            self.shell.status(self._idle_line(now, idle))
-        await self.doorbell.wait(delay)
 
     def _crash_point(self, name: str) -> None:
         if self.config.chaos.crash_at == name:
             logger.warning("chaos: crashing at %s", name)
             os.kill(os.getpid(), signal.SIGKILL)
-
-    def _idle_line(self, now: datetime, idle: IdleOutlook) -> str:
-        if idle.pause is not None:
-            return idle.pause.describe()
-        if self._held is not None:
-            return budget_line(*self._held)
-        later = f", next due in {age((idle.upcoming - now).total_seconds())}" if idle.upcoming else ""
-        return f"idle, {idle.waiting} pending{later}"
 
 
 @frozen_value

@@ -98,9 +98,6 @@ class SensorService:
         self.doorbell.ring()
         self.shell.stopping("stopping")
 
-    async def run_sensor(self, sensor: Sensor, *, dry_run: bool = False) -> SensorRunReport:
-        return await self.runner.run(sensor, dry_run=dry_run)
-
     async def run_due(self, now: datetime) -> list[SensorRunReport]:
         """Run every due sensor now, concurrently, and wait for all of them (tests, --once)."""
         reports: list[SensorRunReport] = []

@@ -18,7 +18,7 @@ class AttemptVerbs(StoreBase):
     # --- an attempt's life ----------------------------------------------------------------------
 
     def _attempt(self, attempt_id: str) -> TaskAttempt:
-        row = self._conn.execute("SELECT * FROM task_attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
+        row = self.tx.execute("SELECT * FROM task_attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
         return attempt_from_row(row)
 
     def record_bundle(self, task_id: int, attempt_id: str, bundle: CompiledBundle, now: datetime) -> None:
@@ -39,26 +39,26 @@ class AttemptVerbs(StoreBase):
         with self.transaction(durable=False):
             if bundle is not None:
                 self._insert_bundle(task_id, attempt_id, bundle, now)
-            self._conn.execute(
+            self.tx.execute(
                 "UPDATE task_attempts SET pid = ?, process_group = ? WHERE attempt_id = ?", (pid, pid, attempt_id)
             )
-            self._append_event("task_started", now, task_id=task_id, attempt_id=attempt_id, payload={"pid": pid})
+            self.tx.event("task_started", now, task_id=task_id, attempt_id=attempt_id, payload={"pid": pid})
 
     def _insert_bundle(self, task_id: int, attempt_id: str, bundle: CompiledBundle, now: datetime) -> None:
-        self._conn.execute(
+        self.tx.execute(
             "UPDATE task_attempts SET bundle_hash = ?, prompt_path = ? WHERE attempt_id = ?",
             (bundle.bundle_hash, bundle.prompt_path, attempt_id),
         )
         payload = {"bundle_hash": bundle.bundle_hash, **bundle.details}
-        self._append_event("bundle_compiled", now, task_id=task_id, attempt_id=attempt_id, payload=payload)
+        self.tx.event("bundle_compiled", now, task_id=task_id, attempt_id=attempt_id, payload=payload)
 
     def cancel_requested(self, task_id: int) -> bool:
-        row = self._conn.execute("SELECT cancel_requested_at FROM tasks WHERE id = ?", (task_id,)).fetchone()
+        row = self.tx.execute("SELECT cancel_requested_at FROM tasks WHERE id = ?", (task_id,)).fetchone()
         return row is not None and row[0] is not None
 
     def running_attempts(self) -> list[tuple[TaskRecord, TaskAttempt]]:
         """Every task left running, with its open attempt: the boot sweep's work list."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             """SELECT a.* FROM task_attempts a JOIN tasks t ON t.id = a.task_id
                WHERE t.status = 'running' AND a.ended_at IS NULL ORDER BY a.task_id"""
         ).fetchall()
@@ -66,7 +66,7 @@ class AttemptVerbs(StoreBase):
 
     def running_now(self) -> list[RunningAttempt]:
         """The attempts open right now (the truth `agentd status` shows, not a service's cached line)."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             """SELECT a.task_id, t.task_type, a.attempt_id, a.adapter_id, a.model, a.started_at
                FROM task_attempts a JOIN tasks t ON t.id = a.task_id
                WHERE a.ended_at IS NULL AND t.status = 'running' ORDER BY a.started_at"""
@@ -76,7 +76,7 @@ class AttemptVerbs(StoreBase):
     # --- reading attempts -----------------------------------------------------------------------
 
     def attempts_of(self, task_id: int) -> list[TaskAttempt]:
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             "SELECT * FROM task_attempts WHERE task_id = ? ORDER BY attempt_number", (task_id,)
         ).fetchall()
         return [attempt_from_row(r) for r in rows]
@@ -85,26 +85,26 @@ class AttemptVerbs(StoreBase):
         """Several tasks' attempts, one query per 500 tasks (not one per task)."""
         found: dict[int, list[TaskAttempt]] = {task_id: [] for task_id in task_ids}
         sql = "SELECT * FROM task_attempts WHERE task_id IN ({marks}) ORDER BY task_id, attempt_number"
-        for row in self._rows_in(sql, task_ids):
+        for row in self.tx.rows_in(sql, task_ids):
             found[row["task_id"]].append(attempt_from_row(row))
         return found
 
     def get_attempt(self, attempt_id: str) -> TaskAttempt | None:
-        row = self._conn.execute("SELECT * FROM task_attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
+        row = self.tx.execute("SELECT * FROM task_attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
         return attempt_from_row(row) if row is not None else None
 
     def attempt_folder_keys(self) -> set[tuple[int, str]]:
         """(task id, attempt id) of every attempt row: the folders under attempts/ the database names."""
-        return {(row[0], row[1]) for row in self._conn.execute("SELECT task_id, attempt_id FROM task_attempts")}
+        return {(row[0], row[1]) for row in self.tx.execute("SELECT task_id, attempt_id FROM task_attempts")}
 
     def all_attempts(self) -> list[TaskAttempt]:
-        rows = self._conn.execute("SELECT * FROM task_attempts ORDER BY task_id, attempt_number").fetchall()
+        rows = self.tx.execute("SELECT * FROM task_attempts ORDER BY task_id, attempt_number").fetchall()
         return [attempt_from_row(r) for r in rows]
 
     def failure_summaries(self, task_id: int) -> list[tuple[int, str, str]]:
         """(attempt number, termination reason, summary) of the task's failed attempts: what the
         next bundle re-injects (seed 004)."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             """SELECT attempt_number, termination_reason, diagnostics FROM task_attempts
                WHERE task_id = ? AND ended_at IS NOT NULL AND retry_class != 'none' ORDER BY attempt_number""",
             (task_id,),
@@ -116,7 +116,7 @@ class AttemptVerbs(StoreBase):
     ) -> list[TaskAttempt]:
         """Finished attempts, newest first, for cost and token accounting."""
         where, params = _usage_filter(task_id, since)
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             f"SELECT * FROM task_attempts WHERE {where} ORDER BY ended_at DESC LIMIT ?", (*params, limit)
         ).fetchall()
         return [attempt_from_row(r) for r in rows]
@@ -124,7 +124,7 @@ class AttemptVerbs(StoreBase):
     def cost_totals(self, *, task_id: int | None = None, since: datetime | None = None) -> list[CostTotal]:
         """Attempts, tokens and cost per adapter and model (every finished attempt that matches)."""
         where, params = _usage_filter(task_id, since)
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             f"""SELECT adapter_id, COALESCE(model, ''), COUNT(*), TOTAL({believed_tokens("input_tokens")}),
                    TOTAL({believed_tokens("output_tokens")}), SUM({BELIEVED_COST}),
                    COALESCE(MAX(cost_estimated = 1 AND {BELIEVED_COST} IS NOT NULL), 0)
@@ -136,7 +136,7 @@ class AttemptVerbs(StoreBase):
         return [CostTotal(r[0], r[1], r[2], int(r[3]), int(r[4]), r[5], bool(r[6])) for r in rows]
 
     def last_successful_attempt_at(self) -> datetime | None:
-        row = self._conn.execute(
+        row = self.tx.execute(
             """SELECT ended_at FROM task_attempts WHERE ended_at IS NOT NULL AND retry_class = 'none'
                    AND exit_status = 'ok' ORDER BY ended_at DESC LIMIT 1"""
         ).fetchone()

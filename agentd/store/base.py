@@ -182,6 +182,12 @@ class Tx:
     def rows_in(self, sql: str, values: list[Any], *params: Any) -> list[sqlite3.Row]:
         return self._store._rows_in(sql, values, *params)
 
+    def tuples(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows as plain tuples (no sqlite3.Row): for reads that take every column of many rows."""
+        cursor = self._store._conn.cursor()
+        cursor.row_factory = None
+        return cursor.execute(sql, params).fetchall()
+
     @property
     def clock(self) -> Clock:
         return self._store.clock

@@ -94,7 +94,7 @@ def hold_params(hold: BudgetHold | None) -> dict[str, Any]:
 class BudgetVerbs(StoreBase):
     def spend_since(self, since: datetime) -> Spend:
         """What the attempts that ended since `since` cost, per adapter (agentd/config/budget.py)."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             f"""SELECT adapter_id, TOTAL(cost), MAX(cost), MAX(cost_estimated = 1) FROM (
                    SELECT adapter_id, {BELIEVED_COST} AS cost, cost_estimated FROM task_attempts
                    WHERE ended_at IS NOT NULL AND ended_at >= ?)
@@ -105,7 +105,7 @@ class BudgetVerbs(StoreBase):
 
     def budget_held_ids(self, now: datetime, hold: BudgetHold) -> list[int]:
         """The tasks due now that the budget holds back (the Agent Runtime export calls them blocked)."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             f"SELECT id FROM tasks WHERE {CLAIMABLE} AND {held_by_budget(hold)} ORDER BY id",
             {"now": ts(now)} | hold_params(hold),
         ).fetchall()
@@ -113,7 +113,7 @@ class BudgetVerbs(StoreBase):
 
     def budget_waiting(self, now: datetime, hold: BudgetHold) -> int:
         """Tasks due now that the budget holds back (reason `budget` in status and metrics)."""
-        row = self._conn.execute(
+        row = self.tx.execute(
             f"SELECT COUNT(*) FROM tasks WHERE {CLAIMABLE} AND {held_by_budget(hold)}",
             {"now": ts(now)} | hold_params(hold),
         ).fetchone()

@@ -59,7 +59,7 @@ class ConstitutionVerbs(StoreBase):
             if not still_pending(self.tx, entry.outbox_id):
                 return None
             proposal_id, payload = new_ulid(self.clock), entry.payload
-            self._conn.execute(
+            self.tx.execute(
                 """INSERT INTO constitution_proposals (proposal_id, document, proposed_text, proposed_sha256,
                        base_sha256, reason, task_id, attempt_id, outbox_key, created_at)
                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
@@ -76,7 +76,7 @@ class ConstitutionVerbs(StoreBase):
                     ts(now),
                 ),
             )
-            self._append_event(
+            self.tx.event(
                 "constitution_proposed",
                 now,
                 task_id=entry.task_id,
@@ -96,7 +96,7 @@ class ConstitutionVerbs(StoreBase):
     def constitution_proposals(self, *, include_decided: bool = False) -> list[ConstitutionProposalRecord]:
         """Pending proposals (or all of them), oldest first."""
         where = "" if include_decided else "WHERE status = 'pending'"
-        rows = self._conn.execute(f"SELECT * FROM constitution_proposals {where} ORDER BY created_at, rowid").fetchall()
+        rows = self.tx.execute(f"SELECT * FROM constitution_proposals {where} ORDER BY created_at, rowid").fetchall()
         return [proposal_from_row(row) for row in rows]
 
     def get_constitution_proposal(self, proposal_id: str) -> ConstitutionProposalRecord:
@@ -124,7 +124,7 @@ class ConstitutionVerbs(StoreBase):
             self._decide(proposal_id, "accepted", by, note, now, versions)
             superseded = [
                 row[0]
-                for row in self._conn.execute(
+                for row in self.tx.execute(
                     """SELECT proposal_id FROM constitution_proposals
                        WHERE status = 'pending' AND document = ? AND base_sha256 != ?""",
                     (proposal.document, proposal.proposed_sha256),
@@ -143,7 +143,7 @@ class ConstitutionVerbs(StoreBase):
                 "note": note,
                 "superseded": superseded,
             }
-            self._append_event(
+            self.tx.event(
                 "constitution_accepted", now, task_id=proposal.task_id, attempt_id=proposal.attempt_id, payload=payload
             )
             return _read(self.tx, proposal_id)
@@ -155,7 +155,7 @@ class ConstitutionVerbs(StoreBase):
         with self.transaction():
             proposal = _pending(self.tx, proposal_id)
             self._decide(proposal_id, "rejected", by, reason, now)
-            self._append_event(
+            self.tx.event(
                 "constitution_rejected",
                 now,
                 task_id=proposal.task_id,
@@ -173,7 +173,7 @@ class ConstitutionVerbs(StoreBase):
         now: datetime,
         versions: tuple[str | None, str | None] = (None, None),
     ) -> None:
-        self._conn.execute(
+        self.tx.execute(
             """UPDATE constitution_proposals SET status = ?, decided_at = ?, decided_by = ?, decision_note = ?,
                    version_before = ?, version_after = ?
                WHERE proposal_id = ? AND status = 'pending'""",

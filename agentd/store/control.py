@@ -58,7 +58,7 @@ class ControlVerbs(StoreBase):
         `approval_id`, only that request is resolved: one the task replaced since is StaleApproval."""
         with self.transaction():
             task = read_task_or_raise(self.tx, task_id)
-            row = self._conn.execute(
+            row = self.tx.execute(
                 "SELECT approval_id, scope FROM approvals WHERE task_id = ? AND status = 'pending'", (task_id,)
             ).fetchone()
             if row is None:
@@ -75,7 +75,7 @@ class ControlVerbs(StoreBase):
 
     def pending_approvals(self) -> list[PendingApproval]:
         """What waits for an operator, oldest first."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             """SELECT p.approval_id, p.task_id, t.task_type, t.subject, p.reason, p.requested_at, p.scope
                FROM approvals p JOIN tasks t ON t.id = p.task_id
                WHERE p.status = 'pending' ORDER BY p.requested_at, p.task_id"""
@@ -88,11 +88,11 @@ class ControlVerbs(StoreBase):
             current = self.dispatch_pause()
             if current is not None:
                 return current, False
-            self._conn.execute(
+            self.tx.execute(
                 "INSERT INTO dispatch_control (id, paused_at, paused_by, reason) VALUES (1, ?, ?, ?)",
                 (ts(now), by, reason),
             )
-            self._append_event("dispatch_paused", now, payload={"by": by, "reason": reason})
+            self.tx.event("dispatch_paused", now, payload={"by": by, "reason": reason})
             return Pause(now, by, reason), True
 
     def resume_dispatch(self, by: str, now: datetime) -> Pause | None:
@@ -101,11 +101,11 @@ class ControlVerbs(StoreBase):
             current = self.dispatch_pause()
             if current is None:
                 return None
-            self._conn.execute("DELETE FROM dispatch_control WHERE id = 1")
+            self.tx.execute("DELETE FROM dispatch_control WHERE id = 1")
             paused_s = round((now - current.paused_at).total_seconds(), 3)
-            self._append_event("dispatch_resumed", now, payload={"by": by, "paused_s": paused_s})
+            self.tx.event("dispatch_resumed", now, payload={"by": by, "paused_s": paused_s})
             return current
 
     def dispatch_pause(self) -> Pause | None:
-        row = self._conn.execute("SELECT paused_at, paused_by, reason FROM dispatch_control WHERE id = 1").fetchone()
+        row = self.tx.execute("SELECT paused_at, paused_by, reason FROM dispatch_control WHERE id = 1").fetchone()
         return None if row is None else Pause(stored_ts(row[0]), row[1], row[2])

@@ -80,7 +80,7 @@ class DeliveryVerbs(StoreBase):
             if handler_id is None:
                 settle(self.tx, entry, "refused", {"reason": refusal or "no message handler configured"}, now)
                 return False
-            self._conn.execute(
+            self.tx.execute(
                 """INSERT INTO deliveries (outbox_id, handler_id, next_attempt_at, created_at, updated_at)
                    VALUES (?, ?, ?, ?, ?)""",
                 (entry.outbox_id, handler_id, ts(now), ts(now), ts(now)),
@@ -90,7 +90,7 @@ class DeliveryVerbs(StoreBase):
 
     def due_deliveries(self, now: datetime, limit: int = 50) -> list[Delivery]:
         """Pending messages whose next attempt is due, the longest due first."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             f"""{DELIVERY} WHERE d.status = 'pending' AND d.in_flight = 0 AND d.next_attempt_at <= ?
                 ORDER BY d.next_attempt_at, d.outbox_id LIMIT ?""",
             (ts(now), limit),
@@ -99,7 +99,7 @@ class DeliveryVerbs(StoreBase):
 
     def next_delivery_at(self) -> datetime | None:
         """When the next pending message falls due (None: none is pending)."""
-        row = self._conn.execute(
+        row = self.tx.execute(
             "SELECT MIN(next_attempt_at) FROM deliveries WHERE status = 'pending' AND in_flight = 0"
         ).fetchone()
         return parse_optional_ts(row[0])
@@ -109,9 +109,9 @@ class DeliveryVerbs(StoreBase):
         its start are a predecessor's): each is recorded interrupted and falls due now, to be sent again
         under the same key. Returns how many."""
         with self.transaction():
-            swept = [delivery_from_row(r) for r in self._conn.execute(f"{DELIVERY} WHERE d.in_flight = 1")]
+            swept = [delivery_from_row(r) for r in self.tx.execute(f"{DELIVERY} WHERE d.in_flight = 1")]
             for delivery in swept:
-                self._conn.execute(
+                self.tx.execute(
                     """UPDATE deliveries SET in_flight = 0, next_attempt_at = ?, last_error = ?, updated_at = ?
                        WHERE outbox_id = ?""",
                     (ts(now), INTERRUPTED, ts(now), delivery.outbox_id),
@@ -125,16 +125,14 @@ class DeliveryVerbs(StoreBase):
         """The next attempt begins: counted and marked in flight, committed before anything is sent, so a
         crash from here on leaves a row the next dispatcher re-sends. None if the message is not pending."""
         with self.transaction():
-            cursor = self._conn.execute(
+            cursor = self.tx.execute(
                 """UPDATE deliveries SET attempts = attempts + 1, in_flight = 1, updated_at = ?
                    WHERE outbox_id = ? AND status = 'pending' AND in_flight = 0""",
                 (ts(now), outbox_id),
             )
             if cursor.rowcount == 0:
                 return None
-            delivery = delivery_from_row(
-                self._conn.execute(f"{DELIVERY} WHERE d.outbox_id = ?", (outbox_id,)).fetchone()
-            )
+            delivery = delivery_from_row(self.tx.execute(f"{DELIVERY} WHERE d.outbox_id = ?", (outbox_id,)).fetchone())
             self._delivery_event("message_delivery_started", delivery, now)
         return delivery
 
@@ -142,7 +140,7 @@ class DeliveryVerbs(StoreBase):
         """Record how the attempt ended: delivered (the outbox row applied), pending again until
         `step.next_attempt_at`, or failed (the outbox row refused with the error)."""
         with self.transaction():
-            cursor = self._conn.execute(
+            cursor = self.tx.execute(
                 """UPDATE deliveries SET status = :status, in_flight = 0, next_attempt_at = :next, last_error = :error,
                        updated_at = :now, delivered_at = CASE WHEN :status = 'delivered' THEN :now END
                    WHERE outbox_id = :id AND status = 'pending'""",
@@ -169,7 +167,7 @@ class DeliveryVerbs(StoreBase):
             result: dict[str, Any] = {"handler": delivery.handler_id, "attempts": delivery.attempts}
             if step.status == "failed":
                 result["reason"] = f"delivery failed after {delivery.attempts} attempt(s): {step.error}"
-            self._conn.execute(
+            self.tx.execute(
                 "UPDATE outbox SET status = ?, result = ?, applied_at = ? WHERE id = ?",
                 ("applied" if step.status == "delivered" else "refused", dumps(result), ts(now), delivery.outbox_id),
             )
@@ -192,18 +190,18 @@ class DeliveryVerbs(StoreBase):
                 )
             if handler_id is None:
                 raise InputError(f"message {outbox_id} cannot be retried: {refusal}")
-            self._conn.execute(
+            self.tx.execute(
                 """INSERT INTO deliveries (outbox_id, handler_id, next_attempt_at, created_at, updated_at)
                    VALUES (:id, :handler, :now, :now, :now)
                    ON CONFLICT (outbox_id) DO UPDATE SET handler_id = :handler, status = 'pending', attempts = 0,
                        in_flight = 0, next_attempt_at = :now, updated_at = :now, delivered_at = NULL""",
                 {"id": outbox_id, "handler": handler_id, "now": ts(now)},
             )
-            self._conn.execute(
+            self.tx.execute(
                 "UPDATE outbox SET status = 'awaiting_handler', result = ?, applied_at = NULL WHERE id = ?",
                 (dumps({"handler": handler_id}), outbox_id),
             )
-            self._append_event(
+            self.tx.event(
                 "message_retry_requested",
                 now,
                 task_id=item.task_id,
@@ -219,18 +217,18 @@ class DeliveryVerbs(StoreBase):
     def failed_message_count(self) -> int:
         """External messages whose delivery failed for good (refused by the receiver, or out of
         attempts) and that no one has retried: `agentd status` and `agentd_messages_failed`."""
-        return int(self._conn.execute("SELECT COUNT(*) FROM deliveries WHERE status = 'failed'").fetchone()[0])
+        return int(self.tx.execute("SELECT COUNT(*) FROM deliveries WHERE status = 'failed'").fetchone()[0])
 
     def outbox_entry(self, outbox_id: int) -> OutboxEntry:
         """One outbox row with its payload; NotFound if there is none."""
-        row = self._conn.execute("SELECT * FROM outbox WHERE id = ?", (outbox_id,)).fetchone()
+        row = self.tx.execute("SELECT * FROM outbox WHERE id = ?", (outbox_id,)).fetchone()
         if row is None:
             raise NotFound(f"no outbox entry {outbox_id}; `agentd outbox list` shows them")
         return entry_from_row(row)
 
     def list_outbox(self, *, state: str | None = None, limit: int = 50) -> list[OutboxItem]:
         """Newest first; only those in `state` when given (a message's delivery state counts)."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             f"{ITEM} WHERE ?1 IS NULL OR COALESCE(d.status, o.status) = ?1 ORDER BY o.id DESC LIMIT ?2",
             (state, limit),
         ).fetchall()
@@ -238,7 +236,7 @@ class DeliveryVerbs(StoreBase):
 
     def outbox_item(self, outbox_id: int) -> OutboxItem:
         """One outbox row as `agentd outbox list` shows it; NotFound if there is none."""
-        row = self._conn.execute(f"{ITEM} WHERE o.id = ?", (outbox_id,)).fetchone()
+        row = self.tx.execute(f"{ITEM} WHERE o.id = ?", (outbox_id,)).fetchone()
         if row is None:
             raise NotFound(f"no outbox entry {outbox_id}; `agentd outbox list` shows them")
         return item_from_row(row)
@@ -251,4 +249,4 @@ class DeliveryVerbs(StoreBase):
             "attempt": delivery.attempts,
             **{k: v for k, v in fields.items() if v is not None},
         }
-        self._append_event(event_type, now, task_id=delivery.task_id, payload=payload)
+        self.tx.event(event_type, now, task_id=delivery.task_id, payload=payload)

@@ -67,7 +67,7 @@ class EventVerbs(StoreBase):
             clauses.append("timestamp >= ?")
             params.append(ts(since))
         order = "DESC" if last else "ASC"
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY sequence {order} LIMIT ?", (*params, limit)
         ).fetchall()
         events = [event_from_row(r) for r in rows]
@@ -75,17 +75,17 @@ class EventVerbs(StoreBase):
 
     def chain_head(self) -> tuple[int, str] | None:
         """The last event's (sequence, hash): what a service publishes for auditors to hold."""
-        row = self._conn.execute("SELECT sequence, hash FROM events ORDER BY sequence DESC LIMIT 1").fetchone()
+        row = self.tx.execute("SELECT sequence, hash FROM events ORDER BY sequence DESC LIMIT 1").fetchone()
         return (row[0], row[1]) if row else None
 
     def event_hash(self, sequence: int) -> str | None:
-        row = self._conn.execute("SELECT hash FROM events WHERE sequence = ?", (sequence,)).fetchone()
+        row = self.tx.execute("SELECT hash FROM events WHERE sequence = ?", (sequence,)).fetchone()
         return row[0] if row else None
 
     def sealed_manifests(self, attempt_id: str | None = None) -> dict[str, tuple[int, str]]:
         """attempt_id → (sequence, manifest sha256) as each attempt's task_attempt_finished event
         recorded it (events from before agentd recorded it have none); of one attempt, or all."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             """SELECT attempt_id, sequence, json_extract(payload, '$.manifest_sha256') FROM events
                WHERE type = 'task_attempt_finished' AND attempt_id IS NOT NULL AND ?1 IN (attempt_id, '*')""",
             (attempt_id or "*",),
@@ -94,28 +94,28 @@ class EventVerbs(StoreBase):
 
     def enqueued_event_id(self, task_id: int) -> str | None:
         """The ULID of the event that put the task in the queue (None once retention pruned it)."""
-        row = self._conn.execute(
+        row = self.tx.execute(
             "SELECT event_id FROM events WHERE type = 'task_enqueued' AND task_id = ? ORDER BY sequence LIMIT 1",
             (task_id,),
         ).fetchone()
         return row[0] if row else None
 
     def event_count(self) -> int:
-        return int(self._conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+        return int(self.tx.execute("SELECT COUNT(*) FROM events").fetchone()[0])
 
     def event_sequence_reached(self) -> int:
         """How far the sequence ever went (AUTOINCREMENT's high-water mark): above the last event's
         sequence only if events were removed from the end."""
-        row = self._conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+        row = self.tx.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
         return int(row[0]) if row else 0
 
     def last_event_sequence(self) -> int:
-        return int(self._conn.execute("SELECT COALESCE(MAX(sequence), 0) FROM events").fetchone()[0])
+        return int(self.tx.execute("SELECT COALESCE(MAX(sequence), 0) FROM events").fetchone()[0])
 
     def record_event(self, event_type: str, now: datetime, payload: dict[str, Any] | None = None) -> None:
         """A service-level event with no other state change (dispatch_started, dispatch_idle, …)."""
         with self.transaction():
-            self._append_event(event_type, now, payload=payload)
+            self.tx.event(event_type, now, payload=payload)
 
     def record_activity(
         self, task_id: int, attempt_id: str, events: Sequence[tuple[str, dict[str, Any]]], now: datetime
@@ -127,7 +127,7 @@ class EventVerbs(StoreBase):
             raise ValueError(f"not an activity event type: {[t for t, _ in events if t not in LIVE_EVENT_TYPES]}")
         with self.transaction(durable=False):
             for event_type, payload in events:
-                self._append_event(event_type, now, task_id=task_id, attempt_id=attempt_id, payload=payload)
+                self.tx.event(event_type, now, task_id=task_id, attempt_id=attempt_id, payload=payload)
 
     def verify_event_chain(self, batch: int = 10_000) -> list[ChainBreak]:
         """Recompute every hash; each row must continue the previous one with no gaps. A pruned prefix
@@ -135,9 +135,7 @@ class EventVerbs(StoreBase):
         continues the checkpoint's hash, and an events_pruned event in the chain confirms the checkpoint."""
         checkpoint = self.latest_event_checkpoint()
         walk = _ChainWalk(checkpoint)
-        cursor = self._conn.cursor()
-        cursor.row_factory = None  # plain tuples in _CHAIN_COLUMNS order: every column of every event is read
-        while rows := cursor.execute(_CHAIN_SELECT, (walk.after, batch)).fetchall():
+        while rows := self.tx.tuples(_CHAIN_SELECT, (walk.after, batch)):  # every column of every event is read
             for row in rows:
                 walk.check(row)
         if checkpoint is not None:
@@ -155,7 +153,7 @@ class EventVerbs(StoreBase):
                     "events were removed outside `agentd prune`",
                 )
             )
-        counted = self._conn.execute("SELECT COALESCE(SUM(removed), 0) FROM event_checkpoints").fetchone()[0]
+        counted = self.tx.execute("SELECT COALESCE(SUM(removed), 0) FROM event_checkpoints").fetchone()[0]
         if counted != through:
             found.append(
                 ChainBreak(
@@ -168,7 +166,7 @@ class EventVerbs(StoreBase):
 
     def latest_event_checkpoint(self) -> EventCheckpoint | None:
         """Where the kept part of the chain starts, if a prefix was pruned."""
-        row = self._conn.execute(
+        row = self.tx.execute(
             "SELECT through_sequence, through_hash, removed FROM event_checkpoints ORDER BY id DESC LIMIT 1"
         ).fetchone()
         return None if row is None else EventCheckpoint(row[0], row[1], row[2])
@@ -177,7 +175,7 @@ class EventVerbs(StoreBase):
         """The longest prefix of the chain that is all older than `cutoff` and ends before the first
         event of any task still live (so nothing of unfinished work is ever removed)."""
         live = ", ".join(f"'{status}'" for status in LIVE_STATUSES)
-        young, oldest_live, last = self._conn.execute(
+        young, oldest_live, last = self.tx.execute(
             f"""SELECT (SELECT sequence FROM events WHERE timestamp >= ? ORDER BY sequence LIMIT 1),
                    (SELECT MIN((SELECT MIN(e.sequence) FROM events e WHERE e.task_id = t.id))
                       FROM tasks t WHERE t.status IN ({live})),
@@ -187,7 +185,7 @@ class EventVerbs(StoreBase):
         if last is None:
             return EventPrefix(0, 0)
         through = min(x for x in (young, oldest_live, last + 1) if x is not None) - 1
-        count = self._conn.execute("SELECT COUNT(*) FROM events WHERE sequence <= ?", (through,)).fetchone()[0]
+        count = self.tx.execute("SELECT COUNT(*) FROM events WHERE sequence <= ?", (through,)).fetchone()[0]
         return EventPrefix(through if count else 0, int(count))
 
     def prune_events(self, through: int, now: datetime, batch: int = 50_000) -> EventCheckpoint | None:
@@ -195,23 +193,23 @@ class EventVerbs(StoreBase):
         write lock briefly), leaving a checkpoint and an events_pruned event that continue the chain.
         None when nothing up to `through` is left."""
         with self.transaction():
-            first = self._conn.execute("SELECT MIN(sequence) FROM events").fetchone()[0]
+            first = self.tx.execute("SELECT MIN(sequence) FROM events").fetchone()[0]
             if first is None or first > through:
                 return None
-            end = self._conn.execute(
+            end = self.tx.execute(
                 "SELECT sequence, hash FROM events WHERE sequence <= ? ORDER BY sequence DESC LIMIT 1",
                 (min(through, first + batch - 1),),
             ).fetchone()
-            removed = self._conn.execute("SELECT COUNT(*) FROM events WHERE sequence <= ?", (end[0],)).fetchone()[0]
+            removed = self.tx.execute("SELECT COUNT(*) FROM events WHERE sequence <= ?", (end[0],)).fetchone()[0]
             checkpoint = EventCheckpoint(end[0], end[1], int(removed))
             # The event first, so the table is never empty: the chain's next sequence and hash come from its tail.
-            self._append_event(
+            self.tx.event(
                 "events_pruned",
                 now,
                 payload={"through_sequence": end[0], "through_hash": end[1], "removed": checkpoint.removed},
             )
-            self._conn.execute("DELETE FROM events WHERE sequence <= ?", (end[0],))
-            self._conn.execute(
+            self.tx.execute("DELETE FROM events WHERE sequence <= ?", (end[0],))
+            self.tx.execute(
                 """INSERT INTO event_checkpoints (through_sequence, through_hash, removed, pruned_at)
                    VALUES (?, ?, ?, ?)""",
                 (end[0], end[1], checkpoint.removed, ts(now)),

@@ -290,8 +290,16 @@ class FleetQueue:
         if status not in ("completed", "failed"):
             raise ValueError(f"a fleet task ends completed or failed, not {status!r}")
         with self._statement() as cur:  # the common case, one round trip: the write and its event
-            cur.execute(FINISH, {"status": status, "result": _scrubbed(result), "id": fleet_id, "token": token,
-                                 "detail": _scrubbed({"summary": result.get("summary")})})  # fmt: skip
+            cur.execute(
+                FINISH,
+                {
+                    "status": status,
+                    "result": _scrubbed(result),
+                    "id": fleet_id,
+                    "token": token,
+                    "detail": _scrubbed({"summary": result.get("summary")}),
+                },
+            )
             if cur.fetchone() is not None:
                 return True
         with self._transaction() as cur:  # refused, or this token's own write made before
@@ -357,13 +365,21 @@ class FleetQueue:
                 "WHERE status = 'queued' AND isfinite(created_at)"  # a row's 'infinity' is no age
             )
             age = cur.fetchone()["age"]
-        return {"tasks": {s: statuses.get(s, 0) for s in ("queued", "leased", *TERMINAL)}, "leases": leases,
-                "oldest_queued_age_s": float(age) if age is not None else None}  # fmt: skip
+        return {
+            "tasks": {s: statuses.get(s, 0) for s in ("queued", "leased", *TERMINAL)},
+            "leases": leases,
+            "oldest_queued_age_s": float(age) if age is not None else None,
+        }
 
     def _event(
-        self, cur: Any, fleet_id: int, kind: str, agent: str | None = None, token: int | None = None,
+        self,
+        cur: Any,
+        fleet_id: int,
+        kind: str,
+        agent: str | None = None,
+        token: int | None = None,
         detail: dict[str, Any] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         cur.execute(
             "INSERT INTO fleet_events (task_id, type, agent, token, detail) VALUES (%s, %s, %s, %s, %s)",
             (fleet_id, kind, agent, token, _scrubbed(detail or {})),

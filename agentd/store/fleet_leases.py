@@ -62,7 +62,7 @@ class FleetLeaseVerbs(StoreBase):
 
     def fleet_leases_held(self) -> list[HeldLease]:
         """Every lease this agent holds, with its local task's status (finished ones await their report)."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             """SELECT f.task_id, f.fleet_id, f.token, t.status FROM fleet_leases f JOIN tasks t ON t.id = f.task_id
                WHERE f.state = 'held' ORDER BY f.task_id"""
         ).fetchall()
@@ -70,7 +70,7 @@ class FleetLeaseVerbs(StoreBase):
 
     def fleet_lease_of(self, task_id: int) -> dict[str, Any] | None:
         """The task's fleet lease as `task show` gives it; None for a task that did not come from a fleet."""
-        row = self._conn.execute(
+        row = self.tx.execute(
             """SELECT fleet_id, token, origin, state, claimed_at, confirmed_at, ended_at, lost_reason
                FROM fleet_leases WHERE task_id = ?""",
             (task_id,),
@@ -83,7 +83,7 @@ class FleetLeaseVerbs(StoreBase):
     def fleet_lease_counts(self) -> dict[str, int]:
         """Leases by state: held, reported, lost (the metrics' gauges)."""
         counts = dict.fromkeys(("held", "reported", "lost"), 0)
-        counts.update(self._conn.execute("SELECT state, count(*) FROM fleet_leases GROUP BY state").fetchall())
+        counts.update(self.tx.execute("SELECT state, count(*) FROM fleet_leases GROUP BY state").fetchall())
         return counts
 
     def fleet_leases_confirmed(self, task_ids: list[int], now: datetime, until: datetime) -> int:
@@ -112,15 +112,13 @@ class FleetLeaseVerbs(StoreBase):
     def fleet_task_facts(self, task_id: int) -> dict[str, Any]:
         """A finished task as the fleet is told of it (agentd/services/fleet.py adds the evidence pointers): its
         status and summary, attempts, cost, and its last attempt."""
-        task = self._conn.execute(
-            "SELECT status, attempt_count, outcome FROM tasks WHERE id = ?", (task_id,)
-        ).fetchone()
+        task = self.tx.execute("SELECT status, attempt_count, outcome FROM tasks WHERE id = ?", (task_id,)).fetchone()
         outcome = loads(task["outcome"]) if task["outcome"] else None
-        cost = self._conn.execute(
+        cost = self.tx.execute(
             "SELECT total(cost_usd) FROM task_attempts WHERE task_id = ? AND cost_usd BETWEEN 0 AND ?",
             (task_id, COST_CEILING_USD),
         ).fetchone()[0]
-        last = self._conn.execute(
+        last = self.tx.execute(
             "SELECT attempt_id FROM task_attempts WHERE task_id = ? ORDER BY attempt_number DESC LIMIT 1", (task_id,)
         ).fetchone()
         return {
@@ -134,14 +132,14 @@ class FleetLeaseVerbs(StoreBase):
 
     def fleet_lease_reported(self, task_id: int, fleet_status: str, now: datetime) -> None:
         with self.transaction():
-            row = self._conn.execute(
+            row = self.tx.execute(
                 "UPDATE fleet_leases SET state = 'reported', ended_at = ? WHERE task_id = ? AND state = 'held' "
                 "RETURNING fleet_id, token",
                 (ts(now), task_id),
             ).fetchone()
             if row is not None:
                 payload = {"fleet_id": row[0], "fleet_token": row[1], "fleet_status": fleet_status}
-                self._append_event("fleet_result_reported", now, task_id=task_id, payload=payload)
+                self.tx.event("fleet_result_reported", now, task_id=task_id, payload=payload)
 
     def drop_fleet_leases(self, reason: str, now: datetime) -> int:
         """Every lease still held is lost (an agent whose [fleet] was removed: no one can renew or confirm
@@ -156,7 +154,7 @@ class FleetLeaseVerbs(StoreBase):
         operator_canceled; a running one is asked to stop (its result would not count). Returns what
         was done to the task: "canceled", "requested" or None (it had finished)."""
         with self.transaction():
-            row = self._conn.execute(
+            row = self.tx.execute(
                 """UPDATE fleet_leases SET state = 'lost', ended_at = ?, lost_reason = ?
                    WHERE task_id = ? AND state = 'held' RETURNING fleet_id, token""",
                 (ts(now), reason, task_id),
@@ -164,8 +162,8 @@ class FleetLeaseVerbs(StoreBase):
             if row is None:
                 return None
             payload = {"fleet_id": row[0], "fleet_token": row[1], "reason": reason}
-            self._append_event("fleet_lease_lost", now, task_id=task_id, payload=payload)
-            status = self._conn.execute("SELECT status FROM tasks WHERE id = ?", (task_id,)).fetchone()[0]
+            self.tx.event("fleet_lease_lost", now, task_id=task_id, payload=payload)
+            status = self.tx.execute("SELECT status FROM tasks WHERE id = ?", (task_id,)).fetchone()[0]
             if status in WAITING:
                 outcome = TaskOutcome.failure(f"the fleet lease was lost: {reason}", "operator_canceled")
                 cancel_waiting(self.tx, task_id, outcome, now, by="fleet")

@@ -21,14 +21,35 @@ from agentd import frozen_value
 from agentd.edge import MAX_KEY_CHARS, MAX_PAYLOAD_BYTES, MAX_SUBJECT_CHARS, Refused, json_kind, loads
 
 NAMES = (
-    "id", "idempotency_key", "task_type", "subject", "payload", "labels", "priority", "origin", "status",
-    "lease_agent", "lease_token", "lease_expires_at", "claims", "result", "created_at", "updated_at", "finished_at",
-)  # fmt: skip
+    "id",
+    "idempotency_key",
+    "task_type",
+    "subject",
+    "payload",
+    "labels",
+    "priority",
+    "origin",
+    "status",
+    "lease_agent",
+    "lease_token",
+    "lease_expires_at",
+    "claims",
+    "result",
+    "created_at",
+    "updated_at",
+    "finished_at",
+)
 JSON_COLUMNS = ("payload", "origin", "result")
 TIME_COLUMNS = ("lease_expires_at", "created_at", "updated_at", "finished_at")
 # Text no judge needs whole: cut one past what a task may hold, so the judge still sees it is too long.
-TEXT_CAPS = {"subject": MAX_SUBJECT_CHARS + 1, "idempotency_key": MAX_KEY_CHARS + 1, "task_type": MAX_KEY_CHARS + 1,
-             "lease_agent": MAX_KEY_CHARS + 1, "type": MAX_KEY_CHARS + 1, "agent": MAX_KEY_CHARS + 1}  # fmt: skip
+TEXT_CAPS = {
+    "subject": MAX_SUBJECT_CHARS + 1,
+    "idempotency_key": MAX_KEY_CHARS + 1,
+    "task_type": MAX_KEY_CHARS + 1,
+    "lease_agent": MAX_KEY_CHARS + 1,
+    "type": MAX_KEY_CHARS + 1,
+    "agent": MAX_KEY_CHARS + 1,
+}
 # PostgreSQL prints JSON with a space after each `:` and `,`, at most 1.5 times its compact length: text
 # longer than this is past MAX_PAYLOAD_BYTES whatever it holds, and is refused unparsed.
 JSON_READ_CHARS = 2 * MAX_PAYLOAD_BYTES

@@ -17,7 +17,7 @@ from agentd.store.rows import holder_from_row
 
 class LockVerbs(StoreBase):
     def dispatch_lock_holder(self) -> LockHolder | None:
-        row = self._conn.execute("SELECT * FROM dispatch_lock WHERE id = 1").fetchone()
+        row = self.tx.execute("SELECT * FROM dispatch_lock WHERE id = 1").fetchone()
         return None if row is None else holder_from_row(row)
 
     def acquire_dispatch_lock(
@@ -26,19 +26,19 @@ class LockVerbs(StoreBase):
         """Take the lock. `stale` is a holder the caller judged dead or silent (with `reason`): it is
         cleared only if it still holds the lock; any other holder is live and keeps it."""
         with self.transaction():
-            row = self._conn.execute("SELECT * FROM dispatch_lock WHERE id = 1").fetchone()
+            row = self.tx.execute("SELECT * FROM dispatch_lock WHERE id = 1").fetchone()
             cleared = None
             if row is not None:
                 current = holder_from_row(row)
                 if stale is None or current.holder_id != stale.holder_id:
-                    self._append_event("dispatch_locked", now, payload=_holder_payload(current, prefix="holder_"))
+                    self.tx.event("dispatch_locked", now, payload=_holder_payload(current, prefix="holder_"))
                     return LockAttempt(False, current)
-                self._conn.execute("DELETE FROM dispatch_lock WHERE id = 1 AND holder_id = ?", (current.holder_id,))
-                self._append_event(
+                self.tx.execute("DELETE FROM dispatch_lock WHERE id = 1 AND holder_id = ?", (current.holder_id,))
+                self.tx.event(
                     "dispatch_lock_stale_cleared", now, payload={**_holder_payload(current), "reason": reason}
                 )
                 cleared = current
-            self._conn.execute(
+            self.tx.execute(
                 """INSERT INTO dispatch_lock (id, holder_id, pid, pid_started, host, boot_id, acquired_at, heartbeat_at)
                    VALUES (1, ?, ?, ?, ?, ?, ?, ?)""",
                 (me.holder_id, me.pid, me.pid_started, me.host, me.boot_id, ts(now), ts(now)),
@@ -48,14 +48,14 @@ class LockVerbs(StoreBase):
     def heartbeat_dispatch_lock(self, holder_id: str, now: datetime) -> bool:
         """Refresh our heartbeat; False means the lock is no longer ours."""
         with self.transaction():
-            cursor = self._conn.execute(
+            cursor = self.tx.execute(
                 "UPDATE dispatch_lock SET heartbeat_at = ? WHERE id = 1 AND holder_id = ?", (ts(now), holder_id)
             )
         return cursor.rowcount == 1
 
     def release_dispatch_lock(self, holder_id: str) -> None:
         with self.transaction():
-            self._conn.execute("DELETE FROM dispatch_lock WHERE id = 1 AND holder_id = ?", (holder_id,))
+            self.tx.execute("DELETE FROM dispatch_lock WHERE id = 1 AND holder_id = ?", (holder_id,))
 
 
 def _holder_payload(holder: LockHolder, prefix: str = "") -> dict[str, Any]:

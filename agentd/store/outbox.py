@@ -64,14 +64,14 @@ def held_side_effects(tx: Tx, task_id: int) -> list[OutboxEntry]:
 class OutboxVerbs(StoreBase):
     def pending_outbox(self, limit: int = 100) -> list[OutboxEntry]:
         """Pending entries to apply now, in order: those an operator's approval holds are left."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             f"SELECT o.* FROM outbox o WHERE o.status = 'pending' AND NOT ({HELD}) ORDER BY o.id LIMIT ?", (limit,)
         ).fetchall()
         return [entry_from_row(r) for r in rows]
 
     def outbox_waiting(self) -> bool:
         """Whether `pending_outbox` has an entry to apply now (the pending index: no scan)."""
-        found = self._conn.execute(f"SELECT 1 FROM outbox o WHERE o.status = 'pending' AND NOT ({HELD}) LIMIT 1")
+        found = self.tx.execute(f"SELECT 1 FROM outbox o WHERE o.status = 'pending' AND NOT ({HELD}) LIMIT 1")
         return found.fetchone() is not None
 
     def apply_follow_up(
@@ -86,7 +86,7 @@ class OutboxVerbs(StoreBase):
             task_id = None
             root = new.root_task_id if new is not None else None
             if root is not None:
-                found = self._conn.execute("SELECT COUNT(*) FROM tasks WHERE root_task_id = ?", (root,))
+                found = self.tx.execute("SELECT COUNT(*) FROM tasks WHERE root_task_id = ?", (root,))
                 if found.fetchone()[0] >= max_descendants:
                     new, refusal = (
                         None,
@@ -111,7 +111,7 @@ class OutboxVerbs(StoreBase):
                 settle(self.tx, entry, status, result, now)
 
     def outbox_of(self, task_id: int) -> list[dict[str, Any]]:
-        rows = self._conn.execute("SELECT * FROM outbox WHERE task_id = ? ORDER BY id", (task_id,)).fetchall()
+        rows = self.tx.execute("SELECT * FROM outbox WHERE task_id = ? ORDER BY id", (task_id,)).fetchall()
         return [
             {
                 "kind": r["kind"],

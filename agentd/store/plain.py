@@ -277,9 +277,15 @@ def task_exists(store: StoreBase, task_id: int) -> bool:
 
 
 def event_rows(
-    store: StoreBase, *, after: int, task_id: int | None, types: tuple[str, ...], since: datetime | None, limit: int,
+    store: StoreBase,
+    *,
+    after: int,
+    task_id: int | None,
+    types: tuple[str, ...],
+    since: datetime | None,
+    limit: int,
     last: bool,
-) -> list[Any]:  # fmt: skip
+) -> list[Any]:
     """`read_events`' rows, before they are records: in sequence order (the newest `limit` with `last`)."""
     clauses, params = ["sequence > ?"], [after]
     if task_id is not None:

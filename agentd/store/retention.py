@@ -49,7 +49,7 @@ class RetentionVerbs(StoreBase):
     def prunable_evidence(self, cutoff: datetime, limit: int = -1) -> list[PrunableEvidence]:
         """Ended attempts of tasks finished (terminal) before `cutoff` whose evidence is still on disk,
         oldest first; `limit` -1: all of them."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             f"""SELECT a.task_id, a.attempt_id FROM tasks t JOIN task_attempts a ON a.task_id = t.id
                 WHERE t.finished_at < ? AND t.status IN ({TERMINAL}) AND a.ended_at IS NOT NULL
                   AND a.evidence_dir IS NOT NULL AND a.evidence_pruned_at IS NULL
@@ -63,12 +63,12 @@ class RetentionVerbs(StoreBase):
         if not pruned:
             return
         with self.transaction():
-            self._conn.executemany(
+            self.tx.executemany(
                 "UPDATE task_attempts SET evidence_pruned_at = ? WHERE attempt_id = ? AND evidence_pruned_at IS NULL",
                 [(ts(now), item.attempt_id) for item in pruned],
             )
             task_ids = sorted({item.task_id for item in pruned})
-            self._append_event(
+            self.tx.event(
                 "evidence_pruned",
                 now,
                 payload={"attempts": len(pruned), "tasks": len(task_ids), "task_ids": task_ids[:SHOWN_IDS]},
@@ -80,19 +80,19 @@ class RetentionVerbs(StoreBase):
         """Finished tasks that may be deleted (DELETABLE_TASKS); `through` and `evidence_cutoff` say what
         this pass would prune first (for --dry-run)."""
         params = {"cutoff": ts(cutoff), "through": through, "evidence_cutoff": ts(evidence_cutoff), "limit": limit}
-        return [r[0] for r in self._conn.execute(DELETABLE_TASKS, params).fetchall()]
+        return [r[0] for r in self.tx.execute(DELETABLE_TASKS, params).fetchall()]
 
     def delete_tasks(self, cutoff: datetime, now: datetime, limit: int = 500) -> list[int]:
         """Delete up to `limit` deletable tasks with their attempts, artifacts, settled outbox rows and
         approvals, in one transaction that checks again that each still may go."""
         with self.transaction():
             params = {"cutoff": ts(cutoff), "through": 0, "evidence_cutoff": None, "limit": limit}
-            task_ids = [r[0] for r in self._conn.execute(DELETABLE_TASKS, params).fetchall()]
+            task_ids = [r[0] for r in self.tx.execute(DELETABLE_TASKS, params).fetchall()]
             if not task_ids:
                 return []
             for statement in TASK_ROWS:
-                self._conn.executemany(statement, [(task_id,) for task_id in task_ids])
-            self._append_event(
+                self.tx.executemany(statement, [(task_id,) for task_id in task_ids])
+            self.tx.event(
                 "tasks_pruned",
                 now,
                 payload={

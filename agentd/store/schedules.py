@@ -24,7 +24,7 @@ class ScheduleVerbs(StoreBase):
         with self.transaction():
             existing = {
                 r["schedule_id"]: r
-                for r in self._conn.execute("SELECT * FROM schedules WHERE origin = 'config'").fetchall()
+                for r in self.tx.execute("SELECT * FROM schedules WHERE origin = 'config'").fetchall()
             }
             for spec in specs:
                 row = existing.pop(spec.schedule_id, None)
@@ -39,14 +39,14 @@ class ScheduleVerbs(StoreBase):
 
     def add_schedule(self, spec: ScheduleSpec, now: datetime, *, by: str = "agentd") -> RecurringScheduleRecord:
         with self.transaction():
-            if self._conn.execute("SELECT 1 FROM schedules WHERE schedule_id = ?", (spec.schedule_id,)).fetchone():
+            if self.tx.execute("SELECT 1 FROM schedules WHERE schedule_id = ?", (spec.schedule_id,)).fetchone():
                 raise InputError(f"schedule {spec.schedule_id!r} exists; `agentd schedule rm` it first")
             self._put_schedule(spec, "operator", now, new=True, by=by)
         return self.list_schedules(spec.schedule_id)[0]
 
     def remove_schedule(self, schedule_id: str, now: datetime, *, by: str = "agentd") -> None:
         with self.transaction():
-            row = self._conn.execute("SELECT origin FROM schedules WHERE schedule_id = ?", (schedule_id,)).fetchone()
+            row = self.tx.execute("SELECT origin FROM schedules WHERE schedule_id = ?", (schedule_id,)).fetchone()
             if row is None:
                 raise NotFound(f"no schedule {schedule_id!r}; `agentd schedule list` shows them")
             if row[0] == "config":
@@ -54,7 +54,7 @@ class ScheduleVerbs(StoreBase):
             self._remove_schedule(schedule_id, now, by=by)
 
     def _put_schedule(self, spec: ScheduleSpec, origin: str, now: datetime, *, new: bool, by: str = "agentd") -> None:
-        self._conn.execute(
+        self.tx.execute(
             """INSERT INTO schedules (schedule_id, name, enabled, interval_seconds, next_run_at, task, origin,
                    created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                ON CONFLICT (schedule_id) DO UPDATE SET name = excluded.name, enabled = excluded.enabled,
@@ -72,7 +72,7 @@ class ScheduleVerbs(StoreBase):
                 ts(now),
             ),
         )
-        self._append_event(
+        self.tx.event(
             "schedule_upserted",
             now,
             schedule_id=spec.schedule_id,
@@ -86,23 +86,21 @@ class ScheduleVerbs(StoreBase):
         )
 
     def _remove_schedule(self, schedule_id: str, now: datetime, *, by: str = "agentd") -> None:
-        self._conn.execute("DELETE FROM schedules WHERE schedule_id = ?", (schedule_id,))
-        self._append_event("schedule_removed", now, schedule_id=schedule_id, payload={"by": by})
+        self.tx.execute("DELETE FROM schedules WHERE schedule_id = ?", (schedule_id,))
+        self.tx.event("schedule_removed", now, schedule_id=schedule_id, payload={"by": by})
 
     def list_schedules(self, schedule_id: str | None = None) -> list[RecurringScheduleRecord]:
         where, params = ("WHERE schedule_id = ?", (schedule_id,)) if schedule_id else ("", ())
-        rows = self._conn.execute(f"SELECT * FROM schedules {where} ORDER BY schedule_id", params).fetchall()
+        rows = self.tx.execute(f"SELECT * FROM schedules {where} ORDER BY schedule_id", params).fetchall()
         return [schedule_from_row(r) for r in rows]
 
     def due_schedules(self, now: datetime) -> list[DueSchedule]:
         """Enabled schedules due at `now`, each with whether its previous task is still open."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             "SELECT * FROM schedules WHERE enabled = 1 AND next_run_at <= ? ORDER BY next_run_at", (ts(now),)
         ).fetchall()
         return [
-            DueSchedule(
-                schedule_from_row(r), self._conn.execute(_OPEN_TASK, (r["schedule_id"],)).fetchone() is not None
-            )
+            DueSchedule(schedule_from_row(r), self.tx.execute(_OPEN_TASK, (r["schedule_id"],)).fetchone() is not None)
             for r in rows
         ]
 
@@ -113,14 +111,14 @@ class ScheduleVerbs(StoreBase):
         created: list[str] = []
         with self.transaction():
             for run in runs:
-                row = self._conn.execute(
+                row = self.tx.execute(
                     "SELECT last_run_at FROM schedules WHERE schedule_id = ? AND enabled = 1 AND next_run_at <= ?",
                     (run.schedule_id, ts(now)),
                 ).fetchone()
                 if row is None:
                     continue  # removed, disabled or already run meanwhile
                 last_run = parse_optional_ts(row[0])
-                open_task = self._conn.execute(_OPEN_TASK, (run.schedule_id,)).fetchone()
+                open_task = self.tx.execute(_OPEN_TASK, (run.schedule_id,)).fetchone()
                 if run.task is not None and open_task is None:
                     self._create_scheduled_task(run, now)
                     last_run = now
@@ -128,10 +126,10 @@ class ScheduleVerbs(StoreBase):
                 elif open_task is not None:
                     self._skip_slot(run, open_task[0], now)
                 elif run.refusal is not None:
-                    self._append_event(
+                    self.tx.event(
                         "schedule_task_refused", now, schedule_id=run.schedule_id, payload={"reason": run.refusal}
                     )
-                self._conn.execute(
+                self.tx.execute(
                     "UPDATE schedules SET next_run_at = ?, last_run_at = ?, updated_at = ? WHERE schedule_id = ?",
                     (ts(run.next_run_at), ts(last_run), ts(now), run.schedule_id),
                 )
@@ -140,7 +138,7 @@ class ScheduleVerbs(StoreBase):
     def _create_scheduled_task(self, run: ScheduleRun, now: datetime) -> None:
         assert run.task is not None
         task_id = insert_task(self.tx, run.task, now)
-        self._append_event(
+        self.tx.event(
             "schedule_task_created",
             now,
             task_id=task_id,
@@ -153,11 +151,11 @@ class ScheduleVerbs(StoreBase):
         per schedule). The first slot skipped for an open task writes schedule_slot_skipped; the rest
         are only counted (`agentd schedule list`): a task waiting a day under a 60 s schedule is one
         event, not 1,440."""
-        row = self._conn.execute(
+        row = self.tx.execute(
             "SELECT skipped_for_task_id FROM schedules WHERE schedule_id = ?", (run.schedule_id,)
         ).fetchone()
         first = row[0] != open_task_id
-        self._conn.execute(
+        self.tx.execute(
             """UPDATE schedules SET skipped_for_task_id = ?,
                    skipped_slots = CASE WHEN ? THEN 1 ELSE skipped_slots + 1 END,
                    skipped_slots_total = skipped_slots_total + 1 WHERE schedule_id = ?""",
@@ -165,8 +163,8 @@ class ScheduleVerbs(StoreBase):
         )
         if first:
             payload = {"open_task_id": open_task_id, "due_at": ts(run.due_at)}
-            self._append_event("schedule_slot_skipped", now, schedule_id=run.schedule_id, payload=payload)
+            self.tx.event("schedule_slot_skipped", now, schedule_id=run.schedule_id, payload=payload)
 
     def next_schedule_due(self) -> datetime | None:
-        row = self._conn.execute("SELECT MIN(next_run_at) FROM schedules WHERE enabled = 1").fetchone()
+        row = self.tx.execute("SELECT MIN(next_run_at) FROM schedules WHERE enabled = 1").fetchone()
         return parse_optional_ts(row[0])

@@ -64,7 +64,7 @@ class SensingVerbs(StoreBase):
                 spent[key] = _SpentKey(item.event.event_id, repeat_noted=False)
                 rows.append(self._record_one(sensor_id, item, now, counts, held))
             for rejection in rejected[:MAX_REJECTION_EVENTS]:
-                self._append_event(
+                self.tx.event(
                     "sensor_event_rejected",
                     now,
                     sensor_id=sensor_id,
@@ -73,8 +73,8 @@ class SensingVerbs(StoreBase):
             # The tasks the rows name, then the rows (a key's first repeat may be in this batch too,
             # and marks its row).
             held.flush()
-            _SENSOR_EVENTS.run(self._conn, rows)
-            self._conn.executemany(_MARK_REPEATED, repeats)
+            _SENSOR_EVENTS.run(self.tx, rows)
+            self.tx.executemany(_MARK_REPEATED, repeats)
         return counts
 
     def _spent_keys(self, sensor_id: str, keys: list[str]) -> dict[str, _SpentKey]:
@@ -82,7 +82,7 @@ class SensingVerbs(StoreBase):
         repeat was already noted."""
         sql = """SELECT dedupe_key, event_id, deduped_at IS NOT NULL FROM sensor_events
                  WHERE sensor_id = ? AND dedupe_key IN ({marks})"""
-        return {r[0]: _SpentKey(r[1], bool(r[2])) for r in self._rows_in(sql, keys, sensor_id)}
+        return {r[0]: _SpentKey(r[1], bool(r[2])) for r in self.tx.rows_in(sql, keys, sensor_id)}
 
     def _note_first_repeat(
         self,
@@ -101,7 +101,7 @@ class SensingVerbs(StoreBase):
             return
         repeats.append((ts(now), sensor_id, key))
         payload = {"dedupe_key": key, "event_id": item.event.event_id, "first_event_id": first.event_id}
-        self._append_event("sensor_event_deduped", now, sensor_id=sensor_id, payload=payload)
+        self.tx.event("sensor_event_deduped", now, sensor_id=sensor_id, payload=payload)
         spent[key] = _SpentKey(first.event_id, repeat_noted=True)
 
     def _record_one(
@@ -113,16 +113,16 @@ class SensingVerbs(StoreBase):
             "sensor_id": sensor_id,
             "payload": {"dedupe_key": event.dedupe_key, "event_id": event.event_id},
         }
-        self._append_event("sensor_event_recorded", now, **ids)
+        self.tx.event("sensor_event_recorded", now, **ids)
         counts.recorded += 1
         result, task_id, workflow_id = "recorded", None, None
         if item.stale:
-            self._append_event("sensor_event_stale", now, **ids)
+            self.tx.event("sensor_event_stale", now, **ids)
             result = "stale"
             counts.stale += 1
         elif item.task is not None:
             task_id = held.insert(item.task, now, {"sensor_id": sensor_id})
-            self._append_event("sensor_task_created", now, task_id=task_id, **ids)
+            self.tx.event("sensor_task_created", now, task_id=task_id, **ids)
             result = "created"
             counts.created += 1
             counts.task_ids.append(task_id)
@@ -164,7 +164,7 @@ class SensingVerbs(StoreBase):
             kind = "sensor_workflow_created" if created else "sensor_workflow_deduped"
             # a signal wakes an existing workflow; a new one starts in its state
             noted = {"signal": start.signal, "signal_applied": False} if start.signal else {}
-            self._append_event(kind, now, workflow_id=workflow_id, **(ids | {"payload": ids["payload"] | noted}))
+            self.tx.event(kind, now, workflow_id=workflow_id, **(ids | {"payload": ids["payload"] | noted}))
             counts.workflows_created += int(created)
             counts.workflows_deduped += int(not created)
         else:
@@ -189,7 +189,7 @@ class SensingVerbs(StoreBase):
     def begin_sensor_run(self, sensor_id: str, run_id: str, owner: dict[str, Any], now: datetime) -> None:
         """A run is in flight, and whose: a restarted service sweeps what a dead owner left running."""
         with self.transaction():
-            self._conn.execute(
+            self.tx.execute(
                 """INSERT INTO sensor_state (sensor_id, run_id, run_owner, run_started_at, updated_at)
                    VALUES (?, ?, ?, ?, ?)
                    ON CONFLICT (sensor_id) DO UPDATE SET run_id = excluded.run_id, run_owner = excluded.run_owner,
@@ -199,7 +199,7 @@ class SensingVerbs(StoreBase):
 
     def open_sensor_runs(self) -> list[OpenSensorRun]:
         """Every sensor run recorded in flight, with its owner."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             "SELECT sensor_id, run_id, run_owner, run_started_at FROM sensor_state WHERE run_id IS NOT NULL"
         ).fetchall()
         return [OpenSensorRun(r[0], r[1], loads(r[2]) or {}, stored_ts(r[3])) for r in rows]
@@ -207,13 +207,13 @@ class SensingVerbs(StoreBase):
     def reclaim_sensor_run(self, sensor_id: str, run_id: str, killed: int, now: datetime) -> None:
         """Close a run whose service died: what it printed but did not record, it prints again."""
         with self.transaction():
-            cursor = self._conn.execute(
+            cursor = self.tx.execute(
                 """UPDATE sensor_state SET run_id = NULL, run_owner = NULL, run_started_at = NULL, updated_at = ?
                    WHERE sensor_id = ? AND run_id = ?""",
                 (ts(now), sensor_id, run_id),
             )
             if cursor.rowcount:
-                self._append_event(
+                self.tx.event(
                     "sensor_run_reclaimed", now, sensor_id=sensor_id, payload={"run_id": run_id, "killed": killed}
                 )
 
@@ -232,7 +232,7 @@ class SensingVerbs(StoreBase):
         """Remember when the sensor ran and when it is next due (a restart neither re-runs early nor forgets).
         A `quiet` run (nothing new, nothing wrong) updates only this state: the audit log is not its diary."""
         with self.transaction():
-            self._conn.execute(
+            self.tx.execute(
                 """INSERT INTO sensor_state (sensor_id, last_run_at, next_run_at, last_result, last_error, runs,
                        updated_at) VALUES (?, ?, ?, ?, ?, 1, ?)
                    ON CONFLICT (sensor_id) DO UPDATE SET last_run_at = excluded.last_run_at,
@@ -243,7 +243,7 @@ class SensingVerbs(StoreBase):
             )
             if quiet:
                 return
-            self._append_event(
+            self.tx.event(
                 "sensor_run_finished",
                 now,
                 sensor_id=sensor_id,
@@ -254,10 +254,10 @@ class SensingVerbs(StoreBase):
         """Which of these keys the sensor has already used (`sensor run --dry-run` shows them as seen,
         not as new work)."""
         sql = "SELECT dedupe_key FROM sensor_events WHERE sensor_id = ? AND dedupe_key IN ({marks})"
-        return {row[0] for row in self._rows_in(sql, keys, sensor_id)}
+        return {row[0] for row in self.tx.rows_in(sql, keys, sensor_id)}
 
     def sensor_states(self) -> dict[str, SensorState]:
-        rows = self._conn.execute("SELECT * FROM sensor_state").fetchall()
+        rows = self.tx.execute("SELECT * FROM sensor_state").fetchall()
         return {
             r["sensor_id"]: SensorState(
                 r["sensor_id"],

@@ -25,7 +25,7 @@ class StatusVerbs(StoreBase):
         transaction found it: durable when it returns, so a service may publish it outside the database
         (a head read after a commit that skipped its fsync could be lost to a power cut)."""
         with self.transaction():
-            self._conn.execute(
+            self.tx.execute(
                 """INSERT INTO service_status (service, pid, pid_started, host, boot_id, status, metrics_url,
                        started_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                    ON CONFLICT (service) DO UPDATE SET pid = excluded.pid, pid_started = excluded.pid_started,
@@ -34,9 +34,9 @@ class StatusVerbs(StoreBase):
                        updated_at = excluded.updated_at""",
                 (service, me.pid, me.started, me.host, me.boot_id, status, metrics_url, ts(started_at), ts(now)),
             )
-            head = self._conn.execute("SELECT sequence, hash FROM events ORDER BY sequence DESC LIMIT 1").fetchone()
+            head = self.tx.execute("SELECT sequence, hash FROM events ORDER BY sequence DESC LIMIT 1").fetchone()
         return (head[0], head[1]) if head else None
 
     def service_statuses(self) -> list[dict[str, Any]]:
-        rows = self._conn.execute("SELECT * FROM service_status ORDER BY service").fetchall()
+        rows = self.tx.execute("SELECT * FROM service_status ORDER BY service").fetchall()
         return [dict(row) for row in rows]

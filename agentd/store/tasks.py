@@ -186,14 +186,14 @@ class TaskVerbs(StoreBase):
         return read_task_or_raise(self.tx, task_id)
 
     def all_task_ids(self) -> list[int]:
-        return [row[0] for row in self._conn.execute("SELECT id FROM tasks ORDER BY id")]
+        return [row[0] for row in self.tx.execute("SELECT id FROM tasks ORDER BY id")]
 
     def list_tasks(self, *, statuses: tuple[str, ...] = (), limit: int = 50) -> list[TaskRecord]:
         """Newest first; filtered by status when given."""
         where, params = "", [*statuses]
         if statuses:
             where = f"WHERE t.status IN ({', '.join('?' * len(statuses))})"
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             f"SELECT {TASK_COLUMNS} FROM {TASK_FROM} {where} ORDER BY t.id DESC LIMIT ?", (*params, limit)
         ).fetchall()
         return [task_from_row(r) for r in rows]
@@ -224,13 +224,13 @@ class TaskVerbs(StoreBase):
                     f"task {task_id} is {task.status}; only permanent_failure, blocked or operator_canceled "
                     "tasks can be retried (a completed task is never re-run)"
                 )
-            self._conn.execute(
+            self.tx.execute(
                 """UPDATE tasks SET status = 'pending', available_at = ?, updated_at = ?, finished_at = NULL,
                        outcome = NULL, max_attempts = attempt_count - free_attempt_count + ?
                    WHERE id = ?""",
                 (ts(now), ts(now), more_attempts, task_id),
             )
-            self._append_event(
+            self.tx.event(
                 "task_requeued",
                 now,
                 task_id=task_id,
@@ -247,10 +247,10 @@ class TaskVerbs(StoreBase):
         approval; else not due yet (waiting for a retry, or delayed); else held by the budget (`hold`);
         else claimable now. The budget's hold and the oldest claimable task are the claim's own
         predicates (store/budget.py); the rest is counted from indexes, never a walk over the rows."""
-        counts = dict(self._conn.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status").fetchall())
+        counts = dict(self.tx.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status").fetchall())
         params = {"now": ts(now)} | hold_params(hold)
         later = {  # one covering index range per status (tasks_status)
-            status: self._conn.execute(
+            status: self.tx.execute(
                 "SELECT COUNT(*) FROM tasks WHERE status = ? AND available_at > ?", (status, params["now"])
             ).fetchone()[0]
             for status in WAITING
@@ -260,11 +260,11 @@ class TaskVerbs(StoreBase):
         budget = 0 if hold is None else _count(self.tx, f"{CLAIMABLE} AND {held_by_budget(hold)}", params)
         branches = claimable_branches(hold)
         oldest = (
-            self._conn.execute(f"SELECT MIN(available_at) FROM ({' UNION ALL '.join(branches)})", params).fetchone()[0]
+            self.tx.execute(f"SELECT MIN(available_at) FROM ({' UNION ALL '.join(branches)})", params).fetchone()[0]
             if branches
             else None
         )
-        version = self._conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
+        version = self.tx.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
         return QueueSummary(
             counts,
             parse_optional_ts(oldest),
@@ -280,7 +280,7 @@ class TaskVerbs(StoreBase):
     def next_due_at(self, now: datetime) -> datetime | None:
         """When the earliest waiting task not held for approval becomes claimable (None if none waits)."""
         waiting = [
-            self._conn.execute(  # one index seek per status (tasks_status)
+            self.tx.execute(  # one index seek per status (tasks_status)
                 """SELECT available_at FROM tasks WHERE status = ? AND available_at > ? AND awaiting_approval = 0
                    ORDER BY available_at LIMIT 1""",
                 (status, ts(now)),
@@ -296,7 +296,7 @@ class TaskVerbs(StoreBase):
     def recent_outcomes(self, limit: int, exclude_task: int) -> list[tuple[int, str, str, str]]:
         """(task id, type, status, summary) of the agent's most recently finished tasks: the memory a
         bundle may carry."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             """SELECT id, task_type, status, json_extract(outcome, '$.operator_summary') FROM tasks
                WHERE finished_at IS NOT NULL AND id != ? ORDER BY finished_at DESC LIMIT ?""",
             (exclude_task, limit),

@@ -97,12 +97,12 @@ class WebVerbs(StoreBase):
                 raise InputError(f"name: {name!r} has a token already; revoke it first, or pass --replace")
             if live is not None:
                 self._revoke(live, by, now)
-            self._conn.execute(
+            self.tx.execute(
                 """INSERT INTO web_tokens (token_id, name, secret_sha256, created_at, created_by)
                    VALUES (?, ?, ?, ?, ?)""",
                 (token_id, name, secret_sha256, ts(now), by),
             )
-            self._append_event("web_token_added", now, payload={"name": name, "token_id": token_id, "by": by})
+            self.tx.event("web_token_added", now, payload={"name": name, "token_id": token_id, "by": by})
             return WebToken(token_id, name, secret_sha256, now, by, None, None)
 
     def revoke_web_token(self, name: str, by: str, now: datetime) -> WebToken:
@@ -116,26 +116,24 @@ class WebVerbs(StoreBase):
 
     def web_token(self, token_id: str) -> WebToken | None:
         """A token by its id, live or revoked; None if it never existed."""
-        row = self._conn.execute("SELECT * FROM web_tokens WHERE token_id = ?", (token_id,)).fetchone()
+        row = self.tx.execute("SELECT * FROM web_tokens WHERE token_id = ?", (token_id,)).fetchone()
         return None if row is None else _token(row)
 
     def web_tokens(self) -> list[WebToken]:
         """Every token ever issued, live ones first, then by name."""
-        rows = self._conn.execute(
-            "SELECT * FROM web_tokens ORDER BY revoked_at IS NOT NULL, name, created_at"
-        ).fetchall()
+        rows = self.tx.execute("SELECT * FROM web_tokens ORDER BY revoked_at IS NOT NULL, name, created_at").fetchall()
         return [_token(row) for row in rows]
 
     def _live_token(self, name: str) -> WebToken | None:
-        row = self._conn.execute("SELECT * FROM web_tokens WHERE name = ? AND revoked_at IS NULL", (name,)).fetchone()
+        row = self.tx.execute("SELECT * FROM web_tokens WHERE name = ? AND revoked_at IS NULL", (name,)).fetchone()
         return None if row is None else _token(row)
 
     def _revoke(self, token: WebToken, by: str, now: datetime) -> None:
-        self._conn.execute(
+        self.tx.execute(
             "UPDATE web_tokens SET revoked_at = ?, revoked_by = ? WHERE token_id = ?", (ts(now), by, token.token_id)
         )
         payload = {"name": token.name, "token_id": token.token_id, "by": by}
-        self._append_event("web_token_revoked", now, payload=payload)
+        self.tx.event("web_token_revoked", now, payload=payload)
 
     def tasks_matching(
         self, *, statuses: tuple[str, ...] = (), task_type: str | None = None, limit: int = 50
@@ -149,7 +147,7 @@ class WebVerbs(StoreBase):
         if task_type is not None:
             clauses.append("t.task_type = ?")
             params.append(task_type)
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             f"SELECT {TASK_COLUMNS} FROM {TASK_FROM} WHERE {' AND '.join(clauses)} ORDER BY t.id DESC LIMIT ?",
             (*params, limit),
         ).fetchall()
@@ -176,7 +174,7 @@ class WebVerbs(StoreBase):
         if types:
             clauses.append(f"type IN ({', '.join('?' * len(types))})")
             params += types
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             f"""SELECT sequence, event_id, type, timestamp, task_id, attempt_id, workflow_id, payload FROM events
                 WHERE {" AND ".join(clauses)} ORDER BY sequence {"DESC" if last else "ASC"} LIMIT ?""",
             (*params, limit),
@@ -197,7 +195,7 @@ class WebVerbs(StoreBase):
         if types:
             clauses.append(f"type IN ({', '.join('?' * len(types))})")
             params += types
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             f"""SELECT sequence, CASE WHEN json_valid(payload) AND json_type(payload) = 'object' THEN json_object(
                        'sequence', sequence, 'event_id', event_id, 'type', type, 'timestamp', timestamp,
                        'task_id', task_id, 'attempt_id', attempt_id, 'workflow_id', workflow_id,
@@ -215,7 +213,7 @@ class WebVerbs(StoreBase):
 
     def approvals_not_handed_off(self, limit: int = 50) -> list[tuple[str, int]]:
         """(approval_id, task_id) of pending approvals no hand-off row exists for yet, oldest first."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             """SELECT p.approval_id, p.task_id FROM approvals p
                WHERE p.status = 'pending'
                  AND NOT EXISTS (SELECT 1 FROM approval_handoffs h WHERE h.approval_id = p.approval_id)
@@ -230,7 +228,7 @@ class WebVerbs(StoreBase):
         """The context an approval request is handed off with, fixed before its first send (a resend
         carries the same bytes' meaning); a second call for the same approval keeps the first."""
         with self.transaction():
-            self._conn.execute(
+            self.tx.execute(
                 """INSERT INTO approval_handoffs (approval_id, task_id, handler_id, next_attempt_at, context,
                        created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (approval_id) DO NOTHING""",
                 (approval_id, task_id, handler_id, ts(now), dumps(context), ts(now)),
@@ -243,7 +241,7 @@ class WebVerbs(StoreBase):
         """Hand-offs whose next send is due and whose approval is still pending, oldest first; each one
         whose approval was resolved meanwhile is withdrawn first (nothing is sent for it)."""
         self.withdraw_settled_handoffs(now)
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             """SELECT h.* FROM approval_handoffs h
                WHERE h.status = 'pending' AND h.next_attempt_at <= ?
                  AND EXISTS (SELECT 1 FROM approvals p WHERE p.approval_id = h.approval_id AND p.status = 'pending')
@@ -256,29 +254,27 @@ class WebVerbs(StoreBase):
         """Each hand-off not sent yet whose approval is no longer pending (approved, denied, or asked
         again as a new request) ends `withdrawn`, with its event; how many."""
         with self.transaction():
-            rows = self._conn.execute(
+            rows = self.tx.execute(
                 """SELECT h.approval_id, h.task_id, h.handler_id FROM approval_handoffs h
                    WHERE h.status = 'pending' AND NOT EXISTS
                        (SELECT 1 FROM approvals p WHERE p.approval_id = h.approval_id AND p.status = 'pending')"""
             ).fetchall()
             for approval_id, task_id, handler_id in rows:
-                self._conn.execute(
+                self.tx.execute(
                     "UPDATE approval_handoffs SET status = 'withdrawn' WHERE approval_id = ?", (approval_id,)
                 )
                 payload = {"approval_id": approval_id, "handler": handler_id, "why": "resolved before it was sent"}
-                self._append_event("approval_handoff_withdrawn", now, task_id=task_id, payload=payload)
+                self.tx.event("approval_handoff_withdrawn", now, task_id=task_id, payload=payload)
             return len(rows)
 
     def next_handoff_at(self) -> datetime | None:
         """When the next pending hand-off is due; None if none is pending."""
-        row = self._conn.execute(
-            "SELECT MIN(next_attempt_at) FROM approval_handoffs WHERE status = 'pending'"
-        ).fetchone()
+        row = self.tx.execute("SELECT MIN(next_attempt_at) FROM approval_handoffs WHERE status = 'pending'").fetchone()
         return parse_optional_ts(row[0])
 
     def handoff_of(self, approval_id: str) -> Handoff | None:
         """The hand-off of an approval, if there is one."""
-        row = self._conn.execute("SELECT * FROM approval_handoffs WHERE approval_id = ?", (approval_id,)).fetchone()
+        row = self.tx.execute("SELECT * FROM approval_handoffs WHERE approval_id = ?", (approval_id,)).fetchone()
         return None if row is None else _handoff(row)
 
     def finish_handoff_attempt(
@@ -287,32 +283,38 @@ class WebVerbs(StoreBase):
         """One send's end, and its event: `sent`, `pending` again (a retry at next_attempt_at) or `failed`
         for good."""
         with self.transaction():
-            self._conn.execute(
+            self.tx.execute(
                 """UPDATE approval_handoffs SET status = ?, attempts = attempts + 1, next_attempt_at = ?,
                        last_error = ?, sent_at = CASE WHEN ? = 'sent' THEN ? ELSE sent_at END
                    WHERE approval_id = ?""",
-                (status, ts(next_attempt_at), (error or "")[:HANDOFF_ERROR_CHARS] or None, status, ts(now),
-                 handoff.approval_id),
-            )  # fmt: skip
+                (
+                    status,
+                    ts(next_attempt_at),
+                    (error or "")[:HANDOFF_ERROR_CHARS] or None,
+                    status,
+                    ts(now),
+                    handoff.approval_id,
+                ),
+            )
             kinds = {"sent": "approval_handed_off", "failed": "approval_handoff_failed"}
             kind = kinds.get(status, "approval_handoff_retrying")
             payload: dict[str, Any] = {"approval_id": handoff.approval_id, "handler": handoff.handler_id}
             payload |= {"attempts": handoff.attempts + 1} | ({"error": error} if error else {})
             payload |= {"next_attempt_at": ts(next_attempt_at)} if status == "pending" else {}
-            self._append_event(kind, now, task_id=handoff.task_id, payload=payload)
+            self.tx.event(kind, now, task_id=handoff.task_id, payload=payload)
 
     def approval_context(self, task_id: int) -> dict[str, Any]:
         """What a task's pending approval is about: its id, scope, the last attempt (if any) and the
         dispatch context the task was submitted with (docs/web.md, "Approval hand-off")."""
-        row = self._conn.execute(
+        row = self.tx.execute(
             "SELECT approval_id, scope, reason FROM approvals WHERE task_id = ? AND status = 'pending'", (task_id,)
         ).fetchone()
         if row is None:
             raise InputError(f"task_id: task {task_id} is not waiting for approval")
-        attempt = self._conn.execute(
+        attempt = self.tx.execute(
             "SELECT attempt_id FROM task_attempts WHERE task_id = ? ORDER BY attempt_number DESC LIMIT 1", (task_id,)
         ).fetchone()
-        enqueued = self._conn.execute(
+        enqueued = self.tx.execute(
             """SELECT json_extract(payload, '$.dispatch_context') FROM events
                WHERE type = 'task_enqueued' AND task_id = ? ORDER BY sequence LIMIT 1""",
             (task_id,),

@@ -212,12 +212,12 @@ class WorkflowVerbs(StoreBase):
         return self.get_workflow_or_raise(workflow_id), created
 
     def get_workflow(self, workflow_id: int) -> WorkflowRecord | None:
-        row = self._conn.execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+        row = self.tx.execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
         return None if row is None else workflow_from_row(row)
 
     def find_workflow(self, workflow_type: str, instance_key: str) -> tuple[WorkflowRecord, dict[str, int]] | None:
         """The workflow for (type, instance key) and its state entries, if it exists."""
-        row = self._conn.execute(
+        row = self.tx.execute(
             "SELECT * FROM workflows WHERE workflow_type = ? AND instance_key = ?", (workflow_type, instance_key)
         ).fetchone()
         return None if row is None else (workflow_from_row(row), dict(loads(row["state_entries"])))
@@ -227,25 +227,25 @@ class WorkflowVerbs(StoreBase):
 
     def list_workflows(self, *, statuses: tuple[str, ...] = (), limit: int = 50) -> list[WorkflowRecord]:
         where = f"WHERE status IN ({', '.join('?' * len(statuses))})" if statuses else ""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             f"SELECT * FROM workflows {where} ORDER BY id DESC LIMIT ?", (*statuses, limit)
         ).fetchall()
         return [workflow_from_row(r) for r in rows]
 
     def workflow_steps(self, workflow_id: int) -> list[TaskRecord]:
         """The workflow's step tasks in the order their states were entered."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             "SELECT id FROM tasks WHERE workflow_id = ? ORDER BY workflow_iteration, id", (workflow_id,)
         ).fetchall()
         return [read_task_or_raise(self.tx, r[0]) for r in rows]
 
     def state_entries(self, workflow_id: int) -> dict[str, int]:
-        row = self._conn.execute("SELECT state_entries FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+        row = self.tx.execute("SELECT state_entries FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
         return dict(loads(row[0])) if row else {}
 
     def live_workflow_states(self) -> list[tuple[int, str, str, str]]:
         """(id, type, instance key, current state) of every active workflow."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             "SELECT id, workflow_type, instance_key, current_state FROM workflows WHERE status = 'active'"
         ).fetchall()
         return [(r[0], r[1], r[2], r[3]) for r in rows]
@@ -277,7 +277,7 @@ class WorkflowVerbs(StoreBase):
                     f"#{current.iteration}, not blocked where it was judged; nothing was changed"
                 )
             _enter_state(self.tx, current.workflow_id, state, now)
-            self._append_event(
+            self.tx.event(
                 "workflow_unblocked",
                 now,
                 workflow_id=current.workflow_id,
@@ -301,17 +301,17 @@ class WorkflowVerbs(StoreBase):
                 raise InputError(
                     f"workflow {workflow_id} is already {current.status}; only an active or blocked one can be canceled"
                 )
-            open_steps = self._conn.execute(
+            open_steps = self.tx.execute(
                 f"""SELECT id, status FROM tasks WHERE workflow_id = ?
                        AND status NOT IN ({", ".join("?" * len(TERMINAL_STATUSES))}) ORDER BY id""",
                 (workflow_id, *TERMINAL_STATUSES),
             ).fetchall()
             running = [r[0] for r in open_steps if r[1] == "running"]
             queued = [r[0] for r in open_steps if r[1] != "running"]
-            self._conn.execute(
+            self.tx.execute(
                 "UPDATE workflows SET status = 'canceled', updated_at = ? WHERE id = ?", (ts(now), workflow_id)
             )
-            self._append_event(
+            self.tx.event(
                 "workflow_canceled",
                 now,
                 workflow_id=workflow_id,
@@ -334,7 +334,7 @@ class WorkflowVerbs(StoreBase):
 
     def workflows_awaiting_step(self) -> list[WorkflowRecord]:
         """Active workflows whose current (state, iteration) has no task yet."""
-        rows = self._conn.execute(
+        rows = self.tx.execute(
             """SELECT w.* FROM workflows w WHERE w.status = 'active' AND NOT EXISTS (
                    SELECT 1 FROM tasks t WHERE t.workflow_id = w.id AND t.workflow_state = w.current_state
                      AND t.workflow_iteration = w.iteration)"""
@@ -354,7 +354,7 @@ class WorkflowVerbs(StoreBase):
                         self._block_workflow(decision.workflow_id, decision.block_reason, now)
                     continue
                 task_id = insert_task(self.tx, decision.task, now)
-                self._append_event(
+                self.tx.event(
                     "workflow_task_created",
                     now,
                     task_id=task_id,
@@ -365,7 +365,7 @@ class WorkflowVerbs(StoreBase):
         return created
 
     def _awaits_step(self, decision: StepDecision) -> bool:
-        row = self._conn.execute(
+        row = self.tx.execute(
             """SELECT 1 FROM workflows w WHERE w.id = ? AND w.status = 'active' AND w.current_state = ?
                    AND w.iteration = ? AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.workflow_id = w.id
                    AND t.workflow_state = w.current_state AND t.workflow_iteration = w.iteration)""",
@@ -415,10 +415,8 @@ class WorkflowVerbs(StoreBase):
             move_workflow(self.tx, workflow, change, entry.payload.get("signal"), now, task_id=entry.task_id)
 
     def _block_workflow(self, workflow_id: int, reason: str, now: datetime, task_id: int | None = None) -> None:
-        self._conn.execute(
+        self.tx.execute(
             "UPDATE workflows SET status = 'blocked', blocked_reason = ?, updated_at = ? WHERE id = ?",
             (reason, ts(now), workflow_id),
         )
-        self._append_event(
-            "workflow_blocked", now, workflow_id=workflow_id, task_id=task_id, payload={"reason": reason}
-        )
+        self.tx.event("workflow_blocked", now, workflow_id=workflow_id, task_id=task_id, payload={"reason": reason})

@@ -113,8 +113,9 @@ async def api_submit(request: Request) -> Response:
 
     def add(store: Store) -> Any:
         now = web.clock.now()
-        return control.add_task(web.config, store, intent, now, require_approval=hold, by=operator.name,
-                                dispatch_context=context)  # fmt: skip
+        return control.add_task(
+            web.config, store, intent, now, require_approval=hold, by=operator.name, dispatch_context=context
+        )
 
     task = await web.db.call(add)
     return JSONResponse({"task": jsonable(task)}, status_code=201)

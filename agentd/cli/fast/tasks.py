@@ -1,6 +1,6 @@
-"""The fast paths that print rows (`agentd events`, `agentd task list`, `agentd task show`) without
-pydantic: each row only if its record would hold it exactly as stored, else the whole command is the full
-path's (agentd/cli/quick.py says how the fast paths hand over)."""
+"""`agentd task list` and `agentd task show` without pydantic: each row only if its record would hold it
+exactly as stored, else the whole command is the full path's (agentd/cli/fast/commands.py says how the
+fast paths hand over)."""
 
 from __future__ import annotations
 
@@ -12,136 +12,14 @@ from datetime import datetime
 from typing import Any, get_args
 
 from agentd import frozen_value
-from agentd.cli.common import option, wants_json
-from agentd.cli.quick import plain_reader
-from agentd.clock import format_ts, parse_ts, stored_ts
+from agentd.cli.common import wants_json
+from agentd.cli.fast.commands import plain_reader
+from agentd.cli.fast.events import plain_event, stored_object
+from agentd.clock import parse_ts, stored_ts
 from agentd.edge import Refused, check_json_size, check_value
 from agentd.schema_check import compile_check
 from agentd.store.base import parse_optional_ts
 from agentd.vocabulary import TASK_STATUSES, ExitStatus, RetryClass, SideEffects
-
-# --- agentd events --------------------------------------------------------------------------------
-
-
-@frozen_value
-class PlainEvent:
-    """The fields of a RuntimeEvent, as `agentd events` prints them."""
-
-    sequence: int
-    timestamp: datetime
-    type: str
-    task_id: int | None
-    attempt_id: str | None
-    workflow_id: int | None
-    schedule_id: str | None
-    sensor_id: str | None
-    payload: dict[str, Any]
-    event_id: str
-    schema_version: int
-    refs: dict[str, Any]
-    prev_hash: str
-    hash: str
-
-    def json(self) -> str | None:
-        """`RuntimeEvent.model_dump_json()` of this event: its fields in the record's order, compact, the
-        timestamp as the record writes it. pydantic-core writes what json.dumps writes for these values
-        (tests/test_fast_cli.py compares both paths), except a float Python would write with an exponent
-        (`1e+16` where pydantic-core writes `1e16`): None for an event holding one (the full path prints it)."""
-        import json
-
-        if _has_exponent(self.payload) or _has_exponent(self.refs):
-            return None
-        record = {
-            "event_id": self.event_id, "type": self.type, "timestamp": format_ts(self.timestamp),
-            "sequence": self.sequence, "schema_version": self.schema_version, "task_id": self.task_id,
-            "attempt_id": self.attempt_id, "workflow_id": self.workflow_id, "schedule_id": self.schedule_id,
-            "sensor_id": self.sensor_id, "payload": self.payload, "refs": self.refs, "prev_hash": self.prev_hash,
-            "hash": self.hash,
-        }  # fmt: skip
-        return json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def json_lines(events: list[PlainEvent]) -> list[str] | None:
-    """Each event's JSON line, or None if one of them is the full path's to write."""
-    lines = [event.json() for event in events]
-    return None if None in lines else lines  # type: ignore[return-value]
-
-
-def _has_exponent(value: Any) -> bool:
-    if type(value) is float:
-        return "e" in repr(value)
-    if type(value) is dict:
-        return any(_has_exponent(item) for item in value.values())
-    if type(value) is list:
-        return any(_has_exponent(item) for item in value)
-    return False
-
-
-def events(args: argparse.Namespace) -> list[PlainEvent] | None:
-    """The events `agentd events` prints as text or JSON, each one a RuntimeEvent would hold exactly as
-    stored; None for --follow, the agent-runtime format, or any row the record would read otherwise (a
-    poisoned one)."""
-    if option(args, "follow") or option(args, "format") not in (None, "text", "json"):
-        return None
-    from agentd.store.plain import event_rows, task_exists
-
-    with plain_reader(args) as opened:
-        if opened is None:
-            return None
-        store = opened[1]
-        if args.task is not None and not task_exists(store, args.task):
-            return None  # the full path says there is no such task
-        limit = args.last if args.last is not None else args.limit
-        found = event_rows(
-            store, after=args.after or 0, task_id=args.task, types=tuple(args.types), since=args.since, limit=limit,
-            last=args.last is not None,
-        )  # fmt: skip
-    plain = [plain_event(row) for row in found]
-    return None if any(event is None for event in plain) else plain  # type: ignore[return-value]
-
-
-_TEXTS = ("event_id", "prev_hash", "hash")
-_OPTIONAL_IDS = (("task_id", int), ("attempt_id", str), ("workflow_id", int), ("schedule_id", str), ("sensor_id", str))
-
-
-def plain_event(row: Any) -> PlainEvent | None:
-    """The row as a RuntimeEvent would hold it, when it would hold it exactly as stored; else None."""
-    from agentd.records.event_names import EVENT_TYPES
-
-    if row["type"] not in EVENT_TYPES or any(type(row[name]) is not str for name in _TEXTS):
-        return None
-    if type(row["sequence"]) is not int or type(row["schema_version"]) is not int:
-        return None
-    if any(row[name] is not None and type(row[name]) is not kind for name, kind in _OPTIONAL_IDS):
-        return None
-    payload, refs = _stored_object(row["payload"]), _stored_object(row["refs"])
-    if payload is None or refs is None or type(row["timestamp"]) is not str:
-        return None
-    try:
-        timestamp = stored_ts(row["timestamp"])
-    except ValueError:
-        return None
-    ids = {name: row[name] for name, _ in _OPTIONAL_IDS}
-    hashes = {"event_id": row["event_id"], "prev_hash": row["prev_hash"], "hash": row["hash"]}
-    return PlainEvent(
-        row["sequence"], timestamp, row["type"], payload=payload, schema_version=row["schema_version"], refs=refs,
-        **ids, **hashes,
-    )  # fmt: skip
-
-
-def _stored_object(text: Any) -> dict[str, Any] | None:
-    """A stored JSON object a record holds as it is (agentd/records/base.py JsonObject), or None."""
-    import json
-
-    try:
-        value = json.loads(text) if type(text) is str else None
-        if type(value) is not dict:
-            return None
-        check_value(value, "value")
-    except (ValueError, RecursionError, Refused):
-        return None
-    return value
-
 
 # --- agentd task list -----------------------------------------------------------------------------
 
@@ -219,7 +97,7 @@ def task_list(args: argparse.Namespace) -> list[PlainTask] | None:
 
 @contextmanager
 def text_reader(args: argparse.Namespace) -> Iterator[tuple[dict[str, Any], Any] | None]:
-    """agentd/cli/quick.py `plain_reader` for a command that prints text: None with --json too (a record's
+    """agentd/cli/fast/commands.py `plain_reader` for a command that prints text: None with --json too (a record's
     JSON is what pydantic serializes: the full path's)."""
     if wants_json(args):
         yield None
@@ -245,27 +123,50 @@ def _plain_task(row: Any) -> PlainTask:
     outcome = json.loads(row["outcome"]) if row["outcome"] is not None else None
     known = {field.name for field in fields(PlainOutcome)}
     return PlainTask(
-        task_id=row["id"], status=row["status"], awaiting_approval=bool(row["awaiting_approval"]),
-        priority=row["priority"], task_type=row["task_type"], attempt_count=row["attempt_count"],
-        max_attempts=row["max_attempts"], available_at=stored_ts(row["available_at"]), subject=row["subject"],
-        description=row["description"], source=row["source"], parent_task_id=row["parent_task_id"],
-        delegation_depth=row["delegation_depth"], created_at=stored_ts(row["created_at"]),
-        free_attempt_count=row["free_attempt_count"], requested_profile_id=row["requested_profile_id"],
-        requested_adapter_id=row["requested_adapter_id"], requested_model=row["requested_model"],
-        skill_ids=json.loads(row["skill_ids"]), workflow_ref=ref, workflow_iteration=row["workflow_iteration"],
-        schedule_id=row["schedule_id"], payload=json.loads(row["payload"]), last_error=row["last_error"],
+        task_id=row["id"],
+        status=row["status"],
+        awaiting_approval=bool(row["awaiting_approval"]),
+        priority=row["priority"],
+        task_type=row["task_type"],
+        attempt_count=row["attempt_count"],
+        max_attempts=row["max_attempts"],
+        available_at=stored_ts(row["available_at"]),
+        subject=row["subject"],
+        description=row["description"],
+        source=row["source"],
+        parent_task_id=row["parent_task_id"],
+        delegation_depth=row["delegation_depth"],
+        created_at=stored_ts(row["created_at"]),
+        free_attempt_count=row["free_attempt_count"],
+        requested_profile_id=row["requested_profile_id"],
+        requested_adapter_id=row["requested_adapter_id"],
+        requested_model=row["requested_model"],
+        skill_ids=json.loads(row["skill_ids"]),
+        workflow_ref=ref,
+        workflow_iteration=row["workflow_iteration"],
+        schedule_id=row["schedule_id"],
+        payload=json.loads(row["payload"]),
+        last_error=row["last_error"],
         outcome=PlainOutcome(**{k: v for k, v in outcome.items() if k in known}) if outcome is not None else None,
-        started_at=optional_time["started_at"], finished_at=optional_time["finished_at"],
+        started_at=optional_time["started_at"],
+        finished_at=optional_time["finished_at"],
         cancel_requested_at=optional_time["cancel_requested_at"],
-    )  # fmt: skip
+    )
 
 
 _INTS = ("id", "priority", "max_attempts", "attempt_count", "free_attempt_count", "rate_limit_count", "crash_count")
 _TEXTS_OF_TASK = ("task_type", "source", "requested_profile_id")
 _OPTIONAL = {
-    "subject": str, "description": str, "requested_adapter_id": str, "requested_model": str, "last_error": str,
-    "workflow_iteration": int, "schedule_id": str, "parent_task_id": int, "root_task_id": int,
-}  # fmt: skip
+    "subject": str,
+    "description": str,
+    "requested_adapter_id": str,
+    "requested_model": str,
+    "last_error": str,
+    "workflow_iteration": int,
+    "schedule_id": str,
+    "parent_task_id": int,
+    "root_task_id": int,
+}
 _TIMES = ("available_at", "created_at", "updated_at")
 _OPTIONAL_TIMES = ("started_at", "finished_at", "cancel_requested_at")
 
@@ -281,7 +182,7 @@ def sure_task(row: Any, checks: dict[str, Any]) -> bool:
         return False
     if row["status"] not in TASK_STATUSES or not 1 <= row["priority"] <= 10:
         return False
-    if not _times_read(row) or not _workflow_ref_reads(row) or _stored_object(row["payload"]) is None:
+    if not _times_read(row) or not _workflow_ref_reads(row) or stored_object(row["payload"]) is None:
         return False
     return _stored_json_reads(row, checks)
 
@@ -406,9 +307,16 @@ def delegation_chain(parent: int | None, parent_of: Callable[[int], int | None])
 
 _ATTEMPT_TEXTS = ("attempt_id", "adapter_id", "adapter_kind", "runner_id")
 _ATTEMPT_OPTIONAL_TEXTS = (
-    "model", "termination_reason", "bundle_hash", "evidence_dir", "prompt_path", "stdout_path", "stderr_path",
-    "result_path", "last_message_path",
-)  # fmt: skip
+    "model",
+    "termination_reason",
+    "bundle_hash",
+    "evidence_dir",
+    "prompt_path",
+    "stdout_path",
+    "stderr_path",
+    "result_path",
+    "last_message_path",
+)
 _ATTEMPT_WORDS = {  # each may be null too
     "exit_status": (None, *get_args(ExitStatus)),
     "retry_class": (None, *get_args(RetryClass)),
@@ -438,7 +346,14 @@ def sure_attempt(row: Any) -> bool:
 
 def _plain_attempt(row: Any) -> PlainAttempt:
     return PlainAttempt(
-        row["attempt_number"], row["attempt_id"], row["adapter_id"], row["model"], row["exit_status"],
-        row["termination_reason"], stored_ts(row["started_at"]), parse_optional_ts(row["ended_at"]),
-        row["evidence_dir"], parse_optional_ts(row["evidence_pruned_at"]),
-    )  # fmt: skip
+        row["attempt_number"],
+        row["attempt_id"],
+        row["adapter_id"],
+        row["model"],
+        row["exit_status"],
+        row["termination_reason"],
+        stored_ts(row["started_at"]),
+        parse_optional_ts(row["ended_at"]),
+        row["evidence_dir"],
+        parse_optional_ts(row["evidence_pruned_at"]),
+    )

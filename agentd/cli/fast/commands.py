@@ -1,6 +1,6 @@
 """The hot commands without pydantic: `agentd status`, `task add`, `approvals`, `approve` and `deny` from the
-config's cached view (agentd/cli/config_cache.py) and plain rows (agentd/store/plain.py); `events`,
-`task list` and `task show` are agentd/cli/plain_reads.py's.
+config's cached view (agentd/cli/fast/cache.py) and plain rows (agentd/store/plain.py); `events`,
+`task list` and `task show` are agentd/cli/fast/tasks.py's.
 
 Each function here answers only where it is sure to answer as the full path would, and returns None
 everywhere else (no view, a budget, --json of a record, anything refused): the command then runs the
@@ -28,7 +28,7 @@ DEFAULT_PRIORITY = 5  # agentd/work/intake.py
 
 def cached_view(args: argparse.Namespace) -> dict[str, Any] | None:
     """The config's cached view, if it is still exactly what a full load would give."""
-    from agentd.cli.config_cache import read_view
+    from agentd.cli.fast.cache import read_view
 
     return read_view(config_path_from(args))
 

@@ -1,4 +1,4 @@
-"""The view of a fully loaded Config that agentd/cli/config_cache.py keeps for the fast paths, and the
+"""The view of a fully loaded Config that agentd/cli/fast/cache.py keeps for the fast paths, and the
 files and folders it depends on. Built only on the full path (pydantic is loaded there anyway)."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def view_of(config: Config) -> dict[str, Any]:
 @functools.cache
 def record_schemas() -> dict[str, Any]:
     """The JSON Schemas of what a task row stores as JSON, for the fast `task list` to tell a row the
-    record reads as it is from one only pydantic can judge (agentd/cli/quick.py `sure_task`). Built once
+    record reads as it is from one only pydantic can judge (agentd/cli/fast/commands.py `sure_task`). Built once
     per process (the code's records, not the config's); callers never change what it returns."""
     from agentd.records import EvidenceRequirements, TaskOutcome
 

@@ -227,7 +227,7 @@ def _cached(state_dir: Path) -> tuple[Any, Any, Any, dict[str, Any]] | None:
 def write_view(config: Config) -> None:
     """Leave the view of a config that was just loaded in full, for the next command. Best effort: a
     state dir that does not exist yet, cannot be written or is another user's simply has no view."""
-    from agentd.cli.config_view import named_paths, view_of  # pydantic is loaded already: this is the full path
+    from agentd.cli.fast.view import named_paths, view_of  # pydantic is loaded already: this is the full path
 
     state_dir = config.paths.state_dir
     if not _own_folder(state_dir) or config.fleet.dsn_file is not None:  # a fleet's psycopg is not in the key
