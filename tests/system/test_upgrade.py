@@ -73,8 +73,11 @@ def test_upgrade_keeps_everything_and_migrates(vm: Machine) -> None:
     before = agentd(vm, "task list --json --limit 1000").json()
     old_schema = schema_version(vm)
 
-    for command in operator_docs.commands("upgrade"):
-        vm.run(command, timeout=300, cwd="/root/new")
+    said = "".join(
+        vm.run(command, timeout=300, cwd="/root/new").stdout for command in operator_docs.commands("upgrade")
+    )
+    if vm.run(f"id -gn agentd-{AGENT}-run").stdout.strip() != f"agentd-{AGENT}-run":  # made by an older install
+        assert f"usermod -g agentd-{AGENT}-run agentd-{AGENT}-run" in said, said  # install says what to run
 
     newest = max(int(path.name.split("_", 1)[0]) for path in (REPO / "migrations").glob("[0-9]*.sql"))
     assert schema_version(vm) == newest >= old_schema
