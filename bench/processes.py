@@ -56,12 +56,13 @@ def wall_ms(command: list[str]) -> float:
 
 
 def idle_agent(directory: Path) -> Path:
-    """An initialised agent with no sensors and its metrics endpoints on free loopback ports."""
+    """An initialised agent with no sensors, and its metrics endpoints and console on free loopback ports."""
     (directory / "sensors").mkdir(parents=True)
 
     def mutate(raw: dict[str, Any]) -> None:
         raw["paths"]["sensors_dir"] = str(directory / "sensors")
         raw["metrics"] = {"dispatch_listen": "127.0.0.1:0", "sensors_listen": "127.0.0.1:0"}
+        raw["web"] = {"listen": "127.0.0.1:0"}
 
     config_path = write_config(directory, mutate)
     _, store = open_agent(config_path, SystemClock())
@@ -106,14 +107,14 @@ class IdleWatch:
 
 @contextmanager
 def idle_services(directory: Path, settle_s: float) -> Iterator[IdleWatch]:
-    """`agentd dispatch` and `agentd sensors` started as services on an agent with nothing to do;
+    """`agentd dispatch`, `agentd sensors` and `agentd web` started as services on an agent with nothing to do;
     after `settle_s` (their start-up) the window opens, and it closes when the block ends: each
     one's CPU time over the window (all its threads, as % of a core) and its VmRSS.
 
     The block may measure other things meanwhile: a process's CPU time is its own whatever else
     runs, and these two, idle, take nothing from the rest."""
     config_path = idle_agent(directory)
-    with services(directory, config_path, ("dispatch", "sensors")) as running:
+    with services(directory, config_path, ("dispatch", "sensors", "web")) as running:
         threading.Event().wait(settle_s)
         watch = IdleWatch(running, directory)
         yield watch

@@ -133,6 +133,8 @@ def goals(sizes: Sizes) -> list[Goal]:
         Goal("idle `agentd sensors` ≤ 0.1% of a core", IDLE_CPU.format("sensors"), None, 0.1, False),
         Goal("idle `agentd dispatch` ≤ 80 MB RSS", IDLE_RSS.format("dispatch"), None, 80, False),
         Goal("idle `agentd sensors` ≤ 80 MB RSS", IDLE_RSS.format("sensors"), None, 80, False),
+        Goal("idle `agentd web` ≤ 0.1% of a core", IDLE_CPU.format("web"), None, 0.1, False),
+        Goal("idle `agentd web` ≤ 80 MB RSS", IDLE_RSS.format("web"), None, 80, False),
         Goal("evidence verify ≥ 2,000 attempts/s", VERIFY_ITSELF, None, 2_000, True),
         Goal(
             "dispatch beside live streams ≥ 0.8× without",
