@@ -73,9 +73,8 @@ def test_upgrade_keeps_everything_and_migrates(vm: Machine) -> None:
     before = agentd(vm, "task list --json --limit 1000").json()
     old_schema = schema_version(vm)
 
-    said = "".join(
-        vm.run(command, timeout=300, cwd="/root/new").stdout for command in operator_docs.commands("upgrade")
-    )
+    upgraded = [vm.run(command, timeout=300, cwd="/root/new") for command in operator_docs.commands("upgrade")]
+    said = "".join(ran.stdout + ran.stderr for ran in upgraded)  # install's warnings go to stderr
     if vm.run(f"id -gn agentd-{AGENT}-run").stdout.strip() != f"agentd-{AGENT}-run":  # made by an older install
         assert f"usermod -g agentd-{AGENT}-run agentd-{AGENT}-run" in said, said  # install says what to run
 
