@@ -9,10 +9,11 @@ permission-bypass flag is passed only when the adapter declares the trusted-vm p
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
-from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, read_tail
+from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, PolicyHook, read_tail
 from agentd.adapters.denials import claude_denials, text_of
 from agentd.adapters.harness import (
     FACT_MAX_CHARS,
@@ -35,6 +36,16 @@ from agentd.usage import Usage, believed
 
 BYPASS_FLAGS = ("--dangerously-skip-permissions", "--permission-mode=bypassPermissions")
 PERMISSION_MODE = {"read-only": "plan", "workspace-write": "acceptEdits", "danger-full-access": "bypassPermissions"}
+
+
+def hook_settings(hook: PolicyHook) -> str:
+    """claude's settings with agentd's PreToolUse hook on every tool (docs/policy.md), given inline to
+    `--settings`. claude re-reads settings files while it runs: an attempt writing `disableAllHooks` into
+    user or project settings would silence the hook, and a settings file it could write would be re-read
+    with them (measured on 2.1.197). So claude runs with `--setting-sources ""` (no user or project
+    settings) and these settings are no file at all."""
+    entry = {"type": "command", "command": hook.command("claude"), "timeout": hook.timeout_s}
+    return json.dumps({"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [entry]}]}})
 
 
 class ClaudeCodeAdapter(HarnessAdapter):
@@ -67,6 +78,9 @@ class ClaudeCodeAdapter(HarnessAdapter):
         )
         if trusted(config):
             env["IS_SANDBOX"] = "1"  # claude refuses to skip permissions as root without it
+        if ctx.hook is not None:
+            argv += ["--settings", hook_settings(ctx.hook), "--setting-sources", ""]
+            env.pop("CLAUDE_CODE_SHELL_PREFIX", None)  # it would wrap the hook's command
         return Invocation([*argv, *base_args(config)], env, stdin=ctx.bundle_text.encode())
 
     def parse(self, ctx: AttemptContext, result: ProcessResult) -> AdapterRun:
@@ -104,6 +118,13 @@ def _verdict(final: dict[str, Any], seen: dict[str, Any]) -> ParsedRun:
         "terminal_reason": fact(final.get("terminal_reason")),
         **({"usage_problems": problems} if problems else {}),
     }
+    if final.get("subtype") == "error_max_budget_usd":  # it stopped itself on the cap agentd gave it
+        diagnostics["budget_stop"] = {
+            "by": "claude (--max-budget-usd)",
+            "cap": "the attempt's cap",
+            "per_attempt": True,
+            **({"spent_usd": usage.cost_usd} if usage.cost_usd is not None else {}),
+        }
     return ParsedRun(
         finished=True,
         succeeded=not is_error,

@@ -24,7 +24,7 @@ from agentd.attempt.prepare import Prepared
 from agentd.clock import format_ts
 from agentd.edge import MAX_RESULT_BYTES, resolves_inside, scrub, scrub_value
 from agentd.evidence import AttemptPaths, attempt_paths, seal, trace_summary, verify_attempt_dir
-from agentd.evidence.action_trace import Step, capped, trace_lines, trace_of
+from agentd.evidence.action_trace import Step, capped, decision_steps, trace_lines, trace_of
 from agentd.hashing import sha256_file, sha256_hex
 from agentd.process.files import Refused as UntrustedPath
 from agentd.process.files import lstat_beneath, read_beneath, read_reported, sha256_at_most, write_new
@@ -228,13 +228,15 @@ def action_steps(facts: AttemptFacts, end: AttemptEnd, paths: AttemptPaths) -> l
     if not facts.started:
         return []  # it never ran: there is nothing to trace
     process = facts.run.process if facts.run else None
-    return trace_of(
+    steps = trace_of(
         facts.attempt.adapter_kind,
         paths.root,
         exit_code=process.exit_code if process else None,
         started_at=format_ts(facts.attempt.started_at),
         ended_at=format_ts(end.ended_at),
     )
+    decided = facts.run.diagnostics.get("tool_calls") if facts.run else None
+    return steps + decision_steps(decided or [], first=len(steps) + 1)
 
 
 class HashBudget:

@@ -45,6 +45,7 @@ from agentd.records import (
 )
 from agentd.records.tasks import ConstitutionProposal
 from agentd.usage import Usage, bounded, judge_usage, rejudged
+from agentd.vocabulary import OutcomeStatus
 
 Stopped = Literal["interrupted", "operator_canceled"]
 MAX_DENIAL_EVENTS = 50  # policy_denied events per attempt; one more event counts the rest
@@ -219,6 +220,8 @@ def _gated(facts: AttemptFacts, extracted: Extracted) -> tuple[Gated, str, str |
     process = run.process
     if process is not None and process.start_error:
         return Gated(TaskOutcome.failure(process.start_error)), "start_failed", "start_error"
+    if (process is not None and process.limit_hit == "budget") or run.diagnostics.get("budget_stop"):
+        return _budget_exceeded(run)
     if process is not None and process.limit_hit in LIMIT_HIT:
         return Gated(TaskOutcome.failure(LIMIT_HIT[process.limit_hit])), f"{process.limit_hit}_limit", "resource_limit"
     if run.exit_status == "timeout":
@@ -228,6 +231,19 @@ def _gated(facts: AttemptFacts, extracted: Extracted) -> tuple[Gated, str, str |
         summary = f"rate limited: {run.failure or 'the provider said slow down'}"
         return Gated(TaskOutcome.failure(summary)), "exited", "rate_limited"
     return _gate(facts, extracted, adapter_ok=run.ok, adapter_failure=run.failure, termination="exited")
+
+
+def _budget_exceeded(run: AdapterRun) -> tuple[Gated, str, str | None]:
+    """Stopped as it passed its spending cap: by agentd's meter (agentd/attempt/meter.py), or by the harness
+    itself on the cap agentd gave it (claude's --max-budget-usd). Past its own cap it would pass it again: a
+    permanent failure. Past what was left of the day: retryable, and the claim's budget hold keeps it for
+    the next UTC day (agentd/config/budget.py)."""
+    stop = run.diagnostics.get("budget_stop") or {}
+    spent = f"it spent ${stop['spent_usd']:.4f}, " if isinstance(stop.get("spent_usd"), int | float) else ""
+    cap = f"{stop.get('cap', 'its spending cap')}" + (f" (${stop['cap_usd']:g})" if stop.get("cap_usd") else "")
+    summary = f"stopped by {stop.get('by', 'agentd')}: {spent}past {cap}"
+    status: OutcomeStatus = "permanent_failure" if stop.get("per_attempt", True) else "retryable_failure"
+    return Gated(TaskOutcome.failure(summary, status)), "budget_exceeded", "budget_exceeded"
 
 
 def _gate(

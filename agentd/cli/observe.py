@@ -198,6 +198,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"agent {shown['agent_id']}  database {shown['database']}  schema version {shown['schema_version']}")
     print(f"boundary {shown['boundary']['line']}")
     print(f"limits   {shown['limits']['line']}")
+    for line in shown["governance"]:
+        print(printable(f"policy   {line}"))
     print("tasks    " + "  ".join(f"{status} {n}" for status, n in shown["counts"].items()))
     waiting = shown["waiting"]
     print(
@@ -211,8 +213,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"MESSAGES {shown['messages']['failed']} external message(s) failed for good: "
             "`agentd outbox list --state failed` shows them, `agentd outbox retry ID` sends one again"
         )
-    if shown["oldest_approval_age_s"] is not None:
-        print(f"oldest approval request: waiting {age(shown['oldest_approval_age_s'])} (`agentd approvals`)")
+    _print_waiting_on_a_person(shown)
     if shown["paused"]:
         paused = shown["paused"]
         why = f": {paused['reason']}" if paused["reason"] else ""
@@ -230,11 +231,26 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_waiting_on_a_person(shown: dict[str, Any]) -> None:
+    """The approvals and the tool calls held for a person (docs/policy.md), the oldest request first."""
+    if shown["oldest_approval_age_s"] is not None:
+        print(f"oldest approval request: waiting {age(shown['oldest_approval_age_s'])} (`agentd approvals`)")
+    for call in shown["held_calls"]:
+        print(
+            printable(
+                f"WAITING  tool call {call['call_id']} of task {call['task_id']} for {age(call['age_s'])}: "
+                f"{call['summary']} (`agentd approve --call ID` or `agentd deny --call ID --reason R`)"
+            )
+        )
+
+
 def _print_running(run: dict[str, Any]) -> None:
     print(
         f"running  task {run['task_id']} ({run['task_type']}), attempt {run['attempt_id']} on {run['adapter_id']}"
         f" for {age(run['elapsed_s'])}"
     )
+    if run.get("waiting_for"):
+        print(printable(f"  waiting for a decision on {run['waiting_for']}"))
     if run.get("activity"):
         from agentd.outlook.activity import activity_lines  # only when something runs: it loads the records
 

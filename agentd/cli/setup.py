@@ -115,6 +115,7 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
+    from agentd.cli.policy import policy_line, shown_policies
     from agentd.install.neighbours import refuse_neighbours
     from agentd.install.ports import refuse_shared_ports
     from agentd.process.privilege import boundary_of
@@ -132,8 +133,9 @@ def cmd_config_check(args: argparse.Namespace) -> int:
             store.close()
     # who attempts and sensors run as, and what that costs, on this machine (docs/install-and-deploy.md)
     said = boundary_of(config)
+    policies = shown_policies(config, sorted(config.profiles))  # the tool policy each profile's attempts meet
     if wants_json(args):
-        print_json({"config": str(config.path), "ok": True, "boundary": said})
+        print_json({"config": str(config.path), "ok": True, "boundary": said, "tool_policy": policies})
     else:
         print(
             f"{config.path}: ok (agent {config.agent.agent_id}; {len(config.adapters)} adapters, "
@@ -142,6 +144,8 @@ def cmd_config_check(args: argparse.Namespace) -> int:
             f"{len(config.sensor_definitions)} sensors)"
         )
         print(f"boundary: {said['line']}")
+        for entry in policies:
+            print(f"tool policy: {policy_line(entry)}")
     return 0
 
 

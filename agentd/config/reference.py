@@ -44,6 +44,8 @@ SECTIONS = {
     "sensors": "The sensor service.",
     "budget": "Spending caps per UTC day; nothing set, nothing is limited. Past a cap only tasks of "
     "`urgent_priority` or more urgent run; the rest wait for the next UTC day.",
+    "policy": "The tool policy a running attempt's calls meet (docs/policy.md): rules tried after each profile's "
+    "own `tool_policy`, the default when none matches, and how long an `ask` waits for a person.",
     "metrics": "Each service's Prometheus endpoint. Agents sharing a VM need their own ports: `agentd install` "
     "picks a free pair.",
     "retention": "How long agentd keeps what piles up, in days; 0 keeps that kind forever. Nothing of a task "

@@ -20,6 +20,7 @@ from agentd.records import (
     SubagentProfile,
     TaskTypeSpec,
     Timestamp,
+    ToolRule,
     WalletIdentity,
     WorkflowDefinition,
 )
@@ -188,6 +189,19 @@ class BudgetSection(Section):
         return self.daily_usd is not None or bool(self.adapter_daily_usd)
 
 
+class PolicySection(Section):
+    """[policy]: the tool policy every profile's own rules fall back to, and how long a held call waits
+    for a person (docs/policy.md)."""
+
+    default: Literal["allow", "deny", "ask"] = Field(
+        default="allow", description="what a tool call gets when no rule matches it"
+    )
+    ask_timeout_s: float = Field(
+        default=300.0, ge=1, le=3000, description="how long an `ask` call waits for a person; then it is denied"
+    )
+    rules: list[ToolRule] = Field(default=[], max_length=200, description="after each profile's own tool_policy")
+
+
 class SensorsSection(Section):
     max_concurrent: int = Field(description="sensors running at once", default=4, ge=1, le=64)
     default_timeout_s: float = Field(
@@ -327,6 +341,7 @@ class Settings(Section):
     dispatch: DispatchSection = DispatchSection()
     sensors: SensorsSection = SensorsSection()
     budget: BudgetSection = BudgetSection()
+    policy: PolicySection = PolicySection()
     metrics: MetricsSection = MetricsSection()
     retention: RetentionSection = RetentionSection()
     fleet: FleetSection = FleetSection()

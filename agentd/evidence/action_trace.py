@@ -21,6 +21,9 @@ exporters read it back with `read_trace`. What each adapter kind gives:
 - ollama-generate: one generate step, prompt.md to stdout.log, with the attempt's own times.
 - script: one command step, stdin.json to stdout.log, with the attempt's times and exit code.
 
+After them, one `decision` step for each tool call the dispatcher judged while the attempt ran (its tool
+policy, docs/policy.md): a call codex's hook blocked leaves no item in codex's own stream.
+
 A trace keeps at most MAX_TRACE_STEPS steps (`capped`): the first and the last half of them, their step
 numbers showing where the gap is; how many were dropped is recorded in the manifest's `action_trace`
 (`steps_dropped`) and the attempt's diagnostics.
@@ -103,6 +106,31 @@ def trace_of(
     else:
         drafts = []
     return [Step(number, **asdict(draft)) for number, draft in enumerate(drafts, 1)]
+
+
+def decision_steps(decided: list[Any], *, first: int) -> list[Step]:
+    """The tool-call decisions the dispatcher made while the attempt ran (docs/policy.md), as steps after the
+    harness's own, numbered from `first`: kind "decision", the tool, the decision and who made it, the
+    call's summary (redacted when made) and the times it was asked and answered."""
+    steps: list[Step] = []
+    for entry in decided:
+        if not isinstance(entry, dict):
+            continue
+        said = f"{entry.get('decision')} by {entry.get('decided_by')}: {entry.get('summary')} ({entry.get('rule')})"
+        steps.append(
+            Step(
+                first + len(steps),
+                "decision",
+                str(entry.get("tool") or "") or None,
+                sha256_hex(str(entry.get("summary") or "").encode()),
+                None,
+                entry.get("decision") != "allow",
+                _time(entry.get("requested_at")),
+                _time(entry.get("decided_at")),
+                printable(said)[:SUMMARY_MAX_CHARS],
+            )
+        )
+    return steps
 
 
 def capped(steps: list[Step], limit: int = MAX_TRACE_STEPS) -> tuple[list[Step], int]:

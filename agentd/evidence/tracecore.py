@@ -37,6 +37,7 @@ FAILURE_TYPES: dict[str, str] = {
     "timeout": "timeout",  # the adapter's timeout: the wall-clock budget
     "rate_limited": "budget_exhausted",  # the provider's quota ran out
     "resource_limit": "budget_exhausted",  # its own cgroup's limit on processes or memory ended it
+    "budget_exceeded": "budget_exhausted",  # it was stopped as it passed its spending cap (docs/policy.md)
     "gate_failed": "logic_failure",  # claimed completed; the evidence did not hold it up
     "model_reported_failure": "logic_failure",  # the agent itself reported failure
     "evidence_unverified": "logic_failure",  # strict_evidence: the sealed evidence failed its check

@@ -100,6 +100,9 @@ EVENT_MAP: dict[str, str] = {
     "approval_handoff_failed": "runtime.error",
     "approval_handoff_retrying": "runtime.warning",
     "approval_handoff_withdrawn": GENERIC,  # resolved before it was sent: nothing sent
+    "permission_requested": "permission.requested",  # a tool call held for a person (docs/policy.md)
+    "tool_call_allowed": "permission.resolved",  # by a rule, the default, or a person: the payload says
+    "tool_call_denied": "permission.resolved",
 }
 FINISHED = {
     "completed": "task.completed",

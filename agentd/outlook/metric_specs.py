@@ -38,6 +38,11 @@ APPROVAL_OLDEST = Spec(
     "gauge",
     "How long the oldest approval request has waited for an operator (0 when none waits)",
 )
+TOOL_CALL_OLDEST = Spec(
+    "agentd_tool_call_oldest_age_seconds",
+    "gauge",
+    "How long the oldest tool call held for a person has waited, its attempt paused (0 when none waits)",
+)
 BUDGET_SPENT = Spec(
     "agentd_budget_spent_usd",
     "gauge",

@@ -89,6 +89,10 @@ class ClaudeCodeAdapterConfig(_SubprocessAdapter):
         default=None, gt=0, description="agentd: per-attempt spend cap passed to the CLI"
     )
     allowed_tools: list[str] | None = Field(default=None, description="agentd: --allowedTools")
+    prices: dict[str, TokenPrice] | None = Field(
+        default=None,
+        description="agentd: price table by model, for the budget while claude runs (its own cost comes at the end)",
+    )
 
 
 class CodexAdapterConfig(_SubprocessAdapter):

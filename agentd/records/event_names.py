@@ -88,5 +88,8 @@ AGENTD_EVENT_TYPES = (
     "approval_handoff_failed",
     "approval_handoff_retrying",
     "approval_handoff_withdrawn",
+    "permission_requested",
+    "tool_call_allowed",
+    "tool_call_denied",
 )
 EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES

@@ -24,6 +24,7 @@ from agentd.records import AttemptEnd, DueSchedule, WorkflowRecord
 from agentd.store.attempts import AttemptVerbs
 from agentd.store.base import SERVICE_BUSY_RETRY_S, connect
 from agentd.store.budget import BudgetVerbs
+from agentd.store.calls import CallVerbs
 from agentd.store.claim import ClaimVerbs, Planner
 from agentd.store.constitution import ConstitutionVerbs
 from agentd.store.control import ControlVerbs
@@ -71,6 +72,7 @@ class Store(
     ClaimVerbs,
     AttemptVerbs,
     BudgetVerbs,
+    CallVerbs,
     LockVerbs,
     OutboxVerbs,
     DeliveryVerbs,

@@ -192,6 +192,11 @@ def approval_rows(store: StoreBase) -> list[tuple[Any, ...]]:
     ]
 
 
+def calls_wait(store: StoreBase) -> bool:
+    """Some tool call waits for a person (docs/policy.md)."""
+    return store.tx.execute("SELECT 1 FROM held_calls WHERE status = 'pending' LIMIT 1").fetchone() is not None
+
+
 def resolve_claim(store: StoreBase, task_id: int, by: str, note: str | None, now: datetime, *, approved: bool) -> bool:
     """`resolve_approval` of a task held before its first claim: approved, it may be claimed; denied, it
     ends operator_canceled. False, with nothing written, for anything else (no such task, nothing

@@ -18,6 +18,7 @@ from agentd.process.files import Refused, lstat_beneath
 from agentd.records import TaskAttempt, TaskRecord
 from agentd.records.event_names import LIVE_EVENT_TYPES
 from agentd.store import Store
+from agentd.web.inputs import BadInput
 
 # The live activity of a running attempt (docs/web.md, "The running attempt"): what its harness did, as
 # the dispatcher records it while the attempt runs.
@@ -65,6 +66,30 @@ def approvals_view(store: Store) -> list[dict[str, Any]]:
         }
         for p in store.pending_approvals()
     ]
+
+
+def held_calls_view(store: Store) -> list[dict[str, Any]]:
+    """The tool calls running attempts hold for a person (docs/policy.md), oldest first."""
+    return [
+        {
+            "call_id": c.call_id,
+            "task_id": c.task_id,
+            "attempt_id": c.attempt_id,
+            "task_type": c.task_type,
+            "tool": c.tool,
+            "summary": c.summary,
+            "rule": c.rule,
+            "requested_at": c.requested_at.isoformat().replace("+00:00", "Z"),
+        }
+        for c in store.pending_calls()
+    ]
+
+
+def call_id_of(text: str) -> str:
+    """A held call's id from a path: a ULID, or a 422 naming path.call_id."""
+    if not ULID.match(text):
+        raise BadInput(422, f"not a call id: {text[:40]!r}", "path.call_id", "a ULID, as `agentd approvals` shows")
+    return text
 
 
 def task_view(config: Config, store: Store, task_id: int) -> dict[str, Any]:
