@@ -88,5 +88,11 @@ AGENTD_EVENT_TYPES = (
     "approval_handoff_failed",
     "approval_handoff_retrying",
     "approval_handoff_withdrawn",
+    "task_paused",
+    "task_resumed",
+    "task_edited",
+    "task_linked",
+    "task_unlinked",
+    "dispatch_boundary_waived",
 )
 EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES

@@ -14,12 +14,11 @@ from typing import Any
 
 from agentd.clock import Clock, stored_ts
 from agentd.store.base import StoreBase, Tx, connect, dumps, parse_optional_ts, timestamp_text, ts
-from agentd.store.columns import TASK_COLUMNS, TASK_FROM
+from agentd.store.columns import CLAIMABLE, TASK_COLUMNS, TASK_FROM
 from agentd.store.migrations import available_migrations, require_current
 from agentd.vocabulary import MACHINE_STATUS_OF
 
 WAITING = ("pending", "retryable_failure")
-CLAIMABLE = "status IN ('pending', 'retryable_failure') AND awaiting_approval = 0 AND available_at <= :now"
 # store/budget.py's claim branch with no budget hold: the oldest claimable task of one priority.
 _BRANCH = f"""SELECT * FROM (
     SELECT id, priority, available_at FROM tasks
@@ -63,7 +62,8 @@ def queue_rows(store: StoreBase, now: datetime) -> dict[str, Any]:
         for status in WAITING
     }
     held = held_for_approval(store.tx, at)
-    due = sum(counts.get(s, 0) - later[s] - held.get((s, False), 0) for s in WAITING)
+    paused, after = steered_waiting(store.tx, at)
+    due = sum(counts.get(s, 0) - later[s] - held.get((s, False), 0) for s in WAITING) - paused - after
     branches = " UNION ALL ".join(_BRANCH.format(priority=priority) for priority in range(1, 11))
     oldest = conn.execute(f"SELECT MIN(available_at) FROM ({branches})", {"now": at}).fetchone()[0]
     version = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
@@ -76,8 +76,31 @@ def queue_rows(store: StoreBase, now: datetime) -> dict[str, Any]:
         "retry_waiting": later["retryable_failure"] - held.get(("retryable_failure", True), 0),
         "delayed": later["pending"] - held.get(("pending", True), 0),
         "approval": sum(held.values()),
+        "paused": paused,
+        "after": after,
         "budget": 0,
     }
+
+
+# A waiting task, due now and not held for approval: the reasons below come after those.
+_DUE_UNHELD = "t.status IN ('pending', 'retryable_failure') AND t.awaiting_approval = 0 AND t.available_at <= ?"
+
+
+def steered_waiting(tx: Tx, at: str) -> tuple[int, int]:
+    """Due tasks an operator steered out of the claim's way, on both paths (store/tasks.py `queue_summary`
+    too): (paused, after a task not yet completed and not paused). Found from the pauses and the links, so a
+    long queue costs nothing here."""
+    paused = tx.execute(
+        f"SELECT COUNT(*) FROM task_pauses p CROSS JOIN tasks t ON t.id = p.task_id WHERE {_DUE_UNHELD}", (at,)
+    ).fetchone()[0]
+    after = tx.execute(
+        f"""SELECT COUNT(DISTINCT l.after_id) FROM task_links l CROSS JOIN tasks t ON t.id = l.after_id
+            JOIN tasks b ON b.id = l.before_id
+            WHERE b.status != 'completed' AND {_DUE_UNHELD}
+              AND NOT EXISTS (SELECT 1 FROM task_pauses p WHERE p.task_id = t.id)""",
+        (at,),
+    ).fetchone()[0]
+    return int(paused), int(after)
 
 
 def held_for_approval(tx: Tx, at: str) -> dict[tuple[str, bool], int]:

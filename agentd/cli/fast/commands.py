@@ -100,7 +100,7 @@ def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any
         "workspace": view["workspace"],
         "schema_version": summary["schema_version"],
         "counts": {status: summary["counts"].get(status, 0) for status in TASK_STATUSES},
-        "waiting": {key: summary[key] for key in ("claimable", "retry_waiting", "delayed", "approval", "budget")},
+        "waiting": {key: summary[key] for key in ("claimable", "retry_waiting", "delayed", "approval", "paused", "after", "budget")},
         "budget": None,
         "messages": {"failed": rows["failed_messages"]},
         "oldest_approval_age_s": (now - rows["oldest_approval_at"]).total_seconds()
