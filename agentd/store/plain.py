@@ -342,6 +342,18 @@ def attempt_rows(store: StoreBase, task_id: int) -> list[Any]:
     ).fetchall()
 
 
+def has_graph(store: StoreBase, task_id: int) -> bool:
+    """Whether a task is paused, linked (either way) or has follow-ups: what `task show` prints of those
+    is the full path's (agentd/cli/queue.py `_steering`)."""
+    found = store.tx.execute(
+        """SELECT EXISTS (SELECT 1 FROM task_pauses WHERE task_id = ?1)
+               OR EXISTS (SELECT 1 FROM task_links WHERE after_id = ?1 OR before_id = ?1)
+               OR EXISTS (SELECT 1 FROM tasks WHERE parent_task_id = ?1)""",
+        (task_id,),
+    ).fetchone()
+    return bool(found[0])
+
+
 def has_fleet_lease(store: StoreBase, task_id: int) -> bool:
     """Whether `fleet_lease_of` has a lease to show for the task (a fleet's task: the full path shows it)."""
     return store.tx.execute("SELECT 1 FROM fleet_leases WHERE task_id = ?", (task_id,)).fetchone() is not None
