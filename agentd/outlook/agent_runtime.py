@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from agentd import frozen_value
 from agentd.clock import format_ts
 from agentd.config import Config
-from agentd import frozen_value
 from agentd.outlook.taskstate import StateFacts, state_facts, task_state
 from agentd.records import TERMINAL_STATUSES, RuntimeEvent, TaskAttempt, TaskRecord
 from agentd.store import Store

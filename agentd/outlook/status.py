@@ -20,6 +20,7 @@ from agentd.outlook.activity import attempt_activity
 from agentd.outlook.liveness import limits_report, service_health
 from agentd.outlook.taskstate import TaskState, state_facts, task_state
 from agentd.process import procs
+from agentd.process.advisory import shown_boundary
 from agentd.process.privilege import boundary_of
 from agentd.records import TASK_STATUSES, LockHolder, QueueSummary, RunningAttempt
 from agentd.store import Store
@@ -193,7 +194,7 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
             for r in seen.running
         ],
         "services": services,
-        "boundary": boundary_of(config),
+        "boundary": shown_boundary(boundary_of(config), store.boundary_waiver(), seen.services),
         "limits": limits_report(config.dispatch.max_pids, config.dispatch.max_memory_mb, services),
         "dispatch_lock": {"pid": holder.pid, "host": holder.host, "heartbeat_at": format_ts(holder.heartbeat_at)}
         if holder

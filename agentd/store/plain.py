@@ -6,6 +6,7 @@ the same on both paths (a waiting task's end), the verbs call the one here."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -153,7 +154,16 @@ def status_rows(store: StoreBase) -> dict[str, Any]:
         "failed_messages": int(conn.execute("SELECT COUNT(*) FROM deliveries WHERE status = 'failed'").fetchone()[0]),
         "running": [(*row[:5], stored_ts(row[5])) for row in running],
         "services": [dict(row) for row in conn.execute("SELECT * FROM service_status ORDER BY service").fetchall()],
+        "waiver": boundary_waiver(conn),
     }
+
+
+def boundary_waiver(conn: Any) -> tuple[str, dict[str, Any]] | None:
+    """The newest dispatch_boundary_waived event's time and payload (its partial index: migration 0017)."""
+    row = conn.execute(
+        "SELECT timestamp, payload FROM events WHERE type = 'dispatch_boundary_waived' ORDER BY sequence DESC LIMIT 1"
+    ).fetchone()
+    return None if row is None else (row[0], json.loads(row[1]))
 
 
 # --- agentd task add (store/tasks.py enqueue_task, insert_task) ---------------------------------------

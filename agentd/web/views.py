@@ -11,9 +11,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.errors import InputError
-from agentd.clock import format_ts
 from agentd.outlook.status import snapshot
 from agentd.outlook.taskstate import state_facts, task_state
 from agentd.process.files import Refused, lstat_beneath
