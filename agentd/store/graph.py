@@ -24,11 +24,13 @@ class GraphVerbs(StoreBase):
 
     def deliveries_of(self, task_ids: list[int]) -> dict[int, dict[str, int]]:
         """Each of these tasks → its external messages by delivery status (pending, delivered, failed), and
-        those still waiting for an approval or a handler (`held`)."""
+        those still waiting for an approval or a handler (`held`). A message refused before any delivery is not
+        one; one whose delivery failed for good (its outbox row refused then too) is `failed`."""
         found: dict[int, dict[str, int]] = defaultdict(dict)
         sql = """SELECT o.task_id, CASE WHEN d.status IS NULL THEN 'held' ELSE d.status END, COUNT(*)
                  FROM outbox o LEFT JOIN deliveries d ON d.outbox_id = o.id
-                 WHERE o.kind = 'external_message' AND o.status != 'refused' AND o.task_id IN ({marks})
+                 WHERE o.kind = 'external_message' AND (o.status != 'refused' OR d.status IS NOT NULL)
+                   AND o.task_id IN ({marks})
                  GROUP BY 1, 2"""
         for row in self.tx.rows_in(sql, task_ids):
             found[row[0]][row[1]] = row[2]
