@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from support import write_config
 from test_config import own_folders, problems_of, problems_with_own_folders
 
-from agentd.work.validation import load_config
 from agentd.vocabulary import ExitStatus
+from agentd.work.validation import load_config
 
 
 @pytest.mark.parametrize("field", ["subagent_path", "input_schema_id", "output_schema_id"])

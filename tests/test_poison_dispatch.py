@@ -213,7 +213,11 @@ async def test_a_finished_attempt_the_runtime_died_under_is_judged_not_rerun(rig
     assert swept.payload["judged"] is True
     assert verify_attempt_dir(Path(attempt.evidence_dir)) == []
     manifest = json.loads((Path(attempt.evidence_dir) / "manifest.json").read_text())
-    assert manifest["termination_reason"] == "boot_sweep" and manifest["exit_status"] == "error" and attempt.diagnostics["exit_seen"] is False
+    assert (
+        manifest["termination_reason"] == "boot_sweep"
+        and manifest["exit_status"] == "error"
+        and attempt.diagnostics["exit_seen"] is False
+    )
     assert manifest["task_hash"] and manifest["runtime_identity"]["agent_id"] == rig.config.agent.agent_id
 
 

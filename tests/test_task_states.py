@@ -5,8 +5,6 @@ timed_out (failed because its last attempt ran out of time)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from rig import Rig
 from test_lost_task import dispatcher_live

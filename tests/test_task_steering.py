@@ -49,7 +49,7 @@ def test_a_paused_task_is_passed_by_until_resumed_and_both_acts_name_who(rig: Ri
     assert rig_cli(rig, "status", "--json").json()["waiting"]["paused"] == 1
     assert state(rig, rig_cli, held.task_id)["status"] == "paused"
     shown = rig_cli(rig, "task", "show", str(held.task_id)).out
-    assert f"paused since" in shown and "waiting for the vendor" in shown
+    assert "paused since" in shown and "waiting for the vendor" in shown
     assert drain(rig) == [other.task_id]
     assert rig.store.get_task_or_raise(held.task_id).status == "pending"
     resumed = rig_cli(rig, "task", "resume", str(held.task_id))
@@ -75,7 +75,10 @@ def test_a_running_task_paused_finishes_its_attempt_and_is_not_claimed_again(rig
     assert paused.code == 0 and "its running attempt finishes" in paused.out
     rig.store._conn.execute(
         "UPDATE tasks SET status = 'retryable_failure', available_at = ? WHERE id = ?",
-        (rig.store._conn.execute("SELECT started_at FROM tasks WHERE id = ?", (task.task_id,)).fetchone()[0], task.task_id),
+        (
+            rig.store._conn.execute("SELECT started_at FROM tasks WHERE id = ?", (task.task_id,)).fetchone()[0],
+            task.task_id,
+        ),
     )
     rig.store._conn.execute("UPDATE task_attempts SET ended_at = started_at, exit_status = 'error'")
     rig.clock.advance(3600)
@@ -132,7 +135,9 @@ def test_edit_judges_the_payload_against_its_type_schema_and_refuses_once_claime
     running = rig_cli(rig, "task", "edit", str(task.task_id), "--priority", "1")
     assert running.code == 2 and "claimed" in running.err
     retried = rig.add("flaky")
-    rig.store._conn.execute("UPDATE tasks SET status = 'retryable_failure', attempt_count = 1 WHERE id = ?", (retried.task_id,))
+    rig.store._conn.execute(
+        "UPDATE tasks SET status = 'retryable_failure', attempt_count = 1 WHERE id = ?", (retried.task_id,)
+    )
     again = rig_cli(rig, "task", "edit", str(retried.task_id), "--payload", "{}")
     assert again.code == 2 and "a new payload is a new task" in again.err
     assert rig_cli(rig, "task", "edit", str(retried.task_id), "--priority", "2").code == 0
@@ -185,7 +190,12 @@ def test_a_linked_task_is_claimed_only_after_the_other_completed(rig: Rig, rig_c
     assert [(r["position"], r["task"]["task_id"]) for r in order] == [(1, first.task_id), (None, second.task_id)]
     assert drain(rig) == [first.task_id, second.task_id], "priority 1, but after priority 9"
     [event] = events(rig, "task_linked", second.task_id)
-    assert event.payload == {"after": second.task_id, "before": first.task_id, "before_status": "pending", "by": getpass.getuser()}
+    assert event.payload == {
+        "after": second.task_id,
+        "before": first.task_id,
+        "before_status": "pending",
+        "by": getpass.getuser(),
+    }
 
 
 def test_a_cycle_a_self_link_and_a_task_no_longer_waiting_are_refused(rig: Rig, rig_cli: Any) -> None:
@@ -296,7 +306,7 @@ def test_the_console_asks_for_a_confirmation_then_steers_with_its_csrf_token(web
     assert done.status == 303 and rig.store.task_pause(task.task_id) is not None
     assert events(rig, "task_paused", task.task_id)[0].payload == {"by": "alice", "reason": "lunch"}
     shown = browser.get(f"/tasks/{task.task_id}").text
-    assert '<span class="state paused">paused</span>' in shown and 'action="/tasks/{}/resume"'.format(task.task_id) in shown
+    assert '<span class="state paused">paused</span>' in shown and f'action="/tasks/{task.task_id}/resume"' in shown
     payload = json.dumps({"note": "typed in"})
     edit = {"csrf": csrf, "priority": "3", "payload": payload, "confirm": "yes"}
     assert browser.form(f"/tasks/{task.task_id}/edit", edit).status == 303

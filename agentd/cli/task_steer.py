@@ -102,7 +102,9 @@ def _close(args: argparse.Namespace, status: Declared) -> int:
         lambda config, store: steering.close_task(
             config, store, args.task_id, status, args.reason, SystemClock().now()
         ),
-        lambda task: print(f"task {task.task_id} {task.status}: {task.outcome.operator_summary}"),
+        lambda task: print(
+            f"task {task.task_id} {task.status}: {task.outcome.operator_summary if task.outcome else ''}"
+        ),
     )
 
 

@@ -63,7 +63,9 @@ def edit_task(
     except ValidationError as exc:
         raise InputError(_problems(exc)) from None
     admitted = admit_task(intent, config, now, trusted=True)
-    when = admitted.available_at if at is not None else now + timedelta(seconds=delay_s) if delay_s is not None else None
+    when = (
+        admitted.available_at if at is not None else now + timedelta(seconds=delay_s) if delay_s is not None else None
+    )
     edit = TaskEdit(priority, when, payload)
     edited = store.edit_task(task_id, edit, by or operator_name(), now)
     poke(config.paths.state_dir)

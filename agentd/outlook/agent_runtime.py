@@ -115,6 +115,8 @@ FINISHED = {
     "blocked": "task.blocked",
     "operator_canceled": "task.cancelled",
 }
+
+
 def runtime_type(event: RuntimeEvent) -> str:
     payload = event.payload
     if event.type == "task_enqueued" and payload.get("awaiting_approval"):
@@ -279,7 +281,11 @@ def _task(task: TaskRecord, attempts: list[TaskAttempt], facts: StateFacts, grap
     shown |= {key: str(value) for key, value in optional.items() if value is not None}
     if task.workflow_ref is not None:
         ref = task.workflow_ref
-        shown["scope"] = {"workflowId": str(ref.workflow_id), "workflowStep": ref.state_id, "iteration": task.workflow_iteration}
+        shown["scope"] = {
+            "workflowId": str(ref.workflow_id),
+            "workflowStep": ref.state_id,
+            "iteration": task.workflow_iteration,
+        }
     if task.last_error:
         shown["lastError"] = {"message": task.last_error}
     if task.task_id in graph.deliveries:

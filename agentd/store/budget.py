@@ -26,7 +26,6 @@ def believed_tokens(column: str) -> str:
     return f"CASE WHEN typeof({column}) = 'integer' AND {column} >= 0 THEN {column} END"
 
 
-
 # Tasks that would run on an adapter past its daily budget (agentd/config/budget.py BudgetHold): the one
 # they asked for, else their type's default, else their profile's.
 ON_HELD_ADAPTER = """(COALESCE(requested_adapter_id IN (SELECT value FROM json_each(:held_adapters)), 0)

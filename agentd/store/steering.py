@@ -69,11 +69,14 @@ def _not_in_a_workflow(tx: Tx, task: TaskRecord, what: str) -> None:
     """A workflow's step, or a fleet's task, ends as its workflow or its fleet says (their own verbs)."""
     if task.workflow_ref is not None:
         raise InputError(
-            f"task {task.task_id} is the {task.workflow_ref.state_id} step of workflow {task.workflow_ref.workflow_id}: "
+            f"task {task.task_id} is the {task.workflow_ref.state_id} step of workflow "
+            f"{task.workflow_ref.workflow_id}: "
             f"it cannot be {what} on its own; use `agentd workflow signal` or `agentd workflow cancel`"
         )
     if tx.execute("SELECT 1 FROM fleet_leases WHERE task_id = ? AND state = 'held'", (task.task_id,)).fetchone():
-        raise InputError(f"task {task.task_id} is a fleet task: it cannot be {what} here; `agentd task cancel` hands it back")
+        raise InputError(
+            f"task {task.task_id} is a fleet task: it cannot be {what} here; `agentd task cancel` hands it back"
+        )
 
 
 class SteerVerbs(StoreBase):
@@ -198,14 +201,17 @@ class SteerVerbs(StoreBase):
     def _waits_for(self, task_id: int, other: int) -> bool:
         """Whether `task_id` waits, through any chain of links, for `other`."""
         row = self.tx.execute(
-            """WITH RECURSIVE up(id) AS (SELECT ? UNION SELECT l.before_id FROM task_links l JOIN up ON l.after_id = up.id)
+            """WITH RECURSIVE up(id) AS (
+                   SELECT ? UNION SELECT l.before_id FROM task_links l JOIN up ON l.after_id = up.id)
                SELECT 1 FROM up WHERE id = ? LIMIT 1""",
             (task_id, other),
         ).fetchone()
         return row is not None
 
     def _link(self, after_id: int, before_id: int) -> TaskLink | None:
-        found = [link for link in self.links_of([after_id]) if link.after_id == after_id and link.before_id == before_id]
+        found = [
+            link for link in self.links_of([after_id]) if link.after_id == after_id and link.before_id == before_id
+        ]
         return found[0] if found else None
 
     def _link_count(self, after_id: int) -> int:
@@ -256,4 +262,3 @@ def _changes(task: TaskRecord, edit: TaskEdit) -> dict[str, Any]:
     if edit.payload is not None and edit.payload != task.payload:
         changes["payload"] = {"from": task.payload, "to": edit.payload}
     return changes
-

@@ -46,7 +46,11 @@ def _resume(web: Web, store: Store, task_id: int, body: dict[str, Any], by: str)
 
 
 def _edit(web: Web, store: Store, task_id: int, body: dict[str, Any], by: str) -> Any:
-    priority = None if body.get("priority") in (None, "") else inputs.integer(body["priority"], "body.priority", low=1, high=10)
+    priority = (
+        None
+        if body.get("priority") in (None, "")
+        else inputs.integer(body["priority"], "body.priority", low=1, high=10)
+    )
     task = steering.edit_task(
         web.config,
         store,
@@ -116,8 +120,12 @@ VERBS: dict[str, Verb] = {
         lambda t, b: f"Task {t} changes: " + ", ".join(f"{k} {v}" for k, v in b.items() if v not in (None, "")) + ".",
     ),
     "complete": Verb(("reason",), _closer("completed"), lambda t, b: f"Task {t} ends completed: {b.get('reason')}"),
-    "fail": Verb(("reason",), _closer("permanent_failure"), lambda t, b: f"Task {t} ends permanent_failure: {b.get('reason')}"),
-    "link": Verb(("after",), _linker(True), lambda t, b: f"Task {t} will run only after task {b.get('after')} completed."),
+    "fail": Verb(
+        ("reason",), _closer("permanent_failure"), lambda t, b: f"Task {t} ends permanent_failure: {b.get('reason')}"
+    ),
+    "link": Verb(
+        ("after",), _linker(True), lambda t, b: f"Task {t} will run only after task {b.get('after')} completed."
+    ),
     "unlink": Verb(("after",), _linker(False), lambda t, b: f"Task {t} will no longer wait for task {b.get('after')}."),
 }
 
@@ -155,7 +163,9 @@ def console_endpoint(name: str) -> Callable[[Request], Any]:
         if fields.get("confirm") != "yes":
             _, csrf = await viewer(request)
             context = {"task_id": task_id, "verb": name, "fields": given, "what": verb.says(task_id, given)}
-            return page(request, "confirm_steer.html", operator, csrf, title=f"{name.capitalize()} task {task_id}", **context)
+            return page(
+                request, "confirm_steer.html", operator, csrf, title=f"{name.capitalize()} task {task_id}", **context
+            )
         await web.db.call(lambda store: verb.act(web, store, task_id, given, operator.name))
         return back(f"/tasks/{task_id}")
 
@@ -169,6 +179,3 @@ def routes() -> list[BaseRoute]:
         found.append(Route(f"/api/tasks/{{task_id}}/{name}", api_endpoint(name), methods=["POST"]))
         found.append(Route(f"/tasks/{{task_id}}/{name}", console_endpoint(name), methods=["POST"]))
     return found
-
-
-

@@ -94,7 +94,9 @@ def steering_view(config: Config, store: Store, task: TaskRecord) -> dict[str, A
     links = store.links_of([task.task_id])
     return {
         "state": task_state(task, store.attempts_of(task.task_id), facts).as_json(),
-        "pause": None if pause is None else {"since": format_ts(pause.paused_at), "by": pause.paused_by, "reason": pause.reason},
+        "pause": None
+        if pause is None
+        else {"since": format_ts(pause.paused_at), "by": pause.paused_by, "reason": pause.reason},
         "after": [{"task_id": x.before_id, "status": x.before_status} for x in links if x.after_id == task.task_id],
         "before": [x.after_id for x in links if x.before_id == task.task_id],
         "follow_ups": store.follow_ups_of([task.task_id]).get(task.task_id, []),
