@@ -240,11 +240,11 @@ def _print_running(run: dict[str, Any]) -> None:
             f"LOST     task {run['task_id']}: {run['lost']} ({run['task_type']}, {attempt}, claimed "
             f"{age(run['elapsed_s'])} ago); starting the dispatcher reclaims it (the boot sweep)"
         )
-        return
-    state = run.get("state") or {}
-    shown = f" [{state['status']}: {state['reason']}]" if state.get("status") not in (None, "running") else ""
-    print(f"running  task {run['task_id']} ({run['task_type']}), {attempt} for {age(run['elapsed_s'])}{shown}")
-    if run.get("activity"):
+    else:
+        state = run.get("state") or {}
+        shown = f" [{state['status']}: {state['reason']}]" if state.get("status") not in (None, "running") else ""
+        print(f"running  task {run['task_id']} ({run['task_type']}), {attempt} for {age(run['elapsed_s'])}{shown}")
+    if run.get("activity"):  # a lost task's too: what it was last seen doing
         from agentd.outlook.activity import activity_lines  # only when something runs: it loads the records
 
         for line in activity_lines(run["activity"]):

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from agentd import frozen_value
 from agentd.clock import parse_duration
 from agentd.control import steering
 from agentd.edge import INT64_MAX
@@ -25,7 +25,7 @@ from agentd.web.views import jsonable
 MAX_PAYLOAD_CHARS = 64 * 1024  # a payload typed into the console's form
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Verb:
     """One steering act: the fields it takes, what it does, and what its confirmation page says."""
 
