@@ -93,6 +93,8 @@ class Harness:
                     "default_adapter_id": "a",
                 }
             )
+            if "run_as" not in raw["dispatch"]:  # a development rig on purpose (docs/install-and-deploy.md)
+                raw["dispatch"]["boundary"] = "advisory"
             if more is not None:
                 more(raw)
 

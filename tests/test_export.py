@@ -19,6 +19,7 @@ from agentd.clock import parse_ts
 from agentd.outlook.agent_runtime import EVENT_MAP, GENERIC, runtime_event, runtime_snapshot, session_snapshot
 from agentd.outlook.readmodel import task_statuses
 from agentd.outlook.status import snapshot
+from agentd.outlook.taskstate import state_facts
 from agentd.records import EVENT_TYPES, RuntimeEvent, ScheduleSpec
 
 EVENT_SCHEMA = "agentruntime-event.schema.json"
@@ -121,8 +122,10 @@ async def test_a_whole_lifecycle_validates_against_the_public_core_schemas(sensi
 def test_a_running_task_whose_dispatcher_is_gone_is_lost_not_running(rig: Rig) -> None:
     task = rig.add("example")
     rig.store._conn.execute("UPDATE tasks SET status = 'running' WHERE id = ?", (task.task_id,))
-    status = snapshot(rig.config, rig.store, rig.clock.now())
-    [shown] = runtime_snapshot(status, rig.store.list_tasks(), {}, rig.clock.now())["tasks"]
+    now = rig.clock.now()
+    status = snapshot(rig.config, rig.store, now)
+    facts = state_facts(rig.store, rig.config, now, [task.task_id])
+    [shown] = runtime_snapshot(status, rig.store.list_tasks(), {}, facts)["tasks"]
     assert shown["status"] == "lost" and shown["nativeStatus"] == "running"
 
 

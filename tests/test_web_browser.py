@@ -186,3 +186,29 @@ def test_watch_live_tool_events_of_a_running_attempt_appear(page: Any, web: WebR
     expect(activity.locator("li.attempt_progress")).to_have_text("attempt_progress <b>half</b> way")
     assert activity.locator("b").count() == 0, "reported text is shown as text, never as HTML"
     screenshot(page, "console-overview")
+
+
+def test_a_lost_task_reads_lost_in_the_console_and_a_task_is_paused_through_its_confirmation(
+    page: Any, web: WebRig
+) -> None:
+    """Issue 41: a running task beside a dispatcher that is DOWN read "running" in the console."""
+    from playwright.sync_api import expect
+    from test_lost_task import dispatcher_gone
+
+    rig = web.rig
+    task_id, _ = running(rig)
+    said = dispatcher_gone(rig)
+    waiting = rig.add(subject="steer me").task_id
+    log_in(page, web)
+    expect(page.locator("p.lost")).to_contain_text(f"LOST task {task_id}: {said}")
+    page.goto(f"/tasks/{task_id}")
+    expect(page.locator("h1 .state")).to_have_text("lost")
+    expect(page.locator("p.state-reason")).to_contain_text(said)
+    page.goto(f"/tasks/{waiting}")
+    page.locator("#steer input[name=reason]").first.fill("after lunch")
+    page.locator("#steer button[name=pause]").click()
+    expect(page.locator("p.confirm-what")).to_contain_text(f"Task {waiting} will not be claimed until resumed.")
+    assert rig.store.task_pause(waiting) is None, "the confirmation page changed nothing"
+    page.locator("button[name=confirm-pause]").click()
+    expect(page.locator("h1 .state")).to_have_text("paused")
+    assert rig.store.task_pause(waiting) is not None

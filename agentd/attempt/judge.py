@@ -188,8 +188,8 @@ def side_effects(facts: AttemptFacts) -> SideEffects:
 
 
 def _exit_status(facts: AttemptFacts) -> ExitStatus:
-    if facts.swept:
-        return "unknown"
+    if facts.swept:  # its exit was never seen: error, and its diagnostics say exit_seen false (migration 0017)
+        return "error"
     return facts.run.exit_status if facts.run is not None else "error"
 
 
@@ -397,6 +397,8 @@ def _diagnostics(facts: AttemptFacts, extracted: Extracted, gated: Gated, failur
         "failure_type": failure_type,
         **facts.notes,
     }
+    if facts.swept:
+        found["exit_seen"] = False
     if facts.redactions:
         found["redactions"] = facts.redactions
     if extracted.problem and extracted.outcome is None:

@@ -204,7 +204,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     waiting = shown["waiting"]
     print(
         f"waiting  {waiting['claimable']} claimable now, {waiting['retry_waiting']} waiting to retry, "
-        f"{waiting['delayed']} delayed, {waiting['approval']} waiting for approval, {waiting['budget']} for the budget"
+        f"{waiting['delayed']} delayed, {waiting['approval']} waiting for approval, {waiting['paused']} paused, "
+        f"{waiting['after']} after another task, {waiting['budget']} for the budget"
     )
     if shown["budget"]:
         print(_budget_line(shown["budget"]))
@@ -245,13 +246,21 @@ def _print_waiting_on_a_person(shown: dict[str, Any]) -> None:
 
 
 def _print_running(run: dict[str, Any]) -> None:
-    print(
-        f"running  task {run['task_id']} ({run['task_type']}), attempt {run['attempt_id']} on {run['adapter_id']}"
-        f" for {age(run['elapsed_s'])}"
-    )
+    """A running task, or a LOST one: its attempt is open and no live dispatcher runs it (one rule for every
+    view: agentd/outlook/liveness.py `lost_reason`)."""
+    attempt = f"attempt {run['attempt_id']} on {run['adapter_id']}"
+    if run.get("lost"):
+        print(
+            f"LOST     task {run['task_id']}: {run['lost']} ({run['task_type']}, {attempt}, claimed "
+            f"{age(run['elapsed_s'])} ago); starting the dispatcher reclaims it (the boot sweep)"
+        )
+    else:
+        state = run.get("state") or {}
+        shown = f" [{state['status']}: {state['reason']}]" if state.get("status") not in (None, "running") else ""
+        print(f"running  task {run['task_id']} ({run['task_type']}), {attempt} for {age(run['elapsed_s'])}{shown}")
     if run.get("waiting_for"):
         print(printable(f"  waiting for a decision on {run['waiting_for']}"))
-    if run.get("activity"):
+    if run.get("activity"):  # a lost task's too: what it was last seen doing
         from agentd.outlook.activity import activity_lines  # only when something runs: it loads the records
 
         for line in activity_lines(run["activity"]):

@@ -6,6 +6,7 @@ import argparse
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from agentd.cli import task_steer
 from agentd.cli.common import (
     add_command,
     attempts,
@@ -70,6 +71,12 @@ def register(commands: Any) -> None:
     lst = add_command(task, "list", cmd_task_list, "tasks, newest first")
     lst.add_argument("--status", action="append", choices=TASK_STATUSES, default=[], help="only these (repeatable)")
     lst.add_argument("--limit", type=count, default=50)
+    lst.add_argument(
+        "--order",
+        choices=("newest", "claim"),
+        default="newest",
+        help="claim: the waiting tasks in the order the dispatcher takes them, each with why it waits",
+    )
 
     show = add_command(task, "show", cmd_task_show, "one task: its record, attempts and events")
     show.add_argument("task_id", type=record_id, metavar="ID")
@@ -90,6 +97,7 @@ def register(commands: Any) -> None:
         metavar="N",
         help="attempts it gets (default: its task type's max_attempts)",
     )
+    task_steer.register(task)
 
 
 def intent_from_args(args: argparse.Namespace) -> TaskIntent:
@@ -145,6 +153,11 @@ def _delegation(task: TaskRecord, chain: list[int]) -> str | None:
 def cmd_task_list(args: argparse.Namespace) -> int:
     from agentd.cli.fast import tasks as plain_reads
 
+    if args.order == "claim":
+        from agentd.cli.claim_order import cmd_claim_order
+
+        return cmd_claim_order(args)
+
     plain = plain_reads.task_list(args)  # without pydantic, where it answers as the full path would
     if plain is not None:
         _print_tasks(plain)
@@ -183,7 +196,9 @@ def cmd_task_show(args: argparse.Namespace) -> int:
     if shown is not None:
         _print_shown(shown)
         return 0
-    return store_command(args, lambda _, store: _task_shown(store, args.task_id), _print_shown, readonly=True)
+    return store_command(
+        args, lambda config, store: _task_shown(config, store, args.task_id), _print_shown, readonly=True
+    )
 
 
 def _parent(store: Any, task_id: int) -> int | None:
@@ -191,7 +206,7 @@ def _parent(store: Any, task_id: int) -> int | None:
     return found.parent_task_id if found is not None else None
 
 
-def _task_shown(store: Any, task_id: int) -> dict[str, Any]:
+def _task_shown(config: Any, store: Any, task_id: int) -> dict[str, Any]:
     """The task, its attempts, events, delegation chain and (a fleet's task) its lease, as --json prints them."""
     from agentd.cli.fast import tasks as plain_reads
 
@@ -201,9 +216,25 @@ def _task_shown(store: Any, task_id: int) -> dict[str, Any]:
         "attempts": store.attempts_of(task.task_id),
         "events": store.read_events(task_id=task.task_id, limit=100_000),
         "delegation_chain": plain_reads.delegation_chain(task.parent_task_id, lambda t: _parent(store, t)),
+        **_steering(config, store, task),
     }
     fleet = store.fleet_lease_of(task.task_id)
     return {**shown, "fleet": fleet} if fleet else shown
+
+
+def _steering(config: Any, store: Any, task: TaskRecord) -> dict[str, Any]:
+    """Its state as every view shows it (agentd/outlook/taskstate.py), what it waits for, what waits for it,
+    its follow-ups (docs/operate.md, "Steer one task")."""
+    from agentd.outlook.taskstate import state_facts, task_state
+
+    facts = state_facts(store, config, SystemClock().now(), [task.task_id])
+    links = store.links_of([task.task_id])
+    return {
+        "state": task_state(task, store.attempts_of(task.task_id), facts).as_json(),
+        "after": [{"task_id": x.before_id, "status": x.before_status} for x in links if x.after_id == task.task_id],
+        "before": [x.after_id for x in links if x.before_id == task.task_id],
+        "follow_ups": store.follow_ups_of([task.task_id]).get(task.task_id, []),
+    }
 
 
 def _print_shown(shown: dict[str, Any]) -> None:
@@ -211,6 +242,7 @@ def _print_shown(shown: dict[str, Any]) -> None:
     fleet = shown.get("fleet")
     now = SystemClock().now()
     print_task(task, now, chain)
+    _print_steering(shown)
     if fleet:
         context = fleet["origin"]["dispatch_context"]
         print_fields(
@@ -257,6 +289,21 @@ def _print_shown(shown: dict[str, Any]) -> None:
     print_table(
         ["SEQ", "TIME", "TYPE", "DETAIL"],
         [(e.sequence, format_ts(e.timestamp)[:19] + "Z", e.type, detail(e.payload)) for e in events],
+    )
+
+
+def _print_steering(shown: dict[str, Any]) -> None:
+    """The state, where it says more than the status, and the task's links and follow-ups: rows only the
+    full path prints (agentd/cli/fast/tasks.py hands such a task over)."""
+    state = shown.get("state") or {}
+    said = state.get("reason") and state["status"] != "waiting_permission"  # its `approval` row says that
+    print_fields(
+        [
+            ("state", f"{state['status']}: {state['reason']}" if said else None),
+            ("after", ", ".join(f"task {x['task_id']} ({x['status']})" for x in shown.get("after", [])) or None),
+            ("before", ", ".join(f"task {t}" for t in shown.get("before", [])) or None),
+            ("follow-ups", ", ".join(f"task {t}" for t in shown.get("follow_ups", [])) or None),
+        ]
     )
 
 

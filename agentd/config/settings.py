@@ -151,6 +151,11 @@ class DispatchSection(Section):
         description="the user attempts run as (never the services' own): with it, an attempt "
         "cannot read the state dir or act as the operator; without it approvals are advisory",
     )
+    boundary: Literal["enforced", "advisory"] = Field(
+        default="enforced",
+        description="advisory: a dispatcher whose adapters run a model may start without run_as (development; "
+        "its attempts can approve their own tasks); enforced refuses that (docs/install-and-deploy.md)",
+    )
     max_pids: int = Field(
         default=384,
         ge=0,

@@ -106,7 +106,7 @@ MANIFEST_SCHEMA: dict[str, Any] = {
             "wall_clock_elapsed_s": {"type": "number", "minimum": 0},
             "termination_reason": _TEXT,
             "failure_type": _MAYBE_TEXT,
-            "exit_status": {"enum": ["ok", "error", "timeout", "unknown"]},
+            "exit_status": {"enum": ["ok", "error", "timeout", "unknown"]},  # unknown: sealed before migration 0017
             "side_effects": {"enum": ["none", "possible"]},
             "redactions": _object({"count": {"type": "integer", "minimum": 0}}),
             "outcome": _object(

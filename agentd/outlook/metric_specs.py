@@ -30,7 +30,8 @@ TASKS_WAITING = Spec(
     "agentd_tasks_waiting",
     "gauge",
     "Waiting tasks by why, one reason each (they sum to pending + retryable_failure): claimable now, waiting for "
-    "a retry's backoff, delayed (--delay/--at), held for an approval, held for the next day's budget",
+    "a retry's backoff, delayed (--delay/--at), held for an approval, paused by an operator, after a task not yet "
+    "completed, held for the next day's budget",
     ("reason",),
 )
 APPROVAL_OLDEST = Spec(

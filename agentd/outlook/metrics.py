@@ -106,6 +106,8 @@ class QueueCollector:
             ("retry_waiting", summary.retry_waiting),
             ("delayed", summary.delayed),
             ("approval", summary.approval),
+            ("paused", summary.paused),
+            ("after", summary.after),
             ("budget", summary.budget),
         ):
             waiting.add_metric([reason], count)

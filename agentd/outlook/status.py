@@ -19,7 +19,9 @@ from agentd.config.budget import BudgetHold, Spend, budget_hold, day_start, unpr
 from agentd.config.tool_policy import unenforced_lines
 from agentd.outlook.activity import attempt_activity
 from agentd.outlook.liveness import limits_report, service_health
+from agentd.outlook.taskstate import TaskState, state_facts, task_state
 from agentd.process import procs
+from agentd.process.advisory import shown_boundary
 from agentd.process.privilege import boundary_of
 from agentd.records import TASK_STATUSES, LockHolder, QueueSummary, RunningAttempt
 from agentd.store import Store
@@ -136,11 +138,21 @@ def idle_outlook(store: Store, now: datetime) -> IdleOutlook:
         return IdleOutlook(store.dispatch_pause(), *store.idle_outlook(now))
 
 
+def running_states(store: Store, config: Config, now: datetime, task_ids: list[int]) -> dict[int, TaskState]:
+    """The running tasks' states (lost, cancelling, preparing, streaming or running), in the caller's read."""
+    if not task_ids:
+        return {}
+    facts = state_facts(store, config, now, task_ids)
+    attempts = store.attempts_by_task(task_ids)
+    return {t: task_state(store.get_task_or_raise(t), attempts[t], facts) for t in task_ids}
+
+
 def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
     """`agentd status --json`'s body."""
-    with store.snapshot():  # the running attempts' activity from the same read as the rest
+    with store.snapshot():  # the running attempts' activity and states from the same read as the rest
         seen = read_outlook(store, config, now)
         activity = {r.attempt_id: attempt_activity(store, r.task_id, r.attempt_id) for r in seen.running}
+        states = running_states(store, config, now, [r.task_id for r in seen.running])
     summary, pause, holder = seen.summary, seen.pause, seen.lock_holder
     here = procs.this_process()
     services = [service_health(row, now, here) for row in seen.services]
@@ -156,6 +168,8 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
             "retry_waiting": summary.retry_waiting,
             "delayed": summary.delayed,
             "approval": summary.approval,
+            "paused": summary.paused,
+            "after": summary.after,
             "budget": summary.budget,
         },
         "budget": budget_report(config, seen.budget),
@@ -180,11 +194,13 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
                 "elapsed_s": round((now - r.started_at).total_seconds(), 1),
                 "activity": activity[r.attempt_id],  # docs/live.md
                 "waiting_for": next((c.summary for c in seen.calls if c.attempt_id == r.attempt_id), None),
+                "state": states[r.task_id].as_json(),  # agentd/outlook/taskstate.py
+                "lost": states[r.task_id].reason if states[r.task_id].status == "lost" else None,
             }
             for r in seen.running
         ],
         "services": services,
-        "boundary": boundary_of(config),
+        "boundary": shown_boundary(boundary_of(config), store.boundary_waiver(), seen.services),
         "limits": limits_report(config.dispatch.max_pids, config.dispatch.max_memory_mb, services),
         "governance": unenforced_lines(config) + unpriced_lines(config),  # docs/policy.md
         "dispatch_lock": {"pid": holder.pid, "host": holder.host, "heartbeat_at": format_ts(holder.heartbeat_at)}

@@ -91,5 +91,11 @@ AGENTD_EVENT_TYPES = (
     "permission_requested",
     "tool_call_allowed",
     "tool_call_denied",
+    "task_paused",
+    "task_resumed",
+    "task_edited",
+    "task_linked",
+    "task_unlinked",
+    "dispatch_boundary_waived",
 )
 EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES

@@ -32,6 +32,7 @@ from agentd.store.deliveries import DeliveryVerbs
 from agentd.store.ending import Ended, Follow, Followed, record_end
 from agentd.store.events import ChainBreak, EventVerbs
 from agentd.store.fleet_leases import FleetLeaseVerbs
+from agentd.store.graph import GraphVerbs
 from agentd.store.lock import LockVerbs
 from agentd.store.migrations import (
     Migration,
@@ -44,6 +45,7 @@ from agentd.store.retention import RetentionVerbs
 from agentd.store.schedules import ScheduleVerbs
 from agentd.store.sensing import SensingVerbs
 from agentd.store.status import StatusVerbs
+from agentd.store.steering import SteerVerbs
 from agentd.store.tasks import TaskVerbs
 from agentd.store.web import WebVerbs
 from agentd.store.workflows import WorkflowVerbs
@@ -69,6 +71,8 @@ DB_NAME = "agentd.db"
 
 class Store(
     TaskVerbs,
+    SteerVerbs,
+    GraphVerbs,
     ClaimVerbs,
     AttemptVerbs,
     BudgetVerbs,

@@ -11,9 +11,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.errors import InputError
 from agentd.outlook.status import snapshot
+from agentd.outlook.taskstate import state_facts, task_state
 from agentd.process.files import Refused, lstat_beneath
 from agentd.records import TaskAttempt, TaskRecord
 from agentd.records.event_names import LIVE_EVENT_TYPES
@@ -104,7 +106,26 @@ def task_view(config: Config, store: Store, task_id: int) -> dict[str, Any]:
     events = store.event_rows(task_id=task_id, limit=EVENTS_SHOWN, last=True)
     enqueued = next((e for e in store.event_rows(task_id=task_id, types=("task_enqueued",), limit=1)), None)
     context = enqueued["payload"].get("dispatch_context") if enqueued else None
-    return {"task": jsonable(task), "attempts": attempts, "events": events, "dispatch_context": context}
+    shown = {"task": jsonable(task), "attempts": attempts, "events": events, "dispatch_context": context}
+    return shown | steering_view(config, store, task)
+
+
+def steering_view(config: Config, store: Store, task: TaskRecord) -> dict[str, Any]:
+    """The task's state as every view shows it (agentd/outlook/taskstate.py), its pause, what it waits for,
+    what waits for it, and its follow-ups."""
+    now = store.clock.now()
+    facts = state_facts(store, config, now, [task.task_id])
+    pause = facts.pauses.get(task.task_id)
+    links = store.links_of([task.task_id])
+    return {
+        "state": task_state(task, store.attempts_of(task.task_id), facts).as_json(),
+        "pause": None
+        if pause is None
+        else {"since": format_ts(pause.paused_at), "by": pause.paused_by, "reason": pause.reason},
+        "after": [{"task_id": x.before_id, "status": x.before_status} for x in links if x.after_id == task.task_id],
+        "before": [x.after_id for x in links if x.before_id == task.task_id],
+        "follow_ups": store.follow_ups_of([task.task_id]).get(task.task_id, []),
+    }
 
 
 def evidence_href(task_id: int, attempt_id: str, name: str) -> str:
