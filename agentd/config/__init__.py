@@ -41,6 +41,7 @@ from agentd.config.settings import (
     RetentionSection,
     SensorsSection,
     Settings,
+    TelemetrySection,
     WebSection,
     needed_keys,
     needed_kind,
@@ -99,6 +100,7 @@ class Config:
     budget: BudgetSection = field(default_factory=BudgetSection)
     fleet: FleetSection = field(default_factory=FleetSection)
     web: WebSection = field(default_factory=WebSection)  # [web]: `agentd web` (docs/web.md)
+    telemetry: TelemetrySection = field(default_factory=TelemetrySection)  # [telemetry] (docs/telemetry.md)
     # Where each payload schema was read from: kept so the cached view's key holds every file the load
     # read (agentd/cli/fast/view.py `named_paths` finds each path a Config holds).
     payload_schema_files: Mapping[str, Path] = field(default_factory=dict)
@@ -319,6 +321,7 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         budget=settings.budget,
         fleet=settings.fleet,
         web=settings.web,
+        telemetry=settings.telemetry,
         skills=skills,
         sensor_definitions=sensors,
         soul_text=texts["soul_path"],
