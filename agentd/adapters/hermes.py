@@ -86,6 +86,8 @@ def hermes_config(config: HermesConfig, model: str | None, api_key: str | None =
         "security": {"allow_lazy_installs": False},
         "agent": {"api_max_retries": config.max_retries},
     }
+    if config.max_turns:  # hermes' own cap on its tool-calling turns (docs/determinism.md)
+        document["agent"]["max_turns"] = config.max_turns
     if config.base_url:
         document["model"]["base_url"] = config.base_url
     if api_key:

@@ -42,6 +42,7 @@ from agentd.cli import (
     services,
     setup,
     steer,
+    version,
     web,
     work,
 )
@@ -68,6 +69,7 @@ COMMAND_MODULES = (
     completion,
     fleet,
     web,
+    version,
 )
 
 
