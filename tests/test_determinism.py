@@ -86,3 +86,21 @@ async def test_an_attempt_that_ran_out_of_turns_is_budget_exhausted_in_its_evide
     [finished] = [e for e in rig.events(task.task_id) if e.type == "task_attempt_finished"]
     assert finished.payload["failure_type"] == "max_turns"
     assert FAILURE_TYPES[finished.payload["failure_type"]] == "budget_exhausted"
+
+
+# --- what each adapter kind lets agentd see (issue 42, finding 4) ------------------------------------------
+
+
+def test_the_probe_says_what_each_adapter_lets_agentd_see(cli: Any) -> None:
+    from agentd.adapters import _KINDS
+    from agentd.adapters.probe import OBSERVABLE
+
+    assert set(OBSERVABLE) == set(_KINDS), "every kind says what it shows"
+    assert OBSERVABLE["claude-code"] == {"tools": True, "turns": True, "usage": True, "live": True}
+    assert OBSERVABLE["hermes-agent"]["tools"] is False, "hermes prints only its final text (docs/adapters.md)"
+    assert cli("init").code == 0
+    result = cli("adapters", "--probe", "--json")
+    rows = result.json()
+    assert rows and all(r["observable"] == OBSERVABLE[r["kind"]] for r in rows)
+    shown = cli("adapters", "--probe")
+    assert "OBSERVES" in shown.out
