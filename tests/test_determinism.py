@@ -97,7 +97,7 @@ def test_the_probe_says_what_each_adapter_lets_agentd_see(cli: Any) -> None:
 
     assert set(OBSERVABLE) == set(_KINDS), "every kind says what it shows"
     assert OBSERVABLE["claude-code"] == {"tools": True, "turns": True, "usage": True, "live": True}
-    assert OBSERVABLE["hermes-agent"]["tools"] is False, "hermes prints only its final text (docs/adapters.md)"
+    assert OBSERVABLE["hermes-agent"] == {"tools": True, "turns": True, "usage": True, "live": False}, "after, not live"
     assert cli("init").code == 0
     result = cli("adapters", "--probe", "--json")
     rows = result.json()
