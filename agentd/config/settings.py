@@ -238,7 +238,7 @@ class TelemetrySection(Section):
     otlp_endpoint: str | None = Field(
         default=None,
         pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
-        description="the collector's OTLP/HTTP base URL (http://127.0.0.1:4318); spans go to <it>/v1/traces",
+        description="the collector's OTLP/HTTP base URL (http://127.0.0.1:4318); spans go to its /v1/traces path",
     )
     export_timeout_s: float = Field(default=5.0, gt=0, le=60, description="how long one export may take")
     interval_s: float = Field(default=2.0, gt=0, le=300, description="how often finished work is looked for")
