@@ -177,7 +177,7 @@ async def test_claude_tool_calls_turns_and_todos_are_events_while_it_runs(live: 
     [listed] = of_type(events, "todos_updated")
     attempt_id = bash.attempt_id
     assert all(e.attempt_id == attempt_id and e.task_id == run.task_id for e in run.live())
-    shown = [(t["text"], t["status"], t["sessionId"]) for t in listed.payload["todos"]]
+    shown = [(t["text"], t["status"], t["runId"]) for t in listed.payload["todos"]]
     assert shown == [
         ("Write the marker", "done", attempt_id),
         ("Check it", "in-progress", attempt_id),

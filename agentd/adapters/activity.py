@@ -71,9 +71,10 @@ class StreamParser(Protocol):
 @dataclass
 class Todos:
     """An attempt's todo list as seed 003 AgentTodo records, kept across updates: a todo the agent
-    removed before it was done is `dropped`; one seen before keeps its createdAt."""
+    removed before it was done is `dropped`; one seen before keeps its createdAt. Each names the attempt it
+    was seen in (`runId`); its session is the agent's, which the exports add (agentd/outlook/correlation.py)."""
 
-    session_id: str
+    attempt_id: str
     shown: Shown
     items: dict[str, dict[str, Any]] = field(default_factory=dict)  # todoId → AgentTodo, in first-seen order
 
@@ -101,7 +102,7 @@ class Todos:
         if todo is None:
             self.items[todo_id] = {
                 "todoId": todo_id,
-                "sessionId": self.session_id,
+                "runId": self.attempt_id,
                 "text": text,
                 "status": status,
                 "createdAt": at,
@@ -137,8 +138,8 @@ class ClaudeStream:
     input is the todo list, and an assistant message (its id) is a model turn, completed when the next
     message, a tool result or the result record comes."""
 
-    def __init__(self, session_id: str, shown: Shown) -> None:
-        self.shown, self.todos = shown, Todos(session_id, shown)
+    def __init__(self, attempt_id: str, shown: Shown) -> None:
+        self.shown, self.todos = shown, Todos(attempt_id, shown)
         self.calls: dict[str, str] = {}  # open call id → tool name
         self.turns = 0
         self.turn: tuple[Any, Any] | None = None  # the open turn's (message id, usage)
@@ -215,8 +216,8 @@ class CodexStream:
     mcp_tool_call, web_search, …) is a tool call from item.started to item.completed; a todo_list item
     is the plan; turn.completed is a model turn with its usage."""
 
-    def __init__(self, session_id: str, shown: Shown) -> None:
-        self.shown, self.todos = shown, Todos(session_id, shown)
+    def __init__(self, attempt_id: str, shown: Shown) -> None:
+        self.shown, self.todos = shown, Todos(attempt_id, shown)
         self.started: set[str] = set()
         self.turns = 0
 
@@ -277,10 +278,10 @@ def progress(line: str, shown: Shown) -> list[Activity]:
     return [Activity("attempt_progress", {"text": shown(line, PROGRESS_MAX_CHARS)})] if line.strip() else []
 
 
-def stream_parser(kind: str, session_id: str, shown: Shown) -> StreamParser | None:
+def stream_parser(kind: str, attempt_id: str, shown: Shown) -> StreamParser | None:
     """The parser for an adapter kind whose stdout is a JSON stream; None for the others."""
     if kind == "claude-code":
-        return ClaudeStream(session_id, shown)
+        return ClaudeStream(attempt_id, shown)
     if kind == "codex":
-        return CodexStream(session_id, shown)
+        return CodexStream(attempt_id, shown)
     return None

@@ -116,6 +116,7 @@ def _verdict(final: dict[str, Any], seen: dict[str, Any]) -> ParsedRun:
         "api_error_status": fact(final.get("api_error_status")),
         "permission_denials": len(denials),
         "terminal_reason": fact(final.get("terminal_reason")),
+        "max_turns_reached": final.get("subtype") == "error_max_turns",  # its budget ran out (docs/determinism.md)
         **({"usage_problems": problems} if problems else {}),
     }
     if final.get("subtype") == "error_max_budget_usd":  # it stopped itself on the cap agentd gave it

@@ -227,6 +227,9 @@ def _gated(facts: AttemptFacts, extracted: Extracted) -> tuple[Gated, str, str |
     if run.exit_status == "timeout":
         summary = f"timed out after {facts.timeout_s:g}s; the process group was killed"
         return Gated(TaskOutcome.failure(summary)), "timeout", "timeout"
+    if run.diagnostics.get("max_turns_reached") is True:  # the harness's turn budget ran out (seed 001 §7.2)
+        summary = f"ran out of its turns (the adapter's max_turns): {run.failure or 'the harness stopped'}"
+        return Gated(TaskOutcome.failure(summary)), "max_turns", "max_turns"
     if run.rate_limited:
         summary = f"rate limited: {run.failure or 'the provider said slow down'}"
         return Gated(TaskOutcome.failure(summary)), "exited", "rate_limited"

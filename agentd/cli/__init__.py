@@ -43,6 +43,7 @@ from agentd.cli import (
     services,
     setup,
     steer,
+    version,
     web,
     work,
 )
@@ -70,6 +71,7 @@ COMMAND_MODULES = (
     completion,
     fleet,
     web,
+    version,
 )
 
 

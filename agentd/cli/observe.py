@@ -139,9 +139,10 @@ def _format(args: argparse.Namespace) -> str:
 
 def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
     if _format(args) == "agent-runtime":
-        from agentd.outlook.agent_runtime import runtime_event
+        from agentd.outlook.runtime_facts import runtime_events
 
-        print(visible_json(json.dumps(runtime_event(event, args.agent_id), ensure_ascii=False)), flush=True)
+        for shown in runtime_events(event, args.agent_id):  # the event, then each further fact it carries
+            print(visible_json(json.dumps(shown, ensure_ascii=False)), flush=True)
         return
     if _format(args) == "json":
         print(visible_json(event.model_dump_json()), flush=True)  # a bidi override in a subject stays visible

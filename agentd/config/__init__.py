@@ -42,6 +42,7 @@ from agentd.config.settings import (
     RetentionSection,
     SensorsSection,
     Settings,
+    TelemetrySection,
     WebSection,
     needed_keys,
     needed_kind,
@@ -102,6 +103,7 @@ class Config:
     policy: PolicySection = field(default_factory=PolicySection)  # [policy]: docs/policy.md
     fleet: FleetSection = field(default_factory=FleetSection)
     web: WebSection = field(default_factory=WebSection)  # [web]: `agentd web` (docs/web.md)
+    telemetry: TelemetrySection = field(default_factory=TelemetrySection)  # [telemetry] (docs/telemetry.md)
     # Where each payload schema was read from: kept so the cached view's key holds every file the load
     # read (agentd/cli/fast/view.py `named_paths` finds each path a Config holds).
     payload_schema_files: Mapping[str, Path] = field(default_factory=dict)
@@ -323,6 +325,7 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         policy=settings.policy,
         fleet=settings.fleet,
         web=settings.web,
+        telemetry=settings.telemetry,
         skills=skills,
         sensor_definitions=sensors,
         soul_text=texts["soul_path"],

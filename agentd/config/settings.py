@@ -249,6 +249,23 @@ class MetricsSection(Section):
         return self
 
 
+class TelemetrySection(Section):
+    """[telemetry]: traces for an OpenTelemetry stack (docs/telemetry.md). Off unless otlp_endpoint is set; it
+    needs the `otel` extra (`pip install 'agentd[otel]'`). A collector that is down or slow never holds up
+    dispatch: spans are sent from a thread of their own and dropped, counted, when it cannot keep up."""
+
+    otlp_endpoint: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="the collector's OTLP/HTTP base URL (http://127.0.0.1:4318); spans go to its /v1/traces path",
+    )
+    export_timeout_s: float = Field(default=5.0, gt=0, le=60, description="how long one export may take")
+    interval_s: float = Field(default=2.0, gt=0, le=300, description="how often finished work is looked for")
+    service_name: str = Field(
+        default="agentd", min_length=1, max_length=100, description="the spans' service.name resource attribute"
+    )
+
+
 class RetentionSection(Section):
     """[retention]: how long agentd keeps what piles up, in days; 0 keeps that kind forever. The sensor
     service applies it every interval_s (first a minute after it starts); `agentd prune` applies it now.
@@ -351,6 +368,7 @@ class Settings(Section):
     retention: RetentionSection = RetentionSection()
     fleet: FleetSection = FleetSection()
     web: WebSection = WebSection()
+    telemetry: TelemetrySection = TelemetrySection()
     chaos: ChaosSection = ChaosSection()
     adapters: list[AdapterConfig] = Field(min_length=1)
     profiles: list[SubagentProfile] = Field(min_length=1)

@@ -18,6 +18,7 @@ EVIDENCE_FILES = (
     "last_message.txt",
     "action_trace.jsonl",
     "hermes-usage.json",
+    "hermes-session.json",
 )
 
 _SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}

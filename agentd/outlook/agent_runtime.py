@@ -15,6 +15,8 @@ from typing import Any
 from agentd import frozen_value
 from agentd.clock import format_ts
 from agentd.config import Config
+from agentd.outlook.agent_session import agent_session, dispatch_context
+from agentd.outlook.correlation import correlation
 from agentd.outlook.taskstate import StateFacts, state_facts, task_state
 from agentd.records import TERMINAL_STATUSES, RuntimeEvent, TaskAttempt, TaskRecord
 from agentd.store import Store
@@ -112,6 +114,12 @@ EVENT_MAP: dict[str, str] = {
     "task_unlinked": "task.dependency.updated",
     "dispatch_boundary_waived": "policy.changed",  # attempts run without the run user's boundary (--no-boundary)
 }
+# Event types announced by work not merged yet, mapped before they land so the table is whole on arrival
+# (none now: issue 45's have landed).
+ANNOUNCED_EVENT_TYPES: tuple[str, ...] = ()
+# agentd event types deliberately left out of the export, each with why ("because …"). None is today: the
+# table in docs/evidence.md says so for any that is, and a test holds both to EVENT_TYPES.
+NOT_EXPORTED: dict[str, str] = {}
 FINISHED = {
     "completed": "task.completed",
     "permanent_failure": "task.failed",
@@ -158,9 +166,9 @@ def runtime_event(event: RuntimeEvent, agent_id: str) -> dict[str, Any]:
         "sequence": event.sequence,
         "schemaVersion": SCHEMA_VERSION,
         "runtimeId": agent_id,
-        "sessionId": agent_id,
+        **correlation(event.type, event.payload, agent_id, event.task_id, event.attempt_id),
         "nativeStatus": event.type,
-        "payload": event.payload,
+        "payload": _payload(event, agent_id),
         "refs": {
             **event.refs,
             "agentd": {
@@ -181,6 +189,16 @@ def runtime_event(event: RuntimeEvent, agent_id: str) -> dict[str, Any]:
     return envelope
 
 
+def _payload(event: RuntimeEvent, agent_id: str) -> dict[str, Any]:
+    """The payload as agentd wrote it; a todo list's AgentTodo records (seed 003) get the one session id
+    (agentd/outlook/correlation.py): their attempt is the run they were seen in."""
+    todos = event.payload.get("todos") if event.type == "todos_updated" else None
+    if not isinstance(todos, list):
+        return event.payload
+    shown = [{**t, "sessionId": agent_id} if isinstance(t, dict) else t for t in todos]
+    return {**event.payload, "todos": shown}
+
+
 def _ids(event: RuntimeEvent) -> dict[str, Any]:
     return {"workflowId": event.workflow_id, "scheduleId": event.schedule_id, "sensorId": event.sensor_id}
 
@@ -197,7 +215,10 @@ def session_snapshot(config: Config, store: Store, shown: dict[str, Any], now: d
         facts = state_facts(store, config, now, ids)
         graph = TaskGraph(store.follow_ups_of(ids), store.links_of(ids), store.deliveries_of(ids))
         found = runtime_snapshot(shown, tasks, store.attempts_by_task(ids), facts, graph)
-    return found | {"executionEnvironment": environment(config, shown)}
+        first = store.read_events(limit=1)
+    started = format_ts(first[0].timestamp) if first else format_ts(now)
+    session = agent_session(shown, tasks, started, format_ts(now))
+    return found | {"executionEnvironment": environment(config, shown), "agentSession": session}
 
 
 @frozen_value
@@ -272,6 +293,7 @@ def _task(task: TaskRecord, attempts: list[TaskAttempt], facts: StateFacts, grap
         "updatedAt": format_ts(task.updated_at),
         "attempts": [_attempt(a) for a in attempts],
         "relationships": _relationships(task, graph),
+        "dispatchContext": dispatch_context(task, format_ts(task.created_at)),
     }
     optional = {
         "parentTaskId": task.parent_task_id,

@@ -211,6 +211,11 @@ def _append_events_of(tx: Tx, end: AttemptEnd, ids: dict[str, Any]) -> None:
             # the sealed manifest, pinned by the chain: editing it is caught without trusting it
             "manifest_sha256": end.diagnostics.get("manifest_sha256"),
             "artifact_hash": end.diagnostics.get("artifact_hash"),
+            # what the exports say of it beyond its outcome (agentd/outlook/runtime_facts.py): why it failed,
+            # the signal that ended its process, what it cost
+            "failure_type": end.diagnostics.get("failure_type"),
+            "signal": end.diagnostics.get("signal"),
+            "usage": {k: v for k, v in end.usage.items() if v is not None},
         },
     )
     if end.status == "retryable_failure":
