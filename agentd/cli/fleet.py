@@ -37,14 +37,27 @@ def register(commands: Any) -> None:
     init = add_command(fleet, "init", cmd_init, "create or migrate the fleet's schema in PostgreSQL")
     submit = add_command(fleet, "submit", cmd_submit, "submit a task once: whichever suitable agent is free takes it")
     submit.add_argument("--type", dest="task_type", metavar="TYPE", help="required unless --batch")
-    submit.add_argument("--subject")
+    submit.add_argument("--subject", help="a one-line title people see in lists")
     submit.add_argument("--payload", metavar="JSON", help="a JSON object (default {})")
-    submit.add_argument("--label", dest="labels", action="append", default=[], metavar="LABEL")
+    submit.add_argument(
+        "--label",
+        dest="labels",
+        action="append",
+        default=[],
+        metavar="LABEL",
+        help="only an agent with it takes the task (repeatable)",
+    )
     submit.add_argument("--priority", type=priority, metavar="N", help="1 (most urgent) to 10 (default 5)")
     submit.add_argument("--key", metavar="IDEMPOTENCY_KEY", help="a repeated key is the same task")
-    submit.add_argument("--origin-surface", choices=SURFACES, default="cli")
-    submit.add_argument("--origin-product", default="agentd", metavar="PRODUCT")
-    submit.add_argument("--dispatch-mode", choices=MODES, default="queued")
+    submit.add_argument(
+        "--origin-surface", choices=SURFACES, default="cli", help="where it was asked for (default cli)"
+    )
+    submit.add_argument(
+        "--origin-product", default="agentd", metavar="PRODUCT", help="the product that asked (default agentd)"
+    )
+    submit.add_argument(
+        "--dispatch-mode", choices=MODES, default="queued", help="how it was asked for (default queued)"
+    )
     submit.add_argument(
         "--batch",
         metavar="FILE",
@@ -52,12 +65,14 @@ def register(commands: Any) -> None:
     )
     status = add_command(fleet, "status", cmd_status, "the fleet's tasks by status and who holds leases")
     show = add_command(fleet, "show", cmd_show, "one fleet task: its record, result and history")
-    show.add_argument("fleet_id", type=record_id, metavar="ID")
+    show.add_argument("fleet_id", type=record_id, metavar="ID", help="the fleet task's id (`fleet status`)")
     cancel = add_command(fleet, "cancel", cmd_cancel, "cancel a queued or leased fleet task")
-    cancel.add_argument("fleet_id", type=record_id, metavar="ID")
+    cancel.add_argument("fleet_id", type=record_id, metavar="ID", help="the fleet task to cancel")
     for parser in (init, submit, status, show, cancel):
         parser.add_argument("--dsn", help="the connection string (else --dsn-file, else [fleet] dsn_file)")
-        parser.add_argument("--dsn-file", type=Path, metavar="FILE")
+        parser.add_argument(
+            "--dsn-file", type=Path, metavar="FILE", help="a file (mode 0600) holding the connection string"
+        )
 
 
 def dsn_of(args: argparse.Namespace, config: Config | None = None) -> str:

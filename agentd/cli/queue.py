@@ -36,8 +36,8 @@ def register(commands: Any) -> None:
     what = add.add_mutually_exclusive_group(required=True)
     what.add_argument("--type", dest="task_type", help="a registered task type")
     what.add_argument("--batch", metavar="FILE", help="many tasks: a task intent per JSON line ('-': stdin)")
-    add.add_argument("--subject")
-    add.add_argument("--description")
+    add.add_argument("--subject", help="a one-line title people see in lists (default: none)")
+    add.add_argument("--description", help="longer text for the agent, added to its prompt")
     add.add_argument("--priority", type=priority, help="1 (most urgent) to 10 (least); default 5")
     add.add_argument("--payload", default="{}", help="JSON object checked against the type's payload schema")
     add.add_argument("--skill", dest="skills", action="append", default=[], help="a skill id (repeatable)")
@@ -69,20 +69,20 @@ def register(commands: Any) -> None:
 
     lst = add_command(task, "list", cmd_task_list, "tasks, newest first")
     lst.add_argument("--status", action="append", choices=TASK_STATUSES, default=[], help="only these (repeatable)")
-    lst.add_argument("--limit", type=count, default=50)
+    lst.add_argument("--limit", type=count, default=50, help="at most this many (default 50)")
 
     show = add_command(task, "show", cmd_task_show, "one task: its record, attempts and events")
-    show.add_argument("task_id", type=record_id, metavar="ID")
+    show.add_argument("task_id", type=record_id, metavar="ID", help="the task's id (`agentd task list` shows them)")
 
     cancel = add_command(
         task, "cancel", cmd_task_cancel, "cancel a task: a waiting one at once, a running one by stopping its adapter"
     )
-    cancel.add_argument("task_id", type=record_id, metavar="ID")
+    cancel.add_argument("task_id", type=record_id, metavar="ID", help="the task to cancel")
 
     retry = add_command(
         task, "retry", cmd_task_retry, "re-queue a permanently failed, blocked or canceled task; its history stays"
     )
-    retry.add_argument("task_id", type=record_id, metavar="ID")
+    retry.add_argument("task_id", type=record_id, metavar="ID", help="the task to run again")
     retry.add_argument(
         "--attempts",
         type=attempts,

@@ -23,10 +23,10 @@ from agentd.clock import SystemClock, age, format_ts
 def register(commands: Any) -> None:
     add_command(commands, "approvals", cmd_approvals, "list what waits for an operator's approval, oldest first")
     approve = add_command(commands, "approve", cmd_approve, "let a task that waits for approval run")
-    approve.add_argument("task_id", type=record_id, metavar="ID")
+    approve.add_argument("task_id", type=record_id, metavar="ID", help="the held task's id (`agentd approvals`)")
     approve.add_argument("--note", type=note("--note"), help="recorded with the approval")
     deny = add_command(commands, "deny", cmd_deny, "refuse a task that waits for approval: it ends operator_canceled")
-    deny.add_argument("task_id", type=record_id, metavar="ID")
+    deny.add_argument("task_id", type=record_id, metavar="ID", help="the held task's id (`agentd approvals`)")
     deny.add_argument(
         "--reason",
         required=True,
