@@ -1,4 +1,4 @@
-"""`agentd web` (the HTTP API and console as a service) and `agentd web token add/list/revoke`, the
+"""`agentd web` (the HTTP API and console as a service) and `agentd web token add|list|revoke`, the
 operators' bearer tokens (docs/web.md)."""
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ SECTIONS = {
     "picks a free pair.",
     "retention": "How long agentd keeps what piles up, in days; 0 keeps that kind forever. Nothing of a task "
     "that is not finished is ever removed.",
-    "fleet": "Taking work from a fleet's queue on PostgreSQL (`agentd fleet intake`; docs/fleet.md).",
+    "fleet": "Taking work from a fleet's queue on PostgreSQL (the dispatcher claims from it: docs/fleet.md).",
     "web": "`agentd web`: the HTTP API and operator console, its port, logins, the approval hand-off (docs/web.md).",
     "chaos": "Fault injection for agentd's own crash tests; leave it out.",
     "adapters": "How attempts run: a harness CLI (claude-code, codex, hermes-agent), an Ollama endpoint or a script.",

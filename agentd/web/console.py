@@ -184,27 +184,27 @@ def do_deny(web: Web, store: Store, task_id: int | None, fields: dict[str, str],
 
 
 def do_pause(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
-    """`agentd pause [--reason]`."""
+    """`agentd dispatch pause [--reason]`."""
     reason = inputs.note(fields.get("reason"), "body.reason")
     control.pause_dispatch(web.config, store, reason, web.clock.now(), by=operator.name)
     return "/"
 
 
 def do_resume(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
-    """`agentd resume`."""
+    """`agentd dispatch resume`."""
     control.resume_dispatch(web.config, store, web.clock.now(), by=operator.name)
     return "/"
 
 
 def do_cancel(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
-    """`agentd cancel ID`."""
+    """`agentd task cancel ID`."""
     assert task_id is not None
     control.cancel_task(web.config, store, task_id, web.clock.now(), by=operator.name)
     return f"/tasks/{task_id}"
 
 
 def do_retry(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
-    """`agentd retry ID`."""
+    """`agentd task retry ID`."""
     assert task_id is not None
     control.retry_task(web.config, store, task_id, None, web.clock.now(), by=operator.name)
     return f"/tasks/{task_id}"
