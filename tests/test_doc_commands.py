@@ -271,3 +271,56 @@ SETUP: dict[str, Callable[[Path], AbstractContextManager[dict[str, str]]]] = {"R
 )
 def test_a_step_matches_its_output_line_by_line(shown: tuple[str, ...], printed: str, same: bool) -> None:
     assert (differs(Step("x", shown), printed) is None) is same
+
+
+# --- numbers: what the suite takes is measured, not remembered --------------------------------------------
+
+# The suite's own targets, and the words the docs use for a whole run of one.
+SUITE = re.compile(
+    r"make (?:test|test-fast|test-slow|test-harness|test-system)\b|[Tt]he (?:whole )?suite|[Tt]he whole run"
+)
+# A measured duration or count of tests; a goal is written with ≤ (`make test` ≤ 90 s) and is not one.
+MEASURED = re.compile(
+    r"(?<!≤ )(?<![\d,.])(?:~|about )?\d[\d,.]*\s*(?:s|min|minutes?|seconds?|hours?)\b|½ min|\d[\d,]* tests\b"
+)
+# Pages whose numbers a build writes: make bench's goals table (tests/test_docs.py holds it to bench/).
+WRITTEN_BY_A_BUILD = ("benchmarks.md",)
+
+
+def remembered_numbers(text: str) -> list[str]:
+    """Each sentence (or table row, or line of a block) that says how long the suite or one of its targets
+    takes, or how many tests it has: numbers that go stale the day a test is added (issue 40, finding 1)."""
+    found = []
+    for para in re.split(r"\n\s*\n|\n(?=```)", text):
+        lined = para.startswith(("```", "|"))
+        units = para.splitlines() if lined else re.split(r"(?<=[.;])\s+", " ".join(para.split()))
+        found += [" ".join(unit.split())[:200] for unit in units if SUITE.search(unit) and MEASURED.search(unit)]
+    return found
+
+
+def test_the_docs_give_no_remembered_time_or_count_of_the_suite() -> None:
+    """`make test` prints what it took (tests/conftest.py); the docs do not repeat a number that was true
+    once. A goal (≤ 90 s) may be stated."""
+    stale = [
+        f"{doc.relative_to(REPO)}: {found}"
+        for doc in DOCS
+        if doc.name not in WRITTEN_BY_A_BUILD
+        for found in remembered_numbers(doc.read_text(encoding="utf-8"))
+    ]
+    assert stale == []
+
+
+@pytest.mark.parametrize(
+    ("text", "stale"),
+    [
+        ("make test   # runs the whole suite (~1½ min on 2 cores)\n", True),
+        ("docs/testing.md says about 1,360 tests, 80–100 s for `make test`.", True),
+        ("`make test-harness` installs the CLIs (~870 MB, ~35 s).", True),
+        ("The whole run takes about 8 minutes.", True),
+        ("The target is `make test` ≤ 90 s.", False),
+        ("`make test` runs the fast and process tiers.", False),
+        ("The dispatcher drains 200 tasks in 12 s.", False),
+    ],
+)
+def test_the_number_check_finds_a_remembered_time(text: str, stale: bool) -> None:
+    assert bool(remembered_numbers(text)) is stale
