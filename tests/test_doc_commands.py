@@ -324,3 +324,44 @@ def test_the_docs_give_no_remembered_time_or_count_of_the_suite() -> None:
 )
 def test_the_number_check_finds_a_remembered_time(text: str, stale: bool) -> None:
     assert bool(remembered_numbers(text)) is stale
+
+
+# --- metrics: a doc says of a metric only what it is ------------------------------------------------------
+
+
+def metric_claims(text: str) -> list[tuple[str, set[str], str]]:
+    """(metric, labels claimed, where) for each `name{labels}` a doc writes, and for each metric named in a
+    sentence that says its metrics carry a `label` ("each with an `agent` label")."""
+    claims = []
+    for name, labels in re.findall(r"(agentd_\w+)\{([^}]*)\}", text):
+        claimed = {part.split("=")[0].strip() for part in labels.split(",") if part.strip()}
+        claims.append((name, claimed, f"{name}{{{labels}}}"))
+    for sentence in re.split(r"(?<=[.;])\s+", " ".join(text.split())):
+        said = set(re.findall(r"`(\w+)` label", sentence))
+        if said and not re.search(r"\bno `\w+` label", sentence):
+            claims += [(name, said, sentence[:120]) for name in re.findall(r"`(agentd_\w+)`", sentence)]
+    return claims
+
+
+def test_what_the_docs_say_of_a_metrics_labels_is_what_it_has() -> None:
+    """docs/fleet.md once said every fleet metric carries an `agent` label; none does (the scrape target
+    names the agent: monitoring/README.md)."""
+    from agentd.outlook.metric_specs import CATALOGUE
+
+    labels = {spec.exposed: set(spec.labels) for spec in CATALOGUE}
+    labels |= {spec.exposed.removesuffix("_total"): set(spec.labels) for spec in CATALOGUE}
+    wrong = [
+        f"{doc.relative_to(REPO)}: {where}: {name} has {sorted(labels[name]) or 'no labels'}"
+        for doc in DOCS
+        for name, claimed, where in metric_claims(doc.read_text(encoding="utf-8"))
+        if name in labels and not claimed <= labels[name]
+    ]
+    assert wrong == []
+
+
+def test_the_label_check_reads_both_forms() -> None:
+    text = "The dispatcher serves (each with an `agent` label): `agentd_fleet_reachable`. `agentd_tasks{status}`"
+    assert metric_claims(text) == [
+        ("agentd_tasks", {"status"}, "agentd_tasks{status}"),
+        ("agentd_fleet_reachable", {"agent"}, text.split(". ")[0] + "."),
+    ]
