@@ -14,7 +14,6 @@ from agentd.process import containment
 from agentd.store import Store, migrate, open_store
 from agentd.work.validation import load_config
 
-
 SESSION_STARTED: list[float] = []
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from support import REPO
-from test_docs import BIN, DOCS, fenced_blocks, shown_commands
+from test_docs import BIN, DOCS, code_blocks, fenced_blocks, shown_commands
 
 from agentd.cli import build_parser
 
@@ -252,7 +252,24 @@ def after_the_tour(clone: Path) -> Iterator[dict[str, str]]:
     yield {}
 
 
-SETUP: dict[str, Callable[[Path], AbstractContextManager[dict[str, str]]]] = {"README.md": after_the_tour}
+@contextmanager
+def script_adapter_saved(clone: Path) -> Iterator[dict[str, str]]:
+    """What docs/adapters.md says to do with its two blocks before its session: save the script as
+    `scripts/wordcount.py` beside the identity TOML, `chmod +x` it, and add the TOML to that file."""
+    [(lang, script), (toml_lang, toml)] = code_blocks("Write your own script adapter")[:2]
+    assert (lang, toml_lang) == ("python", "toml")
+    saved = clone / "config" / "scripts" / "wordcount.py"
+    saved.write_text(script)
+    saved.chmod(0o755)
+    config = clone / "config" / "identity.example.toml"
+    config.write_text(config.read_text() + "\n" + toml)
+    yield {}
+
+
+SETUP: dict[str, Callable[[Path], AbstractContextManager[dict[str, str]]]] = {
+    "README.md": after_the_tour,
+    "adapters.md": script_adapter_saved,
+}
 
 
 @pytest.mark.parametrize(

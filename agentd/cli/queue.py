@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import (
@@ -20,7 +21,7 @@ from agentd.cli.common import (
 )
 from agentd.cli.observe import detail
 from agentd.clock import SystemClock, age, ago, format_ts
-from agentd.edge import printable
+from agentd.edge import TAIL_BYTES, printable, tail_lines
 from agentd.errors import InputError
 from agentd.vocabulary import TASK_STATUSES
 
@@ -248,6 +249,7 @@ def _print_shown(shown: dict[str, Any]) -> None:
         for a in attempts:
             pruned = f"  (deleted by retention {ago(a.evidence_pruned_at, now)})" if a.evidence_pruned_at else ""
             print(f"  #{a.attempt_number}  {printable(a.evidence_dir or '(none: the attempt never started)')}{pruned}")
+        _print_failure_tails(attempts, outcomes)
     denials = [e.payload for e in events if e.type == "policy_denied"]
     if denials:  # tool calls a harness's permission policy refused; each is a policy_denied event below
         tools = sorted({str(p["tool"]) for p in denials if "tool" in p})
@@ -258,6 +260,25 @@ def _print_shown(shown: dict[str, Any]) -> None:
         ["SEQ", "TIME", "TYPE", "DETAIL"],
         [(e.sequence, format_ts(e.timestamp)[:19] + "Z", e.type, detail(e.payload)) for e in events],
     )
+
+
+def _print_failure_tails(attempts: list[Any], outcomes: dict[str, Any]) -> None:
+    """The last lines each failed attempt wrote to stderr, as sealed in its evidence (redacted): where the
+    cause of a failure usually is (docs/operate.md, "When an attempt fails")."""
+    for a in attempts:
+        failed = a.ended_at is not None and outcomes.get(a.attempt_id) not in (None, "completed")
+        lines = stderr_tail(a.evidence_dir) if failed and a.evidence_dir else []
+        if lines:
+            print(f"\nstderr of attempt {a.attempt_number} (its last lines)")
+            print("\n".join(f"  {line}" for line in lines))
+
+
+def stderr_tail(evidence_dir: str) -> list[str]:
+    """The end of an attempt's stderr.log (agentd/edge.py `tail_lines`), or nothing where there is none."""
+    from agentd.process.files import read_tail_beneath
+
+    found = read_tail_beneath(Path(evidence_dir), "stderr.log", TAIL_BYTES)
+    return tail_lines(found[0], cut=found[1]) if found else []
 
 
 def cmd_task_cancel(args: argparse.Namespace) -> int:

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from agentd.config import Config
+from agentd.edge import TAIL_BYTES, tail_lines
 from agentd.errors import InputError
 from agentd.outlook.status import snapshot
-from agentd.process.files import Refused, lstat_beneath
+from agentd.process.files import Refused, lstat_beneath, read_tail_beneath
 from agentd.records import TaskAttempt, TaskRecord
 from agentd.records.event_names import LIVE_EVENT_TYPES
 from agentd.store import Store
@@ -75,11 +76,21 @@ def task_view(config: Config, store: Store, task_id: int) -> dict[str, Any]:
     for attempt in store.attempts_of(task_id):
         files = evidence_files(config, task_id, attempt.attempt_id)
         links = [{"name": name, "href": evidence_href(task_id, attempt.attempt_id, name)} for name in files]
-        attempts.append(jsonable(attempt) | {"evidence": links})
+        attempts.append(jsonable(attempt) | {"evidence": links, "stderr_tail": failure_tail(config, attempt)})
     events = store.event_rows(task_id=task_id, limit=EVENTS_SHOWN, last=True)
     enqueued = next((e for e in store.event_rows(task_id=task_id, types=("task_enqueued",), limit=1)), None)
     context = enqueued["payload"].get("dispatch_context") if enqueued else None
     return {"task": jsonable(task), "attempts": attempts, "events": events, "dispatch_context": context}
+
+
+def failure_tail(config: Config, attempt: TaskAttempt) -> list[str]:
+    """The last lines a failed attempt wrote to stderr, as sealed in its evidence (redacted, bounded:
+    agentd/edge.py `tail_lines`); nothing for one that completed, runs, or left no stderr."""
+    failed = attempt.ended_at is not None and (attempt.exit_status != "ok" or attempt.retry_class != "none")
+    if not failed or not ULID.fullmatch(attempt.attempt_id):
+        return []
+    found = read_tail_beneath(evidence_root(config), f"{attempt.task_id}/{attempt.attempt_id}/stderr.log", TAIL_BYTES)
+    return tail_lines(found[0], cut=found[1]) if found else []
 
 
 def evidence_href(task_id: int, attempt_id: str, name: str) -> str:
