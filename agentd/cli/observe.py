@@ -23,6 +23,7 @@ from agentd.cli.common import (
 from agentd.cli.watch import add_watch_option
 from agentd.clock import SystemClock, age, ago, format_ts, parse_ts
 from agentd.edge import printable, visible_json
+from agentd.records.event_names import EVENT_TYPES
 
 if TYPE_CHECKING:
     from agentd.records import RuntimeEvent
@@ -80,7 +81,9 @@ def detail(payload: dict[str, Any]) -> str:
     return f"{text[:DETAIL_CHARS]}… (+{len(text) - DETAIL_CHARS} chars)"
 
 
-EVENT_HEADER = f"{'SEQ':>6}  {'TIME':<20}  TYPE  IDS  DETAIL"
+# Every column but the last is as wide as its widest value, so the header lines up with every row.
+TYPE_WIDTH = max(len(name) for name in EVENT_TYPES)
+EVENT_HEADER = f"{'SEQ':>6}  {'TIME':<20}  {'TYPE':<{TYPE_WIDTH}}  DETAIL"
 
 
 def cmd_events(args: argparse.Namespace) -> int:
@@ -163,8 +166,9 @@ def event_text(event: Any) -> str:
         )
         if v is not None
     )
-    parts = [f"{event.sequence:>6}", format_ts(event.timestamp)[:19] + "Z", event.type, ids, detail(event.payload)]
-    return printable("  ".join(part for part in parts if part))
+    rest = " ".join(part for part in (ids, detail(event.payload)) if part)
+    parts = [f"{event.sequence:>6}", format_ts(event.timestamp)[:19] + "Z", f"{event.type:<{TYPE_WIDTH}}", rest]
+    return printable("  ".join(parts).rstrip())
 
 
 def _budget_line(budget: dict[str, Any]) -> str:
