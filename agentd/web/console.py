@@ -29,7 +29,8 @@ RETRYABLE = ("permanent_failure", "blocked", "operator_canceled")
 def page(request: Request, name: str, operator: Operator | None, csrf: str, **context: Any) -> Response:
     """A page of the console with what every page shows (the operator, the CSRF token, the agent)."""
     web = web_of(request)
-    values = {"operator": operator, "csrf": csrf, "agent_id": web.config.agent.agent_id, **context}
+    values = {"operator": operator, "csrf": csrf, "agent_id": web.config.agent.agent_id, "now": web.clock.now()}
+    values |= context
     return web.templates.TemplateResponse(request, name, values)
 
 

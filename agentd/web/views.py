@@ -53,7 +53,12 @@ def activity_of(store: Store, task_id: int, attempt_id: str) -> dict[str, Any]:
     return {"recent_activity": activity, "todos": listed if isinstance(listed, list) else []}
 
 
+# What each approval scope waits for, in an approver's words (docs/operate.md, "Approvals").
+SCOPE_WORDS = {"claim": "before it runs", "side_effects": "before its outcome's side effects apply"}
+
+
 def approvals_view(store: Store) -> list[dict[str, Any]]:
+    """What waits for an operator, with each task's payload: what the approver judges."""
     return [
         {
             "approval_id": p.approval_id,
@@ -62,6 +67,8 @@ def approvals_view(store: Store) -> list[dict[str, Any]]:
             "subject": p.subject,
             "reason": p.reason,
             "scope": p.scope,
+            "scope_words": SCOPE_WORDS.get(p.scope, p.scope),
+            "payload": store.get_task_or_raise(p.task_id).payload,
             "requested_at": p.requested_at.isoformat().replace("+00:00", "Z"),
         }
         for p in store.pending_approvals()
