@@ -76,3 +76,29 @@ def test_the_dispatchers_idle_line_counts_with_the_consoles_word(web: WebRig) ->
     assert status["waiting"][word] == int(count) == 1 and status["counts"]["pending"] == 3
     browser, _ = logged_in(web)
     assert f"{word} {count}" in visible(browser.get("/").text)
+
+
+@pytest.mark.asyncio
+async def test_evidence_opens_in_the_console_with_a_way_back_and_the_task_verifies_there(rig: Rig) -> None:
+    task_id = rig.add("scripted", payload={"outcome": ok()}).task_id
+    dispatcher = rig.dispatcher()
+    await dispatcher.start()
+    await dispatcher.run_until_idle()
+    await dispatcher.stop()
+    with serving(rig) as web:
+        browser, _ = logged_in(web)
+        links = re.findall(rf'href="(/tasks/{task_id}/evidence/[^"]+)"', browser.get(f"/tasks/{task_id}").text)
+        assert links, "the task's page links its evidence files into the console"
+        for link in links:
+            shown = browser.get(link)
+            raw = re.search(r'href="(/evidence/[^"]+)" download', shown.text)
+            assert shown.status == 200 and f'href="/tasks/{task_id}"' in shown.text and raw, link
+            assert browser.get(raw.group(1)).status == 200, "the raw file is a link away"
+        verdict = visible(browser.get(f"/tasks/{task_id}/verify").text)
+        assert "Clean" in verdict and "finding" not in verdict
+        name = links[0].rsplit("/", 1)[1]
+        tampered = next((rig.config.paths.state_dir / "attempts" / str(task_id)).iterdir()) / name
+        tampered.write_bytes(tampered.read_bytes() + b"an edit after the seal\n")
+        verdict = browser.get(f"/tasks/{task_id}/verify").text
+        assert 'class="verdict findings"' in verdict and "clean" not in verdict.lower(), verdict
+        assert f"{name}</code>: sha256 differs" in verdict, "the finding names the edited file"

@@ -147,6 +147,7 @@ def test_approve_a_held_task_in_the_console_and_see_it_run(page: Any, web: WebRi
     log_in(page, web)
     page.goto("/approvals")
     expect(page.locator(f"#approval-{waiting}")).to_contain_text("deploy the docs")
+    expect(page.locator(f"#approval-{waiting} pre.payload")).to_contain_text('"stdout": "deployed"')
     screenshot(page, "console-approvals")
     page.locator(f"#approval-{waiting} input[name=note]").fill("go ahead")
     page.locator(f"#approval-{waiting} button[name=approve]").click()
@@ -157,9 +158,13 @@ def test_approve_a_held_task_in_the_console_and_see_it_run(page: Any, web: WebRi
     page.reload()
     expect(page.locator("h1 .status")).to_have_text("completed")
     page.get_by_role("link", name="stdout.log").click()
-    expect(page.locator("body")).to_contain_text("deployed")
-    page.go_back()
+    expect(page.locator("pre.evidence-file")).to_contain_text("deployed")  # inside the console
+    page.get_by_role("link", name=f"← task {waiting}").click()  # and a way back
+    expect(page.locator("h1 .status")).to_have_text("completed")
     screenshot(page, "console-task")
+    page.get_by_role("link", name="Verify this task's evidence").click()
+    expect(page.locator(".verdict.clean")).to_contain_text("Clean")
+    screenshot(page, "console-verify")
     assert rig.store.get_task_or_raise(waiting).status == "completed"
 
 
