@@ -102,3 +102,24 @@ async def test_evidence_opens_in_the_console_with_a_way_back_and_the_task_verifi
         verdict = browser.get(f"/tasks/{task_id}/verify").text
         assert 'class="verdict findings"' in verdict and "clean" not in verdict.lower(), verdict
         assert f"{name}</code>: sha256 differs" in verdict, "the finding names the edited file"
+
+
+@pytest.mark.asyncio
+async def test_a_goal_loop_shows_in_the_consoles_workflows_with_each_step(rig: Rig) -> None:
+    from test_workflows import run_workflow
+
+    workflow, steps = await run_workflow(rig, {"answers": {"verify": ["continue", "complete"]}})
+    with serving(rig) as web:
+        browser, _ = logged_in(web)
+        assert 'href="/workflows"' in browser.get("/").text, "the console's menu has the workflows"
+        listed = browser.get("/workflows").text
+        assert f'href="/workflows/{workflow.workflow_id}"' in listed and "goal-loop" in listed
+        assert "goal-loop" not in browser.get("/workflows", status="blocked").text
+        shown = browser.get(f"/workflows/{workflow.workflow_id}").text
+        order = re.findall(r'<li class="step (\w+)"><b>(\w+)</b>\s*<a href="/tasks/(\d+)"', shown)
+        assert [(state, int(task)) for _, state, task in order] == [
+            (t.workflow_ref.state_id, t.task_id) for t in steps if t.workflow_ref
+        ] and len(order) == 5
+        assert "→ <em>continue</em>" in shown and "→ <em>complete</em>" in shown
+        assert browser.get("/workflows/999").status == 404
+        assert browser.get("/workflows", status="nope").status == 422

@@ -191,3 +191,19 @@ def test_watch_live_tool_events_of_a_running_attempt_appear(page: Any, web: WebR
     expect(activity.locator("li.attempt_progress")).to_have_text("attempt_progress <b>half</b> way")
     assert activity.locator("b").count() == 0, "reported text is shown as text, never as HTML"
     screenshot(page, "console-overview")
+
+
+def test_a_goal_loop_in_the_consoles_workflows(page: Any, web: WebRig) -> None:
+    from playwright.sync_api import expect
+
+    rig = web.rig
+    context = {"answers": {"verify": ["continue", "complete"]}}
+    workflow, _ = rig.store.create_workflow("goal-loop", "docs-site", "plan", context, rig.clock.now(), "test")
+    in_a_thread(rig)
+    log_in(page, web)
+    page.get_by_role("link", name="Workflows").click()
+    page.get_by_role("link", name=str(workflow.workflow_id), exact=True).click()
+    expect(page.locator("h1 .status")).to_have_text("completed")
+    expect(page.locator("li.step")).to_have_count(5)
+    expect(page.locator("li.step b")).to_have_text(["plan", "execute", "verify", "execute", "verify"])
+    screenshot(page, "console-workflow")
