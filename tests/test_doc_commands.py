@@ -5,6 +5,7 @@ shows (a `console` block of `$ ` lines) is run as written, its output compared l
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -266,7 +267,25 @@ def script_adapter_saved(clone: Path) -> Iterator[dict[str, str]]:
     yield {}
 
 
+@contextmanager
+def a_model_connected(clone: Path) -> Iterator[dict[str, str]]:
+    """docs/connect-a-model.md's ollama TOML added to the identity TOML, the fake model server (tests/fakemodel)
+    standing in for ollama at the address it names: the one change is the port, which the OS picks."""
+    from fakemodel import FakeModelServer, Reply
+
+    [(lang, toml)] = [block for block in code_blocks("ollama") if block[0] == "toml"]
+    model = re.search(r'^model = "([^"]+)"', toml, re.MULTILINE)
+    assert lang == "toml" and model is not None and 'endpoint = "http://127.0.0.1:11434"' in toml
+    outcome = {"status": "completed", "machine_status": "ok", "operator_summary": "hello"}
+    with FakeModelServer([Reply("Hello.\n```json\n" + json.dumps(outcome) + "\n```\n")], models=[model.group(1)]) as fake:
+        config = clone / "config" / "identity.example.toml"
+        config.write_text(config.read_text() + "\n" + toml.replace("http://127.0.0.1:11434", fake.url))
+        yield {}
+        assert fake.turns_left == 0, "the task went to the model"
+
+
 SETUP: dict[str, Callable[[Path], AbstractContextManager[dict[str, str]]]] = {
+    "connect-a-model.md": a_model_connected,
     "README.md": after_the_tour,
     "adapters.md": script_adapter_saved,
 }

@@ -356,6 +356,14 @@ def test_the_readme_is_a_short_front_door() -> None:
     assert readme.decode().index("make run") < readme.decode().index("## A five-minute tour")
 
 
+def pages_of(entry: dict[str, Any]) -> list[str]:
+    """The pages of one nav entry: a page, or a section's pages, however deep."""
+    found: list[str] = []
+    for under in entry.values():
+        found += [under] if isinstance(under, str) else [page for inner in under for page in pages_of(inner)]
+    return found
+
+
 def test_the_site_is_built_strict_from_every_page() -> None:
     """mkdocs.yml: strict, every link and anchor check a warning (so a failure), every page in the nav,
     and no theme feature that needs a CDN (the site is read offline)."""
@@ -364,8 +372,12 @@ def test_the_site_is_built_strict_from_every_page() -> None:
     checks = site["validation"]
     assert set(checks["links"].values()) == {"warn"} and set(checks["nav"].values()) == {"warn"}
     assert {"not_found", "anchors", "absolute_links", "unrecognized_links"} <= set(checks["links"])
-    nav = {page for entry in site["nav"] for page in entry.values()}
+    nav = {page for entry in site["nav"] for page in pages_of(entry)}
     assert nav == {path.name for path in (REPO / "docs").glob("*.md")}
+    sections = [title for entry in site["nav"] for title, under in entry.items() if isinstance(under, list)]
+    assert sections == ["Getting started", "Operate", "Deploy", "Reference", "Internals"], "sectioned, not one bar"
+    [getting_started] = [entry["Getting started"] for entry in site["nav"] if "Getting started" in entry]
+    assert [page for entry in getting_started for page in pages_of(entry)][0] == "quickstart.md"
     assert site["theme"].get("highlightjs") is False
 
 
