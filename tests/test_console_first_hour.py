@@ -47,7 +47,7 @@ def test_every_page_says_times_relative_to_now_with_the_exact_time_on_hover(web:
         assert not RAW_TIME.search(visible(html)), f"{path} shows a raw ISO time: {RAW_TIME.search(visible(html))}"
         shown = TIME.findall(html)
         assert shown, f"{path} shows no time"
-        for moment, exact, words in shown:
+        for _, exact, words in shown:
             assert "." not in exact and exact.endswith("UTC"), exact
             assert words.endswith(" ago") or words == "just now", words
         assert any(words == "3m12s ago" for _, _, words in shown), f"{path}: {shown}"

@@ -277,7 +277,8 @@ def a_model_connected(clone: Path) -> Iterator[dict[str, str]]:
     model = re.search(r'^model = "([^"]+)"', toml, re.MULTILINE)
     assert lang == "toml" and model is not None and 'endpoint = "http://127.0.0.1:11434"' in toml
     outcome = {"status": "completed", "machine_status": "ok", "operator_summary": "hello"}
-    with FakeModelServer([Reply("Hello.\n```json\n" + json.dumps(outcome) + "\n```\n")], models=[model.group(1)]) as fake:
+    answer = Reply("Hello.\n```json\n" + json.dumps(outcome) + "\n```\n")
+    with FakeModelServer([answer], models=[model.group(1)]) as fake:
         config = clone / "config" / "identity.example.toml"
         config.write_text(config.read_text() + "\n" + toml.replace("http://127.0.0.1:11434", fake.url))
         yield {}

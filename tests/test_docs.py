@@ -377,7 +377,7 @@ def test_the_site_is_built_strict_from_every_page() -> None:
     sections = [title for entry in site["nav"] for title, under in entry.items() if isinstance(under, list)]
     assert sections == ["Getting started", "Operate", "Deploy", "Reference", "Internals"], "sectioned, not one bar"
     [getting_started] = [entry["Getting started"] for entry in site["nav"] if "Getting started" in entry]
-    assert [page for entry in getting_started for page in pages_of(entry)][0] == "quickstart.md"
+    assert next(page for entry in getting_started for page in pages_of(entry)) == "quickstart.md"
     assert site["theme"].get("highlightjs") is False
 
 
