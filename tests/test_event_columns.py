@@ -9,10 +9,17 @@ from typing import Any
 
 from support import agent_config, run_main
 
+from agentd.cli.observe import TYPE_WIDTH
+from agentd.records.event_names import EVENT_TYPES
+
 
 def starts(line: str) -> list[int]:
     """Where each whitespace-separated word of a line starts."""
     return [m.start() for m in re.finditer(r"\S+", line)]
+
+
+def test_the_type_column_is_as_wide_as_the_longest_event_type() -> None:
+    assert max(len(name) for name in EVENT_TYPES) == TYPE_WIDTH
 
 
 def test_the_events_header_lines_up_with_every_row(tmp_path: Path, capsys: Any) -> None:

@@ -23,7 +23,6 @@ from agentd.cli.common import (
 from agentd.cli.watch import add_watch_option
 from agentd.clock import SystemClock, age, ago, format_ts, parse_ts
 from agentd.edge import printable, visible_json
-from agentd.records.event_names import EVENT_TYPES
 
 if TYPE_CHECKING:
     from agentd.records import RuntimeEvent
@@ -81,8 +80,10 @@ def detail(payload: dict[str, Any]) -> str:
     return f"{text[:DETAIL_CHARS]}… (+{len(text) - DETAIL_CHARS} chars)"
 
 
-# Every column but the last is as wide as its widest value, so the header lines up with every row.
-TYPE_WIDTH = max(len(name) for name in EVENT_TYPES)
+# Every column but the last is as wide as its widest value, so the header lines up with every row: the
+# longest event type's length (agentd/records/event_names.py, not imported here: `--help` loads no
+# record; tests/test_event_columns.py holds the two equal).
+TYPE_WIDTH = 27
 EVENT_HEADER = f"{'SEQ':>6}  {'TIME':<20}  {'TYPE':<{TYPE_WIDTH}}  DETAIL"
 
 
