@@ -318,7 +318,7 @@ def test_events_filters_and_header(cli: Any) -> None:
         assert cli("task", "add", "--type", "example", "--subject", subject).code == 0
     typed = cli("events", "--type", "task_enqueued")
     lines = typed.out.splitlines()
-    assert lines[0].split() == ["SEQ", "TIME", "TYPE", "IDS", "DETAIL"]
+    assert lines[0].split() == ["SEQ", "TIME", "TYPE", "DETAIL"]
     assert len(lines) == 4 and all("task_enqueued" in line for line in lines[1:])
     last = cli("events", "--last", "2", "--json").json_lines()
     everything = cli("events", "--json").json_lines()

@@ -410,7 +410,8 @@ def test_events_shows_a_todo_list_by_where_it_stands(rig: Rig, rig_cli: Callable
     shown = rig_cli(rig, "events", "--type", "todos_updated")
     assert (
         shown.code == 0
-        and "todos_updated  task=1 attempt=attempt-1  todos=3: 1 done, 1 in-progress, 1 open" in shown.out
+        and "todos_updated  " in shown.out
+        and "  task=1 attempt=attempt-1 todos=3: 1 done, 1 in-progress, 1 open" in shown.out
     )
     assert rig_cli(rig, "events", "--type", "todos_updated", "--json").json_lines()[0]["payload"]["todos"] == todos
 

@@ -147,6 +147,7 @@ def test_approve_a_held_task_in_the_console_and_see_it_run(page: Any, web: WebRi
     log_in(page, web)
     page.goto("/approvals")
     expect(page.locator(f"#approval-{waiting}")).to_contain_text("deploy the docs")
+    expect(page.locator(f"#approval-{waiting} pre.payload")).to_contain_text('"stdout": "deployed"')
     screenshot(page, "console-approvals")
     page.locator(f"#approval-{waiting} input[name=note]").fill("go ahead")
     page.locator(f"#approval-{waiting} button[name=approve]").click()
@@ -157,9 +158,13 @@ def test_approve_a_held_task_in_the_console_and_see_it_run(page: Any, web: WebRi
     page.reload()
     expect(page.locator("h1 .status")).to_have_text("completed")
     page.get_by_role("link", name="stdout.log").click()
-    expect(page.locator("body")).to_contain_text("deployed")
-    page.go_back()
+    expect(page.locator("pre.evidence-file")).to_contain_text("deployed")  # inside the console
+    page.get_by_role("link", name=f"← task {waiting}").click()  # and a way back
+    expect(page.locator("h1 .status")).to_have_text("completed")
     screenshot(page, "console-task")
+    page.get_by_role("link", name="Verify this task's evidence").click()
+    expect(page.locator(".verdict.clean")).to_contain_text("Clean")
+    screenshot(page, "console-verify")
     assert rig.store.get_task_or_raise(waiting).status == "completed"
 
 
@@ -212,3 +217,19 @@ def test_a_lost_task_reads_lost_in_the_console_and_a_task_is_paused_through_its_
     page.locator("button[name=confirm-pause]").click()
     expect(page.locator("h1 .state")).to_have_text("paused")
     assert rig.store.task_pause(waiting) is not None
+
+
+def test_a_goal_loop_in_the_consoles_workflows(page: Any, web: WebRig) -> None:
+    from playwright.sync_api import expect
+
+    rig = web.rig
+    context = {"answers": {"verify": ["continue", "complete"]}}
+    workflow, _ = rig.store.create_workflow("goal-loop", "docs-site", "plan", context, rig.clock.now(), "test")
+    in_a_thread(rig)
+    log_in(page, web)
+    page.get_by_role("link", name="Workflows").click()
+    page.get_by_role("link", name=str(workflow.workflow_id), exact=True).click()
+    expect(page.locator("h1 .status")).to_have_text("completed")
+    expect(page.locator("li.step")).to_have_count(5)
+    expect(page.locator("li.step b")).to_have_text(["plan", "execute", "verify", "execute", "verify"])
+    screenshot(page, "console-workflow")

@@ -114,7 +114,7 @@ def extracted_of(facts: AttemptFacts) -> Extracted:
     if facts.extracted is not None:
         return facts.extracted
     final = facts.run.final_message if facts.run is not None else None
-    return extract_outcome(facts.result_text, final, facts.result_problem)
+    return extract_outcome(facts.result_text, final, facts.result_problem, kind=facts.attempt.adapter_kind)
 
 
 def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: random.Random) -> AttemptEnd:

@@ -80,7 +80,11 @@ def detail(payload: dict[str, Any]) -> str:
     return f"{text[:DETAIL_CHARS]}… (+{len(text) - DETAIL_CHARS} chars)"
 
 
-EVENT_HEADER = f"{'SEQ':>6}  {'TIME':<20}  TYPE  IDS  DETAIL"
+# Every column but the last is as wide as its widest value, so the header lines up with every row: the
+# longest event type's length (agentd/records/event_names.py, not imported here: `--help` loads no
+# record; tests/test_event_columns.py holds the two equal).
+TYPE_WIDTH = 27
+EVENT_HEADER = f"{'SEQ':>6}  {'TIME':<20}  {'TYPE':<{TYPE_WIDTH}}  DETAIL"
 
 
 def cmd_events(args: argparse.Namespace) -> int:
@@ -164,8 +168,9 @@ def event_text(event: Any) -> str:
         )
         if v is not None
     )
-    parts = [f"{event.sequence:>6}", format_ts(event.timestamp)[:19] + "Z", event.type, ids, detail(event.payload)]
-    return printable("  ".join(part for part in parts if part))
+    rest = " ".join(part for part in (ids, detail(event.payload)) if part)
+    parts = [f"{event.sequence:>6}", format_ts(event.timestamp)[:19] + "Z", f"{event.type:<{TYPE_WIDTH}}", rest]
+    return printable("  ".join(parts).rstrip())
 
 
 def _budget_line(budget: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ def register(commands: Any) -> None:
     show = add_command(acts, "show", cmd_show, "the effective rules of each profile, in the order they are tried")
     show.add_argument("profile", nargs="?", metavar="PROFILE", help="one profile (default: every profile)")
     test = add_command(acts, "test", cmd_test, "which rule decides a tool call, without running anything")
-    test.add_argument("profile", metavar="PROFILE")
+    test.add_argument("profile", metavar="PROFILE", help="a profile's id (`agentd policy show` lists them)")
     test.add_argument("--tool", required=True, help="the tool's name as the harness says it: Bash, Write, WebFetch…")
     test.add_argument("--input", default="{}", help='the tool\'s input as JSON, e.g. \'{"command": "git push -f"}\'')
     test.add_argument("--cwd", help="where the call runs (default: the workspace)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentd.cli import task_steer
@@ -21,7 +22,7 @@ from agentd.cli.common import (
 )
 from agentd.cli.observe import detail
 from agentd.clock import SystemClock, age, ago, format_ts
-from agentd.edge import printable
+from agentd.edge import TAIL_BYTES, printable, tail_lines
 from agentd.errors import InputError
 from agentd.vocabulary import TASK_STATUSES
 
@@ -37,8 +38,8 @@ def register(commands: Any) -> None:
     what = add.add_mutually_exclusive_group(required=True)
     what.add_argument("--type", dest="task_type", help="a registered task type")
     what.add_argument("--batch", metavar="FILE", help="many tasks: a task intent per JSON line ('-': stdin)")
-    add.add_argument("--subject")
-    add.add_argument("--description")
+    add.add_argument("--subject", help="a one-line title people see in lists (default: none)")
+    add.add_argument("--description", help="longer text for the agent, added to its prompt")
     add.add_argument("--priority", type=priority, help="1 (most urgent) to 10 (least); default 5")
     add.add_argument("--payload", default="{}", help="JSON object checked against the type's payload schema")
     add.add_argument("--skill", dest="skills", action="append", default=[], help="a skill id (repeatable)")
@@ -70,7 +71,7 @@ def register(commands: Any) -> None:
 
     lst = add_command(task, "list", cmd_task_list, "tasks, newest first")
     lst.add_argument("--status", action="append", choices=TASK_STATUSES, default=[], help="only these (repeatable)")
-    lst.add_argument("--limit", type=count, default=50)
+    lst.add_argument("--limit", type=count, default=50, help="at most this many (default 50)")
     lst.add_argument(
         "--order",
         choices=("newest", "claim"),
@@ -79,17 +80,17 @@ def register(commands: Any) -> None:
     )
 
     show = add_command(task, "show", cmd_task_show, "one task: its record, attempts and events")
-    show.add_argument("task_id", type=record_id, metavar="ID")
+    show.add_argument("task_id", type=record_id, metavar="ID", help="the task's id (`agentd task list` shows them)")
 
     cancel = add_command(
         task, "cancel", cmd_task_cancel, "cancel a task: a waiting one at once, a running one by stopping its adapter"
     )
-    cancel.add_argument("task_id", type=record_id, metavar="ID")
+    cancel.add_argument("task_id", type=record_id, metavar="ID", help="the task to cancel")
 
     retry = add_command(
         task, "retry", cmd_task_retry, "re-queue a permanently failed, blocked or canceled task; its history stays"
     )
-    retry.add_argument("task_id", type=record_id, metavar="ID")
+    retry.add_argument("task_id", type=record_id, metavar="ID", help="the task to run again")
     retry.add_argument(
         "--attempts",
         type=attempts,
@@ -280,6 +281,7 @@ def _print_shown(shown: dict[str, Any]) -> None:
         for a in attempts:
             pruned = f"  (deleted by retention {ago(a.evidence_pruned_at, now)})" if a.evidence_pruned_at else ""
             print(f"  #{a.attempt_number}  {printable(a.evidence_dir or '(none: the attempt never started)')}{pruned}")
+        _print_failure_tails(attempts, outcomes)
     denials = [e.payload for e in events if e.type == "policy_denied"]
     if denials:  # tool calls a harness's permission policy refused; each is a policy_denied event below
         tools = sorted({str(p["tool"]) for p in denials if "tool" in p})
@@ -305,6 +307,25 @@ def _print_steering(shown: dict[str, Any]) -> None:
             ("follow-ups", ", ".join(f"task {t}" for t in shown.get("follow_ups", [])) or None),
         ]
     )
+
+
+def _print_failure_tails(attempts: list[Any], outcomes: dict[str, Any]) -> None:
+    """The last lines each failed attempt wrote to stderr, as sealed in its evidence (redacted): where the
+    cause of a failure usually is (docs/operate.md, "When an attempt fails")."""
+    for a in attempts:
+        failed = a.ended_at is not None and outcomes.get(a.attempt_id) not in (None, "completed")
+        lines = stderr_tail(a.evidence_dir) if failed and a.evidence_dir else []
+        if lines:
+            print(f"\nstderr of attempt {a.attempt_number} (its last lines)")
+            print("\n".join(f"  {line}" for line in lines))
+
+
+def stderr_tail(evidence_dir: str) -> list[str]:
+    """The end of an attempt's stderr.log (agentd/edge.py `tail_lines`), or nothing where there is none."""
+    from agentd.process.files import read_tail_beneath
+
+    found = read_tail_beneath(Path(evidence_dir), "stderr.log", TAIL_BYTES)
+    return tail_lines(found[0], cut=found[1]) if found else []
 
 
 def cmd_task_cancel(args: argparse.Namespace) -> int:

@@ -41,7 +41,7 @@ def register(commands: Any) -> None:
         dest="schema_command", metavar="SUBCOMMAND", required=True
     )
     export = add_command(schema, "export", cmd_schema_export, "write one JSON Schema file per record into DIR")
-    export.add_argument("directory", metavar="DIR")
+    export.add_argument("directory", metavar="DIR", help="the folder to write into (made if missing)")
 
     identity = commands.add_parser("identity", help="the agent's identity").add_subparsers(
         dest="identity_command", metavar="SUBCOMMAND", required=True
@@ -53,15 +53,15 @@ def register(commands: Any) -> None:
     )
     add_command(skills, "list", cmd_skills_list, "every skill with its description and commands")
     show = add_command(skills, "show", cmd_skills_show, "one skill's manifest and SKILL.md")
-    show.add_argument("skill_id", metavar="ID")
+    show.add_argument("skill_id", metavar="ID", help="a skill's id (`skills list`)")
     run = add_command(
         skills,
         "run",
         cmd_skills_run,
         "run a command the skill's manifest declares, as argv in the workspace (never through a shell)",
     )
-    run.add_argument("skill_id", metavar="ID")
-    run.add_argument("command_name", metavar="COMMAND")
+    run.add_argument("skill_id", metavar="ID", help="a skill's id (`skills list`)")
+    run.add_argument("command_name", metavar="COMMAND", help="one of the skill's commands (`skills show ID`)")
     run.add_argument("arguments", metavar="ARGS", nargs=argparse.REMAINDER, help="after --, passed on as-is")
 
 

@@ -29,7 +29,9 @@ def register(commands: Any) -> None:
         cmd_approve,
         "let a task that waits for approval run, or a held tool call (--call) go ahead",
     )
-    approve.add_argument("task_id", type=record_id, metavar="ID", nargs="?")
+    approve.add_argument(
+        "task_id", type=record_id, metavar="ID", nargs="?", help="the held task's id (`agentd approvals`)"
+    )
     approve.add_argument("--call", metavar="CALL_ID", help="a held tool call's id (`agentd approvals` lists them)")
     approve.add_argument("--note", type=note("--note"), help="recorded with the approval")
     deny = add_command(
@@ -38,7 +40,9 @@ def register(commands: Any) -> None:
         cmd_deny,
         "refuse a task that waits for approval (it ends operator_canceled), or a held tool call (--call)",
     )
-    deny.add_argument("task_id", type=record_id, metavar="ID", nargs="?")
+    deny.add_argument(
+        "task_id", type=record_id, metavar="ID", nargs="?", help="the held task's id (`agentd approvals`)"
+    )
     deny.add_argument("--call", metavar="CALL_ID", help="a held tool call's id (`agentd approvals` lists them)")
     deny.add_argument(
         "--reason",

@@ -14,16 +14,19 @@ if TYPE_CHECKING:
     from agentd.control.steering import Declared
 
 
+TASK_ID = "the task's id (`agentd task list` shows them)"
+
+
 def register(task: Any) -> None:
     """The steering verbs, under `agentd task`."""
     pause = add_command(task, "pause", cmd_pause, "hold one task: it is not claimed until `task resume`")
-    pause.add_argument("task_id", type=record_id, metavar="ID")
+    pause.add_argument("task_id", type=record_id, metavar="ID", help=TASK_ID)
     pause.add_argument("--reason", type=note("--reason"), help="why: shown in `task show` and status")
     resume = add_command(task, "resume", cmd_resume, "let a paused task be claimed again")
-    resume.add_argument("task_id", type=record_id, metavar="ID")
+    resume.add_argument("task_id", type=record_id, metavar="ID", help=TASK_ID)
 
     edit = add_command(task, "edit", cmd_edit, "change a waiting task's priority, availability or payload")
-    edit.add_argument("task_id", type=record_id, metavar="ID")
+    edit.add_argument("task_id", type=record_id, metavar="ID", help=TASK_ID)
     edit.add_argument("--priority", type=priority, help="1 (most urgent) to 10 (least)")
     when = edit.add_mutually_exclusive_group()
     when.add_argument("--delay", type=duration("m"), metavar="DURATION", help="available this long from now: 15m, 2h")
@@ -35,7 +38,7 @@ def register(task: Any) -> None:
         ("fail", cmd_fail, "close a waiting task as permanent_failure, with the reason"),
     ):
         closer = add_command(task, name, verb, said)
-        closer.add_argument("task_id", type=record_id, metavar="ID")
+        closer.add_argument("task_id", type=record_id, metavar="ID", help=TASK_ID)
         closer.add_argument(
             "--reason", required=True, type=note("--reason", required=True), help="why: its outcome says it"
         )
@@ -45,7 +48,7 @@ def register(task: Any) -> None:
         ("unlink", cmd_unlink, "remove a link `task link` made"),
     ):
         linker = add_command(task, name, verb, said)
-        linker.add_argument("task_id", type=record_id, metavar="ID")
+        linker.add_argument("task_id", type=record_id, metavar="ID", help=TASK_ID)
         linker.add_argument("--after", required=True, type=record_id, metavar="OTHER", help="the task it waits for")
 
 

@@ -50,7 +50,7 @@ SECTIONS = {
     "picks a free pair.",
     "retention": "How long agentd keeps what piles up, in days; 0 keeps that kind forever. Nothing of a task "
     "that is not finished is ever removed.",
-    "fleet": "Taking work from a fleet's queue on PostgreSQL (`agentd fleet intake`; docs/fleet.md).",
+    "fleet": "Taking work from a fleet's queue on PostgreSQL (the dispatcher claims from it: docs/fleet.md).",
     "telemetry": "Traces for an OpenTelemetry stack over OTLP/HTTP; off unless `otlp_endpoint` is set, and it needs "
     "the `otel` extra (docs/telemetry.md). A collector that is down never holds up dispatch.",
     "web": "`agentd web`: the HTTP API and operator console, its port, logins, the approval hand-off (docs/web.md).",

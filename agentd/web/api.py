@@ -211,13 +211,13 @@ def action(
 
 
 def do_cancel(web: Web, store: Store, task_id: int, body: dict[str, Any], operator: Operator) -> dict[str, Any]:
-    """`agentd cancel ID`, by the token's operator."""
+    """`agentd task cancel ID`, by the token's operator."""
     result = control.cancel_task(web.config, store, task_id, web.clock.now(), by=operator.name)
     return {"task": jsonable(result.task), "action": result.action}
 
 
 def do_retry(web: Web, store: Store, task_id: int, body: dict[str, Any], operator: Operator) -> dict[str, Any]:
-    """`agentd retry ID [--attempts N]`, by the token's operator."""
+    """`agentd task retry ID [--attempts N]`, by the token's operator."""
     attempts = body.get("attempts")
     more = None if attempts is None else inputs.integer(attempts, "body.attempts", low=1, high=control.MAX_ATTEMPTS)
     task = control.retry_task(web.config, store, task_id, more, web.clock.now(), by=operator.name)
@@ -271,7 +271,7 @@ def resolve(
 
 
 async def api_pause(request: Request) -> Response:
-    """POST /api/pause: `agentd pause [--reason]`."""
+    """POST /api/pause: `agentd dispatch pause [--reason]`."""
     operator = await bearer(request)
     body = await inputs.json_object(request)
     inputs.refuse_unknown(body, ("reason",))
@@ -284,7 +284,7 @@ async def api_pause(request: Request) -> Response:
 
 
 async def api_resume(request: Request) -> Response:
-    """POST /api/resume: `agentd resume`."""
+    """POST /api/resume: `agentd dispatch resume`."""
     operator = await bearer(request)
     inputs.refuse_unknown(await inputs.json_object(request), ())
     web = web_of(request)

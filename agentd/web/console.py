@@ -37,7 +37,8 @@ RETRYABLE = ("permanent_failure", "blocked", "operator_canceled")
 def page(request: Request, name: str, operator: Operator | None, csrf: str, **context: Any) -> Response:
     """A page of the console with what every page shows (the operator, the CSRF token, the agent)."""
     web = web_of(request)
-    values = {"operator": operator, "csrf": csrf, "agent_id": web.config.agent.agent_id, **context}
+    values = {"operator": operator, "csrf": csrf, "agent_id": web.config.agent.agent_id, "now": web.clock.now()}
+    values |= context
     return web.templates.TemplateResponse(request, name, values)
 
 
@@ -213,27 +214,27 @@ def call_act(approved: bool) -> Callable[[Request], Any]:
 
 
 def do_pause(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
-    """`agentd pause [--reason]`."""
+    """`agentd dispatch pause [--reason]`."""
     reason = inputs.note(fields.get("reason"), "body.reason")
     control.pause_dispatch(web.config, store, reason, web.clock.now(), by=operator.name)
     return "/"
 
 
 def do_resume(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
-    """`agentd resume`."""
+    """`agentd dispatch resume`."""
     control.resume_dispatch(web.config, store, web.clock.now(), by=operator.name)
     return "/"
 
 
 def do_cancel(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
-    """`agentd cancel ID`."""
+    """`agentd task cancel ID`."""
     assert task_id is not None
     control.cancel_task(web.config, store, task_id, web.clock.now(), by=operator.name)
     return f"/tasks/{task_id}"
 
 
 def do_retry(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
-    """`agentd retry ID`."""
+    """`agentd task retry ID`."""
     assert task_id is not None
     control.retry_task(web.config, store, task_id, None, web.clock.now(), by=operator.name)
     return f"/tasks/{task_id}"

@@ -13,10 +13,11 @@ from typing import Any
 
 from agentd.clock import format_ts
 from agentd.config import Config
+from agentd.edge import TAIL_BYTES, tail_lines
 from agentd.errors import InputError
 from agentd.outlook.status import snapshot
 from agentd.outlook.taskstate import state_facts, task_state
-from agentd.process.files import Refused, lstat_beneath
+from agentd.process.files import Refused, lstat_beneath, read_tail_beneath
 from agentd.records import TaskAttempt, TaskRecord
 from agentd.records.event_names import LIVE_EVENT_TYPES
 from agentd.store import Store
@@ -55,7 +56,12 @@ def activity_of(store: Store, task_id: int, attempt_id: str) -> dict[str, Any]:
     return {"recent_activity": activity, "todos": listed if isinstance(listed, list) else []}
 
 
+# What each approval scope waits for, in an approver's words (docs/operate.md, "Approvals").
+SCOPE_WORDS = {"claim": "before it runs", "side_effects": "before its outcome's side effects apply"}
+
+
 def approvals_view(store: Store) -> list[dict[str, Any]]:
+    """What waits for an operator, with each task's payload: what the approver judges."""
     return [
         {
             "approval_id": p.approval_id,
@@ -64,6 +70,8 @@ def approvals_view(store: Store) -> list[dict[str, Any]]:
             "subject": p.subject,
             "reason": p.reason,
             "scope": p.scope,
+            "scope_words": SCOPE_WORDS.get(p.scope, p.scope),
+            "payload": store.get_task_or_raise(p.task_id).payload,
             "requested_at": p.requested_at.isoformat().replace("+00:00", "Z"),
         }
         for p in store.pending_approvals()
@@ -102,7 +110,7 @@ def task_view(config: Config, store: Store, task_id: int) -> dict[str, Any]:
     for attempt in store.attempts_of(task_id):
         files = evidence_files(config, task_id, attempt.attempt_id)
         links = [{"name": name, "href": evidence_href(task_id, attempt.attempt_id, name)} for name in files]
-        attempts.append(jsonable(attempt) | {"evidence": links})
+        attempts.append(jsonable(attempt) | {"evidence": links, "stderr_tail": failure_tail(config, attempt)})
     events = store.event_rows(task_id=task_id, limit=EVENTS_SHOWN, last=True)
     enqueued = next((e for e in store.event_rows(task_id=task_id, types=("task_enqueued",), limit=1)), None)
     context = enqueued["payload"].get("dispatch_context") if enqueued else None
@@ -126,6 +134,16 @@ def steering_view(config: Config, store: Store, task: TaskRecord) -> dict[str, A
         "before": [x.after_id for x in links if x.before_id == task.task_id],
         "follow_ups": store.follow_ups_of([task.task_id]).get(task.task_id, []),
     }
+
+
+def failure_tail(config: Config, attempt: TaskAttempt) -> list[str]:
+    """The last lines a failed attempt wrote to stderr, as sealed in its evidence (redacted, bounded:
+    agentd/edge.py `tail_lines`); nothing for one that completed, runs, or left no stderr."""
+    failed = attempt.ended_at is not None and (attempt.exit_status != "ok" or attempt.retry_class != "none")
+    if not failed or not ULID.fullmatch(attempt.attempt_id):
+        return []
+    found = read_tail_beneath(evidence_root(config), f"{attempt.task_id}/{attempt.attempt_id}/stderr.log", TAIL_BYTES)
+    return tail_lines(found[0], cut=found[1]) if found else []
 
 
 def evidence_href(task_id: int, attempt_id: str, name: str) -> str:
