@@ -49,7 +49,9 @@ async def a_day_of_work(rig: Rig) -> None:
 async def test_the_charts_count_the_queue_the_outcomes_and_the_cost_where_they_happened(rig: Rig) -> None:
     await a_day_of_work(rig)
     view = charts_view(rig.store, rig.clock.now())
-    queue = dict(zip(view["queue"]["labels"], zip(view["queue"]["waiting"], view["queue"]["running"], strict=True), strict=True))
+    queue = dict(
+        zip(view["queue"]["labels"], zip(view["queue"]["waiting"], view["queue"]["running"], strict=True), strict=True)
+    )
     assert len(queue) == QUEUE_HOURS
     assert (queue["22 10:00"], queue["22 11:00"], queue["22 12:00"], queue["22 13:00"], queue["now"]) == (
         (0, 0), (2, 0), (2, 0), (1, 0), (1, 0),
