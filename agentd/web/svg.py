@@ -146,7 +146,7 @@ def _frame(chart_id: str, title: str, labels: Sequence[str], scale: Scale, unit:
         parts.append(f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{said}</text>')
     every = max(1, math.ceil(len(labels) / X_LABELS))
     slot = _plot_width() / max(len(labels), 1)
-    for column in range(0, len(labels), every):
+    for column in range(len(labels) - 1, -1, -every):  # from the last: the newest label is always shown
         x, said = LEFT + (column + 0.5) * slot, escape(labels[column])
         parts.append(f'<text class="tick" x="{x:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle">{said}</text>')
     parts.append(f'<line class="axis" x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH - RIGHT}" y2="{HEIGHT - BOTTOM}"/>')
