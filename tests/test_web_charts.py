@@ -17,6 +17,7 @@ from webrig import serving
 
 from agentd import control
 from agentd.clock import format_ts, parse_ts
+from agentd.web import charts
 from agentd.web.charts import OTHER, QUEUE_HOURS, charts_view, open_at, top_adapters
 
 pytestmark = pytest.mark.timeout(60)
@@ -122,3 +123,15 @@ def test_the_adapters_that_cost_most_are_shown_and_the_rest_are_one() -> None:
     assert top_adapters(rows, 6) == ["a8", "a7", "a6", "a5", "a4", "a3"]
     assert top_adapters(rows[:7], 6) == [f"a{i}" for i in range(6, -1, -1)], "seven fit: no other"
     assert OTHER == "other adapters"
+
+
+@pytest.mark.asyncio
+async def test_a_queue_read_that_hit_its_limit_says_it_was_cut(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    await a_day_of_work(rig)
+    assert not charts_view(rig.store, rig.clock.now())["queue"]["cut"]
+    monkeypatch.setattr(charts, "SPANS_READ", 2)
+    view = charts_view(rig.store, rig.clock.now())
+    assert view["queue"]["cut"] and max(view["queue"]["waiting"]) <= 2
+    with serving(rig) as web:
+        browser, _ = logged_in(web)
+        assert "<strong>Cut:</strong>" in browser.get("/charts").text
