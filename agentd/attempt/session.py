@@ -86,8 +86,10 @@ def keep_or_drop(
 
 
 def drop(paths: AttemptPaths, task_id: int, user: RunUser | None) -> None:
-    """No session is kept for the task (its note, and the folder)."""
-    note_path(paths).unlink(missing_ok=True)
+    """No session is kept for the task (its note, and the folder). What is not there is not removed: most
+    attempts (every script's) have neither, and each would pay a failed unlink for it."""
+    if os.path.lexists(note_path(paths)):
+        note_path(paths).unlink(missing_ok=True)
     if os.path.lexists(kept_dir(paths, task_id)):
         remove_tree(kept_dir(paths, task_id), user)
 
