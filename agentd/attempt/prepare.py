@@ -28,6 +28,7 @@ from agentd.attempt.bundle import (
 )
 from agentd.attempt.manifest import DescribedMemo
 from agentd.attempt.policy import AttemptPolicy, attempt_policy
+from agentd.attempt.session import begin
 from agentd.attempt.terms import attempt_skills
 from agentd.clock import Clock
 from agentd.config import Config
@@ -135,6 +136,8 @@ class AttemptPreparer:
             hook = PolicyHook.of(paths.run, config.policy.ask_timeout_s)
             env["AGENTD_POLICY_SOCKET"] = str(hook.socket)  # for `agentd ask`
         working_dir: str | None = getattr(adapter_config, "working_dir", None)  # ollama has none
+        # an interrupted attempt's harness session, resumed; else a new one (docs/reliability.md, "Resume, not restart")
+        session = begin(paths, task.task_id, adapter_config.kind, attempt.attempt_id, self.user)
         ctx = AttemptContext(
             task=task,
             attempt_id=attempt.attempt_id,
@@ -151,6 +154,7 @@ class AttemptPreparer:
             group=attempt_group(config.paths.state_dir, attempt.attempt_id, self.limits),
             user=self.user,
             hook=hook,
+            session=session,
         )
         return Prepared(claim, self.adapters(adapter_config), ctx, bundle, compiled, policy, redactor)
 
