@@ -153,6 +153,8 @@ class ClaudeStream:
             return found + [a for block in blocks for a in self._assistant(block, at)]
         if kind == "user":
             return self.close(at) + [a for block in blocks for a in self._result(block)]
+        if kind == "system" and record.get("subtype") == "compact_boundary":
+            return [compaction(record.get("compact_metadata"))]
         return self.close(at) if kind == "result" else []
 
     def close(self, at: str) -> list[Activity]:
@@ -193,6 +195,20 @@ class ClaudeStream:
             "summary": self.shown(text_of(block.get("content"))),
         }
         return [Activity("tool_finished", payload)]
+
+
+def compaction(metadata: Any) -> Activity:
+    """A compaction claude reports (its `compact_boundary` record, 2.1.197): what started it and the tokens
+    before and after, where they are counts (docs/live.md)."""
+    given = metadata if isinstance(metadata, dict) else {}
+    payload: dict[str, Any] = {}
+    if isinstance(given.get("trigger"), str):
+        payload["trigger"] = printable(given["trigger"][:20])
+    for name in ("pre_tokens", "post_tokens"):
+        count, _ = judge_number(given.get(name), name)
+        if count is not None:
+            payload[name] = int(count)
+    return Activity("context_compacted", payload)
 
 
 def _blocks(message: Any) -> list[dict[str, Any]]:

@@ -72,6 +72,19 @@ HOOK_LIMIT_MARGIN_S = 30  # the harness's limit on the hook: this much past the 
 
 
 @frozen_value
+class HarnessSession:
+    """The harness session an attempt runs: new (its id chosen by agentd), or resumed from an interrupted
+    earlier attempt's (agentd/attempt/session.py; docs/reliability.md, "Resume, not restart")."""
+
+    session_id: str
+    resumed_from: str | None = None  # the attempt whose interrupted session this one continues
+
+    def payload(self) -> dict[str, Any]:
+        """As the attempt's events say it (`task_started`, `harness_session_resumed`)."""
+        return {"session_id": self.session_id, **({"resumed_from": self.resumed_from} if self.resumed_from else {})}
+
+
+@frozen_value
 class AttemptContext:
     task: TaskRecord
     attempt_id: str
@@ -89,6 +102,7 @@ class AttemptContext:
     user: RunUser | None = None  # who they run as ([dispatch] run_as; None: the service's own user)
     timer: RunTimer = field(default_factory=RunTimer)  # its timeout, held while a call waits for a person
     hook: PolicyHook | None = None  # where its tool calls are judged (docs/policy.md); None: nothing to judge
+    session: HarnessSession | None = None  # the harness session it runs (docs/reliability.md); None: none kept
 
     @property
     def reporter(self) -> int | None:

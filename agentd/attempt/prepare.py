@@ -28,6 +28,7 @@ from agentd.attempt.bundle import (
 )
 from agentd.attempt.manifest import DescribedMemo
 from agentd.attempt.policy import AttemptPolicy, attempt_policy
+from agentd.attempt.session import begin
 from agentd.attempt.terms import attempt_skills
 from agentd.clock import Clock
 from agentd.config import Config
@@ -44,6 +45,7 @@ from agentd.records import AdapterConfig, AttemptPlan, Claim, CompiledBundle, Ta
 from agentd.redaction import Redactor
 from agentd.store import AsyncStore, Store
 from agentd.work.intake import effective_adapter
+from agentd.work.validation import missing_settings_files
 from agentd.work.workflows import accepted_signals, state_of
 
 logger = logging.getLogger(__name__)
@@ -110,6 +112,12 @@ class AttemptPreparer:
         assert claim.attempt is not None
         task, attempt, config = claim.task, claim.attempt, self.config
         adapter_config = config.adapters[attempt.adapter_id]
+        if missing := missing_settings_files(adapter_config):  # gone since the config was loaded
+            place, name = missing[0]
+            raise InputError(
+                f"adapter {attempt.adapter_id}: autonomy.required_settings_files[{place}] ({name}) is not a file "
+                "any more; the attempt did not start (put it back, or change the config and restart)"
+            )
         paths = attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id, config.paths.runs)
         make_attempt_dir(paths, self.user)
         if self.user is not None and (problem := keep_workspace(config.paths.workspace, self.user)):
@@ -135,6 +143,8 @@ class AttemptPreparer:
             hook = PolicyHook.of(paths.run, config.policy.ask_timeout_s)
             env["AGENTD_POLICY_SOCKET"] = str(hook.socket)  # for `agentd ask`
         working_dir: str | None = getattr(adapter_config, "working_dir", None)  # ollama has none
+        # an interrupted attempt's harness session, resumed; else a new one (docs/reliability.md, "Resume, not restart")
+        session = begin(paths, task.task_id, adapter_config.kind, attempt.attempt_id, self.user)
         ctx = AttemptContext(
             task=task,
             attempt_id=attempt.attempt_id,
@@ -151,6 +161,7 @@ class AttemptPreparer:
             group=attempt_group(config.paths.state_dir, attempt.attempt_id, self.limits),
             user=self.user,
             hook=hook,
+            session=session,
         )
         return Prepared(claim, self.adapters(adapter_config), ctx, bundle, compiled, policy, redactor)
 

@@ -264,7 +264,8 @@ class AttemptRunner:
         async def started(pid: int | None) -> None:
             control.started = True
             now = self.clock.now()
-            await self.db.call(Store.mark_attempt_started, task_id, attempt_id, pid, now, prepared.compiled)
+            session = prepared.ctx.session.payload() if prepared.ctx.session else None
+            await self.db.call(Store.mark_attempt_started, task_id, attempt_id, pid, now, prepared.compiled, session)
 
         gate = self._gate(prepared)
         meter = await self._meter(prepared)

@@ -98,6 +98,8 @@ EVENT_MAP: dict[str, str] = {
     "todos_updated": "task.updated",
     "attempt_progress": "task.progress",
     "activity_capped": "run.status",
+    "context_compacted": "context.compaction.completed",  # claude's compact_boundary (docs/live.md)
+    "harness_session_resumed": "session.updated",  # an interrupted attempt's session, resumed (docs/reliability.md)
     "web_token_added": GENERIC,
     "web_token_revoked": GENERIC,
     "approval_handed_off": "hook.completed",  # an approval request sent to the [web] approval_handler

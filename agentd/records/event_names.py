@@ -35,6 +35,7 @@ LIVE_EVENT_TYPES = (
     "todos_updated",
     "attempt_progress",
     "activity_capped",
+    "context_compacted",
 )
 AGENTD_EVENT_TYPES = (
     "migration_applied",
@@ -97,5 +98,6 @@ AGENTD_EVENT_TYPES = (
     "task_linked",
     "task_unlinked",
     "dispatch_boundary_waived",
+    "harness_session_resumed",
 )
 EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES
