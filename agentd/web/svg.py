@@ -8,11 +8,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from html import escape as escape_html
 
 from markupsafe import Markup
 
+from agentd import frozen_value
 from agentd.edge import printable
 
 WIDTH, HEIGHT = 720, 260
@@ -37,7 +37,7 @@ LOOKS = (
 )
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Series:
     """One named row of values, one per x label."""
 
@@ -73,7 +73,7 @@ def number(value: float, unit: str) -> str:
     return f"{value:,.0f}" if value == int(value) else f"{value:,.2g}"
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Scale:
     """Where a value is drawn: the plot runs from `top_px` (below the legend) down to the x axis, and
     from 0 up to `most`, the axis' top."""
