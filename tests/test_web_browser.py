@@ -233,3 +233,45 @@ def test_a_goal_loop_in_the_consoles_workflows(page: Any, web: WebRig) -> None:
     expect(page.locator("li.step")).to_have_count(5)
     expect(page.locator("li.step b")).to_have_text(["plan", "execute", "verify", "execute", "verify"])
     screenshot(page, "console-workflow")
+
+
+def test_the_charts_and_an_attempts_timeline_draw_under_the_consoles_policy(page: Any, web: WebRig) -> None:
+    """/charts draws its three charts (SVG the server wrote: the Content-Security-Policy refuses nothing),
+    and a task's page draws its attempt's tool calls on one time axis."""
+    from playwright.sync_api import expect
+    from test_web_timeline import step, write_trace
+
+    rig = web.rig
+    refused: list[str] = []
+    page.on(
+        "console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None
+    )
+    for hour, cost in enumerate((0.4, 1.1, 0.7)):
+        rig.add("scripted", payload={"outcome": ok(), "usage": {"cost_usd": cost}})
+        rig.add("scripted", payload={"outcome": {"status": "permanent_failure", "machine_status": "failed",
+                                                 "operator_summary": "no"}})  # fmt: skip
+        rig.clock.advance(3600 * (hour + 1))
+        in_a_thread(rig)
+    rig.add("scripted", payload={"outcome": ok()})
+    log_in(page, web)
+    page.get_by_role("link", name="Charts").click()
+    for chart in ("queue", "outcomes", "cost"):
+        drawn = page.locator(f"svg#{chart}")
+        expect(drawn).to_be_visible()
+        box = drawn.bounding_box()
+        assert box is not None and box["width"] > 400 and box["height"] > 100, (chart, box)
+    expect(page.locator("svg#outcomes rect.bar")).to_have_count(6)
+    expect(page.locator("svg#cost rect.bar")).to_have_count(1)  # one day, one adapter: $2.20
+    expect(page.locator("svg#cost title").last).to_have_text("scripted, Nov 22: $2.20")
+    screenshot(page, "console-charts")
+    task_id = rig.store.tasks_matching(statuses=("completed",), task_type=None, limit=1)[0].task_id
+    attempt = rig.store.attempts_of(task_id)[0]
+    folder = rig.config.paths.state_dir / "attempts" / str(task_id) / attempt.attempt_id
+    write_trace(folder, [step(1, "Read", 0, 2), step(2, "Bash", 2, 14), step(3, "Edit", 14, 15, is_error=True),
+                         step(4, "Bash", 15, 31), step(5, "Write", None, 33)])  # fmt: skip
+    page.goto(f"/tasks/{task_id}")
+    expect(page.locator("svg.timeline rect.step")).to_have_count(4)
+    expect(page.locator("svg.timeline polygon.step")).to_have_count(1)
+    expect(page.locator("svg.timeline")).to_contain_text("3 Edit error")
+    screenshot(page, "console-timeline")
+    assert refused == [], refused

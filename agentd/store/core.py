@@ -25,6 +25,7 @@ from agentd.store.attempts import AttemptVerbs
 from agentd.store.base import SERVICE_BUSY_RETRY_S, connect
 from agentd.store.budget import BudgetVerbs
 from agentd.store.calls import CallVerbs
+from agentd.store.charts import ChartVerbs
 from agentd.store.claim import ClaimVerbs, Planner
 from agentd.store.constitution import ConstitutionVerbs
 from agentd.store.control import ControlVerbs
@@ -90,6 +91,7 @@ class Store(
     ConstitutionVerbs,
     FleetLeaseVerbs,
     WebVerbs,
+    ChartVerbs,
 ):
     """Domain verbs over one connection, one group per concept (each extends StoreBase directly);
     each public verb is at most one transaction."""

@@ -19,6 +19,7 @@ from agentd.vocabulary import TASK_STATUSES
 from agentd.web import inputs
 from agentd.web.app import Forbidden, Unauthorized, Web, check_token, session_of, web_of
 from agentd.web.auth import COOKIE, Operator
+from agentd.web.timeline import timeline_svg
 from agentd.web.views import (
     ACTIVITY_TYPES,
     approvals_view,
@@ -135,7 +136,10 @@ async def task(request: Request) -> Response:
     operator, csrf = await viewer(request)
     web, task_id = web_of(request), task_id_of(request)
     shown = await web.db.call(lambda store: task_view(web.config, store, task_id))
-    return page(request, "task.html", operator, csrf, **shown)
+    timelines = {
+        a["attempt_id"]: timeline_svg(f"timeline-{n}", a["timeline"]["steps"]) for n, a in enumerate(shown["attempts"])
+    }
+    return page(request, "task.html", operator, csrf, timelines=timelines, **shown)
 
 
 async def approvals(request: Request) -> Response:

@@ -22,6 +22,7 @@ from agentd.records import TaskAttempt, TaskRecord
 from agentd.records.event_names import LIVE_EVENT_TYPES
 from agentd.store import Store
 from agentd.web.inputs import BadInput
+from agentd.web.timeline import read_steps
 
 # The live activity of a running attempt (docs/web.md, "The running attempt"): what its harness did, as
 # the dispatcher records it while the attempt runs.
@@ -110,7 +111,12 @@ def task_view(config: Config, store: Store, task_id: int) -> dict[str, Any]:
     for attempt in store.attempts_of(task_id):
         files = evidence_files(config, task_id, attempt.attempt_id)
         links = [{"name": name, "href": evidence_href(task_id, attempt.attempt_id, name)} for name in files]
-        attempts.append(jsonable(attempt) | {"evidence": links, "stderr_tail": failure_tail(config, attempt)})
+        shown = {
+            "evidence": links,
+            "stderr_tail": failure_tail(config, attempt),
+            "timeline": timeline_of(config, attempt),
+        }
+        attempts.append(jsonable(attempt) | shown)
     events = store.event_rows(task_id=task_id, limit=EVENTS_SHOWN, last=True)
     enqueued = next((e for e in store.event_rows(task_id=task_id, types=("task_enqueued",), limit=1)), None)
     context = enqueued["payload"].get("dispatch_context") if enqueued else None
@@ -144,6 +150,13 @@ def failure_tail(config: Config, attempt: TaskAttempt) -> list[str]:
         return []
     found = read_tail_beneath(evidence_root(config), f"{attempt.task_id}/{attempt.attempt_id}/stderr.log", TAIL_BYTES)
     return tail_lines(found[0], cut=found[1]) if found else []
+
+
+def timeline_of(config: Config, attempt: TaskAttempt) -> dict[str, Any]:
+    """The attempt's tool calls from its sealed action trace (agentd/web/timeline.py); none while it runs."""
+    if attempt.ended_at is None or not ULID.fullmatch(attempt.attempt_id):
+        return {"steps": [], "total": 0, "problem": None}
+    return read_steps(evidence_root(config), f"{attempt.task_id}/{attempt.attempt_id}")
 
 
 def evidence_href(task_id: int, attempt_id: str, name: str) -> str:
