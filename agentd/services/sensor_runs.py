@@ -198,13 +198,15 @@ class SensorRunner:
         with contained(logger, "sensor %s: run %s failed inside agentd", sensor.sensor_id, run_id) as failed:
             spec, redactor = self._spec(sensor, run_id, await self.homes.make(sensor.sensor_id))
             report = await self._observe(sensor, spec, redactor)
-            if not dry_run:
-                await self._record(sensor, report)
+            if not dry_run:  # what the run printed is recorded with the run's end, a stop or not (shielded:
+                with anyio.CancelScope(shield=True):  # a stop between the two left tasks of a run never finished)
+                    await self._record(sensor, report)
         if (exc := failed.error) is not None:
             error = redactor.text(scrub(f"{type(exc).__name__}: {exc}"))
             report = SensorRunReport(sensor.sensor_id, "internal_error", "internal_error", error[:2000])
         if not dry_run:
-            await self._finish(sensor, report, started)
+            with anyio.CancelScope(shield=True):
+                await self._finish(sensor, report, started)
         return report
 
     async def _observe(self, sensor: Sensor, spec: ProcessSpec, redactor: Redactor) -> SensorRunReport:
