@@ -480,8 +480,9 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]
         "100 ms meanwhile; VmHWM and VmRSS of the process at the end",
         f"- start-up: the console script `agentd`, a new process each run, {sizes.startup_runs} runs per repetition, "
         "agentd's bytecode compiled first (as an installed wheel's is)",
-        f"- idle: `agentd dispatch`, `agentd sensors` and `agentd web` as services on an agent of their own (no sensors, metrics on "
-        f"a free loopback port), started at each repetition's beginning; {sizes.idle_settle_s:g} s later the window "
+        "- idle: `agentd dispatch`, `agentd sensors` and `agentd web` as services on an agent of their own (no "
+        "sensors, metrics on a free loopback port), started at each repetition's beginning; "
+        f"{sizes.idle_settle_s:g} s later the window "
         "opens and it closes at the repetition's end (the other rows run meanwhile: a process's CPU time is its own): "
         "the CPU time of all their threads over the window (/proc/PID/task/*/schedstat, ns; utime + stime of "
         "/proc/PID/stat, 10 ms ticks, if a thread ended in it), then VmRSS",
