@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentd.clock import FakeClock
 from agentd.errors import SchemaMismatch
+from agentd.hashing import canonical_json
 from agentd.records import TaskIntent
 from agentd.store import Store, init_state_dir, migrate, open_store
 from agentd.store.migrations import Migration, available_migrations
@@ -110,6 +113,27 @@ def test_the_event_chain_detects_edits_and_removals(store: Store, config: Any, c
         raw.execute("DELETE FROM events WHERE sequence = 3")
     reasons = {b.reason for b in store.verify_event_chain()}
     assert "expected sequence 3: events are missing" in reasons
+
+
+JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=8))
+JSON_OBJECT = st.dictionaries(
+    st.text(max_size=4),
+    st.recursive(JSON_LEAF, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner)),
+    max_size=4,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payload=JSON_OBJECT, refs=JSON_OBJECT)
+def test_an_event_stores_the_canonical_text_it_hashed(store: Store, payload: Any, refs: Any) -> None:
+    """The payload and refs are encoded once (issue #43 a): the columns hold canonical_json's text, and
+    the chain still verifies from the rows."""
+    with store.transaction():
+        store.tx.event("sensor_event_recorded", store.clock.now(), payload=payload, refs=refs)
+    with sqlite3.connect(store.path) as raw:
+        stored = raw.execute("SELECT payload, refs FROM events ORDER BY sequence DESC LIMIT 1").fetchone()
+    assert stored == (canonical_json(payload).decode(), canonical_json(refs).decode())
+    assert store.verify_event_chain() == []
 
 
 def test_claim_query_seeks_the_claim_index_at_100k_tasks(store: Store) -> None:
