@@ -418,3 +418,23 @@ def resolves_inside(root: Path, relative: str | PurePath) -> bool:
         return (root / relative).resolve().is_relative_to(root.resolve())
     except (RuntimeError, OSError):
         return False
+
+
+# The tail of an adapter's stderr a failed attempt shows (docs/operate.md, "When an attempt fails"): at most
+# this many lines of at most this many characters, read from at most this many bytes at the file's end.
+TAIL_LINES = 12
+TAIL_WIDTH = 300
+TAIL_BYTES = 8192
+
+
+def tail_lines(data: bytes, *, cut: bool) -> list[str]:
+    """The last lines of a log's end (`data`; `cut`: the file goes on before it, so its first line is
+    a part, dropped unless it is all there is), each printable and cut to its last TAIL_WIDTH characters
+    (the cause is at a line's end), blank lines at the end left out."""
+    lines = data.decode("utf-8", "replace").splitlines()
+    if cut and len(lines) > 1:
+        lines = lines[1:]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    shown = [printable(line) for line in lines[-TAIL_LINES:]]
+    return [line if len(line) <= TAIL_WIDTH else "…" + line[1 - TAIL_WIDTH :] for line in shown]

@@ -8,7 +8,7 @@ _PACKAGE = Path(__file__).resolve().parent
 
 
 def data_dir(name: str) -> Path:
-    """`migrations`, `config`, `units`, `skills` or `sensors`, wherever this install keeps them."""
+    """`migrations`, `config`, `units`, `skills`, `sensors` or `docs`, wherever this install keeps them."""
     for candidate in (_PACKAGE / "_data" / name, _PACKAGE.parent / name):
         if candidate.is_dir():
             return candidate

@@ -35,7 +35,9 @@ MACHINE_STATUS_OF: dict[OutcomeStatus, MachineStatus] = {
 }
 
 # How an attempt ended, in its record (seed 000 §8's TaskAttempt) and its end.
-ExitStatus = Literal["ok", "error", "timeout", "unknown"]  # unknown: the boot sweep found it, its exit unseen
+ExitStatus = Literal[
+    "ok", "error", "timeout"
+]  # seed 000 §8; a boot-swept attempt is error, diagnostics exit_seen false
 RetryClass = Literal["none", "retryable", "permanent"]
 SideEffects = Literal["none", "possible"]  # none: the adapter never started
 

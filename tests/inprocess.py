@@ -39,6 +39,7 @@ class InProcessAdapter:
             failure=None if exit_code == 0 else f"exit {exit_code}",
             final_message=stdout,
             usage=Usage(**ctx.task.payload.get("usage", {})),  # what a harness would report (cost, tokens)
+            diagnostics=dict(ctx.task.payload.get("diagnostics", {})),  # what a harness's parser would say
         )
 
     def _script(self, ctx: AttemptContext, payload: dict[str, Any]) -> tuple[int, str, str]:

@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 from support import examples, harness_fixture
 
 from agentd.adapters.hermes import USAGE_FILE
+from agentd.adapters.hermes_session import SESSION_FILE, session_document
 from agentd.evidence import EVIDENCE_FILES
 from agentd.evidence.action_trace import (
+    HERMES_SESSION_FILE,
     HERMES_USAGE_FILE,
     SUMMARY_MAX_CHARS,
     TRACE_FILE,
@@ -59,7 +61,8 @@ def write_lines(root: Path, records: list[dict[str, Any]]) -> Path:
 
 
 def test_the_files_read_are_the_ones_the_adapters_write() -> None:
-    assert HERMES_USAGE_FILE == USAGE_FILE
+    assert HERMES_USAGE_FILE == USAGE_FILE and HERMES_SESSION_FILE == SESSION_FILE
+    assert {USAGE_FILE, SESSION_FILE} <= set(EVIDENCE_FILES)
     assert {"prompt.md", "stdin.json", "stdout.log"} <= set(EVIDENCE_FILES)
 
 
@@ -222,6 +225,73 @@ def test_hermes_is_one_message_saying_how_many_api_calls_it_made(tmp_path: Path)
     assert trace_of("hermes-agent", root) == [message(1, DONE, summary)]
 
 
+HERMES_SESSION = Path(__file__).parent / "fixtures" / "hermes" / "session_tool_use.json"  # hermes-agent 0.19.0's
+# own `sessions/session_<id>.json` from a `hermes -z` run against tests/fakemodel (one terminal call, then a
+# reply), its system prompt and all but the terminal tool's schema trimmed
+
+
+def hermes_scratch(root: Path, *snapshots: str) -> Path:
+    """An attempt's scratch dir as hermes leaves it: its session snapshots under hermes/sessions."""
+    folder = root / "scratch" / "hermes" / "sessions"
+    folder.mkdir(parents=True)
+    for number, text in enumerate(snapshots):
+        (folder / f"session_2026112{number}_000000_abcdef.json").write_text(text)
+    return root / "scratch"
+
+
+def kept_session(root: Path, *snapshots: str) -> Path:
+    """What the hermes adapter keeps of them: the evidence folder with hermes-session.json."""
+    document = session_document(hermes_scratch(root, *snapshots), None)
+    evidence = root / "evidence"
+    evidence.mkdir()
+    (evidence / SESSION_FILE).write_text(json.dumps(document))
+    return evidence
+
+
+def test_hermes_session_snapshot_gives_its_tool_call_with_result_then_its_reply(tmp_path: Path) -> None:
+    evidence = kept_session(tmp_path, HERMES_SESSION.read_text())
+    tool, reply = trace_of("hermes-agent", evidence)
+    call = json.loads(HERMES_SESSION.read_text())["messages"][1]["tool_calls"][0]["function"]
+    assert (tool.kind, tool.tool, tool.summary, tool.is_error) == ("tool", "terminal", "echo hi > made.txt", False)
+    assert tool.arguments_sha256 == sha256_hex(canonical_json(json.loads(call["arguments"])))
+    assert tool.result_sha256 == digest('{"output": "", "exit_code": 0, "error": null}')
+    assert reply == message(2, "all done")
+
+
+def test_hermes_sessions_are_read_in_order_and_a_failed_or_unanswered_call_says_so(tmp_path: Path) -> None:
+    def snapshot(messages: list[dict[str, Any]]) -> str:
+        return json.dumps({"session_id": "s", "messages": messages})
+
+    def call(call_id: str, command: str) -> dict[str, Any]:
+        arguments = json.dumps({"command": command})
+        return {"id": call_id, "type": "function", "function": {"name": "terminal", "arguments": arguments}}
+
+    first = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "trying", "tool_calls": [call("a", "false"), call("b", "sleep 9")]},
+        {"role": "tool", "tool_call_id": "a", "content": json.dumps({"output": "", "exit_code": 1, "error": None})},
+    ]
+    second = [{"role": "tool", "tool_call_id": "zzz", "content": "an answer to no call"}, {"role": "assistant"}]
+    steps = trace_of("hermes-agent", kept_session(tmp_path, snapshot(first), snapshot(second), "not json"))
+    assert [(s.kind, s.summary, s.is_error, s.result_sha256 is None) for s in steps] == [
+        ("message", "trying", None, False),
+        ("tool", "false", True, False),
+        ("tool", "sleep 9", None, True),
+    ]
+    problems = json.loads((tmp_path / "evidence" / SESSION_FILE).read_text())["problems"]
+    assert problems == ["session_20261122_000000_abcdef.json: not JSON"]
+
+
+def test_hermes_snapshot_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.json"
+    secret.write_text(HERMES_SESSION.read_text())
+    scratch = hermes_scratch(tmp_path)
+    (scratch / "hermes" / "sessions" / "session_1.json").symlink_to(secret)
+    document = session_document(scratch, None)
+    assert document is not None and document["sessions"] == [] and "cannot read it" in document["problems"][0]
+    assert session_document(tmp_path / "nowhere", None) is None
+
+
 def test_hermes_without_a_usage_file_or_output(tmp_path: Path) -> None:
     steps = trace_of("hermes-agent", attempt(tmp_path, "hermes_oneshot_http500_stdout.txt"))
     assert [s.summary for s in steps] == [
@@ -331,7 +401,8 @@ CONTENT = LINES.map(str.encode) | st.binary(max_size=300) | st.text().map(lambda
 def test_no_output_breaks_the_trace(stdout: bytes, usage: bytes, exit_code: int | None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
-        for name, data in {"stdout.log": stdout, USAGE_FILE: usage, "prompt.md": usage, "stdin.json": usage}.items():
+        files = {"stdout.log": stdout, USAGE_FILE: usage, SESSION_FILE: stdout, "prompt.md": usage, "stdin.json": usage}
+        for name, data in files.items():
             (root / name).write_bytes(data)
         for kind in KINDS:
             steps = trace_of(kind, root, exit_code=exit_code, started_at="2026-11-22T10:00:00Z")
@@ -362,3 +433,33 @@ def test_every_result_finds_its_own_call_in_any_order(outputs: list[str], order:
     with tempfile.TemporaryDirectory() as folder:
         steps = trace_of("claude-code", write_lines(Path(folder), calls + results))
     assert [s.result_sha256 for s in steps] == [digest(out) for out in outputs]
+
+
+HERMES_MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["assistant", "tool", "user", 3])},
+    optional={
+        "content": JSONISH | JSONISH.map(json.dumps),
+        "tool_call_id": st.sampled_from(["a", "b", 1, None]),
+        "tool_calls": st.lists(
+            st.fixed_dictionaries(
+                {"id": st.sampled_from(["a", "b", 1, None])},
+                optional={"function": JSONISH | st.fixed_dictionaries({"name": JSONISH, "arguments": JSONISH})},
+            )
+            | JSONISH,
+            max_size=3,
+        ),
+    },
+)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(sessions=st.lists(st.fixed_dictionaries({"messages": st.lists(HERMES_MESSAGE | JSONISH, max_size=6)})) | JSONISH)
+def test_any_hermes_session_gives_numbered_bounded_steps(sessions: Any) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / SESSION_FILE).write_text(json.dumps({"sessions": sessions}))
+        steps = trace_of("hermes-agent", root)
+        assert [s.step for s in steps] == list(range(1, len(steps) + 1))
+        assert all(s.kind in ("tool", "message") for s in steps)
+        assert all(s.summary is None or len(s.summary) <= SUMMARY_MAX_CHARS for s in steps)
+        assert all(d is None or len(d) == 64 for s in steps for d in digests(s))

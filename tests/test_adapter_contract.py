@@ -22,6 +22,7 @@ from support import ADAPTERS, REPO, write_config
 
 from agentd.clock import SystemClock
 from agentd.evidence import verify_attempt_dir
+from agentd.evidence.action_trace import read_trace
 from agentd.process.procs import marked_processes
 from agentd.records import TaskAttempt, TaskRecord
 from agentd.store import Store, init_state_dir, migrate, open_store
@@ -40,6 +41,8 @@ SHELL_TOOL = {
     "codex": ("exec_command", "cmd"),
     "hermes-agent": ("terminal", "command"),
 }
+# The name a tool call's step has in the action trace (codex names the item, not the model's function).
+TRACE_TOOL = {"claude-code": "Bash", "codex": "command_execution", "hermes-agent": "terminal"}
 STYLE = {"claude-code": "claude-like", "codex": "codex-like", "hermes-agent": "hermes-like"}
 KINDS = [
     pytest.param("script", id="script"),
@@ -93,6 +96,8 @@ class Harness:
                     "default_adapter_id": "a",
                 }
             )
+            if "run_as" not in raw["dispatch"]:  # a development rig on purpose (docs/install-and-deploy.md)
+                raw["dispatch"]["boundary"] = "advisory"
             if more is not None:
                 more(raw)
 
@@ -237,6 +242,13 @@ class TestAdapterContract:
             assert started and "made.txt" in started[0]["summary"], [e.type for e in live]
             assert finished and finished[0]["call_id"] == started[0]["call_id"] and finished[0]["ok"] is True
             assert any(e.type == "model_turn_completed" for e in live), [e.type for e in live]
+        if kind in SHELL_TOOL:  # nothing invisible inside an attempt: each harness's tool call is in its trace
+            steps = read_trace(Path(attempt.evidence_dir or "") / "action_trace.jsonl")
+            tools = [s for s in steps if s["kind"] == "tool"]
+            assert [s["tool"] for s in tools] == [TRACE_TOOL[kind]], steps
+            assert "made.txt" in (tools[0]["summary"] or "") and tools[0]["is_error"] is False, tools
+            assert tools[0]["result_sha256"], "the call's result was seen"
+            assert steps[-1]["kind"] == "message" and "done by the model" in (steps[-1]["summary"] or "")
 
     def test_a_claimed_artifact_the_model_never_made_is_not_completed(self, kind: str, harness_factory: Any) -> None:
         harness = harness_factory(kind, [Reply(outcome_message(artifact_paths=["imagined.txt"]))])

@@ -222,13 +222,30 @@ def command_paths(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -
     return found
 
 
-# Examples that would run for good, act on this machine or wait for Ctrl-C: parsed, never run here.
-NOT_RUN = ("--follow", "--watch", "install", "uninstall")
+# Examples parsed, never run here, each for its reason: they would run for good or wait for Ctrl-C, act on
+# this machine or on another agent, need PostgreSQL (tests/test_fleet_*.py run those), write files
+# outside the scratch agent, or act on a record the scratch agent never makes (an attempt id, a workflow
+# still active or blocked, a second held task, a constitution proposal, a failed outbox entry).
+NOT_RUN = ("--follow", "--watch", "install", "uninstall", "--agent", "--config", "fleet", "export")
+SERVICES = (["dispatch"], ["sensors"], ["run"], ["web"])
+NEEDS_A_RECORD = (
+    ["replay"],
+    ["workflow", "signal"],
+    ["workflow", "unblock"],
+    ["workflow", "cancel"],
+    ["constitution"],
+    ["deny"],
+    ["outbox", "retry"],
+    ["ask"],  # only inside an attempt, whose policy socket answers it
+    ["task", "complete"],  # they close the tasks the examples after them use
+    ["task", "fail"],
+)
 
 
 def harmless(argv: list[str]) -> bool:
-    service = argv[:1] == ["dispatch"] and "--until-idle" not in argv
-    return not service and not any(word in NOT_RUN for word in argv)
+    service = argv in SERVICES or (argv[:1] == ["web"] and argv[1:2] != ["token"])
+    needs = any(argv[: len(path)] == path for path in NEEDS_A_RECORD) and argv[:2] != ["constitution", "proposals"]
+    return not service and not needs and not any(word in NOT_RUN for word in argv)
 
 
 def test_help_ends_with_examples_for_the_main_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -239,6 +256,39 @@ def test_help_ends_with_examples_for_the_main_commands(capsys: pytest.CaptureFix
         assert "\nexamples:\n" in help_text, words
         for command, what in EXAMPLES[words]:
             assert f"  {command}\n      {what}\n" in help_text, "kept as written, not re-wrapped"
+
+
+def commands_that_run(parser: argparse.ArgumentParser) -> dict[tuple[str, ...], argparse.ArgumentParser]:
+    """Every command path a person can run (it has a handler): each leaf, and a group that is a service of
+    its own (`agentd dispatch`, `agentd web`)."""
+    return {path: sub for path, sub in command_paths(parser).items() if path and sub.get_default("handler")}
+
+
+def test_every_command_help_ends_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    """README: "`agentd COMMAND --help` ends with examples", held for every command there is (issue 40, 4)."""
+    commands = commands_that_run(build_parser())
+    assert len(commands) >= 50, "the walk found far fewer commands than agentd has"
+    missing = []
+    for path in commands:
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([*path, "--help"])
+        help_text = capsys.readouterr().out
+        if path not in EXAMPLES or not help_text.rstrip().endswith(EXAMPLES[path][-1][1]):
+            missing.append(" ".join(path))
+    assert missing == []
+
+
+def test_every_argument_of_every_command_says_what_it_is() -> None:
+    """No bare `ID` in a usage: each positional and option of every command has its help line."""
+    bare = []
+    for path, sub in command_paths(build_parser()).items():
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction | argparse._VersionAction):
+                continue
+            if not action.help or action.help == argparse.SUPPRESS:
+                named = "/".join(action.option_strings) or action.metavar or action.dest
+                bare.append(f"agentd {' '.join(path)} {named}")
+    assert bare == []
 
 
 def test_every_help_example_names_a_command_and_parses() -> None:

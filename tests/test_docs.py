@@ -1,10 +1,10 @@
 """The docs stay true: the configuration reference is the code's, `config check` names every required
-key at once, the README's tour and the script-adapter example run as they are written, every command a
+key at once, the README's tour runs as it is written (the script-adapter example is a session:
+tests/test_doc_commands.py), every command a
 doc shows parses, every link resolves, and the README stays a short front door to docs/."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -105,42 +105,6 @@ def toml_dump(raw: dict[str, Any]) -> str:
 
 
 # --- examples that run as written ----------------------------------------------------------------------
-
-
-@pytest.mark.process
-def test_the_script_adapter_example_runs_as_written(tmp_path: Path) -> None:
-    [(lang, script), (toml_lang, toml)] = code_blocks("Write your own script adapter")
-    assert (lang, toml_lang) == ("python", "toml")
-    config_dir = tmp_path / "config"
-    shutil.copytree(REPO / "config", config_dir)
-    (config_dir / "scripts" / "wordcount.py").write_text(script)
-    (config_dir / "scripts" / "wordcount.py").chmod(0o755)
-    config = config_dir / "identity.example.toml"
-    config.write_text(config.read_text() + "\n" + toml)
-    env = {
-        "PATH": f"{BIN}:/usr/bin:/bin",
-        "AGENTD_CONFIG": str(config),
-        "AGENTD_PATHS__STATE_DIR": str(tmp_path / "state"),
-        "AGENTD_PATHS__WORKSPACE": str(tmp_path / "workspace"),
-        "AGENTD_PATHS__SKILLS_DIR": str(REPO / "skills"),
-        "AGENTD_PATHS__SENSORS_DIR": str(REPO / "sensors"),
-    }
-
-    def agentd(*args: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(["agentd", *args], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
-        assert done.returncode == 0, (args, done.stderr)
-        return done
-
-    agentd("config", "check")
-    agentd("init")
-    (tmp_path / "workspace" / "notes.txt").write_text("one two three four\n")
-    agentd("task", "add", "--type", "wordcount", "--payload", '{"file": "notes.txt"}')
-    agentd("dispatch", "--until-idle")
-    shown = json.loads(agentd("task", "show", "1", "--json").stdout)
-    assert shown["task"]["status"] == "completed", shown
-    assert shown["task"]["outcome"]["operator_summary"] == "notes.txt: 4 words"
-    assert (tmp_path / "workspace" / "reports" / "words-1.txt").read_text() == "4 words\n"
-    assert shown["attempts"][0]["usage"]["cost_usd"] == 0.0
 
 
 @pytest.mark.process
@@ -392,6 +356,14 @@ def test_the_readme_is_a_short_front_door() -> None:
     assert readme.decode().index("make run") < readme.decode().index("## A five-minute tour")
 
 
+def pages_of(entry: dict[str, Any]) -> list[str]:
+    """The pages of one nav entry: a page, or a section's pages, however deep."""
+    found: list[str] = []
+    for under in entry.values():
+        found += [under] if isinstance(under, str) else [page for inner in under for page in pages_of(inner)]
+    return found
+
+
 def test_the_site_is_built_strict_from_every_page() -> None:
     """mkdocs.yml: strict, every link and anchor check a warning (so a failure), every page in the nav,
     and no theme feature that needs a CDN (the site is read offline)."""
@@ -400,8 +372,12 @@ def test_the_site_is_built_strict_from_every_page() -> None:
     checks = site["validation"]
     assert set(checks["links"].values()) == {"warn"} and set(checks["nav"].values()) == {"warn"}
     assert {"not_found", "anchors", "absolute_links", "unrecognized_links"} <= set(checks["links"])
-    nav = {page for entry in site["nav"] for page in entry.values()}
+    nav = {page for entry in site["nav"] for page in pages_of(entry)}
     assert nav == {path.name for path in (REPO / "docs").glob("*.md")}
+    sections = [title for entry in site["nav"] for title, under in entry.items() if isinstance(under, list)]
+    assert sections == ["Getting started", "Operate", "Deploy", "Reference", "Internals"], "sectioned, not one bar"
+    [getting_started] = [entry["Getting started"] for entry in site["nav"] if "Getting started" in entry]
+    assert next(page for entry in getting_started for page in pages_of(entry)) == "quickstart.md"
     assert site["theme"].get("highlightjs") is False
 
 

@@ -149,6 +149,7 @@ def test_submit_show_status_and_cancel(
     assert again.code == 0 and f"fleet task {submitted['fleet_id']} already submitted with key 'k1'" in again.out
     dsn_file = tmp_path / "fleet.dsn"
     dsn_file.write_text(dsn + "\n")
+    dsn_file.chmod(0o600)
     status = run_main(capsys, EXAMPLE_CONFIG, "fleet", "status", "--dsn-file", str(dsn_file), "--json").json()
     assert status["tasks"]["queued"] == 1
     shown = fleet_cli(capsys, dsn, "show", str(submitted["fleet_id"]), "--json").json()
@@ -297,6 +298,7 @@ def test_a_dsn_file_agentd_cannot_use_is_one_line_from_the_cli_and_the_service(
 
     dsn_file = tmp_path / "fleet.dsn"
     dsn_file.write_bytes(content)
+    dsn_file.chmod(0o600)
     refused = run_main(capsys, EXAMPLE_CONFIG, "fleet", "status", "--dsn-file", str(dsn_file))
     assert refused.code == 2 and refused.err.startswith(f"agentd: --dsn-file: {dsn_file}"), refused.err
     assert says in refused.err and "Traceback" not in refused.err

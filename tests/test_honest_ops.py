@@ -166,7 +166,9 @@ def test_waiting_is_split_into_claimable_retry_waiting_and_delayed(rig: Rig) -> 
     rig.store._conn.execute("UPDATE tasks SET status = 'retryable_failure' WHERE id = ?", (due_retry.task_id,))
     rig.clock.advance(20)
     shown = snapshot(rig.config, rig.store, rig.clock.now())
-    assert shown["waiting"] == {"claimable": 2, "retry_waiting": 1, "delayed": 1, "approval": 0, "budget": 0}
+    assert shown["waiting"] == {
+        "claimable": 2, "retry_waiting": 1, "delayed": 1, "approval": 0, "paused": 0, "after": 0, "budget": 0
+    }  # fmt: skip
     assert shown["oldest_pending_age_s"] == 20.0
 
 
@@ -316,7 +318,7 @@ def test_events_filters_and_header(cli: Any) -> None:
         assert cli("task", "add", "--type", "example", "--subject", subject).code == 0
     typed = cli("events", "--type", "task_enqueued")
     lines = typed.out.splitlines()
-    assert lines[0].split() == ["SEQ", "TIME", "TYPE", "IDS", "DETAIL"]
+    assert lines[0].split() == ["SEQ", "TIME", "TYPE", "DETAIL"]
     assert len(lines) == 4 and all("task_enqueued" in line for line in lines[1:])
     last = cli("events", "--last", "2", "--json").json_lines()
     everything = cli("events", "--json").json_lines()
@@ -547,5 +549,5 @@ def test_status_json_names_liveness_and_waiting(rig: Rig, cli_for: Any) -> None:
     rig.store.report_service_status("dispatch", procs.this_process(), "idle", None, now, now)
     shown = cli_for(rig)("status", "--json").json()
     assert shown["services"][0]["liveness"] == "live"
-    assert set(shown["waiting"]) == {"claimable", "retry_waiting", "delayed", "approval", "budget"}
+    assert set(shown["waiting"]) == {"claimable", "retry_waiting", "delayed", "approval", "paused", "after", "budget"}
     assert shown["running"] == []

@@ -177,7 +177,7 @@ async def test_claude_tool_calls_turns_and_todos_are_events_while_it_runs(live: 
     [listed] = of_type(events, "todos_updated")
     attempt_id = bash.attempt_id
     assert all(e.attempt_id == attempt_id and e.task_id == run.task_id for e in run.live())
-    shown = [(t["text"], t["status"], t["sessionId"]) for t in listed.payload["todos"]]
+    shown = [(t["text"], t["status"], t["runId"]) for t in listed.payload["todos"]]
     assert shown == [
         ("Write the marker", "done", attempt_id),
         ("Check it", "in-progress", attempt_id),
@@ -410,7 +410,8 @@ def test_events_shows_a_todo_list_by_where_it_stands(rig: Rig, rig_cli: Callable
     shown = rig_cli(rig, "events", "--type", "todos_updated")
     assert (
         shown.code == 0
-        and "todos_updated  task=1 attempt=attempt-1  todos=3: 1 done, 1 in-progress, 1 open" in shown.out
+        and "todos_updated  " in shown.out
+        and "  task=1 attempt=attempt-1 todos=3: 1 done, 1 in-progress, 1 open" in shown.out
     )
     assert rig_cli(rig, "events", "--type", "todos_updated", "--json").json_lines()[0]["payload"]["todos"] == todos
 

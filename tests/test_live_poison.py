@@ -117,7 +117,7 @@ def assert_holdable(found: list[Activity]) -> None:
                 value = activity.payload[key]
                 assert isinstance(value, str) and len(value) <= SUMMARY_MAX_CHARS and printable(value) == value
         for item in activity.payload.get("todos", []):
-            assert set(item) == {"todoId", "sessionId", "text", "status", "createdAt", "updatedAt"}
+            assert set(item) == {"todoId", "runId", "text", "status", "createdAt", "updatedAt"}
             assert item["status"] in ("open", "in-progress", "done", "dropped")
 
 

@@ -48,6 +48,7 @@ ALERTS = {
     "AgentdLockLost",
     "AgentdQueueStuck",
     "AgentdApprovalWaiting",
+    "AgentdToolCallWaiting",
     "AgentdMessagesFailed",
     "AgentdAttemptsFailing",
     "AgentdPermanentFailures",

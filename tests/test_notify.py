@@ -82,7 +82,7 @@ def test_ready_after_the_boot_sweep_then_watchdog_status_and_stopping(agent: Age
         notify.wait_for("WATCHDOG=1")
         notify.wait_for("WATCHDOG=1")  # periodic: it keeps coming while the attempt runs
         agent.wait_event("task_finished", task_id, timeout=20)
-        notify.wait_for("STATUS=idle, 0 pending")
+        notify.wait_for("STATUS=idle, 0 claimable")
         service.send_signal(signal.SIGTERM)
         notify.wait_for("STOPPING=1")
         assert service.wait(timeout=15) == 0

@@ -205,7 +205,7 @@ async def test_a_finished_attempt_the_runtime_died_under_is_judged_not_rerun(rig
     assert task.status == "completed" and task.attempt_count == 1
     [attempt] = rig.store.attempts_of(task.task_id)
     assert (attempt.exit_status, attempt.termination_reason, attempt.side_effects) == (
-        "unknown",
+        "error",
         "boot_sweep",
         "possible",
     )
@@ -213,7 +213,11 @@ async def test_a_finished_attempt_the_runtime_died_under_is_judged_not_rerun(rig
     assert swept.payload["judged"] is True
     assert verify_attempt_dir(Path(attempt.evidence_dir)) == []
     manifest = json.loads((Path(attempt.evidence_dir) / "manifest.json").read_text())
-    assert manifest["termination_reason"] == "boot_sweep" and manifest["exit_status"] == "unknown"
+    assert (
+        manifest["termination_reason"] == "boot_sweep"
+        and manifest["exit_status"] == "error"
+        and attempt.diagnostics["exit_seen"] is False
+    )
     assert manifest["task_hash"] and manifest["runtime_identity"]["agent_id"] == rig.config.agent.agent_id
 
 
@@ -250,7 +254,7 @@ async def test_one_crash_then_a_clean_attempt_resets_the_count_and_spent_nothing
     dispatcher = rig.dispatcher()
     await dispatcher.start()
     [swept] = rig.store.attempts_of(task.task_id)
-    assert swept.side_effects == "none" and swept.exit_status == "unknown"
+    assert swept.side_effects == "none" and swept.exit_status == "error"
     assert await dispatcher.run_until_idle() == 1
     await dispatcher.stop()
     done = rig.store.get_task_or_raise(task.task_id)

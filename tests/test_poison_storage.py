@@ -75,11 +75,11 @@ def test_a_full_disk_is_one_line_for_commands_and_services(tmp_path: Path) -> No
     with mount("-t", "tmpfs", "-o", "size=2m", "tmpfs", target=state):
         config = agent_config(tmp_path)
         assert agentd(config, "init").returncode == 0
-        with open(state / "filler", "wb") as filler:  # fill every last block
+        # Fill every last block, unbuffered: a buffered file would hold what did not fit and raise at close.
+        with open(state / "filler", "wb", buffering=0) as filler:
             try:
                 while True:
                     filler.write(b"\0" * 65536)
-                    filler.flush()
             except OSError:
                 pass
         added = agentd(config, "task", "add", "--type", "example")

@@ -254,7 +254,7 @@ JUDGE_CASES: list[tuple[str, AttemptFacts, dict[str, Any]]] = [
     ("rate limited: a free attempt", facts(run=run(ok=False, rate_limited=True, failure="429")), {"status": "retryable_failure", "free_attempt": True}),
     ("interrupted by a stop", facts(stopped="interrupted"), {"status": "retryable_failure", "free_attempt": True, "termination_reason": "interrupted"}),
     ("canceled by the operator", facts(run=run(), stopped="operator_canceled"), {"status": "operator_canceled"}),
-    ("swept with a result: judged", facts(swept=True, result_text=RESULT), {"status": "completed", "exit_status": "unknown", "termination_reason": "boot_sweep", "boot_sweep": True}),
+    ("swept with a result: judged", facts(swept=True, result_text=RESULT), {"status": "completed", "exit_status": "error", "termination_reason": "boot_sweep", "boot_sweep": True}),
     ("swept without one: a free crash", facts(swept=True), {"status": "retryable_failure", "crashed": True, "free_attempt": True}),
     ("the third crash in a row", facts(swept=True, task=task(crash_count=2)), {"status": "permanent_failure", "termination_reason": "crashed_runtime"}),
     ("agentd's own failure", facts(internal_error="agentd failed: ValueError: x"), {"status": "retryable_failure", "termination_reason": "internal_error"}),

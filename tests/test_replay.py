@@ -145,6 +145,7 @@ def test_an_unchanged_script_attempt_replays_identical(
         "reason": None,
         "differences": [],
         "notes": [],
+        "finding": None,
     }
 
 
@@ -184,9 +185,19 @@ def test_a_changed_script_is_different_and_names_the_command_stdout_and_the_resu
     assert (
         lines[2] == f'{root}/result.json: result.json $.operator_summary: expected "said hello", found "said goodbye"'
     )
-    assert lines[3:] == [f"different: attempt {ran.attempt_id}: 3 difference(s)"]
+    assert lines[3:] == [
+        f"different: attempt {ran.attempt_id}: 3 difference(s)",
+        f"finding: non_deterministic: attempt {ran.attempt_id} did not do the same again (TraceCore failure_type, "
+        "seed 001 §4.6)",
+    ]
     shown = replay(replay_rig, ran.attempt_id, "--json").json()
     assert shown["verdict"] == "different"
+    assert shown["finding"] == {
+        "failure_type": "non_deterministic",
+        "spec_version": "tracecore-spec-v1.0",
+        "attempt_id": ran.attempt_id,
+        "differences": 3,
+    }
     assert [(d["what"], d["where"]) for d in shown["differences"]] == [
         ("command", str(script)),
         ("stdout.log", f"{root}/stdout.log:1"),
@@ -254,6 +265,7 @@ def test_tampered_evidence_is_different_and_nothing_runs(
         f"{stdout}: sha256 differs from the manifest (edited after the attempt)",
         f"different: attempt {ran.attempt_id}: 1 difference(s)",
     ]
+    assert replay(replay_rig, ran.attempt_id, "--json").json()["finding"] is None, "the evidence, not the run, differs"
     assert runs(script) == 1
 
 
@@ -302,6 +314,7 @@ async def test_a_model_attempt_is_not_replayable(replay_rig: Rig, replay: Any) -
         "reason": reason,
         "differences": [],
         "notes": [],
+        "finding": None,
     }
 
 

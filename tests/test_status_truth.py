@@ -32,7 +32,7 @@ from agentd.records import TERMINAL_STATUSES, TaskIntent, TaskOutcome, TaskRecor
 from agentd.services.dispatch import Dispatcher
 from agentd.work.intake import admit_task
 
-REASONS = ("claimable", "retry_waiting", "delayed", "approval", "budget")
+REASONS = ("claimable", "retry_waiting", "delayed", "approval", "paused", "after", "budget")
 
 
 def add_held(rig: Rig, task_type: str = "example", **fields: object) -> TaskRecord:
@@ -72,7 +72,9 @@ def test_a_task_held_for_approval_is_not_claimable_nor_its_age_the_oldest_claima
     add_held(rig)
     rig.clock.advance(3 * 3600)
     shown = snapshot(rig.config, rig.store, rig.clock.now())
-    assert shown["waiting"] == {"claimable": 0, "retry_waiting": 0, "delayed": 0, "approval": 1, "budget": 0}
+    assert shown["waiting"] == {
+        "claimable": 0, "retry_waiting": 0, "delayed": 0, "approval": 1, "paused": 0, "after": 0, "budget": 0
+    }  # fmt: skip
     assert shown["oldest_pending_age_s"] is None
     assert gauge(rig, "agentd_oldest_pending_task_age_seconds") == 0, "AgentdQueueStuck would fire for it"
     assert gauge(rig, "agentd_tasks_waiting", reason="claimable") == 0
@@ -93,7 +95,9 @@ def test_a_task_held_for_the_budget_is_not_claimable_nor_its_age_the_oldest_clai
     rig.add("example", priority=5)
     rig.clock.advance(3600)
     shown = snapshot(rig.config, rig.store, rig.clock.now())
-    assert shown["waiting"] == {"claimable": 0, "retry_waiting": 0, "delayed": 0, "approval": 0, "budget": 1}
+    assert shown["waiting"] == {
+        "claimable": 0, "retry_waiting": 0, "delayed": 0, "approval": 0, "paused": 0, "after": 0, "budget": 1
+    }  # fmt: skip
     assert shown["oldest_pending_age_s"] is None
     assert gauge(rig, "agentd_oldest_pending_task_age_seconds") == 0
     assert gauge(rig, "agentd_tasks_waiting", reason="claimable") == 0
@@ -115,6 +119,8 @@ TASK_MIX = st.lists(
             "status": st.sampled_from(["pending", "retryable_failure"]),
             "due_in_s": st.sampled_from([-600, -1, 0, 1, 600]),
             "held": st.booleans(),
+            "paused": st.booleans(),
+            "after": st.sampled_from([None, "completed", "operator_canceled"]),  # a task it is linked after
         }
     ),
     max_size=14,
@@ -131,15 +137,19 @@ HOLDS = st.one_of(
 def test_the_waiting_reasons_partition_the_waiting_tasks_and_claimable_is_what_the_claim_takes(
     rig: Rig, tasks: list[dict[str, Any]], hold_spec: tuple[Any, int] | None
 ) -> None:
-    """For any mix of tasks, approvals, delays, retries and budget holds: each waiting task has one
-    reason; the reasons sum to pending + retryable_failure; `claimable` is how many tasks repeated
-    claims take, and the oldest claimable age is the oldest of those."""
+    """For any mix of tasks, approvals, delays, retries, pauses, links and budget holds: each waiting task
+    has one reason; the reasons sum to pending + retryable_failure; `claimable` is how many tasks repeated
+    claims take (a paused task, or one after a task that did not complete, is never taken), and the oldest
+    claimable age is the oldest of those."""
     rig.store._conn.execute(
         "UPDATE tasks SET status = 'operator_canceled', awaiting_approval = 0"
     )  # the last example's
     rig.store._conn.execute("UPDATE approvals SET status = 'rejected'")
+    rig.store._conn.execute("DELETE FROM task_pauses")
+    rig.store._conn.execute("DELETE FROM task_links")
     config, hold = _budget(rig, hold_spec)
     now = rig.clock.now()
+    steered: set[int] = set()
     for spec in tasks:
         add = functools.partial(add_held, rig) if spec["held"] else rig.add
         task = add(spec["task_type"], requested_adapter_id=spec["adapter"], priority=spec["priority"])
@@ -147,6 +157,14 @@ def test_the_waiting_reasons_partition_the_waiting_tasks_and_claimable_is_what_t
         rig.store._conn.execute(
             "UPDATE tasks SET status = ?, available_at = ? WHERE id = ?", (spec["status"], at, task.task_id)
         )
+        if spec["paused"] or spec["after"] == "operator_canceled":
+            steered.add(task.task_id)
+        if spec["paused"]:
+            rig.store.pause_task(task.task_id, "test", None, now)
+        if spec["after"] is not None:
+            before = rig.add("example")
+            rig.store._conn.execute("UPDATE tasks SET status = ? WHERE id = ?", (spec["after"], before.task_id))
+            rig.store.link_tasks(task.task_id, before.task_id, "test", now)
     shown = snapshot(config, rig.store, now)
     waiting = shown["waiting"]
     assert set(waiting) == set(REASONS)
@@ -158,6 +176,7 @@ def test_the_waiting_reasons_partition_the_waiting_tasks_and_claimable_is_what_t
     while claim := rig.store.claim_next_task(now, "test", plan, rig.config.paths.state_dir / "attempts", hold):
         taken.append(claim.task)
     assert waiting["claimable"] == len(taken)
+    assert not {t.task_id for t in taken} & steered, "a paused task, or one after a task that did not complete"
     oldest = min((t.available_at for t in taken), default=None)
     assert shown["oldest_pending_age_s"] == ((now - oldest).total_seconds() if oldest else None)
 
@@ -467,7 +486,7 @@ async def test_every_task_of_a_mixed_run_has_an_outcome_that_says_its_status(rig
 
 
 @pytest.mark.asyncio
-async def test_held_tasks_export_as_waiting_permission_and_blocked_never_queued(
+async def test_held_tasks_export_as_waiting_permission_and_waiting_resource_never_queued(
     rig_factory: Callable[..., Rig],
 ) -> None:
     from agentd.outlook.agent_runtime import runtime_event, session_snapshot
@@ -484,7 +503,7 @@ async def test_held_tasks_export_as_waiting_permission_and_blocked_never_queued(
     tasks = {int(t["taskId"]): t for t in shown["tasks"]}
     assert tasks[by_person.task_id]["status"] == "waiting_permission"
     assert "approve" in tasks[by_person.task_id]["statusReason"]
-    assert tasks[by_budget.task_id]["status"] == "blocked"
+    assert tasks[by_budget.task_id]["status"] == "waiting_resource"  # issue 41: a quota, not a missing dependency
     assert "budget" in tasks[by_budget.task_id]["statusReason"]
     assert tasks[urgent.task_id]["status"] == tasks[later.task_id]["status"] == "queued"
     assert tasks[by_person.task_id]["nativeStatus"] == tasks[by_budget.task_id]["nativeStatus"] == "pending"
@@ -502,4 +521,4 @@ async def test_held_tasks_export_as_waiting_permission_and_blocked_never_queued(
     [requested] = [x for x in exported if x["nativeStatus"] == "approval_requested"]
     assert requested["status"] == "waiting_permission"
     [held] = [x for x in exported if x["nativeStatus"] == "budget_held"]
-    assert (held["type"], held["status"]) == ("quota.blocked", "blocked")
+    assert (held["type"], held["status"]) == ("quota.blocked", "waiting_resource")

@@ -120,7 +120,7 @@ async def five(five_rig: Rig) -> dict[str, TaskAttempt]:
         "failed": ("exited", "ok"),
         "timed_out": ("timeout", "timeout"),
         "canceled": ("operator_canceled", "error"),
-        "swept": ("boot_sweep", "unknown"),
+        "swept": ("boot_sweep", "error"),
     }
     return found
 

@@ -147,6 +147,7 @@ def test_approve_a_held_task_in_the_console_and_see_it_run(page: Any, web: WebRi
     log_in(page, web)
     page.goto("/approvals")
     expect(page.locator(f"#approval-{waiting}")).to_contain_text("deploy the docs")
+    expect(page.locator(f"#approval-{waiting} pre.payload")).to_contain_text('"stdout": "deployed"')
     screenshot(page, "console-approvals")
     page.locator(f"#approval-{waiting} input[name=note]").fill("go ahead")
     page.locator(f"#approval-{waiting} button[name=approve]").click()
@@ -157,9 +158,13 @@ def test_approve_a_held_task_in_the_console_and_see_it_run(page: Any, web: WebRi
     page.reload()
     expect(page.locator("h1 .status")).to_have_text("completed")
     page.get_by_role("link", name="stdout.log").click()
-    expect(page.locator("body")).to_contain_text("deployed")
-    page.go_back()
+    expect(page.locator("pre.evidence-file")).to_contain_text("deployed")  # inside the console
+    page.get_by_role("link", name=f"← task {waiting}").click()  # and a way back
+    expect(page.locator("h1 .status")).to_have_text("completed")
     screenshot(page, "console-task")
+    page.get_by_role("link", name="Verify this task's evidence").click()
+    expect(page.locator(".verdict.clean")).to_contain_text("Clean")
+    screenshot(page, "console-verify")
     assert rig.store.get_task_or_raise(waiting).status == "completed"
 
 
@@ -186,3 +191,45 @@ def test_watch_live_tool_events_of_a_running_attempt_appear(page: Any, web: WebR
     expect(activity.locator("li.attempt_progress")).to_have_text("attempt_progress <b>half</b> way")
     assert activity.locator("b").count() == 0, "reported text is shown as text, never as HTML"
     screenshot(page, "console-overview")
+
+
+def test_a_lost_task_reads_lost_in_the_console_and_a_task_is_paused_through_its_confirmation(
+    page: Any, web: WebRig
+) -> None:
+    """Issue 41: a running task beside a dispatcher that is DOWN read "running" in the console."""
+    from playwright.sync_api import expect
+    from test_lost_task import dispatcher_gone
+
+    rig = web.rig
+    task_id, _ = running(rig)
+    said = dispatcher_gone(rig)
+    waiting = rig.add(subject="steer me").task_id
+    log_in(page, web)
+    expect(page.locator("p.lost")).to_contain_text(f"LOST task {task_id}: {said}")
+    page.goto(f"/tasks/{task_id}")
+    expect(page.locator("h1 .state")).to_have_text("lost")
+    expect(page.locator("p.state-reason")).to_contain_text(said)
+    page.goto(f"/tasks/{waiting}")
+    page.locator("#steer input[name=reason]").first.fill("after lunch")
+    page.locator("#steer button[name=pause]").click()
+    expect(page.locator("p.confirm-what")).to_contain_text(f"Task {waiting} will not be claimed until resumed.")
+    assert rig.store.task_pause(waiting) is None, "the confirmation page changed nothing"
+    page.locator("button[name=confirm-pause]").click()
+    expect(page.locator("h1 .state")).to_have_text("paused")
+    assert rig.store.task_pause(waiting) is not None
+
+
+def test_a_goal_loop_in_the_consoles_workflows(page: Any, web: WebRig) -> None:
+    from playwright.sync_api import expect
+
+    rig = web.rig
+    context = {"answers": {"verify": ["continue", "complete"]}}
+    workflow, _ = rig.store.create_workflow("goal-loop", "docs-site", "plan", context, rig.clock.now(), "test")
+    in_a_thread(rig)
+    log_in(page, web)
+    page.get_by_role("link", name="Workflows").click()
+    page.get_by_role("link", name=str(workflow.workflow_id), exact=True).click()
+    expect(page.locator("h1 .status")).to_have_text("completed")
+    expect(page.locator("li.step")).to_have_count(5)
+    expect(page.locator("li.step b")).to_have_text(["plan", "execute", "verify", "execute", "verify"])
+    screenshot(page, "console-workflow")

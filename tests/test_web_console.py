@@ -119,7 +119,7 @@ def test_deny_needs_a_reason_and_pause_resume_cancel_retry_act_as_the_operator(w
     assert browser.form(f"/approvals/{waiting}/deny", {"csrf": csrf, "reason": "not now"}).status == 303
     assert rig.store.get_task_or_raise(waiting).status == "operator_canceled"
     assert browser.form("/pause", {"csrf": csrf, "reason": "lunch"}).status == 303
-    assert "Paused since" in browser.get("/").text
+    assert "Paused just now by alice: lunch" in re.sub(r"<[^>]*>", "", browser.get("/").text)
     assert browser.form("/resume", {"csrf": csrf}).status == 303 and rig.store.dispatch_pause() is None
     assert browser.form(f"/tasks/{waiting}/retry", {"csrf": csrf}).status == 303
     assert last_event(rig, "task_requeued").payload["by"] == "alice"

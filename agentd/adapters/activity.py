@@ -71,9 +71,10 @@ class StreamParser(Protocol):
 @dataclass
 class Todos:
     """An attempt's todo list as seed 003 AgentTodo records, kept across updates: a todo the agent
-    removed before it was done is `dropped`; one seen before keeps its createdAt."""
+    removed before it was done is `dropped`; one seen before keeps its createdAt. Each names the attempt it
+    was seen in (`runId`); its session is the agent's, which the exports add (agentd/outlook/correlation.py)."""
 
-    session_id: str
+    attempt_id: str
     shown: Shown
     items: dict[str, dict[str, Any]] = field(default_factory=dict)  # todoId → AgentTodo, in first-seen order
 
@@ -101,7 +102,7 @@ class Todos:
         if todo is None:
             self.items[todo_id] = {
                 "todoId": todo_id,
-                "sessionId": self.session_id,
+                "runId": self.attempt_id,
                 "text": text,
                 "status": status,
                 "createdAt": at,
@@ -137,8 +138,8 @@ class ClaudeStream:
     input is the todo list, and an assistant message (its id) is a model turn, completed when the next
     message, a tool result or the result record comes."""
 
-    def __init__(self, session_id: str, shown: Shown) -> None:
-        self.shown, self.todos = shown, Todos(session_id, shown)
+    def __init__(self, attempt_id: str, shown: Shown) -> None:
+        self.shown, self.todos = shown, Todos(attempt_id, shown)
         self.calls: dict[str, str] = {}  # open call id → tool name
         self.turns = 0
         self.turn: tuple[Any, Any] | None = None  # the open turn's (message id, usage)
@@ -152,6 +153,8 @@ class ClaudeStream:
             return found + [a for block in blocks for a in self._assistant(block, at)]
         if kind == "user":
             return self.close(at) + [a for block in blocks for a in self._result(block)]
+        if kind == "system" and record.get("subtype") == "compact_boundary":
+            return [compaction(record.get("compact_metadata"))]
         return self.close(at) if kind == "result" else []
 
     def close(self, at: str) -> list[Activity]:
@@ -194,6 +197,20 @@ class ClaudeStream:
         return [Activity("tool_finished", payload)]
 
 
+def compaction(metadata: Any) -> Activity:
+    """A compaction claude reports (its `compact_boundary` record, 2.1.197): what started it and the tokens
+    before and after, where they are counts (docs/live.md)."""
+    given = metadata if isinstance(metadata, dict) else {}
+    payload: dict[str, Any] = {}
+    if isinstance(given.get("trigger"), str):
+        payload["trigger"] = printable(given["trigger"][:20])
+    for name in ("pre_tokens", "post_tokens"):
+        count, _ = judge_number(given.get(name), name)
+        if count is not None:
+            payload[name] = int(count)
+    return Activity("context_compacted", payload)
+
+
 def _blocks(message: Any) -> list[dict[str, Any]]:
     content = message.get("content") if isinstance(message, dict) else None
     return [block for block in content if isinstance(block, dict)] if isinstance(content, list) else []
@@ -215,8 +232,8 @@ class CodexStream:
     mcp_tool_call, web_search, …) is a tool call from item.started to item.completed; a todo_list item
     is the plan; turn.completed is a model turn with its usage."""
 
-    def __init__(self, session_id: str, shown: Shown) -> None:
-        self.shown, self.todos = shown, Todos(session_id, shown)
+    def __init__(self, attempt_id: str, shown: Shown) -> None:
+        self.shown, self.todos = shown, Todos(attempt_id, shown)
         self.started: set[str] = set()
         self.turns = 0
 
@@ -277,10 +294,10 @@ def progress(line: str, shown: Shown) -> list[Activity]:
     return [Activity("attempt_progress", {"text": shown(line, PROGRESS_MAX_CHARS)})] if line.strip() else []
 
 
-def stream_parser(kind: str, session_id: str, shown: Shown) -> StreamParser | None:
+def stream_parser(kind: str, attempt_id: str, shown: Shown) -> StreamParser | None:
     """The parser for an adapter kind whose stdout is a JSON stream; None for the others."""
     if kind == "claude-code":
-        return ClaudeStream(session_id, shown)
+        return ClaudeStream(attempt_id, shown)
     if kind == "codex":
-        return CodexStream(session_id, shown)
+        return CodexStream(attempt_id, shown)
     return None

@@ -8,6 +8,9 @@ kind leaves the same TaskAttempt evidence (seed 000 §2, §8).
 
 from __future__ import annotations
 
+import math
+import shlex
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import field
 from pathlib import Path
@@ -15,10 +18,11 @@ from typing import Any, Literal, Protocol
 
 from agentd import frozen_value
 from agentd.evidence import AttemptPaths
+from agentd.process import hook as hook_module
 from agentd.process.containment import RunGroup
 from agentd.process.files import make_run_dir, write_shared
 from agentd.process.privilege import RunUser
-from agentd.process.runner import ProcessResult, ProcessSpec, run_process
+from agentd.process.runner import ProcessResult, ProcessSpec, RunTimer, run_process
 from agentd.records import AdapterConfig, PolicyDenial, TaskRecord
 from agentd.usage import Usage as Usage  # judged in agentd/usage.py; every adapter reports one
 
@@ -33,6 +37,51 @@ def output_tail_bytes(cap: int) -> int:
 
 
 OnStarted = Callable[[int | None], Awaitable[None]]  # the process group leader's pid, None for HTTP
+
+
+@frozen_value
+class PolicyHook:
+    """The attempt's policy socket, as a harness's PreToolUse hook reaches it (agentd/process/hook.py)."""
+
+    socket: Path
+    within_s: float  # how long the hook waits for the dispatcher's answer before it denies on its own
+
+    @classmethod
+    def of(cls, run_dir: Path, ask_timeout_s: float) -> PolicyHook:
+        """The hook of an attempt whose run dir is `run_dir`: it waits past the ask timeout, so the
+        dispatcher's own deny (a held call no one decided) reaches it first."""
+        return cls(run_dir / POLICY_SOCKET, ask_timeout_s + HOOK_WAIT_MARGIN_S)
+
+    def command(self, harness: str) -> str:
+        """The hook's command line (harnesses run it with /bin/sh -c): this Python, isolated, the script alone."""
+        return shlex.join(
+            [sys.executable, "-I", HOOK_SCRIPT, harness, "--socket", str(self.socket), "--within", f"{self.within_s:g}"]
+        )
+
+    @property
+    def timeout_s(self) -> int:
+        """The harness's own limit on the hook: past the hook's, so the hook's deny always comes first (a
+        harness runs the call when its hook times out)."""
+        return math.ceil(self.within_s) + HOOK_LIMIT_MARGIN_S
+
+
+HOOK_SCRIPT = hook_module.__file__
+POLICY_SOCKET = "policy.sock"  # in the attempt's run dir (agentd/attempt/calls.py serves it)
+HOOK_WAIT_MARGIN_S = 15  # the hook waits this much past [policy] ask_timeout_s for the dispatcher
+HOOK_LIMIT_MARGIN_S = 30  # the harness's limit on the hook: this much past the hook's own wait
+
+
+@frozen_value
+class HarnessSession:
+    """The harness session an attempt runs: new (its id chosen by agentd), or resumed from an interrupted
+    earlier attempt's (agentd/attempt/session.py; docs/reliability.md, "Resume, not restart")."""
+
+    session_id: str
+    resumed_from: str | None = None  # the attempt whose interrupted session this one continues
+
+    def payload(self) -> dict[str, Any]:
+        """As the attempt's events say it (`task_started`, `harness_session_resumed`)."""
+        return {"session_id": self.session_id, **({"resumed_from": self.resumed_from} if self.resumed_from else {})}
 
 
 @frozen_value
@@ -51,6 +100,9 @@ class AttemptContext:
     output_cap_bytes: int
     group: RunGroup | None = None  # where the attempt's processes are kept (agentd/process/containment.py)
     user: RunUser | None = None  # who they run as ([dispatch] run_as; None: the service's own user)
+    timer: RunTimer = field(default_factory=RunTimer)  # its timeout, held while a call waits for a person
+    hook: PolicyHook | None = None  # where its tool calls are judged (docs/policy.md); None: nothing to judge
+    session: HarnessSession | None = None  # the harness session it runs (docs/reliability.md); None: none kept
 
     @property
     def reporter(self) -> int | None:
@@ -123,6 +175,7 @@ class SubprocessAdapter:
                 stdin=invocation.stdin,
                 group=ctx.group,
                 user=ctx.user,
+                timer=ctx.timer,
             ),
             on_started=on_started,
         )

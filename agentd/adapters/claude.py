@@ -9,10 +9,11 @@ permission-bypass flag is passed only when the adapter declares the trusted-vm p
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
-from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, read_tail
+from agentd.adapters.base import AdapterRun, AttemptContext, HarnessSession, Invocation, PolicyHook, read_tail
 from agentd.adapters.denials import claude_denials, text_of
 from agentd.adapters.harness import (
     FACT_MAX_CHARS,
@@ -37,13 +38,42 @@ BYPASS_FLAGS = ("--dangerously-skip-permissions", "--permission-mode=bypassPermi
 PERMISSION_MODE = {"read-only": "plan", "workspace-write": "acceptEdits", "danger-full-access": "bypassPermissions"}
 
 
+def hook_settings(hook: PolicyHook) -> str:
+    """claude's settings with agentd's PreToolUse hook on every tool (docs/policy.md), given inline to
+    `--settings`. claude re-reads settings files while it runs: an attempt writing `disableAllHooks` into
+    user or project settings would silence the hook, and a settings file it could write would be re-read
+    with them (measured on 2.1.197). So claude runs with `--setting-sources ""` (no user or project
+    settings) and these settings are no file at all."""
+    entry = {"type": "command", "command": hook.command("claude"), "timeout": hook.timeout_s}
+    return json.dumps({"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [entry]}]}})
+
+
+# What a resumed session is told: the conversation it resumes already holds the task and its instructions
+# (docs/reliability.md, "Resume, not restart"), so the bundle is not sent twice.
+RESUME_NOTE = (
+    "agentd: this session was interrupted (the service stopped, or the machine went down) and is resumed now. "
+    "Go on with the task where you left off: check what you already did before doing it again, and end as the "
+    "task's instructions say, with the outcome block."
+)
+
+
+def session_args(session: HarnessSession | None) -> list[str]:
+    """A session agentd keeps for a resume has an id it chose (`--session-id`) or resumes one (`--resume`,
+    the same id); without one (a harness run outside dispatch), claude keeps no session at all."""
+    if session is None:
+        return ["--no-session-persistence"]
+    if session.resumed_from:
+        return ["--resume", session.session_id]
+    return ["--session-id", session.session_id]
+
+
 class ClaudeCodeAdapter(HarnessAdapter):
     kind = "claude-code"
 
     def build(self, ctx: AttemptContext) -> Invocation:
         config = ctx.adapter
         assert isinstance(config, ClaudeConfig)
-        argv = [config.command, "-p", "--output-format", "stream-json", "--verbose", "--no-session-persistence"]
+        argv = [config.command, "-p", "--output-format", "stream-json", "--verbose", *session_args(ctx.session)]
         if ctx.model:
             argv += ["--model", ctx.model]
         if config.max_turns:
@@ -67,7 +97,11 @@ class ClaudeCodeAdapter(HarnessAdapter):
         )
         if trusted(config):
             env["IS_SANDBOX"] = "1"  # claude refuses to skip permissions as root without it
-        return Invocation([*argv, *base_args(config)], env, stdin=ctx.bundle_text.encode())
+        if ctx.hook is not None:
+            argv += ["--settings", hook_settings(ctx.hook), "--setting-sources", ""]
+            env.pop("CLAUDE_CODE_SHELL_PREFIX", None)  # it would wrap the hook's command
+        prompt = RESUME_NOTE if ctx.session and ctx.session.resumed_from else ctx.bundle_text
+        return Invocation([*argv, *base_args(config)], env, stdin=prompt.encode())
 
     def parse(self, ctx: AttemptContext, result: ProcessResult) -> AdapterRun:
         return to_run(ctx, result, parse_claude_output(read_tail(ctx.paths.stdout)), self.version(ctx))
@@ -102,8 +136,16 @@ def _verdict(final: dict[str, Any], seen: dict[str, Any]) -> ParsedRun:
         "api_error_status": fact(final.get("api_error_status")),
         "permission_denials": len(denials),
         "terminal_reason": fact(final.get("terminal_reason")),
+        "max_turns_reached": final.get("subtype") == "error_max_turns",  # its budget ran out (docs/determinism.md)
         **({"usage_problems": problems} if problems else {}),
     }
+    if final.get("subtype") == "error_max_budget_usd":  # it stopped itself on the cap agentd gave it
+        diagnostics["budget_stop"] = {
+            "by": "claude (--max-budget-usd)",
+            "cap": "the attempt's cap",
+            "per_attempt": True,
+            **({"spent_usd": usage.cost_usd} if usage.cost_usd is not None else {}),
+        }
     return ParsedRun(
         finished=True,
         succeeded=not is_error,

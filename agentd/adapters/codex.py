@@ -15,7 +15,14 @@ from typing import Any
 
 import tomli_w
 
-from agentd.adapters.base import FINAL_MESSAGE_MAX_BYTES, AdapterRun, AttemptContext, Invocation, read_tail
+from agentd.adapters.base import (
+    FINAL_MESSAGE_MAX_BYTES,
+    AdapterRun,
+    AttemptContext,
+    Invocation,
+    PolicyHook,
+    read_tail,
+)
 from agentd.adapters.denials import codex_denials
 from agentd.adapters.harness import (
     HarnessAdapter,
@@ -55,7 +62,6 @@ class CodexAdapter(HarnessAdapter):
             "exec",
             "--json",
             "--skip-git-repo-check",
-            "--ephemeral",
             "-o",
             str(ctx.paths.reported(LAST_MESSAGE)),  # a transport: last_message.txt is the evidence
             "-s",
@@ -63,8 +69,12 @@ class CodexAdapter(HarnessAdapter):
         ]
         if ctx.model:
             argv += ["-m", ctx.model]
+        document = codex_config(config, ctx.model)
+        if ctx.hook is not None:
+            document["hooks"] = hook_table(ctx.hook)
+            argv.append("--dangerously-bypass-hook-trust")  # codex exec skips untrusted user-layer hooks silently
         env = {**ctx.env, "CODEX_HOME": str(home)}
-        files = {home / "config.toml": tomli_w.dumps(codex_config(config, ctx.model))}
+        files = {home / "config.toml": tomli_w.dumps(document)}
         # The prompt as stdin ("-"): a bundle can be longer than one argv string may be.
         return Invocation([*argv, *base_args(config), "-"], env, stdin=ctx.bundle_text.encode(), files=files)
 
@@ -79,6 +89,13 @@ class CodexAdapter(HarnessAdapter):
         price = (config.prices or {}).get(model) if model else None
         parsed = replace(parsed, usage=estimate_cost(parsed.usage, price), model=model)
         return to_run(ctx, result, parsed, self.version(ctx))
+
+
+def hook_table(hook: PolicyHook) -> dict[str, Any]:
+    """codex's PreToolUse hook on every tool (docs/policy.md). codex reads its config once, at its start, so
+    nothing the attempt writes later changes it."""
+    entry = {"type": "command", "command": hook.command("codex"), "timeout": hook.timeout_s}
+    return {"PreToolUse": [{"matcher": ".*", "hooks": [entry]}]}
 
 
 def codex_config(config: CodexConfig, model: str | None) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """hermes-agent: `hermes -z PROMPT --usage-file FILE` (seed 000 §2; docs/adapters.md, "The kinds").
 
 A per-attempt HERMES_HOME holds config.yaml (provider, base_url, model, context_length, lazy
-installs off). Hermes exits 0 even when its model call failed, so the run is judged by the
-usage file (`completed` true, `failed` false); no usage file means it was killed. The final
-text is stdout; tokens and cost status come from the usage file.
+installs off, session snapshots on: agentd/adapters/hermes_session.py keeps them as evidence).
+Hermes exits 0 even when its model call failed, so the run is judged by the usage file (`completed`
+true, `failed` false); no usage file means it was killed. The final text is stdout; tokens and cost
+status come from the usage file.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from agentd.adapters.harness import (
     text_or,
     to_run,
 )
+from agentd.adapters.hermes_session import SESSION_FILE, session_document
 from agentd.process.files import read_reported, write_new
 from agentd.process.runner import ProcessResult
 from agentd.records import HermesAgentAdapterConfig as HermesConfig
@@ -64,11 +66,19 @@ class HermesAgentAdapter(HarnessAdapter):
         usage, problem = read_reported(ctx.paths.reported(USAGE_FILE), MAX_USAGE_BYTES, ctx.reporter)
         if usage is not None:  # evidence: a copy in the state dir, which the attempt cannot reach
             write_new(ctx.paths.root / USAGE_FILE, usage.decode("utf-8", errors="replace"))
+        keep_session(ctx)
         usage_text = usage.decode("utf-8", errors="replace") if usage is not None else None
         run = parse_hermes(usage_text, read_tail(ctx.paths.stdout))
         if problem is not None:
             run = replace(run, diagnostics={**run.diagnostics, "usage_file_problem": problem})
         return to_run(ctx, result, run, self.version(ctx))
+
+
+def keep_session(ctx: AttemptContext) -> None:
+    """Hermes' session snapshots into the evidence, where the action trace reads its tool calls."""
+    document = session_document(ctx.paths.scratch, ctx.reporter)
+    if document is not None:
+        write_new(ctx.paths.root / SESSION_FILE, json.dumps(document, default=str) + "\n")
 
 
 def hermes_config(config: HermesConfig, model: str | None, api_key: str | None = None) -> str:
@@ -85,7 +95,10 @@ def hermes_config(config: HermesConfig, model: str | None, api_key: str | None =
         },
         "security": {"allow_lazy_installs": False},
         "agent": {"api_max_retries": config.max_retries},
+        "sessions": {"write_json_snapshots": True},  # its tool calls and turns (agentd/adapters/hermes_session.py)
     }
+    if config.max_turns:  # hermes' own cap on its tool-calling turns (docs/determinism.md)
+        document["agent"]["max_turns"] = config.max_turns
     if config.base_url:
         document["model"]["base_url"] = config.base_url
     if api_key:

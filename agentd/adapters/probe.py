@@ -16,6 +16,17 @@ from agentd.process.http import client
 from agentd.records import AdapterConfig, OllamaGenerateAdapterConfig
 
 PROBE_TIMEOUT_S = 5.0
+# What agentd sees of an attempt of each kind (docs/adapters.md): its tool calls, its model turns, its usage, and
+# whether it shows them while it runs (docs/live.md). hermes -z prints only its final text: its tool calls and
+# turns come from its session snapshots when it ends (agentd/adapters/hermes_session.py), never live;
+# ollama-generate has no tools, and one turn.
+OBSERVABLE: dict[str, dict[str, bool]] = {
+    "claude-code": {"tools": True, "turns": True, "usage": True, "live": True},
+    "codex": {"tools": True, "turns": True, "usage": True, "live": True},
+    "hermes-agent": {"tools": True, "turns": True, "usage": True, "live": False},
+    "ollama-generate": {"tools": False, "turns": True, "usage": True, "live": False},
+    "script": {"tools": False, "turns": False, "usage": True, "live": True},
+}
 
 
 async def probe_adapters(config: Config) -> dict[str, dict[str, Any]]:

@@ -21,13 +21,15 @@ from agentd.attempt.manifest import manifest_fields
 from agentd.attempt.outcome import FileFact, paths_to_check
 from agentd.attempt.policy import AttemptPolicy, Ending
 from agentd.attempt.prepare import Prepared
+from agentd.attempt.session import keep_or_drop
 from agentd.clock import format_ts
 from agentd.edge import MAX_RESULT_BYTES, resolves_inside, scrub, scrub_value
 from agentd.evidence import AttemptPaths, attempt_paths, seal, trace_summary, verify_attempt_dir
-from agentd.evidence.action_trace import Step, capped, trace_lines, trace_of
+from agentd.evidence.action_trace import Step, capped, decision_steps, trace_lines, trace_of
 from agentd.hashing import sha256_file, sha256_hex
 from agentd.process.files import Refused as UntrustedPath
 from agentd.process.files import lstat_beneath, read_beneath, read_reported, sha256_at_most, write_new
+from agentd.process.privilege import RunUser
 from agentd.process.runner import remove_tree
 from agentd.records import (
     ArtifactRow,
@@ -210,9 +212,11 @@ def finish(ending: Ending, facts: AttemptFacts, *, bundle_hash: str | None, best
                 trace=trace_lines(steps),
                 best_effort=best_effort,
             )
+    session = keep_session(facts, end, paths, policy.user)  # before the run dir goes: it may be in it
     remove_tree(paths.run, policy.user)  # HOME and what the attempt wrote: not evidence, and may hold keys
     diagnostics = {
         **end.diagnostics,
+        **({"harness_session": session} if session else {}),
         "artifact_hash": sealed.artifact_hash if sealed else None,
         "manifest_sha256": sealed.manifest_sha256 if sealed else None,
     }
@@ -223,18 +227,33 @@ def finish(ending: Ending, facts: AttemptFacts, *, bundle_hash: str | None, best
     return replace(end, diagnostics=diagnostics)
 
 
+def keep_session(
+    facts: AttemptFacts, end: AttemptEnd, paths: AttemptPaths, user: RunUser | None
+) -> dict[str, Any] | None:
+    """The harness session is kept for the next attempt when this one was interrupted (a service stop, or
+    the runtime died under it) and the task runs again; otherwise it goes (docs/reliability.md, "Resume, not
+    restart"). What was done, for the diagnostics."""
+    interrupted = end.status == "retryable_failure" and (facts.stopped == "interrupted" or end.crashed)
+    attempt = facts.attempt
+    return keep_or_drop(
+        paths, attempt.task_id, attempt.adapter_kind, attempt.attempt_id, interrupted=interrupted, user=user
+    )
+
+
 def action_steps(facts: AttemptFacts, end: AttemptEnd, paths: AttemptPaths) -> list[Step]:
     """The ordered steps the attempt took, from what its adapter printed (agentd/evidence/action_trace.py)."""
     if not facts.started:
         return []  # it never ran: there is nothing to trace
     process = facts.run.process if facts.run else None
-    return trace_of(
+    steps = trace_of(
         facts.attempt.adapter_kind,
         paths.root,
         exit_code=process.exit_code if process else None,
         started_at=format_ts(facts.attempt.started_at),
         ended_at=format_ts(end.ended_at),
     )
+    decided = facts.run.diagnostics.get("tool_calls") if facts.run else None
+    return steps + decision_steps(decided or [], first=len(steps) + 1)
 
 
 class HashBudget:

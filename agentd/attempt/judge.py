@@ -45,6 +45,7 @@ from agentd.records import (
 )
 from agentd.records.tasks import ConstitutionProposal
 from agentd.usage import Usage, bounded, judge_usage, rejudged
+from agentd.vocabulary import OutcomeStatus
 
 Stopped = Literal["interrupted", "operator_canceled"]
 MAX_DENIAL_EVENTS = 50  # policy_denied events per attempt; one more event counts the rest
@@ -113,7 +114,7 @@ def extracted_of(facts: AttemptFacts) -> Extracted:
     if facts.extracted is not None:
         return facts.extracted
     final = facts.run.final_message if facts.run is not None else None
-    return extract_outcome(facts.result_text, final, facts.result_problem)
+    return extract_outcome(facts.result_text, final, facts.result_problem, kind=facts.attempt.adapter_kind)
 
 
 def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: random.Random) -> AttemptEnd:
@@ -187,8 +188,8 @@ def side_effects(facts: AttemptFacts) -> SideEffects:
 
 
 def _exit_status(facts: AttemptFacts) -> ExitStatus:
-    if facts.swept:
-        return "unknown"
+    if facts.swept:  # its exit was never seen: error, and its diagnostics say exit_seen false (migration 0017)
+        return "error"
     return facts.run.exit_status if facts.run is not None else "error"
 
 
@@ -219,15 +220,33 @@ def _gated(facts: AttemptFacts, extracted: Extracted) -> tuple[Gated, str, str |
     process = run.process
     if process is not None and process.start_error:
         return Gated(TaskOutcome.failure(process.start_error)), "start_failed", "start_error"
+    if (process is not None and process.limit_hit == "budget") or run.diagnostics.get("budget_stop"):
+        return _budget_exceeded(run)
     if process is not None and process.limit_hit in LIMIT_HIT:
         return Gated(TaskOutcome.failure(LIMIT_HIT[process.limit_hit])), f"{process.limit_hit}_limit", "resource_limit"
     if run.exit_status == "timeout":
         summary = f"timed out after {facts.timeout_s:g}s; the process group was killed"
         return Gated(TaskOutcome.failure(summary)), "timeout", "timeout"
+    if run.diagnostics.get("max_turns_reached") is True:  # the harness's turn budget ran out (seed 001 §7.2)
+        summary = f"ran out of its turns (the adapter's max_turns): {run.failure or 'the harness stopped'}"
+        return Gated(TaskOutcome.failure(summary)), "max_turns", "max_turns"
     if run.rate_limited:
         summary = f"rate limited: {run.failure or 'the provider said slow down'}"
         return Gated(TaskOutcome.failure(summary)), "exited", "rate_limited"
     return _gate(facts, extracted, adapter_ok=run.ok, adapter_failure=run.failure, termination="exited")
+
+
+def _budget_exceeded(run: AdapterRun) -> tuple[Gated, str, str | None]:
+    """Stopped as it passed its spending cap: by agentd's meter (agentd/attempt/meter.py), or by the harness
+    itself on the cap agentd gave it (claude's --max-budget-usd). Past its own cap it would pass it again: a
+    permanent failure. Past what was left of the day: retryable, and the claim's budget hold keeps it for
+    the next UTC day (agentd/config/budget.py)."""
+    stop = run.diagnostics.get("budget_stop") or {}
+    spent = f"it spent ${stop['spent_usd']:.4f}, " if isinstance(stop.get("spent_usd"), int | float) else ""
+    cap = f"{stop.get('cap', 'its spending cap')}" + (f" (${stop['cap_usd']:g})" if stop.get("cap_usd") else "")
+    summary = f"stopped by {stop.get('by', 'agentd')}: {spent}past {cap}"
+    status: OutcomeStatus = "permanent_failure" if stop.get("per_attempt", True) else "retryable_failure"
+    return Gated(TaskOutcome.failure(summary, status)), "budget_exceeded", "budget_exceeded"
 
 
 def _gate(
@@ -381,6 +400,8 @@ def _diagnostics(facts: AttemptFacts, extracted: Extracted, gated: Gated, failur
         "failure_type": failure_type,
         **facts.notes,
     }
+    if facts.swept:
+        found["exit_seen"] = False
     if facts.redactions:
         found["redactions"] = facts.redactions
     if extracted.problem and extracted.outcome is None:

@@ -228,7 +228,7 @@ class LiveWatcher:
         text = line.decode("utf-8", errors="replace")
         if self.parser is None:
             return progress(text, self.shown)
-        record = _record(text)
+        record = json_record(text)
         if record is None:
             return []
         try:
@@ -252,7 +252,7 @@ class LiveWatcher:
         await self.db.call(Store.record_activity, task_id, attempt_id, batch, at)
 
 
-def _record(text: str) -> dict[str, Any] | None:
+def json_record(text: str) -> dict[str, Any] | None:
     text = text.strip()
     if not text.startswith("{"):
         return None

@@ -13,6 +13,7 @@ from agentd.attempt.judge import AttemptFacts
 from agentd.attempt.terms import agent_variant, attempt_skills, retry_policy
 from agentd.clock import format_ts
 from agentd.config import Config
+from agentd.config.tool_policy import enforcement, profile_policy
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
 from agentd.process.runner import agentd_path, resolve_command
 from agentd.records import (
@@ -71,6 +72,17 @@ def described_by(
         "output_cap_bytes": config.dispatch.output_cap_bytes,
         "max_prompt_chars": profile.context_policy.max_prompt_chars if profile else None,
         "max_turns": getattr(adapter, "max_turns", None),
+        "tool_policy": tool_policy_fields(config, task.requested_profile_id, adapter),
+    }
+
+
+def tool_policy_fields(config: Config, profile_id: str, adapter: AdapterConfig | None) -> dict[str, Any]:
+    """The manifest's tool_policy: how the attempt's calls met its policy (docs/policy.md), and the policy's size."""
+    policy = profile_policy(config, profile_id)
+    return {
+        "enforced": enforcement(adapter.kind if adapter else "unknown", policy),
+        "rules": len(policy.rules),
+        "default": policy.default,
     }
 
 
@@ -120,6 +132,7 @@ def manifest_fields(
             "max_attempts": task.max_attempts,
             "max_turns": described["max_turns"],
         },
+        "tool_policy": described.get("tool_policy"),
         "started_at": format_ts(started),
         "completed_at": format_ts(end.ended_at),
         "wall_clock_elapsed_s": max((end.ended_at - started).total_seconds(), 0.0),

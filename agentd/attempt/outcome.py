@@ -34,8 +34,15 @@ class Extracted:
     usage: Any = None  # the outcome's own `usage` object, as written: a script reports its cost here
 
 
-def extract_outcome(result_text: str | None, final_message: str | None, result_problem: str | None = None) -> Extracted:
-    """The adapter's TaskOutcome, or why there is none."""
+# Where each kind of adapter leaves the text an outcome block is looked for in, as its operator knows it.
+FINAL_TEXT_OF = {"script": "its stdout", "ollama-generate": "the model's answer"}
+FINAL_TEXT = "the harness's final message"
+
+
+def extract_outcome(
+    result_text: str | None, final_message: str | None, result_problem: str | None = None, *, kind: str = ""
+) -> Extracted:
+    """The adapter's TaskOutcome, or why there is none, in the words of its `kind`."""
     problems = [f"result file: {result_problem}"] if result_problem else []
     if result_text and result_text.strip():
         outcome, problem, usage = _parse(result_text)
@@ -47,9 +54,10 @@ def extract_outcome(result_text: str | None, final_message: str | None, result_p
         outcome, problem, usage = _parse(blocks[-1])
         if outcome is not None:
             return Extracted(outcome, "final_message", usage=usage)
-        problems.append(f"last json block of the final message: {problem}")
+        problems.append(f"last json block of {FINAL_TEXT_OF.get(kind, FINAL_TEXT)}: {problem}")
     if not problems:
-        problems.append("no structured outcome (no result file, no ```json block in the final message)")
+        where = FINAL_TEXT_OF.get(kind, FINAL_TEXT)
+        problems.append(f"no structured outcome (no result file, no ```json block in {where})")
     return Extracted(None, "none", "; ".join(problems))
 
 

@@ -15,6 +15,7 @@ from agentd.attempt.outcome import CompletionChecks, RetryPolicy
 from agentd.attempt.terms import completion_checks, retry_policy
 from agentd.clock import Clock
 from agentd.config import Config
+from agentd.config.tool_policy import Policy, profile_policy
 from agentd.process.privilege import RunUser
 from agentd.records import AgentConstitution, TaskRecord
 from agentd.work.intake import delegation_caps
@@ -34,6 +35,7 @@ class AttemptPolicy:
     user: RunUser | None  # who the attempt runs as: whose files it reports, who may need to remove its run dir
     constitution: AgentConstitution  # the hashes a constitution proposal is based on
     described: dict[str, Any]  # the manifest's fields that come from the configuration
+    tools: Policy  # its profile's tool policy, then [policy]'s (docs/policy.md)
 
 
 @frozen_value
@@ -67,6 +69,7 @@ def attempt_policy(
         user=user,
         constitution=config.constitution,
         described=described_by(config, task, adapter_id, memo),
+        tools=profile_policy(config, task.requested_profile_id),
     )
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from agentd import frozen_value
 from agentd.adapters import Adapter, AttemptContext, adapter_for
+from agentd.adapters.base import PolicyHook
 from agentd.attempt.bundle import (
     Bundle,
     BundleInput,
@@ -27,10 +28,12 @@ from agentd.attempt.bundle import (
 )
 from agentd.attempt.manifest import DescribedMemo
 from agentd.attempt.policy import AttemptPolicy, attempt_policy
+from agentd.attempt.session import begin
 from agentd.attempt.terms import attempt_skills
 from agentd.clock import Clock
 from agentd.config import Config
 from agentd.config.environment import read_env_file
+from agentd.config.tool_policy import gated
 from agentd.errors import ConfigError, InputError
 from agentd.evidence import AttemptPaths, attempt_paths, make_attempt_dir
 from agentd.process.containment import attempt_group
@@ -127,7 +130,14 @@ class AttemptPreparer:
         }
         compiled = CompiledBundle(bundle.bundle_hash, str(paths.prompt), details)  # recorded with the start
         env, redactor = self._environment(adapter_config, task, attempt, paths, workflow)
+        policy = attempt_policy(config, task, attempt.adapter_id, self.user, self.memo)
+        hook = None
+        if gated(adapter_config.kind, policy.tools):  # docs/policy.md: its calls are judged while it runs
+            hook = PolicyHook.of(paths.run, config.policy.ask_timeout_s)
+            env["AGENTD_POLICY_SOCKET"] = str(hook.socket)  # for `agentd ask`
         working_dir: str | None = getattr(adapter_config, "working_dir", None)  # ollama has none
+        # an interrupted attempt's harness session, resumed; else a new one (docs/reliability.md, "Resume, not restart")
+        session = begin(paths, task.task_id, adapter_config.kind, attempt.attempt_id, self.user)
         ctx = AttemptContext(
             task=task,
             attempt_id=attempt.attempt_id,
@@ -143,8 +153,9 @@ class AttemptPreparer:
             output_cap_bytes=config.dispatch.output_cap_bytes,
             group=attempt_group(config.paths.state_dir, attempt.attempt_id, self.limits),
             user=self.user,
+            hook=hook,
+            session=session,
         )
-        policy = attempt_policy(config, task, attempt.adapter_id, self.user, self.memo)
         return Prepared(claim, self.adapters(adapter_config), ctx, bundle, compiled, policy, redactor)
 
     def _bundle_input(

@@ -28,6 +28,7 @@ from agentd.config import Config
 from agentd.edge import printable
 from agentd.errors import InputError, NotFound
 from agentd.evidence import MANIFEST, AttemptPaths, attempt_paths, make_attempt_dir
+from agentd.evidence.tracecore import SPEC_VERSION
 from agentd.evidence.verify import checked_attempt
 from agentd.hashing import sha256_file
 from agentd.process import procs
@@ -73,6 +74,10 @@ class Replay:
     reason: str | None = None  # why it is not replayable
     differences: list[Difference] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # TraceCore's classification when the run itself did not do the same again (seed 001 §4.6: detectable
+    # nondeterminism is failure_type=non_deterministic); None when identical, or when the evidence (not the
+    # run) differs and nothing ran (docs/determinism.md)
+    finding: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -81,7 +86,20 @@ class Replay:
             "reason": self.reason,
             "differences": [d.as_dict() for d in self.differences],
             "notes": list(self.notes),
+            "finding": self.finding,
         }
+
+
+def non_deterministic(attempt_id: str, differences: list[Difference]) -> dict[str, Any] | None:
+    """The finding a replay that ran and differed writes: TraceCore's failure_type for it."""
+    if not differences:
+        return None
+    return {
+        "failure_type": "non_deterministic",
+        "spec_version": SPEC_VERSION,
+        "attempt_id": attempt_id,
+        "differences": len(differences),
+    }
 
 
 @frozen_value
@@ -239,7 +257,9 @@ async def run_replay(plan: ReplayPlan) -> Replay:
         differences, notes = compare(plan, scratch, process, env.get("PATH", ""))
     finally:
         scratch.remove(plan.user)
-    return Replay("different" if differences else "identical", plan.attempt.attempt_id, None, differences, notes)
+    attempt_id = plan.attempt.attempt_id
+    verdict: Verdict = "different" if differences else "identical"
+    return Replay(verdict, attempt_id, None, differences, notes, non_deterministic(attempt_id, differences))
 
 
 def replay_environment(plan: ReplayPlan, scratch: ReplayScratch) -> tuple[dict[str, str], Redactor]:

@@ -10,16 +10,20 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 import anyio
 
 from agentd.adapters import Adapter, AdapterRun, adapter_for
 from agentd.attempt import live
+from agentd.attempt.calls import CallGate
 from agentd.attempt.conclude import conclude, internal_failure_end
+from agentd.attempt.meter import Meter, attempt_cap, meter_for
 from agentd.attempt.policy import Ending, attempt_policy
 from agentd.attempt.prepare import AttemptPreparer, Prepared, adapter_redactor
 from agentd.clock import Clock, age
 from agentd.config import Config
+from agentd.config.budget import day_start
 from agentd.errors import contained
 from agentd.evidence.rollback import publish_head
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
@@ -50,6 +54,22 @@ class AttemptControl:
         return self.reason if self.scope.cancelled_caught else None
 
 
+def metered(run: AdapterRun, meter: Meter | None) -> AdapterRun:
+    """The run as its meter saw it end: what it had spent, when the meter stopped it, in its diagnostics, and
+    the meter's figure as its usage when the harness was killed before it reported its own."""
+    if meter is None or meter.stopped is None:
+        return run
+    usage = run.usage if run.usage.cost_usd is not None else meter.spent()
+    return replace(run, usage=usage, diagnostics={**run.diagnostics, "budget_stop": meter.stopped})
+
+
+def judged_calls(run: AdapterRun, gate: CallGate | None) -> AdapterRun:
+    """The run with every tool-call decision its gate made, for the diagnostics and the action trace."""
+    if gate is None or not gate.decided:
+        return run
+    return replace(run, diagnostics={**run.diagnostics, "tool_calls": list(gate.decided)})
+
+
 def running_line(task_id: int, adapter: str, model: str | None, seconds: float) -> str:
     return f"running task {task_id} ({adapter}, {model or 'no model'}) {age(seconds)}"
 
@@ -70,6 +90,7 @@ class AttemptRunner:
         self.doorbell = doorbell
         self.preparer = AttemptPreparer(config, db, clock, adapters, user)
         self.control: AttemptControl | None = None
+        self.gate: CallGate | None = None  # the running attempt's, while it runs
         self._running: tuple[int, str, str | None, float] | None = None  # task, adapter, model, since
 
     @property
@@ -82,11 +103,14 @@ class AttemptRunner:
         return self._running[0] if self._running else None
 
     def describe(self) -> str | None:
-        """`running task 812 (claude-code, sonnet) 3m12s`, or None when idle."""
+        """`running task 812 (claude-code, sonnet) 3m12s`, or None when idle; `…; waiting for a decision on
+        Bash: git push … (40s)` while a tool call waits for a person."""
         if self._running is None:
             return None
         task_id, adapter, model, since = self._running
-        return running_line(task_id, adapter, model, anyio.current_time() - since)
+        line = running_line(task_id, adapter, model, anyio.current_time() - since)
+        waiting = self.gate.waiting() if self.gate is not None else None
+        return f"{line}; {waiting}" if waiting else line
 
     def stop(self, reason: str, after_s: float) -> None:
         if self.control is not None:
@@ -240,18 +264,51 @@ class AttemptRunner:
         async def started(pid: int | None) -> None:
             control.started = True
             now = self.clock.now()
-            await self.db.call(Store.mark_attempt_started, task_id, attempt_id, pid, now, prepared.compiled)
+            session = prepared.ctx.session.payload() if prepared.ctx.session else None
+            await self.db.call(Store.mark_attempt_started, task_id, attempt_id, pid, now, prepared.compiled, session)
 
-        with control.scope:
-            async with anyio.create_task_group() as watchers:
-                watchers.start_soon(self._watch_for_cancel, task_id, control)
-                activity = live.watch(prepared, self.db, self.clock, watchers)
-                run = await prepared.adapter.execute(prepared.ctx, started)
-                if activity is not None:
-                    await activity.finish()
-                watchers.cancel_scope.cancel()
-            return run
-        return None  # stopped from outside: control.stopped says why
+        gate = self._gate(prepared)
+        meter = await self._meter(prepared)
+        try:
+            with control.scope:
+                async with anyio.create_task_group() as watchers:
+                    watchers.start_soon(self._watch_for_cancel, task_id, control)
+                    if gate is not None:
+                        gate.open()  # before the start; if it cannot be served, the attempt never runs unguarded
+                        self.gate = gate
+                        watchers.start_soon(gate.serve)
+                    if meter is not None:
+                        watchers.start_soon(meter.run, prepared.ctx.timer)
+                    activity = live.watch(prepared, self.db, self.clock, watchers)
+                    run = await prepared.adapter.execute(prepared.ctx, started)
+                    if activity is not None:
+                        await activity.finish()
+                    watchers.cancel_scope.cancel()
+                return judged_calls(metered(run, meter), gate)
+            return None  # stopped from outside: control.stopped says why
+        finally:
+            self.gate = None
+            if gate is not None:
+                await gate.close()
+
+    def _gate(self, prepared: Prepared) -> CallGate | None:
+        """The gate of an attempt whose tool calls are judged while it runs (docs/policy.md)."""
+        if prepared.ctx.hook is None:
+            return None
+        shown = live.redacting(prepared.redactor)
+        timeout = self.config.policy.ask_timeout_s
+        return CallGate(
+            prepared, prepared.policy.tools, timeout, self.db, self.clock, self.doorbell, prepared.ctx.timer, shown
+        )
+
+    async def _meter(self, prepared: Prepared) -> Meter | None:
+        """The running budget of an attempt with a cap its harness's reports can be held to."""
+        config, ctx, attempt = self.config, prepared.ctx, prepared.attempt
+        if config.budget.per_attempt_usd is None and not config.budget.capped:
+            return None
+        spend = await self.db.read(Store.spend_since, day_start(self.clock.now()))
+        cap = attempt_cap(config, attempt.adapter_id, spend)
+        return meter_for(ctx.adapter, attempt.model, cap, ctx.paths.stdout, ctx.paths.scratch, ctx.reporter)
 
     async def _watch_for_cancel(self, task_id: int, control: AttemptControl) -> None:
         while True:

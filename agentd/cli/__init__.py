@@ -36,12 +36,14 @@ from agentd.cli import (
     observe,
     ops,
     outbox,
+    policy,
     queue,
     replay,
     retention,
     services,
     setup,
     steer,
+    version,
     web,
     work,
 )
@@ -63,11 +65,13 @@ COMMAND_MODULES = (
     evidence,
     replay,
     steer,
+    policy,
     constitution,
     outbox,
     completion,
     fleet,
     web,
+    version,
 )
 
 

@@ -32,17 +32,21 @@ def cmd_adapters(args: argparse.Namespace) -> int:
         from agentd.adapters.probe import probe_adapters
 
         probes = anyio.run(probe_adapters, config)
+        from agentd.adapters.probe import OBSERVABLE
+
         for row in rows:
-            row.update(probes[row["adapter_id"]])
+            row.update(probes[row["adapter_id"]], observable=OBSERVABLE[row["kind"]])
     if wants_json(args):
         print_json(rows)
     else:
-        headers = ["ADAPTER", "KIND", "RUNS", "MODEL", "POSTURE"] + (["PROBE", "VERSION"] if args.probe else [])
+        headers = ["ADAPTER", "KIND", "RUNS", "MODEL", "POSTURE"] + (
+            ["PROBE", "VERSION", "OBSERVES"] if args.probe else []
+        )
         print_table(
             headers,
             [
                 [r["adapter_id"], r["kind"], r["target"], r["model"] or "", r["posture"]]
-                + ([r["probe"], r["version"] or ""] if args.probe else [])
+                + ([r["probe"], r["version"] or "", _observes(r)] if args.probe else [])
                 for r in rows
             ],
         )
@@ -61,3 +65,8 @@ def _describe(adapter: AdapterConfig) -> dict[str, Any]:
         "model": getattr(adapter, "model", None),
         "posture": autonomy.profile if autonomy else "default",
     }
+
+
+def _observes(row: dict[str, Any]) -> str:
+    """What agentd sees of the adapter's attempts (agentd/adapters/probe.py OBSERVABLE): `tools turns usage live`."""
+    return " ".join(name for name, seen in row["observable"].items() if seen) or "-"

@@ -31,7 +31,7 @@ def register(commands: Any) -> None:
     listing = add_command(group, "proposals", cmd_proposals, "list pending constitution proposals, oldest first")
     listing.add_argument("--all", action="store_true", help="also those accepted, rejected or superseded")
     show = add_command(group, "show", cmd_show, "a proposal's reason and origin, and its diff against the file now")
-    show.add_argument("proposal_id", metavar="ID")
+    show.add_argument("proposal_id", metavar="ID", help="a proposal's id (`constitution proposals`)")
     accept = add_command(
         group,
         "accept",
@@ -39,10 +39,10 @@ def register(commands: Any) -> None:
         "write the proposed text over SOUL.md/PURPOSE.md and move [constitution] version on; refused if the "
         "document changed since it was proposed",
     )
-    accept.add_argument("proposal_id", metavar="ID")
+    accept.add_argument("proposal_id", metavar="ID", help="a proposal's id (`constitution proposals`)")
     accept.add_argument("--note", metavar="TEXT", type=note("--note"), help="recorded with the decision")
     reject = add_command(group, "reject", cmd_reject, "decline a proposal, saying why; the document is not touched")
-    reject.add_argument("proposal_id", metavar="ID")
+    reject.add_argument("proposal_id", metavar="ID", help="a proposal's id (`constitution proposals`)")
     reject.add_argument(
         "--reason", metavar="TEXT", type=note("--reason", required=True), required=True, help="why (recorded)"
     )

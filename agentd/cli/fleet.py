@@ -4,6 +4,7 @@ cancel, and the intake service that feeds this agent from it."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -37,14 +38,27 @@ def register(commands: Any) -> None:
     init = add_command(fleet, "init", cmd_init, "create or migrate the fleet's schema in PostgreSQL")
     submit = add_command(fleet, "submit", cmd_submit, "submit a task once: whichever suitable agent is free takes it")
     submit.add_argument("--type", dest="task_type", metavar="TYPE", help="required unless --batch")
-    submit.add_argument("--subject")
+    submit.add_argument("--subject", help="a one-line title people see in lists")
     submit.add_argument("--payload", metavar="JSON", help="a JSON object (default {})")
-    submit.add_argument("--label", dest="labels", action="append", default=[], metavar="LABEL")
+    submit.add_argument(
+        "--label",
+        dest="labels",
+        action="append",
+        default=[],
+        metavar="LABEL",
+        help="only an agent with it takes the task (repeatable)",
+    )
     submit.add_argument("--priority", type=priority, metavar="N", help="1 (most urgent) to 10 (default 5)")
     submit.add_argument("--key", metavar="IDEMPOTENCY_KEY", help="a repeated key is the same task")
-    submit.add_argument("--origin-surface", choices=SURFACES, default="cli")
-    submit.add_argument("--origin-product", default="agentd", metavar="PRODUCT")
-    submit.add_argument("--dispatch-mode", choices=MODES, default="queued")
+    submit.add_argument(
+        "--origin-surface", choices=SURFACES, default="cli", help="where it was asked for (default cli)"
+    )
+    submit.add_argument(
+        "--origin-product", default="agentd", metavar="PRODUCT", help="the product that asked (default agentd)"
+    )
+    submit.add_argument(
+        "--dispatch-mode", choices=MODES, default="queued", help="how it was asked for (default queued)"
+    )
     submit.add_argument(
         "--batch",
         metavar="FILE",
@@ -52,12 +66,14 @@ def register(commands: Any) -> None:
     )
     status = add_command(fleet, "status", cmd_status, "the fleet's tasks by status and who holds leases")
     show = add_command(fleet, "show", cmd_show, "one fleet task: its record, result and history")
-    show.add_argument("fleet_id", type=record_id, metavar="ID")
+    show.add_argument("fleet_id", type=record_id, metavar="ID", help="the fleet task's id (`fleet status`)")
     cancel = add_command(fleet, "cancel", cmd_cancel, "cancel a queued or leased fleet task")
-    cancel.add_argument("fleet_id", type=record_id, metavar="ID")
+    cancel.add_argument("fleet_id", type=record_id, metavar="ID", help="the fleet task to cancel")
     for parser in (init, submit, status, show, cancel):
         parser.add_argument("--dsn", help="the connection string (else --dsn-file, else [fleet] dsn_file)")
-        parser.add_argument("--dsn-file", type=Path, metavar="FILE")
+        parser.add_argument(
+            "--dsn-file", type=Path, metavar="FILE", help="a file (mode 0600) holding the connection string"
+        )
 
 
 def dsn_of(args: argparse.Namespace, config: Config | None = None) -> str:
@@ -78,19 +94,37 @@ def dsn_of(args: argparse.Namespace, config: Config | None = None) -> str:
         path = (config or config_from(args)).fleet.dsn_file
     if path is None:
         raise InputError("--dsn: give the fleet's PostgreSQL (--dsn, --dsn-file FILE or [fleet] dsn_file)")
-    from agentd.config.environment import read_dsn_file
+    return _read_private(Path(path), "--dsn-file" if args.dsn_file is not None else "[fleet] dsn_file")
+
+
+def _read_private(path: Path, flag: str) -> str:
+    """The connection string in `path`, refused by the rule `config check` holds `[fleet] dsn_file` to: a
+    regular file only its owner can read (it holds a password, often)."""
+    from agentd.config.environment import read_dsn_file, secret_file_problems
     from agentd.edge import UnusableFile
 
+    problems = secret_file_problems(flag, "", path, env_pairs=False)
+    if problems and path.is_file():
+        raise InputError(f"{flag}: {problems[0].message}")
     try:
-        return read_dsn_file(Path(path))
+        return read_dsn_file(path)
     except UnusableFile as exc:
-        raise InputError(f"--dsn-file: {exc}") from None
+        raise InputError(f"{flag}: {exc}") from None
 
 
-def _queue(args: argparse.Namespace, config: Config | None = None) -> FleetQueue:
+def _queue(args: argparse.Namespace, config: Config | None = None, *, schema: bool = True) -> FleetQueue:
+    """The fleet's queue; unless `schema` is False (`fleet init` makes it), its schema checked first, so a
+    database without it is one line saying to run `agentd fleet init`, never a missing table's traceback."""
     from agentd.store.fleet import FleetQueue
 
-    return FleetQueue.open(dsn_of(args, config))
+    queue = FleetQueue.open(dsn_of(args, config))
+    try:
+        if schema:
+            queue.require_current()
+    except BaseException:
+        queue.close()
+        raise
+    return queue
 
 
 def writing(args: argparse.Namespace) -> Config:
@@ -105,7 +139,7 @@ def writing(args: argparse.Namespace) -> Config:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    queue = _queue(args, writing(args))
+    queue = _queue(args, writing(args), schema=False)
     try:
         applied = queue.migrate()
     finally:
@@ -193,7 +227,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     for event in events:
         token = f" token {event['token']}" if event["token"] is not None else ""
         agent = f" {printable(event['agent'])}" if event["agent"] else ""
-        print(f"  {event['at']}  {event['type']}{agent}{token}")
+        print(f"  {_when(event['at'])}  {event['type']}{agent}{token}")
     return 0
 
 
@@ -208,11 +242,30 @@ def _print_task(task: FleetTask) -> None:
     if task.lease_agent:
         until = f", until {format_ts(task.lease_expires_at)}" if task.lease_expires_at else ""
         print(f"lease    {printable(task.lease_agent)}, token {task.lease_token}{until}")
+    if task.payload is not None:
+        print(f"payload  {_json_text(task.payload)}")
     if task.result:
-        shown = ", ".join(f"{key} {printable(str(value))}" for key, value in task.result.items() if value is not None)
+        shown = ", ".join(f"{key} {_value_text(value)}" for key, value in task.result.items() if value is not None)
         print(f"result   {shown}")
+    if task.origin is not None:
+        print(f"origin   {_json_text(task.origin)}")
     for column, why in task.unreadable.items():  # what agentd cannot hold (agentd/store/fleet_rows.py)
         print(f"{column:<8} unreadable: {printable(why)}")
+
+
+def _json_text(value: object) -> str:
+    """A value from the fleet's JSON columns as JSON on one line, printable whatever it holds."""
+    return printable(json.dumps(value, ensure_ascii=False))
+
+
+def _value_text(value: object) -> str:
+    """A result's value: text as itself, anything else as JSON (never Python's notation for it)."""
+    return printable(value) if isinstance(value, str) else _json_text(value)
+
+
+def _when(at: str | None) -> str:
+    """An event's time as people read it, to the second in UTC (`fleet show --json` keeps it whole)."""
+    return f"{at[:10]}T{at[11:19]}Z" if at and len(at) >= 19 else (at or "unknown time")
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

@@ -80,7 +80,11 @@ def detail(payload: dict[str, Any]) -> str:
     return f"{text[:DETAIL_CHARS]}… (+{len(text) - DETAIL_CHARS} chars)"
 
 
-EVENT_HEADER = f"{'SEQ':>6}  {'TIME':<20}  TYPE  IDS  DETAIL"
+# Every column but the last is as wide as its widest value, so the header lines up with every row: the
+# longest event type's length (agentd/records/event_names.py, not imported here: `--help` loads no
+# record; tests/test_event_columns.py holds the two equal).
+TYPE_WIDTH = 27
+EVENT_HEADER = f"{'SEQ':>6}  {'TIME':<20}  {'TYPE':<{TYPE_WIDTH}}  DETAIL"
 
 
 def cmd_events(args: argparse.Namespace) -> int:
@@ -139,9 +143,10 @@ def _format(args: argparse.Namespace) -> str:
 
 def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
     if _format(args) == "agent-runtime":
-        from agentd.outlook.agent_runtime import runtime_event
+        from agentd.outlook.runtime_facts import runtime_events
 
-        print(visible_json(json.dumps(runtime_event(event, args.agent_id), ensure_ascii=False)), flush=True)
+        for shown in runtime_events(event, args.agent_id):  # the event, then each further fact it carries
+            print(visible_json(json.dumps(shown, ensure_ascii=False)), flush=True)
         return
     if _format(args) == "json":
         print(visible_json(event.model_dump_json()), flush=True)  # a bidi override in a subject stays visible
@@ -163,8 +168,9 @@ def event_text(event: Any) -> str:
         )
         if v is not None
     )
-    parts = [f"{event.sequence:>6}", format_ts(event.timestamp)[:19] + "Z", event.type, ids, detail(event.payload)]
-    return printable("  ".join(part for part in parts if part))
+    rest = " ".join(part for part in (ids, detail(event.payload)) if part)
+    parts = [f"{event.sequence:>6}", format_ts(event.timestamp)[:19] + "Z", f"{event.type:<{TYPE_WIDTH}}", rest]
+    return printable("  ".join(parts).rstrip())
 
 
 def _budget_line(budget: dict[str, Any]) -> str:
@@ -198,11 +204,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"agent {shown['agent_id']}  database {shown['database']}  schema version {shown['schema_version']}")
     print(f"boundary {shown['boundary']['line']}")
     print(f"limits   {shown['limits']['line']}")
+    for line in shown["governance"]:
+        print(printable(f"policy   {line}"))
     print("tasks    " + "  ".join(f"{status} {n}" for status, n in shown["counts"].items()))
     waiting = shown["waiting"]
     print(
         f"waiting  {waiting['claimable']} claimable now, {waiting['retry_waiting']} waiting to retry, "
-        f"{waiting['delayed']} delayed, {waiting['approval']} waiting for approval, {waiting['budget']} for the budget"
+        f"{waiting['delayed']} delayed, {waiting['approval']} waiting for approval, {waiting['paused']} paused, "
+        f"{waiting['after']} after another task, {waiting['budget']} for the budget"
     )
     if shown["budget"]:
         print(_budget_line(shown["budget"]))
@@ -211,8 +220,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"MESSAGES {shown['messages']['failed']} external message(s) failed for good: "
             "`agentd outbox list --state failed` shows them, `agentd outbox retry ID` sends one again"
         )
-    if shown["oldest_approval_age_s"] is not None:
-        print(f"oldest approval request: waiting {age(shown['oldest_approval_age_s'])} (`agentd approvals`)")
+    _print_waiting_on_a_person(shown)
     if shown["paused"]:
         paused = shown["paused"]
         why = f": {paused['reason']}" if paused["reason"] else ""
@@ -230,12 +238,35 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_waiting_on_a_person(shown: dict[str, Any]) -> None:
+    """The approvals and the tool calls held for a person (docs/policy.md), the oldest request first."""
+    if shown["oldest_approval_age_s"] is not None:
+        print(f"oldest approval request: waiting {age(shown['oldest_approval_age_s'])} (`agentd approvals`)")
+    for call in shown["held_calls"]:
+        print(
+            printable(
+                f"WAITING  tool call {call['call_id']} of task {call['task_id']} for {age(call['age_s'])}: "
+                f"{call['summary']} (`agentd approve --call ID` or `agentd deny --call ID --reason R`)"
+            )
+        )
+
+
 def _print_running(run: dict[str, Any]) -> None:
-    print(
-        f"running  task {run['task_id']} ({run['task_type']}), attempt {run['attempt_id']} on {run['adapter_id']}"
-        f" for {age(run['elapsed_s'])}"
-    )
-    if run.get("activity"):
+    """A running task, or a LOST one: its attempt is open and no live dispatcher runs it (one rule for every
+    view: agentd/outlook/liveness.py `lost_reason`)."""
+    attempt = f"attempt {run['attempt_id']} on {run['adapter_id']}"
+    if run.get("lost"):
+        print(
+            f"LOST     task {run['task_id']}: {run['lost']} ({run['task_type']}, {attempt}, claimed "
+            f"{age(run['elapsed_s'])} ago); starting the dispatcher reclaims it (the boot sweep)"
+        )
+    else:
+        state = run.get("state") or {}
+        shown = f" [{state['status']}: {state['reason']}]" if state.get("status") not in (None, "running") else ""
+        print(f"running  task {run['task_id']} ({run['task_type']}), {attempt} for {age(run['elapsed_s'])}{shown}")
+    if run.get("waiting_for"):
+        print(printable(f"  waiting for a decision on {run['waiting_for']}"))
+    if run.get("activity"):  # a lost task's too: what it was last seen doing
         from agentd.outlook.activity import activity_lines  # only when something runs: it loads the records
 
         for line in activity_lines(run["activity"]):

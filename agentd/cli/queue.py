@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentd.cli import task_steer
 from agentd.cli.common import (
     add_command,
     attempts,
@@ -20,7 +22,7 @@ from agentd.cli.common import (
 )
 from agentd.cli.observe import detail
 from agentd.clock import SystemClock, age, ago, format_ts
-from agentd.edge import printable
+from agentd.edge import TAIL_BYTES, printable, tail_lines
 from agentd.errors import InputError
 from agentd.vocabulary import TASK_STATUSES
 
@@ -36,8 +38,8 @@ def register(commands: Any) -> None:
     what = add.add_mutually_exclusive_group(required=True)
     what.add_argument("--type", dest="task_type", help="a registered task type")
     what.add_argument("--batch", metavar="FILE", help="many tasks: a task intent per JSON line ('-': stdin)")
-    add.add_argument("--subject")
-    add.add_argument("--description")
+    add.add_argument("--subject", help="a one-line title people see in lists (default: none)")
+    add.add_argument("--description", help="longer text for the agent, added to its prompt")
     add.add_argument("--priority", type=priority, help="1 (most urgent) to 10 (least); default 5")
     add.add_argument("--payload", default="{}", help="JSON object checked against the type's payload schema")
     add.add_argument("--skill", dest="skills", action="append", default=[], help="a skill id (repeatable)")
@@ -69,20 +71,26 @@ def register(commands: Any) -> None:
 
     lst = add_command(task, "list", cmd_task_list, "tasks, newest first")
     lst.add_argument("--status", action="append", choices=TASK_STATUSES, default=[], help="only these (repeatable)")
-    lst.add_argument("--limit", type=count, default=50)
+    lst.add_argument("--limit", type=count, default=50, help="at most this many (default 50)")
+    lst.add_argument(
+        "--order",
+        choices=("newest", "claim"),
+        default="newest",
+        help="claim: the waiting tasks in the order the dispatcher takes them, each with why it waits",
+    )
 
     show = add_command(task, "show", cmd_task_show, "one task: its record, attempts and events")
-    show.add_argument("task_id", type=record_id, metavar="ID")
+    show.add_argument("task_id", type=record_id, metavar="ID", help="the task's id (`agentd task list` shows them)")
 
     cancel = add_command(
         task, "cancel", cmd_task_cancel, "cancel a task: a waiting one at once, a running one by stopping its adapter"
     )
-    cancel.add_argument("task_id", type=record_id, metavar="ID")
+    cancel.add_argument("task_id", type=record_id, metavar="ID", help="the task to cancel")
 
     retry = add_command(
         task, "retry", cmd_task_retry, "re-queue a permanently failed, blocked or canceled task; its history stays"
     )
-    retry.add_argument("task_id", type=record_id, metavar="ID")
+    retry.add_argument("task_id", type=record_id, metavar="ID", help="the task to run again")
     retry.add_argument(
         "--attempts",
         type=attempts,
@@ -90,6 +98,7 @@ def register(commands: Any) -> None:
         metavar="N",
         help="attempts it gets (default: its task type's max_attempts)",
     )
+    task_steer.register(task)
 
 
 def intent_from_args(args: argparse.Namespace) -> TaskIntent:
@@ -145,6 +154,11 @@ def _delegation(task: TaskRecord, chain: list[int]) -> str | None:
 def cmd_task_list(args: argparse.Namespace) -> int:
     from agentd.cli.fast import tasks as plain_reads
 
+    if args.order == "claim":
+        from agentd.cli.claim_order import cmd_claim_order
+
+        return cmd_claim_order(args)
+
     plain = plain_reads.task_list(args)  # without pydantic, where it answers as the full path would
     if plain is not None:
         _print_tasks(plain)
@@ -183,7 +197,9 @@ def cmd_task_show(args: argparse.Namespace) -> int:
     if shown is not None:
         _print_shown(shown)
         return 0
-    return store_command(args, lambda _, store: _task_shown(store, args.task_id), _print_shown, readonly=True)
+    return store_command(
+        args, lambda config, store: _task_shown(config, store, args.task_id), _print_shown, readonly=True
+    )
 
 
 def _parent(store: Any, task_id: int) -> int | None:
@@ -191,7 +207,7 @@ def _parent(store: Any, task_id: int) -> int | None:
     return found.parent_task_id if found is not None else None
 
 
-def _task_shown(store: Any, task_id: int) -> dict[str, Any]:
+def _task_shown(config: Any, store: Any, task_id: int) -> dict[str, Any]:
     """The task, its attempts, events, delegation chain and (a fleet's task) its lease, as --json prints them."""
     from agentd.cli.fast import tasks as plain_reads
 
@@ -201,9 +217,25 @@ def _task_shown(store: Any, task_id: int) -> dict[str, Any]:
         "attempts": store.attempts_of(task.task_id),
         "events": store.read_events(task_id=task.task_id, limit=100_000),
         "delegation_chain": plain_reads.delegation_chain(task.parent_task_id, lambda t: _parent(store, t)),
+        **_steering(config, store, task),
     }
     fleet = store.fleet_lease_of(task.task_id)
     return {**shown, "fleet": fleet} if fleet else shown
+
+
+def _steering(config: Any, store: Any, task: TaskRecord) -> dict[str, Any]:
+    """Its state as every view shows it (agentd/outlook/taskstate.py), what it waits for, what waits for it,
+    its follow-ups (docs/operate.md, "Steer one task")."""
+    from agentd.outlook.taskstate import state_facts, task_state
+
+    facts = state_facts(store, config, SystemClock().now(), [task.task_id])
+    links = store.links_of([task.task_id])
+    return {
+        "state": task_state(task, store.attempts_of(task.task_id), facts).as_json(),
+        "after": [{"task_id": x.before_id, "status": x.before_status} for x in links if x.after_id == task.task_id],
+        "before": [x.after_id for x in links if x.before_id == task.task_id],
+        "follow_ups": store.follow_ups_of([task.task_id]).get(task.task_id, []),
+    }
 
 
 def _print_shown(shown: dict[str, Any]) -> None:
@@ -211,6 +243,7 @@ def _print_shown(shown: dict[str, Any]) -> None:
     fleet = shown.get("fleet")
     now = SystemClock().now()
     print_task(task, now, chain)
+    _print_steering(shown)
     if fleet:
         context = fleet["origin"]["dispatch_context"]
         print_fields(
@@ -248,6 +281,7 @@ def _print_shown(shown: dict[str, Any]) -> None:
         for a in attempts:
             pruned = f"  (deleted by retention {ago(a.evidence_pruned_at, now)})" if a.evidence_pruned_at else ""
             print(f"  #{a.attempt_number}  {printable(a.evidence_dir or '(none: the attempt never started)')}{pruned}")
+        _print_failure_tails(attempts, outcomes)
     denials = [e.payload for e in events if e.type == "policy_denied"]
     if denials:  # tool calls a harness's permission policy refused; each is a policy_denied event below
         tools = sorted({str(p["tool"]) for p in denials if "tool" in p})
@@ -258,6 +292,40 @@ def _print_shown(shown: dict[str, Any]) -> None:
         ["SEQ", "TIME", "TYPE", "DETAIL"],
         [(e.sequence, format_ts(e.timestamp)[:19] + "Z", e.type, detail(e.payload)) for e in events],
     )
+
+
+def _print_steering(shown: dict[str, Any]) -> None:
+    """The state, where it says more than the status, and the task's links and follow-ups: rows only the
+    full path prints (agentd/cli/fast/tasks.py hands such a task over)."""
+    state = shown.get("state") or {}
+    said = state.get("reason") and state["status"] != "waiting_permission"  # its `approval` row says that
+    print_fields(
+        [
+            ("state", f"{state['status']}: {state['reason']}" if said else None),
+            ("after", ", ".join(f"task {x['task_id']} ({x['status']})" for x in shown.get("after", [])) or None),
+            ("before", ", ".join(f"task {t}" for t in shown.get("before", [])) or None),
+            ("follow-ups", ", ".join(f"task {t}" for t in shown.get("follow_ups", [])) or None),
+        ]
+    )
+
+
+def _print_failure_tails(attempts: list[Any], outcomes: dict[str, Any]) -> None:
+    """The last lines each failed attempt wrote to stderr, as sealed in its evidence (redacted): where the
+    cause of a failure usually is (docs/operate.md, "When an attempt fails")."""
+    for a in attempts:
+        failed = a.ended_at is not None and outcomes.get(a.attempt_id) not in (None, "completed")
+        lines = stderr_tail(a.evidence_dir) if failed and a.evidence_dir else []
+        if lines:
+            print(f"\nstderr of attempt {a.attempt_number} (its last lines)")
+            print("\n".join(f"  {line}" for line in lines))
+
+
+def stderr_tail(evidence_dir: str) -> list[str]:
+    """The end of an attempt's stderr.log (agentd/edge.py `tail_lines`), or nothing where there is none."""
+    from agentd.process.files import read_tail_beneath
+
+    found = read_tail_beneath(Path(evidence_dir), "stderr.log", TAIL_BYTES)
+    return tail_lines(found[0], cut=found[1]) if found else []
 
 
 def cmd_task_cancel(args: argparse.Namespace) -> int:

@@ -50,6 +50,11 @@ def text_lines(result: Replay) -> list[str]:
         lines.append(f"not_replayable: attempt {result.attempt_id}: {result.reason}")
     elif result.differences:
         lines.append(f"different: attempt {result.attempt_id}: {len(result.differences)} difference(s)")
+        if result.finding is not None:
+            lines.append(
+                f"finding: {result.finding['failure_type']}: attempt {result.attempt_id} did not do the same again "
+                "(TraceCore failure_type, seed 001 §4.6)"
+            )
     else:
         lines.append(f"identical: attempt {result.attempt_id}")
     return lines

@@ -15,8 +15,9 @@ from agentd.clock import SystemClock
 if TYPE_CHECKING:  # the services' modules are imported by their commands: the others start faster without them
     from agentd.config import Config
     from agentd.outlook.metrics import DispatchMetrics, NullMetrics, SensorMetrics
+    from agentd.process.privilege import RunUser
     from agentd.services.shell import Service
-    from agentd.store import AsyncStore
+    from agentd.store import AsyncStore, Store
 
 logger = logging.getLogger("agentd.run")
 
@@ -34,6 +35,7 @@ def register(commands: Any) -> None:
     )
     dispatch.set_defaults(log_level=logging.INFO, service=True)
     steer.register_dispatch(dispatch)
+    _no_boundary(dispatch)
     sensors = add_command(
         commands,
         "sensors",
@@ -52,6 +54,16 @@ def register(commands: Any) -> None:
         "run the dispatcher, the sensor service and ([web] enabled) the console in the foreground; Ctrl-C stops all",
     )
     run.set_defaults(log_level=logging.INFO, service=True)
+    _no_boundary(run)
+
+
+def _no_boundary(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-boundary",
+        action="store_true",
+        help="start without [dispatch] run_as although an adapter runs a model: its attempts can approve their "
+        "own tasks (development only; recorded, and shown in status)",
+    )
 
 
 def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
@@ -70,6 +82,8 @@ def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
         user = run_user(config.dispatch.run_as)
         require_switch(user)
         logger.info("boundary: %s", boundary_of(config)["line"])
+        if "no_boundary" in args:  # the dispatcher's: `agentd sensors` runs no model
+            _waive(config, store, user, args.no_boundary)
         init_state_dir(config.paths.state_dir)  # StateDirectory= made only the first
         if problem := keep_workspace(config.paths.workspace, user):  # the run user's: install made it theirs
             logger.warning("workspace: %s", problem)
@@ -78,6 +92,23 @@ def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
         store.close()
         raise
     return config, AsyncStore(store)
+
+
+def _waive(config: Config, store: Store, user: RunUser | None, flag: bool) -> None:
+    """Refuse the advisory mode unless said on purpose; said, record who said it (docs/install-and-deploy.md,
+    "The advisory mode")."""
+    import os
+
+    from agentd.process.advisory import boundary_waiver, model_backed
+
+    by = boundary_waiver(config, user, flag)
+    if by is not None:
+        logger.warning("boundary: ADVISORY by %s: attempts can approve their own tasks", by)
+        store.record_event(
+            "dispatch_boundary_waived",
+            SystemClock().now(),
+            {"by": by, "adapters": model_backed(config), "pid": os.getpid()},
+        )
 
 
 def cmd_dispatch(args: argparse.Namespace) -> int:

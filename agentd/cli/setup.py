@@ -41,7 +41,7 @@ def register(commands: Any) -> None:
         dest="schema_command", metavar="SUBCOMMAND", required=True
     )
     export = add_command(schema, "export", cmd_schema_export, "write one JSON Schema file per record into DIR")
-    export.add_argument("directory", metavar="DIR")
+    export.add_argument("directory", metavar="DIR", help="the folder to write into (made if missing)")
 
     identity = commands.add_parser("identity", help="the agent's identity").add_subparsers(
         dest="identity_command", metavar="SUBCOMMAND", required=True
@@ -53,15 +53,15 @@ def register(commands: Any) -> None:
     )
     add_command(skills, "list", cmd_skills_list, "every skill with its description and commands")
     show = add_command(skills, "show", cmd_skills_show, "one skill's manifest and SKILL.md")
-    show.add_argument("skill_id", metavar="ID")
+    show.add_argument("skill_id", metavar="ID", help="a skill's id (`skills list`)")
     run = add_command(
         skills,
         "run",
         cmd_skills_run,
         "run a command the skill's manifest declares, as argv in the workspace (never through a shell)",
     )
-    run.add_argument("skill_id", metavar="ID")
-    run.add_argument("command_name", metavar="COMMAND")
+    run.add_argument("skill_id", metavar="ID", help="a skill's id (`skills list`)")
+    run.add_argument("command_name", metavar="COMMAND", help="one of the skill's commands (`skills show ID`)")
     run.add_argument("arguments", metavar="ARGS", nargs=argparse.REMAINDER, help="after --, passed on as-is")
 
 
@@ -115,6 +115,7 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
+    from agentd.cli.policy import policy_line, shown_policies
     from agentd.install.neighbours import refuse_neighbours
     from agentd.install.ports import refuse_shared_ports
     from agentd.process.privilege import boundary_of
@@ -132,8 +133,9 @@ def cmd_config_check(args: argparse.Namespace) -> int:
             store.close()
     # who attempts and sensors run as, and what that costs, on this machine (docs/install-and-deploy.md)
     said = boundary_of(config)
+    policies = shown_policies(config, sorted(config.profiles))  # the tool policy each profile's attempts meet
     if wants_json(args):
-        print_json({"config": str(config.path), "ok": True, "boundary": said})
+        print_json({"config": str(config.path), "ok": True, "boundary": said, "tool_policy": policies})
     else:
         print(
             f"{config.path}: ok (agent {config.agent.agent_id}; {len(config.adapters)} adapters, "
@@ -142,6 +144,8 @@ def cmd_config_check(args: argparse.Namespace) -> int:
             f"{len(config.sensor_definitions)} sensors)"
         )
         print(f"boundary: {said['line']}")
+        for entry in policies:
+            print(f"tool policy: {policy_line(entry)}")
     return 0
 
 

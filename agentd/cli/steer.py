@@ -8,6 +8,7 @@ import argparse
 from typing import Any
 
 from agentd.cli.common import (
+    CommandError,
     add_command,
     agent_store,
     note,
@@ -22,16 +23,32 @@ from agentd.clock import SystemClock, age, format_ts
 
 def register(commands: Any) -> None:
     add_command(commands, "approvals", cmd_approvals, "list what waits for an operator's approval, oldest first")
-    approve = add_command(commands, "approve", cmd_approve, "let a task that waits for approval run")
-    approve.add_argument("task_id", type=record_id, metavar="ID")
+    approve = add_command(
+        commands,
+        "approve",
+        cmd_approve,
+        "let a task that waits for approval run, or a held tool call (--call) go ahead",
+    )
+    approve.add_argument(
+        "task_id", type=record_id, metavar="ID", nargs="?", help="the held task's id (`agentd approvals`)"
+    )
+    approve.add_argument("--call", metavar="CALL_ID", help="a held tool call's id (`agentd approvals` lists them)")
     approve.add_argument("--note", type=note("--note"), help="recorded with the approval")
-    deny = add_command(commands, "deny", cmd_deny, "refuse a task that waits for approval: it ends operator_canceled")
-    deny.add_argument("task_id", type=record_id, metavar="ID")
+    deny = add_command(
+        commands,
+        "deny",
+        cmd_deny,
+        "refuse a task that waits for approval (it ends operator_canceled), or a held tool call (--call)",
+    )
+    deny.add_argument(
+        "task_id", type=record_id, metavar="ID", nargs="?", help="the held task's id (`agentd approvals`)"
+    )
+    deny.add_argument("--call", metavar="CALL_ID", help="a held tool call's id (`agentd approvals` lists them)")
     deny.add_argument(
         "--reason",
         required=True,
         type=note("--reason", required=True),
-        help="why: recorded, and the task's outcome says it",
+        help="why: recorded, and the task's outcome (or the model, for a call) is told",
     )
 
 
@@ -51,13 +68,16 @@ HOLDS = {"claim": "its first claim", "side_effects": "its follow-ups and message
 def cmd_approvals(args: argparse.Namespace) -> int:
     from agentd.cli.fast import commands as quick
 
-    waiting = quick.approvals(args)  # without pydantic, where it answers as the full path would
+    waiting = quick.approvals(args)  # without pydantic, where it answers as the full path would (no held calls)
+    calls: list[dict[str, Any]] = []
     if waiting is None:
         with agent_store(args, readonly=True) as (_, store):
             waiting = [vars(p) for p in store.pending_approvals()]
+            calls = [vars(c) for c in store.pending_calls()]
     now = SystemClock().now()
     if wants_json(args):
-        print_json([{**p, "requested_at": format_ts(p["requested_at"])} for p in waiting])
+        shown = [{**p, "requested_at": format_ts(p["requested_at"])} for p in waiting]
+        print_json(shown + [{**c, "scope": "tool_call", "requested_at": format_ts(c["requested_at"])} for c in calls])
         return 0
     rows = [
         (
@@ -71,6 +91,14 @@ def cmd_approvals(args: argparse.Namespace) -> int:
         for p in waiting
     ]
     print_table(["TASK", "TYPE", "HOLDS", "WAITING", "WHY", "SUBJECT"], rows)
+    if calls:
+        how = "`agentd approve --call ID`, `agentd deny --call ID --reason …`"
+        print(f"\n{len(calls)} tool call(s) wait for a decision ({how}):")
+        held = [
+            (c["call_id"], c["task_id"], age((now - c["requested_at"]).total_seconds()), c["summary"], c["rule"])
+            for c in calls
+        ]
+        print_table(["CALL", "TASK", "WAITING", "CALL ASKS FOR", "RULE"], held)
     return 0
 
 
@@ -83,6 +111,10 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 
 def _resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> int:
+    if (args.call is None) == (args.task_id is None):
+        raise CommandError("name a task (ID) or a held tool call (--call CALL_ID), not both", exit_code=2)
+    if args.call is not None:
+        return _resolve_call(args, approved=approved, note=note)
     from agentd.cli.fast import commands as quick
 
     if (who := quick.resolve(args, approved=approved, note=note)) is not None:  # as the full path would
@@ -105,6 +137,26 @@ def _resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> i
         ),
         said,
         as_json=lambda result: result[0],
+    )
+
+
+def _resolve_call(args: argparse.Namespace, *, approved: bool, note: str | None) -> int:
+    """A held tool call (docs/policy.md): the running attempt's hook hears it within a second."""
+    from agentd import control
+
+    def said(held: Any) -> None:
+        went = "goes ahead" if approved else "is refused"
+        print(
+            f"call {held.call_id} of task {held.task_id} ({held.summary}) {went} ({held.status} by {held.decided_by})"
+        )
+
+    return store_command(
+        args,
+        lambda config, store: control.resolve_call(
+            config, store, args.call, approved=approved, note=note, now=SystemClock().now()
+        ),
+        said,
+        as_json=lambda held: {**vars(held), "requested_at": format_ts(held.requested_at)},
     )
 
 

@@ -1,4 +1,4 @@
-"""`agentd web` (the HTTP API and console as a service) and `agentd web token add/list/revoke`, the
+"""`agentd web` (the HTTP API and console as a service) and `agentd web token add|list|revoke`, the
 operators' bearer tokens (docs/web.md)."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def register(commands: Any) -> None:
     add.add_argument("--replace", action="store_true", help="revoke NAME's live token and issue a new one")
     add_command(tokens, "list", cmd_token_list, "every token issued: name, id, when, by whom, revoked")
     revoke = add_command(tokens, "revoke", cmd_token_revoke, "revoke NAME's token: its requests and sessions end")
-    revoke.add_argument("name", metavar="NAME")
+    revoke.add_argument("name", metavar="NAME", help="the operator whose token to revoke")
     for quick in (add, revoke, tokens.choices["list"]):
         quick.set_defaults(log_level=logging.WARNING, service=False)  # not the service's
 

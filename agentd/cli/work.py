@@ -38,22 +38,30 @@ def register(commands: Any) -> None:
     start = add_command(
         workflow, "start", cmd_workflow_start, "start a workflow; the dispatcher creates its first task"
     )
-    start.add_argument("workflow_type", metavar="TYPE")
-    start.add_argument("instance_key", metavar="INSTANCE_KEY")
+    start.add_argument("workflow_type", metavar="TYPE", help="a workflow type of the config ([[workflows]])")
+    start.add_argument(
+        "instance_key", metavar="INSTANCE_KEY", help="names this run; a live workflow of the type with it is refused"
+    )
     start.add_argument("--context", default="{}", help="JSON object handed to each step task as its payload")
     start.add_argument("--state", help="start in this state instead of the initial one")
     lst = add_command(workflow, "list", cmd_workflow_list, "workflows, newest first")
-    lst.add_argument("--status", action="append", choices=("active", "completed", "blocked", "canceled"), default=[])
-    lst.add_argument("--limit", type=count, default=50)
+    lst.add_argument(
+        "--status",
+        action="append",
+        choices=("active", "completed", "blocked", "canceled"),
+        default=[],
+        help="only these (repeatable)",
+    )
+    lst.add_argument("--limit", type=count, default=50, help="at most this many (default 50)")
     show = add_command(workflow, "show", cmd_workflow_show, "a workflow's state history with the task of each step")
-    show.add_argument("workflow_id", type=record_id, metavar="ID")
+    show.add_argument("workflow_id", type=record_id, metavar="ID", help="the workflow's id (`workflow list`)")
     register_steering(workflow)
 
     schedule = commands.add_parser("schedule", help="recurring schedules").add_subparsers(
         dest="schedule_command", metavar="SUBCOMMAND", required=True
     )
     add = add_command(schedule, "add", cmd_schedule_add, "add a recurring schedule that enqueues a task every interval")
-    add.add_argument("schedule_id", metavar="ID")
+    add.add_argument("schedule_id", metavar="ID", help="a name for the schedule: letters, digits and . _ : -")
     add.add_argument(
         "--every",
         type=duration("s"),
@@ -62,21 +70,21 @@ def register(commands: Any) -> None:
         help="interval: 90s, 15m, 2h, 1d (a bare number is seconds)",
     )
     add.add_argument("--type", dest="task_type", required=True, help="the task type to enqueue")
-    add.add_argument("--subject")
-    add.add_argument("--payload", default="{}")
-    add.add_argument("--priority", type=priority)
-    add.add_argument("--name")
-    add.add_argument("--disabled", action="store_true")
+    add.add_argument("--subject", help="each task's subject")
+    add.add_argument("--payload", default="{}", help="each task's payload, a JSON object (default {})")
+    add.add_argument("--priority", type=priority, help="1 (most urgent) to 10 (least); default 5")
+    add.add_argument("--name", help="a label for `schedule list` (default: the id)")
+    add.add_argument("--disabled", action="store_true", help="add it switched off")
     add_command(schedule, "list", cmd_schedule_list, "schedules with their next and last runs")
     rm = add_command(schedule, "rm", cmd_schedule_rm, "remove a schedule added with `agentd schedule add`")
-    rm.add_argument("schedule_id", metavar="ID")
+    rm.add_argument("schedule_id", metavar="ID", help="the schedule's id (`schedule list`)")
 
     sensor = commands.add_parser("sensor", help="inspect and run sensors").add_subparsers(
         dest="sensor_command", metavar="SUBCOMMAND", required=True
     )
     add_command(sensor, "list", cmd_sensor_list, "sensors: interval, last run, last result, next due")
     run = add_command(sensor, "run", cmd_sensor_run, "run one sensor now and record what it observed")
-    run.add_argument("sensor_id", metavar="ID")
+    run.add_argument("sensor_id", metavar="ID", help="a sensor of the config (`sensor list`)")
     run.add_argument("--dry-run", action="store_true", help="print what it would create; write nothing")
 
 
@@ -86,17 +94,17 @@ def register_steering(workflow: Any) -> None:
     signal = add_command(
         workflow, "signal", cmd_workflow_signal, "apply a signal to an active workflow as if its current step gave it"
     )
-    signal.add_argument("workflow_id", type=record_id, metavar="ID")
+    signal.add_argument("workflow_id", type=record_id, metavar="ID", help="an active workflow")
     signal.add_argument("signal", metavar="SIGNAL", help="one its current state accepts (`workflow show` lists them)")
     unblock = add_command(
         workflow, "unblock", cmd_workflow_unblock, "make a blocked workflow active again: it re-enters a state"
     )
-    unblock.add_argument("workflow_id", type=record_id, metavar="ID")
+    unblock.add_argument("workflow_id", type=record_id, metavar="ID", help="a blocked workflow")
     unblock.add_argument("--state", help="enter this state instead of the one it blocked in")
     cancel = add_command(
         workflow, "cancel", cmd_workflow_cancel, "end an active or blocked workflow; its queued step task is canceled"
     )
-    cancel.add_argument("workflow_id", type=record_id, metavar="ID")
+    cancel.add_argument("workflow_id", type=record_id, metavar="ID", help="an active or blocked workflow")
     for parser in (signal, unblock, cancel):
         parser.add_argument("--reason", type=note("--reason"), help="why: recorded with the act")
 

@@ -38,15 +38,18 @@ from agentd.config.settings import (
     FleetSection,
     MetricsSection,
     PathsSection,
+    PolicySection,
     RetentionSection,
     SensorsSection,
     Settings,
+    TelemetrySection,
     WebSection,
     needed_keys,
     needed_kind,
     section_model,
 )
 from agentd.config.skills import Skill, load_skills
+from agentd.config.unhooking import hook_problems
 from agentd.edge import read_bounded, shown, utf8_text
 from agentd.errors import ConfigError, Problem
 from agentd.hashing import sha256_hex
@@ -97,8 +100,10 @@ class Config:
     purpose_text: str
     message_handlers: Mapping[str, MessageHandler] = field(default_factory=dict)  # [[message_handlers]]
     budget: BudgetSection = field(default_factory=BudgetSection)
+    policy: PolicySection = field(default_factory=PolicySection)  # [policy]: docs/policy.md
     fleet: FleetSection = field(default_factory=FleetSection)
     web: WebSection = field(default_factory=WebSection)  # [web]: `agentd web` (docs/web.md)
+    telemetry: TelemetrySection = field(default_factory=TelemetrySection)  # [telemetry] (docs/telemetry.md)
     # Where each payload schema was read from: kept so the cached view's key holds every file the load
     # read (agentd/cli/fast/view.py `named_paths` finds each path a Config holds).
     payload_schema_files: Mapping[str, Path] = field(default_factory=dict)
@@ -317,13 +322,18 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         schedules=tuple(settings.schedules),
         message_handlers={h.handler_id: h for h in settings.message_handlers},
         budget=settings.budget,
+        policy=settings.policy,
         fleet=settings.fleet,
         web=settings.web,
+        telemetry=settings.telemetry,
         skills=skills,
         sensor_definitions=sensors,
         soul_text=texts["soul_path"],
         purpose_text=texts["purpose_path"],
     )
+    decisions = [settings.policy.default, *(r.decision for r in settings.policy.rules)]
+    decisions += [r.decision for p in settings.profiles for r in p.tool_policy]
+    problems += [Problem(source, where, what) for where, what in hook_problems(config.adapters, decisions)]
     return config, problems
 
 

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from agentd import frozen_value
 from agentd.config import Config
+from agentd.records import AdapterConfig, TokenPrice
 
 
 @frozen_value
@@ -111,3 +112,26 @@ def describe(hold: BudgetHold, waiting: int) -> str:
         f"budget: {waiting} task(s) wait for the next UTC day ({hold.reason}; "
         f"priority {hold.urgent_priority} and more urgent still run)"
     )
+
+
+# What reports usage while an attempt runs, so a budget can stop it then (docs/policy.md, "Budgets while an
+# attempt runs"): claude's stream-json and codex's session file.
+LIVE_USAGE = {"claude-code": "its stream-json", "codex": "its session file"}
+
+
+def price_of(adapter: AdapterConfig, model: str | None) -> TokenPrice | None:
+    prices = getattr(adapter, "prices", None) or {}
+    return prices.get(model) if model else None
+
+
+def unpriced_lines(config: Config) -> list[str]:
+    """What `agentd status` says of each adapter a running budget cannot stop (none without a cap)."""
+    if config.budget.per_attempt_usd is None and not config.budget.capped:
+        return []
+    found = []
+    for adapter_id, adapter in sorted(config.adapters.items()):
+        if adapter.kind not in LIVE_USAGE:
+            found.append(f"adapter {adapter_id}: no live usage ({adapter.kind} reports none while it runs)")
+        elif not getattr(adapter, "prices", None):
+            found.append(f"adapter {adapter_id}: no live usage (no prices: only the caps between attempts hold)")
+    return found

@@ -44,11 +44,15 @@ SECTIONS = {
     "sensors": "The sensor service.",
     "budget": "Spending caps per UTC day; nothing set, nothing is limited. Past a cap only tasks of "
     "`urgent_priority` or more urgent run; the rest wait for the next UTC day.",
+    "policy": "The tool policy a running attempt's calls meet (docs/policy.md): rules tried after each profile's "
+    "own `tool_policy`, the default when none matches, and how long an `ask` waits for a person.",
     "metrics": "Each service's Prometheus endpoint. Agents sharing a VM need their own ports: `agentd install` "
     "picks a free pair.",
     "retention": "How long agentd keeps what piles up, in days; 0 keeps that kind forever. Nothing of a task "
     "that is not finished is ever removed.",
-    "fleet": "Taking work from a fleet's queue on PostgreSQL (`agentd fleet intake`; docs/fleet.md).",
+    "fleet": "Taking work from a fleet's queue on PostgreSQL (the dispatcher claims from it: docs/fleet.md).",
+    "telemetry": "Traces for an OpenTelemetry stack over OTLP/HTTP; off unless `otlp_endpoint` is set, and it needs "
+    "the `otel` extra (docs/telemetry.md). A collector that is down never holds up dispatch.",
     "web": "`agentd web`: the HTTP API and operator console, its port, logins, the approval hand-off (docs/web.md).",
     "chaos": "Fault injection for agentd's own crash tests; leave it out.",
     "adapters": "How attempts run: a harness CLI (claude-code, codex, hermes-agent), an Ollama endpoint or a script.",

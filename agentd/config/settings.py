@@ -20,6 +20,7 @@ from agentd.records import (
     SubagentProfile,
     TaskTypeSpec,
     Timestamp,
+    ToolRule,
     WalletIdentity,
     WorkflowDefinition,
 )
@@ -150,6 +151,11 @@ class DispatchSection(Section):
         description="the user attempts run as (never the services' own): with it, an attempt "
         "cannot read the state dir or act as the operator; without it approvals are advisory",
     )
+    boundary: Literal["enforced", "advisory"] = Field(
+        default="enforced",
+        description="advisory: a dispatcher whose adapters run a model may start without run_as (development; "
+        "its attempts can approve their own tasks); enforced refuses that (docs/install-and-deploy.md)",
+    )
     max_pids: int = Field(
         default=384,
         ge=0,
@@ -186,6 +192,19 @@ class BudgetSection(Section):
     @property
     def capped(self) -> bool:
         return self.daily_usd is not None or bool(self.adapter_daily_usd)
+
+
+class PolicySection(Section):
+    """[policy]: the tool policy every profile's own rules fall back to, and how long a held call waits
+    for a person (docs/policy.md)."""
+
+    default: Literal["allow", "deny", "ask"] = Field(
+        default="allow", description="what a tool call gets when no rule matches it"
+    )
+    ask_timeout_s: float = Field(
+        default=300.0, ge=1, le=3000, description="how long an `ask` call waits for a person; then it is denied"
+    )
+    rules: list[ToolRule] = Field(default=[], max_length=200, description="after each profile's own tool_policy")
 
 
 class SensorsSection(Section):
@@ -228,6 +247,23 @@ class MetricsSection(Section):
                 f"dispatch_listen and sensors_listen are both {self.dispatch_listen!r}: give each its own port"
             )
         return self
+
+
+class TelemetrySection(Section):
+    """[telemetry]: traces for an OpenTelemetry stack (docs/telemetry.md). Off unless otlp_endpoint is set; it
+    needs the `otel` extra (`pip install 'agentd[otel]'`). A collector that is down or slow never holds up
+    dispatch: spans are sent from a thread of their own and dropped, counted, when it cannot keep up."""
+
+    otlp_endpoint: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="the collector's OTLP/HTTP base URL (http://127.0.0.1:4318); spans go to its /v1/traces path",
+    )
+    export_timeout_s: float = Field(default=5.0, gt=0, le=60, description="how long one export may take")
+    interval_s: float = Field(default=2.0, gt=0, le=300, description="how often finished work is looked for")
+    service_name: str = Field(
+        default="agentd", min_length=1, max_length=100, description="the spans' service.name resource attribute"
+    )
 
 
 class RetentionSection(Section):
@@ -327,10 +363,12 @@ class Settings(Section):
     dispatch: DispatchSection = DispatchSection()
     sensors: SensorsSection = SensorsSection()
     budget: BudgetSection = BudgetSection()
+    policy: PolicySection = PolicySection()
     metrics: MetricsSection = MetricsSection()
     retention: RetentionSection = RetentionSection()
     fleet: FleetSection = FleetSection()
     web: WebSection = WebSection()
+    telemetry: TelemetrySection = TelemetrySection()
     chaos: ChaosSection = ChaosSection()
     adapters: list[AdapterConfig] = Field(min_length=1)
     profiles: list[SubagentProfile] = Field(min_length=1)

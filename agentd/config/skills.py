@@ -14,6 +14,8 @@ from agentd.records import SkillManifest
 from agentd.records.base import command_argv
 
 MANIFEST = "skill.toml"
+# Declared by seed 000's skill manifest, used by nothing in agentd: refused, never silently ignored (issue 41).
+UNENFORCED = ("subagent_path", "input_schema_id", "output_schema_id")
 
 
 @frozen_value
@@ -84,7 +86,12 @@ def _load_skill(directory: Path) -> tuple[Skill | None, list[Problem]]:
                 source, "skill_id", f"expected {directory.name!r} (the folder name), found {shown(manifest.skill_id)}"
             )
         )
-    for field in ("instruction_path", "subagent_path", "sensor_path"):
+    problems += [
+        Problem(source, field, f"agentd does not enforce {field}: remove it (seed 000 §3: enforced or removed)")
+        for field in UNENFORCED
+        if getattr(manifest, field) is not None
+    ]
+    for field in ("instruction_path", "sensor_path"):
         relative = getattr(manifest, field)
         if relative is None:
             continue

@@ -30,6 +30,7 @@ from agentd.records import (
 )
 from agentd.store import Store
 from agentd.store.approvals import ApprovalScope
+from agentd.store.calls import HeldCall
 from agentd.store.control import Pause
 from agentd.store.workflows import WorkflowCancel
 from agentd.work.intake import admit_task
@@ -85,6 +86,23 @@ def resolve_approval(
     )
     poke(config.paths.state_dir)
     return task, scope
+
+
+def resolve_call(
+    config: Config,
+    store: Store,
+    call_id: str,
+    *,
+    approved: bool,
+    note: str | None,
+    now: datetime,
+    by: str | None = None,
+) -> HeldCall:
+    """A person's decision on a tool call a running attempt's harness waits on (docs/policy.md)."""
+    note = note_text(note, "note" if approved else "reason", required=not approved)  # every surface's rule
+    held = store.decide_call(call_id, allowed=approved, by=by or operator(), reason=note, now=now)
+    poke(config.paths.state_dir)  # the dispatcher's gate reads it at once
+    return held
 
 
 def pause_dispatch(

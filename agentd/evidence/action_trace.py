@@ -13,13 +13,18 @@ exporters read it back with `read_trace`. What each adapter kind gives:
   arguments are the command string; agent_message a message step; reasoning and error items (the
   latter are warnings such as unknown model metadata) are not steps; any other item type is a tool
   step named by its type, with no digests since its fields are not documented. No times.
-- hermes-agent: `hermes -z` prints only the final text; the usage file only counts (`api_calls`).
-  Its session records under scratch/hermes (state.db, sessions/) have no documented format
-  (hermes lists them only; docs/adapters.md, "The kinds"), so they are not read: the trace is one message
-  step for the final text whose summary says how many api calls hermes reported. Tool calls
-  happened but are not in the evidence.
+- hermes-agent: `hermes -z` prints only the final text, but its session snapshots, kept as
+  hermes-session.json (agentd/adapters/hermes_session.py), hold the conversation as OpenAI chat messages:
+  each assistant message's text is a message step and each of its `tool_calls` a tool step (arguments
+  parsed from their JSON text), completed by the `role: tool` message with its `tool_call_id`; a result
+  that is a JSON object with `error` or `exit_code` says whether it failed. No times. Without a snapshot
+  (a hermes killed before its first step) the trace is one message step for the final text whose summary
+  says how many api calls hermes reported.
 - ollama-generate: one generate step, prompt.md to stdout.log, with the attempt's own times.
 - script: one command step, stdin.json to stdout.log, with the attempt's times and exit code.
+
+After them, one `decision` step for each tool call the dispatcher judged while the attempt ran (its tool
+policy, docs/policy.md): a call codex's hook blocked leaves no item in codex's own stream.
 
 A trace keeps at most MAX_TRACE_STEPS steps (`capped`): the first and the last half of them, their step
 numbers showing where the gap is; how many were dropped is recorded in the manifest's `action_trace`
@@ -49,6 +54,7 @@ MAX_TRACE_STEPS = 10_000  # kept in action_trace.jsonl (~5 MiB at most): a long 
 # imported: evidence.py imports this module, so it may import nothing above the bottom layer.
 PROMPT, STDIN, STDOUT = "prompt.md", "stdin.json", "stdout.log"
 HERMES_USAGE_FILE = "hermes-usage.json"  # agentd/adapters/hermes.py USAGE_FILE
+HERMES_SESSION_FILE = "hermes-session.json"  # agentd/adapters/hermes_session.py SESSION_FILE
 CODEX_SKIPPED_ITEMS = ("reasoning", "error")  # model thinking and warnings: not steps
 
 
@@ -103,6 +109,31 @@ def trace_of(
     else:
         drafts = []
     return [Step(number, **asdict(draft)) for number, draft in enumerate(drafts, 1)]
+
+
+def decision_steps(decided: list[Any], *, first: int) -> list[Step]:
+    """The tool-call decisions the dispatcher made while the attempt ran (docs/policy.md), as steps after the
+    harness's own, numbered from `first`: kind "decision", the tool, the decision and who made it, the
+    call's summary (redacted when made) and the times it was asked and answered."""
+    steps: list[Step] = []
+    for entry in decided:
+        if not isinstance(entry, dict):
+            continue
+        said = f"{entry.get('decision')} by {entry.get('decided_by')}: {entry.get('summary')} ({entry.get('rule')})"
+        steps.append(
+            Step(
+                first + len(steps),
+                "decision",
+                str(entry.get("tool") or "") or None,
+                sha256_hex(str(entry.get("summary") or "").encode()),
+                None,
+                entry.get("decision") != "allow",
+                _time(entry.get("requested_at")),
+                _time(entry.get("decided_at")),
+                printable(said)[:SUMMARY_MAX_CHARS],
+            )
+        )
+    return steps
 
 
 def capped(steps: list[Step], limit: int = MAX_TRACE_STEPS) -> tuple[list[Step], int]:
@@ -275,6 +306,63 @@ def _codex_complete(draft: _Draft, item: dict[str, Any]) -> None:
 
 
 def _hermes_steps(root: Path) -> list[_Draft]:
+    document = _json(_head(root / HERMES_SESSION_FILE) or "")
+    sessions = document.get("sessions") if isinstance(document, dict) else None
+    return _hermes_session_steps(sessions) or _hermes_final_text(root)
+
+
+def _hermes_session_steps(sessions: Any) -> list[_Draft]:
+    drafts: list[_Draft] = []
+    calls: dict[str, _Draft] = {}  # tool_call id → its step, until its `role: tool` message comes
+    for session in _list(sessions):
+        for message in _list(session.get("messages") if isinstance(session, dict) else None):
+            if isinstance(message, dict):
+                drafts += _hermes_message(message, calls)
+    return drafts
+
+
+def _hermes_message(message: dict[str, Any], calls: dict[str, _Draft]) -> list[_Draft]:
+    if message.get("role") == "tool":
+        _hermes_result(message, calls)
+        return []
+    if message.get("role") != "assistant":
+        return []
+    text = message.get("content")
+    drafts = [_message(text, None)] if isinstance(text, str) and text.strip() else []
+    for call in _list(message.get("tool_calls")):
+        if isinstance(call, dict):
+            drafts.append(calls.setdefault(str(call.get("id")), _hermes_call(call)))
+    return drafts
+
+
+def _hermes_call(call: dict[str, Any]) -> _Draft:
+    found = call.get("function")
+    function: dict[str, Any] = found if isinstance(found, dict) else {}
+    arguments = function.get("arguments")
+    parsed = _json(arguments) if isinstance(arguments, str) else arguments
+    arguments = parsed if isinstance(parsed, dict) else arguments
+    name = function.get("name")
+    tool = name if isinstance(name, str) and name else "unnamed"
+    return _Draft("tool", tool=tool, arguments_sha256=_arguments_digest(arguments), summary=_summary_of(arguments))
+
+
+def _hermes_result(message: dict[str, Any], calls: dict[str, _Draft]) -> None:
+    draft = calls.pop(str(message.get("tool_call_id")), None)
+    if draft is None:
+        return
+    content = message.get("content")
+    draft.result_sha256 = _text_digest(content) if isinstance(content, str) else _json_digest(content)
+    value = _json(content) if isinstance(content, str) else content
+    if isinstance(value, dict) and ("error" in value or "exit_code" in value):
+        code = value.get("exit_code")
+        draft.is_error = bool(value.get("error")) or (isinstance(code, int) and code != 0)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _hermes_final_text(root: Path) -> list[_Draft]:
     text = (_head(root / STDOUT) or "").strip()  # the final text, as the hermes adapter records it
     if not text:
         return []

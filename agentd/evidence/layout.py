@@ -18,6 +18,7 @@ EVIDENCE_FILES = (
     "last_message.txt",
     "action_trace.jsonl",
     "hermes-usage.json",
+    "hermes-session.json",
 )
 
 _SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
@@ -106,7 +107,7 @@ MANIFEST_SCHEMA: dict[str, Any] = {
             "wall_clock_elapsed_s": {"type": "number", "minimum": 0},
             "termination_reason": _TEXT,
             "failure_type": _MAYBE_TEXT,
-            "exit_status": {"enum": ["ok", "error", "timeout", "unknown"]},
+            "exit_status": {"enum": ["ok", "error", "timeout", "unknown"]},  # unknown: sealed before migration 0017
             "side_effects": {"enum": ["none", "possible"]},
             "redactions": _object({"count": {"type": "integer", "minimum": 0}}),
             "outcome": _object(

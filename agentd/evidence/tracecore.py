@@ -10,9 +10,11 @@ How agentd's terms map:
   task and task version. The task's own inputs are in task_hash (the manifest's).
 - agent_ref is `<agent>/<profile>@<variant id>`; agent_hash the agent definition's version.
 - seed is 0: agentd does not seed its adapters (a model is not seeded; a script gets its payload).
-- budgets: agentd's hard budget is the wall clock (the adapter's timeout); it does not cap steps or
-  tool calls (claude's max_turns aside), so `steps` and `tool_calls` report what the attempt used,
-  or max_turns when that is larger.
+- budgets: agentd's hard budget is the wall clock (the adapter's timeout); steps and tool calls are capped
+  only where the harness allows it (claude's and hermes' max_turns), so `steps` and `tool_calls` report what
+  the attempt used, or max_turns when that is larger; running out of turns is `budget_exhausted`.
+- io_audit: what each step's tool shows of its IO (a file read or written, a command, a request), by its
+  name (`io_audit_of`).
 - failure_type comes from FAILURE_TYPES below; termination_reason stays agentd's own.
 - validator is agentd's completion gate: its payload is the manifest's outcome, verbatim.
 - artifact_hash is TraceCore's: sha256 over the canonical JSON (sorted keys, no spaces, UTF-8) of
@@ -36,7 +38,9 @@ VOLATILE = ("run_id", "trace_id", "started_at", "completed_at", "wall_clock_elap
 FAILURE_TYPES: dict[str, str] = {
     "timeout": "timeout",  # the adapter's timeout: the wall-clock budget
     "rate_limited": "budget_exhausted",  # the provider's quota ran out
+    "max_turns": "budget_exhausted",  # the harness ran out of the turns the adapter allows (claude --max-turns)
     "resource_limit": "budget_exhausted",  # its own cgroup's limit on processes or memory ended it
+    "budget_exceeded": "budget_exhausted",  # it was stopped as it passed its spending cap (docs/policy.md)
     "gate_failed": "logic_failure",  # claimed completed; the evidence did not hold it up
     "model_reported_failure": "logic_failure",  # the agent itself reported failure
     "evidence_unverified": "logic_failure",  # strict_evidence: the sealed evidence failed its check
@@ -186,13 +190,45 @@ def _trace(
                 "observation": observation,
                 "action": action,
                 "result": result,
-                "io_audit": [],  # agentd does not intercept the adapter's file or network IO
+                "io_audit": io_audit_of(step),
                 "budget_after_step": dict(left),
                 "budget_delta": delta,
             }
         )
         last_action, last_result = action, result
     return entries
+
+
+# The IO a step's tool shows (docs/determinism.md): what the harness's tool did, by its name, not what the
+# kernel saw (agentd does not intercept an adapter's IO). Claude's, codex's and hermes's tool names.
+FS_READ = ("Read", "Glob", "Grep", "LS", "NotebookRead", "read_file", "search_files")
+FS_WRITE = ("Write", "Edit", "MultiEdit", "NotebookEdit", "write_file", "patch", "file_change")
+EXEC = ("Bash", "BashOutput", "command_execution", "terminal", "execute_code", "script")
+NET = ("WebFetch", "WebSearch", "web_search", "web_extract", "mcp_tool_call")
+
+
+def io_audit_of(step: dict[str, Any]) -> list[dict[str, Any]]:
+    """A step's io_audit entries (TraceCore's `type` fs | net | custom): a file read or written, a command run, a
+    request sent; [] for a step that shows none (a message, a plan)."""
+    tool = step.get("tool")
+    if step.get("kind") == "command" or tool in EXEC:
+        kind, op = "custom", "exec"
+    elif tool in FS_READ or tool in FS_WRITE:
+        kind, op = "fs", "read" if tool in FS_READ else "write"
+    elif tool in NET:
+        kind, op = "net", "request"
+    else:
+        return []
+    return [
+        {
+            "type": kind,
+            "op": op,
+            "path": None,
+            "host": None,
+            "tool": tool,
+            "arguments_sha256": step.get("arguments_sha256"),
+        }
+    ]
 
 
 def _slug(task_type: str) -> str:

@@ -156,8 +156,13 @@ def _row_agrees(root: Path, manifest: dict[str, Any], attempt: TaskAttempt) -> l
     return [
         Finding(f"{root / MANIFEST} {key}", f"says {manifest.get(key)!r}, the attempt row says {value!r}")
         for key, value in pairs.items()
-        if manifest.get(key) != value
+        if manifest.get(key) != value and not _swept_before_0017(key, manifest, attempt)
     ]
+
+
+def _swept_before_0017(key: str, manifest: dict[str, Any], attempt: TaskAttempt) -> bool:
+    """A boot-swept attempt sealed `unknown` before migration 0017 made its row `error` (seed 000 §8's enum)."""
+    return key == "exit_status" and manifest.get(key) == "unknown" and attempt.exit_status == "error"
 
 
 def _unknown_folders(state_dir: Path, known: set[tuple[int, str]]) -> list[Finding]:

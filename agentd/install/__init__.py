@@ -41,6 +41,7 @@ from agentd.resources import data_dir, example_config
 
 UNITS = ("agentd-dispatch@.service", "agentd-sensors@.service", "agentd-web@.service")
 TEMPLATE_BIN = "/usr/local/bin/agentd"
+TEMPLATE_DOCS = "/usr/local/share/doc/agentd"  # in the templates' Documentation=file:…; install writes its own
 # agentd-NAME-run (the longest of its users) must fit the 32 characters of a user name.
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,20}$")
 AGENT_FILES = ("SOUL.md", "PURPOSE.md", "schemas", "scripts")
@@ -185,7 +186,7 @@ def install(agent: str, root: Path, agentd_bin: Path) -> Report:
         _write_if_changed(layout.config, config_text, 0o644)
         report.changed.append(str(layout.config))
     for unit in UNITS:
-        text = (data_dir("units") / unit).read_text(encoding="utf-8").replace(TEMPLATE_BIN, str(agentd_bin))
+        text = unit_text((data_dir("units") / unit).read_text(encoding="utf-8"), agentd_bin)
         report.note(layout.units_dir / unit, _write_if_changed(layout.units_dir / unit, text, 0o644))
     for path, held in socket_units(layout.config, layout.units_dir).items():
         if held is not None:
@@ -201,6 +202,12 @@ def install(agent: str, root: Path, agentd_bin: Path) -> Report:
     if layout.on_this_system and shutil.which("systemctl"):
         run_setup_command(["systemctl", "daemon-reload"], check=False)
     return report
+
+
+def unit_text(template: str, agentd_bin: Path) -> str:
+    """A unit template as installed: ExecStart= the agentd it runs, Documentation= the docs shipped with
+    that agentd (a page on this machine, readable offline; docs/install-and-deploy.md, "The units")."""
+    return template.replace(TEMPLATE_BIN, str(agentd_bin)).replace(TEMPLATE_DOCS, str(data_dir("docs")))
 
 
 def _purge(path: Path) -> None:

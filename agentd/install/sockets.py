@@ -31,7 +31,9 @@ def socket_units(config: Path, units_dir: Path) -> dict[Path, str | None]:
         listen = listens.get(key)
         # A metrics port is stopped with its service, so a scrape never starts a service stopped on purpose.
         stop_with = "" if service == "web" else f"PartOf=agentd-{service}@%i.service\n"
-        text = template.format(service=service, key=key, what=WHAT[service], listen=listen, stop_with=stop_with)
+        text = template.format(
+            service=service, key=key, what=WHAT[service], listen=listen, stop_with=stop_with, docs=data_dir("docs")
+        )
         found[units_dir / f"agentd-{service}@{config.stem}.socket"] = text if _bindable(listen) else None
     return found
 

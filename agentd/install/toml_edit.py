@@ -16,6 +16,7 @@ import tomli_w
 
 from agentd import frozen_value
 from agentd.install.ports import LOOPBACK
+from agentd.install.sockets import SERVICES
 from agentd.resources import example_config
 
 TABLE_HEADER = re.compile(r"^\s*\[\[?\s*(?P<name>[^\[\]#]+?)\s*\]\]?\s*(#.*)?$")
@@ -101,7 +102,8 @@ def _web_table(listen: str) -> str:
 def _config_header(agent: str, ports: list[int]) -> str:
     return (
         f"# The identity of agent {agent!r}, written by `agentd install` from agentd's example.\n"
-        f"# Edit it, then `agentd config check --agent {agent}` and restart the two units.\n"
+        f"# Edit it, then `agentd config check --agent {agent}` and\n"
+        f"# `systemctl restart {' '.join(f'agentd-{service}@{agent}' for service in SERVICES)}`.\n"
         "# Relative paths resolve against this file's folder (/etc/agentd).\n"
         f"# Its metrics ports {ports[0]}/{ports[1]} were free and named by no other agent here when install ran\n"
         "# (pairs from 9478/9479 up), and so was its console port ([web] listen, from 9578 up);\n"

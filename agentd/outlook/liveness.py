@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from agentd.clock import stored_ts
+from agentd.clock import format_ts, stored_ts
 from agentd.process import limits, procs
 
 STALE_STATUS_S = 30.0  # services refresh their row every 5 s
@@ -46,3 +46,17 @@ def limits_report(max_pids: int, max_memory_mb: int, services: list[dict[str, An
         "held": where,
         "line": limits.describe(asked, where),
     }
+
+
+def lost_reason(services: list[dict[str, Any]]) -> str | None:
+    """Why a task running now is lost, or None: its attempt is open, but no live dispatcher runs it. One
+    rule and one sentence for every view (`agentd status`, the API, the console, the Agent Runtime export):
+    a dispatcher not `live` cannot be shown to be running anything (seed 002: "lost: runtime cannot prove
+    whether the worker is still alive"). Starting the dispatcher reclaims it (the boot sweep)."""
+    dispatcher = next((s for s in services if s["service"] == "dispatch"), None)
+    if dispatcher is None:
+        return "no dispatcher has reported to this database"
+    if dispatcher["liveness"] == "live":
+        return None
+    since = format_ts(stored_ts(dispatcher["updated_at"]))
+    return f"its dispatcher is {str(dispatcher['liveness']).upper()} since {since}"

@@ -30,13 +30,19 @@ TASKS_WAITING = Spec(
     "agentd_tasks_waiting",
     "gauge",
     "Waiting tasks by why, one reason each (they sum to pending + retryable_failure): claimable now, waiting for "
-    "a retry's backoff, delayed (--delay/--at), held for an approval, held for the next day's budget",
+    "a retry's backoff, delayed (--delay/--at), held for an approval, paused by an operator, after a task not yet "
+    "completed, held for the next day's budget",
     ("reason",),
 )
 APPROVAL_OLDEST = Spec(
     "agentd_approval_oldest_age_seconds",
     "gauge",
     "How long the oldest approval request has waited for an operator (0 when none waits)",
+)
+TOOL_CALL_OLDEST = Spec(
+    "agentd_tool_call_oldest_age_seconds",
+    "gauge",
+    "How long the oldest tool call held for a person has waited, its attempt paused (0 when none waits)",
 )
 BUDGET_SPENT = Spec(
     "agentd_budget_spent_usd",

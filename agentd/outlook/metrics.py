@@ -106,12 +106,16 @@ class QueueCollector:
             ("retry_waiting", summary.retry_waiting),
             ("delayed", summary.delayed),
             ("approval", summary.approval),
+            ("paused", summary.paused),
+            ("after", summary.after),
             ("budget", summary.budget),
         ):
             waiting.add_metric([reason], count)
         yield waiting
         oldest = seen.oldest_approval_at
         yield family(specs.APPROVAL_OLDEST, (now - oldest).total_seconds() if oldest else 0.0)
+        held = seen.calls[0].requested_at if seen.calls else None
+        yield family(specs.TOOL_CALL_OLDEST, (now - held).total_seconds() if held else 0.0)
         spent = family(specs.BUDGET_SPENT)
         if budget is not None and self._config is not None:  # every adapter, 0 until it spends
             for adapter_id in sorted(set(self._config.adapters) | set(budget.spend.by_adapter)):

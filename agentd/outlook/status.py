@@ -15,13 +15,17 @@ from typing import Any
 from agentd import frozen_value
 from agentd.clock import format_ts
 from agentd.config import Config
-from agentd.config.budget import BudgetHold, Spend, budget_hold, day_start
+from agentd.config.budget import BudgetHold, Spend, budget_hold, day_start, unpriced_lines
+from agentd.config.tool_policy import unenforced_lines
 from agentd.outlook.activity import attempt_activity
 from agentd.outlook.liveness import limits_report, service_health
+from agentd.outlook.taskstate import TaskState, state_facts, task_state
 from agentd.process import procs
+from agentd.process.advisory import shown_boundary
 from agentd.process.privilege import boundary_of
 from agentd.records import TASK_STATUSES, LockHolder, QueueSummary, RunningAttempt
 from agentd.store import Store
+from agentd.store.calls import HeldCall
 from agentd.store.control import Pause
 
 
@@ -94,6 +98,7 @@ class Outlook:
     running: list[RunningAttempt]
     services: list[dict[str, Any]]
     oldest_approval_at: datetime | None
+    calls: list[HeldCall]  # tool calls held for a person, oldest first (docs/policy.md)
     failed_messages: int
     lock_holder: LockHolder | None
     chain_head: tuple[int, str] | None
@@ -111,6 +116,7 @@ def read_outlook(store: Store, config: Config | None, now: datetime) -> Outlook:
             store.running_now(),
             store.service_statuses(),
             approvals[0].requested_at if approvals else None,
+            store.pending_calls(),
             store.failed_message_count(),
             store.dispatch_lock_holder(),
             store.chain_head(),
@@ -132,11 +138,21 @@ def idle_outlook(store: Store, now: datetime) -> IdleOutlook:
         return IdleOutlook(store.dispatch_pause(), *store.idle_outlook(now))
 
 
+def running_states(store: Store, config: Config, now: datetime, task_ids: list[int]) -> dict[int, TaskState]:
+    """The running tasks' states (lost, cancelling, preparing, streaming or running), in the caller's read."""
+    if not task_ids:
+        return {}
+    facts = state_facts(store, config, now, task_ids)
+    attempts = store.attempts_by_task(task_ids)
+    return {t: task_state(store.get_task_or_raise(t), attempts[t], facts) for t in task_ids}
+
+
 def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
     """`agentd status --json`'s body."""
-    with store.snapshot():  # the running attempts' activity from the same read as the rest
+    with store.snapshot():  # the running attempts' activity and states from the same read as the rest
         seen = read_outlook(store, config, now)
         activity = {r.attempt_id: attempt_activity(store, r.task_id, r.attempt_id) for r in seen.running}
+        states = running_states(store, config, now, [r.task_id for r in seen.running])
     summary, pause, holder = seen.summary, seen.pause, seen.lock_holder
     here = procs.this_process()
     services = [service_health(row, now, here) for row in seen.services]
@@ -152,11 +168,14 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
             "retry_waiting": summary.retry_waiting,
             "delayed": summary.delayed,
             "approval": summary.approval,
+            "paused": summary.paused,
+            "after": summary.after,
             "budget": summary.budget,
         },
         "budget": budget_report(config, seen.budget),
         "messages": {"failed": seen.failed_messages},
         "oldest_approval_age_s": (now - seen.oldest_approval_at).total_seconds() if seen.oldest_approval_at else None,
+        "held_calls": [held_call_view(call, now) for call in seen.calls],
         "paused": {"since": format_ts(pause.paused_at), "by": pause.paused_by, "reason": pause.reason}
         if pause
         else None,
@@ -174,13 +193,30 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
                 "started_at": format_ts(r.started_at),
                 "elapsed_s": round((now - r.started_at).total_seconds(), 1),
                 "activity": activity[r.attempt_id],  # docs/live.md
+                "waiting_for": next((c.summary for c in seen.calls if c.attempt_id == r.attempt_id), None),
+                "state": states[r.task_id].as_json(),  # agentd/outlook/taskstate.py
+                "lost": states[r.task_id].reason if states[r.task_id].status == "lost" else None,
             }
             for r in seen.running
         ],
         "services": services,
-        "boundary": boundary_of(config),
+        "boundary": shown_boundary(boundary_of(config), store.boundary_waiver(), seen.services),
         "limits": limits_report(config.dispatch.max_pids, config.dispatch.max_memory_mb, services),
+        "governance": unenforced_lines(config) + unpriced_lines(config),  # docs/policy.md
         "dispatch_lock": {"pid": holder.pid, "host": holder.host, "heartbeat_at": format_ts(holder.heartbeat_at)}
         if holder
         else None,
+    }
+
+
+def held_call_view(call: HeldCall, now: datetime) -> dict[str, Any]:
+    """A tool call held for a person as status, its JSON and the console show it (docs/policy.md)."""
+    return {
+        "call_id": call.call_id,
+        "task_id": call.task_id,
+        "attempt_id": call.attempt_id,
+        "tool": call.tool,
+        "summary": call.summary,
+        "rule": call.rule,
+        "age_s": round((now - call.requested_at).total_seconds(), 1),
     }

@@ -141,6 +141,18 @@ def read_beneath(root: Path, relative: str | PurePosixPath, limit: int, owner: i
         return Found(b"".join(chunks), info.st_size, info.st_mtime)
 
 
+def read_tail_beneath(root: Path, relative: str | PurePosixPath, limit: int) -> tuple[bytes, bool] | None:
+    """The last `limit` bytes of the regular file at `relative` (see `open_beneath`) and whether the file
+    holds more before them; None if there is none to read."""
+    try:
+        with open_beneath(root, relative) as fd:
+            size = os.fstat(fd).st_size
+            os.lseek(fd, max(size - limit, 0), os.SEEK_SET)
+            return os.read(fd, limit), size > limit
+    except OSError:  # missing, a link, not a regular file, pruned: nothing to show
+        return None
+
+
 def read_reported(path: Path, limit: int, owner: int | None = None) -> tuple[bytes | None, str | None]:
     """A file an attempt left directly in its run dir: (its bytes up to limit, None), (None, None) if
     there is none, or (None, why it cannot be used). With `owner` (the run user's uid) a file of anyone

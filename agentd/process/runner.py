@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import shutil
 import signal
@@ -62,6 +63,53 @@ class ProcessSpec:
     # Who it runs as ([dispatch] run_as): that user, its own group only, and a umask that lets the
     # service (a member of that group) read what it writes. None: the service's own user.
     user: RunUser | None = None
+    # The run's timeout as its attempt sees it: paused while a tool call waits for a person, ended early
+    # when a budget is passed (docs/policy.md). None: `timeout_s`, as it is.
+    timer: RunTimer | None = None
+
+
+class RunTimer:
+    """A run's timeout that can be held and ended from outside the run (docs/policy.md): `hold` stops the
+    clock while a tool call waits for a person (holds nest), `release` starts it again with the time that
+    was left, `end` stops the run now and says why (`ProcessResult.limit_hit`)."""
+
+    def __init__(self) -> None:
+        self.scope: anyio.CancelScope | None = None
+        self.holds = 0
+        self.left_s = 0.0  # while held: what was left of the timeout when the first hold began
+        self.held_s = 0.0  # how long the clock was held, in all
+        self.since = 0.0
+        self.ended: str | None = None
+
+    def bind(self, scope: anyio.CancelScope) -> None:
+        self.scope = scope
+        if self.ended is not None:
+            scope.cancel()
+        elif self.holds:
+            self._stop_clock()
+
+    def hold(self) -> None:
+        self.holds += 1
+        if self.holds == 1 and self.scope is not None:
+            self._stop_clock()
+
+    def release(self) -> None:
+        self.holds = max(0, self.holds - 1)
+        if self.holds == 0 and self.scope is not None and self.since:
+            now = anyio.current_time()
+            self.held_s += now - self.since
+            self.scope.deadline, self.since = now + self.left_s, 0.0
+
+    def end(self, why: str) -> None:
+        self.ended = self.ended or why
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def _stop_clock(self) -> None:
+        assert self.scope is not None
+        self.since = anyio.current_time()
+        self.left_s = max(0.0, self.scope.deadline - self.since)
+        self.scope.deadline = math.inf
 
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -126,7 +174,8 @@ class ProcessResult:
     stderr: CapturedOutput
     elapsed_s: float
     stragglers: int = 0  # processes the run left behind that were killed when it ended
-    limit_hit: str | None = None  # "pids" or "memory": the run's own limit ended it (agentd/process/limits.py)
+    # "pids" or "memory": the run's own limit ended it (agentd/process/limits.py); or why its RunTimer ended it
+    limit_hit: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -221,8 +270,11 @@ async def run_process(
             pumps.start_soon(_pump, process.stderr, stderr)
             pumps.start_soon(_feed, process.stdin, spec.stdin)
             with anyio.move_on_after(spec.timeout_s) as deadline:
+                if spec.timer is not None:
+                    spec.timer.bind(deadline)
                 hit = await _wait_within_limits(process, spec.group)
-            timed_out = deadline.cancelled_caught
+            ended = spec.timer.ended if spec.timer is not None else None
+            timed_out, hit = deadline.cancelled_caught and ended is None, hit or ended
             await _stop_group(process, spec.kill_grace_s, spec.user)
             stragglers = await _end(spec.group, since, spec.user)
             # Whatever still holds our pipes now escaped the run (no cgroup, no marker): stop reading.

@@ -89,6 +89,10 @@ class ClaudeCodeAdapterConfig(_SubprocessAdapter):
         default=None, gt=0, description="agentd: per-attempt spend cap passed to the CLI"
     )
     allowed_tools: list[str] | None = Field(default=None, description="agentd: --allowedTools")
+    prices: dict[str, TokenPrice] | None = Field(
+        default=None,
+        description="agentd: price table by model, for the budget while claude runs (its own cost comes at the end)",
+    )
 
 
 class CodexAdapterConfig(_SubprocessAdapter):
@@ -118,6 +122,7 @@ class HermesAgentAdapterConfig(_SubprocessAdapter):
         default=None, description="agentd: env var (from env_file) whose value becomes hermes's model.api_key"
     )
     max_retries: int = Field(default=1, ge=1, le=5, description="agentd: hermes agent.api_max_retries")
+    max_turns: int | None = Field(default=None, gt=0, description="agentd: hermes agent.max_turns")
 
 
 class OllamaGenerateAdapterConfig(Record):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -107,6 +107,27 @@ class ResultPolicy(Record):
     )
 
 
+Glob = Annotated[str, Field(min_length=1, max_length=1000, pattern=r"^[^\x00]*$")]
+
+
+class ToolRule(Record):
+    """agentd: one rule of a tool policy (docs/policy.md): a decision for the tool calls it matches, every
+    matcher given holding at once; the first rule that matches decides."""
+
+    schema_id = "agentd/tool.rule/v1"
+    schema_mode = "validation"
+    decision: Literal["allow", "deny", "ask"] = Field(description="what a call it matches gets")
+    tool: Glob = Field(default="*", description="a glob over the tool's name: Bash, Write, WebFetch, mcp__github__*")
+    command: Glob | None = Field(
+        default=None, description="a glob over a shell command, and over each simple command in it (docs/policy.md)"
+    )
+    path: Glob | None = Field(
+        default=None, description='"inside_workspace", "outside_workspace", or a glob over a file path'
+    )
+    host: Glob | None = Field(default=None, description="a glob over a URL's host")
+    reason: str | None = Field(default=None, max_length=500, description="said to the model and recorded")
+
+
 class SubagentProfile(Record):
     """seed §3. `integration_policy` is removed: agentd would have nothing to enforce it with."""
 
@@ -125,6 +146,9 @@ class SubagentProfile(Record):
     skill_ids: list[Identifier] = Field(description="skills every task of this profile carries")
     context_policy: ContextPolicy = Field(description="what the bundle may hold")
     result_policy: ResultPolicy = Field(description="which side effects an outcome may ask for")
+    tool_policy: list[ToolRule] = Field(
+        default=[], max_length=200, description="agentd: rules for its tool calls, before [policy] rules"
+    )
 
 
 class SkillCommand(Record):

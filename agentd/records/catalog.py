@@ -28,6 +28,7 @@ from agentd.records.agent import (
     SkillCommand,
     SkillManifest,
     SubagentProfile,
+    ToolRule,
     WalletIdentity,
 )
 from agentd.records.base import (
@@ -195,6 +196,7 @@ __all__ = [
     "TaskTypeSpec",
     "Timestamp",
     "TokenPrice",
+    "ToolRule",
     "WalletIdentity",
     "WorkflowDefinition",
     "WorkflowRecord",

@@ -35,6 +35,7 @@ LIVE_EVENT_TYPES = (
     "todos_updated",
     "attempt_progress",
     "activity_capped",
+    "context_compacted",
 )
 AGENTD_EVENT_TYPES = (
     "migration_applied",
@@ -88,5 +89,15 @@ AGENTD_EVENT_TYPES = (
     "approval_handoff_failed",
     "approval_handoff_retrying",
     "approval_handoff_withdrawn",
+    "permission_requested",
+    "tool_call_allowed",
+    "tool_call_denied",
+    "task_paused",
+    "task_resumed",
+    "task_edited",
+    "task_linked",
+    "task_unlinked",
+    "dispatch_boundary_waived",
+    "harness_session_resumed",
 )
 EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES

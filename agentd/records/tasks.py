@@ -211,7 +211,7 @@ class TaskAttempt(Record):
     started_at: Timestamp
     ended_at: Timestamp | None
     exit_status: ExitStatus | None = Field(
-        description="unknown: the boot sweep closed it after the runtime died; its process was gone"
+        description="error for one the boot sweep closed (its exit unseen: diagnostics exit_seen false)"
     )
     retry_class: RetryClass | None
     termination_reason: str | None = Field(description="agentd: why the attempt ended")

@@ -194,6 +194,8 @@ class QueueSummary:
     retry_waiting: int = 0  # retryable_failure, its backoff not over
     delayed: int = 0  # pending, available later (--delay, --at)
     approval: int = 0  # held until an operator approves it (whenever it falls due)
+    paused: int = 0  # due, but paused by an operator (`agentd task pause`)
+    after: int = 0  # due, but linked after a task that has not completed (`agentd task link`)
     budget: int = 0  # due, but held back by [budget] until the next UTC day
 
 

@@ -28,6 +28,7 @@ from agentd.control.outbox import OutboxApplier
 from agentd.errors import DatabaseGone, contained
 from agentd.evidence.rollback import refuse_if_behind
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
+from agentd.outlook.telemetry import TelemetryLoop
 from agentd.process.containment import release_namespace
 from agentd.process.limits import own_line
 from agentd.process.privilege import run_user
@@ -69,6 +70,7 @@ class Dispatcher:
         self.outbox = OutboxApplier(config, db, clock, self.metrics)
         self.fleet = FleetLink.of(config, db, clock, self.metrics, self.doorbell)  # docs/fleet.md
         self.view = DispatchView(config, db, clock, self.shell, self.doorbell)  # what it says of itself
+        self.telemetry = TelemetryLoop.of(config, db, clock)  # [telemetry]: spans for a collector (docs/telemetry.md)
         self._stopping = False
 
     @property
@@ -86,6 +88,8 @@ class Dispatcher:
                 group.start_soon(self.outbox.deliveries.run)  # external messages, beside the claims
                 if self.fleet is not None:
                     group.start_soon(self.fleet.run)  # the fleet's work into this queue, results back
+                if self.telemetry is not None:
+                    group.start_soon(self.telemetry.run)  # beside the claims: a slow collector never holds them
                 await self._loop()
                 group.cancel_scope.cancel()
         finally:

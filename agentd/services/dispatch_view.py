@@ -117,5 +117,11 @@ class DispatchView:
             return idle.pause.describe()
         if self.held is not None:
             return budget_line(*self.held)
-        later = f", next due in {age((idle.upcoming - now).total_seconds())}" if idle.upcoming else ""
-        return f"idle, {idle.waiting} pending{later}"
+        return idle_line(idle, now)
+
+
+def idle_line(idle: IdleOutlook, now: datetime) -> str:
+    """The idle dispatcher's line. It counts the tasks claimable now, and says "claimable" as the console
+    and `agentd status` do: "pending" there counts held and delayed tasks too (issue 40)."""
+    later = f", next due in {age((idle.upcoming - now).total_seconds())}" if idle.upcoming else ""
+    return f"idle, {idle.waiting} claimable{later}"

@@ -29,20 +29,31 @@ class AttemptVerbs(StoreBase):
             self._insert_bundle(task_id, attempt_id, bundle, now)
 
     def mark_attempt_started(
-        self, task_id: int, attempt_id: str, pid: int | None, now: datetime, bundle: CompiledBundle | None = None
+        self,
+        task_id: int,
+        attempt_id: str,
+        pid: int | None,
+        now: datetime,
+        bundle: CompiledBundle | None = None,
+        session: dict[str, str] | None = None,
     ) -> None:
         """The adapter runs as the leader of process group `pid` (the boot sweep kills it by that);
         None for an adapter that runs no process (ollama-generate speaks HTTP). Its bundle, when
         given, is recorded first (`bundle_compiled`, then `task_started`): one commit, made while
         the adapter already runs. Not durable on its own (a power cut kills the process with us; the
-        boot sweep finds a run by its claim)."""
+        boot sweep finds a run by its claim). `session` is the harness session it runs; one it resumes
+        is said first (`harness_session_resumed`: docs/reliability.md, "Resume, not restart")."""
         with self.transaction(durable=False):
             if bundle is not None:
                 self._insert_bundle(task_id, attempt_id, bundle, now)
             self.tx.execute(
                 "UPDATE task_attempts SET pid = ?, process_group = ? WHERE attempt_id = ?", (pid, pid, attempt_id)
             )
-            self.tx.event("task_started", now, task_id=task_id, attempt_id=attempt_id, payload={"pid": pid})
+            ids = {"task_id": task_id, "attempt_id": attempt_id}
+            if session and session.get("resumed_from"):
+                self.tx.event("harness_session_resumed", now, **ids, payload=session)
+            started = {"pid": pid, **({"harness_session_id": session["session_id"]} if session else {})}
+            self.tx.event("task_started", now, **ids, payload=started)
 
     def _insert_bundle(self, task_id: int, attempt_id: str, bundle: CompiledBundle, now: datetime) -> None:
         self.tx.execute(

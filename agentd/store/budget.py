@@ -10,6 +10,7 @@ from typing import Any
 
 from agentd.config.budget import AdapterSpend, BudgetHold, Spend
 from agentd.store.base import StoreBase, ts
+from agentd.store.columns import CLAIMABLE
 from agentd.usage import MAX_COST_USD
 
 # A stored cost the budget and `agentd cost` count: a finite number from 0 to MAX_COST_USD (agentd/usage.py).
@@ -24,9 +25,6 @@ def believed_tokens(column: str) -> str:
     """A stored token count as `agentd cost` sums it: a whole number of at least 0, else unknown."""
     return f"CASE WHEN typeof({column}) = 'integer' AND {column} >= 0 THEN {column} END"
 
-
-# A task the dispatcher may claim now (its priority and the budget aside).
-CLAIMABLE = "status IN ('pending', 'retryable_failure') AND awaiting_approval = 0 AND available_at <= :now"
 
 # Tasks that would run on an adapter past its daily budget (agentd/config/budget.py BudgetHold): the one
 # they asked for, else their type's default, else their profile's.

@@ -1,6 +1,6 @@
 """SQL that both the store's verbs and the CLI's plain readers (agentd/store/plain.py) run, here without
 the records so that both run the very same: the columns a task row is read with (in the order
-agentd/store/rows.py `task_from_row` takes them)."""
+agentd/store/rows.py `task_from_row` takes them), and what makes a task claimable."""
 
 TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.priority, t.payload,
     t.requested_profile_id, t.requested_adapter_id, t.requested_model, t.skill_ids,
@@ -11,3 +11,14 @@ TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.prior
     t.delegation_caps,
     w.instance_key AS workflow_instance_key"""
 TASK_FROM = "tasks t LEFT JOIN workflows w ON w.id = t.workflow_id"
+
+# A task the operator steers out of the claim's way (docs/operate.md, "Steer one task"): paused, or linked
+# after a task that has not completed. Each is one lookup by the task's id (a primary key), made only for
+# the claim's first candidates of each priority.
+UNSTEERED = """NOT EXISTS (SELECT 1 FROM task_pauses p WHERE p.task_id = tasks.id)
+    AND NOT EXISTS (SELECT 1 FROM task_links l JOIN tasks b ON b.id = l.before_id
+                    WHERE l.after_id = tasks.id AND b.status != 'completed')"""
+# A task the dispatcher may claim now (its priority and the budget aside).
+CLAIMABLE = (
+    "status IN ('pending', 'retryable_failure') AND awaiting_approval = 0 AND available_at <= :now AND " + UNSTEERED
+)

@@ -24,6 +24,7 @@ from agentd.records import AttemptEnd, DueSchedule, WorkflowRecord
 from agentd.store.attempts import AttemptVerbs
 from agentd.store.base import SERVICE_BUSY_RETRY_S, connect
 from agentd.store.budget import BudgetVerbs
+from agentd.store.calls import CallVerbs
 from agentd.store.claim import ClaimVerbs, Planner
 from agentd.store.constitution import ConstitutionVerbs
 from agentd.store.control import ControlVerbs
@@ -31,6 +32,7 @@ from agentd.store.deliveries import DeliveryVerbs
 from agentd.store.ending import Ended, Follow, Followed, record_end
 from agentd.store.events import ChainBreak, EventVerbs
 from agentd.store.fleet_leases import FleetLeaseVerbs
+from agentd.store.graph import GraphVerbs
 from agentd.store.lock import LockVerbs
 from agentd.store.migrations import (
     Migration,
@@ -43,6 +45,7 @@ from agentd.store.retention import RetentionVerbs
 from agentd.store.schedules import ScheduleVerbs
 from agentd.store.sensing import SensingVerbs
 from agentd.store.status import StatusVerbs
+from agentd.store.steering import SteerVerbs
 from agentd.store.tasks import TaskVerbs
 from agentd.store.web import WebVerbs
 from agentd.store.workflows import WorkflowVerbs
@@ -68,9 +71,12 @@ DB_NAME = "agentd.db"
 
 class Store(
     TaskVerbs,
+    SteerVerbs,
+    GraphVerbs,
     ClaimVerbs,
     AttemptVerbs,
     BudgetVerbs,
+    CallVerbs,
     LockVerbs,
     OutboxVerbs,
     DeliveryVerbs,

@@ -14,6 +14,7 @@ from agentd.hashing import new_ulid
 from agentd.records import TERMINAL_STATUSES, AttemptEnd, Claim
 from agentd.store.approvals import request_approval
 from agentd.store.base import Tx, dumps, ts
+from agentd.store.calls import deny_pending
 from agentd.store.claim import OUTCOME_SUMMARY_MAX, Planner
 
 
@@ -51,6 +52,7 @@ def record_end(tx: Tx, end: AttemptEnd) -> None:
     again before its next attempt (docs/fleet.md)."""
     _close_attempt(tx, end)
     _update_task(tx, end)
+    deny_pending(tx, end.attempt_id, "attempt ended", end.ended_at)  # e.g. a dispatcher killed while a call waited
     workflow_id = tx.execute("SELECT workflow_id FROM tasks WHERE id = ?", (end.task_id,)).fetchone()[0]
     ids = {"task_id": end.task_id, "attempt_id": end.attempt_id, "workflow_id": workflow_id}
     _append_denials(tx, end, ids)
@@ -209,6 +211,11 @@ def _append_events_of(tx: Tx, end: AttemptEnd, ids: dict[str, Any]) -> None:
             # the sealed manifest, pinned by the chain: editing it is caught without trusting it
             "manifest_sha256": end.diagnostics.get("manifest_sha256"),
             "artifact_hash": end.diagnostics.get("artifact_hash"),
+            # what the exports say of it beyond its outcome (agentd/outlook/runtime_facts.py): why it failed,
+            # the signal that ended its process, what it cost
+            "failure_type": end.diagnostics.get("failure_type"),
+            "signal": end.diagnostics.get("signal"),
+            "usage": {k: v for k, v in end.usage.items() if v is not None},
         },
     )
     if end.status == "retryable_failure":

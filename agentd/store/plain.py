@@ -6,6 +6,7 @@ the same on both paths (a waiting task's end), the verbs call the one here."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -14,12 +15,11 @@ from typing import Any
 
 from agentd.clock import Clock, stored_ts
 from agentd.store.base import StoreBase, Tx, connect, dumps, parse_optional_ts, timestamp_text, ts
-from agentd.store.columns import TASK_COLUMNS, TASK_FROM
+from agentd.store.columns import CLAIMABLE, TASK_COLUMNS, TASK_FROM
 from agentd.store.migrations import available_migrations, require_current
 from agentd.vocabulary import MACHINE_STATUS_OF
 
 WAITING = ("pending", "retryable_failure")
-CLAIMABLE = "status IN ('pending', 'retryable_failure') AND awaiting_approval = 0 AND available_at <= :now"
 # store/budget.py's claim branch with no budget hold: the oldest claimable task of one priority.
 _BRANCH = f"""SELECT * FROM (
     SELECT id, priority, available_at FROM tasks
@@ -63,7 +63,8 @@ def queue_rows(store: StoreBase, now: datetime) -> dict[str, Any]:
         for status in WAITING
     }
     held = held_for_approval(store.tx, at)
-    due = sum(counts.get(s, 0) - later[s] - held.get((s, False), 0) for s in WAITING)
+    paused, after = steered_waiting(store.tx, at)
+    due = sum(counts.get(s, 0) - later[s] - held.get((s, False), 0) for s in WAITING) - paused - after
     branches = " UNION ALL ".join(_BRANCH.format(priority=priority) for priority in range(1, 11))
     oldest = conn.execute(f"SELECT MIN(available_at) FROM ({branches})", {"now": at}).fetchone()[0]
     version = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
@@ -76,8 +77,31 @@ def queue_rows(store: StoreBase, now: datetime) -> dict[str, Any]:
         "retry_waiting": later["retryable_failure"] - held.get(("retryable_failure", True), 0),
         "delayed": later["pending"] - held.get(("pending", True), 0),
         "approval": sum(held.values()),
+        "paused": paused,
+        "after": after,
         "budget": 0,
     }
+
+
+# A waiting task, due now and not held for approval: the reasons below come after those.
+_DUE_UNHELD = "t.status IN ('pending', 'retryable_failure') AND t.awaiting_approval = 0 AND t.available_at <= ?"
+
+
+def steered_waiting(tx: Tx, at: str) -> tuple[int, int]:
+    """Due tasks an operator steered out of the claim's way, on both paths (store/tasks.py `queue_summary`
+    too): (paused, after a task not yet completed and not paused). Found from the pauses and the links, so a
+    long queue costs nothing here."""
+    paused = tx.execute(
+        f"SELECT COUNT(*) FROM task_pauses p CROSS JOIN tasks t ON t.id = p.task_id WHERE {_DUE_UNHELD}", (at,)
+    ).fetchone()[0]
+    after = tx.execute(
+        f"""SELECT COUNT(DISTINCT l.after_id) FROM task_links l CROSS JOIN tasks t ON t.id = l.after_id
+            JOIN tasks b ON b.id = l.before_id
+            WHERE b.status != 'completed' AND {_DUE_UNHELD}
+              AND NOT EXISTS (SELECT 1 FROM task_pauses p WHERE p.task_id = t.id)""",
+        (at,),
+    ).fetchone()[0]
+    return int(paused), int(after)
 
 
 def held_for_approval(tx: Tx, at: str) -> dict[tuple[str, bool], int]:
@@ -130,7 +154,16 @@ def status_rows(store: StoreBase) -> dict[str, Any]:
         "failed_messages": int(conn.execute("SELECT COUNT(*) FROM deliveries WHERE status = 'failed'").fetchone()[0]),
         "running": [(*row[:5], stored_ts(row[5])) for row in running],
         "services": [dict(row) for row in conn.execute("SELECT * FROM service_status ORDER BY service").fetchall()],
+        "waiver": boundary_waiver(conn),
     }
+
+
+def boundary_waiver(conn: Any) -> tuple[str, dict[str, Any]] | None:
+    """The newest dispatch_boundary_waived event's time and payload (its partial index: migration 0017)."""
+    row = conn.execute(
+        "SELECT timestamp, payload FROM events WHERE type = 'dispatch_boundary_waived' ORDER BY sequence DESC LIMIT 1"
+    ).fetchone()
+    return None if row is None else (row[0], json.loads(row[1]))
 
 
 # --- agentd task add (store/tasks.py enqueue_task, insert_task) ---------------------------------------
@@ -190,6 +223,11 @@ def approval_rows(store: StoreBase) -> list[tuple[Any, ...]]:
                WHERE p.status = 'pending' ORDER BY p.requested_at, p.task_id"""
         ).fetchall()
     ]
+
+
+def calls_wait(store: StoreBase) -> bool:
+    """Some tool call waits for a person (docs/policy.md)."""
+    return store.tx.execute("SELECT 1 FROM held_calls WHERE status = 'pending' LIMIT 1").fetchone() is not None
 
 
 def resolve_claim(store: StoreBase, task_id: int, by: str, note: str | None, now: datetime, *, approved: bool) -> bool:
@@ -317,6 +355,18 @@ def attempt_rows(store: StoreBase, task_id: int) -> list[Any]:
     return store.tx.execute(
         "SELECT * FROM task_attempts WHERE task_id = ? ORDER BY attempt_number", (task_id,)
     ).fetchall()
+
+
+def has_graph(store: StoreBase, task_id: int) -> bool:
+    """Whether a task is paused, linked (either way) or has follow-ups: what `task show` prints of those
+    is the full path's (agentd/cli/queue.py `_steering`)."""
+    found = store.tx.execute(
+        """SELECT EXISTS (SELECT 1 FROM task_pauses WHERE task_id = ?1)
+               OR EXISTS (SELECT 1 FROM task_links WHERE after_id = ?1 OR before_id = ?1)
+               OR EXISTS (SELECT 1 FROM tasks WHERE parent_task_id = ?1)""",
+        (task_id,),
+    ).fetchone()
+    return bool(found[0])
 
 
 def has_fleet_lease(store: StoreBase, task_id: int) -> bool:

@@ -27,12 +27,16 @@ DELETABLE_TASKS = f"""
       AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id AND o.status IN ('pending', 'awaiting_handler'))
       AND NOT EXISTS (SELECT 1 FROM approvals p WHERE p.task_id = t.id AND p.status = 'pending')
       AND NOT EXISTS (SELECT 1 FROM fleet_leases f WHERE f.task_id = t.id AND f.state = 'held')
+      AND NOT EXISTS (SELECT 1 FROM task_links l JOIN tasks a ON a.id = l.after_id
+                      WHERE l.before_id = t.id AND a.status NOT IN ({TERMINAL}))
     ORDER BY t.id LIMIT :limit"""
 TASK_ROWS = (  # children first: each statement leaves no row referring to a task about to go
     "DELETE FROM artifacts WHERE task_id = ?",
     "DELETE FROM outbox WHERE task_id = ?",
     "DELETE FROM approvals WHERE task_id = ?",
     "DELETE FROM fleet_leases WHERE task_id = ?",
+    "DELETE FROM task_pauses WHERE task_id = ?",
+    "DELETE FROM task_links WHERE after_id = ?1 OR before_id = ?1",
     "UPDATE sensor_events SET task_id = NULL WHERE task_id = ?",
     "DELETE FROM task_attempts WHERE task_id = ?",
     "DELETE FROM tasks WHERE id = ?",

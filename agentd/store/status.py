@@ -8,6 +8,7 @@ from typing import Any
 
 from agentd.process.procs import ProcessIdentity
 from agentd.store.base import StoreBase, ts
+from agentd.store.plain import boundary_waiver
 
 
 class StatusVerbs(StoreBase):
@@ -36,6 +37,10 @@ class StatusVerbs(StoreBase):
             )
             head = self.tx.execute("SELECT sequence, hash FROM events ORDER BY sequence DESC LIMIT 1").fetchone()
         return (head[0], head[1]) if head else None
+
+    def boundary_waiver(self) -> tuple[str, dict[str, Any]] | None:
+        """The newest dispatch_boundary_waived event's time and payload (its partial index: migration 0017)."""
+        return boundary_waiver(self.tx)
 
     def service_statuses(self) -> list[dict[str, Any]]:
         rows = self.tx.execute("SELECT * FROM service_status ORDER BY service").fetchall()

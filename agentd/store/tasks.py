@@ -14,9 +14,9 @@ from agentd.errors import InputError, NotFound
 from agentd.records import TERMINAL_STATUSES, CancelResult, NewTask, QueueSummary, TaskOutcome, TaskRecord
 from agentd.store.approvals import never_approved, request_approval
 from agentd.store.base import StoreBase, Tx, dumps, parse_optional_ts, ts
-from agentd.store.budget import CLAIMABLE, claimable_branches, held_by_budget, hold_params
-from agentd.store.columns import TASK_COLUMNS, TASK_FROM
-from agentd.store.plain import end_waiting, held_for_approval
+from agentd.store.budget import claimable_branches, held_by_budget, hold_params
+from agentd.store.columns import CLAIMABLE, TASK_COLUMNS, TASK_FROM
+from agentd.store.plain import end_waiting, held_for_approval, steered_waiting
 from agentd.store.rows import task_from_row
 from agentd.store.sparse import SparseInsert
 
@@ -244,7 +244,8 @@ class TaskVerbs(StoreBase):
 
     def queue_summary(self, now: datetime, hold: BudgetHold | None = None) -> QueueSummary:
         """Counts by status, and why each waiting task waits, one reason each: held for an operator's
-        approval; else not due yet (waiting for a retry, or delayed); else held by the budget (`hold`);
+        approval; else not due yet (waiting for a retry, or delayed); else paused by an operator; else after
+        a task not yet completed (`agentd task link`); else held by the budget (`hold`);
         else claimable now. The budget's hold and the oldest claimable task are the claim's own
         predicates (store/budget.py); the rest is counted from indexes, never a walk over the rows."""
         counts = dict(self.tx.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status").fetchall())
@@ -256,7 +257,8 @@ class TaskVerbs(StoreBase):
             for status in WAITING
         }
         held = held_for_approval(self.tx, params["now"])
-        due = sum(counts.get(s, 0) - later[s] - held.get((s, False), 0) for s in WAITING)
+        paused, after = steered_waiting(self.tx, params["now"])
+        due = sum(counts.get(s, 0) - later[s] - held.get((s, False), 0) for s in WAITING) - paused - after
         budget = 0 if hold is None else _count(self.tx, f"{CLAIMABLE} AND {held_by_budget(hold)}", params)
         branches = claimable_branches(hold)
         oldest = (
@@ -274,6 +276,8 @@ class TaskVerbs(StoreBase):
             retry_waiting=later["retryable_failure"] - held.get(("retryable_failure", True), 0),
             delayed=later["pending"] - held.get(("pending", True), 0),
             approval=sum(held.values()),
+            paused=paused,
+            after=after,
             budget=budget,
         )
 

@@ -22,13 +22,23 @@ from agentd.process.privilege import RESERVED_SOURCES
 from agentd.records import TaskIntent
 from agentd.records.fleet import DispatchContext
 from agentd.store import Store
+from agentd.store.calls import CallDecided
 from agentd.store.control import StaleApproval
 from agentd.vocabulary import TASK_STATUSES
 from agentd.web import handoff, inputs, stream
 from agentd.web.app import Web, bearer, bearer_or_session, web_of
 from agentd.web.auth import Operator
 from agentd.web.inputs import BadInput
-from agentd.web.views import approvals_view, evidence_path, evidence_root, jsonable, status_view, task_view
+from agentd.web.views import (
+    approvals_view,
+    call_id_of,
+    evidence_path,
+    evidence_root,
+    held_calls_view,
+    jsonable,
+    status_view,
+    task_view,
+)
 
 INTENT_FIELDS = (
     "task_type",
@@ -97,7 +107,34 @@ async def api_stream(request: Request) -> Response:
 async def api_approvals(request: Request) -> Response:
     """GET /api/approvals: what waits for an operator, oldest first."""
     await bearer(request)
-    return JSONResponse({"approvals": await web_of(request).db.call(approvals_view)})
+    db = web_of(request).db
+    return JSONResponse({"approvals": await db.call(approvals_view), "tool_calls": await db.call(held_calls_view)})
+
+
+def call_resolver(approved: bool) -> Callable[[Request], Any]:
+    """POST /api/calls/{call_id}/approve or /deny: a person's answer to a held tool call (docs/policy.md);
+    deny needs a reason, a call decided already (by a person or its timeout) is a 409."""
+    field = "note" if approved else "reason"
+
+    async def endpoint(request: Request) -> Response:
+        operator = await bearer(request)
+        call_id = call_id_of(request.path_params["call_id"])
+        body = await inputs.json_object(request)
+        inputs.refuse_unknown(body, (field,))
+        note = inputs.note(body.get(field), f"body.{field}", required=not approved)
+        web = web_of(request)
+        try:
+            held = await web.db.call(
+                lambda store: control.resolve_call(
+                    web.config, store, call_id, approved=approved, note=note, now=web.clock.now(), by=operator.name
+                )
+            )
+        except CallDecided as exc:
+            raise BadInput(409, str(exc), "path.call_id", "a call that still waits") from None
+        decided = {"call_id": held.call_id, "task_id": held.task_id, "status": held.status, "by": held.decided_by}
+        return JSONResponse(decided)
+
+    return endpoint
 
 
 async def api_submit(request: Request) -> Response:
@@ -174,13 +211,13 @@ def action(
 
 
 def do_cancel(web: Web, store: Store, task_id: int, body: dict[str, Any], operator: Operator) -> dict[str, Any]:
-    """`agentd cancel ID`, by the token's operator."""
+    """`agentd task cancel ID`, by the token's operator."""
     result = control.cancel_task(web.config, store, task_id, web.clock.now(), by=operator.name)
     return {"task": jsonable(result.task), "action": result.action}
 
 
 def do_retry(web: Web, store: Store, task_id: int, body: dict[str, Any], operator: Operator) -> dict[str, Any]:
-    """`agentd retry ID [--attempts N]`, by the token's operator."""
+    """`agentd task retry ID [--attempts N]`, by the token's operator."""
     attempts = body.get("attempts")
     more = None if attempts is None else inputs.integer(attempts, "body.attempts", low=1, high=control.MAX_ATTEMPTS)
     task = control.retry_task(web.config, store, task_id, more, web.clock.now(), by=operator.name)
@@ -234,7 +271,7 @@ def resolve(
 
 
 async def api_pause(request: Request) -> Response:
-    """POST /api/pause: `agentd pause [--reason]`."""
+    """POST /api/pause: `agentd dispatch pause [--reason]`."""
     operator = await bearer(request)
     body = await inputs.json_object(request)
     inputs.refuse_unknown(body, ("reason",))
@@ -247,7 +284,7 @@ async def api_pause(request: Request) -> Response:
 
 
 async def api_resume(request: Request) -> Response:
-    """POST /api/resume: `agentd resume`."""
+    """POST /api/resume: `agentd dispatch resume`."""
     operator = await bearer(request)
     inputs.refuse_unknown(await inputs.json_object(request), ())
     web = web_of(request)
@@ -271,6 +308,8 @@ def routes() -> list[BaseRoute]:
         Route("/api/approvals", api_approvals),
         Route("/api/approvals/{task_id}/approve", resolver(True), methods=["POST"]),
         Route("/api/approvals/{task_id}/deny", resolver(False), methods=["POST"]),
+        Route("/api/calls/{call_id}/approve", call_resolver(True), methods=["POST"]),
+        Route("/api/calls/{call_id}/deny", call_resolver(False), methods=["POST"]),
         Route("/api/pause", api_pause, methods=["POST"]),
         Route("/api/resume", api_resume, methods=["POST"]),
         Route("/evidence/{task_id}/{attempt_id}/{name}", evidence_file),

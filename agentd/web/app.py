@@ -319,8 +319,12 @@ class SecurityHeaders:
 
 
 def templates() -> Jinja2Templates:
-    """The console's Jinja2 templates (autoescaped)."""
-    return Jinja2Templates(directory=HERE / "templates")
+    """The console's Jinja2 templates (autoescaped), with `when` for a time (agentd/web/shown.py)."""
+    from agentd.web.shown import when
+
+    found = Jinja2Templates(directory=HERE / "templates")
+    found.env.filters["when"] = when
+    return found
 
 
 def text(body: str, status: int = 200) -> PlainTextResponse:

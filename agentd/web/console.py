@@ -19,7 +19,15 @@ from agentd.vocabulary import TASK_STATUSES
 from agentd.web import inputs
 from agentd.web.app import Forbidden, Unauthorized, Web, check_token, session_of, web_of
 from agentd.web.auth import COOKIE, Operator
-from agentd.web.views import ACTIVITY_TYPES, approvals_view, jsonable, status_view, task_view
+from agentd.web.views import (
+    ACTIVITY_TYPES,
+    approvals_view,
+    call_id_of,
+    held_calls_view,
+    jsonable,
+    status_view,
+    task_view,
+)
 
 LOGIN_COOKIE = "agentd_login"  # the login form's own CSRF nonce, before there is a session
 BULK_MAX = 1000  # tasks one confirmed action may act on
@@ -29,7 +37,8 @@ RETRYABLE = ("permanent_failure", "blocked", "operator_canceled")
 def page(request: Request, name: str, operator: Operator | None, csrf: str, **context: Any) -> Response:
     """A page of the console with what every page shows (the operator, the CSRF token, the agent)."""
     web = web_of(request)
-    values = {"operator": operator, "csrf": csrf, "agent_id": web.config.agent.agent_id, **context}
+    values = {"operator": operator, "csrf": csrf, "agent_id": web.config.agent.agent_id, "now": web.clock.now()}
+    values |= context
     return web.templates.TemplateResponse(request, name, values)
 
 
@@ -132,7 +141,9 @@ async def task(request: Request) -> Response:
 async def approvals(request: Request) -> Response:
     """GET /approvals: approve (a note optional) or deny (a reason required)."""
     operator, csrf = await viewer(request)
-    return page(request, "approvals.html", operator, csrf, approvals=await web_of(request).db.call(approvals_view))
+    db = web_of(request).db
+    waiting, calls = await db.call(approvals_view), await db.call(held_calls_view)
+    return page(request, "approvals.html", operator, csrf, approvals=waiting, calls=calls)
 
 
 async def events(request: Request) -> Response:
@@ -183,28 +194,47 @@ def do_deny(web: Web, store: Store, task_id: int | None, fields: dict[str, str],
     return "/approvals"
 
 
+def call_act(approved: bool) -> Callable[[Request], Any]:
+    """A console answer to a held tool call (`agentd approve --call` / `deny --call`; docs/policy.md)."""
+    field = "note" if approved else "reason"
+
+    async def endpoint(request: Request) -> Response:
+        operator, fields = await posted(request)
+        call_id = call_id_of(request.path_params["call_id"])
+        note = inputs.note(fields.get(field), f"body.{field}", required=not approved)
+        web = web_of(request)
+        await web.db.call(
+            lambda store: control.resolve_call(
+                web.config, store, call_id, approved=approved, note=note, now=web.clock.now(), by=operator.name
+            )
+        )
+        return back("/approvals")
+
+    return endpoint
+
+
 def do_pause(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
-    """`agentd pause [--reason]`."""
+    """`agentd dispatch pause [--reason]`."""
     reason = inputs.note(fields.get("reason"), "body.reason")
     control.pause_dispatch(web.config, store, reason, web.clock.now(), by=operator.name)
     return "/"
 
 
 def do_resume(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
-    """`agentd resume`."""
+    """`agentd dispatch resume`."""
     control.resume_dispatch(web.config, store, web.clock.now(), by=operator.name)
     return "/"
 
 
 def do_cancel(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
-    """`agentd cancel ID`."""
+    """`agentd task cancel ID`."""
     assert task_id is not None
     control.cancel_task(web.config, store, task_id, web.clock.now(), by=operator.name)
     return f"/tasks/{task_id}"
 
 
 def do_retry(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
-    """`agentd retry ID`."""
+    """`agentd task retry ID`."""
     assert task_id is not None
     control.retry_task(web.config, store, task_id, None, web.clock.now(), by=operator.name)
     return f"/tasks/{task_id}"
@@ -250,6 +280,8 @@ def routes() -> list[BaseRoute]:
         Route("/approvals", approvals),
         Route("/approvals/{task_id}/approve", act(do_approve), methods=["POST"]),
         Route("/approvals/{task_id}/deny", act(do_deny), methods=["POST"]),
+        Route("/calls/{call_id}/approve", call_act(True), methods=["POST"]),
+        Route("/calls/{call_id}/deny", call_act(False), methods=["POST"]),
         Route("/events", events),
         Route("/pause", act(do_pause), methods=["POST"]),
         Route("/resume", act(do_resume), methods=["POST"]),

@@ -23,7 +23,7 @@ from agentd.process import procs
 from agentd.process.activation import passed_socket
 from agentd.services.shell import STATUS_REFRESH_S
 from agentd.store import AsyncStore, Store
-from agentd.web import api, console, handoff
+from agentd.web import api, console, evidence_pages, handoff, steering, workflow_pages
 from agentd.web.app import Web, build_app, templates
 from agentd.web.auth import LoginThrottle, Sessions
 from agentd.web.gate import AttemptUsers
@@ -72,7 +72,7 @@ class Served(HyperConfig):
 
 def routes() -> list[BaseRoute]:
     """The API's and the console's routes."""
-    return [*api.routes(), *console.routes()]
+    return [*api.routes(), *console.routes(), *steering.routes(), *evidence_pages.routes(), *workflow_pages.routes()]
 
 
 class WebService:

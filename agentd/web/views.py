@@ -11,13 +11,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agentd.clock import format_ts
 from agentd.config import Config
+from agentd.edge import TAIL_BYTES, tail_lines
 from agentd.errors import InputError
 from agentd.outlook.status import snapshot
-from agentd.process.files import Refused, lstat_beneath
+from agentd.outlook.taskstate import state_facts, task_state
+from agentd.process.files import Refused, lstat_beneath, read_tail_beneath
 from agentd.records import TaskAttempt, TaskRecord
 from agentd.records.event_names import LIVE_EVENT_TYPES
 from agentd.store import Store
+from agentd.web.inputs import BadInput
 
 # The live activity of a running attempt (docs/web.md, "The running attempt"): what its harness did, as
 # the dispatcher records it while the attempt runs.
@@ -52,7 +56,12 @@ def activity_of(store: Store, task_id: int, attempt_id: str) -> dict[str, Any]:
     return {"recent_activity": activity, "todos": listed if isinstance(listed, list) else []}
 
 
+# What each approval scope waits for, in an approver's words (docs/operate.md, "Approvals").
+SCOPE_WORDS = {"claim": "before it runs", "side_effects": "before its outcome's side effects apply"}
+
+
 def approvals_view(store: Store) -> list[dict[str, Any]]:
+    """What waits for an operator, with each task's payload: what the approver judges."""
     return [
         {
             "approval_id": p.approval_id,
@@ -61,10 +70,36 @@ def approvals_view(store: Store) -> list[dict[str, Any]]:
             "subject": p.subject,
             "reason": p.reason,
             "scope": p.scope,
+            "scope_words": SCOPE_WORDS.get(p.scope, p.scope),
+            "payload": store.get_task_or_raise(p.task_id).payload,
             "requested_at": p.requested_at.isoformat().replace("+00:00", "Z"),
         }
         for p in store.pending_approvals()
     ]
+
+
+def held_calls_view(store: Store) -> list[dict[str, Any]]:
+    """The tool calls running attempts hold for a person (docs/policy.md), oldest first."""
+    return [
+        {
+            "call_id": c.call_id,
+            "task_id": c.task_id,
+            "attempt_id": c.attempt_id,
+            "task_type": c.task_type,
+            "tool": c.tool,
+            "summary": c.summary,
+            "rule": c.rule,
+            "requested_at": c.requested_at.isoformat().replace("+00:00", "Z"),
+        }
+        for c in store.pending_calls()
+    ]
+
+
+def call_id_of(text: str) -> str:
+    """A held call's id from a path: a ULID, or a 422 naming path.call_id."""
+    if not ULID.match(text):
+        raise BadInput(422, f"not a call id: {text[:40]!r}", "path.call_id", "a ULID, as `agentd approvals` shows")
+    return text
 
 
 def task_view(config: Config, store: Store, task_id: int) -> dict[str, Any]:
@@ -75,11 +110,40 @@ def task_view(config: Config, store: Store, task_id: int) -> dict[str, Any]:
     for attempt in store.attempts_of(task_id):
         files = evidence_files(config, task_id, attempt.attempt_id)
         links = [{"name": name, "href": evidence_href(task_id, attempt.attempt_id, name)} for name in files]
-        attempts.append(jsonable(attempt) | {"evidence": links})
+        attempts.append(jsonable(attempt) | {"evidence": links, "stderr_tail": failure_tail(config, attempt)})
     events = store.event_rows(task_id=task_id, limit=EVENTS_SHOWN, last=True)
     enqueued = next((e for e in store.event_rows(task_id=task_id, types=("task_enqueued",), limit=1)), None)
     context = enqueued["payload"].get("dispatch_context") if enqueued else None
-    return {"task": jsonable(task), "attempts": attempts, "events": events, "dispatch_context": context}
+    shown = {"task": jsonable(task), "attempts": attempts, "events": events, "dispatch_context": context}
+    return shown | steering_view(config, store, task)
+
+
+def steering_view(config: Config, store: Store, task: TaskRecord) -> dict[str, Any]:
+    """The task's state as every view shows it (agentd/outlook/taskstate.py), its pause, what it waits for,
+    what waits for it, and its follow-ups."""
+    now = store.clock.now()
+    facts = state_facts(store, config, now, [task.task_id])
+    pause = facts.pauses.get(task.task_id)
+    links = store.links_of([task.task_id])
+    return {
+        "state": task_state(task, store.attempts_of(task.task_id), facts).as_json(),
+        "pause": None
+        if pause is None
+        else {"since": format_ts(pause.paused_at), "by": pause.paused_by, "reason": pause.reason},
+        "after": [{"task_id": x.before_id, "status": x.before_status} for x in links if x.after_id == task.task_id],
+        "before": [x.after_id for x in links if x.before_id == task.task_id],
+        "follow_ups": store.follow_ups_of([task.task_id]).get(task.task_id, []),
+    }
+
+
+def failure_tail(config: Config, attempt: TaskAttempt) -> list[str]:
+    """The last lines a failed attempt wrote to stderr, as sealed in its evidence (redacted, bounded:
+    agentd/edge.py `tail_lines`); nothing for one that completed, runs, or left no stderr."""
+    failed = attempt.ended_at is not None and (attempt.exit_status != "ok" or attempt.retry_class != "none")
+    if not failed or not ULID.fullmatch(attempt.attempt_id):
+        return []
+    found = read_tail_beneath(evidence_root(config), f"{attempt.task_id}/{attempt.attempt_id}/stderr.log", TAIL_BYTES)
+    return tail_lines(found[0], cut=found[1]) if found else []
 
 
 def evidence_href(task_id: int, attempt_id: str, name: str) -> str:

@@ -84,7 +84,7 @@ def admit_task(
         approval_reason=(
             f"task type {intent.task_type} requires approval"
             if spec.requires_approval
-            else "asked for at enqueue (--require-approval)"
+            else "its submitter asked for approval"
             if require_approval
             else None
         ),

@@ -155,6 +155,7 @@ def _posture(src: str, key: str, adapter: HarnessAdapterConfig) -> list[Problem]
                     'declare autonomy.profile = "trusted-vm" instead of passing it',
                 )
             )
+    problems += _settings_files(src, key, adapter)
     if isinstance(adapter, HermesAgentAdapterConfig) and adapter.sandbox is not None:
         problems.append(
             Problem(
@@ -165,6 +166,20 @@ def _posture(src: str, key: str, adapter: HarnessAdapterConfig) -> list[Problem]
             )
         )
     return problems
+
+
+def _settings_files(src: str, key: str, adapter: HarnessAdapterConfig) -> list[Problem]:
+    """autonomy.required_settings_files: each an absolute path to a file that exists (docs/configuration.md)."""
+    files = getattr(adapter.autonomy, "required_settings_files", None) or []
+    return [
+        Problem(
+            src,
+            f"{key}.autonomy.required_settings_files[{i}]",
+            f"expected an existing file (an absolute path), found {shown(name)}",
+        )
+        for i, name in enumerate(files)
+        if not os.path.isabs(name) or not os.path.isfile(name)
+    ]
 
 
 def _web(config: Config) -> list[Problem]:

@@ -9,7 +9,9 @@
 "chmod_workspace": "700" (change the mode of $AGENTD_WORKSPACE, which the run user owns, last),
 "nest": N (first, make N folders one inside the other in its HOME, the run dir agentd removes after it),
 "sparse": {"path": bytes} (files of that size that hold nothing: `truncate -s`), "forks": N (start N sleeping
-children at once, then end them), "hog_mb": N (hold N MiB, every page touched)}.
+children at once, then end them), "hog_mb": N (hold N MiB, every page touched), "asks": [{"tool": T, "input":
+{...}, "marker": "path"}] (ask with `agentd ask`, each in turn; make the marker file only when allowed; every
+answer is appended to asked.jsonl in the working dir)}.
 Text fields may name environment variables as ${NAME}, or ${json:NAME} for the value escaped as inside a
 JSON string (how a test makes the script echo a secret)."""
 
@@ -68,6 +70,17 @@ if payload.get("stdout_hex"):
 for path, text in payload.get("files", {}).items():
     Path(expand(path)).parent.mkdir(parents=True, exist_ok=True)
     Path(expand(path)).write_text(expand(text))
+for call in payload.get("asks", []):
+    asked = subprocess.run(
+        ["agentd", "ask", "--tool", call["tool"], "--input", json.dumps(call.get("input", {}))],
+        capture_output=True,
+        text=True,
+    )
+    if asked.returncode == 0 and call.get("marker"):
+        Path(call["marker"]).write_text("ran")
+    with open("asked.jsonl", "a") as log:
+        said = asked.stdout + asked.stderr
+        log.write(json.dumps({"tool": call["tool"], "rc": asked.returncode, "said": said}) + "\n")
 if payload.get("whoami"):
     print(f"uid {os.getuid()} gid {os.getgid()}")
 if payload.get("env_dump"):

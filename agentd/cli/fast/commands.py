@@ -89,6 +89,7 @@ def snapshot_from(view: dict[str, Any], now: datetime) -> dict[str, Any] | None:
 def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any], now: datetime) -> dict[str, Any]:
     from agentd.outlook.liveness import limits_report, service_health
     from agentd.process import procs
+    from agentd.process.advisory import shown_boundary
     from agentd.process.privilege import boundary
 
     here, pause, lock, oldest = procs.this_process(), rows["pause"], rows["lock"], summary["oldest_pending_at"]
@@ -100,19 +101,26 @@ def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any
         "workspace": view["workspace"],
         "schema_version": summary["schema_version"],
         "counts": {status: summary["counts"].get(status, 0) for status in TASK_STATUSES},
-        "waiting": {key: summary[key] for key in ("claimable", "retry_waiting", "delayed", "approval", "budget")},
+        "waiting": {
+            key: summary[key]
+            for key in ("claimable", "retry_waiting", "delayed", "approval", "paused", "after", "budget")
+        },
         "budget": None,
         "messages": {"failed": rows["failed_messages"]},
         "oldest_approval_age_s": (now - rows["oldest_approval_at"]).total_seconds()
         if rows["oldest_approval_at"]
         else None,
+        "held_calls": [],  # a held call belongs to a running attempt, which the full path shows
         "paused": {"since": format_ts(pause[0]), "by": pause[1], "reason": pause[2]} if pause else None,
         "oldest_pending_age_s": (now - oldest).total_seconds() if oldest else None,
         "next_available_at": format_ts(summary["next_available_at"]) if summary["next_available_at"] else None,
         "running": [_running(row, now) for row in rows["running"]],
         "services": services,
-        "boundary": boundary(view["run_as"], view["sensors_run_as"], Path(view["state_dir"])),
+        "boundary": shown_boundary(
+            boundary(view["run_as"], view["sensors_run_as"], Path(view["state_dir"])), rows["waiver"], rows["services"]
+        ),
         "limits": limits_report(view["max_pids"], view["max_memory_mb"], services),
+        "governance": view["governance"],
         "dispatch_lock": {"pid": lock[0], "host": lock[1], "heartbeat_at": format_ts(lock[2])} if lock else None,
     }
 
@@ -257,12 +265,14 @@ def _enqueue(view: dict[str, Any], new: dict[str, Any], now: datetime) -> int | 
 def approvals(args: argparse.Namespace) -> list[dict[str, Any]] | None:
     """What waits for approval, as agentd/store/control.py PendingApproval's fields; None where the full
     path must answer (no view, a time that does not read)."""
-    from agentd.store.plain import approval_rows
+    from agentd.store.plain import approval_rows, calls_wait
 
     with plain_reader(args) as opened:
         if opened is None:
             return None
         rows = approval_rows(opened[1])
+        if calls_wait(opened[1]):
+            return None  # held tool calls too: the full path lists both (agentd/cli/steer.py)
     keys = ("approval_id", "task_id", "task_type", "subject", "reason", "requested_at", "scope")
     try:
         return [{**dict(zip(keys, row, strict=True)), "requested_at": parse_ts(row[5])} for row in rows]

@@ -266,14 +266,14 @@ def task_shown(args: argparse.Namespace) -> dict[str, Any] | None:
     tasks it was delegated from, its attempts and its events are each one its record reads exactly as
     stored; None with --json, for a task that is not there, a fleet's task, or any row only pydantic can
     judge."""
-    from agentd.store.plain import attempt_rows, event_rows, has_fleet_lease, task_row
+    from agentd.store.plain import attempt_rows, event_rows, has_fleet_lease, has_graph, task_row
 
     with text_reader(args) as opened:
         if opened is None:
             return None
         view, store = opened
         row = task_row(store, args.task_id)
-        if row is None or has_fleet_lease(store, args.task_id):
+        if row is None or has_fleet_lease(store, args.task_id) or has_graph(store, args.task_id):
             return None
         rows = [row]
 
@@ -288,11 +288,23 @@ def task_shown(args: argparse.Namespace) -> dict[str, Any] | None:
     checks = record_checks(view)
     if checks is None or not all(sure_task(r, checks) for r in rows) or not all(map(sure_attempt, attempts)):
         return None
+    if has_state_reason(row, attempts, view):
+        return None
     events = [plain_event(event) for event in found]
     if any(event is None for event in events):
         return None
     shown = [_plain_attempt(attempt) for attempt in attempts]
     return {"task": _plain_task(row), "attempts": shown, "events": events, "delegation_chain": chain}
+
+
+def has_state_reason(row: Any, attempts: list[Any], view: dict[str, Any]) -> bool:
+    """Whether `task show` prints a `state` row (agentd/cli/queue.py `_print_steering`): a running task
+    (lost, cancelling, preparing or streaming: the liveness and activity reads are the full path's), a
+    waiting one an agent with a budget may hold, one that timed out. The full path prints it."""
+    last = attempts[-1] if attempts else None
+    timed_out = row["status"] == "permanent_failure" and last is not None and last["termination_reason"] == "timeout"
+    waiting = row["status"] in ("pending", "retryable_failure") and not row["awaiting_approval"]
+    return row["status"] == "running" or (waiting and view["budget_capped"]) or timed_out
 
 
 def delegation_chain(parent: int | None, parent_of: Callable[[int], int | None]) -> list[int]:

@@ -30,9 +30,18 @@ def view_of(config: Config) -> dict[str, Any]:
         "max_memory_mb": config.dispatch.max_memory_mb,
         "sensors_run_as": config.sensors.run_as,
         "budget_capped": config.budget.capped,
+        "governance": governance_lines(config),
         "intake": intake_view(config),
         "record_schemas": record_schemas(),
     }
+
+
+def governance_lines(config: Config) -> list[str]:
+    """What holds an attempt while it runs that status must say is missing (docs/policy.md)."""
+    from agentd.config.budget import unpriced_lines
+    from agentd.config.tool_policy import unenforced_lines
+
+    return unenforced_lines(config) + unpriced_lines(config)
 
 
 @functools.cache

@@ -1,0 +1,198 @@
+"""The budget while an attempt runs (docs/policy.md, "Budgets while running").
+
+A `Meter` reads what the harness reports it has spent as it goes, prices it with the adapter's `prices`
+table, and ends the run (RunTimer.end → the cgroup is killed, the attempt ends `budget_exceeded`) as soon
+as the attempt would pass the least of its caps: `[budget] per_attempt_usd`, and what is left of the
+day's budget (in all, and its adapter's) when it started.
+
+Where the running figure comes from:
+- claude-code: the usage of each assistant message in its stream-json (stdout.log), summed per message.
+- codex: the `token_count` records of its session file ($CODEX_HOME/sessions/…/rollout-*.jsonl), whose
+  running total its `--json` stream does not carry (that reports usage once, at turn.completed).
+Both are what the harness says, written by the attempt's own processes; the attempt's recorded usage
+stays the harness's final figure when it has one, else this running one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from agentd import frozen_value
+from agentd.adapters.harness import estimate_cost
+from agentd.attempt.live import LINE_MAX_BYTES, Lines, Source, json_record
+from agentd.config import Config
+from agentd.config.budget import LIVE_USAGE, Spend, price_of
+from agentd.errors import contained
+from agentd.process.runner import RunTimer
+from agentd.records import AdapterConfig, TokenPrice
+from agentd.usage import Usage, judge_number
+
+logger = logging.getLogger(__name__)
+
+TICK_S = 0.25
+ENDED_BY = "budget"  # RunTimer.end's word: ProcessResult.limit_hit
+
+
+@frozen_value
+class Cap:
+    """The most this attempt may spend, and which cap that is."""
+
+    usd: float
+    which: str  # "[budget] per_attempt_usd", "what was left of the day's budget", …
+    per_attempt: bool = False  # the attempt's own cap (passing it again is certain): else a day's
+
+
+def attempt_cap(config: Config, adapter_id: str, spend: Spend) -> Cap | None:
+    """The least of the caps that apply to an attempt starting now (`spend`: today's so far), or None."""
+    budget = config.budget
+    caps = []
+    if budget.per_attempt_usd is not None:
+        caps.append(Cap(budget.per_attempt_usd, "[budget] per_attempt_usd", per_attempt=True))
+    if budget.daily_usd is not None:
+        caps.append(Cap(max(0.0, budget.daily_usd - spend.total_usd), "what was left of the day's budget"))
+    if (adapter_cap := budget.adapter_daily_usd.get(adapter_id)) is not None:
+        used = spend.by_adapter[adapter_id].total_usd if adapter_id in spend.by_adapter else 0.0
+        caps.append(Cap(max(0.0, adapter_cap - used), f"what was left of adapter {adapter_id}'s day"))
+    return min(caps, key=lambda cap: cap.usd) if caps else None
+
+
+def _tokens(usage: Any, names: dict[str, str]) -> dict[str, int]:
+    if not isinstance(usage, dict):
+        return {}
+    found = {}
+    for ours, theirs in names.items():
+        number, _ = judge_number(usage.get(theirs), ours)
+        if isinstance(number, int):
+            found[ours] = number
+    return found
+
+
+CLAUDE_NAMES = {
+    "input_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+    "cache_read_tokens": "cache_read_input_tokens",
+    "cache_write_tokens": "cache_creation_input_tokens",
+}
+CODEX_NAMES = {
+    "input_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+    "cache_read_tokens": "cached_input_tokens",
+}
+
+
+@dataclass
+class Running:
+    """The running total of one harness's reports."""
+
+    kind: str
+    by_message: dict[str, dict[str, int]] = field(default_factory=dict)  # claude: per message id, its last usage
+    total: dict[str, int] = field(default_factory=dict)  # codex: its own running total
+
+    def feed(self, record: dict[str, Any]) -> None:
+        if self.kind == "claude-code":
+            message = record.get("message")
+            if record.get("type") == "assistant" and isinstance(message, dict):
+                tokens = _tokens(message.get("usage"), CLAUDE_NAMES)
+                if tokens:
+                    self.by_message[str(message.get("id"))[:200]] = tokens
+            return
+        payload = record.get("payload")
+        info = payload.get("info") if isinstance(payload, dict) and payload.get("type") == "token_count" else None
+        if isinstance(info, dict) and (tokens := _tokens(info.get("total_token_usage"), CODEX_NAMES)):
+            self.total = tokens
+
+    def usage(self) -> Usage:
+        if self.kind == "claude-code":  # claude's input_tokens leaves out the cache: priced as input, cached as cached
+            sums = {key: sum(m.get(key, 0) for m in self.by_message.values()) for key in CLAUDE_NAMES}
+            return Usage(
+                sums["input_tokens"] + sums["cache_read_tokens"] + sums["cache_write_tokens"],
+                sums["output_tokens"],
+                sums["cache_read_tokens"],
+                sums["cache_write_tokens"],
+            )
+        if not self.total:
+            return Usage()
+        return Usage(
+            self.total.get("input_tokens", 0), self.total.get("output_tokens", 0), self.total.get("cache_read_tokens")
+        )
+
+
+@dataclass
+class Meter:
+    cap: Cap
+    price: TokenPrice
+    running: Running
+    find: Callable[[], Source | None]  # the file to read, once it exists
+    source: Source | None = None
+    stopped: dict[str, Any] | None = None  # what it had spent when the meter ended it
+
+    def spent(self) -> Usage:
+        return estimate_cost(self.running.usage(), self.price)
+
+    async def run(self, timer: RunTimer) -> None:
+        """Read every TICK_S until the cap is passed (the run is ended) or the caller cancels this."""
+        with contained(logger, "the running budget stopped watching"):
+            while self.stopped is None:
+                await anyio.sleep(TICK_S)
+                await anyio.to_thread.run_sync(self._read)
+                spent = self.spent()
+                if spent.cost_usd is not None and spent.cost_usd > self.cap.usd:
+                    self.stopped = {
+                        "cap_usd": round(self.cap.usd, 6),
+                        "cap": self.cap.which,
+                        "per_attempt": self.cap.per_attempt,
+                        "by": "agentd",
+                        "spent_usd": spent.cost_usd,
+                        "input_tokens": spent.input_tokens,
+                        "output_tokens": spent.output_tokens,
+                    }
+                    timer.end(ENDED_BY)
+
+    def _read(self) -> None:
+        if self.source is None:
+            self.source = self.find()
+        if self.source is None:
+            return
+        for line in self.source.read():
+            record = json_record(line.decode("utf-8", errors="replace"))
+            if record is not None:
+                self.running.feed(record)
+
+
+def codex_session(home: Path, owner: int | None) -> Callable[[], Source | None]:
+    """The newest rollout file under `home`/sessions, once codex has made one (the run user's: read
+    without following a link)."""
+
+    def find() -> Source | None:
+        found = sorted((home / "sessions").glob("*/*/*/rollout-*.jsonl"))
+        if not found:
+            return None
+        return Source(found[-1].parent, found[-1].name, Lines(LINE_MAX_BYTES, keep_long=False), owner)
+
+    return find
+
+
+def meter_for(
+    adapter: AdapterConfig, model: str | None, cap: Cap | None, stdout: Path, scratch: Path, owner: int | None
+) -> Meter | None:
+    """The meter of an attempt that has a cap and a running figure to hold it to; None for the others."""
+    price = price_of(adapter, model)
+    if cap is None or price is None or adapter.kind not in LIVE_USAGE:
+        return None
+    if adapter.kind == "claude-code":
+        source = Source(stdout.parent, stdout.name, Lines(LINE_MAX_BYTES, keep_long=False))
+        return Meter(cap, price, Running(adapter.kind), lambda: source)
+    return Meter(cap, price, Running(adapter.kind), codex_session(scratch / "codex", owner))
+
+
+def spent_line(stopped: dict[str, Any]) -> str:
+    return (
+        f"stopped at ${stopped['spent_usd']:.4f} spent ({stopped['input_tokens']} input, {stopped['output_tokens']} "
+        f"output tokens), past {stopped['cap']} (${stopped['cap_usd']:g})"
+    )

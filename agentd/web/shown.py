@@ -1,0 +1,35 @@
+"""How the console says a time (issue 40): relative to the page's `now` (the service's clock, so a test's
+clock is the page's), with the exact UTC second on hover and in the `datetime` attribute for a script."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from jinja2 import pass_context
+from markupsafe import Markup
+
+from agentd.clock import age, format_ts, parse_ts
+
+
+def relative(moment: datetime, now: datetime) -> str:
+    """`3m12s ago`, `in 5m00s`, or `just now` within a second."""
+    seconds = (now - moment).total_seconds()
+    if abs(seconds) < 1:
+        return "just now"
+    return f"{age(seconds)} ago" if seconds > 0 else f"in {age(-seconds)}"
+
+
+@pass_context
+def when(context: Any, value: datetime | str | None) -> Markup | str:
+    """A time as `<time>`: what the page says of it relative to `now` in the context; nothing for none,
+    and a value that is no time as it is (escaped)."""
+    if value is None or value == "":
+        return ""
+    try:
+        moment = value if isinstance(value, datetime) else parse_ts(str(value))
+    except ValueError:
+        return str(value)
+    exact = format_ts(moment)[:19]
+    words = relative(moment, context["now"])
+    return Markup('<time datetime="{}Z" title="{} UTC">{}</time>').format(exact, exact.replace("T", " "), words)

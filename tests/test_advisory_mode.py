@@ -1,0 +1,97 @@
+"""Issue 41, finding 5: without `[dispatch] run_as` an attempt runs as the services' own user and can approve
+its own held task (`env -u AGENTD_ATTEMPT_ID agentd approve N`). A dispatcher whose agent runs a model refuses
+that unless the operator says so (`--no-boundary`, or `[dispatch] boundary = "advisory"`), records who said it
+and shows it in status (docs/install-and-deploy.md, "The advisory mode")."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from rig import Rig
+from support import wait_until
+
+from agentd.process.advisory import MODEL_BACKED, advisory_refusal
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def with_adapter(kind: str) -> Callable[[dict[str, Any]], None]:
+    def add(raw: dict[str, Any]) -> None:
+        if kind == "ollama-generate":
+            adapter = {"adapter_id": "model", "kind": kind, "endpoint": "http://127.0.0.1:9", "model": "m"}
+        else:
+            adapter = {"adapter_id": "model", "kind": kind, "command": "/bin/false"}
+        raw["adapters"].append({**adapter, "timeout_ms": 1000})
+
+    return add
+
+
+@pytest.mark.parametrize("kind", sorted(MODEL_BACKED))
+def test_a_dispatcher_with_a_model_backed_adapter_and_no_run_user_refuses_to_start(
+    rig_factory: Callable[..., Rig], rig_cli: Any, kind: str
+) -> None:
+    rig = rig_factory(with_adapter(kind))
+    before = len(rig.events())
+    for service in ("dispatch", "run"):
+        args = (service, "--until-idle") if service == "dispatch" else (service,)
+        refused = rig_cli(rig, *args)
+        assert refused.code == 2, refused
+        assert "adapter model" in refused.err and "[dispatch] run_as" in refused.err
+        assert "--no-boundary" in refused.err and 'boundary = "advisory"' in refused.err
+    assert len(rig.events()) == before, "a refused start writes nothing"
+
+
+def test_a_script_only_agent_still_starts_without_a_run_user(rig: Rig, rig_cli: Any) -> None:
+    assert rig_cli(rig, "dispatch", "--until-idle").code == 0
+    assert not [e for e in rig.events() if e.type == "dispatch_boundary_waived"]
+
+
+@pytest.mark.parametrize(
+    ("how", "by"),
+    [((), '[dispatch] boundary = "advisory"'), (("--no-boundary",), "--no-boundary")],
+)
+def test_the_advisory_mode_said_on_purpose_starts_is_recorded_and_shown_in_status(
+    rig_factory: Callable[..., Rig], rig_cli: Any, how: tuple[str, ...], by: str
+) -> None:
+    def mutate(raw: dict[str, Any]) -> None:
+        with_adapter("claude-code")(raw)
+        if not how:
+            raw["dispatch"]["boundary"] = "advisory"
+
+    rig = rig_factory(mutate)
+    argv = [sys.executable, "-m", "agentd", "--config", str(rig.config.path), "dispatch", *how]
+    dispatcher = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        shown = wait_until(
+            lambda: rig_cli(rig, "status", "--json").json()["boundary"]["waived"], 30, "the waiver shown"
+        )
+        assert shown["by"] == by and shown["adapters"] == ["model"]
+        assert f"ADVISORY by {by}" in rig_cli(rig, "status").out
+        waived = [e for e in rig.events() if e.type == "dispatch_boundary_waived"]
+        assert [(e.payload["by"], e.payload["pid"]) for e in waived] == [(by, dispatcher.pid)]
+    finally:
+        dispatcher.send_signal(signal.SIGTERM)
+        _, err = dispatcher.communicate(timeout=30)
+    assert f"ADVISORY by {by}" in err
+    assert rig_cli(rig, "status", "--json").json()["boundary"]["waived"] is None, "a stopped dispatcher waives nothing"
+
+
+def test_as_root_the_refusal_offers_the_line_that_makes_a_run_user(rig_factory: Callable[..., Rig]) -> None:
+    rig = rig_factory(with_adapter("hermes-agent"))
+    said = advisory_refusal(rig.config, ["model"], root=True)
+    name = f"agentd-{rig.config.agent.agent_id}-run"
+    assert f"useradd --system --user-group --no-create-home --shell /usr/sbin/nologin {name}" in said
+    assert f'run_as = "{name}"' in said
+    assert "useradd" not in advisory_refusal(rig.config, ["model"], root=False)
+
+
+def test_the_boundary_setting_takes_only_its_two_values(rig_factory: Callable[..., Rig]) -> None:
+    from agentd.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="boundary"):
+        rig_factory(lambda raw: raw["dispatch"].update(boundary="off"))

@@ -1,0 +1,148 @@
+"""The dispatcher's gate answering a real attempt's tool calls over its policy socket (docs/policy.md): the
+script adapter asks with `agentd ask`, as a claude or codex hook would (those are in
+tests/test_policy_harness.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import run_main, wait_until
+from test_dispatch_process import Agent, ok
+
+
+def with_policy(rules: list[dict[str, Any]], **section: Any) -> Any:
+    def mutate(raw: dict[str, Any]) -> None:
+        raw["policy"] = {"rules": rules, **section}
+
+    return mutate
+
+
+DENY_PUSH = {"decision": "deny", "tool": "Bash", "command": "git push*", "reason": "pushing is the operator's"}
+ASK_CURL = {"decision": "ask", "tool": "Bash", "command": "curl *", "reason": "the network needs a person"}
+
+
+@pytest.fixture
+def governed(tmp_path: Path) -> Iterator[Agent]:
+    made = Agent(tmp_path, {}, with_policy([DENY_PUSH, ASK_CURL], ask_timeout_s=30))
+    yield made
+    made.close()
+
+
+def asks(*calls: tuple[str, str]) -> list[dict[str, Any]]:
+    return [{"tool": "Bash", "input": {"command": command}, "marker": marker} for command, marker in calls]
+
+
+def asked(agent: Agent) -> list[dict[str, Any]]:
+    lines = (agent.config.paths.workspace / "asked.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_a_denied_call_is_refused_with_the_reason_and_the_attempt_goes_on(governed: Agent, capsys: Any) -> None:
+    task_id = governed.add(asks=asks(("git push -f origin main", "pushed"), ("ls -la", "listed")), outcome=ok())
+    governed.start("--until-idle").wait(timeout=60)
+    workspace = governed.config.paths.workspace
+    assert not (workspace / "pushed").exists() and (workspace / "listed").exists()
+    first, second = asked(governed)
+    assert first["rc"] == 1 and "pushing is the operator's" in first["said"]
+    assert second["rc"] == 0
+    assert governed.store.get_task_or_raise(task_id).status == "completed"
+    denied, allowed = governed.event("tool_call_denied", task_id), governed.event("tool_call_allowed", task_id)
+    assert denied is not None and denied.payload["summary"] == "Bash: git push -f origin main"
+    assert denied.payload["rule"] == "deny: rule 1 ([policy])" and denied.payload["decided_by"] == "policy"
+    assert allowed is not None and allowed.payload["rule"].startswith("allow: no rule matches")
+    evidence = next(governed.config.paths.state_dir.glob("attempts/*/*/"))
+    manifest = json.loads((evidence / "manifest.json").read_text())
+    assert manifest["tool_policy"]["enforced"].startswith("when the script asks")
+    steps = [json.loads(line) for line in (evidence / "action_trace.jsonl").read_text().splitlines()]
+    decisions = [(s["tool"], s["is_error"], s["summary"]) for s in steps if s["kind"] == "decision"]
+    assert decisions == [
+        ("Bash", True, "deny by policy: Bash: git push -f origin main (deny: rule 1 ([policy]))"),
+        ("Bash", False, "allow by policy: Bash: ls -la (allow: no rule matches; [policy] default = 'allow')"),
+    ]
+    verified = run_main(capsys, governed.config_path, "evidence", "verify")
+    assert verified.code == 0, verified.out + verified.err
+
+
+def held_call(agent: Agent) -> Any:
+    return wait_until(lambda: next(iter(agent.store.pending_calls()), None), 30, "a held call")
+
+
+def test_an_ask_call_waits_for_a_person_and_runs_once_approved(governed: Agent, capsys: Any) -> None:
+    task_id = governed.add(asks=asks(("curl https://example.com", "fetched")), outcome=ok())
+    dispatcher = governed.start("--until-idle")
+    held = held_call(governed)
+    assert held.summary == "Bash: curl https://example.com" and held.task_id == task_id
+    status = run_main(capsys, governed.config_path, "status")
+    assert f"WAITING  tool call {held.call_id} of task {task_id}" in status.out
+    assert "  waiting for a decision on Bash: curl https://example.com" in status.out
+    [shown] = run_main(capsys, governed.config_path, "status", "--json").json()["held_calls"]
+    assert shown["call_id"] == held.call_id and shown["age_s"] >= 0
+    listed = run_main(capsys, governed.config_path, "approvals")
+    assert held.call_id in listed.out and "curl https://example.com" in listed.out
+    assert not (governed.config.paths.workspace / "fetched").exists()
+    approved = run_main(capsys, governed.config_path, "approve", "--call", held.call_id, "--note", "fine")
+    assert approved.code == 0 and "goes ahead" in approved.out
+    dispatcher.wait(timeout=60)
+    assert (governed.config.paths.workspace / "fetched").exists()
+    requested = governed.event("permission_requested", task_id)
+    assert requested is not None and requested.payload["call_id"] == held.call_id
+    allowed = governed.event("tool_call_allowed", task_id)
+    assert allowed is not None and allowed.payload["decided_by"] not in ("policy", "timeout")
+    again = run_main(capsys, governed.config_path, "deny", "--call", held.call_id, "--reason", "late")
+    assert again.code == 2 and "already allowed" in again.err
+
+
+def test_a_denied_ask_call_does_not_run_and_the_reason_reaches_the_attempt(governed: Agent, capsys: Any) -> None:
+    task_id = governed.add(asks=asks(("curl https://example.com", "fetched")), outcome=ok())
+    dispatcher = governed.start("--until-idle")
+    held = held_call(governed)
+    denied = run_main(capsys, governed.config_path, "deny", "--call", held.call_id, "--reason", "not today")
+    assert denied.code == 0
+    dispatcher.wait(timeout=60)
+    assert not (governed.config.paths.workspace / "fetched").exists()
+    assert "not today" in asked(governed)[0]["said"]
+    event = governed.event("tool_call_denied", task_id)
+    assert event is not None and event.payload["reason"] == "not today"
+
+
+def test_an_unanswered_ask_is_denied_at_the_ask_timeout_and_the_wait_does_not_count_against_the_attempt(
+    tmp_path: Path,
+) -> None:
+    def mutate(raw: dict[str, Any]) -> None:
+        with_policy([ASK_CURL], ask_timeout_s=3)(raw)
+        for adapter in raw["adapters"]:
+            adapter["timeout_ms"] = 2_000  # less than the wait: only a paused clock lets the attempt finish
+
+    agent = Agent(tmp_path, {}, mutate)
+    try:
+        task_id = agent.add(asks=asks(("curl https://example.com", "fetched")), outcome=ok())
+        agent.start("--until-idle").wait(timeout=60)
+        assert not (agent.config.paths.workspace / "fetched").exists()
+        event = agent.event("tool_call_denied", task_id)
+        assert event is not None and event.payload["decided_by"] == "timeout" and event.payload["waited_s"] >= 3
+        [attempt] = agent.store.attempts_of(task_id)
+        assert attempt.termination_reason == "exited" and agent.store.get_task_or_raise(task_id).status == "completed"
+        assert agent.store.pending_calls() == []
+    finally:
+        agent.close()
+
+
+def test_a_call_held_when_its_dispatcher_is_killed_is_denied_by_the_boot_sweep(governed: Agent, capsys: Any) -> None:
+    """kill -9 while a call waits: the next dispatcher's boot sweep ends the attempt, and the call with it,
+    so no one is asked to decide a call whose attempt is gone."""
+    task_id = governed.add(asks=asks(("curl https://example.com", "fetched")), outcome=ok())
+    first = governed.start()
+    held = held_call(governed)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    governed.start("--until-idle").wait(timeout=60)
+    assert governed.store.pending_calls() == []
+    denied = governed.event("tool_call_denied", task_id)
+    assert denied is not None and denied.payload["call_id"] == held.call_id
+    assert denied.payload["decided_by"] == "attempt ended"
+    assert "tool call" not in run_main(capsys, governed.config_path, "approvals").out

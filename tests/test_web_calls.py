@@ -1,0 +1,62 @@
+"""Tool calls held for a person (docs/policy.md) through the API and the console over real HTTP on 127.0.0.1:
+listed beside the approvals, answered by the token's or the session's operator (a reason to deny), a call
+decided already a 409, a bad or unknown id named. The hook side is tests/test_tool_policy_gate.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from rig import Rig
+from test_web_console import logged_in
+from webrig import WebRig, serving
+
+pytestmark = pytest.mark.timeout(60)
+ATTEMPT = "01JC3M9V6V4ZC0K1S1Y4AQ7W2E"
+
+
+@pytest.fixture
+def web(rig: Rig) -> Iterator[WebRig]:
+    with serving(rig) as served:
+        yield served
+
+
+def hold(rig: Rig, command: str = "curl https://example.com") -> str:
+    task = rig.add()
+    payload = {"tool": "Bash", "summary": f"Bash: {command}", "rule": "ask: rule 1 ([policy])"}
+    return rig.store.hold_call(task.task_id, ATTEMPT, payload, rig.clock.now())
+
+
+def test_the_api_lists_held_calls_and_answers_them_as_the_operator(web: WebRig) -> None:
+    rig, alice = web.rig, web.client("alice")
+    yes, no = hold(rig), hold(rig, "wget https://example.com")
+    listed = alice.get("/api/approvals").json()["tool_calls"]
+    assert [c["call_id"] for c in listed] == [yes, no] and listed[0]["summary"] == "Bash: curl https://example.com"
+    approved = alice.post(f"/api/calls/{yes}/approve", {"note": "fine"})
+    assert approved.status == 200 and approved.json() | {"task_id": 0} == {
+        "call_id": yes, "task_id": 0, "status": "allowed", "by": "alice"}  # fmt: skip
+    refused = alice.post(f"/api/calls/{no}/deny", {})
+    assert refused.status == 422 and refused.error_at() == "body.reason"
+    assert alice.post(f"/api/calls/{no}/deny", {"reason": "not from here"}).json()["status"] == "denied"
+    assert rig.store.held_call(no).reason == "not from here"
+    again = alice.post(f"/api/calls/{yes}/deny", {"reason": "late"})
+    assert again.status == 409 and again.error_at() == "path.call_id"
+    assert alice.post("/api/calls/not-a-call/approve", {}).status == 422
+    assert alice.post(f"/api/calls/{ATTEMPT}/approve", {}).status == 404
+    assert alice.post(f"/api/calls/{yes}/approve", {"extra": 1}).status == 422
+    assert alice.get("/api/approvals").json()["tool_calls"] == []
+
+
+def test_the_console_shows_held_calls_and_its_buttons_answer_them(web: WebRig) -> None:
+    rig = web.rig
+    call = hold(rig, "curl https://example.com/<script>")
+    browser, csrf = logged_in(web)
+    page = browser.get("/approvals").text
+    assert f'action="/calls/{call}/approve"' in page and "&lt;script&gt;" in page
+    assert browser.form(f"/calls/{call}/deny", {"csrf": "f" * 64, "reason": "no"}).status == 403
+    assert browser.form(f"/calls/{call}/deny", {"csrf": csrf, "reason": " "}).status == 422
+    assert rig.store.held_call(call).status == "pending"
+    assert browser.form(f"/calls/{call}/deny", {"csrf": csrf, "reason": "not today"}).status == 303
+    decided = rig.store.held_call(call)
+    assert (decided.status, decided.decided_by, decided.reason) == ("denied", "alice", "not today")
+    assert "Nothing waits for an operator" in browser.get("/approvals").text
