@@ -70,3 +70,27 @@ def test_exit_status_is_seed_000_s_three() -> None:
     from typing import get_args
 
     assert set(get_args(ExitStatus)) == {"ok", "error", "timeout"}
+
+
+def test_a_settings_file_gone_since_the_config_loaded_stops_the_attempt_before_it_starts(
+    rig_factory: Any, tmp_path: Path
+) -> None:
+    """Issue 41: the files were judged when the config loaded and never again before a claim."""
+    import anyio
+    from test_budget import drain
+
+    there = tmp_path / "settings.json"
+    there.write_text("{}")
+
+    def mutate(raw: dict[str, Any]) -> None:
+        claude([str(there)])(raw)
+        raw["dispatch"]["boundary"] = "advisory"  # the in-process rig: no run user to give attempts
+
+    rig = rig_factory(mutate)
+    task = rig.add(requested_adapter_id="claude")
+    there.unlink()
+    anyio.run(drain, rig)
+    [attempt] = rig.store.attempts_of(task.task_id)
+    assert attempt.termination_reason == "internal_error", attempt
+    assert "autonomy.required_settings_files[0]" in (rig.store.get_task_or_raise(task.task_id).last_error or "")
+    assert not any(e.type == "task_started" and e.task_id == task.task_id for e in rig.events())

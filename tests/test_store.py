@@ -187,3 +187,39 @@ def test_claim_query_seeks_the_claim_index_at_100k_tasks(store: Store) -> None:
         seeks = [line for line in plan if "USING INDEX tasks_claim (priority=? AND available_at<?)" in line]
         assert len(seeks) == 10, plan
         assert not any(line.startswith("SCAN tasks") for line in plan), plan
+
+
+def test_an_older_databases_unknown_exit_status_becomes_error_with_its_exit_unseen(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Migration 0017 (issue 41): a boot-swept attempt's `unknown`, outside seed 000 §8's enum, is rewritten
+    as `error` with `exit_seen: false`; its other diagnostics and the attempts that were not swept stay."""
+    db = tmp_path / "agentd.db"
+    older = [m for m in available_migrations() if m.version < 17]
+    migrate(db, clock, older)
+    conn = sqlite3.connect(db)
+    now = "2026-11-20T10:00:00.000000Z"
+    conn.execute(
+        "INSERT INTO tasks (task_type, source, requested_profile_id, max_attempts, priority, payload, status,"
+        " created_at, updated_at, available_at)"
+        " VALUES ('example', 'test', 'operator', 3, 5, '{}', 'completed', ?, ?, ?)",
+        (now, now, now),
+    )
+    rows = [
+        ("01JC0000000000000000SWEPT0", 1, "unknown", '{"killed_pids": [7]}'),
+        ("01JC00000000000000000000K0", 2, "ok", None),
+    ]
+    for attempt_id, number, exit_status, diagnostics in rows:
+        conn.execute(
+            "INSERT INTO task_attempts (attempt_id, task_id, attempt_number, adapter_id, adapter_kind, runner_id,"
+            " started_at, ended_at, exit_status, diagnostics) VALUES (?, 1, ?, 'script', 'script', 'r', ?, ?, ?, ?)",
+            (attempt_id, number, now, now, exit_status, diagnostics),
+        )
+    conn.commit()
+    conn.close()
+    migrate(db, clock)
+    store = open_store(db, clock)
+    swept, ok = store.attempts_of(1)
+    assert (swept.exit_status, swept.diagnostics) == ("error", {"killed_pids": [7], "exit_seen": False})
+    assert (ok.exit_status, ok.diagnostics) == ("ok", None)
+    store.close()

@@ -250,3 +250,26 @@ def test_a_resolution_keyed_by_an_approval_resolves_only_that_request(web: WebRi
     with pytest.raises(StaleApproval):
         rig.store.resolve_approval(task_id, approved=True, by="x", note=None, now=rig.clock.now(), approval_id=old)
     assert rig.store.get_task_or_raise(task_id).awaiting_approval
+
+
+def test_a_held_tool_call_is_handed_off_and_its_token_answers_that_call_only(web: WebRig, receiver: Receiver) -> None:
+    """Issue 45: a call an `ask` rule holds goes to the approval handler too, with a token that answers it
+    and nothing else."""
+    from test_web_calls import hold
+
+    rig = web.rig
+    call_id, other = hold(rig), hold(rig, "wget https://example.com")
+    sent = {body["call_id"]: body for body in (receiver.next()[1], receiver.next()[1])}
+    body = sent[call_id]
+    assert (body["type"], body["tool"], body["summary"]) == (
+        "agentd.tool_call_requested", "Bash", "Bash: curl https://example.com")  # fmt: skip
+    assert body["resolve"]["approve"] == f"/api/calls/{call_id}/approve" and SECRET not in json.dumps(body)
+    app = Client(web.url, body["resolve"]["token"])
+    assert app.post("/api/pause", {}).status == 401
+    wrong = app.post(f"/api/calls/{other}/approve", {})
+    assert wrong.status == 403 and wrong.error_at() == "header.authorization", wrong.text
+    assert rig.store.held_call(other).status == "pending"
+    done = app.post(f"/api/calls/{call_id}/deny", {"reason": "not from this VM", "context": body["context"]})
+    assert done.status == 200, done.text
+    assert (done.json()["status"], done.json()["by"]) == ("denied", "approval_handler:approvals")
+    assert app.post(f"/api/calls/{call_id}/approve", {}).status == 409

@@ -45,6 +45,7 @@ from agentd.records import AdapterConfig, AttemptPlan, Claim, CompiledBundle, Ta
 from agentd.redaction import Redactor
 from agentd.store import AsyncStore, Store
 from agentd.work.intake import effective_adapter
+from agentd.work.validation import missing_settings_files
 from agentd.work.workflows import accepted_signals, state_of
 
 logger = logging.getLogger(__name__)
@@ -111,6 +112,12 @@ class AttemptPreparer:
         assert claim.attempt is not None
         task, attempt, config = claim.task, claim.attempt, self.config
         adapter_config = config.adapters[attempt.adapter_id]
+        if missing := missing_settings_files(adapter_config):  # gone since the config was loaded
+            place, name = missing[0]
+            raise InputError(
+                f"adapter {attempt.adapter_id}: autonomy.required_settings_files[{place}] ({name}) is not a file "
+                "any more; the attempt did not start (put it back, or change the config and restart)"
+            )
         paths = attempt_paths(config.paths.state_dir, task.task_id, attempt.attempt_id, config.paths.runs)
         make_attempt_dir(paths, self.user)
         if self.user is not None and (problem := keep_workspace(config.paths.workspace, self.user)):

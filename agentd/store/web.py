@@ -18,6 +18,11 @@ from agentd.store.rows import holdable, task_from_row
 HANDOFF_ERROR_CHARS = 500
 
 
+# A hand-off's request still waits: its approval, or the tool call held for a person (docs/policy.md).
+STILL_PENDING = """(EXISTS (SELECT 1 FROM approvals p WHERE p.approval_id = h.approval_id AND p.status = 'pending')
+                   OR EXISTS (SELECT 1 FROM held_calls c WHERE c.call_id = h.approval_id AND c.status = 'pending'))"""
+
+
 @frozen_value
 class WebToken:
     """One operator's token as stored: never its secret, only the secret's SHA-256."""
@@ -222,6 +227,18 @@ class WebVerbs(StoreBase):
         ).fetchall()
         return [(row[0], row[1]) for row in rows]
 
+    def calls_not_handed_off(self, limit: int = 50) -> list[tuple[str, int]]:
+        """(call_id, task_id) of tool calls held for a person that no hand-off row exists for yet, oldest
+        first (docs/policy.md): a call's hand-off is keyed by its call id, as an approval's by its id."""
+        rows = self.tx.execute(
+            """SELECT c.call_id, c.task_id FROM held_calls c
+               WHERE c.status = 'pending'
+                 AND NOT EXISTS (SELECT 1 FROM approval_handoffs h WHERE h.approval_id = c.call_id)
+               ORDER BY c.requested_at, c.rowid LIMIT ?""",
+            (limit,),
+        ).fetchall()
+        return [(row[0], row[1]) for row in rows]
+
     def record_handoff(
         self, approval_id: str, task_id: int, handler_id: str, context: dict[str, Any], now: datetime
     ) -> Handoff:
@@ -242,9 +259,9 @@ class WebVerbs(StoreBase):
         whose approval was resolved meanwhile is withdrawn first (nothing is sent for it)."""
         self.withdraw_settled_handoffs(now)
         rows = self.tx.execute(
-            """SELECT h.* FROM approval_handoffs h
+            f"""SELECT h.* FROM approval_handoffs h
                WHERE h.status = 'pending' AND h.next_attempt_at <= ?
-                 AND EXISTS (SELECT 1 FROM approvals p WHERE p.approval_id = h.approval_id AND p.status = 'pending')
+                 AND {STILL_PENDING}
                ORDER BY h.next_attempt_at LIMIT ?""",
             (ts(now), limit),
         ).fetchall()
@@ -255,9 +272,8 @@ class WebVerbs(StoreBase):
         again as a new request) ends `withdrawn`, with its event; how many."""
         with self.transaction():
             rows = self.tx.execute(
-                """SELECT h.approval_id, h.task_id, h.handler_id FROM approval_handoffs h
-                   WHERE h.status = 'pending' AND NOT EXISTS
-                       (SELECT 1 FROM approvals p WHERE p.approval_id = h.approval_id AND p.status = 'pending')"""
+                f"""SELECT h.approval_id, h.task_id, h.handler_id FROM approval_handoffs h
+                   WHERE h.status = 'pending' AND NOT {STILL_PENDING}"""
             ).fetchall()
             for approval_id, task_id, handler_id in rows:
                 self.tx.execute(

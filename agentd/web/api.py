@@ -22,7 +22,7 @@ from agentd.process.privilege import RESERVED_SOURCES
 from agentd.records import TaskIntent
 from agentd.records.fleet import DispatchContext
 from agentd.store import Store
-from agentd.store.calls import CallDecided
+from agentd.store.calls import CallDecided, HeldCall
 from agentd.store.control import StaleApproval
 from agentd.vocabulary import TASK_STATUSES
 from agentd.web import handoff, inputs, stream
@@ -117,18 +117,24 @@ def call_resolver(approved: bool) -> Callable[[Request], Any]:
     field = "note" if approved else "reason"
 
     async def endpoint(request: Request) -> Response:
-        operator = await bearer(request)
+        operator, scoped = await handoff.resolver_of(request)  # an operator, or the call's own hand-off
         call_id = call_id_of(request.path_params["call_id"])
         body = await inputs.json_object(request)
-        inputs.refuse_unknown(body, (field,))
+        inputs.refuse_unknown(body, (field, "context"))
         note = inputs.note(body.get(field), f"body.{field}", required=not approved)
         web = web_of(request)
-        try:
-            held = await web.db.call(
-                lambda store: control.resolve_call(
-                    web.config, store, call_id, approved=approved, note=note, now=web.clock.now(), by=operator.name
+
+        def decide(store: Store) -> HeldCall:
+            with store.transaction():
+                if scoped is not None:
+                    handoff.check_call_scope(store, scoped, call_id)
+                now = web.clock.now()
+                return control.resolve_call(
+                    web.config, store, call_id, approved=approved, note=note, now=now, by=operator.name
                 )
-            )
+
+        try:
+            held = await web.db.call(decide)
         except CallDecided as exc:
             raise BadInput(409, str(exc), "path.call_id", "a call that still waits") from None
         decided = {"call_id": held.call_id, "task_id": held.task_id, "status": held.status, "by": held.decided_by}

@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 from starlette.requests import Request
 
+from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.config.environment import read_env_file
 from agentd.control.handlers import send_signed
@@ -74,8 +75,30 @@ def message(store: Store, agent_id: str, task_id: int) -> dict[str, Any]:
     }
 
 
+def call_message(store: Store, agent_id: str, call_id: str) -> dict[str, Any]:
+    """The body a held tool call's hand-off POSTs (docs/policy.md): what the attempt asks to run, why it
+    waits, and where to answer. The call waits at most [policy] ask_timeout_s: a late answer is a 409."""
+    held = store.held_call(call_id)
+    context = {"approval_id": call_id, "task_id": held.task_id, "attempt_id": held.attempt_id}
+    return {
+        "type": "agentd.tool_call_requested",
+        "agent_id": agent_id,
+        "call_id": call_id,
+        **context,
+        "task_type": held.task_type,
+        "subject": held.subject,
+        "tool": held.tool,
+        "summary": held.summary,
+        "rule": held.rule,
+        "requested_at": format_ts(held.requested_at),
+        "context": context,
+        "resolve": {"approve": f"/api/calls/{call_id}/approve", "deny": f"/api/calls/{call_id}/deny"},
+    }
+
+
 def record_new(store: Store, agent_id: str, handler_id: str, now: datetime) -> int:
-    """A hand-off row for each approval request not handed off yet, its message fixed now."""
+    """A hand-off row for each approval request and each held tool call not handed off yet, its message
+    fixed now."""
     found = store.approvals_not_handed_off()
     for approval_id, task_id in found:
         try:
@@ -83,7 +106,10 @@ def record_new(store: Store, agent_id: str, handler_id: str, now: datetime) -> i
         except InputError:  # resolved in between: nothing to hand off
             continue
         store.record_handoff(approval_id, task_id, handler_id, body, now)
-    return len(found)
+    calls = store.calls_not_handed_off()
+    for call_id, task_id in calls:
+        store.record_handoff(call_id, task_id, handler_id, call_message(store, agent_id, call_id), now)
+    return len(found) + len(calls)
 
 
 def next_step(sent: Sent, handoff: Handoff, now: datetime) -> tuple[str, datetime]:
@@ -192,6 +218,14 @@ async def resolver_of(request: Request) -> tuple[Operator, str | None]:
     web.throttle.succeeded(address)
     handler = web.config.web.approval_handler
     return Operator(f"approval_handler:{handler}", f"handoff:{found['id']}"), found["id"]
+
+
+def check_call_scope(store: Store, scoped: str, call_id: str) -> None:
+    """A hand-off token answers only the held call it was sent with (a call's hand-off carries no context
+    to check: the call id is the whole of it)."""
+    if scoped != call_id or store.handoff_of(scoped) is None:
+        what = f"this hand-off token answers request {scoped!r} only"
+        raise BadInput(403, what, "header.authorization", "the token sent with this call's hand-off")
 
 
 def check_scope(store: Store, scoped: str, given: Any) -> None:

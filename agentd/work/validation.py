@@ -19,6 +19,7 @@ from agentd.config.environment import read_dsn_file, secret_file_problems
 from agentd.edge import UnusableFile, shown
 from agentd.errors import ConfigError, InputError, Problem
 from agentd.records import (
+    AdapterConfig,
     HarnessAdapterConfig,
     HermesAgentAdapterConfig,
     SubagentProfile,
@@ -170,16 +171,22 @@ def _posture(src: str, key: str, adapter: HarnessAdapterConfig) -> list[Problem]
 
 def _settings_files(src: str, key: str, adapter: HarnessAdapterConfig) -> list[Problem]:
     """autonomy.required_settings_files: each an absolute path to a file that exists (docs/configuration.md)."""
-    files = getattr(adapter.autonomy, "required_settings_files", None) or []
     return [
         Problem(
             src,
             f"{key}.autonomy.required_settings_files[{i}]",
             f"expected an existing file (an absolute path), found {shown(name)}",
         )
-        for i, name in enumerate(files)
-        if not os.path.isabs(name) or not os.path.isfile(name)
+        for i, name in missing_settings_files(adapter)
     ]
+
+
+def missing_settings_files(adapter: AdapterConfig) -> list[tuple[int, str]]:
+    """(place, name) of each of the adapter's autonomy.required_settings_files that is not an absolute path
+    to a file that exists: judged when the config loads and again before each attempt (files can go)."""
+    autonomy = getattr(adapter, "autonomy", None)
+    files = getattr(autonomy, "required_settings_files", None) or []
+    return [(i, name) for i, name in enumerate(files) if not os.path.isabs(name) or not os.path.isfile(name)]
 
 
 def _web(config: Config) -> list[Problem]:
