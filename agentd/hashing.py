@@ -123,7 +123,9 @@ def _canonical_scalar(value: Any) -> str:
     return _canonical_text(value)
 
 
-def _canonical_object(value: Any) -> str:
+def canonical_object(value: Any) -> str:
+    """canonical_json of a JSON object, as text: the events' payload and refs columns hold these very
+    characters, so an append encodes each once (for its hash and its row)."""
     return "{}" if type(value) is dict and not value else _canonical_text(value)
 
 
@@ -144,15 +146,37 @@ def event_body_json(
     """canonical_json of an event's body (the dict of these twelve fields), the same bytes, written
     without building the dict and sorting its keys (the append's largest cost; tests/test_fast_paths.py
     proves the two agree for any values of these types: event_id, event_type and timestamp are always
-    text). The keys below are in sorted order."""
-    s, o, text = _canonical_scalar, _canonical_object, _encode_text
+    text)."""
+    about = (task_id, attempt_id, workflow_id, schedule_id, sensor_id)
+    texts = (canonical_object(payload), canonical_object(refs))
+    return event_body_text(event_id, event_type, timestamp, sequence, schema_version, *about, *texts).encode()
+
+
+def event_body_text(
+    event_id: str,
+    event_type: str,
+    timestamp: str,
+    sequence: int,
+    schema_version: int,
+    task_id: int | None,
+    attempt_id: str | None,
+    workflow_id: int | None,
+    schedule_id: str | None,
+    sensor_id: str | None,
+    payload_json: str,
+    refs_json: str,
+) -> str:
+    """event_body_json's text, given the payload's and refs' canonical_object text (the append has
+    them already: they are its row's columns). The keys below are in sorted order."""
+    s, text = _canonical_scalar, _encode_text
     return (
         f'{{"attempt_id":{"null" if attempt_id is None else s(attempt_id)},"event_id":{text(event_id)},'
-        f'"payload":{o(payload)},"refs":{o(refs)},"schedule_id":{"null" if schedule_id is None else s(schedule_id)},'
+        f'"payload":{payload_json},"refs":{refs_json},'
+        f'"schedule_id":{"null" if schedule_id is None else s(schedule_id)},'
         f'"schema_version":{s(schema_version)},"sensor_id":{"null" if sensor_id is None else s(sensor_id)},'
         f'"sequence":{s(sequence)},"task_id":{"null" if task_id is None else s(task_id)},"timestamp":{text(timestamp)},'
         f'"type":{text(event_type)},"workflow_id":{"null" if workflow_id is None else s(workflow_id)}}}'
-    ).encode()
+    )
 
 
 def chain_hash_of(prev_hash: str, body_json: bytes) -> str:

@@ -6,7 +6,8 @@ the wall time from their common start to the last one's stop; every drain is che
 Processes, not threads: each agent of a fleet is an interpreter of its own, so threads sharing one
 GIL would add a contention no fleet has (psycopg releases the GIL while it waits, not while it builds
 a query or reads a row). The processes start once per run; each drain gets a fresh database.
-PostgreSQL is tests/pg.py's cluster, started as the tests start it (same settings)."""
+PostgreSQL is tests/pg.py's cluster, started as the tests start it but with a deployment's commit settings
+(fsync=on, synchronous_commit=on: issue #43; the tests' fsync=off is no deployment's), checked before any drain."""
 
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ SERVER = """
     SELECT split_part(version(), ' on ', 1) AS version,
            (SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings
             WHERE name IN ('fsync', 'synchronous_commit', 'shared_buffers', 'max_connections')) AS settings"""
+DURABILITY = "SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit"
 CHECKED = """
     SELECT (SELECT count(*) FROM fleet_tasks WHERE status = 'completed') AS completed,
            (SELECT count(*) FROM fleet_tasks) AS tasks,
@@ -185,8 +187,17 @@ class Rig:
             found = cur.fetchone()
         return f"{found['version']}; {found['settings']}"
 
+    def require_durable(self) -> None:
+        """The row is only meaningful at a deployment's durability: refuse a server that is not."""
+        with fleet_connect.connect(self.cluster.dsn()) as conn, conn.cursor() as cur:
+            cur.execute(DURABILITY)
+            found = cur.fetchone()
+        if (found["fsync"], found["synchronous_commit"]) != ("on", "on"):
+            raise BrokenDrain(f"the fleet row needs fsync=on and synchronous_commit=on; the server has {found}")
+
     def claim_complete(self, count: int, limit: int) -> Drained:
         """Completions/s over `count` queued tasks in a fresh database, checked before it counts."""
+        self.require_durable()
         dsn = self.cluster.new_database()
         ids = submitted(dsn, count)
         reports = self.claimers.drain(dsn, limit)
@@ -208,7 +219,7 @@ class Rig:
 def rig(claimers: int) -> Iterator[Rig]:
     """A PostgreSQL (tests/pg.py) and `claimers` processes, until the block ends."""
     assert pg is not None
-    with pg.cluster() as cluster:
+    with pg.cluster(durable=True) as cluster:
         started = Claimers(claimers)
         try:
             yield Rig(cluster, started)

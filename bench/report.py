@@ -65,6 +65,7 @@ class Goal:
     target: float
     at_least: bool
     peer: str | None = None  # the optional peer the baseline needs
+    beside: str | None = None  # a measurement shown beside an absolute goal, not judged (tmpfs's: ext4's)
 
     def ratio(self, samples: Samples) -> float:
         """Against a baseline: the median of each repetition's own ratio (its two sides ran back to
@@ -95,6 +96,8 @@ def goal_line(goal: Goal, samples: Samples, judge: bool) -> str:
         agentd = samples.show(goal.subject) if samples.has(goal.subject) else "—"
         return f"| {goal.title} | {agentd} | {missing} | — | {goal.wanted(samples.units)} | SKIP |"
     against = f"{goal.against}: {samples.show(goal.against)}" if goal.against else "the limit"
+    if goal.beside and samples.has(goal.beside):
+        against += f"; beside it, {goal.beside}: {samples.show(goal.beside)}"
     verdict = ("PASS" if goal.passes(samples) else "FAIL") if judge else "not judged (quick)"
     ratio = f"{number(goal.ratio(samples))}×"
     wanted = goal.wanted(samples.units)
@@ -165,7 +168,7 @@ def render(title: str, intro: list[str], goals: list[Goal], samples: Samples, ju
             "",
             *intro,
             "",
-            "## Goals (issue #13; the fleet's, issue #25)",
+            "## Goals (issue #43's first, then the older ones it left standing: #13's, the console's)",
             "",
             "Ratio: the median over the repetitions of agentd ÷ the baseline (measured back to back in each), or "
             "agentd's median ÷ the limit where the goal is absolute.",

@@ -57,6 +57,7 @@ class Cluster:
     root: Path
     socket_dir: Path
     process: subprocess.Popen[bytes] | None = None
+    durable: bool = False  # a deployment's fsync=on (the bench's fleet row); the tests' is off, for speed
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host={self.socket_dir} dbname={dbname} user=postgres"
@@ -79,7 +80,8 @@ class Cluster:
             [
                 "setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--",
                 str(binaries / "postgres"), "-D", str(self.root / "data"), "-k", str(self.socket_dir),
-                "-c", "listen_addresses=", "-c", "fsync=off", "-c", "max_connections=200",
+                "-c", "listen_addresses=", "-c", f"fsync={'on' if self.durable else 'off'}",
+                "-c", "synchronous_commit=on", "-c", "max_connections=200",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -112,8 +114,9 @@ class Cluster:
 
 
 @contextmanager
-def cluster() -> Iterator[Cluster]:
-    """initdb a fresh cluster in a temp dir and run it until the block ends."""
+def cluster(durable: bool = False) -> Iterator[Cluster]:
+    """initdb a fresh cluster in a temp dir and run it until the block ends; `durable`: with a
+    deployment's commit settings (fsync=on, synchronous_commit=on), as the bench's fleet row wants."""
     binaries = postgres_bin()
     assert binaries is not None
     root = Path(f"/tmp/agentd-pg-{secrets.token_hex(4)}")
@@ -123,7 +126,7 @@ def cluster() -> Iterator[Cluster]:
     owner = pwd.getpwnam("postgres")
     for path in (root, sockets):
         os.chown(path, owner.pw_uid, owner.pw_gid)
-    found = Cluster(root, sockets)
+    found = Cluster(root, sockets, durable=durable)
     try:
         initdb = str(binaries / "initdb")
         found.as_postgres(initdb, "-D", str(root / "data"), "--auth=trust", "-U", "postgres", "-E", "UTF8")

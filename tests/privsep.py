@@ -250,11 +250,12 @@ def _run(*argv: str) -> None:
 
 
 @contextmanager
-def priv_agent(mutate: Any = None) -> Iterator[PrivAgent]:
-    """Make the users, folders, config and cgroup; remove them all afterwards."""
+def priv_agent(mutate: Any = None, under: Path = Path("/tmp")) -> Iterator[PrivAgent]:
+    """Make the users, folders, config and cgroup (the folders in `under`: the bench's as-deployed row
+    puts them on tmpfs); remove them all afterwards."""
     tag = secrets.token_hex(3)
     service, run, sensors = f"agt{tag}", f"agt{tag}-run", f"agt{tag}-sns"
-    base = Path(f"/tmp/agentd-privsep-{tag}")
+    base = under / f"agentd-privsep-{tag}"
     mount = cgroup2_mount()
     assert mount is not None
     cgroup = mount / f"agentd-privsep-{tag}"

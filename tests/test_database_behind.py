@@ -22,6 +22,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from rig import Rig
 from support import CliResult, agent_config, wait_until
@@ -30,9 +31,11 @@ from agentd.cli import main
 from agentd.clock import FakeClock, SystemClock
 from agentd.config import Config
 from agentd.errors import DatabaseBehind
-from agentd.evidence.rollback import find_rollback, refuse_if_behind
+from agentd.evidence.rollback import find_rollback, published_head, refuse_if_behind
+from agentd.outlook.metrics import NullMetrics
 from agentd.records import TaskIntent
-from agentd.store import init_state_dir, migrate, open_store
+from agentd.services.shell import Shell
+from agentd.store import Store, init_state_dir, migrate, open_store
 from agentd.work.intake import admit_task
 from agentd.work.validation import load_config
 
@@ -264,3 +267,46 @@ def test_a_folder_in_attempts_not_named_by_a_task_id_is_not_a_rollback(rig: Rig,
     (rig.config.paths.state_dir / "attempts" / name / "01ARZ3NDEKTSV4RRFFQ69G5FAV").mkdir(parents=True)
     assert not find_rollback(rig.store, rig.config.paths.state_dir)
     refuse_if_behind(rig.store, rig.config.paths.state_dir)
+
+
+# --- the head published off the attempts' path (issue #43) ------------------------------------------
+
+
+async def published_soon(state_dir: Path, head: tuple[int, str], store: Store) -> None:
+    """Until `head` is the published one (a hard deadline), checking at each look that the file never
+    names a head the database has not committed."""
+    with anyio.fail_after(10):
+        while (published := published_head(state_dir)) != head:
+            committed = store.chain_head()
+            assert published is None or (committed is not None and published[0] <= committed[0]), published
+            await anyio.sleep(0.02)
+
+
+@pytest.mark.asyncio
+async def test_the_chain_head_file_is_written_off_the_attempts_path_and_never_ahead(rig: Rig) -> None:
+    """While a service serves, `reported` only hands the head over: the file is written by a task of
+    its own (at once after a quiet spell, at most once a second while busy), so an attempt's end
+    waits for no fsync of it; it lags the database, never leads it, and the stop writes the last."""
+    state_dir = rig.config.paths.state_dir
+    shell = Shell("dispatch", rig.db, rig.clock, NullMetrics(), "", state_dir=state_dir)
+
+    async def line() -> str:
+        return "idle"
+
+    try:
+        async with anyio.create_task_group() as group:
+            await shell.serve(group, line)
+            for n in range(3):
+                before = published_head(state_dir)
+                head = await rig.db.call(shell.row(f"busy {n}"))
+                assert head is not None
+                await shell.reported(head)
+                assert published_head(state_dir) == before  # handed over, not written on this path
+                await published_soon(state_dir, head, rig.store)
+            last = await rig.db.call(shell.row("last"))
+            await shell.reported(last)
+            group.cancel_scope.cancel()
+        await shell.stopped()
+        assert published_head(state_dir) == rig.store.chain_head()
+    finally:
+        rig.close()

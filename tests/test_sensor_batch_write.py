@@ -7,6 +7,9 @@ import json
 import sqlite3
 from dataclasses import replace
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from agentd.clock import FakeClock
 from agentd.config import Config
 from agentd.records import TaskIntent
@@ -89,3 +92,26 @@ def test_a_batch_s_tasks_get_the_ids_one_insert_at_a_time_gave_around_workflows_
     assert [t.task_id for t in store.list_tasks() if t.awaiting_approval] == [3]
     assert store.enqueue_task(held, clock.now()).task_id == 5, "AUTOINCREMENT goes on after them"
     assert store.verify_event_chain() == []
+
+
+LINES = st.lists(st.tuples(st.sampled_from("abc"), st.booleans()), max_size=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=LINES)
+def test_a_repeated_key_is_judged_before_its_proposal(config: Config, lines: list[tuple[str, bool]]) -> None:
+    """A line whose key an earlier accepted line of the output used is accepted as a repeat, its
+    proposal never judged (a refused one included: issue #43 a); a line rejected for its proposal
+    spends no key, so a later line of that key with a good proposal is the one that counts."""
+    text = "\n".join(
+        line(key, proposed_task=task(key) if good else {**task(key), "task_type": "nope"}) for key, good in lines
+    )
+    accepted, rejected = parse_output("s", text, config, FakeClock().now())
+    firsts: dict[str, int] = {}
+    for number, (key, good) in enumerate(lines, start=1):
+        if key not in firsts and good:
+            firsts[key] = number
+    repeats = [n for n, (key, _) in enumerate(lines, start=1) if key in firsts and n > firsts[key]]
+    assert sorted(a.line for a in accepted) == sorted([*firsts.values(), *repeats])
+    assert [r.line for r in rejected] == [n for n, (key, _) in enumerate(lines, start=1) if n < firsts.get(key, 99)]
+    assert all((a.task is None) == (a.line in repeats) for a in accepted)

@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentd.clock import FakeClock
 from agentd.errors import SchemaMismatch
+from agentd.hashing import canonical_json
 from agentd.records import TaskIntent
 from agentd.store import Store, init_state_dir, migrate, open_store
 from agentd.store.migrations import Migration, available_migrations
@@ -110,6 +113,61 @@ def test_the_event_chain_detects_edits_and_removals(store: Store, config: Any, c
         raw.execute("DELETE FROM events WHERE sequence = 3")
     reasons = {b.reason for b in store.verify_event_chain()}
     assert "expected sequence 3: events are missing" in reasons
+
+
+JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=8))
+JSON_OBJECT = st.dictionaries(
+    st.text(max_size=4),
+    st.recursive(JSON_LEAF, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner)),
+    max_size=4,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payload=JSON_OBJECT, refs=JSON_OBJECT)
+def test_an_event_stores_the_canonical_text_it_hashed(store: Store, payload: Any, refs: Any) -> None:
+    """The payload and refs are encoded once (issue #43 a): the columns hold canonical_json's text, and
+    the chain still verifies from the rows."""
+    with store.transaction():
+        store.tx.event("sensor_event_recorded", store.clock.now(), payload=payload, refs=refs)
+    with sqlite3.connect(store.path) as raw:
+        stored = raw.execute("SELECT payload, refs FROM events ORDER BY sequence DESC LIMIT 1").fetchone()
+    assert stored == (canonical_json(payload).decode(), canonical_json(refs).decode())
+    assert store.verify_event_chain() == []
+
+
+def test_the_events_lose_their_json_checks_and_keep_every_row_and_the_chain(
+    tmp_path: Path, store: Store, config: Any, clock: FakeClock
+) -> None:
+    """Migration events_without_json_checks (issue #43 a) on a database made before it: the rows, their
+    sequences and the chain are as they were, the AUTOINCREMENT mark too; no json_valid is left on
+    events; UNIQUE(event_id) still refuses a second row with an id."""
+    for n in range(3):
+        store.enqueue_task(admit_task(_intent(subject=f"t{n}"), config, clock.now(), trusted=True), clock.now())
+    with sqlite3.connect(store.path) as raw:
+        rows = raw.execute("SELECT * FROM events ORDER BY sequence").fetchall()
+    migrations = available_migrations()
+    [dropping] = [m for m in migrations if m.name == "events_without_json_checks"]
+    older = tmp_path / "older.db"
+    migrate(older, clock, [m for m in migrations if m.version < dropping.version])
+    marks = ", ".join("?" * len(rows[0]))
+    with sqlite3.connect(older) as raw:  # the chain of `store`, as a database made before would hold one
+        raw.execute("DELETE FROM events")
+        raw.executemany(f"INSERT INTO events VALUES ({marks})", rows)
+        raw.execute("UPDATE sqlite_sequence SET seq = 1000 WHERE name = 'events'")
+    assert [m.name for m in migrate(older, clock)] == [m.name for m in migrations if m.version >= dropping.version]
+    with sqlite3.connect(older) as raw:
+        kept = raw.execute("SELECT * FROM events ORDER BY sequence").fetchall()
+        assert kept[: len(rows)] == rows and [r[2] for r in kept[len(rows) :]] == ["migration_applied"]
+        assert raw.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone() == (1000,)
+        table = raw.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
+        indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'events'")}
+        with pytest.raises(sqlite3.IntegrityError, match=r"UNIQUE constraint failed: events\.event_id"):
+            raw.execute(f"INSERT INTO events VALUES ({marks})", (9999, *rows[0][1:]))
+    assert "json_valid" not in table and {"events_task", "events_workflow"} <= indexes
+    reopened = open_store(older, clock)
+    assert reopened.verify_event_chain() == []
+    reopened.close()
 
 
 def test_claim_query_seeks_the_claim_index_at_100k_tasks(store: Store) -> None:

@@ -4,7 +4,8 @@ the sensor boot sweep: runs a dead sensor service left in flight.
 
 Every line is its own boundary: a line that is not JSON, not a SensorEvent, names another sensor,
 or proposes a task `agentd task add` would refuse is rejected with its line number and does not use
-up its dedupe key; the lines around it still count. Whatever a run raises inside agentd is the
+up its dedupe key; the lines around it still count. A line whose key an earlier accepted line used is a
+repeat before its proposal is judged (docs/sensors-and-workflows.md). Whatever a run raises inside agentd is the
 run's recorded internal_error.
 """
 
@@ -62,14 +63,18 @@ class SensorRunReport:
 def parse_output(
     sensor_id: str, text: str, config: Config, now: datetime
 ) -> tuple[list[AcceptedEvent], list[RejectedLine]]:
-    """Judge each line on its own: a SensorEvent with a valid proposal, or rejected and why."""
+    """Judge each line on its own: a SensorEvent with a valid proposal, or rejected and why. A line
+    whose dedupe key an earlier accepted line of this output used is a repeat, whatever it proposes:
+    its key is judged before its proposal, which is never admitted (issue #43 a; the store counts it
+    deduped, as it would have)."""
     accepted, rejected = [], []
+    used: set[str] = set()  # the keys of the lines accepted so far
     with no_cycle_collection():
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             try:
-                accepted.append(_accept(sensor_id, number, line, config, now))
+                accepted.append(_accept(sensor_id, number, line, config, now, used))
             except _Rejected as exc:
                 rejected.append(RejectedLine(number, scrub(str(exc))))
             except Exception as exc:  # one line's problem is its own: the lines around it still count
@@ -82,13 +87,17 @@ class _Rejected(Exception):
     pass
 
 
-def _accept(sensor_id: str, number: int, line: str, config: Config, now: datetime) -> AcceptedEvent:
+def _accept(sensor_id: str, number: int, line: str, config: Config, now: datetime, used: set[str]) -> AcceptedEvent:
     event = _read_at_once(sensor_id, line) or _read_carefully(sensor_id, line)
+    if event.dedupe_key in used:  # a repeat: nothing it proposes would be used
+        return AcceptedEvent(number, event)
     if event.freshness_deadline is not None and event.freshness_deadline < now:
-        return AcceptedEvent(number, event, stale=True)
-    return AcceptedEvent(
-        number, event, _proposed_task(sensor_id, event, config, now), _proposed_workflow(event, config)
-    )
+        judged = AcceptedEvent(number, event, stale=True)
+    else:
+        task, workflow = _proposed_task(sensor_id, event, config, now), _proposed_workflow(event, config)
+        judged = AcceptedEvent(number, event, task, workflow)
+    used.add(event.dedupe_key)  # only once accepted: a line rejected for its proposal spends no key
+    return judged
 
 
 def _read_carefully(sensor_id: str, line: str) -> SensorEvent:

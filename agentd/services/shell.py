@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 STATUS_REFRESH_S = 5.0  # the status line in the database (and systemd's STATUS=)
 HEAD_EVERY = 100  # events between two chain_head lines in the journal (and one at every stop)
+HEAD_FILE_EVERY_S = 1.0  # at most one chain_head file write a second while busy (docs/evidence.md)
 ServiceName = Literal["dispatch", "sensors"]
 StatusLine = Callable[[], Awaitable[str]]
 
@@ -81,6 +82,8 @@ class Shell:
         self.name, self.db, self.clock, self.metrics, self.listen = name, db, clock, metrics, listen
         self.state_dir = state_dir  # where the chain head is published beside the database (None: not)
         self._head_file: tuple[int, str] | None = None  # the head this service last wrote there
+        self._head_due: tuple[int, str] | None = None  # the newest head a durable write returned
+        self._head_moved: anyio.Event | None = None  # while serving: wakes the task that writes the file
         self.notifier = notifier or Notifier()
         self.identity = procs.this_process()
         self.started_at = clock.now()
@@ -94,6 +97,9 @@ class Shell:
         self.notifier.ready(await status_line())
         group.start_soon(self._feed_watchdog)
         group.start_soon(self._refresh_status, status_line)
+        if self.state_dir is not None:
+            self._head_moved = anyio.Event()
+            group.start_soon(self._write_heads)
 
     async def _feed_watchdog(self) -> None:
         """A timer of its own that never waits on the database: a long attempt or a long-held write
@@ -142,16 +148,39 @@ class Shell:
 
     async def reported(self, head: tuple[int, str] | None, line: str | None = None) -> None:
         """After a durable write of the row (`line`, if it was written inside another transaction, is
-        told to systemd too): the chain head it found, published beside the database when it moved."""
+        told to systemd too): the chain head it found, to be published beside the database. While the
+        service serves, a task of its own writes the file (issue #43: off the attempts' path, at once
+        after a quiet spell and at most once a second while busy: it may lag the database, never lead
+        it, since only a head a durable commit returned is ever due); before that, at once."""
         if line is not None:
             self.notifier.status(line)
-        if head is not None and head != self._head_file and self.state_dir is not None:
-            try:
-                await anyio.to_thread.run_sync(publish_head, self.state_dir, head)
-            except OSError as exc:  # the database's own next write names a disk that cannot be used
-                logger.warning("chain_head not published beside the database: %s", exc)
-                return
-            self._head_file = head
+        if head is None or self.state_dir is None:
+            return
+        if self._head_due is None or head[0] >= self._head_due[0]:
+            self._head_due = head
+        if self._head_moved is None:
+            await self._write_due_head()
+        else:
+            self._head_moved.set()
+
+    async def _write_heads(self) -> None:
+        """The chain head file, rewritten when the head moved, then not again for HEAD_FILE_EVERY_S."""
+        while self._head_moved is not None:
+            await self._head_moved.wait()
+            self._head_moved = anyio.Event()
+            await self._write_due_head()
+            await anyio.sleep(HEAD_FILE_EVERY_S)
+
+    async def _write_due_head(self) -> None:
+        head = self._head_due
+        if head is None or head == self._head_file or self.state_dir is None:
+            return
+        try:
+            await anyio.to_thread.run_sync(publish_head, self.state_dir, head)
+        except OSError as exc:  # the database's own next write names a disk that cannot be used
+            logger.warning("chain_head not published beside the database: %s", exc)
+            return
+        self._head_file = head
 
     def status(self, line: str) -> None:
         self.notifier.status(line)
@@ -164,7 +193,9 @@ class Shell:
         whatever happened (a database that is gone cannot be written, and the port must be free)."""
         try:
             with anyio.CancelScope(shield=True):
+                self._head_moved = None  # the task that wrote the file is gone: from here on, at once
                 await self.report("stopped")
+                await self._write_due_head()  # a head still due when the task stopped
                 await self.publish_head(always=True)
         finally:
             self.close()
