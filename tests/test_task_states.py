@@ -53,3 +53,16 @@ async def test_a_task_whose_last_attempt_ran_out_of_time_is_timed_out(five_rig: 
     exported = session_snapshot(rig.config, rig.store, status, rig.clock.now())
     [task] = [t for t in exported["tasks"] if t["taskId"] == str(task_id)]
     assert task["status"] == "timed_out"
+
+
+def test_an_attempt_that_runs_no_process_is_running_once_started_not_preparing(rig: Rig) -> None:
+    """ollama-generate speaks HTTP and starts no process: its start records no pid, and it read "preparing"
+    for its whole run. Its start records its bundle, as every start does."""
+    from agentd.records.work import CompiledBundle
+
+    task_id, attempt_id = running(rig)
+    dispatcher_live(rig)
+    assert states(rig) == ("preparing", {str(task_id): "preparing"})
+    bundle = CompiledBundle("0" * 64, "/nowhere/prompt.md", {"chars": 10})
+    rig.store.mark_attempt_started(task_id, attempt_id, None, rig.clock.now(), bundle)
+    assert states(rig) == ("running", {str(task_id): "running"})

@@ -101,12 +101,18 @@ def _running(task: TaskRecord, attempt: TaskAttempt | None, facts: StateFacts) -
         return TaskState("lost", facts.lost)
     if task.cancel_requested_at is not None:
         return TaskState("cancelling", f"cancel requested at {format_ts(task.cancel_requested_at)}")
-    if attempt is None or attempt.ended_at is not None or attempt.pid is None:
+    if attempt is None or attempt.ended_at is not None or not _started(attempt):
         return TaskState("preparing", "claimed: its bundle is being compiled, its adapter not yet started")
     seen = facts.activity_at.get(attempt.attempt_id)
     if seen is not None and (facts.now - seen).total_seconds() <= STREAMING_S:
         return TaskState("streaming", f"its harness reported {age((facts.now - seen).total_seconds())} ago")
     return TaskState("running", None)
+
+
+def _started(attempt: TaskAttempt) -> bool:
+    """Its adapter runs: the start recorded a process group, or (ollama speaks HTTP and runs none) the bundle
+    it was started with, which only the start records while the attempt is open."""
+    return attempt.pid is not None or attempt.bundle_hash is not None
 
 
 def _waiting(task: TaskRecord, facts: StateFacts) -> TaskState:
