@@ -30,7 +30,7 @@ from agentd import frozen_value
 from agentd.config.environment import passthrough_environment, read_env_file
 from agentd.process import procs
 from agentd.process.child import Child, PipeReader, PipeWriter, pidfds_work, start_child
-from agentd.process.containment import RunGroup, end_run, limit_hit, spawn
+from agentd.process.containment import RunGroup, cgroups, end_run, limit_hit, spawn
 from agentd.process.files import create_private
 from agentd.process.privilege import RunUser, popen_identity, run_as
 from agentd.redaction import Redactor
@@ -262,6 +262,7 @@ async def run_process(
             None, None, None, False, _start_error(spec.argv[0], exc), stdout.close(), stderr.close(), 0.0
         )
     timed_out, stragglers, hit = False, None, None
+    contained = spec.group is not None and cgroups() is not None  # its end is one write to its cgroup.kill
     try:
         if on_started is not None:
             await on_started(process.pid)
@@ -275,14 +276,14 @@ async def run_process(
                 hit = await _wait_within_limits(process, spec.group)
             ended = spec.timer.ended if spec.timer is not None else None
             timed_out, hit = deadline.cancelled_caught and ended is None, hit or ended
-            await _stop_group(process, spec.kill_grace_s, spec.user)
+            await _stop_group(process, spec.kill_grace_s, spec.user, contained)
             stragglers = await _end(spec.group, since, spec.user)
             # Whatever still holds our pipes now escaped the run (no cgroup, no marker): stop reading.
             pumps.cancel_scope.deadline = anyio.current_time() + PIPE_DRAIN_S
     finally:
         with anyio.CancelScope(shield=True):
-            await _stop_group(process, spec.kill_grace_s, spec.user)
-            if stragglers is None:
+            if stragglers is None:  # the run did not reach its own end above (cancelled): stop it here
+                await _stop_group(process, spec.kill_grace_s, spec.user, contained)
                 stragglers = await _end(spec.group, since, spec.user)
             await process.aclose()
             out, err = stdout.close(), stderr.close()
@@ -375,12 +376,19 @@ def _pidfd_child_watcher() -> None:
         _PIDFD[0].attach_loop(loop)
 
 
-async def _stop_group(process: anyio.abc.Process | Child, grace_s: float, user: RunUser | None = None) -> None:
-    """TERM the group and wait up to grace for the leader; then KILL whatever is left in it."""
+async def _stop_group(
+    process: anyio.abc.Process | Child, grace_s: float, user: RunUser | None = None, contained: bool = False
+) -> None:
+    """TERM the group and wait up to grace for the leader; then KILL whatever is left in it. A run in a
+    cgroup of its own whose leader has exited is left to its cgroup's kill (`end_run`, next): as deployed,
+    a signal to the group costs a `kill` process of the run user's (docs/decisions.md, "Performance,
+    round four")."""
     if process.returncode is None:
         await signal_group(process.pid, signal.SIGTERM, user)
         with anyio.move_on_after(grace_s):
             await process.wait()
+    if contained and process.returncode is not None:
+        return
     await signal_group(process.pid, signal.SIGKILL, user)  # stragglers the leader left behind, or the leader
     await process.wait()
 
