@@ -261,8 +261,7 @@ async def run_process(
         return ProcessResult(
             None, None, None, False, _start_error(spec.argv[0], exc), stdout.close(), stderr.close(), 0.0
         )
-    timed_out, stragglers, hit = False, None, None
-    contained = spec.group is not None and cgroups() is not None  # its end is one write to its cgroup.kill
+    timed_out, stragglers, hit, contained = False, None, None, spec.group is not None and cgroups() is not None
     try:
         if on_started is not None:
             await on_started(process.pid)
@@ -376,18 +375,14 @@ def _pidfd_child_watcher() -> None:
         _PIDFD[0].attach_loop(loop)
 
 
-async def _stop_group(
-    process: anyio.abc.Process | Child, grace_s: float, user: RunUser | None = None, contained: bool = False
-) -> None:
-    """TERM the group and wait up to grace for the leader; then KILL whatever is left in it. A run in a
-    cgroup of its own whose leader has exited is left to its cgroup's kill (`end_run`, next): as deployed,
-    a signal to the group costs a `kill` process of the run user's (docs/decisions.md, "Performance,
-    round four")."""
+async def _stop_group(process: anyio.abc.Process | Child, grace_s: float, user: RunUser | None, caged: bool) -> None:
+    """TERM the group and wait up to grace for the leader; then KILL whatever is left in it, unless the run's own
+    cgroup ends it (`end_run`): a signal, as deployed, costs a `kill` process (docs/decisions.md)."""
     if process.returncode is None:
         await signal_group(process.pid, signal.SIGTERM, user)
         with anyio.move_on_after(grace_s):
             await process.wait()
-    if contained and process.returncode is not None:
+    if caged and process.returncode is not None:
         return
     await signal_group(process.pid, signal.SIGKILL, user)  # stragglers the leader left behind, or the leader
     await process.wait()
