@@ -129,29 +129,6 @@ def canonical_object(value: Any) -> str:
     return "{}" if type(value) is dict and not value else _canonical_text(value)
 
 
-def event_body_json(
-    event_id: str,
-    event_type: str,
-    timestamp: str,
-    sequence: int,
-    schema_version: int,
-    task_id: int | None,
-    attempt_id: str | None,
-    workflow_id: int | None,
-    schedule_id: str | None,
-    sensor_id: str | None,
-    payload: Any,
-    refs: Any,
-) -> bytes:
-    """canonical_json of an event's body (the dict of these twelve fields), the same bytes, written
-    without building the dict and sorting its keys (the append's largest cost; tests/test_fast_paths.py
-    proves the two agree for any values of these types: event_id, event_type and timestamp are always
-    text)."""
-    about = (task_id, attempt_id, workflow_id, schedule_id, sensor_id)
-    texts = (canonical_object(payload), canonical_object(refs))
-    return event_body_text(event_id, event_type, timestamp, sequence, schema_version, *about, *texts).encode()
-
-
 def event_body_text(
     event_id: str,
     event_type: str,
@@ -166,8 +143,10 @@ def event_body_text(
     payload_json: str,
     refs_json: str,
 ) -> str:
-    """event_body_json's text, given the payload's and refs' canonical_object text (the append has
-    them already: they are its row's columns). The keys below are in sorted order."""
+    """canonical_json of an event's body (the dict of these twelve fields) as text, written without building
+    the dict and sorting its keys (the append's largest cost), given the payload's and refs'
+    canonical_object text (the append has them already: they are its row's columns). The keys below are in
+    sorted order; tests/test_fast_paths.py proves the two agree for any values of these types."""
     s, text = _canonical_scalar, _encode_text
     return (
         f'{{"attempt_id":{"null" if attempt_id is None else s(attempt_id)},"event_id":{text(event_id)},'
@@ -180,5 +159,5 @@ def event_body_text(
 
 
 def chain_hash_of(prev_hash: str, body_json: bytes) -> str:
-    """chain_hash, given the body's canonical bytes (event_body_json)."""
+    """chain_hash, given the body's canonical bytes (event_body_text, encoded)."""
     return sha256_hex(prev_hash.encode() + body_json)

@@ -28,7 +28,15 @@ from agentd import edge
 from agentd.clock import FakeClock
 from agentd.config import Config
 from agentd.evidence import EVIDENCE_FILES, MANIFEST_SCHEMA
-from agentd.hashing import canonical_json, chain_hash, chain_hash_of, event_body_json, new_ulid, random_tails
+from agentd.hashing import (
+    canonical_json,
+    canonical_object,
+    chain_hash,
+    chain_hash_of,
+    event_body_text,
+    new_ulid,
+    random_tails,
+)
 from agentd.records import NewTask, TaskIntent
 from agentd.schema_check import MAX_MESSAGE_CHARS, MAX_NAMED, SchemaCheck, compile_check, well_formed
 from agentd.services import sensor_runs
@@ -423,6 +431,11 @@ def test_the_event_body_writer_writes_canonical_json_bytes(body: dict[str, Any],
         *(body[k] for k in ("event_id", "type", "timestamp", "sequence", "schema_version", "task_id")),
         *(body[k] for k in ("attempt_id", "workflow_id", "schedule_id", "sensor_id", "payload", "refs")),
     )
+
+    def event_body_json(*values: Any) -> bytes:  # as the append writes it (agentd/store/base.py)
+        *about, payload, refs = values
+        return event_body_text(*about, canonical_object(payload), canonical_object(refs)).encode()
+
     assert outcome(lambda: event_body_json(*fields)) == outcome(lambda: canonical_json(body))
     written = outcome(lambda: chain_hash_of(prev_hash, event_body_json(*fields)))
     assert written == outcome(lambda: chain_hash(prev_hash, body))

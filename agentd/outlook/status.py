@@ -202,7 +202,7 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
         "services": services,
         "boundary": shown_boundary(boundary_of(config), store.boundary_waiver(), seen.services),
         "limits": limits_report(config.dispatch.max_pids, config.dispatch.max_memory_mb, services),
-        "governance": unenforced_lines(config) + unpriced_lines(config),  # docs/policy.md
+        "governance": governance(config),
         "dispatch_lock": {"pid": holder.pid, "host": holder.host, "heartbeat_at": format_ts(holder.heartbeat_at)}
         if holder
         else None,
@@ -210,13 +210,21 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
 
 
 def held_call_view(call: HeldCall, now: datetime) -> dict[str, Any]:
-    """A tool call held for a person as status, its JSON and the console show it (docs/policy.md)."""
+    """A tool call held for a person as status, its JSON, the API and the console show it (docs/policy.md)."""
     return {
         "call_id": call.call_id,
         "task_id": call.task_id,
         "attempt_id": call.attempt_id,
+        "task_type": call.task_type,
         "tool": call.tool,
         "summary": call.summary,
         "rule": call.rule,
+        "requested_at": format_ts(call.requested_at),
         "age_s": round((now - call.requested_at).total_seconds(), 1),
     }
+
+
+def governance(config: Config) -> list[str]:
+    """What holds a running attempt that status must say is missing: adapters a tool policy or a running
+    budget cannot reach (docs/policy.md)."""
+    return unenforced_lines(config) + unpriced_lines(config)

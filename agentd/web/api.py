@@ -30,14 +30,13 @@ from agentd.web.app import Web, bearer, bearer_or_session, web_of
 from agentd.web.auth import Operator
 from agentd.web.inputs import BadInput
 from agentd.web.views import (
-    approvals_view,
     call_id_of,
     evidence_path,
     evidence_root,
-    held_calls_view,
     jsonable,
     status_view,
     task_view,
+    waiting_on_a_person,
 )
 
 INTENT_FIELDS = (
@@ -107,8 +106,9 @@ async def api_stream(request: Request) -> Response:
 async def api_approvals(request: Request) -> Response:
     """GET /api/approvals: what waits for an operator, oldest first."""
     await bearer(request)
-    db = web_of(request).db
-    return JSONResponse({"approvals": await db.call(approvals_view), "tool_calls": await db.call(held_calls_view)})
+    web = web_of(request)
+    waiting, calls = await web.db.call(waiting_on_a_person, web.clock.now())
+    return JSONResponse({"approvals": waiting, "tool_calls": calls})
 
 
 def call_resolver(approved: bool) -> Callable[[Request], Any]:

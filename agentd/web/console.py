@@ -22,12 +22,11 @@ from agentd.web.auth import COOKIE, Operator
 from agentd.web.timeline import timeline_svg
 from agentd.web.views import (
     ACTIVITY_TYPES,
-    approvals_view,
     call_id_of,
-    held_calls_view,
     jsonable,
     status_view,
     task_view,
+    waiting_on_a_person,
 )
 
 LOGIN_COOKIE = "agentd_login"  # the login form's own CSRF nonce, before there is a session
@@ -146,7 +145,7 @@ async def approvals(request: Request) -> Response:
     """GET /approvals: approve (a note optional) or deny (a reason required)."""
     operator, csrf = await viewer(request)
     db = web_of(request).db
-    waiting, calls = await db.call(approvals_view), await db.call(held_calls_view)
+    waiting, calls = await db.call(waiting_on_a_person, web_of(request).clock.now())
     return page(request, "approvals.html", operator, csrf, approvals=waiting, calls=calls)
 
 

@@ -15,7 +15,7 @@ from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.edge import TAIL_BYTES, tail_lines
 from agentd.errors import InputError
-from agentd.outlook.status import snapshot
+from agentd.outlook.status import held_call_view, snapshot
 from agentd.outlook.taskstate import state_facts, task_state
 from agentd.process.files import Refused, lstat_beneath, read_tail_beneath
 from agentd.records import TaskAttempt, TaskRecord
@@ -79,21 +79,11 @@ def approvals_view(store: Store) -> list[dict[str, Any]]:
     ]
 
 
-def held_calls_view(store: Store) -> list[dict[str, Any]]:
-    """The tool calls running attempts hold for a person (docs/policy.md), oldest first."""
-    return [
-        {
-            "call_id": c.call_id,
-            "task_id": c.task_id,
-            "attempt_id": c.attempt_id,
-            "task_type": c.task_type,
-            "tool": c.tool,
-            "summary": c.summary,
-            "rule": c.rule,
-            "requested_at": c.requested_at.isoformat().replace("+00:00", "Z"),
-        }
-        for c in store.pending_calls()
-    ]
+def waiting_on_a_person(store: Store, now: datetime) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What waits for an operator, in one read: the approvals, and the tool calls running attempts hold
+    (docs/policy.md), each oldest first."""
+    with store.snapshot():
+        return approvals_view(store), [held_call_view(call, now) for call in store.pending_calls()]
 
 
 def call_id_of(text: str) -> str:

@@ -19,6 +19,8 @@ PATH_MAX = 4096
 def view_of(config: Config) -> dict[str, Any]:
     """What the hot commands read from the config, as plain JSON: names and paths for all of them, and
     for `task add` what its admission checks (agentd/work/intake.py `admit_task`)."""
+    from agentd.outlook.status import governance
+
     return {
         "config_path": str(config.path),
         "state_dir": str(config.paths.state_dir),
@@ -30,18 +32,10 @@ def view_of(config: Config) -> dict[str, Any]:
         "max_memory_mb": config.dispatch.max_memory_mb,
         "sensors_run_as": config.sensors.run_as,
         "budget_capped": config.budget.capped,
-        "governance": governance_lines(config),
+        "governance": governance(config),  # agentd/outlook/status.py: the full path's own lines
         "intake": intake_view(config),
         "record_schemas": record_schemas(),
     }
-
-
-def governance_lines(config: Config) -> list[str]:
-    """What holds an attempt while it runs that status must say is missing (docs/policy.md)."""
-    from agentd.config.budget import unpriced_lines
-    from agentd.config.tool_policy import unenforced_lines
-
-    return unenforced_lines(config) + unpriced_lines(config)
 
 
 @functools.cache
