@@ -116,6 +116,23 @@ async def test_an_edited_or_removed_event_is_named(filled: Rig, verify: Any, tam
 
 
 @pytest.mark.asyncio
+async def test_an_event_stored_as_other_text_of_the_same_value_still_verifies(filled: Rig, verify: Any) -> None:
+    """The chain is checked from each row's text as agentd stores it (canonical) and, when that does not
+    match, from its value: an older agentd's payload text (spaced, keys unsorted) verifies; an edit does not."""
+    with sqlite3.connect(filled.config.db_path) as conn:
+        rows = conn.execute("SELECT sequence, payload FROM events WHERE payload != '{}'").fetchall()
+        for sequence, payload in rows:
+            loose = json.dumps(dict(reversed(json.loads(payload).items())), indent=1, ensure_ascii=True)
+            conn.execute("UPDATE events SET payload = ? WHERE sequence = ?", (loose, sequence))
+    assert rows and verify(filled).code == 0
+    sequence, payload = rows[0]
+    edited = json.dumps({**json.loads(payload), "added": True}, indent=1)
+    sql(filled, "UPDATE events SET payload = ? WHERE sequence = ?", edited, sequence)
+    result = verify(filled)
+    assert result.code == 1 and f"event {sequence}: hash does not match the event's content" in result.out, result.out
+
+
+@pytest.mark.asyncio
 async def test_removing_the_last_events_is_caught(filled: Rig, verify: Any) -> None:
     recorded = head(filled)
     last = int(recorded.split(":")[0])

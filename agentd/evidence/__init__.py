@@ -36,6 +36,7 @@ from agentd.process.files import (
     Refused,
     entry_problem,
     folder_problems,
+    held_folder,
     make_run_dir,
     read_beneath,
     sha256_beneath,
@@ -245,15 +246,23 @@ def inspect_attempt_dir(root: Path) -> AttemptEvidence:
     refused = [f"{path}: {why}" for path, why in folder_problems(root, depth=2)]  # the folder, its task's
     if refused:
         return AttemptEvidence(None, None, refused)
-    with os.scandir(root) as listing:
+    try:
+        with held_folder(root) as folder:  # opened once: every file is read from it, by name
+            return _inspect(root, folder)
+    except Refused:  # turned into a link since the look above
+        return AttemptEvidence(None, None, [f"{root}: {LINK}"])
+
+
+def _inspect(root: Path, folder: int) -> AttemptEvidence:
+    with os.scandir(folder) as listing:
         entries = {entry.name: entry for entry in listing}
     odd = {name: why for name, entry in entries.items() if (why := entry_problem(entry)) and not _scratch(entry)}
     oddities = [f"{root / name}: {why}" for name, why in sorted(odd.items())]
-    manifest, manifest_sha256, problems = _read_manifest(root) if MANIFEST not in odd else (None, None, [])
+    manifest, manifest_sha256, problems = _read_manifest(root, folder) if MANIFEST not in odd else (None, None, [])
     if manifest is None:
         return AttemptEvidence(None, manifest_sha256, oddities + problems)
     regular = {name: entry for name, entry in entries.items() if name not in odd}
-    actual, trace, unreadable = _hash_files(root, regular)
+    actual, trace, unreadable = _hash_files(root, folder, regular)
     problems = [
         problem
         for problem in manifest_problems(root, manifest, actual) + schema_problems(root, manifest)
@@ -274,7 +283,7 @@ def _scratch(entry: os.DirEntry[str]) -> bool:
 
 
 def _hash_files(
-    root: Path, entries: dict[str, os.DirEntry[str]]
+    root: Path, folder: int, entries: dict[str, os.DirEntry[str]]
 ) -> tuple[dict[str, dict[str, Any]], bytes | None, list[str]]:
     """The evidence files present (name → {"sha256": …}, each read through open_beneath), the action
     trace's bytes, read once for its hash and its parse (None if there is none), and the files that
@@ -286,15 +295,15 @@ def _hash_files(
             continue
         try:
             if name == TRACE_FILE:  # read once for its hash and its parse, up to what agentd writes (~5 MiB)
-                found = read_beneath(root, name, MAX_READ_BYTES)
+                found = read_beneath(folder, name, MAX_READ_BYTES)
                 if len(found.data) > MAX_READ_BYTES:  # hashed as any file, not parsed
                     unreadable.append(f"{root / name}: over {MAX_READ_BYTES:,} bytes, far more than agentd writes")
-                    actual[name] = {"sha256": sha256_beneath(root, name)}
+                    actual[name] = {"sha256": sha256_beneath(folder, name)}
                 else:
                     trace = found.data
                     actual[name] = {"sha256": sha256_hex(trace)}
             else:
-                actual[name] = {"sha256": sha256_beneath(root, name)}
+                actual[name] = {"sha256": sha256_beneath(folder, name)}
         except Refused:
             unreadable.append(f"{root / name}: {LINK} or {NOT_REGULAR}")
         except FileNotFoundError:
@@ -330,13 +339,13 @@ def load_manifest(root: Path) -> tuple[dict[str, Any] | None, list[str]]:
     return manifest, problems
 
 
-def _read_manifest(root: Path) -> tuple[dict[str, Any] | None, str | None, list[str]]:
-    """load_manifest, with the sha256 of the bytes it read (None when it read none). Whatever a
-    tampered manifest holds (a link, a pipe, gigabytes, JSON nested past what `json` reads, not UTF-8)
-    is a reason, never an exception."""
+def _read_manifest(root: Path, folder: int | None = None) -> tuple[dict[str, Any] | None, str | None, list[str]]:
+    """load_manifest, with the sha256 of the bytes it read (None when it read none); `folder`: `root` held
+    open. Whatever a tampered manifest holds (a link, a pipe, gigabytes, JSON nested past what `json`
+    reads, not UTF-8) is a reason, never an exception."""
     path = root / MANIFEST
     try:
-        found = read_beneath(root, MANIFEST, MAX_MANIFEST_BYTES)
+        found = read_beneath(root if folder is None else folder, MANIFEST, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         return None, None, [f"{root}: no {MANIFEST}"]
     except Refused:

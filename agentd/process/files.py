@@ -42,14 +42,45 @@ class Found:
     mtime: float
 
 
+Root = Path | int  # a folder by its path, or one the caller holds open (`held_folder`): walked from, never closed
+
+
 @contextmanager
-def _parent_beneath(root: Path, relative: str | PurePosixPath) -> Iterator[tuple[int, str]]:
+def held_folder(root: Path) -> Iterator[int]:
+    """A descriptor of the folder `root` itself (a link there is refused: Refused), for reading many files
+    in it with one open of the folder instead of one per file (`evidence verify` reads ~8 per attempt)."""
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Refused(exc.errno, f"{root} is a symbolic link or not a folder") from None
+        raise
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def _parent_beneath(root: Root, relative: str | PurePosixPath) -> Iterator[tuple[int, str]]:
     """(a descriptor of the folder holding `relative`'s last part, that part), every folder on the way
     opened without following a link."""
-    parts = PurePosixPath(relative).parts
-    if not parts or PurePosixPath(relative).is_absolute() or any(p in ("..", ".") for p in parts):
+    if isinstance(relative, str) and "/" not in relative:  # a name: no path to parse
+        parts: tuple[str, ...] = (relative,)
+        plain = relative not in ("", ".", "..")
+    else:
+        path = PurePosixPath(relative)
+        parts = path.parts
+        plain = bool(parts) and not path.is_absolute() and not any(p in ("..", ".") for p in parts)
+    if not plain:
         raise Refused(errno.EINVAL, f"{str(relative)!r} is not a plain path inside {root}")
-    fds = [os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)]  # the root is agentd's own: its config names it
+    if isinstance(root, int):
+        if len(parts) == 1:  # the usual case: a file right in the held folder
+            yield root, parts[0]
+            return
+        fds = [os.dup(root)]
+    else:
+        fds = [os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)]  # the root is agentd's own: its config names it
     try:
         for part in parts[:-1]:
             fds.append(_step(fds[-1], part, _DIR_FLAGS, relative))
@@ -60,20 +91,33 @@ def _parent_beneath(root: Path, relative: str | PurePosixPath) -> Iterator[tuple
 
 
 @contextmanager
-def open_beneath(root: Path, relative: str | PurePosixPath, owner: int | None = None) -> Iterator[int]:
+def open_beneath(root: Root, relative: str | PurePosixPath, owner: int | None = None) -> Iterator[int]:
     """A read-only descriptor of the regular file at `relative` under `root`, reached without
     following any link; Refused (an OSError) if it escapes, is a link, is not a regular file, or (with
     `owner`) belongs to another user."""
-    with _parent_beneath(root, relative) as (parent, name):
-        fd = _step(parent, name, _FILE_FLAGS, relative)
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise Refused(errno.EINVAL, f"{str(relative)!r} is not a regular file")
-            _owned(info, owner, relative)
-            yield fd
-        finally:
-            os.close(fd)
+    fd, _ = _open_regular(root, relative, owner)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _open_regular(root: Root, relative: str | PurePosixPath, owner: int | None) -> tuple[int, os.stat_result]:
+    """`open_beneath`'s descriptor (the caller closes it) and what fstat said of it."""
+    if isinstance(root, int) and isinstance(relative, str) and "/" not in relative and relative not in ("", ".", ".."):
+        fd = _step(root, relative, _FILE_FLAGS, relative)  # a name in a held folder: nothing to walk
+    else:
+        with _parent_beneath(root, relative) as (parent, name):
+            fd = _step(parent, name, _FILE_FLAGS, relative)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Refused(errno.EINVAL, f"{str(relative)!r} is not a regular file")
+        _owned(info, owner, relative)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
 
 
 def _owned(info: os.stat_result, owner: int | None, relative: str | PurePosixPath) -> None:
@@ -85,7 +129,7 @@ def _owned(info: os.stat_result, owner: int | None, relative: str | PurePosixPat
         )
 
 
-def lstat_beneath(root: Path, relative: str | PurePosixPath, owner: int | None = None) -> os.stat_result:
+def lstat_beneath(root: Root, relative: str | PurePosixPath, owner: int | None = None) -> os.stat_result:
     """What is at `relative` under `root` (a file, a folder, …), reached without following a link;
     Refused if the path goes through a link or ends in one, or (with `owner`) belongs to another user."""
     with _parent_beneath(root, relative) as (parent, name):
@@ -96,17 +140,20 @@ def lstat_beneath(root: Path, relative: str | PurePosixPath, owner: int | None =
     return info
 
 
-def sha256_beneath(root: Path, relative: str | PurePosixPath) -> str:
+def sha256_beneath(root: Root, relative: str | PurePosixPath) -> str:
     """The sha256 of the regular file at `relative` (see `open_beneath`), read in chunks."""
     digest = hashlib.sha256()
-    with open_beneath(root, relative) as fd:
+    fd, _ = _open_regular(root, relative, None)
+    try:
         while chunk := os.read(fd, 1 << 20):
             digest.update(chunk)
+    finally:
+        os.close(fd)
     return digest.hexdigest()
 
 
 def sha256_at_most(
-    root: Path, relative: str | PurePosixPath, limit: int, owner: int | None = None
+    root: Root, relative: str | PurePosixPath, limit: int, owner: int | None = None
 ) -> tuple[str | None, int]:
     """(the sha256 of the regular file at `relative` (see `open_beneath`), the bytes read), or (None, the
     bytes read) once it holds more than `limit`: a file the caller does not trust to be small is
@@ -130,18 +177,20 @@ def _step(parent: int, name: str, flags: int, relative: str | PurePosixPath) -> 
         raise
 
 
-def read_beneath(root: Path, relative: str | PurePosixPath, limit: int, owner: int | None = None) -> Found:
+def read_beneath(root: Root, relative: str | PurePosixPath, limit: int, owner: int | None = None) -> Found:
     """The first limit + 1 bytes of the file (see `open_beneath`), its size and mtime."""
-    with open_beneath(root, relative, owner) as fd:
-        info = os.fstat(fd)
+    fd, info = _open_regular(root, relative, owner)
+    try:
         chunks, left = [], limit + 1
         while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
             chunks.append(chunk)
             left -= len(chunk)
-        return Found(b"".join(chunks), info.st_size, info.st_mtime)
+    finally:
+        os.close(fd)
+    return Found(b"".join(chunks), info.st_size, info.st_mtime)
 
 
-def read_tail_beneath(root: Path, relative: str | PurePosixPath, limit: int) -> tuple[bytes, bool] | None:
+def read_tail_beneath(root: Root, relative: str | PurePosixPath, limit: int) -> tuple[bytes, bool] | None:
     """The last `limit` bytes of the regular file at `relative` (see `open_beneath`) and whether the file
     holds more before them; None if there is none to read."""
     try:
@@ -168,7 +217,7 @@ def read_reported(path: Path, limit: int, owner: int | None = None) -> tuple[byt
     return found.data, None
 
 
-def read_whole_beneath(root: Path, relative: str | PurePosixPath) -> bytes | None:
+def read_whole_beneath(root: Root, relative: str | PurePosixPath) -> bytes | None:
     """All of the regular file at `relative` (see `open_beneath`); None if there is none. For files
     agentd sealed itself, whose size it recorded: an attempt's own files go through `read_beneath`."""
     try:
@@ -191,7 +240,9 @@ def entry_problem(entry: os.DirEntry[str]) -> str | None:
 
 def folder_problems(path: Path, *, depth: int = 1) -> list[tuple[Path, str]]:
     """(path, why) if `path` or one of its `depth - 1` nearest parents is a link or not a folder."""
-    chain = [path, *path.parents][:depth]
+    chain = [path]
+    while len(chain) < depth and chain[-1].parent != chain[-1]:
+        chain.append(chain[-1].parent)  # only the parents asked for: `.parents` would build every one
     for folder in reversed(chain):
         try:
             info = os.lstat(folder)

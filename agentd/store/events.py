@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from agentd import frozen_value
-from agentd.hashing import GENESIS_HASH, chain_hash
+from agentd.hashing import GENESIS_HASH, chain_hash, event_body_text, sha256_hex
 from agentd.records import TASK_STATUSES, TERMINAL_STATUSES, RuntimeEvent
 from agentd.records.event_names import LIVE_EVENT_TYPES
 from agentd.store.base import StoreBase, loads, ts
@@ -248,19 +248,63 @@ class _ChainWalk:
         if prev_hash != self.prev_hash:
             previous = "the checkpoint of the pruned events" if self.first and self.checkpoint else "the previous event"
             self.breaks.append(ChainBreak(sequence, f"prev_hash does not match {previous}"))
-        body = dict(zip(EVENT_BODY_FIELDS, fields, strict=True))
-        try:
-            body["payload"], body["refs"] = loads(payload), {} if refs == "{}" else loads(refs)
-            matches = chain_hash(prev_hash, body) == event_hash
-        except (ValueError, RecursionError) as exc:  # what agentd never writes: an edit, or an older agentd
-            body["payload"], matches = {}, False
-            self.breaks.append(ChainBreak(sequence, f"its payload or refs is not JSON agentd can hold ({exc})"[:300]))
-        if not matches:
-            self.breaks.append(ChainBreak(sequence, "hash does not match the event's content"))
+        if not _hashed_as_stored(fields, payload, refs, prev_hash, event_hash):
+            self._rehash(fields, payload, refs, prev_hash, event_hash)
         if self.checkpoint and fields[_TYPE] == "events_pruned":
-            pruned = body["payload"]
+            pruned = _loaded_object(payload)
             self.confirmed |= (pruned.get("through_sequence"), pruned.get("through_hash")) == (
                 self.checkpoint.through_sequence,
                 self.checkpoint.through_hash,
             )
         self.prev_hash, self.expected, self.after, self.first = event_hash, sequence + 1, sequence, False
+
+    def _rehash(self, fields: list[Any], payload: Any, refs: Any, prev_hash: Any, event_hash: Any) -> None:
+        """The event's hash over its body as parsed and written canonically: what an older agentd's payload
+        text (not canonical) still matches, and what names an edit as one."""
+        sequence = fields[_SEQUENCE]
+        body = dict(zip(EVENT_BODY_FIELDS, fields, strict=True))
+        try:
+            body["payload"], body["refs"] = loads(payload), {} if refs == "{}" else loads(refs)
+            matches = chain_hash(prev_hash, body) == event_hash
+        except (ValueError, RecursionError) as exc:  # what agentd never writes: an edit, or an older agentd
+            matches = False
+            self.breaks.append(ChainBreak(sequence, f"its payload or refs is not JSON agentd can hold ({exc})"[:300]))
+        if not matches:
+            self.breaks.append(ChainBreak(sequence, "hash does not match the event's content"))
+
+
+def _hashed_as_stored(fields: list[Any], payload: Any, refs: Any, prev_hash: Any, event_hash: Any) -> bool:
+    """The hash over the body written from the row's own payload and refs text, unparsed (what agentd appends:
+    their canonical text, agentd/hashing.py event_body_text). A match proves the row is what was hashed; no
+    match proves nothing yet (an older agentd stored other text for the same value): `_rehash` then judges."""
+    if not (type(payload) is str and type(refs) is str and type(prev_hash) is str):
+        return False
+    event_id, event_type, timestamp, sequence, schema_version, task_id, attempt_id, workflow_id, schedule, sensor = (
+        fields
+    )
+    if not (type(event_id) is str and type(event_type) is str and type(timestamp) is str):
+        return False
+    body = event_body_text(
+        event_id,
+        event_type,
+        timestamp,
+        sequence,
+        schema_version,
+        task_id,
+        attempt_id,
+        workflow_id,
+        schedule,
+        sensor,
+        payload,
+        refs,
+    )
+    return bool(sha256_hex(prev_hash.encode() + body.encode()) == event_hash)
+
+
+def _loaded_object(text: Any) -> dict[str, Any]:
+    """An events_pruned payload as an object ({} when it is not one: its hash check said why)."""
+    try:
+        loaded = loads(text)
+    except (ValueError, RecursionError, TypeError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
