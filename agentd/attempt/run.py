@@ -25,12 +25,11 @@ from agentd.clock import Clock, age
 from agentd.config import Config
 from agentd.config.budget import day_start
 from agentd.errors import contained
-from agentd.evidence.rollback import publish_head
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.privilege import RunUser
 from agentd.process.wake import Doorbell
 from agentd.records import AdapterConfig, AttemptEnd, Claim, TaskAttempt, TaskRecord
-from agentd.store import AsyncStore, Ended, Follow, Followed, Store
+from agentd.store import AsyncStore, Ended, Follow, Store
 
 logger = logging.getLogger(__name__)
 
@@ -205,24 +204,13 @@ class AttemptRunner:
                 store.record_bundle(task.task_id, attempt.attempt_id, prepared.compiled, self.clock.now())
         if follow is not None and not (control and control.reason):
             with contained(logger, "the boundary commit after attempt %s failed; alone now", attempt.attempt_id):
-                ended = store.end_attempt(end, follow)
-                return Ended(ended.end, self._published(ended.next))
+                return store.end_attempt(end, follow)  # its chain head: the service's to publish (shell.py)
         with contained(logger, "the outcome of attempt %s could not be recorded", attempt.attempt_id) as failed:
             return store.end_attempt(end)
         assert failed.error is not None
         return store.end_attempt(
             self.failure_end(task, attempt, failed.error, "recording its outcome", control, prepared)
         )
-
-    def _published(self, followed: Followed | None) -> Followed | None:
-        """The chain head the boundary commit found (durable now), written beside the database in the same
-        hop (docs/evidence.md, "A database older than what happened"): no head is left for the service to
-        publish then. If it cannot be written, the service's own publish tries again and says why."""
-        if followed is None or followed.head is None:
-            return followed
-        with contained(logger, "chain_head not published beside the database") as failed:
-            publish_head(self.config.paths.state_dir, followed.head)
-        return followed if failed.error is not None else Followed(followed.claim, None)
 
     async def internal_failure(
         self,

@@ -239,9 +239,11 @@ class Dispatcher:
         if self.fleet is not None:
             self.fleet.wake.ring()  # a fleet task's result goes back now, and its lease is confirmed again
         if (followed := ended.next) is not None:
+            line = None
             if followed.claim.attempt is not None:  # the row says it runs: written in that same commit
                 self.view.shown(f"running task {followed.claim.task.task_id}")
-                await self.shell.reported(followed.head, claimed_line(followed.claim))
+                line = claimed_line(followed.claim)
+            await self.shell.reported(followed.head, line)  # that commit's head: published off this path
             return Ticked(True, followed.claim)
         await self._publish()
         if ended.end.outbox:

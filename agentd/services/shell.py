@@ -99,6 +99,8 @@ class Shell:
         group.start_soon(self._refresh_status, status_line)
         if self.state_dir is not None:
             self._head_moved = anyio.Event()
+            if self._head_due is not None:  # one found before (the boot sweep's)
+                self._head_moved.set()
             group.start_soon(self._write_heads)
 
     async def _feed_watchdog(self) -> None:
@@ -147,20 +149,19 @@ class Shell:
         )
 
     async def reported(self, head: tuple[int, str] | None, line: str | None = None) -> None:
-        """After a durable write of the row (`line`, if it was written inside another transaction, is
-        told to systemd too): the chain head it found, to be published beside the database. While the
-        service serves, a task of its own writes the file (issue #43: off the attempts' path, at once
-        after a quiet spell and at most once a second while busy: it may lag the database, never lead
-        it, since only a head a durable commit returned is ever due); before that, at once."""
+        """After a durable write (the row's, or an attempt's outcome commit: `line`, if it was written
+        inside another transaction, is told to systemd too): the chain head it found, to be published
+        beside the database. Never on this path (issue #43): while the service serves, a task of its own
+        writes the file, at once after a quiet spell and at most once a second while busy; before it
+        serves, the head waits for that task, or for the stop. The file may lag the database, never lead
+        it: only a head a durable commit returned is ever due."""
         if line is not None:
             self.notifier.status(line)
         if head is None or self.state_dir is None:
             return
         if self._head_due is None or head[0] >= self._head_due[0]:
             self._head_due = head
-        if self._head_moved is None:
-            await self._write_due_head()
-        else:
+        if self._head_moved is not None:
             self._head_moved.set()
 
     async def _write_heads(self) -> None:
