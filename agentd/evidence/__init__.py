@@ -29,13 +29,14 @@ from agentd.evidence.layout import EVIDENCE_SPEC as EVIDENCE_SPEC
 from agentd.evidence.layout import MANIFEST as MANIFEST
 from agentd.evidence.layout import MANIFEST_SCHEMA as MANIFEST_SCHEMA
 from agentd.faults import is_storage_fault, os_storage_error
-from agentd.hashing import canonical_json, sha256_file, sha256_hex
+from agentd.hashing import canonical_json, sha256_hex
 from agentd.process.files import (
     LINK,
     NOT_REGULAR,
     Refused,
     entry_problem,
     folder_problems,
+    hashed_beneath,
     held_folder,
     make_run_dir,
     read_beneath,
@@ -139,11 +140,17 @@ def make_attempt_dir(paths: AttemptPaths, user: RunUser | None = None) -> None:
 
 
 def file_hashes(paths: AttemptPaths) -> dict[str, dict[str, Any]]:
+    """The sha256 and size of each evidence file in the folder: one listing, each file opened from the
+    folder held open (no link followed), its size from the same descriptor."""
     found = {}
-    for name in EVIDENCE_FILES:
-        path = paths.root / name
-        if path.is_file():
-            found[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+    with held_folder(paths.root) as folder:
+        with os.scandir(folder) as listing:
+            present = {entry.name for entry in listing if entry.is_file(follow_symlinks=False)}
+        for name in EVIDENCE_FILES:
+            if name in present:
+                with contextlib.suppress(FileNotFoundError):
+                    digest, size = hashed_beneath(folder, name)
+                    found[name] = {"sha256": digest, "bytes": size}
     return found
 
 

@@ -142,14 +142,20 @@ def lstat_beneath(root: Root, relative: str | PurePosixPath, owner: int | None =
 
 def sha256_beneath(root: Root, relative: str | PurePosixPath) -> str:
     """The sha256 of the regular file at `relative` (see `open_beneath`), read in chunks."""
-    digest = hashlib.sha256()
+    return hashed_beneath(root, relative)[0]
+
+
+def hashed_beneath(root: Root, relative: str | PurePosixPath) -> tuple[str, int]:
+    """(the sha256, the bytes read) of the regular file at `relative` (see `open_beneath`), read in chunks."""
+    digest, size = hashlib.sha256(), 0
     fd, _ = _open_regular(root, relative, None)
     try:
         while chunk := os.read(fd, 1 << 20):
             digest.update(chunk)
+            size += len(chunk)
     finally:
         os.close(fd)
-    return digest.hexdigest()
+    return digest.hexdigest(), size
 
 
 def sha256_at_most(
