@@ -273,3 +273,37 @@ async def test_releasing_the_namespace_leaves_no_cgroup_unless_a_run_is_in_it(tm
     await run_process(spec(tmp_path, "pass", group=group(tmp_path, "01AGAIN")))  # made again on demand
     containment.release_namespace(state)
     assert not namespace.exists()
+
+
+@pytest.mark.skipif(containment.cgroups() is None, reason="no writable cgroup v2 here: the marker fallback applies")
+async def test_a_spawn_right_after_a_priming_still_lands_in_its_run_cgroup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`prime` (the dispatcher's, as a tick begins) moves this process into its own cgroup in a thread of its
+    own to warm the kernel's lock; a spawn that follows at once waits for that move before its own, so the
+    run's process is forked in the run's cgroup, never in the service's (docs/decisions.md)."""
+    monkeypatch.setattr(containment, "PRIME_AFTER_S", 0.0)  # prime every time, as after an idle spell
+    code = "import os; print(open(f'/proc/{os.getpid()}/cgroup').read(), flush=True)"
+    for n in range(5):
+        containment.prime()
+        run = group(tmp_path, f"01PRIMED{n}")
+        result = await run_process(spec(tmp_path, code, group=run, stdout_path=tmp_path / f"out{n}.log"))
+        assert result.exit_code == 0
+        shown = (tmp_path / f"out{n}.log").read_text()
+        assert f"/{containment.namespace_for(tmp_path / 'state')}/attempt-01PRIMED{n}" in shown, shown
+    found = containment.cgroups()
+    assert found is not None and str(os.getpid()) in (found.home / "cgroup.procs").read_text().split()
+
+
+@pytest.mark.skipif(containment.cgroups() is None, reason="no writable cgroup v2 here: the marker fallback applies")
+async def test_no_priming_starts_while_a_spawn_holds_the_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a spawn holds the lock the service may sit in a run's cgroup: a move home then would fork the
+    run's process outside it, so `prime` starts nothing."""
+    monkeypatch.setattr(containment, "PRIME_AFTER_S", 0.0)
+    monkeypatch.setattr(containment, "_priming", [])
+    async with containment._spawn_lock():
+        containment.prime()
+        assert containment._priming == []
+    containment.prime()
+    assert len(containment._priming) == 1
+    containment._priming[0].join()

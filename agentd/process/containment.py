@@ -23,6 +23,8 @@ import logging
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -166,6 +168,41 @@ def _spawn_lock() -> anyio.Lock:
         return lock
 
 
+# The kernel's cgroup write lock (one for every hierarchy) is cheap to take while moves come one after
+# another, and makes the first taker after a quiet spell wait a grace period: 6-16 ms on the bench's VM
+# (docs/decisions.md, "Performance, round four"). `prime` takes it early, for nothing, in a thread of its
+# own, while the claim and the bundle are made; the run's own move, a few ms later, then finds it warm.
+PRIME_AFTER_S = 0.02  # a move this recent leaves the lock warm: no priming
+_moved_at = [0.0]  # time.monotonic() of this process's last move, or of its last priming
+_priming: list[threading.Thread] = []
+
+
+def prime() -> None:
+    """Start warming the kernel's cgroup write lock for a spawn to come (an attempt about to be claimed):
+    this process moved into the cgroup it is in (a no-op move), in a thread, unless a move was recent."""
+    found = cgroups()
+    if found is None or time.monotonic() - _moved_at[0] < PRIME_AFTER_S or any(t.is_alive() for t in _priming):
+        return
+    if _spawn_lock().locked():  # a spawn may sit in its run's cgroup now: a move home would take us out of it
+        return
+    _moved_at[0] = time.monotonic()
+    thread = threading.Thread(target=_move_home, args=(found,), name="agentd-cgroup-prime", daemon=True)
+    _priming[:] = [thread]
+    thread.start()
+
+
+def _move_home(found: Cgroups) -> None:
+    with contextlib.suppress(OSError):  # a move that fails here fails again in the spawn, which says why
+        found.leave()
+
+
+async def _primed() -> None:
+    """A priming still under way is waited for: its move into this process's own cgroup must not land after
+    the spawn's move into the run's."""
+    if _priming and _priming[0].is_alive():
+        await anyio.to_thread.run_sync(_priming[0].join)
+
+
 async def spawn(group: RunGroup | None, start: Callable[[], Awaitable[T]]) -> T:
     """Start a run's first process (`start` forks it) inside the run's cgroup when there is one.
 
@@ -173,6 +210,9 @@ async def spawn(group: RunGroup | None, start: Callable[[], Awaitable[T]]) -> T:
     nothing else may fork. Outside the lock a spawn would land in whatever cgroup we were in."""
     async with _spawn_lock():
         found = cgroups() if group is not None else None
+        if found is not None:
+            await _primed()
+            _moved_at[0] = time.monotonic()
         path = found.make(group) if found is not None and group is not None else None
         placed = _place(group, found, path) if group is not None else None
         if placed is not None:

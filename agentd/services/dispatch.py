@@ -29,7 +29,7 @@ from agentd.errors import DatabaseGone, contained
 from agentd.evidence.rollback import refuse_if_behind
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.outlook.telemetry import TelemetryLoop
-from agentd.process.containment import release_namespace
+from agentd.process.containment import prime, release_namespace
 from agentd.process.limits import own_line
 from agentd.process.privilege import run_user
 from agentd.process.wake import Doorbell
@@ -178,6 +178,7 @@ class Dispatcher:
         first: that commit found nothing else due."""
         if claimed is not None:
             return await self._run_claimed(claimed)
+        prime()  # an attempt may start in a few ms: its cgroup move's kernel lock, warmed meanwhile
         due, waiting, outbox = await self.db.read(Store.tick_intents, now)
         if outbox:
             await self.outbox.apply_pending()
