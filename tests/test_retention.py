@@ -23,6 +23,7 @@ import agentd.services.sensing
 from agentd.clock import FakeClock
 from agentd.errors import ConfigError
 from agentd.evidence.retention import Cutoffs, RetentionReport, apply_retention
+from agentd.process.procs import this_process
 from agentd.records import AcceptedEvent, SensorEvent, TaskIntent
 from agentd.services.sensing import RETENTION_CATCH_UP_S, RETENTION_FIRST_S, SensorService
 from agentd.work.intake import admit_task
@@ -132,6 +133,31 @@ async def test_events_go_as_a_checkpointed_prefix_the_chain_still_verifies_and_l
     assert breaks(rig) == []
     rig.add("example")  # the chain goes on from its tail
     assert breaks(rig) == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("dispatcher", ["running", "stopped", "another"])
+async def test_the_running_dispatchers_boundary_waiver_outlives_events_days(rig: Rig, dispatcher: str) -> None:
+    """`agentd status` shows ADVISORY from the newest dispatch_boundary_waived event while the dispatcher that
+    recorded it runs: pruning stops before it then (a dispatcher up past events_days stays ADVISORY), and
+    takes it once that dispatcher has stopped or another one runs."""
+    [old] = await finish(rig, "example")
+    pid = os.getpid()
+    rig.store.record_event("dispatch_boundary_waived", rig.clock.now(), {"by": "--no-boundary", "pid": pid})
+    [waiver] = [e.sequence for e in rig.store.read_events(types=("dispatch_boundary_waived",))]
+    rig.store.report_service_status("dispatch", this_process(), "idle", None, rig.clock.now(), rig.clock.now())
+    if dispatcher == "stopped":
+        rig.store.report_service_status("dispatch", this_process(), "stopped", None, rig.clock.now(), rig.clock.now())
+    if dispatcher == "another":
+        sql(rig, "UPDATE service_status SET pid = ? WHERE service = 'dispatch'", pid + 1)
+    rig.clock.advance(366 * DAY)
+    report = prune(rig)
+    kept = rig.store.boundary_waiver()
+    if dispatcher == "running":
+        assert report.events_through == waiver - 1 and kept is not None and kept[1]["pid"] == pid
+    else:
+        assert report.events_through >= waiver and kept is None
+    assert rig.events(old) == [] and breaks(rig) == []
 
 
 @pytest.mark.asyncio

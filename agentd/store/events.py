@@ -173,18 +173,25 @@ class EventVerbs(StoreBase):
 
     def prunable_event_prefix(self, cutoff: datetime) -> EventPrefix:
         """The longest prefix of the chain that is all older than `cutoff` and ends before the first
-        event of any task still live (so nothing of unfinished work is ever removed)."""
+        event of any task still live (so nothing of unfinished work is ever removed), and before the
+        running dispatcher's boundary waiver (what `agentd status` shows ADVISORY by: the dispatcher that
+        recorded it is the one its service row names, not stopped)."""
         live = ", ".join(f"'{status}'" for status in LIVE_STATUSES)
-        young, oldest_live, last = self.tx.execute(
+        young, oldest_live, waived, last = self.tx.execute(
             f"""SELECT (SELECT sequence FROM events WHERE timestamp >= ? ORDER BY sequence LIMIT 1),
                    (SELECT MIN((SELECT MIN(e.sequence) FROM events e WHERE e.task_id = t.id))
                       FROM tasks t WHERE t.status IN ({live})),
+                   (SELECT w.sequence FROM (SELECT sequence, payload FROM events
+                                             WHERE type = 'dispatch_boundary_waived'
+                                             ORDER BY sequence DESC LIMIT 1) w
+                      JOIN service_status s ON s.service = 'dispatch' AND s.status != 'stopped'
+                       AND json_valid(w.payload) AND json_extract(w.payload, '$.pid') = s.pid),
                    (SELECT MAX(sequence) FROM events)""",
             (ts(cutoff),),
         ).fetchone()
         if last is None:
             return EventPrefix(0, 0)
-        through = min(x for x in (young, oldest_live, last + 1) if x is not None) - 1
+        through = min(x for x in (young, oldest_live, waived, last + 1) if x is not None) - 1
         count = self.tx.execute("SELECT COUNT(*) FROM events WHERE sequence <= ?", (through,)).fetchone()[0]
         return EventPrefix(through if count else 0, int(count))
 
