@@ -135,3 +135,22 @@ async def test_a_queue_read_that_hit_its_limit_says_it_was_cut(rig: Rig, monkeyp
     with serving(rig) as web:
         browser, _ = logged_in(web)
         assert "<strong>Cut:</strong>" in browser.get("/charts").text
+
+
+@pytest.mark.asyncio
+async def test_every_chart_read_is_an_index_search_never_a_scan_of_all_tasks(rig: Rig) -> None:
+    """The queue chart's read of open tasks had no index and scanned every task ever kept (migration 0020):
+    each statement a chart runs is planned here by SQLite, and none scans tasks or task_attempts."""
+    await a_day_of_work(rig)
+    ran: list[str] = []
+    conn = rig.store._conn
+    conn.set_trace_callback(ran.append)
+    try:
+        charts_view(rig.store, rig.clock.now())
+    finally:
+        conn.set_trace_callback(None)
+    statements = [s for s in ran if s.lstrip().upper().startswith("SELECT")]
+    assert statements
+    for statement in statements:
+        plan = " / ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}"))
+        assert not re.search(r"\bSCAN (tasks|task_attempts)\b", plan), (statement, plan)

@@ -18,11 +18,13 @@ class ChartVerbs(StoreBase):
     def task_spans(self, since: datetime, until: datetime, limit: int) -> list[Span]:
         """(created_at, finished_at) of the tasks open at some moment from `since` to `until`, the newest
         first, at most `limit` of them (the caller says the chart was cut when it gets `limit`)."""
-        rows = self.tx.execute(
-            """SELECT created_at, finished_at FROM tasks
-               WHERE created_at <= ? AND (finished_at IS NULL OR finished_at >= ?)
+        rows = self.tx.execute(  # two indexed reads (migration 0020, tasks_finished): no scan of all
+            """SELECT created_at, finished_at FROM (
+                   SELECT created_at, finished_at FROM tasks WHERE finished_at IS NULL AND created_at <= ?
+                   UNION ALL
+                   SELECT created_at, finished_at FROM tasks WHERE finished_at >= ? AND created_at <= ?)
                ORDER BY created_at DESC LIMIT ?""",
-            (ts(until), ts(since), limit),
+            (ts(until), ts(since), ts(until), limit),
         ).fetchall()
         return [(row[0], row[1]) for row in rows]
 
@@ -30,10 +32,12 @@ class ChartVerbs(StoreBase):
         """(started_at, ended_at) of the attempts running at some moment from `since` to `until`, as
         task_spans."""
         rows = self.tx.execute(
-            """SELECT started_at, ended_at FROM task_attempts
-               WHERE started_at <= ? AND (ended_at IS NULL OR ended_at >= ?)
+            """SELECT started_at, ended_at FROM (
+                   SELECT started_at, ended_at FROM task_attempts WHERE ended_at IS NULL AND started_at <= ?
+                   UNION ALL
+                   SELECT started_at, ended_at FROM task_attempts WHERE ended_at >= ? AND started_at <= ?)
                ORDER BY started_at DESC LIMIT ?""",
-            (ts(until), ts(since), limit),
+            (ts(until), ts(since), ts(until), limit),
         ).fetchall()
         return [(row[0], row[1]) for row in rows]
 
