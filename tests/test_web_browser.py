@@ -233,6 +233,12 @@ def test_a_goal_loop_in_the_consoles_workflows(page: Any, web: WebRig) -> None:
     expect(page.locator("li.step")).to_have_count(5)
     expect(page.locator("li.step b")).to_have_text(["plan", "execute", "verify", "execute", "verify"])
     screenshot(page, "console-workflow")
+    page.get_by_role("link", name="Tasks", exact=True).click()  # docs/web.md's tasks page: the same loop
+    expect(page.locator("table.tasks tbody tr td:nth-child(2)")).to_have_text(
+        ["verify", "execute", "verify", "execute", "plan"]
+    )
+    expect(page.locator("table.tasks tbody tr.completed")).to_have_count(5)
+    screenshot(page, "console-tasks")
 
 
 def test_the_charts_and_an_attempts_timeline_draw_under_the_consoles_policy(page: Any, web: WebRig) -> None:
