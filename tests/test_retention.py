@@ -136,7 +136,7 @@ async def test_events_go_as_a_checkpointed_prefix_the_chain_still_verifies_and_l
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("dispatcher", ["running", "stopped", "another"])
+@pytest.mark.parametrize("dispatcher", ["running", "stopped", "another", "a waiver that is not JSON"])
 async def test_the_running_dispatchers_boundary_waiver_outlives_events_days(rig: Rig, dispatcher: str) -> None:
     """`agentd status` shows ADVISORY from the newest dispatch_boundary_waived event while the dispatcher that
     recorded it runs: pruning stops before it then (a dispatcher up past events_days stays ADVISORY), and
@@ -150,8 +150,13 @@ async def test_the_running_dispatchers_boundary_waiver_outlives_events_days(rig:
         rig.store.report_service_status("dispatch", this_process(), "stopped", None, rig.clock.now(), rig.clock.now())
     if dispatcher == "another":
         sql(rig, "UPDATE service_status SET pid = ? WHERE service = 'dispatch'", pid + 1)
+    if dispatcher == "a waiver that is not JSON":  # an edit: pruning goes on, and the chain names it
+        sql(rig, "UPDATE events SET payload = '{not json' WHERE sequence = ?", waiver)
     rig.clock.advance(366 * DAY)
     report = prune(rig)
+    if dispatcher == "a waiver that is not JSON":
+        assert report.events_through >= waiver and rig.events(old) == []
+        return
     kept = rig.store.boundary_waiver()
     if dispatcher == "running":
         assert report.events_through == waiver - 1 and kept is not None and kept[1]["pid"] == pid

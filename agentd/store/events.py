@@ -185,7 +185,7 @@ class EventVerbs(StoreBase):
                                              WHERE type = 'dispatch_boundary_waived'
                                              ORDER BY sequence DESC LIMIT 1) w
                       JOIN service_status s ON s.service = 'dispatch' AND s.status != 'stopped'
-                       AND json_valid(w.payload) AND json_extract(w.payload, '$.pid') = s.pid),
+                       AND CASE WHEN json_valid(w.payload) THEN json_extract(w.payload, '$.pid') END = s.pid),
                    (SELECT MAX(sequence) FROM events)""",
             (ts(cutoff),),
         ).fetchone()
