@@ -6,6 +6,7 @@ and shows it in status (docs/install-and-deploy.md, "The advisory mode")."""
 from __future__ import annotations
 
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -95,3 +96,18 @@ def test_the_boundary_setting_takes_only_its_two_values(rig_factory: Callable[..
 
     with pytest.raises(ConfigError, match="boundary"):
         rig_factory(lambda raw: raw["dispatch"].update(boundary="off"))
+
+
+@pytest.mark.parametrize("stored", ["{not json", "[]", '{"by": 3, "pid": 1}', '{"by": "--no-boundary"}', "null"])
+def test_a_waiver_edited_into_something_else_leaves_status_answering(rig: Rig, rig_cli: Any, stored: str) -> None:
+    """A dispatch_boundary_waived whose payload is no waiver (an edit of the database) made `agentd status`
+    end in a traceback: it now answers, without a waiver, and `evidence verify` names the edit."""
+    rig.store.record_event("dispatch_boundary_waived", rig.clock.now(), {"by": "--no-boundary", "pid": 1})
+    with sqlite3.connect(rig.config.db_path) as conn:
+        conn.execute("UPDATE events SET payload = ? WHERE type = 'dispatch_boundary_waived'", (stored,))
+    for args in (("status",), ("status", "--json")):
+        shown = rig_cli(rig, *args)
+        assert shown.code == 0 and "Traceback" not in shown.err, shown
+    assert rig_cli(rig, "status", "--json").json()["boundary"]["waived"] is None
+    verified = rig_cli(rig, "evidence", "verify")
+    assert verified.code == 1 and "hash does not match" in verified.out + verified.err, verified

@@ -159,11 +159,21 @@ def status_rows(store: StoreBase) -> dict[str, Any]:
 
 
 def boundary_waiver(conn: Any) -> tuple[str, dict[str, Any]] | None:
-    """The newest dispatch_boundary_waived event's time and payload (its partial index: migration 0017)."""
+    """The newest dispatch_boundary_waived event's time and payload (its partial index: migration 0017); None
+    when there is none, or when its payload is no object naming who waived and which dispatcher (an edit:
+    `agentd evidence verify` names it; status still answers)."""
     row = conn.execute(
         "SELECT timestamp, payload FROM events WHERE type = 'dispatch_boundary_waived' ORDER BY sequence DESC LIMIT 1"
     ).fetchone()
-    return None if row is None else (row[0], json.loads(row[1]))
+    if row is None:
+        return None
+    try:
+        payload = json.loads(row[1])
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if not (isinstance(payload, dict) and isinstance(payload.get("by"), str) and type(payload.get("pid")) is int):
+        return None
+    return row[0], payload
 
 
 # --- agentd task add (store/tasks.py enqueue_task, insert_task) ---------------------------------------
