@@ -20,6 +20,8 @@ from support import CliResult
 from agentd import control
 from agentd.cli import main
 from agentd.evidence import MANIFEST, artifact_hash
+from agentd.records import TaskIntent
+from agentd.web.views import task_view
 
 
 @pytest_asyncio.fixture
@@ -113,6 +115,37 @@ async def test_an_edited_or_removed_event_is_named(filled: Rig, verify: Any, tam
     result = verify(filled)
     assert result.code == 1
     assert any(line.startswith(spot) for line in result.out.splitlines()), result.out
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("stored", ["{not json", '{"manifest_sha256": 7}', "[1, 2]"])
+async def test_an_outcome_event_edited_into_no_json_is_named_and_verify_goes_on(
+    filled: Rig, verify: Any, stored: str
+) -> None:
+    """The events table keeps no json_valid CHECK (migration 0019): an attempt's task_attempt_finished edited
+    into text that is not JSON (or JSON without the manifest's sha256) is a break of the chain, named with
+    its sequence; verify reads the rest and exits 1, never a traceback."""
+    [finished, *_] = [e.sequence for e in filled.events() if e.type == "task_attempt_finished"]
+    sql(filled, "UPDATE events SET payload = ? WHERE sequence = ?", stored, finished)
+    result = verify(filled, "--json")
+    assert result.code == 1 and "Traceback" not in result.err, result
+    shown = result.json()
+    assert shown["attempts_checked"] == 4 and any(f["where"] == f"event {finished}" for f in shown["findings"])
+
+
+def test_an_approvals_context_edited_into_no_json_reads_as_none(rig: Rig) -> None:
+    """The approval hand-off's context comes from the task's task_enqueued event: edited into text that is not
+    JSON, or a context that is no object, it reads as none (the chain names the edit) instead of an SQL error."""
+    intent = TaskIntent(task_type="example", source="test", payload={})
+    context = {"ticket": "T-1"}
+    now = rig.clock.now()
+    task = control.add_task(rig.config, rig.store, intent, now, require_approval=True, by="t", dispatch_context=context)
+    assert rig.store.approval_context(task.task_id)["dispatch_context"] == context
+    for stored in ("{not json", '{"dispatch_context": "T-1"}', "[]"):
+        sql(rig, "UPDATE events SET payload = ? WHERE type = 'task_enqueued' AND task_id = ?", stored, task.task_id)
+        assert rig.store.approval_context(task.task_id)["dispatch_context"] is None
+        shown = task_view(rig.config, rig.store, task.task_id)["dispatch_context"]  # the console shows what is there
+        assert shown == ("T-1" if "dispatch_context" in stored else None)
 
 
 @pytest.mark.asyncio

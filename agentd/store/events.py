@@ -84,9 +84,12 @@ class EventVerbs(StoreBase):
 
     def sealed_manifests(self, attempt_id: str | None = None) -> dict[str, tuple[int, str]]:
         """attempt_id → (sequence, manifest sha256) as each attempt's task_attempt_finished event
-        recorded it (events from before agentd recorded it have none); of one attempt, or all."""
+        recorded it (events from before agentd recorded it have none); of one attempt, or all. A payload that
+        is not JSON (an edit: the events table holds no CHECK since migration 0019) records none, and the
+        chain names it."""
         rows = self.tx.execute(
-            """SELECT attempt_id, sequence, json_extract(payload, '$.manifest_sha256') FROM events
+            """SELECT attempt_id, sequence,
+                      CASE WHEN json_valid(payload) THEN json_extract(payload, '$.manifest_sha256') END FROM events
                WHERE type = 'task_attempt_finished' AND attempt_id IS NOT NULL AND ?1 IN (attempt_id, '*')""",
             (attempt_id or "*",),
         ).fetchall()

@@ -331,8 +331,10 @@ class WebVerbs(StoreBase):
             "SELECT attempt_id FROM task_attempts WHERE task_id = ? ORDER BY attempt_number DESC LIMIT 1", (task_id,)
         ).fetchone()
         enqueued = self.tx.execute(
-            """SELECT json_extract(payload, '$.dispatch_context') FROM events
-               WHERE type = 'task_enqueued' AND task_id = ? ORDER BY sequence LIMIT 1""",
+            """SELECT CASE WHEN NOT json_valid(payload) THEN NULL
+                           WHEN json_type(payload, '$.dispatch_context') = 'object'
+                           THEN json_extract(payload, '$.dispatch_context') END FROM events
+               WHERE type = 'task_enqueued' AND task_id = ? ORDER BY sequence LIMIT 1""",  # an edit reads as none
             (task_id,),
         ).fetchone()
         return {

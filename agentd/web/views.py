@@ -109,7 +109,8 @@ def task_view(config: Config, store: Store, task_id: int) -> dict[str, Any]:
         attempts.append(jsonable(attempt) | shown)
     events = store.event_rows(task_id=task_id, limit=EVENTS_SHOWN, last=True)
     enqueued = next((e for e in store.event_rows(task_id=task_id, types=("task_enqueued",), limit=1)), None)
-    context = enqueued["payload"].get("dispatch_context") if enqueued else None
+    payload = enqueued["payload"] if enqueued else None
+    context = payload.get("dispatch_context") if isinstance(payload, dict) else None  # an edited one: none
     shown = {"task": jsonable(task), "attempts": attempts, "events": events, "dispatch_context": context}
     return shown | steering_view(config, store, task)
 
