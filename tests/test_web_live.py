@@ -258,8 +258,9 @@ def test_streams_are_capped_per_token_and_in_all_and_a_closed_one_frees_its_plac
         ('{"a": [1, {"b": "\\u00fc \\u2028 \\"q\\""}], "n": null, "f": 1.5}', True),
         ("[1, 2]", True),
         ('{"big": 123456789012345678901234567890}', False),
+        ("{not json", True),
     ],
-    ids=["as agentd writes", "not an object", "an integer past int64"],
+    ids=["as agentd writes", "not an object", "an integer past int64", "not JSON"],
 )
 def test_a_streamed_event_is_the_event_the_api_reads(web: WebRig, stored: str, same_as_the_api: bool) -> None:
     """The stream's frames are written by SQLite's JSON functions (no parse and dump per event); a payload
