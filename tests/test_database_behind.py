@@ -300,11 +300,11 @@ async def test_the_chain_head_file_is_written_off_the_attempts_path_and_never_ah
                 before = published_head(state_dir)
                 head = await rig.db.call(shell.row(f"busy {n}"))
                 assert head is not None
-                await shell.reported(head)
+                shell.reported(head)
                 assert published_head(state_dir) == before  # handed over, not written on this path
                 await published_soon(state_dir, head, rig.store)
             last = await rig.db.call(shell.row("last"))
-            await shell.reported(last)
+            shell.reported(last)
             group.cancel_scope.cancel()
         await shell.stopped()
         assert published_head(state_dir) == rig.store.chain_head()

@@ -181,7 +181,7 @@ def prime() -> None:
     """Start warming the kernel's cgroup write lock for a spawn to come (an attempt about to be claimed):
     this process moved into the cgroup it is in (a no-op move), in a thread, unless a move was recent."""
     found = cgroups()
-    if found is None or time.monotonic() - _moved_at[0] < PRIME_AFTER_S or any(t.is_alive() for t in _priming):
+    if found is None or time.monotonic() - _moved_at[0] < PRIME_AFTER_S or _priming_now() is not None:
         return
     if _spawn_lock().locked():  # a spawn may sit in its run's cgroup now: a move home would take us out of it
         return
@@ -199,8 +199,12 @@ def _move_home(found: Cgroups) -> None:
 async def _primed() -> None:
     """A priming still under way is waited for: its move into this process's own cgroup must not land after
     the spawn's move into the run's."""
-    if _priming and _priming[0].is_alive():
-        await anyio.to_thread.run_sync(_priming[0].join)
+    if (thread := _priming_now()) is not None:
+        await anyio.to_thread.run_sync(thread.join)
+
+
+def _priming_now() -> threading.Thread | None:
+    return _priming[0] if _priming and _priming[0].is_alive() else None
 
 
 async def spawn(group: RunGroup | None, start: Callable[[], Awaitable[T]]) -> T:

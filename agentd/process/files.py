@@ -61,26 +61,25 @@ def held_folder(root: Path) -> Iterator[int]:
         os.close(fd)
 
 
+def _bare_name(relative: str | PurePosixPath) -> bool:
+    """A file's own name, right in the folder: no separator, not `.` or `..`, not empty."""
+    return isinstance(relative, str) and "/" not in relative and relative not in ("", ".", "..")
+
+
 @contextmanager
 def _parent_beneath(root: Root, relative: str | PurePosixPath) -> Iterator[tuple[int, str]]:
     """(a descriptor of the folder holding `relative`'s last part, that part), every folder on the way
     opened without following a link."""
-    if isinstance(relative, str) and "/" not in relative:  # a name: no path to parse
-        parts: tuple[str, ...] = (relative,)
-        plain = relative not in ("", ".", "..")
+    if _bare_name(relative):  # no path to parse
+        parts: tuple[str, ...] = (str(relative),)
     else:
         path = PurePosixPath(relative)
         parts = path.parts
-        plain = bool(parts) and not path.is_absolute() and not any(p in ("..", ".") for p in parts)
-    if not plain:
-        raise Refused(errno.EINVAL, f"{str(relative)!r} is not a plain path inside {root}")
-    if isinstance(root, int):
-        if len(parts) == 1:  # the usual case: a file right in the held folder
-            yield root, parts[0]
-            return
-        fds = [os.dup(root)]
-    else:
-        fds = [os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)]  # the root is agentd's own: its config names it
+        if not parts or path.is_absolute() or any(p in ("..", ".") for p in parts):
+            raise Refused(errno.EINVAL, f"{str(relative)!r} is not a plain path inside {root}")
+    # A held folder is the caller's to close (a copy is walked from); a root by path is agentd's own (its
+    # config names it), opened here.
+    fds = [os.dup(root) if isinstance(root, int) else os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)]
     try:
         for part in parts[:-1]:
             fds.append(_step(fds[-1], part, _DIR_FLAGS, relative))
@@ -104,8 +103,8 @@ def open_beneath(root: Root, relative: str | PurePosixPath, owner: int | None = 
 
 def _open_regular(root: Root, relative: str | PurePosixPath, owner: int | None) -> tuple[int, os.stat_result]:
     """`open_beneath`'s descriptor (the caller closes it) and what fstat said of it."""
-    if isinstance(root, int) and isinstance(relative, str) and "/" not in relative and relative not in ("", ".", ".."):
-        fd = _step(root, relative, _FILE_FLAGS, relative)  # a name in a held folder: nothing to walk
+    if isinstance(root, int) and _bare_name(relative):
+        fd = _step(root, str(relative), _FILE_FLAGS, relative)  # a name in a held folder: nothing to walk
     else:
         with _parent_beneath(root, relative) as (parent, name):
             fd = _step(parent, name, _FILE_FLAGS, relative)

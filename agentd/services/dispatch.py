@@ -244,7 +244,7 @@ class Dispatcher:
             if followed.claim.attempt is not None:  # the row says it runs: written in that same commit
                 self.view.shown(f"running task {followed.claim.task.task_id}")
                 line = claimed_line(followed.claim)
-            await self.shell.reported(followed.head, line)  # that commit's head: published off this path
+            self.shell.reported(followed.head, line)  # that commit's head: published off this path
             return Ticked(True, followed.claim)
         await self._publish()
         if ended.end.outbox:

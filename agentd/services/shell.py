@@ -140,7 +140,7 @@ class Shell:
     async def report(self, line: str) -> None:
         """The service's row; then the chain head that durable write found, published beside the
         database when it moved (agentd/evidence/rollback.py): every refresh, every attempt's end, every stop."""
-        await self.reported(await self.db.call(self.row(line)))
+        self.reported(await self.db.call(self.row(line)))
 
     def row(self, line: str) -> Callable[[Store], tuple[int, str] | None]:
         """Writing the service's row as `line`, as a verb that may join another's transaction."""
@@ -148,7 +148,7 @@ class Shell:
             self.name, self.identity, line, self.metrics.url, self.started_at, self.clock.now()
         )
 
-    async def reported(self, head: tuple[int, str] | None, line: str | None = None) -> None:
+    def reported(self, head: tuple[int, str] | None, line: str | None = None) -> None:
         """After a durable write (the row's, or an attempt's outcome commit: `line`, if it was written
         inside another transaction, is told to systemd too): the chain head it found, to be published
         beside the database. Never on this path (issue #43): while the service serves, a task of its own

@@ -18,26 +18,23 @@ class ChartVerbs(StoreBase):
     def task_spans(self, since: datetime, until: datetime, limit: int) -> list[Span]:
         """(created_at, finished_at) of the tasks open at some moment from `since` to `until`, the newest
         first, at most `limit` of them (the caller says the chart was cut when it gets `limit`)."""
-        rows = self.tx.execute(  # two indexed reads (migration 0020, tasks_finished): no scan of all
-            """SELECT created_at, finished_at FROM (
-                   SELECT created_at, finished_at FROM tasks WHERE finished_at IS NULL AND created_at <= ?
-                   UNION ALL
-                   SELECT created_at, finished_at FROM tasks WHERE finished_at >= ? AND created_at <= ?)
-               ORDER BY created_at DESC LIMIT ?""",
-            (ts(until), ts(since), ts(until), limit),
-        ).fetchall()
-        return [(row[0], row[1]) for row in rows]
+        return self._spans("tasks", "created_at", "finished_at", since, until, limit)
 
     def attempt_spans(self, since: datetime, until: datetime, limit: int) -> list[Span]:
         """(started_at, ended_at) of the attempts running at some moment from `since` to `until`, as
         task_spans."""
+        return self._spans("task_attempts", "started_at", "ended_at", since, until, limit)
+
+    def _spans(self, table: str, start: str, end: str, since: datetime, until: datetime, limit: int) -> list[Span]:
+        """(start, end) of `table`'s rows open at some moment of the window: two indexed reads, the open rows
+        (migration 0020) and those that ended inside it, never a scan of all. Names are this module's own."""
         rows = self.tx.execute(
-            """SELECT started_at, ended_at FROM (
-                   SELECT started_at, ended_at FROM task_attempts WHERE ended_at IS NULL AND started_at <= ?
-                   UNION ALL
-                   SELECT started_at, ended_at FROM task_attempts WHERE ended_at >= ? AND started_at <= ?)
-               ORDER BY started_at DESC LIMIT ?""",
-            (ts(until), ts(since), ts(until), limit),
+            f"""SELECT {start}, {end} FROM (
+                    SELECT {start}, {end} FROM {table} WHERE {end} IS NULL AND {start} <= :until
+                    UNION ALL
+                    SELECT {start}, {end} FROM {table} WHERE {end} >= :since AND {start} <= :until)
+                ORDER BY {start} DESC LIMIT :limit""",
+            {"until": ts(until), "since": ts(since), "limit": limit},
         ).fetchall()
         return [(row[0], row[1]) for row in rows]
 
