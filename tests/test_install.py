@@ -181,6 +181,8 @@ def test_the_units_carry_the_operational_contract() -> None:
         assert settings["ReadWritePaths"] == "/var/lib/agentd/%i /var/lib/agentd-run/%i"
         # switching to the run user, nothing more; and nothing a child could inherit (agentd/process/privilege.py)
         assert settings["CapabilityBoundingSet"] == settings["AmbientCapabilities"] == "CAP_SETUID CAP_SETGID"
+    web = dict(re.findall(r"^(\w+)=(.*)$", (REPO / "units/agentd-web@.service").read_text(), re.M))
+    assert web["Type"] == "notify" and web["NotifyAccess"] == "main"  # started: listed by `agentd status`
     dispatch = dict(re.findall(r"^(\w+)=(.*)$", (REPO / "units/agentd-dispatch@.service").read_text(), re.M))
     defaults: Any = load_config(REPO / "config/identity.example.toml").dispatch
     assert int(dispatch["TimeoutStopSec"].rstrip("s")) > defaults.grace_s + defaults.kill_grace_s

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import signal
 import socket
+import subprocess
+import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from queue import Empty, Queue
@@ -112,3 +115,29 @@ def test_a_watchdog_interval_that_is_not_a_positive_number_is_not_used(
     assert (usec == "") or "is not a positive number of microseconds" in caplog.text
     monkeypatch.setenv("WATCHDOG_USEC", "3000000")
     assert systemd_watchdog_interval() == 1.5
+
+
+def test_the_console_is_ready_once_it_serves_and_its_row_is_written(agent: Agent, tmp_path: Path) -> None:
+    """agentd-web@ is Type=notify: READY=1 comes after the console listens and has written its status row, so
+    `agentd status` lists it as soon as `systemctl start` returns (a Type=exec console was missing from it for
+    the moment it took to start). STOPPING=1 at SIGTERM; `agentd run`'s console beside the dispatcher is silent."""
+    notify = NotifySocket(tmp_path / "notify.sock", agent)
+    try:
+        web = subprocess.Popen(
+            [sys.executable, "-m", "agentd", "--config", str(agent.config_path), "web", "--listen", "127.0.0.1:0"],
+            env={**agent.env, "NOTIFY_SOCKET": str(notify.path)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        agent.processes.append(web)
+        ready, _ = notify.wait_for("READY=1")
+        rows = {row["service"]: row for row in agent.store.service_statuses()}
+        assert rows["web"]["status"].startswith("serving the console and API at http://127.0.0.1:"), rows
+        assert f"STATUS={rows['web']['status']}" in ready.splitlines()
+        url = rows["web"]["status"].rsplit(" ", 1)[1]
+        assert urllib.request.urlopen(f"{url}login", timeout=5).status == 200  # noqa: S310 (loopback): it serves
+        web.send_signal(signal.SIGTERM)
+        notify.wait_for("STOPPING=1")
+        assert web.wait(timeout=15) == 0
+    finally:
+        notify.close()

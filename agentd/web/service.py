@@ -21,7 +21,7 @@ from agentd.config.addresses import exposure_problem, listen_address, listen_par
 from agentd.errors import InputError, contained
 from agentd.process import procs
 from agentd.process.activation import passed_socket
-from agentd.services.shell import STATUS_REFRESH_S
+from agentd.services.shell import STATUS_REFRESH_S, Notifier
 from agentd.store import AsyncStore, Store
 from agentd.web import api, chart_pages, console, evidence_pages, handoff, steering, workflow_pages
 from agentd.web.app import Web, build_app, templates
@@ -103,6 +103,9 @@ class WebService:
         self._stop_asked = False
         self._web: Web | None = None
         self._me, self._started = procs.this_process(), clock.now()
+        # systemd's READY= and STOPPING= are the unit's main process's to send: `agentd run`'s dispatcher sends
+        # them for the process, so the console beside it says nothing.
+        self.notifier = Notifier() if not beside else None
 
     def build(self, peers: PeerBook) -> Web:
         """The state every request handler reaches."""
@@ -147,15 +150,24 @@ class WebService:
         if self._stop_asked:
             web.stopping.set()
         logger.info("console and API at %s", self.url)
-        self.ready.set()
+        line = f"serving the console and API at {self.url}"
         handing = anyio.CancelScope()  # a hand-off pass in flight when serving ends is cut short
         try:
+            # READY once the row is written, so `agentd status` lists the console as soon as `systemctl
+            # start` returns (the unit is Type=notify).
+            await self._report(line)
+            self.ready.set()
+            if self.notifier is not None:
+                self.notifier.ready(line)
             async with anyio.create_task_group() as group:
-                group.start_soon(self._keep_reporting, web, f"serving the console and API at {self.url}")
+                group.start_soon(self._keep_reporting, web, line)
                 if self.config.web.approval_handler is not None:
                     group.start_soon(self._keep_handing_off, web, handing)
                 group.start_soon(self._serve, app, served, web, handing)
         finally:
+            if self.notifier is not None:
+                self.notifier.stopping("stopped")
+                self.notifier.close()
             with anyio.CancelScope(shield=True):
                 await self._report("stopped")
 
@@ -176,10 +188,12 @@ class WebService:
     async def _keep_reporting(self, web: Web, line: str) -> None:
         """The service's row, as dispatch and sensors keep theirs: `agentd status` calls it live only
         while this very process runs and the row is fresh. Ends (never cancelled) once it stops."""
-        while not web.stopping.is_set():
-            await self._report(line)
+        while True:
             with anyio.move_on_after(STATUS_REFRESH_S):
                 await web.stopping.wait()
+            if web.stopping.is_set():
+                return
+            await self._report(line)
 
     async def _report(self, line: str) -> None:
         with contained(logger, "the console's status row could not be written"):
