@@ -83,3 +83,56 @@ def test_a_claude_attempt_interrupted_by_a_stop_is_resumed_in_the_same_session(h
     runs = load_config(harness.config_path).paths.runs
     paths = AttemptPaths(Path(second.evidence_dir or ""), runs / second.attempt_id if runs else None)
     assert not (paths.root.parent / "harness_session.json").exists() and not kept_dir(paths, task.task_id).exists()
+
+
+def codex_threads(attempt: Any) -> list[str]:
+    """The thread ids codex itself printed in the attempt's stdout.log (`thread.started`)."""
+    lines = (Path(attempt.evidence_dir) / "stdout.log").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    return [record["thread_id"] for record in records if record.get("type") == "thread.started"]
+
+
+def test_a_codex_attempt_interrupted_by_a_stop_is_resumed_in_the_same_thread(harness_factory: Any) -> None:
+    """codex names its own thread: agentd reads the id from its stream when the attempt is interrupted, keeps
+    its rollout, and the free retry runs `codex exec resume <id>`. codex's counts are the thread's running
+    total, so the resumed attempt records only what it spent itself."""
+    turns = [ToolCall("exec_command", {"cmd": "echo FIRST-STEP > first.txt"}), Hang(), Reply(outcome_message())]
+    harness = harness_factory("codex", turns, more=no_grace)
+    config = ["--config", str(harness.config_path)]
+    assert main([*config, "task", "add", "--type", "work", "--payload", "{}"]) == 0
+    running = dispatch(harness)
+    try:  # codex ran its command and now waits on the model: the middle of the task
+        wait_until(lambda: len(harness.model_calls()) >= 2, 60, "codex's second model call")
+        running.send_signal(signal.SIGTERM)
+        _, err = running.communicate(timeout=60)
+    finally:
+        running.kill()
+    assert running.returncode == 0, err[-3000:]
+    [task] = harness.store.list_tasks(limit=1)
+    [first] = harness.store.attempts_of(task.task_id)
+    assert task.status == "retryable_failure" and first.termination_reason == "interrupted", task.last_error
+    [thread] = codex_threads(first)
+    kept = first.diagnostics["harness_session"]
+    assert kept["kept"] is True and kept["session_id"] == thread, kept
+    assert (kept["spent_before"]["input_tokens"], kept["spent_before"]["output_tokens"]) == (11, 7)  # one call
+    again = dispatch(harness, "--until-idle")
+    _, err = again.communicate(timeout=180)
+    assert again.returncode == 0, err[-3000:]
+    [task] = harness.store.list_tasks(limit=1)
+    first, second = sorted(harness.store.attempts_of(task.task_id), key=lambda a: a.attempt_number)
+    assert task.status == "completed", (task.last_error, second.diagnostics)
+    assert codex_threads(second) == [thread]  # the same thread, as codex printed it
+    events = harness.store.read_events(task_id=task.task_id)
+    started = [e.payload.get("harness_session_id") for e in events if e.type == "task_started"]
+    assert started == [None, thread]  # a new thread has no id until codex names it
+    [resumed] = [e for e in events if e.type == "harness_session_resumed"]
+    assert resumed.attempt_id == second.attempt_id
+    assert resumed.payload == {"session_id": thread, "resumed_from": first.attempt_id}
+    # resumed, not restarted: the model heard the first attempt's command and the note, not the task again
+    last = json.dumps(harness.model_calls()[-1].body)
+    assert "echo FIRST-STEP > first.txt" in last and RESUME_NOTE[:60] in last
+    assert len(harness.model_calls()) == 3  # no call was made twice
+    assert (harness.workspace / "first.txt").read_text().strip() == "FIRST-STEP"
+    usage = second.usage or {}
+    assert (usage["input_tokens"], usage["output_tokens"]) == (11, 7), usage  # its one call, not the thread's 33/21
+    assert "harness_session" not in second.diagnostics

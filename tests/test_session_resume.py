@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,10 +19,12 @@ from test_adapter_builders import ctx
 
 from agentd.adapters.activity import ClaudeStream, Shown
 from agentd.adapters.claude import RESUME_NOTE, ClaudeCodeAdapter
+from agentd.adapters.codex import CodexAdapter
 from agentd.attempt import session as sessions
 from agentd.attempt.session import HarnessSession, begin, fresh_session_id, keep_or_drop, kept_dir, note_path
 from agentd.evidence import AttemptPaths, make_attempt_dir
 from agentd.outlook.agent_runtime import EVENT_MAP
+from agentd.usage import Usage
 
 CLAUDE = {"kind": "claude-code"}
 
@@ -158,3 +162,153 @@ def test_a_compaction_claude_reports_is_a_context_compaction() -> None:
     assert found.payload == {"trigger": "auto", "pre_tokens": 150_000}  # what is not a count is left out
     assert EVENT_MAP["context_compacted"] == "context.compaction.completed"
     assert stream.feed({"type": "system", "subtype": "compact_boundary", "compact_metadata": "?"}, "t")[0].payload == {}
+
+
+# --- codex: the session id is the one codex names in its stream; its counts are the thread's --------------------
+
+CODEX = {"kind": "codex", "sandbox": "workspace-write", "model": "gpt-5.5"}
+THREAD = "01a222a9-00ed-7b20-a315-785786ed9e1d"  # as codex 0.169.0 names one (a UUIDv7)
+
+
+def rollout(paths: AttemptPaths, *totals: tuple[int, int]) -> Path:
+    """What codex leaves under its CODEX_HOME for a session (measured on 0.169.0): a rollout whose token_count
+    records carry the thread's running total."""
+    path = paths.scratch / "codex" / "sessions" / "2026" / "11" / "28" / f"rollout-2026-11-28T14-57-10-{THREAD}.jsonl"
+    path.parent.mkdir(parents=True)
+    lines = [json.dumps({"type": "session_meta", "payload": {"id": THREAD}})]
+    for given_in, given_out in totals:
+        info = {"total_token_usage": {"input_tokens": given_in, "output_tokens": given_out}}
+        lines.append(json.dumps({"type": "event_msg", "payload": {"type": "token_count", "info": info}}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def named(paths: AttemptPaths, thread: str = THREAD) -> None:
+    paths.stdout.write_text(json.dumps({"type": "thread.started", "thread_id": thread}) + '\n{"type":"turn.started"}\n')
+
+
+def test_a_new_codex_session_has_no_id_until_codex_names_it(tmp_path: Path) -> None:
+    first = attempt(tmp_path, "01FIRST")
+    session = begin(first, 7, "codex", "01FIRST", None)
+    assert session == HarnessSession(None) and session.payload() == {}
+    built = CodexAdapter().build(replace(ctx(tmp_path, CODEX), session=session))
+    assert built.argv[1:3] == ["exec", "--json"] and "resume" not in built.argv
+    assert built.argv[built.argv.index("-s") + 1] == "workspace-write" and built.stdin == b"THE BUNDLE"
+
+
+def test_an_interrupted_codex_session_is_kept_by_the_id_codex_named_and_resumed(tmp_path: Path) -> None:
+    from agentd.attempt.meter import thread_spent
+
+    first = attempt(tmp_path, "01FIRST")
+    begin(first, 7, "codex", "01FIRST", None)
+    named(first)
+    rollout(first, (11, 7), (22, 14))
+    spent = thread_spent(first.scratch / "codex", None)
+    assert spent is not None and (spent.input_tokens, spent.output_tokens) == (22, 14)
+    kept = keep_or_drop(first, 7, "codex", "01FIRST", interrupted=True, user=None, spent=spent)
+    assert kept == {"session_id": THREAD, "kept": True, "spent_before": {"input_tokens": 22, "output_tokens": 14}}
+    second = attempt(tmp_path, "02SECOND")
+    resumed = begin(second, 7, "codex", "02SECOND", None)
+    assert resumed == HarnessSession(THREAD, "01FIRST", spent_before=Usage(22, 14))
+    assert list((second.scratch / "codex" / "sessions").glob("*/*/*/rollout-*.jsonl"))  # back in its CODEX_HOME
+    built = CodexAdapter().build(replace(ctx(tmp_path, CODEX), session=resumed))
+    assert built.argv[1:4] == ["exec", "resume", "--json"] and built.argv[-2:] == [THREAD, "-"]
+    assert "-s" not in built.argv  # `exec resume` has no -s: the same sandbox as a config override
+    assert built.argv[built.argv.index("-c") + 1] == 'sandbox_mode="workspace-write"'
+    assert built.stdin == RESUME_NOTE.encode()
+
+
+def test_a_resumed_codex_attempt_counts_only_what_it_spent(tmp_path: Path) -> None:
+    """codex's turn.completed and token_count carry the thread's total: the interrupted attempt's share is
+    taken off the resumed one's, in its recorded usage and in the running budget."""
+    from agentd.adapters.codex import since
+    from agentd.attempt.meter import Running
+
+    assert since(Usage(33, 21, 5), Usage(22, 14)) == Usage(11, 7, 5)
+    assert since(Usage(10, None), Usage(22, 14)) == Usage(0, None)  # never negative, unknown stays unknown
+    running = Running("codex", before=Usage(22, 14))
+    running.feed(
+        {"payload": {"type": "token_count", "info": {"total_token_usage": {"input_tokens": 40, "output_tokens": 20}}}}
+    )
+    assert (running.usage().input_tokens, running.usage().output_tokens) == (18, 6)
+
+
+def test_an_interrupted_codex_attempt_whose_stream_named_no_thread_restarts(tmp_path: Path) -> None:
+    first = attempt(tmp_path, "01FIRST")
+    begin(first, 7, "codex", "01FIRST", None)
+    rollout(first, (11, 7))
+    named(first, thread="--dangerously-bypass-approvals-and-sandbox")  # the stream is the attempt's to write
+    kept = keep_or_drop(first, 7, "codex", "01FIRST", interrupted=True, user=None)
+    assert kept == {"kept": False, "why": "the harness named no session in its stream"}
+    second = attempt(tmp_path, "02SECOND")
+    assert begin(second, 7, "codex", "02SECOND", None) == HarnessSession(None)
+
+
+@given(
+    st.one_of(
+        st.none(),
+        st.integers(),
+        st.text(max_size=20),
+        st.dictionaries(st.text(max_size=20), st.integers() | st.text(max_size=5) | st.floats(), max_size=5),
+    )
+)
+def test_any_spent_before_in_the_note_is_read_totally(tmp_path_factory: pytest.TempPathFactory, value: object) -> None:
+    """The note is the services' own file, but an edited one never raises: counts that are not agentd's are
+    not taken off (the attempt then counts the thread's whole total, the larger figure)."""
+    tmp_path = tmp_path_factory.mktemp("spent")
+    first = attempt(tmp_path, "01FIRST")
+    begin(first, 7, "codex", "01FIRST", None)
+    named(first)
+    rollout(first, (11, 7))
+    keep_or_drop(first, 7, "codex", "01FIRST", interrupted=True, user=None)
+    note = json.loads(note_path(first).read_text())
+    note_path(first).write_text(json.dumps({**note, "spent_before": value}))
+    resumed = begin(attempt(tmp_path, "02SECOND"), 7, "codex", "02SECOND", None)
+    assert resumed is not None and resumed.session_id == THREAD
+    whole = (
+        isinstance(value, dict)
+        and value
+        and all(
+            k in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+            and type(v) is int
+            and v >= 0
+            for k, v in value.items()
+        )
+    )
+    assert (resumed.spent_before is not None) == bool(whole)
+
+
+def test_a_rollout_the_services_cannot_read_is_no_total(tmp_path: Path) -> None:
+    """Read at the attempt's end, before its run dir goes: a file the services may not open (the run user's,
+    made private) is no total (the resumed attempt then counts the thread's whole), never an error that stops
+    the attempt's ending. As root (CI), the read is tried by `nobody` in a child."""
+    from agentd.attempt.meter import thread_spent
+
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        first = attempt(base, "01FIRST")
+        made = rollout(first, (11, 7))
+        assert thread_spent(first.scratch / "codex", None) is not None
+        assert thread_spent(first.scratch / "codex", os.getuid() + 1) is None  # another user's file: refused
+        for folder in [p for p in made.parents if base in p.parents or p == base]:
+            folder.chmod(0o755)
+        made.chmod(0o600)
+        if os.geteuid() != 0:
+            made.chmod(0)
+            assert thread_spent(first.scratch / "codex", None) is None
+            return
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child's exit code is the assertion)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                found = thread_spent(first.scratch / "codex", None)
+                os._exit(0 if found is None else 1)
+            except BaseException:
+                os._exit(2)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "nobody's read of a private rollout was not None"
+    finally:
+        shutil.rmtree(base)

@@ -71,17 +71,35 @@ HOOK_WAIT_MARGIN_S = 15  # the hook waits this much past [policy] ask_timeout_s 
 HOOK_LIMIT_MARGIN_S = 30  # the harness's limit on the hook: this much past the hook's own wait
 
 
+# What a resumed session is told: the conversation it resumes already holds the task and its instructions
+# (docs/reliability.md, "Resume, not restart"), so the bundle is not sent twice.
+RESUME_NOTE = (
+    "agentd: this session was interrupted (the service stopped, or the machine went down) and is resumed now. "
+    "Go on with the task where you left off: check what you already did before doing it again, and end as the "
+    "task's instructions say, with the outcome block."
+)
+
+
 @frozen_value
 class HarnessSession:
-    """The harness session an attempt runs: new (its id chosen by agentd), or resumed from an interrupted
-    earlier attempt's (agentd/attempt/session.py; docs/reliability.md, "Resume, not restart")."""
+    """The harness session an attempt runs: new, or resumed from an interrupted earlier attempt's
+    (agentd/attempt/session.py; docs/reliability.md, "Resume, not restart"). A new one's id is agentd's
+    choice (claude) or None until the harness names it in its stream (codex)."""
 
-    session_id: str
+    session_id: str | None
     resumed_from: str | None = None  # the attempt whose interrupted session this one continues
+    # What the session had spent when it was interrupted, by codex's own running total (its counts are the
+    # thread's, so a resumed run's report starts there): taken off this attempt's. None: nothing to take off.
+    spent_before: Usage | None = None
+
+    @property
+    def resumed(self) -> bool:
+        return self.resumed_from is not None
 
     def payload(self) -> dict[str, Any]:
         """As the attempt's events say it (`task_started`, `harness_session_resumed`)."""
-        return {"session_id": self.session_id, **({"resumed_from": self.resumed_from} if self.resumed_from else {})}
+        said = {"session_id": self.session_id} if self.session_id else {}
+        return {**said, **({"resumed_from": self.resumed_from} if self.resumed_from else {})}
 
 
 @frozen_value

@@ -13,7 +13,17 @@ import json
 import re
 from typing import Any
 
-from agentd.adapters.base import AdapterRun, AttemptContext, HarnessSession, Invocation, PolicyHook, read_tail
+from agentd.adapters.base import (
+    RESUME_NOTE as RESUME_NOTE,
+)
+from agentd.adapters.base import (
+    AdapterRun,
+    AttemptContext,
+    HarnessSession,
+    Invocation,
+    PolicyHook,
+    read_tail,
+)
 from agentd.adapters.denials import claude_denials, text_of
 from agentd.adapters.harness import (
     FACT_MAX_CHARS,
@@ -48,23 +58,13 @@ def hook_settings(hook: PolicyHook) -> str:
     return json.dumps({"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [entry]}]}})
 
 
-# What a resumed session is told: the conversation it resumes already holds the task and its instructions
-# (docs/reliability.md, "Resume, not restart"), so the bundle is not sent twice.
-RESUME_NOTE = (
-    "agentd: this session was interrupted (the service stopped, or the machine went down) and is resumed now. "
-    "Go on with the task where you left off: check what you already did before doing it again, and end as the "
-    "task's instructions say, with the outcome block."
-)
-
-
 def session_args(session: HarnessSession | None) -> list[str]:
     """A session agentd keeps for a resume has an id it chose (`--session-id`) or resumes one (`--resume`,
     the same id); without one (a harness run outside dispatch), claude keeps no session at all."""
     if session is None:
         return ["--no-session-persistence"]
-    if session.resumed_from:
-        return ["--resume", session.session_id]
-    return ["--session-id", session.session_id]
+    assert session.session_id is not None, "claude's session id is agentd's choice"
+    return ["--resume" if session.resumed else "--session-id", session.session_id]
 
 
 class ClaudeCodeAdapter(HarnessAdapter):
@@ -100,7 +100,7 @@ class ClaudeCodeAdapter(HarnessAdapter):
         if ctx.hook is not None:
             argv += ["--settings", hook_settings(ctx.hook), "--setting-sources", ""]
             env.pop("CLAUDE_CODE_SHELL_PREFIX", None)  # it would wrap the hook's command
-        prompt = RESUME_NOTE if ctx.session and ctx.session.resumed_from else ctx.bundle_text
+        prompt = RESUME_NOTE if ctx.session and ctx.session.resumed else ctx.bundle_text
         return Invocation([*argv, *base_args(config)], env, stdin=prompt.encode())
 
     def parse(self, ctx: AttemptContext, result: ProcessResult) -> AdapterRun:

@@ -10,13 +10,16 @@ tokens but no cost: the adapter's price table gives an estimate. A `command_exec
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import tomli_w
 
 from agentd.adapters.base import (
     FINAL_MESSAGE_MAX_BYTES,
+    RESUME_NOTE,
     AdapterRun,
     AttemptContext,
     Invocation,
@@ -42,7 +45,7 @@ from agentd.adapters.harness import (
 from agentd.process.files import read_reported
 from agentd.process.runner import ProcessResult
 from agentd.records import CodexAdapterConfig as CodexConfig
-from agentd.usage import Usage
+from agentd.usage import TOKEN_KINDS, Usage
 
 LAST_MESSAGE = "codex-last-message.txt"
 
@@ -57,15 +60,19 @@ class CodexAdapter(HarnessAdapter):
         sandbox = config.sandbox or "read-only"
         if sandbox == "danger-full-access" and not trusted(config):
             sandbox = "workspace-write"  # config check refuses this combination; never widen silently
+        session = ctx.session
+        resumed = session is not None and session.resumed and session.session_id is not None
         argv = [
             config.command,
             "exec",
+            *(["resume"] if resumed else []),
             "--json",
             "--skip-git-repo-check",
             "-o",
             str(ctx.paths.reported(LAST_MESSAGE)),  # a transport: last_message.txt is the evidence
-            "-s",
-            sandbox,
+            # `exec resume` takes no -s; the same setting as a config override (measured on 0.169.0: the
+            # resumed turn runs under it, not under the interrupted one's)
+            *(["-c", f'sandbox_mode="{sandbox}"'] if resumed else ["-s", sandbox]),
         ]
         if ctx.model:
             argv += ["-m", ctx.model]
@@ -75,7 +82,12 @@ class CodexAdapter(HarnessAdapter):
             argv.append("--dangerously-bypass-hook-trust")  # codex exec skips untrusted user-layer hooks silently
         env = {**ctx.env, "CODEX_HOME": str(home)}
         files = {home / "config.toml": tomli_w.dumps(document)}
-        # The prompt as stdin ("-"): a bundle can be longer than one argv string may be.
+        # The prompt as stdin ("-"): a bundle can be longer than one argv string may be. A resumed session is
+        # told it was interrupted instead: its conversation holds the bundle already (docs/reliability.md).
+        if resumed:
+            assert session is not None and session.session_id is not None
+            tail = [session.session_id, "-"]
+            return Invocation([*argv, *base_args(config), *tail], env, stdin=RESUME_NOTE.encode(), files=files)
         return Invocation([*argv, *base_args(config), "-"], env, stdin=ctx.bundle_text.encode(), files=files)
 
     def parse(self, ctx: AttemptContext, result: ProcessResult) -> AdapterRun:
@@ -87,7 +99,9 @@ class CodexAdapter(HarnessAdapter):
             parsed = replace(parsed, final_message=last.decode("utf-8", errors="replace"))
         model = ctx.model or config.model
         price = (config.prices or {}).get(model) if model else None
-        parsed = replace(parsed, usage=estimate_cost(parsed.usage, price), model=model)
+        spent_before = ctx.session.spent_before if ctx.session else None
+        usage = since(parsed.usage, spent_before) if spent_before else parsed.usage
+        parsed = replace(parsed, usage=estimate_cost(usage, price), model=model)
         return to_run(ctx, result, parsed, self.version(ctx))
 
 
@@ -172,3 +186,35 @@ def _usage(completed: dict[str, Any]) -> tuple[Usage, list[str]]:
     """turn.completed's token counts, judged (codex reports no cost: the adapter estimates one)."""
     reported, problems = usage_of(completed, "usage", USAGE_NAMES, "codex turn.completed")
     return judge_harness_usage(reported, problems)
+
+
+def since(total: Usage, before: Usage) -> Usage:
+    """This attempt's share of a resumed thread's counts: codex reports the thread's running total, which
+    held `before` when the session was interrupted (agentd/attempt/session.py). A count unknown on either
+    side stays unknown; one that went down (not codex's own total) is 0, never negative."""
+    counts: dict[str, Any] = {}
+    for kind in TOKEN_KINDS:
+        now, then = getattr(total, kind), getattr(before, kind)
+        counts[kind] = None if now is None else max(0, now - (then or 0))
+    return Usage(**counts)
+
+
+THREAD_STARTED_MAX_BYTES = 64 * 1024  # codex prints thread.started first: it is in the stream's head
+
+
+def thread_id(stdout: Path) -> str | None:
+    """The session id codex named in its stream (`thread.started`), if it is a UUID (it goes into the next
+    attempt's argv, and the stream is the attempt's to write)."""
+    try:
+        with stdout.open("rb") as stream:
+            head = stream.read(THREAD_STARTED_MAX_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    events, _ = json_lines(head)
+    named = next((e.get("thread_id") for e in events if e.get("type") == "thread.started"), None)
+    if not isinstance(named, str):
+        return None
+    try:
+        return str(uuid.UUID(named)) if len(named) == 36 else None
+    except ValueError:
+        return None

@@ -18,6 +18,7 @@ from typing import Any
 from agentd.adapters import AdapterRun
 from agentd.attempt.judge import AttemptFacts, ProposalFact, Stopped, extracted_of, judge
 from agentd.attempt.manifest import manifest_fields
+from agentd.attempt.meter import thread_spent
 from agentd.attempt.outcome import FileFact, paths_to_check
 from agentd.attempt.policy import AttemptPolicy, Ending
 from agentd.attempt.prepare import Prepared
@@ -235,8 +236,16 @@ def keep_session(
     restart"). What was done, for the diagnostics."""
     interrupted = end.status == "retryable_failure" and (facts.stopped == "interrupted" or end.crashed)
     attempt = facts.attempt
+    codex = interrupted and attempt.adapter_kind == "codex"  # its counts are the thread's: where they stood
+    spent = thread_spent(paths.scratch / "codex", user.uid if user else None) if codex else None
     return keep_or_drop(
-        paths, attempt.task_id, attempt.adapter_kind, attempt.attempt_id, interrupted=interrupted, user=user
+        paths,
+        attempt.task_id,
+        attempt.adapter_kind,
+        attempt.attempt_id,
+        interrupted=interrupted,
+        user=user,
+        spent=spent,
     )
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from agentd import frozen_value
+from agentd.adapters.codex import since
 from agentd.adapters.harness import estimate_cost
 from agentd.attempt.live import LINE_MAX_BYTES, Lines, Source, json_record
 from agentd.config import Config
@@ -93,6 +94,7 @@ class Running:
     kind: str
     by_message: dict[str, dict[str, int]] = field(default_factory=dict)  # claude: per message id, its last usage
     total: dict[str, int] = field(default_factory=dict)  # codex: its own running total
+    before: Usage | None = None  # codex: the total a resumed thread held at its interruption, not this attempt's
 
     def feed(self, record: dict[str, Any]) -> None:
         if self.kind == "claude-code":
@@ -118,9 +120,10 @@ class Running:
             )
         if not self.total:
             return Usage()
-        return Usage(
+        total = Usage(
             self.total.get("input_tokens", 0), self.total.get("output_tokens", 0), self.total.get("cache_read_tokens")
         )
+        return since(total, self.before) if self.before else total
 
 
 @dataclass
@@ -178,17 +181,40 @@ def codex_session(home: Path, owner: int | None) -> Callable[[], Source | None]:
     return find
 
 
+def thread_spent(home: Path, owner: int | None) -> Usage | None:
+    """codex's running total as its newest rollout file under `home`/sessions holds it now (an interrupted
+    session's, kept for its resume: agentd/attempt/session.py); None when it holds none."""
+    running = Running("codex")
+    try:
+        source = codex_session(home, owner)()
+        while source is not None and (lines := source.read()):
+            for line in lines:
+                if (record := json_record(line.decode("utf-8", errors="replace"))) is not None:
+                    running.feed(record)
+    except OSError as exc:  # a folder the run user kept from the services: the resumed attempt counts the whole
+        logger.warning("codex's running total under %s could not be read: %s", home, exc)
+        return None
+    return running.usage() if running.total else None
+
+
 def meter_for(
-    adapter: AdapterConfig, model: str | None, cap: Cap | None, stdout: Path, scratch: Path, owner: int | None
+    adapter: AdapterConfig,
+    model: str | None,
+    cap: Cap | None,
+    stdout: Path,
+    scratch: Path,
+    owner: int | None,
+    before: Usage | None = None,
 ) -> Meter | None:
-    """The meter of an attempt that has a cap and a running figure to hold it to; None for the others."""
+    """The meter of an attempt that has a cap and a running figure to hold it to; None for the others.
+    `before`: what a resumed codex thread had spent when it was interrupted (its counts go on from there)."""
     price = price_of(adapter, model)
     if cap is None or price is None or adapter.kind not in LIVE_USAGE:
         return None
     if adapter.kind == "claude-code":
         source = Source(stdout.parent, stdout.name, Lines(LINE_MAX_BYTES, keep_long=False))
         return Meter(cap, price, Running(adapter.kind), lambda: source)
-    return Meter(cap, price, Running(adapter.kind), codex_session(scratch / "codex", owner))
+    return Meter(cap, price, Running(adapter.kind, before=before), codex_session(scratch / "codex", owner))
 
 
 def spent_line(stopped: dict[str, Any]) -> str:

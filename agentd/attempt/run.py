@@ -296,7 +296,8 @@ class AttemptRunner:
             return None
         spend = await self.db.read(Store.spend_since, day_start(self.clock.now()))
         cap = attempt_cap(config, attempt.adapter_id, spend)
-        return meter_for(ctx.adapter, attempt.model, cap, ctx.paths.stdout, ctx.paths.scratch, ctx.reporter)
+        before = ctx.session.spent_before if ctx.session else None
+        return meter_for(ctx.adapter, attempt.model, cap, ctx.paths.stdout, ctx.paths.scratch, ctx.reporter, before)
 
     async def _watch_for_cancel(self, task_id: int, control: AttemptControl) -> None:
         while True:

@@ -19,15 +19,19 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from agentd.adapters import codex
 from agentd.adapters.base import HarnessSession as HarnessSession
 from agentd.evidence import AttemptPaths
 from agentd.process.files import make_run_dir, write_private
 from agentd.process.privilege import RunUser, run_as
 from agentd.process.runner import remove_tree
+from agentd.usage import TOKEN_KINDS, Usage
 
-# harness kind → where under its HOME it keeps its sessions (claude 2.1.197 writes ~/.claude/projects/<cwd>/<id>.jsonl;
+# harness kind → where under its HOME it keeps its sessions (claude 2.1.197 writes ~/.claude/projects/<cwd>/<id>.jsonl,
+# codex 0.169.0 $CODEX_HOME/sessions/YYYY/MM/DD/rollout-…-<id>.jsonl, which is all `codex exec resume <id>` needs:
 # docs/adapters.md, "Resume"). Kinds not here restart (docs/decisions.md).
-SESSION_HOMES = {"claude-code": Path(".claude") / "projects"}
+SESSION_HOMES = {"claude-code": Path(".claude") / "projects", "codex": Path("codex") / "sessions"}
+CHOSEN_HERE = frozenset({"claude-code"})  # a new session's id is agentd's; the others' the harness names
 KEPT_MAX_BYTES = 64 * 1024 * 1024  # a longer session restarts: a bound on what a task leaves on disk
 NOTE = "harness_session.json"  # in the task's evidence folder
 NAMESPACE = uuid.UUID("5f0c8a43-9a36-4f57-9d3e-4d1b0e6a2c42")  # agentd's: a session id from an attempt id
@@ -60,29 +64,39 @@ def begin(paths: AttemptPaths, task_id: int, kind: str, attempt_id: str, user: R
     drop(paths, task_id, user)
     if home is None:
         return None
-    session = resumed or HarnessSession(fresh_session_id(attempt_id))
+    session = resumed or HarnessSession(fresh_session_id(attempt_id) if kind in CHOSEN_HERE else None)
     _write_note(paths, {"kind": kind, "attempt_id": attempt_id, **session.payload(), "kept": False})
     return session
 
 
 def keep_or_drop(
-    paths: AttemptPaths, task_id: int, kind: str, attempt_id: str, *, interrupted: bool, user: RunUser | None
+    paths: AttemptPaths,
+    task_id: int,
+    kind: str,
+    attempt_id: str,
+    *,
+    interrupted: bool,
+    user: RunUser | None,
+    spent: Usage | None = None,
 ) -> dict[str, Any] | None:
     """At the attempt's end, before its run dir goes: keep its session when it was interrupted and will
-    run again, else drop it. What was done, for the attempt's diagnostics; None: there was no session."""
+    run again, else drop it. What was done, for the attempt's diagnostics; None: there was no session.
+    `spent`: the session's running total (codex's), which its resumed attempt's counts go on from."""
     note, home = _read_note(paths), SESSION_HOMES.get(kind)
-    if home is None or note.get("attempt_id") != attempt_id or not isinstance(note.get("session_id"), str):
+    if home is None or note.get("attempt_id") != attempt_id or not interrupted:
         drop(paths, task_id, user)
         return None
-    if not interrupted:
+    session_id = note.get("session_id") or (codex.thread_id(paths.stdout) if kind == "codex" else None)
+    if not isinstance(session_id, str):
         drop(paths, task_id, user)
-        return None
+        return {"kept": False, "why": "the harness named no session in its stream"}
     problem = _keep(paths, task_id, home, user)
     if problem is not None:
         drop(paths, task_id, user)
-        return {"session_id": note["session_id"], "kept": False, "why": problem}
-    _write_note(paths, {**note, "kept": True})
-    return {"session_id": note["session_id"], "kept": True}
+        return {"session_id": session_id, "kept": False, "why": problem}
+    kept = {"session_id": session_id, "kept": True, **({"spent_before": _counts(spent)} if spent else {})}
+    _write_note(paths, {**note, **kept})
+    return kept
 
 
 def drop(paths: AttemptPaths, task_id: int, user: RunUser | None) -> None:
@@ -117,7 +131,22 @@ def _take_back(
     if not isinstance(session_id, str) or not isinstance(earlier, str) or os.path.islink(source):
         return None
     _make_dirs(paths.scratch, home.parent, user)
-    return HarnessSession(session_id, earlier) if _move(source, paths.scratch / home, user) else None
+    if not _move(source, paths.scratch / home, user):
+        return None
+    return HarnessSession(session_id, earlier, spent_before=_usage(note.get("spent_before")))
+
+
+def _counts(usage: Usage) -> dict[str, int]:
+    return {kind: count for kind in TOKEN_KINDS if isinstance(count := getattr(usage, kind), int)}
+
+
+def _usage(counts: Any) -> Usage | None:
+    """The note's `spent_before`, if it is one agentd wrote (counts that are whole numbers, nothing else)."""
+    if not isinstance(counts, dict) or not counts:
+        return None
+    if any(k not in TOKEN_KINDS or type(v) is not int or v < 0 for k, v in counts.items()):
+        return None
+    return Usage(**counts)
 
 
 def _make_dirs(base: Path, relative: Path, user: RunUser | None) -> None:

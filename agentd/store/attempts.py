@@ -52,7 +52,8 @@ class AttemptVerbs(StoreBase):
             ids = {"task_id": task_id, "attempt_id": attempt_id}
             if session and session.get("resumed_from"):
                 self.tx.event("harness_session_resumed", now, **ids, payload=session)
-            started = {"pid": pid, **({"harness_session_id": session["session_id"]} if session else {})}
+            named = session.get("session_id") if session else None  # a new codex thread's: not yet named
+            started = {"pid": pid, **({"harness_session_id": named} if named else {})}
             self.tx.event("task_started", now, **ids, payload=started)
 
     def _insert_bundle(self, task_id: int, attempt_id: str, bundle: CompiledBundle, now: datetime) -> None:
