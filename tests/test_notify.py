@@ -19,7 +19,8 @@ pytestmark = pytest.mark.process
 
 
 class NotifySocket:
-    """What systemd listens on: every datagram the service sends, with the events at that moment."""
+    """What systemd listens on: every datagram the service sends, with the services' rows (read first: the
+    service goes on at once) and the events at that moment."""
 
     def __init__(self, path: Path, agent: Agent) -> None:
         self.path, self.agent = path, agent
@@ -27,6 +28,7 @@ class NotifySocket:
         self.sock.bind(str(path))
         self.sock.settimeout(0.2)
         self.messages: Queue[tuple[str, list[str]]] = Queue()
+        self.rows_at: dict[str, dict[str, int]] = {}  # a datagram's first line → each service row's pid then
         self.seen: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._receive, daemon=True)
@@ -38,6 +40,8 @@ class NotifySocket:
                 data = self.sock.recv(4096).decode()
             except TimeoutError:
                 continue
+            rows = {row["service"]: row["pid"] for row in self.agent.store.service_statuses()}
+            self.rows_at.setdefault(data.splitlines()[0], rows)
             events = [e.type for e in self.agent.store.read_events(limit=100_000)]
             self.messages.put((data, events))
 
@@ -80,6 +84,8 @@ def test_ready_after_the_boot_sweep_then_watchdog_status_and_stopping(agent: Age
         service = agent.start(NOTIFY_SOCKET=str(notify.path), WATCHDOG_USEC="1000000")
         _, events_at_ready = notify.wait_for("READY=1")
         assert "boot_sweep_reclaimed" in events_at_ready, "READY=1 only after the boot sweep"
+        # the row is this process's (the killed one's is there too): `agentd status` lists it live at once
+        assert notify.rows_at["READY=1"].get("dispatch") == service.pid, "READY=1 before the service's row"
         assert "dispatch_lock_stale_cleared" in events_at_ready
         notify.wait_for(f"STATUS=running task {task_id} (scripted, no model)")
         notify.wait_for("WATCHDOG=1")
@@ -131,6 +137,7 @@ def test_the_console_is_ready_once_it_serves_and_its_row_is_written(agent: Agent
         )
         agent.processes.append(web)
         ready, _ = notify.wait_for("READY=1")
+        assert notify.rows_at["READY=1"] == {"web": web.pid}, "READY=1 only once `agentd status` lists the console"
         rows = {row["service"]: row for row in agent.store.service_statuses()}
         assert rows["web"]["status"].startswith("serving the console and API at http://127.0.0.1:"), rows
         assert f"STATUS={rows['web']['status']}" in ready.splitlines()

@@ -91,10 +91,13 @@ class Shell:
         self._publishing = anyio.Lock()  # one status line read and written at a time
 
     async def serve(self, group: anyio.abc.TaskGroup, status_line: StatusLine) -> None:
-        """/metrics, READY (after whatever the service did before: the boot sweep), the watchdog and
-        the status refresh, each a task of its own."""
+        """/metrics, the service's row, READY (after whatever the service did before: the boot sweep), the
+        watchdog and the status refresh, each a task of its own."""
         await group.start(self.metrics.serve, self.listen)
-        self.notifier.ready(await status_line())
+        async with self._publishing:  # the row first: `agentd status` lists it once `systemctl start` returns
+            line = await status_line()
+            await self.report(line)
+        self.notifier.ready(line)
         group.start_soon(self._feed_watchdog)
         group.start_soon(self._refresh_status, status_line)
         if self.state_dir is not None:
@@ -115,9 +118,9 @@ class Shell:
 
     async def _refresh_status(self, status_line: StatusLine) -> None:
         while True:
-            await self.publish(status_line)
             await self.publish_head()
             await anyio.sleep(STATUS_REFRESH_S)
+            await self.publish(status_line)
 
     async def publish(self, status_line: StatusLine) -> None:
         """The service's line, to systemd and to its row, now: every refresh, and whenever the service
