@@ -296,6 +296,9 @@ async def test_the_chain_head_file_is_written_off_the_attempts_path_and_never_ah
     try:
         async with anyio.create_task_group() as group:
             await shell.serve(group, line)
+            started = rig.store.chain_head()  # the row written before READY found it: the writer's first
+            assert started is not None
+            await published_soon(state_dir, started, rig.store)
             for n in range(3):
                 before = published_head(state_dir)
                 head = await rig.db.call(shell.row(f"busy {n}"))

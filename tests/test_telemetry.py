@@ -222,7 +222,7 @@ def stored_spans(url: str) -> list[dict[str, Any]]:
         return list(json.loads(answer.read())["data"])
 
 
-@pytest.mark.deep  # Phoenix's start is ~20 s of CPU; make test keeps the in-process span tests above
+@pytest.mark.deep  # Phoenix is slow to start; make test keeps the in-process span tests above
 @pytest.mark.process
 @pytest.mark.timeout(180)
 @pytest.mark.asyncio
