@@ -18,7 +18,7 @@ from fakemodel import Hang, Reply, ToolCall
 from support import wait_until
 from test_adapter_contract import Harness, harness_factory, outcome_message  # noqa: F401
 
-from agentd.adapters.claude import RESUME_NOTE
+from agentd.adapters.base import RESUME_NOTE
 from agentd.attempt.session import kept_dir
 from agentd.cli import main
 from agentd.evidence import AttemptPaths

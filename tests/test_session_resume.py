@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from test_adapter_builders import ctx
 
 from agentd.adapters.activity import ClaudeStream, Shown
-from agentd.adapters.claude import RESUME_NOTE, ClaudeCodeAdapter
+from agentd.adapters.base import RESUME_NOTE
+from agentd.adapters.claude import ClaudeCodeAdapter
 from agentd.adapters.codex import CodexAdapter
 from agentd.attempt import session as sessions
 from agentd.attempt.session import HarnessSession, begin, fresh_session_id, keep_or_drop, kept_dir, note_path

@@ -14,9 +14,7 @@ import re
 from typing import Any
 
 from agentd.adapters.base import (
-    RESUME_NOTE as RESUME_NOTE,
-)
-from agentd.adapters.base import (
+    RESUME_NOTE,
     AdapterRun,
     AttemptContext,
     HarnessSession,
