@@ -42,14 +42,13 @@ def dispatch(harness: Harness, *more: str) -> subprocess.Popen[str]:
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_a_claude_attempt_interrupted_by_a_stop_is_resumed_in_the_same_session(harness_factory: Any) -> None:
-    turns = [ToolCall("Bash", {"command": "echo FIRST-STEP > first.txt"}), Hang(), Reply(outcome_message())]
-    harness = harness_factory("claude-code", turns, more=no_grace)
-    config = ["--config", str(harness.config_path)]
-    assert main([*config, "task", "add", "--type", "work", "--payload", "{}"]) == 0
+def interrupted_mid_task(harness: Harness) -> Any:
+    """One task, dispatched; the dispatcher stopped once the harness ran its tool and waits on the model (the
+    middle of the task): the task's first attempt, ended interrupted."""
+    assert main(["--config", str(harness.config_path), "task", "add", "--type", "work", "--payload", "{}"]) == 0
     running = dispatch(harness)
-    try:  # claude ran its tool and now waits on the model: the middle of the task
-        wait_until(lambda: len(harness.model_calls()) >= 2, 60, "claude's second model call")
+    try:
+        wait_until(lambda: len(harness.model_calls()) >= 2, 60, "the harness's second model call")
         running.send_signal(signal.SIGTERM)
         _, err = running.communicate(timeout=60)
     finally:
@@ -58,28 +57,45 @@ def test_a_claude_attempt_interrupted_by_a_stop_is_resumed_in_the_same_session(h
     [task] = harness.store.list_tasks(limit=1)
     [first] = harness.store.attempts_of(task.task_id)
     assert task.status == "retryable_failure" and first.termination_reason == "interrupted", task.last_error
-    assert first.diagnostics["harness_session"]["kept"] is True
+    return first
+
+
+def dispatched_again(harness: Harness) -> tuple[Any, Any, Any]:
+    """The dispatcher run again until idle: the task (completed), its first attempt and its second."""
     again = dispatch(harness, "--until-idle")
     _, err = again.communicate(timeout=180)
     assert again.returncode == 0, err[-3000:]
     [task] = harness.store.list_tasks(limit=1)
     first, second = sorted(harness.store.attempts_of(task.task_id), key=lambda a: a.attempt_number)
     assert task.status == "completed", (task.last_error, second.diagnostics)
-    # the same session, as claude printed it and as agentd recorded it
-    [session_id] = stream_session_ids(first)
-    assert stream_session_ids(second) == {session_id}
+    return task, first, second
+
+
+def resumed_not_restarted(harness: Harness, task: Any, first: Any, second: Any, session_id: str) -> list[Any]:
+    """The second attempt said it resumed `session_id`, and did: the model heard the first attempt's tool call
+    and the note, not the task again, and no call was made twice. The task_started events' session ids."""
     events = harness.store.read_events(task_id=task.task_id)
-    started = [e.payload.get("harness_session_id") for e in events if e.type == "task_started"]
-    assert started == [session_id, session_id]
     [resumed] = [e for e in events if e.type == "harness_session_resumed"]
     assert resumed.attempt_id == second.attempt_id
     assert resumed.payload == {"session_id": session_id, "resumed_from": first.attempt_id}
-    # resumed, not restarted: the model heard the first attempt's tool call and result, and the note, not the task again
     last = json.dumps(harness.model_calls()[-1].body)
     assert "echo FIRST-STEP > first.txt" in last and RESUME_NOTE[:60] in last
     assert len(harness.model_calls()) == 3  # no call was made twice
     assert (harness.workspace / "first.txt").read_text().strip() == "FIRST-STEP"
     assert "harness_session" not in second.diagnostics  # it ended: nothing of its session is kept
+    return [e.payload.get("harness_session_id") for e in events if e.type == "task_started"]
+
+
+def test_a_claude_attempt_interrupted_by_a_stop_is_resumed_in_the_same_session(harness_factory: Any) -> None:
+    turns = [ToolCall("Bash", {"command": "echo FIRST-STEP > first.txt"}), Hang(), Reply(outcome_message())]
+    harness = harness_factory("claude-code", turns, more=no_grace)
+    first = interrupted_mid_task(harness)
+    assert first.diagnostics["harness_session"]["kept"] is True
+    task, first, second = dispatched_again(harness)
+    # the same session, as claude printed it and as agentd recorded it
+    [session_id] = stream_session_ids(first)
+    assert stream_session_ids(second) == {session_id}
+    assert resumed_not_restarted(harness, task, first, second, session_id) == [session_id, session_id]
     runs = load_config(harness.config_path).paths.runs
     paths = AttemptPaths(Path(second.evidence_dir or ""), runs / second.attempt_id if runs else None)
     assert not (paths.root.parent / "harness_session.json").exists() and not kept_dir(paths, task.task_id).exists()
@@ -98,41 +114,14 @@ def test_a_codex_attempt_interrupted_by_a_stop_is_resumed_in_the_same_thread(har
     total, so the resumed attempt records only what it spent itself."""
     turns = [ToolCall("exec_command", {"cmd": "echo FIRST-STEP > first.txt"}), Hang(), Reply(outcome_message())]
     harness = harness_factory("codex", turns, more=no_grace)
-    config = ["--config", str(harness.config_path)]
-    assert main([*config, "task", "add", "--type", "work", "--payload", "{}"]) == 0
-    running = dispatch(harness)
-    try:  # codex ran its command and now waits on the model: the middle of the task
-        wait_until(lambda: len(harness.model_calls()) >= 2, 60, "codex's second model call")
-        running.send_signal(signal.SIGTERM)
-        _, err = running.communicate(timeout=60)
-    finally:
-        running.kill()
-    assert running.returncode == 0, err[-3000:]
-    [task] = harness.store.list_tasks(limit=1)
-    [first] = harness.store.attempts_of(task.task_id)
-    assert task.status == "retryable_failure" and first.termination_reason == "interrupted", task.last_error
+    first = interrupted_mid_task(harness)
     [thread] = codex_threads(first)
     kept = first.diagnostics["harness_session"]
     assert kept["kept"] is True and kept["session_id"] == thread, kept
     assert (kept["spent_before"]["input_tokens"], kept["spent_before"]["output_tokens"]) == (11, 7)  # one call
-    again = dispatch(harness, "--until-idle")
-    _, err = again.communicate(timeout=180)
-    assert again.returncode == 0, err[-3000:]
-    [task] = harness.store.list_tasks(limit=1)
-    first, second = sorted(harness.store.attempts_of(task.task_id), key=lambda a: a.attempt_number)
-    assert task.status == "completed", (task.last_error, second.diagnostics)
+    task, first, second = dispatched_again(harness)
     assert codex_threads(second) == [thread]  # the same thread, as codex printed it
-    events = harness.store.read_events(task_id=task.task_id)
-    started = [e.payload.get("harness_session_id") for e in events if e.type == "task_started"]
-    assert started == [None, thread]  # a new thread has no id until codex names it
-    [resumed] = [e for e in events if e.type == "harness_session_resumed"]
-    assert resumed.attempt_id == second.attempt_id
-    assert resumed.payload == {"session_id": thread, "resumed_from": first.attempt_id}
-    # resumed, not restarted: the model heard the first attempt's command and the note, not the task again
-    last = json.dumps(harness.model_calls()[-1].body)
-    assert "echo FIRST-STEP > first.txt" in last and RESUME_NOTE[:60] in last
-    assert len(harness.model_calls()) == 3  # no call was made twice
-    assert (harness.workspace / "first.txt").read_text().strip() == "FIRST-STEP"
+    # a new thread has no id until codex names it
+    assert resumed_not_restarted(harness, task, first, second, thread) == [None, thread]
     usage = second.usage or {}
     assert (usage["input_tokens"], usage["output_tokens"]) == (11, 7), usage  # its one call, not the thread's 33/21
-    assert "harness_session" not in second.diagnostics

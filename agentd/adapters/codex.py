@@ -60,19 +60,18 @@ class CodexAdapter(HarnessAdapter):
         sandbox = config.sandbox or "read-only"
         if sandbox == "danger-full-access" and not trusted(config):
             sandbox = "workspace-write"  # config check refuses this combination; never widen silently
-        session = ctx.session
-        resumed = session is not None and session.resumed and session.session_id is not None
+        resuming = ctx.session.session_id if ctx.session and ctx.session.resumed else None  # the thread's id
         argv = [
             config.command,
             "exec",
-            *(["resume"] if resumed else []),
+            *(["resume"] if resuming else []),
             "--json",
             "--skip-git-repo-check",
             "-o",
             str(ctx.paths.reported(LAST_MESSAGE)),  # a transport: last_message.txt is the evidence
             # `exec resume` takes no -s; the same setting as a config override (measured on 0.169.0: the
             # resumed turn runs under it, not under the interrupted one's)
-            *(["-c", f'sandbox_mode="{sandbox}"'] if resumed else ["-s", sandbox]),
+            *(["-c", f'sandbox_mode="{sandbox}"'] if resuming else ["-s", sandbox]),
         ]
         if ctx.model:
             argv += ["-m", ctx.model]
@@ -84,11 +83,9 @@ class CodexAdapter(HarnessAdapter):
         files = {home / "config.toml": tomli_w.dumps(document)}
         # The prompt as stdin ("-"): a bundle can be longer than one argv string may be. A resumed session is
         # told it was interrupted instead: its conversation holds the bundle already (docs/reliability.md).
-        if resumed:
-            assert session is not None and session.session_id is not None
-            tail = [session.session_id, "-"]
-            return Invocation([*argv, *base_args(config), *tail], env, stdin=RESUME_NOTE.encode(), files=files)
-        return Invocation([*argv, *base_args(config), "-"], env, stdin=ctx.bundle_text.encode(), files=files)
+        prompt = RESUME_NOTE if resuming else ctx.bundle_text
+        tail = [resuming, "-"] if resuming else ["-"]
+        return Invocation([*argv, *base_args(config), *tail], env, stdin=prompt.encode(), files=files)
 
     def parse(self, ctx: AttemptContext, result: ProcessResult) -> AdapterRun:
         config = ctx.adapter
