@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from pydantic import TypeAdapter
 from test_outcome import task as make_task
 
-from agentd.adapters.base import AttemptContext, Invocation
+from agentd.adapters.base import AttemptContext, HarnessSession, Invocation, PolicyHook
 from agentd.adapters.claude import ClaudeCodeAdapter
 from agentd.adapters.codex import CodexAdapter
 from agentd.adapters.hermes import HermesAgentAdapter
@@ -167,3 +168,45 @@ def test_no_builder_passes_the_service_environment(tmp_path: Path, monkeypatch: 
     ):
         built = adapter.build(ctx(tmp_path / kind, {"kind": kind}))  # type: ignore[attr-defined]
         assert "SERVICE_SECRET" not in built.env, kind
+
+
+def governed(context: AttemptContext) -> AttemptContext:
+    """The context of an attempt whose tool calls a policy judges (docs/policy.md)."""
+    return replace(context, hook=PolicyHook.of(context.paths.run, 30))
+
+
+@pytest.mark.parametrize(
+    "adapter",
+    [
+        {"allowed_tools": ["Bash", "Read"]},
+        {"sandbox": "workspace-write"},
+        {"autonomy": {"profile": "trusted-vm"}, "sandbox": "danger-full-access"},
+    ],
+    ids=["allowed-tools", "workspace-write", "trusted-vm"],
+)
+def test_claude_under_a_policy_allows_nothing_of_its_own(tmp_path: Path, adapter: dict[str, Any]) -> None:
+    """Its hook's `allow` is the only way a call runs: a hook that dies leaves the call denied (agentd judges what
+    these settings would have allowed instead: agentd/adapters/posture.py)."""
+    built = ClaudeCodeAdapter().build(governed(ctx(tmp_path, {"kind": "claude-code", **adapter})))
+    assert built.argv[built.argv.index("--permission-mode") + 1] == "dontAsk"
+    assert built.argv.count("--permission-mode") == 1 and "--allowedTools" not in built.argv
+    assert not any(flag in arg for arg in built.argv for flag in BYPASS) and "IS_SANDBOX" not in built.env
+    assert built.argv[built.argv.index("--setting-sources") + 1] == ""
+
+
+@pytest.mark.parametrize("resumed", [False, True], ids=["new", "resumed"])
+def test_codex_under_a_policy_always_runs_its_tools_in_its_sandbox(tmp_path: Path, resumed: bool) -> None:
+    """Outside it a tool could see, stop and kill the hook beside it (measured on 0.169.0): full access becomes
+    workspace-write, with the network it was given."""
+    adapter = {"kind": "codex", "autonomy": {"profile": "trusted-vm"}, "sandbox": "danger-full-access"}
+    context = ctx(tmp_path, adapter)
+    assert (
+        CodexAdapter().build(context).argv[CodexAdapter().build(context).argv.index("-s") + 1] == "danger-full-access"
+    )
+    if resumed:
+        context = replace(context, session=HarnessSession("0199aaaa-0000-7000-8000-000000000000", "01EARLIER"))
+    built = CodexAdapter().build(governed(context))
+    said = " ".join(built.argv)
+    assert "danger-full-access" not in said and not any(flag in arg for arg in built.argv for flag in BYPASS)
+    assert ('sandbox_mode="workspace-write"' in said) if resumed else ("-s workspace-write" in said)
+    assert "sandbox_workspace_write.network_access=true" in said

@@ -51,6 +51,7 @@ ALERTS = {
     "AgentdToolCallWaiting",
     "AgentdMessagesFailed",
     "AgentdAttemptsFailing",
+    "AgentdPolicyViolation",
     "AgentdPermanentFailures",
     "AgentdAttemptRunningLong",
     "AgentdSensorFailing",
@@ -63,7 +64,7 @@ ALERTS = {
 }
 # alerts about the whole fleet: aggregated over every agent, so they have no `agent` label to name
 FLEET_WIDE = {"AgentdFleetQueueDown"}
-FAILING = ("retryable_failure", "permanent_failure", "crashed_runtime", "blocked")
+FAILING = ("retryable_failure", "permanent_failure", "crashed_runtime", "blocked", "policy_violation")
 NOT_FAILING = ("completed", "interrupted", "rate_limited", "operator_canceled")
 FLEET_REPORTED = ("completed", "failed", "refused")
 # the values a selector may ask for, per metric and label (a typo in one matches nothing, silently)

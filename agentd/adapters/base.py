@@ -22,7 +22,8 @@ from agentd.process import hook as hook_module
 from agentd.process.containment import RunGroup
 from agentd.process.files import make_run_dir, write_shared
 from agentd.process.privilege import RunUser
-from agentd.process.runner import ProcessResult, ProcessSpec, RunTimer, run_process
+from agentd.process.runner import ProcessResult, ProcessSpec, run_process
+from agentd.process.timer import RunTimer
 from agentd.records import AdapterConfig, PolicyDenial, TaskRecord
 from agentd.usage import Usage as Usage  # judged in agentd/usage.py; every adapter reports one
 
@@ -120,6 +121,8 @@ class AttemptContext:
     user: RunUser | None = None  # who they run as ([dispatch] run_as; None: the service's own user)
     timer: RunTimer = field(default_factory=RunTimer)  # its timeout, held while a call waits for a person
     hook: PolicyHook | None = None  # where its tool calls are judged (docs/policy.md); None: nothing to judge
+    # told every chunk of the harness's stdout as it comes (the tool-call ledger: docs/policy.md); None: no one
+    tap: Callable[[bytes], None] | None = None
     session: HarnessSession | None = None  # the harness session it runs (docs/reliability.md); None: none kept
 
     @property
@@ -194,6 +197,7 @@ class SubprocessAdapter:
                 group=ctx.group,
                 user=ctx.user,
                 timer=ctx.timer,
+                tap=ctx.tap,
             ),
             on_started=on_started,
         )

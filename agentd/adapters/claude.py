@@ -56,6 +56,19 @@ def hook_settings(hook: PolicyHook) -> str:
     return json.dumps({"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [entry]}]}})
 
 
+def permission_args(config: ClaudeConfig, *, governed: bool) -> list[str]:
+    """claude's own permission settings. Under a tool policy (`governed`): nothing allowed of its own
+    (`dontAsk`, no `--allowedTools`, no bypass), so a call runs only when agentd's hook says `allow` and a hook
+    that dies, stops or never starts leaves it denied; what the adapter's settings would have allowed is judged
+    by agentd instead (agentd/adapters/posture.py). Otherwise the adapter's settings, as claude reads them."""
+    if governed:
+        return ["--permission-mode", "dontAsk"]
+    argv = ["--allowedTools", ",".join(config.allowed_tools)] if config.allowed_tools else []
+    if trusted(config):
+        return [*argv, "--dangerously-skip-permissions"]
+    return [*argv, "--permission-mode", PERMISSION_MODE[config.sandbox]] if config.sandbox else argv
+
+
 def session_args(session: HarnessSession | None) -> list[str]:
     """A session agentd keeps for a resume has an id it chose (`--session-id`) or resumes one (`--resume`,
     the same id); without one (a harness run outside dispatch), claude keeps no session at all."""
@@ -78,12 +91,7 @@ class ClaudeCodeAdapter(HarnessAdapter):
             argv += ["--max-turns", str(config.max_turns)]
         if config.max_budget_usd:
             argv += ["--max-budget-usd", f"{config.max_budget_usd:g}"]
-        if config.allowed_tools:
-            argv += ["--allowedTools", ",".join(config.allowed_tools)]
-        if trusted(config):
-            argv.append("--dangerously-skip-permissions")
-        elif config.sandbox:
-            argv += ["--permission-mode", PERMISSION_MODE[config.sandbox]]
+        argv += permission_args(config, governed=ctx.hook is not None)
         env = dict(ctx.env)
         env.update(
             DISABLE_TELEMETRY="1",
@@ -93,7 +101,7 @@ class ClaudeCodeAdapter(HarnessAdapter):
             CLAUDE_CODE_MAX_RETRIES=env.get("CLAUDE_CODE_MAX_RETRIES", "1"),
             API_TIMEOUT_MS=env.get("API_TIMEOUT_MS", str(request_timeout_ms(config))),
         )
-        if trusted(config):
+        if trusted(config) and ctx.hook is None:
             env["IS_SANDBOX"] = "1"  # claude refuses to skip permissions as root without it
         if ctx.hook is not None:
             argv += ["--settings", hook_settings(ctx.hook), "--setting-sources", ""]

@@ -57,9 +57,7 @@ class CodexAdapter(HarnessAdapter):
         config = ctx.adapter
         assert isinstance(config, CodexConfig)
         home = scratch(ctx, "codex")
-        sandbox = config.sandbox or "read-only"
-        if sandbox == "danger-full-access" and not trusted(config):
-            sandbox = "workspace-write"  # config check refuses this combination; never widen silently
+        sandbox = sandbox_of(config, governed=ctx.hook is not None)
         resuming = ctx.session.session_id if ctx.session and ctx.session.resumed else None  # the thread's id
         argv = [
             config.command,
@@ -73,6 +71,8 @@ class CodexAdapter(HarnessAdapter):
             # resumed turn runs under it, not under the interrupted one's)
             *(["-c", f'sandbox_mode="{sandbox}"'] if resuming else ["-s", sandbox]),
         ]
+        if ctx.hook is not None and config.sandbox == "danger-full-access":  # the network it was given, kept
+            argv += ["-c", "sandbox_workspace_write.network_access=true"]
         if ctx.model:
             argv += ["-m", ctx.model]
         document = codex_config(config, ctx.model)
@@ -100,6 +100,17 @@ class CodexAdapter(HarnessAdapter):
         usage = since(parsed.usage, spent_before) if spent_before else parsed.usage
         parsed = replace(parsed, usage=estimate_cost(usage, price), model=model)
         return to_run(ctx, result, parsed, self.version(ctx))
+
+
+def sandbox_of(config: CodexConfig, *, governed: bool) -> str:
+    """codex's sandbox. Under a tool policy (`governed`) never none: codex's tools then run in its sandbox (a pid
+    namespace of their own, no unix sockets), where they cannot see, stop or kill the hook beside them, nor
+    reach agentd's policy socket (measured on 0.169.0; docs/policy.md). `danger-full-access` is then
+    `workspace-write` with the network kept."""
+    sandbox = config.sandbox or "read-only"
+    if sandbox == "danger-full-access" and (governed or not trusted(config)):
+        return "workspace-write"  # config check refuses it untrusted; never widened silently
+    return sandbox
 
 
 def hook_table(hook: PolicyHook) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from agentd.attempt.outcome import (
 )
 from agentd.clock import format_ts
 from agentd.hashing import sha256_hex
+from agentd.process.timer import POLICY_VIOLATION
 from agentd.records import (
     ArtifactRow,
     AttemptEnd,
@@ -220,10 +221,8 @@ def _gated(facts: AttemptFacts, extracted: Extracted) -> tuple[Gated, str, str |
     process = run.process
     if process is not None and process.start_error:
         return Gated(TaskOutcome.failure(process.start_error)), "start_failed", "start_error"
-    if (process is not None and process.limit_hit == "budget") or run.diagnostics.get("budget_stop"):
-        return _budget_exceeded(run)
-    if process is not None and process.limit_hit in LIMIT_HIT:
-        return Gated(TaskOutcome.failure(LIMIT_HIT[process.limit_hit])), f"{process.limit_hit}_limit", "resource_limit"
+    if (ended := _ended_by_a_guard(run)) is not None:
+        return ended
     if run.exit_status == "timeout":
         summary = f"timed out after {facts.timeout_s:g}s; the process group was killed"
         return Gated(TaskOutcome.failure(summary)), "timeout", "timeout"
@@ -234,6 +233,30 @@ def _gated(facts: AttemptFacts, extracted: Extracted) -> tuple[Gated, str, str |
         summary = f"rate limited: {run.failure or 'the provider said slow down'}"
         return Gated(TaskOutcome.failure(summary)), "exited", "rate_limited"
     return _gate(facts, extracted, adapter_ok=run.ok, adapter_failure=run.failure, termination="exited")
+
+
+def _ended_by_a_guard(run: AdapterRun) -> tuple[Gated, str, str | None] | None:
+    """The end of a run one of agentd's guards stopped: the tool policy's ledger, the budget, a cgroup limit."""
+    hit = run.process.limit_hit if run.process is not None else None
+    if run.diagnostics.get("policy_violations") or hit == POLICY_VIOLATION:
+        return _policy_violation(run)
+    if hit == "budget" or run.diagnostics.get("budget_stop"):
+        return _budget_exceeded(run)
+    if hit in LIMIT_HIT:
+        return Gated(TaskOutcome.failure(LIMIT_HIT[hit])), f"{hit}_limit", "resource_limit"
+    return None
+
+
+def _policy_violation(run: AdapterRun) -> tuple[Gated, str, str | None]:
+    """A tool call ran without the decision agentd's policy makes on every call (docs/policy.md, "Every call
+    accounted for"): the run was ended at once and nothing it claims is trusted. Not retried by itself: a person
+    looks first (`agentd task retry`)."""
+    found = run.diagnostics.get("policy_violations")
+    first = found[0] if isinstance(found, list) and found and isinstance(found[0], dict) else {}
+    call = f"{first.get('tool', 'a tool')} call {first.get('call_id', '')}".replace("  ", " ").strip()
+    what = f"{call} {first.get('what')}" if first.get("what") else "a tool call ran without agentd's decision"
+    summary = f"policy violation: {what}; the attempt was ended at once"
+    return Gated(TaskOutcome.failure(summary, "permanent_failure")), POLICY_VIOLATION, POLICY_VIOLATION
 
 
 def _budget_exceeded(run: AdapterRun) -> tuple[Gated, str, str | None]:

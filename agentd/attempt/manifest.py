@@ -86,6 +86,21 @@ def tool_policy_fields(config: Config, profile_id: str, adapter: AdapterConfig |
     }
 
 
+def tool_policy_held(configured: dict[str, Any] | None, run: AdapterRun | None) -> dict[str, Any] | None:
+    """The manifest's tool_policy as the attempt met it, not only as it was configured: how many calls the
+    harness reported, how many agentd decided, and each that ran without a decision (docs/policy.md)."""
+    if configured is None or run is None or "tool_calls_reported" not in run.diagnostics:
+        return configured
+    found = run.diagnostics
+    decided = found.get("tool_calls")
+    return {
+        **configured,
+        "calls_reported": found.get("tool_calls_reported"),
+        "calls_decided": len(decided) if isinstance(decided, list) else 0,
+        "violations": found.get("policy_violations") or [],
+    }
+
+
 def manifest_fields(
     described: dict[str, Any], facts: AttemptFacts, end: AttemptEnd, bundle_hash: str | None
 ) -> dict[str, Any]:
@@ -132,7 +147,7 @@ def manifest_fields(
             "max_attempts": task.max_attempts,
             "max_turns": described["max_turns"],
         },
-        "tool_policy": described.get("tool_policy"),
+        "tool_policy": tool_policy_held(described.get("tool_policy"), run),
         "started_at": format_ts(started),
         "completed_at": format_ts(end.ended_at),
         "wall_clock_elapsed_s": max((end.ended_at - started).total_seconds(), 0.0),

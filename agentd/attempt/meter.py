@@ -30,7 +30,7 @@ from agentd.attempt.live import LINE_MAX_BYTES, Lines, Source, json_record
 from agentd.config import Config
 from agentd.config.budget import LIVE_USAGE, Spend, price_of
 from agentd.errors import contained
-from agentd.process.runner import RunTimer
+from agentd.process.timer import RunTimer
 from agentd.records import AdapterConfig, TokenPrice
 from agentd.usage import Usage, judge_number
 

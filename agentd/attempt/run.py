@@ -16,8 +16,9 @@ import anyio
 
 from agentd.adapters import Adapter, AdapterRun, adapter_for
 from agentd.attempt import live
-from agentd.attempt.calls import CallGate
+from agentd.attempt.calls import HARNESSES, CallGate
 from agentd.attempt.conclude import conclude, internal_failure_end
+from agentd.attempt.ledger import CallLedger
 from agentd.attempt.meter import Meter, attempt_cap, meter_for
 from agentd.attempt.policy import Ending, attempt_policy
 from agentd.attempt.prepare import AttemptPreparer, Prepared, adapter_redactor
@@ -27,6 +28,7 @@ from agentd.config.budget import day_start
 from agentd.errors import contained
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.privilege import RunUser
+from agentd.process.timer import POLICY_VIOLATION as VIOLATION
 from agentd.process.wake import Doorbell
 from agentd.records import AdapterConfig, AttemptEnd, Claim, TaskAttempt, TaskRecord
 from agentd.store import AsyncStore, Ended, Follow, Store
@@ -63,10 +65,12 @@ def metered(run: AdapterRun, meter: Meter | None) -> AdapterRun:
 
 
 def judged_calls(run: AdapterRun, gate: CallGate | None) -> AdapterRun:
-    """The run with every tool-call decision its gate made, for the diagnostics and the action trace."""
-    if gate is None or not gate.decided:
+    """The run with every tool-call decision its gate made, for the diagnostics and the action trace, and what
+    its ledger found: calls that ran without a decision end it `policy_violation` (agentd/attempt/judge.py)."""
+    if gate is None:
         return run
-    return replace(run, diagnostics={**run.diagnostics, "tool_calls": list(gate.decided)})
+    found = {**({"tool_calls": list(gate.decided)} if gate.decided else {}), **gate.findings()}
+    return replace(run, diagnostics={**run.diagnostics, **found}) if found else run
 
 
 def running_line(task_id: int, adapter: str, model: str | None, seconds: float) -> str:
@@ -256,6 +260,8 @@ class AttemptRunner:
             await self.db.call(Store.mark_attempt_started, task_id, attempt_id, pid, now, prepared.compiled, session)
 
         gate = self._gate(prepared)
+        if gate is not None and gate.ledger is not None:  # the harness's stream, read as it comes
+            prepared = replace(prepared, ctx=replace(prepared.ctx, tap=gate.ledger.tap))
         meter = await self._meter(prepared)
         try:
             with control.scope:
@@ -283,11 +289,12 @@ class AttemptRunner:
         """The gate of an attempt whose tool calls are judged while it runs (docs/policy.md)."""
         if prepared.ctx.hook is None:
             return None
-        shown = live.redacting(prepared.redactor)
-        timeout = self.config.policy.ask_timeout_s
-        return CallGate(
-            prepared, prepared.policy.tools, timeout, self.db, self.clock, self.doorbell, prepared.ctx.timer, shown
-        )
+        shown, timer = live.redacting(prepared.redactor), prepared.ctx.timer
+        ledger = None
+        if prepared.ctx.adapter.kind in HARNESSES:  # every call its stream reports is held to a decision
+            ledger = CallLedger(prepared.ctx.adapter.kind, lambda _: timer.end(VIOLATION, at_once=True))
+        section = self.config.policy
+        return CallGate(prepared, prepared.policy.tools, section, self.db, self.clock, self.doorbell, shown, ledger)
 
     async def _meter(self, prepared: Prepared) -> Meter | None:
         """The running budget of an attempt with a cap its harness's reports can be held to."""

@@ -205,6 +205,17 @@ class PolicySection(Section):
         default=300.0, ge=1, le=3000, description="how long an `ask` call waits for a person; then it is denied"
     )
     rules: list[ToolRule] = Field(default=[], max_length=200, description="after each profile's own tool_policy")
+    max_held_s: float | None = Field(
+        default=None,
+        ge=1,
+        le=6000,
+        description="an attempt's calls wait for people this long in all (unset: twice ask_timeout_s)",
+    )
+    max_recorded_decisions: int = Field(default=1000, ge=1, le=100_000, description="events per attempt; then counted")
+
+    @property
+    def held_budget_s(self) -> float:
+        return self.max_held_s if self.max_held_s is not None else 2 * self.ask_timeout_s
 
 
 class SensorsSection(Section):

@@ -239,8 +239,10 @@ def _substitutions(command: str) -> list[str]:
 
 # How each adapter kind's calls meet the policy (docs/policy.md, "What each harness enforces").
 ENFORCED_BY = {
-    "claude-code": "at each call, by claude's PreToolUse hook",
-    "codex": "at each call, by codex's PreToolUse hook",
+    "claude-code": "at each call, by claude's PreToolUse hook, with nothing allowed by claude of its own "
+    "(dontAsk) and every call claude reports held to a decision",
+    "codex": "at each call, by codex's PreToolUse hook, with codex's tools in its sandbox (away from the hook) "
+    "and every command codex starts held to a decision",
     "script": "when the script asks (`agentd ask`); what it runs without asking is not seen",
 }
 NOT_ENFORCED = "policy not enforced at call time: {kind} has no hook agentd can use"

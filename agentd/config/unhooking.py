@@ -8,8 +8,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-UNHOOKING_FLAGS = {"claude-code": ("--bare", "--setting-sources", "--settings"), "codex": ("--disable",)}
-CODEX_UNHOOKING_KEYS = ("hooks", "features.hooks")
+# Each takes the hook away, or gives the harness a way to run a call of its own accord that the hook did not
+# allow (claude's allowances and bypasses; codex's sandbox switches): agentd sets these itself under a policy.
+UNHOOKING_FLAGS = {
+    "claude-code": (
+        "--bare",
+        "--setting-sources",
+        "--settings",
+        "--permission-mode",
+        "--allowedTools",
+        "--allowed-tools",
+        "--dangerously-skip-permissions",
+        "--allow-dangerously-skip-permissions",
+    ),
+    "codex": ("--disable", "--dangerously-bypass-approvals-and-sandbox", "--yolo", "-s", "--sandbox", "--full-auto"),
+}
+CODEX_UNHOOKING_KEYS = ("hooks", "features.hooks", "sandbox")
 
 
 def unhooking(kind: str, extra_args: Sequence[str]) -> str | None:
@@ -33,11 +47,14 @@ def hook_problems(adapters: Mapping[str, Any], decisions: Iterable[str]) -> list
         return []
     found = []
     for adapter_id, adapter in adapters.items():
-        arg = unhooking(adapter.kind, getattr(adapter, "extra_args", None) or [])
+        autonomy = getattr(adapter, "autonomy", None)
+        given = [*((autonomy.required_args or []) if autonomy else []), *(getattr(adapter, "extra_args", None) or [])]
+        arg = unhooking(adapter.kind, given)
         if arg is not None:
             what = (
-                f"{arg!r} would silence agentd's tool-call hook in {adapter.kind}, and [policy] (or a profile's "
-                "tool_policy) refuses or holds calls: remove it (docs/policy.md)"
+                f"{arg!r} would silence agentd's tool-call hook in {adapter.kind}, or let it run calls the hook did "
+                "not allow, and [policy] (or a profile's tool_policy) refuses or holds calls: remove it (agentd sets "
+                "the harness's permissions itself under a policy: docs/policy.md)"
             )
             found.append((f"adapters.{adapter_id}.extra_args", what))
     return found

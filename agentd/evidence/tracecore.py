@@ -41,6 +41,7 @@ FAILURE_TYPES: dict[str, str] = {
     "max_turns": "budget_exhausted",  # the harness ran out of the turns the adapter allows (claude --max-turns)
     "resource_limit": "budget_exhausted",  # its own cgroup's limit on processes or memory ended it
     "budget_exceeded": "budget_exhausted",  # it was stopped as it passed its spending cap (docs/policy.md)
+    "policy_violation": "sandbox_violation",  # a tool call ran without the tool policy's decision (docs/policy.md)
     "gate_failed": "logic_failure",  # claimed completed; the evidence did not hold it up
     "model_reported_failure": "logic_failure",  # the agent itself reported failure
     "evidence_unverified": "logic_failure",  # strict_evidence: the sealed evidence failed its check

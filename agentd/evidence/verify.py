@@ -110,8 +110,28 @@ def _expected_head_findings(store: Store, head: tuple[int, str] | None, expected
 
 
 def attempt_findings(state_dir: Path, attempt: TaskAttempt, sealed: tuple[int, str] | None) -> list[Finding]:
-    """Everything wrong with one ended attempt's evidence, as `evidence verify` reports it."""
-    return checked_attempt(state_dir, attempt, sealed)[1]
+    """Everything wrong with one ended attempt's evidence, as `evidence verify` reports it: the folder, and a
+    run whose tool calls were not all decided by its policy (intact evidence of a broken promise)."""
+    manifest, findings = checked_attempt(state_dir, attempt, sealed)
+    return findings + undecided_calls(state_dir, attempt, manifest)
+
+
+def undecided_calls(state_dir: Path, attempt: TaskAttempt, manifest: dict[str, Any] | None) -> list[Finding]:
+    """A tool call that ran without the decision its tool policy makes on every call (docs/policy.md, "Every
+    call accounted for"): the attempt is not clean, whatever else its evidence shows."""
+    where = str(state_dir / "attempts" / str(attempt.task_id) / attempt.attempt_id / MANIFEST)
+    said = manifest.get("tool_policy") if manifest is not None else None
+    violations = said.get("violations") if isinstance(said, dict) else None
+    if attempt.termination_reason != "policy_violation" and not violations:
+        return []
+    listed = violations if isinstance(violations, list) else []
+    calls = "; ".join(f"{v.get('tool')} {v.get('call_id')}: {v.get('what')}" for v in listed[:3] if isinstance(v, dict))
+    return [
+        Finding(
+            f"{where} tool_policy",
+            f"a tool call ran without agentd's decision (policy violation): {calls or 'see the attempt'}",
+        )
+    ]
 
 
 def checked_attempt(

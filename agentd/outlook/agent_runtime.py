@@ -109,6 +109,9 @@ EVENT_MAP: dict[str, str] = {
     "permission_requested": "permission.requested",  # a tool call held for a person (docs/policy.md)
     "tool_call_allowed": "permission.resolved",  # by a rule, the default, or a person: the payload says
     "tool_call_denied": "permission.resolved",
+    "tool_call_refused": "permission.evaluated",  # a request not from the harness's tool loop, refused unjudged
+    "tool_calls_suppressed": "runtime.warning",  # decisions past [policy] max_recorded_decisions, counted
+    "tool_call_undecided": "runtime.error",  # a call ran without the policy's decision: a policy violation
     "task_paused": "task.paused",
     "task_resumed": "task.resumed",
     "task_edited": "task.updated",

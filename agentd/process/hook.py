@@ -8,6 +8,12 @@ allow: both harnesses run the call when a hook exits 1 or passes its timeout (th
 program never does either. It never answers `ask` (claude headless denies it, codex ignores it): a
 held call waits here, and the answer is allow or deny.
 
+The dispatcher answers at once or says `{"held": true}` first (a person decides the call): a dispatcher
+that says neither within FIRST_WORD_S (stopped, overloaded, restarting) is a deny, never a long wait. This
+program is one guard among several and not the last: it runs as the attempt's user, so claude runs with
+nothing allowed but what it answers, codex's tools in a sandbox that cannot see it, and every call the
+harness reports is held to a recorded decision (docs/policy.md, "What each harness enforces").
+
 `agentd ask` (a script's way to ask from inside its attempt) uses `ask` below with the same socket.
 """
 
@@ -23,6 +29,8 @@ from typing import Any
 REQUEST_MAX_BYTES = 1024 * 1024  # of the harness's tool input; a bigger call is denied, never cut
 ANSWER_MAX_BYTES = 64 * 1024
 DEFAULT_WITHIN_S = 60.0
+FIRST_WORD_S = 10.0  # the dispatcher answers, or says the call is held, within this; else the call is denied
+HELD = b'{"held":true}'  # the dispatcher's first line for a call a person decides
 HARNESSES = ("claude", "codex")
 
 
@@ -47,36 +55,49 @@ def connect(path: str, within_s: float) -> socket.socket:
         os.close(folder)
 
 
-def ask(path: str, request: dict[str, Any], within_s: float) -> dict[str, Any]:
-    """The dispatcher's answer to `request` (one JSON line each way), within `within_s` seconds."""
+def ask(path: str, request: dict[str, Any], within_s: float, first_word_s: float = FIRST_WORD_S) -> dict[str, Any]:
+    """The dispatcher's answer to `request` (one JSON line each way): within `first_word_s` seconds, or, when
+    its first line says the call is held for a person, within `within_s` seconds in all."""
     line = json.dumps(request, separators=(",", ":")).encode() + b"\n"
     if len(line) > REQUEST_MAX_BYTES:
         raise Unanswered(f"the call's input is {len(line)} bytes, more than the {REQUEST_MAX_BYTES} agentd judges")
-    ends = time.monotonic() + within_s
+    started = time.monotonic()
+    first = min(first_word_s, within_s)
     try:
-        with connect(path, within_s) as sock:
+        with connect(path, first) as sock:
             sock.sendall(line)
-            return _answer(_read_line(sock, ends))
-    except TimeoutError:
-        raise Unanswered(f"agentd did not answer within {within_s:g}s") from None
+            reader = _Lines(sock)
+            said = reader.line(started + first, f"agentd did not answer within {first:g}s")
+            if said.strip() == HELD:
+                said = reader.line(started + within_s, f"no decision reached the hook within {within_s:g}s")
+            return _answer(said)
     except OSError as exc:
         raise Unanswered(f"agentd's policy socket could not be reached: {exc.strerror or exc}") from None
 
 
-def _read_line(sock: socket.socket, ends: float) -> bytes:
-    data = b""
-    while b"\n" not in data:
-        left = ends - time.monotonic()
-        if left <= 0:
-            raise TimeoutError
-        sock.settimeout(left)
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise Unanswered("agentd closed the policy socket without an answer")
-        data += chunk
-        if len(data) > ANSWER_MAX_BYTES:
-            raise Unanswered("agentd's answer is too long")
-    return data.split(b"\n", 1)[0]
+class _Lines:
+    """The dispatcher's answer lines, each read before its own deadline."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.data = sock, b""
+
+    def line(self, ends: float, late: str) -> bytes:
+        while b"\n" not in self.data:
+            left = ends - time.monotonic()
+            if left <= 0:
+                raise Unanswered(late)
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(4096)
+            except TimeoutError:
+                raise Unanswered(late) from None
+            if not chunk:
+                raise Unanswered("agentd closed the policy socket without an answer")
+            self.data += chunk
+            if len(self.data) > ANSWER_MAX_BYTES:
+                raise Unanswered("agentd's answer is too long")
+        line, self.data = self.data.split(b"\n", 1)
+        return line
 
 
 def _answer(line: bytes) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import shutil
 import signal
@@ -33,6 +32,7 @@ from agentd.process.child import Child, PipeReader, PipeWriter, pidfds_work, sta
 from agentd.process.containment import RunGroup, cgroups, end_run, limit_hit, spawn
 from agentd.process.files import create_private
 from agentd.process.privilege import RunUser, popen_identity, run_as
+from agentd.process.timer import RunTimer
 from agentd.redaction import Redactor
 
 logger = logging.getLogger(__name__)
@@ -66,50 +66,8 @@ class ProcessSpec:
     # The run's timeout as its attempt sees it: paused while a tool call waits for a person, ended early
     # when a budget is passed (docs/policy.md). None: `timeout_s`, as it is.
     timer: RunTimer | None = None
-
-
-class RunTimer:
-    """A run's timeout that can be held and ended from outside the run (docs/policy.md): `hold` stops the
-    clock while a tool call waits for a person (holds nest), `release` starts it again with the time that
-    was left, `end` stops the run now and says why (`ProcessResult.limit_hit`)."""
-
-    def __init__(self) -> None:
-        self.scope: anyio.CancelScope | None = None
-        self.holds = 0
-        self.left_s = 0.0  # while held: what was left of the timeout when the first hold began
-        self.held_s = 0.0  # how long the clock was held, in all
-        self.since = 0.0
-        self.ended: str | None = None
-
-    def bind(self, scope: anyio.CancelScope) -> None:
-        self.scope = scope
-        if self.ended is not None:
-            scope.cancel()
-        elif self.holds:
-            self._stop_clock()
-
-    def hold(self) -> None:
-        self.holds += 1
-        if self.holds == 1 and self.scope is not None:
-            self._stop_clock()
-
-    def release(self) -> None:
-        self.holds = max(0, self.holds - 1)
-        if self.holds == 0 and self.scope is not None and self.since:
-            now = anyio.current_time()
-            self.held_s += now - self.since
-            self.scope.deadline, self.since = now + self.left_s, 0.0
-
-    def end(self, why: str) -> None:
-        self.ended = self.ended or why
-        if self.scope is not None:
-            self.scope.cancel()
-
-    def _stop_clock(self) -> None:
-        assert self.scope is not None
-        self.since = anyio.current_time()
-        self.left_s = max(0.0, self.scope.deadline - self.since)
-        self.scope.deadline = math.inf
+    # Told every chunk of stdout as it is read, before any cap (the tool-call ledger: agentd/attempt/ledger.py).
+    tap: Callable[[bytes], None] | None = None
 
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -266,7 +224,7 @@ async def run_process(
         if on_started is not None:
             await on_started(process.pid)
         async with anyio.create_task_group() as pumps:
-            pumps.start_soon(_pump, process.stdout, stdout)
+            pumps.start_soon(_pump, process.stdout, stdout, spec.tap)
             pumps.start_soon(_pump, process.stderr, stderr)
             pumps.start_soon(_feed, process.stdin, spec.stdin)
             with anyio.move_on_after(spec.timeout_s) as deadline:
@@ -275,7 +233,8 @@ async def run_process(
                 hit = await _wait_within_limits(process, spec.group)
             ended = spec.timer.ended if spec.timer is not None else None
             timed_out, hit = deadline.cancelled_caught and ended is None, hit or ended
-            await _stop_group(process, spec.kill_grace_s, spec.user, contained)
+            grace_s = 0.0 if spec.timer is not None and spec.timer.at_once else spec.kill_grace_s
+            await _stop_group(process, grace_s, spec.user, contained)
             stragglers = await _end(spec.group, since, spec.user)
             # Whatever still holds our pipes now escaped the run (no cgroup, no marker): stop reading.
             pumps.cancel_scope.deadline = anyio.current_time() + PIPE_DRAIN_S
@@ -416,12 +375,19 @@ def kill_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
-async def _pump(stream: anyio.abc.ByteReceiveStream | PipeReader | None, sink: CappedFile) -> None:
+async def _pump(
+    stream: anyio.abc.ByteReceiveStream | PipeReader | None,
+    sink: CappedFile,
+    tap: Callable[[bytes], None] | None = None,
+) -> None:
     if stream is None:
         return
     try:
         while True:
-            sink.write(await stream.receive(CHUNK_BYTES))
+            chunk = await stream.receive(CHUNK_BYTES)
+            if tap is not None:
+                tap(chunk)
+            sink.write(chunk)
     except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
         return
 

@@ -167,7 +167,10 @@ class AttemptEnd:
     def kind(self) -> str:
         """How the attempt ended, as `agentd_attempts_total{outcome}` counts it: the outcome's status
         (completed, retryable_failure, permanent_failure, blocked, operator_canceled), or what
-        spent no attempt (rate_limited, interrupted) or was agentd's own fault (crashed_runtime)."""
+        spent no attempt (rate_limited, interrupted) or was agentd's own fault (crashed_runtime), or a tool call
+        that ran without the policy's decision (policy_violation: docs/policy.md)."""
+        if self.termination_reason == "policy_violation":
+            return "policy_violation"
         if self.rate_limited:
             return "rate_limited"
         if self.termination_reason == "interrupted":

@@ -18,6 +18,7 @@ from agentd.store.base import StoreBase, Tx, ts
 
 CallStatus = Literal["pending", "allowed", "denied"]
 EVENT_OF = {"allowed": "tool_call_allowed", "denied": "tool_call_denied"}
+GateEvent = Literal["tool_call_refused", "tool_calls_suppressed", "tool_call_undecided"]
 
 
 @frozen_value
@@ -72,6 +73,14 @@ class CallVerbs(StoreBase):
         harness hears it."""
         with self.transaction():
             event = "tool_call_allowed" if allowed else "tool_call_denied"
+            self.tx.event(event, now, task_id=task_id, attempt_id=attempt_id, payload=payload)
+
+    def record_gate_event(
+        self, event: GateEvent, task_id: int, attempt_id: str, payload: dict[str, Any], now: datetime
+    ) -> None:
+        """What the gate says of an attempt's calls beyond each decision: a request it refused unjudged, the
+        decisions it only counted, a call that ran without a decision (docs/policy.md)."""
+        with self.transaction():
             self.tx.event(event, now, task_id=task_id, attempt_id=attempt_id, payload=payload)
 
     def hold_call(self, task_id: int, attempt_id: str, payload: dict[str, Any], now: datetime) -> str:
