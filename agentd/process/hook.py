@@ -24,6 +24,7 @@ REQUEST_MAX_BYTES = 1024 * 1024  # of the harness's tool input; a bigger call is
 ANSWER_MAX_BYTES = 64 * 1024
 DEFAULT_WITHIN_S = 60.0
 HARNESSES = ("claude", "codex")
+CHECK = "--check"  # after the arguments: only parse them, say which Python runs, exit 0 (agentd/process/hook_check.py)
 
 
 class Unanswered(Exception):
@@ -119,7 +120,10 @@ def said(answer: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """Always exit 0 with an answer (see the module docstring); a usage error is a deny too."""
+    """Always exit 0 with an answer (see the module docstring); a usage error is a deny too. With CHECK
+    last, no answer: exit 0 and one line once the arguments before it parse, 2 if they do not."""
+    if argv[-1:] == [CHECK]:
+        return _check(argv[:-1])
     try:
         harness, path, within_s = _arguments(argv)
         raw = sys.stdin.buffer.read(REQUEST_MAX_BYTES + 1)
@@ -138,6 +142,16 @@ def main(argv: list[str]) -> int:
     if text:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
+    return 0
+
+
+def _check(argv: list[str]) -> int:
+    try:
+        _arguments(argv)
+    except Unanswered as exc:
+        sys.stderr.write(f"agentd hook: {exc}\n")
+        return 2
+    sys.stdout.write(f"agentd hook ok: Python {sys.version.split()[0]} at {sys.executable}\n")
     return 0
 
 
