@@ -20,7 +20,7 @@ from typing import Any
 import privsep
 import pytest
 from rig import Rig
-from support import wait_until
+from support import alive, wait_until
 
 from agentd.adapters.base import PolicyHook
 from agentd.process import hook
@@ -68,6 +68,29 @@ def test_the_check_names_what_could_not_run_where_and_the_fix(tmp_path: Path) ->
     not_python.chmod(0o755)
     broken = hook_problem(hook_command(str(not_python)), None)
     assert broken is not None and "segfault-ish" in broken
+
+
+def sleeping_python(folder: Path) -> Path:
+    """An interpreter that never answers, and leaves a child of its own behind (their pids in `pid`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o777)  # whoever runs it writes the pids
+    python = folder / "python3"
+    python.write_text(f"#!/bin/sh\necho $$ > {folder}/pid\nsleep 300 &\necho $! >> {folder}/pid\nsleep 300\n")
+    python.chmod(0o755)
+    return python
+
+
+def assert_gone(pids: Path) -> None:
+    for pid in pids.read_text().split():
+        wait_until(lambda pid=int(pid): not alive(pid), 10, f"process {pid} to be killed")
+
+
+@pytest.mark.process
+def test_a_hook_that_does_not_answer_its_check_is_a_problem_and_its_processes_are_killed(tmp_path: Path) -> None:
+    python = sleeping_python(tmp_path / "slow")
+    said = hook_problem(hook_command(str(python)), None, within_s=0.5)
+    assert said is not None and "did not pass its check within 0.5s" in said
+    assert_gone(tmp_path / "slow" / "pid")
 
 
 def logging_python(folder: Path, log: Path, then: str) -> Path:
@@ -162,6 +185,10 @@ def test_the_run_user_cannot_start_an_interpreter_or_read_a_hook_it_cannot_reach
         unreadable = hook_problem(hook_command(str(privsep.reachable_python()), str(hidden / "hook.py")), user)
         assert unreadable is not None and f"{hidden}/hook.py" in unreadable and "Permission denied" in unreadable
         assert hook_problem(hook_command(str(privsep.reachable_python())), user) is None  # one it can reach
+        slow = sleeping_python(agent.base / "slow")  # killed by a process of the run user (no CAP_KILL needed)
+        said = hook_problem(hook_command(str(slow)), user, within_s=0.5)
+        assert said is not None and f"the run user {agent.run} started {slow}" in said
+        assert_gone(agent.base / "slow" / "pid")
 
 
 def _claude_that_marks(raw: dict[str, Any], agent: privsep.PrivAgent) -> None:

@@ -120,9 +120,8 @@ def said(answer: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """Always exit 0 with an answer (see the module docstring); a usage error is a deny too. With CHECK
-    last, no answer: exit 0 and one line once the arguments before it parse, 2 if they do not."""
-    if argv[-1:] == [CHECK]:
+    """Always exit 0 with an answer (see the module docstring); a usage error is a deny too."""
+    if argv[-1:] == [CHECK]:  # no answer: one line and exit 0 once the arguments before it parse, else 2
         return _check(argv[:-1])
     try:
         harness, path, within_s = _arguments(argv)

@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from contextlib import suppress
 from pathlib import Path
 
 from agentd.edge import cut, printable
 from agentd.process.hook import CHECK
-from agentd.process.privilege import RunUser, popen_identity
+from agentd.process.privilege import RunUser, popen_identity, run_as
 
 CHECK_TIMEOUT_S = 30.0  # a Python start, even on a loaded machine; one that hangs is a problem too
 CHECK_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}  # the hook is started by an absolute path, isolated
@@ -25,31 +26,50 @@ FIX = 'install agentd where {who} can read it (docs/install-and-deploy.md, "When
 HARNESS_OF = {"claude-code": "claude", "codex": "codex"}  # the adapter kinds whose harness runs the hook command
 
 
-def hook_problem(command: str, user: RunUser | None) -> str | None:
+def hook_problem(command: str, user: RunUser | None, within_s: float = CHECK_TIMEOUT_S) -> str | None:
     """None when `user` (this process's own for None) can start `command` (PolicyHook.command) and the hook
     parses its arguments; otherwise what failed, where, and the fix, in one sentence."""
     argv = [*shlex.split(command), CHECK]
     who = f"the run user {user.name}" if user is not None else "this service's user"
     try:
-        done = subprocess.run(
-            argv,
-            capture_output=True,
-            timeout=CHECK_TIMEOUT_S,
-            cwd="/",
-            env=CHECK_ENV,
-            check=False,
-            **popen_identity(user),
-        )
+        code, out, err = _run(argv, user, within_s)
     except subprocess.TimeoutExpired:
-        return f"{who} started {argv[0]} but the tool-call hook did not pass its check within {CHECK_TIMEOUT_S:g}s"
+        return (
+            f"{who} started {argv[0]} but the tool-call hook did not pass its check within {within_s:g}s (a machine "
+            "too loaded to start Python, or a disk that does not answer)"
+        )
     except OSError as exc:
         if exc.filename is None:  # the switch to the user failed, before anything was run
             return f"this service cannot start processes as {who}: {_said(exc)}"
         return f"{who} cannot run {argv[0]}: {_said(exc)}; {FIX.format(who=who)}"
-    if done.returncode == 0 and done.stdout.startswith(OK_LINE):
+    if code == 0 and out.startswith(OK_LINE):
         return None
-    said = _last_line(done.stderr) or _last_line(done.stdout) or f"it exited with {done.returncode}"
+    said = _last_line(err) or _last_line(out) or f"it exited with {code}"
     return f"{who} cannot run the tool-call hook ({argv[0]} {_script(argv)}): {said}; {FIX.format(who=who)}"
+
+
+def _run(argv: list[str], user: RunUser | None, within_s: float) -> tuple[int, bytes, bytes]:
+    """Run `argv` as `user`, as attempts are started; past `within_s`, its process group is killed by a
+    process of that user (the services hold no CAP_KILL) and TimeoutExpired raised."""
+    with subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd="/",
+        env=CHECK_ENV,
+        start_new_session=True,
+        **popen_identity(user),
+    ) as child:
+        try:
+            out, err = child.communicate(timeout=within_s)
+        except subprocess.TimeoutExpired:
+            run_as(["kill", "-KILL", "--", f"-{child.pid}"], user)
+            with suppress(OSError):  # the leader, if that kill could not run (as root or as itself, this can)
+                child.kill()
+            child.communicate()
+            raise
+        return child.returncode, out, err
 
 
 def _said(exc: OSError) -> str:
