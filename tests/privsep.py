@@ -133,6 +133,11 @@ class PrivAgent:
     sensors: str
     cgroup: Path
     config_path: Path | None = None  # another config than the one priv_agent wrote (the chaos harness's)
+    bin: Path | None = None  # the agentd the services and the operator run: agentd_bin()'s unless set
+
+    @property
+    def agentd(self) -> Path:
+        return (self.bin or agentd_bin()) / "agentd"
 
     @property
     def config(self) -> Path:
@@ -213,9 +218,7 @@ class PrivAgent:
             f"--bounding-set=-all,{CAPS}",
             "--no-new-privs",
         ]
-        command = " ".join(
-            _quote(a) for a in [*setpriv, str(agentd_bin() / "agentd"), "--config", str(self.config), *args]
-        )
+        command = " ".join(_quote(a) for a in [*setpriv, str(self.agentd), "--config", str(self.config), *args])
         cgroups = [self.cgroup, *self.v1_cgroups()] if delegated else []
         enter = "".join(f"echo $$ > {cgroup}/cgroup.procs && " for cgroup in cgroups)
         return ["sh", "-c", f"{enter}exec {command}"]
@@ -229,7 +232,7 @@ class PrivAgent:
         """`agentd` as root, the operator (the state dir's files stay the service user's: agentd never
         creates one there as root that the service could not open)."""
         return subprocess.run(
-            [str(agentd_bin() / "agentd"), "--config", str(self.config), *args],
+            [str(self.agentd), "--config", str(self.config), *args],
             capture_output=True,
             text=True,
             timeout=60,
@@ -238,7 +241,7 @@ class PrivAgent:
         )
 
     def env(self) -> dict[str, str]:
-        return {"PATH": f"{agentd_bin()}:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+        return {"PATH": f"{self.agentd.parent}:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
 
 def _quote(text: str) -> str:

@@ -24,6 +24,7 @@ SOURCE_ONLY = {
     "boundary: attempts run as": "printed by `agentd status` only when the agent runs as root without run_as",
     "dispatch_locked:": "needs a second dispatcher holding the lock",
     "agentd: the fleet's database has no schema yet": "needs a PostgreSQL without the fleet's tables",
+    "not started, as its tool calls could not be judged": "needs a run user that cannot start the hook's Python",
 }
 # What a location may put before a message: `agentd: `, `FILE: KEY: `, `boundary: ` (docs/design.md, "Errors").
 LOCATION = r"(?:\S+: )*"

@@ -14,9 +14,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import anyio
+
 from agentd import frozen_value
 from agentd.adapters import Adapter, AttemptContext, adapter_for
 from agentd.adapters.base import PolicyHook
+from agentd.adapters.refused import RefusedStart
 from agentd.attempt.bundle import (
     Bundle,
     BundleInput,
@@ -38,6 +41,7 @@ from agentd.errors import ConfigError, InputError
 from agentd.evidence import AttemptPaths, attempt_paths, make_attempt_dir
 from agentd.process.containment import attempt_group
 from agentd.process.files import keep_workspace, write_new, write_shared
+from agentd.process.hook_check import HARNESS_OF, HookChecks
 from agentd.process.limits import Limits
 from agentd.process.privilege import RunUser
 from agentd.process.runner import child_environment
@@ -107,6 +111,7 @@ class AttemptPreparer:
         self.user = user  # [dispatch] run_as, resolved at the service's start
         self.memo = DescribedMemo(config)  # what every attempt's policy takes from the config
         self.limits = Limits.of(config.dispatch.max_pids, config.dispatch.max_memory_mb)
+        self.hooks = HookChecks()  # whether the run user can start the tool-call hook; a success is kept
 
     async def prepare(self, claim: Claim) -> Prepared:
         assert claim.attempt is not None
@@ -138,10 +143,12 @@ class AttemptPreparer:
         compiled = CompiledBundle(bundle.bundle_hash, str(paths.prompt), details)  # recorded with the start
         env, redactor = self._environment(adapter_config, task, attempt, paths, workflow)
         policy = attempt_policy(config, task, attempt.adapter_id, self.user, self.memo)
-        hook = None
+        hook, adapter = None, self.adapters(adapter_config)
         if gated(adapter_config.kind, policy.tools):  # docs/policy.md: its calls are judged while it runs
             hook = PolicyHook.of(paths.run, config.policy.ask_timeout_s)
             env["AGENTD_POLICY_SOCKET"] = str(hook.socket)  # for `agentd ask`
+            if refusal := await self._hook_refusal(adapter_config.kind, hook, attempt.attempt_id):
+                adapter = RefusedStart(adapter_config.kind, refusal)  # it ends start_failed, nothing run
         working_dir: str | None = getattr(adapter_config, "working_dir", None)  # ollama has none
         # an interrupted attempt's harness session, resumed; else a new one (docs/reliability.md, "Resume, not restart")
         session = begin(paths, task.task_id, adapter_config.kind, attempt.attempt_id, self.user)
@@ -163,7 +170,20 @@ class AttemptPreparer:
             hook=hook,
             session=session,
         )
-        return Prepared(claim, self.adapters(adapter_config), ctx, bundle, compiled, policy, redactor)
+        return Prepared(claim, adapter, ctx, bundle, compiled, policy, redactor)
+
+    async def _hook_refusal(self, kind: str, hook: PolicyHook, attempt_id: str) -> str | None:
+        """Why the attempt must not start, or None: its harness runs the hook as the run user, and runs the
+        call when the hook cannot start, so a hook the run user cannot start would judge nothing
+        (docs/policy.md, "When the hook cannot start")."""
+        harness = HARNESS_OF.get(kind)
+        if harness is None:  # a script asks through `agentd ask`; no harness runs the hook's command
+            return None
+        problem = await anyio.to_thread.run_sync(self.hooks.problem, hook.command(harness), self.user)
+        if problem is None:
+            return None
+        logger.warning("hook_check_failed attempt=%s %s", attempt_id, problem)
+        return f"not started, as its tool calls could not be judged: {problem}"
 
     def _bundle_input(
         self,

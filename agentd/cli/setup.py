@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import (
     add_command,
@@ -21,6 +22,9 @@ from agentd.cli.common import (
 from agentd.clock import SystemClock
 from agentd.errors import InputError, NotFound
 from agentd.faults import refused_about
+
+if TYPE_CHECKING:
+    from agentd.config import Config
 
 
 def register(commands: Any) -> None:
@@ -134,8 +138,10 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     # who attempts and sensors run as, and what that costs, on this machine (docs/install-and-deploy.md)
     said = boundary_of(config)
     policies = shown_policies(config, sorted(config.profiles))  # the tool policy each profile's attempts meet
+    hook = hook_line(config)  # whether the run user can start the tool-call hook (docs/policy.md)
     if wants_json(args):
-        print_json({"config": str(config.path), "ok": True, "boundary": said, "tool_policy": policies})
+        shown = {"config": str(config.path), "ok": True, "boundary": said, "tool_policy": policies, "hook": hook}
+        print_json(shown)
     else:
         print(
             f"{config.path}: ok (agent {config.agent.agent_id}; {len(config.adapters)} adapters, "
@@ -146,7 +152,42 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         print(f"boundary: {said['line']}")
         for entry in policies:
             print(f"tool policy: {policy_line(entry)}")
+        if hook is not None:
+            print(f"tool-call hook: {hook}")
     return 0
+
+
+def hook_line(config: Config) -> str | None:
+    """What `config check` says of the tool-call hook claude and codex run as the run user (docs/policy.md,
+    "When the hook cannot start"): checked as that user when this process can become it, said to be
+    unchecked when it cannot; None when no attempt runs the hook.
+
+    :raises BoundaryError: the run user cannot start it (the dispatcher would refuse those attempts).
+    """
+    from agentd.adapters.base import PolicyHook
+    from agentd.config.tool_policy import profile_policy
+    from agentd.process.hook_check import HARNESS_OF, hook_problem
+    from agentd.process.privilege import BoundaryError, can_switch_users, run_user
+
+    harnesses = sorted({HARNESS_OF[a.kind] for a in config.adapters.values() if a.kind in HARNESS_OF})
+    if not harnesses or not any(profile_policy(config, profile).enforced for profile in config.profiles):
+        return None
+    try:
+        user = run_user(config.dispatch.run_as)
+    except BoundaryError as exc:
+        return f"not checked: {exc}"
+    if user is not None and not can_switch_users():
+        return (
+            f"not checked: this process cannot start processes as {user.name} (run `agentd config check` as root "
+            "to check that the run user can start it)"
+        )
+    hook = PolicyHook.of(config.paths.runs / "policy-check", config.policy.ask_timeout_s)
+    command = hook.command(harnesses[0])
+    if problem := hook_problem(command, user):
+        hooked = ", ".join(sorted(a for a, c in config.adapters.items() if c.kind in HARNESS_OF))
+        raise BoundaryError(f"the tool-call hook: {problem}; until then the dispatcher refuses {hooked}'s attempts")
+    who = f"the run user {user.name}" if user is not None else "this user"
+    return f"{who} can start it ({shlex.split(command)[0]})"
 
 
 def cmd_schema_export(args: argparse.Namespace) -> int:

@@ -32,6 +32,7 @@ DEFAULT_WITHIN_S = 60.0
 FIRST_WORD_S = 10.0  # the dispatcher answers, or says the call is held, within this; else the call is denied
 HELD = b'{"held":true}'  # the dispatcher's first line for a call a person decides
 HARNESSES = ("claude", "codex")
+CHECK = "--check"  # after the arguments: only parse them, say which Python runs, exit 0 (agentd/process/hook_check.py)
 
 
 class Unanswered(Exception):
@@ -141,6 +142,8 @@ def said(answer: dict[str, Any]) -> str:
 
 def main(argv: list[str]) -> int:
     """Always exit 0 with an answer (see the module docstring); a usage error is a deny too."""
+    if argv[-1:] == [CHECK]:  # no answer: one line and exit 0 once the arguments before it parse, else 2
+        return _check(argv[:-1])
     try:
         harness, path, within_s = _arguments(argv)
         raw = sys.stdin.buffer.read(REQUEST_MAX_BYTES + 1)
@@ -159,6 +162,16 @@ def main(argv: list[str]) -> int:
     if text:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
+    return 0
+
+
+def _check(argv: list[str]) -> int:
+    try:
+        _arguments(argv)
+    except Unanswered as exc:
+        sys.stderr.write(f"agentd hook: {exc}\n")
+        return 2
+    sys.stdout.write(f"agentd hook ok: Python {sys.version.split()[0]} at {sys.executable}\n")
     return 0
 
 

@@ -130,8 +130,11 @@ class Dispatcher:
             release_namespace(self.config.paths.state_dir)
 
     async def status_line(self) -> str:
-        """What the dispatcher is doing, in one line: systemd's STATUS=, `agentd status`, the logs."""
-        return await self.view.line(self.attempts.describe(), self._stopping)
+        """What the dispatcher is doing, in one line: systemd's STATUS=, `agentd status`, the logs; and, while
+        its last check of the tool-call hook failed, why attempts that need the hook do not start."""
+        line = await self.view.line(self.attempts.describe(), self._stopping)
+        refused = self.attempts.preparer.hooks.failed
+        return f"{line}; REFUSING attempts whose tool calls are judged: {refused}" if refused else line
 
     def request_stop(self, *, immediately: bool = False) -> None:
         """Stop claiming; the running attempt gets the grace period (none if immediately)."""
