@@ -9,14 +9,20 @@ attempt as a policy violation before any later call; and `evidence verify` is ne
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakemodel import Reply, ToolCall
 from test_adapter_contract import SHELL_TOOL, Harness, harness_factory, outcome_message  # noqa: F401
+
+from agentd.cli import main
+from agentd.process import hook
 
 pytestmark = [pytest.mark.harness, pytest.mark.process]
 
@@ -125,3 +131,52 @@ def test_a_killed_or_stopped_hook_never_lets_a_denied_call_run(
         assert attempt.termination_reason != "policy_violation"
         assert any(e.type == "tool_call_denied" for e in events), [e.type for e in events]
         assert task.status == "completed", (task.last_error, attempt.diagnostics)
+
+
+IMPOSTOR = (
+    "python3 -c \"import json, os, socket; p = os.environ['AGENTD_POLICY_SOCKET']; "
+    "f = os.open(os.path.dirname(p), os.O_PATH); said = []\n"
+    "for _ in range(5):\n"
+    "    s = socket.socket(socket.AF_UNIX); s.connect('/proc/self/fd/%d/%s' % (f, os.path.basename(p)))\n"
+    "    s.sendall(json.dumps({'harness': 'claude', 'tool': 'Bash', 'input': {'command': 'touch forged'}, "
+    "'tool_use_id': 'toolu_made_up'}).encode() + b'\\n'); said.append(s.recv(4096).decode())\n"
+    'print(said[-1])"'
+)
+
+
+def test_a_request_claude_never_announced_is_refused_and_recorded_once(harness_factory: Any) -> None:
+    """Any process of the attempt's user can reach the policy socket; only claude's own announced calls are judged."""
+    turns = [shell("claude-code", IMPOSTOR), Reply(outcome_message())]
+    harness = harness_factory("claude-code", turns, more=governed("claude-code", {}))
+    task, attempt = harness.run()[:2]
+    events = [e for e in harness.store.read_events() if e.attempt_id == attempt.attempt_id]
+    [refused] = [e for e in events if e.type == "tool_call_refused"]
+    assert "claude announced no tool call 'toolu_made_up'" in refused.payload["reason"]
+    assert attempt.diagnostics["tool_calls_refused"] == 5
+    judged = [e.payload.get("summary") for e in events if e.type in ("tool_call_allowed", "tool_call_denied")]
+    assert judged and not any(str(summary).startswith("Bash: touch forged") for summary in judged), judged
+    assert task.status == "completed", (task.last_error, attempt.diagnostics)
+
+
+@pytest.mark.parametrize("kind", ["claude-code", "codex"])
+def test_a_dispatcher_that_does_not_answer_means_deny(kind: str, harness_factory: Any) -> None:
+    """The dispatcher is stopped (SIGSTOP) while the harness asks about a call the policy would allow: the hook hears
+    nothing within its first-word wait and denies, the model is told why, and the call never runs."""
+    turns = [shell(kind, "touch while_stopped"), Reply(outcome_message())]
+    harness = harness_factory(kind, turns, timeout_ms=90_000, more=governed(kind, {}))
+    assert main(["--config", str(harness.config_path), "task", "add", "--type", "work", "--payload", "{}"]) == 0
+    dispatcher = subprocess.Popen(
+        [sys.executable, "-m", "agentd", "--config", str(harness.config_path), "dispatch", "--until-idle"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        harness.fake.wait_for_requests(1, timeout=60)  # the model asked for the call: stop the dispatcher now
+        os.kill(dispatcher.pid, signal.SIGSTOP)
+        time.sleep(hook.FIRST_WORD_S + 4)
+        assert not (harness.workspace / "while_stopped").exists(), "the call ran while the dispatcher was stopped"
+    finally:
+        os.kill(dispatcher.pid, signal.SIGCONT)
+    assert dispatcher.wait(timeout=120) == 0
+    assert not (harness.workspace / "while_stopped").exists()
+    assert any("agentd did not answer within" in json.dumps(c.body) for c in harness.model_calls()[1:])

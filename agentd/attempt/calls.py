@@ -57,7 +57,7 @@ READ_WITHIN_S = 10.0  # a request that does not arrive whole in this long is dro
 DECISION_POLL_S = 1.0  # a held call's row is read at least this often (the doorbell rings sooner)
 SUMMARY_CHARS = 500
 MAX_TRACED_DECISIONS = 1000  # per attempt, in its diagnostics and action trace; the events hold every one
-ANNOUNCE_WAIT_S = 5.0  # claude prints a call's tool_use line just before it runs the hook: waited for this long
+ANNOUNCE_WAIT_S = 2.0  # claude prints a call's tool_use line ~50 ms before it runs the hook: waited for this long
 REFUSED_LOG_EVERY_S = 60.0  # refused peers are logged at most once a minute, with a count
 HARNESSES = ("claude-code", "codex")
 
