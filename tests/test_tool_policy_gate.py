@@ -209,7 +209,8 @@ def test_the_longest_input_held_is_the_longest_every_surface_shows_whole() -> No
     padded = {"command": HIDDEN_HEAD + " " * (HELD_INPUT_MAX_CHARS - frame - 60) + HIDDEN_TAIL}
     longest = held_input({"command": "a" * (HELD_INPUT_MAX_CHARS - frame)}, Shown())
     assert longest["input_chars"] == HELD_INPUT_MAX_CHARS and why_not_held(longest, 0) is None
-    assert summary("Bash", padded, Shown()).endswith(HIDDEN_TAIL) and why_not_held(held_input(padded, Shown()), 0) is None
+    assert why_not_held(held_input(padded, Shown()), 0) is None  # held, and its padding hides nothing:
+    assert summary("Bash", padded, Shown()).endswith(HIDDEN_TAIL)  # the window a summary reads is all of it
     over = held_input({"command": "a" * (HELD_INPUT_MAX_CHARS - frame + 1)}, Shown())
     assert f"{HELD_INPUT_MAX_CHARS + 1:,} characters as JSON, more than the" in str(why_not_held(over, 0))
     deep: list[Any] = []
