@@ -12,7 +12,7 @@ import io
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -344,7 +344,11 @@ _IN_JSON = re.compile(f"[{_INVISIBLE_BUT_C0}\ud800-\udfff]")  # json.dumps escap
 
 
 def _escape(match: re.Match[str]) -> str:
-    point = ord(match.group())
+    return _escaped(match.group())
+
+
+def _escaped(char: str) -> str:
+    point = ord(char)
     return f"\\x{point:02x}" if point <= 0xFF else f"\\u{point:04x}" if point <= 0xFFFF else f"\\U{point:08x}"
 
 
@@ -355,6 +359,62 @@ def printable(text: str, *, keep_newlines: bool = False) -> str:
     can never drive the operator's terminal or hide from the operator's eyes."""
     pattern = _CONTROL_BUT_NEWLINE if keep_newlines else _CONTROL
     return pattern.sub(_escape, scrub(text))
+
+
+# What `visible` never shows as itself: every character drawn as blank or as nothing (all whitespace, what
+# `printable` escapes, and U+2800, the braille blank, which no category calls a space but fonts draw as one).
+_BLANK = f"\\s{_C0}{_INVISIBLE_BUT_C0}\u2800"
+_PIECE = re.compile(f"([{_BLANK}]+)|[^{_BLANK}]+")
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+BLANKS_KEPT = 4  # a run of at most this many blanks is shown one by one; a longer one as its count
+SHOWN_WINDOW_CHARS = 4096  # of a longer text, what `visible_cut` is given: a held call's input whole
+
+
+def visible(text: str) -> str:
+    """`text` on one line with nothing in it drawn as blank but single spaces (docs/policy.md, "Asking a
+    person"): every other whitespace, control or invisible character is an escape (`\\n`, `\\x1b`, `\\u2003`),
+    and a run of more than BLANKS_KEPT of them is its count and its kinds (`⟨520 × \\x20⟩`), so no padding
+    can push what follows out of a line a person reads."""
+    return "".join(shown for shown, _, _ in _pieces(scrub(text)))
+
+
+def visible_cut(text: str, limit: int, *, more: int = 0, note: str = "") -> str:
+    """`visible(text)` in at most `limit` characters (at least 60). A longer one, or one `more` characters of
+    the whole followed that `text` does not hold, is cut and ends `… (+N chars{note})`: never a cut unsaid."""
+    text, limit, pieces, width = scrub(text), max(limit, 60), [], 0
+    for piece in _pieces(text):
+        pieces.append(piece)
+        width += len(piece[0])
+        if width > limit:
+            break
+    else:
+        if not more:
+            return "".join(shown for shown, _, _ in pieces)
+    room, head, used = limit - len(f"… (+{len(text) + more:,} chars{note})"), "", 0
+    for shown, size, plain in pieces:
+        if len(shown) > room:  # text drawn as itself may be cut inside; an escape or a run's count may not
+            cut = shown[: max(0, room)] if plain else ""
+            head, used = head + cut, used + len(cut)
+            break
+        head, room, used = head + shown, room - len(shown), used + size
+    return f"{head}… (+{len(text) - used + more:,} chars{note})"
+
+
+def _pieces(text: str) -> Iterator[tuple[str, int, bool]]:
+    """`text` as `visible` shows it, piece by piece: (what is shown, how many characters of `text` it is,
+    whether it is text drawn as itself rather than a run of blanks)."""
+    for match in _PIECE.finditer(text):
+        run = match.group()
+        if match.group(1) is None:
+            yield run, len(run), True
+        elif len(run) <= BLANKS_KEPT:
+            yield "".join(" " if char == " " else _blank(char) for char in run), len(run), False
+        else:
+            yield f"⟨{len(run)} × {' '.join(_blank(char) for char in dict.fromkeys(run))}⟩", len(run), False
+
+
+def _blank(char: str) -> str:
+    return _NAMED.get(char) or _escaped(char)
 
 
 def json_escape(char: str) -> str:

@@ -281,3 +281,23 @@ def nest(root: Path, depth: int, leaf: str | None = None) -> None:
     if leaf is not None:
         (Path(f"/proc/self/fd/{folder}") / leaf).write_text("the attempt's")
     os.close(folder)
+
+
+# Issue 50, finding 2: a call held for a person whose command hides its tail behind padding. Each padding
+# below, between a harmless head and the tail, must leave the tail in view wherever the call is shown.
+HIDDEN_HEAD, HIDDEN_TAIL = "curl -s https://docs.example.org/readme", "; touch hidden_marker"
+PADDINGS = {
+    "spaces": " " * 520,
+    "tabs": "\t" * 520,
+    "newlines": "\n" * 520,
+    "unicode spaces": "\u2003\u00a0\u3000\u200b" * 130,
+    "ansi escape": "\x1b[2K\r",
+}
+
+
+def in_view(text: str, padding: str) -> bool:
+    """Each line of `text` that shows the command's head shows its hidden tail too, and nothing of the
+    padding but a space (or a line's end) is in `text` as itself."""
+    lines = [line for line in text.splitlines() if HIDDEN_HEAD in line]
+    raw = {char for char in padding if not char.isprintable()} - {"\n"}
+    return bool(lines) and all("touch hidden_marker" in line for line in lines) and not raw & set(text)

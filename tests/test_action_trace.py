@@ -51,7 +51,7 @@ def digest(text: str) -> str:
 
 
 def message(step: int, text: str, summary: str | None = None) -> Step:
-    shown = summary if summary is not None else text.replace("\n", "\\x0a")
+    shown = summary if summary is not None else text.replace("\n", "\\n")
     return Step(step, "message", None, None, digest(text), None, None, None, shown)
 
 
@@ -160,7 +160,7 @@ def test_claude_odd_inputs_still_give_steps(tmp_path: Path) -> None:
     assert steps[0].tool == "Write\\x1b[31m"
     assert steps[0].arguments_sha256 == sha256_hex(canonical_json({"bad": None, "n": str(2**70)}))
     assert steps[1].summary is not None and len(steps[1].summary) == SUMMARY_MAX_CHARS
-    assert steps[1].summary.endswith("…")
+    assert steps[1].summary.endswith("é… (+314 chars)")  # a cut says how much it left out
     assert (steps[2].tool, steps[2].arguments_sha256, steps[2].summary) == (None, None, None)
 
 
@@ -221,7 +221,7 @@ def test_codex_undocumented_item_types_are_named_steps_without_digests(tmp_path:
 
 def test_hermes_is_one_message_saying_how_many_api_calls_it_made(tmp_path: Path) -> None:
     root = attempt(tmp_path, "hermes_oneshot_tool_use.txt", **{USAGE_FILE: "hermes_usage_tool_use.json"})
-    summary = "hermes-usage.json: api_calls=2; final text: " + DONE.replace("\n", "\\x0a")
+    summary = "hermes-usage.json: api_calls=2; final text: " + DONE.replace("\n", "\\n")
     assert trace_of("hermes-agent", root) == [message(1, DONE, summary)]
 
 
@@ -319,7 +319,7 @@ def test_ollama_is_one_generate_step_with_the_attempt_times(tmp_path: Path) -> N
             False,
             "2026-11-22T10:00:00.000000Z",
             "2026-11-22T10:00:01.000000Z",
-            "Say hello.\\x0a",
+            "Say hello.\\n",
         )
     ]
     (root / "stdout.log").write_text('{"error": "model not found"}\n')

@@ -554,6 +554,27 @@ def approvals_both_ways(rig: Rig, rig_cli: Any, ops: list[tuple[str, Any, Any]])
     assert again.code == 2 and "is not waiting for approval" in again.err
 
 
+@pytest.mark.parametrize("name", ["spaces", "unicode spaces"])
+def test_a_held_tool_call_is_shown_whole_by_status_and_approvals_through_either_path(
+    rig: Rig, rig_cli: Any, name: str
+) -> None:
+    """Issue 50, finding 2: a call held for a person is the full path's to show (its whole input, its tail
+    in view), whichever path `status` and `approvals` would take; the fast one leaves it to the full one
+    even when no attempt runs (a held call's attempt closed while its calls' denial failed)."""
+    from support import HIDDEN_HEAD, HIDDEN_TAIL, PADDINGS, in_view
+    from test_web_calls import hold
+
+    hold(rig, HIDDEN_HEAD + PADDINGS[name] + HIDDEN_TAIL)
+    assert quick.snapshot_from(view(rig), rig.clock.now()) is None
+    assert quick.approvals(parsed(rig, "approvals")) is None
+    for args in (("status",), ("approvals",)):
+        full, fast = both_paths(rig, rig_cli, *args)
+        assert fast.out == full.out and in_view(fast.out, PADDINGS[name]), fast.out
+    full, fast = (result.json()["held_calls"] for result in both_paths(rig, rig_cli, "status", "--json"))
+    assert [c | {"age_s": 0} for c in fast] == [c | {"age_s": 0} for c in full]  # seconds apart: the same call
+    assert in_view(fast[0]["summary"], PADDINGS[name])
+
+
 def decided(rig: Rig, task_id: int) -> dict[str, Any]:
     """What an approval's decision left of a task: its row, its approvals and its events, without the ids
     and the times (two tasks decided a moment apart compare equal)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import unicodedata
 from typing import Any
 
@@ -98,3 +99,55 @@ def test_what_the_cli_prints_of_stored_text_shows_nothing_invisible(cli: Any) ->
     assert paused["payload"]["reason"] == hidden  # the same value for a parser
     runtime = cli("events", "--format", "agent-runtime").out
     assert not [c for c in runtime if invisible(c) and c != "\n"] and "\\u202e" in runtime
+
+
+# --- what a person judges a call by: every blank shown, a cut always said (issue 50, finding 2) ----------
+
+BLANKS = (
+    " \t\n\r\x0b\x0c\x1b\x85\u00a0\u1680\u2003\u200a\u200b\u200d\u2028\u202e\u202f\u205f\u2800\u3000\ufeff\U000e0020"
+)
+BLANKISH = st.text(st.sampled_from(BLANKS))
+MARKED = re.compile(r"… \(\+[0-9,]+ chars(?P<note>[^)]*)\)$")
+
+
+def hidden(char: str) -> bool:
+    """A character a person cannot see as itself: invisible, or a space of any kind but the plain one."""
+    return invisible(char) or (unicodedata.category(char) == "Zs" and char != " ")
+
+
+@settings(max_examples=examples(500), deadline=None)
+@given(
+    st.text(st.one_of(st.characters(), st.sampled_from(BLANKS), st.sampled_from(TRICKS))) | BLANKISH,
+    st.integers(0, 700),
+    st.integers(0, 10),
+)
+@example("curl x" + " " * 520 + "; touch hidden_marker", 200, 0)
+@example("a" * 60 + "\u2003" * 5, 60, 0)
+def test_shown_text_is_whole_or_says_it_was_cut_and_hides_nothing(text: str, limit: int, more: int) -> None:
+    """For any text, what `visible_cut` shows is the whole of `visible` (every blank escaped, a run of them
+    counted) or a head of it ending with the cut's marker; never a raw control, format or space character
+    but the plain space, never a run of spaces, never over the limit."""
+    shown, whole = edge.visible_cut(text, limit, more=more), edge.visible(text)
+    assert not [c for c in shown + whole if hidden(c)], (text, shown)
+    assert " " * (edge.BLANKS_KEPT + 1) not in whole and "\n" not in whole
+    assert len(shown) <= max(limit, 60)
+    cut = MARKED.search(shown)
+    if shown != whole or more:
+        assert cut is not None and whole.startswith(shown[: cut.start()]), (text, shown)
+        left = int(cut.group()[4:].split(" ")[0].replace(",", ""))
+        assert more <= left <= len(text) + more
+    assert edge.visible(whole) == whole, "shown twice, the same"
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    st.text(st.sampled_from("curl -s https://x.org/"), max_size=80),
+    BLANKISH,
+    st.text(st.sampled_from("ab;_/.é日"), min_size=1, max_size=40),
+)
+@example("curl -s https://docs.example.org/readme", "\u2003\u00a0\u3000\u200b" * 1000, "; touch hidden_marker")
+def test_no_padding_of_blanks_pushes_what_follows_out_of_a_summary(head: str, padding: str, tail: str) -> None:
+    """However long a run of blanks (of a dozen kinds mixed), it takes a few dozen characters of a line: the
+    text after it is still in a 500-character summary."""
+    shown = edge.visible_cut(head + padding + tail, 500)
+    assert shown == edge.visible(head + padding + tail) and shown.endswith(tail)

@@ -225,7 +225,7 @@ async def test_a_script_progress_lines_are_events_while_it_runs(live: Callable[.
     texts = [e.payload["text"] for e in of_type(events, "attempt_progress")]
     assert texts[0] == "step 1 of 3: fetching"
     assert texts[1] == "token [redacted] in a line"
-    assert len(texts[2]) == 500 and texts[2].endswith("…")
+    assert len(texts[2]) == 500 and texts[2].endswith(" chars)") and "x… (+" in texts[2]  # a cut says so
     assert texts[3] == "\\x1b[31mred\\x1b[0m"  # printable: no terminal escape reaches an operator
     assert run.rig.store.get_task_or_raise(run.task_id).status == "completed"
 

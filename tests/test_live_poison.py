@@ -18,7 +18,7 @@ from support import HARNESS_FIXTURES, examples
 
 from agentd.adapters.activity import PROGRESS_MAX_CHARS, SUMMARY_MAX_CHARS, Activity, Shown, progress, stream_parser
 from agentd.attempt.live import Lines, Source, redacting
-from agentd.edge import check_value, printable
+from agentd.edge import SHOWN_WINDOW_CHARS, check_value, printable
 from agentd.evidence.action_trace import trace_of
 from agentd.records.events import LIVE_EVENT_TYPES
 from agentd.redaction import Redactor
@@ -217,3 +217,20 @@ def test_a_progress_path_that_is_a_link_or_a_fifo_is_refused_never_followed_nor_
         (tmp_path / name).unlink()
         (tmp_path / name).write_text("a plain file now\n")
         assert source.read() == [], "once refused, the attempt's file is not read again"
+
+
+@pytest.mark.parametrize("offset", range(-45, 5, 7))
+def test_a_secret_behind_a_run_of_blanks_at_the_windows_end_is_never_shown_in_part(offset: int) -> None:
+    """A run of blanks shows as its count, so a summary reaches far into the text: a secret cut by the end of
+    the window redacted is dropped with the window's last `reach` characters, never shown in part."""
+    made = shown()
+    text = " " * (SHOWN_WINDOW_CHARS + made.reach + offset) + SECRET + " tail"
+    said = made(text)
+    assert SECRET[:4] not in said and said.startswith("⟨"), said
+    assert said.endswith("[redacted] tail") or said.endswith(" chars)"), said  # whole, or cut and said so
+
+
+def test_a_held_calls_whole_input_is_redacted_in_its_keys_values_and_numbers() -> None:
+    made = redacting(Redactor([SECRET, "1234567890"]))
+    text = made.canonical({"command": f"echo {SECRET}", SECRET: [1234567890, 12345.5, True, None]})
+    assert json.loads(text) == {"command": "echo [redacted]", "[redacted]": ["[redacted]", 12345.5, True, None]}

@@ -224,3 +224,33 @@ def test_an_older_databases_unknown_exit_status_becomes_error_with_its_exit_unse
     assert (swept.exit_status, swept.diagnostics) == ("error", {"killed_pids": [7], "exit_seen": False})
     assert (ok.exit_status, ok.diagnostics) == ("ok", None)
     store.close()
+
+
+def test_a_call_held_before_inputs_were_kept_is_read_and_decided_saying_so(
+    tmp_path: Path, clock: FakeClock, config: Any
+) -> None:
+    """Migration 0021 adds a held call's whole input; a row held before it keeps NULL, reads back as a call
+    whose input was not kept (`agentd approvals` says so), and its decision's event names no digest."""
+    from agentd.cli.common import held_input_words
+
+    db, migrations = tmp_path / "agentd.db", available_migrations()
+    migrate(db, clock, [m for m in migrations if m.version < 21])
+    store = open_store(db, clock, [m for m in migrations if m.version < 21])
+    task = store.enqueue_task(admit_task(_intent(), config, clock.now(), trusted=True), clock.now())
+    with store.transaction() as conn:
+        conn.execute(
+            """INSERT INTO held_calls (call_id, task_id, attempt_id, tool, summary, rule, requested_at)
+               VALUES ('01JC3M9V6V4ZC0K1S1Y4AQ7W2E', ?, 'a', 'Bash', 'Bash: ls', 'ask: rule 1', ?)""",
+            (task.task_id, "2026-01-01T00:00:00.000000Z"),
+        )
+    store.close()
+    assert [m.filename for m in migrate(db, clock)] == ["0021_held_call_inputs.sql"]
+    store = open_store(db, clock)
+    [held] = store.pending_calls()
+    assert (held.input_json, held.input_chars, held.input_sha256, held.digest()) == (None, None, None, {})
+    assert held_input_words(vars(held), whole=True).startswith("input not kept")
+    store.decide_call(held.call_id, allowed=False, by="alice", reason="no", now=clock.now())
+    [denied] = store.read_events(types=("tool_call_denied",))
+    assert "input_sha256" not in denied.payload
+    with pytest.raises(sqlite3.IntegrityError), store.transaction() as conn:  # a digest is of the text kept
+        conn.execute("UPDATE held_calls SET input_json = 'x', input_chars = 2, input_sha256 = 'short'")

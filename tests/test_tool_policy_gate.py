@@ -11,8 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import run_main, wait_until
+from support import HIDDEN_HEAD, HIDDEN_TAIL, PADDINGS, in_view, run_main, wait_until
 from test_dispatch_process import Agent, ok
+
+from agentd.adapters.activity import Shown
+from agentd.attempt.calls import HELD_INPUT_MAX_CHARS, MAX_HELD, SUMMARY_CHARS, held_input, summary, why_not_held
+from agentd.hashing import canonical_json, sha256_hex
 
 
 def with_policy(rules: list[dict[str, Any]], **section: Any) -> Any:
@@ -146,3 +150,78 @@ def test_a_call_held_when_its_dispatcher_is_killed_is_denied_by_the_boot_sweep(g
     assert denied is not None and denied.payload["call_id"] == held.call_id
     assert denied.payload["decided_by"] == "attempt ended"
     assert "tool call" not in run_main(capsys, governed.config_path, "approvals").out
+
+
+def test_every_surface_shows_a_held_calls_tail_however_it_is_padded(governed: Agent, capsys: Any) -> None:
+    """Issue 50, finding 2: `curl …` + padding + `; touch hidden_marker` was shown as just the curl, and
+    approving it ran the tail. Held now, its tail is in view in `approvals` (table and --json), `status`
+    (text and --json) and `permission_requested`; the whole input is kept with its sha256, which the
+    decision's event carries."""
+    commands = {name: HIDDEN_HEAD + pad + HIDDEN_TAIL for name, pad in PADDINGS.items()}
+    task_id = governed.add(asks=asks(*[(command, f"ran-{name}") for name, command in commands.items()]), outcome=ok())
+    dispatcher = governed.start("--until-idle")
+    shown = []
+    for name, command in commands.items():
+        pad, held = PADDINGS[name], held_call(governed)
+        whole = canonical_json({"command": command}).decode()
+        assert (held.input_json, held.input_chars, held.input_sha256) == (whole, len(whole), sha256_hex(whole.encode()))
+        assert in_view(held.summary, pad), (name, held.summary)
+        listed = run_main(capsys, governed.config_path, "approvals").out
+        assert in_view(listed, pad), (name, listed)
+        assert held.input_sha256 in listed
+        [as_json] = [c for c in run_main(capsys, governed.config_path, "approvals", "--json").json() if "call_id" in c]
+        status = run_main(capsys, governed.config_path, "status")
+        [in_status] = run_main(capsys, governed.config_path, "status", "--json").json()["held_calls"]
+        requested = governed.store.read_events(task_id=task_id, types=("permission_requested",))[-1].payload
+        for view in (as_json, in_status, requested):
+            assert (view["summary"], view["input_json"], view["input_sha256"]) == (
+                held.summary, whole, held.input_sha256)  # fmt: skip
+        assert in_view(status.out, pad) and held.input_sha256[:12] in status.out, (name, status.out)
+        shown.append(held.input_sha256)
+        assert run_main(capsys, governed.config_path, "approve", "--call", held.call_id).code == 0
+    dispatcher.wait(timeout=60)
+    allowed = governed.store.read_events(task_id=task_id, types=("tool_call_allowed",))
+    assert [event.payload["input_sha256"] for event in allowed] == shown  # each decision names what it saw
+    assert all((governed.config.paths.workspace / f"ran-{name}").exists() for name in commands)
+
+
+def test_a_call_too_long_to_show_whole_is_denied_not_held(governed: Agent) -> None:
+    """An input longer than HELD_INPUT_MAX_CHARS as canonical JSON cannot be shown whole on every surface:
+    the policy denies it, saying why, and no person is asked about a part of it."""
+    command = "curl https://example.com/" + "a" * HELD_INPUT_MAX_CHARS + HIDDEN_TAIL
+    task_id = governed.add(asks=asks((command, "fetched")), outcome=ok())
+    governed.start("--until-idle").wait(timeout=60)
+    assert not (governed.config.paths.workspace / "fetched").exists()
+    [answer] = asked(governed)
+    assert answer["rc"] == 1 and f"more than the {HELD_INPUT_MAX_CHARS:,} a person can be shown whole" in answer["said"]
+    denied = governed.event("tool_call_denied", task_id)
+    whole = canonical_json({"command": command}).decode()
+    assert denied is not None and denied.payload["decided_by"] == "policy"
+    assert denied.payload["input_sha256"] == sha256_hex(whole.encode())
+    assert denied.payload["input_chars"] == len(whole) and "more than the 4,096" in denied.payload["reason"]
+    assert governed.event("permission_requested", task_id) is None and governed.store.pending_calls() == []
+
+
+def test_the_longest_input_held_is_the_longest_every_surface_shows_whole() -> None:
+    """HELD_INPUT_MAX_CHARS of canonical JSON is held; one character more, or an input JSON cannot be
+    written from (nested too deep), is denied saying why; so is a ninth call at once."""
+    frame = len(canonical_json({"command": ""}))
+    padded = {"command": HIDDEN_HEAD + " " * (HELD_INPUT_MAX_CHARS - frame - 60) + HIDDEN_TAIL}
+    longest = held_input({"command": "a" * (HELD_INPUT_MAX_CHARS - frame)}, Shown())
+    assert longest["input_chars"] == HELD_INPUT_MAX_CHARS and why_not_held(longest, 0) is None
+    assert why_not_held(held_input(padded, Shown()), 0) is None  # held, and its padding hides nothing:
+    assert summary("Bash", padded, Shown()).endswith(HIDDEN_TAIL)  # the window a summary reads is all of it
+    over = held_input({"command": "a" * (HELD_INPUT_MAX_CHARS - frame + 1)}, Shown())
+    assert f"{HELD_INPUT_MAX_CHARS + 1:,} characters as JSON, more than the" in str(why_not_held(over, 0))
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert "nested too deep" in str(why_not_held(held_input({"command": "x", "deep": deep}, Shown()), 0))
+    assert str(why_not_held(longest, MAX_HELD)).startswith(f"denied: {MAX_HELD} calls")
+
+
+def test_a_cut_summary_says_how_much_it_left_out_and_which_input_it_is_of() -> None:
+    tool_input = {"command": "curl https://example.com/" + "a" * 1000 + HIDDEN_TAIL}
+    said, whole = summary("Bash", tool_input, Shown()), held_input(tool_input, Shown())
+    assert len(said) <= len("Bash: ") + SUMMARY_CHARS and "touch" not in said
+    assert said.endswith(f" chars; input sha256 {whole['input_sha256'][:12]}…)") and "a… (+" in said

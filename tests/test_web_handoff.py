@@ -273,3 +273,22 @@ def test_a_held_tool_call_is_handed_off_and_its_token_answers_that_call_only(web
     assert done.status == 200, done.text
     assert (done.json()["status"], done.json()["by"]) == ("denied", "approval_handler:approvals")
     assert app.post(f"/api/calls/{call_id}/approve", {}).status == 409
+
+
+def test_a_held_calls_hand_off_shows_its_tail_however_it_is_padded(web: WebRig, receiver: Receiver) -> None:
+    """Issue 50, finding 2: the hand-off of a call whose tail hides behind padding carries the command whole
+    in its summary (blanks escaped: the tail in view), and its whole input with its length and sha256."""
+    from support import HIDDEN_HEAD, HIDDEN_TAIL, PADDINGS, in_view
+    from test_web_calls import hold
+
+    from agentd.hashing import canonical_json, sha256_hex
+
+    wanted = {hold(web.rig, HIDDEN_HEAD + pad + HIDDEN_TAIL): name for name, pad in PADDINGS.items()}
+    bodies = [receiver.next()[1] for _ in wanted]
+    for body in bodies:
+        pad = PADDINGS[wanted[body["call_id"]]]
+        whole = canonical_json({"command": HIDDEN_HEAD + pad + HIDDEN_TAIL}).decode()
+        assert in_view(body["summary"], pad), body["summary"]
+        assert (body["input_json"], body["input_chars"], body["input_sha256"]) == (
+            whole, len(whole), sha256_hex(whole.encode()))  # fmt: skip
+    assert sorted(body["call_id"] for body in bodies) == sorted(wanted)

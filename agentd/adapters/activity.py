@@ -4,7 +4,8 @@ A `StreamParser` turns the JSON records of claude-code's stream-json or codex's 
 `Activity`: tool calls started and finished, model turns with their usage, the agent's todo list (seed
 003 AgentTodo). A script's progress lines become `attempt_progress`. Total: whatever a record holds, the
 worst it does is yield nothing. Every text shown is redacted by value before it is cut (`Shown`), so no
-part of a secret survives at the cut, then made printable and short.
+part of a secret survives at the cut, then shown whole on one line or cut with a marker (agentd/edge.py
+`visible_cut`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentd import frozen_value
-from agentd.edge import printable, scrub_value
+from agentd.edge import SHOWN_WINDOW_CHARS, printable, scrub_value, visible_cut
 from agentd.hashing import canonical_json, sha256_hex
 from agentd.usage import judge_number
 
@@ -35,17 +36,22 @@ class Activity:
 
 
 class Shown:
-    """Text as an activity event may hold it: redacted by value, printable, on one line, at most a limit."""
+    """Text as an event may hold it: redacted by value, then as agentd/edge.py `visible_cut` shows it (one line,
+    every blank but a single space escaped or counted, at most a limit, a cut always marked)."""
 
     def __init__(self, redact: Callable[[str], str] = lambda text: text, reach: int = 0) -> None:
         self.redact, self.reach = redact, reach
 
-    def __call__(self, text: str, limit: int = SUMMARY_MAX_CHARS) -> str:
-        # Cut first (the text may be megabytes), but no closer to the limit than the longest secret's
-        # reach: a secret that starts before the limit is still whole when it is redacted.
-        head = self.redact(text[: limit + self.reach + 1]).strip()
-        shown = printable(head[: limit + 1])
-        return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+    def __call__(self, text: str, limit: int = SUMMARY_MAX_CHARS, note: str = "") -> str:
+        # Redact a window of it (the text may be megabytes; a run of blanks shows as its count, so the window
+        # is wider than the limit), then cut. A window cut short loses its last `reach` characters, where an
+        # unrecognised start of a secret may sit; what is not shown is counted in the cut's marker.
+        window = text[: max(SHOWN_WINDOW_CHARS, limit) + self.reach]
+        redacted = self.redact(window)
+        if len(window) == len(text):
+            return visible_cut(redacted, limit, note=note)
+        kept = redacted[: max(0, len(redacted) - self.reach)]
+        return visible_cut(kept, limit, more=len(text) - len(window) + len(redacted) - len(kept), note=note)
 
     def value(self, value: Any, limit: int = SUMMARY_MAX_CHARS) -> str:
         """A JSON value for people: a command when it has one, its text, else compact JSON."""
@@ -58,6 +64,23 @@ class Shown:
         except (ValueError, RecursionError):
             text = f"<{type(value).__name__}>"
         return self(text, limit)
+
+    def canonical(self, value: Any) -> str:
+        """`value` whole, as canonical JSON text, every string in it (keys too) and every number that spells a
+        secret redacted: a held call's input as a person is shown it (docs/policy.md, "Asking a person").
+        Raises ValueError or RecursionError for what JSON cannot hold."""
+        return canonical_json(self._redacted(scrub_value(value))).decode()
+
+    def _redacted(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, dict):
+            return {self.redact(str(key)): self._redacted(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self._redacted(item) for item in value]
+        if isinstance(value, int | float) and not isinstance(value, bool) and self.redact(str(value)) != str(value):
+            return self.redact(str(value))
+        return value
 
 
 class StreamParser(Protocol):

@@ -43,6 +43,7 @@ from agentd.clock import Clock, age, format_ts
 from agentd.config.settings import PolicySection
 from agentd.config.tool_policy import COMMAND_KEYS, PATH_KEYS, URL_KEYS, Call, Policy, Ruling, command_of, decide
 from agentd.errors import contained
+from agentd.hashing import sha256_hex
 from agentd.process.hook import HELD, REQUEST_MAX_BYTES
 from agentd.process.timer import RunTimer
 from agentd.process.wake import Doorbell
@@ -56,6 +57,7 @@ MAX_HELD = 8  # calls waiting for a person at once, per attempt: more are denied
 READ_WITHIN_S = 10.0  # a request that does not arrive whole in this long is dropped
 DECISION_POLL_S = 1.0  # a held call's row is read at least this often (the doorbell rings sooner)
 SUMMARY_CHARS = 500
+HELD_INPUT_MAX_CHARS = 4096  # of a held call's input as canonical JSON: what every surface can show whole
 MAX_TRACED_DECISIONS = 1000  # per attempt, in its diagnostics and action trace; the events hold every one
 ANNOUNCE_WAIT_S = 2.0  # claude prints a call's tool_use line ~50 ms before it runs the hook: waited for this long
 REFUSED_LOG_EVERY_S = 60.0  # refused peers are logged at most once a minute, with a count
@@ -92,12 +94,44 @@ def ruling_for(policy: Policy, request: dict[str, Any], workspace: str, cwd: str
 
 
 def summary(tool: str, tool_input: dict[str, Any], shown: Shown) -> str:
-    """What a person judges a call by: the tool and its command, path or URL (else its input), redacted."""
+    """What a person judges a call by: the tool and its command, path or URL (else its input), redacted, on
+    one line with every blank shown (agentd/edge.py `visible_cut`); a cut one ends with how much is left out
+    and the sha256 of the whole input every surface shows beside it (docs/policy.md, "Asking a person")."""
+    whole, name = held_input(tool_input, shown), shown(tool, 100)
+    note = f"; input sha256 {whole['input_sha256'][:12]}…" if whole["input_sha256"] else ""
     for keys in (COMMAND_KEYS, PATH_KEYS, URL_KEYS):
         found = next((tool_input[k] for k in keys if isinstance(tool_input.get(k), str)), None)
         if found is not None:
-            return f"{tool}: {shown(found, SUMMARY_CHARS)}"
-    return f"{tool}: {shown.value(tool_input, SUMMARY_CHARS)}"
+            return f"{name}: {shown(found, SUMMARY_CHARS, note)}"
+    if whole["input_json"] is None:
+        return f"{name}: {shown.value(tool_input, SUMMARY_CHARS)}"
+    return f"{name}: {shown(whole['input_json'], SUMMARY_CHARS, note)}"
+
+
+def held_input(tool_input: dict[str, Any], shown: Shown) -> dict[str, Any]:
+    """A call's whole input as a held call keeps it: `input_json`, the canonical JSON text of the redacted
+    input, its length (`input_chars`) and the sha256 of exactly that text; each None when the input is not
+    JSON agentd can write (nested too deep)."""
+    try:
+        text = shown.canonical(tool_input)
+    except (ValueError, RecursionError):
+        return dict.fromkeys(("input_json", "input_chars", "input_sha256"))
+    return {"input_json": text, "input_chars": len(text), "input_sha256": sha256_hex(text.encode())}
+
+
+def why_not_held(whole: dict[str, Any], waiting: int) -> str | None:
+    """Why a call an `ask` rule matched is denied rather than held (its input cannot be shown whole on every
+    surface, or MAX_HELD calls wait already), or None."""
+    if whole["input_json"] is None:
+        return "denied: its input is not JSON agentd can show a person (nested too deep), so it is not held"
+    if whole["input_chars"] > HELD_INPUT_MAX_CHARS:
+        return (
+            f"denied: its input is {whole['input_chars']:,} characters as JSON, more than the "
+            f"{HELD_INPUT_MAX_CHARS:,} a person can be shown whole, so it is not held (docs/policy.md)"
+        )
+    if waiting >= MAX_HELD:
+        return f"denied: {MAX_HELD} calls of this attempt already wait for a person"
+    return None
 
 
 @dataclass
@@ -317,7 +351,7 @@ class CallGate:
         }
         requested_at = self.clock.now()
         if ruling.decision == "ask":
-            answer = await self._hold(ruling, payload, on_hold)
+            answer = await self._hold(ruling, payload, tool_input, on_hold)
         else:
             answer = {"decision": ruling.decision, "reason": ruling.reason, "by": "policy"}
             decided = {**payload, "decided_by": "policy", "reason": ruling.reason}
@@ -356,14 +390,22 @@ class CallGate:
         return answer
 
     async def _hold(
-        self, ruling: Ruling, payload: dict[str, Any], on_hold: Callable[[], Awaitable[None]] | None
+        self,
+        ruling: Ruling,
+        payload: dict[str, Any],
+        tool_input: dict[str, Any],
+        on_hold: Callable[[], Awaitable[None]] | None,
     ) -> dict[str, Any]:
-        refused = self._unheld()
-        if refused is not None:
-            await self._record(False, {**payload, "decided_by": "policy", "reason": refused})
-            return {"decision": "deny", "reason": refused, "by": "policy"}
+        """A person's answer to the call, held with its whole input (docs/policy.md, "Asking a person"), or the
+        policy's denial, saying why no one is asked (`why_not_held`, `_unheld`)."""
+        whole = held_input(tool_input, self.shown)
+        reason = why_not_held(whole, len(self.held)) or self._unheld()
+        if reason is not None:
+            digest = {"input_chars": whole["input_chars"], "input_sha256": whole["input_sha256"]}
+            await self._record(False, {**payload, **digest, "decided_by": "policy", "reason": reason})
+            return {"decision": "deny", "reason": reason, "by": "policy"}
         task_id, attempt_id = self.prepared.task.task_id, self.prepared.attempt_id
-        call_id = await self.db.call(Store.hold_call, task_id, attempt_id, payload, self.clock.now())
+        call_id = await self.db.call(Store.hold_call, task_id, attempt_id, {**payload, **whole}, self.clock.now())
         self.counts.recorded += 1
         self.held[call_id] = (payload["summary"], anyio.current_time())
         within_s = min(self.ask_timeout_s, self.section.held_budget_s - self.timer.held_total_s())
@@ -382,9 +424,7 @@ class CallGate:
         return {"decision": "allow" if allowed else "deny", "reason": reason, "by": held.decided_by, "explicit": True}
 
     def _unheld(self) -> str | None:
-        """Why this call cannot wait for a person (None: it can)."""
-        if len(self.held) >= MAX_HELD:
-            return f"denied: {MAX_HELD} calls of this attempt already wait for a person"
+        """Why this attempt can have no more calls wait for a person (None: it can)."""
         if self.counts.recorded >= self.section.max_recorded_decisions:
             most = self.section.max_recorded_decisions
             return f"denied: this attempt's calls passed [policy] max_recorded_decisions = {most}"

@@ -18,7 +18,18 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from agentd.clock import SystemClock, parse_duration, parse_ts
-from agentd.edge import INT64_MAX, NotJson, Refused, check_text, note_text, printable, shown, visible_json, whole_number
+from agentd.edge import (
+    INT64_MAX,
+    NotJson,
+    Refused,
+    check_text,
+    note_text,
+    printable,
+    shown,
+    visible,
+    visible_json,
+    whole_number,
+)
 from agentd.edge import loads as load_json
 from agentd.errors import ConfigError, InputError, Interrupted
 
@@ -319,6 +330,16 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
     for row in text_rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def held_input_words(call: dict[str, Any], *, whole: bool = False) -> str:
+    """A tool call held for a person as a line says its input (docs/policy.md, "Asking a person"): its length
+    and sha256 (the first 12 digits; all 64 and the input itself, escaped, when `whole`)."""
+    if call.get("input_sha256") is None:
+        return "input not kept (held before agentd kept inputs)"
+    digest = call["input_sha256"] if whole else f"{call['input_sha256'][:12]}…"
+    words = f"input {call['input_chars']:,} chars, sha256 {digest}"
+    return f"{words}: {visible(call['input_json'])}" if whole else words
 
 
 def print_fields(pairs: Iterable[tuple[str, Any]]) -> None:

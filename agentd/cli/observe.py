@@ -13,6 +13,7 @@ from agentd.cli.common import (
     agent_store,
     config_from,
     count,
+    held_input_words,
     moment,
     option,
     print_json,
@@ -246,7 +247,8 @@ def _print_waiting_on_a_person(shown: dict[str, Any]) -> None:
         print(
             printable(
                 f"WAITING  tool call {call['call_id']} of task {call['task_id']} for {age(call['age_s'])}: "
-                f"{call['summary']} (`agentd approve --call ID` or `agentd deny --call ID --reason R`)"
+                f"{call['summary']} [{held_input_words(call)}; `agentd approvals` shows it whole] "
+                "(`agentd approve --call ID` or `agentd deny --call ID --reason R`)"
             )
         )
 

@@ -11,6 +11,7 @@ from agentd.cli.common import (
     CommandError,
     add_command,
     agent_store,
+    held_input_words,
     note,
     print_json,
     print_table,
@@ -99,6 +100,9 @@ def cmd_approvals(args: argparse.Namespace) -> int:
             for c in calls
         ]
         print_table(["CALL", "TASK", "WAITING", "CALL ASKS FOR", "RULE"], held)
+        print("\nwhat each runs if it is allowed, whole (blanks escaped, long runs of them counted: docs/policy.md):")
+        for c in calls:
+            print(f"{c['call_id']}  {held_input_words(c, whole=True)}")
     return 0
 
 
@@ -147,7 +151,8 @@ def _resolve_call(args: argparse.Namespace, *, approved: bool, note: str | None)
     def said(held: Any) -> None:
         went = "goes ahead" if approved else "is refused"
         print(
-            f"call {held.call_id} of task {held.task_id} ({held.summary}) {went} ({held.status} by {held.decided_by})"
+            f"call {held.call_id} of task {held.task_id} ({held.summary}; {held_input_words(vars(held))}) {went} "
+            f"({held.status} by {held.decided_by})"
         )
 
     return store_command(

@@ -43,7 +43,7 @@ from typing import Any
 
 from agentd import frozen_value
 from agentd.clock import format_ts, parse_ts
-from agentd.edge import printable, scrub, scrub_value
+from agentd.edge import SHOWN_WINDOW_CHARS, scrub, scrub_value, visible_cut
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
 
 TRACE_FILE = "action_trace.jsonl"
@@ -68,7 +68,7 @@ class Step:
     is_error: bool | None  # None when the result did not say
     started_at: str | None  # only when the stream gives a time
     ended_at: str | None
-    summary: str | None  # for people: at most SUMMARY_MAX_CHARS, control characters escaped
+    summary: str | None  # for people: at most SUMMARY_MAX_CHARS, blanks escaped, a cut marked (edge.visible_cut)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,7 +130,7 @@ def decision_steps(decided: list[Any], *, first: int) -> list[Step]:
                 entry.get("decision") != "allow",
                 _time(entry.get("requested_at")),
                 _time(entry.get("decided_at")),
-                printable(said)[:SUMMARY_MAX_CHARS],
+                visible_cut(said, SUMMARY_MAX_CHARS),
             )
         )
     return steps
@@ -479,8 +479,10 @@ def _summary_of(arguments: Any) -> str | None:
 def _for_people(text: Any) -> str | None:
     if not isinstance(text, str) or not text:
         return None
-    shown = printable(text[: SUMMARY_MAX_CHARS + 1])  # cut before escaping: the text may be megabytes
-    return shown if len(shown) <= SUMMARY_MAX_CHARS else shown[: SUMMARY_MAX_CHARS - 1] + "…"
+    # As the live view shows it (agentd/adapters/activity.py `Shown`): a window of it (it may be megabytes),
+    # cut with a marker that counts what is not shown.
+    window = text[:SHOWN_WINDOW_CHARS]
+    return visible_cut(window, SUMMARY_MAX_CHARS, more=len(text) - len(window))
 
 
 def _time(value: Any) -> str | None:

@@ -218,6 +218,9 @@ def held_call_view(call: HeldCall, now: datetime) -> dict[str, Any]:
         "task_type": call.task_type,
         "tool": call.tool,
         "summary": call.summary,
+        "input_json": call.input_json,  # whole: what runs if it is allowed (docs/policy.md, "Asking a person")
+        "input_chars": call.input_chars,
+        "input_sha256": call.input_sha256,
         "rule": call.rule,
         "requested_at": format_ts(call.requested_at),
         "age_s": round((now - call.requested_at).total_seconds(), 1),

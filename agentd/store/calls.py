@@ -35,10 +35,20 @@ class HeldCall:
     reason: str | None = None
     task_type: str = ""
     subject: str | None = None
+    input_json: str | None = None  # the whole input, redacted (migration 0021); None: held before it was kept
+    input_chars: int | None = None
+    input_sha256: str | None = None  # of exactly input_json, UTF-8
 
     @property
     def decided(self) -> bool:
         return self.status != "pending"
+
+    def digest(self) -> dict[str, Any]:
+        """What ties a decision to the input a person was shown: its length and sha256 (none for a call held
+        before inputs were kept)."""
+        if self.input_sha256 is None:
+            return {}
+        return {"input_chars": self.input_chars, "input_sha256": self.input_sha256}
 
 
 class CallDecided(InputError):
@@ -46,25 +56,12 @@ class CallDecided(InputError):
 
 
 _COLUMNS = """c.call_id, c.task_id, c.attempt_id, c.tool, c.summary, c.rule, c.requested_at, c.status,
-              c.decided_by, c.reason, t.task_type, t.subject"""
+              c.decided_by, c.reason, t.task_type, t.subject, c.input_json, c.input_chars, c.input_sha256"""
 
 
 def _held(row: Any) -> HeldCall:
-    call_id, task_id, attempt_id, tool, summary, rule, requested_at, status, by, reason, task_type, subject = row
-    return HeldCall(
-        call_id,
-        task_id,
-        attempt_id,
-        tool,
-        summary,
-        rule,
-        stored_ts(requested_at),
-        status,
-        by,
-        reason,
-        task_type,
-        subject,
-    )
+    call_id, task_id, attempt_id, tool, summary, rule, requested_at, *rest = row
+    return HeldCall(call_id, task_id, attempt_id, tool, summary, rule, stored_ts(requested_at), *rest)
 
 
 class CallVerbs(StoreBase):
@@ -84,13 +81,24 @@ class CallVerbs(StoreBase):
             self.tx.event(event, now, task_id=task_id, attempt_id=attempt_id, payload=payload)
 
     def hold_call(self, task_id: int, attempt_id: str, payload: dict[str, Any], now: datetime) -> str:
-        """A call an `ask` rule holds: waiting for a person from now (`permission_requested`)."""
+        """A call an `ask` rule holds: waiting for a person from now (`permission_requested`, which holds the
+        payload whole: its input, redacted, with its length and sha256)."""
         with self.transaction():
             call_id = new_ulid(self.clock)
             self.tx.execute(
-                """INSERT INTO held_calls (call_id, task_id, attempt_id, tool, summary, rule, requested_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?)""",
-                (call_id, task_id, attempt_id, payload["tool"], payload["summary"], payload["rule"], ts(now)),
+                """INSERT INTO held_calls (call_id, task_id, attempt_id, tool, summary, rule, requested_at,
+                                           input_json, input_chars, input_sha256)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (
+                    call_id,
+                    task_id,
+                    attempt_id,
+                    payload["tool"],
+                    payload["summary"],
+                    payload["rule"],
+                    ts(now),
+                    *(payload.get(key) for key in ("input_json", "input_chars", "input_sha256")),
+                ),
             )
             event_payload = {"call_id": call_id, **payload}
             self.tx.event("permission_requested", now, task_id=task_id, attempt_id=attempt_id, payload=event_payload)
@@ -142,6 +150,7 @@ def _decide(tx: Tx, held: HeldCall, allowed: bool, by: str, reason: str | None, 
         "tool": held.tool,
         "summary": held.summary,
         "rule": held.rule,
+        **held.digest(),
         "decided_by": by,
         **({"reason": reason} if reason else {}),
         "waited_s": round(max(0.0, (now - held.requested_at).total_seconds()), 3),

@@ -137,7 +137,13 @@ def call_resolver(approved: bool) -> Callable[[Request], Any]:
             held = await web.db.call(decide)
         except CallDecided as exc:
             raise BadInput(409, str(exc), "path.call_id", "a call that still waits") from None
-        decided = {"call_id": held.call_id, "task_id": held.task_id, "status": held.status, "by": held.decided_by}
+        decided = {
+            "call_id": held.call_id,
+            "task_id": held.task_id,
+            "status": held.status,
+            "by": held.decided_by,
+            "input_sha256": held.input_sha256,  # the input decided on (docs/policy.md, "Asking a person")
+        }
         return JSONResponse(decided)
 
     return endpoint

@@ -319,11 +319,14 @@ class SecurityHeaders:
 
 
 def templates() -> Jinja2Templates:
-    """The console's Jinja2 templates (autoescaped), with `when` for a time (agentd/web/shown.py)."""
+    """The console's Jinja2 templates (autoescaped), with `when` for a time (agentd/web/shown.py) and `visible`
+    for text an attempt chose, every blank in it shown (agentd/edge.py)."""
+    from agentd.edge import visible
     from agentd.web.shown import when
 
     found = Jinja2Templates(directory=HERE / "templates")
     found.env.filters["when"] = when
+    found.env.filters["visible"] = visible
     return found
 
 

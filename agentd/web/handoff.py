@@ -89,6 +89,9 @@ def call_message(store: Store, agent_id: str, call_id: str) -> dict[str, Any]:
         "subject": held.subject,
         "tool": held.tool,
         "summary": held.summary,
+        "input_json": held.input_json,  # whole: what runs if it is allowed (docs/policy.md, "Asking a person")
+        "input_chars": held.input_chars,
+        "input_sha256": held.input_sha256,
         "rule": held.rule,
         "requested_at": format_ts(held.requested_at),
         "context": context,

@@ -70,18 +70,19 @@ def status_snapshot(args: argparse.Namespace, now: datetime) -> dict[str, Any] |
 
 
 def snapshot_from(view: dict[str, Any], now: datetime) -> dict[str, Any] | None:
-    """The snapshot of the agent a cached view describes; None with a budget, no database, or an
-    attempt running (its live activity is read by agentd/outlook/activity.py)."""
+    """The snapshot of the agent a cached view describes; None with a budget, no database, an attempt
+    running (its live activity is read by agentd/outlook/activity.py) or a tool call held for a person (its
+    input, shown whole: agentd/outlook/status.py `held_call_view`)."""
     if view["budget_capped"]:
         return None
-    from agentd.store.plain import one_read, queue_rows, status_rows
+    from agentd.store.plain import calls_wait, one_read, queue_rows, status_rows
 
     with plain_store(view) as store:
         if store is None:
             return None
         with one_read(store):
-            summary, rows = queue_rows(store, now), status_rows(store)
-    if rows["running"]:  # what a running attempt is doing now (docs/live.md) is the full path's read
+            summary, rows, held = queue_rows(store, now), status_rows(store), calls_wait(store)
+    if rows["running"] or held:  # a running attempt's activity (docs/live.md), a held call: the full path's
         return None
     return _snapshot(view, summary, rows, now)
 
@@ -110,7 +111,7 @@ def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any
         "oldest_approval_age_s": (now - rows["oldest_approval_at"]).total_seconds()
         if rows["oldest_approval_at"]
         else None,
-        "held_calls": [],  # a held call belongs to a running attempt, which the full path shows
+        "held_calls": [],  # none waits: the full path shows those that do
         "paused": {"since": format_ts(pause[0]), "by": pause[1], "reason": pause[2]} if pause else None,
         "oldest_pending_age_s": (now - oldest).total_seconds() if oldest else None,
         "next_available_at": format_ts(summary["next_available_at"]) if summary["next_available_at"] else None,
