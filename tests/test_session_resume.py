@@ -204,7 +204,7 @@ def test_an_interrupted_codex_session_is_kept_by_the_id_codex_named_and_resumed(
     begin(first, 7, "codex", "01FIRST", None)
     named(first)
     rollout(first, (11, 7), (22, 14))
-    spent = thread_spent(first.scratch / "codex", None)
+    spent = thread_spent(first.scratch / "codex", THREAD, None)
     assert spent is not None and (spent.input_tokens, spent.output_tokens) == (22, 14)
     kept = keep_or_drop(first, 7, "codex", "01FIRST", interrupted=True, user=None, spent=spent)
     assert kept == {"session_id": THREAD, "kept": True, "spent_before": {"input_tokens": 22, "output_tokens": 14}}
@@ -290,14 +290,14 @@ def test_a_rollout_the_services_cannot_read_is_no_total(tmp_path: Path) -> None:
         base.chmod(0o755)
         first = attempt(base, "01FIRST")
         made = rollout(first, (11, 7))
-        assert thread_spent(first.scratch / "codex", None) is not None
-        assert thread_spent(first.scratch / "codex", os.getuid() + 1) is None  # another user's file: refused
+        assert thread_spent(first.scratch / "codex", THREAD, None) is not None
+        assert thread_spent(first.scratch / "codex", THREAD, os.getuid() + 1) is None  # another user's file: refused
         for folder in [p for p in made.parents if base in p.parents or p == base]:
             folder.chmod(0o755)
         made.chmod(0o600)
         if os.geteuid() != 0:
             made.chmod(0)
-            assert thread_spent(first.scratch / "codex", None) is None
+            assert thread_spent(first.scratch / "codex", THREAD, None) is None
             return
         child = os.fork()
         if child == 0:  # pragma: no cover (the child's exit code is the assertion)
@@ -305,7 +305,7 @@ def test_a_rollout_the_services_cannot_read_is_no_total(tmp_path: Path) -> None:
             os.setgid(65534)
             os.setuid(65534)
             try:
-                found = thread_spent(first.scratch / "codex", None)
+                found = thread_spent(first.scratch / "codex", THREAD, None)
                 os._exit(0 if found is None else 1)
             except BaseException:
                 os._exit(2)
