@@ -81,7 +81,9 @@ async def test_a_planted_newer_rollout_with_zero_totals_does_not_blind_the_meter
     meter = codex_meter(stdout, scratch)
     assert await stopped_within(meter), meter.running
     assert meter.stopped is not None and meter.stopped["input_tokens"] == 20_000
-    assert [source.name for source in meter.sources] == [f"sessions/2026/12/07/rollout-2026-12-07T18-22-24-{THREAD}.jsonl"]
+    assert [source.name for source in meter.sources] == [
+        f"sessions/2026/12/07/rollout-2026-12-07T18-22-24-{THREAD}.jsonl"
+    ]
 
 
 @pytest.mark.asyncio

@@ -186,7 +186,7 @@ def test_a_line_forged_into_claude_s_stdout_does_not_lower_the_running_figure(ha
     slow = ToolCall(*_shell_args("claude-code", "sleep 25; touch late_marker"), input_tokens=12_000)
     harness = harness_factory("claude-code", [forge, slow, Reply(outcome_message())], more=priced({"daily_usd": 0.05}))
     started = time.monotonic()
-    task, attempt = harness_run(harness)
+    _, attempt = harness_run(harness)
     assert time.monotonic() - started < 25, "it ran to its own end"
     stdout = (Path(attempt.evidence_dir or "") / "stdout.log").read_text()
     assert '"content":[],"usage":{"input_tokens":0' in stdout, "the forged line did not reach claude's stdout"
