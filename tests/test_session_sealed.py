@@ -21,6 +21,7 @@ from test_session_resume import attempt, transcript
 from test_web_live import running
 
 from agentd.adapters.base import SessionDiscarded
+from agentd.attempt import session as sessions
 from agentd.attempt.session import (
     HarnessSession,
     archive_path,
@@ -102,6 +103,17 @@ def test_a_session_holding_a_link_is_not_kept(tmp_path: Path) -> None:
     kept = keep_or_drop(first, 7, "claude-code", "01FIRST", interrupted=True, user=None)
     assert kept is not None and kept["kept"] is False and "linked.jsonl" in kept["why"], kept
     assert not archive_path(first).exists() and not note_path(first).exists()
+
+
+def test_a_session_of_more_files_than_the_bound_is_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sessions, "KEPT_MAX_ENTRIES", 3)  # projects/, its folder, the transcript: the 4th is one more
+    first = attempt(tmp_path, "01FIRST")
+    session = begin(first, 7, "claude-code", "01FIRST", None)
+    assert session is not None and session.session_id is not None
+    (transcript(first, session.session_id).parent / "more.jsonl").write_text("more")
+    kept = keep_or_drop(first, 7, "claude-code", "01FIRST", interrupted=True, user=None)
+    assert kept is not None and kept["kept"] is False and "more than 3 files" in kept["why"], kept
+    assert not archive_path(first).exists()
 
 
 def test_a_discarded_session_is_an_event_before_the_attempt_starts(rig: Rig) -> None:

@@ -40,6 +40,7 @@ CHOSEN_HERE = frozenset({"claude-code"})  # a new session's id is agentd's; the 
 KEPT_MAX_BYTES = 64 * 1024 * 1024  # a longer session (its archive) restarts: a bound on what a task leaves on disk
 NOTE = "harness_session.json"  # in the task's evidence folder
 ARCHIVE = "harness_session.tar"  # the sealed session, beside the note
+KEPT_MAX_ENTRIES = 10_000  # a session is a few files (measured: claude 2.1.197 one, codex 0.169.0 one and its folders)
 NAMESPACE = uuid.UUID("5f0c8a43-9a36-4f57-9d3e-4d1b0e6a2c42")  # agentd's: a session id from an attempt id
 
 
@@ -159,10 +160,13 @@ def _seal(paths: AttemptPaths, home: Path, user: RunUser | None) -> dict[str, An
 
 def _contents_problem(archive: Path, top: str) -> str | None:
     """What the archive holds that a session may not: anything but folders and regular files inside `top` (a
-    link, a hard link, a device, a path that leaves it). None when it holds nothing else."""
+    link, a hard link, a device, a path that leaves it), or more than KEPT_MAX_ENTRIES of them. None when it
+    holds nothing else."""
     try:
         with tarfile.open(archive, "r:") as members:
-            for member in members:
+            for count, member in enumerate(members, 1):
+                if count > KEPT_MAX_ENTRIES:
+                    return f"the session holds more than {KEPT_MAX_ENTRIES} files and folders: it restarts"
                 parts = PurePosixPath(member.name).parts
                 if not parts or parts[0] != top or ".." in parts or not (member.isdir() or member.isreg()):
                     return (
