@@ -5,6 +5,7 @@ claude reports becoming `context.compaction.completed`. The real claude resuming
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from agentd.adapters.base import RESUME_NOTE
 from agentd.adapters.claude import ClaudeCodeAdapter
 from agentd.adapters.codex import CodexAdapter
 from agentd.attempt import session as sessions
-from agentd.attempt.session import HarnessSession, begin, fresh_session_id, keep_or_drop, kept_dir, note_path
+from agentd.attempt.session import HarnessSession, archive_path, begin, fresh_session_id, keep_or_drop, note_path
 from agentd.evidence import AttemptPaths, make_attempt_dir
 from agentd.outlook.agent_runtime import EVENT_MAP
 from agentd.usage import Usage
@@ -64,6 +65,11 @@ def attempt(tmp_path: Path, attempt_id: str) -> AttemptPaths:
     return paths
 
 
+def sealed_as(archive: Path) -> dict[str, object]:
+    """What the note says of a sealed session: its archive's sha256 and size."""
+    return {"sha256": hashlib.sha256(archive.read_bytes()).hexdigest(), "bytes": archive.stat().st_size}
+
+
 def transcript(paths: AttemptPaths, session_id: str, text: str = "the conversation so far") -> Path:
     """What claude leaves under its HOME for a persisted session (measured on 2.1.197)."""
     path = paths.scratch / ".claude" / "projects" / "-work-space" / f"{session_id}.jsonl"
@@ -78,15 +84,15 @@ def test_an_interrupted_session_is_kept_and_the_next_attempt_resumes_it(tmp_path
     assert session == HarnessSession(fresh_session_id("01FIRST"))
     transcript(first, session.session_id)
     kept = keep_or_drop(first, 7, "claude-code", "01FIRST", interrupted=True, user=None)
+    assert kept is not None and kept.pop("sealed") == sealed_as(archive_path(first))
     assert kept == {"session_id": session.session_id, "kept": True}
-    assert not (first.scratch / ".claude" / "projects").exists()  # moved, not copied: the run dir goes next
-    assert oct(kept_dir(first, 7).stat().st_mode & 0o777) == "0o700"
+    assert oct(archive_path(first).stat().st_mode & 0o777) == "0o600"  # the services' alone, beside the note
     second = attempt(tmp_path, "02SECOND")
     resumed = begin(second, 7, "claude-code", "02SECOND", None)
     assert resumed == HarnessSession(session.session_id, resumed_from="01FIRST")
-    moved = second.scratch / ".claude" / "projects" / "-work-space" / f"{session.session_id}.jsonl"
-    assert moved.read_text() == "the conversation so far"
-    assert not kept_dir(second, 7).exists()  # the session is the running attempt's again
+    unpacked = second.scratch / ".claude" / "projects" / "-work-space" / f"{session.session_id}.jsonl"
+    assert unpacked.read_text() == "the conversation so far"
+    assert not archive_path(second).exists()  # the session is the running attempt's again
 
 
 def test_a_session_is_dropped_when_the_attempt_was_not_interrupted(tmp_path: Path) -> None:
@@ -94,7 +100,7 @@ def test_a_session_is_dropped_when_the_attempt_was_not_interrupted(tmp_path: Pat
     session = begin(first, 7, "claude-code", "01FIRST", None)
     transcript(first, session.session_id)
     assert keep_or_drop(first, 7, "claude-code", "01FIRST", interrupted=False, user=None) is None
-    assert not kept_dir(first, 7).exists() and not note_path(first).exists()
+    assert not archive_path(first).exists() and not note_path(first).exists()
     second = attempt(tmp_path, "02SECOND")
     assert begin(second, 7, "claude-code", "02SECOND", None) == HarnessSession(fresh_session_id("02SECOND"))
 
@@ -106,7 +112,7 @@ def test_a_session_of_another_harness_is_not_resumed(tmp_path: Path) -> None:
     keep_or_drop(first, 7, "claude-code", "01FIRST", interrupted=True, user=None)
     second = attempt(tmp_path, "02SECOND")
     assert begin(second, 7, "hermes-agent", "02SECOND", None) is None  # hermes restarts (docs/decisions.md)
-    assert not kept_dir(first, 7).exists() and not note_path(first).exists()
+    assert not archive_path(first).exists() and not note_path(first).exists()
 
 
 def test_an_interrupted_attempt_that_left_no_session_restarts_and_says_why(tmp_path: Path) -> None:
@@ -125,7 +131,7 @@ def test_a_session_past_the_bound_is_not_kept(tmp_path: Path, monkeypatch: pytes
     transcript(first, session.session_id, "x" * 11)
     kept = keep_or_drop(first, 7, "claude-code", "01FIRST", interrupted=True, user=None)
     assert kept is not None and kept["kept"] is False and "larger than" in kept["why"]
-    assert not kept_dir(first, 7).exists()
+    assert not archive_path(first).exists() and not note_path(first).exists()
 
 
 def test_a_session_folder_that_is_a_link_is_not_kept(tmp_path: Path) -> None:
@@ -204,9 +210,10 @@ def test_an_interrupted_codex_session_is_kept_by_the_id_codex_named_and_resumed(
     begin(first, 7, "codex", "01FIRST", None)
     named(first)
     rollout(first, (11, 7), (22, 14))
-    spent = thread_spent(first.scratch / "codex", None)
+    spent = thread_spent(first.scratch / "codex", THREAD, None)
     assert spent is not None and (spent.input_tokens, spent.output_tokens) == (22, 14)
     kept = keep_or_drop(first, 7, "codex", "01FIRST", interrupted=True, user=None, spent=spent)
+    assert kept is not None and kept.pop("sealed") == sealed_as(archive_path(first))
     assert kept == {"session_id": THREAD, "kept": True, "spent_before": {"input_tokens": 22, "output_tokens": 14}}
     second = attempt(tmp_path, "02SECOND")
     resumed = begin(second, 7, "codex", "02SECOND", None)
@@ -290,14 +297,14 @@ def test_a_rollout_the_services_cannot_read_is_no_total(tmp_path: Path) -> None:
         base.chmod(0o755)
         first = attempt(base, "01FIRST")
         made = rollout(first, (11, 7))
-        assert thread_spent(first.scratch / "codex", None) is not None
-        assert thread_spent(first.scratch / "codex", os.getuid() + 1) is None  # another user's file: refused
+        assert thread_spent(first.scratch / "codex", THREAD, None) is not None
+        assert thread_spent(first.scratch / "codex", THREAD, os.getuid() + 1) is None  # another user's file: refused
         for folder in [p for p in made.parents if base in p.parents or p == base]:
             folder.chmod(0o755)
         made.chmod(0o600)
         if os.geteuid() != 0:
             made.chmod(0)
-            assert thread_spent(first.scratch / "codex", None) is None
+            assert thread_spent(first.scratch / "codex", THREAD, None) is None
             return
         child = os.fork()
         if child == 0:  # pragma: no cover (the child's exit code is the assertion)
@@ -305,7 +312,7 @@ def test_a_rollout_the_services_cannot_read_is_no_total(tmp_path: Path) -> None:
             os.setgid(65534)
             os.setuid(65534)
             try:
-                found = thread_spent(first.scratch / "codex", None)
+                found = thread_spent(first.scratch / "codex", THREAD, None)
                 os._exit(0 if found is None else 1)
             except BaseException:
                 os._exit(2)

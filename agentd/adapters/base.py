@@ -82,6 +82,21 @@ RESUME_NOTE = (
 
 
 @frozen_value
+class SessionDiscarded:
+    """A session the task's interrupted attempt kept that its next attempt does not resume, and why (it is not
+    the one that was sealed, or could not be restored): that attempt starts a new one instead."""
+
+    session_id: str | None  # the kept session's
+    kept_by: str | None  # the attempt that kept it
+    why: str
+
+    def payload(self) -> dict[str, Any]:
+        """As `harness_session_discarded` says it."""
+        named = {"session_id": self.session_id} if self.session_id else {}
+        return {**named, **({"kept_by": self.kept_by} if self.kept_by else {}), "why": self.why}
+
+
+@frozen_value
 class HarnessSession:
     """The harness session an attempt runs: new, or resumed from an interrupted earlier attempt's
     (agentd/attempt/session.py; docs/reliability.md, "Resume, not restart"). A new one's id is agentd's
@@ -92,14 +107,17 @@ class HarnessSession:
     # What the session had spent when it was interrupted, by codex's own running total (its counts are the
     # thread's, so a resumed run's report starts there): taken off this attempt's. None: nothing to take off.
     spent_before: Usage | None = None
+    discarded: SessionDiscarded | None = None  # a new session's: the kept one it does not resume, and why
 
     @property
     def resumed(self) -> bool:
         return self.resumed_from is not None
 
     def payload(self) -> dict[str, Any]:
-        """As the attempt's events say it (`task_started`, `harness_session_resumed`)."""
-        said = {"session_id": self.session_id} if self.session_id else {}
+        """As the attempt's events say it (`task_started`, `harness_session_resumed`, `harness_session_discarded`)."""
+        said: dict[str, Any] = {"session_id": self.session_id} if self.session_id else {}
+        if self.discarded is not None:
+            said["discarded"] = self.discarded.payload()
         return {**said, **({"resumed_from": self.resumed_from} if self.resumed_from else {})}
 
 

@@ -16,6 +16,7 @@ from stat import S_ISREG
 from typing import Any
 
 from agentd.adapters import AdapterRun
+from agentd.adapters.codex import thread_id
 from agentd.attempt.judge import AttemptFacts, ProposalFact, Stopped, extracted_of, judge
 from agentd.attempt.manifest import manifest_fields
 from agentd.attempt.meter import thread_spent
@@ -237,7 +238,8 @@ def keep_session(
     interrupted = end.status == "retryable_failure" and (facts.stopped == "interrupted" or end.crashed)
     attempt = facts.attempt
     codex = interrupted and attempt.adapter_kind == "codex"  # its counts are the thread's: where they stood
-    spent = thread_spent(paths.scratch / "codex", user.uid if user else None) if codex else None
+    thread = thread_id(paths.stdout) if codex else None  # the thread codex named in its own stream
+    spent = thread_spent(paths.scratch / "codex", thread, user.uid if user else None) if codex else None
     return keep_or_drop(
         paths,
         attempt.task_id,

@@ -7,24 +7,29 @@ day's budget (in all, and its adapter's) when it started.
 
 Where the running figure comes from:
 - claude-code: the usage of each assistant message in its stream-json (stdout.log), summed per message.
-- codex: the `token_count` records of its session file ($CODEX_HOME/sessions/…/rollout-*.jsonl), whose
-  running total its `--json` stream does not carry (that reports usage once, at turn.completed).
-Both are what the harness says, written by the attempt's own processes; the attempt's recorded usage
-stays the harness's final figure when it has one, else this running one.
+- codex: the `token_count` records of its thread's rollout file ($CODEX_HOME/sessions/…/rollout-…-<thread>.jsonl),
+  whose running total its `--json` stream does not carry (that reports usage once, at turn.completed).
+Both are what the harness says, written where the attempt's own processes can write, so a report never
+lowers the figure: per message id (claude) or per total (codex), each count is the largest yet read, and
+codex's totals are read only from the file named for the thread codex named in its own stream (docs/policy.md,
+"Budgets while an attempt runs"). The attempt's recorded usage stays the harness's final figure when it has
+one, else this running one.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import anyio
 
 from agentd import frozen_value
-from agentd.adapters.codex import since
+from agentd.adapters.codex import since, thread_id
 from agentd.adapters.harness import estimate_cost
 from agentd.attempt.live import LINE_MAX_BYTES, Lines, Source, json_record
 from agentd.config import Config
@@ -87,13 +92,24 @@ CODEX_NAMES = {
 }
 
 
+def raise_counts(held: dict[str, int], seen: dict[str, int]) -> None:
+    """Each count `held` has raised to the one `seen` gives, where that is larger. What the harness reports is
+    written where the attempt's processes can write too (a line into claude's stdout pipe, a line into codex's
+    rollout), so a report re-using a message id, or a total lower than one already read, never lowers the
+    figure; the normal case stays exact: claude 2.1.197 prints each content block of a message as a line
+    of its own, all carrying the same usage, and codex's totals only grow (measured against tests/fakemodel)."""
+    for kind, count in seen.items():
+        if count > held.get(kind, -1):
+            held[kind] = count
+
+
 @dataclass
 class Running:
     """The running total of one harness's reports."""
 
     kind: str
-    by_message: dict[str, dict[str, int]] = field(default_factory=dict)  # claude: per message id, its last usage
-    total: dict[str, int] = field(default_factory=dict)  # codex: its own running total
+    by_message: dict[str, dict[str, int]] = field(default_factory=dict)  # claude: per message id, its largest usage
+    total: dict[str, int] = field(default_factory=dict)  # codex: the largest of its own running totals
     before: Usage | None = None  # codex: the total a resumed thread held at its interruption, not this attempt's
 
     def feed(self, record: dict[str, Any]) -> None:
@@ -102,12 +118,12 @@ class Running:
             if record.get("type") == "assistant" and isinstance(message, dict):
                 tokens = _tokens(message.get("usage"), CLAUDE_NAMES)
                 if tokens:
-                    self.by_message[str(message.get("id"))[:200]] = tokens
+                    raise_counts(self.by_message.setdefault(str(message.get("id"))[:200], {}), tokens)
             return
         payload = record.get("payload")
         info = payload.get("info") if isinstance(payload, dict) and payload.get("type") == "token_count" else None
         if isinstance(info, dict) and (tokens := _tokens(info.get("total_token_usage"), CODEX_NAMES)):
-            self.total = tokens
+            raise_counts(self.total, tokens)
 
     def usage(self) -> Usage:
         if self.kind == "claude-code":  # claude's input_tokens leaves out the cache: priced as input, cached as cached
@@ -131,8 +147,8 @@ class Meter:
     cap: Cap
     price: TokenPrice
     running: Running
-    find: Callable[[], Source | None]  # the file to read, once it exists
-    source: Source | None = None
+    find: Callable[[], list[Source]]  # the files to read, once there are any (then these, and no others)
+    sources: list[Source] = field(default_factory=list)
     stopped: dict[str, Any] | None = None  # what it had spent when the meter ended it
 
     def spent(self) -> Usage:
@@ -158,43 +174,94 @@ class Meter:
                     timer.end(ENDED_BY)
 
     def _read(self) -> None:
-        if self.source is None:
-            self.source = self.find()
-        if self.source is None:
-            return
-        for line in self.source.read():
-            record = json_record(line.decode("utf-8", errors="replace"))
-            if record is not None:
-                self.running.feed(record)
+        if not self.sources:
+            self.sources = self.find()
+        for source in self.sources:
+            for line in source.read():
+                record = json_record(line.decode("utf-8", errors="replace"))
+                if record is not None:
+                    self.running.feed(record)
 
 
-def codex_session(home: Path, owner: int | None) -> Callable[[], Source | None]:
-    """The newest rollout file under `home`/sessions, once codex has made one (the run user's: read
-    without following a link)."""
+ROLLOUT_FOLDERS = 3  # codex 0.169.0: sessions/YYYY/MM/DD/rollout-<local time>-<thread id>.jsonl
 
-    def find() -> Source | None:
-        found = sorted((home / "sessions").glob("*/*/*/rollout-*.jsonl"))
-        if not found:
-            return None
-        return Source(found[-1].parent, found[-1].name, Lines(LINE_MAX_BYTES, keep_long=False), owner)
+
+def thread_rollouts(home: Path, thread: str) -> list[str]:
+    """The files under `home`/sessions that codex would name for `thread` (measured on 0.169.0: one, made when
+    the thread starts, before its first model call, and appended to when the thread is resumed), as paths
+    under `home`. Nothing else under sessions/ is ever read; a folder that is a link is not entered (and the
+    file is opened without following one: `open_beneath`)."""
+    folders = [PurePosixPath("sessions")] if _is_folder(home / "sessions") else []
+    for _ in range(ROLLOUT_FOLDERS):
+        folders = [folder / entry.name for folder in folders for entry in _listed(home / folder) if _folder(entry)]
+    suffix = f"-{thread}.jsonl"
+    named = (folder / e.name for folder in folders for e in _listed(home / folder))
+    return sorted(str(path) for path in named if path.name.startswith("rollout-") and path.name.endswith(suffix))
+
+
+def _listed(folder: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(folder) as entries:
+            return list(entries)
+    except OSError:
+        return []
+
+
+def _folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _is_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def codex_rollouts(home: Path, stdout: Path, owner: int | None) -> Callable[[], list[Source]]:
+    """The rollout files of the thread codex named in its stream (`thread.started`, agentd/adapters/codex.py
+    `thread_id`), once both exist: each the run user's (`owner`), a regular file reached without a link.
+    Found once, read from then on. Another file named for the thread (the attempt's processes may write
+    under sessions/) is read too: the figure is the largest any holds, so a planted one can only raise it."""
+
+    def find() -> list[Source]:
+        thread = thread_id(stdout)
+        if thread is None:
+            return []
+        return [_rollout(home, path, owner) for path in thread_rollouts(home, thread)]
 
     return find
 
 
-def thread_spent(home: Path, owner: int | None) -> Usage | None:
-    """codex's running total as its newest rollout file under `home`/sessions holds it now (an interrupted
-    session's, kept for its resume: agentd/attempt/session.py); None when it holds none."""
+def _rollout(home: Path, path: str, owner: int | None) -> Source:
+    return Source(home, path, Lines(LINE_MAX_BYTES, keep_long=False), owner)
+
+
+def thread_spent(home: Path, thread: str | None, owner: int | None) -> Usage | None:
+    """codex's running total for `thread` as its rollout file under `home`/sessions holds it now (an interrupted
+    session's, kept for its resume: agentd/attempt/session.py); None when it holds none, or when there is
+    not exactly one file named for the thread. None is the safe side: the resumed attempt then counts the
+    thread's whole total, so what is taken off it is never a figure a planted file chose."""
     running = Running("codex")
+    rollouts = thread_rollouts(home, thread) if thread else []
+    if len(rollouts) != 1:
+        return None
+    source = _rollout(home, rollouts[0], owner)
     try:
-        source = codex_session(home, owner)()
-        while source is not None and (lines := source.read()):
-            for line in lines:
+        while True:  # to its end: a read that completes no line (a long one, being skipped) is not the end
+            offset = source.offset
+            for line in source.read():
                 if (record := json_record(line.decode("utf-8", errors="replace"))) is not None:
                     running.feed(record)
+            if source.offset == offset:
+                break
     except OSError as exc:  # a folder the run user kept from the services: the resumed attempt counts the whole
         logger.warning("codex's running total under %s could not be read: %s", home, exc)
         return None
-    return running.usage() if running.total else None
+    return running.usage() if running.total and source.refused is None else None
 
 
 def meter_for(
@@ -213,8 +280,8 @@ def meter_for(
         return None
     if adapter.kind == "claude-code":
         source = Source(stdout.parent, stdout.name, Lines(LINE_MAX_BYTES, keep_long=False))
-        return Meter(cap, price, Running(adapter.kind), lambda: source)
-    return Meter(cap, price, Running(adapter.kind, before=before), codex_session(scratch / "codex", owner))
+        return Meter(cap, price, Running(adapter.kind), lambda: [source])
+    return Meter(cap, price, Running(adapter.kind, before=before), codex_rollouts(scratch / "codex", stdout, owner))
 
 
 def spent_line(stopped: dict[str, Any]) -> str:

@@ -100,6 +100,7 @@ EVENT_MAP: dict[str, str] = {
     "activity_capped": "run.status",
     "context_compacted": "context.compaction.completed",  # claude's compact_boundary (docs/live.md)
     "harness_session_resumed": "session.updated",  # an interrupted attempt's session, resumed (docs/reliability.md)
+    "harness_session_discarded": "runtime.warning",  # a kept session not resumed: it changed once sealed
     "web_token_added": GENERIC,
     "web_token_revoked": GENERIC,
     "approval_handed_off": "hook.completed",  # an approval request sent to the [web] approval_handler

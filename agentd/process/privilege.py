@@ -22,6 +22,8 @@ import os
 import pwd
 import stat
 import subprocess
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -73,13 +75,48 @@ def popen_identity(user: RunUser | None) -> Identity:
     return {"user": user.uid, "group": user.gid, "extra_groups": [], "umask": RUN_UMASK}
 
 
-def run_as(argv: list[str], user: RunUser | None) -> subprocess.CompletedProcess[bytes] | None:
+HELPER_TIMEOUT_S = 60
+
+
+def run_as(
+    argv: list[str], user: RunUser | None, stdin: int | None = None
+) -> subprocess.CompletedProcess[bytes] | None:
     """A short helper command (`rm`, `chmod`) as `user` (as this process for None), its output captured;
-    None if it could not run. No capability passes on (`keep_capabilities_to_self`)."""
+    None if it could not run. No capability passes on (`keep_capabilities_to_self`). `stdin`: a descriptor
+    it reads from, which this process opened (the command needs no right to the file's path)."""
     try:
-        return subprocess.run(argv, check=False, capture_output=True, timeout=60, **popen_identity(user))
+        return subprocess.run(
+            argv, check=False, stdin=stdin, capture_output=True, timeout=HELPER_TIMEOUT_S, **popen_identity(user)
+        )
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def output_as(argv: list[str], user: RunUser | None, write: Callable[[bytes], object], limit: int) -> bool:
+    """A helper command as `user` (as `run_as` runs one) whose output is handed to `write` as it comes, never
+    held whole: True when it ended well having printed at most `limit` bytes. One that prints more is killed
+    there, as is one still running after HELPER_TIMEOUT_S (False: what `write` was given is not to be used)."""
+    try:
+        child = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, **popen_identity(user)
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    deadline = threading.Timer(HELPER_TIMEOUT_S, child.kill)
+    deadline.start()
+    printed = 0
+    with child:  # the pipe closed and the child reaped, however this ends
+        try:
+            assert child.stdout is not None
+            while chunk := child.stdout.read(1 << 20):
+                printed += len(chunk)
+                if printed > limit:
+                    child.kill()
+                    return False
+                write(chunk)
+        finally:
+            deadline.cancel()
+    return child.returncode == 0
 
 
 def run_user(name: str | None, key: str = "dispatch.run_as") -> RunUser | None:

@@ -102,5 +102,6 @@ AGENTD_EVENT_TYPES = (
     "task_unlinked",
     "dispatch_boundary_waived",
     "harness_session_resumed",
+    "harness_session_discarded",
 )
 EVENT_TYPES = SEED_EVENT_TYPES + AGENTD_EVENT_TYPES

@@ -35,14 +35,15 @@ class AttemptVerbs(StoreBase):
         pid: int | None,
         now: datetime,
         bundle: CompiledBundle | None = None,
-        session: dict[str, str] | None = None,
+        session: dict[str, Any] | None = None,
     ) -> None:
         """The adapter runs as the leader of process group `pid` (the boot sweep kills it by that);
         None for an adapter that runs no process (ollama-generate speaks HTTP). Its bundle, when
         given, is recorded first (`bundle_compiled`, then `task_started`): one commit, made while
         the adapter already runs. Not durable on its own (a power cut kills the process with us; the
         boot sweep finds a run by its claim). `session` is the harness session it runs; one it resumes
-        is said first (`harness_session_resumed`: docs/reliability.md, "Resume, not restart")."""
+        is said first (`harness_session_resumed`: docs/reliability.md, "Resume, not restart"), as is a kept one
+        it does not resume, and why (`harness_session_discarded`)."""
         with self.transaction(durable=False):
             if bundle is not None:
                 self._insert_bundle(task_id, attempt_id, bundle, now)
@@ -52,6 +53,8 @@ class AttemptVerbs(StoreBase):
             ids = {"task_id": task_id, "attempt_id": attempt_id}
             if session and session.get("resumed_from"):
                 self.tx.event("harness_session_resumed", now, **ids, payload=session)
+            if session and isinstance(discarded := session.get("discarded"), dict):
+                self.tx.event("harness_session_discarded", now, **ids, payload=discarded)
             named = session.get("session_id") if session else None  # a new codex thread's: not yet named
             started = {"pid": pid, **({"harness_session_id": named} if named else {})}
             self.tx.event("task_started", now, **ids, payload=started)
