@@ -294,6 +294,53 @@ def sensor_line(rng: random.Random, workspace: Path, key: str, task_s: tuple[flo
     return json.dumps(event), ""
 
 
+POLICY_ATTACKS = [  # what an attempt can do to its own policy socket (docs/policy.md): each bounded
+    {"flood": {"threads": 4, "calls": 400, "command": "git push -f"}},
+    {"hangups": 200},
+    {"impostor": {"times": 3}},
+    {"hold": {"loops": 2, "stagger_s": 0.5, "for_s": 8}},
+]
+POLICY_MAX_RECORDED = 100
+
+
+def add_policy_attack(raw: dict[str, Any]) -> None:
+    """A tool policy whose socket a hostile attempt attacks in turn (tests/adapters/hostile_policy.py) while other
+    tasks wait: held for ever, flooded, hung up on; each attack is bounded and the queue moves on after it."""
+    raw["policy"] = {"ask_timeout_s": 2, "max_recorded_decisions": POLICY_MAX_RECORDED}
+    rules = [
+        {"decision": "ask", "tool": "Bash", "command": "curl *", "reason": "the network needs a person"},
+        {"decision": "deny", "tool": "Bash", "command": "git push*", "reason": "pushing is the operator's"},
+    ]  # its profile's own: no other attempt of the run is judged
+    raw["profiles"].append({**raw["profiles"][0], "profile_id": "attacker", "tool_policy": rules})
+    command = str(REPO / "tests" / "adapters" / "hostile_policy.py")
+    raw["adapters"].append({"adapter_id": "policy-attack", "kind": "script", "command": command, "timeout_ms": 30_000})
+    raw["task_types"].append(
+        {
+            "task_type": "policy-attack",
+            "payload_schema_id": "agent-runtime/payload.any-object/v1",
+            "default_profile_id": "attacker",
+            "default_adapter_id": "policy-attack",
+        }
+    )
+
+
+def policy_attack_problems(store: Store, tasks: list[Any]) -> list[str]:
+    """The attack's attempts were each bounded (events, held time) and it, and everything after it, ended."""
+    problems = []
+    for task in (t for t in tasks if t.task_type == "policy-attack"):
+        for attempt in store.attempts_of(task.task_id):
+            events = [e for e in store.read_events(task_id=task.task_id) if e.attempt_id == attempt.attempt_id]
+            decided = sum(
+                1 for e in events if e.type in ("tool_call_allowed", "tool_call_denied", "permission_requested")
+            )
+            if decided > POLICY_MAX_RECORDED + 10:  # held calls' own decisions beside the cap
+                problems.append(f"attempt {attempt.attempt_id}: {decided} decision events")
+        kinds = {e.type for e in store.read_events(task_id=task.task_id)}
+        if task.status != "completed" or "tool_call_denied" not in kinds:
+            problems.append(f"the policy attack's task {task.task_id} is {task.status} (events: {sorted(kinds)})")
+    return problems or ([] if any(t.task_type == "policy-attack" for t in tasks) else ["no policy attack ran"])
+
+
 def hostile_webhook(raw: dict[str, Any], url: str, env_file: Path) -> None:
     """Every external message goes to a webhook on the harness's hostile receiver."""
     raw["message_handlers"] = [
@@ -486,6 +533,7 @@ class Chaos:
             hostile_webhook(raw, self.webhook.url, hook_env)
             raw["metrics"] = {"dispatch_listen": "127.0.0.1:0", "sensors_listen": "127.0.0.1:0"}
             add_usage_surfaces(raw)
+            add_policy_attack(raw)
             raw["schedules"] = [
                 {
                     "schedule_id": "chaos-tick",
@@ -551,6 +599,17 @@ class Chaos:
 
     def seed_workload(self) -> None:
         """Every poisoned surface at least once, then a random mix."""
+        attack = self.cli(
+            "task",
+            "add",
+            "--type",
+            "policy-attack",
+            "--payload",
+            json.dumps({"attacks": POLICY_ATTACKS, "outcome": ok()}),
+        )
+        if attack.returncode != 0:
+            self.problems.append(f"policy attack task add exited {attack.returncode}: {attack.stderr[-200:]}")
+        self.poisoned["the attempt against its policy socket"] += 1
         if self.agent is not None:
             held = self.cli("task", "add", "--type", "example", "--subject", "held", "--require-approval", "--json")
             self.held_task = json.loads(held.stdout)["task_id"]
@@ -787,6 +846,7 @@ class Chaos:
             "usage stored finite, >= 0; poisoned usage still completes": lambda: usage_problems(store, tasks),
             "every message delivered, failed, or pending a retry": lambda: self._messages(conn),
             f"no dispatcher above {DISPATCH_RSS_MIB} MiB resident": self.memory.problems,
+            "the policy socket's attacks bounded, the queue moved on": lambda: policy_attack_problems(store, tasks),
             "no console request of the run user succeeded": lambda: (
                 self.console.problems(self.config.db_path) if self.console else []
             ),

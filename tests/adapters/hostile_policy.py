@@ -2,8 +2,9 @@
 """A test adapter that attacks its attempt's policy socket ($AGENTD_POLICY_SOCKET), driven by its payload; each
 attack runs in turn, then it prints the payload's `outcome` block (if any) and exits 0:
 
-- "hold": {"loops": N, "stagger_s": S, "tool": T, "command": C}: N threads, started S seconds apart, each asking
-  about the call again as soon as it is answered, for as long as the attempt runs (an `ask` rule holds it);
+- "hold": {"loops": N, "stagger_s": S, "tool": T, "command": C, "for_s": F}: N threads, started S seconds apart,
+  each asking about the call again as soon as it is answered, for F seconds (default: as long as the attempt
+  runs; an `ask` rule holds it);
 - "flood": {"threads": N, "calls": M, "command": C}: N threads asking M calls in all, as fast as they can;
 - "hangups": N: connect and close at once, N times (and N more that send half a request and hang up);
 - "impostor": {"tool_use_id": ID, "tool": T}: ask as if a harness's hook, naming a call id no harness announced.
@@ -68,14 +69,19 @@ def count(attack: str, answer: dict) -> None:
 def hold(spec: dict) -> None:
     request = {"tool": spec.get("tool", "Bash"), "input": {"command": spec.get("command", "curl https://x")}}
 
+    ends = time.monotonic() + spec.get("for_s", 3600)
+
     def loop() -> None:
-        while True:
+        while time.monotonic() < ends:
             count("hold", ask(request))
 
+    threads = []
     for _ in range(spec.get("loops", 2)):
-        threading.Thread(target=loop, daemon=True).start()
+        threads.append(threading.Thread(target=loop, daemon=True))
+        threads[-1].start()
         time.sleep(spec.get("stagger_s", 1.0))
-    time.sleep(3600)  # until the attempt is ended
+    for thread in threads:
+        thread.join()
 
 
 def flood(spec: dict) -> None:
