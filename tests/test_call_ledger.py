@@ -234,3 +234,21 @@ def test_arguments_that_would_let_a_harness_run_calls_of_its_own_accord_are_refu
 def _codex(**settings_: Any) -> CodexAdapterConfig:
     base = {"adapter_id": "c", "kind": "codex", "command": "codex", "timeout_ms": 60_000}
     return CodexAdapterConfig.model_validate({**base, **settings_})
+
+
+def test_the_manifest_says_what_was_enforced_not_what_was_configured(tmp_path: Path) -> None:
+    from agentd.adapters.base import AdapterRun
+    from agentd.attempt.manifest import tool_policy_held
+    from agentd.process.runner import CappedFile, ProcessResult
+
+    configured = {"enforced": "at each call, by claude's PreToolUse hook", "rules": 1, "default": "allow"}
+    out = CappedFile(tmp_path / "o", 0).close()
+    never = ProcessResult(None, None, None, False, "the run user cannot run the hook", out, out, 0.0)
+    refused = AdapterRun("error", False, "x", None, process=never)
+    assert tool_policy_held(configured, refused)["enforced"] == "nothing ran: the attempt did not start"
+    violation = {"tool": "Bash", "call_id": "toolu_1", "what": "ran without a decision from agentd"}
+    found = {"tool_calls_reported": 3, "tool_calls": [{}, {}], "policy_violations": [violation]}
+    ran = AdapterRun("error", False, "x", None, diagnostics=found)
+    held = tool_policy_held(configured, ran)
+    assert held == {**configured, "calls_reported": 3, "calls_decided": 2, "violations": [violation]}
+    assert tool_policy_held(configured, AdapterRun("ok", True, None, "done")) == configured  # no ledger: a script

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ADAPTERS, wait_until
+from support import ADAPTERS, run_main, wait_until
 from test_dispatch_process import Agent, ok
 
 from agentd.process import hook
@@ -65,20 +65,25 @@ def attacks(agent: Agent) -> dict[str, Any]:
     return json.loads((agent.config.paths.workspace / "attacks.json").read_text())  # type: ignore[no-any-return]
 
 
-def test_an_attempt_that_keeps_a_call_held_still_times_out(make_agent: Any) -> None:
+@pytest.mark.parametrize(
+    ("timeout_s", "ask_timeout_s"),
+    [(4, 2), pytest.param(20, 8, marks=pytest.mark.slow)],  # the issue's own numbers: 20 s and 8 s, in the slow tier
+    ids=["4s-2s", "20s-8s"],
+)
+def test_an_attempt_that_keeps_a_call_held_still_times_out(make_agent: Any, timeout_s: int, ask_timeout_s: int) -> None:
     """Two staggered loops keep one `ask` held at every moment: the clock is paused only for [policy] max_held_s in
     all (here the default, twice ask_timeout_s), then every ask is denied at once and the attempt's time runs out:
-    timeout 4 s + held 4 s, plus the kill grace, not for ever."""
-    agent = make_agent(hostile(timeout_ms=4_000, ask_timeout_s=2))
+    its timeout + twice ask_timeout_s, plus the kill grace, not for ever."""
+    agent = make_agent(hostile(timeout_ms=timeout_s * 1000, ask_timeout_s=ask_timeout_s))
     task_id = agent.add("hostile", attacks=[{"hold": {"loops": 2, "stagger_s": 0.5}}])
     dispatcher = agent.start()
     first = wait_until(lambda: next(iter(agent.store.attempts_of(task_id)), None), 30, "an attempt")
-    attempt = wait_until(lambda: _ended(agent, first.attempt_id), 40, "its end")
+    attempt = wait_until(lambda: _ended(agent, first.attempt_id), timeout_s + 2 * ask_timeout_s + 30, "its end")
     dispatcher.terminate()
     dispatcher.wait(timeout=30)
     ran = (attempt.ended_at - attempt.started_at).total_seconds()
     assert attempt.termination_reason == "timeout", attempt.termination_reason
-    assert ran < 4 + 4 + 1 + 3, f"the attempt ran {ran:.1f}s"
+    assert ran < timeout_s + 2 * ask_timeout_s + 1 + 3, f"the attempt ran {ran:.1f}s"
     denied = [e.payload for e in agent.store.read_events(task_id=task_id) if e.attempt_id == attempt.attempt_id]
     reasons = {str(p.get("reason")) for p in denied if p.get("decided_by") == "policy"}
     assert any("max_held_s" in reason for reason in reasons), reasons
@@ -157,3 +162,50 @@ def test_the_hook_denies_when_the_dispatcher_says_nothing(tmp_path: Path, said: 
     else:
         assert "agentd did not answer within 0.5s" in str(refused.value) and waited < 1.4
     assert hook.said({"decision": "deny", "reason": str(refused.value)})  # a deny the harness reads
+
+
+def unhooked(raw: dict[str, Any]) -> None:
+    """A claude-code adapter whose stand-in never runs its hook (tests/adapters/unhooked_claude.py), under a policy."""
+    raw["policy"] = {"rules": [DENY_PUSH]}
+    raw["dispatch"]["boundary"] = "advisory"  # a development rig on purpose (docs/install-and-deploy.md)
+    command = str(ADAPTERS / "unhooked_claude.py")
+    raw["adapters"].append({"adapter_id": "claude", "kind": "claude-code", "command": command, "timeout_ms": 60_000})
+    raw["task_types"].append(
+        {
+            "task_type": "unhooked",
+            "payload_schema_id": "agent-runtime/payload.any-object/v1",
+            "default_profile_id": "operator",
+            "default_adapter_id": "claude",
+        }
+    )
+
+
+def test_a_call_that_ran_without_a_decision_ends_the_attempt_at_once_and_every_view_says_so(
+    make_agent: Any, capsys: Any
+) -> None:
+    agent = make_agent(unhooked)
+    task_id = agent.add("unhooked")
+    started = time.monotonic()
+    assert agent.start("--until-idle").wait(timeout=60) == 0
+    assert time.monotonic() - started < 15, "the harness ran on after the call that ran without a decision"
+    task = agent.store.get_task_or_raise(task_id)
+    [attempt] = agent.store.attempts_of(task_id)
+    assert attempt.termination_reason == "policy_violation" and task.status == "permanent_failure"
+    assert "Bash call toolu_unhooked_1 ran without a decision from agentd" in (task.last_error or "")
+    [undecided] = [e for e in agent.store.read_events(task_id=task_id) if e.type == "tool_call_undecided"]
+    assert undecided.payload == {
+        "tool": "Bash",
+        "call_id": "toolu_unhooked_1",
+        "what": "ran without a decision from agentd",
+    }
+    manifest = json.loads((Path(attempt.evidence_dir or "") / "manifest.json").read_text())
+    assert manifest["tool_policy"]["violations"] == [undecided.payload]
+    assert manifest["tool_policy"]["calls_reported"] == 1 and manifest["tool_policy"]["calls_decided"] == 0
+    status = run_main(capsys, agent.config_path, "status")
+    assert f"VIOLATION task {task_id}: attempt {attempt.attempt_id} was ended" in status.out
+    [shown] = run_main(capsys, agent.config_path, "status", "--json").json()["policy_violations"]
+    assert shown["task_id"] == task_id and shown["attempt_id"] == attempt.attempt_id
+    verified = run_main(capsys, agent.config_path, "evidence", "verify")
+    assert verified.code == 1 and "a tool call ran without agentd's decision (policy violation)" in verified.out
+    shown_task = run_main(capsys, agent.config_path, "task", "show", str(task_id))
+    assert "policy_violation" in shown_task.out

@@ -89,7 +89,11 @@ def tool_policy_fields(config: Config, profile_id: str, adapter: AdapterConfig |
 def tool_policy_held(configured: dict[str, Any] | None, run: AdapterRun | None) -> dict[str, Any] | None:
     """The manifest's tool_policy as the attempt met it, not only as it was configured: how many calls the
     harness reported, how many agentd decided, and each that ran without a decision (docs/policy.md)."""
-    if configured is None or run is None or "tool_calls_reported" not in run.diagnostics:
+    if configured is None or run is None:
+        return configured
+    if run.process is not None and run.process.start_error is not None:  # nothing ran: nothing was enforced
+        return {**configured, "enforced": "nothing ran: the attempt did not start"}
+    if "tool_calls_reported" not in run.diagnostics:
         return configured
     found = run.diagnostics
     decided = found.get("tool_calls")

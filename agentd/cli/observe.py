@@ -222,6 +222,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             "`agentd outbox list --state failed` shows them, `agentd outbox retry ID` sends one again"
         )
     _print_waiting_on_a_person(shown)
+    _print_violations(shown)
     if shown["paused"]:
         paused = shown["paused"]
         why = f": {paused['reason']}" if paused["reason"] else ""
@@ -237,6 +238,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not shown["services"]:
         print("no service has run against this database yet")
     return 0
+
+
+def _print_violations(shown: dict[str, Any]) -> None:
+    """The attempts of the last day ended because a tool call ran without the policy's decision (docs/policy.md)."""
+    for violated in shown.get("policy_violations", []):
+        print(
+            printable(
+                f"VIOLATION task {violated['task_id']}: attempt {violated['attempt_id']} was ended "
+                f"{age(violated['age_s'])} ago, a tool call ran without the policy's decision: {violated['error']} "
+                f"(`agentd task show {violated['task_id']}`; docs/policy.md)"
+            )
+        )
 
 
 def _print_waiting_on_a_person(shown: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ claimable now: tasks waiting for a retry or delayed are counted on their own.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from agentd import frozen_value
@@ -147,12 +147,16 @@ def running_states(store: Store, config: Config, now: datetime, task_ids: list[i
     return {t: task_state(store.get_task_or_raise(t), attempts[t], facts) for t in task_ids}
 
 
+VIOLATIONS_SHOWN_FOR = timedelta(days=1)  # status names the attempts ended as a policy violation this long
+
+
 def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
     """`agentd status --json`'s body."""
     with store.snapshot():  # the running attempts' activity and states from the same read as the rest
         seen = read_outlook(store, config, now)
         activity = {r.attempt_id: attempt_activity(store, r.task_id, r.attempt_id) for r in seen.running}
         states = running_states(store, config, now, [r.task_id for r in seen.running])
+        violations = store.recent_violations(now - VIOLATIONS_SHOWN_FOR)
     summary, pause, holder = seen.summary, seen.pause, seen.lock_holder
     here = procs.this_process()
     services = [service_health(row, now, here) for row in seen.services]
@@ -176,6 +180,16 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
         "messages": {"failed": seen.failed_messages},
         "oldest_approval_age_s": (now - seen.oldest_approval_at).total_seconds() if seen.oldest_approval_at else None,
         "held_calls": [held_call_view(call, now) for call in seen.calls],
+        "policy_violations": [
+            {
+                "task_id": t,
+                "attempt_id": a,
+                "ended_at": format_ts(at),
+                "age_s": round((now - at).total_seconds(), 1),
+                "error": e,
+            }
+            for t, a, at, e in violations
+        ],
         "paused": {"since": format_ts(pause.paused_at), "by": pause.paused_by, "reason": pause.reason}
         if pause
         else None,
@@ -206,6 +220,20 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
         "dispatch_lock": {"pid": holder.pid, "host": holder.host, "heartbeat_at": format_ts(holder.heartbeat_at)}
         if holder
         else None,
+    }
+
+
+def violation_view(
+    task_id: int, attempt_id: str, ended_at: datetime, error: str | None, now: datetime
+) -> dict[str, Any]:
+    """An attempt ended as a policy violation, as status and its JSON show it (docs/policy.md)."""
+    age_s = round((now - ended_at).total_seconds(), 1)
+    return {
+        "task_id": task_id,
+        "attempt_id": attempt_id,
+        "ended_at": format_ts(ended_at),
+        "age_s": age_s,
+        "error": error,
     }
 
 

@@ -104,6 +104,18 @@ class AttemptVerbs(StoreBase):
             found[row["task_id"]].append(attempt_from_row(row))
         return found
 
+    def recent_violations(self, since: datetime, limit: int = 10) -> list[tuple[int, str, datetime, str | None]]:
+        """(task, attempt, ended at, the task's last error) of the attempts ended as a policy violation since
+        `since`, newest first (docs/policy.md, "Every call accounted for")."""
+        rows = self.tx.execute(
+            """SELECT a.task_id, a.attempt_id, a.ended_at, t.last_error FROM task_attempts a
+               JOIN tasks t ON t.id = a.task_id
+               WHERE a.termination_reason = 'policy_violation' AND a.ended_at >= ?
+               ORDER BY a.ended_at DESC LIMIT ?""",
+            (ts(since), limit),
+        ).fetchall()
+        return [(task_id, attempt_id, stored_ts(ended), error) for task_id, attempt_id, ended, error in rows]
+
     def get_attempt(self, attempt_id: str) -> TaskAttempt | None:
         row = self.tx.execute("SELECT * FROM task_attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
         return attempt_from_row(row) if row is not None else None

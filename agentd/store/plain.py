@@ -240,6 +240,12 @@ def calls_wait(store: StoreBase) -> bool:
     return store.tx.execute("SELECT 1 FROM held_calls WHERE status = 'pending' LIMIT 1").fetchone() is not None
 
 
+def violated_since(store: StoreBase, since: datetime) -> bool:
+    """An attempt ended as a policy violation since `since` (docs/policy.md): `agentd status` names it."""
+    sql = "SELECT 1 FROM task_attempts WHERE termination_reason = 'policy_violation' AND ended_at >= ? LIMIT 1"
+    return store.tx.execute(sql, (ts(since),)).fetchone() is not None
+
+
 def resolve_claim(store: StoreBase, task_id: int, by: str, note: str | None, now: datetime, *, approved: bool) -> bool:
     """`resolve_approval` of a task held before its first claim: approved, it may be claimed; denied, it
     ends operator_canceled. False, with nothing written, for anything else (no such task, nothing
