@@ -298,7 +298,7 @@ POLICY_ATTACKS = [  # what an attempt can do to its own policy socket (docs/poli
     {"flood": {"threads": 4, "calls": 400, "command": "git push -f"}},
     {"hangups": 200},
     {"impostor": {"times": 3}},
-    {"hold": {"loops": 2, "stagger_s": 0.5, "for_s": 8}},
+    {"hold": {"loops": 2, "stagger_s": 0.5, "for_s": 4}},
 ]
 POLICY_MAX_RECORDED = 100
 
@@ -336,7 +336,8 @@ def policy_attack_problems(store: Store, tasks: list[Any]) -> list[str]:
             if decided > POLICY_MAX_RECORDED + 10:  # held calls' own decisions beside the cap
                 problems.append(f"attempt {attempt.attempt_id}: {decided} decision events")
         kinds = {e.type for e in store.read_events(task_id=task.task_id)}
-        if task.status != "completed" or "tool_call_denied" not in kinds:
+        crashed = (task.last_error or "").startswith("crashed_runtime")  # killed under it crash_limit times in a row
+        if (task.status != "completed" and not crashed) or "tool_call_denied" not in kinds:
             problems.append(f"the policy attack's task {task.task_id} is {task.status} (events: {sorted(kinds)})")
     return problems or ([] if any(t.task_type == "policy-attack" for t in tasks) else ["no policy attack ran"])
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentd.attempt.outcome import RetryPolicy, backoff, decide, extract_outcome
+from agentd.attempt.outcome import RESET_JITTER_S, RetryPolicy, backoff, decide, extract_outcome
 from agentd.clock import FakeClock
 from agentd.evidence import AttemptPaths, make_attempt_dir, manifest_problems, write_manifest
 from agentd.records import TaskOutcome, TaskRecord
@@ -109,6 +109,21 @@ def test_rate_limits_back_off_longer_do_not_spend_attempts_and_are_capped() -> N
         rate_limited=True,
     )
     assert capped.status == "permanent_failure" and capped.last_error == "rate limited 3 times (cap 2)"
+
+
+@pytest.mark.parametrize(("reset_s", "waited_s"), [(40, 40), (3, 3), (-5, 0), (30 * 3600, 6 * 3600)])
+def test_a_rate_limit_with_the_providers_reset_waits_for_it_not_a_fixed_backoff(reset_s: int, waited_s: int) -> None:
+    """The provider's reset (docs/gateway.md): its time, a little after (never before), at most [dispatch]
+    max_reset_wait_s (6 h by default); a reset already past is retried at once."""
+    reset = NOW + timedelta(seconds=reset_s)
+    for seed in range(20):
+        limited = decide(
+            task(), 0, FAILED, now=NOW, policy=POLICY, rng=random.Random(seed), rate_limited=True, reset_at=reset
+        )
+        assert limited.status == "retryable_failure" and limited.free_attempt and limited.available_at
+        wait = (limited.available_at - NOW).total_seconds()
+        cap = POLICY.max_reset_wait_s
+        assert waited_s <= wait <= min(waited_s + RESET_JITTER_S, cap), (seed, wait)
 
 
 def test_an_interruption_is_retried_at_once_even_on_the_last_attempt() -> None:

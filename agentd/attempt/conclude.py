@@ -232,10 +232,11 @@ def finish(ending: Ending, facts: AttemptFacts, *, bundle_hash: str | None, best
 def keep_session(
     facts: AttemptFacts, end: AttemptEnd, paths: AttemptPaths, user: RunUser | None
 ) -> dict[str, Any] | None:
-    """The harness session is kept for the next attempt when this one was interrupted (a service stop, or
-    the runtime died under it) and the task runs again; otherwise it goes (docs/reliability.md, "Resume, not
-    restart"). What was done, for the diagnostics."""
-    interrupted = end.status == "retryable_failure" and (facts.stopped == "interrupted" or end.crashed)
+    """The harness session is kept for the next attempt when this one was interrupted (a service stop, the
+    runtime died under it, or the provider's rate limit: docs/gateway.md) and the task runs again; otherwise it
+    goes (docs/reliability.md, "Resume, not restart"). What was done, for the diagnostics."""
+    cut_short = facts.stopped == "interrupted" or end.crashed or end.rate_limited
+    interrupted = end.status == "retryable_failure" and cut_short
     attempt = facts.attempt
     codex = interrupted and attempt.adapter_kind == "codex"  # its counts are the thread's: where they stood
     thread = thread_id(paths.stdout) if codex else None  # the thread codex named in its own stream

@@ -30,7 +30,7 @@ from agentd.attempt.outcome import (
     extract_outcome,
     gate,
 )
-from agentd.clock import format_ts
+from agentd.clock import format_ts, parse_ts
 from agentd.hashing import sha256_hex
 from agentd.process.timer import POLICY_VIOLATION
 from agentd.records import (
@@ -136,6 +136,7 @@ def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: rando
         rate_limited=bool(run and run.rate_limited and facts.stopped is None),
         interrupted=facts.stopped == "interrupted",
         crashed=facts.crashed,
+        reset_at=provider_reset(run),
     )
     if decision.crashed and decision.status == "permanent_failure":
         termination = "crashed_runtime"
@@ -233,6 +234,16 @@ def _gated(facts: AttemptFacts, extracted: Extracted) -> tuple[Gated, str, str |
         summary = f"rate limited: {run.failure or 'the provider said slow down'}"
         return Gated(TaskOutcome.failure(summary)), "exited", "rate_limited"
     return _gate(facts, extracted, adapter_ok=run.ok, adapter_failure=run.failure, termination="exited")
+
+
+def provider_reset(run: AdapterRun | None) -> datetime | None:
+    """When the provider said its limit resets, as the model gateway read it from its 429 (docs/gateway.md)."""
+    said = run.diagnostics.get("rate_limit") if run is not None else None
+    at = said.get("reset_at") if isinstance(said, dict) else None
+    try:
+        return parse_ts(at) if isinstance(at, str) else None
+    except ValueError:
+        return None
 
 
 def _ended_by_a_guard(run: AdapterRun) -> tuple[Gated, str, str | None] | None:

@@ -256,6 +256,7 @@ class RetryPolicy:
     rate_limit_backoff_s: float
     max_rate_limit_reschedules: int
     crash_limit: int = 3  # boot sweeps in a row before a task is ended crashed_runtime
+    max_reset_wait_s: float = 6 * 3600.0  # the longest a provider's reset is waited for ([dispatch])
 
 
 @frozen_value
@@ -281,8 +282,10 @@ def decide(
     rate_limited: bool = False,
     interrupted: bool = False,
     crashed: bool = False,
+    reset_at: datetime | None = None,
 ) -> Decision:
-    """Next status for a task whose attempt (already counted in attempt_count) just ended."""
+    """Next status for a task whose attempt (already counted in attempt_count) just ended. `reset_at`: when the
+    provider said its limit resets (a rate-limited attempt's; docs/gateway.md, "Quotas and resets")."""
     if outcome.status == "completed":
         return Decision("completed", "none", None, None)
     if outcome.status in ("permanent_failure", "blocked", "operator_canceled"):
@@ -298,7 +301,9 @@ def decide(
         error = f"out of attempts ({counted} of {task.max_attempts}): {outcome.operator_summary}"
         return Decision("permanent_failure", "permanent", None, error, free, rate_limited)
     if rate_limited:
-        delay = backoff(policy.rate_limit_backoff_s, task.rate_limit_count + 1, policy, rng)
+        delay = after_reset(reset_at, now, policy, rng) if reset_at else backoff(
+            policy.rate_limit_backoff_s, task.rate_limit_count + 1, policy, rng
+        )
     elif interrupted:
         delay = 0.0  # the service stopped, not the task: run it again as soon as possible
     else:
@@ -320,6 +325,16 @@ def _after_crash(task: TaskRecord, now: datetime, policy: RetryPolicy) -> Decisi
         return Decision("permanent_failure", "permanent", None, error, free_attempt=True, crashed=True)
     error = f"the runtime died during this attempt ({crashes} of {policy.crash_limit} in a row); run again"
     return Decision("retryable_failure", "retryable", now, error, free_attempt=True, crashed=True)
+
+
+RESET_JITTER_S = 10.0  # at most this much after a reset, at random, so tasks waiting on one do not stampede
+
+
+def after_reset(reset_at: datetime, now: datetime, policy: RetryPolicy, rng: random.Random) -> float:
+    """Seconds from now until the provider's limit resets, and a little after (never before it), capped at
+    [dispatch] max_reset_wait_s: a provider's reset an hour away is waited for, not retried every few minutes."""
+    wait = max(0.0, (reset_at - now).total_seconds()) + rng.uniform(0, RESET_JITTER_S)
+    return min(wait, policy.max_reset_wait_s)
 
 
 def backoff(base_s: float, retry_number: int, policy: RetryPolicy, rng: random.Random) -> float:

@@ -67,4 +67,5 @@ def retry_policy(config: Config) -> RetryPolicy:
         d.rate_limit_backoff_s,
         d.max_rate_limit_reschedules,
         d.crash_limit,
+        d.max_reset_wait_s,
     )

@@ -83,12 +83,7 @@ class DispatchSection(Section):
     lock_heartbeat_s: float = Field(
         description="how often the dispatcher refreshes the dispatch lock", default=5.0, gt=0, le=3600
     )
-    lock_stale_s: float = Field(
-        description="a lock not refreshed for this long is stale (cleared with dispatch_lock_stale_cleared)",
-        default=60.0,
-        gt=0,
-        le=DAY_S,
-    )
+    lock_stale_s: float = Field(description="a lock not refreshed this long is stale", default=60.0, gt=0, le=DAY_S)
     default_max_attempts: int = Field(
         description="attempts of a task whose type sets no max_attempts", default=3, ge=1, le=100
     )
@@ -108,6 +103,9 @@ class DispatchSection(Section):
     )
     max_rate_limit_reschedules: int = Field(
         description="rate-limited attempts of one task before it fails", default=5, ge=0, le=1000
+    )
+    max_reset_wait_s: float = Field(
+        description="the longest a provider's reset is waited for (docs/gateway.md)", default=21600.0, ge=0, le=DAY_S
     )
     output_cap_bytes: int = Field(
         description="an attempt's stdout and stderr each keep at most this much: the first and the last half, "
@@ -135,11 +133,9 @@ class DispatchSection(Section):
         le=100,
     )
     crash_limit: int = Field(
-        default=3, ge=1, le=100, description="boot sweeps in a row that end a task as crashed_runtime"
+        default=3, ge=1, le=100, description="boot sweeps in a row that end a task crashed_runtime"
     )
-    strict_evidence: bool = Field(
-        default=False, description="verify each sealed manifest before its task may be completed"
-    )
+    strict_evidence: bool = Field(default=False, description="verify each sealed manifest before a completion counts")
     max_descendants: int = Field(
         default=50,
         ge=1,
