@@ -167,7 +167,8 @@ def test_waiting_is_split_into_claimable_retry_waiting_and_delayed(rig: Rig) -> 
     rig.clock.advance(20)
     shown = snapshot(rig.config, rig.store, rig.clock.now())
     assert shown["waiting"] == {
-        "claimable": 2, "retry_waiting": 1, "delayed": 1, "approval": 0, "paused": 0, "after": 0, "budget": 0
+        "claimable": 2, "retry_waiting": 1, "delayed": 1, "approval": 0, "paused": 0, "after": 0, "budget": 0,
+        "resting": 0,
     }  # fmt: skip
     assert shown["oldest_pending_age_s"] == 20.0
 
@@ -549,5 +550,14 @@ def test_status_json_names_liveness_and_waiting(rig: Rig, cli_for: Any) -> None:
     rig.store.report_service_status("dispatch", procs.this_process(), "idle", None, now, now)
     shown = cli_for(rig)("status", "--json").json()
     assert shown["services"][0]["liveness"] == "live"
-    assert set(shown["waiting"]) == {"claimable", "retry_waiting", "delayed", "approval", "paused", "after", "budget"}
+    assert set(shown["waiting"]) == {
+        "claimable",
+        "retry_waiting",
+        "delayed",
+        "approval",
+        "paused",
+        "after",
+        "budget",
+        "resting",
+    }
     assert shown["running"] == []

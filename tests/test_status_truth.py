@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
@@ -28,11 +28,12 @@ from agentd.config.budget import AdapterSpend, Spend, budget_hold, day_start
 from agentd.config.settings import BudgetSection
 from agentd.outlook.metrics import DispatchMetrics
 from agentd.outlook.status import snapshot
-from agentd.records import TERMINAL_STATUSES, TaskIntent, TaskOutcome, TaskRecord
+from agentd.records import TERMINAL_STATUSES, CredentialGroup, ProviderReset, TaskIntent, TaskOutcome, TaskRecord
 from agentd.services.dispatch import Dispatcher
+from agentd.store.resets import record_reset
 from agentd.work.intake import admit_task
 
-REASONS = ("claimable", "retry_waiting", "delayed", "approval", "paused", "after", "budget")
+REASONS = ("claimable", "retry_waiting", "delayed", "approval", "paused", "after", "budget", "resting")
 
 
 def add_held(rig: Rig, task_type: str = "example", **fields: object) -> TaskRecord:
@@ -73,7 +74,8 @@ def test_a_task_held_for_approval_is_not_claimable_nor_its_age_the_oldest_claima
     rig.clock.advance(3 * 3600)
     shown = snapshot(rig.config, rig.store, rig.clock.now())
     assert shown["waiting"] == {
-        "claimable": 0, "retry_waiting": 0, "delayed": 0, "approval": 1, "paused": 0, "after": 0, "budget": 0
+        "claimable": 0, "retry_waiting": 0, "delayed": 0, "approval": 1, "paused": 0, "after": 0, "budget": 0,
+        "resting": 0,
     }  # fmt: skip
     assert shown["oldest_pending_age_s"] is None
     assert gauge(rig, "agentd_oldest_pending_task_age_seconds") == 0, "AgentdQueueStuck would fire for it"
@@ -96,7 +98,8 @@ def test_a_task_held_for_the_budget_is_not_claimable_nor_its_age_the_oldest_clai
     rig.clock.advance(3600)
     shown = snapshot(rig.config, rig.store, rig.clock.now())
     assert shown["waiting"] == {
-        "claimable": 0, "retry_waiting": 0, "delayed": 0, "approval": 0, "paused": 0, "after": 0, "budget": 1
+        "claimable": 0, "retry_waiting": 0, "delayed": 0, "approval": 0, "paused": 0, "after": 0, "budget": 1,
+        "resting": 0,
     }  # fmt: skip
     assert shown["oldest_pending_age_s"] is None
     assert gauge(rig, "agentd_oldest_pending_task_age_seconds") == 0
@@ -132,23 +135,31 @@ HOLDS = st.one_of(
 )
 
 
+# A credential resting until its provider's reset (docs/gateway.md): its adapters, and whether the reset is ahead.
+RESETS = st.one_of(
+    st.none(), st.tuples(st.sets(st.sampled_from(["script", "scripted", "fails"]), min_size=1), st.booleans())
+)
+
+
 @settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(tasks=TASK_MIX, hold_spec=HOLDS)
+@given(tasks=TASK_MIX, hold_spec=HOLDS, reset_spec=RESETS)
 def test_the_waiting_reasons_partition_the_waiting_tasks_and_claimable_is_what_the_claim_takes(
-    rig: Rig, tasks: list[dict[str, Any]], hold_spec: tuple[Any, int] | None
+    rig: Rig, tasks: list[dict[str, Any]], hold_spec: tuple[Any, int] | None, reset_spec: tuple[Any, bool] | None
 ) -> None:
-    """For any mix of tasks, approvals, delays, retries, pauses, links and budget holds: each waiting task
-    has one reason; the reasons sum to pending + retryable_failure; `claimable` is how many tasks repeated
-    claims take (a paused task, or one after a task that did not complete, is never taken), and the oldest
-    claimable age is the oldest of those."""
+    """For any mix of tasks, approvals, delays, retries, pauses, links, budget holds and provider resets: each
+    waiting task has one reason; the reasons sum to pending + retryable_failure; `claimable` is how many tasks
+    repeated claims take (a paused task, one after a task that did not complete, or one on a credential waiting
+    for its provider's reset is never taken), and the oldest claimable age is the oldest of those."""
     rig.store._conn.execute(
         "UPDATE tasks SET status = 'operator_canceled', awaiting_approval = 0"
     )  # the last example's
     rig.store._conn.execute("UPDATE approvals SET status = 'rejected'")
     rig.store._conn.execute("DELETE FROM task_pauses")
     rig.store._conn.execute("DELETE FROM task_links")
+    rig.store._conn.execute("DELETE FROM provider_resets")
     config, hold = _budget(rig, hold_spec)
     now = rig.clock.now()
+    resting = _resting(rig, config, reset_spec, now)
     steered: set[int] = set()
     for spec in tasks:
         add = functools.partial(add_held, rig) if spec["held"] else rig.add
@@ -177,8 +188,24 @@ def test_the_waiting_reasons_partition_the_waiting_tasks_and_claimable_is_what_t
         taken.append(claim.task)
     assert waiting["claimable"] == len(taken)
     assert not {t.task_id for t in taken} & steered, "a paused task, or one after a task that did not complete"
+    assert not [t for t in taken if plan(t).adapter_id in resting], "a task on a credential waiting for its reset"
     oldest = min((t.available_at for t in taken), default=None)
     assert shown["oldest_pending_age_s"] == ((now - oldest).total_seconds() if oldest else None)
+
+
+def _resting(rig: Rig, config: Any, reset_spec: tuple[Any, bool] | None, now: datetime) -> set[str]:
+    """The adapters whose credential waits for its provider's reset now, recorded as an outcome commit would."""
+    if reset_spec is None:
+        return set()
+    adapters, ahead = reset_spec
+    types = [t for t, spec in config.task_types.items() if spec.default_adapter_id in adapters]
+    open_types = [t for t, spec in config.task_types.items() if spec.default_adapter_id is None]
+    profiles = [p for p, profile in config.profiles.items() if profile.default_adapter_id in adapters]
+    group = CredentialGroup("test-credential", tuple(adapters), tuple(types), tuple(open_types), tuple(profiles))
+    until = now + timedelta(seconds=40 if ahead else -1)
+    with rig.store.transaction():
+        record_reset(rig.store.tx, ProviderReset(group, until, "429: rate limited"), now)
+    return set(adapters) if ahead else set()
 
 
 def _budget(rig: Rig, hold_spec: tuple[Any, int] | None) -> tuple[Any, Any]:

@@ -301,8 +301,10 @@ def decide(
         error = f"out of attempts ({counted} of {task.max_attempts}): {outcome.operator_summary}"
         return Decision("permanent_failure", "permanent", None, error, free, rate_limited)
     if rate_limited:
-        delay = after_reset(reset_at, now, policy, rng) if reset_at else backoff(
-            policy.rate_limit_backoff_s, task.rate_limit_count + 1, policy, rng
+        delay = (
+            after_reset(reset_at, now, policy, rng)
+            if reset_at
+            else backoff(policy.rate_limit_backoff_s, task.rate_limit_count + 1, policy, rng)
         )
     elif interrupted:
         delay = 0.0  # the service stopped, not the task: run it again as soon as possible

@@ -213,7 +213,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"waiting  {waiting['claimable']} claimable now, {waiting['retry_waiting']} waiting to retry, "
         f"{waiting['delayed']} delayed, {waiting['approval']} waiting for approval, {waiting['paused']} paused, "
         f"{waiting['after']} after another task, {waiting['budget']} for the budget"
+        + (f", {waiting['resting']} for a provider's reset" if waiting.get("resting") else "")
     )
+    for reset in shown.get("provider_resets", []):
+        print(
+            printable(
+                f"RESET    adapter(s) {', '.join(reset['adapters'])}: waiting for the provider's reset at "
+                f"{reset['until']} (in {age(reset['in_s'])}): {reset['reason']}"
+            )
+        )
     if shown["budget"]:
         print(_budget_line(shown["budget"]))
     if shown["messages"]["failed"]:

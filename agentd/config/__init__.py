@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from agentd import frozen_value
 from agentd.config.environment import environment_overrides, overlay
+from agentd.config.gateway import GatewaySection
 from agentd.config.parsed import UnusableFile, nul_problems, read_toml
 from agentd.config.sensors import Sensor, load_sensors
 from agentd.config.settings import (
@@ -104,6 +105,7 @@ class Config:
     fleet: FleetSection = field(default_factory=FleetSection)
     web: WebSection = field(default_factory=WebSection)  # [web]: `agentd web` (docs/web.md)
     telemetry: TelemetrySection = field(default_factory=TelemetrySection)  # [telemetry] (docs/telemetry.md)
+    gateway: GatewaySection = field(default_factory=GatewaySection)  # [gateway] (docs/gateway.md)
     # Where each payload schema was read from: kept so the cached view's key holds every file the load
     # read (agentd/cli/fast/view.py `named_paths` finds each path a Config holds).
     payload_schema_files: Mapping[str, Path] = field(default_factory=dict)
@@ -326,6 +328,7 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         fleet=settings.fleet,
         web=settings.web,
         telemetry=settings.telemetry,
+        gateway=settings.gateway,
         skills=skills,
         sensor_definitions=sensors,
         soul_text=texts["soul_path"],

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentd.config.addresses import HostName, ListenAddress
+from agentd.config.gateway import GatewaySection
 from agentd.edge import shown
 from agentd.records import (
     AdapterConfig,
@@ -376,6 +377,7 @@ class Settings(Section):
     fleet: FleetSection = FleetSection()
     web: WebSection = WebSection()
     telemetry: TelemetrySection = TelemetrySection()
+    gateway: GatewaySection = GatewaySection()
     chaos: ChaosSection = ChaosSection()
     adapters: list[AdapterConfig] = Field(min_length=1)
     profiles: list[SubagentProfile] = Field(min_length=1)

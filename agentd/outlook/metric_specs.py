@@ -31,7 +31,7 @@ TASKS_WAITING = Spec(
     "gauge",
     "Waiting tasks by why, one reason each (they sum to pending + retryable_failure): claimable now, waiting for "
     "a retry's backoff, delayed (--delay/--at), held for an approval, paused by an operator, after a task not yet "
-    "completed, held for the next day's budget",
+    "completed, held for the next day's budget, on a credential waiting for its provider's reset (resting)",
     ("reason",),
 )
 APPROVAL_OLDEST = Spec(

@@ -109,6 +109,7 @@ class QueueCollector:
             ("paused", summary.paused),
             ("after", summary.after),
             ("budget", summary.budget),
+            ("resting", summary.resting),
         ):
             waiting.add_metric([reason], count)
         yield waiting

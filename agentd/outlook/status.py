@@ -23,7 +23,7 @@ from agentd.outlook.taskstate import TaskState, state_facts, task_state
 from agentd.process import procs
 from agentd.process.advisory import shown_boundary
 from agentd.process.privilege import boundary_of
-from agentd.records import TASK_STATUSES, LockHolder, QueueSummary, RunningAttempt
+from agentd.records import TASK_STATUSES, LockHolder, ProviderReset, QueueSummary, RunningAttempt
 from agentd.store import Store
 from agentd.store.calls import HeldCall
 from agentd.store.control import Pause
@@ -157,6 +157,7 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
         activity = {r.attempt_id: attempt_activity(store, r.task_id, r.attempt_id) for r in seen.running}
         states = running_states(store, config, now, [r.task_id for r in seen.running])
         violations = store.recent_violations(now - VIOLATIONS_SHOWN_FOR)
+        resets = store.resting_credentials(now)
     summary, pause, holder = seen.summary, seen.pause, seen.lock_holder
     here = procs.this_process()
     services = [service_health(row, now, here) for row in seen.services]
@@ -175,21 +176,14 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
             "paused": summary.paused,
             "after": summary.after,
             "budget": summary.budget,
+            "resting": summary.resting,
         },
         "budget": budget_report(config, seen.budget),
         "messages": {"failed": seen.failed_messages},
         "oldest_approval_age_s": (now - seen.oldest_approval_at).total_seconds() if seen.oldest_approval_at else None,
         "held_calls": [held_call_view(call, now) for call in seen.calls],
-        "policy_violations": [
-            {
-                "task_id": t,
-                "attempt_id": a,
-                "ended_at": format_ts(at),
-                "age_s": round((now - at).total_seconds(), 1),
-                "error": e,
-            }
-            for t, a, at, e in violations
-        ],
+        "policy_violations": [violation_view(*violated, now) for violated in violations],
+        "provider_resets": [reset_view(reset, now) for reset in resets],
         "paused": {"since": format_ts(pause.paused_at), "by": pause.paused_by, "reason": pause.reason}
         if pause
         else None,
@@ -234,6 +228,16 @@ def violation_view(
         "ended_at": format_ts(ended_at),
         "age_s": age_s,
         "error": error,
+    }
+
+
+def reset_view(reset: ProviderReset, now: datetime) -> dict[str, Any]:
+    """A credential waiting for its provider's reset, as status and its JSON show it (docs/gateway.md)."""
+    return {
+        "adapters": list(reset.group.adapters),
+        "until": format_ts(reset.until),
+        "in_s": round((reset.until - now).total_seconds(), 1),
+        "reason": reset.reason,
     }
 
 

@@ -128,6 +128,25 @@ class ToolRule(Record):
     reason: str | None = Field(default=None, max_length=500, description="said to the model and recorded")
 
 
+# An egress allow-list entry: `host:port`, the host exact or `*.` and a domain (docs/gateway.md).
+HostPort = Annotated[
+    str,
+    Field(
+        min_length=3,
+        max_length=300,
+        pattern=r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*:[0-9]{1,5}$",
+    ),
+]
+
+
+class Egress(Record):
+    """agentd: where an attempt of the profile may connect, through agentd's proxy (docs/gateway.md)."""
+
+    schema_id = "agentd/profile.egress/v1"
+    schema_mode = "validation"
+    allow: list[HostPort] = Field(default=[], max_length=200, description='"host:port" pairs; "*.example.org:443"')
+
+
 class SubagentProfile(Record):
     """seed §3. `integration_policy` is removed: agentd would have nothing to enforce it with."""
 
@@ -148,6 +167,10 @@ class SubagentProfile(Record):
     result_policy: ResultPolicy = Field(description="which side effects an outcome may ask for")
     tool_policy: list[ToolRule] = Field(
         default=[], max_length=200, description="agentd: rules for its tool calls, before [policy] rules"
+    )
+    egress: Egress = Field(default_factory=Egress, description="agentd: hosts its attempts may reach (the proxy)")
+    on_budget: Literal["stop", "ask"] = Field(
+        default="stop", description="agentd: a model call past the budget ends the attempt, or waits for a person"
     )
 
 

@@ -134,6 +134,28 @@ class PolicyDenial:
 
 
 @frozen_value
+class CredentialGroup:
+    """The adapters whose model calls use one provider credential (the same upstream, env_file and key variable:
+    docs/gateway.md, "Quotas and resets"), and the task types and profiles that run on them by default: what a
+    provider's reset holds back. `credential` is a fingerprint of those three, never of the key."""
+
+    credential: str
+    adapters: tuple[str, ...]
+    task_types: tuple[str, ...] = ()  # task types whose default adapter is one of them
+    open_task_types: tuple[str, ...] = ()  # task types with no default adapter: their profile's decides
+    profiles: tuple[str, ...] = ()  # profiles whose default adapter is one of them
+
+
+@frozen_value
+class ProviderReset:
+    """A provider's rate limit, as its answer said, until its reset: nothing on the credential is claimed."""
+
+    group: CredentialGroup
+    until: datetime
+    reason: str
+
+
+@frozen_value
 class AttemptEnd:
     """Everything the outcome commit writes, decided before the transaction starts."""
 
@@ -162,6 +184,7 @@ class AttemptEnd:
     policy_denials: tuple[PolicyDenial, ...] = ()  # one policy_denied event each (capped: agentd/attempt/judge.py)
     policy_denials_dropped: int = 0  # the attempt's denials beyond those: counted in one more event
     side_effects_held: str | None = None  # why its follow-ups and messages wait for `agentd approve`
+    provider_reset: ProviderReset | None = None  # a provider's limit: its credential rests until then
 
     @property
     def kind(self) -> str:
@@ -200,6 +223,7 @@ class QueueSummary:
     paused: int = 0  # due, but paused by an operator (`agentd task pause`)
     after: int = 0  # due, but linked after a task that has not completed (`agentd task link`)
     budget: int = 0  # due, but held back by [budget] until the next UTC day
+    resting: int = 0  # due, but on a credential waiting for its provider's reset (docs/gateway.md)
 
 
 @frozen_value

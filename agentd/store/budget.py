@@ -11,6 +11,7 @@ from typing import Any
 from agentd.config.budget import AdapterSpend, BudgetHold, Spend
 from agentd.store.base import StoreBase, ts
 from agentd.store.columns import CLAIMABLE
+from agentd.store.resets import RESTING
 from agentd.usage import MAX_COST_USD
 
 # A stored cost the budget and `agentd cost` count: a finite number from 0 to MAX_COST_USD (agentd/usage.py).
@@ -53,10 +54,11 @@ def claimable_branches(hold: BudgetHold | None, *, claiming: bool = False) -> li
     """The oldest claimable task of each priority (with hold_params): the claim takes the first of
     them by priority (store/claim.py, `claiming`: a fleet task only while confirmed), status the oldest.
     With a budget hold, priorities less urgent than its urgent_priority are left out (everything) or
-    leave out the tasks of held adapters."""
+    leave out the tasks of held adapters. A task whose credential rests until its provider's reset is left
+    out at every priority (store/resets.py)."""
     branches = []
     for priority in range(1, 11):
-        held = f" AND {CONFIRMED}" if claiming else ""
+        held = f" AND NOT {RESTING}" + (f" AND {CONFIRMED}" if claiming else "")
         if hold is not None and priority > hold.urgent_priority:
             if hold.everything:
                 continue

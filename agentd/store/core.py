@@ -42,6 +42,7 @@ from agentd.store.migrations import (
     require_current,
 )
 from agentd.store.outbox import OutboxVerbs
+from agentd.store.resets import ResetVerbs
 from agentd.store.retention import RetentionVerbs
 from agentd.store.schedules import ScheduleVerbs
 from agentd.store.sensing import SensingVerbs
@@ -92,6 +93,7 @@ class Store(
     FleetLeaseVerbs,
     WebVerbs,
     ChartVerbs,
+    ResetVerbs,
 ):
     """Domain verbs over one connection, one group per concept (each extends StoreBase directly);
     each public verb is at most one transaction."""

@@ -16,6 +16,7 @@ from agentd.store.approvals import request_approval
 from agentd.store.base import Tx, dumps, ts
 from agentd.store.calls import deny_pending
 from agentd.store.claim import OUTCOME_SUMMARY_MAX, Planner
+from agentd.store.resets import record_reset
 
 
 @frozen_value
@@ -60,6 +61,8 @@ def record_end(tx: Tx, end: AttemptEnd) -> None:
     _insert_outbox(tx, end, ids)
     _append_events_of(tx, end, ids)
     tx.execute("UPDATE fleet_leases SET confirmed_until = NULL WHERE task_id = ? AND state = 'held'", (end.task_id,))
+    if end.provider_reset is not None:  # the provider turned it away: its credential rests (docs/gateway.md)
+        record_reset(tx, end.provider_reset, end.ended_at)
 
 
 def _append_denials(tx: Tx, end: AttemptEnd, ids: dict[str, Any]) -> None:

@@ -246,6 +246,12 @@ def violated_since(store: StoreBase, since: datetime) -> bool:
     return store.tx.execute(sql, (ts(since),)).fetchone() is not None
 
 
+def resting(store: StoreBase, now: datetime) -> bool:
+    """A credential waits for its provider's reset (docs/gateway.md): `agentd status` says what waits for it."""
+    sql = "SELECT 1 FROM provider_resets WHERE until > ? LIMIT 1"
+    return store.tx.execute(sql, (ts(now),)).fetchone() is not None
+
+
 def resolve_claim(store: StoreBase, task_id: int, by: str, note: str | None, now: datetime, *, approved: bool) -> bool:
     """`resolve_approval` of a task held before its first claim: approved, it may be claimed; denied, it
     ends operator_canceled. False, with nothing written, for anything else (no such task, nothing

@@ -17,6 +17,7 @@ from agentd.store.base import StoreBase, Tx, dumps, parse_optional_ts, ts
 from agentd.store.budget import claimable_branches, held_by_budget, hold_params
 from agentd.store.columns import CLAIMABLE, TASK_COLUMNS, TASK_FROM
 from agentd.store.plain import end_waiting, held_for_approval, steered_waiting
+from agentd.store.resets import RESTING
 from agentd.store.rows import task_from_row
 from agentd.store.sparse import SparseInsert
 
@@ -259,7 +260,8 @@ class TaskVerbs(StoreBase):
         held = held_for_approval(self.tx, params["now"])
         paused, after = steered_waiting(self.tx, params["now"])
         due = sum(counts.get(s, 0) - later[s] - held.get((s, False), 0) for s in WAITING) - paused - after
-        budget = 0 if hold is None else _count(self.tx, f"{CLAIMABLE} AND {held_by_budget(hold)}", params)
+        resting = _count(self.tx, f"{CLAIMABLE} AND {RESTING}", params)  # for a provider's reset (store/resets.py)
+        budget = _count(self.tx, f"{CLAIMABLE} AND NOT {RESTING} AND {held_by_budget(hold)}", params) if hold else 0
         branches = claimable_branches(hold)
         oldest = (
             self.tx.execute(f"SELECT MIN(available_at) FROM ({' UNION ALL '.join(branches)})", params).fetchone()[0]
@@ -272,13 +274,14 @@ class TaskVerbs(StoreBase):
             parse_optional_ts(oldest),
             self.next_due_at(now),
             version,
-            claimable=due - budget,
+            claimable=due - budget - resting,
             retry_waiting=later["retryable_failure"] - held.get(("retryable_failure", True), 0),
             delayed=later["pending"] - held.get(("pending", True), 0),
             approval=sum(held.values()),
             paused=paused,
             after=after,
             budget=budget,
+            resting=resting,
         )
 
     def next_due_at(self, now: datetime) -> datetime | None:

@@ -75,15 +75,15 @@ def snapshot_from(view: dict[str, Any], now: datetime) -> dict[str, Any] | None:
     input, shown whole: agentd/outlook/status.py `held_call_view`)."""
     if view["budget_capped"]:
         return None
-    from agentd.store.plain import calls_wait, one_read, queue_rows, status_rows, violated_since
+    from agentd.store.plain import calls_wait, one_read, queue_rows, resting, status_rows, violated_since
 
     with plain_store(view) as store:
         if store is None:
             return None
         with one_read(store):
             summary, rows, held = queue_rows(store, now), status_rows(store), calls_wait(store)
-            violated = violated_since(store, now - timedelta(days=1))
-    if rows["running"] or held or violated:  # activity (docs/live.md), a held call, a violation: the full path's
+            violated = violated_since(store, now - timedelta(days=1)) or resting(store, now)
+    if rows["running"] or held or violated:  # activity, a held call, a violation, a provider's reset: the full path's
         return None
     return _snapshot(view, summary, rows, now)
 
@@ -106,7 +106,8 @@ def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any
         "waiting": {
             key: summary[key]
             for key in ("claimable", "retry_waiting", "delayed", "approval", "paused", "after", "budget")
-        },
+        }
+        | {"resting": 0},
         "budget": None,
         "messages": {"failed": rows["failed_messages"]},
         "oldest_approval_age_s": (now - rows["oldest_approval_at"]).total_seconds()
@@ -114,6 +115,7 @@ def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any
         else None,
         "held_calls": [],  # none waits: the full path shows those that do
         "policy_violations": [],  # none in the last day: likewise
+        "provider_resets": [],  # none rests: likewise
         "paused": {"since": format_ts(pause[0]), "by": pause[1], "reason": pause[2]} if pause else None,
         "oldest_pending_age_s": (now - oldest).total_seconds() if oldest else None,
         "next_available_at": format_ts(summary["next_available_at"]) if summary["next_available_at"] else None,

@@ -1,0 +1,78 @@
+"""Where each harness's model calls go, and how its key goes with them: what the model gateway forwards to and
+what the attempt is given instead (docs/gateway.md, "What the attempt holds").
+
+The adapter's configuration keeps naming the upstream (claude's `ANTHROPIC_BASE_URL`, codex's provider
+`base_url`, hermes' `base_url`) and the key (a variable of its `env_file`). Under the gateway the attempt sees
+only the gateway's address, with the same path (only the origin changes: `https://api.openai.com/v1` becomes
+`http://127.0.0.1:PORT/v1`), and a per-attempt token where the key was. The key stays in the dispatcher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from agentd import frozen_value
+from agentd.records import (
+    AdapterConfig,
+    ClaudeCodeAdapterConfig,
+    CodexAdapterConfig,
+    HermesAgentAdapterConfig,
+)
+
+KeyStyle = Literal["x-api-key", "bearer"]
+ANTHROPIC = "https://api.anthropic.com"
+OPENAI = "https://api.openai.com/v1"
+
+
+@frozen_value
+class Upstream:
+    """An adapter's provider: its base URL and the variable of its env_file that holds the key."""
+
+    base_url: str
+    key_var: str | None  # None: the provider takes no key (a local model server)
+    key_style: KeyStyle
+    base_var: str | None = None  # the variable the harness reads the base URL from, if it reads one
+
+
+def upstream_of(adapter: AdapterConfig, secrets: Mapping[str, str]) -> Upstream | None:
+    """The provider `adapter`'s harness calls, with the key variable it uses (`secrets`: its env_file); None for
+    a kind whose calls do not leave through a harness of the attempt's (a script, agentd's own ollama client)."""
+    if isinstance(adapter, ClaudeCodeAdapterConfig):
+        base = (adapter.env or {}).get("ANTHROPIC_BASE_URL") or secrets.get("ANTHROPIC_BASE_URL") or ANTHROPIC
+        if "ANTHROPIC_API_KEY" not in secrets and "ANTHROPIC_AUTH_TOKEN" in secrets:
+            return Upstream(base, "ANTHROPIC_AUTH_TOKEN", "bearer", "ANTHROPIC_BASE_URL")
+        return Upstream(base, "ANTHROPIC_API_KEY", "x-api-key", "ANTHROPIC_BASE_URL")
+    if isinstance(adapter, CodexAdapterConfig):
+        provider = adapter.provider
+        base = provider.base_url if provider and provider.base_url else OPENAI
+        return Upstream(base, (provider.env_key if provider else None) or "OPENAI_API_KEY", "bearer")
+    if isinstance(adapter, HermesAgentAdapterConfig) and adapter.base_url:
+        return Upstream(adapter.base_url, adapter.api_key_env, "bearer")
+    return None
+
+
+def through(base_url: str, origin: str) -> str:
+    """`base_url` with `origin`'s scheme, host and port: the same path, reached at the gateway."""
+    base, gateway = urlsplit(base_url), urlsplit(origin)
+    return urlunsplit((gateway.scheme, gateway.netloc, base.path, base.query, ""))
+
+
+def origin_of(base_url: str) -> str:
+    """`https://api.openai.com/v1` → `https://api.openai.com`: what the gateway forwards a request's path to."""
+    parts = urlsplit(base_url)
+    return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+
+
+def attempt_environment(env: Mapping[str, str], upstream: Upstream, origin: str, token: str) -> dict[str, str]:
+    """The attempt's environment under the gateway: the key's variable holds the token (the key itself is
+    nowhere in it), and the base URL variable the harness reads points at the gateway."""
+    given = dict(env)
+    for held in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN") if upstream.key_style != "bearer" else ():
+        given.pop(held, None)
+    if upstream.key_var is not None:
+        given[upstream.key_var] = token
+    if upstream.base_var is not None:
+        given[upstream.base_var] = through(upstream.base_url, origin)
+    return given

@@ -1,0 +1,61 @@
+"""A provider's rate limits until their reset (docs/gateway.md, "Quotas and resets"): the outcome commit of an
+attempt the provider turned away records its credential's reset; the claim leaves out every task that would
+run on an adapter using that credential until then, and `agentd status` says what waits for which reset."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from agentd.clock import stored_ts
+from agentd.records import CredentialGroup, ProviderReset
+from agentd.store.base import StoreBase, Tx, ts
+
+# A task that would run on an adapter whose credential rests now: the one it asked for, else its type's default,
+# else its profile's (as the budget's hold names them: store/budget.py ON_HELD_ADAPTER). No resting credential:
+# an empty table, one look.
+RESTING = """EXISTS (SELECT 1 FROM provider_resets r WHERE r.until > :now AND (
+    COALESCE(tasks.requested_adapter_id IN (SELECT value FROM json_each(r.adapters)), 0)
+    OR (tasks.requested_adapter_id IS NULL AND tasks.task_type IN (SELECT value FROM json_each(r.task_types)))
+    OR (tasks.requested_adapter_id IS NULL AND tasks.task_type IN (SELECT value FROM json_each(r.open_task_types))
+        AND tasks.requested_profile_id IN (SELECT value FROM json_each(r.profiles)))))"""
+
+
+def record_reset(tx: Tx, reset: ProviderReset, now: datetime) -> None:
+    """The credential rests until `reset.until` (a later reset of the same credential replaces it)."""
+    group = reset.group
+    tx.execute(
+        """INSERT INTO provider_resets (credential, adapters, task_types, open_task_types, profiles, until, reason,
+               recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+           ON CONFLICT (credential) DO UPDATE SET adapters = excluded.adapters, task_types = excluded.task_types,
+               open_task_types = excluded.open_task_types, profiles = excluded.profiles,
+               until = MAX(until, excluded.until), reason = excluded.reason, recorded_at = excluded.recorded_at""",
+        (
+            group.credential,
+            json.dumps(sorted(group.adapters)),
+            json.dumps(sorted(group.task_types)),
+            json.dumps(sorted(group.open_task_types)),
+            json.dumps(sorted(group.profiles)),
+            ts(reset.until),
+            reset.reason[:2000],
+            ts(now),
+        ),
+    )
+
+
+def _reset(row: Any) -> ProviderReset:
+    credential, adapters, types, open_types, profiles, until, reason = row
+    group = CredentialGroup(credential, *(tuple(json.loads(v)) for v in (adapters, types, open_types, profiles)))
+    return ProviderReset(group, stored_ts(until), reason)
+
+
+class ResetVerbs(StoreBase):
+    def resting_credentials(self, now: datetime) -> list[ProviderReset]:
+        """The credentials whose provider's reset is still ahead, the soonest first."""
+        rows = self.tx.execute(
+            """SELECT credential, adapters, task_types, open_task_types, profiles, until, reason FROM provider_resets
+               WHERE until > ? ORDER BY until""",
+            (ts(now),),
+        ).fetchall()
+        return [_reset(row) for row in rows]
