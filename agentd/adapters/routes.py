@@ -14,10 +14,13 @@ from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from agentd import frozen_value
+from agentd.config import Config
+from agentd.hashing import sha256_hex
 from agentd.records import (
     AdapterConfig,
     ClaudeCodeAdapterConfig,
     CodexAdapterConfig,
+    CredentialGroup,
     HermesAgentAdapterConfig,
 )
 
@@ -76,3 +79,31 @@ def attempt_environment(env: Mapping[str, str], upstream: Upstream, origin: str,
     if upstream.base_var is not None:
         given[upstream.base_var] = through(upstream.base_url, origin)
     return given
+
+
+def credential_of(adapter: AdapterConfig) -> str | None:
+    """A fingerprint of the credential `adapter`'s model calls use: its upstream's origin, its env_file and the
+    key's variable (never the key: two adapters reading one file share a credential, as a provider counts
+    them). None for a kind whose calls agentd does not route."""
+    upstream = upstream_of(adapter, {})
+    if upstream is None:
+        return None
+    said = f"{origin_of(upstream.base_url)}\n{getattr(adapter, 'env_file', None) or ''}\n{upstream.key_var or ''}"
+    return sha256_hex(said.encode())[:32]
+
+
+def credential_group(config: Config, adapter_id: str) -> CredentialGroup | None:
+    """Every adapter sharing `adapter_id`'s credential, and the task types and profiles that run on them by
+    default: what a provider's reset of that credential holds back (docs/gateway.md, "Quotas and resets")."""
+    adapter = config.adapters.get(adapter_id)
+    credential = credential_of(adapter) if adapter is not None else None
+    if credential is None:
+        return None
+    adapters = frozenset(a for a, other in config.adapters.items() if credential_of(other) == credential)
+    return CredentialGroup(
+        credential,
+        tuple(sorted(adapters)),
+        tuple(sorted(t for t, spec in config.task_types.items() if spec.default_adapter_id in adapters)),
+        tuple(sorted(t for t, spec in config.task_types.items() if spec.default_adapter_id is None)),
+        tuple(sorted(p for p, profile in config.profiles.items() if profile.default_adapter_id in adapters)),
+    )

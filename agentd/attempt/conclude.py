@@ -154,6 +154,7 @@ def gather(
         attempt=attempt,
         checks=checks,
         timeout_s=policy.timeout_s,
+        credential=policy.credential,
         run=run,
         stopped=stopped,
         result_text=result_text,

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from agentd import frozen_value
 from agentd.adapters.base import AdapterRun
+from agentd.attempt.guards import ended_by_a_guard, provider_reset, provider_reset_of
 from agentd.attempt.outcome import (
     CompletionChecks,
     Extracted,
@@ -30,12 +31,12 @@ from agentd.attempt.outcome import (
     extract_outcome,
     gate,
 )
-from agentd.clock import format_ts, parse_ts
+from agentd.clock import format_ts
 from agentd.hashing import sha256_hex
-from agentd.process.timer import POLICY_VIOLATION
 from agentd.records import (
     ArtifactRow,
     AttemptEnd,
+    CredentialGroup,
     ExitStatus,
     OutboxEntry,
     OutboxKind,
@@ -46,7 +47,6 @@ from agentd.records import (
 )
 from agentd.records.tasks import ConstitutionProposal
 from agentd.usage import Usage, bounded, judge_usage, rejudged
-from agentd.vocabulary import OutcomeStatus
 
 Stopped = Literal["interrupted", "operator_canceled"]
 MAX_DENIAL_EVENTS = 50  # policy_denied events per attempt; one more event counts the rest
@@ -103,6 +103,7 @@ class AttemptFacts:
     redactions: int = 0
     evidence_problems: tuple[str, ...] = ()  # strict_evidence: what the sealed evidence failed
     proposal: ProposalFact | None = None  # the outcome's constitution_proposal, read from the workspace
+    credential: CredentialGroup | None = None  # who shares its provider credential (a reset holds them back)
 
     @property
     def crashed(self) -> bool:
@@ -174,6 +175,7 @@ def judge(facts: AttemptFacts, *, now: datetime, policy: RetryPolicy, rng: rando
         artifacts=_artifacts(facts, gated),
         outbox=outbox,
         side_effects_held=side_effects_hold(outbox, facts.outbox_policy, task),
+        provider_reset=provider_reset_of(facts.run, facts.credential, decision.rate_limited),
         diagnostics=diagnostics,
         usage=_usage(usage),
         paths=dict(facts.evidence),
@@ -195,14 +197,6 @@ def _exit_status(facts: AttemptFacts) -> ExitStatus:
     return facts.run.exit_status if facts.run is not None else "error"
 
 
-# A limit of its own cgroup ended the attempt (agentd/process/limits.py; docs/reliability.md).
-LIMIT_HIT = {
-    "pids": "hit its limit on processes and threads ([dispatch] max_pids); everything it started was killed",
-    "memory": "the kernel killed inside it at its memory limit ([dispatch] max_memory_mb); everything it started "
-    "was killed",
-}
-
-
 def _gated(facts: AttemptFacts, extracted: Extracted) -> tuple[Gated, str, str | None]:
     """(gated outcome, termination_reason, failure_type)."""
     if facts.internal_error is not None:
@@ -222,7 +216,7 @@ def _gated(facts: AttemptFacts, extracted: Extracted) -> tuple[Gated, str, str |
     process = run.process
     if process is not None and process.start_error:
         return Gated(TaskOutcome.failure(process.start_error)), "start_failed", "start_error"
-    if (ended := _ended_by_a_guard(run)) is not None:
+    if (ended := ended_by_a_guard(run)) is not None:
         return ended
     if run.exit_status == "timeout":
         summary = f"timed out after {facts.timeout_s:g}s; the process group was killed"
@@ -234,53 +228,6 @@ def _gated(facts: AttemptFacts, extracted: Extracted) -> tuple[Gated, str, str |
         summary = f"rate limited: {run.failure or 'the provider said slow down'}"
         return Gated(TaskOutcome.failure(summary)), "exited", "rate_limited"
     return _gate(facts, extracted, adapter_ok=run.ok, adapter_failure=run.failure, termination="exited")
-
-
-def provider_reset(run: AdapterRun | None) -> datetime | None:
-    """When the provider said its limit resets, as the model gateway read it from its 429 (docs/gateway.md)."""
-    said = run.diagnostics.get("rate_limit") if run is not None else None
-    at = said.get("reset_at") if isinstance(said, dict) else None
-    try:
-        return parse_ts(at) if isinstance(at, str) else None
-    except ValueError:
-        return None
-
-
-def _ended_by_a_guard(run: AdapterRun) -> tuple[Gated, str, str | None] | None:
-    """The end of a run one of agentd's guards stopped: the tool policy's ledger, the budget, a cgroup limit."""
-    hit = run.process.limit_hit if run.process is not None else None
-    if run.diagnostics.get("policy_violations") or hit == POLICY_VIOLATION:
-        return _policy_violation(run)
-    if hit == "budget" or run.diagnostics.get("budget_stop"):
-        return _budget_exceeded(run)
-    if hit in LIMIT_HIT:
-        return Gated(TaskOutcome.failure(LIMIT_HIT[hit])), f"{hit}_limit", "resource_limit"
-    return None
-
-
-def _policy_violation(run: AdapterRun) -> tuple[Gated, str, str | None]:
-    """A tool call ran without the decision agentd's policy makes on every call (docs/policy.md, "Every call
-    accounted for"): the run was ended at once and nothing it claims is trusted. Not retried by itself: a person
-    looks first (`agentd task retry`)."""
-    found = run.diagnostics.get("policy_violations")
-    first = found[0] if isinstance(found, list) and found and isinstance(found[0], dict) else {}
-    call = f"{first.get('tool', 'a tool')} call {first.get('call_id', '')}".replace("  ", " ").strip()
-    what = f"{call} {first.get('what')}" if first.get("what") else "a tool call ran without agentd's decision"
-    summary = f"policy violation: {what}; the attempt was ended at once"
-    return Gated(TaskOutcome.failure(summary, "permanent_failure")), POLICY_VIOLATION, POLICY_VIOLATION
-
-
-def _budget_exceeded(run: AdapterRun) -> tuple[Gated, str, str | None]:
-    """Stopped as it passed its spending cap: by agentd's meter (agentd/attempt/meter.py), or by the harness
-    itself on the cap agentd gave it (claude's --max-budget-usd). Past its own cap it would pass it again: a
-    permanent failure. Past what was left of the day: retryable, and the claim's budget hold keeps it for
-    the next UTC day (agentd/config/budget.py)."""
-    stop = run.diagnostics.get("budget_stop") or {}
-    spent = f"it spent ${stop['spent_usd']:.4f}, " if isinstance(stop.get("spent_usd"), int | float) else ""
-    cap = f"{stop.get('cap', 'its spending cap')}" + (f" (${stop['cap_usd']:g})" if stop.get("cap_usd") else "")
-    summary = f"stopped by {stop.get('by', 'agentd')}: {spent}past {cap}"
-    status: OutcomeStatus = "permanent_failure" if stop.get("per_attempt", True) else "retryable_failure"
-    return Gated(TaskOutcome.failure(summary, status)), "budget_exceeded", "budget_exceeded"
 
 
 def _gate(

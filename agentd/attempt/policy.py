@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd import frozen_value
+from agentd.adapters.routes import credential_group
 from agentd.attempt.judge import OutboxPolicy
 from agentd.attempt.manifest import DescribedMemo, described_by
 from agentd.attempt.outcome import CompletionChecks, RetryPolicy
@@ -17,7 +18,7 @@ from agentd.clock import Clock
 from agentd.config import Config
 from agentd.config.tool_policy import Policy, profile_policy
 from agentd.process.privilege import RunUser
-from agentd.records import AgentConstitution, TaskRecord
+from agentd.records import AgentConstitution, CredentialGroup, TaskRecord
 from agentd.work.intake import delegation_caps
 
 
@@ -36,6 +37,7 @@ class AttemptPolicy:
     constitution: AgentConstitution  # the hashes a constitution proposal is based on
     described: dict[str, Any]  # the manifest's fields that come from the configuration
     tools: Policy  # its profile's tool policy, then [policy]'s (docs/policy.md)
+    credential: CredentialGroup | None = None  # who shares its provider credential: what a reset holds back
 
 
 @frozen_value
@@ -70,6 +72,7 @@ def attempt_policy(
         constitution=config.constitution,
         described=described_by(config, task, adapter_id, memo),
         tools=profile_policy(config, task.requested_profile_id),
+        credential=credential_group(config, adapter_id),
     )
 
 
