@@ -99,6 +99,11 @@ class AttemptPaths:
         return self.root / "action_trace.jsonl"
 
     @functools.cached_property
+    def model_calls(self) -> Path:
+        """The attempt's model calls through the gateway (agentd/attempt/model_calls.py), written by agentd."""
+        return self.root / "model_calls.jsonl"
+
+    @functools.cached_property
     def manifest(self) -> Path:
         return self.root / MANIFEST
 

@@ -19,6 +19,7 @@ EVIDENCE_FILES = (
     "action_trace.jsonl",
     "hermes-usage.json",
     "hermes-session.json",
+    "model_calls.jsonl",  # each model call through the gateway, its bodies redacted (docs/gateway.md)
 )
 
 _SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}

@@ -113,6 +113,7 @@ EVENT_MAP: dict[str, str] = {
     "tool_call_refused": "permission.evaluated",  # a request not from the harness's tool loop, refused unjudged
     "tool_calls_suppressed": "runtime.warning",  # decisions past [policy] max_recorded_decisions, counted
     "tool_call_undecided": "runtime.error",  # a call ran without the policy's decision: a policy violation
+    "model_call_finished": "model.completed",  # one call through the model gateway, as the provider answered it
     "task_paused": "task.paused",
     "task_resumed": "task.resumed",
     "task_edited": "task.updated",

@@ -95,6 +95,7 @@ AGENTD_EVENT_TYPES = (
     "tool_call_refused",
     "tool_calls_suppressed",
     "tool_call_undecided",
+    "model_call_finished",
     "task_paused",
     "task_resumed",
     "task_edited",
