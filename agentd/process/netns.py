@@ -269,10 +269,22 @@ APPARMOR = (
 )
 
 
+STEPS = {  # agentd/process/netns_launch.py's steps, as said to a person
+    "unshare": "making a user and a network namespace",
+    "setgroups": "denying setgroups in it",
+    "uid_map": "mapping its user into it",
+    "gid_map": "mapping its group into it",
+    "lo": "bringing lo up",
+    "listen": "listening on 127.0.0.1",
+    "unshare-back": "making the user namespace it runs in",
+}
+
+
 def explain(step: str, error: int, sysctls: Mapping[str, str]) -> str:
     """Why the launcher's `step` failed with `error`, and the fix, read with this machine's namespace settings
     (`sysctls`: SYSCTLS' values by name, as `read_sysctls` gives them)."""
-    said = f"{PREFIX}: {step} failed ({os.strerror(error)})"
+    doing = STEPS.get(step.removesuffix("-back"), step) if step != "unshare-back" else STEPS[step]
+    said = f"{PREFIX}: {doing} failed ({os.strerror(error)})"
     if step == "unshare":
         return f"{said}: {_unshare_cause(error, sysctls)}"
     if error in (errno.EPERM, errno.EACCES) and sysctls.get("kernel/apparmor_restrict_unprivileged_userns") == "1":

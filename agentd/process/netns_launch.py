@@ -1,25 +1,26 @@
 """The launcher that puts an attempt in a network of its own (agentd/process/netns.py starts it; docs/gateway.md,
 "The network an attempt can reach").
 
-Run as a script as the attempt's own user, before the attempt's program: `python -I -S netns_launch.py FD
-PORTS -- ARGV…`. It makes a user namespace and a network namespace (mapping its user to 0 there, the only
-user it may map), brings `lo` up, makes a listening socket on 127.0.0.1 inside for each of PORTS (comma
-separated; 0: any free port; `-`: none), sends them to the dispatcher over the inherited unix socket FD and
-closes its own copies, then makes a second user namespace that maps its user back (so the attempt sees its
-own uid, and holds no capability over the network namespace, which the first one owns), and execs ARGV.
+It runs as the attempt's own user, before the attempt's program: `python -I -S netns_launch.py FD PORTS --
+ARGV…` (agentd imports it from its folder instead, to read its .pyc: `netns.BOOT`). It makes a user namespace
+and a network namespace (mapping its user to 0 there, the only user it may map), brings `lo` up, makes a
+listening socket on 127.0.0.1 inside for each of PORTS (comma separated; 0: any free port; `-`: none), sends
+them to the dispatcher over the inherited unix socket FD and closes its own copies, then makes a second user
+namespace that maps its user back (so the attempt sees its own uid, and holds no capability over the network
+namespace, which the first one owns), and execs ARGV.
 
-It loads nothing but built-in modules (a start costs the interpreter's start and no more: docs/decisions.md,
-"A network of the attempt's own"), and it never runs ARGV unless every step worked: a step that fails is
-reported over FD as `fail STEP ERRNO` and the launcher exits, so an attempt never runs on the host's network
-by mistake. A failed exec is reported as `exec ERRNO`; a successful one closes FD (it is close-on-exec),
-which is how the dispatcher knows the attempt has started.
+It never runs ARGV unless every step worked: a step that fails is reported over FD as `fail STEP ERRNO` and
+the launcher exits, so an attempt never runs on the host's network by mistake. A failed exec is reported as
+`exec ERRNO`; a successful one closes FD (it is close-on-exec), which is how the dispatcher knows the attempt
+has started. It loads nothing but built-in modules: not `os` (posix is what os wraps; os and what it imports
+cost ~1.5 ms a start), not even `from __future__` (docs/decisions.md, "A network of the attempt's own";
+tests/test_netns.py keeps it so).
 """
 
-from __future__ import annotations
-
 import _socket
+import errno
 import fcntl
-import os
+import posix
 import sys
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
@@ -53,7 +54,7 @@ class Doing:
 
 def unshare(flags: int) -> None:
     """unshare(2): os.unshare from Python 3.12, libc's through _ctypes before (ctypes itself costs ~3 ms to load)."""
-    call = getattr(os, "unshare", None)
+    call = getattr(posix, "unshare", None)
     if call is not None:
         call(flags)
         return
@@ -67,10 +68,10 @@ def unshare(flags: int) -> None:
         _restype_ = Int
 
     class Libc:
-        _handle = _ctypes.dlopen(None, os.RTLD_NOW)  # type: ignore[arg-type]  # this program and libc, as CDLL(None)
+        _handle = _ctypes.dlopen(None, posix.RTLD_NOW)  # type: ignore[arg-type]  # this program and libc, as CDLL(None)
 
     if LibcCall(("unshare", Libc))(flags) != 0:  # type: ignore[arg-type]  # what ctypes.CDLL passes: a _handle
-        raise OSError(_ctypes.get_errno(), os.strerror(_ctypes.get_errno()))
+        raise OSError(_ctypes.get_errno(), posix.strerror(_ctypes.get_errno()))
 
 
 def map_to(uid: int, gid: int, inside_uid: int, inside_gid: int, step: str = "") -> None:
@@ -83,11 +84,11 @@ def map_to(uid: int, gid: int, inside_uid: int, inside_gid: int, step: str = "")
         ("gid_map", f"{inside_gid} {gid} 1"),
     ):
         with Doing(name + step):
-            fd = os.open(f"/proc/self/{name}", os.O_WRONLY | os.O_CLOEXEC)
+            fd = posix.open(f"/proc/self/{name}", posix.O_WRONLY | posix.O_CLOEXEC)
             try:
-                os.write(fd, text.encode())
+                posix.write(fd, text.encode())
             finally:
-                os.close(fd)
+                posix.close(fd)
 
 
 def bring_lo_up() -> None:
@@ -129,7 +130,7 @@ def hand_over(channel: _socket.socket, listeners: list[_socket.socket]) -> None:
 
 def make_namespaces(channel: _socket.socket, ports: list[int]) -> None:
     """Every step before the exec, in order; raises Step naming the one that failed."""
-    uid, gid = os.getuid(), os.getgid()
+    uid, gid = posix.getuid(), posix.getgid()
     with Doing("unshare"):
         unshare(CLONE_NEWUSER | CLONE_NEWNET)
     map_to(uid, gid, 0, 0)
@@ -150,9 +151,26 @@ def parse(argv: list[str]) -> tuple[int, list[int], list[str]]:
     return int(argv[0]), ports, argv[3:]
 
 
+def execvp(argv: list[str]) -> None:
+    """os.execvp: the program found on PATH (the first that runs; else the first error that is not "no such
+    file", as execvp(3) reports it). Returns only by raising."""
+    if "/" in argv[0]:
+        posix.execv(argv[0], argv)
+    path = posix.environ.get(b"PATH", b"/bin:/usr/bin").decode()
+    first: OSError | None = None
+    for folder in path.split(":"):
+        try:
+            posix.execv(f"{folder or '.'}/{argv[0]}", argv)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as refused:
+            first = first or refused
+    raise first or FileNotFoundError(errno.ENOENT, posix.strerror(errno.ENOENT), argv[0])
+
+
 def main(args: list[str]) -> int:
     fd, ports, argv = parse(args)
-    os.set_inheritable(fd, False)  # closed by the exec below: the attempt never holds it
+    posix.set_inheritable(fd, False)  # closed by the exec below: the attempt never holds it
     channel = _socket.socket(fileno=fd)
     try:
         make_namespaces(channel, ports)
@@ -160,7 +178,7 @@ def main(args: list[str]) -> int:
         channel.send(f"fail {failed.step} {failed.error}".encode())
         return FAILED
     try:
-        os.execvp(argv[0], argv)
+        execvp(argv)
     except OSError as exc:
         channel.send(f"exec {exc.errno or 0}".encode())
         return 127 if isinstance(exc, FileNotFoundError) else 126
