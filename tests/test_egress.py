@@ -289,6 +289,32 @@ async def test_a_record_that_cannot_be_kept_leaves_the_proxy_serving(caplog: pyt
 
 
 @pytest.mark.asyncio
+async def test_clients_that_hang_up_are_recorded_not_logged_as_failures(caplog: pytest.LogCaptureFixture) -> None:
+    """A hang-up before the head ends, and a reset in the middle of a tunnel, are what clients do."""
+    async with running(["127.0.0.1:ECHO"]) as run:
+        linger = b"\x01\x00\x00\x00\x00\x00\x00\x00"  # on, 0 s: the close is a reset
+        for head in (b"CONNECT 127.0.0.1:", b""):  # a reset, and a plain close, before the head ended
+            stream = await anyio.connect_tcp("127.0.0.1", run.proxy_port)
+            await stream.send(head or b"C")
+            if head:
+                stream.extra(anyio.abc.SocketAttribute.raw_socket).setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, linger
+                )
+            await stream.aclose()
+        tunnel, said = await ask(run.proxy_port, connect("127.0.0.1", run.echo_port))
+        assert said.startswith(b"HTTP/1.1 200 ") and await echoed(tunnel, b"ping") == b"ping"
+        tunnel.extra(anyio.abc.SocketAttribute.raw_socket).setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+        await tunnel.aclose()
+        records = await run.records.wait_for(3)
+    assert sorted((r.status, r.reason or "") for r in records) == [
+        (0, "the client went away"),
+        (200, "closed"),
+        (400, "closed before the request head ended"),
+    ]
+    assert "egress_connection_failed" not in caplog.text
+
+
+@pytest.mark.asyncio
 async def test_stopping_the_proxy_records_an_open_tunnel_as_stopped() -> None:
     records = Records()
     echo = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)

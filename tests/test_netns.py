@@ -21,8 +21,10 @@ from typing import Any
 import netns_attempt
 import privsep
 import pytest
-from support import REPO, missing
+from support import REPO, gone, missing, wait_until
 
+from agentd.process import netns, runner
+from agentd.process.child import pidfds_work
 from agentd.process.netns import (
     LAUNCHER,
     Netns,
@@ -86,13 +88,22 @@ def assert_confined(found: dict[str, Any], https_port: int | None = None) -> Non
     assert any(r[4] and r[5] for r in tunnels)  # curl's tunnel carried TLS both ways
 
 
+@pytest.fixture(params=["pidfd", "asyncio"])
+def spawner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways runner.py starts a child (as tests/test_runner.py runs each test)."""
+    if request.param == "pidfd" and not pidfds_work():
+        pytest.skip("this kernel gives no pidfds")
+    monkeypatch.setattr(runner, "LEAN_SPAWN", request.param == "pidfd")
+    return str(request.param)
+
+
 def config(tls: dict[str, str], workdir: Path, **more: Any) -> dict[str, Any]:
     return {"python": sys.executable, "workdir": str(workdir), **tls, **more}
 
 
 @pytest.mark.process
 @pytest.mark.asyncio
-async def test_an_attempt_reaches_only_what_agentd_serves_it(tls: dict[str, str], tmp_path: Path) -> None:
+async def test_an_attempt_reaches_only_what_agentd_serves_it(tls: dict[str, str], tmp_path: Path, spawner: str) -> None:
     """As root (this test's own process is the dispatcher): even root inside cannot rejoin the host's network,
     as its capabilities are those of a user namespace nested in the one that owns its network."""
     can_make_one()
@@ -177,7 +188,9 @@ def test_where_no_namespace_can_be_made_the_start_fails_naming_why_and_the_fix(t
 
 @pytest.mark.process
 @pytest.mark.asyncio
-async def test_a_program_that_cannot_be_executed_fails_as_it_would_without_a_namespace(tmp_path: Path) -> None:
+async def test_a_program_that_cannot_be_executed_fails_as_it_would_without_a_namespace(
+    tmp_path: Path, spawner: str
+) -> None:
     can_make_one()
     handed: list[object] = []
     spec = ProcessSpec(
@@ -191,7 +204,52 @@ async def test_a_program_that_cannot_be_executed_fails_as_it_would_without_a_nam
 
 @pytest.mark.process
 @pytest.mark.asyncio
-async def test_without_listeners_a_process_reaches_nothing_at_all(tmp_path: Path) -> None:
+async def test_a_launcher_that_does_not_answer_in_time_fails_the_start_and_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No interpreter starts within a millisecond: the start fails saying so, and the launcher is killed and
+    reaped, its program never run."""
+    can_make_one()
+    monkeypatch.setattr(netns, "START_S", 0.001)
+    marker = tmp_path / "ran"
+    spec = ProcessSpec(
+        ["touch", str(marker)], tmp_path, {"PATH": "/usr/bin:/bin"}, tmp_path / "o", tmp_path / "e", 30.0,
+        netns=Netns((0,)),
+    )  # fmt: skip
+    result = await run_process(spec)
+    said = "its launcher did not start the program within 0.001s"
+    assert result.start_error == f"cannot start 'touch': no network of its own could be made: {said}"
+    assert not marker.exists()
+
+
+@pytest.mark.process
+@pytest.mark.asyncio
+async def test_a_caller_that_cannot_take_its_listeners_fails_the_start_and_no_process_runs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    can_make_one()
+    pid_file = tmp_path / "pid"
+
+    def refuse(listeners: tuple[socket.socket, ...]) -> None:
+        for listener in listeners:
+            listener.close()
+        wait_until(pid_file.exists, 10.0, "the program to start")
+        raise RuntimeError("the gateway could not be served")
+
+    spec = ProcessSpec(
+        ["sh", "-c", f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file} && exec sleep 60"], tmp_path,
+        {"PATH": "/usr/bin:/bin"}, tmp_path / "o", tmp_path / "e", 60.0, netns=Netns((0,), refuse),
+    )  # fmt: skip
+    result = await run_process(spec)
+    said = "its listeners could not be served (the gateway could not be served)"
+    assert result.start_error == f"cannot start 'sh': no network of its own could be made: {said}"
+    assert gone(int(pid_file.read_text()))
+    assert "netns_listeners_not_served" in caplog.text
+
+
+@pytest.mark.process
+@pytest.mark.asyncio
+async def test_without_listeners_a_process_reaches_nothing_at_all(tmp_path: Path, spawner: str) -> None:
     can_make_one()
     with socket.create_server(("127.0.0.1", 0)) as host:
         code = f"import socket; socket.create_connection(('127.0.0.1', {host.getsockname()[1]}), timeout=5)"

@@ -32,6 +32,8 @@ CHUNK_BYTES = 64 * 1024
 ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 REASONS = {400: "Bad Request", 403: "Forbidden", 405: "Method Not Allowed", 408: "Request Timeout"}
 REASONS |= {502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+# What a side that went away raises: a reset, a write to a closed socket, a read after close.
+GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError)
 _LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
 HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 PORT = re.compile(r"[0-9]{1,5}")
@@ -192,7 +194,7 @@ class EgressProxy:
         self.allow = tuple(allow)
         self.record, self.clock = record, clock
         self.limits = limits or EgressLimits()
-        self.open = 0
+        self._open = 0
 
     async def serve(self, listener: socket.socket) -> None:
         """Serve CONNECT requests on `listener` until cancelled (the attempt has ended); closes it then."""
@@ -203,20 +205,23 @@ class EgressProxy:
     async def connection(self, client: anyio.abc.SocketStream) -> None:
         """One connection, from accept to its record: whatever it raises is its own failure, logged."""
         seen = _Connection(format_ts(self.clock.now()), self.clock.monotonic())
-        self.open += 1
+        self._open += 1
         try:
             with contained(logger, "egress_connection_failed") as failed:
                 async with client:
-                    await self._answer(client, seen)
+                    try:
+                        await self._answer(client, seen)
+                    except GONE:
+                        seen.reason = "closed" if seen.status == 200 else "the client went away"
             if failed.error is not None:
                 seen.reason = f"failed: {failed.error}"
         finally:
-            self.open -= 1
+            self._open -= 1
             self._record(seen)
 
     async def _answer(self, client: anyio.abc.SocketStream, seen: _Connection) -> None:
         try:
-            if self.open > self.limits.max_connections:
+            if self._open > self.limits.max_connections:
                 raise Refused(503, f"more than {self.limits.max_connections} connections at once")
             head, rest = await self._head(client)
             seen.host, seen.port = parse_connect(head)
@@ -335,9 +340,9 @@ async def _pump(
         try:
             await sink.send_eof()
             return
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        except GONE:
             pass
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+    except GONE:
         pass
     broken.append(True)
     both.cancel()
@@ -352,5 +357,5 @@ async def _say(client: anyio.abc.SocketStream, refused: Refused) -> None:
     with anyio.move_on_after(1.0):
         try:
             await client.send(head + allow + sized + b"\r\n" + body)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        except GONE:
             return

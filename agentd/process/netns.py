@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import array
 import errno
+import logging
 import os
 import socket
 import subprocess
@@ -27,10 +28,13 @@ import anyio
 from agentd import frozen_value
 from agentd.process.privilege import RunUser, can_switch_users, popen_identity
 
+logger = logging.getLogger(__name__)
+
 LAUNCHER = Path(__file__).with_name("netns_launch.py")
 # The launcher is imported (its .pyc read, not its source compiled: ~1 ms a start) from its folder, put last on
 # the path so that nothing there can stand in for a module of the standard library.
 BOOT = "import sys; sys.path.append(sys.argv.pop(1)); from netns_launch import main; sys.exit(main(sys.argv[1:]))"
+PREFIX = "no network of its own could be made"
 START_S = 10.0  # how long the launcher may take to make the namespace and exec (~10 ms as measured)
 MAX_LISTENERS = 16
 SO_NETNS_COOKIE = 71  # Linux 5.14: which network namespace a socket belongs to
@@ -78,7 +82,10 @@ async def start_in_netns(
     """`argv` started in a network of its own: `start` is given the launcher's argv and the descriptor to pass
     it, and returns the process; once the process runs in its namespace, the listeners are handed over
     (`Launch.hand_over`). A namespace that could not be made, or a program that could not be executed, is
-    raised (NetnsUnavailable; as Popen raises it), the process `kill`ed and reaped first."""
+    raised (NetnsUnavailable; as Popen raises it), the process `kill`ed (and reaped) first.
+
+    The caller shields this from cancellation (runner.py's spawn does): the launcher takes ~10 ms.
+    """
     launch = Launch(request)
     try:
         process = await start(launch.argv(argv), launch.pass_fds)
@@ -149,17 +156,20 @@ class Launch:
                 await anyio.wait_readable(self._ours)
 
     def _give(self, listeners: tuple[socket.socket, ...]) -> None:
+        """The listeners to `on_listening` (theirs from then on, whatever it does), or closed without one. A caller
+        that cannot take them fails the start: the process would have no way out it was meant to have."""
         if self.request.on_listening is None:
             _close(listeners)
             return
-        self.request.on_listening(listeners)
+        try:
+            self.request.on_listening(listeners)
+        except Exception as exc:
+            logger.exception("netns_listeners_not_served")
+            raise NetnsUnavailable(f"{PREFIX}: its listeners could not be served ({exc})") from exc
 
     def close(self) -> None:
         self._theirs.close()
         self._ours.close()
-
-
-PREFIX = "no network of its own could be made"
 
 
 def _receive_now(channel: socket.socket, count: int) -> tuple[bytes, list[int]]:
