@@ -2,7 +2,7 @@
 "The network an attempt can reach").
 
 It runs as the attempt's own user, before the attempt's program: `python -I -S netns_launch.py FD PORTS --
-ARGV…` (agentd imports it from its folder instead, to read its .pyc: `netns.BOOT`). It makes a user namespace
+ARGV…` (the dispatcher imports it from its folder instead, to read its .pyc: `netns.BOOT`). It makes a user namespace
 and a network namespace (mapping its user to 0 there, the only user it may map), brings `lo` up, makes a
 listening socket on 127.0.0.1 inside for each of PORTS (comma separated; 0: any free port; `-`: none), sends
 them to the dispatcher over the inherited unix socket FD and closes its own copies, then makes a second user
