@@ -208,6 +208,10 @@ class PrivAgent:
         )
 
     def service_argv(self, *args: str, delegated: bool = True) -> list[str]:
+        return self.service_command([str(self.agentd), "--config", str(self.config), *args], delegated=delegated)
+
+    def service_command(self, argv: list[str], delegated: bool = True) -> list[str]:
+        """`argv` as the service user with the units' capabilities, as `service_argv` runs agentd."""
         setpriv = [
             "setpriv",
             f"--reuid={self.service}",
@@ -218,7 +222,7 @@ class PrivAgent:
             f"--bounding-set=-all,{CAPS}",
             "--no-new-privs",
         ]
-        command = " ".join(_quote(a) for a in [*setpriv, str(self.agentd), "--config", str(self.config), *args])
+        command = " ".join(_quote(a) for a in [*setpriv, *argv])
         cgroups = [self.cgroup, *self.v1_cgroups()] if delegated else []
         enter = "".join(f"echo $$ > {cgroup}/cgroup.procs && " for cgroup in cgroups)
         return ["sh", "-c", f"{enter}exec {command}"]

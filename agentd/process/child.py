@@ -129,9 +129,17 @@ class Child:
             await self.wait()
 
 
-def start_child(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], identity: Mapping[str, Any]) -> Child:
+def start_child(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    identity: Mapping[str, Any],
+    pass_fds: Sequence[int] = (),
+) -> Child:
     """Fork and exec `argv` in a session of its own, its stdio three pipes (the caller's ends
-    non-blocking). OSError (no such file, not executable) as Popen raises it, nothing left open."""
+    non-blocking), and `pass_fds` inherited. OSError (no such file, not executable) as Popen raises it,
+    nothing left open."""
     ends = [os.pipe() for _ in range(3)]  # (read, write): stdin, stdout, stderr
     try:
         popen = subprocess.Popen(
@@ -142,6 +150,7 @@ def start_child(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], ident
             cwd=cwd,
             env=dict(env),
             start_new_session=True,  # its own process group: one killpg reaches everything it starts
+            pass_fds=tuple(pass_fds),
             **identity,
         )
     except BaseException:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -31,6 +32,7 @@ from agentd.process import procs
 from agentd.process.child import Child, PipeReader, PipeWriter, pidfds_work, start_child
 from agentd.process.containment import RunGroup, cgroups, end_run, limit_hit, spawn
 from agentd.process.files import create_private
+from agentd.process.netns import Netns, start_in_netns
 from agentd.process.privilege import RunUser, popen_identity, run_as
 from agentd.process.timer import RunTimer
 from agentd.redaction import Redactor
@@ -68,6 +70,9 @@ class ProcessSpec:
     timer: RunTimer | None = None
     # Told every chunk of stdout as it is read, before any cap (the tool-call ledger: agentd/attempt/ledger.py).
     tap: Callable[[bytes], None] | None = None
+    # A network of its own, whose only ways out are the listeners it asks for (agentd/process/netns.py): made
+    # before the program starts, or the start fails. None: the host's network.
+    netns: Netns | None = None
 
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -284,22 +289,34 @@ async def _wait_within_limits(process: anyio.abc.Process | Child, group: RunGrou
 
 
 async def _spawn(spec: ProcessSpec) -> anyio.abc.Process | Child:
+    if spec.netns is None:
+        return await _start(spec, list(spec.argv), ())
+    return await start_in_netns(spec.netns, spec.argv, functools.partial(_start, spec), lambda p: _kill(p, spec.user))
+
+
+async def _start(spec: ProcessSpec, argv: list[str], pass_fds: tuple[int, ...]) -> anyio.abc.Process | Child:
     if _lean():
-        return await spawn(spec.group, lambda: _start_lean(spec))
+        return await spawn(spec.group, lambda: _start_lean(spec, argv, pass_fds))
     _pidfd_child_watcher()
     return await spawn(
         spec.group,
         lambda: anyio.open_process(
-            list(spec.argv),
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=spec.cwd,
             env=dict(spec.env),
             start_new_session=True,  # its own process group: one killpg reaches everything it starts
+            pass_fds=pass_fds,
             **popen_identity(spec.user),
         ),
     )
+
+
+async def _kill(process: anyio.abc.Process | Child, user: RunUser | None) -> None:
+    await signal_group(process.pid, signal.SIGKILL, user)
+    await process.aclose()
 
 
 def _lean() -> bool:
@@ -309,8 +326,8 @@ def _lean() -> bool:
     return LEAN_SPAWN
 
 
-async def _start_lean(spec: ProcessSpec) -> Child:
-    return start_child(spec.argv, cwd=spec.cwd, env=spec.env, identity=popen_identity(spec.user))
+async def _start_lean(spec: ProcessSpec, argv: list[str], pass_fds: tuple[int, ...]) -> Child:
+    return start_child(argv, cwd=spec.cwd, env=spec.env, identity=popen_identity(spec.user), pass_fds=pass_fds)
 
 
 _PIDFD: list[asyncio.PidfdChildWatcher] = []  # this process's, once it is known to work
