@@ -27,6 +27,7 @@ BOTTOM = (
 PACKAGES = (
     "agentd.records",
     "agentd.config",
+    "agentd.gateway",
     "agentd.process",
     "agentd.store",
     "agentd.work",
@@ -99,7 +100,7 @@ def test_every_import_points_down() -> None:
 def test_the_layer_check_catches_an_upward_import_even_inside_a_function() -> None:
     source = "def f():\n    from agentd.work.intake import admit_task\n    return admit_task\n"
     assert upward_imports(source, "agentd.store.tasks") == [
-        "agentd.store.tasks:2 imports agentd.work.intake (layer 5 above 4)"
+        "agentd.store.tasks:2 imports agentd.work.intake (layer 6 above 5)"
     ]
     assert upward_imports("from agentd.services import dispatch\n", "agentd.config")
 

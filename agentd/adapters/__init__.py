@@ -1,7 +1,7 @@
 """The adapters: one per kind of worker (claude, codex, hermes, ollama, a script), each turning an
 attempt into a process and its output into an AdapterRun.
 
-May import: records, config, process, store, work, evidence, outlook.
+May import: records, config, gateway, process, store, work, evidence, outlook.
 
 Adapter kinds by name; `adapter_for` picks the implementation for an adapter's config.
 """

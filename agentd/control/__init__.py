@@ -1,7 +1,7 @@
 """The operator's control plane and what an outcome asks for after it: the actions `agentd` takes on a
 person's behalf, the outbox, external messages and their delivery, constitution proposals.
 
-May import: records, config, process, store, work, evidence, outlook, adapters, attempt.
+May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt.
 
 The operator's control plane: every action `agentd` takes on an agent's queue on a person's
 behalf. Each validates the way the runtime itself does, writes through the store in one

@@ -1,7 +1,7 @@
 """An attempt's evidence: its folder and sealed manifest, the action trace, the auditor's verify, the
 exports (bundle, TraceCore), retention, and a database older than what happened (rollback).
 
-May import: records, config, process, store, work.
+May import: records, config, gateway, process, store, work.
 
 Per-attempt evidence (docs/design.md, "Evidence", seed 001): `<state_dir>/attempts/<task>/<attempt>/`.
 

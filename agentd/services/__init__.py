@@ -1,5 +1,5 @@
 """The long-running services: the dispatcher, the sensor service and its runs, the shell they share
 (systemd, status, the metrics endpoint), the dispatch lock, the fleet intake.
 
-May import: records, config, process, store, work, evidence, outlook, adapters, attempt, control.
+May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control.
 """

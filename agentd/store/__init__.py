@@ -1,6 +1,6 @@
 """The one SQLite file per agent (and a fleet's PostgreSQL): every SQL statement agentd runs.
 
-May import: records, config, process.
+May import: records, config, gateway, process.
 
 `Store` is synchronous (the CLI uses it directly); `AsyncStore` runs a Store verb on a worker
 thread, one hop per verb, so a whole transaction never yields to the event loop half-done.

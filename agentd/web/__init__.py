@@ -1,5 +1,5 @@
 """`agentd web`: the HTTP API and the operator console (docs/web.md), served by hypercorn inside anyio
 beside (or apart from) the dispatcher and the sensor service.
 
-May import: records, config, process, store, work, evidence, outlook, adapters, attempt, control, services.
+May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control, services.
 """

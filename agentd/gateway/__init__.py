@@ -1,0 +1,10 @@
+"""The model gateway: every model call of an attempt goes through it (docs/gateway.md). It holds the provider's
+key, swaps an attempt's token for it, streams the answer through, and reads the tokens each call used from the
+provider's own answer, not from what the harness says.
+
+May import: records, config.
+
+`usage` reads token counts from the four model APIs' answers (whole or streamed), `resets` when a limit a
+429 names resets, `calls` holds the values a caller sees (the route, the call, the verdict, the record), and
+`server` is the asyncio HTTP/1.1 server itself (`Gateway`), run by the dispatcher, never by the run user.
+"""
