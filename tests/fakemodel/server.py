@@ -318,6 +318,7 @@ class _HTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 512  # socketserver's 5 resets most of 200 connections opened at once
 
     def __init__(self, fake: FakeModelServer) -> None:
         self.fake = fake
