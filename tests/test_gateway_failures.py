@@ -16,8 +16,9 @@ from fakemodel import FakeModelServer, Hang, Reply
 from gatewayrig import KEY, TOKEN, RawUpstream, Recorder, admit, client, serving, stall_after_one_event
 
 from agentd.clock import SystemClock
-from agentd.gateway.calls import CallRequest, Route, Verdict
+from agentd.gateway.calls import GO, CallRequest, Route, Verdict
 from agentd.gateway.server import Gateway
+from agentd.gateway.upstream import Upstream
 
 pytestmark = pytest.mark.asyncio
 
@@ -62,7 +63,9 @@ async def test_an_upstream_that_is_down_gives_a_502_and_a_record(caplog: pytest.
         async with client(url, authorization=f"Bearer {TOKEN}") as harness:
             answer = await harness.post("/v1/responses", json={"model": "m", "stream": True})
         record = await hooks.record()
-    assert answer.status_code == 502 and "could not connect" in answer.json()["error"]["message"]
+    assert (
+        answer.status_code == 502 and "could not connect (ConnectionRefusedError" in answer.json()["error"]["message"]
+    )
     assert (record.status, record.forwarded, record.cut) == (502, True, False)
     assert record.error is not None and "could not connect" in record.error
     assert "gateway_upstream_failed" in caplog.text
@@ -71,7 +74,7 @@ async def test_an_upstream_that_is_down_gives_a_502_and_a_record(caplog: pytest.
 
 async def test_an_upstream_that_never_answers_gives_a_502_at_the_read_timeout(fake: FakeModelServer) -> None:
     fake.script(Hang())
-    gateway = Gateway(SystemClock(), client=httpx.AsyncClient(timeout=0.3, trust_env=False))
+    gateway = Gateway(SystemClock(), upstream=Upstream(read_s=0.3))
     async with serving(gateway) as (gateway, url):
         hooks = admit(gateway, fake.url)
         async with client(url, **{"x-api-key": TOKEN}) as harness:
@@ -79,6 +82,28 @@ async def test_an_upstream_that_never_answers_gives_a_502_at_the_read_timeout(fa
         record = await hooks.record()
     assert answer.status_code == 502 and record.status == 502
     assert record.error is not None and "no answer within the read timeout" in record.error
+
+
+async def test_an_answer_s_head_reaches_the_harness_before_its_first_piece_does() -> None:
+    release = asyncio.Event()
+
+    async def head_then_think(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        await writer.drain()
+        await release.wait()  # a model thinking before its first token
+        writer.write(b'10\r\ndata: {"a": 1}\n\n\r\n0\r\n\r\n')
+        await writer.drain()
+
+    async with RawUpstream(head_then_think) as upstream, serving() as (gateway, url):
+        admit(gateway, upstream)
+        async with (
+            client(url, **{"x-api-key": TOKEN}) as harness,
+            asyncio.timeout(5),
+            harness.stream("POST", "/v1/messages", json=STREAM) as answer,
+        ):
+            assert answer.status_code == 200  # the head came while the upstream still thinks
+            release.set()
+            assert await answer.aread() == b'data: {"a": 1}\n\n'
 
 
 async def test_an_upstream_that_breaks_off_mid_stream_cuts_the_answer_and_says_so() -> None:
@@ -89,12 +114,16 @@ async def test_an_upstream_that_breaks_off_mid_stream_cuts_the_answer_and_says_s
 
     async with RawUpstream(half) as upstream, serving() as (gateway, url):
         hooks = admit(gateway, upstream)
-        async with client(url, **{"x-api-key": TOKEN}) as harness:
-            with pytest.raises(httpx.RemoteProtocolError):
-                await harness.post("/v1/messages", json=STREAM)
-        record = await hooks.record()
+        for _ in range(2):  # the gateway goes on serving after one call's upstream broke off
+            async with client(url, **{"x-api-key": TOKEN}) as harness:
+                with pytest.raises(httpx.RemoteProtocolError):
+                    await harness.post("/v1/messages", json=STREAM)
+        record = await hooks.record(2)
     assert record.status == 200 and record.cut and record.response.size == 16
-    assert record.error is not None and "the upstream failed mid-answer" in record.error
+    assert record.error == (
+        "the upstream failed mid-answer: the answer broke HTTP/1.1 "
+        "(peer closed connection without sending complete message body (incomplete chunked read))"
+    )
 
 
 def gateway_tasks() -> dict[asyncio.Task[object], str]:
@@ -166,6 +195,24 @@ async def test_revoking_a_token_cuts_its_call_under_way() -> None:
         async with asyncio.timeout(5):
             await up.closed.wait()
     assert record.cut and record.error == "the token was revoked while the call was under way"
+
+
+async def test_a_failure_inside_one_connection_ends_that_connection_only(
+    fake: FakeModelServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.script(Reply("still serving"))
+    async with serving() as (gateway, url):
+        hooks = admit(gateway, fake.url, verdict="not a verdict")  # a caller's bug: `before` answers nonsense
+        async with client(url, **{"x-api-key": TOKEN}) as harness:
+            with pytest.raises(httpx.RemoteProtocolError):
+                await harness.post("/v1/messages", json=STREAM)
+        record = await hooks.record()
+        hooks.verdict = GO
+        async with client(url, **{"x-api-key": TOKEN}) as harness:
+            answer = await harness.post("/v1/messages", json=STREAM)
+    assert record.error is not None and record.error.startswith("the gateway failed: AttributeError") and record.cut
+    assert "gateway_connection_failed" in caplog.text
+    assert answer.status_code == 200 and "still serving" in answer.text and len(fake.requests) == 1
 
 
 async def test_a_request_too_big_is_refused_413(fake: FakeModelServer) -> None:

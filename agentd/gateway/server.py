@@ -18,9 +18,9 @@ from typing import Any
 
 import anyio
 import h11
-import httpx
 
 from agentd.clock import Clock
+from agentd.errors import contained
 from agentd.gateway.calls import (
     EMPTY_BODY,
     KEEP_BYTES,
@@ -35,6 +35,7 @@ from agentd.gateway.calls import (
     error_body,
 )
 from agentd.gateway.resets import limited, reset_time
+from agentd.gateway.upstream import Answer, Upstream, UpstreamError, origin_of
 from agentd.gateway.usage import Metered, UsageReader, framing_of, protocol_of
 from agentd.gateway.wire import (
     MAX_REQUEST_BYTES,
@@ -51,7 +52,6 @@ from agentd.usage import Usage
 
 logger = logging.getLogger(__name__)
 
-UPSTREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=10.0)  # read: between two bytes
 AFTER_WITHIN_S = 10.0  # the caller's `after`, run even as the gateway stops, is given this long
 REFUSED_LOG_EVERY_S = 60.0  # unknown tokens: one log line a minute, with the count
 
@@ -92,18 +92,13 @@ class Gateway:
         self,
         clock: Clock,
         *,
-        client: httpx.AsyncClient | None = None,
+        upstream: Upstream | None = None,
         keep_bytes: int = KEEP_BYTES,
         max_request_bytes: int = MAX_REQUEST_BYTES,
     ) -> None:
         self.clock = clock
         self.keep_bytes, self.max_request_bytes = keep_bytes, max_request_bytes
-        self.client = client or httpx.AsyncClient(
-            timeout=UPSTREAM_TIMEOUT,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-            follow_redirects=False,  # a redirect would take the key elsewhere
-            trust_env=False,  # no proxy or netrc from the service's environment: the route says where
-        )
+        self.upstream = upstream or Upstream()
         self._admitted: dict[bytes, Admission] = {}
         self.calls_open = 0
         self.refused = 0
@@ -142,10 +137,15 @@ class Gateway:
                 connections.start_soon(self._connection, sock)
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.upstream.aclose()
 
     async def _connection(self, sock: socket.socket) -> None:
-        harness = await Harness.accept(sock)
+        """One harness's connection, its own boundary: whatever fails in it is logged and ends it alone."""
+        with sock, contained(logger, "gateway_connection_failed"):
+            harness = await Harness.accept(sock)
+            await self._requests(harness)
+
+    async def _requests(self, harness: Harness) -> None:
         try:
             while True:
                 try:
@@ -178,7 +178,7 @@ class Gateway:
         except AmbiguousBody as exc:
             await harness.answer_json(400, error_body("invalid_request_error", str(exc)))
             return True
-        if not same_origin(admission.route, path):
+        if not path.startswith("/"):  # `*`, or a whole URL: only a path is appended to the route's origin
             await harness.answer_json(400, error_body("invalid_request_error", "the request's target is not a path"))
             return True
         exchange = Exchange(call, incoming.body, self.keep_bytes)
@@ -204,6 +204,12 @@ class Gateway:
         except anyio.get_cancelled_exc_class():
             exchange.fail("the gateway stopped while the call was under way", cut=True)
             raise
+        except Exception as exc:  # a bug (ours, or a hook's): the call fails, its record says so, and it goes on up
+            first = _first(exc)
+            exchange.fail(
+                scrubbed(f"the gateway failed: {type(first).__name__}: {first}", admission.route.key), cut=True
+            )
+            raise
         finally:
             admission.live.pop(scope, None)
             self.calls_open -= 1
@@ -221,29 +227,25 @@ class Gateway:
             await harness.answer_json(verdict.status, verdict.body or {}, verdict.headers)
             return
         route = admission.route
-        request = self.client.build_request(
-            incoming.method,
-            route.upstream + exchange.call.path,
-            headers=upstream_headers(incoming.headers, route),
-            content=incoming.body,
-        )
+        headers = upstream_headers(incoming.headers, route)
         exchange.forwarded = True
         try:
-            response = await self.client.send(request, stream=True)
-        except httpx.HTTPError as exc:
+            answer = await self.upstream.send(
+                origin_of(route.upstream), incoming.method, exchange.call.path, headers, incoming.body
+            )
+        except UpstreamError as exc:
             await self._upstream_failed(harness, exchange, route, exc)
             return
         try:
-            await self._relay(harness, admission, exchange, response)
-        except httpx.HTTPError as exc:
-            exchange.fail(scrubbed(f"the upstream failed mid-answer: {describe(exc)}", route.key), cut=True)
+            await self._relay(harness, admission, exchange, answer)
+        except UpstreamError as exc:
+            exchange.fail(scrubbed(f"the upstream failed mid-answer: {exc}", route.key), cut=True)
         except h11.LocalProtocolError as exc:  # more bytes than its content-length said, say
             exchange.fail(scrubbed(f"the upstream's answer broke HTTP/1.1 framing: {exc}", route.key), cut=True)
         except (ConnectionError, OSError):
             exchange.fail("the harness's connection failed before the answer ended")
         finally:
-            with anyio.CancelScope(shield=True):
-                await response.aclose()
+            answer.close()
 
     async def _verdict(self, admission: Admission, exchange: Exchange) -> Verdict:
         """The hook's verdict; a hook that fails refuses the call (fail closed)."""
@@ -253,27 +255,24 @@ class Gateway:
             logger.error("gateway_hook_failed hook=before path=%s: %s: %s", exchange.call.path, type(exc).__name__, exc)
             return Verdict(503, error_body("api_error", "agentd gateway: this call could not be judged"))
 
-    async def _upstream_failed(self, harness: Harness, exchange: Exchange, route: Route, exc: httpx.HTTPError) -> None:
-        error = scrubbed(f"the upstream failed: {describe(exc)}", route.key)
+    async def _upstream_failed(self, harness: Harness, exchange: Exchange, route: Route, exc: UpstreamError) -> None:
+        error = scrubbed(f"the upstream failed: {exc}", route.key)
         logger.warning("gateway_upstream_failed path=%s %s", exchange.call.path, error)
         exchange.status = 502
         await harness.answer_json(502, error_body("api_error", f"agentd gateway: {error}"))
         exchange.error = error
 
-    async def _relay(
-        self, harness: Harness, admission: Admission, exchange: Exchange, response: httpx.Response
-    ) -> None:
+    async def _relay(self, harness: Harness, admission: Admission, exchange: Exchange, answer: Answer) -> None:
         """The answer, passed to the harness as it arrives; each piece hashed, kept (bounded) and read."""
         call, hooks = exchange.call, admission.hooks
-        exchange.status = response.status_code
-        exchange.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw]
+        exchange.status = answer.status
+        exchange.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in answer.headers]
         if call.api is not None:
-            exchange.reader = UsageReader(call.api, framing_of(call.api, response.headers.get("content-type")))
+            media = next((v.decode("latin-1") for k, v in answer.headers if k == b"content-type"), None)
+            exchange.reader = UsageReader(call.api, framing_of(call.api, media))
         reader, estimate = exchange.reader, 0
-        await harness.send_head(
-            response.status_code, answer_headers(response.headers.raw), response.reason_phrase.encode()
-        )
-        async for piece in response.aiter_raw():
+        await harness.send_head(answer.status, answer_headers(answer.headers), answer.reason)
+        async for piece in answer.pieces(before_waiting=harness.flush):
             if exchange.first_byte is None:
                 exchange.first_byte = self.clock.monotonic()
             exchange.response.update(piece)
@@ -340,37 +339,16 @@ class Gateway:
             self._refused_logged_at, self._refused_since_log = now, 0
 
 
+def _first(exc: BaseException) -> BaseException:
+    """The first exception a task group's group holds (the one that ended it)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _digest(token: str) -> bytes:
     """Tokens are looked up by their sha256: the table never holds them, and a lookup's time says nothing."""
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
-
-
-def describe(exc: httpx.HTTPError) -> str:
-    """What failed, in words (httpx's own message after the kind)."""
-    kinds = {
-        httpx.ConnectError: "could not connect",
-        httpx.ConnectTimeout: "connecting timed out",
-        httpx.ReadTimeout: "no answer within the read timeout",
-        httpx.WriteTimeout: "sending the request timed out",
-        httpx.PoolTimeout: "no connection free",
-        httpx.RemoteProtocolError: "the connection broke the protocol or closed early",
-        httpx.ReadError: "the connection failed while reading",
-        httpx.WriteError: "the connection failed while sending",
-    }
-    kind = next((words for cls, words in kinds.items() if isinstance(exc, cls)), type(exc).__name__)
-    return f"{kind} ({exc})" if str(exc) else kind
-
-
-def same_origin(route: Route, path: str) -> bool:
-    """Whether the route's upstream with `path` appended is still the route's origin (only a path may be
-    appended: an `@`, a `*` or a missing `/` could name another host)."""
-    if not path.startswith("/"):
-        return False
-    try:
-        base, url = httpx.URL(route.upstream), httpx.URL(route.upstream + path)
-    except httpx.InvalidURL:
-        return False
-    return (url.scheme, url.host, url.port) == (base.scheme, base.host, base.port)
 
 
 def scrubbed(text: str, key: str) -> str:

@@ -105,6 +105,7 @@ class Harness:
         self.sock, self.reader, self.writer = sock, reader, writer
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         self.sent_head = False
+        self._held = b""  # an answer's head not written yet
 
     @classmethod
     async def accept(cls, sock: socket.socket) -> Harness:
@@ -169,18 +170,28 @@ class Harness:
             await self.end()
 
     async def send_head(self, status: int, headers: Headers, reason: bytes = b"") -> None:
+        """The answer's head, held back to go out with its first piece (one write, one wake-up of the harness)
+        or at `flush`, whichever comes first."""
         self.sent_head = True
-        await self._send(h11.Response(status_code=status, headers=headers, reason=reason))
+        self._held = self.h11.send(h11.Response(status_code=status, headers=headers, reason=reason))
+
+    async def flush(self) -> None:
+        """What is held back, out now (the first piece is not there yet: the head must not wait for it)."""
+        await self._write(None)
 
     async def send(self, data: bytes) -> None:
         if data:
-            await self._send(h11.Data(data=data))
+            await self._write(self.h11.send(h11.Data(data=data)))
 
     async def end(self) -> None:
-        await self._send(h11.EndOfMessage())
+        await self._write(self.h11.send(h11.EndOfMessage()))
 
     async def _send(self, event: Any) -> None:
-        data = self.h11.send(event)
+        await self._write(self.h11.send(event))
+
+    async def _write(self, data: bytes | None) -> None:
+        if self._held:
+            data, self._held = self._held + (data or b""), b""
         if data:
             self.writer.write(data)
             await self.writer.drain()
