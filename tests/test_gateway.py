@@ -130,7 +130,9 @@ async def test_an_unknown_token_gets_a_401_and_never_reaches_the_upstream(fake: 
         gateway.revoke(TOKEN)
         async with client(url, **{"x-api-key": TOKEN}) as harness:
             revoked = await harness.post("/v1/messages", json={"model": "m"})
-    assert revoked.status_code == 401
+        async with client(url) as harness:
+            warm_up = await harness.head("/")  # claude's, before its first call: no key, not counted
+    assert revoked.status_code == 401 and warm_up.status_code == 401
     assert fake.requests == [] and hooks.calls == [] and hooks.records == []
     assert gateway.refused == 4
 

@@ -1,6 +1,7 @@
 """The `agentd` command line: argument parsing and output only.
 
-May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control, services, web.
+May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control, services,
+web.
 
 `agentd …`: argument parsing and output only; every command calls the modules below it.
 

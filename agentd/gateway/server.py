@@ -166,7 +166,8 @@ class Gateway:
         tokens, target = tokens_in(incoming)
         admission = self._admission(tokens)
         if admission is None:
-            self._refuse_token(incoming.method, target)
+            if tokens or incoming.method != "HEAD":  # claude's connection warm-up, `HEAD /`, carries no key
+                self._refuse_token(incoming.method, target)
             message = "agentd gateway: no admitted token (send the attempt's token as its API key)"
             await harness.answer_json(401, error_body("authentication_error", message))
             return True

@@ -106,6 +106,7 @@ class Harness:
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         self.sent_head = False
         self._held = b""  # an answer's head not written yet
+        self.method = ""  # of the request being answered
 
     @classmethod
     async def accept(cls, sock: socket.socket) -> Harness:
@@ -124,6 +125,7 @@ class Harness:
             head = await self._event()
         if not isinstance(head, h11.Request):
             return None
+        self.method = head.method.decode("ascii")
         body = bytearray()
         with anyio.move_on_after(REQUEST_WITHIN_S):
             if self.h11.they_are_waiting_for_100_continue:
@@ -134,7 +136,7 @@ class Harness:
                     raise Refused(413, "request_too_large", f"the request's body is larger than {max_body} bytes")
             if isinstance(event, h11.EndOfMessage):
                 headers = [(name, value) for name, value in head.headers]
-                return Incoming(head.method.decode("ascii"), head.target, headers, bytes(body))
+                return Incoming(self.method, head.target, headers, bytes(body))
         return None
 
     async def _event(self) -> Any:
@@ -166,7 +168,8 @@ class Harness:
             head.append((b"connection", b"close"))
         with contextlib.suppress(ConnectionError, h11.LocalProtocolError):
             await self.send_head(status, head)
-            await self.send(data)
+            if self.method != "HEAD":  # its answer has the head alone
+                await self.send(data)
             await self.end()
 
     async def send_head(self, status: int, headers: Headers, reason: bytes = b"") -> None:

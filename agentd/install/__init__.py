@@ -1,6 +1,7 @@
 """Laying out a VM for an agent: its TOML, users, folders and units.
 
-May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control, services, web.
+May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control, services,
+web.
 
 Laying out a VM for one agent (docs/install-and-deploy.md, "Deploy on a VM"):
 `agentd install --agent NAME [--root DIR]`.
