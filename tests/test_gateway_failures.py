@@ -215,6 +215,15 @@ async def test_a_failure_inside_one_connection_ends_that_connection_only(
     assert answer.status_code == 200 and "still serving" in answer.text and len(fake.requests) == 1
 
 
+async def test_a_connection_idle_too_long_is_closed_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    async with serving(Gateway(SystemClock(), idle_s=0.2)) as (_, url):
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]))
+        async with asyncio.timeout(5):
+            assert await reader.read() == b""  # closed by the gateway, nothing said
+        writer.close()
+    assert "gateway_connection_failed" not in caplog.text
+
+
 async def test_a_request_too_big_is_refused_413(fake: FakeModelServer) -> None:
     async with serving(Gateway(SystemClock(), max_request_bytes=1000)) as (gateway, url):
         admit(gateway, fake.url)

@@ -38,6 +38,7 @@ from agentd.gateway.resets import limited, reset_time
 from agentd.gateway.upstream import Answer, Upstream, UpstreamError, origin_of
 from agentd.gateway.usage import Metered, UsageReader, framing_of, protocol_of
 from agentd.gateway.wire import (
+    IDLE_S,
     MAX_REQUEST_BYTES,
     Harness,
     Incoming,
@@ -95,9 +96,10 @@ class Gateway:
         upstream: Upstream | None = None,
         keep_bytes: int = KEEP_BYTES,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        idle_s: float = IDLE_S,
     ) -> None:
         self.clock = clock
-        self.keep_bytes, self.max_request_bytes = keep_bytes, max_request_bytes
+        self.keep_bytes, self.max_request_bytes, self.idle_s = keep_bytes, max_request_bytes, idle_s
         self.upstream = upstream or Upstream()
         self._admitted: dict[bytes, Admission] = {}
         self.calls_open = 0
@@ -142,7 +144,7 @@ class Gateway:
     async def _connection(self, sock: socket.socket) -> None:
         """One harness's connection, its own boundary: whatever fails in it is logged and ends it alone."""
         with sock, contained(logger, "gateway_connection_failed"):
-            harness = await Harness.accept(sock)
+            harness = await Harness.accept(sock, self.idle_s)
             await self._requests(harness)
 
     async def _requests(self, harness: Harness) -> None:
@@ -217,8 +219,9 @@ class Gateway:
 
     async def _watch(self, harness: Harness, scope: anyio.CancelScope, exchange: Exchange) -> None:
         await harness.hung_up()
-        exchange.fail("the harness closed its connection before the answer ended")
-        scope.cancel()
+        if not harness.answered:  # (it may close as soon as it has read the last byte)
+            exchange.fail("the harness closed its connection before the answer ended")
+            scope.cancel()
 
     async def _answer(self, harness: Harness, admission: Admission, exchange: Exchange, incoming: Incoming) -> None:
         verdict = await self._verdict(admission, exchange)

@@ -101,19 +101,21 @@ def _connection_named(headers: Iterable[tuple[bytes, bytes]]) -> set[bytes]:
 class Harness:
     """One connection from a harness, served with h11: requests read whole, answers written as they come."""
 
-    def __init__(self, sock: socket.socket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.sock, self.reader, self.writer = sock, reader, writer
+    def __init__(
+        self, sock: socket.socket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, idle_s: float = IDLE_S
+    ) -> None:
+        self.sock, self.reader, self.writer, self.idle_s = sock, reader, writer, idle_s
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         self.sent_head = False
         self._held = b""  # an answer's head not written yet
         self.method = ""  # of the request being answered
 
     @classmethod
-    async def accept(cls, sock: socket.socket) -> Harness:
+    async def accept(cls, sock: socket.socket, idle_s: float = IDLE_S) -> Harness:
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # each event out at once
         reader, writer = await asyncio.open_connection(sock=sock, limit=READ_BYTES)
-        return cls(sock, reader, writer)
+        return cls(sock, reader, writer, idle_s)
 
     async def next_request(self, max_body: int = MAX_REQUEST_BYTES) -> Incoming | None:
         """The next whole request, or None when the harness is done (closed, idle too long, or broke the
@@ -121,7 +123,8 @@ class Harness:
         if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
             self.h11.start_next_cycle()
             self.sent_head = False
-        with anyio.move_on_after(IDLE_S):
+        head = None
+        with anyio.move_on_after(self.idle_s):
             head = await self._event()
         if not isinstance(head, h11.Request):
             return None
