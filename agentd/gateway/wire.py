@@ -1,6 +1,6 @@
-"""The gateway's HTTP/1.1, both ways (docs/gateway.md, "What it forwards"): one harness connection served with
-h11 (`Harness`), the token found where a harness sends an API key, and the headers each way, hop-by-hop
-ones and credentials taken out, the route's key put in.
+"""The gateway's HTTP/1.1 toward the harness (docs/gateway.md, "What it forwards"): one harness connection
+served with h11 (`Harness`), the token found where a harness sends an API key, and the headers each way,
+hop-by-hop ones and credentials taken out, the route's key put in. Toward the provider: upstream.py.
 """
 
 from __future__ import annotations
