@@ -16,7 +16,7 @@ from fakemodel import FakeModelServer, Hang, Reply
 from gatewayrig import KEY, TOKEN, RawUpstream, Recorder, admit, client, serving, stall_after_one_event
 
 from agentd.clock import SystemClock
-from agentd.gateway.calls import GO, CallRequest, Route, Verdict
+from agentd.gateway.calls import GO, CallRecord, CallRequest, Route, Verdict
 from agentd.gateway.server import Gateway
 from agentd.gateway.upstream import Upstream
 
@@ -180,6 +180,53 @@ async def test_a_harness_that_goes_away_while_the_hook_waits_is_never_forwarded(
     assert gateway.calls_open == 0
     assert fake.requests == [] and not record.forwarded and record.status is None
     assert record.error == "the harness closed its connection before the answer ended"
+
+
+async def test_a_call_waits_for_as_long_as_its_hook_decides(fake: FakeModelServer) -> None:
+    asked_a_person, decided = asyncio.Event(), asyncio.Event()
+
+    class Deciding(Recorder):
+        async def before(self, call: CallRequest) -> Verdict:
+            asked_a_person.set()
+            await decided.wait()  # a person, deciding
+            return GO
+
+    fake.script(Reply("after the decision"))
+    async with serving() as (gateway, url):
+        hooks = Deciding()
+        gateway.admit(TOKEN, Route(fake.url, "x-api-key", KEY), hooks)
+        async with client(url, **{"x-api-key": TOKEN}) as harness:
+            asked = asyncio.create_task(harness.post("/v1/messages", json=STREAM))
+            async with asyncio.timeout(5):
+                await asked_a_person.wait()
+            assert fake.requests == [] and not asked.done()
+            decided.set()
+            answer = await asked
+    assert answer.status_code == 200 and "after the decision" in answer.text
+
+
+async def test_hooks_that_fail_while_a_stream_runs_or_after_it_cut_or_are_logged(
+    fake: FakeModelServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Failing(Recorder):
+        def on_progress(self, call: CallRequest, output_tokens: int) -> bool:
+            raise RuntimeError("the budget's arithmetic failed")
+
+        async def after(self, record: CallRecord) -> None:
+            await super().after(record)
+            raise RuntimeError("the event log is full")
+
+    fake.script(LONG, Reply("next"))
+    async with serving() as (gateway, url):
+        hooks = Failing()
+        gateway.admit(TOKEN, Route(fake.url, "x-api-key", KEY), hooks)
+        async with client(url, **{"x-api-key": TOKEN}) as harness:
+            with pytest.raises(httpx.RemoteProtocolError):
+                await harness.post("/v1/messages", json=STREAM)
+            assert (await harness.post("/v1/messages", json={"model": "m"})).status_code == 200
+        record = await hooks.record()
+    assert record.cut and record.error == "cut: the output passed what the caller allows"
+    assert "gateway_hook_failed hook=on_progress" in caplog.text and "gateway_hook_failed hook=after" in caplog.text
 
 
 async def test_revoking_a_token_cuts_its_call_under_way() -> None:
