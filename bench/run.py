@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from agentd.services.fleet import MAX_CLAIM  # noqa: E402
 from agentd.store import Store  # noqa: E402
-from bench import console, deployed, endtoend, fleet, latency, peers, processes, raw, store_rows  # noqa: E402
+from bench import console, deployed, endtoend, fleet, gateway, latency, peers, processes, raw, store_rows  # noqa: E402
 from bench.agent import bulk_tasks, fresh, write_noop_script  # noqa: E402, F401  (the slow test uses the first two)
 from bench.report import Goal, Samples, machine_facts, render  # noqa: E402
 
@@ -53,12 +53,15 @@ class Sizes:
     sensor_burst: int
     latency_probes: int
     latency_gap_s: float
+    gateway_calls: int
+    gateway_streams: int
 
 
 FULL = Sizes(
-    5, 300, 2_000, 1_000, 200, 1_000, 1_000_000, 20_000, 3, 3.0, 5_000, 8, 10_000, 200, 1_000, 22_000, 10_000, 40, 0.25
-)
-QUICK = Sizes(1, 3, 20, 20, 10, 1_000, 10_000, 200, 1, 1.0, 200, 8, 200, 5, 20, 500, 100, 3, 0.05)
+    5, 300, 2_000, 1_000, 200, 1_000, 1_000_000, 20_000, 3, 3.0, 5_000, 8, 10_000, 200, 1_000, 22_000, 10_000, 40, 0.25,
+    1_000, 200,
+)  # fmt: skip
+QUICK = Sizes(1, 3, 20, 20, 10, 1_000, 10_000, 200, 1, 1.0, 200, 8, 200, 5, 20, 500, 100, 3, 0.05, 30, 20)
 
 # Sample names (the measurement table's rows) that the goals refer to.
 E2E_AGENTD = "end to end: agentd dispatch --until-idle"
@@ -90,6 +93,9 @@ IDLE = ("dispatch", "sensors", "web")  # the services bench/processes.py starts 
 DEPLOYED = "end to end as deployed on tmpfs (run_as, a cgroup per attempt): agentd dispatch --until-idle"
 DEPLOYED_EXTRA_US = "end to end as deployed (run_as, a cgroup per attempt): overhead beyond the tmpfs row's"
 FLEET_LIMITS = (1, MAX_CLAIM)  # what the goal is on (one task a claim), and the most the intake takes at once
+GATEWAY_CALL = "gateway overhead: a non-streaming call, {}"
+GATEWAY_FIRST_BYTE = "gateway overhead: a stream's first byte, p50"
+GATEWAY_RSS = "gateway overhead: RSS of {:,} held streams"
 
 
 def fleet_rate(claimers: int, limit: int) -> str:
@@ -117,8 +123,19 @@ def batch_add(lines: int, side: str) -> str:
 
 
 def goals(sizes: Sizes) -> list[Goal]:
-    """Issue #43's table first (what an operator waits for), then the older goals it left standing."""
-    return issue_43(sizes) + older_goals(sizes)
+    """Issue #43's table first (what an operator waits for), then the older goals it left standing, then
+    the model gateway's (issue 51)."""
+    return issue_43(sizes) + older_goals(sizes) + gateway_goals(sizes)
+
+
+def gateway_goals(sizes: Sizes) -> list[Goal]:
+    streams = GATEWAY_RSS.format(sizes.gateway_streams)
+    return [
+        Goal("gateway overhead p50 ≤ 1 ms", GATEWAY_CALL.format("p50"), None, 1, False),
+        Goal("gateway overhead p99 ≤ 5 ms", GATEWAY_CALL.format("p99"), None, 5, False),
+        Goal("gateway first byte ≤ 2 ms", GATEWAY_FIRST_BYTE, None, 2, False),
+        Goal(f"gateway {sizes.gateway_streams:,} streams RSS ≤ 50 MB", streams, None, 50, False),
+    ]
 
 
 def issue_43(sizes: Sizes) -> list[Goal]:
@@ -327,6 +344,17 @@ def measure_console(samples: Samples, folder: Path, sizes: Sizes) -> None:
     samples.add(CONSOLE_RSS, "MB", load.rss_mb)
 
 
+def measure_gateway(samples: Samples, sizes: Sizes) -> None:
+    """The model gateway against the same fake model straight (bench/gateway.py)."""
+    numbers = gateway.measure(sizes.gateway_calls, sizes.gateway_streams)
+    for name, share in (("p50", 0.5), ("p99", 0.99)):
+        through, direct = (gateway.percentile(side, share) for side in (numbers.gateway_ms, numbers.direct_ms))
+        samples.add(GATEWAY_CALL.format(name), "ms", through - direct)
+    first = [gateway.percentile(side, 0.5) for side in (numbers.gateway_first_byte_ms, numbers.direct_first_byte_ms)]
+    samples.add(GATEWAY_FIRST_BYTE, "ms", first[0] - first[1])
+    samples.add(GATEWAY_RSS.format(numbers.streams), "MB", numbers.rss_held_mb - numbers.rss_before_mb)
+
+
 def measure_startup(samples: Samples, config_path: Path, runs: int) -> None:
     commands = processes.startup_commands(config_path)
     for _ in range(runs):
@@ -352,6 +380,7 @@ ROWS = (
     "task add --batch",
     "fleet",
     "console",
+    "gateway",
     "start-up",
     "idle",
 )
@@ -399,6 +428,7 @@ def measure_all(
         "task add --batch": lambda folder: measure_batch_add(samples, folder / "batch", sizes.batch_lines, batch_text),
         "fleet": lambda _folder: measure_fleet(samples, rig, sizes, fleet_reason),
         "console": lambda folder: measure_console(samples, folder / "console", sizes),
+        "gateway": lambda _folder: measure_gateway(samples, sizes),
         "start-up": lambda _folder: measure_startup(samples, startup_config, sizes.startup_runs),
     }
     for rep in range(sizes.reps):
@@ -478,6 +508,12 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]
         f"to the end; {sizes.console_tasks} no-op script tasks queued (and the dispatcher woken, as `task add` does) "
         "and drained with no stream open, then again while the held streams replay; `/api/status` asked every "
         "100 ms meanwhile; VmHWM and VmRSS of the process at the end",
+        f"- gateway (issue 51, bench/gateway.py): three processes (the loopback fake model, a `Gateway` in front of "
+        f"it with hooks that let every call through, and the harness: `http.client`); {sizes.gateway_calls:,} "
+        "non-streaming `POST /v1/messages` on a kept-alive connection and as many streaming calls' first body byte "
+        "(a new connection each), straight to the fake and through the gateway one after the other: the overhead "
+        f"is the difference of the two sides' percentiles (nearest rank); then {sizes.gateway_streams:,} streams "
+        "held open through the gateway (the fake stalls after the first event): its VmRSS with them open minus before",
         f"- start-up: the console script `agentd`, a new process each run, {sizes.startup_runs} runs per repetition, "
         "agentd's bytecode compiled first (as an installed wheel's is)",
         "- idle: `agentd dispatch`, `agentd sensors` and `agentd web` as services on an agent of their own (no "

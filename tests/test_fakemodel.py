@@ -6,11 +6,13 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 from fakemodel import NO_TURN_LEFT, Fail, FakeModelServer, Hang, Reply, ToolCall
+from fakemodel.common import _go_duration
 
 pytestmark = pytest.mark.process
 
@@ -447,6 +449,55 @@ def test_fail_answers_the_status_then_recovers(
     assert [request.turn for request in server.requests] == [Fail(status, f"injected {status}", 2)] * 2 + [
         Reply("recovered")
     ]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_429_can_say_when_its_limit_resets_in_three_ways(
+    server: FakeModelServer, client: httpx.Client, protocol: str
+) -> None:
+    server.script(Fail(429, "slow down", resets_in_s=90.5))
+    before = datetime.now(UTC)
+    response = call(client, protocol)
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "91"
+    assert response.headers["x-ratelimit-reset-requests"] == "1m30.5s"
+    at = datetime.fromisoformat(response.headers["anthropic-ratelimit-requests-reset"])
+    assert before + timedelta(seconds=89) <= at <= datetime.now(UTC) + timedelta(seconds=91)
+
+
+def test_a_reset_duration_is_written_as_go_writes_one() -> None:
+    assert [_go_duration(s) for s in (0, 0.02, 1, 59.5, 60, 360, 3723.5)] == [
+        "0s", "0.02s", "1s", "59.5s", "1m0s", "6m0s", "1h2m3.5s",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="resets_in_s"):
+        Fail(429, "x", resets_in_s=-1)
+
+
+ANTHROPIC_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
+def usage_places(protocol: str, body: dict[str, Any]) -> tuple[Any, ...]:
+    """The usage numbers a whole answer carries, where its API puts them."""
+    if protocol == "anthropic":
+        return tuple(body["usage"][key] for key in ANTHROPIC_KEYS)
+    if protocol.startswith("ollama"):
+        return body["prompt_eval_count"], body["eval_count"]
+    usage = body["usage"]
+    if protocol == "responses":
+        return usage["input_tokens"], usage["output_tokens"], usage["input_tokens_details"]["cached_tokens"]
+    return usage["prompt_tokens"], usage["completion_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
+
+
+USAGE_EXPECTED = {"anthropic": (5, 6, 3, 4), "responses": (5, 6, 3), "chat": (5, 6, 3), "ollama.generate": (5, 6)}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_every_whole_answer_carries_the_scripted_usage_and_cache_counts(
+    server: FakeModelServer, client: httpx.Client, protocol: str
+) -> None:
+    server.script(Reply("hi", input_tokens=5, output_tokens=6, cache_read_tokens=3, cache_write_tokens=4))
+    response = call(client, protocol, stream=False)
+    assert usage_places(protocol, response.json()) == USAGE_EXPECTED.get(protocol, (5, 6))
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

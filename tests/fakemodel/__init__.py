@@ -29,17 +29,20 @@ names are lower-cased.
 
 HTTP: it speaks HTTP/1.1. JSON answers carry ``Content-Length`` and keep the connection alive.
 Streams are sent chunked, with ``Connection: close`` and a flush after every event. A 429 also
-carries ``retry-after: 0``. ``stop()`` unblocks hung handlers and idle keep-alive connections,
-then joins every handler thread.
+carries ``retry-after: 0``, or, for a `Fail` with ``resets_in_s``, that reset in the three forms providers
+use (``retry-after``, ``anthropic-ratelimit-requests-reset``, ``x-ratelimit-reset-requests``).
+``stop()`` unblocks hung handlers and idle keep-alive connections, then joins every handler thread.
 
 What it does not do:
 
 * It does not look at the conversation. Turns are handed out in order, whatever the request
   says; a tool result is not checked, and it does not validate model names (it echoes the
   request's model).
-* Usage numbers come from the script, not from counting tokens.
-* Each turn has at most one tool call and no reasoning or thinking blocks, images, citations,
-  cache or prompt-caching accounting, or logprobs.
+* Usage numbers come from the script, not from counting tokens. Every answer of every protocol carries
+  them (input, output, and the cache counts where the API has a place for them), except a Chat
+  Completions stream that did not ask with ``stream_options.include_usage``, as OpenAI does.
+* Each turn has at most one tool call and no reasoning or thinking blocks, images, citations or
+  logprobs.
 * It never reports an error in the middle of a stream (Responses ``response.failed``, Anthropic
   ``error`` events). Errors are HTTP statuses sent before any body.
 * It does not do TLS, HTTP/2, WebSockets (for example a Responses websocket transport), or

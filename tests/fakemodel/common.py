@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 DEFAULT_CONTEXT_LENGTH = 262144
@@ -28,11 +29,13 @@ _MODIFIED_AT = "2025-01-01T00:00:00Z"
 
 @dataclass(frozen=True)
 class Reply:
-    """A normal assistant text answer."""
+    """A normal assistant text answer. The cache counts go where each API reports them (Ollama reports none)."""
 
     text: str
     input_tokens: int = 11
     output_tokens: int = 7
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -44,21 +47,31 @@ class ToolCall:
     text_before: str = ""
     input_tokens: int = 11
     output_tokens: int = 7
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass(frozen=True)
 class Fail:
-    """An HTTP error with `status` for `times` consecutive model calls (a 429 also gets `retry-after: 0`)."""
+    """An HTTP error with `status` for `times` consecutive model calls.
+
+    A 429 gets `retry-after: 0`; with `resets_in_s` it says instead, in the three ways providers do, that the
+    limit resets that many seconds from now: `retry-after` (whole seconds, rounded up),
+    `anthropic-ratelimit-requests-reset` (an RFC 3339 time) and `x-ratelimit-reset-requests` (a duration such
+    as `1m30s`)."""
 
     status: int
     message: str
     times: int = 1
+    resets_in_s: float | None = None
 
     def __post_init__(self) -> None:
         if not 400 <= self.status <= 599:
             raise ValueError(f"Fail.status must be an HTTP error status, got {self.status}")
         if self.times < 1:
             raise ValueError(f"Fail.times must be at least 1, got {self.times}")
+        if self.resets_in_s is not None and not 0 <= self.resets_in_s < 86400:
+            raise ValueError(f"Fail.resets_in_s must be from 0 to a day, got {self.resets_in_s}")
 
 
 @dataclass(frozen=True)
@@ -154,6 +167,29 @@ def _ndjson(payload: Any) -> bytes:
 
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _go_duration(seconds: float) -> str:
+    """Seconds as OpenAI's `x-ratelimit-reset-*` headers write them (Go's time.Duration: `1m30s`, `0.5s`, `2h0m0s`)."""
+    hours, rest = divmod(seconds, 3600)
+    minutes, rest = divmod(rest, 60)
+    text = f"{rest:.3f}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{int(hours)}h{int(minutes)}m{text}"
+    return f"{int(minutes)}m{text}" if minutes else text
+
+
+def _reset_headers(fail: Fail | None) -> list[tuple[str, str]]:
+    """What a 429 says of when to come back (nothing but `retry-after: 0` unless the Fail says when)."""
+    if fail is None or fail.resets_in_s is None:
+        return [("retry-after", "0")]
+    seconds = fail.resets_in_s
+    at = datetime.now(UTC) + timedelta(seconds=seconds)
+    return [
+        ("retry-after", str(math.ceil(seconds))),
+        ("anthropic-ratelimit-requests-reset", at.isoformat(timespec="seconds").replace("+00:00", "Z")),
+        ("x-ratelimit-reset-requests", _go_duration(seconds)),
+    ]
 
 
 def _openai_error(status: int, message: str) -> dict[str, Any]:

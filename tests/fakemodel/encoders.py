@@ -78,8 +78,8 @@ class _Anthropic(_Encoder):
             "usage": {
                 "input_tokens": turn.input_tokens,
                 "output_tokens": turn.output_tokens if done else 1,
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": turn.cache_write_tokens,
+                "cache_read_input_tokens": turn.cache_read_tokens,
             },
         }
 
@@ -149,7 +149,7 @@ class _Responses(_Encoder):
     def _usage(turn: _Answer) -> dict[str, Any]:
         return {
             "input_tokens": turn.input_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": turn.cache_read_tokens},
             "output_tokens": turn.output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": turn.input_tokens + turn.output_tokens,
@@ -240,7 +240,7 @@ class _ChatCompletions(_Encoder):
             "prompt_tokens": turn.input_tokens,
             "completion_tokens": turn.output_tokens,
             "total_tokens": turn.input_tokens + turn.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": turn.cache_read_tokens},
             "completion_tokens_details": {"reasoning_tokens": 0},
         }
 

@@ -31,6 +31,7 @@ from fakemodel.common import (
     ToolCall,
     Turn,
     _Call,
+    _reset_headers,
     _Scripted,
 )
 from fakemodel.encoders import (
@@ -251,7 +252,7 @@ class _Handler(BaseHTTPRequestHandler):
         if turn is None:
             self._send_error(encoder, 500, NO_TURN_LEFT)
         elif isinstance(turn, Fail):
-            self._send_error(encoder, turn.status, turn.message)
+            self._send_error(encoder, turn.status, turn.message, turn)
         elif isinstance(turn, Hang):
             self._hang(encoder, call, turn)
         elif isinstance(turn, ToolCall) and not encoder.supports_tools:
@@ -274,8 +275,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
-    def _send_error(self, encoder: _Encoder, status: int, message: str) -> None:
-        extra = [("retry-after", "0")] if status == 429 else []
+    def _send_error(self, encoder: _Encoder, status: int, message: str, fail: Fail | None = None) -> None:
+        extra = _reset_headers(fail) if status == 429 else []
         self._send_json(status, encoder.error(status, message), extra)
 
     def _start_stream(self, media_type: str) -> None:
@@ -317,6 +318,7 @@ class _HTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 512  # socketserver's 5 resets most of 200 connections opened at once
 
     def __init__(self, fake: FakeModelServer) -> None:
         self.fake = fake
