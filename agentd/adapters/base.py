@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from agentd import frozen_value
+from agentd.adapters.routes import through
 from agentd.evidence import AttemptPaths
 from agentd.process import hook as hook_module
 from agentd.process.containment import RunGroup
 from agentd.process.files import make_run_dir, write_shared
+from agentd.process.netns import Netns
 from agentd.process.privilege import RunUser
 from agentd.process.runner import ProcessResult, ProcessSpec, run_process
 from agentd.process.timer import RunTimer
@@ -122,6 +124,19 @@ class HarnessSession:
 
 
 @frozen_value
+class GatewayAccess:
+    """What the attempt is given of agentd's model gateway (docs/gateway.md): its address as the attempt reaches
+    it, and a token that stands for the provider's key while the attempt runs (and for nothing after)."""
+
+    origin: str  # http://127.0.0.1:PORT
+    token: str = field(repr=False)
+
+    def base(self, base_url: str) -> str:
+        """The provider's base URL as the attempt must call it: the same path, at the gateway."""
+        return through(base_url, self.origin)
+
+
+@frozen_value
 class AttemptContext:
     task: TaskRecord
     attempt_id: str
@@ -142,6 +157,8 @@ class AttemptContext:
     # told every chunk of the harness's stdout as it comes (the tool-call ledger: docs/policy.md); None: no one
     tap: Callable[[bytes], None] | None = None
     session: HarnessSession | None = None  # the harness session it runs (docs/reliability.md); None: none kept
+    gateway: GatewayAccess | None = None  # where its model calls go instead of the provider (docs/gateway.md)
+    netns: Netns | None = None  # a network of its own, whose only ways out are agentd's (docs/gateway.md)
 
     @property
     def reporter(self) -> int | None:
@@ -216,6 +233,7 @@ class SubprocessAdapter:
                 user=ctx.user,
                 timer=ctx.timer,
                 tap=ctx.tap,
+                netns=ctx.netns,
             ),
             on_started=on_started,
         )

@@ -22,6 +22,7 @@ from agentd.adapters.base import (
     RESUME_NOTE,
     AdapterRun,
     AttemptContext,
+    GatewayAccess,
     Invocation,
     PolicyHook,
     read_tail,
@@ -42,6 +43,7 @@ from agentd.adapters.harness import (
     trusted,
     usage_of,
 )
+from agentd.adapters.routes import OPENAI
 from agentd.process.files import read_reported
 from agentd.process.runner import ProcessResult
 from agentd.records import CodexAdapterConfig as CodexConfig
@@ -75,7 +77,7 @@ class CodexAdapter(HarnessAdapter):
             argv += ["-c", "sandbox_workspace_write.network_access=true"]
         if ctx.model:
             argv += ["-m", ctx.model]
-        document = codex_config(config, ctx.model)
+        document = codex_config(config, ctx.model, ctx.gateway)
         if ctx.hook is not None:
             document["hooks"] = hook_table(ctx.hook)
             argv.append("--dangerously-bypass-hook-trust")  # codex exec skips untrusted user-layer hooks silently
@@ -120,8 +122,9 @@ def hook_table(hook: PolicyHook) -> dict[str, Any]:
     return {"PreToolUse": [{"matcher": ".*", "hooks": [entry]}]}
 
 
-def codex_config(config: CodexConfig, model: str | None) -> dict[str, Any]:
-    """$CODEX_HOME/config.toml: quiet, loopback-friendly, failing fast."""
+def codex_config(config: CodexConfig, model: str | None, gateway: GatewayAccess | None = None) -> dict[str, Any]:
+    """$CODEX_HOME/config.toml: quiet, loopback-friendly, failing fast. Under the model gateway the provider's
+    base URL is the gateway's (a codex without a provider gets one for OpenAI's API through the gateway)."""
     document: dict[str, Any] = {
         "check_for_update_on_startup": False,
         "analytics": {"enabled": False},
@@ -138,14 +141,22 @@ def codex_config(config: CodexConfig, model: str | None) -> dict[str, Any]:
             "stream_max_retries": 1,
             "stream_idle_timeout_ms": request_timeout_ms(config),
         }
-        if provider.base_url:
-            entry["base_url"] = provider.base_url
+        if provider.base_url or gateway is not None:
+            entry["base_url"] = gateway.base(provider.base_url or OPENAI) if gateway else provider.base_url
         if provider.env_key:
             entry["env_key"] = provider.env_key
         if provider.requires_openai_auth is not None:
             entry["requires_openai_auth"] = provider.requires_openai_auth
         document["model_provider"] = provider.id
         document["model_providers"] = {provider.id: entry}
+    elif gateway is not None:  # codex's own OpenAI provider, reached through the gateway
+        through_gateway = {
+            "name": "OpenAI through agentd",
+            "base_url": gateway.base(OPENAI),
+            "env_key": "OPENAI_API_KEY",
+        }
+        document["model_provider"] = "agentd"
+        document["model_providers"] = {"agentd": {**through_gateway, "wire_api": "responses", "request_max_retries": 1}}
     return document
 
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, read_tail
+from agentd.adapters.base import AdapterRun, AttemptContext, GatewayAccess, Invocation, read_tail
 from agentd.adapters.harness import (
     HarnessAdapter,
     ParsedRun,
@@ -58,7 +58,7 @@ class HermesAgentAdapter(HarnessAdapter):
             "HERMES_STREAM_RETRIES": "0",
         }
         api_key = env.get(config.api_key_env) if config.api_key_env else None
-        files = {home / "config.yaml": hermes_config(config, ctx.model, api_key)}
+        files = {home / "config.yaml": hermes_config(config, ctx.model, api_key, ctx.gateway)}
         return Invocation([*argv, *base_args(config)], env, files=files)
 
     def parse(self, ctx: AttemptContext, result: ProcessResult) -> AdapterRun:
@@ -81,7 +81,9 @@ def keep_session(ctx: AttemptContext) -> None:
         write_new(ctx.paths.root / SESSION_FILE, json.dumps(document, default=str) + "\n")
 
 
-def hermes_config(config: HermesConfig, model: str | None, api_key: str | None = None) -> str:
+def hermes_config(
+    config: HermesConfig, model: str | None, api_key: str | None = None, gateway: GatewayAccess | None = None
+) -> str:
     """$HERMES_HOME/config.yaml. JSON is valid YAML, so no YAML library is needed to write it.
 
     Hermes reads its provider key only from here; the file is 0600 in the attempt's scratch dir
@@ -99,8 +101,8 @@ def hermes_config(config: HermesConfig, model: str | None, api_key: str | None =
     }
     if config.max_turns:  # hermes' own cap on its tool-calling turns (docs/determinism.md)
         document["agent"]["max_turns"] = config.max_turns
-    if config.base_url:
-        document["model"]["base_url"] = config.base_url
+    if config.base_url:  # under the model gateway, the gateway's address (docs/gateway.md)
+        document["model"]["base_url"] = gateway.base(config.base_url) if gateway else config.base_url
     if api_key:
         document["model"]["api_key"] = api_key
     return json.dumps(document, indent=2) + "\n"

@@ -31,6 +31,7 @@ from agentd.attempt.bundle import (
 )
 from agentd.attempt.manifest import DescribedMemo
 from agentd.attempt.policy import AttemptPolicy, attempt_policy
+from agentd.attempt.routing import Routed, route_attempt, routed_environment
 from agentd.attempt.session import begin
 from agentd.attempt.terms import attempt_skills
 from agentd.clock import Clock
@@ -66,6 +67,7 @@ class Prepared:
     compiled: CompiledBundle  # what bundle_compiled records, with the attempt's start
     policy: AttemptPolicy  # resolved once, here: what its end is judged, sealed and ended by
     redactor: Redactor
+    routed: Routed | None = None  # its model calls through agentd's gateway (docs/gateway.md)
 
     @property
     def task(self) -> TaskRecord:
@@ -142,6 +144,9 @@ class AttemptPreparer:
         }
         compiled = CompiledBundle(bundle.bundle_hash, str(paths.prompt), details)  # recorded with the start
         env, redactor = self._environment(adapter_config, task, attempt, paths, workflow)
+        routed = route_attempt(config, adapter_config, profile, env, redactor, separated=self.user is not None)
+        if routed is not None:  # its model calls go through agentd's gateway (docs/gateway.md)
+            env = routed_environment(env, adapter_config, routed)
         policy = attempt_policy(config, task, attempt.adapter_id, self.user, self.memo)
         hook, adapter = None, self.adapters(adapter_config)
         if gated(adapter_config.kind, policy.tools):  # docs/policy.md: its calls are judged while it runs
@@ -169,8 +174,9 @@ class AttemptPreparer:
             user=self.user,
             hook=hook,
             session=session,
+            gateway=routed.access if routed else None,
         )
-        return Prepared(claim, adapter, ctx, bundle, compiled, policy, redactor)
+        return Prepared(claim, adapter, ctx, bundle, compiled, policy, redactor, routed)
 
     async def _hook_refusal(self, kind: str, hook: PolicyHook, attempt_id: str) -> str | None:
         """Why the attempt must not start, or None: its harness runs the hook as the run user, and runs the

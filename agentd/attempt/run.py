@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import anyio
 
@@ -20,12 +20,15 @@ from agentd.attempt.calls import HARNESSES, CallGate
 from agentd.attempt.conclude import conclude, internal_failure_end
 from agentd.attempt.ledger import CallLedger
 from agentd.attempt.meter import Meter, attempt_cap, meter_for
+from agentd.attempt.model_calls import ModelCalls
 from agentd.attempt.policy import Ending, attempt_policy
 from agentd.attempt.prepare import AttemptPreparer, Prepared, adapter_redactor
+from agentd.attempt.served import ServedAttempt
 from agentd.clock import Clock, age
 from agentd.config import Config
-from agentd.config.budget import day_start
+from agentd.config.budget import day_start, price_of
 from agentd.errors import contained
+from agentd.gateway.server import Gateway
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.privilege import RunUser
 from agentd.process.timer import POLICY_VIOLATION as VIOLATION
@@ -73,6 +76,19 @@ def judged_calls(run: AdapterRun, gate: CallGate | None) -> AdapterRun:
     return replace(run, diagnostics={**run.diagnostics, **found}) if found else run
 
 
+def through_gateway(run: AdapterRun, served: ServedAttempt | None) -> AdapterRun:
+    """The run as the gateway saw it (docs/gateway.md): the usage the providers' answers reported is the attempt's,
+    the harness's own report kept beside it (never trusted over it); a provider's 429 makes it rate-limited."""
+    if served is None:
+        return run
+    calls = served.calls
+    harness = {k: v for k, v in asdict(run.usage).items() if v not in (None, False)}
+    diagnostics = {**run.diagnostics, **served.findings(), **({"harness_usage": harness} if harness else {})}
+    return replace(
+        run, usage=calls.usage(), rate_limited=run.rate_limited or calls.rate_limit is not None, diagnostics=diagnostics
+    )
+
+
 def running_line(task_id: int, adapter: str, model: str | None, seconds: float) -> str:
     return f"running task {task_id} ({adapter}, {model or 'no model'}) {age(seconds)}"
 
@@ -94,6 +110,9 @@ class AttemptRunner:
         self.preparer = AttemptPreparer(config, db, clock, adapters, user)
         self.control: AttemptControl | None = None
         self.gate: CallGate | None = None  # the running attempt's, while it runs
+        self.gateway: Gateway | None = (
+            None  # the model gateway, made for the first attempt that uses it (docs/gateway.md)
+        )
         self._running: tuple[int, str, str | None, float] | None = None  # task, adapter, model, since
 
     @property
@@ -262,7 +281,8 @@ class AttemptRunner:
         gate = self._gate(prepared)
         if gate is not None and gate.ledger is not None:  # the harness's stream, read as it comes
             prepared = replace(prepared, ctx=replace(prepared.ctx, tap=gate.ledger.tap))
-        meter = await self._meter(prepared)
+        served = await self._served(prepared)  # its model calls through agentd's gateway (docs/gateway.md)
+        meter = await self._meter(prepared) if served is None else None  # else the gateway meters each call
         try:
             with control.scope:
                 async with anyio.create_task_group() as watchers:
@@ -273,17 +293,20 @@ class AttemptRunner:
                         watchers.start_soon(gate.serve)
                     if meter is not None:
                         watchers.start_soon(meter.run, prepared.ctx.timer)
+                    ctx = served.start(watchers) if served is not None else prepared.ctx
                     activity = live.watch(prepared, self.db, self.clock, watchers)
-                    run = await prepared.adapter.execute(prepared.ctx, started)
+                    run = await prepared.adapter.execute(ctx, started)
                     if activity is not None:
                         await activity.finish()
                     watchers.cancel_scope.cancel()
-                return judged_calls(metered(run, meter), gate)
+                return judged_calls(through_gateway(metered(run, meter), served), gate)
             return None  # stopped from outside: control.stopped says why
         finally:
             self.gate = None
             if gate is not None:
                 await gate.close()
+            if served is not None:
+                await served.close()
 
     def _gate(self, prepared: Prepared) -> CallGate | None:
         """The gate of an attempt whose tool calls are judged while it runs (docs/policy.md)."""
@@ -295,6 +318,32 @@ class AttemptRunner:
             ledger = CallLedger(prepared.ctx.adapter.kind, lambda _: timer.end(VIOLATION, at_once=True))
         section = self.config.policy
         return CallGate(prepared, prepared.policy.tools, section, self.db, self.clock, self.doorbell, shown, ledger)
+
+    async def _served(self, prepared: Prepared) -> ServedAttempt | None:
+        """The gateway's part in an attempt whose model calls go through it: the budget each call is held to
+        (the attempt's cap and what is left of the day's, at the adapter's prices) and what its profile does
+        past it (`on_budget`)."""
+        if prepared.routed is None:
+            return None
+        if self.gateway is None:
+            self.gateway = Gateway(self.clock)
+        config, attempt = self.config, prepared.attempt
+        cap = None
+        if config.budget.per_attempt_usd is not None or config.budget.capped:
+            spend = await self.db.read(Store.spend_since, day_start(self.clock.now()))
+            cap = attempt_cap(config, attempt.adapter_id, spend)
+        profile = config.profiles[prepared.task.requested_profile_id]
+        calls = ModelCalls(
+            prepared,
+            self.db,
+            self.clock,
+            self.doorbell,
+            cap=cap,
+            price=price_of(prepared.ctx.adapter, attempt.model),
+            on_budget=profile.on_budget,
+            ask_timeout_s=config.policy.ask_timeout_s,
+        )
+        return ServedAttempt(self.gateway, prepared, calls, self.db, self.clock)
 
     async def _meter(self, prepared: Prepared) -> Meter | None:
         """The running budget of an attempt with a cap its harness's reports can be held to."""

@@ -114,6 +114,7 @@ EVENT_MAP: dict[str, str] = {
     "tool_calls_suppressed": "runtime.warning",  # decisions past [policy] max_recorded_decisions, counted
     "tool_call_undecided": "runtime.error",  # a call ran without the policy's decision: a policy violation
     "model_call_finished": "model.completed",  # one call through the model gateway, as the provider answered it
+    "egress_connection": GENERIC,  # a connection through the attempt's egress proxy, allowed or refused
     "task_paused": "task.paused",
     "task_resumed": "task.resumed",
     "task_edited": "task.updated",

@@ -96,6 +96,7 @@ AGENTD_EVENT_TYPES = (
     "tool_calls_suppressed",
     "tool_call_undecided",
     "model_call_finished",
+    "egress_connection",
     "task_paused",
     "task_resumed",
     "task_edited",

@@ -85,6 +85,11 @@ class CallVerbs(StoreBase):
         with self.transaction():
             self.tx.event("model_call_finished", now, task_id=task_id, attempt_id=attempt_id, payload=payload)
 
+    def record_egress(self, task_id: int, attempt_id: str, payload: dict[str, Any], now: datetime) -> None:
+        """One connection the attempt's egress proxy took, allowed or refused (docs/gateway.md)."""
+        with self.transaction():
+            self.tx.event("egress_connection", now, task_id=task_id, attempt_id=attempt_id, payload=payload)
+
     def hold_call(self, task_id: int, attempt_id: str, payload: dict[str, Any], now: datetime) -> str:
         """A call an `ask` rule holds: waiting for a person from now (`permission_requested`, which holds the
         payload whole: its input, redacted, with its length and sha256)."""
