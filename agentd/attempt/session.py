@@ -106,7 +106,7 @@ def keep_or_drop(
     if not isinstance(session_id, str):
         drop(paths, task_id, user)
         return {"kept": False, "why": "the harness named no session in its stream"}
-    sealed = _keep(paths, home, user)
+    sealed = _keep(paths, home, user, session_id)
     if isinstance(sealed, str):
         drop(paths, task_id, user)
         return {"session_id": session_id, "kept": False, "why": sealed}
@@ -131,17 +131,17 @@ def drop(paths: AttemptPaths, task_id: int, user: RunUser | None) -> None:
         remove_tree(unsealed_dir(paths, task_id), user)
 
 
-def _keep(paths: AttemptPaths, home: Path, user: RunUser | None) -> dict[str, Any] | str:
+def _keep(paths: AttemptPaths, home: Path, user: RunUser | None, session_id: str) -> dict[str, Any] | str:
     """Seal the session in the attempt's HOME (its archive's sha256 and size); why not, if it was not."""
     source = paths.scratch / home
     if not os.path.lexists(source):
         return f"the harness left no session in {home}"
     if any(os.path.islink(p) for p in (source, *list(source.parents)[: len(home.parts)])):
         return f"{home} is a link; a session is kept only from the attempt's own HOME"
-    return _seal(paths, home, user)  # one that fails leaves its archive to `drop`
+    return _seal(paths, home, user, session_id)  # one that fails leaves its archive to `drop`
 
 
-def _seal(paths: AttemptPaths, home: Path, user: RunUser | None) -> dict[str, Any] | str:
+def _seal(paths: AttemptPaths, home: Path, user: RunUser | None, session_id: str) -> dict[str, Any] | str:
     """The session folder archived by `tar` run as the run user (the files are theirs, and may be private to
     them), its output written as it comes into a 0600 file of the services' and hashed on the way."""
     digest, argv = hashlib.sha256(), ["tar", "-c", "-f", "-", "-C", str(paths.scratch / home.parent), "--", home.name]
@@ -155,16 +155,20 @@ def _seal(paths: AttemptPaths, home: Path, user: RunUser | None) -> dict[str, An
         size = archive.tell()
     if not archived:
         return f"the session is larger than {KEPT_MAX_BYTES} bytes, or could not be read as the run user: it restarts"
-    return _contents_problem(archive_path(paths), home.name) or {"sha256": digest.hexdigest(), "bytes": size}
+    problem = _contents_problem(archive_path(paths), home.name, session_id)
+    return problem or {"sha256": digest.hexdigest(), "bytes": size}
 
 
-def _contents_problem(archive: Path, top: str) -> str | None:
+def _contents_problem(archive: Path, top: str, session_id: str) -> str | None:
     """What the archive holds that a session may not: anything but folders and regular files inside `top` (a
-    link, a hard link, a device, a path that leaves it), or more than KEPT_MAX_ENTRIES of them. None when it
-    holds nothing else."""
+    link, a hard link, a device, a path that leaves it), or more than KEPT_MAX_ENTRIES of them; or no
+    conversation of the session at all (claude keeps `<id>.jsonl`, codex `rollout-…-<id>.jsonl`, once the model
+    first answered: an attempt turned away at its first call has none to resume). None when it is a session."""
+    found = False
     try:
         with tarfile.open(archive, "r:") as members:
             for count, member in enumerate(members, 1):
+                found = found or (member.isreg() and PurePosixPath(member.name).name.endswith(f"{session_id}.jsonl"))
                 if count > KEPT_MAX_ENTRIES:
                     return f"the session holds more than {KEPT_MAX_ENTRIES} files and folders: it restarts"
                 parts = PurePosixPath(member.name).parts
@@ -174,7 +178,7 @@ def _contents_problem(archive: Path, top: str) -> str | None:
                     )
     except (OSError, tarfile.TarError) as exc:
         return f"the session's archive could not be read back ({exc}): it restarts"
-    return None
+    return None if found else f"the harness kept no conversation of session {session_id} (it never had an answer)"
 
 
 def _take_back(
