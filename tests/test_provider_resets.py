@@ -92,3 +92,45 @@ def test_under_the_gateway_the_attempt_holds_a_token_where_the_key_was() -> None
     env = attempt_environment({**keys, "HOME": "/h"}, upstream, "http://127.0.0.1:7", "tok")
     assert env == {"ANTHROPIC_API_KEY": "tok", "HOME": "/h", "ANTHROPIC_BASE_URL": "http://127.0.0.1:7"}
     assert "sk-" not in repr(env)
+
+
+def test_status_the_api_and_the_console_say_what_waits_for_a_providers_reset(rig: Rig) -> None:
+    from test_web_console import logged_in
+    from webrig import serving
+
+    from agentd.outlook.status import snapshot
+    from agentd.records import ProviderReset
+    from agentd.store.resets import record_reset
+
+    waiting = rig.add("example")  # on adapter `script`
+    group = CredentialGroup("c1", ("script",), ("example",), (), ())
+    now = rig.clock.now()
+    with rig.store.transaction():
+        record_reset(rig.store.tx, ProviderReset(group, now + timedelta(seconds=40), "429 from the provider"), now)
+    shown = snapshot(rig.config, rig.store, now)
+    assert shown["waiting"]["resting"] == 1 and shown["waiting"]["claimable"] == 0
+    [reset] = shown["provider_resets"]
+    assert reset["adapters"] == ["script"] and reset["in_s"] == 40.0 and reset["reason"] == "429 from the provider"
+    with serving(rig) as web:
+        page = logged_in(web)[0].get("/").text
+        assert "provider&#39;s reset 1" in page or "provider's reset 1" in page
+        assert "Waiting for the provider" in page and "429 from the provider" in page
+        assert web.client().get("/api/status").json()["provider_resets"][0]["adapters"] == ["script"]
+    assert waiting.task_id not in {
+        t.task_id for t in [rig.store.claim_next_task(now, "t", _plan(rig), _root(rig))] if t
+    }
+    later = now + timedelta(seconds=41)
+    claim = rig.store.claim_next_task(later, "t", _plan(rig), _root(rig))
+    assert claim is not None and claim.task.task_id == waiting.task_id  # its reset came: it runs
+
+
+def _plan(rig: Rig) -> Any:
+    import functools
+
+    from agentd.attempt.prepare import plan_attempt
+
+    return functools.partial(plan_attempt, rig.config)
+
+
+def _root(rig: Rig) -> Any:
+    return rig.config.paths.state_dir / "attempts"
