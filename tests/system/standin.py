@@ -20,12 +20,34 @@ from pathlib import Path
 task = os.environ.get("AGENTD_TASK_ID", "0")
 
 
+def reach_the_host():
+    """What the attempt's own network lets it reach (docs/gateway.md): the dispatcher's metrics port on the host's
+    loopback (refused, in a network of its own), and the gateway agentd serves inside it (HTTPS_PROXY's port and
+    ANTHROPIC_BASE_URL's)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    said = []
+    targets = [("host-metrics", 9478)]
+    for name, variable in (("gateway", "ANTHROPIC_BASE_URL"), ("proxy", "HTTPS_PROXY")):
+        if os.environ.get(variable):
+            targets.append((name, urlsplit(os.environ[variable]).port or 80))
+    for name, port in targets:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=3).close()
+            said.append(f"{name} {port} connected")
+        except OSError as exc:
+            said.append(f"{name} {port} refused {type(exc).__name__}")
+    return "\n".join(said) + "\n"
+
+
 def claude():
     if "--version" in sys.argv:
         print("2.1.197 (Claude Code)")
         return 0
     sys.stdin.read()
     Path(f"standin-{task}.txt").write_text(f"written by the claude stand-in as uid {os.getuid()}\n")
+    Path(f"network-{task}.txt").write_text(reach_the_host())
     outcome = {
         "status": "completed",
         "machine_status": "ok",

@@ -291,6 +291,10 @@ def test_harness_task_completes_as_the_run_user(vm: Machine) -> None:
     assert "uid" in vm.run(f"cat /var/lib/agentd-run/{AGENT}/workspace/standin-{task_id}.txt").stdout
     assert run_user_owns(vm, f"/var/lib/agentd-run/{AGENT}/workspace/standin-{task_id}.txt") == f"agentd-{AGENT}-run"
     assert shown["attempts"][-1]["adapter_kind"] == "claude-code"
+    network = vm.run(f"cat /var/lib/agentd-run/{AGENT}/workspace/network-{task_id}.txt").stdout
+    assert "host-metrics 9478 refused" in network, network  # a network of its own, under the shipped units
+    assert "gateway 4100 connected" in network and "proxy 4101 connected" in network, network
+    assert shown["attempts"][-1]["diagnostics"]["network"].startswith("its own"), shown["attempts"][-1]["diagnostics"]
     agentd(vm, f"evidence verify --task {task_id}")
 
 
