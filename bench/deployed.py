@@ -34,18 +34,43 @@ def noop_type(script: Path) -> Any:
     return mutate
 
 
-def dispatch_per_s(tmpfs: Path, count: int) -> float:
-    """Tasks/s of `agentd dispatch --until-idle` as the service runs it, over `count` queued no-op tasks."""
+# A claude-code stand-in that does nothing but say it completed: an attempt of a harness kind, which as deployed runs
+# through the model gateway in a network of its own (docs/gateway.md), against the no-op script beside it.
+NOOP_HARNESS = """#!/bin/sh
+[ "$1" = "--version" ] && { echo "2.1.197 (Claude Code)"; exit 0; }
+cat > /dev/null
+printf '{"status":"completed","machine_status":"ok","operator_summary":"ok"}' > "$AGENTD_RESULT_PATH"
+echo '{"type":"result","subtype":"success","is_error":false,"result":"ok"}'
+"""
+
+
+def harness_type(script: Path) -> Any:
+    def mutate(raw: dict[str, Any]) -> None:
+        raw["adapters"].append(
+            {"adapter_id": "noop", "kind": "claude-code", "command": str(script), "timeout_ms": 30_000,
+             "env": {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}}
+        )  # fmt: skip
+        raw["task_types"].append(
+            {"task_type": "noop", "payload_schema_id": ANY_OBJECT, "default_profile_id": "operator",
+             "default_adapter_id": "noop"}
+        )  # fmt: skip
+
+    return mutate
+
+
+def dispatch_per_s(tmpfs: Path, count: int, harness: bool = False) -> float:
+    """Tasks/s of `agentd dispatch --until-idle` as the service runs it, over `count` queued no-op tasks (`harness`:
+    of a claude-code stand-in, each attempt through the gateway in a network of its own)."""
     with tempfile.TemporaryDirectory(prefix="agentd-bench-deployed-", dir=tmpfs) as tmp:
         folder = Path(tmp)
         folder.chmod(0o755)
         script = folder / "noop.sh"
-        script.write_text(NOOP_SCRIPT, encoding="utf-8")
+        script.write_text(NOOP_HARNESS if harness else NOOP_SCRIPT, encoding="utf-8")
         script.chmod(0o755)
         lines = folder / "tasks.jsonl"
         lines.write_text("".join(json.dumps({"task_type": "noop", "payload": {}}) + "\n" for _ in range(count)))
         lines.chmod(0o644)
-        with privsep.priv_agent(noop_type(script), under=tmpfs) as agent:
+        with privsep.priv_agent((harness_type if harness else noop_type)(script), under=tmpfs) as agent:
             checked(agent.as_service("init"), "init")
             checked(agent.as_operator("task", "add", "--batch", str(lines)), "task add --batch")
             started = time.perf_counter()

@@ -32,6 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import privsep
+from fakemodel import FakeModelServer, Reply
 from hostile_console import HostileConsoleClient
 from hostile_http import Answer, HostileReceiver, answer
 from support import REPO, agent_config, outcome_disagreements
@@ -342,6 +343,25 @@ def policy_attack_problems(store: Store, tasks: list[Any]) -> list[str]:
     return problems or ([] if any(t.task_type == "policy-attack" for t in tasks) else ["no policy attack ran"])
 
 
+GATEWAY_KEY = "sk-ant-chaos-" + "9" * 24  # the provider key the gateway holds (tests/adapters/gateway_caller.py)
+GATEWAY_TASKS = 4
+
+
+def add_gateway_calls(raw: dict[str, Any], upstream: str, env_file: Path, *, network: bool) -> None:
+    """A claude-code stand-in whose model calls go through the gateway (docs/gateway.md), each slow enough that a
+    dispatcher killed under it kills the gateway mid-stream; in its own network where the agent runs as deployed."""
+    raw["gateway"] = {"enabled": True, "network": network}
+    command = str(REPO / "tests" / "adapters" / "gateway_caller.py")
+    raw["adapters"].append(
+        {"adapter_id": "gateway-calls", "kind": "claude-code", "command": command, "timeout_ms": 30_000,
+         "env_file": str(env_file), "env": {"ANTHROPIC_BASE_URL": upstream}}
+    )  # fmt: skip
+    raw["task_types"].append(
+        {"task_type": "gateway-calls", "payload_schema_id": "agent-runtime/payload.any-object/v1",
+         "default_profile_id": "operator", "default_adapter_id": "gateway-calls"}
+    )  # fmt: skip
+
+
 def hostile_webhook(raw: dict[str, Any], url: str, env_file: Path) -> None:
     """Every external message goes to a webhook on the harness's hostile receiver."""
     raw["message_handlers"] = [
@@ -465,6 +485,8 @@ class Chaos:
         self.problems: list[str] = []  # what the harness itself saw go wrong (CLI exits)
         self.poisoned: Counter[str] = Counter()
         self.webhook = HostileReceiver(hostile_answer)
+        self.model = FakeModelServer(turns=[], default=Reply("ok", input_tokens=5, output_tokens=3))
+        self.model.__enter__()  # what the gateway's attempts call (tests/adapters/gateway_caller.py)
         self.config_path = self._configure()
         self.config = load_config(self.config_path)
         logs = directory / "logs"
@@ -515,6 +537,12 @@ class Chaos:
             f'command = ["./feed.py"]\nenv_file = "secrets.env"\nenv = {{ FEED = "{self.feed}" }}\n'
         )
         hook_env = self._hook_env()
+        gateway_env = self.home / "gateway.env"
+        gateway_env.write_text(f"ANTHROPIC_API_KEY={GATEWAY_KEY}\n")
+        if self.agent:
+            self.agent.own(gateway_env)
+        else:
+            gateway_env.chmod(0o600)
         adapter_env = self.home / "scripted.env"
         adapter_env.write_text(f"API_KEY='{SECRET}'\n")
         if self.agent:
@@ -535,6 +563,7 @@ class Chaos:
             raw["metrics"] = {"dispatch_listen": "127.0.0.1:0", "sensors_listen": "127.0.0.1:0"}
             add_usage_surfaces(raw)
             add_policy_attack(raw)
+            add_gateway_calls(raw, self.model.url, gateway_env, network=self.agent is not None)
             raw["schedules"] = [
                 {
                     "schedule_id": "chaos-tick",
@@ -611,6 +640,11 @@ class Chaos:
         if attack.returncode != 0:
             self.problems.append(f"policy attack task add exited {attack.returncode}: {attack.stderr[-200:]}")
         self.poisoned["the attempt against its policy socket"] += 1
+        for _ in range(GATEWAY_TASKS):  # claude stand-ins whose model calls go through the gateway
+            added = self.cli("task", "add", "--type", "gateway-calls", "--payload", "{}")
+            if added.returncode != 0:
+                self.problems.append(f"gateway task add exited {added.returncode}: {added.stderr[-200:]}")
+        self.poisoned["the gateway killed mid-stream"] += GATEWAY_TASKS
         if self.agent is not None:
             held = self.cli("task", "add", "--type", "example", "--subject", "held", "--require-approval", "--json")
             self.held_task = json.loads(held.stdout)["task_id"]
@@ -685,6 +719,7 @@ class Chaos:
             self.web.stop()
         self.memory.stop()
         self.webhook.close()
+        self.model.__exit__(None, None, None)
         report = self.check()
         report.seconds = time.monotonic() - started
         return report
@@ -848,12 +883,28 @@ class Chaos:
             "every message delivered, failed, or pending a retry": lambda: self._messages(conn),
             f"no dispatcher above {DISPATCH_RSS_MIB} MiB resident": self.memory.problems,
             "the policy socket's attacks bounded, the queue moved on": lambda: policy_attack_problems(store, tasks),
+            "model calls carried the real key only, each gateway task ended": lambda: self._gateway_held(tasks),
             "no console request of the run user succeeded": lambda: (
                 self.console.problems(self.config.db_path) if self.console else []
             ),
         }
         report.checks = {name: check() for name, check in checks.items()}
         return report
+
+    def _gateway_held(self, tasks: list[Any]) -> list[str]:
+        """The upstream saw the real key on every call, never a token (the gateway swapped it, or nothing went),
+        and every task whose attempts went through it ended, killed under it or not."""
+        problems = [f"a model call carried {r.headers.get('x-api-key')!r}" for r in self.model.requests
+                    if r.protocol == "anthropic" and r.headers.get("x-api-key") != GATEWAY_KEY]  # fmt: skip
+        gateway_tasks = [t for t in tasks if t.task_type == "gateway-calls"]
+        for task in gateway_tasks:
+            crashed = (task.last_error or "").startswith("crashed_runtime")
+            if task.status != "completed" and not crashed:
+                problems.append(f"gateway task {task.task_id} is {task.status}: {task.last_error}")
+        calls = sum(1 for r in self.model.requests if r.protocol == "anthropic")
+        if len(gateway_tasks) != GATEWAY_TASKS or calls < 3 * GATEWAY_TASKS:
+            problems.append(f"{len(gateway_tasks)} gateway tasks, {calls} model calls: the gateway was not tried")
+        return problems
 
     def _sensed_once(self, conn: Any) -> list[str]:
         problems = []
@@ -891,7 +942,7 @@ class Chaos:
         return problems + [f"{key} made {n} tasks" for key, n in keys.items() if n != 1]
 
     def _no_secrets(self) -> list[str]:
-        secrets = (SECRET, SENSOR_SECRET, HOOK_SECRET)
+        secrets = (SECRET, SENSOR_SECRET, HOOK_SECRET, GATEWAY_KEY)
         needles = [s.encode() for secret in secrets for s in (secret, json.dumps(secret)[1:-1], repr(secret)[1:-1])]
         places = [
             str(path)
