@@ -438,24 +438,30 @@ class CallGate:
     async def _decision(self, call_id: str, within_s: float) -> Any:
         """The held call once decided: by a person, or denied here when `within_s` passes (ask_timeout_s, or
         what is left of the attempt's held time)."""
-        ends = anyio.current_time() + within_s
-        while True:
-            held = await self.db.read(Store.held_call, call_id)
-            if held.decided:
-                return held
-            left = ends - anyio.current_time()
-            if left <= 0:
-                reason = (
-                    f"no one decided within [policy] ask_timeout_s = {self.ask_timeout_s:g}s"
-                    if within_s >= self.ask_timeout_s
-                    else "no one decided before this attempt's time for people ran out ([policy] max_held_s)"
-                )
-                with contextlib.suppress(CallDecided):  # decided by a person meanwhile: read below
-                    await self.db.call(
-                        Store.decide_call, call_id, allowed=False, by="timeout", reason=reason, now=self.clock.now()
-                    )
-                return await self.db.read(Store.held_call, call_id)
-            await self.doorbell.wait(min(DECISION_POLL_S, left))
+        late = (
+            f"no one decided within [policy] ask_timeout_s = {self.ask_timeout_s:g}s"
+            if within_s >= self.ask_timeout_s
+            else "no one decided before this attempt's time for people ran out ([policy] max_held_s)"
+        )
+        return await decision_on(self.db, self.doorbell, self.clock, call_id, within_s, late)
+
+
+async def decision_on(
+    db: AsyncStore, doorbell: Doorbell, clock: Clock, call_id: str, within_s: float, late: str
+) -> Any:
+    """A held call once decided: by a person, or denied by `timeout` (saying `late`) when `within_s` passes. Its
+    row is read as the doorbell rings, at least every DECISION_POLL_S."""
+    ends = anyio.current_time() + within_s
+    while True:
+        held = await db.read(Store.held_call, call_id)
+        if held.decided:
+            return held
+        left = ends - anyio.current_time()
+        if left <= 0:
+            with contextlib.suppress(CallDecided):  # decided by a person meanwhile: read below
+                await db.call(Store.decide_call, call_id, allowed=False, by="timeout", reason=late, now=clock.now())
+            return await db.read(Store.held_call, call_id)
+        await doorbell.wait(min(DECISION_POLL_S, left))
 
 
 async def _said(conn: socket.socket, line: bytes) -> None:

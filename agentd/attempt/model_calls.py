@@ -15,7 +15,6 @@ provider's answer reported after it, the call's evidence, and what a provider's 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 import anyio
 
 from agentd.adapters.harness import estimate_cost
+from agentd.attempt.calls import decision_on
 from agentd.attempt.meter import Cap
 from agentd.attempt.prepare import Prepared
 from agentd.clock import Clock, format_ts
@@ -33,7 +33,6 @@ from agentd.process.timer import RunTimer
 from agentd.process.wake import Doorbell
 from agentd.records import TokenPrice
 from agentd.store import AsyncStore, Store
-from agentd.store.calls import CallDecided
 from agentd.usage import TOKEN_KINDS, Usage
 
 logger = logging.getLogger(__name__)
@@ -212,20 +211,8 @@ class ModelCalls:
         return False
 
     async def _decision(self, call_id: str) -> Any:
-        ends = anyio.current_time() + self.ask_timeout_s
-        while True:
-            held = await self.db.read(Store.held_call, call_id)
-            if held.decided:
-                return held
-            left = ends - anyio.current_time()
-            if left <= 0:
-                reason = f"no one decided within [policy] ask_timeout_s = {self.ask_timeout_s:g}s"
-                with contextlib.suppress(CallDecided):
-                    await self.db.call(
-                        Store.decide_call, call_id, allowed=False, by="timeout", reason=reason, now=self.clock.now()
-                    )
-                return await self.db.read(Store.held_call, call_id)
-            await self.doorbell.wait(min(DECISION_POLL_S, left))
+        late = f"no one decided within [policy] ask_timeout_s = {self.ask_timeout_s:g}s"
+        return await decision_on(self.db, self.doorbell, self.clock, call_id, self.ask_timeout_s, late)
 
     # --- rate limits ---------------------------------------------------------------------------------
 
