@@ -250,3 +250,21 @@ async def test_a_real_backend_receives_a_tasks_spans_with_their_parentage(
     assert attempt_id in json.dumps(by_id[attempt]["attributes"]), "its attributes name the attempt"
     assert by_id[attempt]["status_code"] == "OK" and by_id[by_id[attempt]["parent_id"]]["status_code"] == "OK"
     loop.sender.close()
+
+
+@pytest.mark.asyncio
+async def test_each_model_call_through_the_gateway_is_a_span_inside_its_attempt(rig: Rig) -> None:
+    """docs/gateway.md: a model_call_finished event becomes a span of its own, ending when it was written and as
+    long as the call took; a 429 or a cut answer is a failed span."""
+    task = rig.add("scripted", payload={"outcome": done()})
+    await drain(rig)
+    [attempt_id] = {e.attempt_id for e in rig.events(task.task_id) if e.attempt_id}
+    for n, status, cut in ((1, 200, False), (2, 429, False), (3, 200, True)):
+        said = {"n": n, "api": "anthropic", "model": "claude-x", "status": status, "latency_ms": 12.5}
+        payload = {**said, "input_tokens": 11, "output_tokens": 7, **({"cut": True} if cut else {})}
+        rig.store.record_model_call(task.task_id, attempt_id, payload, rig.clock.now())
+    attempt, *models = attempt_spans(rig.config.agent.agent_id, rig.events(task.task_id), attempt_id)
+    assert [m.ok for m in models] == [True, False, False] and {m.name for m in models} == {"model claude-x"}
+    assert {m.parent_span_id for m in models} == {attempt.span_id} and len({m.span_id for m in models}) == 3
+    assert all(attempt.start <= m.start <= m.end <= attempt.end for m in models)
+    assert models[0].attributes["agentd.model.input_tokens"] == 11 and models[1].status_message == "status 429"

@@ -40,6 +40,11 @@ def tool_span_id(attempt_id: str, call_id: str) -> str:
     return _hex(f"agentd/attempt/{attempt_id}/tool/{call_id}", 16)
 
 
+def model_span_id(attempt_id: str, call: str) -> str:
+    """A model call's span (its number among the attempt's calls through the gateway)."""
+    return _hex(f"agentd/attempt/{attempt_id}/model/{call}", 16)
+
+
 def turn_id(attempt_id: str, turn: int) -> str:
     return f"{attempt_id}/turn/{turn}"
 

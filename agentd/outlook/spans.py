@@ -10,11 +10,18 @@ tool span is held inside its attempt's span.
 from __future__ import annotations
 
 from dataclasses import field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from agentd import frozen_value
-from agentd.outlook.correlation import attempt_span_id, call_id_of, task_span_id, tool_span_id, trace_id
+from agentd.outlook.correlation import (
+    attempt_span_id,
+    call_id_of,
+    model_span_id,
+    task_span_id,
+    tool_span_id,
+    trace_id,
+)
 from agentd.records import RuntimeEvent
 
 TERMINAL_OK = ("completed",)
@@ -74,7 +81,7 @@ def attempt_spans(agent_id: str, events: list[RuntimeEvent], attempt_id: str) ->
         _attempt_attributes(task_id, attempt_id, end.payload),
         None if outcome in TERMINAL_OK else str(end.payload.get("termination_reason") or outcome),
     )
-    return [attempt, *_tool_spans(attempt, mine, attempt_id)]
+    return [attempt, *_tool_spans(attempt, mine, attempt_id), *_model_spans(attempt, mine, attempt_id)]
 
 
 def _attempt_attributes(task_id: int, attempt_id: str, payload: dict[str, Any]) -> dict[str, str | int | float | bool]:
@@ -106,6 +113,41 @@ def _tool_spans(attempt: SpanRecord, events: list[RuntimeEvent], attempt_id: str
         elif call in started:
             spans.append(_tool(attempt, started.pop(call), event, attempt_id, call))
     spans += [_tool(attempt, begun, None, attempt_id, call) for call, begun in started.items()]
+    return spans
+
+
+def _model_spans(attempt: SpanRecord, events: list[RuntimeEvent], attempt_id: str) -> list[SpanRecord]:
+    """Each model call through the gateway (docs/gateway.md), from its `model_call_finished`: it ended when the
+    event was written and took its latency, held inside the attempt's span."""
+    spans = []
+    for event in (e for e in events if e.type == "model_call_finished"):
+        said = event.payload
+        latency = said.get("latency_ms")
+        took = timedelta(milliseconds=latency) if isinstance(latency, int | float) and latency >= 0 else timedelta()
+        end = min(max(event.timestamp, attempt.start), attempt.end)
+        status = said.get("status")
+        ok = status == 200 and not said.get("cut")
+        attributes: dict[str, str | int | float | bool] = {
+            "agentd.attempt_id": attempt_id,
+            "agentd.model_call": str(said.get("n")),
+        }
+        for key in ("api", "model", "status", "input_tokens", "output_tokens", "request_sha256", "response_sha256"):
+            value = said.get(key)
+            if isinstance(value, str | int | float) and not isinstance(value, bool):
+                attributes[f"agentd.model.{key}"] = value
+        spans.append(
+            SpanRecord(
+                attempt.trace_id,
+                model_span_id(attempt_id, str(said.get("n"))),
+                attempt.span_id,
+                f"model {said.get('model') or said.get('api') or 'call'}",
+                max(end - took, attempt.start),
+                end,
+                ok,
+                attributes,
+                None if ok else str(said.get("error") or f"status {status}")[:200],
+            )
+        )
     return spans
 
 
