@@ -127,8 +127,11 @@ def rig_factory(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Rig]
 
     made: list[Rig] = []
 
-    def make(mutate: Callable[[dict[str, Any]], None] | None = None) -> Rig:
-        rig = Rig(load_config(agent_config(tmp_path, mutate)), clock)
+    def make(mutate: Callable[[dict[str, Any]], None] | None = None, directory: Path | None = None) -> Rig:
+        """A rig on the test's directory, or on `directory` (a second agent with a state of its own)."""
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+        rig = Rig(load_config(agent_config(directory or tmp_path, mutate)), clock)
         made.append(rig)
         return rig
 

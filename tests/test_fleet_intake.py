@@ -348,3 +348,73 @@ def test_the_fleet_metrics_count_and_leave_the_agent_to_the_scrape_target(
         assert line in text.splitlines()
     metrics.close()
     assert isinstance(rig.store, Store)
+
+
+@pytest.mark.asyncio
+async def test_a_providers_reset_one_agent_heard_holds_every_agent_on_the_same_key(
+    rig_factory: Callable[..., Rig],
+    dsn: str,
+    tmp_path: Path,
+    queue: FleetQueue,
+    dispatcher_of: Callable[[Rig], Dispatcher],
+) -> None:
+    """docs/gateway.md, "Quotas and resets": agent A's 429 rests its credential; the fleet tells agent B, whose
+    adapter reads the same key from a file of its own, and B claims nothing on it until the reset (its other
+    adapters' tasks go on); a key B does not hold is none of B's business."""
+    from datetime import UTC, datetime, timedelta
+
+    from agentd.adapters.routes import key_digest
+    from agentd.records import CredentialGroup, ProviderReset
+    from agentd.store.resets import record_reset
+
+    dsn_file = tmp_path / "fleet.dsn"
+    dsn_file.write_text(dsn + "\n")
+    dsn_file.chmod(0o600)
+
+    def agent(name: str, key: str) -> Rig:
+        keys = tmp_path / f"{name}.env"
+        keys.write_text(f"ANTHROPIC_API_KEY={key}\n")
+        keys.chmod(0o600)
+
+        def mutate(raw: dict[str, Any]) -> None:
+            raw["agent"]["agent_id"] = raw["agent"]["internal_name"] = name
+            raw["fleet"] = {"dsn_file": str(dsn_file), "lease_s": 30, "poll_s": 1, "max_local": 5}
+            raw["adapters"].append(
+                {"adapter_id": "claude", "kind": "claude-code", "command": "claude", "timeout_ms": 60_000,
+                 "env_file": str(keys), "env": {"ANTHROPIC_BASE_URL": "https://api.anthropic.com"}}
+            )  # fmt: skip
+
+        return rig_factory(mutate, directory=tmp_path / name)
+
+    heard_it, same_key, other_key = agent("agent-a", "sk-shared"), agent("agent-b", "sk-shared"), agent("c", "sk-own")
+    shared = key_digest("https://api.anthropic.com", "sk-shared")
+    until = datetime.now(UTC) + timedelta(seconds=40)  # the fleet judges it by its server's clock
+    limit = ProviderReset(CredentialGroup("local-a", ("claude",)), until, "429 from Anthropic", shared)
+    with heard_it.store.transaction():
+        record_reset(heard_it.store.tx, limit, heard_it.clock.now())
+    await dispatcher_of(heard_it).fleet.round()  # type: ignore[union-attr]
+    assert [r[0] for r in queue.provider_resets()] == [shared]
+    for rig in (same_key, other_key):
+        await dispatcher_of(rig).fleet.round()  # type: ignore[union-attr]
+    [told] = same_key.store.resting_credentials(same_key.clock.now())
+    assert told.group.adapters == ("claude",) and told.fleet_credential == shared and "agent-a" in told.reason
+    assert other_key.store.resting_credentials(other_key.clock.now()) == []
+    poisoned = key_digest("https://api.anthropic.com", "sk-own")  # a row no provider would say: ten years ahead
+    queue.publish_reset(poisoned, datetime.now(UTC) + timedelta(days=3650), "written by hand", "agent-a")
+    await dispatcher_of(other_key).fleet.round()  # type: ignore[union-attr]
+    assert other_key.store.resting_credentials(other_key.clock.now()) == []
+    on_claude = same_key.add("example", requested_adapter_id="claude")
+    on_script = same_key.add("example")
+    root, now = same_key.config.paths.state_dir, same_key.clock.now()
+    claimed = same_key.store.claim_next_task(now, "t", _plan(same_key), root)
+    assert claimed is not None and claimed.task.task_id == on_script.task_id  # the other adapter's work goes on
+    assert on_claude.task_id != claimed.task.task_id
+    assert same_key.store.claim_next_task(now, "t", _plan(same_key), root) is None
+
+
+def _plan(rig: Rig) -> Any:
+    import functools
+
+    from agentd.attempt.prepare import plan_attempt
+
+    return functools.partial(plan_attempt, rig.config)

@@ -26,6 +26,8 @@ from support import wait_until
 from test_adapter_contract import SHELL_TOOL, Harness, harness_factory, outcome_message  # noqa: F401
 
 from agentd.cli import main
+from agentd.services.fleet import credentials_of
+from agentd.work.validation import load_config
 
 pytestmark = [pytest.mark.harness, pytest.mark.process]
 
@@ -184,6 +186,8 @@ def test_a_429_with_a_reset_waits_for_it_resumes_the_session_and_holds_the_crede
         assert main(["--config", str(harness.config_path), "task", "add", "--type", "work", "--payload", "{}"]) == 0
         [resets] = [harness.store.resting_credentials(harness.store.clock.now())]
         assert resets and resets[0].group.adapters == ("a",)
+        # the fleet's name for the credential: the one every agent reading the same key computes from its config
+        assert resets[0].fleet_credential in credentials_of(load_config(harness.config_path)), resets
         done = wait_until(lambda: _all_completed(harness), 120, "both tasks completed after the reset")
         waited = time.monotonic() - limited_at
     finally:

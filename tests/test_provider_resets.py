@@ -38,7 +38,6 @@ def test_adapters_on_one_env_file_and_upstream_share_a_credential(rig: Rig) -> N
     config = replace(rig.config, adapters={**rig.config.adapters, **adapters})
     group = credential_group(config, "a")
     assert group is not None and group.adapters == ("a", "b")
-    assert credential_group(config, "other-key").adapters == ("other-key")[:1] or True
     assert credential_group(config, "other-key") != group and credential_group(config, "other-host") != group
     assert credential_group(config, "script") is None  # a script's calls are not routed
 
@@ -46,10 +45,11 @@ def test_adapters_on_one_env_file_and_upstream_share_a_credential(rig: Rig) -> N
 def test_a_rate_limited_run_with_a_reset_rests_its_credential_and_one_without_does_not(rig: Rig) -> None:
     group = CredentialGroup("c1", ("a",))
     at = rig.clock.now() + timedelta(seconds=40)
-    said = {"rate_limit": {"reset_at": format_ts(at), "reason": "429 rate_limit_error"}}
+    said = {"rate_limit": {"reset_at": format_ts(at), "reason": "429 rate_limit_error", "credential": "d1"}}
     run = AdapterRun("error", False, "rate limited", None, rate_limited=True, diagnostics=said)
     reset = provider_reset_of(run, group, rate_limited=True)
     assert reset is not None and reset.until == at and reset.group == group and "429" in reset.reason
+    assert reset.fleet_credential == "d1"  # what the fleet shares it by (docs/gateway.md, "Quotas and resets")
     assert provider_reset_of(run, group, rate_limited=False) is None
     assert provider_reset_of(run, None, rate_limited=True) is None
     bare = AdapterRun("error", False, "rate limited", None, rate_limited=True)

@@ -56,6 +56,12 @@ def upstream_of(adapter: AdapterConfig, secrets: Mapping[str, str]) -> Upstream 
     return None
 
 
+def key_digest(base_url: str, key: str) -> str:
+    """The name agents of one fleet give a provider credential: a digest of the provider's origin and its key (never
+    the key), so two agents with the same key share its limits whatever their files are called."""
+    return sha256_hex(f"agentd provider credential\n{origin_of(base_url)}\n{key}".encode())[:40]
+
+
 def through(base_url: str, origin: str) -> str:
     """`base_url` with `origin`'s scheme, host and port: the same path, reached at the gateway."""
     base, gateway = urlsplit(base_url), urlsplit(origin)

@@ -30,8 +30,10 @@ def provider_reset_of(
     if not rate_limited or until is None or credential is None or run is None:
         return None
     said = run.diagnostics.get("rate_limit")
-    reason = str(said.get("reason") or "") if isinstance(said, dict) else ""
-    return ProviderReset(credential, until, reason[:500] or "the provider's rate limit")
+    said = said if isinstance(said, dict) else {}
+    reason = str(said.get("reason") or "")[:500] or "the provider's rate limit"
+    shared = said.get("credential") if isinstance(said.get("credential"), str) else None
+    return ProviderReset(credential, until, reason, shared)
 
 
 def provider_reset(run: AdapterRun | None) -> datetime | None:

@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 
 from agentd.adapters.harness import estimate_cost
+from agentd.adapters.routes import key_digest
 from agentd.attempt.calls import decision_on
 from agentd.attempt.meter import Cap
 from agentd.attempt.prepare import Prepared
@@ -218,8 +219,10 @@ class ModelCalls:
 
     def _rate_limited(self, record: CallRecord) -> None:
         """The provider turned the attempt away: it ends now, free, and runs again at the provider's reset."""
+        route = self.prepared.routed.route if self.prepared.routed else None
         self.rate_limit = {
             "status": record.status,
+            **({"credential": key_digest(route.upstream, route.key)} if route and route.key else {}),
             "reset_at": format_ts(record.reset_at) if record.reset_at else None,
             "reason": f"{record.status} from the provider ({record.call.api or 'a call'}, "
             f"{record.call.model or 'no model'})",

@@ -153,6 +153,7 @@ class ProviderReset:
     group: CredentialGroup
     until: datetime
     reason: str
+    fleet_credential: str | None = None  # a digest of the provider's origin and key: the fleet's name for it
 
 
 @frozen_value

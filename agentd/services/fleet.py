@@ -24,14 +24,16 @@ import anyio
 import anyio.to_thread
 from pydantic import ValidationError
 
+from agentd.adapters.routes import credential_group, key_digest, upstream_of
 from agentd.clock import Clock
 from agentd.config import Config
-from agentd.config.environment import read_dsn_file
+from agentd.config.environment import read_dsn_file, read_env_file
 from agentd.edge import UnusableFile
 from agentd.errors import InputError, SchemaMismatch, contained
+from agentd.gateway.resets import MAX_AHEAD
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.wake import Doorbell
-from agentd.records import TaskIntent
+from agentd.records import CredentialGroup, ProviderReset, TaskIntent
 from agentd.records.fleet import FleetOrigin
 from agentd.store import AsyncStore, Store
 from agentd.store.fleet import FleetQueue
@@ -59,6 +61,26 @@ def fleet_result(store: Store, task_id: int) -> dict[str, Any]:
         "manifest_sha256": sealed[1] if sealed else None,
         "chain_head": {"sequence": head[0], "hash": head[1]} if head else None,
     }
+
+
+def credentials_of(config: Config) -> dict[str, list[CredentialGroup]]:
+    """This agent's provider credentials by the fleet's name for each (a digest of the provider's origin and its
+    key), read from the adapters' env_files: who a reset another agent heard holds back here."""
+    found: dict[str, list[CredentialGroup]] = {}
+    for adapter_id, adapter in config.adapters.items():
+        env_file = getattr(adapter, "env_file", None)
+        try:
+            secrets = read_env_file(Path(env_file)) if env_file else {}
+        except (OSError, UnusableFile):
+            continue
+        upstream = upstream_of(adapter, secrets)
+        key = secrets.get(upstream.key_var, "") if upstream is not None and upstream.key_var else ""
+        group = credential_group(config, adapter_id)
+        if upstream is not None and key and group is not None:
+            digest = key_digest(upstream.base_url, key)
+            if group not in found.setdefault(digest, []):
+                found[digest].append(group)
+    return found
 
 
 def fleet_status(local_status: str) -> Literal["completed", "failed"]:
@@ -127,6 +149,7 @@ class FleetLink:
             await self._defer(str(exc))
 
     async def round(self) -> None:
+        await self._share_resets()
         held = await self.db.read(Store.fleet_leases_held)
         for lease in [lease for lease in held if lease.finished]:
             await self._report(lease)
@@ -141,6 +164,27 @@ class FleetLink:
         if room > 0:
             await self._claim(min(room, MAX_CLAIM))
         self.metrics.fleet_leases(len(await self.db.read(Store.fleet_leases_held)))
+
+    async def _share_resets(self) -> None:
+        """A provider's reset is the fleet's (docs/gateway.md, "Quotas and resets"): the resets this agent heard go
+        up; those another agent heard for a credential this agent's adapters use come down, so no agent on the
+        key claims into a limit the provider has already said is reached."""
+        now = self.clock.now()
+        resting = await self.db.read(Store.resting_credentials, now)
+        for reset in (r for r in resting if r.fleet_credential):
+            await self._ask(
+                "intake", FleetQueue.publish_reset, reset.fleet_credential, reset.until, reset.reason, self.agent
+            )
+        known = {r.fleet_credential: r.until for r in resting if r.fleet_credential}
+        mine = await anyio.to_thread.run_sync(credentials_of, self.config)
+        for credential, until, reason, agent in await self._ask("intake", FleetQueue.provider_resets):
+            if agent == self.agent or credential not in mine or (credential in known and known[credential] >= until):
+                continue  # its own, none of this agent's business, or already held at least as long
+            if until - now > MAX_AHEAD:
+                continue  # no provider resets that far ahead: anyone with the DSN can write a row
+            for group in mine[credential]:
+                heard = ProviderReset(group, until, f"{reason} (heard from agent {agent})"[:2000], credential)
+                await self.db.call(Store.record_provider_reset, heard, now)
 
     async def _claim(self, room: int) -> None:
         started = time.monotonic()

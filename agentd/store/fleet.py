@@ -16,6 +16,7 @@ import functools
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from agentd import frozen_value
@@ -282,6 +283,23 @@ class FleetQueue:
             for fleet_id in sorted(lost):
                 self._refused(cur, fleet_id, leases[fleet_id], "renew")
             return lost
+
+    def publish_reset(self, credential: str, until: datetime, reason: str, agent: str) -> None:
+        """A provider's reset this agent heard, for the fleet's other agents on the credential (docs/gateway.md)."""
+        with self._statement() as cur:
+            cur.execute(
+                """INSERT INTO fleet_provider_resets (credential, until, reason, agent) VALUES (%s, %s, %s, %s)
+                   ON CONFLICT (credential) DO UPDATE SET until = excluded.until,
+                       reason = excluded.reason, agent = excluded.agent, recorded_at = now()
+                   WHERE excluded.until > fleet_provider_resets.until""",
+                (credential, until, reason[:2000], agent),
+            )
+
+    def provider_resets(self) -> list[tuple[str, datetime, str, str]]:
+        """(credential, until, reason, agent) of each reset still ahead, by this server's clock."""
+        with self._statement() as cur:
+            cur.execute("SELECT credential, until, reason, agent FROM fleet_provider_resets WHERE until > now()")
+            return [(r["credential"], r["until"], r["reason"], r["agent"]) for r in cur.fetchall()]
 
     def finish(self, fleet_id: int, token: int, status: str, result: dict[str, Any]) -> bool:
         """Write the agent's result back (completed or failed): only with the current token of a task

@@ -27,10 +27,11 @@ def record_reset(tx: Tx, reset: ProviderReset, now: datetime) -> None:
     group = reset.group
     tx.execute(
         """INSERT INTO provider_resets (credential, adapters, task_types, open_task_types, profiles, until, reason,
-               recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+               recorded_at, fleet_credential) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (credential) DO UPDATE SET adapters = excluded.adapters, task_types = excluded.task_types,
                open_task_types = excluded.open_task_types, profiles = excluded.profiles,
-               until = MAX(until, excluded.until), reason = excluded.reason, recorded_at = excluded.recorded_at""",
+               until = MAX(until, excluded.until), reason = excluded.reason, recorded_at = excluded.recorded_at,
+               fleet_credential = COALESCE(excluded.fleet_credential, fleet_credential)""",
         (
             group.credential,
             json.dumps(sorted(group.adapters)),
@@ -40,22 +41,28 @@ def record_reset(tx: Tx, reset: ProviderReset, now: datetime) -> None:
             ts(reset.until),
             reset.reason[:2000],
             ts(now),
+            reset.fleet_credential,
         ),
     )
 
 
 def _reset(row: Any) -> ProviderReset:
-    credential, adapters, types, open_types, profiles, until, reason = row
+    credential, adapters, types, open_types, profiles, until, reason, fleet_credential = row
     group = CredentialGroup(credential, *(tuple(json.loads(v)) for v in (adapters, types, open_types, profiles)))
-    return ProviderReset(group, stored_ts(until), reason)
+    return ProviderReset(group, stored_ts(until), reason, fleet_credential)
 
 
 class ResetVerbs(StoreBase):
     def resting_credentials(self, now: datetime) -> list[ProviderReset]:
         """The credentials whose provider's reset is still ahead, the soonest first."""
         rows = self.tx.execute(
-            """SELECT credential, adapters, task_types, open_task_types, profiles, until, reason FROM provider_resets
-               WHERE until > ? ORDER BY until""",
+            """SELECT credential, adapters, task_types, open_task_types, profiles, until, reason, fleet_credential
+               FROM provider_resets WHERE until > ? ORDER BY until""",
             (ts(now),),
         ).fetchall()
         return [_reset(row) for row in rows]
+
+    def record_provider_reset(self, reset: ProviderReset, now: datetime) -> None:
+        """A reset another agent of the fleet heard for a credential this agent's adapters use (docs/fleet.md)."""
+        with self.transaction():
+            record_reset(self.tx, reset, now)
