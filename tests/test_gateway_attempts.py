@@ -123,6 +123,7 @@ def allowed() -> Iterator[Allowed]:
     server = Allowed()
     yield server
     server.server.shutdown()
+    server.server.server_close()
 
 
 PROBE = (
