@@ -111,3 +111,45 @@ def test_a_waiver_edited_into_something_else_leaves_status_answering(rig: Rig, r
     assert rig_cli(rig, "status", "--json").json()["boundary"]["waived"] is None
     verified = rig_cli(rig, "evidence", "verify")
     assert verified.code == 1 and "hash does not match" in verified.out + verified.err, verified
+
+
+@pytest.mark.parametrize(
+    ("run_as", "gateway", "own", "said"),
+    [
+        (None, {}, False, "share the host's network: no network of their own in the advisory mode"),
+        ("nobody", {}, True, "each attempt in a network of its own"),
+        ("nobody", {"network": False}, False, "share the host's network ([gateway] network = false)"),
+        (None, {"enabled": False}, False, "straight to the provider, the key in the attempt's environment"),
+    ],
+)
+def test_status_says_where_model_calls_go_and_whose_network_the_attempt_has(
+    rig_factory: Callable[..., Rig], rig_cli: Any, run_as: str | None, gateway: dict[str, Any], own: bool, said: str
+) -> None:
+    """docs/gateway.md: the gateway is on in the advisory mode too; the attempt's own network needs a run user,
+    and without one status says the attempt shares the host's (both of status's paths, the fast and the full)."""
+
+    def mutate(raw: dict[str, Any]) -> None:
+        with_adapter("claude-code")(raw)
+        if run_as:
+            raw["dispatch"]["run_as"] = run_as
+            raw["paths"]["run_dir"] = "runs"  # outside the state dir, as run_as needs
+        raw["gateway"] = gateway
+
+    rig = rig_factory(mutate)
+    for _ in range(2):  # the first builds the fast path's cached view; the second reads it
+        shown = rig_cli(rig, "status", "--json").json()["network"]
+        assert shown["routed"] == ["model"] and shown["own_network"] is own and said in shown["line"], shown
+        assert shown["gateway"] is ("enabled" not in gateway)
+        assert "network  adapter model: model calls" in rig_cli(rig, "status").out
+
+
+def test_a_network_of_its_own_without_the_gateway_is_refused_as_a_setting(rig_factory: Callable[..., Rig]) -> None:
+    from agentd.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="network = true needs enabled = true"):
+        rig_factory(lambda raw: raw.update(gateway={"enabled": False, "network": True}))
+
+
+def test_an_agent_with_no_harness_adapter_is_told_the_gateway_carries_nothing(rig: Rig, rig_cli: Any) -> None:
+    shown = rig_cli(rig, "status", "--json").json()["network"]
+    assert shown["routed"] == [] and "carries none" in shown["line"]

@@ -207,17 +207,19 @@ async def test_a_program_that_cannot_be_executed_fails_as_it_would_without_a_nam
 async def test_a_launcher_that_does_not_answer_in_time_fails_the_start_and_is_gone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No interpreter starts within a millisecond: the start fails saying so, and the launcher is killed and
-    reaped, its program never run."""
+    """A launcher slower than START_S (here it waits 5 s before it starts): the start fails saying so, and the
+    launcher is killed and reaped, its program never run."""
     can_make_one()
-    monkeypatch.setattr(netns, "START_S", 0.001)
+    started = netns.launcher_argv
+    monkeypatch.setattr(netns, "START_S", 0.2)
+    monkeypatch.setattr(netns, "launcher_argv", lambda *a: ["/bin/sh", "-c", 'sleep 5; exec "$0" "$@"', *started(*a)])
     marker = tmp_path / "ran"
     spec = ProcessSpec(
         ["touch", str(marker)], tmp_path, {"PATH": "/usr/bin:/bin"}, tmp_path / "o", tmp_path / "e", 30.0,
         netns=Netns((0,)),
     )  # fmt: skip
     result = await run_process(spec)
-    said = "its launcher did not start the program within 0.001s"
+    said = "its launcher did not start the program within 0.2s"
     assert result.start_error == f"cannot start 'touch': no network of its own could be made: {said}"
     assert not marker.exists()
 

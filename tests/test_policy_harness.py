@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from fakemodel import Reply, ToolCall
 from support import wait_until
-from test_adapter_contract import SHELL_TOOL, Harness, harness_factory, outcome_message  # noqa: F401
+from test_adapter_contract import SHELL_TOOL, Harness, harness_factory, outcome_message, without_gateway  # noqa: F401
 
 from agentd.cli import main
 
@@ -141,7 +141,8 @@ def test_a_running_attempt_past_its_budget_is_stopped_before_it_ends_by_itself(k
     ~$0.06 (codex reports it in its session file once that call has run), and the second call would sleep."""
     expensive = ToolCall(*_shell_args(kind, "echo first"), input_tokens=20_000, output_tokens=100)
     slow = ToolCall(*_shell_args(kind, "sleep 25; touch late_marker"))
-    harness = harness_factory(kind, [expensive, slow, Reply(outcome_message())], more=priced({"daily_usd": 0.01}))
+    more = without_gateway(priced({"daily_usd": 0.01}))  # the gateway holds the call itself: test_gateway_attempts
+    harness = harness_factory(kind, [expensive, slow, Reply(outcome_message())], more=more)
     started = time.monotonic()
     task, attempt = harness_run(harness)
     assert time.monotonic() - started < 25, "it ran to its own end"
@@ -184,7 +185,8 @@ def test_a_line_forged_into_claude_s_stdout_does_not_lower_the_running_figure(ha
     to zero through claude's stdout pipe; the meter keeps, per message id, the largest usage any line gave."""
     forge = ToolCall(*_shell_args("claude-code", FORGE_ZERO_USAGE), input_tokens=12_000)
     slow = ToolCall(*_shell_args("claude-code", "sleep 25; touch late_marker"), input_tokens=12_000)
-    harness = harness_factory("claude-code", [forge, slow, Reply(outcome_message())], more=priced({"daily_usd": 0.05}))
+    more = without_gateway(priced({"daily_usd": 0.05}))  # claude's stdout is the meter's only without the gateway
+    harness = harness_factory("claude-code", [forge, slow, Reply(outcome_message())], more=more)
     started = time.monotonic()
     _, attempt = harness_run(harness)
     assert time.monotonic() - started < 25, "it ran to its own end"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from fakemodel import Reply, ToolCall
-from test_adapter_contract import SHELL_TOOL, Harness, harness_factory, outcome_message  # noqa: F401
+from test_adapter_contract import SHELL_TOOL, Harness, harness_factory, outcome_message, without_gateway  # noqa: F401
 
 from agentd.cli import main
 from agentd.process import hook
@@ -163,7 +163,8 @@ def test_a_dispatcher_that_does_not_answer_means_deny(kind: str, harness_factory
     """The dispatcher is stopped (SIGSTOP) while the harness asks about a call the policy would allow: the hook hears
     nothing within its first-word wait and denies, the model is told why, and the call never runs."""
     turns = [shell(kind, "touch while_stopped"), Reply(outcome_message())]
-    harness = harness_factory(kind, turns, timeout_ms=90_000, more=governed(kind, {}))
+    # without the gateway: through it the model's answer would wait for the stopped dispatcher too, not the hook
+    harness = harness_factory(kind, turns, timeout_ms=90_000, more=without_gateway(governed(kind, {})))
     assert main(["--config", str(harness.config_path), "task", "add", "--type", "work", "--payload", "{}"]) == 0
     dispatcher = subprocess.Popen(
         [sys.executable, "-m", "agentd", "--config", str(harness.config_path), "dispatch", "--until-idle"],

@@ -11,9 +11,10 @@ import pytest
 from rig import Rig
 
 from agentd.adapters.base import AdapterRun
-from agentd.adapters.routes import attempt_environment, credential_group, through, upstream_of
+from agentd.adapters.routes import attempt_environment, credential_group, through
 from agentd.attempt.guards import provider_reset_of
 from agentd.clock import format_ts
+from agentd.config.gateway import upstream_of
 from agentd.records import ClaudeCodeAdapterConfig, CodexAdapterConfig, CredentialGroup
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from fakemodel import Hang, Reply, ToolCall
 from support import wait_until
-from test_adapter_contract import Harness, harness_factory, outcome_message  # noqa: F401
+from test_adapter_contract import Harness, harness_factory, outcome_message, without_gateway  # noqa: F401
 
 from agentd.adapters.base import RESUME_NOTE
 from agentd.attempt.session import archive_path, unsealed_dir
@@ -190,7 +190,7 @@ def test_a_rollout_the_attempt_planted_neither_changes_the_resumed_usage_nor_bli
         ToolCall("exec_command", {"cmd": "sleep 25; touch late_marker"}),
         Reply(outcome_message()),
     ]
-    harness = harness_factory("codex", turns, more=more)
+    harness = harness_factory("codex", turns, more=without_gateway(more))  # the session file is the meter's
     first = interrupted_mid_task(harness)
     kept = first.diagnostics["harness_session"]
     assert kept["kept"] is True and kept["spent_before"]["input_tokens"] == 11, kept  # the thread's, not the plant's

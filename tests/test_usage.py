@@ -175,6 +175,7 @@ async def test_a_claude_run_with_poisoned_usage_completes_with_its_usage_unknown
 
     def mutate(raw: dict[str, Any]) -> None:
         raw["budget"] = {"daily_usd": 5}
+        raw["gateway"] = {"enabled": False}  # the stream's usage is the attempt's only without the gateway
         raw["adapters"].append(
             {"adapter_id": "claude", "kind": "claude-code", "command": str(cli), "timeout_ms": 30_000}
         )

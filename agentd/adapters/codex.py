@@ -43,7 +43,7 @@ from agentd.adapters.harness import (
     trusted,
     usage_of,
 )
-from agentd.adapters.routes import OPENAI
+from agentd.config.gateway import OPENAI
 from agentd.process.files import read_reported
 from agentd.process.runner import ProcessResult
 from agentd.records import CodexAdapterConfig as CodexConfig

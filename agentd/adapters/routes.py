@@ -10,50 +10,12 @@ only the gateway's address, with the same path (only the origin changes: `https:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from agentd import frozen_value
 from agentd.config import Config
+from agentd.config.gateway import Upstream, upstream_of
 from agentd.hashing import sha256_hex
-from agentd.records import (
-    AdapterConfig,
-    ClaudeCodeAdapterConfig,
-    CodexAdapterConfig,
-    CredentialGroup,
-    HermesAgentAdapterConfig,
-)
-
-KeyStyle = Literal["x-api-key", "bearer"]
-ANTHROPIC = "https://api.anthropic.com"
-OPENAI = "https://api.openai.com/v1"
-
-
-@frozen_value
-class Upstream:
-    """An adapter's provider: its base URL and the variable of its env_file that holds the key."""
-
-    base_url: str
-    key_var: str | None  # None: the provider takes no key (a local model server)
-    key_style: KeyStyle
-    base_var: str | None = None  # the variable the harness reads the base URL from, if it reads one
-
-
-def upstream_of(adapter: AdapterConfig, secrets: Mapping[str, str]) -> Upstream | None:
-    """The provider `adapter`'s harness calls, with the key variable it uses (`secrets`: its env_file); None for
-    a kind whose calls do not leave through a harness of the attempt's (a script, agentd's own ollama client)."""
-    if isinstance(adapter, ClaudeCodeAdapterConfig):
-        base = (adapter.env or {}).get("ANTHROPIC_BASE_URL") or secrets.get("ANTHROPIC_BASE_URL") or ANTHROPIC
-        if "ANTHROPIC_API_KEY" not in secrets and "ANTHROPIC_AUTH_TOKEN" in secrets:
-            return Upstream(base, "ANTHROPIC_AUTH_TOKEN", "bearer", "ANTHROPIC_BASE_URL")
-        return Upstream(base, "ANTHROPIC_API_KEY", "x-api-key", "ANTHROPIC_BASE_URL")
-    if isinstance(adapter, CodexAdapterConfig):
-        provider = adapter.provider
-        base = provider.base_url if provider and provider.base_url else OPENAI
-        return Upstream(base, (provider.env_key if provider else None) or "OPENAI_API_KEY", "bearer")
-    if isinstance(adapter, HermesAgentAdapterConfig) and adapter.base_url:
-        return Upstream(adapter.base_url, adapter.api_key_env, "bearer")
-    return None
+from agentd.records import AdapterConfig, CredentialGroup
 
 
 def key_digest(base_url: str, key: str) -> str:

@@ -128,8 +128,8 @@ class ModelCalls:
         self.cut += record.cut
         await anyio.to_thread.run_sync(self._keep, record, usage)
         await self._event(record, usage)
-        if record.status == 429:
-            self._rate_limited(record)
+        if record.status == 429 and record.reset_at is not None and record.reset_at > self.clock.now():
+            self._rate_limited(record)  # a 429 that names no wait (`retry-after: 0`) is the harness's to retry
         elif record.cut and self.cap is not None and self._spent_usd() > self._cap_usd():
             self._stop("an answer streamed past the cap and was cut")
 
@@ -227,7 +227,7 @@ class ModelCalls:
             "reason": f"{record.status} from the provider ({record.call.api or 'a call'}, "
             f"{record.call.model or 'no model'})",
         }
-        self.timer.end(RATE_LIMITED, at_once=True)
+        self.timer.end(RATE_LIMITED)  # with its grace: the harness writes its session down; no call leaves meanwhile
 
     def _ending(self) -> str:
         if self.rate_limit is not None:

@@ -16,8 +16,9 @@ from dataclasses import field
 
 from agentd import frozen_value
 from agentd.adapters.base import GatewayAccess
-from agentd.adapters.routes import attempt_environment, origin_of, upstream_of
+from agentd.adapters.routes import attempt_environment, origin_of
 from agentd.config import Config
+from agentd.config.gateway import upstream_of
 from agentd.gateway.calls import Route
 from agentd.records import AdapterConfig, SubagentProfile
 from agentd.redaction import Redactor
@@ -49,9 +50,9 @@ def route_attempt(
     *,
     separated: bool,
 ) -> Routed | None:
-    """The attempt's route through the gateway, or None: the gateway is off ([gateway] enabled, which follows
-    [dispatch] run_as), or its adapter's calls do not leave through a harness of the attempt's."""
-    upstream = upstream_of(adapter, secrets_given) if config.gateway.gateway_on(separated) else None
+    """The attempt's route through the gateway, or None: the gateway is off ([gateway] enabled), or its adapter's
+    calls do not leave through a harness of the attempt's."""
+    upstream = upstream_of(adapter, secrets_given) if config.gateway.enabled else None
     if upstream is None:
         return None
     key = secrets_given.get(upstream.key_var, "") if upstream.key_var else ""

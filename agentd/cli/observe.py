@@ -205,6 +205,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"agent {shown['agent_id']}  database {shown['database']}  schema version {shown['schema_version']}")
     print(f"boundary {shown['boundary']['line']}")
     print(f"limits   {shown['limits']['line']}")
+    print(printable(f"network  {shown['network']['line']}"))
     for line in shown["governance"]:
         print(printable(f"policy   {line}"))
     print("tasks    " + "  ".join(f"{status} {n}" for status, n in shown["counts"].items()))

@@ -54,7 +54,8 @@ SECTIONS = {
     "telemetry": "Traces for an OpenTelemetry stack over OTLP/HTTP; off unless `otlp_endpoint` is set, and it needs "
     "the `otel` extra (docs/telemetry.md). A collector that is down never holds up dispatch.",
     "gateway": "The model gateway: attempts' model calls go through agentd, which holds the provider's key and reads "
-    "usage from its answers; each attempt in a network of its own (docs/gateway.md). On by default with run_as.",
+    "usage from its answers; each attempt in a network of its own (docs/gateway.md). On by default; the network "
+    "of its own with run_as.",
     "web": "`agentd web`: the HTTP API and operator console, its port, logins, the approval hand-off (docs/web.md).",
     "chaos": "Fault injection for agentd's own crash tests; leave it out.",
     "adapters": "How attempts run: a harness CLI (claude-code, codex, hermes-agent), an Ollama endpoint or a script.",

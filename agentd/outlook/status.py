@@ -16,6 +16,7 @@ from agentd import frozen_value
 from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.config.budget import BudgetHold, Spend, budget_hold, day_start, unpriced_lines
+from agentd.config.gateway import upstream_of
 from agentd.config.tool_policy import unenforced_lines
 from agentd.outlook.activity import attempt_activity
 from agentd.outlook.liveness import limits_report, service_health
@@ -211,6 +212,7 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
         "boundary": shown_boundary(boundary_of(config), store.boundary_waiver(), seen.services),
         "limits": limits_report(config.dispatch.max_pids, config.dispatch.max_memory_mb, services),
         "governance": governance(config),
+        "network": network_report(config),
         "dispatch_lock": {"pid": holder.pid, "host": holder.host, "heartbeat_at": format_ts(holder.heartbeat_at)}
         if holder
         else None,
@@ -257,6 +259,31 @@ def held_call_view(call: HeldCall, now: datetime) -> dict[str, Any]:
         "requested_at": format_ts(call.requested_at),
         "age_s": round((now - call.requested_at).total_seconds(), 1),
     }
+
+
+def network_report(config: Config) -> dict[str, Any]:
+    """Where the attempts' model calls go and what network they have, as status says it (docs/gateway.md): the
+    gateway (on unless `[gateway] enabled = false`), and a network of the attempt's own, or the host's and why."""
+    routed = sorted(i for i, adapter in config.adapters.items() if upstream_of(adapter, {}) is not None)
+    separated = config.dispatch.run_as is not None
+    own = bool(routed) and config.gateway.network_on(separated)
+    found: dict[str, Any] = {"gateway": config.gateway.enabled, "routed": routed, "own_network": own}
+    named = f"adapter{'s' if len(routed) > 1 else ''} {', '.join(routed)}"
+    if not routed:
+        return {**found, "line": "no adapter's model calls leave through a harness: the gateway carries none"}
+    if not config.gateway.enabled:
+        line = f"{named}: model calls straight to the provider, the key in the attempt's environment"
+        return {**found, "line": line + " ([gateway] enabled = false)"}
+    line = f"{named}: model calls through agentd's gateway (the attempt holds a token, never the key); "
+    if own:
+        line += (
+            "each attempt in a network of its own: the gateway and its profile's egress.allow hosts its only ways out"
+        )
+    elif not separated:
+        line += "attempts share the host's network: no network of their own in the advisory mode (no [dispatch] run_as)"
+    else:
+        line += "attempts share the host's network ([gateway] network = false)"
+    return {**found, "line": line}
 
 
 def governance(config: Config) -> list[str]:

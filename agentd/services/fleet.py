@@ -24,10 +24,11 @@ import anyio
 import anyio.to_thread
 from pydantic import ValidationError
 
-from agentd.adapters.routes import credential_group, key_digest, upstream_of
+from agentd.adapters.routes import credential_group, key_digest
 from agentd.clock import Clock
 from agentd.config import Config
 from agentd.config.environment import read_dsn_file, read_env_file
+from agentd.config.gateway import upstream_of
 from agentd.edge import UnusableFile
 from agentd.errors import InputError, SchemaMismatch, contained
 from agentd.gateway.resets import MAX_AHEAD

@@ -126,6 +126,7 @@ def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any
         ),
         "limits": limits_report(view["max_pids"], view["max_memory_mb"], services),
         "governance": view["governance"],
+        "network": view["network"],
         "dispatch_lock": {"pid": lock[0], "host": lock[1], "heartbeat_at": format_ts(lock[2])} if lock else None,
     }
 

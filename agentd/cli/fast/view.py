@@ -19,7 +19,7 @@ PATH_MAX = 4096
 def view_of(config: Config) -> dict[str, Any]:
     """What the hot commands read from the config, as plain JSON: names and paths for all of them, and
     for `task add` what its admission checks (agentd/work/intake.py `admit_task`)."""
-    from agentd.outlook.status import governance
+    from agentd.outlook.status import governance, network_report
 
     return {
         "config_path": str(config.path),
@@ -33,6 +33,7 @@ def view_of(config: Config) -> dict[str, Any]:
         "sensors_run_as": config.sensors.run_as,
         "budget_capped": config.budget.capped,
         "governance": governance(config),  # agentd/outlook/status.py: the full path's own lines
+        "network": network_report(config),  # likewise
         "intake": intake_view(config),
         "record_schemas": record_schemas(),
     }
