@@ -537,18 +537,8 @@ class Chaos:
             f'command = ["./feed.py"]\nenv_file = "secrets.env"\nenv = {{ FEED = "{self.feed}" }}\n'
         )
         hook_env = self._hook_env()
-        gateway_env = self.home / "gateway.env"
-        gateway_env.write_text(f"ANTHROPIC_API_KEY={GATEWAY_KEY}\n")
-        if self.agent:
-            self.agent.own(gateway_env)
-        else:
-            gateway_env.chmod(0o600)
-        adapter_env = self.home / "scripted.env"
-        adapter_env.write_text(f"API_KEY='{SECRET}'\n")
-        if self.agent:
-            self.agent.own(adapter_env)
-        else:
-            adapter_env.chmod(0o600)
+        gateway_env = self._secret_file("gateway.env", f"ANTHROPIC_API_KEY={GATEWAY_KEY}\n")
+        adapter_env = self._secret_file("scripted.env", f"API_KEY='{SECRET}'\n")
         side_log = str(self.workspace / "side-effects.log")
 
         def mutate(raw: dict[str, Any]) -> None:
@@ -790,6 +780,16 @@ class Chaos:
             self.poisoned["the run user at the console"] += self.console.flood(self.rng)
 
     # --- hostile webhook answers ---------------------------------------------------------------------
+
+    def _secret_file(self, name: str, text: str) -> Path:
+        """A file of keys only the services read: the agent's user's (as deployed) or 0600 (as root)."""
+        path = self.home / name
+        path.write_text(text)
+        if self.agent:
+            self.agent.own(path)
+        else:
+            path.chmod(0o600)
+        return path
 
     def _hook_env(self) -> Path:
         """The webhook's env_file: its token is a secret the receiver echoes back in its answers."""

@@ -83,14 +83,15 @@ def client(url: str, **headers: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=url, headers=headers, timeout=10.0, trust_env=False)
 
 
-class Tap:
-    """A TCP relay in front of an upstream that keeps, per connection, the bytes the upstream sent back."""
+class LoopbackServer:
+    """A server on the host's loopback at a port the kernel picks, each connection a task of `_serve`; leaving it
+    closes the server and ends the tasks (`cancel`: at once, else waiting up to 5 s for them to end)."""
 
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
-        self.answers: list[bytearray] = []
+    cancel = False
+
+    def __init__(self) -> None:
         self.server: asyncio.Server | None = None
-        self.relays: list[asyncio.Task[None]] = []
+        self.tasks: list[asyncio.Task[None]] = []
 
     async def __aenter__(self) -> str:
         self.server = await asyncio.start_server(self._connected, "127.0.0.1", 0)
@@ -99,13 +100,27 @@ class Tap:
     async def __aexit__(self, *exc: object) -> None:
         assert self.server is not None
         self.server.close()
+        for task in self.tasks if self.cancel else ():
+            task.cancel()
         async with asyncio.timeout(5):
-            await asyncio.gather(*self.relays, return_exceptions=True)
+            await asyncio.gather(*self.tasks, return_exceptions=True)
 
     def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.relays.append(asyncio.create_task(self._relay(reader, writer)))
+        self.tasks.append(asyncio.create_task(self._serve(reader, writer)))
 
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class Tap(LoopbackServer):
+    """A TCP relay in front of an upstream that keeps, per connection, the bytes the upstream sent back."""
+
+    def __init__(self, upstream_port: int) -> None:
+        super().__init__()
+        self.upstream_port = upstream_port
+        self.answers: list[bytearray] = []
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
         answer = bytearray()
         self.answers.append(answer)
@@ -146,30 +161,17 @@ class Tap:
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
-class RawUpstream:
+class RawUpstream(LoopbackServer):
     """An upstream on a real socket whose answer a test writes by hand (`answer`); `closed` is set when the
     gateway closes a connection to it."""
 
+    cancel = True
+
     def __init__(self, answer: Answer) -> None:
+        super().__init__()
         self.answer = answer
         self.closed = asyncio.Event()
         self.requests = 0
-        self.server: asyncio.Server | None = None
-        self.tasks: list[asyncio.Task[None]] = []
-
-    async def __aenter__(self) -> str:
-        self.server = await asyncio.start_server(self._connected, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.server is not None
-        self.server.close()
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-
-    def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.tasks.append(asyncio.create_task(self._serve(reader, writer)))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.requests += 1

@@ -10,6 +10,7 @@ import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakemodel import FakeModelServer, Reply
@@ -100,34 +101,30 @@ async def tls_upstream(certificate: tuple[Path, Path]) -> tuple[asyncio.Server, 
     return server, f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
 
 
-async def test_an_https_upstream_is_reached_over_tls_it_trusts(certificate: tuple[Path, Path]) -> None:
-    trusted = ssl.create_default_context(cafile=str(certificate[0]))
+async def call_over_tls(certificate: tuple[Path, Path], made: Gateway | None) -> tuple[Any, Any]:
+    """One call through `made` (or a gateway with the system's trust) to an upstream serving `certificate`."""
     server, origin = await tls_upstream(certificate)
     try:
-        async with serving(Gateway(SystemClock(), upstream=Upstream(tls=trusted))) as (gateway, url):
+        async with serving(made) as (gateway, url):
             hooks = Recorder()
             gateway.admit(TOKEN, Route(origin, "x-api-key", KEY), hooks)
             async with client(url, **{"x-api-key": TOKEN}) as harness:
                 answer = await harness.post("/v1/messages", json=WHOLE)
-            record = await hooks.record()
+            return answer, await hooks.record()
     finally:
         server.close()
+
+
+async def test_an_https_upstream_is_reached_over_tls_it_trusts(certificate: tuple[Path, Path]) -> None:
+    trusted = ssl.create_default_context(cafile=str(certificate[0]))
+    answer, record = await call_over_tls(certificate, Gateway(SystemClock(), upstream=Upstream(tls=trusted)))
     assert answer.status_code == 200 and record.metered.usage.input_tokens == 4
 
 
 async def test_an_https_upstream_whose_certificate_is_not_trusted_is_never_sent_the_call(
     certificate: tuple[Path, Path],
 ) -> None:
-    server, origin = await tls_upstream(certificate)
-    try:
-        async with serving() as (gateway, url):  # the system's trust: it never heard of this certificate
-            hooks = Recorder()
-            gateway.admit(TOKEN, Route(origin, "x-api-key", KEY), hooks)
-            async with client(url, **{"x-api-key": TOKEN}) as harness:
-                answer = await harness.post("/v1/messages", json=WHOLE)
-            record = await hooks.record()
-    finally:
-        server.close()
+    answer, record = await call_over_tls(certificate, None)  # the system's trust: it never heard of this certificate
     assert answer.status_code == 502 and record.error is not None
     assert "could not connect (SSLCertVerificationError" in record.error
 
