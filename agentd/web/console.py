@@ -19,11 +19,13 @@ from agentd.vocabulary import TASK_STATUSES
 from agentd.web import inputs
 from agentd.web.app import Forbidden, Unauthorized, Web, check_token, session_of, web_of
 from agentd.web.auth import COOKIE, Operator
+from agentd.web.task_page import page_context
 from agentd.web.timeline import timeline_svg
 from agentd.web.views import (
     ACTIVITY_TYPES,
     call_id_of,
     jsonable,
+    refuse_unless_applies,
     status_view,
     task_view,
     waiting_on_a_person,
@@ -138,6 +140,8 @@ async def task(request: Request) -> Response:
     timelines = {
         a["attempt_id"]: timeline_svg(f"timeline-{n}", a["timeline"]["steps"]) for n, a in enumerate(shown["attempts"])
     }
+    shown |= page_context(shown, web.clock.now())
+    shown["events"] = shown["events"][::-1]  # newest first, as the events page
     return page(request, "task.html", operator, csrf, timelines=timelines, **shown)
 
 
@@ -182,6 +186,7 @@ def act(verb: Callable[[Web, Store, int | None, dict[str, str], Operator], str])
 def do_approve(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
     """`agentd approve ID [--note]`."""
     assert task_id is not None
+    refuse_unless_applies(web.config, store, task_id, "approve")
     note = inputs.note(fields.get("note"), "body.note")
     now = web.clock.now()
     control.resolve_approval(web.config, store, task_id, approved=True, note=note, now=now, by=operator.name)
@@ -191,6 +196,7 @@ def do_approve(web: Web, store: Store, task_id: int | None, fields: dict[str, st
 def do_deny(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
     """`agentd deny ID --reason`: a reason is required."""
     assert task_id is not None
+    refuse_unless_applies(web.config, store, task_id, "deny")
     reason = inputs.note(fields.get("reason"), "body.reason", required=True)  # a reason is required to deny
     now = web.clock.now()
     control.resolve_approval(web.config, store, task_id, approved=False, note=reason, now=now, by=operator.name)
@@ -232,6 +238,7 @@ def do_resume(web: Web, store: Store, task_id: int | None, fields: dict[str, str
 def do_cancel(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
     """`agentd task cancel ID`."""
     assert task_id is not None
+    refuse_unless_applies(web.config, store, task_id, "cancel")
     control.cancel_task(web.config, store, task_id, web.clock.now(), by=operator.name)
     return f"/tasks/{task_id}"
 
@@ -239,6 +246,7 @@ def do_cancel(web: Web, store: Store, task_id: int | None, fields: dict[str, str
 def do_retry(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
     """`agentd task retry ID`."""
     assert task_id is not None
+    refuse_unless_applies(web.config, store, task_id, "retry")
     control.retry_task(web.config, store, task_id, None, web.clock.now(), by=operator.name)
     return f"/tasks/{task_id}"
 
