@@ -130,13 +130,15 @@ def pretty_text(text: str) -> str:
 
 
 CLI_TEXT = re.compile(r"`([^`\n]{1,200})`")
+STORED_TIME = re.compile(r"\b(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(?:\.\d+)?Z\b")
 
 
 def with_code(text: str | None) -> Markup:
-    """Text in which `a command` is written between backticks: escaped, each command as <code>."""
+    """A sentence written for the terminal, for a page: escaped, each `command` between backticks as
+    <code>, each stored time (agentd/clock.py format_ts) to the second."""
     if not text:
         return Markup("")
-    escaped = str(escape(text))
+    escaped = STORED_TIME.sub(r"\1 \2 UTC", str(escape(text)))
     return Markup(CLI_TEXT.sub(lambda m: f"<code>{m.group(1)}</code>", escaped))
 
 
