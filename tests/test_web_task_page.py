@@ -27,7 +27,7 @@ from agentd.web.task_page import STATE_WORDS, attempt_outcome, state_words, verb
 
 pytestmark = pytest.mark.timeout(60)
 BUTTON = re.compile(r'<button type="submit" name="([a-z]+)"')
-NAV = '<nav>'
+NAV = "<nav>"
 
 # Each state of the page, and the verbs (button names) its page offers: only those.
 VERBS_OF = {
@@ -89,7 +89,9 @@ def test_each_state_shows_its_words_once_and_only_its_verbs(web: WebRig) -> None
         page = browser.get(f"/tasks/{task_id}")
         assert page.status == 200, (state, page.text[:300])
         assert set(BUTTON.findall(steer_section(page.text))) == VERBS_OF[state], state
-        shown = re.findall(r'<span class="state [a-z_]+" data-state="([a-z_]+)" title="[a-z_]+">([^<]*)</span>', page.text)
+        shown = re.findall(
+            r'<span class="state [a-z_]+" data-state="([a-z_]+)" title="[a-z_]+">([^<]*)</span>', page.text
+        )
         assert [words for _, words in shown] == [WORDS_OF[state]], (state, shown)
         assert "`" not in page.text.split("<h2>Events</h2>")[0], f"{state}: CLI text in backticks on the page"
         assert not re.search(r"\d\d:\d\d:\d\d\.\d{6}", page.text.split("<h2>Events</h2>")[0]), state
@@ -185,7 +187,7 @@ def test_the_outputs_a_task_names_are_viewable_and_nothing_else(web: WebRig) -> 
     assert "/outputs?path=reports/result.json" in page.text
     shown = output(browser, task_id, "reports/result.json")
     assert shown.status == 200 and NAV in shown.text
-    assert '{\n  &#34;verdict&#34;: &#34;fine&#34;' in shown.text, "JSON pretty-printed"
+    assert "{\n  &#34;verdict&#34;: &#34;fine&#34;" in shown.text, "JSON pretty-printed"
     download = output(browser, task_id, "reports/result.json", download="1")
     assert download.status == 200 and download.body == b'{"verdict": "fine", "checked": [1, 2, 3]}'
     assert download.headers["content-disposition"] == 'attachment; filename="result.json"'
@@ -217,7 +219,8 @@ TASK_STATUSES = ("pending", "running", "retryable_failure", "completed", "perman
 def test_verbs_never_offer_what_the_store_refuses(
     status: str, paused: bool, approval: bool, workflow: bool, cancel_requested: bool
 ) -> None:
-    task = {"task_id": 1, "status": status, "awaiting_approval": approval, "workflow_ref": {"x": 1} if workflow else None,
+    task = {"task_id": 1, "status": status, "awaiting_approval": approval,
+            "workflow_ref": {"x": 1} if workflow else None,
             "cancel_requested_at": "2026-11-22T10:00:00Z" if cancel_requested else None}  # fmt: skip
     verbs = verbs_for(task, paused)
     assert ("retry" in verbs) == (status in ("permanent_failure", "blocked", "operator_canceled"))

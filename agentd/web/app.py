@@ -213,9 +213,7 @@ async def on_http(request: Request, exc: Exception) -> Response:
     return await console_error(request, exc.status_code, str(exc.detail))
 
 
-async def console_error(
-    request: Request, status: int, message: str, headers: dict[str, str] | None = None
-) -> Response:
+async def console_error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
     """The console's error page, with the status, and the navigation when the request has a live session
     (docs/web.md, "Errors": every page of a logged-in operator keeps the way on)."""
     web = web_of(request)
@@ -227,7 +225,13 @@ async def console_error(
             csrf = web.sessions.csrf(session)
         except (Unauthorized, InputError, UnreadableRow):
             operator = None  # no session to show: the page without the navigation
-    context = {"status": status, "message": message, "operator": operator, "csrf": csrf, "agent_id": web.config.agent.agent_id}
+    context = {
+        "status": status,
+        "message": message,
+        "operator": operator,
+        "csrf": csrf,
+        "agent_id": web.config.agent.agent_id,
+    }
     return web.templates.TemplateResponse(request, "error.html", context, status_code=status, headers=headers)
 
 

@@ -19,6 +19,7 @@ from agentd.vocabulary import TASK_STATUSES
 from agentd.web import inputs
 from agentd.web.app import Forbidden, Unauthorized, Web, check_token, session_of, web_of
 from agentd.web.auth import COOKIE, Operator
+from agentd.web.events_page import PAGE_MAX, event_query, page_of
 from agentd.web.task_page import page_context
 from agentd.web.timeline import timeline_svg
 from agentd.web.views import (
@@ -154,13 +155,28 @@ async def approvals(request: Request) -> Response:
 
 
 async def events(request: Request) -> Response:
-    """GET /events: the newest events, or those after a sequence."""
+    """GET /events: newest first, filtered by type, task and time, a page older or newer than a sequence
+    (agentd/web/events_page.py)."""
     operator, csrf = await viewer(request)
-    query = request.query_params
-    after = inputs.integer(query.get("after"), "query.after", low=0, high=INT64_MAX, default=0)
-    task_id = inputs.integer(query.get("task_id"), "query.task_id", low=1, high=INT64_MAX, default=0) or None
-    rows = await web_of(request).db.call(Store.event_rows, after=after, task_id=task_id, limit=200, last=after == 0)
-    return page(request, "events.html", operator, csrf, events=rows, task_id=task_id)
+    web = web_of(request)
+    query = event_query(request.query_params, request.query_params.getlist("type"), web.clock.now())
+
+    def read(store: Store) -> list[dict[str, Any]]:
+        if query.task_id is not None:
+            store.get_task_or_raise(query.task_id)  # a task that does not exist: a 404, not an empty page
+        found: list[dict[str, Any]] = store.event_page(
+            before=query.before,
+            after=query.after,
+            task_id=query.task_id,
+            types=query.types,
+            since=query.since,
+            until=query.until,
+            limit=query.limit + 1,
+        )
+        return found
+
+    shown = page_of(await web.db.call(read), query)
+    return page(request, "events.html", operator, csrf, query=query, task_id=query.task_id, page_max=PAGE_MAX, **shown)
 
 
 def task_id_of(request: Request) -> int:

@@ -31,7 +31,7 @@ async def output_page(request: Request) -> Response:
     data = await anyio.to_thread.run_sync(_read_output, web.config.paths.workspace, path)
     name = path.rsplit("/", 1)[-1]
     if request.query_params.get("download") == "1":
-        headers = {"content-disposition": f"attachment; filename=\"{_safe_name(name)}\""}
+        headers = {"content-disposition": f'attachment; filename="{_safe_name(name)}"'}
         return Response(data, media_type="application/octet-stream", headers=headers)
     text = pretty_text(data[:SHOWN_BYTES].decode("utf-8", "replace")) if looks_textual(data) else None
     context = {"task_id": task_id, "path": path, "size": len(data), "text": text, "cut": len(data) > SHOWN_BYTES}
