@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from urllib.parse import urlencode
 
 import pytest
@@ -169,4 +170,4 @@ def test_folding_keeps_every_other_row_and_counts_every_migration(kinds: list[st
         r["sequence"] for r in shown_rows if r["type"] != "migration_applied"
     ]
     assert sum(r.get("folded", 0) for r in folded) == kinds.count("migration_applied")
-    assert all(not (a.get("folded") and b.get("folded")) for a, b in zip(folded, folded[1:], strict=False))
+    assert all(not (a.get("folded") and b.get("folded")) for a, b in pairwise(folded))
