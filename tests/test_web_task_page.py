@@ -222,14 +222,14 @@ def test_verbs_never_offer_what_the_store_refuses(
     task = {"task_id": 1, "status": status, "awaiting_approval": approval,
             "workflow_ref": {"x": 1} if workflow else None,
             "cancel_requested_at": "2026-11-22T10:00:00Z" if cancel_requested else None}  # fmt: skip
-    verbs = verbs_for(task, paused)
+    verbs = verbs_for(task, paused, approval)
     assert ("retry" in verbs) == (status in ("permanent_failure", "blocked", "operator_canceled"))
     if status == "completed":
-        assert verbs == ()
+        assert verbs == (("approve", "deny") if approval else ()), "a side-effects approval waits on an ended task"
     assert not ({"pause", "resume"} <= set(verbs)), "one of pause and resume"
     if "complete" in verbs:
         assert status in ("pending", "retryable_failure") and not approval and not workflow
-    assert ("approve" in verbs) == ("deny" in verbs) == (approval and status in ("pending", "retryable_failure"))
+    assert ("approve" in verbs) == ("deny" in verbs) == approval
 
 
 @given(st.sampled_from(["ok", "error", "timeout"]), st.sampled_from(["none", "retryable", "permanent"]),
@@ -248,3 +248,32 @@ def test_with_code_escapes_all_and_codes_only_backticked_text(text: str) -> None
     shown = str(with_code(text))
     assert "<" not in shown.replace("<code>", "").replace("</code>", "")
     assert shown.count("<code>") == shown.count("</code>")
+
+
+def test_an_ended_task_whose_side_effects_wait_offers_approve_and_deny(web: WebRig) -> None:
+    """A side-effects approval (docs/operate.md, "Approvals") waits on a task that ended: approving it
+    from the task's page or the approvals page is not refused as a verb that does not apply."""
+    from agentd.store.approvals import request_approval
+
+    rig = web.rig
+    done = rig.add("scripted", payload={"outcome": ok()}).task_id
+    drain_here(rig)
+    with rig.store.transaction():
+        request_approval(rig.store.tx, done, "its follow-ups wait", rig.clock.now(), scope="side_effects")
+    browser, csrf = logged_in(web)
+    page = browser.get(f"/tasks/{done}").text
+    assert set(BUTTON.findall(steer_section(page))) == {"approve", "deny"}
+    assert "before its outcome&#39;s side effects apply" in page
+    assert browser.form(f"/approvals/{done}/approve", {"csrf": csrf}).status == 303
+    assert rig.store.pending_approvals() == []
+    assert set(BUTTON.findall(steer_section(browser.get(f"/tasks/{done}").text))) == set()
+
+
+def test_a_json_evidence_file_reads_indented(web: WebRig) -> None:
+    rig = web.rig
+    done = rig.add("scripted", payload={"outcome": ok()}).task_id
+    drain_here(rig)
+    attempt = rig.store.attempts_of(done)[0].attempt_id
+    browser, _ = logged_in(web)
+    shown = browser.get(f"/tasks/{done}/evidence/{attempt}/result.json").text
+    assert '<pre class="evidence-file">{\n  &#34;' in shown, "result.json pretty-printed, not one clipped line"

@@ -67,12 +67,14 @@ def state_words(state: str) -> str:
     return STATE_WORDS.get(state) or state.replace("_", " ").capitalize()
 
 
-def verbs_for(task: dict[str, Any], paused: bool) -> tuple[str, ...]:
-    """The verbs that apply to the task as it stands (its row as JSON, and whether it is paused): what the
-    store and agentd/control/steering.py would accept, so the page offers no button that can only fail."""
+def verbs_for(task: dict[str, Any], paused: bool, approval: bool) -> tuple[str, ...]:
+    """The verbs that apply to the task as it stands (its row as JSON, whether it is paused, whether an
+    approval of it is pending: before its claim, or, ended, before its outcome's side effects apply):
+    what the store and agentd/control/steering.py would accept, so the page offers no button that can
+    only fail."""
     status = task["status"]
     found: list[str] = []
-    if task.get("awaiting_approval") and status in WAITING:
+    if approval:
         found += ["approve", "deny"]
     if status in WAITING or status == "running":
         found.append("resume" if paused else "pause")
@@ -150,7 +152,7 @@ def page_context(shown: dict[str, Any], now: datetime) -> dict[str, Any]:
     waits = task["status"] in WAITING and parse_ts(task["available_at"]) > now
     return {
         "state_word": state_words(state),
-        "verbs": verbs_for(task, shown["pause"] is not None),
+        "verbs": verbs_for(task, shown["pause"] is not None, shown["approval_scope"] is not None),
         "payload_text": payload,
         "payload_rows": payload_rows(payload),
         "outcome_text": pretty(task["outcome"]) if task.get("outcome") else None,

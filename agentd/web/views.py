@@ -130,6 +130,7 @@ def steering_view(config: Config, store: Store, task: TaskRecord) -> dict[str, A
     links = store.links_of([task.task_id])
     return {
         "state": task_state(task, store.attempts_of(task.task_id), facts).as_json(),
+        "approval_scope": approval_scope(store, task.task_id),
         "pause": None
         if pause is None
         else {"since": format_ts(pause.paused_at), "by": pause.paused_by, "reason": pause.reason},
@@ -139,11 +140,17 @@ def steering_view(config: Config, store: Store, task: TaskRecord) -> dict[str, A
     }
 
 
+def approval_scope(store: Store, task_id: int) -> str | None:
+    """The scope of the task's pending approval (`claim`, `side_effects`), or None: none waits."""
+    return next((p.scope for p in store.pending_approvals() if p.task_id == task_id), None)
+
+
 def refuse_unless_applies(config: Config, store: Store, task_id: int, verb: str) -> None:
     """A console POST of a verb the task's page offers no button for (agentd/web/task_page.py `verbs_for`):
     a 409 saying why, on a page with the navigation, and nothing done."""
     task = store.get_task_or_raise(task_id)
-    if verb in verbs_for(jsonable(task), store.task_pause(task_id) is not None):
+    approval = approval_scope(store, task_id) is not None
+    if verb in verbs_for(jsonable(task), store.task_pause(task_id) is not None, approval):
         return
     state = steering_view(config, store, task)["state"]["status"]
     expected = "a verb the task's page offers a button for"
