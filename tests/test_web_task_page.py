@@ -264,7 +264,8 @@ def test_an_ended_task_whose_side_effects_wait_offers_approve_and_deny(web: WebR
     page = browser.get(f"/tasks/{done}").text
     assert set(BUTTON.findall(steer_section(page))) == {"approve", "deny"}
     assert "before its outcome&#39;s side effects apply" in page
-    assert browser.form(f"/approvals/{done}/approve", {"csrf": csrf}).status == 303
+    approved = browser.form(f"/approvals/{done}/approve", {"csrf": csrf, "back": "task"})
+    assert (approved.status, approved.headers["location"]) == (303, f"/tasks/{done}"), "back to the task's page"
     assert rig.store.pending_approvals() == []
     assert set(BUTTON.findall(steer_section(browser.get(f"/tasks/{done}").text))) == set()
 

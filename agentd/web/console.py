@@ -206,7 +206,7 @@ def do_approve(web: Web, store: Store, task_id: int | None, fields: dict[str, st
     note = inputs.note(fields.get("note"), "body.note")
     now = web.clock.now()
     control.resolve_approval(web.config, store, task_id, approved=True, note=note, now=now, by=operator.name)
-    return "/approvals"
+    return f"/tasks/{task_id}" if fields.get("back") == "task" else "/approvals"
 
 
 def do_deny(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
@@ -216,7 +216,7 @@ def do_deny(web: Web, store: Store, task_id: int | None, fields: dict[str, str],
     reason = inputs.note(fields.get("reason"), "body.reason", required=True)  # a reason is required to deny
     now = web.clock.now()
     control.resolve_approval(web.config, store, task_id, approved=False, note=reason, now=now, by=operator.name)
-    return "/approvals"
+    return f"/tasks/{task_id}" if fields.get("back") == "task" else "/approvals"
 
 
 def call_act(approved: bool) -> Callable[[Request], Any]:
