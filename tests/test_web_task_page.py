@@ -278,3 +278,13 @@ def test_a_json_evidence_file_reads_indented(web: WebRig) -> None:
     browser, _ = logged_in(web)
     shown = browser.get(f"/tasks/{done}/evidence/{attempt}/result.json").text
     assert '<pre class="evidence-file">{\n  &#34;' in shown, "result.json pretty-printed, not one clipped line"
+
+
+def test_the_confirmations_of_complete_and_fail_say_words(web: WebRig) -> None:
+    task_id = web.rig.add().task_id
+    browser, csrf = logged_in(web)
+    failing = browser.form(f"/tasks/{task_id}/fail", {"csrf": csrf, "reason": "withdrawn"})
+    assert steer_what(failing.text) == f"Task {task_id} will end failed, not to be retried: withdrawn"
+    assert "permanent_failure" not in failing.text
+    completing = browser.form(f"/tasks/{task_id}/complete", {"csrf": csrf, "reason": "done by hand"})
+    assert steer_what(completing.text) == f"Task {task_id} will end completed: done by hand"

@@ -119,9 +119,11 @@ VERBS: dict[str, Verb] = {
         _edit,
         lambda t, b: f"Task {t} changes: " + ", ".join(f"{k} {v}" for k, v in b.items() if v not in (None, "")) + ".",
     ),
-    "complete": Verb(("reason",), _closer("completed"), lambda t, b: f"Task {t} ends completed: {b.get('reason')}"),
+    "complete": Verb(("reason",), _closer("completed"), lambda t, b: f"Task {t} will end completed: {b.get('reason')}"),
     "fail": Verb(
-        ("reason",), _closer("permanent_failure"), lambda t, b: f"Task {t} ends permanent_failure: {b.get('reason')}"
+        ("reason",),
+        _closer("permanent_failure"),
+        lambda t, b: f"Task {t} will end failed, not to be retried: {b.get('reason')}",
     ),
     "link": Verb(
         ("after",), _linker(True), lambda t, b: f"Task {t} will run only after task {b.get('after')} completed."
