@@ -91,6 +91,8 @@ def test_filters_by_type_task_and_time_and_bounded_pages(web: WebRig) -> None:
     before_then = events(browser, until="30m", type="task_enqueued")
     assert len(rows(before_then)) == 1 and f'href="/tasks/{first}"' in before_then
     assert len(rows(events(browser, limit=2))) == 2
+    blank = events(browser, type="", task_id="", since="", until="", limit="50")  # the filter form, left empty
+    assert len(rows(blank)) == len(rows(events(browser)))
     for bad in ({"limit": PAGE_MAX + 1}, {"since": "yesterday"}, {"type": "Not A Type"}, {"before": 3, "after": 1},
                 {"since": "1h", "until": "2h"}, {"task_id": "x"}):  # fmt: skip
         answer = browser.get("/events?" + urlencode(bad))
