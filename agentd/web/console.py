@@ -19,11 +19,14 @@ from agentd.vocabulary import TASK_STATUSES
 from agentd.web import inputs
 from agentd.web.app import Forbidden, Unauthorized, Web, check_token, session_of, web_of
 from agentd.web.auth import COOKIE, Operator
+from agentd.web.events_page import PAGE_MAX, event_query, page_of
+from agentd.web.task_page import page_context
 from agentd.web.timeline import timeline_svg
 from agentd.web.views import (
     ACTIVITY_TYPES,
     call_id_of,
     jsonable,
+    refuse_unless_applies,
     status_view,
     task_view,
     waiting_on_a_person,
@@ -138,6 +141,8 @@ async def task(request: Request) -> Response:
     timelines = {
         a["attempt_id"]: timeline_svg(f"timeline-{n}", a["timeline"]["steps"]) for n, a in enumerate(shown["attempts"])
     }
+    shown |= page_context(shown, web.clock.now())
+    shown["events"] = shown["events"][::-1]  # newest first, as the events page
     return page(request, "task.html", operator, csrf, timelines=timelines, **shown)
 
 
@@ -150,13 +155,28 @@ async def approvals(request: Request) -> Response:
 
 
 async def events(request: Request) -> Response:
-    """GET /events: the newest events, or those after a sequence."""
+    """GET /events: newest first, filtered by type, task and time, a page older or newer than a sequence
+    (agentd/web/events_page.py)."""
     operator, csrf = await viewer(request)
-    query = request.query_params
-    after = inputs.integer(query.get("after"), "query.after", low=0, high=INT64_MAX, default=0)
-    task_id = inputs.integer(query.get("task_id"), "query.task_id", low=1, high=INT64_MAX, default=0) or None
-    rows = await web_of(request).db.call(Store.event_rows, after=after, task_id=task_id, limit=200, last=after == 0)
-    return page(request, "events.html", operator, csrf, events=rows, task_id=task_id)
+    web = web_of(request)
+    query = event_query(request.query_params, request.query_params.getlist("type"), web.clock.now())
+
+    def read(store: Store) -> list[dict[str, Any]]:
+        if query.task_id is not None:
+            store.get_task_or_raise(query.task_id)  # a task that does not exist: a 404, not an empty page
+        found: list[dict[str, Any]] = store.event_page(
+            before=query.before,
+            after=query.after,
+            task_id=query.task_id,
+            types=query.types,
+            since=query.since,
+            until=query.until,
+            limit=query.limit + 1,
+        )
+        return found
+
+    shown = page_of(await web.db.call(read), query)
+    return page(request, "events.html", operator, csrf, query=query, task_id=query.task_id, page_max=PAGE_MAX, **shown)
 
 
 def task_id_of(request: Request) -> int:
@@ -182,19 +202,21 @@ def act(verb: Callable[[Web, Store, int | None, dict[str, str], Operator], str])
 def do_approve(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
     """`agentd approve ID [--note]`."""
     assert task_id is not None
+    refuse_unless_applies(web.config, store, task_id, "approve")
     note = inputs.note(fields.get("note"), "body.note")
     now = web.clock.now()
     control.resolve_approval(web.config, store, task_id, approved=True, note=note, now=now, by=operator.name)
-    return "/approvals"
+    return f"/tasks/{task_id}" if fields.get("back") == "task" else "/approvals"
 
 
 def do_deny(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
     """`agentd deny ID --reason`: a reason is required."""
     assert task_id is not None
+    refuse_unless_applies(web.config, store, task_id, "deny")
     reason = inputs.note(fields.get("reason"), "body.reason", required=True)  # a reason is required to deny
     now = web.clock.now()
     control.resolve_approval(web.config, store, task_id, approved=False, note=reason, now=now, by=operator.name)
-    return "/approvals"
+    return f"/tasks/{task_id}" if fields.get("back") == "task" else "/approvals"
 
 
 def call_act(approved: bool) -> Callable[[Request], Any]:
@@ -232,6 +254,7 @@ def do_resume(web: Web, store: Store, task_id: int | None, fields: dict[str, str
 def do_cancel(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
     """`agentd task cancel ID`."""
     assert task_id is not None
+    refuse_unless_applies(web.config, store, task_id, "cancel")
     control.cancel_task(web.config, store, task_id, web.clock.now(), by=operator.name)
     return f"/tasks/{task_id}"
 
@@ -239,6 +262,7 @@ def do_cancel(web: Web, store: Store, task_id: int | None, fields: dict[str, str
 def do_retry(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
     """`agentd task retry ID`."""
     assert task_id is not None
+    refuse_unless_applies(web.config, store, task_id, "retry")
     control.retry_task(web.config, store, task_id, None, web.clock.now(), by=operator.name)
     return f"/tasks/{task_id}"
 
