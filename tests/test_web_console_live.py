@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterator
+from datetime import timedelta
 from urllib.parse import urlencode
 
 import anyio
@@ -21,6 +22,7 @@ from test_web_console import csrf_of, logged_in
 from test_web_live import append, running
 from webrig import Client, WebRig, serving
 
+from agentd.web.charts import charts_view
 from agentd.web.live import progress_fraction
 
 pytestmark = pytest.mark.timeout(60)
@@ -218,3 +220,37 @@ def test_a_selection_of_nothing_or_a_forged_form_does_nothing(web: WebRig) -> No
     assert bulk(browser, csrf, "explode", [task_id], confirm="yes")[0] == 422
     assert bulk(browser, "forged", "cancel", [task_id], confirm="yes")[0] == 403
     assert web.rig.store.get_task_or_raise(task_id).status == "pending"
+
+
+# --- the last hour by minute ----------------------------------------------------------------------------
+
+
+def test_the_last_hour_is_charted_by_minute_beside_the_hours(web: WebRig) -> None:
+    """A first hour is one point on the hourly charts; by the minute it is a shape (issue 52)."""
+    rig = web.rig
+    start = rig.clock.now()
+    rig.add("scripted", payload={"outcome": ok()})
+    rig.clock.advance(5 * 60)
+    anyio.run(rig.dispatcher().run_until_idle)  # completed at +5m
+    rig.add("scripted", payload={"outcome": {"status": "permanent_failure", "machine_status": "failed",
+                                              "operator_summary": "no"}})  # fmt: skip
+    rig.clock.advance(10 * 60)
+    anyio.run(rig.dispatcher().run_until_idle)  # failed at +15m
+    rig.clock.advance(20 * 60)
+    view = charts_view(rig.store, rig.clock.now())
+    minutes = view["outcomes_minutes"]
+    assert (len(minutes["labels"]), minutes["window"]) == (60, "60 minutes")
+    at = {label: (minutes["series"]["completed"][i], minutes["series"]["failed"][i]) for i, label in
+          enumerate(minutes["labels"])}  # fmt: skip
+    plus = lambda m: (start + timedelta(minutes=m)).strftime("%H:%M")  # noqa: E731
+    assert (at[plus(5)], at[plus(15)], sum(map(sum, at.values()))) == ((1, 0), (0, 1), 2)
+    queue = view["queue_minutes"]
+    waiting = dict(zip(queue["labels"], queue["waiting"], strict=True))
+    assert [waiting[plus(m)] for m in (1, 4, 5, 6, 14, 15, 16)] == [1, 1, 1, 1, 1, 0, 0]  # A, then B from +5
+    assert queue["labels"][-1] == "now" and len(queue["labels"]) == 60
+    assert view["outcomes"]["labels"] == charts_view(rig.store, rig.clock.now())["outcomes"]["labels"]
+    browser, _ = logged_in(web)
+    page = browser.get("/charts").text
+    assert 'id="queue-minutes"' in page and 'id="outcomes-minutes"' in page and 'id="outcomes"' in page
+    api = web.client().get("/api/charts").json()
+    assert api["outcomes_minutes"]["series"] == minutes["series"]
