@@ -136,6 +136,7 @@ def test_a_running_scripts_progress_bar_moves_on_its_task_page_and_the_overview(
 
     rig = web.rig
     task_id = rig.add("pages", subject="fetch the pages").task_id
+    held(rig, subject="publish the report")  # the picture: what waits beside what runs
     log_in(page, web)
     page.goto(f"/tasks/{task_id}")
     mark_window(page)
@@ -151,7 +152,8 @@ def test_a_running_scripts_progress_bar_moves_on_its_task_page_and_the_overview(
         page.goto("/")
         expect(page.locator("#running progress.bar")).to_have_attribute("value", "75.0")
         expect(page.locator("#running .percent")).to_have_text("75%")
-        screenshot(page, "console-progress")
+        expect(page.locator("#waiting-badge")).to_have_text("1")
+        screenshot(page, "console-overview")  # docs/web.md's and the README's: a healthy agent at work
         mark_window(page)
     finally:
         (tmp_path / "pages" / "go1").write_text("go")
