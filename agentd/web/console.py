@@ -162,8 +162,7 @@ async def tasks(request: Request) -> Response:
     found, last = await web_of(request).db.call(lambda store: tasks_read(store, statuses, task_type))
     listed = [jsonable(t) for t in found]
     context = {"tasks": listed, "status": status, "task_type": task_type, "statuses": TASK_STATUSES}
-    context |= {"last_sequence": last}
-    return page(request, "tasks.html", operator, csrf, retryable=RETRYABLE, **context)
+    return page(request, "tasks.html", operator, csrf, retryable=RETRYABLE, last_sequence=last, **context)
 
 
 def tasks_read(store: Store, statuses: tuple[str, ...], task_type: str | None) -> tuple[list[TaskRecord], int]:
