@@ -172,3 +172,25 @@ def dispatching(rig: Rig) -> threading.Thread:
     worker = threading.Thread(target=drain, daemon=True)
     worker.start()
     return worker
+
+
+def test_a_note_typed_and_a_box_ticked_survive_the_update_that_brings_a_new_row(page: Any, web: WebRig) -> None:
+    from playwright.sync_api import expect
+
+    rig = web.rig
+    first = held(rig, subject="deploy the docs")
+    log_in(page, web)
+    page.goto("/approvals")
+    note = page.locator(f"#approval-{first} input[name=note]")
+    note.fill("looks right")
+    page.locator("h1").click()  # the field left, its text not sent
+    second = held(rig, subject="publish the release")
+    expect(page.locator(f"#approval-{second}")).to_be_visible(timeout=LIVE_MS)
+    expect(note).to_have_value("looks right")
+    page.goto("/tasks")
+    box = page.locator(f"input[name=task][value='{first}']")
+    box.check()
+    third = rig.add(subject="a new one").task_id
+    expect(page.locator(f"#task-row-{third}")).to_be_visible(timeout=LIVE_MS)
+    expect(box).to_be_checked()
+    expect(page.locator(f"input[name=task][value='{second}']")).not_to_be_checked()

@@ -112,12 +112,10 @@
           again = true; // not under the operator's hands: read again once they leave the field
           return;
         }
-        const ticked = tickedBoxes(region);
+        const kept = keptInput(region);
         const adopted = document.importNode(fresh, true);
         region.replaceWith(adopted);
-        adopted.querySelectorAll("input[type=checkbox]").forEach(function (box) {
-          box.checked = ticked.has(box.name + "=" + box.value);
-        });
+        restoreInput(adopted, kept);
       });
       tick();
     });
@@ -149,24 +147,44 @@
 
   function inUse(region) {
     const active = document.activeElement;
-    if (active && region.contains(active) && /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName)) {
-      return true;
+    if (!active || !region.contains(active)) {
+      return false;
     }
-    return Array.from(region.querySelectorAll("input[type=text], input[type=number], textarea")).some(
-      function (field) {
-        return field.value !== field.defaultValue;
-      }
-    );
+    const typing = active.tagName === "INPUT" && !/^(checkbox|radio|submit|button|hidden)$/.test(active.type);
+    return typing || active.tagName === "TEXTAREA" || active.tagName === "SELECT";
   }
 
-  function tickedBoxes(region) {
-    const ticked = new Set();
-    region.querySelectorAll("input[type=checkbox]").forEach(function (box) {
-      if (box.checked) {
-        ticked.add(box.name + "=" + box.value);
+  // What the operator put in a region's fields (a ticked box, a note typed and not sent yet), by the form
+  // and the field, so the region read again keeps it.
+  function fieldKey(field) {
+    const form = field.form ? field.form.getAttribute("action") : "";
+    return form + " " + field.name + (field.type === "checkbox" ? "=" + field.value : "");
+  }
+
+  function keptInput(region) {
+    const kept = new Map();
+    region.querySelectorAll("input, textarea").forEach(function (field) {
+      if (field.type === "checkbox") {
+        kept.set(fieldKey(field), field.checked);
+      } else if (field.type !== "hidden" && field.value !== field.defaultValue) {
+        kept.set(fieldKey(field), field.value);
       }
     });
-    return ticked;
+    return kept;
+  }
+
+  function restoreInput(region, kept) {
+    region.querySelectorAll("input, textarea").forEach(function (field) {
+      const key = fieldKey(field);
+      if (!kept.has(key)) {
+        return;
+      }
+      if (field.type === "checkbox") {
+        field.checked = kept.get(key);
+      } else {
+        field.value = kept.get(key);
+      }
+    });
   }
 
   // --- one clock -----------------------------------------------------------------------------------
