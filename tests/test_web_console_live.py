@@ -254,3 +254,13 @@ def test_the_last_hour_is_charted_by_minute_beside_the_hours(web: WebRig) -> Non
     assert 'id="queue-minutes"' in page and 'id="outcomes-minutes"' in page and 'id="outcomes"' in page
     api = web.client().get("/api/charts").json()
     assert api["outcomes_minutes"]["series"] == minutes["series"]
+
+
+def test_a_steering_act_says_what_it_did_on_the_task_page(web: WebRig) -> None:
+    task_id = web.rig.add(subject="steer me").task_id
+    browser, csrf = logged_in(web)
+    acted = browser.form(f"/tasks/{task_id}/pause", {"csrf": csrf, "reason": "after lunch", "confirm": "yes"})
+    assert (acted.status, acted.headers["location"]) == (303, f"/tasks/{task_id}")
+    shown = html.unescape(browser.get(f"/tasks/{task_id}").text)
+    assert f"Done. Task {task_id} will not be claimed until resumed." in shown
+    assert 'id="live-attempt" data-live-src="/tasks/' in shown, "the task page has its live part"
