@@ -6,6 +6,7 @@ without a reload. "Without a reload" is checked by a mark left on the page's win
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -194,3 +195,36 @@ def test_a_note_typed_and_a_box_ticked_survive_the_update_that_brings_a_new_row(
     expect(page.locator(f"#task-row-{third}")).to_be_visible(timeout=LIVE_MS)
     expect(box).to_be_checked()
     expect(page.locator(f"input[name=task][value='{second}']")).not_to_be_checked()
+
+
+def test_times_tick_from_the_pages_clock(page: Any, web: WebRig) -> None:
+    """The server's clock is a test's fake one, frozen: "just now" on the page becomes "Ns ago" by the
+    page's own ticking from it, as agentd/web/shown.py would say it."""
+    from playwright.sync_api import expect
+
+    web.rig.add(subject="tick")
+    log_in(page, web)
+    page.goto("/tasks")
+    updated = page.locator("table.tasks tbody tr td:nth-child(7) time")
+    expect(updated).to_have_text("just now")
+    expect(updated).to_have_text(re.compile(r"^[1-9]s ago$"), timeout=5_000)
+
+
+def test_a_new_task_from_the_form_and_a_refused_one_that_keeps_it(page: Any, web: WebRig) -> None:
+    from playwright.sync_api import expect
+
+    log_in(page, web)
+    page.get_by_role("link", name="New task…").click()
+    page.select_option("select[name=task_type]", "scripted")
+    page.fill("input[name=subject]", "summarise the inbox")
+    page.fill("textarea[name=payload]", '{\n  "outcome": {"status": "completed"}\n}')
+    screenshot(page, "console-new-task")
+    page.fill("textarea[name=payload]", '{"outcome": ')
+    page.get_by_role("button", name="Add the task").click()
+    expect(page.get_by_role("alert")).to_contain_text("body.payload: not JSON")
+    expect(page.locator("input[name=subject]")).to_have_value("summarise the inbox")
+    expect(page.locator("header nav")).to_be_visible()
+    page.fill("textarea[name=payload]", '{"outcome": {"status": "completed"}}')
+    page.get_by_role("button", name="Add the task").click()
+    expect(page.locator("p.flash")).to_contain_text("Added task 1 (scripted).")
+    assert web.rig.store.get_task_or_raise(1).subject == "summarise the inbox"
