@@ -159,6 +159,7 @@ def test_a_running_scripts_progress_bar_moves_on_its_task_page_and_the_overview(
     finally:
         (tmp_path / "pages" / "go1").write_text("go")
         worker.join(60)
+    assert not worker.is_alive(), "the dispatcher did not go idle within 60 s"
     expect(page.locator("#running")).to_contain_text("Nothing is running.")
     assert not_reloaded(page)
     assert rig.store.get_task_or_raise(task_id).status == "completed"

@@ -264,3 +264,10 @@ def test_a_steering_act_says_what_it_did_on_the_task_page(web: WebRig) -> None:
     shown = html.unescape(browser.get(f"/tasks/{task_id}").text)
     assert f"Done. Task {task_id} will not be claimed until resumed." in shown
     assert 'id="live-attempt" data-live-src="/tasks/' in shown, "the task page has its live part"
+
+
+def test_a_payload_with_a_key_twice_is_refused_as_task_add_refuses_it(web: WebRig) -> None:
+    browser, csrf = logged_in(web)
+    fields = {"csrf": csrf, "task_type": "scripted", "subject": "", "priority": "", "payload": '{"a": 1, "a": 2}'}
+    answer = browser.form("/tasks/new", fields)
+    assert answer.status == 422 and "body.payload: the key &#39;a&#39; is written twice" in answer.text

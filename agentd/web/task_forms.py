@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from agentd import control
+from agentd import control, edge
 from agentd.config import Config
 from agentd.edge import INT64_MAX
 from agentd.errors import InputError
@@ -23,7 +23,7 @@ from agentd.web.app import web_of
 from agentd.web.auth import Operator
 from agentd.web.console import back, page, posted, posted_pairs, viewer
 from agentd.web.inputs import BadInput, from_input_error
-from agentd.web.steering import _payload
+from agentd.web.steering import MAX_PAYLOAD_CHARS
 
 FORM_FIELDS = ("task_type", "subject", "priority", "payload")
 BULK_MAX = 200  # tasks one selection may act on: the list shows at most 200
@@ -68,12 +68,26 @@ async def add_task(request: Request) -> Response:
 
 def submission(form: dict[str, str]) -> dict[str, Any]:
     """The form's fields as `POST /api/tasks` takes them: the payload a JSON object, the priority a number."""
-    body: dict[str, Any] = {"task_type": form["task_type"], "payload": _payload(form["payload"] or "{}")}
+    body: dict[str, Any] = {"task_type": form["task_type"], "payload": payload_of(form["payload"] or "{}")}
     if form["subject"].strip():
         body["subject"] = form["subject"].strip()
     if form["priority"].strip():
         body["priority"] = inputs.integer(form["priority"].strip(), "body.priority", low=1, high=10)
     return body
+
+
+def payload_of(text: str) -> dict[str, Any]:
+    """The payload field as a JSON object, parsed by the rules `agentd task add --payload` uses
+    (agentd/edge.py `loads`: strict, no duplicate keys, bounded depth)."""
+    if len(text) > MAX_PAYLOAD_CHARS:
+        raise BadInput(422, f"{len(text):,} characters", "body.payload", f"at most {MAX_PAYLOAD_CHARS:,}")
+    try:
+        value = edge.loads(text, "body.payload")
+    except edge.Refused as exc:
+        raise BadInput(422, str(exc).removeprefix("body.payload: "), "body.payload", "a JSON object") from None
+    if not isinstance(value, dict):
+        raise BadInput(422, f"found {type(value).__name__}", "body.payload", "a JSON object")
+    return value
 
 
 async def bulk(request: Request) -> Response:
