@@ -6,8 +6,10 @@
   "use strict";
   const body = document.body;
   const SETTLE_MS = 150; // events that come together are one read of the page
+  const GAP_MS = 1000; // and a page is read at most once a second, however busy the stream
   let offsetMs = clockOffset(body.dataset.now);
   let timer = null;
+  let lastRead = 0;
   let reading = false;
   let again = false;
   let tasksSeen = new Set(); // the tasks whose events came since the last read (for the fragments)
@@ -46,7 +48,7 @@
 
   function schedule() {
     if (timer === null) {
-      timer = setTimeout(read, SETTLE_MS);
+      timer = setTimeout(read, Math.max(SETTLE_MS, lastRead + GAP_MS - Date.now()));
     }
   }
 
@@ -58,6 +60,7 @@
     }
     reading = true;
     again = false;
+    lastRead = Date.now();
     const tasks = tasksSeen;
     tasksSeen = new Set();
     const work = [fetchState()];
