@@ -170,7 +170,7 @@ def console_endpoint(name: str) -> Callable[[Request], Any]:
                 request, "confirm_steer.html", operator, csrf, title=f"{name.capitalize()} task {task_id}", **context
             )
         await web.db.call(lambda store: verb.act(web, store, task_id, given, operator.name))
-        return back(f"/tasks/{task_id}")
+        return back(f"/tasks/{task_id}", "Done. " + verb.says(task_id, given))
 
     return endpoint
 
