@@ -186,4 +186,3 @@ def _waiting(task: TaskLike, facts: StateFacts) -> TaskState:
             f"{reset.reason}",
         )
     return TaskState(NATIVE[task.status], None)
-

@@ -465,7 +465,8 @@ class ResetWait:
 
 def pauses_of(tx: Any, task_ids: list[int]) -> dict[int, TaskPause]:
     """Each paused task of these → its pause (store/steering.py `pauses_of` too)."""
-    rows = tx.rows_in("SELECT task_id, paused_at, paused_by, reason FROM task_pauses WHERE task_id IN ({marks})", task_ids)
+    sql = "SELECT task_id, paused_at, paused_by, reason FROM task_pauses WHERE task_id IN ({marks})"
+    rows = tx.rows_in(sql, task_ids)
     return {r[0]: TaskPause(r[0], stored_ts(r[1]), r[2], r[3]) for r in rows}
 
 

@@ -23,9 +23,9 @@ from agentd.web.timeline import timeline_svg
 from agentd.web.views import (
     ACTIVITY_TYPES,
     call_id_of,
-    jsonable,
     status_view,
     task_view,
+    tasks_view,
     waiting_on_a_person,
 )
 
@@ -113,8 +113,9 @@ async def overview(request: Request) -> Response:
     """GET /: the queue, dispatch, services, budget, and the running attempts with their activity."""
     operator, csrf = await viewer(request)
     web = web_of(request)
-    status = await web.db.call(lambda store: status_view(web.config, store, web.clock.now()))
-    return page(request, "overview.html", operator, csrf, status=status, activity_types=ACTIVITY_TYPES)
+    now = web.clock.now()  # one clock for the page: its data and every "ago" it says (issue 52)
+    status = await web.db.call(lambda store: status_view(web.config, store, now))
+    return page(request, "overview.html", operator, csrf, status=status, activity_types=ACTIVITY_TYPES, now=now)
 
 
 async def tasks(request: Request) -> Response:
@@ -124,9 +125,11 @@ async def tasks(request: Request) -> Response:
     status = query.get("status") or None
     statuses = (inputs.choice(status, "query.status", TASK_STATUSES),) if status else ()
     task_type = inputs.optional_text(query.get("type"), "query.type", max_chars=128)
-    found = await web_of(request).db.call(Store.tasks_matching, statuses=statuses, task_type=task_type, limit=200)
-    listed = [jsonable(t) for t in found]
-    context = {"tasks": listed, "status": status, "task_type": task_type, "statuses": TASK_STATUSES}
+    web, now = web_of(request), web_of(request).clock.now()
+    listed = await web.db.call(
+        lambda store: tasks_view(web.config, store, now, statuses=statuses, task_type=task_type, limit=200)
+    )
+    context = {"tasks": listed, "status": status, "task_type": task_type, "statuses": TASK_STATUSES, "now": now}
     return page(request, "tasks.html", operator, csrf, retryable=RETRYABLE, **context)
 
 
@@ -134,11 +137,12 @@ async def task(request: Request) -> Response:
     """GET /tasks/ID: the task, its attempts with evidence links, its events."""
     operator, csrf = await viewer(request)
     web, task_id = web_of(request), task_id_of(request)
-    shown = await web.db.call(lambda store: task_view(web.config, store, task_id))
+    now = web.clock.now()
+    shown = await web.db.call(lambda store: task_view(web.config, store, task_id, now))
     timelines = {
         a["attempt_id"]: timeline_svg(f"timeline-{n}", a["timeline"]["steps"]) for n, a in enumerate(shown["attempts"])
     }
-    return page(request, "task.html", operator, csrf, timelines=timelines, **shown)
+    return page(request, "task.html", operator, csrf, timelines=timelines, now=now, **shown)
 
 
 async def approvals(request: Request) -> Response:
