@@ -318,13 +318,16 @@ def _print_shown(shown: dict[str, Any]) -> None:
 
 
 def _print_steering(shown: dict[str, Any]) -> None:
-    """The state, where it says more than the status, and the task's links and follow-ups: rows only the
-    full path prints (agentd/cli/fast/tasks.py hands such a task over)."""
-    state = shown["state"]
-    said = state.get("reason") and not shown["task"].awaiting_approval  # its `approval` row says that
+    """The state, where it says more than the status (both paths: agentd/outlook/states.py), and the task's links
+    and follow-ups (the full path's: agentd/cli/fast/tasks.py hands such a task over)."""
+    from agentd.outlook.states import NATIVE
+
+    state, task = shown["state"], shown["task"]
+    said = state["reason"] and not task.awaiting_approval  # its `approval` row says why
+    plain = state["status"] == NATIVE.get(task.status)  # the header's status says it already
     print_fields(
         [
-            ("state", f"{state['status']}: {state['reason']}" if said else None),
+            ("state", f"{state['status']}: {state['reason']}" if said else None if plain else state["status"]),
             ("after", ", ".join(f"task {x['task_id']} ({x['status']})" for x in shown.get("after", [])) or None),
             ("before", ", ".join(f"task {t}" for t in shown.get("before", [])) or None),
             ("follow-ups", ", ".join(f"task {t}" for t in shown.get("follow_ups", [])) or None),
