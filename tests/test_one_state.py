@@ -27,7 +27,7 @@ from agentd.cli.fast.cache import cache_file
 from agentd.clock import age, parse_ts, relative
 from agentd.outlook.states import NATIVE, STREAMING_S, StateFacts, task_state
 from agentd.records import CredentialGroup, ProviderReset, TaskOutcome
-from agentd.store.plain import CallWait
+from agentd.store.facts import CallWait
 from agentd.store.resets import record_reset
 from agentd.work.intake import admit_task
 

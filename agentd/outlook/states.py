@@ -14,7 +14,7 @@ from agentd import frozen_value
 from agentd.clock import format_ts, relative
 from agentd.outlook.liveness import lost_reason, service_health
 from agentd.process import procs
-from agentd.store.plain import (
+from agentd.store.facts import (
     CallWait,
     ResetWait,
     TaskLink,

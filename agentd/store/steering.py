@@ -12,7 +12,7 @@ from agentd.clock import format_ts, stored_ts
 from agentd.errors import InputError
 from agentd.records import TaskOutcome, TaskRecord
 from agentd.store.base import StoreBase, Tx, dumps, ts
-from agentd.store.plain import TaskLink, TaskPause, activity_times, links_of, pauses_of
+from agentd.store.facts import TaskLink, TaskPause, activity_times, links_of, pauses_of
 from agentd.store.tasks import read_task_or_raise
 
 WAITING = ("pending", "retryable_failure")
