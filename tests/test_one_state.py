@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import given
@@ -82,7 +82,7 @@ def _reset(rig: Rig) -> int:
     return task.task_id
 
 
-def _closed(status: str) -> Callable[[Rig], int]:
+def _closed(status: Literal["completed", "permanent_failure"]) -> Callable[[Rig], int]:
     def close(rig: Rig) -> int:
         task = rig.add()
         outcome = TaskOutcome.failure("declared", status) if status != "completed" else _done()
@@ -130,7 +130,7 @@ def shown_state(text: str) -> str:
     """The state `agentd task show` says: its `state` row, else the status its header names."""
     found = re.search(r"^state +([a-z_]+)", text, re.MULTILINE)
     if found:
-        return found[1]
+        return str(found[1])
     return NATIVE[text.split()[2]]
 
 
@@ -148,7 +148,7 @@ def cli_states(rig: Rig, rig_cli: Any, task_id: int) -> dict[str, str]:
 
 
 def console_row(page: str, task_id: int) -> str:
-    rows = re.findall(r"<tr[^>]*>.*?</tr>", page, re.DOTALL)
+    rows: list[str] = re.findall(r"<tr[^>]*>.*?</tr>", page, re.DOTALL)
     [row] = [r for r in rows if f'href="/tasks/{task_id}"' in r]
     return row
 
