@@ -263,3 +263,13 @@ def test_relative_and_since_say_the_same_seconds_as_age(seconds: float) -> None:
     else:
         assert words == (f"{age(seconds)} ago" if seconds > 0 else f"in {age(-seconds)}")
     assert since(moment, NOW) == age(seconds)
+
+
+@given(count=st.integers(0, 10**7), noun=st.sampled_from(["attempt", "profile", "task type", "tool call"]))
+def test_a_count_says_its_noun_in_the_right_number(count: int, noun: str) -> None:
+    """Issue 52, finding 9: never `1 attempts` or `1 profiles`."""
+    from agentd.vocabulary import counted
+
+    words = counted(count, noun)
+    assert words == (f"1 {noun}" if count == 1 else f"{count:,} {noun}s")
+    assert counted(count, "entry", "entries").endswith("entry" if count == 1 else "entries")

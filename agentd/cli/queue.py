@@ -24,7 +24,7 @@ from agentd.cli.observe import detail
 from agentd.clock import SystemClock, age, ago, format_ts
 from agentd.edge import TAIL_BYTES, printable, tail_lines
 from agentd.errors import InputError
-from agentd.vocabulary import TASK_STATUSES
+from agentd.vocabulary import TASK_STATUSES, counted
 
 if TYPE_CHECKING:
     from agentd.records import TaskIntent, TaskRecord
@@ -309,7 +309,7 @@ def _print_shown(shown: dict[str, Any]) -> None:
     if denials:  # tool calls a harness's permission policy refused; each is a policy_denied event below
         tools = sorted({str(p["tool"]) for p in denials if "tool" in p})
         total = sum(p["dropped"] if isinstance(p.get("dropped"), int) else 1 for p in denials)
-        print("\n" + printable(f"denials: {total} tool call(s) refused by the harness ({', '.join(tools)})"))
+        print("\n" + printable(f"denials: {counted(total, 'tool call')} refused by the harness ({', '.join(tools)})"))
     print(f"\nevents ({len(events)}; `agentd events --task {task.task_id} --json` has every field)")
     print_table(
         ["SEQ", "TIME", "TYPE", "DETAIL"],
@@ -376,7 +376,7 @@ def cmd_task_retry(args: argparse.Namespace) -> int:
 
     def said(task: TaskRecord) -> None:
         more = task.max_attempts - task.attempt_count + task.free_attempt_count
-        print(f"task {task.task_id} re-queued with {more} more attempts (history kept)")
+        print(f"task {task.task_id} re-queued with {counted(more, 'more attempt', 'more attempts')} (history kept)")
 
     return store_command(
         args,
