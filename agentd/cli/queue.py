@@ -168,7 +168,7 @@ def cmd_task_list(args: argparse.Namespace) -> int:
         lambda config, store: _listed(config, store, tuple(args.status), args.limit),
         _print_tasks,
         readonly=True,
-        as_json=lambda listed: [{**task.model_dump(mode="json"), "state": state.as_json()} for task, state in listed],
+        as_json=lambda listed: [task for task, _ in listed],  # the records, as `agentd schema export` describes them
     )
 
 
