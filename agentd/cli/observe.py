@@ -231,7 +231,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             "`agentd outbox list --state failed` shows them, `agentd outbox retry ID` sends one again"
         )
     _print_waiting_on_a_person(shown, now)
-    _print_violations(shown)
+    _print_violations(shown, now)
     if shown["paused"]:
         paused = shown["paused"]
         why = f": {paused['reason']}" if paused["reason"] else ""
@@ -249,13 +249,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_violations(shown: dict[str, Any]) -> None:
+def _print_violations(shown: dict[str, Any], now: datetime) -> None:
     """The attempts of the last day ended because a tool call ran without the policy's decision (docs/policy.md)."""
     for violated in shown.get("policy_violations", []):
         print(
             printable(
                 f"VIOLATION task {violated['task_id']}: attempt {violated['attempt_id']} was ended "
-                f"{age(violated['age_s'])} ago, a tool call ran without the policy's decision: {violated['error']} "
+                f"{relative(parse_ts(violated['ended_at']), now)}, a tool call ran without the policy's decision: "
+                f"{violated['error']} "
                 f"(`agentd task show {violated['task_id']}`; docs/policy.md)"
             )
         )

@@ -148,9 +148,9 @@ async def task(request: Request) -> Response:
 async def approvals(request: Request) -> Response:
     """GET /approvals: approve (a note optional) or deny (a reason required)."""
     operator, csrf = await viewer(request)
-    db = web_of(request).db
-    waiting, calls = await db.call(waiting_on_a_person, web_of(request).clock.now())
-    return page(request, "approvals.html", operator, csrf, approvals=waiting, calls=calls)
+    db, now = web_of(request).db, web_of(request).clock.now()  # one clock for the page (issue 52)
+    waiting, calls = await db.call(waiting_on_a_person, now)
+    return page(request, "approvals.html", operator, csrf, approvals=waiting, calls=calls, now=now)
 
 
 async def events(request: Request) -> Response:
