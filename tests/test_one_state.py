@@ -207,6 +207,26 @@ def test_a_held_call_makes_the_session_wait_for_a_person(web: WebRig, rig_cli: A
     assert [ref.split("/")[0] for ref in session["approvalRefs"]] == ["approval:call"]
 
 
+def test_one_reset_reads_the_same_time_in_every_line_of_status_and_task_show(web: WebRig, rig_cli: Any) -> None:
+    """Finding 7: `in 1h56m` beside `in 1h57m` for one reset. 7019.96 s ahead: said from the exact time and the
+    view's one now it is 1h56m everywhere, never 1h57m from seconds rounded to 7020.0 first."""
+    rig = web.rig
+    task_id = rig.add("scripted", requested_adapter_id="scripted").task_id
+    now = rig.clock.now()
+    until = now + timedelta(seconds=7019.96)
+    with rig.store.transaction():
+        record_reset(rig.store.tx, ProviderReset(CredentialGroup("c", ("scripted",)), until, "429"), now)
+    status = rig_cli(rig, "status").out
+    shown = rig_cli(rig, "task", "show", str(task_id)).out
+    [reset_line] = [line for line in status.splitlines() if line.startswith("RESET")]
+    assert "(in 1h56m)" in reset_line, reset_line
+    assert re.search(r"^state +waiting_resource: waiting for the provider's reset at .* \(in 1h56m\)", shown, re.M), (
+        shown
+    )
+    api = web.client().get(f"/api/tasks/{task_id}").json()["state"]["reason"]
+    assert "(in 1h56m)" in api, api
+
+
 # --- the rule itself, over plain values ---------------------------------------------------------------
 
 
