@@ -147,7 +147,7 @@ def _running(task: TaskLike, attempt: AttemptLike | None, facts: StateFacts) -> 
 
 def _call_words(call: CallWait, now: datetime) -> str:
     return (
-        f"waiting for a person to decide tool call {call.call_id} ({call.tool}: {call.summary}), asked "
+        f"waiting for a person to decide tool call {call.call_id} ({call.summary}), asked "
         f"{relative(call.requested_at, now)} (`agentd approve --call {call.call_id}` or `agentd deny --call "
         f"{call.call_id} --reason R`)"
     )
