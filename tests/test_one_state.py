@@ -227,6 +227,20 @@ def test_one_reset_reads_the_same_time_in_every_line_of_status_and_task_show(web
     assert "(in 1h56m)" in api, api
 
 
+@pytest.mark.process
+def test_the_fast_list_says_lost_and_paused_without_loading_pydantic(rig: Rig) -> None:
+    """`agentd task list` in a fresh interpreter, the view cached: the state without a record loaded."""
+    from test_fast_cli import probe
+
+    lost, paused = _lost(rig), _paused(rig)
+    assert probe(rig.config.path, "init")["code"] == 0  # the view, in the probe's environment
+    listed = probe(rig.config.path, "task", "list")
+    assert (listed["code"], listed["pydantic"]) == (0, False), listed
+    assert (listed_state(listed["out"], lost), listed_state(listed["out"], paused)) == ("lost", "paused")
+    shown = probe(rig.config.path, "task", "show", str(lost))
+    assert (shown["code"], shown["pydantic"], shown_state(shown["out"])) == (0, False, "lost"), shown
+
+
 # --- the rule itself, over plain values ---------------------------------------------------------------
 
 
