@@ -100,6 +100,21 @@ def age(seconds: float) -> str:
     return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
 
 
+def relative(moment: datetime, now: datetime) -> str:
+    """`3m12s ago`, `in 5m00s`, or `just now` within a second. A view takes its `now` once and says every time
+    of a page or a command with it, from the exact moments, never from seconds rounded apart (issue 52: `in
+    1h56m` beside `in 1h57m` for one reset)."""
+    seconds = (now - moment).total_seconds()
+    if abs(seconds) < 1:
+        return "just now"
+    return f"{age(seconds)} ago" if seconds > 0 else f"in {age(-seconds)}"
+
+
+def since(moment: datetime, now: datetime) -> str:
+    """How long from `moment` to `now`, as `age` says it: `for 6s` in `agentd status` beside another task's."""
+    return age((now - moment).total_seconds())
+
+
 def ago(moment: datetime, now: datetime) -> str:
     """A timestamp for people: `2026-11-23T10:00:00Z (3m12s ago)`, or `(in 5m00s)` for the future."""
     seconds = (now - moment).total_seconds()

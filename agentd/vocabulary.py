@@ -45,3 +45,9 @@ OriginSurface = Literal["browser", "mobile", "desktop", "web", "product-api", "c
 DispatchMode = Literal["interactive", "queued", "scheduled", "remote"]
 SURFACES: tuple[str, ...] = get_args(OriginSurface)
 MODES: tuple[str, ...] = get_args(DispatchMode)
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """A count with its noun in the right number, as every line that prints one says it: `1 attempt`,
+    `2 attempts`, `0 profiles`, `1,204 tasks` (`plural` where adding an s is wrong: `1 entry`, `2 entries`)."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"

@@ -51,7 +51,7 @@ async def test_a_task_needing_approval_waits_across_restarts_until_approved(gate
     listed = rig_cli(gated, "approvals", "--json").json()
     assert [(a["task_id"], a["reason"]) for a in listed] == [(task.task_id, "task type scripted requires approval")]
     assert rig_cli(gated, "status", "--json").json()["waiting"]["approval"] == 1
-    assert "(awaiting approval)" in rig_cli(gated, "task", "list").out
+    assert "waiting_permission" in rig_cli(gated, "task", "list").out  # its state (docs/operate.md)
     approved = rig_cli(gated, "approve", str(task.task_id), "--note", "looked at it")
     assert approved.code == 0 and f"approved by {getpass.getuser()}" in approved.out
     assert await drain(gated) == 1

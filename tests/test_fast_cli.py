@@ -763,6 +763,7 @@ def test_task_show_prints_the_same_through_both_paths(
     import sqlite3
 
     monkeypatch.setattr("agentd.cli.queue.SystemClock", lambda: clock)  # the page's "ago", the same twice
+    monkeypatch.setattr("agentd.cli.fast.tasks.SystemClock", lambda: clock)  # and the fast path's one clock
     with fresh(tmp_path_factory, clock) as rig:
         for op in [("add", 5, 0), ("claim", 0, 0), ("held", 3, 0), *ops]:
             apply(rig, op)

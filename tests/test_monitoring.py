@@ -47,6 +47,7 @@ ALERTS = {
     "AgentdServiceDown",
     "AgentdLockLost",
     "AgentdQueueStuck",
+    "AgentdDispatchPausedLong",
     "AgentdApprovalWaiting",
     "AgentdToolCallWaiting",
     "AgentdMessagesFailed",

@@ -235,7 +235,7 @@ async def test_each_denial_is_a_policy_denied_event_of_the_attempt_with_its_end(
     assert {e.timestamp for e in end} == {attempt.ended_at}
     assert not [e for e in events if SECRET in json.dumps(e.payload)]
     shown = rig_cli(denied_rig, "task", "show", str(task_id))
-    assert "denials: 2 tool call(s) refused by the harness (Bash)" in shown.out
+    assert "denials: 2 tool calls refused by the harness (Bash)" in shown.out
     assert "policy_denied" in shown.out
 
 

@@ -26,14 +26,18 @@ def states(rig: Rig) -> tuple[str, dict[str, str]]:
     return shown["state"]["status"], {t["taskId"]: t["status"] for t in exported["tasks"]}
 
 
-def test_a_claimed_task_is_preparing_then_streaming_while_it_reports_then_running(rig: Rig) -> None:
+def test_a_claimed_task_is_preparing_then_running_and_a_script_never_streams(rig: Rig) -> None:
+    """A script's progress line is not a stream (issue 52): its task reads running, the reason says it
+    reported; a harness's activity reads streaming (tests/test_one_state.py holds the rule over each kind)."""
     task_id, attempt_id = running(rig)
     dispatcher_live(rig)
     assert states(rig) == ("preparing", {str(task_id): "preparing"})
     rig.store.mark_attempt_started(task_id, attempt_id, 4242, rig.clock.now())
     assert states(rig) == ("running", {str(task_id): "running"})
     rig.store.record_activity(task_id, attempt_id, [("attempt_progress", {"text": "half"})], rig.clock.now())
-    assert states(rig) == ("streaming", {str(task_id): "streaming"})
+    assert states(rig) == ("running", {str(task_id): "running"})
+    [shown] = snapshot(rig.config, rig.store, rig.clock.now())["running"]
+    assert shown["state"]["reason"] == "its script reported progress just now"
     rig.clock.advance(STREAMING_S + 1)
     dispatcher_live(rig)  # the dispatcher still reports; its harness has gone quiet
     assert states(rig) == ("running", {str(task_id): "running"})

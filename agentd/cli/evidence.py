@@ -12,6 +12,7 @@ from typing import Any
 from agentd.cli.common import add_command, agent_store, note, print_json, record_id, wants_json
 from agentd.clock import SystemClock, format_ts
 from agentd.edge import printable
+from agentd.vocabulary import counted
 
 
 def register(commands: Any) -> None:
@@ -87,8 +88,10 @@ def cmd_evidence_verify(args: argparse.Namespace) -> int:
         for finding in result.findings:
             print(printable(str(finding)))  # a planted file's name is text someone else chose
         head_text = f"head {result.head[0]}:{result.head[1]}" if result.head else "no events"
-        verdict = "clean" if not result.findings else f"{len(result.findings)} finding(s)"
-        print(f"{verdict}: {result.events} events, {result.attempts} attempts checked; {head_text}")
+        verdict = "clean" if not result.findings else counted(len(result.findings), "finding")
+        print(
+            f"{verdict}: {counted(result.events, 'event')}, {counted(result.attempts, 'attempt')} checked; {head_text}"
+        )
     return 0 if not result.findings else 1
 
 

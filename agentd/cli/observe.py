@@ -22,7 +22,7 @@ from agentd.cli.common import (
     wants_json,
 )
 from agentd.cli.watch import add_watch_option
-from agentd.clock import SystemClock, age, ago, format_ts, parse_ts
+from agentd.clock import SystemClock, age, ago, format_ts, parse_ts, relative, since
 from agentd.edge import printable, visible_json
 from agentd.errors import InputError
 
@@ -282,7 +282,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(
             printable(
                 f"RESET    adapter(s) {', '.join(reset['adapters'])}: waiting for the provider's reset at "
-                f"{reset['until']} (in {age(reset['in_s'])}): {reset['reason']}"
+                f"{reset['until']} ({relative(parse_ts(reset['until']), now)}): {reset['reason']}"
             )
         )
     if shown["budget"]:
@@ -292,8 +292,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"MESSAGES {shown['messages']['failed']} external message(s) failed for good: "
             "`agentd outbox list --state failed` shows them, `agentd outbox retry ID` sends one again"
         )
-    _print_waiting_on_a_person(shown)
-    _print_violations(shown)
+    _print_waiting_on_a_person(shown, now)
+    _print_violations(shown, now)
     if shown["paused"]:
         paused = shown["paused"]
         why = f": {paused['reason']}" if paused["reason"] else ""
@@ -303,7 +303,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if shown["next_available_at"]:
         print(f"next waiting task due: {ago(parse_ts(shown['next_available_at']), now)}")
     for run in shown["running"]:
-        _print_running(run)
+        _print_running(run, now)
     for service in shown["services"]:
         print(printable(_service_line(service)))
     if not shown["services"]:
@@ -311,45 +311,49 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_violations(shown: dict[str, Any]) -> None:
+def _print_violations(shown: dict[str, Any], now: datetime) -> None:
     """The attempts of the last day ended because a tool call ran without the policy's decision (docs/policy.md)."""
     for violated in shown.get("policy_violations", []):
         print(
             printable(
                 f"VIOLATION task {violated['task_id']}: attempt {violated['attempt_id']} was ended "
-                f"{age(violated['age_s'])} ago, a tool call ran without the policy's decision: {violated['error']} "
+                f"{relative(parse_ts(violated['ended_at']), now)}, a tool call ran without the policy's decision: "
+                f"{violated['error']} "
                 f"(`agentd task show {violated['task_id']}`; docs/policy.md)"
             )
         )
 
 
-def _print_waiting_on_a_person(shown: dict[str, Any]) -> None:
-    """The approvals and the tool calls held for a person (docs/policy.md), the oldest request first."""
+def _print_waiting_on_a_person(shown: dict[str, Any], now: datetime) -> None:
+    """The approvals and the tool calls held for a person (docs/policy.md), the oldest request first; every age
+    from the exact times and the one `now` (issue 52)."""
     if shown["oldest_approval_age_s"] is not None:
         print(f"oldest approval request: waiting {age(shown['oldest_approval_age_s'])} (`agentd approvals`)")
     for call in shown["held_calls"]:
         print(
             printable(
-                f"WAITING  tool call {call['call_id']} of task {call['task_id']} for {age(call['age_s'])}: "
+                f"WAITING  tool call {call['call_id']} of task {call['task_id']} for "
+                f"{since(parse_ts(call['requested_at']), now)}: "
                 f"{call['summary']} [{held_input_words(call)}; `agentd approvals` shows it whole] "
                 "(`agentd approve --call ID` or `agentd deny --call ID --reason R`)"
             )
         )
 
 
-def _print_running(run: dict[str, Any]) -> None:
+def _print_running(run: dict[str, Any], now: datetime) -> None:
     """A running task, or a LOST one: its attempt is open and no live dispatcher runs it (one rule for every
     view: agentd/outlook/liveness.py `lost_reason`)."""
     attempt = f"attempt {run['attempt_id']} on {run['adapter_id']}"
     if run.get("lost"):
         print(
             f"LOST     task {run['task_id']}: {run['lost']} ({run['task_type']}, {attempt}, claimed "
-            f"{age(run['elapsed_s'])} ago); starting the dispatcher reclaims it (the boot sweep)"
+            f"{relative(parse_ts(run['started_at']), now)}); starting the dispatcher reclaims it (the boot sweep)"
         )
     else:
         state = run.get("state") or {}
         shown = f" [{state['status']}: {state['reason']}]" if state.get("status") not in (None, "running") else ""
-        print(f"running  task {run['task_id']} ({run['task_type']}), {attempt} for {age(run['elapsed_s'])}{shown}")
+        took = since(parse_ts(run["started_at"]), now)
+        print(printable(f"running  task {run['task_id']} ({run['task_type']}), {attempt} for {took}{shown}"))
     if run.get("waiting_for"):
         print(printable(f"  waiting for a decision on {run['waiting_for']}"))
     if run.get("activity"):  # a lost task's too: what it was last seen doing

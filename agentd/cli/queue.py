@@ -24,7 +24,7 @@ from agentd.cli.observe import detail
 from agentd.clock import SystemClock, age, ago, format_ts
 from agentd.edge import TAIL_BYTES, printable, tail_lines
 from agentd.errors import InputError
-from agentd.vocabulary import TASK_STATUSES
+from agentd.vocabulary import TASK_STATUSES, counted
 
 if TYPE_CHECKING:
     from agentd.records import TaskIntent, TaskRecord
@@ -165,27 +165,43 @@ def cmd_task_list(args: argparse.Namespace) -> int:
         return 0
     return store_command(
         args,
-        lambda _, store: store.list_tasks(statuses=tuple(args.status), limit=args.limit),
+        lambda config, store: _listed(config, store, tuple(args.status), args.limit),
         _print_tasks,
         readonly=True,
+        as_json=lambda listed: [task for task, _ in listed],  # the records, as `agentd schema export` describes them
     )
 
 
-def _print_tasks(tasks: list[Any]) -> None:
-    """TaskRecords, or the fast path's PlainTasks (agentd/cli/fast/tasks.py): the same fields."""
+def _listed(config: Any, store: Any, statuses: tuple[str, ...], limit: int) -> list[tuple[TaskRecord, Any]]:
+    """The tasks newest first, each in its state as every view shows it (agentd/outlook/taskstate.py), from
+    one read and one clock."""
+    from agentd.outlook.taskstate import state_facts, task_state
+
+    now = SystemClock().now()
+    with store.snapshot():
+        tasks = store.list_tasks(statuses=statuses, limit=limit)
+        ids = [t.task_id for t in tasks]
+        facts = state_facts(store, config, now, ids)
+        attempts = store.attempts_by_task(ids)
+    return [(t, task_state(t, attempts.get(t.task_id, []), facts)) for t in tasks]
+
+
+def _print_tasks(listed: list[tuple[Any, Any]]) -> None:
+    """TaskRecords, or the fast path's PlainTasks (agentd/cli/fast/tasks.py): the same fields, each with its
+    state (agentd/outlook/states.py), which the STATE column says instead of agentd's status."""
     print_table(
-        ["ID", "STATUS", "PRI", "TYPE", "ATTEMPTS", "AVAILABLE", "SUBJECT"],
+        ["ID", "STATE", "PRI", "TYPE", "ATTEMPTS", "AVAILABLE", "SUBJECT"],
         [
             (
                 t.task_id,
-                f"{t.status} (awaiting approval)" if t.awaiting_approval else t.status,
+                state.status,
                 t.priority,
                 t.task_type,
                 f"{t.attempt_count}/{t.max_attempts}",
                 format_ts(t.available_at)[:19] + "Z",
                 t.subject or "",
             )
-            for t in tasks
+            for t, state in listed
         ],
     )
 
@@ -198,7 +214,11 @@ def cmd_task_show(args: argparse.Namespace) -> int:
         _print_shown(shown)
         return 0
     return store_command(
-        args, lambda config, store: _task_shown(config, store, args.task_id), _print_shown, readonly=True
+        args,
+        lambda config, store: _task_shown(config, store, args.task_id),
+        _print_shown,
+        readonly=True,
+        as_json=lambda shown: {key: value for key, value in shown.items() if key != "now"},
     )
 
 
@@ -211,24 +231,27 @@ def _task_shown(config: Any, store: Any, task_id: int) -> dict[str, Any]:
     """The task, its attempts, events, delegation chain and (a fleet's task) its lease, as --json prints them."""
     from agentd.cli.fast import tasks as plain_reads
 
-    task = store.get_task_or_raise(task_id)
-    shown = {
-        "task": task,
-        "attempts": store.attempts_of(task.task_id),
-        "events": store.read_events(task_id=task.task_id, limit=100_000),
-        "delegation_chain": plain_reads.delegation_chain(task.parent_task_id, lambda t: _parent(store, t)),
-        **_steering(config, store, task),
-    }
-    fleet = store.fleet_lease_of(task.task_id)
+    now = SystemClock().now()  # one clock for the state's reason and every time the text says
+    with store.snapshot():
+        task = store.get_task_or_raise(task_id)
+        shown = {
+            "task": task,
+            "attempts": store.attempts_of(task.task_id),
+            "events": store.read_events(task_id=task.task_id, limit=100_000),
+            "delegation_chain": plain_reads.delegation_chain(task.parent_task_id, lambda t: _parent(store, t)),
+            **_steering(config, store, task, now),
+            "now": now,
+        }
+        fleet = store.fleet_lease_of(task.task_id)
     return {**shown, "fleet": fleet} if fleet else shown
 
 
-def _steering(config: Any, store: Any, task: TaskRecord) -> dict[str, Any]:
+def _steering(config: Any, store: Any, task: TaskRecord, now: datetime) -> dict[str, Any]:
     """Its state as every view shows it (agentd/outlook/taskstate.py), what it waits for, what waits for it,
     its follow-ups (docs/operate.md, "Steer one task")."""
     from agentd.outlook.taskstate import state_facts, task_state
 
-    facts = state_facts(store, config, SystemClock().now(), [task.task_id])
+    facts = state_facts(store, config, now, [task.task_id])
     links = store.links_of([task.task_id])
     return {
         "state": task_state(task, store.attempts_of(task.task_id), facts).as_json(),
@@ -241,7 +264,7 @@ def _steering(config: Any, store: Any, task: TaskRecord) -> dict[str, Any]:
 def _print_shown(shown: dict[str, Any]) -> None:
     task, attempts, events, chain = shown["task"], shown["attempts"], shown["events"], shown["delegation_chain"]
     fleet = shown.get("fleet")
-    now = SystemClock().now()
+    now = shown.get("now") or SystemClock().now()
     print_task(task, now, chain)
     _print_steering(shown)
     if fleet:
@@ -286,7 +309,7 @@ def _print_shown(shown: dict[str, Any]) -> None:
     if denials:  # tool calls a harness's permission policy refused; each is a policy_denied event below
         tools = sorted({str(p["tool"]) for p in denials if "tool" in p})
         total = sum(p["dropped"] if isinstance(p.get("dropped"), int) else 1 for p in denials)
-        print("\n" + printable(f"denials: {total} tool call(s) refused by the harness ({', '.join(tools)})"))
+        print("\n" + printable(f"denials: {counted(total, 'tool call')} refused by the harness ({', '.join(tools)})"))
     print(f"\nevents ({len(events)}; `agentd events --task {task.task_id} --json` has every field)")
     print_table(
         ["SEQ", "TIME", "TYPE", "DETAIL"],
@@ -295,13 +318,16 @@ def _print_shown(shown: dict[str, Any]) -> None:
 
 
 def _print_steering(shown: dict[str, Any]) -> None:
-    """The state, where it says more than the status, and the task's links and follow-ups: rows only the
-    full path prints (agentd/cli/fast/tasks.py hands such a task over)."""
-    state = shown.get("state") or {}
-    said = state.get("reason") and state["status"] != "waiting_permission"  # its `approval` row says that
+    """The state, where it says more than the status (both paths: agentd/outlook/states.py), and the task's links
+    and follow-ups (the full path's: agentd/cli/fast/tasks.py hands such a task over)."""
+    from agentd.outlook.states import NATIVE
+
+    state, task = shown["state"], shown["task"]
+    said = state["reason"] and not task.awaiting_approval  # its `approval` row says why
+    plain = state["status"] == NATIVE.get(task.status)  # the header's status says it already
     print_fields(
         [
-            ("state", f"{state['status']}: {state['reason']}" if said else None),
+            ("state", f"{state['status']}: {state['reason']}" if said else None if plain else state["status"]),
             ("after", ", ".join(f"task {x['task_id']} ({x['status']})" for x in shown.get("after", [])) or None),
             ("before", ", ".join(f"task {t}" for t in shown.get("before", [])) or None),
             ("follow-ups", ", ".join(f"task {t}" for t in shown.get("follow_ups", [])) or None),
@@ -350,7 +376,7 @@ def cmd_task_retry(args: argparse.Namespace) -> int:
 
     def said(task: TaskRecord) -> None:
         more = task.max_attempts - task.attempt_count + task.free_attempt_count
-        print(f"task {task.task_id} re-queued with {more} more attempts (history kept)")
+        print(f"task {task.task_id} re-queued with {counted(more, 'more attempt', 'more attempts')} (history kept)")
 
     return store_command(
         args,

@@ -22,6 +22,7 @@ from agentd.cli.common import (
 from agentd.clock import SystemClock
 from agentd.errors import InputError, NotFound
 from agentd.faults import refused_about
+from agentd.vocabulary import counted
 
 if TYPE_CHECKING:
     from agentd.config import Config
@@ -144,10 +145,10 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         print_json(shown)
     else:
         print(
-            f"{config.path}: ok (agent {config.agent.agent_id}; {len(config.adapters)} adapters, "
-            f"{len(config.profiles)} profiles, {len(config.task_types)} task types, {len(config.skills)} skills, "
-            f"{len(config.workflows)} workflows, {len(config.schedules)} schedules, "
-            f"{len(config.sensor_definitions)} sensors)"
+            f"{config.path}: ok (agent {config.agent.agent_id}; {counted(len(config.adapters), 'adapter')}, "
+            f"{counted(len(config.profiles), 'profile')}, {counted(len(config.task_types), 'task type')}, "
+            f"{counted(len(config.skills), 'skill')}, {counted(len(config.workflows), 'workflow')}, "
+            f"{counted(len(config.schedules), 'schedule')}, {counted(len(config.sensor_definitions), 'sensor')})"
         )
         print(f"boundary: {said['line']}")
         for entry in policies:

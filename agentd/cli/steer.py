@@ -20,6 +20,7 @@ from agentd.cli.common import (
     wants_json,
 )
 from agentd.clock import SystemClock, age, format_ts
+from agentd.vocabulary import counted
 
 
 def register(commands: Any) -> None:
@@ -94,7 +95,7 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     print_table(["TASK", "TYPE", "HOLDS", "WAITING", "WHY", "SUBJECT"], rows)
     if calls:
         how = "`agentd approve --call ID`, `agentd deny --call ID --reason …`"
-        print(f"\n{len(calls)} tool call(s) wait for a decision ({how}):")
+        print(f"\n{counted(len(calls), 'tool call')} {'waits' if len(calls) == 1 else 'wait'} for a decision ({how}):")
         held = [
             (c["call_id"], c["task_id"], age((now - c["requested_at"]).total_seconds()), c["summary"], c["rule"])
             for c in calls

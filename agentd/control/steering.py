@@ -16,7 +16,8 @@ from agentd.process.privilege import operator_name
 from agentd.process.wake import poke
 from agentd.records import TaskIntent, TaskOutcome, TaskRecord
 from agentd.store import Store
-from agentd.store.steering import TaskEdit, TaskLink, TaskPause
+from agentd.store.facts import TaskLink, TaskPause
+from agentd.store.steering import TaskEdit
 from agentd.work.intake import admit_task
 
 Declared = Literal["completed", "permanent_failure"]

@@ -20,12 +20,15 @@ ORIGIN = {
 
 def agent_session(status: dict[str, Any], tasks: list[TaskRecord], started_at: str, updated_at: str) -> dict[str, Any]:
     """The agent's session: paused while its dispatch is paused, waiting on an approval when nothing runs and a
-    task waits for one, else active (a session of a queue does not complete: it stays resumable)."""
+    task waits for one, or when every running task waits for a person to decide a tool call (issue 52), else
+    active (a session of a queue does not complete: it stays resumable)."""
     running = status.get("running") or []
     waiting = [t for t in tasks if t.awaiting_approval and t.status in ("pending", "retryable_failure")]
+    calls = status.get("held_calls") or []
+    held = bool(running) and all((r.get("state") or {}).get("status") == "waiting_permission" for r in running)
     if status.get("paused"):
         state = "paused"
-    elif not running and waiting:
+    elif (not running and waiting) or held:
         state = "waiting-approval"
     else:
         state = "active"
@@ -40,7 +43,8 @@ def agent_session(status: dict[str, Any], tasks: list[TaskRecord], started_at: s
         "currentTaskId": str(running[0]["task_id"]) if running else None,
         "memoryRefs": [],  # agentd keeps no memory of its own between tasks
         "artifactRefs": [],
-        "approvalRefs": [f"approval:task/{t.task_id}" for t in waiting],
+        "approvalRefs": [f"approval:task/{t.task_id}" for t in waiting]
+        + [f"approval:call/{call['call_id']}" for call in calls],
         "dispatchContext": None,  # the session was not dispatched: each task says where it came from
     }
 

@@ -7,7 +7,8 @@ thread, one hop per verb, so a whole transaction never yields to the event loop 
 
 Lazy (PEP 562): `Store`, `open_store` and the rest come from agentd/store/core.py, which loads every
 verb group (and the records) the first time one is asked for; agentd/store/plain.py reads and writes
-rows without them, for the CLI's fast paths (docs/decisions.md, "Start-up").
+rows without them, for the CLI's fast paths (docs/decisions.md, "Start-up"), and agentd/store/facts.py reads
+what a task's state is made of, for every path (docs/decisions.md, "One state for every view (issue 52)").
 """
 
 from __future__ import annotations

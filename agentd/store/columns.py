@@ -22,3 +22,11 @@ UNSTEERED = """NOT EXISTS (SELECT 1 FROM task_pauses p WHERE p.task_id = tasks.i
 CLAIMABLE = (
     "status IN ('pending', 'retryable_failure') AND awaiting_approval = 0 AND available_at <= :now AND " + UNSTEERED
 )
+
+# The reset `r` (a provider_resets row) holds back this task: it would run on an adapter using r's credential, the
+# one it asked for, else its type's default, else its profile's (as the budget's hold names them:
+# store/budget.py ON_HELD_ADAPTER; docs/gateway.md, "Quotas and resets").
+RESTS_ON = """COALESCE(tasks.requested_adapter_id IN (SELECT value FROM json_each(r.adapters)), 0)
+    OR (tasks.requested_adapter_id IS NULL AND tasks.task_type IN (SELECT value FROM json_each(r.task_types)))
+    OR (tasks.requested_adapter_id IS NULL AND tasks.task_type IN (SELECT value FROM json_each(r.open_task_types))
+        AND tasks.requested_profile_id IN (SELECT value FROM json_each(r.profiles)))"""

@@ -386,6 +386,15 @@ def attempt_rows(store: StoreBase, task_id: int) -> list[Any]:
     ).fetchall()
 
 
+def last_attempt_rows(store: StoreBase, task_ids: list[int]) -> list[Any]:
+    """Each of these tasks' newest attempt row (what its state reads: agentd/outlook/states.py)."""
+    return store.tx.rows_in(
+        """SELECT a.* FROM task_attempts a WHERE a.task_id IN ({marks}) AND a.attempt_number =
+               (SELECT MAX(b.attempt_number) FROM task_attempts b WHERE b.task_id = a.task_id)""",
+        task_ids,
+    )
+
+
 def has_graph(store: StoreBase, task_id: int) -> bool:
     """Whether a task is paused, linked (either way) or has follow-ups: what `task show` prints of those
     is the full path's (agentd/cli/queue.py `_steering`)."""

@@ -11,15 +11,11 @@ from typing import Any
 from agentd.clock import stored_ts
 from agentd.records import CredentialGroup, ProviderReset
 from agentd.store.base import StoreBase, Tx, ts
+from agentd.store.columns import RESTS_ON
 
-# A task that would run on an adapter whose credential rests now: the one it asked for, else its type's default,
-# else its profile's (as the budget's hold names them: store/budget.py ON_HELD_ADAPTER). No resting credential:
-# an empty table, one look.
-RESTING = """EXISTS (SELECT 1 FROM provider_resets r WHERE r.until > :now AND (
-    COALESCE(tasks.requested_adapter_id IN (SELECT value FROM json_each(r.adapters)), 0)
-    OR (tasks.requested_adapter_id IS NULL AND tasks.task_type IN (SELECT value FROM json_each(r.task_types)))
-    OR (tasks.requested_adapter_id IS NULL AND tasks.task_type IN (SELECT value FROM json_each(r.open_task_types))
-        AND tasks.requested_profile_id IN (SELECT value FROM json_each(r.profiles)))))"""
+# A task that would run on an adapter whose credential rests now: store/columns.py RESTS_ON (the plain readers
+# ask it too, for each task's state). No resting credential: an empty table, one look.
+RESTING = f"EXISTS (SELECT 1 FROM provider_resets r WHERE r.until > :now AND ({RESTS_ON}))"
 
 
 def record_reset(tx: Tx, reset: ProviderReset, now: datetime) -> None:

@@ -11,35 +11,12 @@ from agentd import frozen_value
 from agentd.clock import format_ts, stored_ts
 from agentd.errors import InputError
 from agentd.records import TaskOutcome, TaskRecord
-from agentd.records.event_names import LIVE_EVENT_TYPES
 from agentd.store.base import StoreBase, Tx, dumps, ts
+from agentd.store.facts import TaskLink, TaskPause, activity_times, links_of, pauses_of
 from agentd.store.tasks import read_task_or_raise
 
 WAITING = ("pending", "retryable_failure")
 MAX_LINKS = 100  # the tasks one task may wait for
-
-
-@frozen_value
-class TaskPause:
-    task_id: int
-    paused_at: datetime
-    paused_by: str
-    reason: str | None
-
-    def describe(self) -> str:
-        why = f": {self.reason}" if self.reason else ""
-        return f"paused since {format_ts(self.paused_at)} by {self.paused_by}{why}"
-
-
-@frozen_value
-class TaskLink:
-    """`after_id` is claimed only once `before_id` has completed (`before_status` is what it is now)."""
-
-    after_id: int
-    before_id: int
-    before_status: str
-    created_at: datetime
-    created_by: str
 
 
 @frozen_value
@@ -219,37 +196,14 @@ class SteerVerbs(StoreBase):
 
     def links_of(self, task_ids: list[int]) -> list[TaskLink]:
         """Every link in which one of these tasks waits or is waited for, in (after, before) order."""
-        found = {
-            tuple(row)
-            for side in ("after_id", "before_id")
-            for row in self.tx.rows_in(
-                f"""SELECT l.after_id, l.before_id, b.status, l.created_at, l.created_by FROM task_links l
-                    JOIN tasks b ON b.id = l.before_id WHERE l.{side} IN ({{marks}})""",
-                task_ids,
-            )
-        }
-        return [TaskLink(r[0], r[1], r[2], stored_ts(r[3]), r[4]) for r in sorted(found)]
+        return links_of(self.tx, task_ids)
 
     def activity_times(self, task_ids: list[int]) -> dict[str, datetime]:
-        """Each open attempt of these tasks → when its harness last reported (docs/live.md), if it has:
-        one walk back along the task's events (events_task), for the running tasks only."""
-        found: dict[str, datetime] = {}
-        kinds = ", ".join(f"'{kind}'" for kind in LIVE_EVENT_TYPES)
-        for row in self.tx.rows_in(
-            "SELECT task_id, attempt_id FROM task_attempts WHERE ended_at IS NULL AND task_id IN ({marks})", task_ids
-        ):
-            seen = self.tx.execute(
-                f"""SELECT timestamp FROM events WHERE task_id = ? AND attempt_id = ? AND type IN ({kinds})
-                    ORDER BY sequence DESC LIMIT 1""",
-                (row[0], row[1]),
-            ).fetchone()
-            if seen is not None:
-                found[row[1]] = stored_ts(seen[0])
-        return found
+        """Each open attempt of these tasks → when its harness last reported (docs/live.md), if it has."""
+        return activity_times(self.tx, task_ids)
 
     def pauses_of(self, task_ids: list[int]) -> dict[int, TaskPause]:
-        rows = self.tx.rows_in("SELECT * FROM task_pauses WHERE task_id IN ({marks})", task_ids)
-        return {r[0]: TaskPause(r[0], stored_ts(r[1]), r[2], r[3]) for r in rows}
+        return pauses_of(self.tx, task_ids)
 
 
 def _changes(task: TaskRecord, edit: TaskEdit) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from agentd.web.views import (
     jsonable,
     status_view,
     task_view,
+    tasks_view,
     waiting_on_a_person,
 )
 
@@ -68,14 +69,18 @@ async def api_status(request: Request) -> Response:
 
 
 async def api_tasks(request: Request) -> Response:
-    """GET /api/tasks: newest first, by status (repeatable) and type."""
+    """GET /api/tasks: newest first, by status (repeatable) and type; each task with its state (issue 52)."""
     await bearer(request)
     query = request.query_params
     statuses = tuple(inputs.choice(s, "query.status", TASK_STATUSES) for s in query.getlist("status"))
     task_type = inputs.optional_text(query.get("type"), "query.type", max_chars=128)
     limit = inputs.integer(query.get("limit"), "query.limit", low=1, high=MAX_LIST, default=50)
-    found = await web_of(request).db.call(Store.tasks_matching, statuses=statuses, task_type=task_type, limit=limit)
-    return JSONResponse({"tasks": [jsonable(t) for t in found]})
+    web = web_of(request)
+    now = web.clock.now()
+    found = await web.db.call(
+        lambda store: tasks_view(web.config, store, now, statuses=statuses, task_type=task_type, limit=limit)
+    )
+    return JSONResponse({"tasks": found})
 
 
 async def api_task(request: Request) -> Response:

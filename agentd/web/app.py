@@ -338,12 +338,13 @@ def templates() -> Jinja2Templates:
     for text an attempt chose, every blank in it shown (agentd/edge.py)."""
     from agentd.edge import visible
     from agentd.web.shown import exact, when
-    from agentd.web.task_page import with_code
+    from agentd.web.task_page import state_words, with_code
 
     found = Jinja2Templates(directory=HERE / "templates")
     found.env.filters["when"] = when
     found.env.filters["exact"] = exact
     found.env.filters["with_code"] = with_code
+    found.env.filters["state_words"] = state_words
     found.env.filters["visible"] = visible
     return found
 

@@ -17,7 +17,6 @@ from starlette.routing import BaseRoute, Route
 from agentd import control
 from agentd.config import Config
 from agentd.edge import INT64_MAX
-from agentd.records import TaskRecord
 from agentd.store import Store
 from agentd.vocabulary import TASK_STATUSES
 from agentd.web import inputs
@@ -30,10 +29,10 @@ from agentd.web.timeline import timeline_svg
 from agentd.web.views import (
     ACTIVITY_TYPES,
     call_id_of,
-    jsonable,
     refuse_unless_applies,
     status_view,
     task_view,
+    tasks_view,
     waiting_on_a_person,
 )
 
@@ -143,8 +142,9 @@ async def overview(request: Request) -> Response:
     """GET /: the queue, dispatch, services, budget, and the running attempts with their activity."""
     operator, csrf = await viewer(request)
     web = web_of(request)
-    status, lives = await web.db.call(lambda store: overview_view(web.config, store, web.clock.now()))
-    context = {"status": status, "lives": lives, "last_sequence": status["last_sequence"]}
+    now = web.clock.now()  # one clock for the page: its data and every "ago" it says (issue 52)
+    status, lives = await web.db.call(lambda store: overview_view(web.config, store, now))
+    context = {"status": status, "lives": lives, "last_sequence": status["last_sequence"], "now": now}
     return page(request, "overview.html", operator, csrf, activity_types=ACTIVITY_TYPES, **context)
 
 
@@ -162,37 +162,42 @@ async def tasks(request: Request) -> Response:
     status = query.get("status") or None
     statuses = (inputs.choice(status, "query.status", TASK_STATUSES),) if status else ()
     task_type = inputs.optional_text(query.get("type"), "query.type", max_chars=128)
-    found, last = await web_of(request).db.call(lambda store: tasks_read(store, statuses, task_type))
-    listed = [jsonable(t) for t in found]
-    context = {"tasks": listed, "status": status, "task_type": task_type, "statuses": TASK_STATUSES}
+    web, now = web_of(request), web_of(request).clock.now()
+    listed, last = await web.db.call(lambda store: tasks_read(web.config, store, now, statuses, task_type))
+    context = {"tasks": listed, "status": status, "task_type": task_type, "statuses": TASK_STATUSES, "now": now}
     return page(request, "tasks.html", operator, csrf, retryable=RETRYABLE, last_sequence=last, **context)
 
 
-def tasks_read(store: Store, statuses: tuple[str, ...], task_type: str | None) -> tuple[list[TaskRecord], int]:
-    """The tasks a list shows and the event it was read at (the page's live stream follows from there)."""
-    with store.snapshot():
-        return store.tasks_matching(statuses=statuses, task_type=task_type, limit=200), store.last_event_sequence()
+def tasks_read(
+    config: Config, store: Store, now: datetime, statuses: tuple[str, ...], task_type: str | None
+) -> tuple[list[dict[str, Any]], int]:
+    """The tasks a list shows, each in its state, and the event it was read at (the page's live stream
+    follows from there: read first, so an event the list may already show only makes it read again)."""
+    last = store.last_event_sequence()
+    return tasks_view(config, store, now, statuses=statuses, task_type=task_type, limit=200), last
 
 
 async def task(request: Request) -> Response:
     """GET /tasks/ID: the task, its attempts with evidence links, its events."""
     operator, csrf = await viewer(request)
     web, task_id = web_of(request), task_id_of(request)
-    shown = await web.db.call(lambda store: task_view(web.config, store, task_id))
+    now = web.clock.now()
+    shown = await web.db.call(lambda store: task_view(web.config, store, task_id, now))
     timelines = {
         a["attempt_id"]: timeline_svg(f"timeline-{n}", a["timeline"]["steps"]) for n, a in enumerate(shown["attempts"])
     }
-    shown |= page_context(shown, web.clock.now())
+    shown |= page_context(shown, now)
     shown["events"] = shown["events"][::-1]  # newest first, as the events page
-    return page(request, "task.html", operator, csrf, timelines=timelines, **shown)
+    return page(request, "task.html", operator, csrf, timelines=timelines, now=now, **shown)
 
 
 async def approvals(request: Request) -> Response:
     """GET /approvals: approve (a note optional) or deny (a reason required)."""
     operator, csrf = await viewer(request)
-    db, now = web_of(request).db, web_of(request).clock.now()
+    db, now = web_of(request).db, web_of(request).clock.now()  # one clock for the page (issue 52)
     (waiting, calls), last = await db.call(lambda store: (waiting_on_a_person(store, now), store.last_event_sequence()))
-    return page(request, "approvals.html", operator, csrf, approvals=waiting, calls=calls, last_sequence=last)
+    context = {"approvals": waiting, "calls": calls, "last_sequence": last, "now": now}
+    return page(request, "approvals.html", operator, csrf, **context)
 
 
 async def events(request: Request) -> Response:

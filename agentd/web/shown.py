@@ -9,15 +9,7 @@ from typing import Any
 from jinja2 import pass_context
 from markupsafe import Markup
 
-from agentd.clock import age, format_ts, parse_ts
-
-
-def relative(moment: datetime, now: datetime) -> str:
-    """`3m12s ago`, `in 5m00s`, or `just now` within a second."""
-    seconds = (now - moment).total_seconds()
-    if abs(seconds) < 1:
-        return "just now"
-    return f"{age(seconds)} ago" if seconds > 0 else f"in {age(-seconds)}"
+from agentd.clock import format_ts, parse_ts, relative
 
 
 @pass_context

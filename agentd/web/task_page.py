@@ -31,7 +31,7 @@ STATE_WORDS: dict[str, str] = {
     "waiting_permission": "Waiting for approval",
     "waiting_call": "Waiting for approval of a tool call",
     "waiting_reset": "Waiting for a limit to reset",
-    "waiting_resource": "Held by the budget",
+    "waiting_resource": "Waiting for its budget or a provider's reset",
     "paused": "Paused",
 }
 

@@ -95,9 +95,22 @@ def call_id_of(text: str) -> str:
     return text
 
 
-def task_view(config: Config, store: Store, task_id: int) -> dict[str, Any]:
+def tasks_view(
+    config: Config, store: Store, now: datetime, *, statuses: tuple[str, ...], task_type: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """Tasks newest first, each with its state as every view shows it (agentd/outlook/states.py), from one read
+    and the caller's one clock: the API's list and the console's."""
+    with store.snapshot():
+        tasks = store.tasks_matching(statuses=statuses, task_type=task_type, limit=limit)
+        ids = [t.task_id for t in tasks]
+        facts = state_facts(store, config, now, ids)
+        attempts = store.attempts_by_task(ids)
+    return [jsonable(t) | {"state": task_state(t, attempts.get(t.task_id, []), facts).as_json()} for t in tasks]
+
+
+def task_view(config: Config, store: Store, task_id: int, now: datetime | None = None) -> dict[str, Any]:
     """A task, its attempts (each with the files of its evidence folder and their links), its events and
-    the dispatch context it was submitted with."""
+    the dispatch context it was submitted with; its state's reason says ages from `now` (the page's clock)."""
     task = store.get_task_or_raise(task_id)
     finished = store.event_rows(task_id=task_id, types=("task_attempt_finished",), limit=ATTEMPTS_READ, last=True)
     outcomes = {e["attempt_id"]: e["payload"].get("outcome") for e in finished}
@@ -118,13 +131,12 @@ def task_view(config: Config, store: Store, task_id: int) -> dict[str, Any]:
     payload = enqueued["payload"] if enqueued else None
     context = payload.get("dispatch_context") if isinstance(payload, dict) else None  # an edited one: none
     shown = {"task": jsonable(task), "attempts": attempts, "events": events, "dispatch_context": context}
-    return shown | steering_view(config, store, task)
+    return shown | steering_view(config, store, task, now or store.clock.now())
 
 
-def steering_view(config: Config, store: Store, task: TaskRecord) -> dict[str, Any]:
+def steering_view(config: Config, store: Store, task: TaskRecord, now: datetime) -> dict[str, Any]:
     """The task's state as every view shows it (agentd/outlook/taskstate.py), its pause, what it waits for,
     what waits for it, and its follow-ups."""
-    now = store.clock.now()
     facts = state_facts(store, config, now, [task.task_id])
     pause = facts.pauses.get(task.task_id)
     links = store.links_of([task.task_id])

@@ -15,8 +15,9 @@ from agentd import frozen_value
 from agentd.cli.common import wants_json
 from agentd.cli.fast.commands import plain_reader
 from agentd.cli.fast.events import plain_event, stored_object
-from agentd.clock import parse_ts, stored_ts
+from agentd.clock import SystemClock, parse_ts, stored_ts
 from agentd.edge import Refused, check_json_size, check_value
+from agentd.outlook.states import TaskState, read_facts, task_state
 from agentd.schema_check import compile_check
 from agentd.store.base import parse_optional_ts
 from agentd.vocabulary import TASK_STATUSES, ExitStatus, RetryClass, SideEffects
@@ -79,20 +80,28 @@ class PlainTask:
     outcome: PlainOutcome | None
 
 
-def task_list(args: argparse.Namespace) -> list[PlainTask] | None:
-    """The tasks `agentd task list` prints as text, when every row is one a TaskRecord reads exactly as
-    stored; None with --json, or for any row only pydantic can judge (a poisoned one)."""
-    from agentd.store.plain import task_rows
+def task_list(args: argparse.Namespace) -> list[tuple[PlainTask, TaskState]] | None:
+    """The tasks `agentd task list` prints as text, each in its state (agentd/outlook/states.py, the full path's
+    rule), when every row is one a TaskRecord reads exactly as stored; None with --json, with a budget (its hold
+    is the full path's), or for any row only pydantic can judge (a poisoned one)."""
+    from agentd.store.plain import last_attempt_rows, one_read, task_rows
 
     with text_reader(args) as opened:
-        if opened is None:
+        if opened is None or opened[0]["budget_capped"]:
             return None
         view, store = opened
-        rows = task_rows(store, tuple(args.status), args.limit)
+        now = SystemClock().now()
+        with one_read(store):
+            rows = task_rows(store, tuple(args.status), args.limit)
+            ids = [row["id"] for row in rows]
+            attempts = last_attempt_rows(store, ids)
+            facts = read_facts(store.tx, now, ids, {})
     checks = record_checks(view)
-    if checks is None or not all(sure_task(row, checks) for row in rows):
+    if checks is None or not all(sure_task(row, checks) for row in rows) or not all(map(sure_attempt, attempts)):
         return None
-    return [_plain_task(row) for row in rows]
+    last = {row["task_id"]: _plain_attempt(row) for row in attempts}
+    tasks = [_plain_task(row) for row in rows]
+    return [(t, task_state(t, [last[t.task_id]] if t.task_id in last else [], facts)) for t in tasks]
 
 
 @contextmanager
@@ -252,6 +261,9 @@ class PlainAttempt:
     attempt_number: int
     attempt_id: str
     adapter_id: str
+    adapter_kind: str
+    pid: int | None
+    bundle_hash: str | None
     model: str | None
     exit_status: str | None
     termination_reason: str | None
@@ -264,47 +276,46 @@ class PlainAttempt:
 def task_shown(args: argparse.Namespace) -> dict[str, Any] | None:
     """What `agentd task show` prints as text (agentd/cli/queue.py `_task_shown`), when the task, the
     tasks it was delegated from, its attempts and its events are each one its record reads exactly as
-    stored; None with --json, for a task that is not there, a fleet's task, or any row only pydantic can
-    judge."""
-    from agentd.store.plain import attempt_rows, event_rows, has_fleet_lease, has_graph, task_row
+    stored; None with --json, with a budget (its hold is the full path's), for a task that is not there, a
+    fleet's task, a task with links, a pause or follow-ups, or any row only pydantic can judge."""
+    from agentd.store.plain import attempt_rows, event_rows, has_fleet_lease, has_graph, one_read, task_row
 
     with text_reader(args) as opened:
-        if opened is None:
+        if opened is None or opened[0]["budget_capped"]:
             return None
         view, store = opened
-        row = task_row(store, args.task_id)
-        if row is None or has_fleet_lease(store, args.task_id) or has_graph(store, args.task_id):
-            return None
-        rows = [row]
+        now = SystemClock().now()
+        with one_read(store):
+            row = task_row(store, args.task_id)
+            if row is None or has_fleet_lease(store, args.task_id) or has_graph(store, args.task_id):
+                return None
+            rows = [row]
 
-        def parent_of(task_id: int) -> int | None:
-            found = task_row(store, task_id)
-            rows.extend([found] if found is not None else [])
-            return found["parent_task_id"] if found is not None else None
+            def parent_of(task_id: int) -> int | None:
+                found = task_row(store, task_id)
+                rows.extend([found] if found is not None else [])
+                return found["parent_task_id"] if found is not None else None
 
-        chain = delegation_chain(row["parent_task_id"], parent_of)
-        attempts = attempt_rows(store, args.task_id)
-        found = event_rows(store, after=0, task_id=args.task_id, types=(), since=None, limit=100_000, last=False)
+            chain = delegation_chain(row["parent_task_id"], parent_of)
+            attempts = attempt_rows(store, args.task_id)
+            found = event_rows(store, after=0, task_id=args.task_id, types=(), since=None, limit=100_000, last=False)
+            facts = read_facts(store.tx, now, [args.task_id], {})
     checks = record_checks(view)
     if checks is None or not all(sure_task(r, checks) for r in rows) or not all(map(sure_attempt, attempts)):
-        return None
-    if has_state_reason(row, attempts, view):
         return None
     events = [plain_event(event) for event in found]
     if any(event is None for event in events):
         return None
     shown = [_plain_attempt(attempt) for attempt in attempts]
-    return {"task": _plain_task(row), "attempts": shown, "events": events, "delegation_chain": chain}
-
-
-def has_state_reason(row: Any, attempts: list[Any], view: dict[str, Any]) -> bool:
-    """Whether `task show` prints a `state` row (agentd/cli/queue.py `_print_steering`): a running task
-    (lost, cancelling, preparing or streaming: the liveness and activity reads are the full path's), a
-    waiting one an agent with a budget may hold, one that timed out. The full path prints it."""
-    last = attempts[-1] if attempts else None
-    timed_out = row["status"] == "permanent_failure" and last is not None and last["termination_reason"] == "timeout"
-    waiting = row["status"] in ("pending", "retryable_failure") and not row["awaiting_approval"]
-    return row["status"] == "running" or (waiting and view["budget_capped"]) or timed_out
+    task = _plain_task(row)
+    return {
+        "task": task,
+        "attempts": shown,
+        "events": events,
+        "delegation_chain": chain,
+        "state": task_state(task, shown, facts).as_json(),
+        "now": now,
+    }
 
 
 def delegation_chain(parent: int | None, parent_of: Callable[[int], int | None]) -> list[int]:
@@ -361,6 +372,9 @@ def _plain_attempt(row: Any) -> PlainAttempt:
         row["attempt_number"],
         row["attempt_id"],
         row["adapter_id"],
+        row["adapter_kind"],
+        row["pid"],
+        row["bundle_hash"],
         row["model"],
         row["exit_status"],
         row["termination_reason"],
