@@ -164,7 +164,7 @@ def refuse_unless_applies(config: Config, store: Store, task_id: int, verb: str)
     approval = approval_scope(store, task_id) is not None
     if verb in verbs_for(jsonable(task), store.task_pause(task_id) is not None, approval):
         return
-    state = steering_view(config, store, task)["state"]["status"]
+    state = steering_view(config, store, task, store.clock.now())["state"]["status"]
     expected = "a verb the task's page offers a button for"
     raise BadInput(409, not_applying(verb, jsonable(task), state), "path.task_id", expected)
 
