@@ -285,14 +285,25 @@ def _print_shown(shown: dict[str, Any]) -> None:
         _print_failure_tails(attempts, outcomes)
     denials = [e.payload for e in events if e.type == "policy_denied"]
     if denials:  # tool calls a harness's permission policy refused; each is a policy_denied event below
-        tools = sorted({str(p["tool"]) for p in denials if "tool" in p})
-        total = sum(p["dropped"] if isinstance(p.get("dropped"), int) else 1 for p in denials)
-        print("\n" + printable(f"denials: {total} tool call(s) refused by the harness ({', '.join(tools)})"))
+        print("\n" + printable(denials_line(denials)))
     print(f"\nevents ({len(events)}; `agentd events --task {task.task_id} --json` has every field)")
     print_table(
         ["SEQ", "TIME", "TYPE", "DETAIL"],
         [(e.sequence, format_ts(e.timestamp)[:19] + "Z", e.type, detail(e.payload)) for e in events],
     )
+
+
+def denials_line(denials: list[dict[str, Any]]) -> str:
+    """The harness's refusals in words, saying which layer decided what (docs/policy.md, "Two layers"): agentd's
+    policy allowed a call (`agentd_decision`) and the harness's own permissions refused it."""
+    tools = ", ".join(sorted({str(p["tool"]) for p in denials if "tool" in p}))
+    total = sum(p["dropped"] if isinstance(p.get("dropped"), int) else 1 for p in denials)
+    allowed = sum(1 for p in denials if p.get("agentd_decision") == "allowed")
+    if allowed == total:
+        return f"denials: {total} tool call(s) refused by the harness, after agentd's policy allowed them ({tools})"
+    if allowed:
+        return f"denials: {total} tool call(s) refused by the harness, {allowed} after agentd's policy allowed them ({tools})"
+    return f"denials: {total} tool call(s) refused by the harness ({tools})"
 
 
 def _print_usage(attempts: list[Any]) -> None:
