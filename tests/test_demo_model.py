@@ -39,8 +39,8 @@ def test_claude_is_asked_to_write_the_payload_s_file_in_its_working_directory_th
     turn = demo_turn(request("anthropic", asked))
     assert isinstance(turn, ToolCall) and turn.name == "Write"
     assert turn.arguments["file_path"] == "/tmp/ws/reports/claude-hello.md"
-    answered = {**asked, "messages": [*asked["messages"], {"role": "assistant", "content": []},
-                                      {"role": "user", "content": [{"type": "tool_result", "content": "ok"}]}]}  # fmt: skip
+    result = {"role": "user", "content": [{"type": "tool_result", "content": "ok"}]}
+    answered = {**asked, "messages": [*asked["messages"], {"role": "assistant", "content": []}, result]}
     assert outcome_of(demo_turn(request("anthropic", answered)))["artifact_paths"] == ["reports/claude-hello.md"]
 
 
@@ -48,15 +48,23 @@ def test_codex_gets_its_shell_tool_and_a_command_that_writes_the_report() -> Non
     asked = {"tools": [{"type": "function", "name": "exec_command"}], "input": [{"role": "user", "content": PAYLOAD}]}
     turn = demo_turn(request("responses", asked))
     assert isinstance(turn, ToolCall) and turn.name == "exec_command"
-    assert turn.arguments["cmd"].startswith("mkdir -p reports && printf") and "> reports/claude-hello.md" in turn.arguments["cmd"]
+    assert (
+        turn.arguments["cmd"].startswith("mkdir -p reports && printf")
+        and "> reports/claude-hello.md" in turn.arguments["cmd"]
+    )
     answered = {**asked, "input": [*asked["input"], {"type": "function_call_output", "output": "ok"}]}
     assert outcome_of(demo_turn(request("responses", answered)))["artifact_paths"] == ["reports/claude-hello.md"]
 
 
 def test_hermes_gets_its_terminal_and_without_a_write_the_default_report() -> None:
-    asked = {"tools": [{"type": "function", "function": {"name": "terminal"}}], "messages": [{"role": "user", "content": "hi"}]}
+    asked = {
+        "tools": [{"type": "function", "function": {"name": "terminal"}}],
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     turn = demo_turn(request("chat", asked))
-    assert isinstance(turn, ToolCall) and turn.name == "terminal" and "reports/demo-model.md" in turn.arguments["command"]
+    assert (
+        isinstance(turn, ToolCall) and turn.name == "terminal" and "reports/demo-model.md" in turn.arguments["command"]
+    )
     answered = {**asked, "messages": [*asked["messages"], {"role": "tool", "content": "ok"}]}
     assert outcome_of(demo_turn(request("chat", answered)))["artifact_paths"] == ["reports/demo-model.md"]
 
@@ -119,4 +127,6 @@ def test_a_taken_port_is_one_line_and_exit_2() -> None:
         server = serve("--port", str(port))
         _, err = server.communicate(timeout=30)
     assert server.returncode == 2
-    assert err.strip().splitlines() == [f"agentd: demo-model: cannot listen on 127.0.0.1:{port} (Address already in use): choose --port"]
+    assert err.strip().splitlines() == [
+        f"agentd: demo-model: cannot listen on 127.0.0.1:{port} (Address already in use): choose --port"
+    ]

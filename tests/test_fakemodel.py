@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from fakemodel import NO_TURN_LEFT, Fail, FakeModelServer, Hang, Reply, ToolCall
+
 from agentd.services.demomodel.common import _go_duration
 
 pytestmark = pytest.mark.process

@@ -228,8 +228,13 @@ async def test_each_denial_is_a_policy_denied_event_of_the_attempt_with_its_end(
             "call_id": "toolu_0",
             "refused_by": "harness",
         },
-        {"decision": "denied", "tool": "Bash", "summary": "rm -rf /srv/agent/work", "call_id": "toolu_1",
-         "refused_by": "harness"},  # fmt: skip
+        {
+            "decision": "denied",
+            "tool": "Bash",
+            "summary": "rm -rf /srv/agent/work",
+            "call_id": "toolu_1",
+            "refused_by": "harness",
+        },
     ]
     # written by the outcome commit: the same moment as the attempt's end, no event between them
     end = [e for e in events if e.sequence >= denied[0].sequence]

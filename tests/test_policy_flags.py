@@ -87,7 +87,7 @@ def test_the_page_s_write_rule_answers_its_own_policy_test(tmp_path: Path, capsy
     [sh] = [body for lang, body in rules_blocks() if lang == "sh"]
     shown, tested = (shlex.split(line)[1:] for line in sh.strip().splitlines())
     listed = run_main(capsys, config, *shown)
-    assert listed.code == 0 and "deny  Write path=\"outside_workspace\"" in listed.out, listed.out
+    assert listed.code == 0 and 'deny  Write path="outside_workspace"' in listed.out, listed.out
     answered = run_main(capsys, config, *tested)
     assert answered.code == 0 and json.loads(answered.out)["decision"] == "deny"
 

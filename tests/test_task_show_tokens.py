@@ -12,8 +12,6 @@ from test_fast_cli import both_paths
 from agentd.cli.queue import usage_line
 
 
-
-
 @pytest.mark.asyncio
 async def test_a_finished_attempt_s_tokens_and_cost_are_on_the_page_through_both_paths(rig: Rig, rig_cli: Any) -> None:
     outcome = {"status": "completed", "machine_status": "ok", "operator_summary": "done",

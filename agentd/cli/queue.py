@@ -299,11 +299,10 @@ def denials_line(denials: list[dict[str, Any]]) -> str:
     tools = ", ".join(sorted({str(p["tool"]) for p in denials if "tool" in p}))
     total = sum(p["dropped"] if isinstance(p.get("dropped"), int) else 1 for p in denials)
     allowed = sum(1 for p in denials if p.get("agentd_decision") == "allowed")
-    if allowed == total:
-        return f"denials: {total} tool call(s) refused by the harness, after agentd's policy allowed them ({tools})"
+    said = f"denials: {total} tool call(s) refused by the harness"
     if allowed:
-        return f"denials: {total} tool call(s) refused by the harness, {allowed} after agentd's policy allowed them ({tools})"
-    return f"denials: {total} tool call(s) refused by the harness ({tools})"
+        said += f", {'' if allowed == total else f'{allowed} '}after agentd's policy allowed them"
+    return f"{said} ({tools})"
 
 
 def _print_usage(attempts: list[Any]) -> None:

@@ -131,8 +131,8 @@ class ToolRule(Record):
         default=None,
         min_length=1,
         max_length=50,
-        description='with `command`: the simple command that matches also has one of these flags as a word '
-        '(`-f` also inside a bundle such as `-uf`, `--force` also as `--force=…`); docs/policy.md',
+        description="with `command`: the simple command that matches also has one of these flags as a word "
+        "(`-f` also inside a bundle such as `-uf`, `--force` also as `--force=…`); docs/policy.md",
     )
     reason: str | None = Field(default=None, max_length=500, description="said to the model and recorded")
 

@@ -38,9 +38,9 @@ use (``retry-after``, ``anthropic-ratelimit-requests-reset``, ``x-ratelimit-rese
 
 What it does not do:
 
-* The script does not look at the conversation (only ``respond`` does). Turns are handed out in order, whatever the request
-  says; a tool result is not checked, and it does not validate model names (it echoes the
-  request's model).
+* The script does not look at the conversation (only ``respond`` does). Turns are handed out in
+  order, whatever the request says; a tool result is not checked, and it does not validate model
+  names (it echoes the request's model).
 * Usage numbers come from the script, not from counting tokens. Every answer of every protocol carries
   them (input, output, and the cache counts where the API has a place for them), except a Chat
   Completions stream that did not ask with ``stream_options.include_usage``, as OpenAI does.
@@ -54,7 +54,16 @@ What it does not do:
   that names the scripting mistake.
 """
 
-from agentd.services.demomodel.common import DEFAULT_CONTEXT_LENGTH, NO_TURN_LEFT, Fail, Hang, RecordedRequest, Reply, ToolCall, Turn
+from agentd.services.demomodel.common import (
+    DEFAULT_CONTEXT_LENGTH,
+    NO_TURN_LEFT,
+    Fail,
+    Hang,
+    RecordedRequest,
+    Reply,
+    ToolCall,
+    Turn,
+)
 from agentd.services.demomodel.playbook import demo_turn
 from agentd.services.demomodel.server import FakeModelServer
 

@@ -92,5 +92,3 @@ def _ollama_version(fake: FakeModelServer, body: Any) -> dict[str, Any]:
 
 def _count_tokens(fake: FakeModelServer, body: Any) -> dict[str, Any]:
     return {"input_tokens": 10}
-
-

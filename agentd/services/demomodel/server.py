@@ -49,6 +49,7 @@ from agentd.services.demomodel.probes import (
     _Probe,
 )
 
+
 @dataclass(frozen=True)
 class _Route:
     method: str
