@@ -25,7 +25,6 @@ def register(commands: Any) -> None:
         "demo-model",
         cmd_demo_model,
         "serve a keyless fake model on 127.0.0.1 for claude, codex, hermes and ollama adapters until Ctrl-C",
-        epilog="example: agentd demo-model --port 8765   (then point an adapter at http://127.0.0.1:8765)",
     )
     demo.add_argument("--port", type=port_number, default=0, help="the port on 127.0.0.1 (default 0: a free one)")
 
