@@ -15,6 +15,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import REPO
@@ -159,3 +160,29 @@ def test_without_its_sandbox_claude_refuses_what_agentd_allowed_and_task_show_sa
     [refused] = [e["payload"] for e in events if e["type"] == "policy_denied"]
     assert refused["refused_by"] == "harness" and refused["agentd_decision"] == "allowed"
     assert refused["call_id"] in allowed
+
+
+@pytest.mark.parametrize("kind", ["claude-code", "codex", "hermes-agent", "ollama-generate"])
+def test_the_demo_model_s_play_completes_a_task_on_every_adapter_it_speaks_to(kind: str, tmp_path: Path) -> None:
+    """What `agentd demo-model` promises beyond the page: hermes and ollama too. A harness writes the report the
+    payload names and the task's gate finds it; ollama, with no tools, answers at once and claims nothing."""
+    from fakemodel import FakeModelServer
+    from test_adapter_contract import Harness
+
+    from agentd.services.demomodel import demo_turn
+
+    def writable(raw: dict[str, Any]) -> None:  # claude's Write needs it, as the page says
+        next(a for a in raw["adapters"] if a["adapter_id"] == "a")["sandbox"] = "workspace-write"
+
+    with FakeModelServer(respond=demo_turn) as fake:
+        harness = Harness(tmp_path / kind, kind, fake, 120_000, writable if kind == "claude-code" else None)
+        try:
+            task, attempt, _ = harness.run({"write": "reports/demo.md"})
+        finally:
+            harness.store.close()
+    assert task.status == "completed", (task.last_error, attempt.diagnostics)
+    claimed = task.outcome.artifact_paths if task.outcome else None
+    if kind == "ollama-generate":
+        assert not claimed
+    else:
+        assert claimed == ["reports/demo.md"] and (harness.workspace / "reports/demo.md").is_file()
