@@ -7,13 +7,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
+from markupsafe import escape
 from rig import Rig
 from support import CliResult
 from test_policy_denials import DeniedClaude, denied_rig  # noqa: F401  (the fixture, used by name)
+from test_web_console import logged_in
+from webrig import serving
 
 from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted
-from agentd.cli.queue import denials_line
+from agentd.outlook.denials import denials_line
 from agentd.records import AdapterConfig
 from agentd.services.dispatch import Dispatcher
 
@@ -31,21 +35,30 @@ class AllowedThenRefused(DeniedClaude):
         return await super().execute(ctx, on_started)
 
 
+async def allowed_then_refused(rig: Rig) -> int:
+    """One task whose attempt's harness refused two calls, the first after agentd's policy allowed it."""
+    task = rig.add("scripted", payload={"commands": ["echo one", "echo two"]})
+
+    def adapters(config: AdapterConfig) -> AllowedThenRefused:
+        return AllowedThenRefused(config.adapter_id, rig)
+
+    dispatcher = Dispatcher(rig.config, rig.db, clock=rig.clock, adapters=adapters)
+    await dispatcher.start()
+    await dispatcher.claim_and_run(rig.clock.now())
+    await dispatcher.stop()
+    return task.task_id
+
+
+BOTH_LAYERS = "denials: 2 tool call(s) refused by the harness, 1 after agentd's policy allowed them (Bash)"
+
+
 @pytest.mark.asyncio
 async def test_a_call_agentd_allowed_and_the_harness_refused_names_both_layers(
     denied_rig: Rig,  # noqa: F811
     rig_cli: Callable[..., CliResult],
 ) -> None:
-    task = denied_rig.add("scripted", payload={"commands": ["echo one", "echo two"]})
-
-    def adapters(config: AdapterConfig) -> AllowedThenRefused:
-        return AllowedThenRefused(config.adapter_id, denied_rig)
-
-    dispatcher = Dispatcher(denied_rig.config, denied_rig.db, clock=denied_rig.clock, adapters=adapters)
-    await dispatcher.start()
-    await dispatcher.claim_and_run(denied_rig.clock.now())
-    await dispatcher.stop()
-    events = denied_rig.events(task.task_id)
+    task_id = await allowed_then_refused(denied_rig)
+    events = denied_rig.events(task_id)
     [allowed] = [e.payload for e in events if e.type == "tool_call_allowed"]
     assert "refused_by" not in allowed
     refused = [e.payload for e in events if e.type == "policy_denied"]
@@ -53,8 +66,18 @@ async def test_a_call_agentd_allowed_and_the_harness_refused_names_both_layers(
         ("toolu_0", "harness", "allowed"),
         ("toolu_1", "harness", None),
     ]
-    shown = rig_cli(denied_rig, "task", "show", str(task.task_id))
-    assert "denials: 2 tool call(s) refused by the harness, 1 after agentd's policy allowed them (Bash)" in shown.out
+    shown = rig_cli(denied_rig, "task", "show", str(task_id))
+    assert BOTH_LAYERS in shown.out
+
+
+@pytest.mark.asyncio
+async def test_the_console_s_task_page_says_it_in_the_same_words(denied_rig: Rig) -> None:  # noqa: F811
+    task_id = await allowed_then_refused(denied_rig)
+    with serving(denied_rig) as web:
+        browser, _ = logged_in(web)
+        page = await anyio.to_thread.run_sync(browser.get, f"/tasks/{task_id}")
+    assert page.status == 200
+    assert f'<p class="denials">{escape(BOTH_LAYERS)}</p>' in page.text, page.text[:3000]
 
 
 def test_a_call_agentd_s_policy_denied_says_agentd_refused_it(rig: Rig) -> None:

@@ -24,6 +24,7 @@ from agentd.cli.observe import detail
 from agentd.clock import SystemClock, age, ago, format_ts
 from agentd.edge import TAIL_BYTES, printable, tail_lines
 from agentd.errors import InputError
+from agentd.outlook.denials import denials_line
 from agentd.vocabulary import TASK_STATUSES
 
 if TYPE_CHECKING:
@@ -291,18 +292,6 @@ def _print_shown(shown: dict[str, Any]) -> None:
         ["SEQ", "TIME", "TYPE", "DETAIL"],
         [(e.sequence, format_ts(e.timestamp)[:19] + "Z", e.type, detail(e.payload)) for e in events],
     )
-
-
-def denials_line(denials: list[dict[str, Any]]) -> str:
-    """The harness's refusals in words, saying which layer decided what (docs/policy.md, "Two layers"): agentd's
-    policy allowed a call (`agentd_decision`) and the harness's own permissions refused it."""
-    tools = ", ".join(sorted({str(p["tool"]) for p in denials if "tool" in p}))
-    total = sum(p["dropped"] if isinstance(p.get("dropped"), int) else 1 for p in denials)
-    allowed = sum(1 for p in denials if p.get("agentd_decision") == "allowed")
-    said = f"denials: {total} tool call(s) refused by the harness"
-    if allowed:
-        said += f", {'' if allowed == total else f'{allowed} '}after agentd's policy allowed them"
-    return f"{said} ({tools})"
 
 
 def _print_usage(attempts: list[Any]) -> None:
