@@ -243,7 +243,7 @@ NEEDS_A_RECORD = (
 
 
 def harmless(argv: list[str]) -> bool:
-    service = argv in SERVICES or (argv[:1] == ["web"] and argv[1:2] != ["token"])
+    service = argv in SERVICES or (argv[:1] == ["web"] and argv[1:2] != ["token"]) or argv[:1] == ["demo-model"]
     needs = any(argv[: len(path)] == path for path in NEEDS_A_RECORD) and argv[:2] != ["constitution", "proposals"]
     return not service and not needs and not any(word in NOT_RUN for word in argv)
 

@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 import pytest
 from fakemodel import NO_TURN_LEFT, Fail, FakeModelServer, Hang, Reply, ToolCall
-from fakemodel.common import _go_duration
+
+from agentd.services.demomodel.common import _go_duration
 
 pytestmark = pytest.mark.process
 

@@ -9,8 +9,6 @@ from typing import Any
 
 import pytest
 from fakemodel import Reply, ToolCall
-from fakemodel.common import _Answer, _Call
-from fakemodel.encoders import _Anthropic, _ChatCompletions, _Encoder, _OllamaChat, _OllamaGenerate, _Responses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import examples
@@ -24,6 +22,15 @@ from agentd.gateway.usage import (
     framing_of,
     protocol_of,
     read_usage,
+)
+from agentd.services.demomodel.common import _Answer, _Call
+from agentd.services.demomodel.encoders import (
+    _Anthropic,
+    _ChatCompletions,
+    _Encoder,
+    _OllamaChat,
+    _OllamaGenerate,
+    _Responses,
 )
 from agentd.usage import Usage
 

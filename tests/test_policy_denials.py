@@ -49,6 +49,7 @@ def test_claude_permission_denial_names_the_tool_and_the_command() -> None:
         "tool": "Bash",
         "summary": "echo tool-ran-ok > /srv/agent/work/tool_marker.txt; echo tool-ran-ok",
         "call_id": "toolu_fake_d30ce417ff1c44e0829335cb",
+        "refused_by": "harness",  # its own permissions, not agentd's policy (issue 52)
     }
 
 
@@ -225,8 +226,15 @@ async def test_each_denial_is_a_policy_denied_event_of_the_attempt_with_its_end(
             "tool": "Bash",
             "summary": "curl -H 'Authorization: [redacted]' https://example.invalid",
             "call_id": "toolu_0",
+            "refused_by": "harness",
         },
-        {"decision": "denied", "tool": "Bash", "summary": "rm -rf /srv/agent/work", "call_id": "toolu_1"},
+        {
+            "decision": "denied",
+            "tool": "Bash",
+            "summary": "rm -rf /srv/agent/work",
+            "call_id": "toolu_1",
+            "refused_by": "harness",
+        },
     ]
     # written by the outcome commit: the same moment as the attempt's end, no event between them
     end = [e for e in events if e.sequence >= denied[0].sequence]
@@ -245,4 +253,4 @@ async def test_denials_beyond_the_cap_are_counted_in_one_more_event(denied_rig: 
     denied = [e.payload for e in denied_rig.events(task_id) if e.type == "policy_denied"]
     assert len(denied) == MAX_DENIAL_EVENTS + 1
     assert [p["summary"] for p in denied[:-1]] == [f"echo {n}" for n in range(MAX_DENIAL_EVENTS)]
-    assert denied[-1] == {"decision": "denied", "dropped": 7, "recorded": MAX_DENIAL_EVENTS}
+    assert denied[-1] == {"decision": "denied", "dropped": 7, "recorded": MAX_DENIAL_EVENTS, "refused_by": "harness"}

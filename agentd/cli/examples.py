@@ -143,6 +143,10 @@ EXAMPLES: dict[tuple[str, ...], list[tuple[str, str]]] = {
         ('agentd policy test operator --tool Bash --input \'{"command": "git push -f"}\'', "which rule decides"),
     ],
     ("ask",): [('agentd ask --tool Bash --input \'{"command": "curl https://example.com"}\'', "inside an attempt")],
+    ("demo-model",): [
+        ("agentd demo-model", "a keyless model on a free port of 127.0.0.1 until Ctrl-C; prints its URL"),
+        ("agentd demo-model --port 8765 --json", "on 127.0.0.1:8765, its URL as JSON (docs/connect-a-model.md)"),
+    ],
     ("version",): [("agentd version", "agentd's version and the specs it implements")],
     ("constitution", "proposals"): [("agentd constitution proposals", "constitution changes an agent proposed")],
     ("constitution", "show"): [("agentd constitution show 1", "proposal 1: why, from where, and its diff")],

@@ -50,7 +50,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def describe_rule(rule: dict[str, Any]) -> str:
     """`deny Bash command="git push*" — no force pushes ([policy])`."""
-    matchers = " ".join(f"{key}={json.dumps(rule[key])}" for key in ("command", "path", "host") if key in rule)
+    matchers = " ".join(f"{key}={json.dumps(rule[key])}" for key in ("command", "flags", "path", "host") if key in rule)
     reason = f" — {rule['reason']}" if rule.get("reason") else ""
     return f"{rule['decision']:<5} {rule['tool']} {matchers}".rstrip() + f"{reason} ({rule['from']})"
 

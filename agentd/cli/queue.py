@@ -24,6 +24,7 @@ from agentd.cli.observe import detail
 from agentd.clock import SystemClock, age, ago, format_ts
 from agentd.edge import TAIL_BYTES, printable, tail_lines
 from agentd.errors import InputError
+from agentd.outlook.denials import denials_line
 from agentd.vocabulary import TASK_STATUSES, counted
 
 if TYPE_CHECKING:
@@ -300,6 +301,7 @@ def _print_shown(shown: dict[str, Any]) -> None:
                 for a in attempts
             ],
         )
+        _print_usage(attempts)
         print("\nevidence")
         for a in attempts:
             pruned = f"  (deleted by retention {ago(a.evidence_pruned_at, now)})" if a.evidence_pruned_at else ""
@@ -307,14 +309,30 @@ def _print_shown(shown: dict[str, Any]) -> None:
         _print_failure_tails(attempts, outcomes)
     denials = [e.payload for e in events if e.type == "policy_denied"]
     if denials:  # tool calls a harness's permission policy refused; each is a policy_denied event below
-        tools = sorted({str(p["tool"]) for p in denials if "tool" in p})
-        total = sum(p["dropped"] if isinstance(p.get("dropped"), int) else 1 for p in denials)
-        print("\n" + printable(f"denials: {counted(total, 'tool call')} refused by the harness ({', '.join(tools)})"))
+        print("\n" + printable(denials_line(denials)))
     print(f"\nevents ({len(events)}; `agentd events --task {task.task_id} --json` has every field)")
     print_table(
         ["SEQ", "TIME", "TYPE", "DETAIL"],
         [(e.sequence, format_ts(e.timestamp)[:19] + "Z", e.type, detail(e.payload)) for e in events],
     )
+
+
+def _print_usage(attempts: list[Any]) -> None:
+    """Each attempt's tokens and cost, where it reported any (docs/connect-a-model.md: where tokens are shown)."""
+    lines = [(a.attempt_number, line) for a in attempts if (line := usage_line(a.usage or {}))]
+    if lines:
+        print("\ntokens")
+        print("\n".join(f"  #{number}  {line}" for number, line in lines))
+
+
+def usage_line(usage: dict[str, Any]) -> str | None:
+    """`11 in, 7 out, 5 cache read; $0.0001 (estimated)`: the counts an attempt has, its cost if known."""
+    names = {"input_tokens": "in", "output_tokens": "out", "cache_read_tokens": "cache read",
+             "cache_write_tokens": "cache write"}  # fmt: skip
+    counts = ", ".join(f"{usage[key]:,} {name}" for key, name in names.items() if usage.get(key) is not None)
+    cost = usage.get("cost_usd")
+    priced = None if cost is None else f"${cost:.4f}" + (" (estimated)" if usage.get("cost_estimated") else "")
+    return "; ".join(part for part in (counts, priced) if part) or None
 
 
 def _print_steering(shown: dict[str, Any]) -> None:

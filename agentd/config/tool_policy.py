@@ -10,6 +10,11 @@ backquotes): a deny or ask rule matches when any of them matches, an allow rule 
 does, so `allow "git status*"` never allows `git status; rm -rf ~`, and `deny "git push*"` is not
 evaded by `cd repo && git push` or `sh -c "git push"`. A command that cannot be split (an open quote)
 matches deny and ask rules as one piece and allow rules never.
+
+A rule's `flags` looks for flags as whole words of the simple command its glob matched, so a force push is
+`command = "git push*"` with `flags = ["-f", "--force"]`: `git push -f`, `git push origin main -f` and
+`git push -uf` match, `git push origin feature-fix` and `git push --follow-tags` do not (a glob such as
+`git push*-f*` matches them all, docs/decisions.md "Flags are words"). Words after `--` are not flags.
 """
 
 from __future__ import annotations
@@ -100,7 +105,7 @@ def matches(rule: ToolRule, call: Call) -> bool:
     """Every matcher the rule gives holds for the call (a matcher the call has nothing for does not)."""
     if not fnmatchcase(call.tool, rule.tool):
         return False
-    if rule.command is not None and not _command_matches(rule.command, command_of(call), rule.decision):
+    if rule.command is not None and not _command_matches(rule, command_of(call)):
         return False
     if rule.path is not None and not _path_matches(rule.path, call):
         return False
@@ -115,13 +120,33 @@ def command_of(call: Call) -> str | None:
     return _text(call.input, COMMAND_KEYS)
 
 
-def _command_matches(glob: str, command: str | None, decision: Decision) -> bool:
-    if command is None:
+def _command_matches(rule: ToolRule, command: str | None) -> bool:
+    if command is None or rule.command is None:
         return False
-    pieces, whole = segments(command)
-    if decision == "allow":
-        return whole and bool(pieces) and all(fnmatchcase(piece, glob) for piece in pieces)
-    return fnmatchcase(command.strip(), glob) or any(fnmatchcase(piece, glob) for piece in pieces)
+    glob, flags = rule.command, rule.flags
+
+    def fits(piece: str, words: list[str]) -> bool:
+        return fnmatchcase(piece, glob) and (flags is None or has_flag(words, flags))
+
+    pieces, whole = simple_commands(command)
+    if rule.decision == "allow":
+        return whole and bool(pieces) and all(fits(piece, words) for piece, words in pieces)
+    return fits(command.strip(), command.split()) or any(fits(piece, words) for piece, words in pieces)
+
+
+def has_flag(words: Sequence[str], flags: Sequence[str]) -> bool:
+    """Whether a simple command's words (its program first) hold one of `flags` as a word: `--force` or
+    `--force=…`; a one-letter `-f` also in a bundle of short options (`-uf`). Nothing after `--` is a flag."""
+    for word in words[1:]:
+        if word == "--":
+            return False
+        for flag in flags:
+            if word == flag or (flag.startswith("--") and word.startswith(flag + "=")):
+                return True
+            short = len(flag) == 2 and not word.startswith("--") and word.startswith("-")
+            if short and flag[1] in word[1:]:
+                return True
+    return False
 
 
 def _path_matches(glob: str, call: Call) -> bool:
@@ -160,12 +185,18 @@ SEPARATORS = re.compile(r"\s*(?:&&|\|\||[;&|\n])\s*")
 
 def segments(command: str) -> tuple[list[str], bool]:
     """The simple commands in `command` (see the module docstring) and whether it could be split whole."""
-    found: list[str] = []
+    found, whole = simple_commands(command)
+    return [piece for piece, _ in found], whole
+
+
+def simple_commands(command: str) -> tuple[list[tuple[str, list[str]]], bool]:
+    """Each simple command in `command` as text and as its words, and whether it could be split whole."""
+    found: list[tuple[str, list[str]]] = []
     whole = _split(command, 0, found)
     return found[:MAX_SEGMENTS], whole and len(found) <= MAX_SEGMENTS
 
 
-def _split(command: str, depth: int, found: list[str]) -> bool:
+def _split(command: str, depth: int, found: list[tuple[str, list[str]]]) -> bool:
     whole = True
     for inner in _substitutions(command):
         whole = _split(inner, depth + 1, found) and whole
@@ -175,13 +206,13 @@ def _split(command: str, depth: int, found: list[str]) -> bool:
         lexer.commenters = ""
         words = list(lexer)
     except ValueError:  # an open quote: one piece, judged as a whole
-        found.append(command.strip())
+        found.append((command.strip(), command.split()))
         return False
     for simple in _simple_commands(words):
-        found.append(" ".join(simple))
+        found.append((" ".join(simple), simple))
         bare = _bare(simple)
-        if bare and " ".join(bare) != found[-1]:
-            found.append(" ".join(bare))
+        if bare and " ".join(bare) != found[-1][0]:
+            found.append((" ".join(bare), bare))
         script = _wrapped(bare) if bare else None
         if script is not None:
             whole = (_split(script, depth + 1, found) if depth < MAX_DEPTH else False) and whole

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from agentd.records.base import Command, Identifier, JsonObject, Record, Timestamp
 
@@ -108,6 +108,8 @@ class ResultPolicy(Record):
 
 
 Glob = Annotated[str, Field(min_length=1, max_length=1000, pattern=r"^[^\x00]*$")]
+# A command-line flag a rule looks for as a whole word: `-f` (one letter) or `--force-with-lease`.
+Flag = Annotated[str, Field(pattern=r"^(-[A-Za-z0-9]|--[A-Za-z0-9][A-Za-z0-9-]{0,63})$")]
 
 
 class ToolRule(Record):
@@ -125,7 +127,20 @@ class ToolRule(Record):
         default=None, description='"inside_workspace", "outside_workspace", or a glob over a file path'
     )
     host: Glob | None = Field(default=None, description="a glob over a URL's host")
+    flags: list[Flag] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=50,
+        description="with `command`: the simple command that matches also has one of these flags as a word "
+        "(`-f` also inside a bundle such as `-uf`, `--force` also as `--force=…`); docs/policy.md",
+    )
     reason: str | None = Field(default=None, max_length=500, description="said to the model and recorded")
+
+    @model_validator(mode="after")
+    def _flags_need_a_command(self) -> ToolRule:
+        if self.flags is not None and self.command is None:
+            raise ValueError("flags needs a command glob: the flags are looked for in the commands it matches")
+        return self
 
 
 # An egress allow-list entry: `host:port`, the host exact or `*.` and a domain (docs/gateway.md).

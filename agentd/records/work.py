@@ -127,8 +127,14 @@ class PolicyDenial:
         )
 
     def payload(self) -> dict[str, Any]:
-        """The `policy_denied` event's payload."""
-        found: dict[str, Any] = {"decision": "denied", "tool": self.tool, "summary": self.summary}
+        """The `policy_denied` event's payload: the harness's own permissions refused the call (`refused_by`;
+        agentd's policy refusing one is `tool_call_denied`, docs/policy.md "Two layers")."""
+        found: dict[str, Any] = {
+            "decision": "denied",
+            "tool": self.tool,
+            "summary": self.summary,
+            "refused_by": "harness",
+        }
         optional = {"reason": self.reason, "exit_code": self.exit_code, "call_id": self.call_id}
         return found | {k: v for k, v in optional.items() if v is not None}
 

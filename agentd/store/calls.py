@@ -70,7 +70,8 @@ class CallVerbs(StoreBase):
         harness hears it."""
         with self.transaction():
             event = "tool_call_allowed" if allowed else "tool_call_denied"
-            self.tx.event(event, now, task_id=task_id, attempt_id=attempt_id, payload=payload)
+            said = payload if allowed else {**payload, "refused_by": "agentd"}  # the other layer: policy_denied
+            self.tx.event(event, now, task_id=task_id, attempt_id=attempt_id, payload=said)
 
     def record_gate_event(
         self, event: GateEvent, task_id: int, attempt_id: str, payload: dict[str, Any], now: datetime
@@ -164,6 +165,7 @@ def _decide(tx: Tx, held: HeldCall, allowed: bool, by: str, reason: str | None, 
         "decided_by": by,
         **({"reason": reason} if reason else {}),
         "waited_s": round(max(0.0, (now - held.requested_at).total_seconds()), 3),
+        **({} if allowed else {"refused_by": "agentd"}),
     }
     tx.event(EVENT_OF[status], now, task_id=held.task_id, attempt_id=held.attempt_id, payload=payload)
 

@@ -70,10 +70,26 @@ def _append_denials(tx: Tx, end: AttemptEnd, ids: dict[str, Any]) -> None:
     one that counts those beyond the cap (redacted and bounded by agentd/attempt/conclude.py, capped
     by agentd/attempt/judge.py)."""
     for denial in end.policy_denials:
-        tx.event("policy_denied", end.ended_at, **ids, payload=denial.payload())
+        said = {"agentd_decision": "allowed"} if _agentd_allowed(tx, end, denial.call_id) else {}
+        tx.event("policy_denied", end.ended_at, **ids, payload=denial.payload() | said)
     if end.policy_denials_dropped:
-        dropped = {"decision": "denied", "dropped": end.policy_denials_dropped, "recorded": len(end.policy_denials)}
+        counts = {"dropped": end.policy_denials_dropped, "recorded": len(end.policy_denials)}
+        dropped = {"decision": "denied", **counts, "refused_by": "harness"}
         tx.event("policy_denied", end.ended_at, **ids, payload=dropped)
+
+
+def _agentd_allowed(tx: Tx, end: AttemptEnd, call_id: str | None) -> bool:
+    """Whether agentd's policy allowed this call before the harness refused it: two layers decided, and the
+    event says which refused (docs/policy.md, "Two layers"). The task's events are indexed (events_task); an
+    older row's payload may not be JSON."""
+    if call_id is None:
+        return False
+    found = tx.execute(
+        """SELECT 1 FROM events WHERE task_id = ? AND attempt_id = ? AND type = 'tool_call_allowed'
+           AND CASE WHEN json_valid(payload) THEN json_extract(payload, '$.tool_use_id') END = ? LIMIT 1""",
+        (end.task_id, end.attempt_id, call_id),
+    ).fetchone()
+    return found is not None
 
 
 def _insert_artifacts(tx: Tx, end: AttemptEnd, ids: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.edge import TAIL_BYTES, tail_lines
 from agentd.errors import InputError
+from agentd.outlook.denials import denials_line
 from agentd.outlook.status import held_call_view, snapshot
 from agentd.outlook.taskstate import state_facts, task_state
 from agentd.process.files import Refused, lstat_beneath, read_tail_beneath
@@ -114,6 +115,9 @@ def task_view(config: Config, store: Store, task_id: int, now: datetime | None =
     task = store.get_task_or_raise(task_id)
     finished = store.event_rows(task_id=task_id, types=("task_attempt_finished",), limit=ATTEMPTS_READ, last=True)
     outcomes = {e["attempt_id"]: e["payload"].get("outcome") for e in finished}
+    denied: dict[str, list[dict[str, Any]]] = {}  # what each attempt's harness refused (docs/policy.md, "Two layers")
+    for event in store.event_rows(task_id=task_id, types=("policy_denied",), limit=ATTEMPTS_READ, last=True):
+        denied.setdefault(event["attempt_id"], []).append(event["payload"])
     attempts = []
     for attempt in store.attempts_of(task_id):
         files = evidence_files(config, task_id, attempt.attempt_id)
@@ -124,6 +128,7 @@ def task_view(config: Config, store: Store, task_id: int, now: datetime | None =
             "stderr_tail": failure_tail(config, attempt),
             "timeline": timeline_of(config, attempt),
             "outcome_words": attempt_outcome(row, outcomes.get(attempt.attempt_id)),
+            "denials": denials_line(denied[attempt.attempt_id]) if attempt.attempt_id in denied else None,
         }
         attempts.append(row | shown)
     events = store.event_rows(task_id=task_id, limit=EVENTS_SHOWN, last=True)

@@ -20,6 +20,7 @@ from agentd.edge import Refused, check_json_size, check_value
 from agentd.outlook.states import TaskState, read_facts, task_state
 from agentd.schema_check import compile_check
 from agentd.store.base import parse_optional_ts
+from agentd.usage import USAGE_KEYS, stored_usage
 from agentd.vocabulary import TASK_STATUSES, ExitStatus, RetryClass, SideEffects
 
 # --- agentd task list -----------------------------------------------------------------------------
@@ -271,6 +272,7 @@ class PlainAttempt:
     ended_at: datetime | None
     evidence_dir: str | None
     evidence_pruned_at: datetime | None
+    usage: dict[str, Any] | None  # as agentd/store/rows.py reads it: believed numbers only
 
 
 def task_shown(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -349,7 +351,7 @@ _ATTEMPT_WORDS = {  # each may be null too
 
 def sure_attempt(row: Any) -> bool:
     """Whether agentd/store/rows.py `attempt_from_row` reads this row exactly as stored. Its usage and
-    diagnostics are read whatever they hold (never a failure), and `task show` prints neither."""
+    diagnostics are read whatever they hold (never a failure); `task show` prints the usage as it reads it."""
     if any(type(row[name]) is not str for name in _ATTEMPT_TEXTS) or type(row["started_at"]) is not str:
         return False
     if type(row["task_id"]) is not int or type(row["attempt_number"]) is not int:
@@ -382,4 +384,5 @@ def _plain_attempt(row: Any) -> PlainAttempt:
         parse_optional_ts(row["ended_at"]),
         row["evidence_dir"],
         parse_optional_ts(row["evidence_pruned_at"]),
+        stored_usage({name: row[name] for name in USAGE_KEYS}, row["cost_estimated"]),
     )

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
-from fakemodel.common import (
+from agentd.services.demomodel.common import (
     NDJSON,
     SSE,
     Reply,

@@ -1,4 +1,4 @@
-"""Probes, routing, HTTP plumbing and the FakeModelServer itself."""
+"""Routing, HTTP plumbing and the FakeModelServer itself (the probes are in probes.py)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,8 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-from fakemodel.common import (
+from agentd.services.demomodel.common import (
     _JOIN_TIMEOUT_S,
-    _MODIFIED_AT,
-    _OLLAMA_VERSION,
     _POLL_INTERVAL_S,
     DEFAULT_CONTEXT_LENGTH,
     HOST,
@@ -34,7 +32,7 @@ from fakemodel.common import (
     _reset_headers,
     _Scripted,
 )
-from fakemodel.encoders import (
+from agentd.services.demomodel.encoders import (
     _Anthropic,
     _ChatCompletions,
     _Encoder,
@@ -42,88 +40,14 @@ from fakemodel.encoders import (
     _OllamaGenerate,
     _Responses,
 )
-
-# --------------------------------------------------------------------------------------------
-# Probes: answered from the server's configuration, never consume a turn
-# --------------------------------------------------------------------------------------------
-
-_Probe = Callable[["FakeModelServer", Any], dict[str, Any]]
-
-
-def _ollama_name(name: str) -> str:
-    return name if ":" in name else f"{name}:latest"
-
-
-def _models_list(fake: FakeModelServer, body: Any) -> dict[str, Any]:
-    """An OpenAI model list (Hermes reads `context_length`) that also carries the Anthropic list fields."""
-    data = [
-        {
-            "id": name,
-            "object": "model",
-            "type": "model",
-            "created": 0,
-            "created_at": _MODIFIED_AT,
-            "owned_by": "fakemodel",
-            "display_name": name,
-            "context_length": fake.context_length,
-            "max_model_len": fake.context_length,
-        }
-        for name in fake.models
-    ]
-    return {"object": "list", "data": data, "has_more": False, "first_id": fake.models[0], "last_id": fake.models[-1]}
-
-
-def _ollama_details() -> dict[str, Any]:
-    return {
-        "parent_model": "",
-        "format": "gguf",
-        "family": "llama",
-        "families": ["llama"],
-        "parameter_size": "1M",
-        "quantization_level": "Q4_0",
-    }
-
-
-def _ollama_tags(fake: FakeModelServer, body: Any) -> dict[str, Any]:
-    models = [
-        {
-            "name": _ollama_name(name),
-            "model": _ollama_name(name),
-            "modified_at": _MODIFIED_AT,
-            "size": 1,
-            "digest": "0" * 64,
-            "details": _ollama_details(),
-        }
-        for name in fake.models
-    ]
-    return {"models": models}
-
-
-def _ollama_show(fake: FakeModelServer, body: Any) -> dict[str, Any]:
-    length = fake.context_length
-    return {
-        "license": "",
-        "modelfile": "# fake model\n",
-        "parameters": f"num_ctx {length}",
-        "template": "{{ .Prompt }}",
-        "details": _ollama_details(),
-        "model_info": {
-            "general.architecture": "llama",
-            "general.context_length": length,
-            "general.parameter_count": 1_000_000,
-            "llama.context_length": length,
-        },
-        "capabilities": ["completion", "tools"],
-        "modified_at": _MODIFIED_AT,
-    }
-
-
-def _ollama_version(fake: FakeModelServer, body: Any) -> dict[str, Any]:
-    return {"version": _OLLAMA_VERSION}
-
-
-def _count_tokens(fake: FakeModelServer, body: Any) -> dict[str, Any]:
-    return {"input_tokens": 10}
+from agentd.services.demomodel.probes import (
+    _count_tokens,
+    _models_list,
+    _ollama_show,
+    _ollama_tags,
+    _ollama_version,
+    _Probe,
+)
 
 
 @dataclass(frozen=True)
@@ -320,12 +244,12 @@ class _HTTPServer(ThreadingHTTPServer):
     block_on_close = False
     request_queue_size = 512  # socketserver's 5 resets most of 200 connections opened at once
 
-    def __init__(self, fake: FakeModelServer) -> None:
+    def __init__(self, fake: FakeModelServer, port: int) -> None:
         self.fake = fake
         self._tracking_lock = threading.Lock()
         self._connections: set[socket.socket] = set()
         self._handler_threads: list[threading.Thread] = []
-        super().__init__((HOST, 0), _Handler)
+        super().__init__((HOST, port), _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         thread = threading.Thread(
@@ -387,9 +311,12 @@ class FakeModelServer:
         turns: Iterable[Turn] = (),
         default: Turn | None = None,
         *,
+        respond: Callable[[RecordedRequest], Turn] | None = None,
         models: Iterable[str] = ("fake-model",),
         chunk_size: int = 3,
         context_length: int = DEFAULT_CONTEXT_LENGTH,
+        port: int = 0,
+        history: int | None = None,
     ) -> None:
         self.models = tuple(models)
         if not self.models:
@@ -397,12 +324,14 @@ class FakeModelServer:
         if chunk_size < 1:
             raise ValueError(f"chunk_size is words per delta and must be at least 1, got {chunk_size}")
         self.default = default
+        self.respond = respond
         self.chunk_size = chunk_size
         self.context_length = context_length
+        self._port = port  # 0: a free one the OS picks (tests always; `agentd demo-model` unless --port)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._script: deque[_Scripted] = deque()
-        self._requests: list[RecordedRequest] = []
+        self._requests: deque[RecordedRequest] = deque(maxlen=history)  # None: all (tests read them)
         self._stopping = threading.Event()
         self._httpd: _HTTPServer | None = None
         self._serve_thread: threading.Thread | None = None
@@ -428,14 +357,14 @@ class FakeModelServer:
     def _admit(self, request: RecordedRequest, *, consume: bool) -> Turn | None:
         """Record a request and, for a model call, take its turn, in one step so the log follows turn order."""
         with self._changed:
-            turn = self._take_turn() if consume else None
+            turn = self._take_turn(request) if consume else None
             self._requests.append(replace(request, turn=turn))
             self._changed.notify_all()
             return turn
 
-    def _take_turn(self) -> Turn | None:
+    def _take_turn(self, request: RecordedRequest) -> Turn | None:
         if not self._script:
-            return self.default
+            return self.respond(request) if self.respond is not None else self.default
         head = self._script[0]
         head.remaining -= 1
         if head.remaining == 0:
@@ -472,7 +401,7 @@ class FakeModelServer:
     def start(self) -> FakeModelServer:
         if self._httpd is not None:
             raise RuntimeError("a FakeModelServer starts only once")
-        self._httpd = _HTTPServer(self)
+        self._httpd = _HTTPServer(self, self._port)
         self._serve_thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": _POLL_INTERVAL_S},
