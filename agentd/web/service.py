@@ -88,6 +88,7 @@ class WebService:
         listen: str | None = None,
         beside: bool = False,
         run_users: Callable[[], Iterable[tuple[str | None, str]]] = tuple,
+        held: socket.socket | None = None,
     ) -> None:
         """`run_users`: what reads the (name, whose) of the run users besides this agent's own whose requests
         are refused (the CLI's reads the other installed agents'; read again for a uid it does not know)."""
@@ -95,6 +96,7 @@ class WebService:
         own = [(config.dispatch.run_as, "this agent's run user"), (config.sensors.run_as, "this agent's sensor user")]
         self.attempt_users = AttemptUsers(own, run_users, clock)
         self.listen = listen or config.web.listen
+        self.held = held  # bound before the services started (agentd/services/ports.py): served as it is
         self.beside = beside  # under `agentd run`: a port in use costs the console, never the dispatcher
         self.stream_poll_s = 0.5  # how often a live stream looks for new events
         self.handoff_poll_s = handoff.POLL_S
@@ -126,7 +128,7 @@ class WebService:
     async def run(self) -> None:
         """Serve until request_stop; the socket is bound before `ready`, so a client may connect at once."""
         try:
-            sock = bind(self.listen, self.config.web.beyond_loopback)
+            sock = self.held if self.held is not None else bind(self.listen, self.config.web.beyond_loopback)
         except InputError as exc:
             if not self.beside:
                 raise
