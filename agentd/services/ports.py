@@ -1,5 +1,5 @@
 """The ports a service process listens on, bound before any service starts its work (docs/configuration.md,
-"Ports"): a port in use is one line naming the setting to change, exit 2, and nothing half-started (no
+`[metrics]`): a port in use is one line naming the setting to change, exit 2, and nothing half-started (no
 boot sweep, no sensor run, no console without its dispatcher).
 
 `free=True` (`agentd run --free-ports`, what `make run` runs) moves a port in use to one the OS picks on the
