@@ -18,9 +18,9 @@ from agentd.hashing import sha256_hex
 from agentd.records import AgentConstitution, SubagentProfile, TaskRecord
 
 RESULT_ENV = "AGENTD_RESULT_PATH"
-# What earlier attempts left is bounded (docs/design.md, "Dispatch", step 2 prepare): the newest FAILED_CALLS_MAX failed tool
-# calls of all of them, each its input in CALL_CHARS and its error in ERROR_CHARS; GATES_MAX gate failures of
-# each attempt, each in ERROR_CHARS. At most ~10 kB besides the summaries, and max_prompt_chars cuts it first.
+# What earlier attempts left is bounded (docs/design.md, "Dispatch", 2. prepare): the newest FAILED_CALLS_MAX
+# failed tool calls of all of them, each its input in CALL_CHARS and its error in ERROR_CHARS; GATES_MAX gate
+# failures of each attempt, each in ERROR_CHARS. At most ~10 kB besides the summaries; max_prompt_chars cuts it.
 FAILED_CALLS_MAX = 10
 CALL_CHARS = 200
 ERROR_CHARS = 300

@@ -3,6 +3,7 @@ services run), on its own database connection, until asked to stop (docs/web.md)
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import threading
@@ -54,7 +55,8 @@ def bind(listen: str, beyond_loopback: bool = False) -> socket.socket:
         sock.listen(128)
     except OSError as exc:
         sock.close()
-        raise InputError(f"web.listen: cannot listen on {listen} ({exc.strerror or exc})") from None
+        fix = "; set [web] listen to a free port, or --listen 127.0.0.1:0" if exc.errno == errno.EADDRINUSE else ""
+        raise InputError(f"web.listen: cannot listen on {listen} ({exc.strerror or exc}){fix}") from None
     return sock
 
 
