@@ -28,7 +28,8 @@ def register(commands: Any) -> None:
         commands,
         "dispatch",
         cmd_dispatch,
-        "run the dispatcher: lock, boot sweep, then one verified attempt at a time until SIGTERM",
+        "run the dispatcher: lock, boot sweep, then one verified attempt at a time until SIGTERM; "
+        "`dispatch pause|resume` stops and restarts claiming",
     )
     dispatch.add_argument("--until-idle", action="store_true", help="drain what is claimable now, then exit 0")
     dispatch.add_argument(
@@ -80,12 +81,20 @@ def _open(args: argparse.Namespace, services: tuple[str, ...]) -> tuple[Config, 
     from agentd.cli.common import config_path_from
     from agentd.install.neighbours import refuse_neighbours
     from agentd.process.files import keep_workspace
-    from agentd.process.privilege import boundary_of, keep_capabilities_to_self, require_switch, run_user
+    from agentd.process.privilege import (
+        boundary_of,
+        keep_capabilities_to_self,
+        refuse_inside_attempt,
+        require_switch,
+        run_user,
+    )
     from agentd.services.ports import hold_ports, ports_of
     from agentd.store import AsyncStore, init_state_dir
 
     config = config_from(args)
     refuse_neighbours(config)  # before keep_workspace opens the workspace to the run user
+    what = "this command writes to the agent's database"  # as store_from says it, before any port is taken
+    refuse_inside_attempt(config.dispatch.run_as, what, config.sensors.run_as)
     free, path = getattr(args, "free_ports", None), str(config_path_from(args))
     held = hold_ports(ports_of(config, services), path, free=bool(free), offer_free=free is not None)
     try:
