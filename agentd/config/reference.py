@@ -43,7 +43,8 @@ SECTIONS = {
     "dispatch": "The dispatcher: idle sleep, stop grace, retries and backoff, output caps, the boot sweep.",
     "sensors": "The sensor service.",
     "budget": "Spending caps per UTC day; nothing set, nothing is limited. Past a cap only tasks of "
-    "`urgent_priority` or more urgent run; the rest wait for the next UTC day.",
+    "`urgent_priority` or more urgent run; the rest wait for the next UTC day. Each attempt's bundle says what "
+    "its caps leave it (its own cap, the rest of the day's).",
     "policy": "The tool policy a running attempt's calls meet (docs/policy.md): rules tried after each profile's "
     "own `tool_policy`, the default when none matches, and how long an `ask` waits for a person.",
     "metrics": "Each service's Prometheus endpoint. Agents sharing a VM need their own ports: `agentd install` "
