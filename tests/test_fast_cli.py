@@ -477,7 +477,9 @@ def events_both_ways(
     edit.close()
     for args in (
         ("events",), ("events", "--last", "3"), ("events", "--type", "task_enqueued", "--after", "2"),
-        ("events", "--json"), ("events", "--format", "json", "--last", "2"),
+        ("events", "--json"), ("events", "--format", "json", "--last", "2"), ("events", "--oldest-first"),
+        ("events", "--before", "30", "--limit", "4"), ("events", "--before", "30", "--limit", "4", "--json"),
+        ("events", "--until", "1h", "--limit", "3"),
     ):  # fmt: skip
         full, fast = both_paths(rig, rig_cli, *args)
         assert (fast.code, fast.out, fast.err) == (full.code, full.out, full.err)

@@ -306,7 +306,10 @@ def test_the_console_asks_for_a_confirmation_then_steers_with_its_csrf_token(web
     assert done.status == 303 and rig.store.task_pause(task.task_id) is not None
     assert events(rig, "task_paused", task.task_id)[0].payload == {"by": "alice", "reason": "lunch"}
     shown = browser.get(f"/tasks/{task.task_id}").text
-    assert '<span class="state paused">paused</span>' in shown and f'action="/tasks/{task.task_id}/resume"' in shown
+    assert (
+        'data-state="paused" title="paused">Paused</span>' in shown
+        and f'action="/tasks/{task.task_id}/resume"' in shown
+    )
     payload = json.dumps({"note": "typed in"})
     edit = {"csrf": csrf, "priority": "3", "payload": payload, "confirm": "yes"}
     assert browser.form(f"/tasks/{task.task_id}/edit", edit).status == 303

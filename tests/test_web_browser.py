@@ -24,6 +24,7 @@ from test_web_live import append, running
 from webrig import WebRig, serving
 
 import agentd.store.base as store_base
+from agentd.web.task_page import STORED_TIME
 from agentd.web.views import ACTIVITY_TYPES
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(120)]
@@ -127,10 +128,10 @@ def test_refused_without_a_token_and_on_a_forged_csrf_token(page: Any, web: WebR
     waiting = held(web.rig, subject="hold me")
     page.goto("/approvals")
     expect(page).to_have_url(f"{web.url}login")
+    screenshot(page, "console-login")  # the docs show the form as a newcomer meets it, not refusing
     page.fill("input[name=token]", "0123456789ab." + "C" * 43)
     page.click("button[type=submit]")
     expect(page.get_by_role("alert")).to_contain_text("not valid")
-    screenshot(page, "console-login")
     log_in(page, web)
     page.goto("/approvals")
     page.eval_on_selector_all("input[name=csrf]", "inputs => inputs.forEach(i => i.value = 'forged')")
@@ -153,14 +154,14 @@ def test_approve_a_held_task_in_the_console_and_see_it_run(page: Any, web: WebRi
     page.locator(f"#approval-{waiting} button[name=approve]").click()
     expect(page.get_by_text("Nothing waits for an operator.")).to_be_visible()
     page.goto(f"/tasks/{waiting}")
-    expect(page.locator("h1 .status")).to_have_text("pending")
+    expect(page.locator(".task-state .state")).to_have_text("Waiting to run")
     in_a_thread(rig)
     page.reload()
-    expect(page.locator("h1 .status")).to_have_text("completed")
+    expect(page.locator(".task-state .state")).to_have_text("Completed")
     page.get_by_role("link", name="stdout.log").click()
     expect(page.locator("pre.evidence-file")).to_contain_text("deployed")  # inside the console
     page.get_by_role("link", name=f"← task {waiting}").click()  # and a way back
-    expect(page.locator("h1 .status")).to_have_text("completed")
+    expect(page.locator(".task-state .state")).to_have_text("Completed")
     screenshot(page, "console-task")
     page.get_by_role("link", name="Verify this task's evidence").click()
     expect(page.locator(".verdict.clean")).to_contain_text("Clean")
@@ -189,8 +190,7 @@ def test_watch_live_tool_events_of_a_running_attempt_appear(page: Any, web: WebR
     append(rig, "attempt_progress", task_id, attempt_id, text="<b>half</b> way")
     expect(activity.locator("li")).to_have_count(5)
     expect(activity.locator("li.attempt_progress")).to_have_text("attempt_progress <b>half</b> way")
-    assert activity.locator("b").count() == 0, "reported text is shown as text, never as HTML"
-    screenshot(page, "console-overview")
+    assert activity.locator("li.attempt_progress b").count() == 0, "reported text is shown as text, never as HTML"
 
 
 def test_a_lost_task_reads_lost_in_the_console_and_a_task_is_paused_through_its_confirmation(
@@ -207,15 +207,15 @@ def test_a_lost_task_reads_lost_in_the_console_and_a_task_is_paused_through_its_
     log_in(page, web)
     expect(page.locator("p.lost")).to_contain_text(f"LOST task {task_id}: {said}")
     page.goto(f"/tasks/{task_id}")
-    expect(page.locator("h1 .state")).to_have_text("lost")
-    expect(page.locator("p.state-reason")).to_contain_text(said)
+    expect(page.locator(".task-state .state")).to_have_text("Lost")
+    expect(page.locator(".state-reason")).to_contain_text(STORED_TIME.sub(r"\1 \2 UTC", said))  # to the second
     page.goto(f"/tasks/{waiting}")
     page.locator("#steer input[name=reason]").first.fill("after lunch")
     page.locator("#steer button[name=pause]").click()
     expect(page.locator("p.confirm-what")).to_contain_text(f"Task {waiting} will not be claimed until resumed.")
     assert rig.store.task_pause(waiting) is None, "the confirmation page changed nothing"
     page.locator("button[name=confirm-pause]").click()
-    expect(page.locator("h1 .state")).to_have_text("paused")
+    expect(page.locator(".task-state .state")).to_have_text("Paused")
     assert rig.store.task_pause(waiting) is not None
 
 

@@ -24,13 +24,14 @@ from agentd.cli.common import (
 from agentd.cli.watch import add_watch_option
 from agentd.clock import SystemClock, age, ago, format_ts, parse_ts
 from agentd.edge import printable, visible_json
+from agentd.errors import InputError
 
 if TYPE_CHECKING:
     from agentd.records import RuntimeEvent
 
 
 def register(commands: Any) -> None:
-    events = add_command(commands, "events", cmd_events, "the event log, oldest first")
+    events = add_command(commands, "events", cmd_events, "the event log, newest first")
     events.add_argument(
         "--follow", "-f", action="store_true", help="keep printing new events (from now, unless --after/--since/--last)"
     )
@@ -50,8 +51,22 @@ def register(commands: Any) -> None:
         metavar="WHEN",
         help="only events at or after WHEN: a UTC time, or an age like 30m, 2h, 7d",
     )
+    events.add_argument(
+        "--before",
+        type=record_id,
+        metavar="SEQUENCE",
+        help="page back: the newest --limit events before this sequence (what the last line said to type)",
+    )
+    events.add_argument(
+        "--until", type=moment, metavar="WHEN", help="only events before WHEN: a UTC time, or an age like 30m, 2h"
+    )
     events.add_argument("--last", type=count, metavar="N", help="only the newest N (still printed oldest first)")
     events.add_argument("--limit", type=count, default=1000, help="at most this many (default 1000)")
+    events.add_argument(
+        "--oldest-first",
+        action="store_true",
+        help="in the log's order, from the start or --after (--json, --follow, --after and --last already are)",
+    )
     events.add_argument(
         "--format",
         choices=("text", "json", "agent-runtime"),
@@ -96,11 +111,11 @@ EVENT_HEADER = f"{'SEQ':>6}  {'TIME':<20}  {'TYPE':<{TYPE_WIDTH}}  DETAIL"
 def cmd_events(args: argparse.Namespace) -> int:
     from agentd.cli.fast import events as plain_reads
 
+    if option(args, "follow") and option(args, "before") is not None:
+        raise InputError("--before pages back through the log; --follow reads on from its end: give one")
     plain = plain_reads.events(args)  # without pydantic, where it answers as the full path would
     if plain is not None and _format(args) == "text":
-        print(EVENT_HEADER, flush=True)
-        for event in plain:
-            print(event_text(event), flush=True)
+        _print_text(args, plain)
         return 0
     lines = plain_reads.json_lines(plain) if plain is not None else None
     if lines is not None:
@@ -121,14 +136,26 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 def _events(args: argparse.Namespace, store: Any) -> None:
     """Print the chosen events; with --follow keep polling. Following alone starts at the end."""
+    from agentd.cli.fast.events import order_of
+
     from_start = args.after is not None or args.since is not None or args.last is not None
     after = args.after or 0
     if option(args, "follow") and not from_start:
         after = store.last_event_sequence()
-    query = {"task_id": args.task, "types": tuple(args.types), "since": args.since}
+    query = {"task_id": args.task, "types": tuple(args.types), "since": args.since, "until": option(args, "until")}
+    read = order_of(args)
     events = store.read_events(
-        after=after, limit=args.last if args.last is not None else args.limit, last=args.last is not None, **query
+        after=after,
+        limit=args.last if args.last is not None else args.limit,
+        last=args.last is not None,
+        before=option(args, "before"),
+        newest_first=read.newest,
+        **query,
     )
+    events = events[::-1] if read.newest and not read.shown_newest_first else events
+    if _format(args) == "text" and not option(args, "follow"):
+        _print_text(args, events)
+        return
     if _format(args) == "text":
         print(EVENT_HEADER, flush=True)
     while True:
@@ -141,6 +168,41 @@ def _events(args: argparse.Namespace, store: Any) -> None:
             time.sleep(0.5)  # the follower polls; the database is the only channel
         store.require_present(reading=True)  # deleted or replaced meanwhile: say so, do not follow nothing
         events = store.read_events(after=after, limit=args.limit, **query)
+
+
+def _print_text(args: argparse.Namespace, events: list[Any]) -> None:
+    """The events as text lines under the header, each run of migration_applied one line (unless asked
+    for by --type), and when a newest-first page is full, the command that shows the page before it."""
+    print(EVENT_HEADER, flush=True)
+    fold = "migration_applied" not in args.types
+    for run in _runs(events) if fold else [[event] for event in events]:
+        print(event_text(run[0]) if len(run) == 1 else folded_text(run), flush=True)
+    from agentd.cli.fast.events import order_of
+
+    limit = args.last if args.last is not None else args.limit
+    if order_of(args).shown_newest_first and events and len(events) >= limit:
+        print(f"# older: agentd events --before {events[-1].sequence} (with the same filters)", flush=True)
+
+
+def _runs(events: list[Any]) -> list[list[Any]]:
+    """The events in runs: each migration_applied run together, every other event alone."""
+    runs: list[list[Any]] = []
+    for event in events:
+        if event.type == "migration_applied" and runs and runs[-1][0].type == "migration_applied":
+            runs[-1].append(event)
+        else:
+            runs.append([event])
+    return runs
+
+
+def folded_text(run: list[Any]) -> str:
+    """A run of migration_applied events as one line: how many, their sequences and versions."""
+    ends = sorted((run[0], run[-1]), key=lambda event: event.sequence)
+    versions = sorted(v for v in (e.payload.get("version") for e in run) if isinstance(v, int))
+    said = f"{len(run)} migrations applied (sequences {ends[0].sequence}-{ends[1].sequence}"
+    said += f", versions {versions[0]}-{versions[-1]})" if versions else ")"
+    parts = [f"{run[0].sequence:>6}", format_ts(run[0].timestamp)[:19] + "Z", f"{run[0].type:<{TYPE_WIDTH}}", said]
+    return printable("  ".join(parts))
 
 
 def _format(args: argparse.Namespace) -> str:

@@ -11,6 +11,7 @@ from agentd.store.budget import BELIEVED_COST
 
 # The task statuses an outcome chart counts: the terminal ones (a retryable failure goes back to pending).
 ENDED_STATUSES = ("completed", "permanent_failure", "blocked", "operator_canceled")
+HOUR_CHARS, MINUTE_CHARS = 13, 16  # of a stored time: `YYYY-MM-DDTHH`, `YYYY-MM-DDTHH:MM`
 Span = tuple[str, str | None]  # start and end as stored (fixed-width text: text order is time order)
 
 
@@ -40,11 +41,19 @@ class ChartVerbs(StoreBase):
 
     def outcomes_per_hour(self, since: datetime) -> list[tuple[str, str, int]]:
         """(hour as `YYYY-MM-DDTHH`, status, tasks) of the tasks that ended since `since`."""
+        return self._outcomes_per(since, HOUR_CHARS)
+
+    def outcomes_per_minute(self, since: datetime) -> list[tuple[str, str, int]]:
+        """(minute as `YYYY-MM-DDTHH:MM`, status, tasks) of the tasks that ended since `since`."""
+        return self._outcomes_per(since, MINUTE_CHARS)
+
+    def _outcomes_per(self, since: datetime, chars: int) -> list[tuple[str, str, int]]:
+        """Ended tasks grouped by the first `chars` of their stored end (fixed-width text: an hour, a minute)."""
         marks = ", ".join("?" for _ in ENDED_STATUSES)
         rows = self.tx.execute(
-            f"""SELECT substr(finished_at, 1, 13) AS hour, status, COUNT(*) FROM tasks
-                WHERE finished_at >= ? AND status IN ({marks}) GROUP BY hour, status""",
-            (ts(since), *ENDED_STATUSES),
+            f"""SELECT substr(finished_at, 1, ?) AS slot, status, COUNT(*) FROM tasks
+                WHERE finished_at >= ? AND status IN ({marks}) GROUP BY slot, status""",
+            (chars, ts(since), *ENDED_STATUSES),
         ).fetchall()
         return [(row[0], row[1], int(row[2])) for row in rows]
 

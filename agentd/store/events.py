@@ -51,27 +51,34 @@ class EventVerbs(StoreBase):
         since: datetime | None = None,
         limit: int = 1000,
         last: bool = False,
+        before: int | None = None,
+        until: datetime | None = None,
+        newest_first: bool = False,
     ) -> list[RuntimeEvent]:
-        """Events in sequence order after `after`, optionally for one task or workflow, of some types,
-        at or after `since`; `last`: the newest `limit` of them (still oldest first)."""
+        """Events in sequence order after `after` (and before `before`), optionally for one task or
+        workflow, of some types, at or after `since` and before `until`; `last`: the newest `limit` of
+        them (still oldest first); `newest_first`: the newest `limit`, newest first."""
         clauses: list[str] = ["sequence > ?"]
         params: list[object] = [after]
-        for column, value in (("task_id", task_id), ("workflow_id", workflow_id)):
+        for clause, value in (
+            ("task_id = ?", task_id),
+            ("workflow_id = ?", workflow_id),
+            ("sequence < ?", before),
+            ("timestamp >= ?", None if since is None else ts(since)),
+            ("timestamp < ?", None if until is None else ts(until)),
+        ):
             if value is not None:
-                clauses.append(f"{column} = ?")
+                clauses.append(clause)
                 params.append(value)
         if types:
             clauses.append(f"type IN ({', '.join('?' * len(types))})")
             params.extend(types)
-        if since is not None:
-            clauses.append("timestamp >= ?")
-            params.append(ts(since))
-        order = "DESC" if last else "ASC"
+        order = "DESC" if last or newest_first else "ASC"
         rows = self.tx.execute(
             f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY sequence {order} LIMIT ?", (*params, limit)
         ).fetchall()
         events = [event_from_row(r) for r in rows]
-        return events[::-1] if last else events
+        return events[::-1] if last and not newest_first else events
 
     def chain_head(self) -> tuple[int, str] | None:
         """The last event's (sequence, hash): what a service publishes for auditors to hold."""

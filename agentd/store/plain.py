@@ -345,23 +345,30 @@ def event_rows(
     since: datetime | None,
     limit: int,
     last: bool,
+    before: int | None = None,
+    until: datetime | None = None,
+    newest_first: bool = False,
 ) -> list[Any]:
-    """`read_events`' rows, before they are records: in sequence order (the newest `limit` with `last`)."""
-    clauses, params = ["sequence > ?"], [after]
-    if task_id is not None:
-        clauses.append("task_id = ?")
-        params.append(task_id)
+    """`read_events`' rows, before they are records: in sequence order (the newest `limit` with `last`;
+    newest first with `newest_first`)."""
+    clauses, params = ["sequence > ?"], list[object]([after])
+    for clause, value in (
+        ("task_id = ?", task_id),
+        ("sequence < ?", before),
+        ("timestamp >= ?", None if since is None else ts(since)),
+        ("timestamp < ?", None if until is None else ts(until)),
+    ):
+        if value is not None:
+            clauses.append(clause)
+            params.append(value)
     if types:
         clauses.append(f"type IN ({', '.join('?' * len(types))})")
-        params.extend(types)  # type: ignore[arg-type]
-    if since is not None:
-        clauses.append("timestamp >= ?")
-        params.append(ts(since))  # type: ignore[arg-type]
-    order = "DESC" if last else "ASC"
+        params.extend(types)
+    order = "DESC" if last or newest_first else "ASC"
     rows = store.tx.execute(
         f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY sequence {order} LIMIT ?", (*params, limit)
     ).fetchall()
-    return rows[::-1] if last else rows
+    return rows[::-1] if last and not newest_first else rows
 
 
 # --- agentd task list (store/tasks.py list_tasks; store/columns.py TASK_COLUMNS) ------------------------

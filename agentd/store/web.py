@@ -187,6 +187,42 @@ class WebVerbs(StoreBase):
         found = [{**dict(row), "payload": holdable(row["payload"]) or {}} for row in rows]
         return found[::-1] if last else found
 
+    def event_page(
+        self,
+        *,
+        before: int | None = None,
+        after: int | None = None,
+        task_id: int | None = None,
+        types: tuple[str, ...] = (),
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+    ) -> list[dict[str, Any]]:
+        """A page of events, newest first, as `event_rows` shapes them: the newest `limit` that match (below
+        sequence `before` when given), or with `after` the `limit` that follow it (docs/web.md, "Events")."""
+        clauses, params = ["1"], list[object]()
+        for clause, value in (
+            ("sequence < ?", before),
+            ("sequence > ?", after),
+            ("task_id = ?", task_id),
+            ("timestamp >= ?", None if since is None else ts(since)),
+            ("timestamp < ?", None if until is None else ts(until)),
+        ):
+            if value is not None:
+                clauses.append(clause)
+                params.append(value)
+        if types:
+            clauses.append(f"type IN ({', '.join('?' * len(types))})")
+            params += types
+        forward = after is not None and before is None  # the page after a cursor: read upwards, shown newest first
+        rows = self.tx.execute(
+            f"""SELECT sequence, event_id, type, timestamp, task_id, attempt_id, workflow_id, payload FROM events
+                WHERE {" AND ".join(clauses)} ORDER BY sequence {"ASC" if forward else "DESC"} LIMIT ?""",
+            (*params, limit),
+        ).fetchall()
+        found = [{**dict(row), "payload": holdable(row["payload"]) or {}} for row in rows]
+        return found[::-1] if forward else found
+
     def event_frames(
         self, *, after: int = 0, task_id: int | None = None, types: tuple[str, ...] = (), limit: int = 200
     ) -> list[tuple[int, str]]:

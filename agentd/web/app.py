@@ -159,7 +159,7 @@ async def on_bad_input(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, BadInput)
     if _is_api(request):
         return JSONResponse(exc.as_json(), status_code=exc.status)
-    return console_error(
+    return await console_error(
         request, exc.status, f"{exc.where}: {exc.what}" + (f" (expected {exc.expected})" if exc.expected else "")
     )
 
@@ -184,7 +184,7 @@ async def on_throttled(request: Request, exc: Exception) -> Response:
     retry = str(max(int(exc.retry_after_s + 0.999), 1))
     if _is_api(request):
         return error_json(429, str(exc), "client", "no more than the allowed failed logins", **{"Retry-After": retry})
-    return console_error(request, 429, str(exc), {"Retry-After": retry})
+    return await console_error(request, 429, str(exc), {"Retry-After": retry})
 
 
 async def on_too_many_streams(request: Request, exc: Exception) -> Response:
@@ -195,7 +195,7 @@ async def on_too_many_streams(request: Request, exc: Exception) -> Response:
 async def on_forbidden(request: Request, exc: Exception) -> Response:
     if _is_api(request):
         return error_json(403, str(exc), "body.csrf", "this session's CSRF token")
-    return console_error(request, 403, str(exc))
+    return await console_error(request, 403, str(exc))
 
 
 async def on_unreadable_row(request: Request, exc: Exception) -> Response:
@@ -203,20 +203,35 @@ async def on_unreadable_row(request: Request, exc: Exception) -> Response:
     logger.warning("%s: %s", request.url.path, exc)
     if _is_api(request):
         return error_json(500, str(exc), "database", "rows agentd wrote (`agentd evidence verify`)")
-    return console_error(request, 500, str(exc))
+    return await console_error(request, 500, str(exc))
 
 
 async def on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if _is_api(request):
         return error_json(exc.status_code, str(exc.detail), "path", "an endpoint docs/web.md lists")
-    return console_error(request, exc.status_code, str(exc.detail))
+    return await console_error(request, exc.status_code, str(exc.detail))
 
 
-def console_error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-    """The console's error page, with the status."""
+async def console_error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    """The console's error page, with the status, and the navigation when the request has a live session
+    (docs/web.md, "Errors": every page of a logged-in operator keeps the way on)."""
     web = web_of(request)
-    context = {"status": status, "message": message, "operator": None, "csrf": ""}
+    operator: Operator | None = None
+    csrf = ""
+    if request.cookies.get(COOKIE):
+        try:
+            operator, session = await session_of(request)
+            csrf = web.sessions.csrf(session)
+        except (Unauthorized, InputError, UnreadableRow):
+            operator = None  # no session to show: the page without the navigation
+    context = {
+        "status": status,
+        "message": message,
+        "operator": operator,
+        "csrf": csrf,
+        "agent_id": web.config.agent.agent_id,
+    }
     return web.templates.TemplateResponse(request, "error.html", context, status_code=status, headers=headers)
 
 
@@ -322,10 +337,13 @@ def templates() -> Jinja2Templates:
     """The console's Jinja2 templates (autoescaped), with `when` for a time (agentd/web/shown.py) and `visible`
     for text an attempt chose, every blank in it shown (agentd/edge.py)."""
     from agentd.edge import visible
-    from agentd.web.shown import when
+    from agentd.web.shown import exact, when
+    from agentd.web.task_page import with_code
 
     found = Jinja2Templates(directory=HERE / "templates")
     found.env.filters["when"] = when
+    found.env.filters["exact"] = exact
+    found.env.filters["with_code"] = with_code
     found.env.filters["visible"] = visible
     return found
 

@@ -1,7 +1,8 @@
 """The numbers behind the console's charts (docs/web.md, "Charts"), from the tasks and attempts in the
 database, within a window: the queue (waiting and running) each hour of the last QUEUE_HOURS, the
-outcomes per hour of the last QUEUE_HOURS, the cost per day of the last COST_DAYS by adapter. Plain JSON,
-so `GET /api/charts` returns it as it is and the page draws it (agentd/web/svg.py)."""
+outcomes per hour of the last QUEUE_HOURS, both again per minute of the last hour, the cost per day of
+the last COST_DAYS by adapter. Plain JSON, so `GET /api/charts` returns it as it is and the page draws it
+(agentd/web/svg.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from agentd.store import Store
 from agentd.web.svg import LOOKS, Series, bar_chart, line_chart
 
 QUEUE_HOURS = 48
+LAST_HOUR_MINUTES = 60  # the minute charts beside the hourly ones: a first hour is not one flat point
 COST_DAYS = 14
 SPANS_READ = 100_000  # tasks (and attempts) read for the queue chart; more and the chart says it was cut
 # The statuses an outcome chart shows, in an operator's words (agentd/store/charts.py ENDED_STATUSES).
@@ -59,32 +61,39 @@ def queue_numbers(
     return {"waiting": waiting, "running": running}
 
 
-def queue_chart(store: Store, now: datetime) -> dict[str, Any]:
-    """The queue at the start of each of the last QUEUE_HOURS hours, and now."""
-    starts = hours_back(now, QUEUE_HOURS)
+def minutes_back(now: datetime, count: int) -> list[datetime]:
+    """The starts of the last `count` minutes, the current one last (UTC)."""
+    minute = now.astimezone(UTC).replace(second=0, microsecond=0)
+    return [minute - timedelta(minutes=count - 1 - i) for i in range(count)]
+
+
+def queue_chart(store: Store, now: datetime, *, by_minute: bool = False) -> dict[str, Any]:
+    """The queue at the start of each of the last QUEUE_HOURS hours (or LAST_HOUR_MINUTES minutes), and now."""
+    starts = minutes_back(now, LAST_HOUR_MINUTES) if by_minute else hours_back(now, QUEUE_HOURS)
     moments = [*(format_ts(h) for h in starts[1:]), format_ts(now)]
     tasks = store.task_spans(starts[0], now, SPANS_READ)
     attempts = store.attempt_spans(starts[0], now, SPANS_READ)
-    labels = [*(h.strftime("%d %H:00") for h in starts[1:]), "now"]
+    labels = [*(h.strftime("%H:%M" if by_minute else "%d %H:00") for h in starts[1:]), "now"]
     cut = len(tasks) >= SPANS_READ or len(attempts) >= SPANS_READ
-    return {"window": f"{QUEUE_HOURS} hours", "moments": moments, "labels": labels, "cut": cut} | queue_numbers(
+    window = f"{LAST_HOUR_MINUTES} minutes" if by_minute else f"{QUEUE_HOURS} hours"
+    return {"window": window, "moments": moments, "labels": labels, "cut": cut} | queue_numbers(
         tasks, attempts, moments
     )
 
 
-def outcomes_chart(store: Store, now: datetime) -> dict[str, Any]:
-    """The tasks that ended in each of the last QUEUE_HOURS hours, by outcome."""
-    starts = hours_back(now, QUEUE_HOURS)
-    keys = [h.strftime("%Y-%m-%dT%H") for h in starts]
-    counts = {(hour, status): n for hour, status, n in store.outcomes_per_hour(starts[0])}
+def outcomes_chart(store: Store, now: datetime, *, by_minute: bool = False) -> dict[str, Any]:
+    """The tasks that ended in each of the last QUEUE_HOURS hours (or LAST_HOUR_MINUTES minutes), by outcome."""
+    if by_minute:
+        starts, key_format, label_format = minutes_back(now, LAST_HOUR_MINUTES), "%Y-%m-%dT%H:%M", "%H:%M"
+        rows, window, slots = store.outcomes_per_minute(starts[0]), f"{LAST_HOUR_MINUTES} minutes", "minutes"
+    else:
+        starts, key_format, label_format = hours_back(now, QUEUE_HOURS), "%Y-%m-%dT%H", "%d %H:00"
+        rows, window, slots = store.outcomes_per_hour(starts[0]), f"{QUEUE_HOURS} hours", "hours"
+    keys = [h.strftime(key_format) for h in starts]
+    counts = {(slot, status): n for slot, status, n in rows}
     series = {word: [counts.get((key, status), 0) for key in keys] for status, word in OUTCOME_WORDS.items()}
-    labels = [h.strftime("%d %H:00") for h in starts]
-    return {
-        "window": f"{QUEUE_HOURS} hours",
-        "hours": [format_ts(h) for h in starts],
-        "labels": labels,
-        "series": series,
-    }
+    labels = [h.strftime(label_format) for h in starts]
+    return {"window": window, slots: [format_ts(h) for h in starts], "labels": labels, "series": series}
 
 
 def cost_chart(store: Store, now: datetime) -> dict[str, Any]:
@@ -121,6 +130,8 @@ def charts_view(store: Store, now: datetime) -> dict[str, Any]:
         "queue": queue_chart(store, now),
         "outcomes": outcomes_chart(store, now),
         "cost": cost_chart(store, now),
+        "queue_minutes": queue_chart(store, now, by_minute=True),
+        "outcomes_minutes": outcomes_chart(store, now, by_minute=True),
     }
 
 
@@ -138,6 +149,18 @@ def drawn(view: dict[str, Any]) -> dict[str, Markup]:
             "outcomes", "Tasks ended per hour, by outcome", outcomes["labels"], _series(outcomes["series"])
         ),
         "cost": bar_chart("cost", "Cost per day, by adapter (USD)", cost["labels"], _series(cost["series"]), unit="$"),
+        "queue_minutes": line_chart(
+            "queue-minutes",
+            "Tasks waiting and running, the last hour by minute",
+            view["queue_minutes"]["labels"],
+            [Series(n, tuple(view["queue_minutes"][n])) for n in ("waiting", "running")],
+        ),
+        "outcomes_minutes": bar_chart(
+            "outcomes-minutes",
+            "Tasks ended per minute, the last hour",
+            view["outcomes_minutes"]["labels"],
+            _series(view["outcomes_minutes"]["series"]),
+        ),
     }
 
 

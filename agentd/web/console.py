@@ -6,30 +6,40 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
+from urllib.parse import quote, unquote
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from agentd import control
+from agentd.config import Config
 from agentd.edge import INT64_MAX
+from agentd.records import TaskRecord
 from agentd.store import Store
 from agentd.vocabulary import TASK_STATUSES
 from agentd.web import inputs
-from agentd.web.app import Forbidden, Unauthorized, Web, check_token, session_of, web_of
+from agentd.web.app import Forbidden, Unauthorized, Web, bearer, check_token, session_of, web_of
 from agentd.web.auth import COOKIE, Operator
+from agentd.web.events_page import PAGE_MAX, event_query, page_of
+from agentd.web.live import attempt_live
+from agentd.web.task_page import page_context
 from agentd.web.timeline import timeline_svg
 from agentd.web.views import (
     ACTIVITY_TYPES,
     call_id_of,
     jsonable,
+    refuse_unless_applies,
     status_view,
     task_view,
     waiting_on_a_person,
 )
 
 LOGIN_COOKIE = "agentd_login"  # the login form's own CSRF nonce, before there is a session
+FLASH_COOKIE = "agentd_flash"  # what the last action did, said once on the page it returns to
+FLASH_CHARS = 300
 BULK_MAX = 1000  # tasks one confirmed action may act on
 RETRYABLE = ("permanent_failure", "blocked", "operator_canceled")
 
@@ -38,29 +48,49 @@ def page(request: Request, name: str, operator: Operator | None, csrf: str, **co
     """A page of the console with what every page shows (the operator, the CSRF token, the agent)."""
     web = web_of(request)
     values = {"operator": operator, "csrf": csrf, "agent_id": web.config.agent.agent_id, "now": web.clock.now()}
-    values |= context
-    return web.templates.TemplateResponse(request, name, values)
+    flash = request.cookies.get(FLASH_COOKIE)
+    values |= {"flash": unquote(flash)[:FLASH_CHARS] if flash and operator else None} | context
+    answer = web.templates.TemplateResponse(request, name, values)
+    if flash:
+        answer.delete_cookie(FLASH_COOKIE, path="/", httponly=True, samesite="strict")
+    return answer
 
 
 async def viewer(request: Request) -> tuple[Operator, str]:
-    """The session's operator and the CSRF token its forms carry."""
+    """The session's operator and the CSRF token its forms carry; a page asked for with a bearer token
+    (a script's, docs/web.md "Tokens and sessions") is that token's operator's, with no session's forms."""
+    if "authorization" in request.headers:
+        return await bearer(request), ""
     operator, session = await session_of(request)
     return operator, web_of(request).sessions.csrf(session)
 
 
 async def posted(request: Request) -> tuple[Operator, dict[str, str]]:
-    """A console POST: a live session, then its form, refused (403, nothing done) without the session's
-    own CSRF token."""
+    """A console POST: a live session, then its form (each field once), refused (403, nothing done) without
+    the session's own CSRF token."""
+    operator, pairs = await posted_pairs(request)
+    return operator, dict(pairs)
+
+
+async def posted_pairs(request: Request) -> tuple[Operator, list[tuple[str, str]]]:
+    """`posted`, each field as often as it was sent. A bearer token needs no CSRF token: a browser never
+    sends one of its own accord, so no other site's page can make it act."""
+    if "authorization" in request.headers:
+        return await bearer(request), await inputs.form_pairs(request)
     operator, session = await session_of(request)
-    fields = await inputs.form(request)
-    if not web_of(request).sessions.csrf_ok(session, fields.get("csrf")):
+    pairs = await inputs.form_pairs(request)
+    if not web_of(request).sessions.csrf_ok(session, dict(pairs).get("csrf")):
         raise Forbidden("the form's CSRF token is missing or not this session's: reload the page and try again")
-    return operator, fields
+    return operator, pairs
 
 
-def back(path: str) -> RedirectResponse:
-    """A 303 to the page an action returns to (a reload does not post again)."""
-    return RedirectResponse(path, status_code=303)
+def back(path: str, said: str | None = None) -> RedirectResponse:
+    """A 303 to the page an action returns to (a reload does not post again), which says once what the
+    action did (`said`, a short-lived cookie the next page shows and drops)."""
+    answer = RedirectResponse(path, status_code=303)
+    if said:
+        answer.set_cookie(FLASH_COOKIE, quote(said[:FLASH_CHARS]), max_age=60, httponly=True, samesite="strict")
+    return answer
 
 
 # --- login --------------------------------------------------------------------------------------------
@@ -113,8 +143,16 @@ async def overview(request: Request) -> Response:
     """GET /: the queue, dispatch, services, budget, and the running attempts with their activity."""
     operator, csrf = await viewer(request)
     web = web_of(request)
-    status = await web.db.call(lambda store: status_view(web.config, store, web.clock.now()))
-    return page(request, "overview.html", operator, csrf, status=status, activity_types=ACTIVITY_TYPES)
+    status, lives = await web.db.call(lambda store: overview_view(web.config, store, web.clock.now()))
+    context = {"status": status, "lives": lives, "last_sequence": status["last_sequence"]}
+    return page(request, "overview.html", operator, csrf, activity_types=ACTIVITY_TYPES, **context)
+
+
+def overview_view(config: Config, store: Store, now: datetime) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The status, and each running attempt's progress and newest lines (agentd/web/live.py), in one read."""
+    with store.snapshot():
+        status = status_view(config, store, now)
+        return status, {r["attempt_id"]: attempt_live(store, r["task_id"], r["attempt_id"]) for r in status["running"]}
 
 
 async def tasks(request: Request) -> Response:
@@ -124,10 +162,16 @@ async def tasks(request: Request) -> Response:
     status = query.get("status") or None
     statuses = (inputs.choice(status, "query.status", TASK_STATUSES),) if status else ()
     task_type = inputs.optional_text(query.get("type"), "query.type", max_chars=128)
-    found = await web_of(request).db.call(Store.tasks_matching, statuses=statuses, task_type=task_type, limit=200)
+    found, last = await web_of(request).db.call(lambda store: tasks_read(store, statuses, task_type))
     listed = [jsonable(t) for t in found]
     context = {"tasks": listed, "status": status, "task_type": task_type, "statuses": TASK_STATUSES}
-    return page(request, "tasks.html", operator, csrf, retryable=RETRYABLE, **context)
+    return page(request, "tasks.html", operator, csrf, retryable=RETRYABLE, last_sequence=last, **context)
+
+
+def tasks_read(store: Store, statuses: tuple[str, ...], task_type: str | None) -> tuple[list[TaskRecord], int]:
+    """The tasks a list shows and the event it was read at (the page's live stream follows from there)."""
+    with store.snapshot():
+        return store.tasks_matching(statuses=statuses, task_type=task_type, limit=200), store.last_event_sequence()
 
 
 async def task(request: Request) -> Response:
@@ -138,25 +182,42 @@ async def task(request: Request) -> Response:
     timelines = {
         a["attempt_id"]: timeline_svg(f"timeline-{n}", a["timeline"]["steps"]) for n, a in enumerate(shown["attempts"])
     }
+    shown |= page_context(shown, web.clock.now())
+    shown["events"] = shown["events"][::-1]  # newest first, as the events page
     return page(request, "task.html", operator, csrf, timelines=timelines, **shown)
 
 
 async def approvals(request: Request) -> Response:
     """GET /approvals: approve (a note optional) or deny (a reason required)."""
     operator, csrf = await viewer(request)
-    db = web_of(request).db
-    waiting, calls = await db.call(waiting_on_a_person, web_of(request).clock.now())
-    return page(request, "approvals.html", operator, csrf, approvals=waiting, calls=calls)
+    db, now = web_of(request).db, web_of(request).clock.now()
+    (waiting, calls), last = await db.call(lambda store: (waiting_on_a_person(store, now), store.last_event_sequence()))
+    return page(request, "approvals.html", operator, csrf, approvals=waiting, calls=calls, last_sequence=last)
 
 
 async def events(request: Request) -> Response:
-    """GET /events: the newest events, or those after a sequence."""
+    """GET /events: newest first, filtered by type, task and time, a page older or newer than a sequence
+    (agentd/web/events_page.py)."""
     operator, csrf = await viewer(request)
-    query = request.query_params
-    after = inputs.integer(query.get("after"), "query.after", low=0, high=INT64_MAX, default=0)
-    task_id = inputs.integer(query.get("task_id"), "query.task_id", low=1, high=INT64_MAX, default=0) or None
-    rows = await web_of(request).db.call(Store.event_rows, after=after, task_id=task_id, limit=200, last=after == 0)
-    return page(request, "events.html", operator, csrf, events=rows, task_id=task_id)
+    web = web_of(request)
+    query = event_query(request.query_params, request.query_params.getlist("type"), web.clock.now())
+
+    def read(store: Store) -> list[dict[str, Any]]:
+        if query.task_id is not None:
+            store.get_task_or_raise(query.task_id)  # a task that does not exist: a 404, not an empty page
+        found: list[dict[str, Any]] = store.event_page(
+            before=query.before,
+            after=query.after,
+            task_id=query.task_id,
+            types=query.types,
+            since=query.since,
+            until=query.until,
+            limit=query.limit + 1,
+        )
+        return found
+
+    shown = page_of(await web.db.call(read), query)
+    return page(request, "events.html", operator, csrf, query=query, task_id=query.task_id, page_max=PAGE_MAX, **shown)
 
 
 def task_id_of(request: Request) -> int:
@@ -167,14 +228,18 @@ def task_id_of(request: Request) -> int:
 # --- actions ------------------------------------------------------------------------------------------
 
 
-def act(verb: Callable[[Web, Store, int | None, dict[str, str], Operator], str]) -> Callable[[Request], Any]:
-    """A console POST: session, CSRF, the control verb, then back to the page it names."""
+def act(
+    verb: Callable[[Web, Store, int | None, dict[str, str], Operator], str], said: str = ""
+) -> Callable[[Request], Any]:
+    """A console POST: session, CSRF, the control verb, then back to the page it names, which says what
+    was done (`said`, its `{task_id}` filled in)."""
 
     async def endpoint(request: Request) -> Response:
         operator, fields = await posted(request)
         web = web_of(request)
         task_id = task_id_of(request) if "task_id" in request.path_params else None
-        return back(await web.db.call(lambda store: verb(web, store, task_id, fields, operator)))
+        path = await web.db.call(lambda store: verb(web, store, task_id, fields, operator))
+        return back(path, said.format(task_id=task_id))
 
     return endpoint
 
@@ -182,19 +247,21 @@ def act(verb: Callable[[Web, Store, int | None, dict[str, str], Operator], str])
 def do_approve(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
     """`agentd approve ID [--note]`."""
     assert task_id is not None
+    refuse_unless_applies(web.config, store, task_id, "approve")
     note = inputs.note(fields.get("note"), "body.note")
     now = web.clock.now()
     control.resolve_approval(web.config, store, task_id, approved=True, note=note, now=now, by=operator.name)
-    return "/approvals"
+    return f"/tasks/{task_id}" if fields.get("back") == "task" else "/approvals"
 
 
 def do_deny(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
     """`agentd deny ID --reason`: a reason is required."""
     assert task_id is not None
+    refuse_unless_applies(web.config, store, task_id, "deny")
     reason = inputs.note(fields.get("reason"), "body.reason", required=True)  # a reason is required to deny
     now = web.clock.now()
     control.resolve_approval(web.config, store, task_id, approved=False, note=reason, now=now, by=operator.name)
-    return "/approvals"
+    return f"/tasks/{task_id}" if fields.get("back") == "task" else "/approvals"
 
 
 def call_act(approved: bool) -> Callable[[Request], Any]:
@@ -211,7 +278,7 @@ def call_act(approved: bool) -> Callable[[Request], Any]:
                 web.config, store, call_id, approved=approved, note=note, now=web.clock.now(), by=operator.name
             )
         )
-        return back("/approvals")
+        return back("/approvals", f"{'Allowed' if approved else 'Denied'} tool call {call_id}.")
 
     return endpoint
 
@@ -232,6 +299,7 @@ def do_resume(web: Web, store: Store, task_id: int | None, fields: dict[str, str
 def do_cancel(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
     """`agentd task cancel ID`."""
     assert task_id is not None
+    refuse_unless_applies(web.config, store, task_id, "cancel")
     control.cancel_task(web.config, store, task_id, web.clock.now(), by=operator.name)
     return f"/tasks/{task_id}"
 
@@ -239,6 +307,7 @@ def do_cancel(web: Web, store: Store, task_id: int | None, fields: dict[str, str
 def do_retry(web: Web, store: Store, task_id: int | None, fields: dict[str, str], operator: Operator) -> str:
     """`agentd task retry ID`."""
     assert task_id is not None
+    refuse_unless_applies(web.config, store, task_id, "retry")
     control.retry_task(web.config, store, task_id, None, web.clock.now(), by=operator.name)
     return f"/tasks/{task_id}"
 
@@ -265,7 +334,7 @@ async def retry_all(request: Request) -> Response:
             control.retry_task(web.config, store, task_id, None, web.clock.now(), by=operator.name)
 
     await web.db.call(retry_each)
-    return back(f"/tasks?status=pending&type={task_type or ''}")
+    return back(f"/tasks?status=pending&type={task_type or ''}", f"Retried {len(ids)} task{'s' * (len(ids) != 1)}.")
 
 
 def routes() -> list[BaseRoute]:
@@ -278,14 +347,16 @@ def routes() -> list[BaseRoute]:
         Route("/tasks", tasks),
         Route("/tasks/retry-all", retry_all, methods=["POST"]),
         Route("/tasks/{task_id}", task),
-        Route("/tasks/{task_id}/cancel", act(do_cancel), methods=["POST"]),
-        Route("/tasks/{task_id}/retry", act(do_retry), methods=["POST"]),
+        Route("/tasks/{task_id}/cancel", act(do_cancel, "Canceled task {task_id}."), methods=["POST"]),
+        Route(
+            "/tasks/{task_id}/retry", act(do_retry, "Retried task {task_id}: it waits to run again."), methods=["POST"]
+        ),
         Route("/approvals", approvals),
-        Route("/approvals/{task_id}/approve", act(do_approve), methods=["POST"]),
-        Route("/approvals/{task_id}/deny", act(do_deny), methods=["POST"]),
+        Route("/approvals/{task_id}/approve", act(do_approve, "Approved task {task_id}."), methods=["POST"]),
+        Route("/approvals/{task_id}/deny", act(do_deny, "Denied task {task_id}."), methods=["POST"]),
         Route("/calls/{call_id}/approve", call_act(True), methods=["POST"]),
         Route("/calls/{call_id}/deny", call_act(False), methods=["POST"]),
         Route("/events", events),
-        Route("/pause", act(do_pause), methods=["POST"]),
-        Route("/resume", act(do_resume), methods=["POST"]),
+        Route("/pause", act(do_pause, "Dispatch paused: no task is claimed until resumed."), methods=["POST"]),
+        Route("/resume", act(do_resume, "Dispatch resumed."), methods=["POST"]),
     ]

@@ -15,6 +15,7 @@ from agentd.web.api import looks_textual, read_evidence
 from agentd.web.app import web_of
 from agentd.web.console import page, task_id_of, viewer
 from agentd.web.inputs import BadInput
+from agentd.web.task_page import pretty_text
 from agentd.web.views import evidence_href, evidence_path, evidence_root
 
 SHOWN_BYTES = 256 * 1024  # of a text file, in the page; the raw link has it all
@@ -31,6 +32,8 @@ async def evidence_page(request: Request) -> Response:
     if data is None:
         raise BadInput(404, "no such evidence file", "path.name", "a file the task's page lists")
     text = data[:SHOWN_BYTES].decode("utf-8", "replace") if looks_textual(data) else None
+    if text is not None and name.endswith(".json"):
+        text = pretty_text(text)  # result.json and the manifest read indented, not as one clipped line
     context = {"task_id": task_id, "attempt_id": attempt_id, "file_name": name, "size": len(data), "text": text}
     raw = evidence_href(task_id, attempt_id, name)
     return page(request, "evidence.html", operator, csrf, raw=raw, cut=len(data) > SHOWN_BYTES, **context)

@@ -93,9 +93,14 @@ async def json_object(request: Request) -> dict[str, Any]:
 
 async def form(request: Request) -> dict[str, str]:
     """An urlencoded form (the console's), each field once; a repeated field keeps its last value."""
+    return dict(await form_pairs(request))
+
+
+async def form_pairs(request: Request) -> list[tuple[str, str]]:
+    """An urlencoded form's fields in order, a repeated one (a list's ticked boxes) each time."""
     data = await body_bytes(request)
     try:
-        return dict(parse_qsl(data.decode("utf-8"), keep_blank_values=True, strict_parsing=False))
+        return parse_qsl(data.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadInput(400, f"not a form: {exc}", "body", "application/x-www-form-urlencoded") from None
 

@@ -24,7 +24,18 @@ from agentd.process import procs
 from agentd.process.activation import passed_socket
 from agentd.services.shell import STATUS_REFRESH_S, Notifier
 from agentd.store import AsyncStore, Store
-from agentd.web import api, chart_pages, console, evidence_pages, handoff, steering, workflow_pages
+from agentd.web import (
+    api,
+    chart_pages,
+    console,
+    evidence_pages,
+    handoff,
+    live,
+    output_pages,
+    steering,
+    task_forms,
+    workflow_pages,
+)
 from agentd.web.app import Web, build_app, templates
 from agentd.web.auth import LoginThrottle, Sessions
 from agentd.web.gate import AttemptUsers
@@ -74,7 +85,7 @@ class Served(HyperConfig):
 
 def routes() -> list[BaseRoute]:
     """The API's and the console's routes."""
-    pages = (console, steering, evidence_pages, workflow_pages, chart_pages)
+    pages = (live, task_forms, console, steering, evidence_pages, output_pages, workflow_pages, chart_pages)
     return [*api.routes(), *(route for module in pages for route in module.routes())]
 
 

@@ -33,3 +33,14 @@ def when(context: Any, value: datetime | str | None) -> Markup | str:
     exact = format_ts(moment)[:19]
     words = relative(moment, context["now"])
     return Markup('<time datetime="{}Z" title="{} UTC">{}</time>').format(exact, exact.replace("T", " "), words)
+
+
+def exact(value: datetime | str | None) -> str:
+    """A time to the second, as `2026-11-22 10:00:00 UTC` (no microseconds); a value that is no time as it is."""
+    if value is None or value == "":
+        return ""
+    try:
+        moment = value if isinstance(value, datetime) else parse_ts(str(value))
+    except ValueError:
+        return str(value)
+    return format_ts(moment)[:19].replace("T", " ") + " UTC"

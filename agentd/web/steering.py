@@ -20,7 +20,7 @@ from agentd.store import Store
 from agentd.web import inputs
 from agentd.web.app import Web, bearer, web_of
 from agentd.web.inputs import BadInput
-from agentd.web.views import jsonable
+from agentd.web.views import jsonable, refuse_unless_applies
 
 MAX_PAYLOAD_CHARS = 64 * 1024  # a payload typed into the console's form
 
@@ -119,9 +119,11 @@ VERBS: dict[str, Verb] = {
         _edit,
         lambda t, b: f"Task {t} changes: " + ", ".join(f"{k} {v}" for k, v in b.items() if v not in (None, "")) + ".",
     ),
-    "complete": Verb(("reason",), _closer("completed"), lambda t, b: f"Task {t} ends completed: {b.get('reason')}"),
+    "complete": Verb(("reason",), _closer("completed"), lambda t, b: f"Task {t} will end completed: {b.get('reason')}"),
     "fail": Verb(
-        ("reason",), _closer("permanent_failure"), lambda t, b: f"Task {t} ends permanent_failure: {b.get('reason')}"
+        ("reason",),
+        _closer("permanent_failure"),
+        lambda t, b: f"Task {t} will end failed, not to be retried: {b.get('reason')}",
     ),
     "link": Verb(
         ("after",), _linker(True), lambda t, b: f"Task {t} will run only after task {b.get('after')} completed."
@@ -160,6 +162,7 @@ def console_endpoint(name: str) -> Callable[[Request], Any]:
         task_id = _task_id(request)
         given = {key: fields[key] for key in verb.fields if fields.get(key) not in (None, "")}
         web = web_of(request)
+        given = await web.db.call(lambda store: _checked(web, store, task_id, name, given))
         if fields.get("confirm") != "yes":
             _, csrf = await viewer(request)
             context = {"task_id": task_id, "verb": name, "fields": given, "what": verb.says(task_id, given)}
@@ -167,9 +170,23 @@ def console_endpoint(name: str) -> Callable[[Request], Any]:
                 request, "confirm_steer.html", operator, csrf, title=f"{name.capitalize()} task {task_id}", **context
             )
         await web.db.call(lambda store: verb.act(web, store, task_id, given, operator.name))
-        return back(f"/tasks/{task_id}")
+        return back(f"/tasks/{task_id}", "Done. " + verb.says(task_id, given))
 
     return endpoint
+
+
+def _checked(web: Web, store: Store, task_id: int, name: str, given: dict[str, str]) -> dict[str, str]:
+    """A console form's fields, before its confirmation page and again before the act: refused (409) when
+    the verb does not apply to the task now; an edit's payload parsed (a bad one is refused before any
+    confirmation) and left out when it is the payload the task has (the editor starts filled with it)."""
+    refuse_unless_applies(web.config, store, task_id, name)
+    if name != "edit":
+        return given
+    if "payload" in given and _payload(given["payload"]) == store.get_task_or_raise(task_id).payload:
+        given = {key: value for key, value in given.items() if key != "payload"}
+    if not given:
+        raise BadInput(422, "nothing to change", "body", "a new priority, delay or payload")
+    return given
 
 
 def routes() -> list[BaseRoute]:

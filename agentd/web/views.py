@@ -22,6 +22,7 @@ from agentd.records import TaskAttempt, TaskRecord
 from agentd.records.event_names import LIVE_EVENT_TYPES
 from agentd.store import Store
 from agentd.web.inputs import BadInput
+from agentd.web.task_page import attempt_outcome, not_applying, verbs_for
 from agentd.web.timeline import read_steps
 
 # The live activity of a running attempt (docs/web.md, "The running attempt"): what its harness did, as
@@ -29,6 +30,7 @@ from agentd.web.timeline import read_steps
 ACTIVITY_TYPES = LIVE_EVENT_TYPES
 ACTIVITY_SHOWN = 40  # the newest activity events the overview shows of a running attempt
 EVENTS_SHOWN = 200  # of a task, in its page
+ATTEMPTS_READ = 1000  # the attempt outcomes a task's page reads (max_attempts is far below it)
 ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -97,16 +99,20 @@ def task_view(config: Config, store: Store, task_id: int) -> dict[str, Any]:
     """A task, its attempts (each with the files of its evidence folder and their links), its events and
     the dispatch context it was submitted with."""
     task = store.get_task_or_raise(task_id)
+    finished = store.event_rows(task_id=task_id, types=("task_attempt_finished",), limit=ATTEMPTS_READ, last=True)
+    outcomes = {e["attempt_id"]: e["payload"].get("outcome") for e in finished}
     attempts = []
     for attempt in store.attempts_of(task_id):
         files = evidence_files(config, task_id, attempt.attempt_id)
         links = [{"name": name, "href": evidence_href(task_id, attempt.attempt_id, name)} for name in files]
+        row = jsonable(attempt)
         shown = {
             "evidence": links,
             "stderr_tail": failure_tail(config, attempt),
             "timeline": timeline_of(config, attempt),
+            "outcome_words": attempt_outcome(row, outcomes.get(attempt.attempt_id)),
         }
-        attempts.append(jsonable(attempt) | shown)
+        attempts.append(row | shown)
     events = store.event_rows(task_id=task_id, limit=EVENTS_SHOWN, last=True)
     enqueued = next((e for e in store.event_rows(task_id=task_id, types=("task_enqueued",), limit=1)), None)
     payload = enqueued["payload"] if enqueued else None
@@ -124,6 +130,7 @@ def steering_view(config: Config, store: Store, task: TaskRecord) -> dict[str, A
     links = store.links_of([task.task_id])
     return {
         "state": task_state(task, store.attempts_of(task.task_id), facts).as_json(),
+        "approval_scope": approval_scope(store, task.task_id),
         "pause": None
         if pause is None
         else {"since": format_ts(pause.paused_at), "by": pause.paused_by, "reason": pause.reason},
@@ -131,6 +138,23 @@ def steering_view(config: Config, store: Store, task: TaskRecord) -> dict[str, A
         "before": [x.after_id for x in links if x.before_id == task.task_id],
         "follow_ups": store.follow_ups_of([task.task_id]).get(task.task_id, []),
     }
+
+
+def approval_scope(store: Store, task_id: int) -> str | None:
+    """The scope of the task's pending approval (`claim`, `side_effects`), or None: none waits."""
+    return next((p.scope for p in store.pending_approvals() if p.task_id == task_id), None)
+
+
+def refuse_unless_applies(config: Config, store: Store, task_id: int, verb: str) -> None:
+    """A console POST of a verb the task's page offers no button for (agentd/web/task_page.py `verbs_for`):
+    a 409 saying why, on a page with the navigation, and nothing done."""
+    task = store.get_task_or_raise(task_id)
+    approval = approval_scope(store, task_id) is not None
+    if verb in verbs_for(jsonable(task), store.task_pause(task_id) is not None, approval):
+        return
+    state = steering_view(config, store, task)["state"]["status"]
+    expected = "a verb the task's page offers a button for"
+    raise BadInput(409, not_applying(verb, jsonable(task), state), "path.task_id", expected)
 
 
 def failure_tail(config: Config, attempt: TaskAttempt) -> list[str]:

@@ -94,6 +94,7 @@ def events(args: argparse.Namespace) -> list[PlainEvent] | None:
         if args.task is not None and not task_exists(store, args.task):
             return None  # the full path says there is no such task
         limit = args.last if args.last is not None else args.limit
+        read = order_of(args)
         found = event_rows(
             store,
             after=args.after or 0,
@@ -102,9 +103,33 @@ def events(args: argparse.Namespace) -> list[PlainEvent] | None:
             since=args.since,
             limit=limit,
             last=args.last is not None,
+            before=option(args, "before"),
+            until=option(args, "until"),
+            newest_first=read.newest,
         )
+    found = found[::-1] if read.newest and not read.shown_newest_first else found
     plain = [plain_event(row) for row in found]
     return None if any(event is None for event in plain) else plain  # type: ignore[return-value]
+
+
+@frozen_value
+class Order:
+    """How `agentd events` reads and prints (docs/cli.md, "agentd events"): `newest` reads the newest
+    --limit (before --before), `shown_newest_first` prints them newest first."""
+
+    newest: bool
+    shown_newest_first: bool
+
+
+def order_of(args: argparse.Namespace) -> Order:
+    """Text for a person lists the newest first; reading forward (--after, --last, --follow,
+    --oldest-first) and the machine formats (--json, agent-runtime) keep the log's order, as they did.
+    --before pages back in either: the newest --limit before it, printed in the format's order."""
+    text = option(args, "format") in (None, "text") and not option(args, "json", False)
+    forward = option(args, "follow") or args.after is not None or args.last is not None
+    oldest_first = forward or bool(option(args, "oldest_first"))
+    newest = option(args, "before") is not None or (text and not oldest_first)
+    return Order(newest, newest and text and not oldest_first)
 
 
 _TEXTS = ("event_id", "prev_hash", "hash")
