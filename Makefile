@@ -37,8 +37,8 @@ run: $(VENV)/.installed
 	  echo "make run: dispatcher, sensors and the console in the foreground; Ctrl-C stops all three."; \
 	  echo "  drop .txt files into $$ws/inbox (each a task) or $$ws/goals (each a goal-loop workflow)"
 	@$(BIN)/agentd --config $(DEMO) web token add demo --replace --json | $(BIN)/python -c \
-	  'import json, sys; t = json.load(sys.stdin); print("  console: %s  (log in with the demo token: %s)" % (t["url"], t["token"]))'
-	$(BIN)/agentd --config $(DEMO) run
+	  'import json, sys; print("  log in to the console with the demo token: %s" % json.load(sys.stdin)["token"])'
+	$(BIN)/agentd --config $(DEMO) run --free-ports
 
 # Tests keep their temp files in /dev/shm where it exists (RAM: the suite's thousands of SQLite fsyncs
 # cost nothing there); elsewhere in $$TMPDIR.

@@ -12,6 +12,7 @@ import selectors
 import shlex
 import shutil
 import signal
+import string
 import subprocess
 import sys
 import time
@@ -20,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from support import EXAMPLE_CONFIG, REPO, run_main, write_config
 
-from agentd.cli import build_parser
+from agentd.cli import build_parser, main
 from agentd.cli.examples import EXAMPLES
 
 pytestmark = pytest.mark.process
@@ -297,9 +300,12 @@ def test_every_help_example_names_a_command_and_parses() -> None:
     assert set(EXAMPLES) <= set(paths), "an example for a command that does not exist"
     for path, examples in EXAMPLES.items():
         for line, _ in examples:
-            args = parser.parse_args(agentd_argv(line))  # a usage error raises CommandError here
-            if path:
+            argv = agentd_argv(line)
+            args = parser.parse_args(argv)  # a usage error raises CommandError here
+            if path and paths[path].get_default("handler") is not None:
                 assert args.handler is paths[path].get_default("handler"), (line, path)
+            elif path:  # a group's (`agentd task --help`): one of its own commands
+                assert tuple(argv[: len(path)]) == path and args.handler is not None, (line, path)
 
 
 def test_the_harmless_help_examples_run_against_a_scratch_agent(
@@ -516,3 +522,48 @@ def test_events_follow_ends_with_one_line_when_its_database_goes(agent_env: dict
     [line] = err.splitlines()
     gone = "deleted (or moved away)" if how == "moved away" else "replaced by another file"
     assert gone in line and "this command stops rather than go on reading what no one writes any more" in line
+
+
+# --- the groups' examples and "did you mean" (issue 52, finding 9) --------------------------------
+
+
+@pytest.mark.parametrize("group", [("task",), ("evidence",), ("policy",), ("workflow",), ("fleet",), ("web", "token")])
+def test_a_group_s_help_ends_with_examples_of_its_commands(group: tuple[str, ...], capsys: Any) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*group, "--help"])
+    help_text = capsys.readouterr().out
+    assert "\nexamples:\n" in help_text and len(EXAMPLES[group]) >= 2
+    for command, what in EXAMPLES[group]:
+        assert command.startswith(f"agentd {' '.join(group)} ") and f"  {command}\n      {what}\n" in help_text
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["stauts"], "agentd: unknown command 'stauts'; did you mean 'status'"),
+        (["task", "lsit"], "agentd: task: unknown command 'lsit'; did you mean 'list'?; see `agentd task --help`"),
+        (["web", "tokn", "list"], "agentd: web: unknown command 'tokn'; did you mean 'token'?"),
+        (["evidence", "verfy"], "agentd: evidence: unknown command 'verfy'; did you mean 'verify'?"),
+        (["dis"], "agentd: unknown command 'dis'; did you mean 'dispatch'?"),
+        (["xyzzy"], "agentd: unknown command 'xyzzy' (the commands: init, migrate, config,"),
+    ],
+)
+def test_a_mistyped_command_says_what_was_meant(argv: list[str], said: str, capsys: Any) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(said) and len(err.splitlines()) == 1, err
+
+
+@given(st.text(alphabet=string.ascii_lowercase + "-", min_size=1, max_size=12))
+def test_did_you_mean_only_offers_commands_there_are(word: str) -> None:
+    from agentd.cli.common import did_you_mean
+
+    choices = ["status", "task", "events", "evidence"]
+    message = f"argument COMMAND: invalid choice: '{word}' (choose from {', '.join(map(repr, choices))})"
+    said = did_you_mean(message)
+    if word in choices:
+        return
+    assert said.startswith(f"unknown command {word!r}")
+    offered = re.findall(r"'([^']*)'", said.split(";", 1)[1]) if "did you mean" in said else []
+    assert set(offered) <= set(choices) and len(offered) <= 3
+    assert did_you_mean("the argument --limit: expected a number") == "the argument --limit: expected a number"

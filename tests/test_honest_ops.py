@@ -207,7 +207,7 @@ def test_one_shot_runs_do_not_serve_metrics_unless_asked(
     assert cli("dispatch", "--until-idle").code == 0, "the agent's service holds the port: a one-shot run still works"
     assert cli("sensors", "--once").code == 0
     asked = cli("dispatch", "--until-idle", "--metrics")
-    assert asked.code == 1 and f"cannot listen on 127.0.0.1:{dispatch_port}" in asked.err
+    assert asked.code == 2 and f"port {dispatch_port} is in use (127.0.0.1:{dispatch_port}" in asked.err
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import re
 import shutil
@@ -10,6 +12,7 @@ import stat
 import subprocess
 import tempfile
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -590,3 +593,66 @@ def test_purge_removes_a_workspace_nested_deeper_than_python_recurses(installed:
     nest(area / "workspace", 3000)
     assert main(["uninstall", "--root", str(installed), "--agent", "demo", "--purge", "--yes"]) == 0
     assert not area.exists() and not (installed / "etc/agentd/demo.toml").exists()
+
+
+# --- issue 52: a staged tree is for another machine ---------------------------------------------------
+
+
+@contextlib.contextmanager
+def listening(port: int) -> Iterator[None]:
+    """Something listens on 127.0.0.1:port for the block: this socket, or whatever held it already."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((LOOPBACK, port))
+            sock.listen()
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+        yield
+
+
+def test_a_staged_tree_gets_the_default_ports_whatever_listens_on_this_machine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """This machine's listeners say nothing of the target's: every port here may be taken, the tree still gets
+    9478/9479 and 9578; only another agent's TOML in the same tree moves them."""
+    root = tmp_path / "root"
+    with contextlib.ExitStack() as here:  # the defaults listen here (or something else already does)
+        for port in (PORT_BASE, PORT_BASE + 1, 9578):
+            here.enter_context(listening(port))
+        install_agent(root, "web")
+        install_agent(root, "api")
+    assert ports_of(root, "web") == (PORT_BASE, PORT_BASE + 1) and ports_of(root, "api") == (9480, 9481)
+    web = tomllib.loads((root / "etc/agentd/web.toml").read_text())["web"]["listen"]
+    assert web == "127.0.0.1:9578"
+    assert "(staged: the tree's own agents moved them, not this machine)" in capsys.readouterr().out
+
+
+def test_config_check_warns_of_a_staged_tree_without_its_users_and_refuses_a_live_one(
+    installed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A staged tree's run user is made on the target: config check says, on stderr, that no attempt could start
+    here and where to check; the same config anywhere else is refused (exit 2), never a plain "ok"."""
+    staged = installed / "etc/agentd/demo.toml"
+    capsys.readouterr()
+    assert main(["config", "check", "--config", str(staged)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: no attempt can start: dispatch.run_as: no user 'agentd-demo-run'" in err
+    assert "this is a staged tree (`agentd install --root`)" in err and "run config check there" in err
+    live = tmp_path / "live"
+    live.mkdir()
+    config = write_config_with_run_as(live, "agentd-nosuch-run")
+    assert main(["config", "check", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"agentd: {config}: no attempt can start: dispatch.run_as: no user 'agentd-nosuch-run'")
+    assert len(err.splitlines()) == 1
+
+
+def write_config_with_run_as(directory: Path, user: str) -> Path:
+    from support import write_config
+
+    def mutate(raw: dict[str, Any]) -> None:
+        raw["dispatch"]["run_as"] = user
+        raw["paths"]["run_dir"] = str(directory / "runs")
+
+    return write_config(directory, mutate)

@@ -484,3 +484,29 @@ def test_a_replay_that_leaves_a_tree_deeper_than_python_recurses_cleans_up_and_s
     assert result.code == 0, result.out + result.err
     assert result.out == f"identical: attempt {nested.attempt_id}\n"
     assert list(scratch_parent.iterdir()) == [], "the scratch is gone, however deep"
+
+
+@pytest.mark.process
+def test_a_task_number_replays_its_last_finished_attempt_and_says_which(
+    replay_rig: Rig, ran: TaskAttempt, replay: Any
+) -> None:
+    """`agentd replay 17` (issue 52): the task's last finished attempt, named on the first line."""
+    result = replay(replay_rig, str(ran.task_id))
+    assert result.code == 0, result.out + result.err
+    assert result.out.splitlines() == [
+        f"note: replaying task {ran.task_id}'s last finished attempt: attempt 1, {ran.attempt_id} "
+        "(name another by its id)",
+        f"identical: attempt {ran.attempt_id}",
+    ]
+    shown = replay(replay_rig, str(ran.task_id), "--json").json()
+    assert shown["attempt_id"] == ran.attempt_id and shown["chosen"].startswith(f"replaying task {ran.task_id}'s")
+
+
+@pytest.mark.process
+def test_a_task_with_no_finished_attempt_or_no_task_is_bad_input(replay_rig: Rig, replay: Any) -> None:
+    waiting = replay_rig.add("example")
+    result = replay(replay_rig, str(waiting.task_id))
+    assert result.code == 2 and result.out == ""
+    assert f"task {waiting.task_id} has no finished attempt to replay" in result.err
+    missing = replay(replay_rig, "4242")
+    assert missing.code == 2 and "4242" in missing.err and "Traceback" not in missing.err

@@ -10,6 +10,7 @@ import ast
 import json
 import os
 import re
+import socket
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -80,7 +81,8 @@ def run(*args: str, env: dict[str, str], config: bool = True) -> str:
 
 def printed_failures(tmp_path: Path) -> list[str]:
     """The lines agentd prints for the failures the page describes, made for real: no database, no
-    config, a missing folder, an unknown type, a refused payload, a missing task, a fleet without a DSN."""
+    config, a missing folder, an unknown type, a refused payload, a missing task, a fleet without a DSN, a port
+    in use."""
     env = {k: v for k, v in os.environ.items() if k != "AGENTD_CONFIG" and not k.startswith("AGENTD_PATHS__")}
     env |= {"AGENTD_PATHS__STATE_DIR": str(tmp_path / "state"), "AGENTD_PATHS__WORKSPACE": str(tmp_path / "ws")}
     out = run("task", "list", env=env, config=False)
@@ -92,6 +94,10 @@ def printed_failures(tmp_path: Path) -> list[str]:
     out += run("task", "add", "--type", "example", "--subject", "x", "--payload", json.dumps({"bogus": 1}), env=env)
     out += run("task", "show", "99", env=env)
     out += run("fleet", "status", env=env)
+    with socket.socket() as busy:  # a port something else listens on
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        out += run("dispatch", env=env | {"AGENTD_METRICS__DISPATCH_LISTEN": f"127.0.0.1:{busy.getsockname()[1]}"})
     return out.splitlines()
 
 

@@ -1,5 +1,5 @@
 """`agentd web` as a process: it serves until SIGTERM and exits 0; a port in use is exit 2 naming
-[web] listen; under `agentd run` the same port costs only the console, the dispatcher runs on."""
+[web] listen; under `agentd run` too (one line, nothing started)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_entry_points import line_reader
 from test_web_footprint import URL, quiet_agent, started
 from webrig import Client
 
@@ -39,7 +38,9 @@ def test_agentd_web_serves_until_sigterm_then_exits_0(tmp_path: Path) -> None:
     assert (row["status"], row["liveness"]) == ("stopped", "stopped"), row
 
 
-def test_a_port_in_use_stops_agentd_web_but_not_agentd_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_port_in_use_stops_agentd_web_and_agentd_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under `agentd run` too: the console's port is bound before anything starts (agentd/services/ports.py),
+    so a port in use is one line and nothing runs without its console (tests/test_ports.py has the rest)."""
     config_path, _ = quiet_agent(tmp_path, web=True)
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
@@ -50,13 +51,6 @@ def test_a_port_in_use_stops_agentd_web_but_not_agentd_run(tmp_path: Path, monke
         assert refused.returncode == 2, refused.stderr
         assert f"web.listen: cannot listen on {busy}" in refused.stderr and "Traceback" not in refused.stderr
         monkeypatch.setenv("AGENTD_WEB__LISTEN", busy)
-        with subprocess.Popen([*agentd, "run"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as run:
-            try:
-                lines, seen = line_reader(run.stdout), ""
-                while "dispatch_idle" not in seen or "the console is not served" not in seen:
-                    seen += lines.get(timeout=60)
-                assert f"cannot listen on {busy}" in seen and "Traceback" not in seen
-                assert run.poll() is None, "the dispatcher runs on without its console"
-            finally:
-                run.terminate()
-                assert run.wait(timeout=30) == 0
+        run = subprocess.run([*agentd, "run"], capture_output=True, text=True, timeout=60)
+        assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, run.stderr
+        assert f"in use ({busy}, the console): set [web] listen" in run.stderr

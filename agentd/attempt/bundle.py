@@ -1,7 +1,8 @@
 """Bundle compilation: everything an attempt is told, in one text, hashed (docs/design.md, "Dispatch").
 
 Pure. The constitution (pinned by hash), the profile's framing, each skill's SKILL.md and
-commands, the task, what earlier attempts got wrong (seed 004 failure re-injection), recent
+commands, the task, what the attempt may still spend, what earlier attempts got wrong (seed 004 failure
+re-injection: each one's summary, the gates it failed and the newest tool calls that failed), recent
 outcomes when the profile asks, and how to report. `context_policy.max_prompt_chars` is
 enforced by cutting the least essential sections first; every cut is recorded, never silent.
 """
@@ -12,10 +13,18 @@ import json
 from dataclasses import field
 
 from agentd import frozen_value
+from agentd.edge import visible_cut
 from agentd.hashing import sha256_hex
 from agentd.records import AgentConstitution, SubagentProfile, TaskRecord
 
 RESULT_ENV = "AGENTD_RESULT_PATH"
+# What earlier attempts left is bounded (docs/design.md, "Dispatch", 2. prepare): the newest FAILED_CALLS_MAX
+# failed tool calls of all of them, each its input in CALL_CHARS and its error in ERROR_CHARS; GATES_MAX gate
+# failures of each attempt, each in ERROR_CHARS. At most ~10 kB besides the summaries; max_prompt_chars cuts it.
+FAILED_CALLS_MAX = 10
+CALL_CHARS = 200
+ERROR_CHARS = 300
+GATES_MAX = 5
 
 
 @frozen_value
@@ -30,6 +39,30 @@ class PriorAttempt:
     attempt_number: int
     termination_reason: str
     summary: str
+    gate_failures: tuple[str, ...] = ()  # why its outcome was not believed (the completion gates)
+
+
+@frozen_value
+class FailedCall:
+    """A tool call of an earlier attempt that failed, or that agentd's policy, a person or the harness refused."""
+
+    attempt_number: int
+    tool: str
+    summary: str  # its input
+    error: str
+
+
+@frozen_value
+class BudgetBrief:
+    """What this attempt may still spend: its time, its money, and the day's (None: no cap)."""
+
+    timeout_s: float
+    attempts_after: int  # attempts the task has left after this one
+    attempt_usd: float | None = None  # [budget] per_attempt_usd
+    day_left_usd: float | None = None  # [budget] daily_usd less the day's spend so far
+    adapter_id: str = ""
+    adapter_day_left_usd: float | None = None  # [budget] adapter_daily_usd[adapter] less its spend today
+    estimated: bool = False  # some of the day's spend is agentd's estimate
 
 
 @frozen_value
@@ -60,6 +93,8 @@ class BundleInput:
     task: TaskRecord
     attempt_number: int
     prior_attempts: tuple[PriorAttempt, ...] = ()
+    failed_calls: tuple[FailedCall, ...] = ()  # newest first
+    budget: BudgetBrief | None = None
     recent_outcomes: tuple[RecentOutcome, ...] = ()
     workflow: WorkflowStep | None = None
     required_artifacts: tuple[str, ...] = ()
@@ -91,7 +126,8 @@ def compile_bundle(inp: BundleInput) -> Bundle:
         "role": _role(inp.profile),
         "skills": _skills(inp.skills),
         "task": _task(inp),
-        "earlier_attempts": _prior(inp.prior_attempts),
+        "budget": _budget(inp.budget),
+        "earlier_attempts": _prior(inp.prior_attempts, inp.failed_calls),
         "recent_work": _recent(inp.recent_outcomes) if inp.profile.context_policy.include_recent_memory else "",
         "reporting": _reporting(inp),
     }
@@ -101,8 +137,8 @@ def compile_bundle(inp: BundleInput) -> Bundle:
     return Bundle(text, sha256_hex(text.encode()), tuple(cuts), max(len(text) - limit, 0))
 
 
-# Cut order: what the attempt can best do without. The constitution, the role and the
-# reporting instructions are never cut; the task only after everything else.
+# Cut order: what the attempt can best do without. The constitution, the role, the budget (a few lines) and
+# the reporting instructions are never cut; the task only after everything else.
 _CUT_ORDER = ("recent_work", "skills", "earlier_attempts", "task")
 
 
@@ -166,12 +202,45 @@ def _task(inp: BundleInput) -> str:
     return "\n".join(line for line in lines if line) + "\n"
 
 
-def _prior(prior: tuple[PriorAttempt, ...]) -> str:
-    if not prior:
+def _prior(prior: tuple[PriorAttempt, ...], calls: tuple[FailedCall, ...]) -> str:
+    if not prior and not calls:
         return ""
     lines = ["# Earlier attempts at this task failed; do not repeat their mistakes\n"]
-    lines += [f"- attempt {p.attempt_number} ({p.termination_reason}): {p.summary}" for p in prior]
+    for p in prior:
+        lines.append(f"- attempt {p.attempt_number} ({p.termination_reason}): {p.summary}")
+        lines += [f"  - failed the gate: {visible_cut(gate, ERROR_CHARS)}" for gate in p.gate_failures[:GATES_MAX]]
+        if len(p.gate_failures) > GATES_MAX:
+            lines.append(f"  - and {len(p.gate_failures) - GATES_MAX} more gate failure(s)")
+    if calls:
+        shown = calls[:FAILED_CALLS_MAX]
+        lines.append(f"\nTool calls that failed or were refused (the newest {len(shown)}, newest first):")
+        lines += [
+            f"- attempt {c.attempt_number}: {visible_cut(c.tool, 100)} {visible_cut(c.summary, CALL_CHARS)}"
+            f" -> {visible_cut(c.error, ERROR_CHARS)}"
+            for c in shown
+        ]
     return "\n".join(lines) + "\n"
+
+
+def _budget(budget: BudgetBrief | None) -> str:
+    """What the attempt may still spend, so it can plan within it (seed audit T26)."""
+    if budget is None:
+        return ""
+    after = f"{budget.attempts_after} more attempt(s) after this one" if budget.attempts_after else "this is the last"
+    lines = [
+        "# Your budget",
+        f"- time: this attempt is stopped after {budget.timeout_s:g}s; {after}",
+        f"- this attempt: at most ${budget.attempt_usd:.2f}" if budget.attempt_usd is not None else "",
+    ]
+    about = "~" if budget.estimated else ""
+    if budget.day_left_usd is not None:
+        lines.append(f"- today (UTC): {about}${max(budget.day_left_usd, 0):.2f} left of the agent's daily budget")
+    if budget.adapter_day_left_usd is not None:
+        left = max(budget.adapter_day_left_usd, 0)
+        lines.append(f"- today (UTC): {about}${left:.2f} left of adapter {budget.adapter_id}'s daily budget")
+    if budget.attempt_usd is None and budget.day_left_usd is None and budget.adapter_day_left_usd is None:
+        lines.append("- money: no cap is set")
+    return "\n".join(line for line in lines if line) + "\n"
 
 
 def _recent(recent: tuple[RecentOutcome, ...]) -> str:

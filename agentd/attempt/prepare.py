@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -21,8 +22,11 @@ from agentd.adapters import Adapter, AttemptContext, adapter_for
 from agentd.adapters.base import PolicyHook
 from agentd.adapters.refused import RefusedStart
 from agentd.attempt.bundle import (
+    FAILED_CALLS_MAX,
+    BudgetBrief,
     Bundle,
     BundleInput,
+    FailedCall,
     PriorAttempt,
     RecentOutcome,
     SkillBrief,
@@ -36,6 +40,7 @@ from agentd.attempt.session import begin
 from agentd.attempt.terms import attempt_skills
 from agentd.clock import Clock
 from agentd.config import Config
+from agentd.config.budget import Spend, day_start
 from agentd.config.environment import read_env_file
 from agentd.config.tool_policy import gated
 from agentd.errors import ConfigError, InputError
@@ -132,9 +137,15 @@ class AttemptPreparer:
         profile = config.profiles[task.requested_profile_id]
         recent_items = config.dispatch.recent_memory_items if profile.context_policy.include_recent_memory else 0
         workflow_id = task.workflow_ref.workflow_id if task.workflow_ref else None
-        prior, recent, record = await self.db.read(Store.bundle_history, task.task_id, recent_items, workflow_id)
-        workflow = workflow_step(config, task, record) if record is not None else None
-        bundle = compile_bundle(self._bundle_input(task, attempt.attempt_number, workflow, prior, recent))
+        since = day_start(self.clock.now()) if config.budget.capped else None  # the day's spend, for its budget
+        history = await self.db.read(
+            Store.bundle_history, task.task_id, recent_items, workflow_id, calls=FAILED_CALLS_MAX, spend_since=since
+        )
+        workflow = workflow_step(config, task, history.workflow) if history.workflow is not None else None
+        inputs = self._bundle_input(task, attempt.attempt_number, workflow, history.prior, history.recent)
+        brief = budget_brief(config, task, attempt, history.spend)
+        failed = tuple(FailedCall(*c) for c in history.failed_calls)
+        bundle = compile_bundle(replace(inputs, failed_calls=failed, budget=brief))
         write_new(paths.prompt, bundle.text)
         write_shared(paths.bundle_copy, bundle.text, self.user)  # the attempt reads its own copy
         details = {
@@ -196,7 +207,7 @@ class AttemptPreparer:
         task: TaskRecord,
         attempt_number: int,
         workflow: WorkflowStep | None,
-        prior: list[tuple[int, str, str]],
+        prior: list[tuple[int, str, str, tuple[str, ...]]],
         recent: list[tuple[int, str, str, str]],
     ) -> BundleInput:
         config = self.config
@@ -254,6 +265,27 @@ class AttemptPreparer:
             agentd=agentd,
             path_first=str(Path(sys.executable).parent),  # `agentd skills run` works from an attempt
         )
+
+
+def budget_brief(config: Config, task: TaskRecord, attempt: TaskAttempt, spend: Spend | None) -> BudgetBrief:
+    """What the attempt may still spend (the bundle's "Your budget"): its timeout, the attempts after it, its
+    own cap and what the day's caps leave (agentd/config/budget.py)."""
+    budget, adapter = config.budget, config.adapters[attempt.adapter_id]
+    day_left = adapter_left = None
+    if spend is not None and budget.daily_usd is not None:
+        day_left = budget.daily_usd - spend.total_usd
+    if spend is not None and (cap := budget.adapter_daily_usd.get(attempt.adapter_id)) is not None:
+        used = spend.by_adapter.get(attempt.adapter_id)
+        adapter_left = cap - (used.total_usd if used else 0.0)
+    return BudgetBrief(
+        timeout_s=adapter.timeout_ms / 1000,
+        attempts_after=max(task.max_attempts - attempt.attempt_number, 0),
+        attempt_usd=budget.per_attempt_usd,
+        day_left_usd=day_left,
+        adapter_id=attempt.adapter_id,
+        adapter_day_left_usd=adapter_left,
+        estimated=spend.estimated if spend is not None else False,
+    )
 
 
 def workflow_step(config: Config, task: TaskRecord, workflow: WorkflowRecord) -> WorkflowStep:

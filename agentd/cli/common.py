@@ -9,6 +9,7 @@ import argparse
 import functools
 import gettext
 import json
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -57,7 +58,26 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("agentd").strip()
+        message = did_you_mean(message)
         raise CommandError(f"{command + ': ' if command else ''}{message}; see `{self.prog} --help`")
+
+
+INVALID_CHOICE = re.compile(r"argument \S+: invalid choice: '?([^' ]*)'? \(choose from (.*)\)$")
+
+
+def did_you_mean(message: str) -> str:
+    """argparse's "invalid choice" for a mistyped command or subcommand, as `unknown command 'stauts'; did you
+    mean 'status'?` (difflib's close matches); with none close, the commands there are. Others as they are."""
+    found = INVALID_CHOICE.fullmatch(message)
+    if found is None:
+        return message
+    import difflib  # only for a mistyped command: every other run starts without it
+    given, listed = found.group(1), [name.strip(" '") for name in found.group(2).split(",")]
+    starts = [name for name in listed if len(given) > 1 and name.startswith(given)]
+    close = [*starts, *(n for n in difflib.get_close_matches(given, listed, n=3, cutoff=0.6) if n not in starts)][:3]
+    if close:
+        return f"unknown command {given!r}; did you mean {' or '.join(map(repr, close))}?"
+    return f"unknown command {given!r} (the commands: {', '.join(listed)})"
 
 
 COMMON = Parser(add_help=False)

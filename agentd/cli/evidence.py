@@ -16,9 +16,9 @@ from agentd.vocabulary import counted
 
 
 def register(commands: Any) -> None:
-    evidence = commands.add_parser("evidence", help="verify the evidence a state dir holds").add_subparsers(
-        dest="evidence_command", metavar="SUBCOMMAND", required=True
-    )
+    evidence = commands.add_parser(
+        "evidence", help="verify the event chain and each attempt's evidence, export it, accept a rollback"
+    ).add_subparsers(dest="evidence_command", metavar="SUBCOMMAND", required=True)
     check = add_command(
         evidence,
         "verify",

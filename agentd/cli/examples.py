@@ -131,7 +131,13 @@ EXAMPLES: dict[tuple[str, ...], list[tuple[str, str]]] = {
         ("agentd evidence export --format bundle --task 1", "task 1's evidence as a .tar.gz an auditor can verify"),
         ("agentd evidence export --format tracecore --all --out traces", "every attempt as TraceCore into traces/"),
     ],
-    ("replay",): [("agentd replay 01JD8X1R5W7Q9M3K2N4P6T8V0Y", "re-run a script attempt from its evidence; compare")],
+    ("replay",): [
+        ("agentd replay 17", "re-run task 17's last attempt (a script's) from its evidence; compare"),
+        (
+            "agentd replay 01JD8X1R5W7Q9M3K2N4P6T8V0Y",
+            "the same for one attempt, by its id (`agentd task show` lists them)",
+        ),
+    ],
     ("approvals",): [("agentd approvals", "what waits for an operator, oldest first")],
     ("approve",): [("agentd approve 4 --note 'looked at the payload'", "task 4 may run; the note is recorded")],
     ("deny",): [
@@ -174,6 +180,34 @@ EXAMPLES: dict[tuple[str, ...], list[tuple[str, str]]] = {
     ],
     ("web", "token", "list"): [("agentd web token list", "every token: name, id, when, by whom, revoked")],
     ("web", "token", "revoke"): [("agentd web token revoke alice", "her requests and console sessions end now")],
+    # the groups (`agentd task --help`): their most used commands, each with examples of its own
+    ("task",): [
+        ("agentd task add --type example --subject hi", "enqueue a task; prints its id"),
+        ("agentd task list --status pending", "what waits to run"),
+        ("agentd task show 1", "task 1: its record, attempts, evidence paths and events"),
+    ],
+    ("evidence",): [
+        ("agentd evidence verify", "check the event chain and every attempt's evidence"),
+        ("agentd evidence export --format bundle --task 1", "task 1's evidence as a .tar.gz an auditor can verify"),
+    ],
+    ("policy",): [
+        ("agentd policy show", "each profile's tool policy, in the order its rules are tried"),
+        ('agentd policy test operator --tool Bash --input \'{"command": "ls"}\'', "which rule would decide that call"),
+    ],
+    ("workflow",): [
+        ("agentd workflow list --status active", "the workflows still running"),
+        ("agentd workflow show 1", "workflow 1: its states, and the task of each step"),
+        ('agentd workflow start goal-loop g2 --context \'{"goal": "tidy"}\'', "start one (once per key: g2)"),
+    ],
+    ("fleet",): [
+        ("agentd fleet status", "the fleet's tasks by status, and who holds leases"),
+        ("agentd fleet submit --type example --subject hi --key hi-1", "once per key: a free agent takes it"),
+    ],
+    ("web", "token"): [
+        ("agentd web token add bob", "bob's token, printed once: log in to the console with it"),
+        ("agentd web token list", "every token: name, id, when, by whom, revoked"),
+        ("agentd web token revoke bob", "his requests and console sessions end now"),
+    ],
 }
 
 

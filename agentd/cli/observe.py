@@ -73,7 +73,12 @@ def register(commands: Any) -> None:
         help='agent-runtime: one seed-002 public-core event envelope per line (docs/evidence.md, "Export")',
     )
 
-    status = add_command(commands, "status", cmd_status, "queue counts, oldest pending age, schema version")
+    status = add_command(
+        commands,
+        "status",
+        cmd_status,
+        "what waits and why, what runs, which services are live, the boundary (--watch: redrawn)",
+    )
     status.add_argument(
         "--format", choices=("text", "json", "agent-runtime"), help="agent-runtime: a seed-002 session snapshot"
     )

@@ -15,9 +15,24 @@ from agentd.faults import refused_about
 
 def register(commands: Any) -> None:
     inst = add_command(
-        commands, "install", cmd_install, "lay out this VM for an agent: identity TOML, units, user, state dir"
+        commands,
+        "install",
+        cmd_install,
+        "lay out this VM for an agent: its TOML with ports of its own, units and socket units, three users, folders",
     )
-    inst.add_argument("--root", default="/", metavar="DIR", help="lay the tree out under DIR instead of / (staging)")
+    inst.description = (
+        "Lay out this VM for an agent (as root): /etc/agentd/NAME.toml (the example, with ports no other agent's "
+        "TOML names and nothing here listens on; an existing one is never replaced), the dispatch, sensors and web "
+        "units with a socket unit holding each port, the agent's three users (its services, its attempts, its "
+        "sensors) and their folders. Running it again changes nothing (docs/install-and-deploy.md)."
+    )
+    inst.add_argument(
+        "--root",
+        default="/",
+        metavar="DIR",
+        help="lay the same tree out under DIR instead of / (a staging tree for another machine: no users are made, "
+        "ports are the defaults, never this machine's listeners; run config check on the target)",
+    )
     inst.add_argument(
         "--agentd-bin",
         metavar="PATH",
@@ -72,7 +87,8 @@ def cmd_install(args: argparse.Namespace) -> int:
     for path in report.kept:
         print(f"kept      {path} (exists; not replaced)")
     if report.ports:
-        print(f"metrics   {report.ports[0]} (dispatch) and {report.ports[1]} (sensors) on 127.0.0.1")
+        staged = "" if Path(args.root) == Path("/") else " (staged: the tree's own agents moved them, not this machine)"
+        print(f"metrics   {report.ports[0]} (dispatch) and {report.ports[1]} (sensors) on 127.0.0.1{staged}")
         print(f"console   {report.ports[2]} on 127.0.0.1 (docs/web.md; `agentd web token add NAME` for a login)")
     print(f"users     {report.users}")
     if not report.changed:

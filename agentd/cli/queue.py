@@ -32,9 +32,9 @@ if TYPE_CHECKING:
 
 
 def register(commands: Any) -> None:
-    task = commands.add_parser("task", help="add, list and inspect tasks").add_subparsers(
-        dest="task_command", metavar="SUBCOMMAND", required=True
-    )
+    task = commands.add_parser(
+        "task", help="add, list and inspect tasks; steer one (cancel, retry, pause, resume, edit, complete, fail, link)"
+    ).add_subparsers(dest="task_command", metavar="SUBCOMMAND", required=True)
     add = add_command(task, "add", cmd_task_add, "validate and enqueue a task")
     what = add.add_mutually_exclusive_group(required=True)
     what.add_argument("--type", dest="task_type", help="a registered task type")

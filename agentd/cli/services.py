@@ -14,8 +14,9 @@ from agentd.clock import SystemClock
 
 if TYPE_CHECKING:  # the services' modules are imported by their commands: the others start faster without them
     from agentd.config import Config
-    from agentd.outlook.metrics import DispatchMetrics, NullMetrics, SensorMetrics
+    from agentd.outlook.metrics import DispatchMetrics, Metrics, NullMetrics, SensorMetrics
     from agentd.process.privilege import RunUser
+    from agentd.services.ports import Held
     from agentd.services.shell import Service
     from agentd.store import AsyncStore, Store
 
@@ -27,7 +28,8 @@ def register(commands: Any) -> None:
         commands,
         "dispatch",
         cmd_dispatch,
-        "run the dispatcher: lock, boot sweep, then one verified attempt at a time until SIGTERM",
+        "run the dispatcher: lock, boot sweep, then one verified attempt at a time until SIGTERM; "
+        "`dispatch pause|resume` stops and restarts claiming",
     )
     dispatch.add_argument("--until-idle", action="store_true", help="drain what is claimable now, then exit 0")
     dispatch.add_argument(
@@ -53,6 +55,12 @@ def register(commands: Any) -> None:
         cmd_run,
         "run the dispatcher, the sensor service and ([web] enabled) the console in the foreground; Ctrl-C stops all",
     )
+    run.add_argument(
+        "--free-ports",
+        action="store_true",
+        help="a configured port in use moves to a free one on the same host, and the ports are printed "
+        "(what `make run` does); without it a port in use is refused",
+    )
     run.set_defaults(log_level=logging.INFO, service=True)
     _no_boundary(run)
 
@@ -66,17 +74,34 @@ def _no_boundary(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
-    """The migrated database (a missing one is refused before anything is created: `init` and the
-    units' `ExecStartPre=agentd migrate` make it), then the state dir's folders."""
+def _open(args: argparse.Namespace, services: tuple[str, ...]) -> tuple[Config, AsyncStore, dict[str, Held]]:
+    """The services' ports, bound first (a port in use: one line, exit 2, nothing started), the migrated
+    database (a missing one is refused before anything is created: `init` and the units' `ExecStartPre=agentd
+    migrate` make it), then the state dir's folders."""
+    from agentd.cli.common import config_path_from
     from agentd.install.neighbours import refuse_neighbours
     from agentd.process.files import keep_workspace
-    from agentd.process.privilege import boundary_of, keep_capabilities_to_self, require_switch, run_user
+    from agentd.process.privilege import (
+        boundary_of,
+        keep_capabilities_to_self,
+        refuse_inside_attempt,
+        require_switch,
+        run_user,
+    )
+    from agentd.services.ports import hold_ports, ports_of
     from agentd.store import AsyncStore, init_state_dir
 
     config = config_from(args)
     refuse_neighbours(config)  # before keep_workspace opens the workspace to the run user
-    store = store_from(config)  # refused inside an attempt
+    what = "this command writes to the agent's database"  # as store_from says it, before any port is taken
+    refuse_inside_attempt(config.dispatch.run_as, what, config.sensors.run_as)
+    free, path = getattr(args, "free_ports", None), str(config_path_from(args))
+    held = hold_ports(ports_of(config, services), path, free=bool(free), offer_free=free is not None)
+    try:
+        store = store_from(config)  # refused inside an attempt
+    except BaseException:
+        _let_go(held)
+        raise
     try:
         keep_capabilities_to_self()  # CAP_SETUID/SETGID/KILL (the units') pass on to no child
         user = run_user(config.dispatch.run_as)
@@ -90,8 +115,14 @@ def _open(args: argparse.Namespace) -> tuple[Config, AsyncStore]:
         check_live_workflows(config, store)
     except BaseException:
         store.close()
+        _let_go(held)
         raise
-    return config, AsyncStore(store)
+    return config, AsyncStore(store), held
+
+
+def _let_go(held: dict[str, Held]) -> None:
+    for each in held.values():
+        each.sock.close()
 
 
 def _waive(config: Config, store: Store, user: RunUser | None, flag: bool) -> None:
@@ -117,11 +148,12 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
     one_shot = args.until_idle and not args.metrics
     return _serve_one(
         args,
-        lambda config, db: Dispatcher(
+        () if one_shot else ("dispatch",),
+        lambda config, db, held: Dispatcher(
             config,
             db,
             clock=SystemClock(),
-            metrics=_dispatch_metrics(config, one_shot=one_shot),
+            metrics=_dispatch_metrics(config, held, one_shot=one_shot),
             until_idle=args.until_idle,
         ),
     )
@@ -133,23 +165,29 @@ def cmd_sensors(args: argparse.Namespace) -> int:
     one_shot = args.once and not args.metrics
     return _serve_one(
         args,
-        lambda config, db: SensorService(
-            config, db, clock=SystemClock(), metrics=_sensor_metrics(config, one_shot=one_shot), once=args.once
+        () if one_shot else ("sensors",),
+        lambda config, db, held: SensorService(
+            config, db, clock=SystemClock(), metrics=_sensor_metrics(config, held, one_shot=one_shot), once=args.once
         ),
     )
 
 
-def _serve_one(args: argparse.Namespace, build: Callable[[Config, AsyncStore], Service]) -> int:
+def _serve_one(
+    args: argparse.Namespace,
+    services: tuple[str, ...],
+    build: Callable[[Config, AsyncStore, dict[str, Held]], Service],
+) -> int:
     """One service on its own connection until it ends (SIGTERM, or its one-shot pass)."""
     import anyio
 
     from agentd.services.shell import run_services
 
-    config, db = _open(args)
+    config, db, held = _open(args, services)
     try:
-        anyio.run(run_services, build(config, db))
+        anyio.run(run_services, build(config, db, held))
     finally:
         db.close()
+        _let_go(held)
     return 0
 
 
@@ -162,40 +200,67 @@ def cmd_run(args: argparse.Namespace) -> int:
     from agentd.services.shell import run_services
     from agentd.store import AsyncStore
 
-    config, dispatch_db = _open(args)
+    config, dispatch_db, held = _open(args, ("dispatch", "sensors", "web"))
     sensors_db = AsyncStore(store_from(config))
     web_db = AsyncStore(store_from(config)) if config.web.enabled else None
     try:
-        dispatcher = Dispatcher(config, dispatch_db, clock=SystemClock(), metrics=_dispatch_metrics(config))
-        sensors = SensorService(config, sensors_db, clock=SystemClock(), metrics=_sensor_metrics(config))
-        anyio.run(run_services, dispatcher, sensors, *_web(config, web_db))
+        if args.free_ports:
+            _print_ports(held)
+        dispatcher = Dispatcher(config, dispatch_db, clock=SystemClock(), metrics=_dispatch_metrics(config, held))
+        sensors = SensorService(config, sensors_db, clock=SystemClock(), metrics=_sensor_metrics(config, held))
+        anyio.run(run_services, dispatcher, sensors, *_web(config, web_db, held))
     finally:
         for db in (dispatch_db, sensors_db, web_db):
             if db is not None:
                 db.close()
+        _let_go(held)
     return 0
 
 
-def _web(config: Config, db: AsyncStore | None) -> list[Service]:
-    """The console beside the two services, when [web] enabled (docs/web.md)."""
+def _print_ports(held: dict[str, Held]) -> None:
+    """Where each service listens, on stdout before anything starts (`make run` shows it): the console's
+    URL is the one it serves, not the config's when that port was in use."""
+    for each in sorted(held.values(), key=lambda h: h.port.key != "web"):  # the console first
+        url = f"http://{each.address}/" + ("metrics" if each.port.key != "web" else "")
+        note = f"  ({each.port.listen} was in use; {each.port.setting} names it)" if each.moved else ""
+        print(f"  {each.port.what}: {url}{note}", flush=True)
+
+
+def _web(config: Config, db: AsyncStore | None, held: dict[str, Held]) -> list[Service]:
+    """The console beside the two services, when [web] enabled (docs/web.md), on the port held for it."""
     from agentd.install.neighbours import neighbour_run_users
     from agentd.web.service import WebService
 
     others = functools.partial(neighbour_run_users, config)
-    return [] if db is None else [WebService(config, db, clock=SystemClock(), beside=True, run_users=others)]
+    sock = held["web"].sock if "web" in held else None
+    return [] if db is None else [WebService(config, db, clock=SystemClock(), beside=True, run_users=others, held=sock)]
 
 
-def _dispatch_metrics(config: Config, *, one_shot: bool = False) -> DispatchMetrics | NullMetrics:
+def _dispatch_metrics(
+    config: Config, held: dict[str, Held], *, one_shot: bool = False
+) -> DispatchMetrics | NullMetrics:
     """A one-shot run (--until-idle) serves no metrics unless asked: it would take the port of the
     agent's own service, and nothing scrapes a process that is about to exit."""
     from agentd.outlook.metrics import dispatch_metrics
 
     enabled = config.metrics.enabled and not one_shot
-    return dispatch_metrics(enabled, config, SystemClock())
+    metrics = dispatch_metrics(enabled, config, SystemClock())
+    _hold(metrics, held.get("dispatch"))
+    return metrics
 
 
-def _sensor_metrics(config: Config, *, one_shot: bool = False) -> SensorMetrics | NullMetrics:
+def _sensor_metrics(config: Config, held: dict[str, Held], *, one_shot: bool = False) -> SensorMetrics | NullMetrics:
     from agentd.outlook.metrics import sensor_metrics
 
     enabled = config.metrics.enabled and not one_shot
-    return sensor_metrics(enabled, config, SystemClock())
+    metrics = sensor_metrics(enabled, config, SystemClock())
+    _hold(metrics, held.get("sensors"))
+    return metrics
+
+
+def _hold(metrics: Metrics | NullMetrics, held: Held | None) -> None:
+    """`metrics` serves on the socket bound for it before the service started."""
+    from agentd.outlook.metrics import Metrics
+
+    if held is not None and isinstance(metrics, Metrics):
+        metrics.held = held.sock

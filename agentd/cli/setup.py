@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,9 +33,9 @@ def register(commands: Any) -> None:
     add_command(commands, "init", cmd_init, "create the state dir (0700), the database (0600) and migrate it")
     add_command(commands, "migrate", cmd_migrate, "apply pending database migrations")
 
-    config = commands.add_parser("config", help="check the identity TOML").add_subparsers(
-        dest="config_command", metavar="SUBCOMMAND", required=True
-    )
+    config = commands.add_parser(
+        "config", help="check the identity TOML (config check), or list its every key (config reference)"
+    ).add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
     add_command(
         config, "check", cmd_config_check, "validate the identity TOML and everything it refers to; write nothing"
     )
@@ -123,7 +124,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     from agentd.cli.policy import policy_line, shown_policies
     from agentd.install.neighbours import refuse_neighbours
     from agentd.install.ports import refuse_shared_ports
-    from agentd.process.privilege import boundary_of
+    from agentd.process.privilege import BoundaryError, boundary_of
     from agentd.store import open_store, own_state_dir
 
     config = config_from(args)
@@ -138,6 +139,14 @@ def cmd_config_check(args: argparse.Namespace) -> int:
             store.close()
     # who attempts and sensors run as, and what that costs, on this machine (docs/install-and-deploy.md)
     said = boundary_of(config)
+    if said.get("line", "").startswith("no attempt can start"):  # never a plain "ok" (issue 52)
+        if not staged(config.path):  # the dispatcher would start and refuse every attempt: refused here
+            raise BoundaryError(f"{config.path}: {said['line']}")
+        print(  # a tree `install --root` staged: its users are made on the target, not here
+            f"agentd: warning: {said['line']}: this is a staged tree (`agentd install --root`), whose users "
+            "systemd-sysusers makes on the target; run config check there before `systemctl enable`",
+            file=sys.stderr,
+        )
     policies = shown_policies(config, sorted(config.profiles))  # the tool policy each profile's attempts meet
     hook = hook_line(config)  # whether the run user can start the tool-call hook (docs/policy.md)
     if wants_json(args):
@@ -156,6 +165,13 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         if hook is not None:
             print(f"tool-call hook: {hook}")
     return 0
+
+
+def staged(path: Path) -> bool:
+    """Whether `path` is an agent's TOML in a tree `agentd install --root DIR` laid out (DIR/etc/agentd/NAME.toml,
+    DIR not /): a tree for another machine, whose users this one need not have."""
+    folder = path.resolve().parent
+    return (folder.name, folder.parent.name) == ("agentd", "etc") and folder.parent.parent != Path("/")
 
 
 def hook_line(config: Config) -> str | None:

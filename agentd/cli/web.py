@@ -20,7 +20,10 @@ TOKEN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 def register(commands: Any) -> None:
     web = add_command(
-        commands, "web", cmd_web, "serve the HTTP API and the operator console until SIGTERM (docs/web.md)"
+        commands,
+        "web",
+        cmd_web,
+        "serve the HTTP API and the operator console until SIGTERM (docs/web.md); `web token` makes logins",
     )
     web.add_argument("--listen", metavar="HOST:PORT", help="instead of [web] listen (port 0: any free port)")
     web.set_defaults(log_level=logging.INFO, service=True)

@@ -43,11 +43,14 @@ SECTIONS = {
     "dispatch": "The dispatcher: idle sleep, stop grace, retries and backoff, output caps, the boot sweep.",
     "sensors": "The sensor service.",
     "budget": "Spending caps per UTC day; nothing set, nothing is limited. Past a cap only tasks of "
-    "`urgent_priority` or more urgent run; the rest wait for the next UTC day.",
+    "`urgent_priority` or more urgent run; the rest wait for the next UTC day. Each attempt's bundle says what "
+    "its caps leave it (its own cap, the rest of the day's).",
     "policy": "The tool policy a running attempt's calls meet (docs/policy.md): rules tried after each profile's "
     "own `tool_policy`, the default when none matches, and how long an `ask` waits for a person.",
     "metrics": "Each service's Prometheus endpoint. Agents sharing a VM need their own ports: `agentd install` "
-    "picks a free pair.",
+    "picks a free pair. Every port a service listens on (these and `[web] listen`) is bound before it starts: one "
+    "in use stops it with one line naming the key to change (exit 2, nothing started); `agentd run --free-ports` "
+    "(what `make run` runs) moves a port in use to a free one and prints where each service listens.",
     "retention": "How long agentd keeps what piles up, in days; 0 keeps that kind forever. Nothing of a task "
     "that is not finished is ever removed.",
     "fleet": "Taking work from a fleet's queue on PostgreSQL (the dispatcher claims from it: docs/fleet.md).",

@@ -32,7 +32,7 @@ from agentd import frozen_value
 from agentd.config.parsed import UnusableFile, read_toml
 from agentd.edge import shown
 from agentd.errors import AgentdError, InputError
-from agentd.install.ports import free_pair, free_port, other_agents, used_ports
+from agentd.install.ports import free_pair, free_port, other_agents, port_is_free, used_ports
 from agentd.install.sockets import SERVICES, socket_names, socket_units
 from agentd.install.toml_edit import Placement, agent_toml
 from agentd.process.files import WORKSPACE_MODE
@@ -247,12 +247,19 @@ def _config_text(layout: Layout, report: Report) -> str:
     """The example TOML edited for this agent and a free pair of metrics ports (agentd/install/toml_edit.py)."""
     used, skipped = used_ports(layout.config)
     report.warnings += skipped
-    pair = free_pair(used)
-    report.ports = [*pair, free_port(used | set(pair))]
+    # A staged tree (--root) is for another machine: this one's listeners say nothing of the target's, so only
+    # the tree's own agents' TOMLs move its ports off the defaults (issue 52).
+    is_free = port_is_free if layout.on_this_system else _any_port
+    pair = free_pair(used, is_free=is_free)
+    report.ports = [*pair, free_port(used | set(pair), is_free=is_free)]
     text, warning = agent_toml(layout.placement, report.ports)
     if warning:
         report.warnings.append(f"{layout.config}: {warning}")
     return text
+
+
+def _any_port(port: int) -> bool:
+    return True
 
 
 def _older_config(layout: Layout) -> list[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import socket
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -166,14 +167,17 @@ class Metrics:
         self._scrapes = anyio.CapacityLimiter(1)  # one scrape reads the database at a time
         self._open = 0
         self.url: str | None = None
+        self.held: socket.socket | None = None  # bound before the service started (agentd/services/ports.py)
 
     async def serve(self, listen: str, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Serve /metrics on HOST:PORT (port 0 picks a free one) until cancelled; started() gives
-        the URL."""
+        """Serve /metrics on HOST:PORT (port 0 picks a free one), or on the socket held for it, until
+        cancelled; started() gives the URL."""
         key = f"{self.service}_listen"
         try:
             host, port = listen_parts(listen)
-            if (held := passed_socket(listen, f"metrics.{key}")) is not None:  # the port systemd holds
+            if self.held is not None:
+                host = self.held.getsockname()[0]
+            if (held := self.held or passed_socket(listen, f"metrics.{key}")) is not None:  # bound, or systemd's
                 listener: anyio.abc.Listener[anyio.abc.SocketStream] = await anyio.abc.SocketListener.from_socket(held)
             else:
                 listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)

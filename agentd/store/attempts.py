@@ -6,12 +6,25 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from agentd import frozen_value
 from agentd.clock import stored_ts
-from agentd.records import CompiledBundle, CostTotal, RunningAttempt, TaskAttempt, TaskRecord
+from agentd.config.budget import Spend
+from agentd.records import CompiledBundle, CostTotal, RunningAttempt, TaskAttempt, TaskRecord, WorkflowRecord
 from agentd.store.base import StoreBase, loads, parse_optional_ts, ts
 from agentd.store.budget import BELIEVED_COST, believed_tokens
 from agentd.store.rows import attempt_from_row
 from agentd.store.tasks import read_task_or_raise
+
+
+@frozen_value
+class BundleHistory:
+    """What an attempt's bundle reads of the past (Store.bundle_history)."""
+
+    prior: list[tuple[int, str, str, tuple[str, ...]]]  # (number, termination, summary, gates failed)
+    failed_calls: list[tuple[int, str, str, str]]  # (attempt number, tool, summary, error), newest first
+    recent: list[tuple[int, str, str, str]]
+    workflow: WorkflowRecord | None = None
+    spend: Spend | None = None  # the day's, when asked
 
 
 class AttemptVerbs(StoreBase):
@@ -128,15 +141,42 @@ class AttemptVerbs(StoreBase):
         rows = self.tx.execute("SELECT * FROM task_attempts ORDER BY task_id, attempt_number").fetchall()
         return [attempt_from_row(r) for r in rows]
 
-    def failure_summaries(self, task_id: int) -> list[tuple[int, str, str]]:
-        """(attempt number, termination reason, summary) of the task's failed attempts: what the
-        next bundle re-injects (seed 004)."""
+    def failure_summaries(self, task_id: int) -> list[tuple[int, str, str, tuple[str, ...]]]:
+        """(attempt number, termination reason, summary, the gates it failed) of the task's failed attempts:
+        what the next bundle re-injects (seed 004)."""
         rows = self.tx.execute(
             """SELECT attempt_number, termination_reason, diagnostics FROM task_attempts
                WHERE task_id = ? AND ended_at IS NOT NULL AND retry_class != 'none' ORDER BY attempt_number""",
             (task_id,),
         ).fetchall()
-        return [(r[0], r[1] or "error", str((loads(r[2]) or {}).get("summary", ""))) for r in rows]
+        found = []
+        for number, reason, diagnostics in rows:
+            given = loads(diagnostics) or {}
+            gates = given.get("gate_failures")
+            listed = tuple(map(str, gates)) if isinstance(gates, list) else ()
+            found.append((number, reason or "error", str(given.get("summary", "")), listed))
+        return found
+
+    def failed_calls(self, task_id: int, limit: int) -> list[tuple[int, str, str, str]]:
+        """(attempt number, tool, its input's summary, what went wrong) of the task's tool calls that failed
+        or were refused, newest first, at most `limit`: a harness's call that failed (tool_finished, not ok;
+        its input from its tool_started), one agentd's policy or a person denied (tool_call_denied), one the
+        harness's own permissions refused (policy_denied). What the next bundle re-injects (seed audit D15)."""
+        rows = self.tx.execute(
+            """SELECT a.attempt_number, e.type, e.payload, s.payload FROM events e
+               JOIN task_attempts a ON a.attempt_id = e.attempt_id
+               LEFT JOIN events s ON e.type = 'tool_finished' AND s.task_id = e.task_id
+                    AND s.attempt_id = e.attempt_id AND s.type = 'tool_started'
+                    AND json_extract(s.payload, '$.call_id') = json_extract(e.payload, '$.call_id')
+               WHERE e.task_id = ? AND e.type IN ('tool_finished', 'tool_call_denied', 'policy_denied')
+                 AND (e.type != 'tool_finished' OR json_extract(e.payload, '$.ok') = 0)
+               ORDER BY e.sequence DESC LIMIT ?""",
+            (task_id, limit),
+        ).fetchall()
+        return [
+            _failed_call(number, kind, loads(payload) or {}, loads(started) or {})
+            for number, kind, payload, started in rows
+        ]
 
     def attempt_usage(
         self, *, task_id: int | None = None, since: datetime | None = None, limit: int = 1000
@@ -180,3 +220,14 @@ def _usage_filter(task_id: int | None, since: datetime | None) -> tuple[str, tup
         clauses.append("ended_at >= ?")
         params.append(ts(since))
     return " AND ".join(clauses), tuple(params)
+
+
+def _failed_call(number: int, kind: str, payload: dict[str, Any], started: dict[str, Any]) -> tuple[int, str, str, str]:
+    tool, summary, reason = (str(payload.get(key) or "") for key in ("tool", "summary", "reason"))
+    if kind == "tool_finished":  # its summary is the result's: the input was the call's start's
+        return number, tool or "?", str(started.get("summary") or ""), f"failed: {summary}"
+    summary = summary.removeprefix(f"{tool}: ")  # the policy's summaries name the tool first
+    if kind == "tool_call_denied":
+        by = str(payload.get("decided_by") or "policy")
+        return number, tool or "?", summary, f"denied by agentd ({by}){': ' + reason if reason else ''}"
+    return number, tool or "?", summary, f"refused by the harness's own permissions{': ' + reason if reason else ''}"

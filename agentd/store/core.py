@@ -21,7 +21,7 @@ from agentd.errors import InputError, SchemaMismatch
 from agentd.faults import os_storage_error, storage_error
 from agentd.process.files import hand_over, private_folders, write_new
 from agentd.records import AttemptEnd, DueSchedule, WorkflowRecord
-from agentd.store.attempts import AttemptVerbs
+from agentd.store.attempts import AttemptVerbs, BundleHistory
 from agentd.store.base import SERVICE_BUSY_RETRY_S, connect
 from agentd.store.budget import BudgetVerbs
 from agentd.store.calls import CallVerbs
@@ -106,13 +106,26 @@ class Store(
         return self.due_schedules(now), self.workflows_awaiting_step(), self.outbox_waiting()
 
     def bundle_history(
-        self, task_id: int, recent_items: int, workflow_id: int | None
-    ) -> tuple[list[tuple[int, str, str]], list[tuple[int, str, str, str]], WorkflowRecord | None]:
-        """What an attempt's bundle reads, in one call: the task's earlier failed attempts, the
-        latest outcomes of other tasks (`recent_items` of them) and the workflow the task is a step of."""
+        self,
+        task_id: int,
+        recent_items: int,
+        workflow_id: int | None,
+        *,
+        calls: int = 0,
+        spend_since: datetime | None = None,
+    ) -> BundleHistory:
+        """What an attempt's bundle reads, in one call: the task's earlier failed attempts and (`calls` of)
+        their failed tool calls, the latest outcomes of other tasks (`recent_items` of them), the workflow the
+        task is a step of, and (`spend_since`) what the day's attempts cost so far."""
         recent = self.recent_outcomes(recent_items, task_id) if recent_items else []
         workflow = self.get_workflow_or_raise(workflow_id) if workflow_id is not None else None
-        return self.failure_summaries(task_id), recent, workflow
+        return BundleHistory(
+            self.failure_summaries(task_id),
+            self.failed_calls(task_id, calls) if calls else [],
+            recent,
+            workflow,
+            self.spend_since(spend_since) if spend_since is not None else None,
+        )
 
     def end_attempt(self, end: AttemptEnd, follow: Follow | None = None) -> Ended:
         """The attempt's outcome commit (store/ending.py), one durable transaction. With `follow`, when

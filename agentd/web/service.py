@@ -3,6 +3,7 @@ services run), on its own database connection, until asked to stop (docs/web.md)
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import threading
@@ -65,7 +66,8 @@ def bind(listen: str, beyond_loopback: bool = False) -> socket.socket:
         sock.listen(128)
     except OSError as exc:
         sock.close()
-        raise InputError(f"web.listen: cannot listen on {listen} ({exc.strerror or exc})") from None
+        fix = "; set [web] listen to a free port, or --listen 127.0.0.1:0" if exc.errno == errno.EADDRINUSE else ""
+        raise InputError(f"web.listen: cannot listen on {listen} ({exc.strerror or exc}){fix}") from None
     return sock
 
 
@@ -99,6 +101,7 @@ class WebService:
         listen: str | None = None,
         beside: bool = False,
         run_users: Callable[[], Iterable[tuple[str | None, str]]] = tuple,
+        held: socket.socket | None = None,
     ) -> None:
         """`run_users`: what reads the (name, whose) of the run users besides this agent's own whose requests
         are refused (the CLI's reads the other installed agents'; read again for a uid it does not know)."""
@@ -106,6 +109,7 @@ class WebService:
         own = [(config.dispatch.run_as, "this agent's run user"), (config.sensors.run_as, "this agent's sensor user")]
         self.attempt_users = AttemptUsers(own, run_users, clock)
         self.listen = listen or config.web.listen
+        self.held = held  # bound before the services started (agentd/services/ports.py): served as it is
         self.beside = beside  # under `agentd run`: a port in use costs the console, never the dispatcher
         self.stream_poll_s = 0.5  # how often a live stream looks for new events
         self.handoff_poll_s = handoff.POLL_S
@@ -137,7 +141,7 @@ class WebService:
     async def run(self) -> None:
         """Serve until request_stop; the socket is bound before `ready`, so a client may connect at once."""
         try:
-            sock = bind(self.listen, self.config.web.beyond_loopback)
+            sock = self.held if self.held is not None else bind(self.listen, self.config.web.beyond_loopback)
         except InputError as exc:
             if not self.beside:
                 raise
