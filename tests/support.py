@@ -159,6 +159,9 @@ def agent_config(directory: Path, mutate: Callable[[dict[str, Any]], None] | Non
             },
         ]
         raw["dispatch"].update(kill_grace_s=1.0, lock_heartbeat_s=1.0)
+        # The example's force-push rules are docs/policy.md's; a test agent has no tool policy unless the
+        # test gives it one (its claude and codex stand-ins run no hook).
+        raw.pop("policy", None)
         if mutate is not None:
             mutate(raw)
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from agentd import frozen_value
+
 DEFAULT_CONTEXT_LENGTH = 262144
 NO_TURN_LEFT = "no scripted turn left"
 SSE = "text/event-stream"
@@ -27,7 +29,7 @@ _MODIFIED_AT = "2025-01-01T00:00:00Z"
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Reply:
     """A normal assistant text answer. The cache counts go where each API reports them (Ollama reports none)."""
 
@@ -38,7 +40,7 @@ class Reply:
     cache_write_tokens: int = 0
 
 
-@dataclass(frozen=True)
+@frozen_value
 class ToolCall:
     """The model asks for one tool call. The harness's next request, which carries the result, takes the next turn."""
 
@@ -51,7 +53,7 @@ class ToolCall:
     cache_write_tokens: int = 0
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Fail:
     """An HTTP error with `status` for `times` consecutive model calls.
 
@@ -74,7 +76,7 @@ class Fail:
             raise ValueError(f"Fail.resets_in_s must be from 0 to a day, got {self.resets_in_s}")
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Hang:
     """Never answer, or (after_headers) send the headers and the protocol's first event, then stall until stop()."""
 
@@ -85,7 +87,7 @@ Turn = Reply | ToolCall | Fail | Hang
 _Answer = Reply | ToolCall
 
 
-@dataclass(frozen=True)
+@frozen_value
 class RecordedRequest:
     """One request as the server saw it: `path` without its query string (that is `query`), header names lower-cased.
 
@@ -128,7 +130,7 @@ def _hex_id() -> str:
     return uuid.uuid4().hex[:24]
 
 
-@dataclass(frozen=True)
+@frozen_value
 class _Call:
     """One model call being answered: the request's model, the body, and ids that stay the same across its events."""
 

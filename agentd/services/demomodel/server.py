@@ -10,12 +10,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
+from agentd import frozen_value
 from agentd.services.demomodel.common import (
     _JOIN_TIMEOUT_S,
     _POLL_INTERVAL_S,
@@ -50,7 +51,7 @@ from agentd.services.demomodel.probes import (
 )
 
 
-@dataclass(frozen=True)
+@frozen_value
 class _Route:
     method: str
     protocol: str
