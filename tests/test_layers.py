@@ -4,6 +4,7 @@ ones included, must name a module at its own layer or below."""
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 from pathlib import Path
 
@@ -275,6 +276,37 @@ def test_the_verb_line_check_fails_on_a_call_it_does_not_name_and_on_a_name_no_l
     ]
     assert verb_line_errors("agentd.web", {}, None) == ["agentd.web: no `May call:` line (calls nothing)"]
     assert verb_line_errors("agentd.web", calls, set(calls)) == []
+
+
+def types_past_the_face(source: str) -> list[str]:
+    """Types (records, their aliases, the store's errors) imported from a module inside agentd/store/ rather
+    than from `agentd.store`: a CamelCase name; functions and CONSTANTS are not types."""
+    return [
+        f"{node.lineno}: {alias.name} from {node.module}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agentd.store.")
+        for alias in node.names
+        if alias.name[0].isupper() and not alias.name.isupper()
+    ]
+
+
+def test_record_types_are_imported_from_the_store_face() -> None:
+    """Outside agentd/store/ a record type comes from `agentd.store`, which takes it from its own module alone
+    (its HOMES), so the face costs no more at start-up than reaching past it did."""
+    import agentd.store
+
+    found = {
+        str(path.relative_to(REPO)): names
+        for path in sorted((REPO / "agentd").rglob("*.py"))
+        if "store" not in path.relative_to(REPO / "agentd").parts[:1]
+        and (names := types_past_the_face(path.read_text()))
+    }
+    assert found == {}
+    for name, home in agentd.store.HOMES.items():
+        assert getattr(agentd.store, name) is getattr(importlib.import_module(f"agentd.store.{home}"), name), name
+    assert types_past_the_face("def f():\n    from agentd.store.calls import EVENT_OF, HeldCall, record_call\n") == [
+        "2: HeldCall from agentd.store.calls"
+    ]
 
 
 def module_graph() -> dict[str, set[str]]:

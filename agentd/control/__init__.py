@@ -36,11 +36,7 @@ from agentd.records import (
     TaskRecord,
     WorkflowRecord,
 )
-from agentd.store import Store
-from agentd.store.approvals import ApprovalScope
-from agentd.store.calls import HeldCall
-from agentd.store.control import Pause
-from agentd.store.workflows import WorkflowCancel
+from agentd.store import ApprovalScope, HeldCall, Pause, Store, WorkflowCancel
 from agentd.work.intake import admit_task
 from agentd.work.intents import first_step_refusal, schedule_spec
 from agentd.work.workflows import judge_signal, start_state, state_cap, unblock_move
