@@ -81,6 +81,9 @@ def write_config(
         path.write_text(text)
         return path
     raw = example_raw()
+    # The example's force-push rules are docs/policy.md's; a test agent has no tool policy unless the test
+    # gives it one (its claude and codex stand-ins run no hook, and the contract's traces hold no decisions).
+    raw.pop("policy", None)
     raw["paths"] = {
         "state_dir": str(directory / "state"),
         "workspace": str(directory / "workspace"),
@@ -159,9 +162,6 @@ def agent_config(directory: Path, mutate: Callable[[dict[str, Any]], None] | Non
             },
         ]
         raw["dispatch"].update(kill_grace_s=1.0, lock_heartbeat_s=1.0)
-        # The example's force-push rules are docs/policy.md's; a test agent has no tool policy unless the
-        # test gives it one (its claude and codex stand-ins run no hook).
-        raw.pop("policy", None)
         if mutate is not None:
             mutate(raw)
 
