@@ -29,7 +29,7 @@ CODEX_MESSAGE_ITEMS = ("agent_message", "reasoning", "error", "todo_list")  # no
 
 @frozen_value
 class Activity:
-    """One event-to-be: its type (agentd/records/events.py LIVE_EVENT_TYPES) and payload."""
+    """One event-to-be: its type (agentd/records/event_names.py `LIVE_EVENT_TYPES`) and payload."""
 
     type: str
     payload: dict[str, Any]

@@ -1,7 +1,7 @@
 """Sensor definitions: `sensors/<id>/sensor.toml` plus its executable (or a skill's sensor_path).
 
 A sensor observes something and prints SensorEvent objects (seed 000 §5) as JSON lines on its
-stdout; the sensor service (agentd/sensing.py) turns them into tasks and workflows.
+stdout; the sensor service (agentd/services/sensing.py) turns them into tasks and workflows.
 """
 
 from __future__ import annotations
