@@ -174,7 +174,8 @@ def test_every_pointer_of_the_code_names_a_module_and_a_name_that_exist() -> Non
 
 def test_the_reader_catches_a_stale_page_section_module_and_name(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "a.md").write_text("# A\n\n## The boundary: its rule\n\n## A task's page\n\n```sh\n# no\n```\n")
+    page = "# A\n\n## The boundary: its rule\n\n## A task's page\n\n```sh\n# no\n```\n"
+    (tmp_path / "docs" / "a.md").write_text(page)
     (tmp_path / "agentd" / "pkg").mkdir(parents=True)
     (tmp_path / "agentd" / "pkg" / "__init__.py").write_text("")
     (tmp_path / "agentd" / "pkg" / "m.py").write_text(
