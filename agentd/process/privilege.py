@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from agentd import frozen_value
-from agentd.edge import shown
+from agentd.edge import quoted
 from agentd.errors import AgentdError, InputError
 
 if TYPE_CHECKING:
@@ -428,4 +428,4 @@ def refuse_inside_attempt(run_as: str | None, what: str, sensors_run_as: str | N
 
 def _shown_marker(value: str) -> str:
     """An environment marker as an error message shows it: one printable line, at most 64 characters."""
-    return shown(value[:64]) if not value.isprintable() or len(value) > 64 else value
+    return quoted(value[:64]) if not value.isprintable() or len(value) > 64 else value
