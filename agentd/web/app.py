@@ -334,10 +334,10 @@ class SecurityHeaders:
 
 
 def templates() -> Jinja2Templates:
-    """The console's Jinja2 templates (autoescaped), with `when` for a time (agentd/web/shown.py) and `visible`
+    """The console's Jinja2 templates (autoescaped), with `when` for a time (agentd/web/times.py) and `visible`
     for text an attempt chose, every blank in it shown (agentd/edge.py)."""
     from agentd.edge import visible
-    from agentd.web.shown import exact, when
+    from agentd.web.times import exact, when
     from agentd.web.task_page import state_words, with_code
 
     found = Jinja2Templates(directory=HERE / "templates")
