@@ -337,8 +337,8 @@ def templates() -> Jinja2Templates:
     """The console's Jinja2 templates (autoescaped), with `when` for a time (agentd/web/times.py) and `visible`
     for text an attempt chose, every blank in it shown (agentd/edge.py)."""
     from agentd.edge import visible
-    from agentd.web.times import exact, when
     from agentd.web.task_page import state_words, with_code
+    from agentd.web.times import exact, when
 
     found = Jinja2Templates(directory=HERE / "templates")
     found.env.filters["when"] = when
