@@ -27,6 +27,9 @@ CODE_POINTER = re.compile(
 )
 
 
+WHOLE_FILES = {".html", ".js", ".css"}  # the console's templates and static files: signs in them too
+
+
 @dataclass(frozen=True)
 class Sign:
     where: str  # path:line
@@ -59,12 +62,16 @@ def signs(source: str) -> list[tuple[int, str]]:
 
 @cache
 def all_signs(root: Path = REPO) -> list[Sign]:
-    """The signs of every module of agentd, read once for the tests that check them (about 2 s of CPU)."""
-    return [
+    """The signs of every module of agentd, and of its templates, scripts and styles (each read whole), read
+    once for the tests that check them (about 2 s of CPU)."""
+    found = [
         Sign(f"{path.relative_to(root)}:{line}", text)
         for path in sorted((root / "agentd").rglob("*.py"))
         for line, text in signs(path.read_text(encoding="utf-8"))
     ]
+    for path in sorted(p for p in (root / "agentd").rglob("*") if p.suffix in WHOLE_FILES):
+        found.append(Sign(str(path.relative_to(root)), re.sub(r"\s+", " ", path.read_text(encoding="utf-8"))))
+    return found
 
 
 @cache
