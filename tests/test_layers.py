@@ -4,6 +4,8 @@ ones included, must name a module at its own layer or below."""
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 from pathlib import Path
 
 import pytest
@@ -137,6 +139,174 @@ def test_each_package_says_what_it_owns_and_what_it_may_import() -> None:
         below = {p.removeprefix("agentd.") for p in PACKAGES[: index if package not in PACKAGES[-2:] else -2]}
         assert named == (below or {"nothing but the bottom modules"}), f"{package}: {line!r}"
         assert len(doc.splitlines()[0]) > 20, f"{package}: say what it owns"
+
+
+# --- who calls which Store verb (issue 53) -----------------------------------------------------------------
+
+ABOVE_STORE = PACKAGES[PACKAGES.index("agentd.store") + 1 :]
+
+
+def store_verbs() -> frozenset[str]:
+    """Every public method of the Store (its verb groups and its base's `transaction`, `snapshot`,
+    `require_present`), less `close`: every handle has one (a file, a socket, a queue), and it ends the Store
+    rather than asking it anything. AsyncStore's `call` and `read` are the hop, not verbs: the verb is what
+    they are handed."""
+    from agentd.store import Store
+
+    return frozenset(n for n, v in inspect.getmembers(Store) if not n.startswith("_") and callable(v)) - {"close"}
+
+
+def bound_modules(tree: ast.AST) -> set[str]:
+    """Names a module binds to a module it imports (`import os`, `from agentd import control`)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("agentd"):
+            for alias in node.names:
+                target = REPO / Path(*f"{node.module}.{alias.name}".split("."))
+                if target.with_suffix(".py").exists() or target.is_dir():
+                    names.add(alias.asname or alias.name)
+    return names
+
+
+def verb_calls(source: str, verbs: frozenset[str]) -> dict[str, int]:
+    """The Store verbs a module calls, each with its first line: `.verb(` on anything but a module it imported
+    (`store.x(`, `self.store.x(`, `lambda store: store.x(…)`, `s.x(` inside `with store.snapshot() as s`), and
+    `Store.verb` handed to `AsyncStore.call` or `read`. Matched by name: a method of another class that shares
+    a verb's name would count (none does today); a field read that shares one (`history.failed_calls`) does not."""
+    tree = ast.parse(source)
+    modules = bound_modules(tree)
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or node.attr not in verbs:
+            continue
+        on_name = node.value.id if isinstance(node.value, ast.Name) else None
+        if on_name in modules or (id(node) not in called and on_name != "Store"):
+            continue
+        found[node.attr] = min(found.get(node.attr, node.lineno), node.lineno)
+    return found
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2])  # agentd.web.api -> agentd.web; a module at the top is its own
+
+
+def may_call(package: str) -> set[str] | None:
+    """The verbs a package's `May call:` paragraph names (`nothing` names none); None without one."""
+    doc = ast.get_docstring(ast.parse((REPO / package.replace(".", "/") / "__init__.py").read_text())) or ""
+    lines = [" ".join(p.split()) for p in doc.split("\n\n") if p.startswith("May call:")]
+    if not lines:
+        return None
+    [line] = lines
+    return {name.strip(" .`") for name in line.removeprefix("May call:").split(",")} - {"nothing", ""}
+
+
+def verb_line_errors(package: str, calls: dict[str, str], named: set[str] | None) -> list[str]:
+    """What is untrue of a package's `May call:` line, given the verbs it calls (verb -> where)."""
+    if named is None:
+        return [f"{package}: no `May call:` line (calls {sorted(calls) or 'nothing'})"]
+    return [
+        f"{package}: {where} calls {verb}, which its `May call:` line does not name"
+        for verb, where in sorted(calls.items())
+        if verb not in named
+    ] + [
+        f"{package}: its `May call:` line names {verb}, which it no longer calls" for verb in sorted(named - set(calls))
+    ]
+
+
+def calls_by_package() -> dict[str, dict[str, str]]:
+    """Outside the store, each package's (or top module's) Store verbs, each with where it is first called."""
+    verbs = store_verbs()
+    found: dict[str, dict[str, str]] = {}
+    for path in sorted((REPO / "agentd").rglob("*.py")):
+        package = package_of(module_name(path))
+        if package == "agentd.store":
+            continue
+        mine = found.setdefault(package, {})
+        for verb, line in verb_calls(path.read_text(), verbs).items():
+            mine.setdefault(verb, f"{path.relative_to(REPO)}:{line}")
+    return found
+
+
+def test_each_package_names_the_store_verbs_it_calls() -> None:
+    """A package above the store says which Store verbs it may call (`May call:` beside `May import:`), and
+    calls exactly those; nothing at or below the store's layer outside it calls one (docs/decisions.md,
+    "The Store by who uses it (issue 53)")."""
+    errors = []
+    for package, calls in calls_by_package().items():
+        if package in ABOVE_STORE:
+            errors += verb_line_errors(package, calls, may_call(package))
+        else:
+            errors += [f"{package}: {where} calls {verb}, below the store" for verb, where in sorted(calls.items())]
+            if package in PACKAGES and may_call(package) is not None:
+                errors.append(f"{package}: a `May call:` line below the store")
+    assert errors == []
+
+
+def test_the_verb_check_sees_a_call_by_every_road_and_not_a_module_function() -> None:
+    source = (
+        "from agentd import control\n"
+        "from agentd.store import Store\n"
+        "async def f(web, db, store, history):\n"
+        "    web.db.call(lambda store: store.claim_next_task(now))\n"
+        "    await db.call(Store.tick_intents, now)\n"
+        "    with store.snapshot() as s:\n"
+        "        s.read_events(1)\n"
+        "    self.store.get_task(1)\n"
+        "    control.cancel_task(config, store, 1)\n"
+        "    return history.failed_calls\n"
+    )
+    assert verb_calls(source, store_verbs()) == {
+        "claim_next_task": 4,
+        "tick_intents": 5,
+        "snapshot": 6,
+        "read_events": 7,
+        "get_task": 8,
+    }
+
+
+def test_the_verb_line_check_fails_on_a_call_it_does_not_name_and_on_a_name_no_longer_called() -> None:
+    calls = {"claim_next_task": "agentd/web/api.py:9", "get_task": "agentd/web/api.py:3"}
+    assert verb_line_errors("agentd.web", calls, {"get_task", "list_tasks"}) == [
+        "agentd.web: agentd/web/api.py:9 calls claim_next_task, which its `May call:` line does not name",
+        "agentd.web: its `May call:` line names list_tasks, which it no longer calls",
+    ]
+    assert verb_line_errors("agentd.web", {}, None) == ["agentd.web: no `May call:` line (calls nothing)"]
+    assert verb_line_errors("agentd.web", calls, set(calls)) == []
+
+
+def types_past_the_face(source: str) -> list[str]:
+    """Types (records, their aliases, the store's errors) imported from a module inside agentd/store/ rather
+    than from `agentd.store`: a CamelCase name; functions and CONSTANTS are not types."""
+    return [
+        f"{node.lineno}: {alias.name} from {node.module}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agentd.store.")
+        for alias in node.names
+        if alias.name[0].isupper() and not alias.name.isupper()
+    ]
+
+
+def test_record_types_are_imported_from_the_store_face() -> None:
+    """Outside agentd/store/ a record type comes from `agentd.store`, which takes it from its own module alone
+    (its HOMES), so the face costs no more at start-up than reaching past it did."""
+    import agentd.store
+
+    found = {
+        str(path.relative_to(REPO)): names
+        for path in sorted((REPO / "agentd").rglob("*.py"))
+        if "store" not in path.relative_to(REPO / "agentd").parts[:1]
+        and (names := types_past_the_face(path.read_text()))
+    }
+    assert found == {}
+    for name, home in agentd.store.HOMES.items():
+        assert getattr(agentd.store, name) is getattr(importlib.import_module(f"agentd.store.{home}"), name), name
+    assert types_past_the_face("def f():\n    from agentd.store.calls import EVENT_OF, HeldCall, record_call\n") == [
+        "2: HeldCall from agentd.store.calls"
+    ]
 
 
 def module_graph() -> dict[str, set[str]]:

@@ -67,6 +67,10 @@ def test_a_second_agentd_run_says_dispatch_locked_without_a_traceback(tmp_path: 
         assert second.returncode == 1
         assert "dispatch_locked: another dispatcher holds the lock" in second.stderr
         assert "Traceback" not in second.stderr
+        # the second served nothing: every service's row is still the first's, none says stopped
+        rows = {row["service"]: row for row in agent.store.service_statuses()}
+        assert {row["pid"] for row in rows.values()} == {first.pid}, rows
+        assert all(row["status"] != "stopped" for row in rows.values()), rows
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=30) == 0
     finally:

@@ -3,6 +3,8 @@ attempt into a process and its output into an AdapterRun.
 
 May import: records, config, gateway, process, store, work, evidence, outlook.
 
+May call: nothing.
+
 Adapter kinds by name; `adapter_for` picks the implementation for an adapter's config.
 """
 

@@ -47,8 +47,7 @@ from agentd.hashing import sha256_hex
 from agentd.process.hook import HELD, REQUEST_MAX_BYTES
 from agentd.process.timer import RunTimer
 from agentd.process.wake import Doorbell
-from agentd.store import AsyncStore, Store
-from agentd.store.calls import CallDecided, GateEvent
+from agentd.store import AsyncStore, CallDecided, GateEvent, Store
 
 logger = logging.getLogger(__name__)
 

@@ -3,6 +3,12 @@
 May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control,
 services, web.
 
+May call: add_web_token, all_task_ids, attempt_usage, attempts_by_task, attempts_of, claim_order,
+constitution_proposals, cost_totals, fleet_lease_of, follow_ups_of, get_constitution_proposal, get_task,
+get_task_or_raise, get_workflow_or_raise, last_event_sequence, links_of, list_outbox, list_schedules, list_tasks,
+list_workflows, live_workflow_states, pending_approvals, pending_calls, read_events, record_event, require_present,
+revoke_web_token, seen_dedupe_keys, sensor_states, snapshot, spend_since, web_tokens, workflow_steps.
+
 `agentd …`: argument parsing and output only; every command calls the modules below it.
 
 Exit codes: 0 ok, 2 bad input or configuration (nothing written), 1 runtime failure, 130 Ctrl-C,

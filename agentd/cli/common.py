@@ -72,6 +72,7 @@ def did_you_mean(message: str) -> str:
     if found is None:
         return message
     import difflib  # only for a mistyped command: every other run starts without it
+
     given, listed = found.group(1), [name.strip(" '") for name in found.group(2).split(",")]
     starts = [name for name in listed if len(given) > 1 and name.startswith(given)]
     close = [*starts, *(n for n in difflib.get_close_matches(given, listed, n=3, cutoff=0.6) if n not in starts)][:3]

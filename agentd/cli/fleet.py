@@ -27,8 +27,7 @@ from agentd.vocabulary import MODES, SURFACES
 
 if TYPE_CHECKING:
     from agentd.config import Config
-    from agentd.store.fleet import FleetQueue, Submission
-    from agentd.store.fleet_rows import FleetTask
+    from agentd.store import FleetQueue, FleetTask, Submission
 
 
 def register(commands: Any) -> None:
@@ -115,7 +114,7 @@ def _read_private(path: Path, flag: str) -> str:
 def _queue(args: argparse.Namespace, config: Config | None = None, *, schema: bool = True) -> FleetQueue:
     """The fleet's queue; unless `schema` is False (`fleet init` makes it), its schema checked first, so a
     database without it is one line saying to run `agentd fleet init`, never a missing table's traceback."""
-    from agentd.store.fleet import FleetQueue
+    from agentd.store import FleetQueue
 
     queue = FleetQueue.open(dsn_of(args, config))
     try:

@@ -15,8 +15,7 @@ from agentd.errors import AgentdError, InputError, Interrupted
 
 if TYPE_CHECKING:
     from agentd.config import Config
-    from agentd.store.fleet import FleetQueue, Submission
-    from agentd.store.fleet_rows import FleetTask
+    from agentd.store import FleetQueue, FleetTask, Submission
 
 CHUNK = 500  # submissions per transaction, as `task add --batch` writes (docs/operate.md, "Many tasks at once")
 # What a line may hold, and the flag each field is for one task.
@@ -39,7 +38,7 @@ def judge(fields: dict[str, Any], config: Config, now: datetime, *, flags: bool)
 
     from agentd.records import TaskIntent
     from agentd.records.base import Identifier
-    from agentd.store.fleet import Submission
+    from agentd.store import Submission
     from agentd.work.batch import field_problems
     from agentd.work.intake import admit_task
 

@@ -197,7 +197,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from agentd.services.dispatch import Dispatcher
     from agentd.services.sensing import SensorService
-    from agentd.services.shell import run_services
+    from agentd.services.shell import AfterDispatch, run_services
     from agentd.store import AsyncStore
 
     config, dispatch_db, held = _open(args, ("dispatch", "sensors", "web"))
@@ -208,7 +208,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             _print_ports(held)
         dispatcher = Dispatcher(config, dispatch_db, clock=SystemClock(), metrics=_dispatch_metrics(config, held))
         sensors = SensorService(config, sensors_db, clock=SystemClock(), metrics=_sensor_metrics(config, held))
-        anyio.run(run_services, dispatcher, sensors, *_web(config, web_db, held))
+        beside = [AfterDispatch(service, dispatcher) for service in (sensors, *_web(config, web_db, held))]
+        anyio.run(run_services, dispatcher, *beside)
     finally:
         for db in (dispatch_db, sensors_db, web_db):
             if db is not None:

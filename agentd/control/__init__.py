@@ -3,6 +3,14 @@ person's behalf, the outbox, external messages and their delivery, constitution 
 
 May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt.
 
+May call: accept_constitution_proposal, add_schedule, apply_follow_up, apply_workflow_change, cancel_task,
+cancel_workflow, close_task, create_workflow, decide_call, due_deliveries, edit_task, enqueue_task,
+finish_delivery_attempt, get_task, get_task_or_raise, get_workflow_or_raise, hand_over_message, link_tasks,
+next_delivery_at, outbox_entry, outbox_item, pause_dispatch, pause_task, pending_outbox, record_constitution_proposal,
+reject_constitution_proposal, remove_schedule, resolve_approval, resume_dispatch, resume_task, retry_message,
+retry_task, settle_outbox, signal_workflow, start_delivery_attempt, state_entries, sweep_deliveries, unblock_workflow,
+unlink_tasks, workflow_for_signal.
+
 The operator's control plane: every action `agentd` takes on an agent's queue on a person's
 behalf. Each validates the way the runtime itself does, writes through the store in one
 transaction, and rings the dispatcher's doorbell so it acts at once.
@@ -28,11 +36,7 @@ from agentd.records import (
     TaskRecord,
     WorkflowRecord,
 )
-from agentd.store import Store
-from agentd.store.approvals import ApprovalScope
-from agentd.store.calls import HeldCall
-from agentd.store.control import Pause
-from agentd.store.workflows import WorkflowCancel
+from agentd.store import ApprovalScope, HeldCall, Pause, Store, WorkflowCancel
 from agentd.work.intake import admit_task
 from agentd.work.intents import first_step_refusal, schedule_spec
 from agentd.work.workflows import judge_signal, start_state, state_cap, unblock_move

@@ -15,9 +15,7 @@ from agentd.errors import InputError
 from agentd.process.privilege import operator_name
 from agentd.process.wake import poke
 from agentd.records import TaskIntent, TaskOutcome, TaskRecord
-from agentd.store import Store
-from agentd.store.facts import TaskLink, TaskPause
-from agentd.store.steering import TaskEdit
+from agentd.store import Store, TaskEdit, TaskLink, TaskPause
 from agentd.work.intake import admit_task
 
 Declared = Literal["completed", "permanent_failure"]

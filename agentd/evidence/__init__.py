@@ -3,6 +3,10 @@ exports (bundle, TraceCore), retention, and a database older than what happened 
 
 May import: records, config, gateway, process, store, work.
 
+May call: all_attempts, attempt_folder_keys, attempts_by_task, attempts_of, chain_head, deletable_tasks, delete_tasks,
+enqueued_event_id, event_count, event_hash, event_sequence_reached, latest_event_checkpoint, mark_evidence_pruned,
+prunable_event_prefix, prunable_evidence, prune_events, record_event, sealed_manifests, verify_event_chain.
+
 Per-attempt evidence (docs/design.md, "Evidence", seed 001): `<state_dir>/attempts/<task>/<attempt>/`.
 
 The directory holds what the attempt was told (prompt.md), what it was given (stdin.json),

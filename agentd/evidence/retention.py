@@ -22,8 +22,7 @@ from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.config.settings import RetentionSection
 from agentd.evidence import attempt_paths
-from agentd.store import Store
-from agentd.store.retention import PrunableEvidence
+from agentd.store import PrunableEvidence, Store
 
 logger = logging.getLogger(__name__)
 

@@ -3,6 +3,8 @@
 May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control,
 services, web.
 
+May call: nothing.
+
 Laying out a VM for one agent (docs/install-and-deploy.md, "Deploy on a VM"):
 `agentd install --agent NAME [--root DIR]`.
 

@@ -19,8 +19,7 @@ from agentd.outlook.agent_session import agent_session, dispatch_context
 from agentd.outlook.correlation import correlation
 from agentd.outlook.taskstate import StateFacts, state_facts, task_state
 from agentd.records import TERMINAL_STATUSES, RuntimeEvent, TaskAttempt, TaskRecord
-from agentd.store import Store
-from agentd.store.facts import TaskLink
+from agentd.store import Store, TaskLink
 
 SCHEMA_VERSION = "agentd-events/v1"
 GENERIC = "run.status"  # agentd events with no family in the spec: the generic status class

@@ -14,18 +14,8 @@ from agentd import frozen_value
 from agentd.clock import format_ts, relative
 from agentd.outlook.liveness import lost_reason, service_health
 from agentd.process import procs
-from agentd.store.facts import (
-    CallWait,
-    ResetWait,
-    TaskLink,
-    TaskPause,
-    activity_times,
-    calls_held,
-    links_of,
-    pauses_of,
-    resets_waited,
-    service_rows,
-)
+from agentd.store import CallWait, ResetWait, TaskLink, TaskPause
+from agentd.store.facts import activity_times, calls_held, links_of, pauses_of, resets_waited, service_rows
 
 STREAMING_S = 30.0  # a harness that reported within this long is streaming (docs/live.md)
 QUIET_KINDS = ("script",)  # adapters whose activity is a progress line, never a stream of a model's turns

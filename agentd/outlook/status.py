@@ -25,9 +25,7 @@ from agentd.process import procs
 from agentd.process.advisory import shown_boundary
 from agentd.process.privilege import boundary_of
 from agentd.records import TASK_STATUSES, LockHolder, ProviderReset, QueueSummary, RunningAttempt
-from agentd.store import Store
-from agentd.store.calls import HeldCall
-from agentd.store.control import Pause
+from agentd.store import HeldCall, Pause, Store
 
 
 @frozen_value

@@ -72,6 +72,8 @@ class Dispatcher:
         self.view = DispatchView(config, db, clock, self.shell, self.doorbell)  # what it says of itself
         self.telemetry = TelemetryLoop.of(config, db, clock)  # [telemetry]: spans for a collector (docs/telemetry.md)
         self._stopping = False
+        self.began = anyio.Event()  # its start ended, the lock taken or not: `agentd run`'s other services wait for it
+        self.holds_lock = False
 
     @property
     def holder_id(self) -> str:
@@ -79,7 +81,11 @@ class Dispatcher:
 
     async def run(self) -> None:
         """Until SIGTERM/SIGINT (or, until_idle, until nothing is claimable now)."""
-        await self.start()
+        try:
+            await self.start()
+            self.holds_lock = True
+        finally:
+            self.began.set()
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self.lock.keep)

@@ -36,11 +36,7 @@ from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.wake import Doorbell
 from agentd.records import CredentialGroup, ProviderReset, TaskIntent
 from agentd.records.fleet import FleetOrigin
-from agentd.store import AsyncStore, Store
-from agentd.store.fleet import FleetQueue
-from agentd.store.fleet_connect import FleetUnavailable
-from agentd.store.fleet_leases import HeldLease, Taken
-from agentd.store.fleet_rows import Lease
+from agentd.store import AsyncStore, FleetQueue, FleetUnavailable, HeldLease, Lease, Store, Taken
 from agentd.work.intake import admit_task
 
 logger = logging.getLogger(__name__)

@@ -215,6 +215,28 @@ class Service(Protocol):
     def request_stop(self, *, immediately: bool = False) -> None: ...
 
 
+class Started(Service, Protocol):
+    began: anyio.Event
+    holds_lock: bool
+
+
+class AfterDispatch:
+    """A service of `agentd run` that starts once the dispatcher beside it has taken the agent's lock, and not
+    at all when it could not: a second `agentd run` of the same agent serves no console and writes no status
+    row over the running one's; it ends with the one line `dispatch_locked` says (docs/operate.md)."""
+
+    def __init__(self, service: Service, dispatcher: Started) -> None:
+        self.service, self.dispatcher = service, dispatcher
+
+    async def run(self) -> None:
+        await self.dispatcher.began.wait()
+        if self.dispatcher.holds_lock:
+            await self.service.run()
+
+    def request_stop(self, *, immediately: bool = False) -> None:
+        self.service.request_stop(immediately=immediately)
+
+
 async def run_services(*services: Service, watch_signals: bool = True) -> None:
     """Run the services until they end; SIGTERM, SIGINT or SIGHUP (the terminal of a foreground
     `agentd run` closed) asks each to stop, a second signal asks them to stop at once (no grace period)."""

@@ -1,6 +1,7 @@
 """SQL that both the store's verbs and the CLI's plain readers (agentd/store/plain.py) run, here without
 the records so that both run the very same: the columns a task row is read with (in the order
-agentd/store/rows.py `task_from_row` takes them), and what makes a task claimable."""
+agentd/store/rows.py `task_from_row` takes them), what makes a task claimable, and how a read of the events
+is filtered."""
 
 TASK_COLUMNS = """t.id, t.task_type, t.source, t.subject, t.description, t.priority, t.payload,
     t.requested_profile_id, t.requested_adapter_id, t.requested_model, t.skill_ids,
@@ -30,3 +31,35 @@ RESTS_ON = """COALESCE(tasks.requested_adapter_id IN (SELECT value FROM json_eac
     OR (tasks.requested_adapter_id IS NULL AND tasks.task_type IN (SELECT value FROM json_each(r.task_types)))
     OR (tasks.requested_adapter_id IS NULL AND tasks.task_type IN (SELECT value FROM json_each(r.open_task_types))
         AND tasks.requested_profile_id IN (SELECT value FROM json_each(r.profiles)))"""
+
+
+def event_filter(
+    *,
+    after: int | None = None,
+    before: int | None = None,
+    task_id: int | None = None,
+    workflow_id: int | None = None,
+    attempt_id: str | None = None,
+    types: tuple[str, ...] = (),
+    since: str | None = None,
+    until: str | None = None,
+) -> tuple[str, list[object]]:
+    """The WHERE of a read of the events, and its parameters: after and before a sequence, of one task,
+    workflow or attempt, of some types, at or after `since` and before `until` (stored timestamps' text)."""
+    clauses, params = ["1"], list[object]()
+    for clause, value in (
+        ("sequence > ?", after),
+        ("sequence < ?", before),
+        ("task_id = ?", task_id),
+        ("workflow_id = ?", workflow_id),
+        ("attempt_id = ?", attempt_id),
+        ("timestamp >= ?", since),
+        ("timestamp < ?", until),
+    ):
+        if value is not None:
+            clauses.append(clause)
+            params.append(value)
+    if types:
+        clauses.append(f"type IN ({', '.join('?' * len(types))})")
+        params += types
+    return " AND ".join(clauses), params

@@ -12,6 +12,7 @@ from agentd.hashing import GENESIS_HASH, chain_hash, event_body_text, sha256_hex
 from agentd.records import TASK_STATUSES, TERMINAL_STATUSES, RuntimeEvent
 from agentd.records.event_names import LIVE_EVENT_TYPES
 from agentd.store.base import StoreBase, loads, ts
+from agentd.store.columns import event_filter
 from agentd.store.rows import EVENT_BODY_FIELDS, event_from_row
 
 LIVE_STATUSES = tuple(status for status in TASK_STATUSES if status not in TERMINAL_STATUSES)
@@ -58,24 +59,18 @@ class EventVerbs(StoreBase):
         """Events in sequence order after `after` (and before `before`), optionally for one task or
         workflow, of some types, at or after `since` and before `until`; `last`: the newest `limit` of
         them (still oldest first); `newest_first`: the newest `limit`, newest first."""
-        clauses: list[str] = ["sequence > ?"]
-        params: list[object] = [after]
-        for clause, value in (
-            ("task_id = ?", task_id),
-            ("workflow_id = ?", workflow_id),
-            ("sequence < ?", before),
-            ("timestamp >= ?", None if since is None else ts(since)),
-            ("timestamp < ?", None if until is None else ts(until)),
-        ):
-            if value is not None:
-                clauses.append(clause)
-                params.append(value)
-        if types:
-            clauses.append(f"type IN ({', '.join('?' * len(types))})")
-            params.extend(types)
+        where, params = event_filter(
+            after=after,
+            before=before,
+            task_id=task_id,
+            workflow_id=workflow_id,
+            types=tuple(types),
+            since=None if since is None else ts(since),
+            until=None if until is None else ts(until),
+        )
         order = "DESC" if last or newest_first else "ASC"
         rows = self.tx.execute(
-            f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY sequence {order} LIMIT ?", (*params, limit)
+            f"SELECT * FROM events WHERE {where} ORDER BY sequence {order} LIMIT ?", (*params, limit)
         ).fetchall()
         events = [event_from_row(r) for r in rows]
         return events[::-1] if last and not newest_first else events

@@ -15,7 +15,7 @@ from typing import Any
 
 from agentd.clock import Clock, stored_ts
 from agentd.store.base import StoreBase, Tx, connect, dumps, parse_optional_ts, timestamp_text, ts
-from agentd.store.columns import CLAIMABLE, TASK_COLUMNS, TASK_FROM
+from agentd.store.columns import CLAIMABLE, TASK_COLUMNS, TASK_FROM, event_filter
 from agentd.store.migrations import available_migrations, require_current
 from agentd.vocabulary import MACHINE_STATUS_OF
 
@@ -351,22 +351,17 @@ def event_rows(
 ) -> list[Any]:
     """`read_events`' rows, before they are records: in sequence order (the newest `limit` with `last`;
     newest first with `newest_first`)."""
-    clauses, params = ["sequence > ?"], list[object]([after])
-    for clause, value in (
-        ("task_id = ?", task_id),
-        ("sequence < ?", before),
-        ("timestamp >= ?", None if since is None else ts(since)),
-        ("timestamp < ?", None if until is None else ts(until)),
-    ):
-        if value is not None:
-            clauses.append(clause)
-            params.append(value)
-    if types:
-        clauses.append(f"type IN ({', '.join('?' * len(types))})")
-        params.extend(types)
+    where, params = event_filter(
+        after=after,
+        before=before,
+        task_id=task_id,
+        types=tuple(types),
+        since=None if since is None else ts(since),
+        until=None if until is None else ts(until),
+    )
     order = "DESC" if last or newest_first else "ASC"
     rows = store.tx.execute(
-        f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY sequence {order} LIMIT ?", (*params, limit)
+        f"SELECT * FROM events WHERE {where} ORDER BY sequence {order} LIMIT ?", (*params, limit)
     ).fetchall()
     return rows[::-1] if last and not newest_first else rows
 

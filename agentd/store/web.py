@@ -12,7 +12,7 @@ from agentd.clock import stored_ts
 from agentd.errors import InputError, NotFound
 from agentd.records import TaskRecord
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
-from agentd.store.columns import TASK_COLUMNS, TASK_FROM
+from agentd.store.columns import TASK_COLUMNS, TASK_FROM, event_filter
 from agentd.store.rows import holdable, task_from_row
 
 HANDOFF_ERROR_CHARS = 500
@@ -171,17 +171,10 @@ class WebVerbs(StoreBase):
         """Events as plain JSON objects, in sequence order after `after` (`last`: the newest `limit`),
         their type as written: the console shows (and streams) an event type this build does not know
         yet, which a newer service beside it may append, instead of failing the whole read."""
-        clauses, params = ["sequence > ?"], list[object]([after])
-        for column, value in (("task_id", task_id), ("attempt_id", attempt_id)):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                params.append(value)
-        if types:
-            clauses.append(f"type IN ({', '.join('?' * len(types))})")
-            params += types
+        where, params = event_filter(after=after, task_id=task_id, attempt_id=attempt_id, types=types)
         rows = self.tx.execute(
             f"""SELECT sequence, event_id, type, timestamp, task_id, attempt_id, workflow_id, payload FROM events
-                WHERE {" AND ".join(clauses)} ORDER BY sequence {"DESC" if last else "ASC"} LIMIT ?""",
+                WHERE {where} ORDER BY sequence {"DESC" if last else "ASC"} LIMIT ?""",
             (*params, limit),
         ).fetchall()
         found = [{**dict(row), "payload": holdable(row["payload"]) or {}} for row in rows]
@@ -200,24 +193,18 @@ class WebVerbs(StoreBase):
     ) -> list[dict[str, Any]]:
         """A page of events, newest first, as `event_rows` shapes them: the newest `limit` that match (below
         sequence `before` when given), or with `after` the `limit` that follow it (docs/web.md, "Events")."""
-        clauses, params = ["1"], list[object]()
-        for clause, value in (
-            ("sequence < ?", before),
-            ("sequence > ?", after),
-            ("task_id = ?", task_id),
-            ("timestamp >= ?", None if since is None else ts(since)),
-            ("timestamp < ?", None if until is None else ts(until)),
-        ):
-            if value is not None:
-                clauses.append(clause)
-                params.append(value)
-        if types:
-            clauses.append(f"type IN ({', '.join('?' * len(types))})")
-            params += types
+        where, params = event_filter(
+            before=before,
+            after=after,
+            task_id=task_id,
+            types=types,
+            since=None if since is None else ts(since),
+            until=None if until is None else ts(until),
+        )
         forward = after is not None and before is None  # the page after a cursor: read upwards, shown newest first
         rows = self.tx.execute(
             f"""SELECT sequence, event_id, type, timestamp, task_id, attempt_id, workflow_id, payload FROM events
-                WHERE {" AND ".join(clauses)} ORDER BY sequence {"ASC" if forward else "DESC"} LIMIT ?""",
+                WHERE {where} ORDER BY sequence {"ASC" if forward else "DESC"} LIMIT ?""",
             (*params, limit),
         ).fetchall()
         found = [{**dict(row), "payload": holdable(row["payload"]) or {}} for row in rows]
@@ -229,19 +216,13 @@ class WebVerbs(StoreBase):
         """(sequence, the event as JSON text) in sequence order after `after`: what `event_rows` returns,
         as SQLite's own JSON functions write it (a live stream sends it as it is, and a replay costs no
         parse and dump per event); a payload SQLite does not take for JSON is read as `event_rows` reads it."""
-        clauses, params = ["sequence > ?"], list[object]([after])
-        if task_id is not None:
-            clauses.append("task_id = ?")
-            params.append(task_id)
-        if types:
-            clauses.append(f"type IN ({', '.join('?' * len(types))})")
-            params += types
+        where, params = event_filter(after=after, task_id=task_id, types=types)
         rows = self.tx.execute(
             f"""SELECT sequence, CASE WHEN json_valid(payload) AND json_type(payload) = 'object' THEN json_object(
                        'sequence', sequence, 'event_id', event_id, 'type', type, 'timestamp', timestamp,
                        'task_id', task_id, 'attempt_id', attempt_id, 'workflow_id', workflow_id,
                        'payload', json(payload)) END
-                FROM events WHERE {" AND ".join(clauses)} ORDER BY sequence LIMIT ?""",
+                FROM events WHERE {where} ORDER BY sequence LIMIT ?""",
             (*params, limit),
         ).fetchall()
         return [(row[0], row[1] if row[1] is not None else self._event_json(row[0])) for row in rows]

@@ -21,9 +21,7 @@ from agentd.process.files import read_beneath
 from agentd.process.privilege import RESERVED_SOURCES
 from agentd.records import TaskIntent
 from agentd.records.fleet import DispatchContext
-from agentd.store import Store
-from agentd.store.calls import CallDecided, HeldCall
-from agentd.store.control import StaleApproval
+from agentd.store import CallDecided, HeldCall, StaleApproval, Store
 from agentd.vocabulary import TASK_STATUSES
 from agentd.web import handoff, inputs, stream
 from agentd.web.app import Web, bearer, bearer_or_session, web_of

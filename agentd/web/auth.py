@@ -19,7 +19,7 @@ from collections import OrderedDict
 
 from agentd import frozen_value
 from agentd.clock import Clock
-from agentd.store.web import WebToken
+from agentd.store import WebToken
 
 TOKEN = re.compile(r"^(?P<id>[0-9a-f]{12})\.(?P<secret>[A-Za-z0-9_-]{43})$")
 COOKIE = "agentd_session"

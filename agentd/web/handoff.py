@@ -23,8 +23,7 @@ from agentd.config.environment import read_env_file
 from agentd.control.handlers import send_signed
 from agentd.errors import ConfigError, InputError
 from agentd.records.messages import Delivery, Sent, WebhookHandler
-from agentd.store import Store
-from agentd.store.web import Handoff
+from agentd.store import Handoff, Store
 from agentd.web.app import Throttled, Unauthorized, Web, bearer, client_address, web_of
 from agentd.web.auth import Operator
 from agentd.web.inputs import BadInput

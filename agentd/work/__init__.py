@@ -2,4 +2,6 @@
 transitions, and the whole configuration's cross-check (`load_config`).
 
 May import: records, config, gateway, process, store.
+
+May call: enqueue_tasks.
 """

@@ -199,7 +199,8 @@ def _fleet(config: Config) -> list[Problem]:
     path = config.fleet.dsn_file
     if path is None:
         return []
-    from agentd.store.fleet_connect import FleetUnavailable, installed  # psycopg: only an agent with a fleet
+    from agentd.store import FleetUnavailable
+    from agentd.store.fleet_connect import installed  # psycopg: only an agent with a fleet
 
     problems = secret_file_problems(str(config.path), "fleet.dsn_file", path, env_pairs=False)
     if not installed():
