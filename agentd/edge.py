@@ -1,10 +1,9 @@
 """What agentd accepts at its edges: values SQLite and JSON can hold, within documented limits.
 
-One validator for every surface that brings data in (CLI arguments, sensor lines, result files,
-follow-up tasks, the TOML): NaN and Infinity, lone surrogates, nesting deeper than MAX_DEPTH,
-integers outside int64 and oversized text are refused with what was wrong, where, and what was
-expected. Nothing that passes here can make a later write fail.
-"""
+One validator for every surface that brings data in (CLI arguments, sensor lines, result files, follow-up tasks,
+the TOML): NaN and Infinity, lone surrogates, nesting deeper than MAX_DEPTH, integers outside int64 and oversized
+text are refused with what was wrong, where, and what was expected. Nothing that passes here can make a later
+write fail."""
 
 from __future__ import annotations
 
@@ -93,9 +92,8 @@ def one_of_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise Refused(
-                    f"the key {quoted(key)} is written twice in one object (readers disagree on which counts)"
-                )
+                twice = f"the key {quoted(key)} is written twice in one object (readers disagree on which counts)"
+                raise Refused(twice)
             seen.add(key)
     return found
 
