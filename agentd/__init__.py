@@ -47,8 +47,8 @@ def frozen_value(cls: type[T]) -> type[T]:
 
 @reprlib.recursive_repr()
 def _repr(self: Any) -> str:
-    shown = type(self).__value_fields__[0]
-    return f"{type(self).__qualname__}({', '.join(f'{name}={getattr(self, name)!r}' for name in shown)})"
+    fields = type(self).__value_fields__[0]
+    return f"{type(self).__qualname__}({', '.join(f'{name}={getattr(self, name)!r}' for name in fields)})"
 
 
 def _eq(self: Any, other: Any) -> Any:

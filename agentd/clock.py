@@ -9,7 +9,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from agentd.edge import decimal_number, shown
+from agentd.edge import decimal_number, quoted
 from agentd.errors import UnreadableRow
 
 
@@ -75,16 +75,16 @@ def stored_ts(text: object) -> datetime:
     try:
         return parse_ts(text)  # type: ignore[arg-type]
     except (ValueError, TypeError):
-        raise UnreadableRow(f"a time in the database is not one agentd wrote (found {shown(text, 60)})") from None
+        raise UnreadableRow(f"a time in the database is not one agentd wrote (found {quoted(text, 60)})") from None
 
 
-def to_utc(moment: datetime, shown: object = None) -> datetime:
+def to_utc(moment: datetime, written: object = None) -> datetime:
     """An aware datetime in UTC; ValueError if it cannot be one (outside the years 1..9999 in UTC)."""
     try:
         return moment.astimezone(UTC)
     except (OverflowError, ValueError):
         raise ValueError(
-            f"{shown if shown is not None else moment.isoformat()!r} is outside the years 1..9999 once in UTC"
+            f"{written if written is not None else moment.isoformat()!r} is outside the years 1..9999 once in UTC"
         ) from None
 
 
@@ -135,5 +135,5 @@ def parse_duration(text: str, bare_unit: str = "s") -> float:
     amount = decimal_number(number)  # ASCII digits and a point: no sign, exponent, "1_0", "inf" or "١"
     seconds = None if amount is None else amount * DURATION_UNITS[unit]
     if seconds is None or seconds > MAX_DURATION_S:  # not a plain number, or beyond a century
-        raise ValueError(f"expected a duration like 90s, 15m, 2h or 7d, found {shown(text)}")
+        raise ValueError(f"expected a duration like 90s, 15m, 2h or 7d, found {quoted(text)}")
     return seconds

@@ -1,10 +1,9 @@
 """What agentd accepts at its edges: values SQLite and JSON can hold, within documented limits.
 
-One validator for every surface that brings data in (CLI arguments, sensor lines, result files,
-follow-up tasks, the TOML): NaN and Infinity, lone surrogates, nesting deeper than MAX_DEPTH,
-integers outside int64 and oversized text are refused with what was wrong, where, and what was
-expected. Nothing that passes here can make a later write fail.
-"""
+One validator for every surface that brings data in (CLI arguments, sensor lines, result files, follow-up tasks,
+the TOML): NaN and Infinity, lone surrogates, nesting deeper than MAX_DEPTH, integers outside int64 and oversized
+text are refused with what was wrong, where, and what was expected. Nothing that passes here can make a later
+write fail."""
 
 from __future__ import annotations
 
@@ -93,7 +92,8 @@ def one_of_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise Refused(f"the key {shown(key)} is written twice in one object (readers disagree on which counts)")
+                twice = f"the key {quoted(key)} is written twice in one object (readers disagree on which counts)"
+                raise Refused(twice)
             seen.add(key)
     return found
 
@@ -257,7 +257,7 @@ def note_text(value: Any, where: str, *, required: bool = False) -> str | None:
             raise Refused(f"{where}: expected some text, found {'nothing' if not value else 'only blanks'}")
         return None
     if not isinstance(value, str):
-        raise Refused(f"{where}: expected text, found {type(value).__name__} {shown(value, 40)}")
+        raise Refused(f"{where}: expected text, found {type(value).__name__} {quoted(value, 40)}")
     if "\x00" in value:
         raise Refused(f"{where}: holds the character U+0000, which a note may not")
     return check_text(value, where, MAX_NOTE_CHARS)
@@ -437,7 +437,7 @@ def visible_json(text: str) -> str:
     return _IN_JSON.sub(_json_escape, text)
 
 
-def shown(value: Any, limit: int = 120) -> str:
+def quoted(value: Any, limit: int = 120) -> str:
     """`repr(value)` for an error line, cut in the middle past `limit` characters: what a bad input
     looked like, never the whole of a megabyte of it."""
     return cut(repr(value), limit)

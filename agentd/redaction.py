@@ -117,10 +117,10 @@ class Redactor:
 def _text_forms(secret: str) -> set[str]:
     """The secret as a text may show it: as is, inside the repr of a text or of its UTF-8 or Latin-1
     bytes (`b'...\\xc3\\xab...'`), and each of those as a JSON string holds it (ASCII or not)."""
-    shown = {secret, *_quoted_either_way(repr(secret + "'\"")[1:-4])}
+    forms = {secret, *_quoted_either_way(repr(secret + "'\"")[1:-4])}
     for encoded in {secret.encode("utf-8", "surrogatepass"), *_latin_1(secret)}:
-        shown |= _quoted_either_way(repr(encoded + b"'\"")[2:-4])
-    return shown | {json.dumps(form, ensure_ascii=ascii)[1:-1] for form in shown for ascii in (True, False)}
+        forms |= _quoted_either_way(repr(encoded + b"'\"")[2:-4])
+    return forms | {json.dumps(form, ensure_ascii=ascii)[1:-1] for form in forms for ascii in (True, False)}
 
 
 def _quoted_either_way(escaped: str) -> set[str]:

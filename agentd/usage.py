@@ -29,7 +29,7 @@ USAGE_KEYS = (*TOKEN_KINDS, "cost_usd")
 MAX_COST_USD = 1_000_000.0  # one attempt's cost above this is not believed: recorded as unknown
 MAX_TOKENS = 2**63 - 1  # what SQLite's INTEGER holds
 MAX_PROBLEMS = 20  # usage_problems kept per attempt; the count of the rest is the last one
-SHOWN_CHARS = 60  # of a value a problem quotes: a number may be thousands of digits
+QUOTED_CHARS = 60  # of a value a problem quotes: a number may be thousands of digits
 
 
 def judge_usage(reported: Any, where: str) -> tuple[Usage, list[str]]:
@@ -40,7 +40,7 @@ def judge_usage(reported: Any, where: str) -> tuple[Usage, list[str]]:
     if not isinstance(reported, Mapping):
         return Usage(), [f"{where}: expected an object, found {type(reported).__name__}"]
     problems = [
-        f"{where}.{str(key)[:SHOWN_CHARS]}: unknown key (expected one of {', '.join(USAGE_KEYS)})"
+        f"{where}.{str(key)[:QUOTED_CHARS]}: unknown key (expected one of {', '.join(USAGE_KEYS)})"
         for key in reported
         if key not in USAGE_KEYS
     ]
@@ -68,15 +68,15 @@ def judge_number(value: Any, key: str) -> tuple[int | float | None, str | None]:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None, f"expected a number, found {type(value).__name__}"
     if not math.isfinite(value) or value < 0:
-        return None, f"expected a finite number of at least 0, found {shown(value)}"
+        return None, f"expected a finite number of at least 0, found {quoted(value)}"
     if key == "cost_usd":
         if value > MAX_COST_USD:
-            return None, f"expected at most {MAX_COST_USD:g}, found {shown(value)}"
+            return None, f"expected at most {MAX_COST_USD:g}, found {quoted(value)}"
         return float(value), None
     if isinstance(value, float) and not value.is_integer():
-        return None, f"expected a whole number, found {shown(value)}"
+        return None, f"expected a whole number, found {quoted(value)}"
     if value > MAX_TOKENS:
-        return None, f"expected at most {MAX_TOKENS}, found {shown(value)}"
+        return None, f"expected at most {MAX_TOKENS}, found {quoted(value)}"
     return int(value), None
 
 
@@ -101,10 +101,10 @@ def bounded(problems: list[str]) -> list[str]:
     return [*problems[: MAX_PROBLEMS - 1], f"… and {len(problems) - MAX_PROBLEMS + 1} more"]
 
 
-def shown(value: Any) -> str:
+def quoted(value: Any) -> str:
     """A value as a problem quotes it: its repr, cut short."""
     try:
         text = repr(value)
     except ValueError:  # an int too long to print
         return f"<{type(value).__name__}>"
-    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+    return text if len(text) <= QUOTED_CHARS else text[: QUOTED_CHARS - 1] + "…"

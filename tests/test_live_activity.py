@@ -19,7 +19,7 @@ import pytest
 from rig import Rig
 from support import ADAPTERS, CliResult, harness_fixture
 
-from agentd.adapters.activity import Activity, ClaudeStream, Shown, stream_parser
+from agentd.adapters.activity import Activity, ClaudeStream, EventText, stream_parser
 from agentd.attempt.live import BURST, MAX_EVENTS, RATE_PER_S, Budget
 from agentd.edge import printable
 from agentd.outlook.activity import activity_lines, attempt_activity
@@ -423,7 +423,7 @@ def todo_list(parser: Any, todos: list[tuple[str, str]], at: str) -> list[tuple[
 
 
 def test_a_todo_removed_before_it_is_done_is_dropped_and_each_keeps_when_it_was_made() -> None:
-    parser = stream_parser("claude-code", "attempt-1", Shown())
+    parser = stream_parser("claude-code", "attempt-1", EventText())
     assert todo_list(parser, [("plan", "pending"), ("build", "pending")], "t1") == [
         ("plan", "open", "t1", "t1"),
         ("build", "open", "t1", "t1"),
@@ -457,7 +457,7 @@ async def test_in_a_flood_every_held_back_event_is_counted_and_the_newest_todo_l
         [{"content": f"step {k}", "status": "completed" if k < n else "pending"} for k in range(5)] for n in range(60)
     ]
     lines = [todo_write(f"call_{n}", todos, f"msg_{n}") for n, todos in enumerate(states)]
-    expected = ClaudeStream("attempt", Shown())
+    expected = ClaudeStream("attempt", EventText())
     produced = [a for line in lines for a in expected.feed(json.loads(line), "t")]
     run = live("claude-code", lines, fixture_lines("claude_stream_json_tool_use.jsonl")[1])
 

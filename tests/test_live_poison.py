@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import HARNESS_FIXTURES, examples
 
-from agentd.adapters.activity import PROGRESS_MAX_CHARS, SUMMARY_MAX_CHARS, Activity, Shown, progress, stream_parser
+from agentd.adapters.activity import PROGRESS_MAX_CHARS, SUMMARY_MAX_CHARS, Activity, EventText, progress, stream_parser
 from agentd.attempt.live import Lines, Source, redacting
 from agentd.edge import SHOWN_WINDOW_CHARS, check_value, printable
 from agentd.evidence.action_trace import trace_of
@@ -102,7 +102,7 @@ codex_records = st.fixed_dictionaries(
 )
 
 
-def shown() -> Shown:
+def event_text() -> EventText:
     return redacting(Redactor([SECRET]))
 
 
@@ -124,7 +124,7 @@ def assert_holdable(found: list[Activity]) -> None:
 @PROPERTY
 @given(st.lists(claude_records, max_size=8))
 def test_the_claude_stream_parser_is_total(records: list[dict[str, Any]]) -> None:
-    parser = stream_parser("claude-code", "attempt-1", shown())
+    parser = stream_parser("claude-code", "attempt-1", event_text())
     assert parser is not None
     found = [a for record in records for a in parser.feed(record, "2026-01-01T00:00:00Z")]
     assert_holdable(found + parser.close("2026-01-01T00:00:00Z"))
@@ -133,7 +133,7 @@ def test_the_claude_stream_parser_is_total(records: list[dict[str, Any]]) -> Non
 @PROPERTY
 @given(st.lists(codex_records, max_size=8))
 def test_the_codex_stream_parser_is_total(records: list[dict[str, Any]]) -> None:
-    parser = stream_parser("codex", "attempt-1", shown())
+    parser = stream_parser("codex", "attempt-1", event_text())
     assert parser is not None
     found = [a for record in records for a in parser.feed(record, "2026-01-01T00:00:00Z")]
     assert_holdable(found + parser.close("2026-01-01T00:00:00Z"))
@@ -142,7 +142,7 @@ def test_the_codex_stream_parser_is_total(records: list[dict[str, Any]]) -> None
 @PROPERTY
 @given(texts)
 def test_a_progress_line_is_short_printable_and_redacted(line: str) -> None:
-    found = progress(line, shown())
+    found = progress(line, event_text())
     assert_holdable(found)
     assert all(len(a.payload["text"]) <= PROGRESS_MAX_CHARS for a in found)
 
@@ -170,7 +170,7 @@ def test_a_line_too_long_to_parse_is_skipped_and_counted() -> None:
 @settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(claude_records, max_size=6))
 def test_whatever_the_parsers_yield_the_chain_holds(store: Store, records: list[dict[str, Any]]) -> None:
-    parser = stream_parser("claude-code", "attempt-1", shown())
+    parser = stream_parser("claude-code", "attempt-1", event_text())
     assert parser is not None
     found = [a for record in records for a in parser.feed(record, "2026-01-01T00:00:00Z")]
     store.record_activity(1, "attempt-1", [(a.type, a.payload) for a in found], store.clock.now())
@@ -193,7 +193,7 @@ def test_live_tool_calls_are_the_action_traces_tool_steps(name: str, tmp_path: P
         shutil.copyfile(HARNESS_FIXTURES / name, tmp_path / "stdout.log")
     else:
         (tmp_path / "stdout.log").write_text(MADE + "\n")
-    parser = stream_parser(kind, "attempt-1", Shown())
+    parser = stream_parser(kind, "attempt-1", EventText())
     assert parser is not None
     found: list[Activity] = []
     for line in Lines(1 << 20, keep_long=False).feed((tmp_path / "stdout.log").read_bytes()):
@@ -223,7 +223,7 @@ def test_a_progress_path_that_is_a_link_or_a_fifo_is_refused_never_followed_nor_
 def test_a_secret_behind_a_run_of_blanks_at_the_windows_end_is_never_shown_in_part(offset: int) -> None:
     """A run of blanks shows as its count, so a summary reaches far into the text: a secret cut by the end of
     the window redacted is dropped with the window's last `reach` characters, never shown in part."""
-    made = shown()
+    made = event_text()
     text = " " * (SHOWN_WINDOW_CHARS + made.reach + offset) + SECRET + " tail"
     said = made(text)
     assert SECRET[:4] not in said and said.startswith("⟨"), said

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_adapter_builders import ctx
 
-from agentd.adapters.activity import ClaudeStream, Shown
+from agentd.adapters.activity import ClaudeStream, EventText
 from agentd.adapters.base import RESUME_NOTE
 from agentd.adapters.claude import ClaudeCodeAdapter
 from agentd.adapters.codex import CodexAdapter
@@ -157,7 +157,7 @@ def test_any_note_on_disk_is_read_totally(tmp_path_factory: pytest.TempPathFacto
 
 
 def test_a_compaction_claude_reports_is_a_context_compaction() -> None:
-    stream = ClaudeStream("attempt", Shown())
+    stream = ClaudeStream("attempt", EventText())
     record = {
         "type": "system",
         "subtype": "compact_boundary",

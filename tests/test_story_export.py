@@ -214,9 +214,9 @@ def test_a_todo_list_names_its_attempt_and_exports_in_the_agents_one_session(rig
 def test_the_claude_stream_records_each_todo_with_its_attempt_not_a_session() -> None:
     import json
 
-    from agentd.adapters.activity import Shown, stream_parser
+    from agentd.adapters.activity import EventText, stream_parser
 
-    parser = stream_parser("claude-code", "A7", Shown())
+    parser = stream_parser("claude-code", "A7", EventText())
     assert parser is not None
     todos = {"todos": [{"content": "x", "status": "pending"}]}
     block = {"type": "tool_use", "id": "c1", "name": "TodoWrite", "input": todos}

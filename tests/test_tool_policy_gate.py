@@ -14,7 +14,7 @@ import pytest
 from support import HIDDEN_HEAD, HIDDEN_TAIL, PADDINGS, in_view, run_main, wait_until
 from test_dispatch_process import Agent, ok
 
-from agentd.adapters.activity import Shown
+from agentd.adapters.activity import EventText
 from agentd.attempt.calls import HELD_INPUT_MAX_CHARS, MAX_HELD, SUMMARY_CHARS, held_input, summary, why_not_held
 from agentd.hashing import canonical_json, sha256_hex
 
@@ -207,21 +207,21 @@ def test_the_longest_input_held_is_the_longest_every_surface_shows_whole() -> No
     written from (nested too deep), is denied saying why; so is a ninth call at once."""
     frame = len(canonical_json({"command": ""}))
     padded = {"command": HIDDEN_HEAD + " " * (HELD_INPUT_MAX_CHARS - frame - 60) + HIDDEN_TAIL}
-    longest = held_input({"command": "a" * (HELD_INPUT_MAX_CHARS - frame)}, Shown())
+    longest = held_input({"command": "a" * (HELD_INPUT_MAX_CHARS - frame)}, EventText())
     assert longest["input_chars"] == HELD_INPUT_MAX_CHARS and why_not_held(longest, 0) is None
-    assert why_not_held(held_input(padded, Shown()), 0) is None  # held, and its padding hides nothing:
-    assert summary("Bash", padded, Shown()).endswith(HIDDEN_TAIL)  # the window a summary reads is all of it
-    over = held_input({"command": "a" * (HELD_INPUT_MAX_CHARS - frame + 1)}, Shown())
+    assert why_not_held(held_input(padded, EventText()), 0) is None  # held, and its padding hides nothing:
+    assert summary("Bash", padded, EventText()).endswith(HIDDEN_TAIL)  # the window a summary reads is all of it
+    over = held_input({"command": "a" * (HELD_INPUT_MAX_CHARS - frame + 1)}, EventText())
     assert f"{HELD_INPUT_MAX_CHARS + 1:,} characters as JSON, more than the" in str(why_not_held(over, 0))
     deep: list[Any] = []
     for _ in range(100_000):
         deep = [deep]
-    assert "nested too deep" in str(why_not_held(held_input({"command": "x", "deep": deep}, Shown()), 0))
+    assert "nested too deep" in str(why_not_held(held_input({"command": "x", "deep": deep}, EventText()), 0))
     assert str(why_not_held(longest, MAX_HELD)).startswith(f"denied: {MAX_HELD} calls")
 
 
 def test_a_cut_summary_says_how_much_it_left_out_and_which_input_it_is_of() -> None:
     tool_input = {"command": "curl https://example.com/" + "a" * 1000 + HIDDEN_TAIL}
-    said, whole = summary("Bash", tool_input, Shown()), held_input(tool_input, Shown())
+    said, whole = summary("Bash", tool_input, EventText()), held_input(tool_input, EventText())
     assert len(said) <= len("Bash: ") + SUMMARY_CHARS and "touch" not in said
     assert said.endswith(f" chars; input sha256 {whole['input_sha256'][:12]}…)") and "a… (+" in said

@@ -200,7 +200,7 @@ def test_a_note_typed_and_a_box_ticked_survive_the_update_that_brings_a_new_row(
 
 def test_times_tick_from_the_pages_clock(page: Any, web: WebRig) -> None:
     """The server's clock is a test's fake one, frozen: "just now" on the page becomes "Ns ago" by the
-    page's own ticking from it, as agentd/web/shown.py would say it."""
+    page's own ticking from it, as agentd/web/times.py would say it."""
     from playwright.sync_api import expect
 
     web.rig.add(subject="tick")

@@ -12,7 +12,7 @@ from support import HIDDEN_HEAD, HIDDEN_TAIL, PADDINGS, in_view
 from test_web_console import logged_in
 from webrig import WebRig, serving
 
-from agentd.adapters.activity import Shown
+from agentd.adapters.activity import EventText
 from agentd.attempt.calls import held_input, summary
 from agentd.hashing import canonical_json, sha256_hex
 
@@ -29,8 +29,10 @@ def web(rig: Rig) -> Iterator[WebRig]:
 def hold(rig: Rig, command: str = "curl https://example.com") -> str:
     """A call held as the dispatcher's gate holds one (agentd/attempt/calls.py): its summary and its whole input."""
     task, tool_input = rig.add(), {"command": command}
-    payload = {"tool": "Bash", "summary": summary("Bash", tool_input, Shown()), "rule": "ask: rule 1 ([policy])"}
-    return rig.store.hold_call(task.task_id, ATTEMPT, {**payload, **held_input(tool_input, Shown())}, rig.clock.now())
+    payload = {"tool": "Bash", "summary": summary("Bash", tool_input, EventText()), "rule": "ask: rule 1 ([policy])"}
+    return rig.store.hold_call(
+        task.task_id, ATTEMPT, {**payload, **held_input(tool_input, EventText())}, rig.clock.now()
+    )
 
 
 def test_the_api_lists_held_calls_and_answers_them_as_the_operator(web: WebRig) -> None:

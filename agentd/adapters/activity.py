@@ -3,7 +3,7 @@
 A `StreamParser` turns the JSON records of claude-code's stream-json or codex's `--json` stream into
 `Activity`: tool calls started and finished, model turns with their usage, the agent's todo list (seed
 003 AgentTodo). A script's progress lines become `attempt_progress`. Total: whatever a record holds, the
-worst it does is yield nothing. Every text shown is redacted by value before it is cut (`Shown`), so no
+worst it does is yield nothing. Every text shown is redacted by value before it is cut (`EventText`), so no
 part of a secret survives at the cut, then shown whole on one line or cut with a marker (agentd/edge.py
 `visible_cut`).
 """
@@ -29,13 +29,13 @@ CODEX_MESSAGE_ITEMS = ("agent_message", "reasoning", "error", "todo_list")  # no
 
 @frozen_value
 class Activity:
-    """One event-to-be: its type (agentd/records/events.py LIVE_EVENT_TYPES) and payload."""
+    """One event-to-be: its type (agentd/records/event_names.py `LIVE_EVENT_TYPES`) and payload."""
 
     type: str
     payload: dict[str, Any]
 
 
-class Shown:
+class EventText:
     """Text as an event may hold it: redacted by value, then as agentd/edge.py `visible_cut` shows it (one line,
     every blank but a single space escaped or counted, at most a limit, a cut always marked)."""
 
@@ -98,7 +98,7 @@ class Todos:
     was seen in (`runId`); its session is the agent's, which the exports add (agentd/outlook/correlation.py)."""
 
     attempt_id: str
-    shown: Shown
+    event_text: EventText
     items: dict[str, dict[str, Any]] = field(default_factory=dict)  # todoId → AgentTodo, in first-seen order
 
     def update(self, listed: list[tuple[Any, str, str]], at: str) -> Activity:
@@ -107,7 +107,7 @@ class Todos:
         for given, text, status in listed[:TODOS_MAX]:
             todo_id = self._id(given, text)
             current.add(todo_id)
-            self._set(todo_id, self.shown(text), status, at)
+            self._set(todo_id, self.event_text(text), status, at)
         for todo_id, todo in self.items.items():
             if todo_id not in current and todo["status"] not in ("done", "dropped"):
                 self._set(todo_id, todo["text"], "dropped", at)
@@ -117,7 +117,7 @@ class Todos:
 
     def _id(self, given: Any, text: str) -> str:
         if isinstance(given, str | int) and not isinstance(given, bool) and str(given):
-            return self.shown(str(given), 100)
+            return self.event_text(str(given), 100)
         return sha256_hex(text.encode("utf-8", "replace"))[:16]  # the same text is the same todo
 
     def _set(self, todo_id: str, text: str, status: str, at: str) -> None:
@@ -161,8 +161,8 @@ class ClaudeStream:
     input is the todo list, and an assistant message (its id) is a model turn, completed when the next
     message, a tool result or the result record comes."""
 
-    def __init__(self, attempt_id: str, shown: Shown) -> None:
-        self.shown, self.todos = shown, Todos(attempt_id, shown)
+    def __init__(self, attempt_id: str, event_text: EventText) -> None:
+        self.event_text, self.todos = event_text, Todos(attempt_id, event_text)
         self.calls: dict[str, str] = {}  # open call id → tool name
         self.turns = 0
         self.turn: tuple[Any, Any] | None = None  # the open turn's (message id, usage)
@@ -195,12 +195,15 @@ class ClaudeStream:
     def _assistant(self, block: dict[str, Any], at: str) -> list[Activity]:
         if block.get("type") != "tool_use":
             return []
-        call_id, tool = self.shown(str(block.get("id") or ""), 100), self.shown(str(block.get("name") or "?"), 100)
+        call_id, tool = (
+            self.event_text(str(block.get("id") or ""), 100),
+            self.event_text(str(block.get("name") or "?"), 100),
+        )
         if len(self.calls) < 1000:  # calls never finished are not remembered without end
             self.calls[call_id] = tool
         found = [
             Activity(
-                "tool_started", {"call_id": call_id, "tool": tool, "summary": self.shown.value(block.get("input"))}
+                "tool_started", {"call_id": call_id, "tool": tool, "summary": self.event_text.value(block.get("input"))}
             )
         ]
         if tool == "TodoWrite" and isinstance(block.get("input"), dict):
@@ -210,12 +213,12 @@ class ClaudeStream:
     def _result(self, block: dict[str, Any]) -> list[Activity]:
         if block.get("type") != "tool_result":
             return []
-        call_id = self.shown(str(block.get("tool_use_id") or ""), 100)
+        call_id = self.event_text(str(block.get("tool_use_id") or ""), 100)
         payload = {
             "call_id": call_id,
             "tool": self.calls.pop(call_id, "?"),
             "ok": block.get("is_error") is not True,
-            "summary": self.shown(text_of(block.get("content"))),
+            "summary": self.event_text(text_of(block.get("content"))),
         }
         return [Activity("tool_finished", payload)]
 
@@ -255,8 +258,8 @@ class CodexStream:
     mcp_tool_call, web_search, …) is a tool call from item.started to item.completed; a todo_list item
     is the plan; turn.completed is a model turn with its usage."""
 
-    def __init__(self, attempt_id: str, shown: Shown) -> None:
-        self.shown, self.todos = shown, Todos(attempt_id, shown)
+    def __init__(self, attempt_id: str, event_text: EventText) -> None:
+        self.event_text, self.todos = event_text, Todos(attempt_id, event_text)
         self.started: set[str] = set()
         self.turns = 0
 
@@ -277,7 +280,7 @@ class CodexStream:
         return []
 
     def _tool(self, kind: str, item: dict[str, Any]) -> list[Activity]:
-        call_id, tool = self.shown(str(item.get("id") or ""), 100), self.shown(item["type"], 100)
+        call_id, tool = self.event_text(str(item.get("id") or ""), 100), self.event_text(item["type"], 100)
         found = []
         if call_id not in self.started and len(self.started) < 10_000:
             self.started.add(call_id)
@@ -289,16 +292,17 @@ class CodexStream:
             )
             found.append(
                 Activity(
-                    "tool_finished", {"call_id": call_id, "tool": tool, "ok": ok, "summary": self.shown.value(summary)}
+                    "tool_finished",
+                    {"call_id": call_id, "tool": tool, "ok": ok, "summary": self.event_text.value(summary)},
                 )
             )
         return found
 
     def _input(self, item: dict[str, Any]) -> str:
         if isinstance(item.get("command"), str):
-            return self.shown(item["command"])
+            return self.event_text(item["command"])
         rest = {k: v for k, v in item.items() if k not in ("id", "type", "status", "aggregated_output", "exit_code")}
-        return self.shown.value(rest)
+        return self.event_text.value(rest)
 
 
 def _codex_todos(items: Any) -> list[tuple[Any, str, str]]:
@@ -312,15 +316,15 @@ def _codex_todos(items: Any) -> list[tuple[Any, str, str]]:
     ]
 
 
-def progress(line: str, shown: Shown) -> list[Activity]:
+def progress(line: str, event_text: EventText) -> list[Activity]:
     """A line a script appended to $AGENTD_PROGRESS_PATH; a blank one says nothing."""
-    return [Activity("attempt_progress", {"text": shown(line, PROGRESS_MAX_CHARS)})] if line.strip() else []
+    return [Activity("attempt_progress", {"text": event_text(line, PROGRESS_MAX_CHARS)})] if line.strip() else []
 
 
-def stream_parser(kind: str, attempt_id: str, shown: Shown) -> StreamParser | None:
+def stream_parser(kind: str, attempt_id: str, event_text: EventText) -> StreamParser | None:
     """The parser for an adapter kind whose stdout is a JSON stream; None for the others."""
     if kind == "claude-code":
-        return ClaudeStream(attempt_id, shown)
+        return ClaudeStream(attempt_id, event_text)
     if kind == "codex":
-        return CodexStream(attempt_id, shown)
+        return CodexStream(attempt_id, event_text)
     return None

@@ -25,7 +25,7 @@ from agentd.edge import scrub
 from agentd.process.files import make_run_dir
 from agentd.process.runner import ProcessResult
 from agentd.records import HarnessAdapterConfig, PolicyDenial, TokenPrice
-from agentd.usage import bounded, judge_number, shown
+from agentd.usage import bounded, judge_number, quoted
 
 RATE_LIMIT = re.compile(r"\b429\b|rate.?limit|too many requests", re.IGNORECASE)
 MIN_REQUEST_TIMEOUT_MS = 5_000
@@ -141,9 +141,9 @@ def fact(value: Any) -> str | int | float | bool | None:
     if isinstance(value, str):
         return scrub(value[:FACT_MAX_CHARS])
     if isinstance(value, int):
-        return value if -(2**63) <= value < 2**63 else shown(value)
+        return value if -(2**63) <= value < 2**63 else quoted(value)
     if isinstance(value, float):
-        return value if math.isfinite(value) else shown(value)
+        return value if math.isfinite(value) else quoted(value)
     return scrub(compact(value)[:FACT_MAX_CHARS])
 
 

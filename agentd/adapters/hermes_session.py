@@ -6,7 +6,7 @@ one snapshot per session after every step: the conversation as OpenAI chat messa
 `tool_calls`, each answered by a `role: tool` message with its `tool_call_id`). A compaction starts a new
 session, so an attempt may leave several. This module copies their messages, and nothing else (the snapshot
 also repeats the system prompt and every tool schema), into the evidence file SESSION_FILE, which the action
-trace reads (agentd/evidence/action_trace.py; docs/evidence.md, "hermes-agent's session").
+trace reads (agentd/evidence/action_trace.py; docs/evidence.md, "The action trace").
 
 The snapshots are in the attempt's scratch dir, which the attempt can write: each is read beneath it
 without following a link, only if the run user owns it, and at most MAX_SNAPSHOT_BYTES of it.

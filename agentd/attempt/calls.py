@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from agentd.adapters.activity import Shown
+from agentd.adapters.activity import EventText
 from agentd.adapters.posture import claude_would_allow
 from agentd.attempt.ledger import CallLedger
 from agentd.attempt.prepare import Prepared
@@ -92,27 +92,27 @@ def ruling_for(policy: Policy, request: dict[str, Any], workspace: str, cwd: str
     return call, decide(policy, call)
 
 
-def summary(tool: str, tool_input: dict[str, Any], shown: Shown) -> str:
+def summary(tool: str, tool_input: dict[str, Any], event_text: EventText) -> str:
     """What a person judges a call by: the tool and its command, path or URL (else its input), redacted, on
     one line with every blank shown (agentd/edge.py `visible_cut`); a cut one ends with how much is left out
     and the sha256 of the whole input every surface shows beside it (docs/policy.md, "Asking a person")."""
-    whole, name = held_input(tool_input, shown), shown(tool, 100)
+    whole, name = held_input(tool_input, event_text), event_text(tool, 100)
     note = f"; input sha256 {whole['input_sha256'][:12]}…" if whole["input_sha256"] else ""
     for keys in (COMMAND_KEYS, PATH_KEYS, URL_KEYS):
         found = next((tool_input[k] for k in keys if isinstance(tool_input.get(k), str)), None)
         if found is not None:
-            return f"{name}: {shown(found, SUMMARY_CHARS, note)}"
+            return f"{name}: {event_text(found, SUMMARY_CHARS, note)}"
     if whole["input_json"] is None:
-        return f"{name}: {shown.value(tool_input, SUMMARY_CHARS)}"
-    return f"{name}: {shown(whole['input_json'], SUMMARY_CHARS, note)}"
+        return f"{name}: {event_text.value(tool_input, SUMMARY_CHARS)}"
+    return f"{name}: {event_text(whole['input_json'], SUMMARY_CHARS, note)}"
 
 
-def held_input(tool_input: dict[str, Any], shown: Shown) -> dict[str, Any]:
+def held_input(tool_input: dict[str, Any], event_text: EventText) -> dict[str, Any]:
     """A call's whole input as a held call keeps it: `input_json`, the canonical JSON text of the redacted
     input, its length (`input_chars`) and the sha256 of exactly that text; each None when the input is not
     JSON agentd can write (nested too deep)."""
     try:
-        text = shown.canonical(tool_input)
+        text = event_text.canonical(tool_input)
     except (ValueError, RecursionError):
         return dict.fromkeys(("input_json", "input_chars", "input_sha256"))
     return {"input_json": text, "input_chars": len(text), "input_sha256": sha256_hex(text.encode())}
@@ -153,12 +153,12 @@ class CallGate:
         db: AsyncStore,
         clock: Clock,
         doorbell: Doorbell,
-        shown: Shown,
+        event_text: EventText,
         ledger: CallLedger | None = None,
     ) -> None:
         self.prepared, self.policy, self.section, self.ledger = prepared, policy, section, ledger
         self.ask_timeout_s = section.ask_timeout_s
-        self.db, self.clock, self.doorbell, self.shown = db, clock, doorbell, shown
+        self.db, self.clock, self.doorbell, self.event_text = db, clock, doorbell, event_text
         self.timer: RunTimer = prepared.ctx.timer
         assert prepared.ctx.hook is not None
         self.path = prepared.ctx.hook.socket
@@ -343,7 +343,7 @@ class CallGate:
         call_id = str(request["tool_use_id"])[:200] if request.get("tool_use_id") else None
         payload = {
             "tool": call.tool[:200],
-            "summary": summary(call.tool[:200], tool_input, self.shown),
+            "summary": summary(call.tool[:200], tool_input, self.event_text),
             "rule": ruling.describe(),
             **({"tool_use_id": call_id} if call_id else {}),
             **({"harness": str(request["harness"])[:40]} if request.get("harness") else {}),
@@ -397,7 +397,7 @@ class CallGate:
     ) -> dict[str, Any]:
         """A person's answer to the call, held with its whole input (docs/policy.md, "Asking a person"), or the
         policy's denial, saying why no one is asked (`why_not_held`, `_unheld`)."""
-        whole = held_input(tool_input, self.shown)
+        whole = held_input(tool_input, self.event_text)
         reason = why_not_held(whole, len(self.held)) or self._unheld()
         if reason is not None:
             digest = {"input_chars": whole["input_chars"], "input_sha256": whole["input_sha256"]}

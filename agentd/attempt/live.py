@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from agentd.adapters.activity import Activity, Shown, StreamParser, progress, stream_parser
+from agentd.adapters.activity import Activity, EventText, StreamParser, progress, stream_parser
 from agentd.adapters.script import PROGRESS_FILE
 from agentd.attempt.prepare import Prepared
 from agentd.clock import Clock, format_ts
@@ -162,7 +162,7 @@ class LiveWatcher:
     clock: Clock
     source: Source
     parser: StreamParser | None  # None: the source is a script's progress lines
-    shown: Shown
+    event_text: EventText
     budget: Budget = field(default_factory=lambda: Budget(anyio.current_time()))
     todos: Activity | None = None  # the newest todo list not yet written (only the newest matters)
     lock: anyio.Lock = field(default_factory=anyio.Lock)
@@ -227,7 +227,7 @@ class LiveWatcher:
     def _activity(self, line: bytes, at: str) -> list[Activity]:
         text = line.decode("utf-8", errors="replace")
         if self.parser is None:
-            return progress(text, self.shown)
+            return progress(text, self.event_text)
         record = json_record(text)
         if record is None:
             return []
@@ -263,8 +263,8 @@ def json_record(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def redacting(redactor: Redactor) -> Shown:
-    """Shown text redacted by the attempt's own redactor, without counting into what its evidence
+def redacting(redactor: Redactor) -> EventText:
+    """Event text redacted by the attempt's own redactor, without counting into what its evidence
     reports as redacted (the evidence files are redacted, and counted, when the attempt ends)."""
 
     def redact(text: str) -> str:
@@ -274,20 +274,20 @@ def redacting(redactor: Redactor) -> Shown:
         finally:
             redactor.count = count
 
-    return Shown(redact, redactor.reach)
+    return EventText(redact, redactor.reach)
 
 
 def watcher_for(prepared: Prepared, db: AsyncStore, clock: Clock) -> LiveWatcher | None:
     """The watcher of an attempt whose adapter has something to watch; None for the others."""
-    ctx, shown = prepared.ctx, redacting(prepared.redactor)
-    parser = stream_parser(ctx.adapter.kind, prepared.attempt_id, shown)
+    ctx, event_text = prepared.ctx, redacting(prepared.redactor)
+    parser = stream_parser(ctx.adapter.kind, prepared.attempt_id, event_text)
     if parser is not None:
         source = Source(ctx.paths.root, ctx.paths.stdout.name, Lines(LINE_MAX_BYTES, keep_long=False))
     elif ctx.adapter.kind == "script":
         source = Source(ctx.paths.run, PROGRESS_FILE, Lines(PROGRESS_LINE_MAX_BYTES, keep_long=True), ctx.reporter)
     else:
         return None
-    return LiveWatcher(prepared, db, clock, source, parser, shown)
+    return LiveWatcher(prepared, db, clock, source, parser, event_text)
 
 
 def watch(prepared: Prepared, db: AsyncStore, clock: Clock, group: anyio.abc.TaskGroup) -> LiveWatcher | None:

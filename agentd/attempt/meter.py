@@ -1,4 +1,4 @@
-"""The budget while an attempt runs (docs/policy.md, "Budgets while running").
+"""The budget while an attempt runs (docs/policy.md, "Budgets while an attempt runs").
 
 A `Meter` reads what the harness reports it has spent as it goes, prices it with the adapter's `prices`
 table, and ends the run (RunTimer.end → the cgroup is killed, the attempt ends `budget_exceeded`) as soon

@@ -1,10 +1,12 @@
-"""One attempt, before and after it runs.
+"""One attempt before it runs: which adapter and model it gets (`plan_attempt`, at its claim), then
+everything it is handed (`AttemptPreparer.prepare` → `Prepared`).
 
-prepare: the bundle, the evidence dir, the environment, the adapter. After it: `gather` the facts
-(redact what it left before anything reads it, read the result, look up every file the outcome
-names), `judge` them (agentd/attempt/judge.py, pure), and `finish` (seal the manifest, drop scratch/).
-Every ending goes this way: a live attempt (`conclude`), one the boot sweep found after the
-runtime died (`sweep_end`), and one agentd itself failed (`internal_failure_end`).
+Preparing makes the attempt's evidence dir, compiles its bundle (agentd/attempt/bundle.py) from the task,
+its history and what it may still spend, builds its environment from the adapter's configuration alone,
+routes its model calls through agentd's gateway (agentd/attempt/routing.py), resolves its policy once
+(agentd/attempt/policy.py), gives it the tool-call hook when its calls are judged (or a `RefusedStart` when
+the run user cannot start that hook), and begins its harness's session (an interrupted attempt's kept one,
+resumed). How it ends is agentd/attempt/conclude.py's.
 """
 
 from __future__ import annotations

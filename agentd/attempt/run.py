@@ -312,12 +312,14 @@ class AttemptRunner:
         """The gate of an attempt whose tool calls are judged while it runs (docs/policy.md)."""
         if prepared.ctx.hook is None:
             return None
-        shown, timer = live.redacting(prepared.redactor), prepared.ctx.timer
+        event_text, timer = live.redacting(prepared.redactor), prepared.ctx.timer
         ledger = None
         if prepared.ctx.adapter.kind in HARNESSES:  # every call its stream reports is held to a decision
             ledger = CallLedger(prepared.ctx.adapter.kind, lambda _: timer.end(VIOLATION, at_once=True))
         section = self.config.policy
-        return CallGate(prepared, prepared.policy.tools, section, self.db, self.clock, self.doorbell, shown, ledger)
+        return CallGate(
+            prepared, prepared.policy.tools, section, self.db, self.clock, self.doorbell, event_text, ledger
+        )
 
     async def _served(self, prepared: Prepared) -> ServedAttempt | None:
         """The gateway's part in an attempt whose model calls go through it: the budget each call is held to

@@ -2,7 +2,7 @@
 
 Whatever it left running is killed first (its cgroup, else its marker). If its processes were
 already gone and it left a result, that result is judged like a live attempt's; otherwise the
-runtime crashed under it (agentd/attempt/prepare.py sweep_end). Each ending is committed through the same
+runtime crashed under it (agentd/attempt/conclude.py `sweep_end`). Each ending is committed through the same
 boundary as a live attempt's, so one attempt that cannot be swept is recorded and the rest go on.
 """
 

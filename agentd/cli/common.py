@@ -26,7 +26,7 @@ from agentd.edge import (
     check_text,
     note_text,
     printable,
-    shown,
+    quoted,
     visible,
     visible_json,
     whole_number,
@@ -110,7 +110,7 @@ def whole_in(low: int, high: int | None, expected: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = whole_number(text)
         if value is None or value < low or (high is not None and value > high):
-            raise argparse.ArgumentTypeError(f"expected {expected}, found {shown(text)}")
+            raise argparse.ArgumentTypeError(f"expected {expected}, found {quoted(text)}")
         return value
 
     return parse
@@ -168,7 +168,7 @@ def moment(text: str) -> datetime:
         return parse_ts(full if any(c in full[10:] for c in "Zz+-") else full + "Z")
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected a UTC time like 2026-11-23T10:00:00Z or an age like 30m, 2h, 7d, found {shown(text)}"
+            f"expected a UTC time like 2026-11-23T10:00:00Z or an age like 30m, 2h, 7d, found {quoted(text)}"
         ) from None
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentd.cli.common import input_problems, print_json, wants_json
 from agentd.clock import format_ts
-from agentd.edge import shown
+from agentd.edge import quoted
 from agentd.errors import AgentdError, InputError, Interrupted
 
 if TYPE_CHECKING:
@@ -50,23 +50,23 @@ def judge(fields: dict[str, Any], config: Config, now: datetime, *, flags: bool)
         raise InputError(f"{unknown[0]}: not a field of a fleet submission (expected {', '.join(FIELDS)})")
     priority = fields.get("priority", 5)
     if type(priority) is not int or not 1 <= priority <= 10:
-        raise InputError(f"{name('priority')}: expected 1 (most urgent) to 10 (least urgent), found {shown(priority)}")
+        raise InputError(f"{name('priority')}: expected 1 (most urgent) to 10 (least urgent), found {quoted(priority)}")
     payload = fields.get("payload", {})
     if not isinstance(payload, dict):
         raise InputError(f"{name('payload')}: expected a JSON object, found {type(payload).__name__}")
     key = fields.get("key")
     if key is not None and not isinstance(key, str):
-        raise InputError(f"{name('key')}: expected a string, found {shown(key)}")
+        raise InputError(f"{name('key')}: expected a string, found {quoted(key)}")
     labels = fields.get("labels", [])
     if not isinstance(labels, list):
-        raise InputError(f"{name('labels')}: expected a list of labels, found {shown(labels)}")
+        raise InputError(f"{name('labels')}: expected a list of labels, found {quoted(labels)}")
     label_rule: TypeAdapter[str] = TypeAdapter(Identifier)  # what [fleet] labels may name
     for index, label in enumerate(labels):
         try:
             label_rule.validate_python(label, strict=True)
         except ValidationError:
             where = name("labels") if flags else f"labels[{index}]"
-            raise InputError(f"{where}: expected {LABEL_RULE}, found {shown(label)}") from None
+            raise InputError(f"{where}: expected {LABEL_RULE}, found {quoted(label)}") from None
     subject = fields.get("subject")
     try:
         intent = TaskIntent.model_validate(

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from agentd.clock import SystemClock, format_ts
-from agentd.edge import decimal_number, shown
+from agentd.edge import decimal_number, quoted
 
 DEFAULT_WATCH_S = 2.0
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: only ever sent to a terminal
@@ -22,7 +22,7 @@ def watch_seconds(text: str) -> float:
     """argparse type for --watch: seconds between redraws, above 0 (a bare number; 0.5 is fine)."""
     value = decimal_number(text)
     if value is None or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, found {shown(text)}")
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, found {quoted(text)}")
     return value
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from agentd.cli.common import add_command, agent_store, config_from, print_json, print_table, store_from, wants_json
 from agentd.clock import SystemClock
-from agentd.edge import shown
+from agentd.edge import quoted
 from agentd.errors import InputError
 
 TOKEN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -44,7 +44,7 @@ def register(commands: Any) -> None:
 def token_name(text: str) -> str:
     """An operator's name as a token takes it; InputError naming NAME otherwise."""
     if not TOKEN_NAME.fullmatch(text):
-        raise InputError(f"NAME: expected 1-64 letters, digits, '.', '_' or '-' (not first), found {shown(text)}")
+        raise InputError(f"NAME: expected 1-64 letters, digits, '.', '_' or '-' (not first), found {quoted(text)}")
     return text
 
 

@@ -51,7 +51,7 @@ from agentd.config.settings import (
 )
 from agentd.config.skills import Skill, load_skills
 from agentd.config.unhooking import hook_problems
-from agentd.edge import read_bounded, shown, utf8_text
+from agentd.edge import quoted, read_bounded, utf8_text
 from agentd.errors import ConfigError, Problem
 from agentd.hashing import sha256_hex
 from agentd.records import (
@@ -263,7 +263,7 @@ def _describe(err: Any) -> str:
     message = f"{err['msg'][0].lower()}{err['msg'][1:]}"
     if kind == "value_error" and "found" in message:  # our validator already says what it found
         return message.removeprefix("value error, ")
-    return f"{err['msg'][0].lower()}{err['msg'][1:]}, found {shown(found)}"
+    return f"{err['msg'][0].lower()}{err['msg'][1:]}, found {quoted(found)}"
 
 
 def _folder_problems(source: str, paths: PathsSection) -> list[Problem]:

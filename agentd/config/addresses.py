@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-from agentd.edge import shown, whole_number
+from agentd.edge import quoted, whole_number
 
 
 def listen_address(value: str) -> str:
@@ -20,16 +20,16 @@ def listen_address(value: str) -> str:
     bracketed = host.startswith("[") and host.endswith("]")
     bare = host[1:-1] if bracketed else host
     if ":" in bare and not bracketed:
-        raise ValueError(f"expected an IPv6 address in brackets (e.g. [::1]:9478), found {shown(value)}")
+        raise ValueError(f"expected an IPv6 address in brackets (e.g. [::1]:9478), found {quoted(value)}")
     number = whole_number(port)
     if not sep or number is None or number > 65535:
-        raise ValueError(f"expected HOST:PORT with a port from 0 to 65535 (e.g. 127.0.0.1:9478), found {shown(value)}")
+        raise ValueError(f"expected HOST:PORT with a port from 0 to 65535 (e.g. 127.0.0.1:9478), found {quoted(value)}")
     try:
         ipaddress.ip_address(bare)
     except ValueError:
         if ":" in bare or not HOST_NAME.fullmatch(bare):
             raise ValueError(
-                f"expected an IP address, [IPv6] or a host name before the port, found {shown(host)}"
+                f"expected an IP address, [IPv6] or a host name before the port, found {quoted(host)}"
             ) from None
     return value
 
@@ -41,7 +41,7 @@ def host_name(value: str) -> str:
     """A DNS name the console answers to (`[web] host_names`), in lower case, without a trailing dot."""
     name = value[:-1] if value.endswith(".") else value  # the root's dot: the same name
     if not HOST_NAME.fullmatch(name) or name.replace(".", "").isdigit():  # an IP address is answered anyway
-        raise ValueError(f"expected a DNS name like console.example.org (no port, no scheme), found {shown(value)}")
+        raise ValueError(f"expected a DNS name like console.example.org (no port, no scheme), found {quoted(value)}")
     return name.lower()  # after the check: str.lower() makes ASCII of some other letters (K, the Kelvin sign)
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from agentd.config.settings import ENV_PREFIX, Settings, section_model
-from agentd.edge import MAX_DEPTH, UnusableFile, read_bounded, shown, utf8_text
+from agentd.edge import MAX_DEPTH, UnusableFile, quoted, read_bounded, utf8_text
 from agentd.errors import ConfigError, Problem
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def environment_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], l
             value = _env_value(target.annotation, text)
         except ValueError as exc:
             expected = f"JSON nested at most {MAX_DEPTH} levels deep" if isinstance(exc, _TooDeep) else "JSON"
-            found = f"expected {expected}, found {shown(text)}"
+            found = f"expected {expected}, found {quoted(text)}"
             problems.append(Problem(name, f"{section}.{key}" if nested else section, found))
             continue
         if nested:
@@ -182,5 +182,7 @@ def systemd_watchdog_interval() -> float | None:
         interval = 0.0
     if interval > 0:
         return interval
-    logger.warning("WATCHDOG_USEC=%s is not a positive number of microseconds; the watchdog is not pinged", shown(usec))
+    logger.warning(
+        "WATCHDOG_USEC=%s is not a positive number of microseconds; the watchdog is not pinged", quoted(usec)
+    )
     return None

@@ -1,7 +1,7 @@
 """Sensor definitions: `sensors/<id>/sensor.toml` plus its executable (or a skill's sensor_path).
 
 A sensor observes something and prints SensorEvent objects (seed 000 §5) as JSON lines on its
-stdout; the sensor service (agentd/sensing.py) turns them into tasks and workflows.
+stdout; the sensor service (agentd/services/sensing.py) turns them into tasks and workflows.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from agentd import frozen_value
 from agentd.config.environment import secret_file_problems
 from agentd.config.parsed import read_manifest
 from agentd.config.skills import Skill, hidden
-from agentd.edge import resolves_inside, shown
+from agentd.edge import quoted, resolves_inside
 from agentd.errors import Problem
 from agentd.records.base import IDENTIFIER_MAX, IDENTIFIER_PATTERN, IDENTIFIER_WORDS, Command, EnvVars, command_argv
 
@@ -81,7 +81,7 @@ def load_sensors(sensors_dir: Path, skills: dict[str, Skill]) -> tuple[dict[str,
                 Problem(
                     str(directory),
                     "",
-                    f"a sensor's folder name is its id: expected {expected}, found {shown(sensor_id)}",
+                    f"a sensor's folder name is its id: expected {expected}, found {quoted(sensor_id)}",
                 )
             )
             continue

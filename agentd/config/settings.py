@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentd.config.addresses import HostName, ListenAddress
 from agentd.config.gateway import GatewaySection
-from agentd.edge import shown
+from agentd.edge import quoted
 from agentd.records import (
     AdapterConfig,
     AgentFields,
@@ -392,7 +392,7 @@ class Settings(Section):
         """The console's port is none of the metrics ports; its approval handler is a webhook that exists."""
         metrics = (self.metrics.dispatch_listen, self.metrics.sensors_listen)
         if self.web.listen in metrics and not self.web.listen.endswith(":0"):
-            raise ValueError(f"web.listen: expected a port of its own, found {shown(self.web.listen)}, a metrics port")
+            raise ValueError(f"web.listen: expected a port of its own, found {quoted(self.web.listen)}, a metrics port")
         wanted = self.web.approval_handler
         if wanted is not None:
             handlers = {h.handler_id: h for h in self.message_handlers}

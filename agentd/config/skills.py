@@ -7,7 +7,7 @@ from pathlib import Path
 
 from agentd import frozen_value
 from agentd.config.parsed import read_manifest
-from agentd.edge import UnusableFile, read_bounded, resolves_inside, shown, utf8_text
+from agentd.edge import UnusableFile, quoted, read_bounded, resolves_inside, utf8_text
 from agentd.errors import Problem
 from agentd.hashing import canonical_json, sha256_hex
 from agentd.records import SkillManifest
@@ -83,7 +83,7 @@ def _load_skill(directory: Path) -> tuple[Skill | None, list[Problem]]:
     if manifest.skill_id != directory.name:
         problems.append(
             Problem(
-                source, "skill_id", f"expected {directory.name!r} (the folder name), found {shown(manifest.skill_id)}"
+                source, "skill_id", f"expected {directory.name!r} (the folder name), found {quoted(manifest.skill_id)}"
             )
         )
     problems += [

@@ -14,7 +14,8 @@ matches deny and ask rules as one piece and allow rules never.
 A rule's `flags` looks for flags as whole words of the simple command its glob matched, so a force push is
 `command = "git push*"` with `flags = ["-f", "--force"]`: `git push -f`, `git push origin main -f` and
 `git push -uf` match, `git push origin feature-fix` and `git push --follow-tags` do not (a glob such as
-`git push*-f*` matches them all, docs/decisions.md "Flags are words"). Words after `--` are not flags.
+`git push*-f*` matches them all, docs/decisions.md "A model in five minutes (issue 52)"). Words after `--`
+are not flags.
 """
 
 from __future__ import annotations

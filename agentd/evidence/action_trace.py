@@ -479,7 +479,7 @@ def _summary_of(arguments: Any) -> str | None:
 def _for_people(text: Any) -> str | None:
     if not isinstance(text, str) or not text:
         return None
-    # As the live view shows it (agentd/adapters/activity.py `Shown`): a window of it (it may be megabytes),
+    # As the live view shows it (agentd/adapters/activity.py `EventText`): a window of it (it may be megabytes),
     # cut with a marker that counts what is not shown.
     window = text[:SHOWN_WINDOW_CHARS]
     return visible_cut(window, SUMMARY_MAX_CHARS, more=len(text) - len(window))

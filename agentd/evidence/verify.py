@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd import frozen_value
-from agentd.edge import INT64_MAX, shown, whole_number
+from agentd.edge import INT64_MAX, quoted, whole_number
 from agentd.evidence import MANIFEST, inspect_attempt_dir
 from agentd.records import TaskAttempt
 from agentd.store import Store
@@ -61,7 +61,7 @@ def parse_head(text: str) -> tuple[int, str]:
     match = HEAD.match(text.strip().lower())
     sequence = None if match is None else whole_number(match.group(1))
     if match is None or sequence is None or not 1 <= sequence <= INT64_MAX:
-        raise ValueError(f"expected SEQUENCE:SHA256 (e.g. 812:3f2a…, 64 hex digits), found {shown(text)}")
+        raise ValueError(f"expected SEQUENCE:SHA256 (e.g. 812:3f2a…, 64 hex digits), found {quoted(text)}")
     return sequence, match.group(2)
 
 

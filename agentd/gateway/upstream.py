@@ -57,8 +57,8 @@ def origin_of(upstream: str) -> Origin:
     default = 443 if parts.scheme == "https" else 80
     port = parts.port or default
     host = parts.hostname or ""
-    shown = f"[{host}]" if ":" in host else host
-    header = shown if port == default else f"{shown}:{port}"
+    bracketed = f"[{host}]" if ":" in host else host
+    header = bracketed if port == default else f"{bracketed}:{port}"
     return Origin(parts.scheme, host, port, header.encode("ascii"), parts.path.rstrip("/"))
 
 

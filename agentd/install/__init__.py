@@ -32,7 +32,7 @@ from pathlib import Path
 
 from agentd import frozen_value
 from agentd.config.parsed import UnusableFile, read_toml
-from agentd.edge import shown
+from agentd.edge import quoted
 from agentd.errors import AgentdError, InputError
 from agentd.install.ports import free_pair, free_port, other_agents, port_is_free, used_ports
 from agentd.install.sockets import SERVICES, socket_names, socket_units
@@ -170,7 +170,7 @@ def check_name(agent: str) -> None:
     if not NAME.match(agent):
         raise InputError(
             f"--agent: expected a lowercase name like 'arc' (letters, digits, - and _; at most 21, so that its "
-            f"user agentd-NAME-run fits a user name), found {shown(agent)}"
+            f"user agentd-NAME-run fits a user name), found {quoted(agent)}"
         )
 
 

@@ -60,7 +60,7 @@ def passed_socket(listen: str, key: str) -> socket.socket | None:
         bound_host, bound_port = sock.getsockname()[:2]
         if bound_host in wanted and port in (0, bound_port):
             return sock
-    given = ", ".join(_shown(sock) for sock in passed)
+    given = ", ".join(_address(sock) for sock in passed)
     raise InputError(
         f"{key}: systemd passed a socket on {given}, but {key} is {listen}: the socket unit and the TOML "
         "disagree; run `agentd install` again (it rewrites the socket units from the TOML) and restart"
@@ -75,6 +75,6 @@ def _addresses(host: str) -> set[str]:
         return {host}
 
 
-def _shown(sock: socket.socket) -> str:
+def _address(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -3,8 +3,8 @@
 listening sockets on 127.0.0.1 that the caller asked for, made inside that namespace and served by the caller
 (the dispatcher's model gateway and egress proxy) from its own event loop.
 
-The namespace is made by the process itself, as its own user, before its program starts: agentd/process/
-netns_launch.py runs first (as `python -I -S`), makes it, hands the listeners over on a unix socket it
+The namespace is made by the process itself, as its own user, before its program starts:
+agentd/process/netns_launch.py runs first (as `python -I -S`), makes it, hands the listeners over on a unix socket it
 inherits, and execs the program. The dispatcher needs no privilege for it (its units allow user and network
 namespaces, and nothing more). A namespace that cannot be made is a start failure that says why and the fix
 (`explain`), never a run on the host's network; `netns_available` says whether one can be made here.

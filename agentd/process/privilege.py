@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from agentd import frozen_value
-from agentd.edge import shown
+from agentd.edge import quoted
 from agentd.errors import AgentdError, InputError
 
 if TYPE_CHECKING:
@@ -413,7 +413,7 @@ def refuse_inside_attempt(run_as: str | None, what: str, sensors_run_as: str | N
     for variable, whose in (("AGENTD_ATTEMPT_ID", "an attempt"), ("AGENTD_SENSOR_RUN", "a sensor run")):
         if marker := os.environ.get(variable):
             raise InputError(
-                f"{what}: refused inside {whose} ({variable}={_shown_marker(marker)}); it cannot act as its operator"
+                f"{what}: refused inside {whose} ({variable}={_quoted_marker(marker)}); it cannot act as its operator"
             )
     for name, runs in ((run_as, "attempts"), (sensors_run_as, "sensors")):
         if name is None:
@@ -426,6 +426,6 @@ def refuse_inside_attempt(run_as: str | None, what: str, sensors_run_as: str | N
             raise InputError(f"{what}: refused for {name}, the user {runs} run as; run it as the operator")
 
 
-def _shown_marker(value: str) -> str:
+def _quoted_marker(value: str) -> str:
     """An environment marker as an error message shows it: one printable line, at most 64 characters."""
-    return shown(value[:64]) if not value.isprintable() or len(value) > 64 else value
+    return quoted(value[:64]) if not value.isprintable() or len(value) > 64 else value

@@ -18,7 +18,7 @@ from pydantic import (
 )
 
 from agentd.clock import format_ts, parse_ts, to_utc
-from agentd.edge import check_value, shown
+from agentd.edge import check_value, quoted
 from agentd.vocabulary import TASK_STATUSES as TASK_STATUSES  # the status words live below the records
 from agentd.vocabulary import TERMINAL_STATUSES as TERMINAL_STATUSES
 from agentd.vocabulary import MachineStatus as MachineStatus
@@ -67,9 +67,9 @@ def _json_kind(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return f"the text {shown(value, 40)}"
+        return f"the text {quoted(value, 40)}"
     if isinstance(value, int | float):
-        return f"the number {shown(value, 40)}"
+        return f"the number {quoted(value, 40)}"
     return {dict: "an object", list: "an array", type(None): "null"}.get(type(value), type(value).__name__)
 
 
@@ -88,9 +88,9 @@ def command_argv(command: list[str] | str) -> list[str]:
     try:
         argv = list(command) if isinstance(command, list) else shlex.split(command)
     except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
-        raise ValueError(f"cannot split {shown(command)} into an argv: {str(exc).lower()}") from None
+        raise ValueError(f"cannot split {quoted(command)} into an argv: {str(exc).lower()}") from None
     if not argv or not argv[0]:
-        raise ValueError(f"expected an argv, found {shown(command)}")
+        raise ValueError(f"expected an argv, found {quoted(command)}")
     return argv
 
 
@@ -105,7 +105,7 @@ Command = Annotated[list[str] | str, AfterValidator(_runnable)]  # an argv, or a
 def _settable(variables: dict[str, str]) -> dict[str, str]:
     for name in variables:
         if not name or "=" in name or "\x00" in name:
-            raise ValueError(f"expected variable names without '=' or NUL, found {shown(name)}")
+            raise ValueError(f"expected variable names without '=' or NUL, found {quoted(name)}")
     return variables
 
 

@@ -12,7 +12,7 @@ from pydantic import AfterValidator, Field, field_validator
 
 from agentd import frozen_value
 from agentd.clock import format_ts
-from agentd.edge import shown
+from agentd.edge import quoted
 from agentd.records.base import EnvVars, Identifier, Record
 
 DAY_S = 86_400.0
@@ -24,7 +24,7 @@ OWN_HEADERS = ("idempotency-key", "content-type", "content-length", "host")  # a
 def http_url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"expected an http:// or https:// URL with a host, found {shown(value)}")
+        raise ValueError(f"expected an http:// or https:// URL with a host, found {quoted(value)}")
     return value
 
 
@@ -55,7 +55,7 @@ class WebhookHandler(_Handler):
     def _headers(cls, headers: dict[str, str]) -> dict[str, str]:
         for name, value in headers.items():
             if not HEADER_NAME.fullmatch(name):
-                raise ValueError(f"expected a header name (letters, digits, -), found {shown(name)}")
+                raise ValueError(f"expected a header name (letters, digits, -), found {quoted(name)}")
             if name.lower() in OWN_HEADERS:
                 raise ValueError(f"agentd sets {name} itself; remove it from headers")
             if "\r" in value or "\n" in value:

@@ -251,7 +251,7 @@ class Dispatcher:
         if (followed := ended.next) is not None:
             line = None
             if followed.claim.attempt is not None:  # the row says it runs: written in that same commit
-                self.view.shown(f"running task {followed.claim.task.task_id}")
+                self.view.published(f"running task {followed.claim.task.task_id}")
                 line = claimed_line(followed.claim)
             self.shell.reported(followed.head, line)  # that commit's head: published off this path
             return Ticked(True, followed.claim)

@@ -28,15 +28,15 @@ class DispatchView:
         self.idle: IdleOutlook | None = None  # the pause and what waits, as the last claim that found nothing saw
         self._idle_fresh = False  # `idle` was read by this tick: the line it publishes need not read again
         self._idle_noted = False  # dispatch_idle written for this stretch of idleness
-        self._shown = ""  # the state the service row was last written for (`publish`)
+        self._published = ""  # the state the service row was last written for (`publish`)
 
     def ran(self) -> None:
         """A claim was taken: whatever held or idled the dispatcher before is over."""
         self.held, self.idle, self._idle_noted = None, None, False
 
-    def shown(self, state: str) -> None:
+    def published(self, state: str) -> None:
         """The service row says `state` already (written inside the outcome commit that claimed it)."""
-        self._shown = state
+        self._published = state
 
     async def budget(self, now: datetime) -> BudgetOutlook | None:
         """What the day's spend holds back ([budget]); no read at all when nothing is capped."""
@@ -78,8 +78,8 @@ class DispatchView:
         """Write the status line to the service row when the state changed (an attempt began or
         ended, a pause, a budget hold), so `agentd status` never shows the attempt rows one thing and
         the service row another until the next refresh; one write per change, none per idle tick."""
-        if state != self._shown:
-            self._shown = state
+        if state != self._published:
+            self._published = state
             await self.shell.publish(line)
 
     async def line(self, running: str | None, stopping: bool) -> str:

@@ -16,7 +16,7 @@ import anyio
 import anyio.to_thread
 
 from agentd.clock import Clock
-from agentd.edge import shown
+from agentd.edge import quoted
 from agentd.errors import InputError, SchemaMismatch
 from agentd.faults import os_storage_error, storage_error
 from agentd.process.files import hand_over, private_folders, write_new
@@ -193,7 +193,7 @@ def own_state_dir(state_dir: Path, agent_id: str, *, bind: bool) -> None:
         owner = _state_dir_owner(path)
     if owner is not None and owner != agent_id:
         raise InputError(
-            f"{state_dir} is the state dir of agent {shown(owner)} ({path}); this config is agent {agent_id!r}. "
+            f"{state_dir} is the state dir of agent {quoted(owner)} ({path}); this config is agent {agent_id!r}. "
             "Give each agent its own [paths] state_dir"
         )
 

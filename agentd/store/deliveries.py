@@ -9,7 +9,7 @@ import sqlite3
 from datetime import datetime
 from typing import Any
 
-from agentd.edge import shown
+from agentd.edge import quoted
 from agentd.errors import InputError, NotFound
 from agentd.records import OutboxEntry
 from agentd.records.messages import Delivery, DeliveryStep, OutboxItem
@@ -52,7 +52,7 @@ def item_from_row(row: sqlite3.Row) -> OutboxItem:
     assert created_at is not None
     result = loads(row["result"]) or {}
     if not isinstance(result, dict):
-        raise unreadable("outbox", "id", row, ValueError(f"result: expected an object, found {shown(result, 60)}"))
+        raise unreadable("outbox", "id", row, ValueError(f"result: expected an object, found {quoted(result, 60)}"))
     return OutboxItem(
         outbox_id=row["id"],
         kind=row["kind"],

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentd.clock import parse_ts
-from agentd.edge import INT64_MAX, INT64_MIN, MAX_DEPTH, cut, shown
+from agentd.edge import INT64_MAX, INT64_MIN, MAX_DEPTH, cut, quoted
 from agentd.errors import UnreadableRow
 from agentd.records import (
     EvidenceRequirements,
@@ -41,7 +41,7 @@ READ_FAILURES = (ValueError, TypeError, RecursionError)  # pydantic's Validation
 def unreadable(kind: str, key: str, row: sqlite3.Row, exc: BaseException) -> UnreadableRow:
     """The one line for a row of `kind` (named by its `key` column) that no record can be made of."""
     what = first_error(exc) if isinstance(exc, ValidationError) else cut(str(exc) or type(exc).__name__, 200)
-    return UnreadableRow(f"{kind} {shown(row[key], 40)} in the database is not a row agentd wrote ({what})")
+    return UnreadableRow(f"{kind} {quoted(row[key], 40)} in the database is not a row agentd wrote ({what})")
 
 
 def first_error(exc: ValidationError, column: str = "") -> str:
@@ -49,7 +49,7 @@ def first_error(exc: ValidationError, column: str = "") -> str:
     first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
     where = ".".join([column, *(str(part) for part in first["loc"])] if column else [str(p) for p in first["loc"]])
     message = str(first["msg"])
-    found = f", found {shown(first['input'], 60)}" if "input" in first else ""
+    found = f", found {quoted(first['input'], 60)}" if "input" in first else ""
     return f"{where or 'row'}: {message[:1].lower()}{message[1:]}{found}"
 
 
@@ -61,7 +61,7 @@ def _ts(row: sqlite3.Row, column: str, *, optional: bool = False) -> Any:
     try:
         return parse_ts(text)
     except (ValueError, TypeError):
-        raise ValueError(f"{column}: expected a time like 2026-11-22T10:00:00Z, found {shown(text, 60)}") from None
+        raise ValueError(f"{column}: expected a time like 2026-11-22T10:00:00Z, found {quoted(text, 60)}") from None
 
 
 def _column(model: Any, value: Any, column: str) -> Any:

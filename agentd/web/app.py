@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agentd.clock import Clock
 from agentd.config import Config
 from agentd.config.addresses import ip_of, listen_parts
-from agentd.edge import shown, whole_number
+from agentd.edge import quoted, whole_number
 from agentd.errors import InputError, NotFound, UnreadableRow
 from agentd.store import AsyncStore, Store
 from agentd.web.auth import COOKIE, LoginThrottle, Operator, Session, Sessions, split_token, token_matches
@@ -303,7 +303,7 @@ class KnownHosts:
         if scope["type"] == "http":
             hosts = [value.decode("latin-1") for key, value in scope["headers"] if key == b"host"]
             if len(hosts) > 1 or not answers_to(hosts[0] if hosts else None, self.names):
-                what = f"this console does not answer to the host {shown(', '.join(hosts))}"
+                what = f"this console does not answer to the host {quoted(', '.join(hosts))}"
                 expected = "an IP address, localhost, or a name in [web] host_names"
                 await error_json(400, what, "header.host", expected)(scope, receive, send)
                 return
@@ -334,11 +334,11 @@ class SecurityHeaders:
 
 
 def templates() -> Jinja2Templates:
-    """The console's Jinja2 templates (autoescaped), with `when` for a time (agentd/web/shown.py) and `visible`
+    """The console's Jinja2 templates (autoescaped), with `when` for a time (agentd/web/times.py) and `visible`
     for text an attempt chose, every blank in it shown (agentd/edge.py)."""
     from agentd.edge import visible
-    from agentd.web.shown import exact, when
     from agentd.web.task_page import state_words, with_code
+    from agentd.web.times import exact, when
 
     found = Jinja2Templates(directory=HERE / "templates")
     found.env.filters["when"] = when

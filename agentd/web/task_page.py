@@ -59,7 +59,7 @@ VERB_WORDS: dict[str, str] = {
     "fail": "Fail",
 }
 WAITING = ("pending", "retryable_failure")
-RETRYABLE = ("permanent_failure", "blocked", "operator_canceled")  # agentd/store/tasks.py retry_task
+RETRYABLE = ("permanent_failure", "blocked", "operator_canceled")  # agentd/store/tasks.py `TaskVerbs.retry_task`
 PAYLOAD_ROWS = (4, 30)  # the payload editor's height: the pretty JSON's lines, within these
 
 

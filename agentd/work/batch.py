@@ -164,8 +164,8 @@ def field_problems(exc: ValidationError) -> str:
 
 
 def _short(value: Any) -> str:
-    shown = repr(value)
-    return shown if len(shown) <= 80 else f"{shown[:60]}… ({len(shown):,} characters)"
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}… ({len(text):,} characters)"
 
 
 def refusal(judged: Judged[Any]) -> InputError:

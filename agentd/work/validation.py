@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from agentd.config import Config, parse_config, task_intent_from_schedule
 from agentd.config.addresses import exposure_problem
 from agentd.config.environment import read_dsn_file, secret_file_problems
-from agentd.edge import UnusableFile, shown
+from agentd.edge import UnusableFile, quoted
 from agentd.errors import ConfigError, InputError, Problem
 from agentd.records import (
     AdapterConfig,
@@ -72,7 +72,7 @@ def _agent(config: Config) -> list[Problem]:
             Problem(
                 src,
                 "agent.agent_id",
-                f"expected {agent.internal_name!r} (the internal_name), found {shown(agent.agent_id)}",
+                f"expected {agent.internal_name!r} (the internal_name), found {quoted(agent.agent_id)}",
             )
         )
     contract = agent.onchain_identity.contract if agent.onchain_identity else None
@@ -80,7 +80,7 @@ def _agent(config: Config) -> list[Problem]:
         if wallet.agent_id != agent.agent_id:
             problems.append(
                 Problem(
-                    src, f"wallets[{index}].agent_id", f"expected {agent.agent_id!r}, found {shown(wallet.agent_id)}"
+                    src, f"wallets[{index}].agent_id", f"expected {agent.agent_id!r}, found {quoted(wallet.agent_id)}"
                 )
             )
         linked = wallet.onchain_identity_contract
@@ -89,7 +89,7 @@ def _agent(config: Config) -> list[Problem]:
                 Problem(
                     src,
                     f"wallets[{index}].onchain_identity_contract",
-                    f"must match agent.onchain_identity.contract ({contract!r}), found {shown(linked)}",
+                    f"must match agent.onchain_identity.contract ({contract!r}), found {quoted(linked)}",
                 )
             )
     if agent.external_name and config.wallets:
@@ -99,7 +99,7 @@ def _agent(config: Config) -> list[Problem]:
                 Problem(
                     src,
                     "agent.external_name.wallet_ref",
-                    f"expected a wallet address {sorted(addresses)}, found {shown(agent.external_name.wallet_ref)}",
+                    f"expected a wallet address {sorted(addresses)}, found {quoted(agent.external_name.wallet_ref)}",
                 )
             )
     return problems
@@ -175,7 +175,7 @@ def _settings_files(src: str, key: str, adapter: HarnessAdapterConfig) -> list[P
         Problem(
             src,
             f"{key}.autonomy.required_settings_files[{i}]",
-            f"expected an existing file (an absolute path), found {shown(name)}",
+            f"expected an existing file (an absolute path), found {quoted(name)}",
         )
         for i, name in missing_settings_files(adapter)
     ]
@@ -371,7 +371,7 @@ def _schedules(config: Config) -> list[Problem]:
 
 def _unknown(src: str, key: str, noun: str, found: str, known: object) -> Problem:
     names = sorted(known) if not isinstance(known, list) else sorted(set(known))  # type: ignore[call-overload]
-    return Problem(src, key, f"expected a known {noun} ({', '.join(names) or 'none declared'}), found {shown(found)}")
+    return Problem(src, key, f"expected a known {noun} ({', '.join(names) or 'none declared'}), found {quoted(found)}")
 
 
 def stranded_workflows(config: Config, live: list[tuple[int, str, str, str]]) -> list[Problem]:

@@ -114,7 +114,7 @@ def events(args: argparse.Namespace) -> list[PlainEvent] | None:
 
 @frozen_value
 class Order:
-    """How `agentd events` reads and prints (docs/cli.md, "agentd events"): `newest` reads the newest
+    """How `agentd events` reads and prints (docs/operate.md, "Commands"): `newest` reads the newest
     --limit (before --before), `shown_newest_first` prints them newest first."""
 
     newest: bool

@@ -42,7 +42,7 @@ def view_of(config: Config) -> dict[str, Any]:
 @functools.cache
 def record_schemas() -> dict[str, Any]:
     """The JSON Schemas of what a task row stores as JSON, for the fast `task list` to tell a row the
-    record reads as it is from one only pydantic can judge (agentd/cli/fast/commands.py `sure_task`). Built once
+    record reads as it is from one only pydantic can judge (agentd/cli/fast/tasks.py `sure_task`). Built once
     per process (the code's records, not the config's); callers never change what it returns."""
     from agentd.records import EvidenceRequirements, TaskOutcome
 

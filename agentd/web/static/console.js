@@ -210,7 +210,7 @@
     });
   }
 
-  // As agentd/web/shown.py `relative` and agentd/clock.py `age` say it.
+  // As agentd/clock.py `relative` (which agentd/web/times.py uses) and `age` say it.
   function relative(seconds) {
     if (Math.abs(seconds) < 1) {
       return "just now";
