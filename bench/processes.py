@@ -118,6 +118,11 @@ def dispatcher_start(directory: Path, timeout_s: float = 60.0) -> Timed:
     return ready
 
 
+def drain_command(directory: Path) -> list[str]:
+    """`agentd dispatch --until-idle` on the agent `dispatcher_start` made in `directory`."""
+    return agentd_argv(directory / "config" / "agent.toml", "dispatch", "--until-idle")
+
+
 # --- idle services --------------------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ sys.path.insert(0, str(REPO))
 from bench import latency
 from bench.agent import bulk_tasks, fresh
 from bench.report import Goal, Samples, goal_line, render
-from bench.run import IMPORTS_OF, QUICK, ROWS, goals, parse_only
+from bench.run import DISPATCH_IMPORTS, IMPORTS_OF, QUICK, ROWS, goals, parse_only
 
 NUMBER = r"-?[\d,.]+"  # an overhead is a difference of two rates: on a tiny quick run it may come out below 0
 
@@ -82,7 +82,7 @@ def test_the_start_up_rows_time_each_command_and_the_dispatchers_start_and_list_
         for row in (f"start-up: {command}", f"start-up: {command}, CPU"):
             assert float(measured.pop(row).replace(",", "")) > 0, row
     imports = result.stdout.split("## What start-up imports cost", 1)[1]
-    for command in IMPORTS_OF:
+    for command in (*IMPORTS_OF, DISPATCH_IMPORTS):
         listed = imports.split(f"start-up: {command}:", 1)[1].split("start-up: ", 1)[0]
         assert re.search(r"^- agentd\.cli [\d.]+ ms \([\d.]+ ms its own\)$", listed, re.MULTILINE), listed
     assert "| `agentd --version` ≤ 150 ms | " in result.stdout
