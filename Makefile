@@ -49,16 +49,19 @@ TEST_TMP := $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo 
 # agentd's caches once, before the workers start, so a fresh clone's first run has them too.
 TEST_ENV := TMPDIR=$(TEST_TMP) PYTHONDONTWRITEBYTECODE=
 WARM     := $(BIN)/python -m compileall -q agentd tests >/dev/null
+# Each run of the suite names its 15 slowest tests (setup and teardown included), so the next slow one is seen
+# the run it arrives (docs/decisions.md, "The suite's time").
+SLOWEST  := --durations=15
 
 ## test: the whole default suite, both tiers, four workers (fails if no test ran)
 test: $(VENV)/.installed-test
 	@$(WARM)
-	$(TEST_ENV) $(BIN)/python -m pytest -n 4
+	$(TEST_ENV) $(BIN)/python -m pytest -n 4 $(SLOWEST)
 
 ## test-fast: the fast tier only (no child processes): pure logic, store verbs, in-process adapters
 test-fast: $(VENV)/.installed-test
 	@$(WARM)
-	AGENTD_TEST_TIER=fast $(TEST_ENV) $(BIN)/python -m pytest -n 2 -m "not process and not slow and not harness and not system and not deep"
+	AGENTD_TEST_TIER=fast $(TEST_ENV) $(BIN)/python -m pytest -n 2 $(SLOWEST) -m "not process and not slow and not harness and not system and not deep"
 
 ## test-harness: install the pinned claude, codex and hermes CLIs into .cache/harness, then run
 ## the adapter contract against them inside a loopback-only network namespace (with a temp root of its
@@ -83,7 +86,7 @@ record-fixtures: $(VENV)/.installed-test
 ## test-slow: the short forms of the slow suites, and every property test at its full example count
 test-slow: $(VENV)/.installed-test
 	@$(WARM)
-	AGENTD_TEST_TIER=slow $(TEST_ENV) $(BIN)/python -m pytest -n 4 -m "slow or property or deep"
+	AGENTD_TEST_TIER=slow $(TEST_ENV) $(BIN)/python -m pytest -n 4 $(SLOWEST) -m "slow or property or deep"
 
 ## chaos: real services under >= 50 SIGKILLs with poisoned input from every surface; prints the table
 chaos: $(VENV)/.installed-test

@@ -1,9 +1,12 @@
-"""What an operator's machine sees: the wall time of `agentd task add` and `agentd status` (a new
-interpreter each, as typed), and the two services' CPU and memory while nothing is due."""
+"""What an operator's machine sees: the wall and CPU time of `agentd --version`, `agentd status` and
+`agentd task add` (a new interpreter each, as typed), what their imports cost, a dispatcher's start to
+READY, and the services' CPU and memory while nothing is due."""
 
 from __future__ import annotations
 
 import os
+import resource
+import socket
 import subprocess
 import sys
 import threading
@@ -36,20 +39,88 @@ def operator_agent(directory: Path) -> Path:
 def startup_commands(config_path: Path) -> dict[str, list[str]]:
     return {
         "python -c pass": [sys.executable, "-c", "pass"],
+        "agentd --version": agentd_argv(config_path, "--version"),
         "agentd status": agentd_argv(config_path, "status"),
         "agentd task add": agentd_argv(config_path, "task", "add", "--type", "example", "--subject", "bench"),
         "agentd task show": agentd_argv(config_path, "task", "show", "1"),  # the task the first `task add` made
     }
 
 
-def wall_ms(command: list[str]) -> float:
+@dataclass(frozen=True)
+class Timed:
+    """One run of a command: its wall time, and the CPU time (user + system) the process spent."""
+
+    wall_ms: float
+    cpu_ms: float
+
+
+def timed(command: list[str]) -> Timed:
+    """`command` run to its end; its CPU time is what getrusage counts for the children waited for since."""
+    before = children_cpu_s()
     started = time.perf_counter()
     result = subprocess.run(command, env=cli_env(), capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     if result.returncode != 0:
         output = result.stdout[-1000:] + result.stderr[-2000:]
         raise RuntimeError(f"{' '.join(command)}: exit {result.returncode}\n{output}")
-    return elapsed * 1e3
+    return Timed(elapsed * 1e3, (children_cpu_s() - before) * 1e3)
+
+
+def children_cpu_s() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def import_times(command: list[str], count: int = 12) -> list[tuple[str, int, int]]:
+    """The `count` imports of `command` that took longest, cumulative µs first: (module, cumulative µs,
+    self µs), as `python -X importtime` reports them (PYTHONPROFILEIMPORTTIME: the console script too)."""
+    result = subprocess.run(command, env=cli_env(PYTHONPROFILEIMPORTTIME="1"), capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}: exit {result.returncode}\n{result.stderr[-2000:]}")
+    found = []
+    for line in result.stderr.splitlines():
+        if line.startswith("import time:") and not line.endswith("| imported package"):
+            own, cumulative, name = line.removeprefix("import time:").split("|")
+            found.append((name.strip(), int(cumulative), int(own)))
+    return sorted(found, key=lambda entry: -entry[1])[:count]
+
+
+def dispatcher_start(directory: Path, timeout_s: float = 60.0) -> Timed:
+    """`agentd dispatch` from its exec to the READY=1 it sends systemd (the socket here stands in for
+    NOTIFY_SOCKET: agentd/services/shell.py): the wall time, and the process's CPU time by then (all its
+    threads, /proc/PID/stat, 10 ms ticks). Then it is stopped; `directory` is its agent (idle_agent)."""
+    config_path = directory / "config" / "agent.toml"
+    if not config_path.exists():
+        config_path = idle_agent(directory)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        address = directory / "notify.sock"
+        address.unlink(missing_ok=True)
+        notify.bind(str(address))
+        notify.settimeout(timeout_s)
+        with open(directory / "dispatch.log", "wb") as log:
+            started = time.perf_counter()
+            process = subprocess.Popen(
+                agentd_argv(config_path, "dispatch"),
+                env=cli_env(NOTIFY_SOCKET=str(address)),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            while b"READY=1" not in notify.recv(65536).split(b"\n"):
+                pass
+            ready = Timed((time.perf_counter() - started) * 1e3, cpu_ticks(process.pid) * 1e3 / TICKS_PER_S)
+        except TimeoutError:
+            log_text = (directory / "dispatch.log").read_text()[-2000:]
+            raise RuntimeError(f"agentd dispatch sent no READY in {timeout_s:g} s:\n{log_text}") from None
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    return ready
+
+
+def drain_command(directory: Path) -> list[str]:
+    """`agentd dispatch --until-idle` on the agent `dispatcher_start` made in `directory`."""
+    return agentd_argv(directory / "config" / "agent.toml", "dispatch", "--until-idle")
 
 
 # --- idle services --------------------------------------------------------------------------------

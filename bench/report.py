@@ -25,6 +25,7 @@ class Samples:
     values: dict[str, list[float]] = field(default_factory=dict)
     units: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # a measurement that cannot run here: why
+    notes: dict[str, list[str]] = field(default_factory=dict)  # lines listed under a heading (start-up imports)
 
     def add(self, name: str, unit: str, value: float) -> None:
         self.values.setdefault(name, []).append(value)
@@ -185,5 +186,16 @@ def render(title: str, intro: list[str], goals: list[Goal], samples: Samples, ju
             "|---|---|---|",
             *rows,
             "",
+            *notes_section(samples),
         ]
     )
+
+
+def notes_section(samples: Samples) -> list[str]:
+    """What each start-up command's imports cost, longest first (cumulative: a package with all it imports)."""
+    if not samples.notes:
+        return []
+    lines = ["## What start-up imports cost", "", "`python -X importtime`'s longest imports, cumulative, one run."]
+    for name, entries in samples.notes.items():
+        lines += ["", f"{name}:", "", *(f"- {entry}" for entry in entries)]
+    return [*lines, ""]

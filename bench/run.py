@@ -90,6 +90,9 @@ CONSOLE_PEAK = "console: agentd run peak RSS (VmHWM)"
 CONSOLE_RSS = "console: agentd run RSS after the streams"
 TMPFS = Path("/dev/shm")
 IDLE = ("dispatch", "sensors", "web")  # the services bench/processes.py starts idle
+DISPATCH_READY = "start-up: agentd dispatch, exec to READY=1"
+IMPORTS_OF = ("agentd --version", "agentd status", "agentd task add")  # the report lists what their imports cost
+DISPATCH_IMPORTS = "agentd dispatch --until-idle"  # and a dispatcher's, from a drain of its empty queue
 DEPLOYED = "end to end as deployed on tmpfs (run_as, a cgroup per attempt): agentd dispatch --until-idle"
 DEPLOYED_EXTRA_US = "end to end as deployed (run_as, a cgroup per attempt): overhead beyond the tmpfs row's"
 NETWORK_EXTRA_US = (
@@ -168,6 +171,7 @@ def issue_43(sizes: Sizes) -> list[Goal]:
             True,
         ),
         Goal(fleet, fleet_rate(sizes.fleet_claimers, 1), None, 1_000, True),
+        Goal("`agentd --version` ≤ 150 ms", "start-up: agentd --version", None, 150, False),
         Goal("`agentd task add` ≤ 150 ms", "start-up: agentd task add", None, 150, False),
         Goal("`agentd status` ≤ 150 ms", "start-up: agentd status", None, 150, False),
         Goal("`agentd task show` ≤ 150 ms", "start-up: agentd task show", None, 150, False),
@@ -361,11 +365,25 @@ def measure_gateway(samples: Samples, sizes: Sizes) -> None:
     samples.add(GATEWAY_RSS.format(numbers.streams), "MB", numbers.rss_held_mb - numbers.rss_before_mb)
 
 
-def measure_startup(samples: Samples, config_path: Path, runs: int) -> None:
+def measure_startup(samples: Samples, config_path: Path, folder: Path, runs: int) -> None:
+    """Each command's wall and CPU time, `runs` times, one after another; a dispatcher's start to READY;
+    and the imports that cost each command most (the last repetition's, in the report's last section)."""
     commands = processes.startup_commands(config_path)
     for _ in range(runs):
         for name, command in commands.items():
-            samples.add(f"start-up: {name}", "ms", processes.wall_ms(command))
+            took = processes.timed(command)
+            samples.add(f"start-up: {name}", "ms", took.wall_ms)
+            samples.add(f"start-up: {name}, CPU", "ms", took.cpu_ms)
+        ready = processes.dispatcher_start(folder)
+        samples.add(DISPATCH_READY, "ms", ready.wall_ms)
+        samples.add(f"{DISPATCH_READY}, CPU", "ms", ready.cpu_ms)
+    # The dispatcher's imports from a drain of its empty queue: the service's own, less sdnotify's.
+    drain = {DISPATCH_IMPORTS: processes.drain_command(folder)}
+    for name, command in ({name: commands[name] for name in IMPORTS_OF} | drain).items():
+        samples.notes[f"start-up: {name}"] = [
+            f"{module} {cumulative / 1e3:.1f} ms ({own / 1e3:.1f} ms its own)"
+            for module, cumulative, own in processes.import_times(command)
+        ]
 
 
 def record_idle(samples: Samples, idle: processes.IdleWatch) -> None:
@@ -435,7 +453,7 @@ def measure_all(
         "fleet": lambda _folder: measure_fleet(samples, rig, sizes, fleet_reason),
         "console": lambda folder: measure_console(samples, folder / "console", sizes),
         "gateway": lambda _folder: measure_gateway(samples, sizes),
-        "start-up": lambda _folder: measure_startup(samples, startup_config, sizes.startup_runs),
+        "start-up": lambda _folder: measure_startup(samples, startup_config, tmp / "dispatcher", sizes.startup_runs),
     }
     for rep in range(sizes.reps):
         folder = tmp / f"rep-{rep}"
@@ -521,7 +539,13 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]
         f"is the difference of the two sides' percentiles (nearest rank); then {sizes.gateway_streams:,} streams "
         "held open through the gateway (the fake stalls after the first event): its VmRSS with them open minus before",
         f"- start-up: the console script `agentd`, a new process each run, {sizes.startup_runs} runs per repetition, "
-        "agentd's bytecode compiled first (as an installed wheel's is)",
+        "agentd's bytecode compiled first (as an installed wheel's is), on an agent `agentd init` left (the "
+        "config's cached view written): each command's wall time and its CPU time (user + system, getrusage of "
+        "the waited child); `agentd dispatch` on an idle agent of its own, from its exec to the READY=1 it sends "
+        "the NOTIFY_SOCKET the bench listens on (as systemd's Type=notify waits for it), its CPU time by then "
+        "from /proc/PID/stat (10 ms ticks), then stopped; the last section lists the imports that cost "
+        f"{', '.join(f'`{name}`' for name in (*IMPORTS_OF, DISPATCH_IMPORTS))} most (PYTHONPROFILEIMPORTTIME, one "
+        "run each; the dispatcher's from a drain of its empty queue, which imports what the service does but sdnotify)",
         "- idle: `agentd dispatch`, `agentd sensors` and `agentd web` as services on an agent of their own (no "
         "sensors, metrics on a free loopback port), started at each repetition's beginning; "
         f"{sizes.idle_settle_s:g} s later the window "

@@ -18,7 +18,7 @@ sys.path.insert(0, str(REPO))
 from bench import latency
 from bench.agent import bulk_tasks, fresh
 from bench.report import Goal, Samples, goal_line, render
-from bench.run import QUICK, ROWS, goals, parse_only
+from bench.run import DISPATCH_IMPORTS, IMPORTS_OF, QUICK, ROWS, goals, parse_only
 
 NUMBER = r"-?[\d,.]+"  # an overhead is a difference of two rates: on a tiny quick run it may come out below 0
 
@@ -65,6 +65,27 @@ def test_only_runs_the_rows_it_names_and_skips_the_others() -> None:
     assert all(name.startswith(("enqueue: ", "sensor ingest: ")) for name in measured), measured
     assert "| sensor ingest, half duplicates ≥ 17,000 lines/s |" in result.stdout
     assert "| `task add --batch` ≥" not in result.stdout  # the goals of the rows left out are not in the table
+
+
+@pytest.mark.process
+def test_the_start_up_rows_time_each_command_and_the_dispatchers_start_and_list_their_imports() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--only", "start-up"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr
+    measured = dict(re.findall(r"^\| (start-up: .+?) \| ([\d,.]+) ms \| 1 \|$", result.stdout, re.MULTILINE))
+    for command in ("agentd --version", "agentd status", "agentd task add", "agentd dispatch, exec to READY=1"):
+        for row in (f"start-up: {command}", f"start-up: {command}, CPU"):
+            assert float(measured.pop(row).replace(",", "")) > 0, row
+    imports = result.stdout.split("## What start-up imports cost", 1)[1]
+    for command in (*IMPORTS_OF, DISPATCH_IMPORTS):
+        listed = imports.split(f"start-up: {command}:", 1)[1].split("start-up: ", 1)[0]
+        assert re.search(r"^- agentd\.cli [\d.]+ ms \([\d.]+ ms its own\)$", listed, re.MULTILINE), listed
+    assert "| `agentd --version` ≤ 150 ms | " in result.stdout
 
 
 def test_only_names_the_rows_it_knows_when_given_another() -> None:

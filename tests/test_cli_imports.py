@@ -70,6 +70,9 @@ def test_the_everyday_commands_leave_the_services_machinery_alone(state_dir: Pat
     loaded = imported_by(*config, *command)
     assert among(loaded, SERVICE_ONLY) == []
     assert among(loaded, ("jsonschema",)) == []
+    # Nor ctypes (a service's start clears its capabilities with it) or subprocess; only `task add`, which
+    # rings the dispatcher's doorbell, opens a socket.
+    assert among(loaded, ("ctypes", "subprocess", *(("socket",) if command[1:2] != ("add",) else ()))) == []
 
 
 def test_help_builds_every_parser_without_loading_a_record() -> None:
@@ -118,4 +121,5 @@ def test_a_run_that_sends_nothing_and_serves_no_metrics_loads_neither_http_nor_p
     drained = imported_by(*config, "dispatch", "--until-idle")
     assert "agentd.services.dispatch" in drained  # the dispatcher itself did run
     assert among(drained, ("httpx", "prometheus_client")) == []
+    assert among(drained, ("agentd.gateway.server", "h11")) == []  # made for the first attempt that uses it
     assert among(imported_by(*config, "dispatch", "--until-idle", "--metrics"), ("prometheus_client",))

@@ -168,3 +168,40 @@ def test_no_tracked_file_holds_a_merge_conflict_marker() -> None:
             text = path.read_text(encoding="utf-8", errors="replace")
             found += [f"{name}: {m.group(0)!r}" for m in marker.finditer(text)]
     assert found == []
+
+
+# --- the suite's make targets name their slowest tests (docs/decisions.md, "The suite's time") ----------
+
+SUITE_TARGETS = ("test", "test-fast", "test-slow")
+MAKE_VARIABLE = re.compile(r"^([A-Z_]+)\s*:?=\s*(.*)$")
+
+
+def pytest_runs(makefile: str) -> dict[str, list[str]]:
+    """Each make target's recipe lines that run pytest, with the Makefile's own variables expanded."""
+    variables: dict[str, str] = {}
+    runs: dict[str, list[str]] = {}
+    target = ""
+    for line in makefile.splitlines():
+        if defined := MAKE_VARIABLE.match(line):
+            variables[defined[1]] = defined[2]
+        elif rule := re.match(r"^([a-z][\w.-]*):", line):
+            target = rule[1]
+        elif line.startswith("\t") and "-m pytest" in line:
+            expanded = re.sub(r"\$\((\w+)\)", lambda name: variables.get(name[1], name[0]), line)
+            runs.setdefault(target, []).append(expanded)
+    return runs
+
+
+def without_durations(makefile: str) -> list[str]:
+    runs = pytest_runs(makefile)
+    return [name for name in SUITE_TARGETS if not runs.get(name) or "--durations=15" not in " ".join(runs[name])]
+
+
+def test_each_run_of_the_suite_prints_its_15_slowest_tests() -> None:
+    assert without_durations((REPO / "Makefile").read_text(encoding="utf-8")) == []
+
+
+def test_the_durations_check_finds_a_target_that_prints_none() -> None:
+    planted = (REPO / "Makefile").read_text(encoding="utf-8").replace("SLOWEST  := --durations=15", "SLOWEST  :=")
+    assert without_durations(planted) == list(SUITE_TARGETS)
+    assert without_durations("test:\n\techo no pytest here\n") == list(SUITE_TARGETS)

@@ -11,6 +11,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, replace
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -28,13 +29,15 @@ from agentd.clock import Clock, age
 from agentd.config import Config
 from agentd.config.budget import day_start, price_of
 from agentd.errors import contained
-from agentd.gateway.server import Gateway
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.privilege import RunUser
 from agentd.process.timer import POLICY_VIOLATION as VIOLATION
 from agentd.process.wake import Doorbell
 from agentd.records import AdapterConfig, AttemptEnd, Claim, TaskAttempt, TaskRecord
 from agentd.store import AsyncStore, Ended, Follow, Store
+
+if TYPE_CHECKING:
+    from agentd.gateway.server import Gateway
 
 logger = logging.getLogger(__name__)
 
@@ -327,7 +330,9 @@ class AttemptRunner:
         past it (`on_budget`)."""
         if prepared.routed is None:
             return None
-        if self.gateway is None:
+        if self.gateway is None:  # imported here: a dispatcher whose attempts never use it starts without it and
+            from agentd.gateway.server import Gateway  # h11 (~15 ms; docs/decisions.md, "Start-up")
+
             self.gateway = Gateway(self.clock)
         config, attempt = self.config, prepared.attempt
         cap = None

@@ -8,7 +8,7 @@ import contextlib
 import logging
 import socket
 from dataclasses import asdict, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio.abc
 
@@ -18,9 +18,11 @@ from agentd.attempt.prepare import Prepared
 from agentd.attempt.routing import GATEWAY_PORT, PROXY_PORT, Routed
 from agentd.clock import Clock
 from agentd.gateway.egress import EgressProxy, EgressRecord, parse_allow_list
-from agentd.gateway.server import Gateway
 from agentd.process.netns import Netns
 from agentd.store import AsyncStore, Store
+
+if TYPE_CHECKING:  # the runner imports the gateway's server (and h11) for the first attempt that uses it
+    from agentd.gateway.server import Gateway
 
 logger = logging.getLogger(__name__)
 

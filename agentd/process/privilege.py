@@ -14,14 +14,11 @@ may a sensor (`AGENTD_SENSOR_RUN`, the sensors' user).
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import getpass
 import grp
 import os
 import pwd
 import stat
-import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +29,13 @@ from agentd.edge import quoted
 from agentd.errors import AgentdError, InputError
 
 if TYPE_CHECKING:
+    import subprocess
+
     from agentd.config import Config
+
+# ctypes (with ctypes.util's tempfile and random) and subprocess are imported by the functions that use them,
+# not here: `agentd status` and `task add` read this module's boundary line and identities, and a command
+# imports only what it uses (docs/decisions.md, "Start-up").
 
 CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
 SWITCH_CAPS = (CAP_SETUID, CAP_SETGID)
@@ -84,6 +87,8 @@ def run_as(
     """A short helper command (`rm`, `chmod`) as `user` (as this process for None), its output captured;
     None if it could not run. No capability passes on (`keep_capabilities_to_self`). `stdin`: a descriptor
     it reads from, which this process opened (the command needs no right to the file's path)."""
+    import subprocess
+
     try:
         return subprocess.run(
             argv, check=False, stdin=stdin, capture_output=True, timeout=HELPER_TIMEOUT_S, **popen_identity(user)
@@ -96,6 +101,8 @@ def output_as(argv: list[str], user: RunUser | None, write: Callable[[bytes], ob
     """A helper command as `user` (as `run_as` runs one) whose output is handed to `write` as it comes, never
     held whole: True when it ended well having printed at most `limit` bytes. One that prints more is killed
     there, as is one still running after HELPER_TIMEOUT_S (False: what `write` was given is not to be used)."""
+    import subprocess
+
     try:
         child = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, **popen_identity(user)
@@ -269,18 +276,19 @@ def _status_field(name: str) -> int:
     return 0
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
 def keep_capabilities_to_self() -> None:
     """Clear this process's ambient and inheritable capability sets, keeping its effective and
     permitted ones: whatever it executes starts with none (execve gives a child the ambient set, and
     the inheritable set meets a program's file capabilities). A no-op where there is nothing to clear."""
+    import ctypes
+    import ctypes.util
+
+    class _CapHeader(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class _CapData(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     if ambient_capabilities() and libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
         raise BoundaryError(f"cannot clear the ambient capabilities: {os.strerror(ctypes.get_errno())}")

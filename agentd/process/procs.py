@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -28,8 +27,10 @@ class ProcessIdentity:
 
 
 def this_process() -> ProcessIdentity:
+    """This process's identity. The host is uname's nodename, which is what gethostname(2) returns on Linux
+    (glibc reads it there), without importing socket into `agentd status` (docs/decisions.md, "Start-up")."""
     pid = os.getpid()
-    return ProcessIdentity(pid, start_ticks(pid) or 0, socket.gethostname(), boot_id())
+    return ProcessIdentity(pid, start_ticks(pid) or 0, os.uname().nodename, boot_id())
 
 
 def boot_id() -> str:
