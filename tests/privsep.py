@@ -316,6 +316,7 @@ def _lay_out(agent: PrivAgent, mutate: Any) -> None:
     os.chown(agent.env_file, svc.pw_uid, svc.pw_gid)
     os.chmod(agent.env_file, 0o600)
     raw = example_raw()
+    raw.pop("policy", None)  # as every test agent (tests/support.py write_config): a test states its own
     (etc / "no-sensors").mkdir(mode=0o755)
     raw["paths"] = {"skills_dir": str(REPO / "skills"), "sensors_dir": str(agent.sensors_dir)}
     raw["metrics"] = {"enabled": False}
