@@ -209,7 +209,7 @@ class StatusProbe:
         import http.client
 
         parts = urlsplit(self.url)
-        while not self.stopping.wait(STATUS_EVERY_S):
+        while True:  # one answer at least, however short the block (a quick run's drain is shorter than the pace)
             conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=60)
             started = time.perf_counter()
             conn.request("GET", "/api/status", headers={"Authorization": f"Bearer {self.token}"})
@@ -219,6 +219,8 @@ class StatusProbe:
             conn.close()
             if answer.status != 200:
                 raise RuntimeError(f"/api/status answered {answer.status}")
+            if self.stopping.wait(STATUS_EVERY_S):
+                return
 
     def stop(self) -> None:
         self.stopping.set()
