@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
@@ -14,6 +14,9 @@ from agentd.config import Config
 from agentd.process import containment
 from agentd.store import Store, migrate, open_store
 from agentd.work.validation import load_config
+
+if TYPE_CHECKING:
+    from webrig import WebRig  # the console and its server: imported by the tests that use it
 
 # No per-example deadline: a property test judges behaviour, and its speed on a loaded 2-core VM is no
 # behaviour (performance targets live in `make bench`). The per-test timeout still bounds a run.
@@ -160,6 +163,16 @@ def sensing(rig_factory: Callable[..., Rig], sensors_dir: Path) -> Callable[[], 
         return rig_factory(lambda raw: raw["paths"].update(sensors_dir=str(sensors_dir)))
 
     return make
+
+
+@pytest.fixture
+def web(rig: Rig) -> Iterator[WebRig]:
+    """The rig's web console served on a loopback port (tests/webrig.py). A test module that
+    needs another rig under its console defines its own `web`."""
+    from webrig import serving
+
+    with serving(rig) as served:
+        yield served
 
 
 @pytest.fixture(scope="session")

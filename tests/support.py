@@ -11,11 +11,15 @@ import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 import tomli_w
+
+if TYPE_CHECKING:
+    from agentd.records import TaskRecord
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = REPO / "config" / "identity.example.toml"
@@ -198,6 +202,30 @@ def write_sensor(
         **manifest,
     }
     (folder / "sensor.toml").write_text(tomli_w.dumps(fields))
+
+
+# --- outcomes and tasks ---------------------------------------------------------------------
+
+
+def ok(**fields: Any) -> dict[str, Any]:
+    """A completed outcome as an adapter reports one, with `fields` added or replaced."""
+    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
+
+
+def task_record(at: datetime, **fields: Any) -> TaskRecord:
+    """A running task's record as the store hands one over, every time `at`, with `fields` replaced."""
+    base = {
+        "task_id": 7, "task_type": "example", "source": "test", "subject": "write the report", "description": None,
+        "priority": 5, "payload": {"note": "hello"}, "requested_profile_id": "operator", "requested_adapter_id": None,
+        "requested_model": None, "status": "running", "max_attempts": 3, "attempt_count": 1,
+        "available_at": at, "created_at": at, "updated_at": at, "started_at": at,
+        "finished_at": None, "outcome": None, "last_error": None, "skill_ids": [], "evidence_requirements": None,
+        "workflow_ref": None, "workflow_iteration": None, "schedule_id": None, "free_attempt_count": 0,
+        "rate_limit_count": 0, "cancel_requested_at": None,
+    }  # fmt: skip
+    from agentd.records import TaskRecord
+
+    return TaskRecord.model_validate({**base, **fields})
 
 
 def task_subjects(rig: Any) -> list[str]:

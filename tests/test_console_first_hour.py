@@ -5,7 +5,6 @@ submitter, and one word for one count across the console and the dispatcher's st
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 from inprocess import ok
@@ -21,12 +20,6 @@ pytestmark = pytest.mark.timeout(60)
 PAGES = ("/", "/tasks", "/tasks/1", "/approvals", "/events")
 RAW_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)")
 TIME = re.compile(r'<time datetime="([^"]+)" title="([^"]+)">([^<]+)</time>')
-
-
-@pytest.fixture
-def web(rig: Rig) -> Iterator[WebRig]:
-    with serving(rig) as served:
-        yield served
 
 
 def visible(html: str) -> str:

@@ -22,16 +22,13 @@ from typing import Any
 
 import pytest
 from rig import Rig
+from support import ok
 
 from agentd.control.constitution import accept_proposal
 from agentd.errors import InputError
 from agentd.store import open_store
 
 NEW_SOUL = "# Soul\n\nI am careful, candid and brief.\n"
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
 async def propose(rig: Rig, text: str) -> str:

@@ -10,14 +10,11 @@ from typing import Any
 import anyio
 import pytest
 from rig import Rig
+from support import ok
 
 from agentd.records import RuntimeEvent
 
 pytestmark = pytest.mark.asyncio
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
 @pytest.fixture

@@ -12,17 +12,13 @@ from typing import Any
 
 import pytest
 from rig import Rig
-from support import REPO, write_config
+from support import REPO, ok, write_config
 
 from agentd.clock import FakeClock
 from agentd.errors import ConfigError, InputError
 from agentd.process.privilege import RESERVED_SOURCES, operator_identity, operator_name, refuse_inside_attempt
 from agentd.records import RuntimeEvent
 from agentd.work.validation import load_config
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from support import task_record
 
 from agentd.adapters.base import AdapterRun
 from agentd.attempt.bundle import BundleInput, PriorAttempt, RecentOutcome, SkillBrief, WorkflowStep, compile_bundle
@@ -146,16 +147,7 @@ def test_gate_refuses_a_model_claiming_operator_canceled_and_says_an_unknown_exi
 
 
 def task(**fields: Any) -> TaskRecord:
-    base = {
-        "task_id": 7, "task_type": "example", "source": "test", "subject": "write the report", "description": None,
-        "priority": 5, "payload": {"note": "hello"}, "requested_profile_id": "operator", "requested_adapter_id": None,
-        "requested_model": None, "status": "running", "max_attempts": 3, "attempt_count": 1,
-        "available_at": STARTED, "created_at": STARTED, "updated_at": STARTED, "started_at": STARTED,
-        "finished_at": None, "outcome": None, "last_error": None, "skill_ids": [], "evidence_requirements": None,
-        "workflow_ref": None, "workflow_iteration": None, "schedule_id": None, "free_attempt_count": 0,
-        "rate_limit_count": 0, "cancel_requested_at": None,
-    }  # fmt: skip
-    return TaskRecord.model_validate({**base, **fields})
+    return task_record(STARTED, **fields)
 
 
 def bundle_input(max_chars: int = 50_000, **fields: Any) -> BundleInput:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import getpass
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -14,7 +13,7 @@ import pytest
 from inprocess import ok
 from rig import Rig
 from test_web_console import logged_in
-from webrig import WebRig, serving
+from webrig import WebRig
 
 from agentd.records import RuntimeEvent
 
@@ -258,12 +257,6 @@ def test_every_steering_verb_is_refused_inside_an_attempt(
 
 
 # --- the API and the console --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def web(rig: Rig) -> Iterator[WebRig]:
-    with serving(rig) as served:
-        yield served
 
 
 def test_the_api_steers_as_the_token_operator_and_names_a_bad_field(web: WebRig) -> None:
