@@ -172,6 +172,20 @@ def agent_config(directory: Path, mutate: Callable[[dict[str, Any]], None] | Non
     return write_config(directory, add)
 
 
+def adapter_env_file(path: Path, text: str, adapter_id: str = "scripted") -> Callable[[dict[str, Any]], None]:
+    """`text` written to `path` (its owner's only, as an env_file must be) and a config change giving it
+    to adapter `adapter_id` as its env_file."""
+    path.write_text(text)
+    path.chmod(0o600)
+
+    def mutate(raw: dict[str, Any]) -> None:
+        for adapter in raw["adapters"]:
+            if adapter["adapter_id"] == adapter_id:
+                adapter["env_file"] = str(path)
+
+    return mutate
+
+
 # --- sensors --------------------------------------------------------------------------------
 
 EVENT = """

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from inprocess import InProcessAdapter, ok
 from rig import Rig
-from support import CliResult, examples, harness_fixture
+from support import CliResult, adapter_env_file, examples, harness_fixture
 
 from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted
 from agentd.adapters.claude import ClaudeCodeAdapter, parse_claude_output
@@ -184,16 +184,7 @@ class DeniedClaude(InProcessAdapter):
 
 @pytest.fixture
 def denied_rig(rig_factory: Callable[..., Rig], tmp_path: Path) -> Rig:
-    env_file = tmp_path / "claude.env"
-    env_file.write_text(f"API_TOKEN={SECRET}\n")
-    env_file.chmod(0o600)
-
-    def mutate(raw: dict[str, Any]) -> None:
-        for adapter in raw["adapters"]:
-            if adapter["adapter_id"] == "scripted":
-                adapter["env_file"] = str(env_file)
-
-    return rig_factory(mutate)
+    return rig_factory(adapter_env_file(tmp_path / "claude.env", f"API_TOKEN={SECRET}\n"))
 
 
 async def run_denied(rig: Rig, commands: list[str]) -> int:

@@ -22,6 +22,7 @@ from test_pure import NOW, POLICY, attempt, facts, run
 
 from agentd.attempt.judge import judge
 from agentd.outlook.status import snapshot
+from agentd.records import TaskAttempt
 from agentd.services.dispatch import Dispatcher
 from agentd.usage import MAX_COST_USD, MAX_TOKENS, USAGE_KEYS, judge_usage
 
@@ -153,6 +154,29 @@ sys.stdout.write(open({stream!r}).read())
 """
 
 
+def fake_claude(tmp_path: Path, lines: list[str]) -> Path:
+    """A `claude` in `tmp_path` whose stream is `lines`, one a line (FAKE_CLAUDE)."""
+    stream = tmp_path / "stream.jsonl"
+    stream.write_text("\n".join(lines) + "\n")
+    cli = tmp_path / "claude"
+    cli.write_text(FAKE_CLAUDE.format(python=sys.executable, stream=str(stream)))
+    cli.chmod(0o755)
+    return cli
+
+
+async def completed_on_claude(rig: Rig) -> TaskAttempt:
+    """A scripted task run on the rig's adapter `claude` by a dispatcher with real processes: it completes;
+    its one attempt."""
+    task = rig.add("scripted", requested_adapter_id="claude")
+    dispatcher = rig.dispatcher(processes=True)
+    await dispatcher.start()
+    await dispatcher.run_until_idle()
+    await dispatcher.stop()
+    assert rig.store.get_task_or_raise(task.task_id).status == "completed"
+    [row] = rig.store.attempts_of(task.task_id)
+    return row
+
+
 @pytest.mark.asyncio
 @pytest.mark.process
 async def test_a_claude_run_with_poisoned_usage_completes_with_its_usage_unknown(
@@ -167,11 +191,7 @@ async def test_a_claude_run_with_poisoned_usage_completes_with_its_usage_unknown
     result = json.dumps(final).replace('"\\u0000inf"', "Infinity")
     assert "Infinity" in result and '"1e999"' in result
     noise = ['{"type":"assistant","message":"a string"}', "[" * 200_000 + "]" * 200_000]
-    stream = tmp_path / "stream.jsonl"
-    stream.write_text("\n".join([*fixture[:-1], *noise, result]) + "\n")
-    cli = tmp_path / "claude"
-    cli.write_text(FAKE_CLAUDE.format(python=sys.executable, stream=str(stream)))
-    cli.chmod(0o755)
+    cli = fake_claude(tmp_path, [*fixture[:-1], *noise, result])
 
     def mutate(raw: dict[str, Any]) -> None:
         raw["budget"] = {"daily_usd": 5}
@@ -181,13 +201,7 @@ async def test_a_claude_run_with_poisoned_usage_completes_with_its_usage_unknown
         )
 
     rig = rig_factory(mutate)
-    task = rig.add("scripted", requested_adapter_id="claude")
-    dispatcher = rig.dispatcher(processes=True)
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
-    assert rig.store.get_task_or_raise(task.task_id).status == "completed"
-    [row] = rig.store.attempts_of(task.task_id)
+    row = await completed_on_claude(rig)
     assert row.diagnostics is not None
     problems = row.diagnostics["usage_problems"]
     assert any("total_cost_usd" in p for p in problems) and any("input_tokens" in p for p in problems), problems
