@@ -37,6 +37,14 @@ class Rig:
             return Dispatcher(self.config, self.db, clock=self.clock, rng=random.Random(seed))
         return Dispatcher(self.config, self.db, clock=self.clock, rng=random.Random(seed), adapters=in_process)
 
+    async def drain(self, *, processes: bool = False) -> int:
+        """A fresh dispatcher started, run until nothing more is claimable, and stopped: how many it claimed."""
+        dispatcher = self.dispatcher(processes=processes)
+        await dispatcher.start()
+        claimed = await dispatcher.run_until_idle()
+        await dispatcher.stop()
+        return claimed
+
     def add(self, task_type: str = "example", **fields: object) -> TaskRecord:
         intent = TaskIntent.model_validate({"task_type": task_type, "source": "test", "payload": {}, **fields})
         return self.store.enqueue_task(

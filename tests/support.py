@@ -173,10 +173,14 @@ def agent_config(directory: Path, mutate: Callable[[dict[str, Any]], None] | Non
 
 
 def adapter_env_file(path: Path, text: str, adapter_id: str = "scripted") -> Callable[[dict[str, Any]], None]:
-    """`text` written to `path` (its owner's only, as an env_file must be) and a config change giving it
-    to adapter `adapter_id` as its env_file."""
+    """`text` written to `path` (its owner's only, as an env_file must be) and `with_env_file(path)`."""
     path.write_text(text)
     path.chmod(0o600)
+    return with_env_file(path, adapter_id)
+
+
+def with_env_file(path: Path, adapter_id: str = "scripted") -> Callable[[dict[str, Any]], None]:
+    """A config change giving adapter `adapter_id` the file `path` as its env_file."""
 
     def mutate(raw: dict[str, Any]) -> None:
         for adapter in raw["adapters"]:

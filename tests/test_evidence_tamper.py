@@ -27,10 +27,7 @@ async def filled(rig: Rig) -> Rig:
     """Two completed tasks, run by the real dispatcher (in-process adapters)."""
     rig.add("example", subject="first")
     rig.add("example", subject="second")
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain()
     return rig
 
 

@@ -350,10 +350,7 @@ async def test_an_attempt_renames_only_its_manifest_and_removes_nothing_that_is_
     monkeypatch.setattr(os, "unlink", unlink)
     outcome = {"status": "completed", "machine_status": "ok", "operator_summary": "did it"}
     task = rig.add("scripted", payload={"outcome": outcome, "stdout": "hello", "stderr": "world"})
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain()
     monkeypatch.undo()
     (attempt,) = rig.store.attempts_of(task.task_id)
     assert attempt.ended_at is not None and attempt.evidence_dir is not None

@@ -164,10 +164,7 @@ async def test_a_retry_of_an_approved_task_that_failed_runs_without_asking_again
         "scripted", payload={"outcome": {**ok(), "status": "permanent_failure", "machine_status": "failed"}}
     )
     assert rig_cli(gated, "approve", str(failing.task_id)).code == 0
-    dispatcher = gated.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await gated.drain()
     assert gated.store.get_task_or_raise(failing.task_id).status == "permanent_failure"
     assert rig_cli(gated, "task", "retry", str(failing.task_id)).code == 0
     assert not gated.store.get_task_or_raise(failing.task_id).awaiting_approval

@@ -32,10 +32,7 @@ def ok(**fields: Any) -> dict[str, Any]:
 
 async def run_one(rig: Rig, **payload: Any) -> Any:
     task = rig.add("scripted", payload=payload)
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain()
     return rig.store.get_task_or_raise(task.task_id)
 
 

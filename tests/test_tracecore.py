@@ -67,10 +67,7 @@ def five_rig(rig_factory: Callable[..., Rig]) -> Rig:
 
 
 async def run_until_idle(rig: Rig) -> None:
-    dispatcher = rig.dispatcher(processes=True)
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain(processes=True)
 
 
 async def cancel_when_started(rig: Rig, task_id: int) -> None:

@@ -44,10 +44,7 @@ def sql(rig: Rig, statement: str, *params: Any) -> None:
 async def filled(rig: Rig) -> Rig:
     for _ in PLANTED:
         rig.add("example", subject="done")
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain()
     return rig
 
 

@@ -121,10 +121,7 @@ def test_durations_read_as_people_say_them() -> None:
 @pytest.mark.asyncio
 async def test_the_task_page_shows_each_attempts_calls(rig: Rig) -> None:
     task_id = rig.add("scripted", payload={"outcome": ok()}).task_id
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain()
     with serving(rig) as web:
         browser, _ = logged_in(web)
         html = browser.get(f"/tasks/{task_id}").text
