@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import sys
 import threading
 import time
@@ -316,6 +317,20 @@ def serve_in_thread(server: Any) -> Any:
     thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     return thread
+
+
+def accept_each(listener: socket.socket, each: Callable[[socket.socket], None]) -> None:
+    """Accept on `listener` in a daemon thread, handing `each` every connection, until the listener is closed."""
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            each(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
 
 
 def nest(root: Path, depth: int, leaf: str | None = None) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import secrets
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import privsep
 import pytest
 from fakemodel import FakeModelServer, Reply
+from support import accept_each
 
 pytestmark = [pytest.mark.deep, pytest.mark.process]
 STAND_IN = Path(__file__).resolve().parent / "adapters" / "gateway_claude.py"
@@ -33,16 +33,11 @@ class Listening:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.accepted = 0
-        threading.Thread(target=self._serve, daemon=True).start()
+        accept_each(self.sock, self._answer)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            conn.close()
+    def _answer(self, conn: socket.socket) -> None:
+        self.accepted += 1
+        conn.close()
 
 
 @pytest.fixture
