@@ -303,6 +303,29 @@ def reading_stdin(pid: int) -> bool:
     return "pipe" in wchan and fd == "0x0"
 
 
+def stopped_while_reading(argv: list[str], given: bytes, signal_name: str) -> None:
+    """`argv`, a batch command reading stdin, is given `given` with stdin kept open (more could come) and is
+    sent `signal_name` while it waits: it ends at once, by that signal, saying it wrote nothing."""
+    import signal
+    import subprocess
+
+    running = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ)
+    )
+    try:
+        assert running.stdin is not None
+        running.stdin.write(given)
+        running.stdin.flush()  # and kept open: more could come
+        wait_until(lambda: reading_stdin(running.pid), 60, "the batch waiting on stdin")
+        running.send_signal(getattr(signal, signal_name))
+        code = running.wait(timeout=30)
+    finally:
+        running.kill()
+        out, err = running.communicate()
+    assert code == 128 + getattr(signal, signal_name), err
+    assert err.decode() == f"agentd: stopped by {signal_name}; nothing was written\n" and out == b""
+
+
 def examples(full: int) -> int:
     """A property test's example count: `make test` runs a quarter, `make test-fast` (AGENTD_TEST_TIER=fast,
     the inner loop) a tenth, both at least 10; `make test-slow` (AGENTD_TEST_TIER=slow, which CI runs) all
