@@ -293,6 +293,16 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def run_in_threads(target: Callable[..., Any], args: list[tuple[Any, ...]], timeout: float) -> None:
+    """`target(*each)` for each of `args`, each in a thread of its own, all started before any is joined
+    (each join waits at most `timeout` seconds)."""
+    threads = [threading.Thread(target=target, args=each) for each in args]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+
+
 def reading_stdin(pid: int) -> bool:
     """The process is blocked reading its stdin, a pipe (the kernel's own word for where it sleeps)."""
     try:
