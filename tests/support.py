@@ -247,6 +247,22 @@ def task_record(at: datetime, **fields: Any) -> TaskRecord:
     return TaskRecord.model_validate({**base, **fields})
 
 
+def waiting(**counts: int) -> dict[str, int]:
+    """`agentd status`'s counts of the tasks that wait, by reason: 0 but for `counts`."""
+    reasons = ("claimable", "retry_waiting", "delayed", "approval", "paused", "after", "budget", "resting")
+    return {**dict.fromkeys(reasons, 0), **counts}
+
+
+def plain_env(tmp_path: Path) -> dict[str, str]:
+    """An environment of only the system's PATH and a state dir and workspace under `tmp_path`: what a newcomer's
+    shell gives a real `agentd` process, with nothing of the test run's."""
+    return {
+        "PATH": "/usr/bin:/bin",
+        "AGENTD_PATHS__STATE_DIR": str(tmp_path / "s"),
+        "AGENTD_PATHS__WORKSPACE": str(tmp_path / "w"),
+    }
+
+
 def task_subjects(rig: Any) -> list[str]:
     return sorted(t.subject for t in rig.store.list_tasks(limit=100_000))
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from rig import Rig
-from support import REPO, ok, write_config
+from support import REPO, ok, plain_env, write_config
 
 from agentd.clock import FakeClock
 from agentd.errors import ConfigError, InputError
@@ -285,11 +285,7 @@ def test_the_service_start_line_says_approvals_are_advisory_without_a_run_user(t
     import subprocess
     import sys
 
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "AGENTD_PATHS__STATE_DIR": str(tmp_path / "s"),
-        "AGENTD_PATHS__WORKSPACE": str(tmp_path / "w"),
-    }
+    env = plain_env(tmp_path)
     config = ["--config", str(write_config(tmp_path))]
     agentd = [sys.executable, "-m", "agentd", *config]
     assert subprocess.run([*agentd, "init"], env=env, capture_output=True, timeout=60).returncode == 0
