@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from rig import Rig
-from support import CliResult
+from support import CliResult, tree
 
 from agentd import control
 from agentd.cli import main
@@ -75,14 +74,6 @@ async def test_an_untouched_state_dir_verifies_clean(filled: Rig, verify: Any) -
     assert result.out.startswith("clean: ") and f"head {head(filled)}" in result.out
     shown = verify(filled, "--json", "--expect-head", head(filled)).json()
     assert shown["ok"] is True and shown["attempts_checked"] == 4 and shown["findings"] == []
-
-
-def tree(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and not p.name.endswith(("-shm", "-wal"))
-    }
 
 
 @pytest.mark.asyncio
