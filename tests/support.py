@@ -382,6 +382,23 @@ def accept_each(listener: socket.socket, each: Callable[[socket.socket], None]) 
     threading.Thread(target=serve, daemon=True).start()
 
 
+def tree(root: Path) -> dict[str, str]:
+    """Every file below `root` (but SQLite's -shm and -wal) and its SHA-256: what a read-only command must leave."""
+    import hashlib
+
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.endswith(("-shm", "-wal"))
+    }
+
+
+def ran_ok(done: Any) -> str:
+    """A finished process (subprocess.CompletedProcess) that exited 0; its stdout."""
+    assert done.returncode == 0, done.stdout + done.stderr
+    return str(done.stdout)
+
+
 def nest(root: Path, depth: int, leaf: str | None = None) -> None:
     """`depth` folders `d`, one inside another, in `root` (each made relative to the last, so past what
     one path may name: PATH_MAX), and a file `leaf` in the innermost if given. What an attempt may leave."""
