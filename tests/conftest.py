@@ -119,9 +119,16 @@ def cli(capsys: pytest.CaptureFixture[str], state_dir: Path) -> Callable[..., Cl
 
 
 @pytest.fixture
-def rig_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
-    """Run `agentd --config <the rig's config> ARGS…` in-process: `rig_cli(rig, *args)`."""
-    return lambda rig, *args: run_main(capsys, rig.config.path, *args)
+def rig_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
+    """Run `agentd --config <the rig's config> ARGS…` in-process: `rig_cli(rig, *args)`; with `state_dir=`,
+    that run and every later one in the test read the state dir given (AGENTD_PATHS__STATE_DIR)."""
+
+    def run(rig: Rig, *args: str, state_dir: Path | None = None) -> CliResult:
+        if state_dir is not None:
+            monkeypatch.setenv("AGENTD_PATHS__STATE_DIR", str(state_dir))
+        return run_main(capsys, rig.config.path, *args)
+
+    return run
 
 
 @pytest.fixture

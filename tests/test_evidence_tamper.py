@@ -18,7 +18,6 @@ import pytest_asyncio
 from rig import Rig
 from support import CliResult
 
-from agentd.cli import main
 from agentd.records import TaskAttempt
 
 
@@ -32,14 +31,8 @@ async def filled(rig: Rig) -> Rig:
 
 
 @pytest.fixture
-def agentd(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
-    def run(rig: Rig, *args: str) -> CliResult:
-        capsys.readouterr()
-        code = main(["--config", str(rig.config.path), *args])
-        captured = capsys.readouterr()
-        return CliResult(code, captured.out, captured.err)
-
-    return run
+def agentd(rig_cli: Callable[..., CliResult]) -> Callable[..., CliResult]:
+    return rig_cli
 
 
 def attempts(rig: Rig) -> list[TaskAttempt]:

@@ -17,7 +17,6 @@ from rig import Rig
 from support import CliResult, tree
 
 from agentd import control
-from agentd.cli import main
 from agentd.evidence import MANIFEST, artifact_hash
 from agentd.records import TaskIntent
 from agentd.web.views import task_view
@@ -39,14 +38,9 @@ async def filled(rig: Rig) -> Rig:
 
 
 @pytest.fixture
-def verify(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
+def verify(rig_cli: Callable[..., CliResult]) -> Callable[..., CliResult]:
     def run(rig: Rig, *args: str, state_dir: Path | None = None) -> CliResult:
-        if state_dir is not None:
-            monkeypatch.setenv("AGENTD_PATHS__STATE_DIR", str(state_dir))
-        capsys.readouterr()
-        code = main(["--config", str(rig.config.path), "evidence", "verify", *args])
-        captured = capsys.readouterr()
-        return CliResult(code, captured.out, captured.err)
+        return rig_cli(rig, "evidence", "verify", *args, state_dir=state_dir)
 
     return run
 

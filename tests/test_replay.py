@@ -88,14 +88,9 @@ async def ran(replay_rig: Rig) -> TaskAttempt:
 
 
 @pytest.fixture
-def replay(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
+def replay(rig_cli: Callable[..., CliResult]) -> Callable[..., CliResult]:
     def run(rig: Rig, *args: str, state_dir: Path | None = None) -> CliResult:
-        if state_dir is not None:
-            monkeypatch.setenv("AGENTD_PATHS__STATE_DIR", str(state_dir))
-        capsys.readouterr()
-        code = main(["--config", str(rig.config.path), "replay", *args])
-        captured = capsys.readouterr()
-        return CliResult(code, captured.out, captured.err)
+        return rig_cli(rig, "replay", *args, state_dir=state_dir)
 
     return run
 
