@@ -22,9 +22,7 @@ def hostile_payload(agent: privsep.PrivAgent, **more: Any) -> str:
 @pytest.mark.deep
 @pytest.mark.process
 def test_an_attempt_that_tries_to_act_as_its_operator_fails_at_every_try() -> None:
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ran_ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         held = json.loads(ran_ok(agent.as_operator("task", "add", "--type", "example", "--require-approval", "--json")))
         payload = hostile_payload(agent, approve=held["task_id"])
         ran_ok(agent.as_operator("task", "add", "--type", "hostile", "--payload", payload))
@@ -56,9 +54,7 @@ def test_an_attempt_that_tries_to_act_as_its_operator_fails_at_every_try() -> No
 def test_a_stubborn_attempt_and_its_daemon_are_stopped_without_a_kill_capability() -> None:
     """The service holds no CAP_KILL: the run user's own `kill` stops the group at the timeout, and the
     attempt's cgroup ends the setsid daemon it left."""
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ran_ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         payload = json.dumps({"stubborn": True, "daemon": "daemon.pid", "sleep_s": 600})
         ran_ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", payload))
         ran = agent.as_service("dispatch", "--until-idle")
@@ -76,9 +72,7 @@ def test_an_attempt_that_changes_its_workspaces_mode_stops_no_service_and_no_lat
     $AGENTD_WORKSPACE` made every service fail at its next start (the service's own chmod refused), and
     left every later attempt's files unreadable to the services. Now the mode is put back by a process of
     the run user, at each start and before each attempt."""
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ran_ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         done = {"status": "completed", "machine_status": "ok", "operator_summary": "done", "artifact_paths": ["a.txt"]}
         first = json.dumps({"files": {"a.txt": "first"}, "outcome": done, "chmod_workspace": mode})
         ran_ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", first))
@@ -100,9 +94,7 @@ def test_an_attempt_that_changes_its_workspaces_mode_stops_no_service_and_no_lat
 
 @pytest.mark.process
 def test_a_planted_link_in_the_result_is_refused_and_never_followed() -> None:
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ran_ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         secret = agent.state_dir / "agentd.db"
         payload = json.dumps({"result_symlink": str(secret)})
         ran_ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", payload))
@@ -261,9 +253,7 @@ def test_an_attempts_user_cannot_reach_a_running_sensor_or_its_folder() -> None:
 @pytest.mark.deep
 @pytest.mark.process
 def test_status_names_the_sensor_user_and_says_when_its_home_would_let_an_attempt_in() -> None:
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ran_ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         sensors = agent.uid(agent.sensors)
         line = json.loads(ran_ok(agent.as_operator("status", "--json")))["boundary"]["line"]
         assert line.endswith(f"sensors run as {agent.sensors} (uid {sensors}), out of the attempts' reach"), line
@@ -280,9 +270,7 @@ def test_status_names_the_sensor_user_and_says_when_its_home_would_let_an_attemp
 @pytest.mark.process
 @pytest.mark.parametrize("loosened", ["group may enter", "a link", "the run user's"])
 def test_the_sensor_service_refuses_to_start_when_the_sensor_home_is_not_the_sensor_users_alone(loosened: str) -> None:
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ran_ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         home = agent.sensor_home
         if loosened == "group may enter":
             home.chmod(0o750)
@@ -303,9 +291,7 @@ def test_a_replay_runs_as_the_attempt_ran_never_as_its_operator() -> None:
     """`agentd replay` ran the attempt's command again as whoever asked (root, or the services' user, who
     owns the database and the env files), with the attempt's own stdin: a task an attempt shaped could
     have its script run with the operator's rights. Now it runs as the run user, or not at all."""
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ran_ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         payload = json.dumps({"whoami": True, "outcome": {"status": "completed", "machine_status": "ok",
                                                          "operator_summary": "ran"}})  # fmt: skip
         ran_ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", payload))
@@ -328,9 +314,7 @@ def test_a_skill_command_the_operator_runs_acts_with_the_run_users_rights_only()
     """`agentd skills run` ran the skill's command in the workspace as whoever typed it: the workspace is
     the run user's, so a link an attempt left where the command writes (the example skill's notes.md)
     turned the operator's `notes add` into a write wherever the link pointed."""
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ran_ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         operators = agent.base / "etc" / "operators-file"
         operators.write_text("the operator's\n")
         operators.chmod(0o644)
@@ -404,9 +388,7 @@ def test_status_and_install_say_when_attempts_and_sensors_still_share_a_group() 
     them; install names the usermod line for each."""
     from agentd.process.privilege import not_in_own_group
 
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ran_ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         assert "out of the attempts' reach" in ran_ok(agent.as_operator("status"))
         assert not_in_own_group(agent.run) is None and not_in_own_group(agent.sensors) is None
         for user in (agent.run, agent.sensors):  # as an older install left them
