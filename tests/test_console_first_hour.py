@@ -73,8 +73,7 @@ def test_the_dispatchers_idle_line_counts_with_the_consoles_word(web: WebRig) ->
 
 @pytest.mark.asyncio
 async def test_evidence_opens_in_the_console_with_a_way_back_and_the_task_verifies_there(rig: Rig) -> None:
-    task_id = rig.add("scripted", payload={"outcome": ok()}).task_id
-    await rig.drain()
+    task_id = await rig.completed_task()
     with serving(rig) as web:
         browser, _ = logged_in(web)
         links = re.findall(rf'href="(/tasks/{task_id}/evidence/[^"]+)"', browser.get(f"/tasks/{task_id}").text)
