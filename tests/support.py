@@ -263,6 +263,47 @@ def plain_env(tmp_path: Path) -> dict[str, str]:
     }
 
 
+def budgeted(**budget: Any) -> Callable[[dict[str, Any]], None]:
+    """A config change setting the [budget] table to `budget`."""
+
+    def mutate(raw: dict[str, Any]) -> None:
+        raw["budget"] = budget
+
+    return mutate
+
+
+def sql(rig: Any, statement: str, *params: Any) -> None:
+    """One statement straight into the rig's database, past the store (what tampering or an old build leaves)."""
+    import sqlite3
+
+    with sqlite3.connect(rig.config.db_path) as conn:
+        conn.execute(statement, params)
+
+
+def events_of(rig: Any, kind: str, task_id: int | None = None) -> list[Any]:
+    """The rig's events of type `kind` (of one task if given), oldest first."""
+    return [e for e in rig.events(task_id) if e.type == kind]
+
+
+def port_of(web: Any) -> int:
+    """The port a served console (tests/webrig.py) listens on."""
+    from urllib.parse import urlsplit
+
+    port = urlsplit(web.url).port
+    assert port is not None
+    return port
+
+
+def harness_sample(name: str) -> str:
+    """The text of one recorded harness output (harness_fixture)."""
+    return harness_fixture(name).read_text(encoding="utf-8")
+
+
+def fleet_cli(capsys: Any, dsn: str, *args: str) -> CliResult:
+    """`agentd fleet ARGS… --dsn DSN` in-process against the example config."""
+    return run_main(capsys, EXAMPLE_CONFIG, "fleet", *args, "--dsn", dsn)
+
+
 def task_subjects(rig: Any) -> list[str]:
     return sorted(t.subject for t in rig.store.list_tasks(limit=100_000))
 

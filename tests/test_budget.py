@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
-from support import agent_config, examples
+from support import agent_config, budgeted, examples
 
 from agentd.attempt.prepare import plan_attempt
 from agentd.config.budget import AdapterSpend, Spend, budget_hold, day_start
@@ -30,13 +30,6 @@ def costing(usd: float) -> dict[str, Any]:
     """A scripted task whose attempt completes and reports `usd` spent."""
     outcome = {"status": "completed", "machine_status": "ok", "operator_summary": "spent"}
     return {"outcome": outcome, "usage": {"cost_usd": usd, "input_tokens": 1000}}
-
-
-def budgeted(**budget: Any) -> Callable[[dict[str, Any]], None]:
-    def mutate(raw: dict[str, Any]) -> None:
-        raw["budget"] = budget
-
-    return mutate
 
 
 def status_of(rig: Rig, task_id: int) -> str:

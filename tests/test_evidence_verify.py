@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from rig import Rig
-from support import CliResult, tree
+from support import CliResult, sql, tree
 
 from agentd import control
 from agentd.evidence import MANIFEST, artifact_hash
@@ -43,11 +43,6 @@ def verify(rig_cli: Callable[..., CliResult]) -> Callable[..., CliResult]:
         return rig_cli(rig, "evidence", "verify", *args, state_dir=state_dir)
 
     return run
-
-
-def sql(rig: Rig, statement: str, *params: Any) -> None:
-    with sqlite3.connect(rig.config.db_path) as conn:
-        conn.execute(statement, params)
 
 
 def head(rig: Rig) -> str:

@@ -12,17 +12,13 @@ import psycopg
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import EXAMPLE_CONFIG, CliResult, examples, run_main
+from support import EXAMPLE_CONFIG, examples, fleet_cli
 
 from agentd.cli.fleet_submit import FIELDS, judge
 from agentd.clock import FakeClock
 from agentd.config import Config
 from agentd.errors import InputError
 from agentd.store.fleet import FleetQueue, Submission
-
-
-def fleet_cli(capsys: pytest.CaptureFixture[str], dsn: str, *args: str) -> CliResult:
-    return run_main(capsys, EXAMPLE_CONFIG, "fleet", *args, "--dsn", dsn)
 
 
 def lines_file(tmp_path: Path, lines: list[Any], name: str = "fleet.jsonl") -> Path:

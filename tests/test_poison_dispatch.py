@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from rig import Rig
-from support import adapter_env_file
+from support import adapter_env_file, ok
 
 from agentd.evidence import verify_attempt_dir
 from agentd.records import AttemptEnd, TaskOutcome
@@ -24,10 +24,6 @@ pytestmark = pytest.mark.asyncio
 
 def evidence_root(rig: Rig) -> Path:
     return Path(rig.config.paths.state_dir) / "attempts"
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
 async def run_one(rig: Rig, **payload: Any) -> Any:

@@ -19,7 +19,7 @@ from inprocess import InProcessAdapter
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
-from support import examples, outcome_disagreements, waiting
+from support import budgeted, examples, outcome_disagreements, waiting
 
 from agentd.adapters import AdapterRun
 from agentd.attempt.prepare import plan_attempt
@@ -57,13 +57,6 @@ def gauge(rig: Rig, name: str, config: Any = None, **labels: str) -> float:
     ]
     assert found, f"{name}{labels} is not exported"
     return sum(found)
-
-
-def budgeted(**budget: Any) -> Callable[[dict[str, Any]], None]:
-    def mutate(raw: dict[str, Any]) -> None:
-        raw["budget"] = budget
-
-    return mutate
 
 
 # --- 2. held tasks are not claimable ------------------------------------------------------------
