@@ -119,6 +119,14 @@ def cli(capsys: pytest.CaptureFixture[str], state_dir: Path) -> Callable[..., Cl
 
 
 @pytest.fixture
+def initialised(cli: Callable[..., CliResult]) -> Callable[..., CliResult]:
+    """`cli` after `agentd init` (it exited 0) made the temp state dir."""
+    result = cli("init")
+    assert result.code == 0, result.err
+    return cli
+
+
+@pytest.fixture
 def rig_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
     """Run `agentd --config <the rig's config> ARGS…` in-process: `rig_cli(rig, *args)`; with `state_dir=`,
     that run and every later one in the test read the state dir given (AGENTD_PATHS__STATE_DIR)."""

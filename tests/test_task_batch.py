@@ -38,12 +38,6 @@ def jsonl(*items: Any) -> str:
     return "".join((item if isinstance(item, str) else json.dumps(item)) + "\n" for item in items)
 
 
-@pytest.fixture
-def initialised(cli: Any) -> Any:
-    assert cli("init").code == 0
-    return cli
-
-
 def add_batch(cli: Any, tmp_path: Path, text: str | bytes, *flags: str) -> Any:
     path = tmp_path / "tasks.jsonl"
     path.write_bytes(text.encode() if isinstance(text, str) else text)
