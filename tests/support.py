@@ -304,6 +304,15 @@ def fleet_cli(capsys: Any, dsn: str, *args: str) -> CliResult:
     return run_main(capsys, EXAMPLE_CONFIG, "fleet", *args, "--dsn", dsn)
 
 
+def attempt_planner(rig: Any) -> Any:
+    """`plan_attempt` bound to the rig's config: what the dispatcher calls to plan a claimed task's attempt."""
+    import functools
+
+    from agentd.attempt.prepare import plan_attempt
+
+    return functools.partial(plan_attempt, rig.config)
+
+
 def task_subjects(rig: Any) -> list[str]:
     return sorted(t.subject for t in rig.store.list_tasks(limit=100_000))
 

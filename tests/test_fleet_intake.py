@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from inprocess import in_process
 from rig import Rig
-from support import CliResult, examples
+from support import CliResult, attempt_planner, examples
 
 from agentd.config.settings import FleetSection
 from agentd.errors import InputError
@@ -406,15 +406,7 @@ async def test_a_providers_reset_one_agent_heard_holds_every_agent_on_the_same_k
     on_claude = same_key.add("example", requested_adapter_id="claude")
     on_script = same_key.add("example")
     root, now = same_key.config.paths.state_dir, same_key.clock.now()
-    claimed = same_key.store.claim_next_task(now, "t", _plan(same_key), root)
+    claimed = same_key.store.claim_next_task(now, "t", attempt_planner(same_key), root)
     assert claimed is not None and claimed.task.task_id == on_script.task_id  # the other adapter's work goes on
     assert on_claude.task_id != claimed.task.task_id
-    assert same_key.store.claim_next_task(now, "t", _plan(same_key), root) is None
-
-
-def _plan(rig: Rig) -> Any:
-    import functools
-
-    from agentd.attempt.prepare import plan_attempt
-
-    return functools.partial(plan_attempt, rig.config)
+    assert same_key.store.claim_next_task(now, "t", attempt_planner(same_key), root) is None
