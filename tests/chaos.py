@@ -35,7 +35,7 @@ import privsep
 from fakemodel import FakeModelServer, Reply
 from hostile_console import HostileConsoleClient
 from hostile_http import Answer, HostileReceiver, answer
-from support import REPO, agent_config, outcome_disagreements
+from support import REPO, agent_config, ok, outcome_disagreements
 
 from agentd.clock import SystemClock
 from agentd.config.budget import day_start
@@ -49,10 +49,6 @@ HOOK_SECRET = 'chaos-hook-"tok\\en-5550123'  # the webhook's token: hostile answ
 MiB = 1 << 20
 DISPATCH_RSS_MIB = 300  # a dispatcher's peak resident memory, whatever the receiver answers
 CLAIMABLE = ("pending", "retryable_failure")
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "done", **fields}
 
 
 @dataclass

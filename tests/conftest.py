@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
@@ -14,6 +14,9 @@ from agentd.config import Config
 from agentd.process import containment
 from agentd.store import Store, migrate, open_store
 from agentd.work.validation import load_config
+
+if TYPE_CHECKING:
+    from webrig import WebRig  # the console and its server: imported by the tests that use it
 
 # No per-example deadline: a property test judges behaviour, and its speed on a loaded 2-core VM is no
 # behaviour (performance targets live in `make bench`). The per-test timeout still bounds a run.
@@ -116,9 +119,24 @@ def cli(capsys: pytest.CaptureFixture[str], state_dir: Path) -> Callable[..., Cl
 
 
 @pytest.fixture
-def rig_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
-    """Run `agentd --config <the rig's config> ARGS…` in-process: `rig_cli(rig, *args)`."""
-    return lambda rig, *args: run_main(capsys, rig.config.path, *args)
+def initialised(cli: Callable[..., CliResult]) -> Callable[..., CliResult]:
+    """`cli` after `agentd init` (it exited 0) made the temp state dir."""
+    result = cli("init")
+    assert result.code == 0, result.err
+    return cli
+
+
+@pytest.fixture
+def rig_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
+    """Run `agentd --config <the rig's config> ARGS…` in-process: `rig_cli(rig, *args)`; with `state_dir=`,
+    that run and every later one in the test read the state dir given (AGENTD_PATHS__STATE_DIR)."""
+
+    def run(rig: Rig, *args: str, state_dir: Path | None = None) -> CliResult:
+        if state_dir is not None:
+            monkeypatch.setenv("AGENTD_PATHS__STATE_DIR", str(state_dir))
+        return run_main(capsys, rig.config.path, *args)
+
+    return run
 
 
 @pytest.fixture
@@ -160,6 +178,16 @@ def sensing(rig_factory: Callable[..., Rig], sensors_dir: Path) -> Callable[[], 
         return rig_factory(lambda raw: raw["paths"].update(sensors_dir=str(sensors_dir)))
 
     return make
+
+
+@pytest.fixture
+def web(rig: Rig) -> Iterator[WebRig]:
+    """The rig's web console served on a loopback port (tests/webrig.py). A test module that
+    needs another rig under its console defines its own `web`."""
+    from webrig import serving
+
+    with serving(rig) as served:
+        yield served
 
 
 @pytest.fixture(scope="session")

@@ -11,13 +11,10 @@ import re
 from typing import Any
 
 from adapters.stepper import count_run, step_outcome
+from support import ok
 
 from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted, Usage
 from agentd.records import AdapterConfig
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "done", **fields}
 
 
 class InProcessAdapter:

@@ -257,6 +257,17 @@ def _run(*argv: str) -> None:
 
 
 @contextmanager
+def initialised_agent(mutate: Any = None) -> Iterator[PrivAgent]:
+    """`require()`, then a `priv_agent` whose service user has run `agentd init` (and it exited 0)."""
+    from support import ran_ok
+
+    require()
+    with priv_agent(mutate) as agent:
+        ran_ok(agent.as_service("init"))
+        yield agent
+
+
+@contextmanager
 def priv_agent(mutate: Any = None, under: Path = Path("/tmp")) -> Iterator[PrivAgent]:
     """Make the users, folders, config and cgroup (the folders in `under`: the bench's as-deployed row
     puts them on tmpfs); remove them all afterwards."""

@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from inprocess import in_process
+from support import ok
 
 from agentd.clock import FakeClock
 from agentd.config import Config
@@ -36,6 +37,20 @@ class Rig:
         if processes:
             return Dispatcher(self.config, self.db, clock=self.clock, rng=random.Random(seed))
         return Dispatcher(self.config, self.db, clock=self.clock, rng=random.Random(seed), adapters=in_process)
+
+    async def drain(self, *, processes: bool = False) -> int:
+        """A fresh dispatcher started, run until nothing more is claimable, and stopped: how many it claimed."""
+        dispatcher = self.dispatcher(processes=processes)
+        await dispatcher.start()
+        claimed = await dispatcher.run_until_idle()
+        await dispatcher.stop()
+        return claimed
+
+    async def completed_task(self) -> int:
+        """A scripted task run to completion by a fresh dispatcher (its evidence there to show): its id."""
+        task_id = self.add("scripted", payload={"outcome": ok()}).task_id
+        await self.drain()
+        return task_id
 
     def add(self, task_type: str = "example", **fields: object) -> TaskRecord:
         intent = TaskIntent.model_validate({"task_type": task_type, "source": "test", "payload": {}, **fields})

@@ -5,17 +5,22 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import sys
 import threading
 import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 import tomli_w
+
+if TYPE_CHECKING:
+    from agentd.records import TaskRecord
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = REPO / "config" / "identity.example.toml"
@@ -168,6 +173,24 @@ def agent_config(directory: Path, mutate: Callable[[dict[str, Any]], None] | Non
     return write_config(directory, add)
 
 
+def adapter_env_file(path: Path, text: str, adapter_id: str = "scripted") -> Callable[[dict[str, Any]], None]:
+    """`text` written to `path` (its owner's only, as an env_file must be) and `with_env_file(path)`."""
+    path.write_text(text)
+    path.chmod(0o600)
+    return with_env_file(path, adapter_id)
+
+
+def with_env_file(path: Path, adapter_id: str = "scripted") -> Callable[[dict[str, Any]], None]:
+    """A config change giving adapter `adapter_id` the file `path` as its env_file."""
+
+    def mutate(raw: dict[str, Any]) -> None:
+        for adapter in raw["adapters"]:
+            if adapter["adapter_id"] == adapter_id:
+                adapter["env_file"] = str(path)
+
+    return mutate
+
+
 # --- sensors --------------------------------------------------------------------------------
 
 EVENT = """
@@ -198,6 +221,96 @@ def write_sensor(
         **manifest,
     }
     (folder / "sensor.toml").write_text(tomli_w.dumps(fields))
+
+
+# --- outcomes and tasks ---------------------------------------------------------------------
+
+
+def ok(**fields: Any) -> dict[str, Any]:
+    """A completed outcome as an adapter reports one, with `fields` added or replaced."""
+    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
+
+
+def task_record(at: datetime, **fields: Any) -> TaskRecord:
+    """A running task's record as the store hands one over, every time `at`, with `fields` replaced."""
+    base = {
+        "task_id": 7, "task_type": "example", "source": "test", "subject": "write the report", "description": None,
+        "priority": 5, "payload": {"note": "hello"}, "requested_profile_id": "operator", "requested_adapter_id": None,
+        "requested_model": None, "status": "running", "max_attempts": 3, "attempt_count": 1,
+        "available_at": at, "created_at": at, "updated_at": at, "started_at": at,
+        "finished_at": None, "outcome": None, "last_error": None, "skill_ids": [], "evidence_requirements": None,
+        "workflow_ref": None, "workflow_iteration": None, "schedule_id": None, "free_attempt_count": 0,
+        "rate_limit_count": 0, "cancel_requested_at": None,
+    }  # fmt: skip
+    from agentd.records import TaskRecord
+
+    return TaskRecord.model_validate({**base, **fields})
+
+
+def waiting(**counts: int) -> dict[str, int]:
+    """`agentd status`'s counts of the tasks that wait, by reason: 0 but for `counts`."""
+    reasons = ("claimable", "retry_waiting", "delayed", "approval", "paused", "after", "budget", "resting")
+    return {**dict.fromkeys(reasons, 0), **counts}
+
+
+def plain_env(tmp_path: Path) -> dict[str, str]:
+    """An environment of only the system's PATH and a state dir and workspace under `tmp_path`: what a newcomer's
+    shell gives a real `agentd` process, with nothing of the test run's."""
+    return {
+        "PATH": "/usr/bin:/bin",
+        "AGENTD_PATHS__STATE_DIR": str(tmp_path / "s"),
+        "AGENTD_PATHS__WORKSPACE": str(tmp_path / "w"),
+    }
+
+
+def budgeted(**budget: Any) -> Callable[[dict[str, Any]], None]:
+    """A config change setting the [budget] table to `budget`."""
+
+    def mutate(raw: dict[str, Any]) -> None:
+        raw["budget"] = budget
+
+    return mutate
+
+
+def sql(rig: Any, statement: str, *params: Any) -> None:
+    """One statement straight into the rig's database, past the store (what tampering or an old build leaves)."""
+    import sqlite3
+
+    with sqlite3.connect(rig.config.db_path) as conn:
+        conn.execute(statement, params)
+
+
+def events_of(rig: Any, kind: str, task_id: int | None = None) -> list[Any]:
+    """The rig's events of type `kind` (of one task if given), oldest first."""
+    return [e for e in rig.events(task_id) if e.type == kind]
+
+
+def port_of(web: Any) -> int:
+    """The port a served console (tests/webrig.py) listens on."""
+    from urllib.parse import urlsplit
+
+    port = urlsplit(web.url).port
+    assert port is not None
+    return port
+
+
+def harness_sample(name: str) -> str:
+    """The text of one recorded harness output (harness_fixture)."""
+    return harness_fixture(name).read_text(encoding="utf-8")
+
+
+def fleet_cli(capsys: Any, dsn: str, *args: str) -> CliResult:
+    """`agentd fleet ARGS… --dsn DSN` in-process against the example config."""
+    return run_main(capsys, EXAMPLE_CONFIG, "fleet", *args, "--dsn", dsn)
+
+
+def attempt_planner(rig: Any) -> Any:
+    """`plan_attempt` bound to the rig's config: what the dispatcher calls to plan a claimed task's attempt."""
+    import functools
+
+    from agentd.attempt.prepare import plan_attempt
+
+    return functools.partial(plan_attempt, rig.config)
 
 
 def task_subjects(rig: Any) -> list[str]:
@@ -246,6 +359,16 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def run_in_threads(target: Callable[..., Any], args: list[tuple[Any, ...]], timeout: float) -> None:
+    """`target(*each)` for each of `args`, each in a thread of its own, all started before any is joined
+    (each join waits at most `timeout` seconds)."""
+    threads = [threading.Thread(target=target, args=each) for each in args]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+
+
 def reading_stdin(pid: int) -> bool:
     """The process is blocked reading its stdin, a pipe (the kernel's own word for where it sleeps)."""
     try:
@@ -254,6 +377,29 @@ def reading_stdin(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return "pipe" in wchan and fd == "0x0"
+
+
+def stopped_while_reading(argv: list[str], given: bytes, signal_name: str) -> None:
+    """`argv`, a batch command reading stdin, is given `given` with stdin kept open (more could come) and is
+    sent `signal_name` while it waits: it ends at once, by that signal, saying it wrote nothing."""
+    import signal
+    import subprocess
+
+    running = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ)
+    )
+    try:
+        assert running.stdin is not None
+        running.stdin.write(given)
+        running.stdin.flush()  # and kept open: more could come
+        wait_until(lambda: reading_stdin(running.pid), 60, "the batch waiting on stdin")
+        running.send_signal(getattr(signal, signal_name))
+        code = running.wait(timeout=30)
+    finally:
+        running.kill()
+        out, err = running.communicate()
+    assert code == 128 + getattr(signal, signal_name), err
+    assert err.decode() == f"agentd: stopped by {signal_name}; nothing was written\n" and out == b""
 
 
 def examples(full: int) -> int:
@@ -270,6 +416,37 @@ def serve_in_thread(server: Any) -> Any:
     thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     return thread
+
+
+def accept_each(listener: socket.socket, each: Callable[[socket.socket], None]) -> None:
+    """Accept on `listener` in a daemon thread, handing `each` every connection, until the listener is closed."""
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            each(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every file below `root` (but SQLite's -shm and -wal) and its SHA-256: what a read-only command must leave."""
+    import hashlib
+
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.endswith(("-shm", "-wal"))
+    }
+
+
+def ran_ok(done: Any) -> str:
+    """A finished process (subprocess.CompletedProcess) that exited 0; its stdout."""
+    assert done.returncode == 0, done.stdout + done.stderr
+    return str(done.stdout)
 
 
 def nest(root: Path, depth: int, leaf: str | None = None) -> None:

@@ -41,6 +41,14 @@ SHELL_TOOL = {
     "codex": ("exec_command", "cmd"),
     "hermes-agent": ("terminal", "command"),
 }
+
+
+def shell(kind: str, command: str) -> ToolCall:
+    """The tool call a harness of `kind` makes to run `command` in its shell."""
+    tool, argument = SHELL_TOOL[kind]
+    return ToolCall(tool, {argument: command})
+
+
 # The name a tool call's step has in the action trace (codex names the item, not the model's function).
 TRACE_TOOL = {"claude-code": "Bash", "codex": "command_execution", "hermes-agent": "terminal"}
 STYLE = {"claude-code": "claude-like", "codex": "codex-like", "hermes-agent": "hermes-like"}

@@ -16,7 +16,7 @@ import pytest
 from harness.record import Clis, record_all
 from harness.scenarios import SCENARIOS
 from pydantic import TypeAdapter
-from support import REPO, harness_fixture, reference_dir, serve_in_thread, write_config
+from support import REPO, harness_fixture, harness_sample, reference_dir, serve_in_thread, write_config
 from test_adapter_builders import ctx
 from test_fixtures import MANIFEST, REFERENCE_SAMPLES
 
@@ -31,16 +31,11 @@ from agentd.attempt.outcome import extract_outcome
 from agentd.records import AdapterConfig, TokenPrice
 from agentd.work.validation import load_config
 
-
-def sample(name: str) -> str:
-    return harness_fixture(name).read_text(encoding="utf-8")
-
-
 # --- claude ---------------------------------------------------------------------------------------
 
 
 def test_claude_success_gives_text_cost_tokens_and_model() -> None:
-    run = parse_claude_output(sample("claude_json_success.json"))
+    run = parse_claude_output(harness_sample("claude_json_success.json"))
     assert run.finished and run.succeeded and run.failure is None
     assert run.final_message == 'Hi from fake. ```json\n{"outcome": "ok"}\n```'
     assert run.usage == Usage(
@@ -51,8 +46,8 @@ def test_claude_success_gives_text_cost_tokens_and_model() -> None:
 
 @pytest.mark.parametrize(("name", "status"), [("claude_json_http500.json", 500), ("claude_json_http429.json", 429)])
 def test_claude_api_errors_fail_although_subtype_says_success(name: str, status: int) -> None:
-    run = parse_claude_output(sample(name))
-    assert json.loads(sample(name))["subtype"] == "success"
+    run = parse_claude_output(harness_sample(name))
+    assert json.loads(harness_sample(name))["subtype"] == "success"
     assert run.finished and not run.succeeded
     assert run.diagnostics["api_error_status"] == status
     assert run.failure and run.failure.startswith("API Error:")
@@ -60,29 +55,29 @@ def test_claude_api_errors_fail_although_subtype_says_success(name: str, status:
 
 
 def test_claude_max_turns_and_no_api_key_are_failures() -> None:
-    turns = parse_claude_output(sample("claude_json_error_max_turns.json"))
+    turns = parse_claude_output(harness_sample("claude_json_error_max_turns.json"))
     assert not turns.succeeded and turns.failure == "Reached maximum number of turns (1)"
-    key = parse_claude_output(sample("claude_json_no_api_key.json"))
+    key = parse_claude_output(harness_sample("claude_json_no_api_key.json"))
     assert not key.succeeded and "Not logged in" in (key.failure or "")
 
 
 def test_claude_permission_denied_succeeds_but_counts_the_denial() -> None:
-    run = parse_claude_output(sample("claude_json_permission_denied.json"))
+    run = parse_claude_output(harness_sample("claude_json_permission_denied.json"))
     assert run.succeeded and run.diagnostics["permission_denials"] >= 1
 
 
 def test_claude_stream_json_keeps_the_tool_trace() -> None:
-    run = parse_claude_output(sample("claude_stream_json_tool_use.jsonl"))
+    run = parse_claude_output(harness_sample("claude_stream_json_tool_use.jsonl"))
     assert run.succeeded and run.diagnostics["tool_uses"] == ["Bash"]
     assert run.model == "claude-sonnet-4-5" and run.usage.cost_usd == pytest.approx(0.000276)
     assert extract_outcome(None, run.final_message).problem is not None  # a ```json block, but not a TaskOutcome
-    failed = parse_claude_output(sample("claude_stream_json_http500.jsonl"))
+    failed = parse_claude_output(harness_sample("claude_stream_json_http500.jsonl"))
     assert not failed.succeeded and failed.diagnostics["api_error_status"] == 500
 
 
 def test_claude_text_mode_and_a_cut_stream_are_not_finished() -> None:
-    assert not parse_claude_output(sample("claude_text_http500.txt")).finished
-    init_only = sample("claude_stream_json_tool_use.jsonl").splitlines()[0]
+    assert not parse_claude_output(harness_sample("claude_text_http500.txt")).finished
+    init_only = harness_sample("claude_stream_json_tool_use.jsonl").splitlines()[0]
     cut = parse_claude_output(init_only)
     assert not cut.finished and "no result record" in (cut.failure or "")
 
@@ -91,20 +86,20 @@ def test_claude_text_mode_and_a_cut_stream_are_not_finished() -> None:
 
 
 def test_codex_success_gives_text_and_tokens() -> None:
-    run = parse_codex_events(sample("codex_exec_json_success.jsonl"))
+    run = parse_codex_events(harness_sample("codex_exec_json_success.jsonl"))
     assert run.finished and run.succeeded
-    assert run.final_message == sample("codex_output_last_message.txt").rstrip("\n")
+    assert run.final_message == harness_sample("codex_output_last_message.txt").rstrip("\n")
     assert (run.usage.input_tokens, run.usage.output_tokens, run.usage.cache_read_tokens) == (11, 7, 0)
     assert run.usage.cost_usd is None  # codex reports no cost
 
 
 def test_an_error_item_alone_is_a_warning_not_a_failure() -> None:
-    run = parse_codex_events(sample("codex_exec_json_unknown_model_warning.jsonl"))
+    run = parse_codex_events(harness_sample("codex_exec_json_unknown_model_warning.jsonl"))
     assert run.succeeded and "Model metadata for `fake-model` not found" in run.diagnostics["warnings"][0]
 
 
 def test_codex_tool_use_lists_the_commands() -> None:
-    run = parse_codex_events(sample("codex_exec_json_tool_use.jsonl"))
+    run = parse_codex_events(harness_sample("codex_exec_json_tool_use.jsonl"))
     assert run.succeeded and "tool_marker.txt" in run.diagnostics["commands"][0]
     assert run.final_message and run.final_message.startswith("Done.")
 
@@ -118,13 +113,13 @@ def test_codex_tool_use_lists_the_commands() -> None:
     ],
 )
 def test_codex_turn_failed_is_a_failure(name: str, limited: bool) -> None:
-    run = parse_codex_events(sample(name))
+    run = parse_codex_events(harness_sample(name))
     assert run.finished and not run.succeeded and run.failure
     assert bool(RATE_LIMIT.search(run.failure)) == limited
 
 
 def test_codex_cut_off_before_turn_completed_is_not_finished() -> None:
-    head = "\n".join(sample("codex_exec_json_success.jsonl").splitlines()[:2])
+    head = "\n".join(harness_sample("codex_exec_json_success.jsonl").splitlines()[:2])
     assert not parse_codex_events(head).finished
 
 
@@ -139,11 +134,11 @@ def test_codex_cost_is_estimated_from_the_price_table() -> None:
 
 
 def test_hermes_success_is_judged_by_the_usage_file() -> None:
-    run = parse_hermes(sample("hermes_usage_success.json"), sample("hermes_oneshot_success.txt"))
-    assert run.succeeded and run.final_message == sample("hermes_oneshot_success.txt").strip()
+    run = parse_hermes(harness_sample("hermes_usage_success.json"), harness_sample("hermes_oneshot_success.txt"))
+    assert run.succeeded and run.final_message == harness_sample("hermes_oneshot_success.txt").strip()
     assert (run.usage.input_tokens, run.usage.output_tokens) == (11, 7)
     assert run.usage.cost_usd is None and run.diagnostics["cost_status"] == "unknown"
-    tool = parse_hermes(sample("hermes_usage_tool_use.json"), sample("hermes_oneshot_tool_use.txt"))
+    tool = parse_hermes(harness_sample("hermes_usage_tool_use.json"), harness_sample("hermes_oneshot_tool_use.txt"))
     assert tool.succeeded and extract_outcome(None, tool.final_message).source == "none"
     assert tool.diagnostics["api_calls"] == 2
 
@@ -157,9 +152,9 @@ def test_hermes_success_is_judged_by_the_usage_file() -> None:
     ],
 )
 def test_hermes_exit_0_with_failed_usage_is_a_failure(stdout: str, usage: str, limited: bool) -> None:
-    run = parse_hermes(sample(usage), sample(stdout))
+    run = parse_hermes(harness_sample(usage), harness_sample(stdout))
     assert run.finished and not run.succeeded and run.final_message is None
-    assert run.failure == sample(stdout).strip()
+    assert run.failure == harness_sample(stdout).strip()
     assert bool(RATE_LIMIT.search(run.failure)) == limited
 
 
@@ -173,8 +168,8 @@ def test_hermes_chat_mode_banner_is_not_mistaken_for_the_answer(tmp_path: Path) 
     text, and never takes a chat-mode transcript's ```json block for a TaskOutcome."""
     built = HermesAgentAdapter().build(ctx(tmp_path, {"kind": "hermes-agent", "base_url": "http://127.0.0.1:9/v1"}))
     assert built.argv[1] == "-z" and "-Q" not in built.argv
-    chat = sample("hermes_chat_q_quiet.txt")
-    run = parse_hermes(sample("hermes_usage_success.json"), chat)
+    chat = harness_sample("hermes_chat_q_quiet.txt")
+    run = parse_hermes(harness_sample("hermes_usage_success.json"), chat)
     assert run.final_message == chat.strip() and extract_outcome(None, run.final_message).source == "none"
 
 
@@ -183,7 +178,7 @@ def test_hermes_chat_mode_banner_is_not_mistaken_for_the_answer(tmp_path: Path) 
 
 def parsed_fixture(scenario: str) -> ParsedRun:
     files = MANIFEST[scenario]["files"]
-    return PARSERS[MANIFEST[scenario]["cli"]](lambda suffix: sample(next(f for f in files if suffix in f)))
+    return PARSERS[MANIFEST[scenario]["cli"]](lambda suffix: harness_sample(next(f for f in files if suffix in f)))
 
 
 PARSERS: dict[str, Callable[[Callable[[str], str]], ParsedRun]] = {
@@ -277,7 +272,7 @@ async def test_the_ollama_adapter_reads_the_recorded_answer(tmp_path: Path, name
         )
         run = await OllamaGenerateAdapter().execute(context, no_pid)
     assert run.ok and run.failure is None, run.failure
-    assert run.final_message == json.loads(sample("ollama_generate_nostream.json"))["response"]
+    assert run.final_message == json.loads(harness_sample("ollama_generate_nostream.json"))["response"]
     assert (run.usage.input_tokens, run.usage.output_tokens) == (11, 7)
     assert run.model == "fake-model" and run.diagnostics["done_reason"] == "stop"
     assert context.paths.stdout.read_bytes().splitlines() == recorded.splitlines()  # the evidence is the answer

@@ -11,7 +11,7 @@ from typing import Any
 
 import privsep
 import pytest
-from support import wait_until
+from support import ran_ok, wait_until
 
 
 def hostile_payload(agent: privsep.PrivAgent, **more: Any) -> str:
@@ -19,20 +19,13 @@ def hostile_payload(agent: privsep.PrivAgent, **more: Any) -> str:
     return json.dumps({"report": "hostile-report.json", **files, **more})
 
 
-def ok(done: Any) -> str:
-    assert done.returncode == 0, done.stderr
-    return str(done.stdout)
-
-
 @pytest.mark.deep
 @pytest.mark.process
 def test_an_attempt_that_tries_to_act_as_its_operator_fails_at_every_try() -> None:
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ok(agent.as_service("init"))
-        held = json.loads(ok(agent.as_operator("task", "add", "--type", "example", "--require-approval", "--json")))
+    with privsep.initialised_agent() as agent:
+        held = json.loads(ran_ok(agent.as_operator("task", "add", "--type", "example", "--require-approval", "--json")))
         payload = hostile_payload(agent, approve=held["task_id"])
-        ok(agent.as_operator("task", "add", "--type", "hostile", "--payload", payload))
+        ran_ok(agent.as_operator("task", "add", "--type", "hostile", "--payload", payload))
         ran = agent.as_service("dispatch", "--until-idle")
         assert ran.returncode == 0, ran.stderr
         assert f"attempts run as {agent.run}" in ran.stderr
@@ -44,11 +37,11 @@ def test_an_attempt_that_tries_to_act_as_its_operator_fails_at_every_try() -> No
         [processes] = [t for t in tries if t["name"].startswith("reach another user's process")]
         assert processes["detail"].startswith("PermissionError: none of "), processes  # it found some to try
 
-        approvals = json.loads(ok(agent.as_operator("approvals", "--json")))
+        approvals = json.loads(ran_ok(agent.as_operator("approvals", "--json")))
         assert [a["task_id"] for a in approvals] == [held["task_id"]]  # still held
-        tasks = json.loads(ok(agent.as_operator("task", "list", "--json")))
+        tasks = json.loads(ran_ok(agent.as_operator("task", "list", "--json")))
         assert not any(t["source"] == "operator:x" for t in tasks)
-        events = [json.loads(line) for line in ok(agent.as_operator("events", "--json")).splitlines()]
+        events = [json.loads(line) for line in ran_ok(agent.as_operator("events", "--json")).splitlines()]
         assert not {"dispatch_paused", "dispatch_resumed", "approval_resolved"} & {e["type"] for e in events}
         hostile = next(t for t in tasks if t["task_type"] == "hostile")
         assert hostile["status"] == "completed"
@@ -61,14 +54,12 @@ def test_an_attempt_that_tries_to_act_as_its_operator_fails_at_every_try() -> No
 def test_a_stubborn_attempt_and_its_daemon_are_stopped_without_a_kill_capability() -> None:
     """The service holds no CAP_KILL: the run user's own `kill` stops the group at the timeout, and the
     attempt's cgroup ends the setsid daemon it left."""
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         payload = json.dumps({"stubborn": True, "daemon": "daemon.pid", "sleep_s": 600})
-        ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", payload))
+        ran_ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", payload))
         ran = agent.as_service("dispatch", "--until-idle")
         assert ran.returncode == 0, ran.stderr
-        [task] = json.loads(ok(agent.as_operator("task", "list", "--json")))
+        [task] = json.loads(ran_ok(agent.as_operator("task", "list", "--json")))
         assert task["status"] == "retryable_failure" and "timed out" in (task["last_error"] or "")
         assert agent.processes_of(agent.run) == []  # the group, the stubborn grandchild and the daemon
 
@@ -81,17 +72,15 @@ def test_an_attempt_that_changes_its_workspaces_mode_stops_no_service_and_no_lat
     $AGENTD_WORKSPACE` made every service fail at its next start (the service's own chmod refused), and
     left every later attempt's files unreadable to the services. Now the mode is put back by a process of
     the run user, at each start and before each attempt."""
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         done = {"status": "completed", "machine_status": "ok", "operator_summary": "done", "artifact_paths": ["a.txt"]}
         first = json.dumps({"files": {"a.txt": "first"}, "outcome": done, "chmod_workspace": mode})
-        ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", first))
+        ran_ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", first))
         second = json.dumps({"files": {"a.txt": "second"}, "outcome": done})
-        ok(agent.as_operator("task", "add", "--type", "scripted", "--priority", "9", "--payload", second))
+        ran_ok(agent.as_operator("task", "add", "--type", "scripted", "--priority", "9", "--payload", second))
         ran = agent.as_service("dispatch", "--until-idle")
         assert ran.returncode == 0, ran.stderr
-        tasks = {t["task_id"]: t for t in json.loads(ok(agent.as_operator("task", "list", "--json")))}
+        tasks = {t["task_id"]: t for t in json.loads(ran_ok(agent.as_operator("task", "list", "--json")))}
         first_ends = "retryable_failure" if mode == "700" else "completed"  # it hid its own artifact from agentd
         assert [tasks[n]["status"] for n in (1, 2)] == [first_ends, "completed"], tasks
         assert agent.workspace.stat().st_mode & 0o7777 == 0o770
@@ -105,14 +94,12 @@ def test_an_attempt_that_changes_its_workspaces_mode_stops_no_service_and_no_lat
 
 @pytest.mark.process
 def test_a_planted_link_in_the_result_is_refused_and_never_followed() -> None:
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         secret = agent.state_dir / "agentd.db"
         payload = json.dumps({"result_symlink": str(secret)})
-        ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", payload))
+        ran_ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", payload))
         assert agent.as_service("dispatch", "--until-idle").returncode == 0
-        shown = json.loads(ok(agent.as_operator("task", "show", "1", "--json")))
+        shown = json.loads(ran_ok(agent.as_operator("task", "show", "1", "--json")))
         attempt = shown["attempts"][0]
         assert "symbolic link" in attempt["diagnostics"]["outcome_problem"], attempt["diagnostics"]
         evidence = agent.state_dir / "attempts" / "1" / attempt["attempt_id"]
@@ -124,10 +111,10 @@ def test_a_planted_link_in_the_result_is_refused_and_never_followed() -> None:
 def test_two_agents_on_one_vm_share_no_writable_path() -> None:
     privsep.require()
     with privsep.priv_agent() as beta, privsep.priv_agent() as alpha:
-        ok(beta.as_service("init"))
-        ok(alpha.as_service("init"))
+        ran_ok(beta.as_service("init"))
+        ran_ok(alpha.as_service("init"))
         payload = hostile_payload(alpha, other_workspace=str(beta.workspace))
-        ok(alpha.as_operator("task", "add", "--type", "hostile", "--payload", payload))
+        ran_ok(alpha.as_operator("task", "add", "--type", "hostile", "--payload", payload))
         assert alpha.as_service("dispatch", "--until-idle").returncode == 0
         tries = json.loads((alpha.workspace / "hostile-report.json").read_text())
         [planted] = [t for t in tries if t["name"] == "write another agent's workspace"]
@@ -169,13 +156,13 @@ def test_a_sensor_runs_as_its_user_and_what_it_leaves_is_ended_by_its_marker(own
     privsep.require()
     with privsep.priv_agent(None if own_user else without_sensor_user) as agent:
         add_sensor(agent, "leaky", SENSOR)
-        ok(agent.as_service("init"))
+        ran_ok(agent.as_service("init"))
         ran = agent.as_service("sensors", "--once", delegated=False)
         assert ran.returncode == 0, ran.stderr
         user = agent.sensors if own_user else agent.run
         said = f"sensors run as {agent.sensors} (uid" if own_user else "sensors run as that user too"
         assert said in ran.stderr, "the start line says who sensors run as"
-        events = [json.loads(line) for line in ok(agent.as_operator("events", "--json")).splitlines()]
+        events = [json.loads(line) for line in ran_ok(agent.as_operator("events", "--json")).splitlines()]
         assert [e["type"] for e in events].count("sensor_event_recorded") == 1
         home = agent.sensor_home / "leaky" if own_user else agent.run_area / "runs" / "sensors" / "leaky"
         assert (home / "daemon.pid").stat().st_uid == agent.uid(user)  # the sensor ran as its user; its daemon started
@@ -231,7 +218,7 @@ def test_an_attempts_user_cannot_reach_a_running_sensor_or_its_folder() -> None:
     python = privsep.reachable_python()
     with privsep.priv_agent() as agent:
         add_sensor(agent, "watcher", WAITING_SENSOR)
-        ok(agent.as_service("init"))
+        ran_ok(agent.as_service("init"))
         service = subprocess.Popen(agent.service_argv("sensors", "--once", delegated=False), env=agent.env())
         try:
             home = agent.sensor_home / "watcher"
@@ -266,18 +253,16 @@ def test_an_attempts_user_cannot_reach_a_running_sensor_or_its_folder() -> None:
 @pytest.mark.deep
 @pytest.mark.process
 def test_status_names_the_sensor_user_and_says_when_its_home_would_let_an_attempt_in() -> None:
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         sensors = agent.uid(agent.sensors)
-        line = json.loads(ok(agent.as_operator("status", "--json")))["boundary"]["line"]
+        line = json.loads(ran_ok(agent.as_operator("status", "--json")))["boundary"]["line"]
         assert line.endswith(f"sensors run as {agent.sensors} (uid {sensors}), out of the attempts' reach"), line
-        assert f"boundary: {line}\n" in ok(agent.as_operator("config", "check")), "config check says it too"
+        assert f"boundary: {line}\n" in ran_ok(agent.as_operator("config", "check")), "config check says it too"
         agent.sensor_home.chmod(0o770)
-        line = json.loads(ok(agent.as_operator("status", "--json")))["boundary"]["line"]
+        line = json.loads(ran_ok(agent.as_operator("status", "--json")))["boundary"]["line"]
         assert f"; no sensor can start: sensors.run_as: {agent.sensors}'s home" in line, line
         assert "expected 0700" in line
-        checked = json.loads(ok(agent.as_operator("config", "check", "--json")))
+        checked = json.loads(ran_ok(agent.as_operator("config", "check", "--json")))
         assert checked["ok"] and checked["boundary"]["line"] == line, "the config is fine; the machine is not"
 
 
@@ -285,9 +270,7 @@ def test_status_names_the_sensor_user_and_says_when_its_home_would_let_an_attemp
 @pytest.mark.process
 @pytest.mark.parametrize("loosened", ["group may enter", "a link", "the run user's"])
 def test_the_sensor_service_refuses_to_start_when_the_sensor_home_is_not_the_sensor_users_alone(loosened: str) -> None:
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         home = agent.sensor_home
         if loosened == "group may enter":
             home.chmod(0o750)
@@ -308,21 +291,19 @@ def test_a_replay_runs_as_the_attempt_ran_never_as_its_operator() -> None:
     """`agentd replay` ran the attempt's command again as whoever asked (root, or the services' user, who
     owns the database and the env files), with the attempt's own stdin: a task an attempt shaped could
     have its script run with the operator's rights. Now it runs as the run user, or not at all."""
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         payload = json.dumps({"whoami": True, "outcome": {"status": "completed", "machine_status": "ok",
                                                          "operator_summary": "ran"}})  # fmt: skip
-        ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", payload))
+        ran_ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", payload))
         assert agent.as_service("dispatch", "--until-idle").returncode == 0
-        [task] = json.loads(ok(agent.as_operator("task", "list", "--json")))
-        shown = json.loads(ok(agent.as_operator("task", "show", str(task["task_id"]), "--json")))
+        [task] = json.loads(ran_ok(agent.as_operator("task", "list", "--json")))
+        shown = json.loads(ran_ok(agent.as_operator("task", "show", str(task["task_id"]), "--json")))
         attempt_id = shown["attempts"][0]["attempt_id"]
         for replayed in (
             agent.as_operator("replay", attempt_id, "--json"),
             agent.as_service("replay", attempt_id, "--json"),
         ):
-            verdict = json.loads(ok(replayed))
+            verdict = json.loads(ran_ok(replayed))
             assert verdict["verdict"] == "identical", verdict  # the same uid printed: the run user's
         assert agent.processes_of(agent.run) == []
 
@@ -333,9 +314,7 @@ def test_a_skill_command_the_operator_runs_acts_with_the_run_users_rights_only()
     """`agentd skills run` ran the skill's command in the workspace as whoever typed it: the workspace is
     the run user's, so a link an attempt left where the command writes (the example skill's notes.md)
     turned the operator's `notes add` into a write wherever the link pointed."""
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ok(agent.as_service("init"))
+    with privsep.initialised_agent() as agent:
         operators = agent.base / "etc" / "operators-file"
         operators.write_text("the operator's\n")
         operators.chmod(0o644)
@@ -345,7 +324,7 @@ def test_a_skill_command_the_operator_runs_acts_with_the_run_users_rights_only()
         assert followed.returncode != 0, followed.stdout
         assert operators.read_text() == "the operator's\n"
         planted.unlink()
-        ok(agent.as_operator("skills", "run", "example", "notes", "add", "hello"))
+        ran_ok(agent.as_operator("skills", "run", "example", "notes", "add", "hello"))
         assert planted.read_text() == "- hello\n" and planted.stat().st_uid == agent.uid(agent.run)
 
 
@@ -370,10 +349,10 @@ def test_a_sensor_cannot_reach_a_running_attempt_nor_forge_what_it_reports() -> 
             f'command = ["{privsep.REPO}/tests/adapters/hostile_sensor.py"]\n'
             f'env = {{ HOSTILE_TARGETS = "{targets}" }}\n'
         )
-        ok(agent.as_service("init"))
+        ran_ok(agent.as_service("init"))
         honest = {"status": "permanent_failure", "machine_status": "failed", "operator_summary": "honest: it failed"}
         payload = json.dumps({"sleep_s": 8, "outcome": honest})
-        ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", payload))
+        ran_ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", payload))
         dispatcher = subprocess.Popen(agent.service_argv("dispatch", "--until-idle"), env=agent.env())
         try:
             runs = agent.run_area / "runs"
@@ -394,7 +373,7 @@ def test_a_sensor_cannot_reach_a_running_attempt_nor_forge_what_it_reports() -> 
             if dispatcher.poll() is None:
                 dispatcher.kill()
                 dispatcher.wait()
-        [task] = json.loads(ok(agent.as_operator("task", "list", "--json")))
+        [task] = json.loads(ran_ok(agent.as_operator("task", "list", "--json")))
         assert task["status"] == "permanent_failure" and "FORGED" not in json.dumps(task), task
         assert not (agent.workspace / "planted-by-sensor").exists()
         verified = agent.as_operator("evidence", "verify")
@@ -409,14 +388,12 @@ def test_status_and_install_say_when_attempts_and_sensors_still_share_a_group() 
     them; install names the usermod line for each."""
     from agentd.process.privilege import not_in_own_group
 
-    privsep.require()
-    with privsep.priv_agent() as agent:
-        ok(agent.as_service("init"))
-        assert "out of the attempts' reach" in ok(agent.as_operator("status"))
+    with privsep.initialised_agent() as agent:
+        assert "out of the attempts' reach" in ran_ok(agent.as_operator("status"))
         assert not_in_own_group(agent.run) is None and not_in_own_group(agent.sensors) is None
         for user in (agent.run, agent.sensors):  # as an older install left them
             subprocess.run(["usermod", "-g", agent.service, user], check=True, capture_output=True)
-        status = ok(agent.as_operator("status"))
+        status = ran_ok(agent.as_operator("status"))
         gid = pwd.getpwnam(agent.service).pw_gid
         assert f"share group {gid} with the attempts" in status and f"usermod -g {agent.sensors}" in status, status
         said = not_in_own_group(agent.run)
@@ -442,15 +419,17 @@ def test_a_fork_bomb_ends_at_its_attempts_own_limit_and_never_stalls_the_dispatc
         if pids is None:
             pytest.skip("no cgroup v1 pids hierarchy here (a v2 host: the limit is set in the attempt's v2 cgroup)")
         (pids / "pids.max").write_text("128")
-        ok(agent.as_service("init"))
+        ran_ok(agent.as_service("init"))
         bomb = json.dumps({"forks": 1000, "outcome": {"status": "completed", "machine_status": "ok",
                                                        "operator_summary": "forked"}})  # fmt: skip
-        ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", bomb))
-        ok(agent.as_operator("task", "add", "--type", "example", "--priority", "9"))
+        ran_ok(agent.as_operator("task", "add", "--type", "scripted", "--payload", bomb))
+        ran_ok(agent.as_operator("task", "add", "--type", "example", "--priority", "9"))
         ran = agent.as_service("dispatch", "--until-idle", timeout=90)
         assert ran.returncode == 0, ran.stderr
-        first, second = sorted(json.loads(ok(agent.as_operator("task", "list", "--json"))), key=lambda t: t["task_id"])
-        shown = json.loads(ok(agent.as_operator("task", "show", str(first["task_id"]), "--json")))
+        first, second = sorted(
+            json.loads(ran_ok(agent.as_operator("task", "list", "--json"))), key=lambda t: t["task_id"]
+        )
+        shown = json.loads(ran_ok(agent.as_operator("task", "show", str(first["task_id"]), "--json")))
         attempt = shown["attempts"][-1]
         assert attempt["termination_reason"] == "pids_limit", attempt
         assert attempt["diagnostics"]["elapsed_s"] < 20, "ended at its limit, long before its 60 s timeout"

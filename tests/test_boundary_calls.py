@@ -9,7 +9,7 @@ from typing import Any
 
 import privsep
 import pytest
-from support import wait_until
+from support import ran_ok, wait_until
 
 DENIED = "touch denied_marker"
 HELD = "echo needs a person"
@@ -25,13 +25,8 @@ def _policy(raw: dict[str, Any]) -> None:
     }
 
 
-def ok(done: Any) -> str:
-    assert done.returncode == 0, done.stderr
-    return str(done.stdout)
-
-
 def _held_calls(agent: privsep.PrivAgent) -> list[dict[str, Any]]:
-    waiting = json.loads(ok(agent.as_operator("approvals", "--json")))
+    waiting = json.loads(ran_ok(agent.as_operator("approvals", "--json")))
     return [entry for entry in waiting if entry.get("scope") == "tool_call"]
 
 
@@ -40,11 +35,11 @@ def _held_calls(agent: privsep.PrivAgent) -> list[dict[str, Any]]:
 def test_an_attempt_cannot_answer_approve_or_unbind_its_own_tool_calls() -> None:
     privsep.require()
     with privsep.priv_agent(_policy) as agent:
-        ok(agent.as_service("init"))
+        ran_ok(agent.as_service("init"))
         told = agent.workspace / "held-call-id"
         payload = {"report": "calls-report.json", "denied_command": DENIED, "held_command": HELD}
         payload["held_call_file"] = str(told)
-        ok(agent.as_operator("task", "add", "--type", "hostile", "--payload", json.dumps(payload)))
+        ran_ok(agent.as_operator("task", "add", "--type", "hostile", "--payload", json.dumps(payload)))
         dispatcher = subprocess.Popen(
             agent.service_argv("dispatch", "--until-idle"), env=agent.env(), stderr=subprocess.PIPE, text=True
         )
@@ -64,7 +59,7 @@ def test_an_attempt_cannot_answer_approve_or_unbind_its_own_tool_calls() -> None
         assert {"unlink the policy socket", "answer its own question (a forged request)"} <= names
         assert {"agentd approve --call", "run its held call without a person"} <= names
         assert [t for t in tries if t["succeeded"]] == [], json.dumps(tries, indent=1)
-        events = [json.loads(line) for line in ok(agent.as_operator("events", "--json")).splitlines()]
+        events = [json.loads(line) for line in ran_ok(agent.as_operator("events", "--json")).splitlines()]
         allowed = [e for e in events if e["type"] == "tool_call_allowed"]
         assert allowed == [], allowed
         denied = {e["payload"]["summary"]: e["payload"] for e in events if e["type"] == "tool_call_denied"}

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
-from support import agent_config, examples
+from support import agent_config, budgeted, examples
 
 from agentd.attempt.prepare import plan_attempt
 from agentd.config.budget import AdapterSpend, Spend, budget_hold, day_start
@@ -30,21 +30,6 @@ def costing(usd: float) -> dict[str, Any]:
     """A scripted task whose attempt completes and reports `usd` spent."""
     outcome = {"status": "completed", "machine_status": "ok", "operator_summary": "spent"}
     return {"outcome": outcome, "usage": {"cost_usd": usd, "input_tokens": 1000}}
-
-
-def budgeted(**budget: Any) -> Callable[[dict[str, Any]], None]:
-    def mutate(raw: dict[str, Any]) -> None:
-        raw["budget"] = budget
-
-    return mutate
-
-
-async def drain(rig: Rig) -> int:
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    claimed = await dispatcher.run_until_idle()
-    await dispatcher.stop()
-    return claimed
 
 
 def status_of(rig: Rig, task_id: int) -> str:
@@ -70,12 +55,12 @@ async def test_past_the_daily_cap_only_urgent_tasks_run_until_the_next_utc_day(
 ) -> None:
     rig = rig_factory(budgeted(daily_usd=1))
     first = rig.add("scripted", payload=costing(0.60))
-    assert await drain(rig) == 1
+    assert await rig.drain() == 1
     low = rig.add("scripted", payload=costing(0.60), priority=5)
     urgent = rig.add("scripted", payload=costing(0.60), priority=1)
-    assert await drain(rig) == 1  # $0.60 spent, the next attempt may cost as much: past $1
+    assert await rig.drain() == 1  # $0.60 spent, the next attempt may cost as much: past $1
     assert [status_of(rig, t.task_id) for t in (first, low, urgent)] == ["completed", "pending", "completed"]
-    assert await drain(rig) == 0  # a restart changes nothing: the spend is read from the attempts
+    assert await rig.drain() == 0  # a restart changes nothing: the spend is read from the attempts
 
     shown = snapshot(rig.config, rig.store, rig.clock.now())
     assert shown["waiting"]["budget"] == 1
@@ -91,7 +76,7 @@ async def test_past_the_daily_cap_only_urgent_tasks_run_until_the_next_utc_day(
     assert [e.payload["waiting"] for e in held] == [1, 1]  # once in each dispatcher run that met the hold
 
     rig.clock.advance((day_start(rig.clock.now()).replace(day=23) - rig.clock.now()).total_seconds())
-    assert await drain(rig) == 1  # a new UTC day, a new budget
+    assert await rig.drain() == 1  # a new UTC day, a new budget
     assert status_of(rig, low.task_id) == "completed"
     found = gauges(rig)  # today's spend is the one attempt since midnight; past the cap again
     assert found[("agentd_budget_spent_usd", (("adapter", "scripted"), ("estimated", "0")))] == pytest.approx(0.6)
@@ -102,11 +87,11 @@ async def test_past_the_daily_cap_only_urgent_tasks_run_until_the_next_utc_day(
 async def test_an_adapter_past_its_own_cap_holds_only_its_tasks(rig_factory: Callable[..., Rig]) -> None:
     rig = rig_factory(budgeted(adapter_daily_usd={"scripted": 0.5}))
     rig.add("scripted", payload=costing(0.60))
-    assert await drain(rig) == 1
+    assert await rig.drain() == 1
     by_type = rig.add("scripted", payload=costing(0.01), priority=3)
     by_request = rig.add("example", requested_adapter_id="scripted", priority=3)
     elsewhere = rig.add("example", priority=9)
-    assert await drain(rig) == 1
+    assert await rig.drain() == 1
     assert [status_of(rig, t.task_id) for t in (by_type, by_request, elsewhere)] == ["pending", "pending", "completed"]
     outlook = budget_outlook(rig.store, rig.config, rig.clock.now())
     assert outlook is not None and outlook.hold is not None and outlook.waiting == 2
@@ -126,10 +111,10 @@ async def test_per_attempt_usd_reserves_room_for_the_next_attempt_and_caps_claud
     rig = rig_factory(mutate)
     assert rig.config.adapters["c"].max_budget_usd == 0.25  # type: ignore[union-attr]
     rig.add("scripted", payload=costing(0.80))
-    assert await drain(rig) == 1
+    assert await rig.drain() == 1
     second = rig.add("scripted", payload=costing(0.10), priority=3)
     urgent = rig.add("scripted", payload=costing(0.10), priority=2)
-    assert await drain(rig) == 1  # $0.80 + $0.25 would pass $1; priority 2 is urgent here
+    assert await rig.drain() == 1  # $0.80 + $0.25 would pass $1; priority 2 is urgent here
     assert (status_of(rig, second.task_id), status_of(rig, urgent.task_id)) == ("pending", "completed")
 
 
@@ -138,7 +123,7 @@ async def test_status_says_which_totals_are_estimates(rig_factory: Callable[...,
     rig = rig_factory(budgeted(daily_usd=5, adapter_daily_usd={"script": 1}))
     rig.clock.advance((datetime.now(UTC) - rig.clock.now()).total_seconds())  # the CLI reads the wall clock
     task = rig.add("scripted", payload=costing(0.5))
-    assert await drain(rig) == 1
+    assert await rig.drain() == 1
     rig.store._conn.execute("UPDATE task_attempts SET cost_estimated = 1 WHERE task_id = ?", (task.task_id,))
     shown = rig_cli(rig, "status")
     assert shown.code == 0

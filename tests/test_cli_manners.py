@@ -341,14 +341,12 @@ def bash_completes(script: str, lines: list[list[str]]) -> list[set[str]]:
         '_agentd; printf "%s\\n" "${COMPREPLY[*]}"\n'
         for words in lines
     )
-    done = subprocess.run(
-        ["bash", "-c", 'source <(cat "$1")\n' + calls, "bash", "/dev/stdin"],
-        input=script,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
+    return offered_by(["bash", "-c", 'source <(cat "$1")\n' + calls, "bash", "/dev/stdin"], script)
+
+
+def offered_by(argv: list[str], script: str) -> list[set[str]]:
+    """The words a shell run as `argv`, the completion script on its stdin, printed for each line."""
+    done = subprocess.run(argv, input=script, capture_output=True, text=True, check=True, timeout=60)
     assert done.stderr == ""
     return [set(line.split()) for line in done.stdout.splitlines()]
 
@@ -402,16 +400,7 @@ def zsh_completes(script: str, lines: list[list[str]]) -> list[set[str]]:
         f"words=({' '.join(shlex.quote(w) for w in words)}); CURRENT={len(words)}; _agentd; print\n" for words in lines
     )
     stubs = "compdef() { :; }; compadd() { print -rn -- ${@:2} ''; }; _files() { print -rn -- FILES ''; }\n"
-    done = subprocess.run(
-        ["zsh", "-f", "-c", stubs + 'source "$1"\n' + calls, "zsh", "/dev/stdin"],
-        input=script,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    assert done.stderr == ""
-    return [set(line.split()) for line in done.stdout.splitlines()]
+    return offered_by(["zsh", "-f", "-c", stubs + 'source "$1"\n' + calls, "zsh", "/dev/stdin"], script)
 
 
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed on this machine")

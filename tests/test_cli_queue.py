@@ -37,13 +37,6 @@ ALL_FIELDS = (
 )
 
 
-@pytest.fixture
-def initialised(cli: Any) -> Any:
-    result = cli("init")
-    assert result.code == 0, result.err
-    return cli
-
-
 def test_task_add_then_list_json_round_trips_every_field(initialised: Any) -> None:
     added = initialised("task", "add", *ALL_FIELDS, "--json")
     assert added.code == 0, added.err

@@ -148,9 +148,15 @@ def test_internal_name_cannot_be_overridden(monkeypatch: pytest.MonkeyPatch, sta
     ]
 
 
-def test_a_bad_environment_override_names_the_variable(monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:
-    monkeypatch.setenv("AGENTD_DISPATCH__GRACE_S", "soon")
+def the_problem_with(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> str:
+    """The one problem the example config has with the environment variable `name` set to `value`."""
+    monkeypatch.setenv(name, value)
     [problem] = problems_of(EXAMPLE_CONFIG)
+    return problem
+
+
+def test_a_bad_environment_override_names_the_variable(monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:
+    problem = the_problem_with(monkeypatch, "AGENTD_DISPATCH__GRACE_S", "soon")
     assert problem.startswith("AGENTD_DISPATCH__GRACE_S: dispatch.grace_s: input should be a valid number")
 
 
@@ -181,8 +187,7 @@ def test_text_where_json_belongs_is_refused_by_its_variable(monkeypatch: pytest.
 def test_an_optional_table_keeps_text_that_is_not_json_for_validation_to_refuse(
     monkeypatch: pytest.MonkeyPatch, state_dir: Path
 ) -> None:
-    monkeypatch.setenv("AGENTD_AGENT__ONCHAIN_IDENTITY", "none")
-    [problem] = problems_of(EXAMPLE_CONFIG)
+    problem = the_problem_with(monkeypatch, "AGENTD_AGENT__ONCHAIN_IDENTITY", "none")
     assert problem.startswith("AGENTD_AGENT__ONCHAIN_IDENTITY: agent.onchain_identity: input should be a valid dict")
 
 

@@ -5,7 +5,6 @@ submitter, and one word for one count across the console and the dispatcher's st
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 from inprocess import ok
@@ -21,12 +20,6 @@ pytestmark = pytest.mark.timeout(60)
 PAGES = ("/", "/tasks", "/tasks/1", "/approvals", "/events")
 RAW_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)")
 TIME = re.compile(r'<time datetime="([^"]+)" title="([^"]+)">([^<]+)</time>')
-
-
-@pytest.fixture
-def web(rig: Rig) -> Iterator[WebRig]:
-    with serving(rig) as served:
-        yield served
 
 
 def visible(html: str) -> str:
@@ -80,11 +73,7 @@ def test_the_dispatchers_idle_line_counts_with_the_consoles_word(web: WebRig) ->
 
 @pytest.mark.asyncio
 async def test_evidence_opens_in_the_console_with_a_way_back_and_the_task_verifies_there(rig: Rig) -> None:
-    task_id = rig.add("scripted", payload={"outcome": ok()}).task_id
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    task_id = await rig.completed_task()
     with serving(rig) as web:
         browser, _ = logged_in(web)
         links = re.findall(rf'href="(/tasks/{task_id}/evidence/[^"]+)"', browser.get(f"/tasks/{task_id}").text)

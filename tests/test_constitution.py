@@ -15,7 +15,7 @@ from typing import Any, get_args
 
 import pytest
 from rig import Rig
-from support import EXAMPLE_CONFIG, CliResult
+from support import EXAMPLE_CONFIG, CliResult, ok
 
 from agentd.cli import main
 from agentd.control import operator
@@ -26,10 +26,6 @@ from agentd.store import Store
 from agentd.work.validation import load_config
 
 NEW_SOUL = "# Soul\n\nI am careful, candid and brief.\nI say what I verified and what I did not.\n"
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
 def proposing(path: str = "proposal.md", document: str = "soul", reason: str = "be briefer") -> dict[str, Any]:

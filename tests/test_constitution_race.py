@@ -22,16 +22,14 @@ from typing import Any
 
 import pytest
 from rig import Rig
+from support import ok
+from test_constitution import soul
 
 from agentd.control.constitution import accept_proposal
 from agentd.errors import InputError
 from agentd.store import open_store
 
 NEW_SOUL = "# Soul\n\nI am careful, candid and brief.\n"
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
 async def propose(rig: Rig, text: str) -> str:
@@ -48,10 +46,6 @@ async def propose(rig: Rig, text: str) -> str:
         p.proposal_id for p in rig.store.constitution_proposals(include_decided=True) if p.proposal_id not in before
     ]
     return made
-
-
-def soul(rig: Rig) -> Path:
-    return Path(rig.config.constitution.soul_path)
 
 
 def sha256(data: bytes) -> str:

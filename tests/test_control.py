@@ -10,14 +10,9 @@ from typing import Any
 import anyio
 import pytest
 from rig import Rig
-
-from agentd.records import RuntimeEvent
+from support import events_of, ok
 
 pytestmark = pytest.mark.asyncio
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
 @pytest.fixture
@@ -39,10 +34,6 @@ async def drain(rig: Rig, *, processes: bool = False) -> int:
     return claimed
 
 
-def events(rig: Rig, kind: str, task_id: int | None = None) -> list[RuntimeEvent]:
-    return [e for e in rig.events(task_id) if e.type == kind]
-
-
 async def test_a_task_needing_approval_waits_across_restarts_until_approved(gated: Rig, rig_cli: Any) -> None:
     task = gated.add("scripted", subject="deploy", payload={"outcome": ok()})
     assert task.awaiting_approval
@@ -56,8 +47,8 @@ async def test_a_task_needing_approval_waits_across_restarts_until_approved(gate
     assert approved.code == 0 and f"approved by {getpass.getuser()}" in approved.out
     assert await drain(gated) == 1
     assert gated.store.get_task_or_raise(task.task_id).status == "completed"
-    [requested] = events(gated, "approval_requested", task.task_id)
-    [resolved] = events(gated, "approval_resolved", task.task_id)
+    [requested] = events_of(gated, "approval_requested", task.task_id)
+    [resolved] = events_of(gated, "approval_resolved", task.task_id)
     assert resolved.payload == {
         "approval_id": requested.payload["approval_id"],
         "decision": "approved",
@@ -76,7 +67,7 @@ async def test_deny_ends_it_operator_canceled_with_the_reason(gated: Rig, rig_cl
     assert ended.status == "operator_canceled" and not ended.awaiting_approval
     assert ended.outcome is not None
     assert ended.outcome.operator_summary == f"denied by {getpass.getuser()}: not during the freeze"
-    [resolved] = events(gated, "approval_resolved", task.task_id)
+    [resolved] = events_of(gated, "approval_resolved", task.task_id)
     assert (resolved.payload["decision"], resolved.payload["by"]) == ("denied", getpass.getuser())
     assert await drain(gated) == 0
     again = rig_cli(gated, "approve", str(task.task_id))
@@ -117,12 +108,12 @@ async def test_pause_lets_the_running_attempt_finish_and_holds_across_a_restart(
     status = rig_cli(rig, "status")
     assert "PAUSED   since" in status.out and f"by {getpass.getuser()}: maintenance" in status.out
     assert rig_cli(rig, "dispatch", "pause").out.startswith("dispatch was already paused since")
-    assert len(events(rig, "dispatch_paused")) == 1
+    assert len(events_of(rig, "dispatch_paused")) == 1
     resumed = rig_cli(rig, "dispatch", "resume")
     assert resumed.code == 0 and "dispatch resumed" in resumed.out
     assert await drain(rig) == 1
     assert rig.store.get_task_or_raise(second.task_id).status == "completed"
-    [event] = events(rig, "dispatch_resumed")
+    [event] = events_of(rig, "dispatch_resumed")
     assert event.payload["by"] == getpass.getuser()
     assert rig_cli(rig, "dispatch", "resume").out == "dispatch was not paused\n"
 
@@ -147,7 +138,7 @@ async def test_follow_ups_beyond_the_depth_cap_are_refused_and_recorded(bounded:
     tasks = {t.subject: t for t in bounded.store.list_tasks()}
     assert set(tasks) == {"root", "child"}
     assert (tasks["child"].parent_task_id, tasks["child"].delegation_depth) == (root.task_id, 1)
-    [refused] = events(bounded, "outbox_refused", tasks["child"].task_id)
+    [refused] = events_of(bounded, "outbox_refused", tasks["child"].task_id)
     assert "delegation depth 2 would exceed result_policy.max_follow_up_depth = 1" in refused.payload["reason"]
     shown = rig_cli(bounded, "task", "show", str(tasks["child"].task_id))
     assert f"follow-up of task {root.task_id}" in shown.out
@@ -158,7 +149,7 @@ async def test_follow_ups_beyond_the_per_outcome_cap_are_refused(bounded: Rig) -
     bounded.add("scripted", subject="root", payload={"outcome": ok(follow_up_tasks=three)})
     await drain(bounded)
     assert {t.subject for t in bounded.store.list_tasks()} == {"root", "f0", "f1"}
-    [refused] = events(bounded, "outbox_refused")
+    [refused] = events_of(bounded, "outbox_refused")
     assert "follow-up 3 exceeds result_policy.max_follow_ups_per_outcome = 2" in refused.payload["reason"]
 
 
@@ -194,13 +185,13 @@ async def test_side_effects_wait_in_the_outbox_until_approved(careful: Rig, rig_
     ]
     listed = rig_cli(careful, "approvals")
     assert "its follow-ups and messages" in listed.out and "1 follow-up task(s) and 1 external message(s)" in listed.out
-    [requested] = events(careful, "approval_requested", task.task_id)
+    [requested] = events_of(careful, "approval_requested", task.task_id)
     assert requested.payload["scope"] == "side_effects"
     approved = rig_cli(careful, "approve", str(task.task_id), "--note", "fine")
     assert approved.code == 0 and "follow-ups and messages go ahead" in approved.out
     assert await drain(careful) == 1  # the follow-up, enqueued by the outbox once approved
     assert sorted(t.subject for t in careful.store.list_tasks()) == ["next", "root"]
-    [resolved] = events(careful, "approval_resolved", task.task_id)
+    [resolved] = events_of(careful, "approval_resolved", task.task_id)
     assert (resolved.payload["decision"], resolved.payload["by"]) == ("approved", getpass.getuser())
     assert rig_cli(careful, "approve", str(task.task_id)).code == 2  # nothing waits any more
 
@@ -230,7 +221,7 @@ async def test_denied_side_effects_are_refused_with_who_and_why(careful: Rig, ri
     assert denied.code == 0 and "are refused" in denied.out
     assert await drain(careful) == 0
     assert careful.store.get_task_or_raise(task.task_id).status == "completed"
-    refused = events(careful, "outbox_refused", task.task_id)
+    refused = events_of(careful, "outbox_refused", task.task_id)
     assert sorted(e.payload["kind"] for e in refused) == ["external_message", "follow_up_task"]
     assert {e.payload["reason"] for e in refused} == {f"denied by {getpass.getuser()}: not today"}
     assert [t.subject for t in careful.store.list_tasks()] == ["root"]
@@ -241,7 +232,7 @@ async def test_a_canceled_task_waits_for_no_approval(gated: Rig, rig_cli: Any) -
     assert rig_cli(gated, "task", "cancel", str(task.task_id)).code == 0
     assert rig_cli(gated, "approvals", "--json").json() == []
     assert rig_cli(gated, "status", "--json").json()["waiting"]["approval"] == 0
-    [closed] = events(gated, "approval_resolved", task.task_id)
+    [closed] = events_of(gated, "approval_resolved", task.task_id)
     assert (closed.payload["decision"], closed.payload["by"]) == ("denied", getpass.getuser())  # who canceled it
     assert rig_cli(gated, "approve", str(task.task_id)).code == 2
 
@@ -293,7 +284,7 @@ async def test_a_follow_up_cannot_widen_the_profile_or_adapter_its_parent_had(de
     delegating.add("scripted", subject="root", payload={"outcome": ok(follow_up_tasks=wider)})
     await drain(delegating)
     assert {t.subject for t in delegating.store.list_tasks()} == {"root", "same as its parent"}
-    reasons = sorted(e.payload["reason"] for e in events(delegating, "outbox_refused"))
+    reasons = sorted(e.payload["reason"] for e in events_of(delegating, "outbox_refused"))
     assert "a follow-up may not choose an adapter other than its parent's ('scripted')" in reasons[0]
     assert "a follow-up may not choose a profile other than its parent's ('operator')" in reasons[1]
 
@@ -308,7 +299,7 @@ async def test_a_follow_up_keeps_the_stricter_caps_of_its_parent_and_its_own_pro
     # the child's own profile allows 1 deep and 1 per outcome: its children inherit that, never the root's 3
     assert tasks["child"].delegation_caps == {"max_depth": 1, "max_per_outcome": 1}
     assert set(tasks) == {"root", "child"}, set(tasks)
-    reasons = [e.payload["reason"] for e in events(delegating, "outbox_refused", tasks["child"].task_id)]
+    reasons = [e.payload["reason"] for e in events_of(delegating, "outbox_refused", tasks["child"].task_id)]
     assert any("max_follow_up_depth = 1" in r for r in reasons), reasons
 
 
@@ -319,5 +310,5 @@ async def test_a_tree_of_follow_ups_stops_at_max_descendants(delegating: Rig) ->
     await drain(delegating)
     tree = [t for t in delegating.store.list_tasks() if t.root_task_id == root.task_id]
     assert len(tree) == 4 and all(t.status == "completed" for t in tree)
-    [refused] = events(delegating, "outbox_refused")
+    [refused] = events_of(delegating, "outbox_refused")
     assert f"task {root.task_id} already has 4 descendants ([dispatch] max_descendants)" in refused.payload["reason"]

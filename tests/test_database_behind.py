@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 import pytest
 from rig import Rig
-from support import CliResult, agent_config, wait_until
+from support import CliResult, agent_config, ok, wait_until
 
 from agentd.cli import main
 from agentd.clock import FakeClock, SystemClock
@@ -38,10 +38,6 @@ from agentd.services.shell import Shell
 from agentd.store import Store, init_state_dir, migrate, open_store
 from agentd.work.intake import admit_task
 from agentd.work.validation import load_config
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
 def spooling(spool: Path) -> Callable[[dict[str, Any]], None]:

@@ -104,6 +104,15 @@ def one_line_exit(agent: Agent, process: subprocess.Popen[bytes], needle: str, w
     return f"{lines[0]} ({took:.1f}s)"
 
 
+def lose_database(agent: Agent, how: str) -> None:
+    """The database under a running service `deleted` (every file of it) or `replaced` (replace_database)."""
+    if how == "deleted":
+        for path in agent.database_files():
+            path.unlink(missing_ok=True)
+    else:
+        replace_database(agent)
+
+
 def replace_database(agent: Agent) -> None:
     """Another database file where the service's was (a restore done under it): a consistent copy,
     renamed over the path; the service's connection still has the old inode."""
@@ -122,11 +131,7 @@ def test_a_dispatcher_whose_database_is_deleted_or_replaced_exits_1_and_claims_n
     dispatcher = agent.start("dispatch")
     wait_until(lambda: agent.seen("SELECT count(*) FROM events WHERE type = 'task_started'"), 30, "a task to start")
     before = agent.folders()
-    if how == "deleted":
-        for path in agent.database_files():
-            path.unlink(missing_ok=True)
-    else:
-        replace_database(agent)
+    lose_database(agent, how)
     one_line_exit(agent, dispatcher, f"was {how}", within=20)
     claimed_after = agent.folders() - before
     assert len(claimed_after) <= 1, f"claimed after the database was {how}: {sorted(claimed_after)}"  # one in flight
@@ -136,9 +141,5 @@ def test_a_dispatcher_whose_database_is_deleted_or_replaced_exits_1_and_claims_n
 def test_the_sensor_service_exits_1_too(agent: Agent, how: str) -> None:
     sensors = agent.start("sensors")
     wait_until(lambda: agent.seen("SELECT count(*) FROM service_status WHERE service = 'sensors'"), 30, "its row")
-    if how == "deleted":
-        for path in agent.database_files():
-            path.unlink(missing_ok=True)
-    else:
-        replace_database(agent)
+    lose_database(agent, how)
     one_line_exit(agent, sensors, f"was {how}", within=20)

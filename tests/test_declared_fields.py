@@ -77,7 +77,6 @@ def test_a_settings_file_gone_since_the_config_loaded_stops_the_attempt_before_i
 ) -> None:
     """Issue 41: the files were judged when the config loaded and never again before a claim."""
     import anyio
-    from test_budget import drain
 
     there = tmp_path / "settings.json"
     there.write_text("{}")
@@ -89,7 +88,7 @@ def test_a_settings_file_gone_since_the_config_loaded_stops_the_attempt_before_i
     rig = rig_factory(mutate)
     task = rig.add(requested_adapter_id="claude")
     there.unlink()
-    anyio.run(drain, rig)
+    anyio.run(rig.drain)
     [attempt] = rig.store.attempts_of(task.task_id)
     assert attempt.termination_reason == "internal_error", attempt
     assert "autonomy.required_settings_files[0]" in (rig.store.get_task_or_raise(task.task_id).last_error or "")

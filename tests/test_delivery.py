@@ -23,7 +23,7 @@ from inprocess import in_process
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
-from support import CliResult, agent_config, run_main, serve_in_thread
+from support import CliResult, agent_config, ok, run_main, serve_in_thread
 from test_dispatch_process import Agent
 
 from agentd.cli import main
@@ -39,10 +39,6 @@ from agentd.store import Store
 from agentd.work.validation import load_config
 
 Mutate = Callable[[dict[str, Any]], None]
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
 def saying(*messages: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from rig import Rig
-from support import gone
+from support import gone, ok
 
 from agentd.evidence import verify_attempt_dir
 from agentd.process import containment
@@ -181,10 +181,6 @@ async def finish_one(rig: Rig, processes: bool = False, **payload: Any) -> TaskR
     await dispatcher.claim_and_run(rig.clock.now())
     await dispatcher.stop()
     return rig.store.get_task_or_raise(task.task_id)
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
 async def test_exit_0_without_an_outcome_is_not_completed(rig: Rig) -> None:

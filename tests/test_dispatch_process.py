@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import agent_config, alive, gone, wait_until
+from support import agent_config, alive, gone, ok, wait_until
 
 from agentd.cli import main
 from agentd.clock import SystemClock
@@ -26,10 +26,6 @@ from agentd.work.intake import admit_task
 from agentd.work.validation import load_config
 
 pytestmark = pytest.mark.process
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
 class Agent:

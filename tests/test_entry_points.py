@@ -29,6 +29,30 @@ def line_reader(stream: object) -> Queue[str]:
     return lines
 
 
+def rest_of(lines: Queue[str], quiet_s: float) -> str:
+    """What `lines` still brings, until it has said nothing for `quiet_s` seconds."""
+    seen = ""
+    while True:
+        try:
+            seen += lines.get(timeout=quiet_s)
+        except Empty:
+            return seen
+
+
+def make_run(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """`make run ARGS…` in the repo, in a session of its own (a Ctrl-C is sent to the whole group), its
+    stdout and stderr one text pipe."""
+    return subprocess.Popen(
+        ["make", "--no-print-directory", *args, "run"],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 def test_events_follow_streams_new_events(tmp_path: Path) -> None:
     env = {**os.environ, "AGENTD_PATHS__STATE_DIR": str(tmp_path / "s"), "AGENTD_PATHS__WORKSPACE": str(tmp_path / "w")}
     agentd = [sys.executable, "-m", "agentd", "--config", str(EXAMPLE_CONFIG)]
@@ -69,26 +93,14 @@ def test_make_run_works_end_to_end_and_ctrl_c_stops_both_services(tmp_path: Path
     the script adapter runs them, evidence appears, and Ctrl-C stops everything."""
     state, workspace = tmp_path / "s", tmp_path / "w"
     env = {**os.environ, "AGENTD_PATHS__STATE_DIR": str(state), "AGENTD_PATHS__WORKSPACE": str(workspace)}
-    with subprocess.Popen(
-        ["make", "--no-print-directory", "run"],
-        cwd=REPO,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    ) as make:
+    with make_run(env=env) as make:
         lines = line_reader(make.stdout)
         seen = ""
         while "workflow_completed" not in seen:
             seen += lines.get(timeout=60)
         os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
         make.wait(timeout=60)
-        while True:
-            try:
-                seen += lines.get(timeout=5)
-            except Empty:
-                break
+        seen += rest_of(lines, 5)
     assert "sensor_task_created" in seen and "sensor_workflow_created" in seen
     assert "task_finished" in seen and "dispatch_stopped" in seen
     assert "Traceback" not in seen

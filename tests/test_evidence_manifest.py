@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from rig import Rig
+from support import ok
 
 from agentd.evidence import MANIFEST, artifact_hash
 from agentd.evidence.verify import verify
@@ -22,10 +23,6 @@ from agentd.records import TaskAttempt
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.asyncio
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
 async def run(rig: Rig, task_type: str = "scripted", *, processes: bool = False, **fields: Any) -> TaskAttempt:

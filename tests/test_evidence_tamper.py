@@ -18,7 +18,6 @@ import pytest_asyncio
 from rig import Rig
 from support import CliResult
 
-from agentd.cli import main
 from agentd.records import TaskAttempt
 
 
@@ -27,22 +26,13 @@ async def filled(rig: Rig) -> Rig:
     """Two completed tasks, run by the real dispatcher (in-process adapters)."""
     rig.add("example", subject="first")
     rig.add("example", subject="second")
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain()
     return rig
 
 
 @pytest.fixture
-def agentd(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
-    def run(rig: Rig, *args: str) -> CliResult:
-        capsys.readouterr()
-        code = main(["--config", str(rig.config.path), *args])
-        captured = capsys.readouterr()
-        return CliResult(code, captured.out, captured.err)
-
-    return run
+def agentd(rig_cli: Callable[..., CliResult]) -> Callable[..., CliResult]:
+    return rig_cli
 
 
 def attempts(rig: Rig) -> list[TaskAttempt]:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -15,10 +14,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from rig import Rig
-from support import CliResult
+from support import CliResult, sql, tree
 
 from agentd import control
-from agentd.cli import main
 from agentd.evidence import MANIFEST, artifact_hash
 from agentd.records import TaskIntent
 from agentd.web.views import task_view
@@ -40,21 +38,11 @@ async def filled(rig: Rig) -> Rig:
 
 
 @pytest.fixture
-def verify(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
+def verify(rig_cli: Callable[..., CliResult]) -> Callable[..., CliResult]:
     def run(rig: Rig, *args: str, state_dir: Path | None = None) -> CliResult:
-        if state_dir is not None:
-            monkeypatch.setenv("AGENTD_PATHS__STATE_DIR", str(state_dir))
-        capsys.readouterr()
-        code = main(["--config", str(rig.config.path), "evidence", "verify", *args])
-        captured = capsys.readouterr()
-        return CliResult(code, captured.out, captured.err)
+        return rig_cli(rig, "evidence", "verify", *args, state_dir=state_dir)
 
     return run
-
-
-def sql(rig: Rig, statement: str, *params: Any) -> None:
-    with sqlite3.connect(rig.config.db_path) as conn:
-        conn.execute(statement, params)
 
 
 def head(rig: Rig) -> str:
@@ -75,14 +63,6 @@ async def test_an_untouched_state_dir_verifies_clean(filled: Rig, verify: Any) -
     assert result.out.startswith("clean: ") and f"head {head(filled)}" in result.out
     shown = verify(filled, "--json", "--expect-head", head(filled)).json()
     assert shown["ok"] is True and shown["attempts_checked"] == 4 and shown["findings"] == []
-
-
-def tree(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and not p.name.endswith(("-shm", "-wal"))
-    }
 
 
 @pytest.mark.asyncio
@@ -350,10 +330,7 @@ async def test_an_attempt_renames_only_its_manifest_and_removes_nothing_that_is_
     monkeypatch.setattr(os, "unlink", unlink)
     outcome = {"status": "completed", "machine_status": "ok", "operator_summary": "did it"}
     task = rig.add("scripted", payload={"outcome": outcome, "stdout": "hello", "stderr": "world"})
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain()
     monkeypatch.undo()
     (attempt,) = rig.store.attempts_of(task.task_id)
     assert attempt.ended_at is not None and attempt.evidence_dir is not None

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from rig import Rig
+from support import with_env_file
 from test_redaction_forms import SECRET, env_file
 from test_web_console import logged_in
 from webrig import serving
@@ -24,19 +25,9 @@ CAUSE = "FileNotFoundError: [Errno 2] No such file or directory: 'notes.txt'"
 
 async def failed_script(rig_factory: Callable[..., Rig], tmp_path: Path, stderr: str) -> tuple[Rig, int]:
     """A real script attempt that writes `stderr` (its ${API_KEY} the env_file's secret) and exits 1."""
-    path = env_file(tmp_path, "scripted.env")
-
-    def mutate(raw: dict[str, Any]) -> None:
-        for adapter in raw["adapters"]:
-            if adapter["adapter_id"] == "scripted":
-                adapter["env_file"] = str(path)
-
-    rig = rig_factory(mutate)
+    rig = rig_factory(with_env_file(env_file(tmp_path, "scripted.env")))
     task = rig.add("scripted", payload={"stderr": stderr, "exit": 1})
-    dispatcher = rig.dispatcher(processes=True)
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain(processes=True)
     assert rig.store.get_task_or_raise(task.task_id).status == "retryable_failure"
     return rig, task.task_id
 

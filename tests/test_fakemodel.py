@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from fakemodel import NO_TURN_LEFT, Fail, FakeModelServer, Hang, Reply, ToolCall
+from support import run_in_threads
 
 from agentd.services.demomodel.common import _go_duration
 
@@ -581,11 +582,7 @@ def test_concurrent_calls_each_take_one_turn(server: FakeModelServer, client: ht
         with lock:
             texts.append(text)
 
-    threads = [threading.Thread(target=one) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(5)
+    run_in_threads(one, [()] * 8, 5)
     assert sorted(texts) == sorted(f"r{n}" for n in range(8))
     assert server.turns_left == 0
 

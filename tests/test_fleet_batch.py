@@ -12,17 +12,13 @@ import psycopg
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import EXAMPLE_CONFIG, CliResult, examples, run_main
+from support import EXAMPLE_CONFIG, examples, fleet_cli
 
 from agentd.cli.fleet_submit import FIELDS, judge
 from agentd.clock import FakeClock
 from agentd.config import Config
 from agentd.errors import InputError
 from agentd.store.fleet import FleetQueue, Submission
-
-
-def fleet_cli(capsys: pytest.CaptureFixture[str], dsn: str, *args: str) -> CliResult:
-    return run_main(capsys, EXAMPLE_CONFIG, "fleet", *args, "--dsn", dsn)
 
 
 def lines_file(tmp_path: Path, lines: list[Any], name: str = "fleet.jsonl") -> Path:
@@ -221,28 +217,10 @@ def test_a_signal_while_a_fleet_batch_waits_on_stdin_ends_it_and_sends_nothing(
 ) -> None:
     """As `task add --batch -` (tests/test_task_batch.py): only the sending is guarded; a signal while
     the lines are read ends the command at once, in the same words and exit code as one between sends."""
-    import os
-    import signal
-    import subprocess
     import sys
 
-    from support import reading_stdin, wait_until
+    from support import stopped_while_reading
 
-    running = subprocess.Popen(
-        [sys.executable, "-m", "agentd", "--config", str(EXAMPLE_CONFIG), "fleet", "submit", "--batch", "-",
-         "--dsn", dsn],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ),
-    )  # fmt: skip
-    try:
-        assert running.stdin is not None
-        running.stdin.write(json.dumps(LINES[0]).encode() + b"\n")
-        running.stdin.flush()  # and kept open
-        wait_until(lambda: reading_stdin(running.pid), 60, "the batch waiting on stdin")
-        running.send_signal(getattr(signal, signal_name))
-        code = running.wait(timeout=30)
-    finally:
-        running.kill()
-        out, err = running.communicate()
-    assert code == 128 + getattr(signal, signal_name), err
-    assert err.decode() == f"agentd: stopped by {signal_name}; nothing was written\n" and out == b""
+    argv = [sys.executable, "-m", "agentd", "--config", str(EXAMPLE_CONFIG), "fleet", "submit", "--batch", "-"]
+    stopped_while_reading([*argv, "--dsn", dsn], json.dumps(LINES[0]).encode() + b"\n", signal_name)
     assert rows(dsn) == [{"events": {}}]

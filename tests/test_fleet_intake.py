@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from inprocess import in_process
 from rig import Rig
-from support import CliResult, examples
+from support import CliResult, attempt_planner, examples
 
 from agentd.config.settings import FleetSection
 from agentd.errors import InputError
@@ -32,11 +32,17 @@ ORIGIN = {"submitted_by": "alice", "dispatch_context": {**CONTEXT, "initiatedAt"
 
 
 @pytest.fixture
-def fleet_rig(rig_factory: Callable[..., Rig], dsn: str, tmp_path: Path) -> Callable[..., Rig]:
+def dsn_file(dsn: str, tmp_path: Path) -> Path:
+    """The test's database named in a file only its owner reads, as [fleet] dsn_file wants it."""
+    path = tmp_path / "fleet.dsn"
+    path.write_text(dsn + "\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def fleet_rig(rig_factory: Callable[..., Rig], dsn_file: Path) -> Callable[..., Rig]:
     """A rig whose [fleet] points at the test's database; `labels`, `max_local` as the test says."""
-    dsn_file = tmp_path / "fleet.dsn"
-    dsn_file.write_text(dsn + "\n")
-    dsn_file.chmod(0o600)
 
     def make(**fleet: Any) -> Rig:
         def mutate(raw: dict[str, Any]) -> None:
@@ -64,6 +70,23 @@ def dispatcher_of() -> Iterator[Callable[[Rig], Dispatcher]]:
     for dispatcher in made:
         if dispatcher.fleet is not None:
             dispatcher.fleet.close()
+
+
+async def claimed_here(
+    fleet_rig: Callable[..., Rig], queue: FleetQueue, dispatcher_of: Callable[[Rig], Dispatcher]
+) -> tuple[Rig, int, Dispatcher, FleetLink]:
+    """One fleet task submitted and taken into a new agent's queue by one round of its link."""
+    rig = fleet_rig()
+    [fleet_id] = submit(queue)
+    dispatcher = dispatcher_of(rig)
+    assert dispatcher.fleet is not None
+    await dispatcher.fleet.round()
+    return rig, fleet_id, dispatcher, dispatcher.fleet
+
+
+def lost_lease(rig: Rig, task_id: int, why: str) -> None:
+    lease = rig.store.fleet_lease_of(task_id)
+    assert lease is not None and lease["state"] == "lost" and why in lease["lost_reason"]
 
 
 @pytest.mark.asyncio
@@ -98,16 +121,12 @@ async def test_intake_takes_what_this_agent_can_run_into_its_own_queue(
 async def test_a_fleet_task_runs_once_confirmed_and_its_result_goes_back_with_the_evidence(
     fleet_rig: Callable[..., Rig], queue: FleetQueue, dispatcher_of: Callable[[Rig], Dispatcher]
 ) -> None:
-    rig = fleet_rig()
-    [fleet_id] = submit(queue)
-    dispatcher = dispatcher_of(rig)
-    assert dispatcher.fleet is not None
-    await dispatcher.fleet.round()
+    rig, fleet_id, dispatcher, link = await claimed_here(fleet_rig, queue, dispatcher_of)
     assert await dispatcher.run_until_idle() == 1
     [task] = rig.store.list_tasks()
     assert task.status == "completed"
     assert rig.store.fleet_lease_of(task.task_id)["confirmed_at"]  # type: ignore[index]
-    await dispatcher.fleet.round()  # the report
+    await link.round()  # the report
     done = queue.get(fleet_id)
     assert done.status == "completed" and done.result is not None
     [attempt] = rig.store.attempts_of(task.task_id)
@@ -118,7 +137,7 @@ async def test_a_fleet_task_runs_once_confirmed_and_its_result_goes_back_with_th
     assert done.result["chain_head"]["sequence"] <= head[0] and done.result["agent"] == rig.config.agent.agent_id
     assert rig.store.fleet_lease_of(task.task_id)["state"] == "reported"  # type: ignore[index]
     assert [e["type"] for e in queue.events(fleet_id)] == ["submitted", "claimed", "completed"]
-    await dispatcher.fleet.round()  # nothing more to say, nothing claimed again
+    await link.round()  # nothing more to say, nothing claimed again
     assert [e["type"] for e in queue.events(fleet_id)] == ["submitted", "claimed", "completed"]
 
 
@@ -135,20 +154,15 @@ def expire_and_rescue(queue: FleetQueue, fleet_id: int) -> Lease:
 async def test_a_lease_lost_before_the_attempt_means_no_attempt(
     fleet_rig: Callable[..., Rig], queue: FleetQueue, dispatcher_of: Callable[[Rig], Dispatcher]
 ) -> None:
-    rig = fleet_rig()
-    [fleet_id] = submit(queue)
-    dispatcher = dispatcher_of(rig)
-    assert dispatcher.fleet is not None
-    await dispatcher.fleet.round()
+    rig, fleet_id, dispatcher, link = await claimed_here(fleet_rig, queue, dispatcher_of)
     expire_and_rescue(queue, fleet_id)
-    rig.clock.advance(dispatcher.fleet.confirmed_s + 1)  # the claim's confirmation runs out
+    rig.clock.advance(link.confirmed_s + 1)  # the claim's confirmation runs out
     assert await dispatcher.run_until_idle() == 0  # unconfirmed: nothing started
-    await dispatcher.fleet.round()  # the renewal is refused: the lease is lost
+    await link.round()  # the renewal is refused: the lease is lost
     assert await dispatcher.run_until_idle() == 0
     [task] = rig.store.list_tasks()
     assert task.status == "operator_canceled" and rig.store.attempts_of(task.task_id) == []
-    lease = rig.store.fleet_lease_of(task.task_id)
-    assert lease is not None and lease["state"] == "lost" and "renewal refused" in lease["lost_reason"]
+    lost_lease(rig, task.task_id, "renewal refused")
     assert [e.type for e in rig.events(task.task_id)][-2:] == ["fleet_lease_lost", "task_finished"]
     assert queue.get(fleet_id).status == "leased" and queue.get(fleet_id).lease_agent == "rescuer"
     assert [e["detail"]["write"] for e in queue.events(fleet_id) if e["type"] == "refused"] == ["renew"]
@@ -158,20 +172,15 @@ async def test_a_lease_lost_before_the_attempt_means_no_attempt(
 async def test_a_rescuers_result_is_never_overwritten_by_the_agent_it_rescued(
     fleet_rig: Callable[..., Rig], queue: FleetQueue, dispatcher_of: Callable[[Rig], Dispatcher]
 ) -> None:
-    rig = fleet_rig()
-    [fleet_id] = submit(queue)
-    dispatcher = dispatcher_of(rig)
-    assert dispatcher.fleet is not None
-    await dispatcher.fleet.round()
+    rig, fleet_id, dispatcher, link = await claimed_here(fleet_rig, queue, dispatcher_of)
     assert await dispatcher.run_until_idle() == 1  # ran here, but was slow to report…
     rescue = expire_and_rescue(queue, fleet_id)
     assert queue.finish(fleet_id, rescue.token, "completed", {"summary": "the rescuer's"})
-    await dispatcher.fleet.round()
+    await link.round()
     assert queue.get(fleet_id).result == {"summary": "the rescuer's"}
     [task] = rig.store.list_tasks()
     assert task.status == "completed"  # the local record stays what it was
-    lease = rig.store.fleet_lease_of(task.task_id)
-    assert lease is not None and lease["state"] == "lost" and "result refused" in lease["lost_reason"]
+    lost_lease(rig, task.task_id, "result refused")
 
 
 @pytest.mark.asyncio
@@ -206,16 +215,12 @@ async def test_an_unreachable_fleet_defers_fleet_work_and_local_work_goes_on(
     caplog: pytest.LogCaptureFixture,
     broken: str,
 ) -> None:
-    rig = fleet_rig()
-    [fleet_id] = submit(queue)
-    dispatcher = dispatcher_of(rig)
-    assert dispatcher.fleet is not None
-    await dispatcher.fleet.round()
+    rig, fleet_id, dispatcher, link = await claimed_here(fleet_rig, queue, dispatcher_of)
     assert rig.config.fleet.dsn_file is not None
     rig.config.fleet.dsn_file.write_text(broken.format(tmp=tmp_path) + "\n")
-    dispatcher.fleet.close()  # the next call connects again, to nothing
-    rig.clock.advance(dispatcher.fleet.confirmed_s + 1)  # the claim's confirmation runs out
-    await dispatcher.fleet.step()  # it cannot be renewed: the fleet task is told it waits
+    link.close()  # the next call connects again, to nothing
+    rig.clock.advance(link.confirmed_s + 1)  # the claim's confirmation runs out
+    await link.step()  # it cannot be renewed: the fleet task is told it waits
     local = rig.add()
     assert await dispatcher.run_until_idle() == 1  # the local task ran; the fleet task waits
     assert rig.store.get_task_or_raise(local.task_id).status == "completed"
@@ -316,8 +321,7 @@ async def test_an_agent_without_a_fleet_drops_the_leases_it_held(
     await dispatcher.stop()
     [task] = rig.store.list_tasks()
     assert task.status == "operator_canceled" and rig.store.attempts_of(task.task_id) == []
-    lease = rig.store.fleet_lease_of(task.task_id)
-    assert lease is not None and lease["state"] == "lost" and "no longer has a fleet" in lease["lost_reason"]
+    lost_lease(rig, task.task_id, "no longer has a fleet")
 
 
 def test_the_fleet_metrics_count_and_leave_the_agent_to_the_scrape_target(
@@ -353,7 +357,7 @@ def test_the_fleet_metrics_count_and_leave_the_agent_to_the_scrape_target(
 @pytest.mark.asyncio
 async def test_a_providers_reset_one_agent_heard_holds_every_agent_on_the_same_key(
     rig_factory: Callable[..., Rig],
-    dsn: str,
+    dsn_file: Path,
     tmp_path: Path,
     queue: FleetQueue,
     dispatcher_of: Callable[[Rig], Dispatcher],
@@ -366,10 +370,6 @@ async def test_a_providers_reset_one_agent_heard_holds_every_agent_on_the_same_k
     from agentd.adapters.routes import key_digest
     from agentd.records import CredentialGroup, ProviderReset
     from agentd.store.resets import record_reset
-
-    dsn_file = tmp_path / "fleet.dsn"
-    dsn_file.write_text(dsn + "\n")
-    dsn_file.chmod(0o600)
 
     def agent(name: str, key: str) -> Rig:
         keys = tmp_path / f"{name}.env"
@@ -406,15 +406,7 @@ async def test_a_providers_reset_one_agent_heard_holds_every_agent_on_the_same_k
     on_claude = same_key.add("example", requested_adapter_id="claude")
     on_script = same_key.add("example")
     root, now = same_key.config.paths.state_dir, same_key.clock.now()
-    claimed = same_key.store.claim_next_task(now, "t", _plan(same_key), root)
+    claimed = same_key.store.claim_next_task(now, "t", attempt_planner(same_key), root)
     assert claimed is not None and claimed.task.task_id == on_script.task_id  # the other adapter's work goes on
     assert on_claude.task_id != claimed.task.task_id
-    assert same_key.store.claim_next_task(now, "t", _plan(same_key), root) is None
-
-
-def _plan(rig: Rig) -> Any:
-    import functools
-
-    from agentd.attempt.prepare import plan_attempt
-
-    return functools.partial(plan_attempt, rig.config)
+    assert same_key.store.claim_next_task(now, "t", attempt_planner(same_key), root) is None

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from support import EXAMPLE_CONFIG, CliResult, examples, run_main
+from support import EXAMPLE_CONFIG, examples, fleet_cli, run_in_threads, run_main
 
 from agentd.errors import InputError, SchemaMismatch
 from agentd.store.fleet import FleetQueue, fleet_migrations
@@ -110,20 +110,12 @@ def test_concurrent_claimers_never_take_the_same_task(dsn: str, queue: FleetQueu
         finally:
             mine.close()
 
-    threads = [threading.Thread(target=claimer, args=(f"a{i}",)) for i in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    run_in_threads(claimer, [(f"a{i}",) for i in range(8)], 120)
     assert sorted(taken) == sorted(set(taken)) and len(taken) == 200
     assert queue.counts()["tasks"]["completed"] == 200
 
 
 # --- the commands ------------------------------------------------------------------------------------
-
-
-def fleet_cli(capsys: pytest.CaptureFixture[str], dsn: str, *args: str) -> CliResult:
-    return run_main(capsys, EXAMPLE_CONFIG, "fleet", *args, "--dsn", dsn)
 
 
 def test_submit_judges_the_payload_as_task_add_does_and_writes_nothing_bad(

@@ -23,18 +23,13 @@ from typing import Any
 import pytest
 from fakemodel import Fail, Reply, ToolCall
 from support import wait_until
-from test_adapter_contract import SHELL_TOOL, Harness, harness_factory, outcome_message  # noqa: F401
+from test_adapter_contract import SHELL_TOOL, Harness, harness_factory, outcome_message, shell  # noqa: F401
 
 from agentd.cli import main
 from agentd.services.fleet import credentials_of
 from agentd.work.validation import load_config
 
 pytestmark = [pytest.mark.harness, pytest.mark.process]
-
-
-def shell(kind: str, command: str) -> ToolCall:
-    tool, argument = SHELL_TOOL[kind]
-    return ToolCall(tool, {argument: command})
 
 
 def through_gateway(network: bool = True, **more: Any) -> Any:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import secrets
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,14 +15,10 @@ from typing import Any
 import privsep
 import pytest
 from fakemodel import FakeModelServer, Reply
+from support import accept_each, ran_ok
 
 pytestmark = [pytest.mark.deep, pytest.mark.process]
 STAND_IN = Path(__file__).resolve().parent / "adapters" / "gateway_claude.py"
-
-
-def ok(done: Any) -> str:
-    assert done.returncode == 0, done.stdout + done.stderr
-    return str(done.stdout)
 
 
 class Listening:
@@ -33,16 +28,11 @@ class Listening:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.accepted = 0
-        threading.Thread(target=self._serve, daemon=True).start()
+        accept_each(self.sock, self._answer)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            conn.close()
+    def _answer(self, conn: socket.socket) -> None:
+        self.accepted += 1
+        conn.close()
 
 
 @pytest.fixture
@@ -93,11 +83,11 @@ def test_the_key_is_nowhere_the_attempt_can_read_and_every_call_reaches_the_upst
     with fake, privsep.priv_agent(stand_in(fake, probe, network)) as agent:
         with agent.env_file.open("a") as env_file:  # the services' own (0600): the attempt never reads it
             env_file.write(f"ANTHROPIC_API_KEY={key}\n")
-        ok(agent.as_service("init"))
-        ok(agent.as_operator("task", "add", "--type", "claude"))
+        ran_ok(agent.as_service("init"))
+        ran_ok(agent.as_operator("task", "add", "--type", "claude"))
         ran = agent.as_service("dispatch", "--until-idle")
         assert ran.returncode == 0, ran.stderr
-        [task] = json.loads(ok(agent.as_operator("task", "list", "--json")))
+        [task] = json.loads(ran_ok(agent.as_operator("task", "list", "--json")))
         assert task["status"] == "completed", task
         hunt = (agent.workspace / "hunt.txt").read_text()
         assert len(hunt) > 10_000 and "/proc/" in hunt, "the stand-in looked nowhere"
@@ -108,7 +98,7 @@ def test_the_key_is_nowhere_the_attempt_can_read_and_every_call_reaches_the_upst
         if network:  # its only ways out are agentd's
             assert probes["upstream"].startswith("refused") and probes["probe"].startswith("refused"), probes
             assert probe.accepted == 0
-        shown = json.loads(ok(agent.as_operator("task", "show", str(task["task_id"]), "--json")))
+        shown = json.loads(ran_ok(agent.as_operator("task", "show", str(task["task_id"]), "--json")))
         [attempt] = shown["attempts"]
         assert (attempt["usage"]["input_tokens"], attempt["usage"]["output_tokens"]) == (31, 9), attempt["usage"]
         assert attempt["diagnostics"]["harness_usage"]["output_tokens"] == 654321  # kept beside, never believed

@@ -59,10 +59,6 @@ RAW = [
 ]
 
 
-def sample(name: str) -> str:
-    return harness_fixture(name).read_text(encoding="utf-8")
-
-
 def records_of(*names: str) -> list[dict[str, Any]]:
     found = []
     for name in names:

@@ -20,7 +20,7 @@ from typing import Any
 import privsep
 import pytest
 from rig import Rig
-from support import alive, wait_until
+from support import alive, ran_ok, wait_until
 
 from agentd.adapters.base import PolicyHook
 from agentd.process import hook
@@ -218,11 +218,6 @@ def _rewrite(agent: privsep.PrivAgent, change: Any) -> None:
     agent.readable(agent.base / "etc")
 
 
-def ok(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
 @pytest.mark.deep
 @pytest.mark.process
 @pytest.mark.timeout(180)
@@ -232,12 +227,12 @@ def test_an_attempt_whose_hook_the_run_user_cannot_start_never_starts_and_every_
         _rewrite(agent, lambda raw: _claude_that_marks(raw, agent))
         with private_agentd(agent) as private:
             agent.bin = private
-            ok(agent.as_service("init"))
-            added = json.loads(ok(agent.as_operator("task", "add", "--type", "governed", "--json")))
+            ran_ok(agent.as_service("init"))
+            added = json.loads(ran_ok(agent.as_operator("task", "add", "--type", "governed", "--json")))
             dispatcher = subprocess.Popen(agent.service_argv("dispatch"), env=agent.env(), stderr=subprocess.PIPE)
             try:
                 shown = wait_until(lambda: _ended(agent, added["task_id"]), 60, "the task's first attempt to end")
-                status = ok(agent.as_operator("status"))
+                status = ran_ok(agent.as_operator("status"))
                 checked = agent.as_operator("config", "check")
             finally:
                 dispatcher.send_signal(signal.SIGTERM)
@@ -257,7 +252,7 @@ def test_an_attempt_whose_hook_the_run_user_cannot_start_never_starts_and_every_
 
 
 def _ended(agent: privsep.PrivAgent, task_id: int) -> dict[str, Any] | None:
-    shown = json.loads(ok(agent.as_operator("task", "show", str(task_id), "--json")))
+    shown = json.loads(ran_ok(agent.as_operator("task", "show", str(task_id), "--json")))
     return shown if shown["attempts"] and shown["attempts"][0].get("ended_at") else None
 
 
@@ -266,7 +261,7 @@ def test_config_check_checks_the_run_user_or_says_it_could_not() -> None:
     privsep.require()
     with privsep.priv_agent() as agent:
         _rewrite(agent, lambda raw: _claude_that_marks(raw, agent))
-        said = ok(agent.as_operator("config", "check"))
+        said = ran_ok(agent.as_operator("config", "check"))
         assert f"tool-call hook: the run user {agent.run} can start it" in said
         as_service = ["setpriv", f"--reuid={agent.service}", f"--regid={agent.service}", "--init-groups"]
         argv = [*as_service, str(agent.agentd), "--config", str(agent.config), "config", "check"]

@@ -15,6 +15,7 @@ from support import missing
 from test_dispatch import finish_one, ok
 
 from agentd.process import limits
+from agentd.records import TaskAttempt, TaskRecord
 
 pytestmark = pytest.mark.process
 
@@ -41,13 +42,19 @@ def require(controller: str) -> None:
             missing("CGROUP_LIMITS", f"no cgroup here may take a {controller} limit (v1 hierarchy or v2 controller)")
 
 
+async def ended_by(rig: Rig, reason: str, **work: Any) -> tuple[TaskRecord, TaskAttempt]:
+    """A real attempt doing `work` (tests/adapters/scripted.py) that its limit ended for `reason`."""
+    task = await finish_one(rig, processes=True, outcome=ok(), **work)
+    [attempt] = rig.store.attempts_of(task.task_id)
+    assert attempt.termination_reason == reason, (attempt.termination_reason, task.last_error)
+    return task, attempt
+
+
 @pytest.mark.asyncio
 async def test_a_fork_bomb_ends_its_attempt_at_its_pids_limit(rig_factory: Callable[..., Rig]) -> None:
     require("pids")
     rig = rig_factory(limited(max_pids=24))
-    task = await finish_one(rig, processes=True, forks=200, outcome=ok())
-    [attempt] = rig.store.attempts_of(task.task_id)
-    assert attempt.termination_reason == "pids_limit", (attempt.termination_reason, task.last_error)
+    task, attempt = await ended_by(rig, "pids_limit", forks=200)
     assert attempt.diagnostics["limit_hit"] == "pids" and attempt.diagnostics["failure_type"] == "resource_limit"
     assert task.status == "retryable_failure" and "[dispatch] max_pids" in (task.last_error or "")
     control = rig_factory(limited(max_pids=0))  # the control: no limit, the same children
@@ -58,9 +65,7 @@ async def test_a_fork_bomb_ends_its_attempt_at_its_pids_limit(rig_factory: Calla
 async def test_a_memory_hog_ends_its_attempt_at_its_memory_limit(rig_factory: Callable[..., Rig]) -> None:
     require("memory")
     rig = rig_factory(limited(max_memory_mb=64))
-    task = await finish_one(rig, processes=True, hog_mb=256, outcome=ok())
-    [attempt] = rig.store.attempts_of(task.task_id)
-    assert attempt.termination_reason == "memory_limit", (attempt.termination_reason, task.last_error)
+    task, _ = await ended_by(rig, "memory_limit", hog_mb=256)
     assert "[dispatch] max_memory_mb" in (task.last_error or "")
     control = rig_factory(limited(max_memory_mb=0))
     assert (await finish_one(control, processes=True, hog_mb=256, outcome=ok())).status == "completed"

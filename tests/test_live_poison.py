@@ -124,16 +124,18 @@ def assert_holdable(found: list[Activity]) -> None:
 @PROPERTY
 @given(st.lists(claude_records, max_size=8))
 def test_the_claude_stream_parser_is_total(records: list[dict[str, Any]]) -> None:
-    parser = stream_parser("claude-code", "attempt-1", event_text())
-    assert parser is not None
-    found = [a for record in records for a in parser.feed(record, "2026-01-01T00:00:00Z")]
-    assert_holdable(found + parser.close("2026-01-01T00:00:00Z"))
+    assert_parses_holdable("claude-code", records)
 
 
 @PROPERTY
 @given(st.lists(codex_records, max_size=8))
 def test_the_codex_stream_parser_is_total(records: list[dict[str, Any]]) -> None:
-    parser = stream_parser("codex", "attempt-1", event_text())
+    assert_parses_holdable("codex", records)
+
+
+def assert_parses_holdable(kind: str, records: list[dict[str, Any]]) -> None:
+    """`kind`'s stream parser fed every record, then closed: all it found is holdable."""
+    parser = stream_parser(kind, "attempt-1", event_text())
     assert parser is not None
     found = [a for record in records for a in parser.feed(record, "2026-01-01T00:00:00Z")]
     assert_holdable(found + parser.close("2026-01-01T00:00:00Z"))

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from rig import Rig
+from support import run_in_threads
 
 from agentd.errors import DispatchLocked
 from agentd.process import procs
@@ -98,10 +99,6 @@ async def test_two_processes_clearing_the_same_stale_lock_one_wins(rig: Rig) -> 
         results.append(store.acquire_dispatch_lock(me, rig.clock.now(), judged, "dead").acquired)
         store.close()
 
-    threads = [threading.Thread(target=contender, args=(f"c{i}",)) for i in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    run_in_threads(contender, [(f"c{i}",) for i in range(2)], 30)
     assert sorted(results) == [False, True]
     assert [e.type for e in rig.events()].count("dispatch_lock_stale_cleared") == 1

@@ -4,14 +4,13 @@ one sentence (agentd/outlook/liveness.py `lost_reason`), never "running"."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from rig import Rig
 from test_web_console import logged_in
 from test_web_live import running
-from webrig import WebRig, serving
+from webrig import WebRig
 
 from agentd.clock import format_ts
 from agentd.outlook.agent_runtime import session_snapshot
@@ -71,12 +70,6 @@ def test_every_liveness_but_live_loses_the_task_and_names_itself(liveness: str, 
     assert lost_reason([row]) == f"its dispatcher is {word} since 2026-11-22T10:00:00.000000Z"
     assert lost_reason([{**row, "liveness": "live"}, {**row, "service": "sensors"}]) is None
     assert lost_reason([{**row, "service": "sensors"}]) == "no dispatcher has reported to this database"
-
-
-@pytest.fixture
-def web(rig: Rig) -> Iterator[WebRig]:
-    with serving(rig) as served:
-        yield served
 
 
 def test_the_api_and_the_console_show_the_lost_task(web: WebRig) -> None:

@@ -1,5 +1,7 @@
 """The sd_notify protocol, as systemd would see it: a real `agentd dispatch` and a datagram socket."""
 
+# ruff: noqa: F811  (agent is test_dispatch_process's fixture, imported to be used by name)
+
 from __future__ import annotations
 
 import signal
@@ -8,12 +10,11 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from queue import Empty, Queue
 
 import pytest
-from test_dispatch_process import Agent, ok, wait_until
+from test_dispatch_process import Agent, agent, ok, wait_until  # noqa: F401
 
 pytestmark = pytest.mark.process
 
@@ -60,13 +61,6 @@ class NotifySocket:
         self._stop.set()
         self._thread.join(timeout=5)
         self.sock.close()
-
-
-@pytest.fixture
-def agent(tmp_path: Path) -> Iterator[Agent]:
-    made = Agent(tmp_path, {})
-    yield made
-    made.close()
 
 
 def test_ready_after_the_boot_sweep_then_watchdog_status_and_stopping(agent: Agent, tmp_path: Path) -> None:

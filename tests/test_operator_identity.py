@@ -12,17 +12,13 @@ from typing import Any
 
 import pytest
 from rig import Rig
-from support import REPO, write_config
+from support import REPO, ok, plain_env, write_config
 
 from agentd.clock import FakeClock
 from agentd.errors import ConfigError, InputError
 from agentd.process.privilege import RESERVED_SOURCES, operator_identity, operator_name, refuse_inside_attempt
 from agentd.records import RuntimeEvent
 from agentd.work.validation import load_config
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
 @pytest.fixture
@@ -168,10 +164,7 @@ async def test_a_retry_of_an_approved_task_that_failed_runs_without_asking_again
         "scripted", payload={"outcome": {**ok(), "status": "permanent_failure", "machine_status": "failed"}}
     )
     assert rig_cli(gated, "approve", str(failing.task_id)).code == 0
-    dispatcher = gated.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await gated.drain()
     assert gated.store.get_task_or_raise(failing.task_id).status == "permanent_failure"
     assert rig_cli(gated, "task", "retry", str(failing.task_id)).code == 0
     assert not gated.store.get_task_or_raise(failing.task_id).awaiting_approval
@@ -292,11 +285,7 @@ def test_the_service_start_line_says_approvals_are_advisory_without_a_run_user(t
     import subprocess
     import sys
 
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "AGENTD_PATHS__STATE_DIR": str(tmp_path / "s"),
-        "AGENTD_PATHS__WORKSPACE": str(tmp_path / "w"),
-    }
+    env = plain_env(tmp_path)
     config = ["--config", str(write_config(tmp_path))]
     agentd = [sys.executable, "-m", "agentd", *config]
     assert subprocess.run([*agentd, "init"], env=env, capture_output=True, timeout=60).returncode == 0

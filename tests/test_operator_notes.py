@@ -6,7 +6,6 @@ console 2,000 and stripped blanks."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ from hypothesis import strategies as st
 from rig import Rig
 from test_web_api import held
 from test_web_console import logged_in
-from webrig import WebRig, serving
+from webrig import WebRig
 
 from agentd.edge import MAX_NOTE_CHARS, Refused, note_text
 
@@ -32,12 +31,6 @@ REASONS = [
     ("\t\n", False),
     ("a\x00b", False),
 ]
-
-
-@pytest.fixture
-def web(rig: Rig) -> Iterator[WebRig]:
-    with serving(rig) as served:
-        yield served
 
 
 def denied(rig: Rig, task_id: int) -> bool:

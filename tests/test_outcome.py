@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import task_record
 
 from agentd.attempt.outcome import RESET_JITTER_S, RetryPolicy, backoff, decide, extract_outcome
 from agentd.clock import FakeClock
@@ -23,38 +24,7 @@ FAILED = TaskOutcome(status="retryable_failure", machine_status="needs_retry", o
 
 
 def task(**fields: Any) -> TaskRecord:
-    base: dict[str, Any] = dict(
-        task_id=1,
-        task_type="t",
-        source="s",
-        subject=None,
-        description=None,
-        priority=5,
-        payload={},
-        requested_profile_id="p",
-        requested_adapter_id=None,
-        requested_model=None,
-        status="running",
-        max_attempts=3,
-        attempt_count=1,
-        available_at=NOW,
-        created_at=NOW,
-        updated_at=NOW,
-        started_at=NOW,
-        finished_at=None,
-        outcome=None,
-        last_error=None,
-        skill_ids=[],
-        evidence_requirements=None,
-        workflow_ref=None,
-        workflow_iteration=None,
-        schedule_id=None,
-        free_attempt_count=0,
-        rate_limit_count=0,
-        cancel_requested_at=None,
-    )
-    base.update(fields)
-    return TaskRecord(**base)
+    return task_record(NOW, **fields)
 
 
 def test_result_file_wins_over_the_final_message() -> None:

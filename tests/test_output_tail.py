@@ -5,7 +5,6 @@ trace is capped too, and what it dropped is counted in the manifest and the diag
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import pytest
 from rig import Rig
 from support import harness_fixture
 from test_adapter_builders import ctx
-from test_usage import FAKE_CLAUDE, outcome
+from test_usage import completed_on_claude, fake_claude, outcome
 
 from agentd.adapters.claude import ClaudeCodeAdapter
 from agentd.evidence.action_trace import MAX_TRACE_STEPS, capped, trace_of
@@ -59,11 +58,7 @@ async def test_a_claude_session_longer_than_the_cap_keeps_its_result_record(tmp_
     final = json.loads(fixture[-1])
     final["result"] = "Done.\n```json\n" + json.dumps(outcome(None)) + "\n```"
     chatter = json.dumps({"type": "assistant", "message": {"content": [{"type": "text", "text": "x" * 900}]}})
-    stream = tmp_path / "stream.jsonl"
-    stream.write_text("\n".join([*fixture[:-1], *[chatter] * 3000, json.dumps(final)]) + "\n")  # ~2.8 MB
-    cli = tmp_path / "claude"
-    cli.write_text(FAKE_CLAUDE.format(python=sys.executable, stream=str(stream)))
-    cli.chmod(0o755)
+    cli = fake_claude(tmp_path, [*fixture[:-1], *[chatter] * 3000, json.dumps(final)])  # ~2.8 MB
     context = ctx(tmp_path, {"kind": "claude-code", "command": str(cli)})  # a 1 MiB cap
 
     async def started(pid: int | None) -> None:
@@ -101,25 +96,14 @@ async def test_an_attempt_records_what_its_trace_dropped(rig_factory: Callable[.
         json.dumps({"type": "assistant", "message": {"content": [{"type": "tool_use", "id": f"t{n}", "name": "Bash"}]}})
         for n in range(MAX_TRACE_STEPS + 20)
     ]
-    stream = tmp_path / "stream.jsonl"
-    stream.write_text("\n".join([*calls, json.dumps(final)]) + "\n")
-    cli = tmp_path / "claude"
-    cli.write_text(FAKE_CLAUDE.format(python=sys.executable, stream=str(stream)))
-    cli.chmod(0o755)
+    cli = fake_claude(tmp_path, [*calls, json.dumps(final)])
 
     def mutate(raw: dict[str, Any]) -> None:
         raw["adapters"].append(
             {"adapter_id": "claude", "kind": "claude-code", "command": str(cli), "timeout_ms": 60_000}
         )
 
-    rig = rig_factory(mutate)
-    task = rig.add("scripted", requested_adapter_id="claude")
-    dispatcher = rig.dispatcher(processes=True)
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
-    assert rig.store.get_task_or_raise(task.task_id).status == "completed"
-    [row] = rig.store.attempts_of(task.task_id)
+    row = await completed_on_claude(rig_factory(mutate))
     assert row.diagnostics is not None and row.diagnostics["action_trace_steps_dropped"] == 21  # and the message
     manifest = json.loads((Path(row.evidence_dir or "") / "manifest.json").read_text())
     assert manifest["action_trace"]["steps"] == MAX_TRACE_STEPS and manifest["action_trace"]["steps_dropped"] == 21

@@ -11,12 +11,6 @@ import pytest
 BIG = "99999999999999999999999"
 
 
-@pytest.fixture
-def initialised(cli: Any) -> Any:
-    assert cli("init").code == 0
-    return cli
-
-
 def refused(cli: Any, *args: str) -> str:
     before = cli("events", "--json").json_lines()
     result = cli(*args)

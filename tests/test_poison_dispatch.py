@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from rig import Rig
+from support import adapter_env_file, ok
 
 from agentd.evidence import verify_attempt_dir
 from agentd.records import AttemptEnd, TaskOutcome
@@ -25,16 +26,9 @@ def evidence_root(rig: Rig) -> Path:
     return Path(rig.config.paths.state_dir) / "attempts"
 
 
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
-
-
 async def run_one(rig: Rig, **payload: Any) -> Any:
     task = rig.add("scripted", payload=payload)
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain()
     return rig.store.get_task_or_raise(task.task_id)
 
 
@@ -113,16 +107,7 @@ SECRET = 'sk-live-a"bc\\def-0123456789'  # a quote and a backslash: JSON escapes
 
 @pytest.fixture
 def secret_rig(rig_factory: Callable[..., Any], tmp_path: Path) -> Any:
-    env_file = tmp_path / "scripted.env"
-    env_file.write_text(f"API_KEY='{SECRET}'\n")
-    env_file.chmod(0o600)
-
-    def mutate(raw: dict[str, Any]) -> None:
-        for adapter in raw["adapters"]:
-            if adapter["adapter_id"] == "scripted":
-                adapter["env_file"] = str(env_file)
-
-    return rig_factory(mutate)
+    return rig_factory(adapter_env_file(tmp_path / "scripted.env", f"API_KEY='{SECRET}'\n"))
 
 
 def leaks(rig: Rig, secret: str) -> list[str]:

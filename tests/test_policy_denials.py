@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from inprocess import InProcessAdapter, ok
 from rig import Rig
-from support import CliResult, examples, harness_fixture
+from support import CliResult, adapter_env_file, examples, harness_sample
 
 from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted
 from agentd.adapters.claude import ClaudeCodeAdapter, parse_claude_output
@@ -26,16 +26,11 @@ from agentd.records.work import DENIAL_TEXT_CHARS
 from agentd.redaction import MARK, Redactor
 from agentd.services.dispatch import Dispatcher
 
-
-def sample(name: str) -> str:
-    return harness_fixture(name).read_text(encoding="utf-8")
-
-
 # --- parsing the real samples -----------------------------------------------------------------------
 
 
 def test_claude_permission_denial_names_the_tool_and_the_command() -> None:
-    run = parse_claude_output(sample("claude_json_permission_denied.json"))
+    run = parse_claude_output(harness_sample("claude_json_permission_denied.json"))
     assert run.succeeded  # claude exits 0 and says success: the denial is only in the list
     assert run.denials == (
         PolicyDenial(
@@ -63,7 +58,7 @@ def test_claude_permission_denial_names_the_tool_and_the_command() -> None:
     ],
 )
 def test_claude_samples_without_denials_have_none(name: str) -> None:
-    assert parse_claude_output(sample(name)).denials == ()
+    assert parse_claude_output(harness_sample(name)).denials == ()
 
 
 @pytest.mark.parametrize(
@@ -76,7 +71,7 @@ def test_claude_samples_without_denials_have_none(name: str) -> None:
     ],
 )
 def test_codex_samples_have_no_denials(name: str) -> None:
-    assert parse_codex_events(sample(name)).denials == ()
+    assert parse_codex_events(harness_sample(name)).denials == ()
 
 
 def declined(text: str, status: str = "declined") -> str:
@@ -92,7 +87,7 @@ def declined(text: str, status: str = "declined") -> str:
 
 
 def test_a_codex_command_it_declined_is_a_denial_and_one_that_failed_is_not() -> None:
-    run = parse_codex_events(declined(sample("codex_exec_json_tool_use.jsonl")))
+    run = parse_codex_events(declined(harness_sample("codex_exec_json_tool_use.jsonl")))
     assert run.succeeded
     assert run.denials == (
         PolicyDenial(
@@ -102,7 +97,7 @@ def test_a_codex_command_it_declined_is_a_denial_and_one_that_failed_is_not() ->
             call_id="item_2",  # item.started and item.completed of one item: one denial
         ),
     )
-    assert parse_codex_events(declined(sample("codex_exec_json_tool_use.jsonl"), "failed")).denials == ()
+    assert parse_codex_events(declined(harness_sample("codex_exec_json_tool_use.jsonl"), "failed")).denials == ()
 
 
 def test_a_denial_is_redacted_before_it_is_cut() -> None:
@@ -130,7 +125,7 @@ DENIAL_LIKE = st.fixed_dictionaries(
 @settings(max_examples=examples(200), deadline=None)
 @given(denials=JSON | st.lists(DENIAL_LIKE | JSON, max_size=5))
 def test_no_permission_denials_value_breaks_the_claude_parser(denials: Any) -> None:
-    record = json.loads(sample("claude_json_permission_denied.json"))
+    record = json.loads(harness_sample("claude_json_permission_denied.json"))
     run = parse_claude_output(json.dumps({**record, "permission_denials": denials}))
     assert run.finished and run.succeeded
     assert len(run.denials) == (len(denials) if isinstance(denials, list) else 0)
@@ -143,7 +138,7 @@ def test_no_permission_denials_value_breaks_the_claude_parser(denials: Any) -> N
 @settings(max_examples=examples(200), deadline=None)
 @given(item=JSON | st.fixed_dictionaries({"status": st.just("declined")}, optional={"id": JSON, "command": JSON}))
 def test_no_codex_item_breaks_the_codex_parser(item: Any) -> None:
-    lines = sample("codex_exec_json_success.jsonl").splitlines()
+    lines = harness_sample("codex_exec_json_success.jsonl").splitlines()
     lines.insert(2, json.dumps({"type": "item.completed", "item": item}))
     run = parse_codex_events("\n".join(lines))
     assert run.finished and len(run.denials) == int(isinstance(item, dict) and item.get("status") == "declined")
@@ -160,7 +155,7 @@ class DeniedClaude(InProcessAdapter):
 
     async def execute(self, ctx: AttemptContext, on_started: OnStarted) -> AdapterRun:
         await on_started(None)
-        record = json.loads(sample("claude_json_permission_denied.json"))
+        record = json.loads(harness_sample("claude_json_permission_denied.json"))
         record["result"] = "Done.\n```json\n" + json.dumps(ok()) + "\n```"
         commands = [c.replace("${API_TOKEN}", ctx.env["API_TOKEN"]) for c in ctx.task.payload["commands"]]
         record["permission_denials"] = [
@@ -184,16 +179,7 @@ class DeniedClaude(InProcessAdapter):
 
 @pytest.fixture
 def denied_rig(rig_factory: Callable[..., Rig], tmp_path: Path) -> Rig:
-    env_file = tmp_path / "claude.env"
-    env_file.write_text(f"API_TOKEN={SECRET}\n")
-    env_file.chmod(0o600)
-
-    def mutate(raw: dict[str, Any]) -> None:
-        for adapter in raw["adapters"]:
-            if adapter["adapter_id"] == "scripted":
-                adapter["env_file"] = str(env_file)
-
-    return rig_factory(mutate)
+    return rig_factory(adapter_env_file(tmp_path / "claude.env", f"API_TOKEN={SECRET}\n"))
 
 
 async def run_denied(rig: Rig, commands: list[str]) -> int:

@@ -19,11 +19,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from support import EXAMPLE_CONFIG, REPO, run_main
+from test_tool_policy import bash
 
-from agentd.config.tool_policy import Call, decide, effective, has_flag
+from agentd.config.tool_policy import decide, effective, has_flag
 from agentd.records import ToolRule
 
-WORKSPACE = "/srv/agent/work"
 PUSHES = {
     "git push -f origin main": "deny",
     "git push --force": "deny",
@@ -56,10 +56,6 @@ def page_policy() -> dict[str, Any]:
 
 def rules_of(section: dict[str, Any]) -> list[ToolRule]:
     return [ToolRule.model_validate(rule) for rule in section["rules"]]
-
-
-def bash(command: str) -> Call:
-    return Call("Bash", {"command": command}, WORKSPACE, WORKSPACE)
 
 
 @pytest.mark.parametrize(("command", "answer"), PUSHES.items())

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from fakemodel import Reply, ToolCall
 from support import wait_until
-from test_adapter_contract import SHELL_TOOL, Harness, harness_factory, outcome_message, without_gateway  # noqa: F401
+from test_adapter_contract import SHELL_TOOL, Harness, harness_factory, outcome_message, shell, without_gateway  # noqa: F401
 
 from agentd.cli import main
 
@@ -27,11 +27,6 @@ KINDS = ["claude-code", "codex"]
 REASON = "R-denied-by-the-operator's-policy"
 DENY_MARKER = {"decision": "deny", "tool": "Bash", "command": "*touch denied_marker*", "reason": REASON}
 ASK_CURL = {"decision": "ask", "tool": "Bash", "command": "*touch asked_marker*", "reason": "needs a person"}
-
-
-def shell(kind: str, command: str) -> ToolCall:
-    tool, argument = SHELL_TOOL[kind]
-    return ToolCall(tool, {argument: command})
 
 
 def policy(*rules: dict[str, Any], **section: Any) -> Any:

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ADAPTERS, run_main, wait_until
+from support import ADAPTERS, accept_each, run_main, wait_until
 from test_dispatch_process import Agent, ok
 
 from agentd.process import hook
@@ -137,17 +136,12 @@ class Silent:
         self.listener.bind(str(self.path))
         self.listener.listen(4)
         self.said, self.held = said, []
-        threading.Thread(target=self._serve, daemon=True).start()
+        accept_each(self.listener, self._hold)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            self.held.append(conn)
-            if self.said:
-                conn.sendall(self.said)
+    def _hold(self, conn: socket.socket) -> None:
+        self.held.append(conn)
+        if self.said:
+            conn.sendall(self.said)
 
 
 @pytest.mark.parametrize("said", [b"", hook.HELD + b"\n"], ids=["silent", "held-then-silent"])

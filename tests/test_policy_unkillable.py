@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakemodel import Reply, ToolCall
-from test_adapter_contract import SHELL_TOOL, Harness, harness_factory, outcome_message, without_gateway  # noqa: F401
+from fakemodel import Reply
+from test_adapter_contract import SHELL_TOOL, Harness, harness_factory, outcome_message, shell, without_gateway  # noqa: F401
 
 from agentd.cli import main
 from agentd.process import hook
@@ -47,11 +47,6 @@ POSTURES = {
     "workspace-write": {"sandbox": "workspace-write"},
     "trusted-vm": {"autonomy": {"profile": "trusted-vm"}, "sandbox": "danger-full-access"},
 }
-
-
-def shell(kind: str, command: str) -> ToolCall:
-    tool, argument = SHELL_TOOL[kind]
-    return ToolCall(tool, {argument: command})
 
 
 def governed(kind: str, posture: dict[str, Any]) -> Any:

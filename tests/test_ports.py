@@ -17,11 +17,10 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from queue import Empty
 
 import pytest
 from support import REPO
-from test_entry_points import line_reader, session_members
+from test_entry_points import line_reader, make_run, rest_of, session_members
 from test_web_footprint import quiet_agent
 
 from agentd.services.ports import Port, PortInUse, hold_ports, in_use
@@ -136,18 +135,8 @@ def test_make_run_with_9478_and_9479_taken_starts_and_prints_the_ports_it_chose(
     with ExitStack() as stack:
         stack.enter_context(taken(9478))
         stack.enter_context(taken(9479))
-        make = stack.enter_context(
-            subprocess.Popen(
-                # -o: the venv is used as it is (never reinstalled from a test); DEMO: the copy
-                ["make", "--no-print-directory", "-o", ".venv/.installed", "run", f"DEMO={demo}"],
-                cwd=REPO,
-                env=env,
-                start_new_session=True,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
+        # -o: the venv is used as it is (never reinstalled from a test); DEMO: the copy
+        make = stack.enter_context(make_run("-o", ".venv/.installed", f"DEMO={demo}", env=env))
         lines, seen = line_reader(make.stdout), ""
         try:
             while len(SHOWN.findall(seen)) < 3 or ("dispatch_idle" not in seen and "task_claimed" not in seen):
@@ -167,11 +156,7 @@ def test_make_run_with_9478_and_9479_taken_starts_and_prints_the_ports_it_chose(
         finally:
             os.killpg(make.pid, signal.SIGINT)
             make.wait(timeout=60)
-        while True:
-            try:
-                seen += lines.get(timeout=2)
-            except Empty:
-                break
+        seen += rest_of(lines, 2)
     assert "Traceback" not in seen
     assert session_members(make.pid) == [], "Ctrl-C left something running"
     assert (tmp_path / "var" / "demo" / "agentd.db").exists(), "the copy's state, not the repo's var/demo"

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import REPO
+from support import REPO, plain_env
 
 from agentd.cli import build_parser
 
@@ -130,11 +130,7 @@ def test_every_subcommand_has_help(command: tuple[str, ...], capsys: pytest.Capt
 @pytest.mark.process
 def test_the_console_script_runs_the_tour(tmp_path: Path) -> None:
     """The real executable, as a newcomer types it: init, add, list."""
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "AGENTD_PATHS__STATE_DIR": str(tmp_path / "s"),
-        "AGENTD_PATHS__WORKSPACE": str(tmp_path / "w"),
-    }
+    env = plain_env(tmp_path)
     config = str(REPO / "config" / "identity.example.toml")
 
     def agentd(*args: str) -> subprocess.CompletedProcess[str]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from rig import Rig
+from support import attempt_planner
 
 from agentd.adapters.base import AdapterRun
 from agentd.adapters.routes import attempt_environment, credential_group, through
@@ -118,19 +119,11 @@ def test_status_the_api_and_the_console_say_what_waits_for_a_providers_reset(rig
         assert "Waiting for the provider" in page and "429 from the provider" in page
         assert web.client().get("/api/status").json()["provider_resets"][0]["adapters"] == ["script"]
     assert waiting.task_id not in {
-        t.task_id for t in [rig.store.claim_next_task(now, "t", _plan(rig), _root(rig))] if t
+        t.task_id for t in [rig.store.claim_next_task(now, "t", attempt_planner(rig), _root(rig))] if t
     }
     later = now + timedelta(seconds=41)
-    claim = rig.store.claim_next_task(later, "t", _plan(rig), _root(rig))
+    claim = rig.store.claim_next_task(later, "t", attempt_planner(rig), _root(rig))
     assert claim is not None and claim.task.task_id == waiting.task_id  # its reset came: it runs
-
-
-def _plan(rig: Rig) -> Any:
-    import functools
-
-    from agentd.attempt.prepare import plan_attempt
-
-    return functools.partial(plan_attempt, rig.config)
 
 
 def _root(rig: Rig) -> Any:

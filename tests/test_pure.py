@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from support import task_record
 
 from agentd.adapters.base import AdapterRun
 from agentd.attempt.bundle import BundleInput, PriorAttempt, RecentOutcome, SkillBrief, WorkflowStep, compile_bundle
@@ -93,6 +94,26 @@ GATE_CASES: list[tuple[str, dict[str, Any], dict[str, FileFact], CompletionCheck
 ]
 
 
+def gated_at(
+    said: TaskOutcome,
+    *,
+    adapter_ok: bool | None = True,
+    files: dict[str, FileFact] | None = None,
+    checks: CompletionChecks | None = None,
+    audit_bytes: int = 1,
+) -> Any:
+    """`gate` over an outcome from the result file of an attempt started at STARTED, no adapter failure."""
+    return gate(
+        Extracted(said, "result_file"),
+        adapter_ok=adapter_ok,
+        adapter_failure=None,
+        files=files or {},
+        attempt_started=STARTED,
+        checks=checks or CompletionChecks(),
+        audit_bytes=audit_bytes,
+    )
+
+
 @pytest.mark.parametrize(
     ("name", "fields", "files", "checks", "completed", "reason"), GATE_CASES, ids=[c[0] for c in GATE_CASES]
 )
@@ -105,40 +126,16 @@ def test_gate(
     reason: str | None,
 ) -> None:
     audit = 0 if checks.require_adapter_audit else 10
-    gated = gate(
-        Extracted(outcome(**fields), "result_file"),
-        adapter_ok=True,
-        adapter_failure=None,
-        files=files,
-        attempt_started=STARTED,
-        checks=checks,
-        audit_bytes=audit,
-    )
+    gated = gated_at(outcome(**fields), files=files, checks=checks, audit_bytes=audit)
     assert (gated.outcome.status == "completed") is completed
     if reason:
         assert any(reason in r for r in gated.reasons), gated.reasons
 
 
 def test_gate_refuses_a_model_claiming_operator_canceled_and_says_an_unknown_exit_is_not_a_failure() -> None:
-    canceled = gate(
-        Extracted(outcome(status="operator_canceled", machine_status="canceled"), "result_file"),
-        adapter_ok=True,
-        adapter_failure=None,
-        files={},
-        attempt_started=STARTED,
-        checks=CompletionChecks(),
-        audit_bytes=1,
-    )
+    canceled = gated_at(outcome(status="operator_canceled", machine_status="canceled"))
     assert canceled.outcome.status == "permanent_failure"
-    swept = gate(
-        Extracted(outcome(), "result_file"),
-        adapter_ok=None,
-        adapter_failure=None,
-        files={},
-        attempt_started=STARTED,
-        checks=CompletionChecks(),
-        audit_bytes=1,
-    )
+    swept = gated_at(outcome(), adapter_ok=None)
     assert swept.outcome.status == "completed"
 
 
@@ -146,16 +143,7 @@ def test_gate_refuses_a_model_claiming_operator_canceled_and_says_an_unknown_exi
 
 
 def task(**fields: Any) -> TaskRecord:
-    base = {
-        "task_id": 7, "task_type": "example", "source": "test", "subject": "write the report", "description": None,
-        "priority": 5, "payload": {"note": "hello"}, "requested_profile_id": "operator", "requested_adapter_id": None,
-        "requested_model": None, "status": "running", "max_attempts": 3, "attempt_count": 1,
-        "available_at": STARTED, "created_at": STARTED, "updated_at": STARTED, "started_at": STARTED,
-        "finished_at": None, "outcome": None, "last_error": None, "skill_ids": [], "evidence_requirements": None,
-        "workflow_ref": None, "workflow_iteration": None, "schedule_id": None, "free_attempt_count": 0,
-        "rate_limit_count": 0, "cancel_requested_at": None,
-    }  # fmt: skip
-    return TaskRecord.model_validate({**base, **fields})
+    return task_record(STARTED, **fields)
 
 
 def bundle_input(max_chars: int = 50_000, **fields: Any) -> BundleInput:

@@ -10,14 +10,13 @@ import json
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from rig import Rig
-from support import examples, write_sensor
+from support import examples, with_env_file, write_sensor
 
 from agentd.redaction import MARK, MIN_SECRET_CHARS, Redactor
 from agentd.store import Store
@@ -136,14 +135,7 @@ async def test_a_sensor_printing_its_secret_as_bytes_or_a_repr_leaves_it_nowhere
 async def test_an_adapter_printing_its_secret_as_bytes_or_a_repr_leaves_it_nowhere(
     rig_factory: Callable[..., Rig], tmp_path: Path
 ) -> None:
-    path = env_file(tmp_path, "scripted.env")
-
-    def mutate(raw: dict[str, Any]) -> None:
-        for adapter in raw["adapters"]:
-            if adapter["adapter_id"] == "scripted":
-                adapter["env_file"] = str(path)
-
-    rig = rig_factory(mutate)
+    rig = rig_factory(with_env_file(env_file(tmp_path, "scripted.env")))
     shown = (
         b"latin-1 "
         + SECRET.encode("latin-1")
@@ -153,10 +145,7 @@ async def test_an_adapter_printing_its_secret_as_bytes_or_a_repr_leaves_it_nowhe
         + repr(SECRET).encode()
     )
     task = rig.add("scripted", payload={"stdout_hex": shown.hex(), "stderr": "${API_KEY}", "exit": 3})
-    dispatcher = rig.dispatcher(processes=True)
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain(processes=True)
     assert rig.store.get_task_or_raise(task.task_id).status == "retryable_failure"
     assert scan(rig, SECRET) == []
     assert await rig.db.call(Store.verify_event_chain) == []

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from rig import Rig
-from support import CliResult
+from support import CliResult, tree
 
 from agentd.attempt.replay import json_differences, result_differences, text_difference
 from agentd.cli import main
@@ -88,14 +88,9 @@ async def ran(replay_rig: Rig) -> TaskAttempt:
 
 
 @pytest.fixture
-def replay(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
+def replay(rig_cli: Callable[..., CliResult]) -> Callable[..., CliResult]:
     def run(rig: Rig, *args: str, state_dir: Path | None = None) -> CliResult:
-        if state_dir is not None:
-            monkeypatch.setenv("AGENTD_PATHS__STATE_DIR", str(state_dir))
-        capsys.readouterr()
-        code = main(["--config", str(rig.config.path), "replay", *args])
-        captured = capsys.readouterr()
-        return CliResult(code, captured.out, captured.err)
+        return rig_cli(rig, "replay", *args, state_dir=state_dir)
 
     return run
 
@@ -139,14 +134,7 @@ def test_an_unchanged_script_attempt_replays_identical(
     assert result.out == f"identical: attempt {ran.attempt_id}\n"
     assert runs(script) == 2  # it really ran again
     shown = replay(replay_rig, ran.attempt_id, "--json").json()
-    assert shown == {
-        "verdict": "identical",
-        "attempt_id": ran.attempt_id,
-        "reason": None,
-        "differences": [],
-        "notes": [],
-        "finding": None,
-    }
+    assert shown == verdict("identical", ran.attempt_id)
 
 
 @pytest.mark.process
@@ -308,14 +296,7 @@ async def test_a_model_attempt_is_not_replayable(replay_rig: Rig, replay: Any) -
     reason = "claude-code attempts call a model; a second call is not expected to reproduce the first"
     assert result.out == f"not_replayable: attempt {attempt.attempt_id}: {reason}\n"
     shown = replay(replay_rig, attempt.attempt_id, "--json").json()
-    assert shown == {
-        "verdict": "not_replayable",
-        "attempt_id": attempt.attempt_id,
-        "reason": reason,
-        "differences": [],
-        "notes": [],
-        "finding": None,
-    }
+    assert shown == verdict("not_replayable", attempt.attempt_id, reason)
 
 
 def test_an_unknown_attempt_is_bad_input(replay_rig: Rig, replay: Any) -> None:
@@ -342,11 +323,15 @@ async def test_a_running_or_pruned_attempt_is_bad_input(replay_rig: Rig, replay:
     assert attempt.attempt_id in result.err and says in result.err
 
 
-def tree(root: Path) -> dict[str, str]:
+def verdict(said: str, attempt_id: str, reason: str | None = None) -> dict[str, Any]:
+    """`replay --json`'s answer when it found no difference, note or finding."""
     return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and not p.name.endswith(("-shm", "-wal"))
+        "verdict": said,
+        "attempt_id": attempt_id,
+        "reason": reason,
+        "differences": [],
+        "notes": [],
+        "finding": None,
     }
 
 

@@ -62,12 +62,18 @@ def interrupted_mid_task(harness: Harness) -> Any:
 
 def dispatched_again(harness: Harness) -> tuple[Any, Any, Any]:
     """The dispatcher run again until idle: the task (completed), its first attempt and its second."""
+    task, first, second = ran_again(harness)
+    assert task.status == "completed", (task.last_error, second.diagnostics)
+    return task, first, second
+
+
+def ran_again(harness: Harness) -> tuple[Any, Any, Any]:
+    """The dispatcher run again until idle (it exits 0): the task, its first attempt and its second."""
     again = dispatch(harness, "--until-idle")
     _, err = again.communicate(timeout=180)
     assert again.returncode == 0, err[-3000:]
     [task] = harness.store.list_tasks(limit=1)
     first, second = sorted(harness.store.attempts_of(task.task_id), key=lambda a: a.attempt_number)
-    assert task.status == "completed", (task.last_error, second.diagnostics)
     return task, first, second
 
 
@@ -194,11 +200,7 @@ def test_a_rollout_the_attempt_planted_neither_changes_the_resumed_usage_nor_bli
     first = interrupted_mid_task(harness)
     kept = first.diagnostics["harness_session"]
     assert kept["kept"] is True and kept["spent_before"]["input_tokens"] == 11, kept  # the thread's, not the plant's
-    again = dispatch(harness, "--until-idle")
-    _, err = again.communicate(timeout=180)
-    assert again.returncode == 0, err[-3000:]
-    [task] = harness.store.list_tasks(limit=1)
-    _, second = sorted(harness.store.attempts_of(task.task_id), key=lambda a: a.attempt_number)
+    _, _, second = ran_again(harness)
     assert second.termination_reason == "budget_exceeded", (second.termination_reason, second.diagnostics)
     assert not (harness.workspace / "late_marker").exists()
     usage = second.usage or {}

@@ -40,10 +40,7 @@ def clock() -> FakeClock:
 async def finish(rig: Rig, *task_types: str) -> list[int]:
     """Tasks of these types added and run until the dispatcher is idle; their ids."""
     ids = [rig.add(task_type).task_id for task_type in task_types]
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain()
     return ids
 
 

@@ -19,7 +19,7 @@ from inprocess import InProcessAdapter
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rig import Rig
-from support import examples, outcome_disagreements
+from support import budgeted, examples, outcome_disagreements, waiting
 
 from agentd.adapters import AdapterRun
 from agentd.attempt.prepare import plan_attempt
@@ -59,13 +59,6 @@ def gauge(rig: Rig, name: str, config: Any = None, **labels: str) -> float:
     return sum(found)
 
 
-def budgeted(**budget: Any) -> Callable[[dict[str, Any]], None]:
-    def mutate(raw: dict[str, Any]) -> None:
-        raw["budget"] = budget
-
-    return mutate
-
-
 # --- 2. held tasks are not claimable ------------------------------------------------------------
 
 
@@ -73,10 +66,7 @@ def test_a_task_held_for_approval_is_not_claimable_nor_its_age_the_oldest_claima
     add_held(rig)
     rig.clock.advance(3 * 3600)
     shown = snapshot(rig.config, rig.store, rig.clock.now())
-    assert shown["waiting"] == {
-        "claimable": 0, "retry_waiting": 0, "delayed": 0, "approval": 1, "paused": 0, "after": 0, "budget": 0,
-        "resting": 0,
-    }  # fmt: skip
+    assert shown["waiting"] == waiting(approval=1)
     assert shown["oldest_pending_age_s"] is None
     assert gauge(rig, "agentd_oldest_pending_task_age_seconds") == 0, "AgentdQueueStuck would fire for it"
     assert gauge(rig, "agentd_tasks_waiting", reason="claimable") == 0
@@ -97,10 +87,7 @@ def test_a_task_held_for_the_budget_is_not_claimable_nor_its_age_the_oldest_clai
     rig.add("example", priority=5)
     rig.clock.advance(3600)
     shown = snapshot(rig.config, rig.store, rig.clock.now())
-    assert shown["waiting"] == {
-        "claimable": 0, "retry_waiting": 0, "delayed": 0, "approval": 0, "paused": 0, "after": 0, "budget": 1,
-        "resting": 0,
-    }  # fmt: skip
+    assert shown["waiting"] == waiting(budget=1)
     assert shown["oldest_pending_age_s"] is None
     assert gauge(rig, "agentd_oldest_pending_task_age_seconds") == 0
     assert gauge(rig, "agentd_tasks_waiting", reason="claimable") == 0

@@ -23,10 +23,7 @@ def edit(rig: Rig, statement: str) -> None:
 
 async def finished(rig: Rig) -> int:
     task = rig.add(subject="finished")
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain()
     return task.task_id
 
 
@@ -67,10 +64,7 @@ async def test_the_dispatcher_ends_a_task_it_cannot_read_and_runs_the_next(
 ) -> None:
     unreadable, readable = rig.add(subject="edited"), rig.add(subject="next")
     edit(rig, f"UPDATE tasks SET payload = '[1]' WHERE id = {unreadable.task_id}")
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain()
     with closing(sqlite3.connect(rig.config.db_path)) as conn:
         rows = dict(conn.execute("SELECT id, status || ' ' || coalesce(last_error, '') FROM tasks").fetchall())
     assert rows[readable.task_id].startswith("completed"), rows

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import EXAMPLE_CONFIG, examples, reading_stdin, wait_until
+from support import EXAMPLE_CONFIG, examples, stopped_while_reading, wait_until
 
 from agentd.clock import FakeClock
 from agentd.config import Config
@@ -36,12 +36,6 @@ def intent(n: int, **extra: Any) -> dict[str, Any]:
 
 def jsonl(*items: Any) -> str:
     return "".join((item if isinstance(item, str) else json.dumps(item)) + "\n" for item in items)
-
-
-@pytest.fixture
-def initialised(cli: Any) -> Any:
-    assert cli("init").code == 0
-    return cli
 
 
 def add_batch(cli: Any, tmp_path: Path, text: str | bytes, *flags: str) -> Any:
@@ -326,24 +320,8 @@ def test_a_signal_while_the_batch_waits_on_stdin_ends_it_and_writes_nothing(
 ) -> None:
     """Was ignored until stdin ended (only SIGKILL stopped it), and with nothing read the signal was
     lost: exit 0. The writes alone are guarded; a signal before them ends the command at once."""
-    import signal
-
-    running = subprocess.Popen(
-        [sys.executable, "-m", "agentd", "--config", str(EXAMPLE_CONFIG), "task", "add", "--batch", "-"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ),
-    )  # fmt: skip
-    try:
-        assert running.stdin is not None
-        running.stdin.write(given)
-        running.stdin.flush()  # and kept open: more could come
-        wait_until(lambda: reading_stdin(running.pid), 60, "the batch waiting on stdin")
-        running.send_signal(getattr(signal, signal_name))
-        code = running.wait(timeout=30)
-    finally:
-        running.kill()
-        out, err = running.communicate()
-    assert code == 128 + getattr(signal, signal_name), err
-    assert err.decode() == f"agentd: stopped by {signal_name}; nothing was written\n" and out == b""
+    argv = [sys.executable, "-m", "agentd", "--config", str(EXAMPLE_CONFIG), "task", "add", "--batch", "-"]
+    stopped_while_reading(argv, given, signal_name)
     assert _tasks_in(state_dir / "agentd.db") == 0
 
 

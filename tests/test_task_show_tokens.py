@@ -17,10 +17,7 @@ async def test_a_finished_attempt_s_tokens_and_cost_are_on_the_page_through_both
     outcome = {"status": "completed", "machine_status": "ok", "operator_summary": "done",
                "usage": {"input_tokens": 1234, "output_tokens": 7, "cost_usd": 0.0021}}  # fmt: skip
     task = rig.add("scripted", payload={"outcome": outcome})
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain()
     full, fast = both_paths(rig, rig_cli, "task", "show", str(task.task_id))
     assert full.code == fast.code == 0 and full.out == fast.out
     assert "\ntokens\n  #1  1,234 in, 7 out; $0.0021\n" in full.out, full.out

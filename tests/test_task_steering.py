@@ -6,30 +6,24 @@ from __future__ import annotations
 
 import getpass
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
 from inprocess import ok
 from rig import Rig
+from support import events_of
 from test_web_console import logged_in
-from webrig import WebRig, serving
-
-from agentd.records import RuntimeEvent
+from webrig import WebRig
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def events(rig: Rig, kind: str, task_id: int | None = None) -> list[RuntimeEvent]:
-    return [e for e in rig.events(task_id) if e.type == kind]
-
-
 def drain(rig: Rig) -> list[int]:
     """The ids a dispatcher claims, in order, until nothing more is claimable."""
-    before = {e.task_id for e in events(rig, "task_claimed")}
+    before = {e.task_id for e in events_of(rig, "task_claimed")}
     anyio.run(rig.dispatcher().run_until_idle)
-    return [e.task_id for e in events(rig, "task_claimed") if e.task_id not in before and e.task_id is not None]
+    return [e.task_id for e in events_of(rig, "task_claimed") if e.task_id not in before and e.task_id is not None]
 
 
 def state(rig: Rig, rig_cli: Any, task_id: int) -> dict[str, Any]:
@@ -55,8 +49,8 @@ def test_a_paused_task_is_passed_by_until_resumed_and_both_acts_name_who(rig: Ri
     resumed = rig_cli(rig, "task", "resume", str(held.task_id))
     assert resumed.code == 0 and f"task {held.task_id} resumed" in resumed.out
     assert drain(rig) == [held.task_id]
-    [p] = events(rig, "task_paused", held.task_id)
-    [r] = events(rig, "task_resumed", held.task_id)
+    [p] = events_of(rig, "task_paused", held.task_id)
+    [r] = events_of(rig, "task_resumed", held.task_id)
     assert p.payload == {"by": getpass.getuser(), "reason": "waiting for the vendor"}
     assert r.payload["by"] == getpass.getuser() and r.payload["paused_s"] >= 0
     again = rig_cli(rig, "task", "resume", str(held.task_id))
@@ -93,7 +87,7 @@ def test_edit_changes_a_waiting_task_as_task_add_judges_and_says_what_changed(ri
     first, second = rig.add("scripted", payload={"outcome": ok()}), rig.add("scripted", payload={"outcome": ok()})
     edited = rig_cli(rig, "task", "edit", str(second.task_id), "--priority", "1", "--payload", '{"note": "x"}')
     assert edited.code == 0 and "priority 1" in edited.out, edited.err
-    [event] = events(rig, "task_edited", second.task_id)
+    [event] = events_of(rig, "task_edited", second.task_id)
     assert event.payload["by"] == getpass.getuser()
     assert event.payload["changes"]["priority"] == {"from": 5, "to": 1}
     assert event.payload["changes"]["payload"]["to"] == {"note": "x"}
@@ -155,7 +149,7 @@ def test_complete_and_fail_close_a_waiting_task_with_the_declared_outcome_and_re
     assert task.outcome.operator_summary == f"completed by {getpass.getuser()}: done by hand"
     assert rig_cli(rig, "task", "fail", str(failed.task_id), "--reason", "obsolete").code == 0
     assert rig.store.get_task_or_raise(failed.task_id).status == "permanent_failure"
-    [event] = events(rig, "task_finished", failed.task_id)
+    [event] = events_of(rig, "task_finished", failed.task_id)
     assert event.payload == {
         "status": "permanent_failure",
         "summary": f"failed by {getpass.getuser()}: obsolete",
@@ -189,7 +183,7 @@ def test_a_linked_task_is_claimed_only_after_the_other_completed(rig: Rig, rig_c
     order = rig_cli(rig, "task", "list", "--order", "claim", "--json").json()
     assert [(r["position"], r["task"]["task_id"]) for r in order] == [(1, first.task_id), (None, second.task_id)]
     assert drain(rig) == [first.task_id, second.task_id], "priority 1, but after priority 9"
-    [event] = events(rig, "task_linked", second.task_id)
+    [event] = events_of(rig, "task_linked", second.task_id)
     assert event.payload == {
         "after": second.task_id,
         "before": first.task_id,
@@ -226,7 +220,7 @@ def test_a_task_after_one_that_failed_is_blocked_until_unlinked(rig: Rig, rig_cl
     assert drain(rig) == []
     assert rig_cli(rig, "task", "unlink", str(second.task_id), "--after", str(first.task_id)).code == 0
     assert drain(rig) == [second.task_id]
-    assert events(rig, "task_unlinked", second.task_id)[0].payload["by"] == getpass.getuser()
+    assert events_of(rig, "task_unlinked", second.task_id)[0].payload["by"] == getpass.getuser()
 
 
 # --- from inside an attempt ---------------------------------------------------------------------------
@@ -258,12 +252,6 @@ def test_every_steering_verb_is_refused_inside_an_attempt(
 
 
 # --- the API and the console --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def web(rig: Rig) -> Iterator[WebRig]:
-    with serving(rig) as served:
-        yield served
 
 
 def test_the_api_steers_as_the_token_operator_and_names_a_bad_field(web: WebRig) -> None:
@@ -304,7 +292,7 @@ def test_the_console_asks_for_a_confirmation_then_steers_with_its_csrf_token(web
     assert rig.store.task_pause(task.task_id) is None, "a confirmation page changes nothing"
     done = browser.form(f"/tasks/{task.task_id}/pause", {"csrf": csrf, "reason": "lunch", "confirm": "yes"})
     assert done.status == 303 and rig.store.task_pause(task.task_id) is not None
-    assert events(rig, "task_paused", task.task_id)[0].payload == {"by": "alice", "reason": "lunch"}
+    assert events_of(rig, "task_paused", task.task_id)[0].payload == {"by": "alice", "reason": "lunch"}
     shown = browser.get(f"/tasks/{task.task_id}").text
     assert (
         'data-state="paused" title="paused">Paused</span>' in shown

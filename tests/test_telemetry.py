@@ -10,7 +10,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import pytest
 from rig import Rig
-from support import missing, wait_until
+from support import accept_each, missing, wait_until
 
 from agentd.errors import ConfigError
 from agentd.outlook.correlation import attempt_span_id, task_span_id, trace_id
@@ -105,15 +104,7 @@ class BlackHole:
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.accepted: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                connection, _ = self.server.accept()
-            except OSError:
-                return
-            self.accepted.append(connection)
+        accept_each(self.server, self.accepted.append)
 
     def close(self) -> None:
         self.server.close()

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import run_main
+from support import accept_each, run_main
 
 from agentd.config.tool_policy import Call, Policy, decide, effective, segments
 from agentd.process import hook
@@ -300,24 +300,19 @@ class FakeGate:
         self.server.listen(4)
         self.held: list[socket.socket] = []
         OPEN.append(self)
-        threading.Thread(target=self._serve, daemon=True).start()
+        accept_each(self.server, self._answer)
 
     def close(self) -> None:
         for conn in [self.server, *self.held]:
             conn.close()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            self.seen.append(conn.recv(1 << 20))
-            if self.answer is None:
-                self.held.append(conn)  # held open, never answered
-                continue
-            with conn:
-                conn.sendall(self.answer)
+    def _answer(self, conn: socket.socket) -> None:
+        self.seen.append(conn.recv(1 << 20))
+        if self.answer is None:
+            self.held.append(conn)  # held open, never answered
+            return
+        with conn:
+            conn.sendall(self.answer)
 
 
 OPEN: list[FakeGate] = []

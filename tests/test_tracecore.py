@@ -24,7 +24,7 @@ import pytest_asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 from rig import Rig
-from support import REPO
+from support import REPO, ok
 
 from agentd import control
 from agentd.cli import main
@@ -33,10 +33,6 @@ from agentd.records import TaskAttempt
 from agentd.store import Store
 
 TRACECORE = "tracecore==1.1.3"
-
-
-def ok(**fields: Any) -> dict[str, Any]:
-    return {"status": "completed", "machine_status": "ok", "operator_summary": "did it", **fields}
 
 
 @pytest.fixture(scope="session")
@@ -67,10 +63,7 @@ def five_rig(rig_factory: Callable[..., Rig]) -> Rig:
 
 
 async def run_until_idle(rig: Rig) -> None:
-    dispatcher = rig.dispatcher(processes=True)
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain(processes=True)
 
 
 async def cancel_when_started(rig: Rig, task_id: int) -> None:

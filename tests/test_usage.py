@@ -22,6 +22,7 @@ from test_pure import NOW, POLICY, attempt, facts, run
 
 from agentd.attempt.judge import judge
 from agentd.outlook.status import snapshot
+from agentd.records import TaskAttempt
 from agentd.services.dispatch import Dispatcher
 from agentd.usage import MAX_COST_USD, MAX_TOKENS, USAGE_KEYS, judge_usage
 
@@ -34,25 +35,18 @@ def budgeted(raw: dict[str, Any]) -> None:
     raw["budget"] = {"daily_usd": 1}
 
 
-async def drain(rig: Rig) -> None:
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
-
-
 @pytest.mark.asyncio
 async def test_a_script_reports_its_cost_in_its_outcome_and_the_budget_counts_it(
     rig_factory: Callable[..., Rig],
 ) -> None:
     rig = rig_factory(budgeted)
     first = rig.add("scripted", payload={"outcome": outcome({"cost_usd": 0.6, "input_tokens": 1200})})
-    await drain(rig)
+    await rig.drain()
     assert rig.store.get_task_or_raise(first.task_id).status == "completed"
     [row] = rig.store.attempts_of(first.task_id)
     assert row.usage is not None and row.usage["cost_usd"] == 0.6 and row.usage["input_tokens"] == 1200
     later = rig.add("scripted", payload={"outcome": outcome({"cost_usd": 0.6})}, priority=5)
-    await drain(rig)  # $0.60 spent and the next may cost as much: past the $1 cap
+    await rig.drain()  # $0.60 spent and the next may cost as much: past the $1 cap
     assert rig.store.get_task_or_raise(later.task_id).status == "pending"
     assert snapshot(rig.config, rig.store, rig.clock.now())["waiting"]["budget"] == 1
 
@@ -80,7 +74,7 @@ async def test_a_poisoned_usage_report_is_unknown_usage_and_the_work_still_count
     rig = rig_factory(budgeted)
     raw = json.dumps(outcome(usage)).replace("Infinity", "1e999")
     task = rig.add("scripted", payload={"raw_result": raw})
-    await drain(rig)
+    await rig.drain()
     done = rig.store.get_task_or_raise(task.task_id)
     assert done.status == "completed", done.last_error
     [row] = rig.store.attempts_of(task.task_id)
@@ -134,7 +128,7 @@ async def test_a_bad_harness_cost_never_lowers_the_budget(rig_factory: Callable[
     done = {"status": "completed", "machine_status": "ok", "operator_summary": "spent"}
     poisoned = rig.add("scripted", payload={"outcome": done, "usage": reported})
     dear = [rig.add("scripted", payload={"outcome": done, "usage": {"cost_usd": 2.0}}) for _ in range(5)]
-    await drain(rig)
+    await rig.drain()
     assert rig.store.get_task_or_raise(poisoned.task_id).status == "completed"
     [row] = rig.store.attempts_of(poisoned.task_id)
     assert row.usage is None or "cost_usd" not in row.usage, row.usage
@@ -153,6 +147,26 @@ sys.stdout.write(open({stream!r}).read())
 """
 
 
+def fake_claude(tmp_path: Path, lines: list[str]) -> Path:
+    """A `claude` in `tmp_path` whose stream is `lines`, one a line (FAKE_CLAUDE)."""
+    stream = tmp_path / "stream.jsonl"
+    stream.write_text("\n".join(lines) + "\n")
+    cli = tmp_path / "claude"
+    cli.write_text(FAKE_CLAUDE.format(python=sys.executable, stream=str(stream)))
+    cli.chmod(0o755)
+    return cli
+
+
+async def completed_on_claude(rig: Rig) -> TaskAttempt:
+    """A scripted task run on the rig's adapter `claude` by a dispatcher with real processes: it completes;
+    its one attempt."""
+    task = rig.add("scripted", requested_adapter_id="claude")
+    await rig.drain(processes=True)
+    assert rig.store.get_task_or_raise(task.task_id).status == "completed"
+    [row] = rig.store.attempts_of(task.task_id)
+    return row
+
+
 @pytest.mark.asyncio
 @pytest.mark.process
 async def test_a_claude_run_with_poisoned_usage_completes_with_its_usage_unknown(
@@ -167,11 +181,7 @@ async def test_a_claude_run_with_poisoned_usage_completes_with_its_usage_unknown
     result = json.dumps(final).replace('"\\u0000inf"', "Infinity")
     assert "Infinity" in result and '"1e999"' in result
     noise = ['{"type":"assistant","message":"a string"}', "[" * 200_000 + "]" * 200_000]
-    stream = tmp_path / "stream.jsonl"
-    stream.write_text("\n".join([*fixture[:-1], *noise, result]) + "\n")
-    cli = tmp_path / "claude"
-    cli.write_text(FAKE_CLAUDE.format(python=sys.executable, stream=str(stream)))
-    cli.chmod(0o755)
+    cli = fake_claude(tmp_path, [*fixture[:-1], *noise, result])
 
     def mutate(raw: dict[str, Any]) -> None:
         raw["budget"] = {"daily_usd": 5}
@@ -181,13 +191,7 @@ async def test_a_claude_run_with_poisoned_usage_completes_with_its_usage_unknown
         )
 
     rig = rig_factory(mutate)
-    task = rig.add("scripted", requested_adapter_id="claude")
-    dispatcher = rig.dispatcher(processes=True)
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
-    assert rig.store.get_task_or_raise(task.task_id).status == "completed"
-    [row] = rig.store.attempts_of(task.task_id)
+    row = await completed_on_claude(rig)
     assert row.diagnostics is not None
     problems = row.diagnostics["usage_problems"]
     assert any("total_cost_usd" in p for p in problems) and any("input_tokens" in p for p in problems), problems

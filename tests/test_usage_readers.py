@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
 from rig import Rig
-from support import CliResult
+from support import CliResult, sql
 
 from agentd.outlook.metrics import DispatchMetrics
 from agentd.outlook.status import snapshot
@@ -36,18 +34,10 @@ POISON_JSON = '{"cost_usd": 1e999, "n": -1e999, "huge": 123456789012345678901234
 )
 
 
-def sql(rig: Rig, statement: str, *params: Any) -> None:
-    with sqlite3.connect(rig.config.db_path) as conn:
-        conn.execute(statement, params)
-
-
 async def filled(rig: Rig) -> Rig:
     for _ in PLANTED:
         rig.add("example", subject="done")
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain()
     return rig
 
 

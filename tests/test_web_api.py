@@ -5,13 +5,12 @@ token's operator."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from inprocess import ok
 from rig import Rig
-from webrig import Client, WebRig, serving
+from webrig import Client, WebRig
 
 from agentd.records import TaskIntent
 from agentd.work.intake import admit_task
@@ -23,12 +22,6 @@ CONTEXT = {
     "dispatchMode": "interactive",
     "initiatedAt": "2026-11-22T09:59:00Z",
 }
-
-
-@pytest.fixture
-def web(rig: Rig) -> Iterator[WebRig]:
-    with serving(rig) as served:
-        yield served
 
 
 @pytest.fixture

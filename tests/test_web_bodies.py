@@ -9,7 +9,6 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,12 +22,6 @@ from agentd.web.inputs import MAX_BODY_BYTES
 pytestmark = pytest.mark.timeout(90)
 MiB = 1 << 20
 ANSWER_S = 15.0  # a wedged connection never answers: this is how long a test waits to say so
-
-
-@pytest.fixture
-def web(rig: Rig) -> Iterator[WebRig]:
-    with serving(rig) as served:
-        yield served
 
 
 def connect(web: WebRig) -> socket.socket:

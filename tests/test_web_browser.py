@@ -2,6 +2,8 @@
 browser Playwright downloads). Without chromium (or playwright) these skip by name, unless
 AGENTD_REQUIRE_BROWSER=1 (.ci/run sets it). AGENTD_SCREENSHOTS=DIR saves the docs' screenshots there."""
 
+# ruff: noqa: F811  (web is test_web_live's fixture, imported to be used by name)
+
 from __future__ import annotations
 
 import asyncio
@@ -20,12 +22,10 @@ from inprocess import ok
 from rig import Rig
 from support import missing
 from test_web_api import held
-from test_web_live import append, running
-from webrig import WebRig, serving
+from test_web_live import append, running, web  # noqa: F401
+from webrig import WebRig
 
-import agentd.store.base as store_base
 from agentd.web.task_page import STORED_TIME
-from agentd.web.views import ACTIVITY_TYPES
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(120)]
 WAIT_MS = 20_000  # what any one expectation waits at most
@@ -70,13 +70,6 @@ def own_child_watcher() -> Iterator[None]:
         yield
     finally:
         asyncio.set_child_watcher(before)
-
-
-@pytest.fixture
-def web(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> Iterator[WebRig]:
-    monkeypatch.setattr(store_base, "_EVENT_TYPES", store_base._EVENT_TYPES | set(ACTIVITY_TYPES))
-    with serving(rig) as served:
-        yield served
 
 
 @pytest.fixture

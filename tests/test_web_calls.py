@@ -4,13 +4,11 @@ decided already a 409, a bad or unknown id named. The hook side is tests/test_to
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from rig import Rig
 from support import HIDDEN_HEAD, HIDDEN_TAIL, PADDINGS, in_view
 from test_web_console import logged_in
-from webrig import WebRig, serving
+from webrig import WebRig
 
 from agentd.adapters.activity import EventText
 from agentd.attempt.calls import held_input, summary
@@ -18,12 +16,6 @@ from agentd.hashing import canonical_json, sha256_hex
 
 pytestmark = pytest.mark.timeout(60)
 ATTEMPT = "01JC3M9V6V4ZC0K1S1Y4AQ7W2E"
-
-
-@pytest.fixture
-def web(rig: Rig) -> Iterator[WebRig]:
-    with serving(rig) as served:
-        yield served
 
 
 def hold(rig: Rig, command: str = "curl https://example.com") -> str:

@@ -26,10 +26,7 @@ failed = {"status": "permanent_failure", "machine_status": "failed", "operator_s
 
 
 async def run_all(rig: Rig) -> None:
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    await rig.drain()
 
 
 async def a_day_of_work(rig: Rig) -> None:

@@ -5,23 +5,16 @@ dry-run count a many-task action shows before it acts."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from inprocess import ok
 from rig import Rig
 from test_web_api import held, last_event
-from webrig import Client, WebRig, serving
+from webrig import Client, WebRig
 
 pytestmark = pytest.mark.timeout(60)
 CSRF = re.compile(r'name="csrf" value="([^"]*)"')
-
-
-@pytest.fixture
-def web(rig: Rig) -> Iterator[WebRig]:
-    with serving(rig) as served:
-        yield served
 
 
 def csrf_of(html: str) -> str:

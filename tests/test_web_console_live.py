@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from urllib.parse import urlencode
 
@@ -16,22 +15,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from inprocess import ok
-from rig import Rig
 from test_web_api import held
 from test_web_console import csrf_of, logged_in
 from test_web_live import append, running
-from webrig import Client, WebRig, serving
+from webrig import Client, WebRig
 
 from agentd.web.charts import charts_view
 from agentd.web.live import progress_fraction
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def web(rig: Rig) -> Iterator[WebRig]:
-    with serving(rig) as served:
-        yield served
 
 
 # --- the progress a line says ----------------------------------------------------------------------

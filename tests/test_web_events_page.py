@@ -5,7 +5,6 @@ filter parsers as properties."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from urllib.parse import urlencode
@@ -13,9 +12,8 @@ from urllib.parse import urlencode
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from rig import Rig
 from test_web_console import logged_in
-from webrig import Client, WebRig, serving
+from webrig import Client, WebRig
 
 from agentd.web.events_page import PAGE_MAX, event_query, event_types, fold_migrations, moment_at
 from agentd.web.inputs import BadInput
@@ -23,12 +21,6 @@ from agentd.web.inputs import BadInput
 pytestmark = pytest.mark.timeout(60)
 ROW = re.compile(r'<tr class="([a-z_ ]+)"><td>(\d+)(?:–(\d+))?</td>')
 NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def web(rig: Rig) -> Iterator[WebRig]:
-    with serving(rig) as served:
-        yield served
 
 
 def rows(html: str) -> list[tuple[str, int]]:

@@ -9,12 +9,12 @@ import ipaddress
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rig import Rig
+from support import port_of
 from test_web_console import csrf_of
 from webrig import Client, WebRig, serving
 
@@ -30,12 +30,6 @@ def web(rig_factory) -> Iterator[WebRig]:  # type: ignore[no-untyped-def]
     rig: Rig = rig_factory(lambda c: c.setdefault("web", {}).update(host_names=["Console.Example.ORG."]))
     with serving(rig) as served:
         yield served
-
-
-def port_of(web: WebRig) -> int:
-    port = urlsplit(web.url).port
-    assert port is not None
-    return port
 
 
 def test_another_sites_host_gets_nothing_and_costs_the_operator_no_login(web: WebRig) -> None:

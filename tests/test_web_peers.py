@@ -18,13 +18,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rig import Rig
-from support import REPO, wait_until
+from support import REPO, port_of, wait_until
 from webrig import WebRig, serving
 
 from agentd.web.peers import REMOTE, UNKNOWN, PeerBook, PeerSocket, cannot_tell_apart, local_peer_uid
@@ -79,12 +78,6 @@ def answers_as(uid: int, port: int, requests: list[bytes]) -> list[tuple[int, st
 def get(path: str, port: int, token: str | None = None) -> bytes:
     auth = f"Authorization: Bearer {token}\r\n" if token else ""
     return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}Connection: close\r\n\r\n".encode()
-
-
-def port_of(web: WebRig) -> int:
-    port = urlsplit(web.url).port
-    assert port is not None
-    return port
 
 
 @pytest.mark.parametrize(("family", "host"), [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")])

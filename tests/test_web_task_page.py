@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from urllib.parse import urlencode
 
 import anyio
@@ -19,7 +19,7 @@ from rig import Rig
 from test_web_api import held
 from test_web_console import logged_in
 from test_web_live import running
-from webrig import Answer, Client, WebRig, serving
+from webrig import Answer, Client, WebRig
 
 from agentd import control
 from agentd.control import steering
@@ -49,12 +49,6 @@ WORDS_OF = {
     "paused": "Paused",
 }
 FAILED = {"status": "permanent_failure", "machine_status": "failed", "operator_summary": "it could not"}
-
-
-@pytest.fixture
-def web(rig: Rig) -> Iterator[WebRig]:
-    with serving(rig) as served:
-        yield served
 
 
 def drain_here(rig: Rig) -> None:

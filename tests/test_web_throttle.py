@@ -5,14 +5,12 @@ clients together; a client locked out is never the one forgotten to make room (i
 from __future__ import annotations
 
 import http.client
-from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rig import Rig
-from webrig import WebRig, serving
+from webrig import WebRig
 
 from agentd.clock import FakeClock
 from agentd.web import auth
@@ -20,12 +18,6 @@ from agentd.web.auth import LoginThrottle
 
 pytestmark = pytest.mark.timeout(60)
 MADE_UP = "Bearer 0123456789ab." + "A" * 43
-
-
-@pytest.fixture
-def web(rig: Rig) -> Iterator[WebRig]:
-    with serving(rig) as served:
-        yield served
 
 
 def status_from(source: str, web: WebRig, authorization: str) -> int:

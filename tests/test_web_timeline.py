@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from inprocess import ok
 from rig import Rig
 from test_web_console import logged_in
 from webrig import serving
@@ -120,11 +119,7 @@ def test_durations_read_as_people_say_them() -> None:
 
 @pytest.mark.asyncio
 async def test_the_task_page_shows_each_attempts_calls(rig: Rig) -> None:
-    task_id = rig.add("scripted", payload={"outcome": ok()}).task_id
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    await dispatcher.run_until_idle()
-    await dispatcher.stop()
+    task_id = await rig.completed_task()
     with serving(rig) as web:
         browser, _ = logged_in(web)
         html = browser.get(f"/tasks/{task_id}").text

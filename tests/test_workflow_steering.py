@@ -48,15 +48,6 @@ def gated(rig_factory: Callable[..., Rig]) -> Rig:
     return rig_factory(with_gated)
 
 
-async def drain(rig: Rig) -> int:
-    """A fresh dispatcher: workflows make their steps, and it claims until nothing more is claimable."""
-    dispatcher = rig.dispatcher()
-    await dispatcher.start()
-    claimed = await dispatcher.run_until_idle()
-    await dispatcher.stop()
-    return claimed
-
-
 def events(rig: Rig, kind: str | None = None) -> list[RuntimeEvent]:
     return [e for e in rig.events() if kind is None or e.type == kind]
 
@@ -76,7 +67,7 @@ async def test_a_goal_loop_blocked_at_its_cap_is_unblocked_once_the_cap_is_raise
     over the cap of 5), then complete. Unblocking refuses while the cap would block again; after the
     operator raises goal-loop's max_state_entries to 6, it re-enters verify and the workflow completes."""
     workflow = start(rig, "goal-loop", {"answers": {"verify": ["continue"] * 5 + ["complete"]}})
-    await drain(rig)
+    await rig.drain()
     blocked = rig.store.get_workflow_or_raise(workflow.workflow_id)
     assert blocked.status == "blocked" and "(cap 5)" in (blocked.blocked_reason or "")
     before = len(rig.events())
@@ -105,7 +96,7 @@ async def test_a_goal_loop_blocked_at_its_cap_is_unblocked_once_the_cap_is_raise
     }
     assert "(cap 5)" in event.payload["blocked_reason"]
 
-    await drain(raised)
+    await raised.drain()
     done = raised.store.get_workflow_or_raise(workflow.workflow_id)
     assert done.status == "completed" and done.blocked_reason is None
     steps = raised.store.workflow_steps(workflow.workflow_id)
@@ -116,7 +107,7 @@ async def test_a_goal_loop_blocked_at_its_cap_is_unblocked_once_the_cap_is_raise
 @pytest.mark.asyncio
 async def test_unblock_is_refused_while_it_would_still_block_or_the_state_is_unknown(rig: Rig, rig_cli: Any) -> None:
     workflow = start(rig, "goal-loop", {"answers": {"verify": ["continue"]}})
-    await drain(rig)
+    await rig.drain()
     blocked = rig.store.get_workflow_or_raise(workflow.workflow_id)
     assert blocked.status == "blocked"
     before = len(rig.events())
@@ -142,7 +133,7 @@ async def test_a_state_without_a_task_type_advances_on_workflow_signal(gated: Ri
     started = rig_cli(gated, "workflow", "start", "gated", "release-7")
     assert started.code == 0, started.err
     [workflow] = gated.store.list_workflows()
-    assert await drain(gated) == 0  # `wait` has no task: the workflow waits for a signal
+    assert await gated.drain() == 0  # `wait` has no task: the workflow waits for a signal
     assert gated.store.workflow_steps(workflow.workflow_id) == []
 
     signaled = rig_cli(gated, "workflow", "signal", str(workflow.workflow_id), "go", "--reason", "QA passed")
@@ -165,7 +156,7 @@ async def test_a_state_without_a_task_type_advances_on_workflow_signal(gated: Ri
     assert moved.payload == {"from": "wait", "to": "execute", "signal": "go", "iteration": 2}
     assert event.sequence < moved.sequence
 
-    assert await drain(gated) == 1  # the execute step, which completes the workflow
+    assert await gated.drain() == 1  # the execute step, which completes the workflow
     assert gated.store.get_workflow_or_raise(workflow.workflow_id).status == "completed"
 
 
@@ -202,7 +193,7 @@ async def test_a_signal_to_a_state_with_a_queued_step_cancels_that_step(rig: Rig
     )
     [event] = events(rig, "workflow_signaled")
     assert event.payload["canceled_task_id"] == plan.task_id and event.payload["to"] == "execute"
-    assert await drain(rig) == 2  # execute, then verify completes it; the canceled plan never runs
+    assert await rig.drain() == 2  # execute, then verify completes it; the canceled plan never runs
     done = rig.store.get_workflow_or_raise(workflow.workflow_id)
     assert done.status == "completed"
     assert [t.workflow_ref.state_id for t in rig.store.workflow_steps(workflow.workflow_id) if t.workflow_ref] == [
@@ -258,7 +249,7 @@ async def test_cancel_ends_a_workflow_and_its_queued_step_once(rig: Rig, rig_cli
         "canceled_task_ids": [plan.task_id],
         "running_task_ids": [],
     }
-    assert await drain(rig) == 0  # no step is claimed or created for a canceled workflow
+    assert await rig.drain() == 0  # no step is claimed or created for a canceled workflow
     assert len(rig.store.workflow_steps(workflow.workflow_id)) == 1
 
     before = len(rig.events())
@@ -271,7 +262,7 @@ async def test_cancel_ends_a_workflow_and_its_queued_step_once(rig: Rig, rig_cli
 @pytest.mark.asyncio
 async def test_a_blocked_workflow_can_be_canceled(rig: Rig, rig_cli: Any) -> None:
     workflow = start(rig, "goal-loop", {"fail": "execute"})
-    await drain(rig)
+    await rig.drain()
     assert rig.store.get_workflow_or_raise(workflow.workflow_id).status == "blocked"
     result = rig_cli(rig, "workflow", "cancel", str(workflow.workflow_id), "--json").json()
     assert result["workflow"]["status"] == "canceled" and result["canceled_task_ids"] == []
@@ -408,7 +399,7 @@ for n in range(1, run + 1):
     assert len(events(rig, "workflow_signaled")) == 2
     assert events(rig, "sensor_run_finished")[-1].payload["signals_ignored"] == 1
 
-    assert await drain(rig) == 1
+    assert await rig.drain() == 1
     assert rig.store.get_workflow_or_raise(workflow.workflow_id).status == "completed"
 
 
