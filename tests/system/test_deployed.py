@@ -24,6 +24,20 @@ pytestmark = [pytest.mark.system, pytest.mark.timeout(900)]
 
 AGENT = "arc"
 SERVICES = ("dispatch", "sensors", "web")
+# The example's tool policy out of the installed TOML (its tables, to the next other table): the claude
+# stand-in runs no hook, and under a policy an attempt whose calls go undecided ends as a violation (docs/policy.md,
+# "Every call accounted for"); the real claude under a policy is the harness tier's (tests/test_policy_harness.py).
+WITHOUT_POLICY = r"""
+import re, sys
+path = sys.argv[1]
+kept, inside = [], False
+for line in open(path).read().splitlines(keepends=True):
+    if re.match(r"\s*\[", line):
+        inside = re.match(r"\s*\[\[?policy[\].]", line) is not None
+    if not inside:
+        kept.append(line)
+open(path, "w").write("".join(kept))
+"""
 STANDIN_TOML = """
 # The system test's adapters (tests/system/standin.py): a claude stand-in and a script that waits.
 [[adapters]]
@@ -169,6 +183,7 @@ def test_start_as_the_docs_say(vm: Machine) -> None:
     assert enable == [LIFE.printed_enable], "the docs' enable line is not the one `agentd install` printed"
     for command in documented:
         if edit := operator_docs.EDIT.match(command):
+            vm.run(f"python3 - {edit['path']}", stdin=WITHOUT_POLICY)
             vm.run(f"cat >> {edit['path']}", stdin=STANDIN_TOML)
             continue
         vm.run(operator_docs.as_run(command))
