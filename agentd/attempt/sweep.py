@@ -14,7 +14,7 @@ import anyio
 
 from agentd.attempt.conclude import sweep_end
 from agentd.attempt.prepare import adapter_redactor
-from agentd.attempt.run import AttemptRunner
+from agentd.attempt.run import AttemptRunner, Running
 from agentd.errors import contained
 from agentd.process.containment import attempt_group, sweep_run
 from agentd.store import Store
@@ -27,13 +27,12 @@ async def boot_sweep(runner: AttemptRunner) -> int:
     config, swept = runner.config, 0
     for task, attempt in await runner.db.call(Store.running_attempts):
         survivors = await sweep_run(attempt_group(config.paths.state_dir, attempt.attempt_id), runner.preparer.user)
+        running = Running(task, attempt)  # found outside a run: no control, nothing prepared, nothing after it
         with contained(logger, "boot sweep of attempt %s failed inside agentd", attempt.attempt_id) as failed:
             redactor = adapter_redactor(config, attempt.adapter_id)  # its secrets as they are now
-            end = await anyio.to_thread.run_sync(
-                sweep_end, runner.ending(task, attempt), task, attempt, survivors, redactor
-            )
+            end = await anyio.to_thread.run_sync(sweep_end, runner.ending(running), task, attempt, survivors, redactor)
         if failed.error is not None:
-            end = await runner.internal_failure(task, attempt, failed.error, "sweeping this attempt", None, None)
+            end = await runner.internal_failure(running, failed.error, "sweeping this attempt")
         await runner.commit(task, attempt, end)
         runner.metrics.boot_swept()
         swept += 1
