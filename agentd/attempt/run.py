@@ -18,9 +18,8 @@ import anyio
 from agentd import frozen_value
 from agentd.adapters import Adapter, AdapterRun, adapter_for
 from agentd.attempt import live
-from agentd.attempt.calls import HARNESSES, CallGate
+from agentd.attempt.calls import CallGate
 from agentd.attempt.conclude import conclude, internal_failure_end
-from agentd.attempt.ledger import CallLedger
 from agentd.attempt.meter import Meter, attempt_cap, meter_for
 from agentd.attempt.model_calls import ModelCalls
 from agentd.attempt.policy import Ending, attempt_policy
@@ -32,7 +31,6 @@ from agentd.config.budget import day_start, price_of
 from agentd.errors import contained
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.privilege import RunUser
-from agentd.process.timer import POLICY_VIOLATION as VIOLATION
 from agentd.process.wake import Doorbell
 from agentd.records import AdapterConfig, AttemptEnd, Claim, TaskAttempt, TaskRecord
 from agentd.store import AsyncStore, Ended, Follow, Store
@@ -301,14 +299,7 @@ class AttemptRunner:
         """The gate of an attempt whose tool calls are judged while it runs (docs/policy.md)."""
         if prepared.ctx.hook is None:
             return None
-        event_text, timer = live.redacting(prepared.redactor), prepared.ctx.timer
-        ledger = None
-        if prepared.ctx.adapter.kind in HARNESSES:  # every call its stream reports is held to a decision
-            ledger = CallLedger(prepared.ctx.adapter.kind, lambda _: timer.end(VIOLATION, at_once=True))
-        section = self.config.policy
-        return CallGate(
-            prepared, prepared.policy.tools, section, self.db, self.clock, self.doorbell, event_text, ledger
-        )
+        return CallGate(prepared, self.config.policy, self.db, self.clock, self.doorbell)
 
     async def _served(self, prepared: Prepared) -> ServedAttempt | None:
         """The gateway's part in an attempt whose model calls go through it: the budget each call is held to
