@@ -33,7 +33,7 @@ from agentd.process.child import Child, PipeReader, PipeWriter, pidfds_work, sta
 from agentd.process.containment import RunGroup, cgroups, end_run, limit_hit, spawn
 from agentd.process.files import create_private
 from agentd.process.netns import Netns, start_in_netns
-from agentd.process.privilege import RunUser, popen_identity, run_as
+from agentd.process.privilege import RunUser, popen_identity
 from agentd.process.timer import RunTimer
 from agentd.redaction import Redactor
 
@@ -440,28 +440,6 @@ async def make_dir_as(path: Path, user: RunUser) -> None:
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip() or f"exit {done.returncode}"
         raise OSError(f"cannot make {path} as {user.name}: {said}")
-
-
-def remove_tree(path: Path, user: RunUser | None = None) -> None:
-    """A folder an attempt (or a command) wrote in is gone, and its removal never raises: shutil.rmtree
-    first (no process); what that leaves goes with `rm -rf`, as this process, then as `user`. rmtree
-    recurses once per level, so a tree nested past Python's recursion limit (3,000 folders one in
-    another: anything may make one) raised RecursionError; a folder the run user made unreadable to the
-    service only that user may empty. A tree that still stands is logged."""
-    with contextlib.suppress(RecursionError):  # rm below walks what it left
-        shutil.rmtree(path, ignore_errors=True)
-    if os.path.lexists(path):
-        remove_as(path, None)
-    if os.path.lexists(path) and user is not None:
-        remove_as(path, user)
-    if os.path.lexists(path):
-        logger.warning("%s could not be removed; remove it by hand", path)
-
-
-def remove_as(path: Path, user: RunUser | None) -> None:
-    """`rm -rf path` as `user` (a folder the run user made unreadable to the service), or as this
-    process for None; no caps pass on. GNU rm walks a tree of any depth."""
-    run_as(["rm", "-rf", "--one-file-system", "--", str(path)], user)
 
 
 def run_setup_command(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
