@@ -34,9 +34,9 @@ from agentd.hashing import sha256_file
 from agentd.process import procs
 from agentd.process.containment import RunGroup, namespace_for
 from agentd.process.files import make_run_dir, read_whole_beneath, remove_tree, write_shared
+from agentd.process.output import ProcessResult
 from agentd.process.privilege import RunUser, require_switch, run_user
 from agentd.process.runner import (
-    ProcessResult,
     ProcessSpec,
     child_environment,
     resolve_command,
