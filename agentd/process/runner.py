@@ -15,7 +15,6 @@ import contextlib
 import functools
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +25,6 @@ import anyio
 import anyio.abc
 
 from agentd import frozen_value
-from agentd.config.environment import passthrough_environment, read_env_file
 from agentd.process import procs
 from agentd.process.child import Child, PipeReader, PipeWriter, pidfds_work, start_child
 from agentd.process.containment import RunGroup, cgroups, end_run, limit_hit, spawn
@@ -34,7 +32,6 @@ from agentd.process.netns import Netns, start_in_netns
 from agentd.process.output import CappedFile, ProcessResult
 from agentd.process.privilege import RunUser, popen_identity
 from agentd.process.timer import RunTimer
-from agentd.redaction import Redactor
 
 logger = logging.getLogger(__name__)
 
@@ -72,46 +69,6 @@ class ProcessSpec:
     # A network of its own, whose only ways out are the listeners it asks for (agentd/process/netns.py): made
     # before the program starts, or the start fails. None: the host's network.
     netns: Netns | None = None
-
-
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-
-def agentd_path() -> str:
-    """PATH as an attempt's process gets it: agentd's own bin first (`agentd skills run` works)."""
-    return f"{Path(sys.executable).parent}:{passthrough_environment().get('PATH', DEFAULT_PATH)}"
-
-
-def resolve_command(command: str, cwd: Path, path: str) -> Path | None:
-    """The file `command` names as a process started in `cwd` with PATH `path` finds it."""
-    located = str(cwd / command) if "/" in command else shutil.which(command, path=path)
-    return Path(located) if located and Path(located).is_file() else None
-
-
-def child_environment(
-    *,
-    home: Path,
-    agentd: Mapping[str, str],
-    tmp: Path | None = None,
-    env_file: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    path_first: str | None = None,
-) -> tuple[dict[str, str], Redactor]:
-    """The only environment a child gets (an attempt's adapter or a sensor): PATH and locale from
-    the service, its own HOME (and TMPDIR), its env_file and env, and agentd's AGENTD_* variables;
-    never the rest of the service's environment. Every env_file value is a secret: the Redactor
-    returned knows them."""
-    found = passthrough_environment()
-    if path_first:
-        found["PATH"] = f"{path_first}:{found.get('PATH', DEFAULT_PATH)}"
-    found["HOME"] = str(home)
-    if tmp is not None:
-        found["TMPDIR"] = str(tmp)
-    secrets = read_env_file(env_file) if env_file is not None else {}
-    found.update(secrets)
-    found.update(env or {})
-    found.update(agentd)
-    return found, Redactor(secrets.values())
 
 
 async def run_process(
