@@ -184,7 +184,7 @@ class AttemptRunner:
             with contained(logger, *boundary) as failed:
                 if on_running is not None:
                     await on_running()
-                running = replace(running, prepared=await self.preparer.prepare(claim))
+                self.running = running = replace(running, prepared=await self.preparer.prepare(claim))
                 run = await self._execute(running)
                 ended = await self._conclude(running, run)
             if failed.error is not None:
