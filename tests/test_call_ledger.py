@@ -239,7 +239,7 @@ def _codex(**settings_: Any) -> CodexAdapterConfig:
 def test_the_manifest_says_what_was_enforced_not_what_was_configured(tmp_path: Path) -> None:
     from agentd.adapters.base import AdapterRun
     from agentd.attempt.manifest import tool_policy_held
-    from agentd.process.runner import CappedFile, ProcessResult
+    from agentd.process.output import CappedFile, ProcessResult
 
     configured = {"enforced": "at each call, by claude's PreToolUse hook", "rules": 1, "default": "allow"}
     out = CappedFile(tmp_path / "o", 0).close()

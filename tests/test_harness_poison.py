@@ -27,7 +27,7 @@ from agentd.adapters.hermes import USAGE_FILE, HermesAgentAdapter, parse_hermes
 from agentd.adapters.ollama import Stream, stream_run, take_line
 from agentd.edge import check_value
 from agentd.evidence.action_trace import parse_trace, trace_lines, trace_of
-from agentd.process.runner import CapturedOutput, ProcessResult
+from agentd.process.output import CapturedOutput, ProcessResult
 from agentd.records import PolicyDenial
 from agentd.usage import MAX_COST_USD, MAX_TOKENS, TOKEN_KINDS, Usage
 

@@ -17,7 +17,7 @@ from test_usage import completed_on_claude, fake_claude, outcome
 
 from agentd.adapters.claude import ClaudeCodeAdapter
 from agentd.evidence.action_trace import MAX_TRACE_STEPS, capped, trace_of
-from agentd.process.runner import CappedFile
+from agentd.process.output import CappedFile
 
 
 def numbered(count: int) -> bytes:

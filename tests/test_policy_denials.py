@@ -20,7 +20,7 @@ from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted
 from agentd.adapters.claude import ClaudeCodeAdapter, parse_claude_output
 from agentd.adapters.codex import parse_codex_events
 from agentd.attempt.judge import MAX_DENIAL_EVENTS
-from agentd.process.runner import CapturedOutput, ProcessResult
+from agentd.process.output import CapturedOutput, ProcessResult
 from agentd.records import AdapterConfig, PolicyDenial
 from agentd.records.work import DENIAL_TEXT_CHARS
 from agentd.redaction import MARK, Redactor

@@ -1,4 +1,4 @@
-"""Removing what an attempt (or a command) left (agentd/process/runner.py `remove_tree`): any depth,
+"""Removing what an attempt (or a command) left (agentd/process/files.py `remove_tree`): any depth,
 never raising, since an attempt's end and the boot sweep after a crash both rely on it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from support import nest
 
-from agentd.process import runner
+from agentd.process import files
 
 
 @pytest.mark.parametrize("depth", [0, 5, 3000])
@@ -17,6 +17,6 @@ def test_remove_tree_removes_any_depth_and_never_raises(tmp_path: Path, depth: i
     root = tmp_path / "run"
     root.mkdir()
     nest(root, depth, leaf="file")
-    runner.remove_tree(root)
+    files.remove_tree(root)
     assert not root.exists()
-    runner.remove_tree(root)  # gone already: nothing to do, nothing raised
+    files.remove_tree(root)  # gone already: nothing to do, nothing raised

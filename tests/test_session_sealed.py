@@ -33,8 +33,8 @@ from agentd.attempt.session import (
 )
 from agentd.evidence import AttemptPaths, make_attempt_dir
 from agentd.outlook.agent_runtime import EVENT_MAP
+from agentd.process.files import remove_tree
 from agentd.process.privilege import RunUser, output_as, run_as
-from agentd.process.runner import remove_tree
 
 
 def interrupted_claude(paths: AttemptPaths, text: str = "the conversation so far") -> str:

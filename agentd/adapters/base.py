@@ -23,8 +23,9 @@ from agentd.process import hook as hook_module
 from agentd.process.containment import RunGroup
 from agentd.process.files import make_run_dir, write_shared
 from agentd.process.netns import Netns
+from agentd.process.output import ProcessResult
 from agentd.process.privilege import RunUser
-from agentd.process.runner import ProcessResult, ProcessSpec, run_process
+from agentd.process.runner import ProcessSpec, run_process
 from agentd.process.timer import RunTimer
 from agentd.records import AdapterConfig, PolicyDenial, TaskRecord
 from agentd.usage import Usage as Usage  # judged in agentd/usage.py; every adapter reports one

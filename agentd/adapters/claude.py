@@ -38,7 +38,7 @@ from agentd.adapters.harness import (
     trusted,
     usage_of,
 )
-from agentd.process.runner import ProcessResult
+from agentd.process.output import ProcessResult
 from agentd.records import ClaudeCodeAdapterConfig as ClaudeConfig
 from agentd.usage import Usage, believed
 

@@ -45,7 +45,7 @@ from agentd.adapters.harness import (
 )
 from agentd.config.gateway import OPENAI
 from agentd.process.files import read_reported
-from agentd.process.runner import ProcessResult
+from agentd.process.output import ProcessResult
 from agentd.records import CodexAdapterConfig as CodexConfig
 from agentd.usage import TOKEN_KINDS, Usage
 

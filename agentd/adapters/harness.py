@@ -23,7 +23,7 @@ from agentd.adapters.denials import compact
 from agentd.adapters.versions import cached_version, cli_version
 from agentd.edge import scrub
 from agentd.process.files import make_run_dir
-from agentd.process.runner import ProcessResult
+from agentd.process.output import ProcessResult
 from agentd.records import HarnessAdapterConfig, PolicyDenial, TokenPrice
 from agentd.usage import bounded, judge_number, quoted
 

@@ -27,7 +27,7 @@ from agentd.adapters.harness import (
 )
 from agentd.adapters.hermes_session import SESSION_FILE, session_document
 from agentd.process.files import read_reported, write_new
-from agentd.process.runner import ProcessResult
+from agentd.process.output import ProcessResult
 from agentd.records import HermesAgentAdapterConfig as HermesConfig
 from agentd.usage import TOKEN_KINDS, Usage
 

@@ -18,7 +18,7 @@ from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted, output_t
 from agentd.adapters.denials import text_of
 from agentd.adapters.harness import fact, judge_harness_usage, text_or
 from agentd.process.http import client as http_client
-from agentd.process.runner import CappedFile
+from agentd.process.output import CappedFile
 from agentd.records import OllamaGenerateAdapterConfig as OllamaConfig
 
 

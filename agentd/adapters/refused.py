@@ -1,12 +1,12 @@
 """An attempt the dispatcher will not start: in place of its adapter, it ends as a command that cannot
-start ends (agentd/process/runner.py `ProcessResult.start_error`): judged `start_failed`, no side effects, the reason
+start ends (agentd/process/output.py `ProcessResult.start_error`): judged `start_failed`, no side effects, the reason
 as its error (agentd/attempt/judge.py). Used when the run user cannot start the tool-call hook
 (agentd/process/hook_check.py; docs/policy.md, "When the hook cannot start")."""
 
 from __future__ import annotations
 
 from agentd.adapters.base import AdapterRun, AttemptContext, OnStarted
-from agentd.process.runner import CappedFile, ProcessResult
+from agentd.process.output import CappedFile, ProcessResult
 
 
 class RefusedStart:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from agentd.adapters.base import AdapterRun, AttemptContext, Invocation, SubprocessAdapter, exit_status_of, read_tail
-from agentd.process.runner import ProcessResult
+from agentd.process.output import ProcessResult
 from agentd.records import ScriptAdapterConfig
 
 PROGRESS_FILE = "progress.log"

@@ -38,6 +38,7 @@ import anyio.abc
 from agentd.adapters.activity import EventText
 from agentd.adapters.posture import claude_would_allow
 from agentd.attempt.ledger import CallLedger
+from agentd.attempt.live import redacting
 from agentd.attempt.prepare import Prepared
 from agentd.clock import Clock, age, format_ts
 from agentd.config.settings import PolicySection
@@ -45,6 +46,7 @@ from agentd.config.tool_policy import COMMAND_KEYS, PATH_KEYS, URL_KEYS, Call, P
 from agentd.errors import contained
 from agentd.hashing import sha256_hex
 from agentd.process.hook import HELD, REQUEST_MAX_BYTES
+from agentd.process.timer import POLICY_VIOLATION as VIOLATION
 from agentd.process.timer import RunTimer
 from agentd.process.wake import Doorbell
 from agentd.store import AsyncStore, CallDecided, GateEvent, Store
@@ -146,19 +148,13 @@ class Counts:
 
 class CallGate:
     def __init__(
-        self,
-        prepared: Prepared,
-        policy: Policy,
-        section: PolicySection,
-        db: AsyncStore,
-        clock: Clock,
-        doorbell: Doorbell,
-        event_text: EventText,
-        ledger: CallLedger | None = None,
+        self, prepared: Prepared, section: PolicySection, db: AsyncStore, clock: Clock, doorbell: Doorbell
     ) -> None:
-        self.prepared, self.policy, self.section, self.ledger = prepared, policy, section, ledger
+        """The gate of a prepared attempt with a hook: its tool policy, its redactor and its harness's ledger are
+        the attempt's own (`prepared`); `section`: the config's [policy]."""
+        self.prepared, self.policy, self.section = prepared, prepared.policy.tools, section
         self.ask_timeout_s = section.ask_timeout_s
-        self.db, self.clock, self.doorbell, self.event_text = db, clock, doorbell, event_text
+        self.db, self.clock, self.doorbell, self.event_text = db, clock, doorbell, redacting(prepared.redactor)
         self.timer: RunTimer = prepared.ctx.timer
         assert prepared.ctx.hook is not None
         self.path = prepared.ctx.hook.socket
@@ -166,6 +162,9 @@ class CallGate:
         self.uid = user.uid if user is not None else os.getuid()
         self.workspace = os.path.realpath(prepared.ctx.workspace)
         self.kind = prepared.ctx.adapter.kind
+        self.ledger: CallLedger | None = None
+        if self.kind in HARNESSES:  # every call its stream reports is held to a decision
+            self.ledger = CallLedger(self.kind, lambda _: self.timer.end(VIOLATION, at_once=True))
         self.listener: socket.socket | None = None
         self.connections = 0
         self.held: dict[str, tuple[str, float]] = {}  # call id → (summary, since): what status shows

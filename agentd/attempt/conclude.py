@@ -30,9 +30,8 @@ from agentd.evidence import AttemptPaths, attempt_paths, seal, trace_summary, ve
 from agentd.evidence.action_trace import Step, capped, decision_steps, trace_lines, trace_of
 from agentd.hashing import sha256_file, sha256_hex
 from agentd.process.files import Refused as UntrustedPath
-from agentd.process.files import lstat_beneath, read_beneath, read_reported, sha256_at_most, write_new
+from agentd.process.files import lstat_beneath, read_beneath, read_reported, remove_tree, sha256_at_most, write_new
 from agentd.process.privilege import RunUser
-from agentd.process.runner import remove_tree
 from agentd.records import (
     ArtifactRow,
     AttemptEnd,

@@ -15,7 +15,7 @@ from agentd.clock import format_ts
 from agentd.config import Config
 from agentd.config.tool_policy import enforcement, profile_policy
 from agentd.hashing import canonical_json, sha256_file, sha256_hex
-from agentd.process.runner import agentd_path, resolve_command
+from agentd.process.environment import agentd_path, resolve_command
 from agentd.records import (
     AdapterConfig,
     AttemptEnd,

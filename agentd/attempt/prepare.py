@@ -48,11 +48,11 @@ from agentd.config.tool_policy import gated
 from agentd.errors import ConfigError, InputError
 from agentd.evidence import AttemptPaths, attempt_paths, make_attempt_dir
 from agentd.process.containment import attempt_group
+from agentd.process.environment import child_environment
 from agentd.process.files import keep_workspace, write_new, write_shared
 from agentd.process.hook_check import HARNESS_OF, HookChecks
 from agentd.process.limits import Limits
 from agentd.process.privilege import RunUser
-from agentd.process.runner import child_environment
 from agentd.records import AdapterConfig, AttemptPlan, Claim, CompiledBundle, TaskAttempt, TaskRecord, WorkflowRecord
 from agentd.redaction import Redactor
 from agentd.store import AsyncStore, Store

@@ -33,16 +33,11 @@ from agentd.evidence.verify import checked_attempt
 from agentd.hashing import sha256_file
 from agentd.process import procs
 from agentd.process.containment import RunGroup, namespace_for
-from agentd.process.files import make_run_dir, read_whole_beneath, write_shared
+from agentd.process.environment import child_environment, resolve_command
+from agentd.process.files import make_run_dir, read_whole_beneath, remove_tree, write_shared
+from agentd.process.output import ProcessResult
 from agentd.process.privilege import RunUser, require_switch, run_user
-from agentd.process.runner import (
-    ProcessResult,
-    ProcessSpec,
-    child_environment,
-    remove_tree,
-    resolve_command,
-    run_process,
-)
+from agentd.process.runner import ProcessSpec, run_process
 from agentd.records import ScriptAdapterConfig, TaskAttempt
 from agentd.redaction import Redactor
 from agentd.store import Store

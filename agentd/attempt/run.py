@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from agentd import frozen_value
 from agentd.adapters import Adapter, AdapterRun, adapter_for
 from agentd.attempt import live
-from agentd.attempt.calls import HARNESSES, CallGate
+from agentd.attempt.calls import CallGate
 from agentd.attempt.conclude import conclude, internal_failure_end
-from agentd.attempt.ledger import CallLedger
 from agentd.attempt.meter import Meter, attempt_cap, meter_for
 from agentd.attempt.model_calls import ModelCalls
 from agentd.attempt.policy import Ending, attempt_policy
@@ -31,7 +31,6 @@ from agentd.config.budget import day_start, price_of
 from agentd.errors import contained
 from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.privilege import RunUser
-from agentd.process.timer import POLICY_VIOLATION as VIOLATION
 from agentd.process.wake import Doorbell
 from agentd.records import AdapterConfig, AttemptEnd, Claim, TaskAttempt, TaskRecord
 from agentd.store import AsyncStore, Ended, Follow, Store
@@ -92,6 +91,26 @@ def through_gateway(run: AdapterRun, served: ServedAttempt | None) -> AdapterRun
     )
 
 
+@frozen_value
+class Running:
+    """One attempt as it runs, the one value `AttemptRunner`'s steps take (docs/decisions.md, "One value
+    per running attempt (issue 53)"): its task and attempt; how it is stopped (`control`; None for one found
+    outside a run: the boot sweep's); what preparing it made (`prepared`, None until then); the claim its
+    outcome commit may make after it (`follow`); and since when it runs (`anyio.current_time()`)."""
+
+    task: TaskRecord
+    attempt: TaskAttempt
+    control: AttemptControl | None = None
+    prepared: Prepared | None = None
+    follow: Follow | None = None
+    since: float = 0.0
+
+    @property
+    def started(self) -> bool:
+        """The adapter began: side effects may have happened from here on."""
+        return bool(self.control and self.control.started)
+
+
 def running_line(task_id: int, adapter: str, model: str | None, seconds: float) -> str:
     return f"running task {task_id} ({adapter}, {model or 'no model'}) {age(seconds)}"
 
@@ -111,35 +130,35 @@ class AttemptRunner:
         self.config, self.db, self.clock, self.rng, self.metrics = config, db, clock, rng, metrics
         self.doorbell = doorbell
         self.preparer = AttemptPreparer(config, db, clock, adapters, user)
-        self.control: AttemptControl | None = None
+        self.running: Running | None = None  # the attempt this runner has claimed and not yet recorded
         self.gate: CallGate | None = None  # the running attempt's, while it runs
         self.gateway: Gateway | None = (
             None  # the model gateway, made for the first attempt that uses it (docs/gateway.md)
         )
-        self._running: tuple[int, str, str | None, float] | None = None  # task, adapter, model, since
 
     @property
     def busy(self) -> bool:
-        return self.control is not None
+        return self.running is not None
 
     @property
     def running_task(self) -> int | None:
         """The task whose attempt this runner has claimed and not yet recorded, if any."""
-        return self._running[0] if self._running else None
+        return self.running.task.task_id if self.running else None
 
     def describe(self) -> str | None:
         """`running task 812 (claude-code, sonnet) 3m12s`, or None when idle; `…; waiting for a decision on
         Bash: git push … (40s)` while a tool call waits for a person."""
-        if self._running is None:
+        running = self.running
+        if running is None:
             return None
-        task_id, adapter, model, since = self._running
-        line = running_line(task_id, adapter, model, anyio.current_time() - since)
+        attempt, seconds = running.attempt, anyio.current_time() - running.since
+        line = running_line(running.task.task_id, attempt.adapter_id, attempt.model, seconds)
         waiting = self.gate.waiting() if self.gate is not None else None
         return f"{line}; {waiting}" if waiting else line
 
     def stop(self, reason: str, after_s: float) -> None:
-        if self.control is not None:
-            self.control.stop(reason, after_s)
+        if self.running is not None and self.running.control is not None:
+            self.running.control.stop(reason, after_s)
 
     async def run(
         self,
@@ -156,130 +175,95 @@ class AttemptRunner:
         attempt = claim.attempt
         assert attempt is not None
         control = AttemptControl()
-        self.control = control
+        running = Running(claim.task, attempt, control, follow=follow, since=anyio.current_time())
+        self.running = running
         if stopping:
             control.stop("interrupted", self.config.dispatch.grace_s)
-        prepared: Prepared | None = None
         boundary = ("attempt %s of task %s failed inside agentd", attempt.attempt_id, claim.task.task_id)
         try:  # the attempt's boundary: what fails inside agentd is recorded; the task never stays running
             with contained(logger, *boundary) as failed:
-                self._running = (claim.task.task_id, attempt.adapter_id, attempt.model, anyio.current_time())
                 if on_running is not None:
                     await on_running()
-                prepared = await self.preparer.prepare(claim)
-                run = await self._execute(prepared, control)
-                ended = await self._conclude(claim.task, prepared, run, control, follow)
+                self.running = running = replace(running, prepared=await self.preparer.prepare(claim))
+                run = await self._execute(running)
+                ended = await self._conclude(running, run)
             if failed.error is not None:
-                end = await self.internal_failure(
-                    claim.task, attempt, failed.error, "running this attempt", control, prepared
-                )
-                ended = await self.commit(claim.task, attempt, end, control, prepared, follow)
+                end = await self.internal_failure(running, failed.error, "running this attempt")
+                ended = await self.db.call(self._commit, running, end)
         finally:
-            self.control = None
-            self._running = None
+            self.running = None
         self._count(attempt, ended.end)
         return ended
 
-    async def _conclude(
-        self,
-        task: TaskRecord,
-        prepared: Prepared,
-        run: AdapterRun | None,
-        control: AttemptControl,
-        follow: Follow | None,
-    ) -> Ended:
+    async def _conclude(self, running: Running, run: AdapterRun | None) -> Ended:
         """The attempt's end, judged and sealed, and its outcome commit, in one hop to the database's
         thread (docs/decisions.md, "Group commit")."""
-        ending = self.ending(task, prepared.attempt, prepared)
+        prepared, control = running.prepared, running.control
+        assert prepared is not None and control is not None
+        ending = self.ending(running)
 
         def conclude_and_commit(store: Store) -> Ended:
             end = conclude(ending, prepared, run, control.stopped)  # its failure is the attempt's, as ever
-            return self._commit(store, task, prepared.attempt, end, control, prepared, follow)
+            return self._commit(store, running, end)
 
         return await self.db.call(conclude_and_commit)
 
-    async def commit(
-        self,
-        task: TaskRecord,
-        attempt: TaskAttempt,
-        end: AttemptEnd,
-        control: AttemptControl | None = None,
-        prepared: Prepared | None = None,
-        follow: Follow | None = None,
-    ) -> Ended:
-        """The outcome commit of an end found outside the adapter's run (agentd's own failure, the boot sweep)."""
-        return await self.db.call(self._commit, task, attempt, end, control, prepared, follow)
+    async def commit(self, task: TaskRecord, attempt: TaskAttempt, end: AttemptEnd) -> Ended:
+        """The outcome commit of an end found outside an attempt's run (the boot sweep's)."""
+        return await self.db.call(self._commit, Running(task, attempt), end)
 
-    def _commit(
-        self,
-        store: Store,
-        task: TaskRecord,
-        attempt: TaskAttempt,
-        end: AttemptEnd,
-        control: AttemptControl | None,
-        prepared: Prepared | None,
-        follow: Follow | None,
-    ) -> Ended:
+    def _commit(self, store: Store, running: Running, end: AttemptEnd) -> Ended:
         """`Store.end_attempt`, on the database's thread. An attempt that never started records its bundle
         first (evidence all the same). With `follow` (not for a stopped attempt: it claims nothing after it)
         the next claim shares the transaction; if that fails, the outcome is committed alone; if SQLite
         refuses even that (a value nothing caught earlier), the attempt is recorded as agentd's
         internal_error naming why, so the task never stays running."""
-        if prepared is not None and not (control and control.started):
+        task, attempt, prepared, control = running.task, running.attempt, running.prepared, running.control
+        if prepared is not None and not running.started:
             with contained(logger, "the bundle of attempt %s could not be recorded", attempt.attempt_id):
                 store.record_bundle(task.task_id, attempt.attempt_id, prepared.compiled, self.clock.now())
-        if follow is not None and not (control and control.reason):
+        if running.follow is not None and not (control and control.reason):
             with contained(logger, "the boundary commit after attempt %s failed; alone now", attempt.attempt_id):
-                return store.end_attempt(end, follow)  # its chain head: the service's to publish (shell.py)
+                return store.end_attempt(end, running.follow)  # its chain head: the service's to publish (shell.py)
         with contained(logger, "the outcome of attempt %s could not be recorded", attempt.attempt_id) as failed:
             return store.end_attempt(end)
         assert failed.error is not None
-        return store.end_attempt(
-            self.failure_end(task, attempt, failed.error, "recording its outcome", control, prepared)
-        )
+        return store.end_attempt(self.failure_end(running, failed.error, "recording its outcome"))
 
-    async def internal_failure(
-        self,
-        task: TaskRecord,
-        attempt: TaskAttempt,
-        exc: BaseException,
-        stage: str,
-        control: AttemptControl | None,
-        prepared: Prepared | None,
-    ) -> AttemptEnd:
-        return await anyio.to_thread.run_sync(self.failure_end, task, attempt, exc, stage, control, prepared)
+    async def internal_failure(self, running: Running, exc: BaseException, stage: str) -> AttemptEnd:
+        return await anyio.to_thread.run_sync(self.failure_end, running, exc, stage)
 
-    def failure_end(
-        self,
-        task: TaskRecord,
-        attempt: TaskAttempt,
-        exc: BaseException,
-        stage: str,
-        control: AttemptControl | None,
-        prepared: Prepared | None,
-    ) -> AttemptEnd:
+    def failure_end(self, running: Running, exc: BaseException, stage: str) -> AttemptEnd:
         """The end of an attempt agentd itself failed (`stage`: what it was doing), judged as every end is."""
+        task, attempt, prepared = running.task, running.attempt, running.prepared
         redactor = prepared.redactor if prepared else adapter_redactor(self.config, attempt.adapter_id)
-        started = bool(control and control.started)
-        ending = self.ending(task, attempt, prepared)
-        return internal_failure_end(ending, task, attempt, exc, stage=stage, started=started, redactor=redactor)
+        ending = self.ending(running)
+        return internal_failure_end(ending, task, attempt, exc, stage=stage, started=running.started, redactor=redactor)
 
-    def ending(self, task: TaskRecord, attempt: TaskAttempt, prepared: Prepared | None = None) -> Ending:
+    def ending(self, running: Running) -> Ending:
         """The attempt's policy (resolved once, when it was prepared; else now: the boot sweep, or agentd's own
         failure before the attempt was prepared), with the clock and the jitter."""
-        if prepared is not None:
-            return Ending(prepared.policy, self.clock, self.rng)
-        user, memo = self.preparer.user, self.preparer.memo
-        return Ending(attempt_policy(self.config, task, attempt.adapter_id, user, memo), self.clock, self.rng)
+        if running.prepared is not None:
+            return Ending(running.prepared.policy, self.clock, self.rng)
+        user, memo, task = self.preparer.user, self.preparer.memo, running.task
+        policy = attempt_policy(self.config, task, running.attempt.adapter_id, user, memo)
+        return Ending(policy, self.clock, self.rng)
 
-    async def _execute(self, prepared: Prepared, control: AttemptControl) -> AdapterRun | None:
-        task_id, attempt_id = prepared.task.task_id, prepared.attempt_id
+    async def _execute(self, running: Running) -> AdapterRun | None:
+        prepared, control = running.prepared, running.control
+        assert prepared is not None and control is not None
+        task_id, attempt_id, compiled, held = (
+            prepared.task.task_id,
+            prepared.attempt_id,
+            prepared.compiled,
+            prepared.ctx,
+        )
 
         async def started(pid: int | None) -> None:
             control.started = True
             now = self.clock.now()
-            session = prepared.ctx.session.payload() if prepared.ctx.session else None
-            await self.db.call(Store.mark_attempt_started, task_id, attempt_id, pid, now, prepared.compiled, session)
+            session = held.session.payload() if held.session else None
+            await self.db.call(Store.mark_attempt_started, task_id, attempt_id, pid, now, compiled, session)
 
         gate = self._gate(prepared)
         if gate is not None and gate.ledger is not None:  # the harness's stream, read as it comes
@@ -315,14 +299,7 @@ class AttemptRunner:
         """The gate of an attempt whose tool calls are judged while it runs (docs/policy.md)."""
         if prepared.ctx.hook is None:
             return None
-        event_text, timer = live.redacting(prepared.redactor), prepared.ctx.timer
-        ledger = None
-        if prepared.ctx.adapter.kind in HARNESSES:  # every call its stream reports is held to a decision
-            ledger = CallLedger(prepared.ctx.adapter.kind, lambda _: timer.end(VIOLATION, at_once=True))
-        section = self.config.policy
-        return CallGate(
-            prepared, prepared.policy.tools, section, self.db, self.clock, self.doorbell, event_text, ledger
-        )
+        return CallGate(prepared, self.config.policy, self.db, self.clock, self.doorbell)
 
     async def _served(self, prepared: Prepared) -> ServedAttempt | None:
         """The gateway's part in an attempt whose model calls go through it: the budget each call is held to

@@ -27,9 +27,8 @@ from agentd.adapters import codex
 from agentd.adapters.base import HarnessSession as HarnessSession
 from agentd.adapters.base import SessionDiscarded
 from agentd.evidence import AttemptPaths
-from agentd.process.files import create_private, make_run_dir, open_beneath, write_private
+from agentd.process.files import create_private, make_run_dir, open_beneath, remove_tree, write_private
 from agentd.process.privilege import RunUser, output_as, run_as
-from agentd.process.runner import remove_tree
 from agentd.usage import TOKEN_KINDS, Usage
 
 # harness kind → where under its HOME it keeps its sessions (claude 2.1.197 writes ~/.claude/projects/<cwd>/<id>.jsonl,

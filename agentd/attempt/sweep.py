@@ -14,27 +14,38 @@ import anyio
 
 from agentd.attempt.conclude import sweep_end
 from agentd.attempt.prepare import adapter_redactor
-from agentd.attempt.run import AttemptRunner
+from agentd.attempt.run import AttemptRunner, Running
+from agentd.config import Config
 from agentd.errors import contained
+from agentd.outlook.metrics import DispatchMetrics, NullMetrics
 from agentd.process.containment import attempt_group, sweep_run
-from agentd.store import Store
+from agentd.process.privilege import RunUser
+from agentd.store import AsyncStore, Store
 
 logger = logging.getLogger(__name__)
 
 
-async def boot_sweep(runner: AttemptRunner) -> int:
-    """Sweep every open attempt; return how many."""
-    config, swept = runner.config, 0
-    for task, attempt in await runner.db.call(Store.running_attempts):
-        survivors = await sweep_run(attempt_group(config.paths.state_dir, attempt.attempt_id), runner.preparer.user)
+async def boot_sweep(
+    config: Config,
+    db: AsyncStore,
+    user: RunUser | None,
+    attempts: AttemptRunner,
+    metrics: DispatchMetrics | NullMetrics,
+) -> int:
+    """Sweep every open attempt; return how many. `user`: who attempts run as (whose processes are killed);
+    `attempts`: the runner whose ending and outcome commit every attempt's is, a live one's or a swept one's."""
+    swept = 0
+    for task, attempt in await db.call(Store.running_attempts):
+        survivors = await sweep_run(attempt_group(config.paths.state_dir, attempt.attempt_id), user)
+        running = Running(task, attempt)  # found outside a run: no control, nothing prepared, nothing after it
         with contained(logger, "boot sweep of attempt %s failed inside agentd", attempt.attempt_id) as failed:
             redactor = adapter_redactor(config, attempt.adapter_id)  # its secrets as they are now
             end = await anyio.to_thread.run_sync(
-                sweep_end, runner.ending(task, attempt), task, attempt, survivors, redactor
+                sweep_end, attempts.ending(running), task, attempt, survivors, redactor
             )
         if failed.error is not None:
-            end = await runner.internal_failure(task, attempt, failed.error, "sweeping this attempt", None, None)
-        await runner.commit(task, attempt, end)
-        runner.metrics.boot_swept()
+            end = await attempts.internal_failure(running, failed.error, "sweeping this attempt")
+        await attempts.commit(task, attempt, end)
+        metrics.boot_swept()
         swept += 1
     return swept

@@ -304,8 +304,9 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
         raise InputError(f"skill {skill.skill_id} declares no command {args.command_name!r} (declared: {declared})")
     extra = args.arguments[1:] if args.arguments[:1] == ["--"] else args.arguments
     cwd = config.paths.workspace if config.paths.workspace.is_dir() else Path.cwd()
+    from agentd.process.environment import child_environment
     from agentd.process.privilege import require_switch, run_user
-    from agentd.process.runner import child_environment, run_foreground
+    from agentd.process.runner import run_foreground
 
     # In the workspace, as an attempt runs it: the workspace is the run user's, so what it holds (a
     # Makefile, a module on the import path, a link where the command writes) must never act with the

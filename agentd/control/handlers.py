@@ -33,8 +33,10 @@ from agentd.config.environment import read_env_file
 from agentd.control.spool import Failed, append_line, doing, spool_line
 from agentd.edge import printable
 from agentd.errors import ConfigError
+from agentd.process.environment import child_environment
+from agentd.process.files import remove_tree
 from agentd.process.http import client
-from agentd.process.runner import ProcessSpec, child_environment, remove_tree, run_process
+from agentd.process.runner import ProcessSpec, run_process
 from agentd.records.messages import (
     SECRET_REF,
     CommandHandler,

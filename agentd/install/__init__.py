@@ -37,9 +37,9 @@ from agentd.errors import AgentdError, InputError
 from agentd.install.ports import free_pair, free_port, other_agents, port_is_free, used_ports
 from agentd.install.sockets import SERVICES, socket_names, socket_units
 from agentd.install.toml_edit import Placement, agent_toml
-from agentd.process.files import WORKSPACE_MODE
+from agentd.process.files import WORKSPACE_MODE, remove_tree
 from agentd.process.privilege import not_in_own_group
-from agentd.process.runner import remove_tree, run_setup_command
+from agentd.process.runner import run_setup_command
 from agentd.resources import data_dir, example_config
 
 UNITS = ("agentd-dispatch@.service", "agentd-sensors@.service", "agentd-web@.service")

@@ -7,6 +7,9 @@ Everything an attempt can write it can also replace between agentd's check and a
 path is resolved and then opened: each is walked one component at a time from a directory agentd
 holds open (O_NOFOLLOW at every step), and what is opened is checked to be a regular file. A link an
 attempt planted to the database, an env_file or /etc/shadow is refused, not followed.
+
+Removing what an attempt (or a command) wrote in (`remove_tree`): any depth, never raising, as the run user
+what the service cannot.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import logging
 import os
+import shutil
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +27,8 @@ from pathlib import Path, PurePosixPath
 
 from agentd import frozen_value
 from agentd.process.privilege import RunUser, run_as
+
+logger = logging.getLogger(__name__)
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO never hangs us
@@ -390,3 +397,25 @@ def private_folders(folder: Path, within: Path) -> None:
         with contextlib.suppress(FileExistsError):
             path.mkdir(mode=0o700)
             hand_over(path, within)
+
+
+def remove_tree(path: Path, user: RunUser | None = None) -> None:
+    """A folder an attempt (or a command) wrote in is gone, and its removal never raises: shutil.rmtree
+    first (no process); what that leaves goes with `rm -rf`, as this process, then as `user`. rmtree
+    recurses once per level, so a tree nested past Python's recursion limit (3,000 folders one in
+    another: anything may make one) raised RecursionError; a folder the run user made unreadable to the
+    service only that user may empty. A tree that still stands is logged."""
+    with contextlib.suppress(RecursionError):  # rm below walks what it left
+        shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path):
+        remove_as(path, None)
+    if os.path.lexists(path) and user is not None:
+        remove_as(path, user)
+    if os.path.lexists(path):
+        logger.warning("%s could not be removed; remove it by hand", path)
+
+
+def remove_as(path: Path, user: RunUser | None) -> None:
+    """`rm -rf path` as `user` (a folder the run user made unreadable to the service), or as this
+    process for None; no caps pass on. GNU rm walks a tree of any depth."""
+    run_as(["rm", "-rf", "--one-file-system", "--", str(path)], user)

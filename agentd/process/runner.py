@@ -15,27 +15,23 @@ import contextlib
 import functools
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
 
 import anyio
 import anyio.abc
 
 from agentd import frozen_value
-from agentd.config.environment import passthrough_environment, read_env_file
 from agentd.process import procs
 from agentd.process.child import Child, PipeReader, PipeWriter, pidfds_work, start_child
 from agentd.process.containment import RunGroup, cgroups, end_run, limit_hit, spawn
-from agentd.process.files import create_private
 from agentd.process.netns import Netns, start_in_netns
-from agentd.process.privilege import RunUser, popen_identity, run_as
+from agentd.process.output import CappedFile, ProcessResult
+from agentd.process.privilege import RunUser, popen_identity
 from agentd.process.timer import RunTimer
-from agentd.redaction import Redactor
 
 logger = logging.getLogger(__name__)
 
@@ -73,134 +69,6 @@ class ProcessSpec:
     # A network of its own, whose only ways out are the listeners it asks for (agentd/process/netns.py): made
     # before the program starts, or the start fails. None: the host's network.
     netns: Netns | None = None
-
-
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-
-def agentd_path() -> str:
-    """PATH as an attempt's process gets it: agentd's own bin first (`agentd skills run` works)."""
-    return f"{Path(sys.executable).parent}:{passthrough_environment().get('PATH', DEFAULT_PATH)}"
-
-
-def resolve_command(command: str, cwd: Path, path: str) -> Path | None:
-    """The file `command` names as a process started in `cwd` with PATH `path` finds it."""
-    located = str(cwd / command) if "/" in command else shutil.which(command, path=path)
-    return Path(located) if located and Path(located).is_file() else None
-
-
-def child_environment(
-    *,
-    home: Path,
-    agentd: Mapping[str, str],
-    tmp: Path | None = None,
-    env_file: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    path_first: str | None = None,
-) -> tuple[dict[str, str], Redactor]:
-    """The only environment a child gets (an attempt's adapter or a sensor): PATH and locale from
-    the service, its own HOME (and TMPDIR), its env_file and env, and agentd's AGENTD_* variables;
-    never the rest of the service's environment. Every env_file value is a secret: the Redactor
-    returned knows them."""
-    found = passthrough_environment()
-    if path_first:
-        found["PATH"] = f"{path_first}:{found.get('PATH', DEFAULT_PATH)}"
-    found["HOME"] = str(home)
-    if tmp is not None:
-        found["TMPDIR"] = str(tmp)
-    secrets = read_env_file(env_file) if env_file is not None else {}
-    found.update(secrets)
-    found.update(env or {})
-    found.update(agentd)
-    return found, Redactor(secrets.values())
-
-
-@frozen_value
-class CapturedOutput:
-    path: Path
-    bytes_seen: int
-    bytes_kept: int
-
-    @property
-    def truncated(self) -> bool:
-        return self.bytes_seen > self.bytes_kept
-
-
-@frozen_value
-class ProcessResult:
-    pid: int | None
-    exit_code: int | None  # None when it never started or a signal ended it
-    signal: int | None
-    timed_out: bool
-    start_error: str | None
-    stdout: CapturedOutput
-    stderr: CapturedOutput
-    elapsed_s: float
-    stragglers: int = 0  # processes the run left behind that were killed when it ended
-    # "pids" or "memory": the run's own limit ended it (agentd/process/limits.py); or why its RunTimer ended it
-    limit_hit: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
-
-    def describe(self) -> str:
-        if self.start_error:
-            return self.start_error
-        if self.timed_out:
-            return f"timed out after {self.elapsed_s:.1f}s"
-        if self.signal is not None:
-            return f"killed by {signal.Signals(self.signal).name}"
-        return f"exit {self.exit_code}"
-
-
-class CappedFile:
-    """Writes a stream to a file (0600) up to `cap` bytes, counts the rest. With `tail_bytes`, the last
-    that many bytes are kept too (in memory, at most that many): the head and the tail around a marked
-    gap, for a stream whose verdict is its last record (a harness's result). Without, the head only."""
-
-    def __init__(self, path: Path, cap: int, tail_bytes: int = 0) -> None:
-        self.path, self.cap, self.seen, self.kept = path, cap, 0, 0
-        self.head_cap = cap - min(max(tail_bytes, 0), cap)
-        self.tail_cap = cap - self.head_cap
-        self._tail = bytearray()  # the last tail_cap bytes seen after the head was full
-        self._file: IO[bytes] = os.fdopen(create_private(path), "wb")
-
-    def write(self, chunk: bytes) -> None:
-        self.seen += len(chunk)
-        room = self.head_cap - self.kept
-        if room > 0:
-            part = chunk[:room]
-            self._file.write(part)
-            self._file.flush()  # as it comes: a reader tails the file while the process runs (docs/live.md)
-            self.kept += len(part)
-            chunk = chunk[room:]
-        if chunk and self.tail_cap:
-            self._tail += chunk[-self.tail_cap :]
-            del self._tail[: max(len(self._tail) - self.tail_cap, 0)]
-
-    def close(self) -> CapturedOutput:
-        tail = self._whole_lines()
-        dropped = self.seen - self.kept - len(tail)
-        if dropped:
-            self._file.write(self._marker(len(tail), dropped).encode())
-        self._file.write(tail)
-        self._file.close()
-        return CapturedOutput(self.path, self.seen, self.kept + len(tail))
-
-    def _marker(self, tail: int, dropped: int) -> str:
-        if not self.tail_cap:
-            return f"\n[agentd: output capped at {self.cap} bytes; {dropped} more dropped]\n"
-        kept = f"the first {self.kept} and the last {tail} kept"
-        return f"\n[agentd: output capped at {self.cap} bytes: {kept}; {dropped} between them dropped]\n"
-
-    def _whole_lines(self) -> bytes:
-        """The tail from its first whole line, when bytes before it were dropped: a line cut in two
-        is no record any parser can read, so it is not kept as one."""
-        if self.seen - self.kept <= len(self._tail):
-            return bytes(self._tail)  # nothing was dropped: the tail follows the head as it came
-        cut = self._tail.find(b"\n")
-        return bytes(self._tail[cut + 1 :]) if cut >= 0 else b""
 
 
 async def run_process(
@@ -440,28 +308,6 @@ async def make_dir_as(path: Path, user: RunUser) -> None:
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip() or f"exit {done.returncode}"
         raise OSError(f"cannot make {path} as {user.name}: {said}")
-
-
-def remove_tree(path: Path, user: RunUser | None = None) -> None:
-    """A folder an attempt (or a command) wrote in is gone, and its removal never raises: shutil.rmtree
-    first (no process); what that leaves goes with `rm -rf`, as this process, then as `user`. rmtree
-    recurses once per level, so a tree nested past Python's recursion limit (3,000 folders one in
-    another: anything may make one) raised RecursionError; a folder the run user made unreadable to the
-    service only that user may empty. A tree that still stands is logged."""
-    with contextlib.suppress(RecursionError):  # rm below walks what it left
-        shutil.rmtree(path, ignore_errors=True)
-    if os.path.lexists(path):
-        remove_as(path, None)
-    if os.path.lexists(path) and user is not None:
-        remove_as(path, user)
-    if os.path.lexists(path):
-        logger.warning("%s could not be removed; remove it by hand", path)
-
-
-def remove_as(path: Path, user: RunUser | None) -> None:
-    """`rm -rf path` as `user` (a folder the run user made unreadable to the service), or as this
-    process for None; no caps pass on. GNU rm walks a tree of any depth."""
-    run_as(["rm", "-rf", "--one-file-system", "--", str(path)], user)
 
 
 def run_setup_command(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -112,7 +112,7 @@ class Dispatcher:
         last = await self.db.call(Store.last_successful_attempt_at)
         if last is not None:
             self.metrics.last_success(last.timestamp())
-        await boot_sweep(self.attempts)
+        await boot_sweep(self.config, self.db, self.user, self.attempts, self.metrics)
         if self.fleet is None:  # leases an earlier [fleet] left: no one renews or confirms them now
             await self.db.call(Store.drop_fleet_leases, NO_FLEET, self.clock.now())
         await self.outbox.apply_pending()

@@ -32,9 +32,10 @@ from agentd.hashing import new_ulid
 from agentd.outlook.metrics import NullMetrics, SensorMetrics
 from agentd.process import procs
 from agentd.process.containment import sensor_group, sweep_run
+from agentd.process.environment import child_environment
 from agentd.process.files import hand_over, make_run_dir, private_folders
 from agentd.process.privilege import RunUser, owner_of, require_switch, sensor_home_base, sensor_user
-from agentd.process.runner import ProcessSpec, child_environment, make_dir_as, run_process
+from agentd.process.runner import ProcessSpec, make_dir_as, run_process
 from agentd.process.wake import poke
 from agentd.records import AcceptedEvent, IntakeCounts, NewTask, RejectedLine, SensorEvent, WorkflowStart
 from agentd.redaction import Redactor
