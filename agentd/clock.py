@@ -137,3 +137,21 @@ def parse_duration(text: str, bare_unit: str = "s") -> float:
     if seconds is None or seconds > MAX_DURATION_S:  # not a plain number, or beyond a century
         raise ValueError(f"expected a duration like 90s, 15m, 2h or 7d, found {quoted(text)}")
     return seconds
+
+
+def moment_at(text: str, now: datetime) -> datetime:
+    """A point in time an operator typed: an age before `now` (30m, 2h, 7d), a UTC date (its midnight), or
+    an ISO-8601 time (UTC unless it names a zone); ValueError naming the forms accepted. One grammar for
+    `agentd events --since/--until` and the console's event filters."""
+    text = text.strip()
+    try:
+        return now - timedelta(seconds=parse_duration(text, "s"))
+    except ValueError:
+        pass
+    full = text + "T00:00:00" if len(text) == 10 else text  # a date alone: its midnight, UTC
+    try:
+        return parse_ts(full if any(c in full[10:] for c in "Zz+-") else full + "Z")
+    except (ValueError, OverflowError):
+        raise ValueError(
+            f"expected a UTC time like 2026-11-23T10:00:00Z or an age like 30m, 2h, 7d, found {quoted(text)}"
+        ) from None

@@ -23,17 +23,17 @@ from bench.run import DISPATCH_IMPORTS, IMPORTS_OF, QUICK, ROWS, goals, parse_on
 NUMBER = r"-?[\d,.]+"  # an overhead is a difference of two rates: on a tiny quick run it may come out below 0
 
 
+def quick_bench(*args: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    """`bench/run.py --quick` with `args`, as a fresh process with a bare PATH."""
+    command = [sys.executable, str(REPO / "bench" / "run.py"), "--quick", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env={"PATH": "/usr/bin:/bin"})
+
+
 @pytest.mark.process
 @pytest.mark.slow  # `make test-slow` (CI): the quick form of `make bench`
 @pytest.mark.timeout(300)
 def test_the_quick_benchmark_runs_and_reports_every_goal() -> None:
-    result = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "run.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    result = quick_bench(timeout=300)
     assert result.returncode == 0, result.stderr
     for goal in goals(QUICK):
         line = re.search(rf"^\| {re.escape(goal.title)} \| ({NUMBER}|—) .*\| (.+?) \|$", result.stdout, re.MULTILINE)
@@ -48,13 +48,7 @@ def test_the_quick_benchmark_runs_and_reports_every_goal() -> None:
 
 @pytest.mark.process
 def test_only_runs_the_rows_it_names_and_skips_the_others() -> None:
-    result = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--only", "sensor ingest,enqueue"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    result = quick_bench("--only", "sensor ingest,enqueue", timeout=120)
     assert result.returncode == 0, result.stderr
     measured = re.findall(r"^\| (.+?) \| [\d,.]+ .*\| 1 \|$", result.stdout, re.MULTILINE)
     assert {
@@ -69,13 +63,7 @@ def test_only_runs_the_rows_it_names_and_skips_the_others() -> None:
 
 @pytest.mark.process
 def test_the_start_up_rows_time_each_command_and_the_dispatchers_start_and_list_their_imports() -> None:
-    result = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--only", "start-up"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    result = quick_bench("--only", "start-up", timeout=120)
     assert result.returncode == 0, result.stderr
     measured = dict(re.findall(r"^\| (start-up: .+?) \| ([\d,.]+) ms \| 1 \|$", result.stdout, re.MULTILINE))
     for command in ("agentd --version", "agentd status", "agentd task add", "agentd dispatch, exec to READY=1"):

@@ -14,11 +14,11 @@ import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from agentd.clock import SystemClock, parse_duration, parse_ts
+from agentd.clock import SystemClock, moment_at, parse_duration
 from agentd.edge import (
     INT64_MAX,
     NotJson,
@@ -157,19 +157,12 @@ def duration(bare_unit: str) -> Callable[[str], float]:
 
 
 def moment(text: str) -> datetime:
-    """argparse type for a point in time: an ISO-8601 time (UTC unless it says otherwise; a date alone
-    is its midnight), or an age (30m, 2h, 7d) before now."""
+    """argparse type for a point in time (agentd/clock.py `moment_at`: an ISO-8601 time, a date, or an age
+    before now)."""
     try:
-        return SystemClock().now() - timedelta(seconds=parse_duration(text, "s"))
-    except ValueError:
-        pass
-    full = text + "T00:00:00" if len(text) == 10 else text  # a date alone: its midnight, UTC
-    try:
-        return parse_ts(full if any(c in full[10:] for c in "Zz+-") else full + "Z")
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a UTC time like 2026-11-23T10:00:00Z or an age like 30m, 2h, 7d, found {quoted(text)}"
-        ) from None
+        return moment_at(text, SystemClock().now())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def json_object(text: str, flag: str) -> dict[str, Any]:

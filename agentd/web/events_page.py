@@ -5,12 +5,12 @@ one line. The query's parsing and the folding are pure; the page reads one store
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
 from agentd import frozen_value
-from agentd.clock import parse_duration, parse_ts
+from agentd.clock import moment_at as typed_moment
 from agentd.edge import INT64_MAX
 from agentd.web import inputs
 from agentd.web.inputs import BadInput
@@ -54,19 +54,13 @@ def _iso(moment: datetime) -> str:
 
 
 def moment_at(text: str, now: datetime, where: str) -> datetime:
-    """A time an operator typed: an age before `now` (30m, 2h, 7d), a UTC date (its midnight), or an
-    ISO-8601 time (UTC unless it names a zone) — the grammar of `agentd events --since`."""
+    """A time an operator typed, in the grammar of `agentd events --since` (agentd/clock.py `moment_at`)."""
     text = text.strip()
     if len(text) > WHEN_CHARS:
         raise BadInput(422, f"{len(text)} characters", where, f"at most {WHEN_CHARS}")
     try:
-        return now - timedelta(seconds=parse_duration(text, "s"))
+        return typed_moment(text, now)
     except ValueError:
-        pass
-    full = text + "T00:00:00" if len(text) == 10 else text
-    try:
-        return parse_ts(full if any(c in full[10:] for c in "Zz+-") else full + "Z")
-    except (ValueError, OverflowError):
         raise BadInput(
             422, f"found {text[:40]!r}", where, "a UTC time like 2026-11-23T10:00:00Z or an age like 30m, 2h, 7d"
         ) from None
