@@ -142,7 +142,7 @@ def parse_duration(text: str, bare_unit: str = "s") -> float:
 def moment_at(text: str, now: datetime) -> datetime:
     """A point in time an operator typed: an age before `now` (30m, 2h, 7d), a UTC date (its midnight), or
     an ISO-8601 time (UTC unless it names a zone); ValueError naming the forms accepted. One grammar for
-    `agentd events --since/--until` and the console's event filters."""
+    `agentd events --since` and `--until`, and the console's event filters."""
     text = text.strip()
     try:
         return now - timedelta(seconds=parse_duration(text, "s"))
