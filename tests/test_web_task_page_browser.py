@@ -87,7 +87,8 @@ def test_the_events_page_opens_newest_first_with_migrations_folded_and_pages_bac
     expect(first_rows.first.locator("td").first).to_have_text(str(newest))
     pages = 1
     while page.locator("a.older").count():
-        page.locator("a.older").click()
+        with page.expect_navigation(wait_until="load"):  # count() on a page still loading sees no link
+            page.locator("a.older").click()
         pages += 1
         assert pages < 10
     folded = page.locator("tr.folded")
@@ -96,7 +97,8 @@ def test_the_events_page_opens_newest_first_with_migrations_folded_and_pages_bac
     screenshot(page, "console-events")  # the oldest page: the agent's start, its migrations one row
     assert page.locator("tr.migration_applied:not(.folded)").count() == 0
     for _ in range(pages - 1):
-        page.locator("a.newer").first.click()
+        with page.expect_navigation(wait_until="load"):
+            page.locator("a.newer").first.click()
     expect(page.locator("tr.folded")).to_have_count(0)
     expect(page.locator("table.events tbody tr").first.locator("td").first).to_have_text(str(newest))
     expect(page.locator("a.newer")).to_have_count(0)  # the newest page again: nothing newer
