@@ -33,6 +33,7 @@ from agentd.config.sensors import Sensor, load_sensors
 from agentd.config.settings import (
     ENV_PREFIX,
     AgentSection,
+    BackupSection,
     BudgetSection,
     ChaosSection,
     DispatchSection,
@@ -106,6 +107,7 @@ class Config:
     web: WebSection = field(default_factory=WebSection)  # [web]: `agentd web` (docs/web.md)
     telemetry: TelemetrySection = field(default_factory=TelemetrySection)  # [telemetry] (docs/telemetry.md)
     gateway: GatewaySection = field(default_factory=GatewaySection)  # [gateway] (docs/gateway.md)
+    backup: BackupSection = field(default_factory=BackupSection)  # [backup] (docs/backup-and-archive.md)
     # Where each payload schema was read from: kept so the cached view's key holds every file the load
     # read (agentd/cli/fast/view.py `named_paths` finds each path a Config holds).
     payload_schema_files: Mapping[str, Path] = field(default_factory=dict)
@@ -196,6 +198,7 @@ def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
     for key in ("soul_path", "purpose_path"):
         fix(raw.get("constitution"), key)
     fix(raw.get("fleet"), "dsn_file")
+    fix(raw.get("backup"), "dest")
     for key in ("state_dir", "skills_dir", "sensors_dir", "workspace", "run_dir"):
         fix(raw.get("paths"), key)
     for handler in raw.get("message_handlers") or []:
@@ -329,6 +332,7 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         web=settings.web,
         telemetry=settings.telemetry,
         gateway=settings.gateway,
+        backup=settings.backup,
         skills=skills,
         sensor_definitions=sensors,
         soul_text=texts["soul_path"],
