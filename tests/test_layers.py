@@ -40,6 +40,7 @@ PACKAGES = (
     "agentd.control",
     "agentd.services",
     "agentd.web",
+    "agentd.backup",
     "agentd.install",
     "agentd.cli",
 )

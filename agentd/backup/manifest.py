@@ -101,7 +101,9 @@ def safe_path(text: object, where: str) -> str:
         raise BadManifest(f"{where}: expected a relative path, found {quoted(str(text))}")
     parts = text.split("/")
     if text.startswith("/") or any(NAME.fullmatch(part) is None for part in parts):
-        raise BadManifest(f"{where}: expected a relative path of plain names (no .., no leading /), found {quoted(text)}")
+        raise BadManifest(
+            f"{where}: expected a relative path of plain names (no .., no leading /), found {quoted(text)}"
+        )
     assert not PurePosixPath(text).is_absolute() and ".." not in parts
     return text
 

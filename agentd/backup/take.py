@@ -17,12 +17,12 @@ from typing import Any
 
 from agentd.backup import files
 from agentd.backup.manifest import MANIFEST_PREFIX, Entry, Manifest, Sealed
-from agentd.backup.record import record_success
 from agentd.clock import Clock, format_ts
 from agentd.config import Config
 from agentd.errors import InputError
 from agentd.evidence.layout import MANIFEST
 from agentd.hashing import new_ulid
+from agentd.outlook.backups import record_success
 from agentd.records import TaskAttempt
 from agentd.store import open_store
 from agentd.store.backup import snapshot_database
@@ -81,7 +81,9 @@ def take_backup(config: Config, dest: Path, clock: Clock) -> BackupReport:
     started, now = clock.monotonic(), clock.now()
     backup_id = f"{now:%Y%m%dT%H%M%SZ}-{new_ulid(clock)[-10:]}"
     if _inside(dest, config.paths.state_dir):
-        raise InputError(f"backup: DEST {dest} is inside the state dir {config.paths.state_dir}; give a place outside it")
+        raise InputError(
+            f"backup: DEST {dest} is inside the state dir {config.paths.state_dir}; give a place outside it"
+        )
     target: Target = ArchiveTarget(dest, backup_id) if is_archive(dest) else FolderTarget(dest, backup_id)
     with target.open():
         report, manifest = _fill(config, target, backup_id, now)
@@ -110,7 +112,9 @@ def _fill(config: Config, target: Target, backup_id: str, now: Any) -> tuple[Bac
     finally:
         store.close()
     sha, size = files.hashed(database)
-    report = BackupReport(backup_id, str(target.dest), target.manifest_name, format_ts(now), config.agent.agent_id, version, head)
+    report = BackupReport(
+        backup_id, str(target.dest), target.manifest_name, format_ts(now), config.agent.agent_id, version, head
+    )
     db_entry = Entry(f"{snapshot}/agentd.db", sha, size)
     config_entry = files.copy_hashed(config.path, target.build / "config.toml", f"{snapshot}/config.toml")
     extra = _constitution(config, target, snapshot)
@@ -164,7 +168,9 @@ def _open_attempt(config: Config, target: Target, snapshot: str, attempt: TaskAt
         if name in SEALED_LATER or name.endswith(".tmp"):
             continue
         with contextlib.suppress(FileNotFoundError):  # sealed and swept meanwhile: that is the next backup's
-            entries.append(files.copy_hashed(source / name, target.build / relative / name, f"{snapshot}/{relative}/{name}"))
+            entries.append(
+                files.copy_hashed(source / name, target.build / relative / name, f"{snapshot}/{relative}/{name}")
+            )
     return entries
 
 
@@ -180,7 +186,9 @@ def _sealed_attempt(
         report.problems.append(f"{source / MANIFEST}: sha256 {sha} differs from the one event {recorded[0]} recorded")
     folder = f"evidence/{attempt.task_id}/{attempt.attempt_id}"
     copied = target.put_sealed(source, folder, sha)
-    report.bytes_total += sum(os.stat(source / n).st_size for n in files.regular_files(source)) if copied is None else copied
+    report.bytes_total += (
+        sum(os.stat(source / n).st_size for n in files.regular_files(source)) if copied is None else copied
+    )
     if copied is None:
         report.sealed_reused += 1
     else:
@@ -238,7 +246,9 @@ class FolderTarget(Target):
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise InputError(f"backup: another backup is writing to {self.dest}; try again when it is done") from None
+                raise InputError(
+                    f"backup: another backup is writing to {self.dest}; try again when it is done"
+                ) from None
             self._clear_leftovers()
             files.make_folders(self.build)
             try:
@@ -250,7 +260,10 @@ class FolderTarget(Target):
 
     def _clear_leftovers(self) -> None:
         """What a killed backup left: partial folders, and snapshots whose manifest was never published."""
-        published = {p.name.removeprefix(MANIFEST_PREFIX).removesuffix(".json") for p in self.dest.glob(f"{MANIFEST_PREFIX}*.json")}
+        published = {
+            p.name.removeprefix(MANIFEST_PREFIX).removesuffix(".json")
+            for p in self.dest.glob(f"{MANIFEST_PREFIX}*.json")
+        }
         for snapshot in (self.dest / "snapshots").iterdir():
             if snapshot.name not in published:
                 files.remove(snapshot)

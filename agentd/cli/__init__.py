@@ -1,7 +1,7 @@
 """The `agentd` command line: argument parsing and output only.
 
 May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control,
-services, web.
+services, web, backup.
 
 May call: add_web_token, all_task_ids, attempt_usage, attempts_by_task, attempts_of, claim_order,
 constitution_proposals, cost_totals, fleet_lease_of, follow_ups_of, get_constitution_proposal, get_task,
@@ -35,6 +35,7 @@ from typing import Any
 from agentd import __version__
 from agentd.cli import (
     adapters,
+    backup,
     completion,
     constitution,
     cost,
@@ -71,6 +72,7 @@ COMMAND_MODULES = (
     services,
     ops,
     retention,
+    backup,
     evidence,
     replay,
     steer,

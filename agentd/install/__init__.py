@@ -1,7 +1,7 @@
 """Laying out a VM for an agent: its TOML, users, folders and units.
 
 May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control,
-services, web.
+services, web, backup.
 
 May call: nothing.
 

@@ -48,3 +48,11 @@ class BackupVerbs(StoreBase):
                 (old, new),
             )
         return cursor.rowcount
+
+    def forget_services(self) -> None:
+        """A restored database's dispatch lock and service rows name the processes that ran on the state it was
+        taken from, not this one's: the lock is cleared and the rows marked stopped, so the services start (the
+        boot sweep then closes the attempts they left open)."""
+        with self.transaction():
+            self.tx.execute("DELETE FROM dispatch_lock")
+            self.tx.execute("UPDATE service_status SET status = 'stopped'")

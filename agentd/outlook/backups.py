@@ -15,9 +15,7 @@ from agentd.clock import format_ts, parse_ts
 LAST_BACKUP = "backup_last.json"
 
 
-def record_success(
-    state_dir: Path, backup_id: str, at: datetime, dest: str, size: int, every_s: float | None
-) -> None:
+def record_success(state_dir: Path, backup_id: str, at: datetime, dest: str, size: int, every_s: float | None) -> None:
     """Write the record whole (a temporary name, then a rename), 0600."""
     body = {"backup_id": backup_id, "at": format_ts(at), "dest": dest, "bytes": size, "every_s": every_s}
     path = state_dir / LAST_BACKUP
