@@ -3,6 +3,8 @@ manifest, incremental for evidence; a restore that checks every hash before it w
 
 from __future__ import annotations
 
+import io
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +192,21 @@ async def test_restore_onto_the_stopped_agent_keeps_what_it_replaces(
 def test_backup_into_the_state_dir_is_refused(rig: Rig, capsys: pytest.CaptureFixture[str]) -> None:
     refused = cli(capsys, rig.config.path, "backup", str(rig.config.paths.state_dir / "b"))
     assert refused.code == 2 and "inside the state dir" in refused.err
+
+
+@pytest.mark.asyncio
+async def test_an_archive_member_naming_a_path_outside_is_refused_and_nothing_is_written(
+    rig: Rig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await finished(rig, 1)
+    dest = tmp_path / "agent.tar"
+    assert cli(capsys, rig.config.path, "backup", str(dest)).code == 0
+    with tarfile.open(dest, "a") as archive:
+        data = b"planted"
+        info = tarfile.TarInfo("../../planted")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    fresh = fresh_agent(tmp_path / "elsewhere")
+    refused = cli(capsys, fresh, "restore", str(dest))
+    assert refused.code == 2 and "archive member" in refused.err
+    assert not list(tmp_path.rglob("planted")) and not (tmp_path / "elsewhere" / "state" / "agentd.db").exists()
