@@ -51,6 +51,7 @@ ALERTS = {
     "AgentdApprovalWaiting",
     "AgentdToolCallWaiting",
     "AgentdMessagesFailed",
+    "AgentdBackupOverdue",
     "AgentdAttemptsFailing",
     "AgentdPolicyViolation",
     "AgentdPermanentFailures",

@@ -71,6 +71,14 @@ EXAMPLES: dict[tuple[str, ...], list[tuple[str, str]]] = {
             "go on from this database after looking at what it lost",
         ),
     ],
+    ("backup",): [
+        ("agentd --agent arc backup /var/backups/agentd/arc", "a folder: each later backup copies only new evidence"),
+        ("agentd --agent arc backup /mnt/usb/arc.tar.gz --json", "one archive file; what was written, for a script"),
+    ],
+    ("restore",): [
+        ("agentd --agent arc restore /var/backups/agentd/arc", "the latest backup there, onto the stopped agent"),
+        ("agentd --agent arc restore /mnt/usb/arc.tar.gz --yes", "go ahead onto another agent or schema version"),
+    ],
     ("prune",): [("agentd prune --dry-run", "what [retention] would delete now; deletes nothing")],
     ("completion",): [
         ("source <(agentd completion bash)", "bash: this shell (add the line to ~/.bashrc to keep it)"),

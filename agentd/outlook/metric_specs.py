@@ -76,6 +76,16 @@ CHAIN_HEAD = Spec(
     "gauge",
     "The last event's sequence: a scrape history that later finds it lower means events were cut",
 )
+BACKUP_LAST = Spec(
+    "agentd_backup_last_success_timestamp_seconds",
+    "gauge",
+    "When the last good `agentd backup` was taken, as Unix time (0: none recorded in this state dir)",
+)
+BACKUP_EVERY = Spec(
+    "agentd_backup_interval_seconds",
+    "gauge",
+    "[backup] every in seconds (0: no schedule); the alert fires when the last good backup is older than twice it",
+)
 SERVICE_LIVE = Spec(
     "agentd_service_live",
     "gauge",

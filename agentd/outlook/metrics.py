@@ -28,12 +28,13 @@ import anyio.abc
 import anyio.to_thread
 
 from agentd import __version__
-from agentd.clock import Clock, stored_ts
+from agentd.clock import Clock, parse_ts, stored_ts
 from agentd.config import Config
 from agentd.config.addresses import listen_parts
 from agentd.config.budget import AdapterSpend
 from agentd.errors import AgentdError
 from agentd.outlook import metric_specs as specs
+from agentd.outlook.backups import last_backup
 from agentd.outlook.liveness import liveness
 from agentd.outlook.metric_specs import Spec
 from agentd.outlook.status import read_outlook
@@ -131,7 +132,15 @@ class QueueCollector:
         yield family(specs.OLDEST_PENDING, age)
         yield family(specs.RUNNING_AGE, max(((now - r.started_at).total_seconds() for r in running), default=0.0))
         yield family(specs.CHAIN_HEAD, seen.chain_head[0] if seen.chain_head else 0)
+        yield from self._backup(now)
         yield from self._services(seen.services, now)
+
+    def _backup(self, now: datetime) -> Iterator[Metric]:
+        """The last good backup's time and the schedule it should keep (the config's, else the one it was taken on)."""
+        last = last_backup(self._db_path.parent, now)
+        yield family(specs.BACKUP_LAST, parse_ts(last["at"]).timestamp() if last else 0.0)
+        every = self._config.backup.every_s if self._config is not None else None
+        yield family(specs.BACKUP_EVERY, every or (last["every_s"] if last and last["every_s"] else 0.0))
 
     def _services(self, rows: list[dict[str, Any]], now: datetime) -> Iterator[Metric]:
         """Each service as `agentd status` judges it: live only while the process that wrote its row
