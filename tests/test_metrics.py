@@ -29,6 +29,8 @@ COMMON = {
     "agentd_service_live": "gauge",
     "agentd_service_heartbeat_age_seconds": "gauge",
     "agentd_event_chain_head_sequence": "gauge",
+    "agentd_backup_last_success_timestamp_seconds": "gauge",
+    "agentd_backup_interval_seconds": "gauge",
 }
 DISPATCH = {
     **COMMON,

@@ -313,7 +313,22 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(printable(_service_line(service)))
     if not shown["services"]:
         print("no service has run against this database yet")
+    _print_backup(shown.get("backup"), now)
     return 0
+
+
+def _print_backup(backup: dict[str, Any] | None, now: datetime) -> None:
+    """The last good backup (docs/backup-and-archive.md); shouted once it is older than twice its schedule."""
+    if backup is None:
+        return
+    when = relative(parse_ts(backup["at"]), now)
+    line = f"backup   last good {when}, {backup['bytes']:,} bytes, in {backup['dest']}"
+    if backup["overdue"]:
+        line = (
+            f"BACKUP   the last good backup is {age(backup['age_s'])} old, more than twice its schedule "
+            f"({age(backup['every_s'])}): {backup['dest']} (`journalctl -u agentd-backup@NAME.service`)"
+        )
+    print(printable(line))
 
 
 def _print_violations(shown: dict[str, Any], now: datetime) -> None:

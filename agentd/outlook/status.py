@@ -19,6 +19,7 @@ from agentd.config.budget import BudgetHold, Spend, budget_hold, day_start, unpr
 from agentd.config.gateway import upstream_of
 from agentd.config.tool_policy import unenforced_lines
 from agentd.outlook.activity import attempt_activity
+from agentd.outlook.backups import last_backup
 from agentd.outlook.liveness import limits_report, service_health
 from agentd.outlook.taskstate import TaskState, state_facts, task_state
 from agentd.process import procs
@@ -214,6 +215,7 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
         "dispatch_lock": {"pid": holder.pid, "host": holder.host, "heartbeat_at": format_ts(holder.heartbeat_at)}
         if holder
         else None,
+        "backup": last_backup(config.paths.state_dir, now),  # docs/backup-and-archive.md
     }
 
 

@@ -89,6 +89,7 @@ def snapshot_from(view: dict[str, Any], now: datetime) -> dict[str, Any] | None:
 
 
 def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any], now: datetime) -> dict[str, Any]:
+    from agentd.outlook.backups import last_backup
     from agentd.outlook.liveness import limits_report, service_health
     from agentd.process import procs
     from agentd.process.advisory import shown_boundary
@@ -128,6 +129,7 @@ def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any
         "governance": view["governance"],
         "network": view["network"],
         "dispatch_lock": {"pid": lock[0], "host": lock[1], "heartbeat_at": format_ts(lock[2])} if lock else None,
+        "backup": last_backup(Path(view["state_dir"]), now),  # docs/backup-and-archive.md
     }
 
 
