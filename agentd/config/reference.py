@@ -60,7 +60,8 @@ SECTIONS = {
     "usage from its answers; each attempt in a network of its own (docs/gateway.md). On by default; the network "
     "of its own with run_as.",
     "web": "`agentd web`: the HTTP API and operator console, its port, logins, the approval hand-off (docs/web.md).",
-    "backup": "When the shipped timer backs the agent up, and where (docs/backup-and-archive.md). Leave it out and no timer runs; `agentd backup DEST` works either way.",
+    "backup": "When the shipped timer backs the agent up, and where (docs/backup-and-archive.md). Leave it out "
+    "and no timer runs; `agentd backup DEST` works either way.",
     "chaos": "Fault injection for agentd's own crash tests; leave it out.",
     "adapters": "How attempts run: a harness CLI (claude-code, codex, hermes-agent), an Ollama endpoint or a script.",
     "profiles": "Subagent profiles (seed 000 §3): adapter, prompt framing, skills and result policy of a kind of work.",
