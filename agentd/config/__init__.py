@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentd import frozen_value
+from agentd.config.backup import BackupSection
 from agentd.config.environment import environment_overrides, overlay
 from agentd.config.gateway import GatewaySection
 from agentd.config.parsed import UnusableFile, nul_problems, read_toml
@@ -33,7 +34,6 @@ from agentd.config.sensors import Sensor, load_sensors
 from agentd.config.settings import (
     ENV_PREFIX,
     AgentSection,
-    BackupSection,
     BudgetSection,
     ChaosSection,
     DispatchSection,
