@@ -39,7 +39,17 @@ def register(commands: Any) -> None:
         "the config and the chain head, with a manifest of sha256s published last; a folder DEST keeps evidence "
         "once (each later backup copies only what is new), a DEST ending .tar or .tar.gz is one archive file",
     )
-    backup.add_argument("dest", metavar="DEST", help="a folder, or an archive file ending .tar, .tar.gz or .tgz")
+    backup.add_argument(
+        "dest",
+        metavar="DEST",
+        nargs="?",
+        help="a folder, or an archive file ending .tar, .tar.gz or .tgz (default: [backup] dest)",
+    )
+    backup.add_argument(
+        "--if-due",
+        action="store_true",
+        help="only when [backup] every has passed since the last good backup (what agentd-backup@NAME.timer runs)",
+    )
     restore = add_command(
         commands,
         "restore",
@@ -60,12 +70,33 @@ def cmd_backup(args: argparse.Namespace) -> int:
     from agentd.backup.take import take_backup
 
     with agent_store(args, readonly=True) as (config, _store):
-        report = take_backup(config, Path(args.dest), SystemClock())
+        if args.if_due and not _due(config):
+            return 0
+        dest = args.dest or config.backup.dest
+        if dest is None:
+            raise CommandError("backup: give DEST, or set [backup] dest in the agent's TOML")
+        report = take_backup(config, Path(dest), SystemClock())
     if wants_json(args):
         print_json(report.as_dict())
         return 0
     _print_backup(report)
     return 0
+
+
+def _due(config: Any) -> bool:
+    """Whether the schedule wants a backup now: [backup] every has passed since the last good one (or there is
+    none). Without a schedule, never (the timer is harmless on an agent that set none)."""
+    from agentd.outlook.backups import last_backup
+
+    every = config.backup.every_s
+    if every is None:
+        print("agentd: backup: no [backup] every in the agent's TOML; nothing scheduled", file=sys.stderr)
+        return False
+    last = last_backup(config.paths.state_dir, SystemClock().now())
+    if last is not None and last["age_s"] < every:
+        print(f"agentd: backup: not due (the last good backup is {age(last['age_s'])} old, every {age(every)})")
+        return False
+    return True
 
 
 def _print_backup(report: BackupReport) -> None:

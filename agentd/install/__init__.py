@@ -42,7 +42,13 @@ from agentd.process.privilege import not_in_own_group
 from agentd.process.runner import run_setup_command
 from agentd.resources import data_dir, example_config
 
-UNITS = ("agentd-dispatch@.service", "agentd-sensors@.service", "agentd-web@.service")
+UNITS = (
+    "agentd-dispatch@.service",
+    "agentd-sensors@.service",
+    "agentd-web@.service",
+    "agentd-backup@.service",
+    "agentd-backup@.timer",
+)
 TEMPLATE_BIN = "/usr/local/bin/agentd"
 TEMPLATE_DOCS = "/usr/local/share/doc/agentd"  # in the templates' Documentation=file:…; install writes its own
 # agentd-NAME-run (the longest of its users) must fit the 32 characters of a user name.
