@@ -7,8 +7,11 @@ renames, and what they replace is kept aside. Running tasks come back through th
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tarfile
+import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +27,7 @@ from agentd.evidence.layout import MANIFEST
 from agentd.evidence.rollback import publish_head
 from agentd.process import procs
 from agentd.store import migrate, open_store
+from agentd.store.backup import database_version
 from agentd.store.migrations import available_migrations
 
 DB_FILES = ("agentd.db", "agentd.db-wal", "agentd.db-shm")
@@ -172,8 +176,6 @@ class _Now:
         return self._now
 
     def monotonic(self) -> float:
-        import time
-
         return time.monotonic()
 
 
@@ -321,16 +323,7 @@ def _head_problems(manifest: Manifest, database: Path) -> list[str]:
 
 
 def _current(database: Path) -> bool:
-    import sqlite3
-
-    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
-    try:
-        version = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
-    except sqlite3.Error:
-        return False
-    finally:
-        conn.close()
-    return bool(version == max(m.version for m in available_migrations()))
+    return database_version(database) == max(m.version for m in available_migrations())
 
 
 def _swap(manifest: Manifest, new: Path, state_dir: Path) -> str | None:
@@ -369,8 +362,6 @@ def _settle(manifest: Manifest, target: Target, clock: Clock, report: RestoreRep
 def staged_config(src: Path) -> Iterator[tuple[Manifest, bytes | None, dict[str, bytes]]]:
     """The backup's identity TOML and constitution files, checked against the manifest, read from SRC without
     writing anything: what `agentd restore` writes where the agent's config is missing."""
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="agentd-restore-") as scratch:
         manifest, root = read_manifest(src, Path(scratch) / "src" if is_archive(src) else None)
         found: dict[str, bytes] = {}
@@ -380,7 +371,7 @@ def staged_config(src: Path) -> Iterator[tuple[Manifest, bytes | None, dict[str,
             if inner != "config.toml" and not inner.startswith("constitution/"):
                 continue
             data = (root / entry.path).read_bytes()
-            probe = Entry(entry.path, __import__("hashlib").sha256(data).hexdigest(), len(data))
+            probe = Entry(entry.path, hashlib.sha256(data).hexdigest(), len(data))
             if _differs(entry, probe):
                 raise BackupRefused(
                     f"restore: the backup does not match its manifest, nothing restored: {_differs(entry, probe)[0]}"

@@ -7,6 +7,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+from agentd.errors import AgentdError
 from agentd.faults import os_storage_error, storage_error
 from agentd.store.base import StoreBase, connect
 
@@ -33,6 +34,23 @@ def snapshot_database(source: Path, target: Path) -> None:
         raise os_storage_error(exc, target) from None
     finally:
         live.close()
+
+
+def database_version(path: Path) -> int:
+    """The highest migration a database file has applied (0: none, or not a database agentd made), read without
+    writing: what a restore checks before it opens a backup's database as this agentd's."""
+    from agentd.store.migrations import applied_rows
+
+    try:
+        conn = connect(path, readonly=True)
+    except (sqlite3.Error, AgentdError):
+        return 0
+    try:
+        return max((row[0] for row in applied_rows(conn)), default=0)
+    except sqlite3.Error:
+        return 0
+    finally:
+        conn.close()
 
 
 class BackupVerbs(StoreBase):
