@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from agentd.services.fleet import MAX_CLAIM  # noqa: E402
 from agentd.store import Store  # noqa: E402
-from bench import console, deployed, endtoend, fleet, gateway, latency, peers, processes, raw, store_rows  # noqa: E402
+from bench import backup, console, deployed, endtoend, fleet, gateway, latency, peers, processes, raw, store_rows  # noqa: E402
 from bench.agent import bulk_tasks, fresh, write_noop_script  # noqa: E402, F401  (the slow test uses the first two)
 from bench.report import Goal, Samples, machine_facts, render  # noqa: E402
 
@@ -55,13 +55,14 @@ class Sizes:
     latency_gap_s: float
     gateway_calls: int
     gateway_streams: int
+    backup_attempts: int
 
 
 FULL = Sizes(
     5, 300, 2_000, 1_000, 200, 1_000, 1_000_000, 20_000, 3, 3.0, 5_000, 8, 10_000, 200, 1_000, 22_000, 10_000, 40, 0.25,
-    1_000, 200,
+    1_000, 200, 10_000,
 )  # fmt: skip
-QUICK = Sizes(1, 3, 20, 20, 10, 1_000, 10_000, 200, 1, 1.0, 200, 8, 200, 5, 20, 500, 100, 3, 0.05, 30, 20)
+QUICK = Sizes(1, 3, 20, 20, 10, 1_000, 10_000, 200, 1, 1.0, 200, 8, 200, 5, 20, 500, 100, 3, 0.05, 30, 20, 20)
 
 # Sample names (the measurement table's rows) that the goals refer to.
 E2E_AGENTD = "end to end: agentd dispatch --until-idle"
@@ -78,6 +79,9 @@ CLAIM = "claim + complete: {}"
 VERIFY = "agentd evidence verify --all, the whole command"
 VERIFY_ITSELF = "evidence verify, the verification itself (in-process)"
 IDLE_CPU = "idle agentd {}: CPU"
+BACKUP_FIRST = "backup of {:,} attempts' evidence: agentd backup, first into an empty folder"
+BACKUP_SECOND = "backup of {:,} attempts' evidence: agentd backup, again into the same folder (incremental)"
+BACKUP_RESTORE = "backup of {:,} attempts' evidence: agentd restore onto a fresh state dir"
 IDLE_RSS = "idle agentd {}: VmRSS"
 IDLE_WINDOW = "idle services: the window measured"
 CONSOLE_HELD = "console: live streams held open"
@@ -130,8 +134,21 @@ def batch_add(lines: int, side: str) -> str:
 
 def goals(sizes: Sizes) -> list[Goal]:
     """Issue #43's table first (what an operator waits for), then the older goals it left standing, then
-    the model gateway's (issue 51)."""
-    return issue_43(sizes) + older_goals(sizes) + gateway_goals(sizes)
+    the model gateway's (issue 51) and the backup's (issue 54)."""
+    return issue_43(sizes) + older_goals(sizes) + gateway_goals(sizes) + backup_goals(sizes)
+
+
+def backup_goals(sizes: Sizes) -> list[Goal]:
+    second, first = BACKUP_SECOND.format(sizes.backup_attempts), BACKUP_FIRST.format(sizes.backup_attempts)
+    return [
+        Goal(
+            f"backup of {sizes.backup_attempts:,} attempts: the second run ≤ 10% of the first",
+            second,
+            first,
+            0.1,
+            False,
+        )
+    ]
 
 
 def gateway_goals(sizes: Sizes) -> list[Goal]:
@@ -387,6 +404,13 @@ def measure_startup(samples: Samples, config_path: Path, folder: Path, runs: int
         ]
 
 
+def measure_backup(samples: Samples, config_path: Path, folder: Path, attempts: int) -> None:
+    first, second, restore = backup.backup_and_restore_s(config_path, folder)
+    samples.add(BACKUP_FIRST.format(attempts), "s", first)
+    samples.add(BACKUP_SECOND.format(attempts), "s", second)
+    samples.add(BACKUP_RESTORE.format(attempts), "s", restore)
+
+
 def record_idle(samples: Samples, idle: processes.IdleWatch) -> None:
     samples.add(IDLE_WINDOW, "s", idle.window_s)
     for name, cpu_percent in idle.cpu_percent.items():
@@ -407,6 +431,7 @@ ROWS = (
     "console",
     "gateway",
     "start-up",
+    "backup",
     "idle",
 )
 
@@ -443,6 +468,10 @@ def measure_all(
     burst_text = store_rows.sensor_lines(sizes.sensor_burst)
     batch_text = store_rows.batch_lines(sizes.batch_lines)
     startup_config = processes.operator_agent(tmp / "operator") if "start-up" in only else tmp
+    backed_up = tmp
+    if "backup" in only:  # built once: ~2 minutes of dispatch at the full size, not timed
+        say(f"draining {sizes.backup_attempts:,} no-op tasks for the backup row")
+        backed_up = backup.drained_agent(tmp / "backup-agent", sizes.backup_attempts)
     rows: dict[str, Callable[[Path], None]] = {
         "waits": lambda folder: measure_waits(samples, folder / "waits", sizes),
         "end to end": lambda folder: measure_end_to_end(samples, folder / "e2e", sizes),
@@ -455,6 +484,7 @@ def measure_all(
         "console": lambda folder: measure_console(samples, folder / "console", sizes),
         "gateway": lambda _folder: measure_gateway(samples, sizes),
         "start-up": lambda _folder: measure_startup(samples, startup_config, tmp / "dispatcher", sizes.startup_runs),
+        "backup": lambda folder: measure_backup(samples, backed_up, folder / "backup", sizes.backup_attempts),
     }
     for rep in range(sizes.reps):
         folder = tmp / f"rep-{rep}"
@@ -547,6 +577,11 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]
         "from /proc/PID/stat (10 ms ticks), then stopped; the last section lists the imports that cost "
         f"{', '.join(f'`{name}`' for name in (*IMPORTS_OF, DISPATCH_IMPORTS))} most (PYTHONPROFILEIMPORTTIME, one "
         "run each; the dispatcher's from a drain of its empty queue, which imports what the service does but sdnotify)",
+        f"- backup (issue 54): one agent whose `agentd dispatch --until-idle` ran {sizes.backup_attempts:,} no-op "
+        "tasks (built once, not timed); each repetition: `agentd backup` into an empty folder, again into the same "
+        "folder (every sealed folder already there: only the database, config and manifest are written), then "
+        "`agentd restore` of that backup onto a fresh state dir (every hash checked, evidence verify after it); each "
+        "the whole command, start-up included",
         "- idle: `agentd dispatch`, `agentd sensors` and `agentd web` as services on an agent of their own (no "
         "sensors, metrics on a free loopback port), started at each repetition's beginning; "
         f"{sizes.idle_settle_s:g} s later the window "
