@@ -67,13 +67,10 @@ def regular_files(folder: Path) -> list[str]:
         return sorted(e.name for e in entries if e.is_file(follow_symlinks=False))
 
 
-def copy_folder(source: Path, target: Path, names: list[str] | None = None) -> int:
-    """The regular files of `source` (or those `names`) into the new folder `target` (0700); bytes copied."""
+def copy_folder(source: Path, target: Path) -> dict[str, Entry]:
+    """The regular files of `source` into the new folder `target` (0700): each by name, hashed as copied."""
     os.mkdir(target, 0o700)
-    copied = 0
-    for name in regular_files(source) if names is None else names:
-        copied += copy_hashed(source / name, target / name, name).size
-    return copied
+    return {name: copy_hashed(source / name, target / name, name) for name in regular_files(source)}
 
 
 def make_folders(path: Path) -> None:

@@ -46,6 +46,7 @@ class Sealed:
     attempt_id: str
     folder: str
     manifest_sha256: str
+    size: int = 0  # the folder's bytes: the next backup into the same folder reads them here, not from the disk
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +54,7 @@ class Sealed:
             "attempt_id": self.attempt_id,
             "folder": self.folder,
             "manifest_sha256": self.manifest_sha256,
+            "size": self.size,
         }
 
 
@@ -209,4 +211,7 @@ def _sealed(raw: object, where: str) -> Sealed:
     if not isinstance(attempt_id, str) or NAME.fullmatch(attempt_id) is None:
         raise BadManifest(f"{where}.attempt_id: expected an attempt id, found {quoted(str(attempt_id))}")
     folder = safe_path(raw.get("folder"), f"{where}.folder")
-    return Sealed(task_id, attempt_id, folder, _sha(raw, "manifest_sha256", where))
+    size = raw.get("size", 0)
+    if type(size) is not int or not 0 <= size <= INT64_MAX:
+        raise BadManifest(f"{where}.size: expected a whole number of bytes, found {quoted(str(size))}")
+    return Sealed(task_id, attempt_id, folder, _sha(raw, "manifest_sha256", where), size)

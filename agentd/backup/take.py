@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd.backup import files
-from agentd.backup.manifest import MANIFEST_PREFIX, Entry, Manifest, Sealed
+from agentd.backup.manifest import MANIFEST_PREFIX, BadManifest, Entry, Manifest, Sealed, parse_manifest
 from agentd.clock import Clock, format_ts
 from agentd.config import Config
 from agentd.errors import InputError
@@ -177,24 +177,31 @@ def _open_attempt(config: Config, target: Target, snapshot: str, attempt: TaskAt
 def _sealed_attempt(
     config: Config, target: Target, attempt: TaskAttempt, recorded: tuple[int, str] | None, report: BackupReport
 ) -> Sealed | None:
+    """One sealed folder into the backup, or found there already: the same manifest (by the sha256 the chain
+    recorded) means the same folder, since a sealed folder never changes."""
     source = config.paths.state_dir / "attempts" / str(attempt.task_id) / attempt.attempt_id
-    if not (source / MANIFEST).is_file():
+    folder = f"evidence/{attempt.task_id}/{attempt.attempt_id}"
+    expected = recorded[1] if recorded is not None else None
+    kept = target.kept(folder, expected) if expected is not None else None
+    if kept is not None:
+        report.sealed_reused += 1
+        report.bytes_total += kept
+        return Sealed(attempt.task_id, attempt.attempt_id, folder, expected, kept)  # type: ignore[arg-type]
+    try:
+        copied = target.put_sealed(source, folder)
+    except FileNotFoundError:
+        report.problems.append(f"{source}: no evidence folder; not backed up (`agentd evidence verify` names it)")
+        return None
+    if MANIFEST not in copied:
         report.problems.append(f"{source}: no sealed manifest; not backed up (`agentd evidence verify` names it)")
         return None
-    sha, _ = files.hashed(source / MANIFEST)
-    if recorded is not None and recorded[1] != sha:
-        report.problems.append(f"{source / MANIFEST}: sha256 {sha} differs from the one event {recorded[0]} recorded")
-    folder = f"evidence/{attempt.task_id}/{attempt.attempt_id}"
-    copied = target.put_sealed(source, folder, sha)
-    report.bytes_total += (
-        sum(os.stat(source / n).st_size for n in files.regular_files(source)) if copied is None else copied
-    )
-    if copied is None:
-        report.sealed_reused += 1
-    else:
-        report.sealed_copied += 1
-        report.bytes_copied += copied
-    return Sealed(attempt.task_id, attempt.attempt_id, folder, sha)
+    sha, size = copied[MANIFEST].sha256, sum(e.size for e in copied.values())
+    if expected is not None and expected != sha:
+        report.problems.append(f"{source / MANIFEST}: sha256 {sha} differs from the one event {recorded[0]} recorded")  # type: ignore[index]
+    report.sealed_copied += 1
+    report.bytes_copied += size
+    report.bytes_total += size
+    return Sealed(attempt.task_id, attempt.attempt_id, folder, sha, size)
 
 
 class _NoClock:
@@ -218,8 +225,12 @@ class Target:
     def open(self) -> Iterator[None]:
         raise NotImplementedError
 
-    def put_sealed(self, source: Path, folder: str, manifest_sha256: str) -> int | None:
-        """Copy a sealed attempt folder to `folder`; None when an identical one is there already."""
+    def kept(self, folder: str, manifest_sha256: str) -> int | None:
+        """The size of the sealed folder at `folder` when a backup already holds it with this manifest; else None."""
+        return None
+
+    def put_sealed(self, source: Path, folder: str) -> dict[str, Entry]:
+        """Copy a sealed attempt folder to `folder`: its files, each hashed as copied."""
         raise NotImplementedError
 
     def publish(self, manifest: Manifest) -> None:
@@ -234,6 +245,7 @@ class FolderTarget(Target):
         self.dest, self.backup_id = dest, backup_id
         self.build = dest / "snapshots" / f".partial-{backup_id}"
         self.manifest_name = str(dest / f"{MANIFEST_PREFIX}{backup_id}.json")
+        self.sizes: dict[str, tuple[str, int]] = {}  # folder → (manifest sha256, bytes), as the last backup listed
 
     @contextlib.contextmanager
     def open(self) -> Iterator[None]:
@@ -250,6 +262,7 @@ class FolderTarget(Target):
                     f"backup: another backup is writing to {self.dest}; try again when it is done"
                 ) from None
             self._clear_leftovers()
+            self.sizes = self._last_sizes()
             files.make_folders(self.build)
             try:
                 yield
@@ -257,6 +270,16 @@ class FolderTarget(Target):
                 files.remove(self.build)
         finally:
             os.close(lock)
+
+    def _last_sizes(self) -> dict[str, tuple[str, int]]:
+        published = sorted(self.dest.glob(f"{MANIFEST_PREFIX}*.json"))
+        if not published:
+            return {}
+        try:
+            last = parse_manifest(published[-1].read_bytes())
+        except (OSError, BadManifest):
+            return {}  # a manifest that cannot be read: each kept folder's size is read from the disk instead
+        return {s.folder: (s.manifest_sha256, s.size) for s in last.sealed}
 
     def _clear_leftovers(self) -> None:
         """What a killed backup left: partial folders, and snapshots whose manifest was never published."""
@@ -272,11 +295,21 @@ class FolderTarget(Target):
         for partial in self.dest.glob(".*.partial-*"):
             files.remove(partial)
 
-    def put_sealed(self, source: Path, folder: str, manifest_sha256: str) -> int | None:
+    def kept(self, folder: str, manifest_sha256: str) -> int | None:
+        """Found by reading the folder's manifest.json in DEST (one small read): the size from the last published
+        manifest that lists it, else from the folder itself."""
+        try:
+            if files.hashed(self.dest / folder / MANIFEST)[0] != manifest_sha256:
+                return None
+        except OSError:
+            return None
+        known = self.sizes.get(folder)
+        if known is not None and known[0] == manifest_sha256:
+            return known[1]
+        return sum(os.stat(self.dest / folder / name).st_size for name in files.regular_files(self.dest / folder))
+
+    def put_sealed(self, source: Path, folder: str) -> dict[str, Entry]:
         final = self.dest / folder
-        with contextlib.suppress(OSError):
-            if files.hashed(final / MANIFEST)[0] == manifest_sha256:
-                return None  # sealed folders never change: the same manifest, the same folder
         files.make_folders(final.parent)
         partial = final.with_name(f".partial-{final.name}")
         files.remove(partial)
@@ -314,7 +347,7 @@ class ArchiveTarget(Target):
         finally:
             files.remove(self.root)
 
-    def put_sealed(self, source: Path, folder: str, manifest_sha256: str) -> int | None:
+    def put_sealed(self, source: Path, folder: str) -> dict[str, Entry]:
         files.make_folders((self.root / folder).parent)
         return files.copy_folder(source, self.root / folder)
 
