@@ -88,9 +88,11 @@ test-slow: $(VENV)/.installed-test
 	@$(WARM)
 	AGENTD_TEST_TIER=slow $(TEST_ENV) $(BIN)/python -m pytest -n 4 $(SLOWEST) -m "slow or property or deep"
 
-## chaos: real services under >= 50 SIGKILLs with poisoned input from every surface; prints the table
+## chaos: real services under >= 50 SIGKILLs with poisoned input from every surface, then backups SIGKILLed
+## mid-way (tests/backup_chaos.py: every published backup restores clean); prints the tables
 chaos: $(VENV)/.installed-test
 	$(BIN)/python tests/chaos.py --kills 60
+	$(BIN)/python tests/backup_chaos.py --kills 20
 
 ## fleet-chaos: three real agents on one real PostgreSQL, 300 fleet tasks, >= 20 SIGKILLs, partitions and a
 ## PostgreSQL restart; prints the table (about 2 minutes; needs root and Debian's postgresql)

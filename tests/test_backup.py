@@ -210,3 +210,15 @@ async def test_an_archive_member_naming_a_path_outside_is_refused_and_nothing_is
     refused = cli(capsys, fresh, "restore", str(dest))
     assert refused.code == 2 and "archive member" in refused.err
     assert not list(tmp_path.rglob("planted")) and not (tmp_path / "elsewhere" / "state" / "agentd.db").exists()
+
+
+@pytest.mark.asyncio
+async def test_an_archive_a_kill_left_unrenamed_is_refused(
+    rig: Rig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await finished(rig, 1)
+    dest = tmp_path / "agent.tar"
+    assert cli(capsys, rig.config.path, "backup", str(dest)).code == 0
+    left = dest.rename(tmp_path / ".agent.tar.partial-20261122T100000Z-ABCDEFGHIJ.tar")  # whole, but never published
+    refused = cli(capsys, fresh_agent(tmp_path / "elsewhere"), "restore", str(left))
+    assert refused.code == 2 and "never published" in refused.err

@@ -166,3 +166,14 @@ def copy_attempts(state: Path, task_id: int) -> list[Any]:
         return store.attempts_of(task_id)
     finally:
         store.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_backup_chaos_short_form(tmp_path: Path) -> None:
+    """`make chaos`'s backup part, short: SIGKILLs during backups and of the dispatcher; each published one restores."""
+    from backup_chaos import run_backup_chaos
+
+    report = run_backup_chaos(tmp_path, kills=4, seed=54, tasks=150)
+    assert report.kills >= 4 and report.failed == [], report.table()
+    assert report.restored == len(report.published) >= 1, report.table()

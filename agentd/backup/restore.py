@@ -85,6 +85,8 @@ def read_manifest(src: Path, staging: Path | None = None) -> tuple[Manifest, Pat
     latest backup), one of its backup-ID.json manifests, or an archive (unpacked into `staging`, or only read
     when there is none). BackupRefused for anything else, saying what was found."""
     src = src.absolute()
+    if ".partial-" in src.name:
+        raise BackupRefused(f"restore: {src}: what a backup left unfinished (never published); not a backup")
     if src.is_file() and is_archive(src):
         return _archive_manifest(src, staging)
     if src.is_file():
