@@ -3,7 +3,11 @@ manifest, incremental for evidence; a restore that checks every hash before it w
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
+import shutil
+import sqlite3
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -14,7 +18,8 @@ from support import CliResult, agent_config, ok, run_main, tree
 
 from agentd.backup.manifest import MANIFEST_PREFIX
 from agentd.evidence.verify import verify
-from agentd.store import open_store
+from agentd.store import migrate, open_store
+from agentd.store.migrations import available_migrations
 
 
 async def finished(rig: Rig, count: int) -> list[int]:
@@ -222,3 +227,45 @@ async def test_an_archive_a_kill_left_unrenamed_is_refused(
     left = dest.rename(tmp_path / ".agent.tar.partial-20261122T100000Z-ABCDEFGHIJ.tar")  # whole, but never published
     refused = cli(capsys, fresh_agent(tmp_path / "elsewhere"), "restore", str(left))
     assert refused.code == 2 and "never published" in refused.err
+
+
+def test_a_backup_of_an_older_schema_says_it_will_migrate_and_needs_yes(
+    rig: Rig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A backup an older agentd made: its database one migration behind this agentd's (made so here: a database
+    migrated to all but the last migration, put in a backup's place with its manifest written to match)."""
+    dest = tmp_path / "backups"
+    assert cli(capsys, rig.config.path, "backup", str(dest)).code == 0
+    [manifest_path] = published(dest)
+    body = json.loads(manifest_path.read_text())
+    older = tmp_path / "older.db"
+    behind = available_migrations()[:-1]
+    migrate(older, rig.clock, behind)
+    with sqlite3.connect(older) as conn:
+        sequence, last_hash = conn.execute(
+            "SELECT sequence, hash FROM events ORDER BY sequence DESC LIMIT 1"
+        ).fetchone()
+    database = dest / body["database"]["path"]
+    database.chmod(0o600)
+    shutil.copyfile(older, database)
+    data = database.read_bytes()
+    body.update(
+        schema_version=behind[-1].version,
+        chain_head={"sequence": sequence, "hash": last_hash},
+        database={**body["database"], "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)},
+        sealed=[],
+        files=[],
+    )
+    manifest_path.chmod(0o600)
+    manifest_path.write_text(json.dumps(body))
+    fresh = fresh_agent(tmp_path / "elsewhere")
+    asked = cli(capsys, fresh, "restore", str(dest))
+    assert asked.code == 2 and f"is migrated to {behind[-1].version + 1}" in asked.err and "--yes" in asked.err
+    assert not (tmp_path / "elsewhere" / "state" / "agentd.db").exists()
+    done = cli(capsys, fresh, "restore", str(dest), "--yes", "--json")
+    assert done.code == 0, done.err
+    store = open_store(tmp_path / "elsewhere" / "state" / "agentd.db", rig.clock, readonly=True)
+    try:
+        assert store.schema_version == behind[-1].version + 1
+    finally:
+        store.close()

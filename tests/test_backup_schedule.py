@@ -9,11 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 from rig import Rig
-from support import REPO, run_main, write_config
+from support import REPO, examples, run_main, write_config
 from test_install import analyzer
 
 from agentd.cli import main
+from agentd.clock import parse_duration
+from agentd.config.backup import BackupSection
 from agentd.outlook.backups import LAST_BACKUP
 
 
@@ -107,3 +113,20 @@ def test_the_backup_units_exposure_stays_at_the_measured_level(installed: Path) 
 def test_uninstall_removes_the_backup_units(installed: Path) -> None:
     assert main(["uninstall", "--root", str(installed), "--agent", "demo", "--yes"]) == 0
     assert not (installed / "etc/systemd/system/agentd-backup@.timer").exists()
+
+
+@given(every=st.one_of(st.text(max_size=12), st.from_regex(r"\A[0-9]{1,6}(\.[0-9]{1,2})?[smhd]?\Z")))
+@hypothesis_settings(max_examples=examples(300))
+def test_every_is_a_duration_from_5m_to_30d_or_a_one_line_refusal(every: str) -> None:
+    try:
+        seconds = parse_duration(every, "s")
+    except ValueError:
+        seconds = None
+    try:
+        section = BackupSection(dest="/b", every=every)
+    except ValidationError as exc:
+        assert seconds is None or not 300 <= seconds <= 30 * 86400, every
+        [error] = exc.errors()
+        assert str(error["msg"]).startswith("Value error, expected a duration"), error
+        return
+    assert seconds is not None and 300 <= seconds <= 30 * 86400 and section.every_s == seconds
