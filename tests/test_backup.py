@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shutil
 import sqlite3
 import tarfile
@@ -269,3 +270,18 @@ def test_a_backup_of_an_older_schema_says_it_will_migrate_and_needs_yes(
         assert store.schema_version == behind[-1].version + 1
     finally:
         store.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the state dir away")
+def test_root_restoring_over_a_services_users_state_dir_is_told_to_run_as_it(
+    rig: Rig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dest = tmp_path / "backups"
+    assert cli(capsys, rig.config.path, "backup", str(dest)).code == 0
+    fresh = fresh_agent(tmp_path / "elsewhere")
+    state = tmp_path / "elsewhere" / "state"
+    state.mkdir()
+    os.chown(state, 65534, 65534)
+    refused = cli(capsys, fresh, "restore", str(dest))
+    assert refused.code == 2 and "run it as the state dir's owner: sudo -u" in refused.err
+    assert list(state.iterdir()) == []

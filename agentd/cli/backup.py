@@ -121,6 +121,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     src = Path(args.src)
     target, written = _target(args, src)
+    _refuse_root_over_another(target)
     manifest, _ = read_manifest(src)
     notes = what_differs(manifest, target)
     if notes and not args.yes:
@@ -133,6 +134,25 @@ def cmd_restore(args: argparse.Namespace) -> int:
     else:
         _print_restore(report)
     return 1 if report.verify_findings else 0
+
+
+def _refuse_root_over_another(target: Target) -> None:
+    """Root would leave a database and evidence the services' user cannot write: restore runs as the state dir's
+    owner (docs/backup-and-archive.md, "Restore")."""
+    try:
+        owner = target.state_dir.stat().st_uid
+    except FileNotFoundError:
+        return
+    if os.geteuid() == 0 and owner != 0:
+        import pwd
+
+        try:
+            name = pwd.getpwuid(owner).pw_name
+        except KeyError:
+            name = f"#{owner}"
+        raise CommandError(
+            f"restore: run it as the state dir's owner: sudo -u {name} agentd … restore (nothing written)"
+        )
 
 
 def _target(args: argparse.Namespace, src: Path) -> tuple[Target, list[str]]:
@@ -197,9 +217,13 @@ def _config_notes(target: Target, src: Path) -> list[str]:
         if toml is None or toml == target.config_path.read_bytes():
             return []
         beside = target.config_path.with_name(f"{target.config_path.name}.from-backup-{manifest.backup_id}")
-        if not beside.exists():
-            _write_missing(beside, toml, 0o600)
-        return [f"{target.config_path} differs from the backup's config, kept; the backup's is at {beside}"]
+        kept = f"{target.config_path} differs from the backup's config, kept"
+        try:
+            if not beside.exists():
+                _write_missing(beside, toml, 0o600)
+        except OSError as exc:  # /etc/agentd is root's; the services' user restores
+            return [f"{kept}; the backup's is in SRC at snapshots/{manifest.backup_id}/config.toml ({exc.strerror})"]
+        return [f"{kept}; the backup's is at {beside}"]
 
 
 def _verify(target: Target, report: RestoreReport) -> None:

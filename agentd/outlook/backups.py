@@ -17,10 +17,13 @@ LAST_BACKUP = "backup_last.json"
 
 def record_success(state_dir: Path, backup_id: str, at: datetime, dest: str, size: int, every_s: float | None) -> None:
     """Write the record whole (a temporary name, then a rename), 0600."""
+    from agentd.process.files import hand_over  # only a backup writes it: status, which reads it, stays light
+
     body = {"backup_id": backup_id, "at": format_ts(at), "dest": dest, "bytes": size, "every_s": every_s}
     path = state_dir / LAST_BACKUP
     partial = path.with_name(f".{LAST_BACKUP}.{os.getpid()}")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    hand_over(fd, state_dir)  # a backup run as root: still the services' to read (status, metrics)
     with os.fdopen(fd, "w") as handle:
         handle.write(json.dumps(body) + "\n")
     os.replace(partial, path)
