@@ -5,6 +5,6 @@ checks every hash before it writes. The last good backup is recorded for status,
 May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control, services,
 web.
 
-May call: all_attempts, chain_head, dispatch_lock_holder, forget_services, relocate_evidence_dirs, sealed_manifests,
+May call: backup_attempts, chain_head, dispatch_lock_holder, forget_services, relocate_evidence_dirs, sealed_manifests,
 service_statuses.
 """

@@ -46,7 +46,7 @@ def write_hashed(data: bytes, target: Path, relative: str) -> Entry:
     return Entry(relative, hashlib.sha256(data).hexdigest(), len(data))
 
 
-def hashed(path: Path) -> tuple[str, int]:
+def hashed(path: Path | str) -> tuple[str, int]:
     """(sha256, size) of the regular file at `path`, never through a link."""
     digest, size = hashlib.sha256(), 0
     fd = os.open(path, _READ)
@@ -95,9 +95,29 @@ def sync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def publish(data: bytes, target: Path) -> None:
+SYNC_EACH_UP_TO = 2_000  # files written: more, and one sync of the disks costs less than an fsync each
+
+
+def flush_written(folders: list[Path]) -> None:
+    """What was written into `folders` made durable: each file and folder fsynced when they are few (an
+    incremental backup: a busy machine's other writes are not waited for), one sync of every disk when many."""
+    written = [Path(root) / name for folder in folders for root, _, names in os.walk(folder) for name in names]
+    if len(written) > SYNC_EACH_UP_TO:
+        os.sync()
+        return
+    for path in written:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for folder in {path.parent for path in written} | {folder.parent for folder in folders}:
+        sync_folder(folder)
+
+
+def publish(data: bytes, target: Path, written: list[Path]) -> None:
     """`data` at `target` whole or not at all: written under a temporary name, flushed, renamed, the folder
-    flushed. Everything written before it is flushed first (one sync, not one per evidence file)."""
+    flushed; what it names (the files in the `written` folders) is flushed first."""
     partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
     remove(partial)
     fd = os.open(partial, _WRITE, 0o600)
@@ -106,7 +126,7 @@ def publish(data: bytes, target: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.sync()  # the files the manifest names are on the disk before the manifest that names them
+    flush_written(written)  # the files the manifest names are on the disk before the manifest that names them
     os.rename(partial, target)
     sync_folder(target.parent)
 

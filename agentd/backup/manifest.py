@@ -89,7 +89,15 @@ class Manifest:
         }
 
     def text(self) -> str:
-        return json.dumps(self.as_dict(), indent=1, sort_keys=True) + "\n"
+        """One line per entry: readable, and quick to write for 10,000 sealed folders."""
+        body = self.as_dict()
+        lists = {key: body.pop(key) for key in ("files", "sealed")}
+        head = json.dumps(body, indent=1, sort_keys=True)[:-2]
+        parts = [head]
+        for key, items in lists.items():
+            rows = ",\n  ".join(json.dumps(item, sort_keys=True) for item in items)
+            parts.append(f",\n {json.dumps(key)}: [\n  {rows}\n ]" if items else f",\n {json.dumps(key)}: []")
+        return "".join(parts) + "\n}\n"
 
     def entries(self) -> list[Entry]:
         """Every file hashed here (the database, the config, the others); the sealed folders are pinned apart."""

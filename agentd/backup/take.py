@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import tarfile
 import time
@@ -16,14 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from agentd.backup import files
-from agentd.backup.manifest import MANIFEST_PREFIX, BadManifest, Entry, Manifest, Sealed, parse_manifest
+from agentd.backup.manifest import MANIFEST_PREFIX, Entry, Manifest, Sealed
 from agentd.clock import Clock, format_ts
 from agentd.config import Config
 from agentd.errors import InputError
 from agentd.evidence.layout import MANIFEST
 from agentd.hashing import new_ulid
 from agentd.outlook.backups import record_success
-from agentd.records import TaskAttempt
 from agentd.store import open_store
 from agentd.store.backup import snapshot_database
 
@@ -70,6 +70,14 @@ class BackupReport:
         }
 
 
+@dataclass(frozen=True)
+class Held:
+    """An attempt a backup holds: its task and id (where its folder is)."""
+
+    task_id: int
+    attempt_id: str
+
+
 def is_archive(dest: Path) -> bool:
     return dest.name.endswith(ARCHIVE_SUFFIXES)
 
@@ -104,7 +112,7 @@ def _fill(config: Config, target: Target, backup_id: str, now: Any) -> tuple[Bac
     store = open_store(database, _NoClock(), readonly=True)
     try:
         attempts, sealed, head, version = (
-            store.all_attempts(),
+            store.backup_attempts(),
             store.sealed_manifests(),
             store.chain_head(),
             store.schema_version,
@@ -119,12 +127,13 @@ def _fill(config: Config, target: Target, backup_id: str, now: Any) -> tuple[Bac
     config_entry = files.copy_hashed(config.path, target.build / "config.toml", f"{snapshot}/config.toml")
     extra = _constitution(config, target, snapshot)
     sealed_entries: list[Sealed] = []
-    for attempt in attempts:
-        if attempt.ended_at is None:
+    for task_id, attempt_id, ended, pruned in attempts:
+        attempt = Held(task_id, attempt_id)
+        if not ended:
             extra += _open_attempt(config, target, snapshot, attempt)
             report.open_attempts += 1
-        elif attempt.evidence_pruned_at is None:
-            found = _sealed_attempt(config, target, attempt, sealed.get(attempt.attempt_id), report)
+        elif not pruned:
+            found = _sealed_attempt(config, target, attempt, sealed.get(attempt_id), report)
             sealed_entries += [found] if found else []
     report.bytes_total += sum(e.size for e in (db_entry, config_entry, *extra))
     report.bytes_copied += sum(e.size for e in (db_entry, config_entry, *extra))
@@ -156,7 +165,7 @@ def _constitution(config: Config, target: Target, snapshot: str) -> list[Entry]:
     return found
 
 
-def _open_attempt(config: Config, target: Target, snapshot: str, attempt: TaskAttempt) -> list[Entry]:
+def _open_attempt(config: Config, target: Target, snapshot: str, attempt: Held) -> list[Entry]:
     """A running attempt's folder as it is now, but what its seal writes (the boot sweep seals it after a restore)."""
     source = config.paths.state_dir / "attempts" / str(attempt.task_id) / attempt.attempt_id
     if not source.is_dir() or source.is_symlink():
@@ -175,11 +184,10 @@ def _open_attempt(config: Config, target: Target, snapshot: str, attempt: TaskAt
 
 
 def _sealed_attempt(
-    config: Config, target: Target, attempt: TaskAttempt, recorded: tuple[int, str] | None, report: BackupReport
+    config: Config, target: Target, attempt: Held, recorded: tuple[int, str] | None, report: BackupReport
 ) -> Sealed | None:
     """One sealed folder into the backup, or found there already: the same manifest (by the sha256 the chain
     recorded) means the same folder, since a sealed folder never changes."""
-    source = config.paths.state_dir / "attempts" / str(attempt.task_id) / attempt.attempt_id
     folder = f"evidence/{attempt.task_id}/{attempt.attempt_id}"
     expected = recorded[1] if recorded is not None else None
     kept = target.kept(folder, expected) if expected is not None else None
@@ -187,6 +195,7 @@ def _sealed_attempt(
         report.sealed_reused += 1
         report.bytes_total += kept
         return Sealed(attempt.task_id, attempt.attempt_id, folder, expected, kept)  # type: ignore[arg-type]
+    source = config.paths.state_dir / "attempts" / str(attempt.task_id) / attempt.attempt_id
     try:
         copied = target.put_sealed(source, folder)
     except FileNotFoundError:
@@ -246,6 +255,7 @@ class FolderTarget(Target):
         self.build = dest / "snapshots" / f".partial-{backup_id}"
         self.manifest_name = str(dest / f"{MANIFEST_PREFIX}{backup_id}.json")
         self.sizes: dict[str, tuple[str, int]] = {}  # folder → (manifest sha256, bytes), as the last backup listed
+        self.copied: list[Path] = []  # the sealed folders this backup copied (flushed before the manifest)
 
     @contextlib.contextmanager
     def open(self) -> Iterator[None]:
@@ -272,17 +282,19 @@ class FolderTarget(Target):
             os.close(lock)
 
     def _last_sizes(self) -> dict[str, tuple[str, int]]:
+        """Each sealed folder's (manifest sha256, bytes) as the last published manifest lists them: only numbers
+        for the report, each matched by the folder's own manifest before it is used, so the file is read, not
+        judged (a restore judges it)."""
         published = sorted(self.dest.glob(f"{MANIFEST_PREFIX}*.json"))
-        if not published:
-            return {}
         try:
-            last = parse_manifest(published[-1].read_bytes())
-        except (OSError, BadManifest):
-            return {}  # a manifest that cannot be read: each kept folder's size is read from the disk instead
-        return {s.folder: (s.manifest_sha256, s.size) for s in last.sealed}
+            listed = json.loads(published[-1].read_bytes())["sealed"] if published else []
+            return {str(s["folder"]): (str(s["manifest_sha256"]), int(s["size"])) for s in listed}
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}  # each kept folder's size is read from the disk instead
 
     def _clear_leftovers(self) -> None:
-        """What a killed backup left: partial folders, and snapshots whose manifest was never published."""
+        """What a killed backup left: snapshots whose manifest was never published. (A sealed folder it left half
+        copied, evidence/TASK/.partial-ATTEMPT, is removed when that folder is copied again: never restored.)"""
         published = {
             p.name.removeprefix(MANIFEST_PREFIX).removesuffix(".json")
             for p in self.dest.glob(f"{MANIFEST_PREFIX}*.json")
@@ -290,23 +302,22 @@ class FolderTarget(Target):
         for snapshot in (self.dest / "snapshots").iterdir():
             if snapshot.name not in published:
                 files.remove(snapshot)
-        for partial in (self.dest / "evidence").glob("*/.partial-*"):
-            files.remove(partial)
         for partial in self.dest.glob(".*.partial-*"):
             files.remove(partial)
 
     def kept(self, folder: str, manifest_sha256: str) -> int | None:
         """Found by reading the folder's manifest.json in DEST (one small read): the size from the last published
         manifest that lists it, else from the folder itself."""
+        where = f"{self.dest}/{folder}"  # strings, not Paths: this runs once per sealed folder of the agent
         try:
-            if files.hashed(self.dest / folder / MANIFEST)[0] != manifest_sha256:
+            if files.hashed(f"{where}/{MANIFEST}")[0] != manifest_sha256:
                 return None
         except OSError:
             return None
         known = self.sizes.get(folder)
         if known is not None and known[0] == manifest_sha256:
             return known[1]
-        return sum(os.stat(self.dest / folder / name).st_size for name in files.regular_files(self.dest / folder))
+        return sum(os.stat(f"{where}/{name}").st_size for name in files.regular_files(Path(where)))
 
     def put_sealed(self, source: Path, folder: str) -> dict[str, Entry]:
         final = self.dest / folder
@@ -316,11 +327,13 @@ class FolderTarget(Target):
         copied = files.copy_folder(source, partial)
         files.remove(final)
         os.rename(partial, final)
+        self.copied.append(final)
         return copied
 
     def publish(self, manifest: Manifest) -> None:
-        os.rename(self.build, self.dest / "snapshots" / self.backup_id)
-        files.publish(manifest.text().encode(), Path(self.manifest_name))
+        snapshot = self.dest / "snapshots" / self.backup_id
+        os.rename(self.build, snapshot)
+        files.publish(manifest.text().encode(), Path(self.manifest_name), [snapshot, *self.copied])
 
 
 class ArchiveTarget(Target):

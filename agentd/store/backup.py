@@ -54,6 +54,15 @@ def database_version(path: Path) -> int:
 
 
 class BackupVerbs(StoreBase):
+    def backup_attempts(self) -> list[tuple[int, str, bool, bool]]:
+        """Every attempt row as a backup reads it: (task id, attempt id, ended, evidence pruned), plain values (a
+        backup of 10,000 attempts builds no records)."""
+        rows = self.tx.execute(
+            """SELECT task_id, attempt_id, ended_at IS NOT NULL, evidence_pruned_at IS NOT NULL
+               FROM task_attempts ORDER BY task_id, attempt_number"""
+        ).fetchall()
+        return [(row[0], row[1], bool(row[2]), bool(row[3])) for row in rows]
+
     def relocate_evidence_dirs(self, old_root: str, new_root: str) -> int:
         """Each attempt row's evidence_dir under `old_root` (a state dir's attempts/) is put under `new_root`:
         a restore into another state dir (the boot sweep seals an open attempt where its row says). Returns
