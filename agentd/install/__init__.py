@@ -42,13 +42,10 @@ from agentd.process.privilege import not_in_own_group
 from agentd.process.runner import run_setup_command
 from agentd.resources import data_dir, example_config
 
-UNITS = (
-    "agentd-dispatch@.service",
-    "agentd-sensors@.service",
-    "agentd-web@.service",
-    "agentd-backup@.service",
-    "agentd-backup@.timer",
-)
+UNITS = ("agentd-dispatch@.service", "agentd-sensors@.service", "agentd-web@.service")
+# The scheduled backup (docs/backup-and-archive.md): shipped beside the services, started by the operator's own
+# `systemctl enable --now agentd-backup@NAME.timer`, never restarted with them.
+BACKUP_UNITS = ("agentd-backup@.service", "agentd-backup@.timer")
 TEMPLATE_BIN = "/usr/local/bin/agentd"
 TEMPLATE_DOCS = "/usr/local/share/doc/agentd"  # in the templates' Documentation=file:…; install writes its own
 # agentd-NAME-run (the longest of its users) must fit the 32 characters of a user name.
@@ -194,7 +191,7 @@ def install(agent: str, root: Path, agentd_bin: Path) -> Report:
     else:
         _write_if_changed(layout.config, config_text, 0o644)
         report.changed.append(str(layout.config))
-    for unit in UNITS:
+    for unit in (*UNITS, *BACKUP_UNITS):
         text = unit_text((data_dir("units") / unit).read_text(encoding="utf-8"), agentd_bin)
         report.note(layout.units_dir / unit, _write_if_changed(layout.units_dir / unit, text, 0o644))
     for path, held in socket_units(layout.config, layout.units_dir).items():
@@ -457,7 +454,7 @@ def uninstall(agent: str, root: Path, *, purge: bool, yes: bool = False) -> Repo
     # its socket units (its own ports) and its users' files go with it; the users stay in the account files
     _remove([layout.sysusers, layout.tmpfiles, *(layout.units_dir / name for name in socket_names(agent))], report)
     if not other_agents(layout.config):  # the last agent: the shared templates go too
-        _remove([layout.units_dir / unit for unit in UNITS], report)
+        _remove([layout.units_dir / unit for unit in (*UNITS, *BACKUP_UNITS)], report)
     if layout.on_this_system and shutil.which("systemctl"):
         run_setup_command(["systemctl", "daemon-reload"], check=False)
     return report
