@@ -4,6 +4,7 @@ leaves nothing `restore` accepts."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -135,10 +136,11 @@ def test_a_backup_killed_mid_way_leaves_nothing_restore_accepts(tmp_path: Path, 
     (tmp_path / "fresh").mkdir()
     fresh = agent_config(tmp_path / "fresh")
     rng, cut_short, refused = random.Random(54), 0, 0
-    for _ in range(6):
+    for _ in range(4):
         backup = agentd(config, "backup", str(dest), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.3, 1.2))  # the interpreter starts in ~0.3 s; the copy takes longer than that
-        killed = backup.poll() is None
+        wait_until(functools.partial(started_or_done, backup, dest), 60, "the backup under way")
+        time.sleep(rng.uniform(0.0, 0.02))  # somewhere in its copy
+        killed = backup.poll() is None and unfinished(dest)
         backup.kill()
         backup.wait(timeout=30)
         if not killed:
@@ -158,6 +160,15 @@ def test_a_backup_killed_mid_way_leaves_nothing_restore_accepts(tmp_path: Path, 
     assert not list(tmp_path.glob(".*partial*")) and not list(dest.parent.glob(f".{dest.name}.partial-*"))
     if dest.is_dir():
         assert not list(dest.glob("snapshots/.partial-*")) and not list(dest.glob("evidence/*/.partial-*"))
+
+
+def started_or_done(backup: subprocess.Popen[bytes], dest: Path) -> bool:
+    return backup.poll() is not None or unfinished(dest)
+
+
+def unfinished(dest: Path) -> bool:
+    """What a backup under way has made and not yet published: its partial snapshot, or its partial archive."""
+    return any(dest.glob("snapshots/.partial-*")) or any(dest.parent.glob(f".{dest.name}.partial-*"))
 
 
 def copy_attempts(state: Path, task_id: int) -> list[Any]:
