@@ -80,12 +80,6 @@ class FleetLeaseVerbs(StoreBase):
         found = {key: value for key, value in zip(row.keys(), row, strict=True) if value is not None}
         return {**found, "origin": loads(row["origin"])}
 
-    def fleet_lease_counts(self) -> dict[str, int]:
-        """Leases by state: held, reported, lost (the metrics' gauges)."""
-        counts = dict.fromkeys(("held", "reported", "lost"), 0)
-        counts.update(self.tx.execute("SELECT state, count(*) FROM fleet_leases GROUP BY state").fetchall())
-        return counts
-
     def fleet_leases_confirmed(self, task_ids: list[int], now: datetime, until: datetime) -> int:
         """The fleet renewed these leases just now: a task of theirs may start until `until` (the local
         claim's condition, store/budget.py CONFIRMED). How many wait to run (the dispatcher may claim them)."""

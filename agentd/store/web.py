@@ -300,11 +300,6 @@ class WebVerbs(StoreBase):
                 self.tx.event("approval_handoff_withdrawn", now, task_id=task_id, payload=payload)
             return len(rows)
 
-    def next_handoff_at(self) -> datetime | None:
-        """When the next pending hand-off is due; None if none is pending."""
-        row = self.tx.execute("SELECT MIN(next_attempt_at) FROM approval_handoffs WHERE status = 'pending'").fetchone()
-        return parse_optional_ts(row[0])
-
     def handoff_of(self, approval_id: str) -> Handoff | None:
         """The hand-off of an approval, if there is one."""
         row = self.tx.execute("SELECT * FROM approval_handoffs WHERE approval_id = ?", (approval_id,)).fetchone()

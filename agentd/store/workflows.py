@@ -211,10 +211,6 @@ class WorkflowVerbs(StoreBase):
             workflow_id, created = insert_workflow(self.tx, workflow_type, instance_key, state, context, now, origin)
         return self.get_workflow_or_raise(workflow_id), created
 
-    def get_workflow(self, workflow_id: int) -> WorkflowRecord | None:
-        row = self.tx.execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
-        return None if row is None else workflow_from_row(row)
-
     def find_workflow(self, workflow_type: str, instance_key: str) -> tuple[WorkflowRecord, dict[str, int]] | None:
         """The workflow for (type, instance key) and its state entries, if it exists."""
         row = self.tx.execute(
