@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
-from rig import Rig
+from rig import Rig, migrated
 from support import EXAMPLE_CONFIG, CliResult, run_main
 
 from agentd.clock import FakeClock
 from agentd.config import Config
 from agentd.process import containment
-from agentd.store import Store, migrate, open_store
+from agentd.store import Store, init_state_dir, migrate, open_store
 from agentd.work.validation import load_config
 
 if TYPE_CHECKING:
@@ -102,7 +102,8 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def store(config: Config, clock: FakeClock) -> Iterator[Store]:
-    migrate(config.db_path, clock)
+    init_state_dir(config.paths.state_dir)
+    migrated(config.db_path, clock)  # a copy of one migrated file per worker (tests/rig.py)
     opened = open_store(config.db_path, clock)
     yield opened
     opened.close()

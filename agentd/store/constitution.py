@@ -15,17 +15,11 @@ from agentd.records import OutboxEntry
 from agentd.records.constitution import ConstitutionProposalRecord
 from agentd.store.base import StoreBase, Tx, parse_optional_ts, ts
 from agentd.store.outbox import settle, still_pending
-from agentd.store.rows import READ_FAILURES, unreadable
+from agentd.store.rows import reads
 
 
+@reads("constitution proposal", "proposal_id")
 def proposal_from_row(row: sqlite3.Row) -> ConstitutionProposalRecord:
-    try:
-        return _proposal(row)
-    except READ_FAILURES as exc:
-        raise unreadable("constitution proposal", "proposal_id", row, exc) from None
-
-
-def _proposal(row: sqlite3.Row) -> ConstitutionProposalRecord:
     fields = dict(row)
     del fields["outbox_key"]
     fields["created_at"] = parse_optional_ts(row["created_at"])

@@ -10,10 +10,12 @@ edit (`agentd evidence verify`).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sqlite3
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -36,12 +38,30 @@ from agentd.store.base import loads
 from agentd.usage import stored_usage
 
 READ_FAILURES = (ValueError, TypeError, RecursionError)  # pydantic's ValidationError is a ValueError
+R = TypeVar("R")
 
 
 def unreadable(kind: str, key: str, row: sqlite3.Row, exc: BaseException) -> UnreadableRow:
     """The one line for a row of `kind` (named by its `key` column) that no record can be made of."""
     what = first_error(exc) if isinstance(exc, ValidationError) else cut(str(exc) or type(exc).__name__, 200)
     return UnreadableRow(f"{kind} {quoted(row[key], 40)} in the database is not a row agentd wrote ({what})")
+
+
+def reads(kind: str, key: str) -> Callable[[Callable[[sqlite3.Row], R]], Callable[[sqlite3.Row], R]]:
+    """A row reader of `kind` (rows named by their `key` column) that never fails with a traceback: a row no
+    record can be made of is UnreadableRow, one line naming it."""
+
+    def wrap(build: Callable[[sqlite3.Row], R]) -> Callable[[sqlite3.Row], R]:
+        @functools.wraps(build)
+        def read(row: sqlite3.Row) -> R:
+            try:
+                return build(row)
+            except READ_FAILURES as exc:
+                raise unreadable(kind, key, row, exc) from None
+
+        return read
+
+    return wrap
 
 
 def first_error(exc: ValidationError, column: str = "") -> str:
@@ -72,14 +92,8 @@ def _column(model: Any, value: Any, column: str) -> Any:
         raise ValueError(first_error(exc, column)) from None
 
 
+@reads("task", "id")
 def task_from_row(row: sqlite3.Row) -> TaskRecord:
-    try:
-        return _task(row)
-    except READ_FAILURES as exc:
-        raise unreadable("task", "id", row, exc) from None
-
-
-def _task(row: sqlite3.Row) -> TaskRecord:
     outcome = loads(row["outcome"])
     evidence = loads(row["evidence_requirements"])
     workflow_ref = None
@@ -127,14 +141,12 @@ def _task(row: sqlite3.Row) -> TaskRecord:
     )
 
 
+@reads("attempt", "attempt_id")
 def attempt_from_row(row: sqlite3.Row) -> TaskAttempt:
     try:
-        try:
-            return _attempt(row, loads(row["diagnostics"]))
-        except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
-            return _attempt(row, holdable(row["diagnostics"]))
-    except READ_FAILURES as exc:
-        raise unreadable("attempt", "attempt_id", row, exc) from None
+        return _attempt(row, loads(row["diagnostics"]))
+    except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
+        return _attempt(row, holdable(row["diagnostics"]))
 
 
 def _attempt(row: sqlite3.Row, diagnostics: Any) -> TaskAttempt:
@@ -169,14 +181,8 @@ def _attempt(row: sqlite3.Row, diagnostics: Any) -> TaskAttempt:
 USAGE_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd")
 
 
+@reads("workflow", "id")
 def workflow_from_row(row: sqlite3.Row) -> WorkflowRecord:
-    try:
-        return _workflow(row)
-    except READ_FAILURES as exc:
-        raise unreadable("workflow", "id", row, exc) from None
-
-
-def _workflow(row: sqlite3.Row) -> WorkflowRecord:
     return WorkflowRecord(
         workflow_id=row["id"],
         workflow_type=row["workflow_type"],
@@ -192,14 +198,8 @@ def _workflow(row: sqlite3.Row) -> WorkflowRecord:
     )
 
 
+@reads("schedule", "schedule_id")
 def schedule_from_row(row: sqlite3.Row) -> RecurringScheduleRecord:
-    try:
-        return _schedule(row)
-    except READ_FAILURES as exc:
-        raise unreadable("schedule", "schedule_id", row, exc) from None
-
-
-def _schedule(row: sqlite3.Row) -> RecurringScheduleRecord:
     return RecurringScheduleRecord(
         schedule_id=row["schedule_id"],
         name=row["name"],
@@ -230,14 +230,12 @@ EVENT_BODY_FIELDS = (
 )
 
 
+@reads("event", "sequence")
 def event_from_row(row: sqlite3.Row) -> RuntimeEvent:
     try:
-        try:
-            return _event(row, loads(row["payload"]), loads(row["refs"]))
-        except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
-            return _event(row, holdable(row["payload"]), holdable(row["refs"]))
-    except READ_FAILURES as exc:
-        raise unreadable("event", "sequence", row, exc) from None
+        return _event(row, loads(row["payload"]), loads(row["refs"]))
+    except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
+        return _event(row, holdable(row["payload"]), holdable(row["refs"]))
 
 
 def _event(row: sqlite3.Row, payload: Any, refs: Any) -> RuntimeEvent:
@@ -259,14 +257,8 @@ def _event(row: sqlite3.Row, payload: Any, refs: Any) -> RuntimeEvent:
     )
 
 
+@reads("dispatch lock holder", "holder_id")
 def holder_from_row(row: sqlite3.Row) -> LockHolder:
-    try:
-        return _holder(row)
-    except READ_FAILURES as exc:
-        raise unreadable("dispatch lock holder", "holder_id", row, exc) from None
-
-
-def _holder(row: sqlite3.Row) -> LockHolder:
     return LockHolder(
         holder_id=row["holder_id"],
         pid=row["pid"],
