@@ -59,6 +59,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _the_fast_tier_starts_no_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    """`make test-fast` is the tier without child processes (docs/testing.md, "The tiers"): a test it runs
+    that starts one fails at its end, naming what it started, so the test is marked `process` instead
+    of the inner loop growing slow unseen."""
+    import os
+    import subprocess
+
+    if os.environ.get("AGENTD_TEST_TIER") != "fast" or request.node.get_closest_marker("process"):
+        yield
+        return
+    started: list[str] = []
+    execute = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def noted(self: Any, args: Any, *rest: Any, **kwargs: Any) -> Any:
+        started.append(str(args[0] if isinstance(args, list | tuple) else args))
+        return execute(self, args, *rest, **kwargs)
+
+    subprocess.Popen._execute_child = noted  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        subprocess.Popen._execute_child = execute  # type: ignore[attr-defined]
+    if started:
+        pytest.fail(f"the fast tier starts no process, and this test started {started[:3]}: mark it `process`")
+
+
+@pytest.fixture(autouse=True)
 def _clean_agentd_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test sees the developer's config overrides (AGENTD_CONFIG, AGENTD_<SECTION>__<KEY>);
     variables that steer the test run itself (AGENTD_HARNESS_CACHE, …) stay."""
