@@ -12,7 +12,7 @@ from support import EXAMPLE_CONFIG, CliResult, run_main
 from agentd.clock import FakeClock
 from agentd.config import Config
 from agentd.process import containment
-from agentd.store import Store, init_state_dir, migrate, open_store
+from agentd.store import Store, init_state_dir, open_store
 from agentd.work.validation import load_config
 
 if TYPE_CHECKING:
