@@ -6,6 +6,7 @@ pydantic are imported by the functions that load them, and a command pays only f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import gettext
 import json
@@ -321,8 +322,12 @@ def check_live_workflows(config: Config, store: Store) -> None:
 
 
 def to_jsonable(value: Any) -> Any:
-    """A record (anything pydantic can dump) as JSON values; asked by its method, so printing plain
-    values never imports pydantic."""
+    """A record as JSON values: a stored one (a plain value: agentd/records/stored.py `record_json`), or one
+    pydantic dumps, asked by its method, so printing plain values never imports pydantic."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        from agentd.records import record_json
+
+        return record_json(value)
     if callable(getattr(value, "model_dump", None)) and not isinstance(value, type):
         return value.model_dump(mode="json")
     if isinstance(value, dict):

@@ -217,7 +217,9 @@ def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
             print(visible_json(json.dumps(shown, ensure_ascii=False)), flush=True)
         return
     if _format(args) == "json":
-        print(visible_json(event.model_dump_json()), flush=True)  # a bidi override in a subject stays visible
+        from agentd.records import event_json
+
+        print(visible_json(event_json(event)), flush=True)  # a bidi override in a subject stays visible
         return
     print(event_text(event), flush=True)
 

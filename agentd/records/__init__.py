@@ -23,8 +23,22 @@ from agentd.records.event_names import SEED_EVENT_TYPES as SEED_EVENT_TYPES
 from agentd.vocabulary import TASK_STATUSES as TASK_STATUSES
 from agentd.vocabulary import TERMINAL_STATUSES as TERMINAL_STATUSES
 
+STORED = (
+    "TaskRecord",
+    "TaskAttempt",
+    "RuntimeEvent",
+    "TaskOutcomeRecord",
+    "EvidenceRequirementsRecord",
+    "WorkflowRefRecord",
+    "STORED_RECORDS",
+    "record_json",
+    "event_json",
+    "without_none",
+)
+
 if TYPE_CHECKING:
     from agentd.records.catalog import *  # noqa: F403
+    from agentd.records.stored import *  # noqa: F403
 
 
 def __getattr__(name: str) -> Any:
@@ -32,6 +46,10 @@ def __getattr__(name: str) -> Any:
     this package's own."""
     if name.startswith("__"):
         raise AttributeError(name)
+    if name in STORED:  # what the store reads back: plain values, without pydantic
+        stored = importlib.import_module("agentd.records.stored")
+        globals().update({key: getattr(stored, key) for key in STORED})
+        return getattr(stored, name)
     catalog = importlib.import_module("agentd.records.catalog")  # not `from … import`: that asks __getattr__
     globals().update({key: getattr(catalog, key) for key in catalog.__all__})
     if name not in catalog.__all__:

@@ -7,14 +7,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentd import frozen_value
-from agentd.records.base import TaskStatus
-from agentd.records.tasks import EvidenceRequirements, TaskAttempt, TaskOutcome, TaskRecord, WorkflowRef
+from agentd.records.stored import TaskAttempt, TaskRecord
+from agentd.vocabulary import TaskStatus
 from agentd.vocabulary import ExitStatus as ExitStatus
 from agentd.vocabulary import RetryClass as RetryClass
 from agentd.vocabulary import SideEffects as SideEffects
+
+if TYPE_CHECKING:  # pydantic's: these values are built of records judged where they came in
+    from agentd.records.tasks import EvidenceRequirements, TaskOutcome, WorkflowRef
 
 OutboxKind = Literal["follow_up_task", "external_message", "workflow_signal", "constitution_proposal"]
 OutboxStatus = Literal["pending", "applied", "refused", "awaiting_handler"]
