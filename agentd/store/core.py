@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -20,7 +20,7 @@ from agentd.edge import quoted
 from agentd.errors import InputError, SchemaMismatch
 from agentd.faults import os_storage_error, storage_error
 from agentd.process.files import hand_over, private_folders, write_new
-from agentd.records import AttemptEnd, DueSchedule, WorkflowRecord
+from agentd.records import AttemptEnd
 from agentd.store.attempts import AttemptVerbs, BundleHistory
 from agentd.store.base import SERVICE_BUSY_RETRY_S, connect
 from agentd.store.budget import BudgetVerbs
@@ -51,6 +51,9 @@ from agentd.store.steering import SteerVerbs
 from agentd.store.tasks import TaskVerbs
 from agentd.store.web import WebVerbs
 from agentd.store.workflows import WorkflowVerbs
+
+if TYPE_CHECKING:  # pydantic's records: what a tick hands over, built where it is read
+    from agentd.records import DueSchedule, WorkflowRecord
 
 __all__ = [
     "AsyncStore",

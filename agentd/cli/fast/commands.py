@@ -1,6 +1,6 @@
 """The hot commands without pydantic: `agentd status`, `task add`, `approvals`, `approve` and `deny` from the
-config's cached view (agentd/cli/fast/cache.py) and plain rows (agentd/store/plain.py); `events`,
-`task list` and `task show` are agentd/cli/fast/tasks.py's.
+config's cached view (agentd/cli/fast/cache.py) and plain rows (agentd/store/plain.py). `events`, `task list`
+and `task show` have one path already (agentd/cli/common.py `viewed_store`).
 
 Each function here answers only where it is sure to answer as the full path would, and returns None
 everywhere else (no view, a budget, --json of a record, anything refused): the command then runs the
