@@ -534,7 +534,6 @@ def approvals_both_ways(rig: Rig, rig_cli: Any, ops: list[tuple[str, Any, Any]])
     for args in (("approvals",), ("approvals", "--json")):
         full, fast = both_paths(rig, rig_cli, *args)
         assert (fast.code, fast.out) == (full.code, full.out)
-    assert quick.approvals(parsed(rig, "approvals")) is not None
     held = [p.task_id for p in rig.store.pending_approvals()]
     write_view(rig.config)
     fast = rig_cli(rig, "approve", str(held[-1]), "--note", "ok")
@@ -558,7 +557,6 @@ def test_a_held_tool_call_is_shown_whole_by_status_and_approvals_through_either_
 
     hold(rig, HIDDEN_HEAD + PADDINGS[name] + HIDDEN_TAIL)
     assert quick.snapshot_from(view(rig), rig.clock.now()) is None
-    assert quick.approvals(parsed(rig, "approvals")) is None
     for args in (("status",), ("approvals",)):
         full, fast = both_paths(rig, rig_cli, *args)
         assert fast.out == full.out and in_view(fast.out, PADDINGS[name]), fast.out

@@ -11,6 +11,8 @@ from agentd.records import EXPORTED_RECORDS, AdapterConfig
 
 def json_schemas() -> dict[str, dict[str, Any]]:
     """Every exported record's JSON Schema (2020-12), keyed by its schema id."""
+    from annotated_types import Ge, Interval  # noqa: F401  the stored records' bounds: pydantic reads them here
+
     schemas: dict[str, dict[str, Any]] = {}
     for model in EXPORTED_RECORDS:  # a pydantic record, or a stored one (a plain value pydantic describes)
         schema = TypeAdapter(model).json_schema(mode=model.schema_mode)

@@ -4,7 +4,8 @@ Each is made in one place, agentd/store/rows.py, from its row, after that row's 
 text people and agents send is judged by the pydantic records where it comes in (agentd/records/tasks.py
 `TaskIntent`, `TaskOutcome`), so reading a row back needs no pydantic at all (docs/decisions.md, "One
 shape per fact"). `agentd schema export` describes each from its fields, their annotations and the
-docstring under each field (pydantic reads them there, only when it exports: agentd/config/schemas.py).
+docstring under each field (pydantic reads them there, only when it exports: agentd/config/schemas.py `json_schemas`,
+which names the bounds the annotations give).
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal
-
-from annotated_types import Ge, Interval
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from agentd import frozen_value
 from agentd.clock import format_ts
 from agentd.records.event_names import EVENT_TYPES
 from agentd.vocabulary import ExitStatus, MachineStatus, OutcomeStatus, RetryClass, SideEffects, TaskStatus
+
+if TYPE_CHECKING:  # bounds only pydantic reads, where it exports the schema (agentd/config/schemas.py)
+    from annotated_types import Ge, Interval
 
 # What pydantic reads when it exports a record's schema: the docstring under a field is its description,
 # and a field not named is refused (agentd/config/schemas.py).

@@ -12,9 +12,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
-import anyio
-import anyio.to_thread
-
 from agentd.clock import Clock
 from agentd.edge import quoted
 from agentd.errors import InputError, SchemaMismatch
@@ -264,10 +261,14 @@ class AsyncStore:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        import anyio  # the services' (a command's one read needs no event loop)
+
         store.busy_retry_s = SERVICE_BUSY_RETRY_S  # a service waits out a long-held write lock
         self._limiter = anyio.CapacityLimiter(1)
 
     async def call(self, verb: Callable[Concatenate[Store, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        import anyio.to_thread
+
         bound = functools.partial(verb, self.store, *args, **kwargs)
         return await anyio.to_thread.run_sync(bound, limiter=self._limiter)
 

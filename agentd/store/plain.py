@@ -223,18 +223,6 @@ def enqueue_plain(store: StoreBase, new: dict[str, Any], now: datetime, event_pa
 # --- agentd approvals, approve, deny (store/control.py pending_approvals, resolve_approval) ------------
 
 
-def approval_rows(store: StoreBase) -> list[tuple[Any, ...]]:
-    """`pending_approvals`: (approval_id, task_id, task_type, subject, reason, requested_at text, scope)."""
-    return [
-        tuple(row)
-        for row in store.tx.execute(
-            """SELECT p.approval_id, p.task_id, t.task_type, t.subject, p.reason, p.requested_at, p.scope
-               FROM approvals p JOIN tasks t ON t.id = p.task_id
-               WHERE p.status = 'pending' ORDER BY p.requested_at, p.task_id"""
-        ).fetchall()
-    ]
-
-
 def calls_wait(store: StoreBase) -> bool:
     """Some tool call waits for a person (docs/policy.md)."""
     return store.tx.execute("SELECT 1 FROM held_calls WHERE status = 'pending' LIMIT 1").fetchone() is not None
