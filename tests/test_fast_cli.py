@@ -25,6 +25,7 @@ from agentd.cli.fast import commands as quick
 from agentd.cli.fast.cache import cache_file, read_view, write_view
 from agentd.clock import FakeClock, format_ts
 from agentd.errors import InputError
+from agentd.outlook.snapshot import AgentView, agent_snapshot
 from agentd.outlook.status import snapshot
 from agentd.process import procs
 from agentd.records import TaskIntent
@@ -130,24 +131,36 @@ def _lock(rig: Rig) -> None:
 
 @RIG_SETTINGS
 @given(ops=OPS)
-def test_the_fast_status_is_the_full_snapshot(
+def test_the_status_from_the_view_is_the_status_from_the_whole_config(
     tmp_path_factory: pytest.TempPathFactory, clock: FakeClock, ops: list[tuple[str, Any, Any]]
 ) -> None:
+    """`agentd status` has one path (agentd/outlook/snapshot.py): from the config's cached view it says what
+    the whole config says, running attempts and held calls included, and never asks for the whole config
+    where the budget is not capped."""
     with fresh(tmp_path_factory, clock) as rig:
         for op in ops:
             apply(rig, op)
         now = rig.clock.now()
         full = snapshot(rig.config, rig.store, now)
-        fast = quick.snapshot_from(view(rig), now)
-        if full["running"]:  # a running attempt's live activity is the full path's read (docs/live.md)
-            assert fast is None
-        else:
-            assert fast == full
+        assert agent_snapshot(AgentView.of(view(rig)), rig.store, now, never_asked) == full
 
 
-def test_the_fast_status_leaves_a_budget_to_the_full_path(rig_factory: Any) -> None:
+def never_asked() -> Any:
+    raise AssertionError("the whole config was asked for, and the budget is not capped")
+
+
+def test_a_capped_budgets_status_asks_for_the_whole_config_once(rig_factory: Any) -> None:
     rig = rig_factory(lambda raw: raw.__setitem__("budget", {"daily_usd": 5.0}))
-    assert quick.snapshot_from(view(rig), rig.clock.now()) is None
+    asked: list[int] = []
+
+    def whole() -> Any:
+        asked.append(1)
+        return rig.config
+
+    now = rig.clock.now()
+    shown = agent_snapshot(AgentView.of(view(rig)), rig.store, now, whole)
+    assert asked == [1] and shown == snapshot(rig.config, rig.store, now)
+    assert shown["budget"] is not None and shown["budget"]["daily_usd"] == 5.0
 
 
 # --- task add: the same admission, the same rows ----------------------------------------------------
@@ -556,7 +569,6 @@ def test_a_held_tool_call_is_shown_whole_by_status_and_approvals_through_either_
     from test_web_calls import hold
 
     hold(rig, HIDDEN_HEAD + PADDINGS[name] + HIDDEN_TAIL)
-    assert quick.snapshot_from(view(rig), rig.clock.now()) is None
     for args in (("status",), ("approvals",)):
         full, fast = both_paths(rig, rig_cli, *args)
         assert fast.out == full.out and in_view(fast.out, PADDINGS[name]), fast.out

@@ -13,6 +13,7 @@ from agentd.cli.common import (
     add_command,
     agent_store,
     count,
+    full_config,
     held_input_words,
     moment,
     option,
@@ -380,12 +381,14 @@ SERVICE_WORDS = {
 
 
 def _status(args: argparse.Namespace) -> tuple[dict[str, Any], datetime] | None:
-    """The snapshot `status` prints: without pydantic where agentd/cli/fast/commands.py can answer, else in full."""
-    from agentd.cli.fast import commands as quick
+    """The snapshot `status` prints (agentd/outlook/snapshot.py), from the config's view and one read; the
+    agent-runtime format, which reads the whole config, prints its own."""
+    if _format(args) != "agent-runtime":
+        from agentd.outlook.snapshot import AgentView, agent_snapshot
 
-    now = SystemClock().now()
-    if _format(args) != "agent-runtime" and (shown := quick.status_snapshot(args, now)) is not None:
-        return shown, now
+        with viewed_store(args) as (view, store):
+            now = SystemClock().now()
+            return agent_snapshot(AgentView.of(view), store, now, lambda: full_config(view)), now
     from agentd.outlook.status import snapshot
 
     with agent_store(args, readonly=True) as (config, store):

@@ -7,14 +7,12 @@ the same on both paths (a waiting task's end), the verbs call the one here."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agentd.clock import Clock, stored_ts
-from agentd.store.base import StoreBase, Tx, connect, dumps, parse_optional_ts, timestamp_text, ts
+from agentd.clock import Clock
+from agentd.store.base import StoreBase, Tx, connect, dumps, ts
 from agentd.store.columns import CLAIMABLE
 from agentd.store.migrations import available_migrations, require_current
 from agentd.vocabulary import MACHINE_STATUS_OF
@@ -41,46 +39,7 @@ def open_plain(path: Path, clock: Clock, *, readonly: bool) -> StoreBase | None:
     return StoreBase(conn, clock, path)
 
 
-@contextmanager
-def one_read(store: StoreBase) -> Iterator[None]:
-    """The reads inside it see one state of the database (a deferred read transaction), not a mix of
-    before and after another process's commit."""
-    with store.snapshot():
-        yield
-
-
-# --- agentd status (store/tasks.py queue_summary, next_due_at; the status, lock and control verbs) ------
-
-
-def queue_rows(store: StoreBase, now: datetime) -> dict[str, Any]:
-    """`queue_summary(now)` with no budget hold, as a dict of its fields."""
-    conn, at = store.tx, timestamp_text(now)
-    counts = dict(conn.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status").fetchall())
-    later = {
-        status: conn.execute(
-            "SELECT COUNT(*) FROM tasks WHERE status = ? AND available_at > ?", (status, at)
-        ).fetchone()[0]
-        for status in WAITING
-    }
-    held = held_for_approval(store.tx, at)
-    paused, after = steered_waiting(store.tx, at)
-    due = sum(counts.get(s, 0) - later[s] - held.get((s, False), 0) for s in WAITING) - paused - after
-    branches = " UNION ALL ".join(_BRANCH.format(priority=priority) for priority in range(1, 11))
-    oldest = conn.execute(f"SELECT MIN(available_at) FROM ({branches})", {"now": at}).fetchone()[0]
-    version = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
-    return {
-        "counts": counts,
-        "oldest_pending_at": parse_optional_ts(oldest),
-        "next_available_at": _next_due_at(store, at),
-        "schema_version": version,
-        "claimable": due,
-        "retry_waiting": later["retryable_failure"] - held.get(("retryable_failure", True), 0),
-        "delayed": later["pending"] - held.get(("pending", True), 0),
-        "approval": sum(held.values()),
-        "paused": paused,
-        "after": after,
-        "budget": 0,
-    }
+# --- what store/tasks.py queue_summary and store/status.py read ----------------------------------------
 
 
 # A waiting task, due now and not held for approval: the reasons below come after those.
@@ -118,44 +77,6 @@ def held_for_approval(tx: Tx, at: str) -> dict[tuple[str, bool], int]:
         (at,),
     ).fetchall()
     return {(r[0], bool(r[1])): r[2] for r in rows}
-
-
-def _next_due_at(store: StoreBase, at: str) -> datetime | None:
-    waiting = [
-        store.tx.execute(
-            """SELECT available_at FROM tasks WHERE status = ? AND available_at > ? AND awaiting_approval = 0
-               ORDER BY available_at LIMIT 1""",
-            (status, at),
-        ).fetchone()
-        for status in WAITING
-    ]
-    return parse_optional_ts(min((row[0] for row in waiting if row), default=None))
-
-
-def status_rows(store: StoreBase) -> dict[str, Any]:
-    """What `agentd status` reads besides the queue: the lock holder, the oldest pending approval, the
-    pause, failed messages, the open attempts and the services' own lines."""
-    conn = store.tx
-    holder = conn.execute("SELECT pid, host, heartbeat_at FROM dispatch_lock WHERE id = 1").fetchone()
-    approval = conn.execute(
-        """SELECT p.requested_at FROM approvals p JOIN tasks t ON t.id = p.task_id
-           WHERE p.status = 'pending' ORDER BY p.requested_at, p.task_id LIMIT 1"""
-    ).fetchone()
-    pause = conn.execute("SELECT paused_at, paused_by, reason FROM dispatch_control WHERE id = 1").fetchone()
-    running = conn.execute(
-        """SELECT a.task_id, t.task_type, a.attempt_id, a.adapter_id, a.model, a.started_at
-           FROM task_attempts a JOIN tasks t ON t.id = a.task_id
-           WHERE a.ended_at IS NULL AND t.status = 'running' ORDER BY a.started_at"""
-    ).fetchall()
-    return {
-        "lock": None if holder is None else (holder[0], holder[1], stored_ts(holder[2])),
-        "oldest_approval_at": None if approval is None else stored_ts(approval[0]),
-        "pause": None if pause is None else (stored_ts(pause[0]), pause[1], pause[2]),
-        "failed_messages": int(conn.execute("SELECT COUNT(*) FROM deliveries WHERE status = 'failed'").fetchone()[0]),
-        "running": [(*row[:5], stored_ts(row[5])) for row in running],
-        "services": [dict(row) for row in conn.execute("SELECT * FROM service_status ORDER BY service").fetchall()],
-        "waiver": boundary_waiver(conn),
-    }
 
 
 def boundary_waiver(conn: Any) -> tuple[str, dict[str, Any]] | None:
@@ -221,23 +142,6 @@ def enqueue_plain(store: StoreBase, new: dict[str, Any], now: datetime, event_pa
 
 
 # --- agentd approvals, approve, deny (store/control.py pending_approvals, resolve_approval) ------------
-
-
-def calls_wait(store: StoreBase) -> bool:
-    """Some tool call waits for a person (docs/policy.md)."""
-    return store.tx.execute("SELECT 1 FROM held_calls WHERE status = 'pending' LIMIT 1").fetchone() is not None
-
-
-def violated_since(store: StoreBase, since: datetime) -> bool:
-    """An attempt ended as a policy violation since `since` (docs/policy.md): `agentd status` names it."""
-    sql = "SELECT 1 FROM task_attempts WHERE termination_reason = 'policy_violation' AND ended_at >= ? LIMIT 1"
-    return store.tx.execute(sql, (ts(since),)).fetchone() is not None
-
-
-def resting(store: StoreBase, now: datetime) -> bool:
-    """A credential waits for its provider's reset (docs/gateway.md): `agentd status` says what waits for it."""
-    sql = "SELECT 1 FROM provider_resets WHERE until > ? LIMIT 1"
-    return store.tx.execute(sql, (ts(now),)).fetchone() is not None
 
 
 def resolve_claim(store: StoreBase, task_id: int, by: str, note: str | None, now: datetime, *, approved: bool) -> bool:
