@@ -58,6 +58,7 @@ class Cluster:
     socket_dir: Path
     process: subprocess.Popen[bytes] | None = None
     durable: bool = False  # a deployment's fsync=on (the bench's fleet row); the tests' is off, for speed
+    max_connections: int = 200  # the fleet at scale (bench/fleet_scale.py) wants one per simulated agent
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host={self.socket_dir} dbname={dbname} user=postgres"
@@ -81,7 +82,7 @@ class Cluster:
                 "setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--",
                 str(binaries / "postgres"), "-D", str(self.root / "data"), "-k", str(self.socket_dir),
                 "-c", "listen_addresses=", "-c", f"fsync={'on' if self.durable else 'off'}",
-                "-c", "synchronous_commit=on", "-c", "max_connections=200",
+                "-c", "synchronous_commit=on", "-c", f"max_connections={self.max_connections}",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -114,9 +115,10 @@ class Cluster:
 
 
 @contextmanager
-def cluster(durable: bool = False) -> Iterator[Cluster]:
+def cluster(durable: bool = False, max_connections: int = 200) -> Iterator[Cluster]:
     """initdb a fresh cluster in a temp dir and run it until the block ends; `durable`: with a
-    deployment's commit settings (fsync=on, synchronous_commit=on), as the bench's fleet row wants."""
+    deployment's commit settings (fsync=on, synchronous_commit=on), as the bench's fleet row wants;
+    `max_connections`: more for the fleet at scale's agents with a connection each."""
     binaries = postgres_bin()
     assert binaries is not None
     root = Path(f"/tmp/agentd-pg-{secrets.token_hex(4)}")
@@ -126,7 +128,7 @@ def cluster(durable: bool = False) -> Iterator[Cluster]:
     owner = pwd.getpwnam("postgres")
     for path in (root, sockets):
         os.chown(path, owner.pw_uid, owner.pw_gid)
-    found = Cluster(root, sockets, durable=durable)
+    found = Cluster(root, sockets, durable=durable, max_connections=max_connections)
     try:
         initdb = str(binaries / "initdb")
         found.as_postgres(initdb, "-D", str(root / "data"), "--auth=trust", "-U", "postgres", "-E", "UTF8")
