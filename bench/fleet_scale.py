@@ -55,8 +55,9 @@ CHECK = """
            count(*) FILTER (WHERE status NOT IN ('completed', 'queued')) AS unfinished,
            coalesce(sum(completions - 1) FILTER (WHERE completions > 1), 0) AS duplicate_completions,
            count(*) FILTER (WHERE claims - expiries > 1) AS double_claims,
-           count(*) FILTER (WHERE completions > 0 AND (completed_by IS DISTINCT FROM last_claim
-                                                       OR lease_token IS DISTINCT FROM last_claim)) AS stale_completions,
+           count(*) FILTER (WHERE completions > 0
+                            AND (completed_by IS DISTINCT FROM last_claim OR lease_token IS DISTINCT FROM last_claim)
+                           ) AS stale_completions,
            count(*) FILTER (WHERE status = 'completed' AND completions <> 1) AS unrecorded,
            (SELECT count(*) FROM fleet_events WHERE type = 'refused') AS refused,
            coalesce(sum(expiries), 0) AS expired
@@ -221,7 +222,9 @@ def agent(log: AgentLog, reach: Connections, plan: Plan, go: threading.Event, st
             attempt(log, reach, plan, lease.task.fleet_id, lease.token, rng.uniform(0.5, 1.5) * plan.work_s, stalls)
 
 
-def attempt(log: AgentLog, reach: Connections, plan: Plan, fleet_id: int, token: int, work_s: float, stalls: bool) -> None:
+def attempt(
+    log: AgentLog, reach: Connections, plan: Plan, fleet_id: int, token: int, work_s: float, stalls: bool
+) -> None:
     """Half the attempt, a heartbeat, the other half, the report. A stalling agent (SIGSTOPped, partitioned)
     sends no heartbeat and wakes after its lease ran out: its report must be refused once another holds it."""
     time.sleep(work_s / 2)
@@ -282,11 +285,11 @@ def serve(plan: Plan, dsn: str, names: list[str], start: Any, stop: Any, pipe: C
         go = threading.Event()
         logs = [AgentLog(name) for name in names]
         threads = [
-            threading.Thread(target=guarded, args=(log, reach, plan, go, stop, random.Random(f"{plan.seed}-{log.name}")),
-                             daemon=True)  # fmt: skip
+            threading.Thread(target=guarded, args=(log, reach, plan, go, stop, random.Random(f"{plan.seed}{log.name}")))
             for log, reach in zip(logs, reaches, strict=True)
         ]
         for thread in threads:
+            thread.daemon = True  # a process whose start broke ends with its agents still waiting on `go`
             thread.start()
         start.wait(timeout=600)
         cpu = own_cpu_s()
