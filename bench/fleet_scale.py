@@ -20,11 +20,11 @@ import resource
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TypeVar
 
 from agentd.store import fleet_connect
 from agentd.store.fleet import FleetQueue
@@ -34,6 +34,7 @@ from bench.latency import percentile
 SPAWN = multiprocessing.get_context("spawn")
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 RESULT = {"status": "completed", "summary": "ok", "attempts": 1, "cost_usd": 0.0}
+T = TypeVar("T")
 RESERVED = 3  # PostgreSQL's superuser_reserved_connections: what max_connections keeps from clients
 
 # What the run's monitor asks while agents work (its own connection): the tasks left, and the clients connected.
@@ -80,7 +81,9 @@ class Plan:
     pool: int = 0  # connections per process that its agents share; 0: one connection per agent
     lease_s: float = 300.0  # far beyond an attempt: no lease runs out unless an agent stalls
     stall_every: int = 0  # every n-th task an agent takes, it freezes past its lease, then reports
-    poll_s: float = 0.1  # an idle agent's wait before it claims again
+    poll_s: float = 0.1  # an idle agent's wait before it claims again (or tries a verb the fleet did not answer)
+    ramp_s: float = 5.0  # each agent's first claim comes within this of the start: [fleet] poll_s's default,
+    # as every agent's next round comes within one poll after PostgreSQL restarts; measured from its end
     seed: int = 55
 
     @property
@@ -103,10 +106,10 @@ class AgentLog:
     empty_claims: int = 0
     heartbeat_s: list[float] = field(default_factory=list)
     finish_s: list[float] = field(default_factory=list)
-    done: list[tuple[int, int]] = field(default_factory=list)
+    done: list[tuple[int, int, float]] = field(default_factory=list)  # fleet id, token, time.monotonic()
     refused: list[tuple[int, int]] = field(default_factory=list)
     lost_on_heartbeat: int = 0
-    last_done: float = 0.0  # time.monotonic() of its last completion
+    unanswered: list[str] = field(default_factory=list)  # each verb the fleet did not answer: why
     error: str | None = None
 
 
@@ -136,8 +139,10 @@ class Run:
     """One run, measured and checked."""
 
     plan: Plan
+    dsn: str  # the run's own database, left as the run left it
     logs: list[AgentLog]
-    wall_s: float  # from the common start to the last completion
+    began: float  # time.monotonic() of the common start
+    wall_s: float  # from the end of the ramp to the last completion
     agents_cpu_s: float
     server_cpu_s: float
     server_pss_mb: float
@@ -151,7 +156,14 @@ class Run:
 
     @property
     def per_s(self) -> float:
-        return self.completions / self.wall_s if self.wall_s > 0 else 0.0
+        """Completions per second once every agent had started (from the ramp's end to the last completion)."""
+        steady = self.began + self.plan.ramp_s
+        done = sum(1 for log in self.logs for *_, at in log.done if at >= steady)
+        return done / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def unanswered(self) -> int:
+        return sum(len(log.unanswered) for log in self.logs)
 
     def latency_ms(self, verb: str, share: float) -> float:
         values = [value for log in self.logs for value in getattr(log, f"{verb}_s")]
@@ -161,7 +173,7 @@ class Run:
     def duplicates(self) -> int:
         """A task done twice by any account: two agents told their report counted, two completions in the
         history, or two live leases at once."""
-        told = [fleet_id for log in self.logs for fleet_id, _ in log.done]
+        told = [fleet_id for log in self.logs for fleet_id, *_ in log.done]
         checked = self.checked
         return len(told) - len(set(told)) + checked.duplicate_completions + checked.double_claims
 
@@ -202,15 +214,17 @@ class Connections:
 
 def agent(log: AgentLog, reach: Connections, plan: Plan, go: threading.Event, stop: Any, rng: random.Random) -> None:
     """One agent, from the common start until the run stops: claim, an attempt with a heartbeat in its
-    middle, the report. Out of phase with the others from the start (a fleet's agents are), idle `poll_s`
-    after a claim that found nothing."""
+    middle, the report. Its first claim comes within `ramp_s` of the start, idle `poll_s` after a claim that
+    found nothing; a verb the fleet did not answer (FleetUnavailable: a timeout) is counted and tried again
+    after `poll_s`, as an agent's next round tries it (a report again is safe: the same write twice is one)."""
     go.wait()
-    time.sleep(rng.uniform(0, plan.work_s))
+    time.sleep(rng.uniform(0, plan.ramp_s))
     taken = 0
     while not stop.is_set():
         started = time.perf_counter()
-        with reach.queue() as queue:
-            leases = queue.claim(log.name, [TASK_TYPE], [], plan.lease_s, 1)
+        leases = asked(log, plan, lambda queue: queue.claim(log.name, [TASK_TYPE], [], plan.lease_s, 1), reach)
+        if leases is None:
+            continue  # unanswered: it waited poll_s already
         if not leases:
             log.empty_claims += 1
             time.sleep(plan.poll_s)
@@ -220,6 +234,18 @@ def agent(log: AgentLog, reach: Connections, plan: Plan, go: threading.Event, st
             taken += 1
             stalls = plan.stall_every > 0 and taken % plan.stall_every == 0
             attempt(log, reach, plan, lease.task.fleet_id, lease.token, rng.uniform(0.5, 1.5) * plan.work_s, stalls)
+
+
+def asked(log: AgentLog, plan: Plan, verb: Callable[[FleetQueue], T], reach: Connections) -> T | None:
+    """The verb's answer, or None when the fleet did not answer (counted in `unanswered`, after which the
+    agent waits `poll_s`)."""
+    try:
+        with reach.queue() as queue:
+            return verb(queue)
+    except fleet_connect.FleetUnavailable as exc:
+        log.unanswered.append(str(exc))
+        time.sleep(plan.poll_s)
+        return None
 
 
 def attempt(
@@ -232,17 +258,17 @@ def attempt(
         time.sleep(plan.lease_s * 2)
     else:
         started = time.perf_counter()
-        with reach.queue() as queue:
-            log.lost_on_heartbeat += len(queue.renew_all({fleet_id: token}, plan.lease_s))
+        lost = asked(log, plan, lambda queue: queue.renew_all({fleet_id: token}, plan.lease_s), reach)
         log.heartbeat_s.append(time.perf_counter() - started)
+        log.lost_on_heartbeat += len(lost or ())
     time.sleep(work_s / 2)
-    started = time.perf_counter()
-    with reach.queue() as queue:
-        counted = queue.finish(fleet_id, token, "completed", RESULT)
-    log.finish_s.append(time.perf_counter() - started)
+    counted = None
+    while counted is None:  # told nothing, the agent reports again (docs/fleet.md, "Failure cases")
+        started = time.perf_counter()
+        counted = asked(log, plan, lambda queue: queue.finish(fleet_id, token, "completed", RESULT), reach)
+        log.finish_s.append(time.perf_counter() - started)
     if counted:
-        log.done.append((fleet_id, token))
-        log.last_done = time.monotonic()
+        log.done.append((fleet_id, token, time.monotonic()))
     else:
         log.refused.append((fleet_id, token))
 
@@ -391,9 +417,21 @@ def run(cluster: Any, plan: Plan) -> Run:
     failures += [log.error for log in logs if log.error]
     if failures:
         raise BrokenRun(f"{len(failures)} agents or processes failed; the first:\n{failures[0]}")
-    last = max((log.last_done for log in logs), default=began)
+    last = max((at for log in logs for *_, at in log.done), default=began)
     agents_cpu = sum(report.cpu_s for report in reports if not isinstance(report, str))
-    return Run(plan, logs, last - began, agents_cpu, server_cpu, pss, clients, max_connections, check(dsn))
+    return Run(
+        plan,
+        dsn,
+        logs,
+        began,
+        max(0.0, last - began - plan.ramp_s),
+        agents_cpu,
+        server_cpu,
+        pss,
+        clients,
+        max_connections,
+        check(dsn),
+    )
 
 
 def watch(dsn: str, plan: Plan, began: float, stop: Any) -> tuple[int, int]:

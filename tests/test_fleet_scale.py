@@ -1,0 +1,82 @@
+"""The fleet at scale's simulator (bench/fleet_scale.py, `make bench`'s "fleet at scale" row) run small against a
+real PostgreSQL, so the bench cannot rot: every task done exactly once, no task held by two live leases, and
+fencing respected (an agent that stalls past its lease has its late report refused; the rescuer's counts)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+from support import REPO
+
+sys.path.insert(0, str(REPO))
+
+from agentd.store import fleet_connect
+from bench import fleet_scale
+from bench.fleet_scale import AgentLog, Plan
+
+pytestmark = pytest.mark.process
+
+TASKS = 500
+
+
+def finals(dsn: str) -> dict[int, tuple[str, int | None]]:
+    """Each task's status and the token it holds, as PostgreSQL has them."""
+    with fleet_connect.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, status, lease_token FROM fleet_tasks")
+        return {row["id"]: (row["status"], row["lease_token"]) for row in cur.fetchall()}
+
+
+def refusals(dsn: str) -> set[tuple[int, int]]:
+    with fleet_connect.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("SELECT task_id, token FROM fleet_events WHERE type = 'refused'")
+        return {(row["task_id"], row["token"]) for row in cur.fetchall()}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("pool", [0, 3], ids=["a connection per agent", "pooled"])
+def test_simulated_agents_do_every_task_once_and_a_stalled_agents_late_report_is_refused(
+    pg_cluster: Any, pool: int
+) -> None:
+    # 20 agents in 2 processes; every 10th task an agent takes, it freezes for twice its 1 s lease.
+    plan = Plan(20, TASKS, window_s=120, work_s=0.02, processes=2, pool=pool, lease_s=1.0, stall_every=10, ramp_s=0.1)
+    run = fleet_scale.run(pg_cluster, plan)
+
+    told = {fleet_id: token for log in run.logs for fleet_id, token, _ in log.done}
+    assert run.completions == len(told) == TASKS  # no task reported counted to two agents, none left out
+    held = finals(run.dsn)
+    assert held == {fleet_id: ("completed", token) for fleet_id, token in told.items()}  # ended by the token told
+    refused = [pair for log in run.logs for pair in log.refused]
+    assert refused, "no agent stalled past its lease: the fencing was not exercised"
+    for fleet_id, token in refused:  # each late report was a stale token's: another claim took the task since
+        assert held[fleet_id][1] > token
+    assert refusals(run.dsn) == set(refused)  # each refusal the agent saw is in the task's history, and no other
+
+    checked = run.checked
+    assert (checked.completed, checked.queued, checked.unfinished) == (TASKS, 0, 0)
+    assert (checked.duplicate_completions, checked.double_claims, checked.stale_completions) == (0, 0, 0)
+    assert checked.expired >= len(refused) and run.duplicates == 0 and run.unanswered == 0
+    assert run.clients_peak <= plan.connections and run.server_cpu_s > 0
+    if pool:  # the agents shared their processes' pools: no more server connections than those
+        assert run.clients_peak <= 2 * pool < plan.agents
+
+
+@pytest.mark.timeout(120)
+def test_a_run_without_a_stall_refuses_nothing_and_lets_no_lease_run_out(pg_cluster: Any) -> None:
+    run = fleet_scale.run(pg_cluster, Plan(8, 200, window_s=60, work_s=0.01, processes=2, pool=2, ramp_s=0.1))
+    assert run.completions == 200 and run.duplicates == 0
+    assert (run.checked.refused, run.checked.expired) == (0, 0)
+    assert sum(len(log.claim_s) for log in run.logs) == 200 and run.latency_ms("claim", 0.99) > 0
+
+
+def test_fairness_is_one_when_agents_did_alike_and_one_over_n_when_one_did_all() -> None:
+    def did(*counts: int) -> fleet_scale.Run:
+        logs = [AgentLog(f"a{n}", done=[(n * 100 + i, 1, 0.0) for i in range(k)]) for n, k in enumerate(counts)]
+        checked = fleet_scale.Checked(sum(counts), 0, 0, 0, 0, 0, 0, 0, 0)
+        return fleet_scale.Run(Plan(len(counts), sum(counts), 1.0), "", logs, 0.0, 1.0, 0, 0, 0, 0, 0, checked)
+
+    assert did(5, 5, 5, 5).fairness == 1.0
+    assert did(20, 0, 0, 0).fairness == 0.25
+    assert did(20, 0, 0, 0).per_agent == [0, 0, 0, 20]
+    assert did(3, 3).duplicates == 0
