@@ -143,6 +143,7 @@ class Run:
     logs: list[AgentLog]
     began: float  # time.monotonic() of the common start
     wall_s: float  # from the end of the ramp to the last completion
+    elapsed_s: float  # from the common start until the agents had all stopped (the CPU times' window)
     agents_cpu_s: float
     server_cpu_s: float
     server_pss_mb: float
@@ -404,7 +405,7 @@ def run(cluster: Any, plan: Plan) -> Run:
             stop.set()
         clients, max_connections = (0, 0) if start.broken else watch(dsn, plan, began, stop)
         reports = [mine.recv() for mine, _ in pipes]
-        server_cpu, pss = server_cpu_s(postmaster) - cpu, server_pss_mb(postmaster)
+        server_cpu, pss, elapsed = server_cpu_s(postmaster) - cpu, server_pss_mb(postmaster), time.monotonic() - began
     finally:
         stop.set()
         for mine, _ in pipes:
@@ -425,6 +426,7 @@ def run(cluster: Any, plan: Plan) -> Run:
         logs,
         began,
         max(0.0, last - began - plan.ramp_s),
+        elapsed,
         agents_cpu,
         server_cpu,
         pss,
