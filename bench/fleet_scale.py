@@ -79,6 +79,7 @@ class Plan:
     work_s: float = 0.75  # an attempt's mean length (each uniform in 0.5..1.5 of it)
     processes: int = 4
     pool: int = 0  # connections per process that its agents share; 0: one connection per agent
+    bouncer: int = 0  # a connection per agent through PgBouncer with this many server connections; 0: none
     lease_s: float = 300.0  # far beyond an attempt: no lease runs out unless an agent stalls
     stall_every: int = 0  # every n-th task an agent takes, it freezes past its lease, then reports
     poll_s: float = 0.1  # an idle agent's wait before it claims again (or tries a verb the fleet did not answer)
@@ -89,11 +90,13 @@ class Plan:
     @property
     def connections(self) -> int:
         """Server connections the agents hold (the monitor's one aside)."""
-        return self.processes * self.pool if self.pool else self.agents
+        return self.bouncer or (self.processes * self.pool if self.pool else self.agents)
 
     def describe(self) -> str:
         if self.pool:
             return f"pooled ({self.processes} × {self.pool} connections)"
+        if self.bouncer:
+            return f"through PgBouncer ({self.bouncer} connections, unprepared)"
         return "one connection per agent"
 
 
@@ -196,9 +199,9 @@ class Run:
 class Connections:
     """How an agent reaches the queue: a connection of its own, or one borrowed per verb from its process's pool."""
 
-    def __init__(self, dsn: str, pool: Any | None) -> None:
+    def __init__(self, dsn: str, pool: Any | None, bouncer: bool = False) -> None:
         self.pool = pool
-        self.own = None if pool is not None else FleetQueue.open(dsn)
+        self.own = None if pool is not None else FleetQueue(unprepared(dsn)) if bouncer else FleetQueue.open(dsn)
 
     @contextmanager
     def queue(self) -> Iterator[FleetQueue]:
@@ -296,6 +299,17 @@ def open_pool(dsn: str, size: int) -> Any:
     return pool
 
 
+def unprepared(dsn: str) -> Any:
+    """A connection as fleet_connect.connect makes it, but whose statements psycopg never prepares: PgBouncer
+    before 1.21 (Debian 12 has 1.18) cannot carry a prepared statement across transaction pooling's server
+    connections (DuplicatePreparedStatement once a statement has run five times on one client)."""
+    import psycopg.rows
+
+    return psycopg.connect(
+        dsn, autocommit=True, row_factory=psycopg.rows.dict_row, prepare_threshold=None, **fleet_connect.BOUNDED
+    )
+
+
 def own_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -308,7 +322,7 @@ def serve(plan: Plan, dsn: str, names: list[str], start: Any, stop: Any, pipe: C
     pool = reaches = None
     try:
         pool = open_pool(dsn, plan.pool) if plan.pool else None
-        reaches = [Connections(dsn, pool) for _ in names]
+        reaches = [Connections(dsn, pool, bool(plan.bouncer)) for _ in names]
         go = threading.Event()
         logs = [AgentLog(name) for name in names]
         threads = [
@@ -342,9 +356,10 @@ def _stat(pid: int) -> list[str]:
         return stat.read().rsplit(")", 1)[1].split()
 
 
-def server_pids(postmaster: int) -> list[int]:
-    """The postmaster and every process it started (backends, checkpointer, WAL writer, autovacuum)."""
-    found = [postmaster]
+def server_pids(postmaster: int, beside: list[int]) -> list[int]:
+    """The postmaster and every process it started (backends, checkpointer, WAL writer, autovacuum), and
+    those `beside` it (PgBouncer)."""
+    found = [postmaster, *beside]
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError, IndexError):
@@ -353,11 +368,11 @@ def server_pids(postmaster: int) -> list[int]:
     return found
 
 
-def server_cpu_s(postmaster: int) -> float:
+def server_cpu_s(postmaster: int, beside: list[int]) -> float:
     """CPU time of the whole server: each live process's own, and the postmaster's children's that ended
     (cutime + cstime: the postmaster reaps them), so a backend gone between two readings is still counted."""
     total = 0
-    for pid in server_pids(postmaster):
+    for pid in server_pids(postmaster, beside):
         with contextlib.suppress(OSError, IndexError):
             fields = _stat(pid)
             total += int(fields[11]) + int(fields[12])
@@ -366,10 +381,10 @@ def server_cpu_s(postmaster: int) -> float:
     return total / TICKS_PER_S
 
 
-def server_pss_mb(postmaster: int) -> float:
+def server_pss_mb(postmaster: int, beside: list[int]) -> float:
     """The server's memory, each shared page counted once (Pss of /proc/PID/smaps_rollup)."""
     total_kb = 0
-    for pid in server_pids(postmaster):
+    for pid in server_pids(postmaster, beside):
         with contextlib.suppress(OSError), open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as rollup:
             total_kb += next((int(line.split()[1]) for line in rollup if line.startswith("Pss:")), 0)
     return total_kb / 1024
@@ -379,6 +394,16 @@ def server_pss_mb(postmaster: int) -> float:
 
 
 def run(cluster: Any, plan: Plan) -> Run:
+    """`measured` with the agents through PgBouncer (tests/pg.py `bouncer`) when the plan says so."""
+    if not plan.bouncer:
+        return measured(cluster, plan, lambda dsn: dsn, [])
+    from tests import pg
+
+    with pg.bouncer(cluster, plan.bouncer, max_clients=plan.agents + 100) as bouncer:
+        return measured(cluster, plan, bouncer.through, [bouncer.pid])
+
+
+def measured(cluster: Any, plan: Plan, through: Callable[[str], str], beside: list[int]) -> Run:
     """A fresh database with `plan.tasks` queued, the agents started in `plan.processes` processes, the run
     watched until done or its window closes, then measured and checked.
 
@@ -391,7 +416,7 @@ def run(cluster: Any, plan: Plan) -> Run:
     start, stop = SPAWN.Barrier(plan.processes + 1), SPAWN.Event()
     pipes = [SPAWN.Pipe() for _ in shares]
     workers = [
-        SPAWN.Process(target=serve, args=(plan, dsn, share, start, stop, child), daemon=True)
+        SPAWN.Process(target=serve, args=(plan, through(dsn), share, start, stop, child), daemon=True)
         for share, (_, child) in zip(shares, pipes, strict=True)
     ]
     for worker in workers:
@@ -400,12 +425,13 @@ def run(cluster: Any, plan: Plan) -> Run:
     try:
         with contextlib.suppress(threading.BrokenBarrierError):
             start.wait(timeout=600)
-        began, cpu = time.monotonic(), server_cpu_s(postmaster)
+        began, cpu = time.monotonic(), server_cpu_s(postmaster, beside)
         if start.broken:  # a process failed before the start: its report says why
             stop.set()
         clients, max_connections = (0, 0) if start.broken else watch(dsn, plan, began, stop)
         reports = [mine.recv() for mine, _ in pipes]
-        server_cpu, pss, elapsed = server_cpu_s(postmaster) - cpu, server_pss_mb(postmaster), time.monotonic() - began
+        server_cpu, pss = server_cpu_s(postmaster, beside) - cpu, server_pss_mb(postmaster, beside)
+        elapsed = time.monotonic() - began
     finally:
         stop.set()
         for mine, _ in pipes:

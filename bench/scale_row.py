@@ -33,17 +33,29 @@ QUICK = ScaleSizes((8,), 300, 10.0, 0.05, 0.5, 2, 2, 200, 0.2)
 
 
 def plans(sizes: ScaleSizes) -> list[Plan]:
-    """Each count with a connection per agent (where the server has room for them) and pooled; then the
-    largest count with attempts `slow_work_s` long, so that it asks about as much of the server as the count
-    before it (300 agents at 0.75 s, 1,000 at 3 s): what its connections cost, apart from its load."""
+    """Each count with a connection per agent (where the server has room for them) and pooled; the largest
+    also through PgBouncer, with as many server connections as the pools hold; then the largest count again
+    with attempts `slow_work_s` long, so that it asks about as much of the server as the count before it
+    (300 agents at 0.75 s, 1,000 at 3 s): what its connections cost, apart from its load."""
     found = []
-    counts = [(agents, sizes.work_s) for agents in sizes.agents] + [(max(sizes.agents), sizes.slow_work_s)]
+    largest = max(sizes.agents)
+    counts = [(agents, sizes.work_s) for agents in sizes.agents] + [(largest, sizes.slow_work_s)]
     for agents, work_s in counts:
         each = Plan(agents, sizes.tasks, sizes.window_s, work_s, sizes.processes, ramp_s=sizes.ramp_s)
         if agents + 1 <= sizes.max_connections - RESERVED:  # the run's monitor holds one more
             found.append(each)
         found.append(replace(each, pool=sizes.pool))
+        if agents == largest:
+            found.append(replace(each, bouncer=sizes.processes * sizes.pool))
     return found
+
+
+def why_not(plan: Plan) -> str | None:
+    """Why this plan cannot run here, or None."""
+    reason = fleet.why_not()
+    if reason is None and plan.bouncer and fleet.pg is not None and fleet.pg.bouncer_bin() is None:
+        reason = "PgBouncer is not installed (apt-get install pgbouncer)"
+    return reason
 
 
 def subject(plan: Plan, what: str) -> str:
@@ -74,18 +86,22 @@ def goals(sizes: ScaleSizes) -> list[Goal]:
 def measure(samples: Samples, sizes: ScaleSizes) -> tuple[list[Run], str]:
     """Every plan once on one PostgreSQL (tests/pg.py, durable, `max_connections` raised for the agents);
     without one, the goals' rows say why not. The runs, and the server as found."""
-    reason = fleet.why_not()
-    if reason is not None:
-        for plan in plans(sizes):
-            for what, unit in (("claim p99", "ms"), ("done exactly once", "%"), ("completions", "tasks/s")):
-                samples.skip(subject(plan, what), unit, reason)
-        return [], f"none ({reason})"
+    runnable = []
+    for plan in plans(sizes):
+        reason = why_not(plan)
+        if reason is None:
+            runnable.append(plan)
+            continue
+        for what, unit in (("claim p99", "ms"), ("done exactly once", "%"), ("completions", "tasks/s")):
+            samples.skip(subject(plan, what), unit, reason)
+    if not runnable:
+        return [], f"none ({fleet.why_not()})"
     runs = []
     assert fleet.pg is not None
     with fleet.pg.cluster(durable=True, max_connections=sizes.max_connections) as cluster:
         fleet.require_durable(cluster.dsn())
         server = fleet.describe(cluster.dsn())
-        for plan in plans(sizes):
+        for plan in runnable:
             print(f"bench: {ROW}: {plan.agents:,} agents, {plan.describe()}", file=sys.stderr, flush=True)
             run = fleet_scale.run(cluster, plan)
             record(samples, run)

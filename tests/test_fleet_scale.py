@@ -7,8 +7,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import pg
 import pytest
-from support import REPO
+from support import REPO, missing
 
 sys.path.insert(0, str(REPO))
 
@@ -35,12 +36,16 @@ def refusals(dsn: str) -> set[tuple[int, int]]:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("pool", [0, 3], ids=["a connection per agent", "pooled"])
+@pytest.mark.parametrize(
+    ("pool", "bouncer"), [(0, 0), (3, 0), (0, 6)], ids=["a connection per agent", "pooled", "through PgBouncer"]
+)
 def test_simulated_agents_do_every_task_once_and_a_stalled_agents_late_report_is_refused(
-    pg_cluster: Any, pool: int
+    pg_cluster: Any, pool: int, bouncer: int
 ) -> None:
+    if bouncer and pg.bouncer_bin() is None:
+        missing("PGBOUNCER", "PgBouncer for the fleet at scale: apt-get install pgbouncer")
     # 20 agents in 2 processes; every 10th task an agent takes, it freezes for twice its 1 s lease.
-    plan = Plan(20, TASKS, window_s=120, work_s=0.02, processes=2, pool=pool, lease_s=1.0, stall_every=10, ramp_s=0.1)
+    plan = Plan(20, TASKS, 120, 0.02, 2, pool, bouncer, lease_s=1.0, stall_every=10, ramp_s=0.1)
     run = fleet_scale.run(pg_cluster, plan)
 
     told = {fleet_id: token for log in run.logs for fleet_id, token, _ in log.done}
@@ -58,8 +63,8 @@ def test_simulated_agents_do_every_task_once_and_a_stalled_agents_late_report_is
     assert (checked.duplicate_completions, checked.double_claims, checked.stale_completions) == (0, 0, 0)
     assert checked.expired >= len(refused) and run.duplicates == 0 and run.unanswered == 0
     assert run.clients_peak <= plan.connections and run.server_cpu_s > 0
-    if pool:  # the agents shared their processes' pools: no more server connections than those
-        assert run.clients_peak <= 2 * pool < plan.agents
+    if pool or bouncer:  # the agents shared their processes' pools, or PgBouncer's: no more server connections
+        assert run.clients_peak <= plan.connections < plan.agents
 
 
 @pytest.mark.timeout(120)
@@ -74,7 +79,7 @@ def test_fairness_is_one_when_agents_did_alike_and_one_over_n_when_one_did_all()
     def did(*counts: int) -> fleet_scale.Run:
         logs = [AgentLog(f"a{n}", done=[(n * 100 + i, 1, 0.0) for i in range(k)]) for n, k in enumerate(counts)]
         checked = fleet_scale.Checked(sum(counts), 0, 0, 0, 0, 0, 0, 0, 0)
-        return fleet_scale.Run(Plan(len(counts), sum(counts), 1.0), "", logs, 0.0, 1.0, 0, 0, 0, 0, 0, checked)
+        return fleet_scale.Run(Plan(len(counts), sum(counts), 1.0), "", logs, 0.0, 1.0, 1.0, 0, 0, 0, 0, 0, checked)
 
     assert did(5, 5, 5, 5).fairness == 1.0
     assert did(20, 0, 0, 0).fairness == 0.25
