@@ -14,6 +14,8 @@ from support import REPO, missing
 sys.path.insert(0, str(REPO))
 
 from agentd.store import fleet_connect
+from agentd.store.fleet import FleetQueue
+from agentd.store.fleet_connect import FleetUnavailable
 from bench import fleet_scale
 from bench.fleet_scale import AgentLog, Plan
 
@@ -85,3 +87,22 @@ def test_fairness_is_one_when_agents_did_alike_and_one_over_n_when_one_did_all()
     assert did(20, 0, 0, 0).fairness == 0.25
     assert did(20, 0, 0, 0).per_agent == [0, 0, 0, 20]
     assert did(3, 3).duplicates == 0
+
+
+@pytest.mark.timeout(120)
+def test_an_agent_with_a_connection_of_its_own_is_refused_past_the_unreserved_connections() -> None:
+    """Where one connection per agent stops (bench/scale_row.py plans by it; docs/fleet.md, "Scale, as measured"):
+    an agent that is not a superuser gets max_connections less superuser_reserved_connections, the next is refused."""
+    pg.require()
+    with pg.cluster(max_connections=10) as small:
+        with fleet_connect.connect(small.dsn()) as conn:
+            conn.execute("CREATE ROLE agent LOGIN")
+        held: list[FleetQueue] = []
+        try:
+            with pytest.raises(FleetUnavailable, match="remaining connection slots are reserved"):
+                while len(held) <= 10:
+                    held.append(FleetQueue.open(f"{small.dsn()} user=agent"))
+            assert len(held) == 10 - fleet_scale.RESERVED
+        finally:
+            for queue in held:
+                queue.close()
