@@ -4,11 +4,12 @@ heartbeat (`renew_all`), the report (`finish`) — with a simulated attempt betw
 
 Agents are threads in a few processes (a thousand interpreters would measure the machine, not the queue):
 psycopg lets go of the GIL while it waits on the server, and an agent spends nearly all its life waiting.
-Each agent connects one of two ways: a connection of its own (as each agent VM holds one), or borrowing one
+Each agent connects one of three ways: a connection of its own (as each agent VM holds one); borrowing one
 per verb from a psycopg_pool its process's agents share (N agents over M server connections: what a pooler
-in front of PostgreSQL gives). A run starts from `tasks` queued tasks and ends when they are done or its
-window closes; then PostgreSQL's history is checked (`check`): each task claimed by one live lease at a
-time, completed at most once and by its last claim's token, each refused write an answer the agent saw."""
+in front of PostgreSQL gives); or a connection of its own to PgBouncer (tests/pg.py `bouncer`). A run starts
+from `tasks` queued tasks and ends when they are done or its window closes; then PostgreSQL's history is
+checked (`check`): each task claimed by one live lease at a time, completed at most once and by its last
+claim's token, each refused write an answer the agent saw."""
 
 from __future__ import annotations
 
@@ -197,15 +198,21 @@ class Run:
 
 
 class Connections:
-    """How an agent reaches the queue: a connection of its own, or one borrowed per verb from its process's pool."""
+    """How an agent reaches the queue: a connection of its own (to PostgreSQL or PgBouncer), or one borrowed per
+    verb from its process's pool."""
 
     def __init__(self, dsn: str, pool: Any | None, bouncer: bool = False) -> None:
-        self.pool = pool
-        self.own = None if pool is not None else FleetQueue(unprepared(dsn)) if bouncer else FleetQueue.open(dsn)
+        self.dsn, self.pool, self.bouncer = dsn, pool, bouncer
+        self.own = None if pool is not None else self._connect()
+
+    def _connect(self) -> FleetQueue:
+        return FleetQueue(unprepared(self.dsn)) if self.bouncer else FleetQueue.open(self.dsn)
 
     @contextmanager
     def queue(self) -> Iterator[FleetQueue]:
         if self.own is not None:
+            if self.own.broken:  # as an agent's intake does: a connection that failed is opened again
+                self.own = self._connect()
             yield self.own
             return
         with self.pool.connection() as conn:
