@@ -5,6 +5,7 @@ fencing respected (an agent that stalls past its lease has its late report refus
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import Any
 
 import pg
@@ -16,7 +17,7 @@ sys.path.insert(0, str(REPO))
 from agentd.store import fleet_connect
 from agentd.store.fleet import FleetQueue
 from agentd.store.fleet_connect import FleetUnavailable
-from bench import fleet_scale
+from bench import fleet_scale, scale_row
 from bench.fleet_scale import AgentLog, Plan
 
 pytestmark = pytest.mark.process
@@ -106,3 +107,16 @@ def test_an_agent_with_a_connection_of_its_own_is_refused_past_the_unreserved_co
         finally:
             for queue in held:
                 queue.close()
+
+
+def test_the_bench_row_gives_each_agent_a_connection_only_where_the_server_has_room_for_them() -> None:
+    sizes = replace(scale_row.FULL, agents=(100, 300, 1_000), max_connections=400)  # 397 unreserved
+    planned = [(plan.agents, plan.describe().split(" (")[0]) for plan in scale_row.plans(sizes)]
+    own, pooled, bounced = "one connection per agent", "pooled", "through PgBouncer"
+    assert planned == [
+        (100, own), (100, pooled), (300, own), (300, pooled),
+        (1_000, pooled), (1_000, bounced), (1_000, pooled), (1_000, bounced),  # 0.75 s attempts, then 3 s
+    ]  # fmt: skip
+    assert [plan.work_s for plan in scale_row.plans(sizes)][-2:] == [sizes.slow_work_s] * 2
+    titles = [goal.title for goal in scale_row.goals(sizes)]
+    assert len(titles) == 6 and all(title.startswith("fleet at scale, 1,000 agents, ") for title in titles)
