@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from agentd.services.fleet import MAX_CLAIM  # noqa: E402
 from agentd.store import Store  # noqa: E402
-from bench import console, deployed, endtoend, fleet, gateway, latency, peers, processes, raw, store_rows  # noqa: E402
+from bench import console, deployed, endtoend, fleet, gateway, latency, peers, processes, raw, scale_row, store_rows  # noqa: E402
 from bench.agent import bulk_tasks, fresh, write_noop_script  # noqa: E402, F401  (the slow test uses the first two)
 from bench.report import Goal, Samples, machine_facts, render  # noqa: E402
 
@@ -55,13 +55,16 @@ class Sizes:
     latency_gap_s: float
     gateway_calls: int
     gateway_streams: int
+    scale: scale_row.ScaleSizes = scale_row.FULL
 
 
 FULL = Sizes(
     5, 300, 2_000, 1_000, 200, 1_000, 1_000_000, 20_000, 3, 3.0, 5_000, 8, 10_000, 200, 1_000, 22_000, 10_000, 40, 0.25,
     1_000, 200,
 )  # fmt: skip
-QUICK = Sizes(1, 3, 20, 20, 10, 1_000, 10_000, 200, 1, 1.0, 200, 8, 200, 5, 20, 500, 100, 3, 0.05, 30, 20)
+QUICK = Sizes(
+    1, 3, 20, 20, 10, 1_000, 10_000, 200, 1, 1.0, 200, 8, 200, 5, 20, 500, 100, 3, 0.05, 30, 20, scale_row.QUICK
+)  # fmt: skip
 
 # Sample names (the measurement table's rows) that the goals refer to.
 E2E_AGENTD = "end to end: agentd dispatch --until-idle"
@@ -130,8 +133,8 @@ def batch_add(lines: int, side: str) -> str:
 
 def goals(sizes: Sizes) -> list[Goal]:
     """Issue #43's table first (what an operator waits for), then the older goals it left standing, then
-    the model gateway's (issue 51)."""
-    return issue_43(sizes) + older_goals(sizes) + gateway_goals(sizes)
+    the model gateway's (issue 51), then the fleet at scale's (issue 55)."""
+    return issue_43(sizes) + older_goals(sizes) + gateway_goals(sizes) + scale_row.goals(sizes.scale)
 
 
 def gateway_goals(sizes: Sizes) -> list[Goal]:
@@ -407,6 +410,7 @@ ROWS = (
     "sensor ingest",
     "task add --batch",
     "fleet",
+    scale_row.ROW,
     "console",
     "gateway",
     "start-up",
@@ -423,15 +427,27 @@ def parse_only(text: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def measure(sizes: Sizes, tmp: Path, only: frozenset[str] = frozenset(ROWS)) -> tuple[Samples, str]:
-    """Every row named in `only`, and the PostgreSQL the fleet row ran against (or why it did not run)."""
+@dataclass
+class Measured:
+    samples: Samples
+    server: str  # the PostgreSQL the fleet row ran against, or why it did not run
+    scale_server: str  # the fleet at scale's
+    scale_runs: list[scale_row.Run]
+
+
+def measure(sizes: Sizes, tmp: Path, only: frozenset[str] = frozenset(ROWS)) -> Measured:
+    """Every row named in `only`; the fleet at scale's once, after the repetitions, on a PostgreSQL of its own."""
     with contextlib.ExitStack() as stack:
         reason = fleet.why_not() if "fleet" in only else "not selected (--only)"
         if reason is None:
             say(f"starting PostgreSQL and {sizes.fleet_claimers} fleet claimers")
         rig = None if reason else stack.enter_context(fleet.rig(sizes.fleet_claimers))
         server = f"none ({reason})" if rig is None else rig.describe()
-        return measure_all(sizes, tmp, rig, reason, only), server
+        samples = measure_all(sizes, tmp, rig, reason, only)
+    if scale_row.ROW not in only:
+        return Measured(samples, server, "not selected (--only)", [])
+    runs, scale_server = scale_row.measure(samples, sizes.scale)
+    return Measured(samples, server, scale_server, runs)
 
 
 def measure_all(
@@ -490,7 +506,7 @@ def say(text: str) -> None:
 # --- the report -----------------------------------------------------------------------------------
 
 
-def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]:
+def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str, scale_server: str) -> list[str]:
     how = "`make bench-quick` (tiny sizes, one repetition: proves the suite runs; nothing judged)"
     if not quick:
         how = f"`make bench`: {sizes.reps} interleaved repetitions"
@@ -500,6 +516,7 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]
         *machine_facts(),
         f"- peers: {peers.describe('huey')}; {peers.describe('persist-queue')}",
         f"- the fleet's PostgreSQL: {server}",
+        f"- the fleet at scale's PostgreSQL: {scale_server}",
         "- agentd: WAL, synchronous=FULL; raw sqlite3: the same migrated file and pragmas, no validation or events",
         "",
         "What each row runs:",
@@ -571,6 +588,14 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]
         "`claimed` and `completed` event each and no other (no write refused, no lease expired). CPU per "
         "completion: the claimers' own (getrusage) and their backends' (/proc/PID/stat), whatever else the "
         "machine runs",
+        f"- fleet at scale (issue 55, bench/fleet_scale.py): once per run, not per repetition, on a PostgreSQL of its "
+        f"own (as the fleet row's, max_connections={sizes.scale.max_connections:,}): "
+        f"{', '.join(f'{n:,}' for n in sizes.scale.agents)} simulated agents over {sizes.scale.tasks:,} queued tasks, "
+        "each agent a thread looping agentd's own `FleetQueue.claim` (limit 1), `renew_all` halfway through a "
+        f"simulated attempt of {sizes.scale.work_s:g} s on average, then `finish`; with a connection each (where "
+        f"the server has room) and pooled ({sizes.scale.pool} connections per process, psycopg_pool). Each run is "
+        "checked in PostgreSQL's history (each task claimed by one live lease at a time, completed at most once, by "
+        "its last claim's token); its table is the last section",
     ]
 
 
@@ -597,11 +622,13 @@ def main() -> int:
     warm_bytecode()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp:
-        samples, server = measure(sizes, Path(tmp), args.only)
-    lines = intro(sizes, args.quick, time.perf_counter() - started, server)
+        measured = measure(sizes, Path(tmp), args.only)
+    samples = measured.samples
+    lines = intro(sizes, args.quick, time.perf_counter() - started, measured.server, measured.scale_server)
     # --only: the goals of the rows left out are left out of the table too.
     shown = [goal for goal in goals(sizes) if samples.has(goal.subject) or goal.subject in samples.skipped]
     report = render("agentd benchmarks", lines, shown, samples, judge=not args.quick)
+    report += "\n".join(["", *scale_row.table(measured.scale_runs, sizes.scale)])
     print(report)
     if args.write:
         (REPO / "bench" / "BENCHMARKS.md").write_text(report, encoding="utf-8")
