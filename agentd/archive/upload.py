@@ -1,0 +1,241 @@
+"""The archiver (docs/backup-and-archive.md, "Archive", "Witnessed head"): in the sensor service, off every
+attempt's path, it uploads each sealed attempt folder the queue holds (migration 0025) and, at most every
+head_interval_s, the chain's new events and its head. A bucket that cannot be reached is tried again after a
+backoff that doubles up to BACKOFF_MAX_S (on the injected clock); what was not uploaded stays queued, across
+restarts, and goes when the bucket answers again."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import anyio
+import anyio.to_thread
+
+from agentd.archive.bucket import ArchiveUnavailable, Bucket, Retention
+from agentd.archive.folder import pack_folder
+from agentd.archive.location import Location, attempt_key, events_key, head_key
+from agentd.clock import Clock, format_ts
+from agentd.config import Config
+from agentd.config.environment import read_archive_credentials as read_credentials
+from agentd.edge import scrub
+from agentd.errors import contained
+from agentd.evidence.rollback import published_head
+from agentd.process.files import Refused
+from agentd.store import AsyncStore, QueuedFolder, Store
+from agentd.store.events import CHAIN_COLUMNS
+
+logger = logging.getLogger(__name__)
+
+BACKOFF_FIRST_S = 2.0
+BACKOFF_MAX_S = 300.0
+BATCH = 64  # folders read from the queue at a time
+SEGMENT_EVENTS = 5000  # events per chain segment object
+
+
+def backoff_s(failures: int) -> float:
+    """The wait after `failures` failures in a row: 2 s, 4 s, 8 s … up to BACKOFF_MAX_S."""
+    return float(min(BACKOFF_FIRST_S * 2 ** max(failures - 1, 0), BACKOFF_MAX_S))
+
+
+@dataclass
+class Round:
+    """What one round did: folders uploaded, the head witnessed (if it was), and why the bucket is down."""
+
+    uploaded: int = 0
+    witnessed: tuple[int, str] | None = None
+    down: str | None = None
+    held_back: list[str] = field(default_factory=list)  # attempt ids whose folder could not be packed
+
+
+async def archive_beside(config: Config, db: AsyncStore, clock: Clock) -> None:
+    """The archiver's rounds until cancelled, beside the sensor service's runs (docs/decisions.md, "The evidence
+    archive (issue 54)": why there); nothing without [archive]."""
+    if config.archive.enabled:
+        await Archiver(config, db, clock).run()
+
+
+class Archiver:
+    """Uploads over one boto3 client (thread-safe), `concurrency` at a time, on worker threads."""
+
+    def __init__(self, config: Config, db: AsyncStore, clock: Clock) -> None:
+        assert config.archive.enabled
+        self.config, self.settings, self.db, self.clock = config, config.archive, db, clock
+        self.agent = config.agent.agent_id
+        self.location = Location.of(config.archive)
+        self._bucket: Bucket | None = None
+        self._failures = 0
+        self._stale = False  # a request failed: the next one makes the client again
+        self.retry_at: datetime | None = None
+        self.down: str | None = None
+        self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
+
+    @classmethod
+    def of(cls, config: Config, db: AsyncStore, clock: Clock) -> Archiver | None:
+        return cls(config, db, clock) if config.archive.enabled else None
+
+    async def start(self) -> None:
+        """Archiving on: the queue fills from every outcome commit from now on (and with every sealed folder
+        still on disk, the first time)."""
+        queued = await self.db.call(Store.set_archiving, True)
+        if queued:
+            logger.info("archive_enabled queued=%s bucket=%s", queued, self.location.url)
+
+    async def run(self) -> None:
+        """Round after round until cancelled; a round that fails otherwise is logged and the next one comes."""
+        await self.start()
+        while True:
+            with contained(logger, "archive_round_failed: retrying in %.0fs", self.settings.poll_s):
+                await self.step(self.clock.now())
+            await anyio.sleep(self.settings.poll_s)
+
+    async def step(self, now: datetime) -> Round:
+        """One round: every due folder uploaded, then the head witnessed if it moved and is due. Nothing while
+        the backoff after a failure lasts."""
+        done = Round()
+        if self.retry_at is not None and now < self.retry_at:
+            done.down = self.down
+            return done
+        try:
+            await self._upload_due(now, done)
+            done.witnessed = await self._witness_if_due(now)
+        except ArchiveUnavailable as exc:
+            self._failures += 1
+            self._stale = True
+            self.retry_at = now + timedelta(seconds=backoff_s(self._failures))
+            if self.down is None:
+                logger.warning("archive_unreachable: %s; trying again from %s", exc, format_ts(self.retry_at))
+            self.down = done.down = scrub(str(exc))[:500]
+            return done
+        if self.down is not None:
+            logger.info("archive_reachable again after %s failed round(s)", self._failures)
+        self._failures, self.retry_at, self.down = 0, None, None
+        return done
+
+    # --- attempt folders ------------------------------------------------------------------------------
+
+    async def _upload_due(self, now: datetime, done: Round) -> None:
+        while due := await self.db.read(Store.archive_due, now, BATCH):
+            uploaded: list[str] = []
+            failed: list[ArchiveUnavailable] = []
+            async with anyio.create_task_group() as group:
+                for queued in due:
+                    group.start_soon(self._upload_guarded, queued, now, uploaded, failed, done)
+            await self.db.call(Store.folders_archived, uploaded)
+            done.uploaded += len(uploaded)
+            if failed:
+                raise failed[0]
+            if len(due) < BATCH:
+                return
+
+    async def _upload_guarded(
+        self, queued: QueuedFolder, now: datetime, uploaded: list[str], failed: list[ArchiveUnavailable], done: Round
+    ) -> None:
+        if failed:  # the bucket is down: the rest of the batch waits for the next round
+            return
+        try:
+            await anyio.to_thread.run_sync(self._upload, queued, now, limiter=self._limiter)
+        except ArchiveUnavailable as exc:
+            failed.append(exc)
+        except (OSError, Refused) as exc:  # the folder, not the bucket: this one waits, the others go
+            why = f"{type(exc).__name__}: {scrub(str(exc))[:300]}"
+            tried = now + timedelta(seconds=backoff_s(queued.tries + 1))
+            await self.db.call(Store.archive_failed, queued.attempt_id, why, tried)
+            logger.warning("archive_folder_failed attempt=%s: %s", queued.attempt_id, why)
+            done.held_back.append(queued.attempt_id)
+        else:
+            uploaded.append(queued.attempt_id)
+
+    def _upload(self, queued: QueuedFolder, now: datetime) -> None:
+        root = self.config.paths.state_dir / "attempts" / str(queued.task_id) / queued.attempt_id
+        body = pack_folder(root)
+        metadata = {
+            "manifest-sha256": queued.manifest_sha256 or "none",
+            "task-id": str(queued.task_id),
+            "attempt-id": queued.attempt_id,
+            "sequence": str(queued.sequence),
+        }
+        self.bucket().put(attempt_key(queued.task_id, queued.attempt_id), body, metadata, self._retention(now))
+
+    # --- the chain and its head -----------------------------------------------------------------------
+
+    async def _witness_if_due(self, now: datetime) -> tuple[int, str] | None:
+        """The head the services published beside the database (durable: agentd/evidence/rollback.py), with the
+        events up to it, if it moved and head_interval_s has passed since the last one."""
+        progress = await self.db.read(Store.archive_progress)
+        if progress.head_at is not None and (now - progress.head_at).total_seconds() < self.settings.head_interval_s:
+            return None
+        head = published_head(self.config.paths.state_dir)
+        if head is None or head == progress.head:
+            return None
+        await self._send_chain(progress.events_through, head[0], now)
+        body = json.dumps(
+            {"agent": self.agent, "sequence": head[0], "hash": head[1], "witnessed_at": format_ts(now)}, sort_keys=True
+        )
+        metadata = {"sequence": str(head[0]), "hash": head[1]}
+        retention = self._retention(now)
+        fresh = await anyio.to_thread.run_sync(
+            lambda: self.bucket().put(head_key(head[0]), body.encode(), metadata, retention, only_if_absent=True)
+        )
+        if not fresh:
+            logger.info("archive_head_known sequence=%s: witnessed before, kept as it was", head[0])
+        await self._witness_in_fleet(head)
+        await self.db.call(Store.head_witnessed, head, now)
+        logger.info("archive_head_witnessed sequence=%s hash=%s", head[0], head[1][:12])
+        return head
+
+    async def _send_chain(self, after: int, through: int, now: datetime) -> None:
+        """The events after `after` through `through`, in segments of SEGMENT_EVENTS, each row whole."""
+        while after < through:
+            rows = await self.db.read(Store.chain_rows, after, through, SEGMENT_EVENTS)
+            if not rows:
+                return
+            first, last = rows[0][CHAIN_COLUMNS.index("sequence")], rows[-1][CHAIN_COLUMNS.index("sequence")]
+            text = "".join(json.dumps(dict(zip(CHAIN_COLUMNS, row, strict=True))) + "\n" for row in rows)
+            metadata, retention = {"events": str(len(rows))}, self._retention(now)
+            await anyio.to_thread.run_sync(self._put, events_key(first, last), text.encode(), metadata, retention)
+            await self.db.call(Store.chain_archived, last)
+            after = last
+
+    async def _witness_in_fleet(self, head: tuple[int, str]) -> None:
+        """The head into the fleet's PostgreSQL too, when this agent has a fleet: a second witness. A fleet that
+        cannot be reached is logged; the bucket's witness stands."""
+        dsn_file = self.config.fleet.dsn_file
+        if dsn_file is None:
+            return
+
+        def witness() -> None:
+            from agentd.config.environment import read_dsn_file
+            from agentd.store import FleetQueue
+
+            queue = FleetQueue.open(read_dsn_file(dsn_file))
+            try:
+                queue.witness_head(self.agent, head[0], head[1])
+            finally:
+                queue.close()
+
+        with contained(logger, "archive_fleet_head_failed sequence=%s: the bucket's witness stands", head[0]):
+            await anyio.to_thread.run_sync(witness)
+
+    # --- the bucket -----------------------------------------------------------------------------------
+
+    def bucket(self) -> Bucket:
+        """The client, made at first use; its credentials read again after each failure (a rotated key)."""
+        if self._bucket is None or self._stale:
+            assert self.settings.credentials_file is not None
+            try:
+                credentials = read_credentials(self.settings.credentials_file)
+            except Exception as exc:  # ConfigError or OSError: said, and tried again later
+                raise ArchiveUnavailable(f"[archive] credentials_file: {exc}") from None
+            self._bucket = Bucket(self.location, self.agent, credentials, timeout_s=self.settings.timeout_s)
+            self._stale = False
+        return self._bucket
+
+    def _put(self, key: str, body: bytes, metadata: dict[str, str], retention: Retention | None) -> None:
+        self.bucket().put(key, body, metadata, retention)
+
+    def _retention(self, now: datetime) -> Retention | None:
+        days = self.settings.retention_days
+        return Retention(self.settings.lock_mode, now + timedelta(days=days)) if days else None
