@@ -133,10 +133,11 @@ class Archiver:
     async def _upload_guarded(
         self, queued: QueuedFolder, now: datetime, uploaded: list[str], failed: list[ArchiveUnavailable], done: Round
     ) -> None:
-        if failed:  # the bucket is down: the rest of the batch waits for the next round
-            return
         try:
-            await anyio.to_thread.run_sync(self._upload, queued, now, limiter=self._limiter)
+            async with self._limiter:  # `concurrency` at once; the others wait here, and look again
+                if failed:  # the bucket is down: the rest of the batch waits for the next round
+                    return
+                await anyio.to_thread.run_sync(self._upload, queued, now)
         except ArchiveUnavailable as exc:
             failed.append(exc)
         except (OSError, Refused) as exc:  # the folder, not the bucket: this one waits, the others go
