@@ -54,9 +54,7 @@ def archived(bucket: str, endpoint: str, creds: Path, **more: Any) -> Callable[[
 
 
 @pytest.fixture
-def archive_rig(
-    rig_factory: Callable[..., Rig], s3: S3Server, tmp_path: Path, request: pytest.FixtureRequest
-) -> Rig:
+def archive_rig(rig_factory: Callable[..., Rig], s3: S3Server, tmp_path: Path, request: pytest.FixtureRequest) -> Rig:
     name = "ev-" + request.node.name.lower().replace("_", "-")[:40].strip("-")
     return rig_factory(archived(s3.bucket(name), s3.url, credentials_file(tmp_path / "s3.env")))
 
@@ -131,13 +129,17 @@ async def test_retention_never_prunes_a_folder_still_waiting_for_the_bucket(rig:
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(120)
-async def test_a_bucket_stopped_for_60_s_loses_nothing(
-    rig_factory: Callable[..., Rig], tmp_path: Path
-) -> None:
+async def test_a_bucket_stopped_for_60_s_loses_nothing(rig_factory: Callable[..., Rig], tmp_path: Path) -> None:
     server = start_s3()  # its own: it is stopped (SIGSTOP) for the test's minute
     try:
         rig = rig_factory(
-            archived(server.bucket("stopped"), server.url, credentials_file(tmp_path / "s3.env"), timeout_s=0.5, concurrency=1)
+            archived(
+                server.bucket("stopped"),
+                server.url,
+                credentials_file(tmp_path / "s3.env"),
+                timeout_s=0.5,
+                concurrency=1,
+            )
         )
         archiver = Archiver(rig.config, rig.db, rig.clock)
         await archiver.start()

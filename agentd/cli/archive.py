@@ -112,19 +112,16 @@ def audit_command(args: argparse.Namespace) -> int:
     from agentd.archive.audit import audit_archive
     from agentd.archive.location import agent_problem
 
-    if args.archive is None or args.agent is None:
-        raise InputError(
-            "--archive and --agent go together: the archive's URL (s3://BUCKET/PREFIX/) and the agent's name"
-        )
-    if not args.archive:
-        raise InputError("--archive: expected s3://BUCKET[/PREFIX/]")
-    if problem := agent_problem(args.agent):
+    agent = getattr(args, "agent", None)  # the common --agent NAME: here the archive's agent, no config read
+    if agent is None:
+        raise InputError("--archive needs --agent NAME: the agent whose archive it is (its agent_id)")
+    if problem := agent_problem(agent):
         raise InputError(f"--agent: {problem}")
     if args.against is not None or args.against_fleet or args.task is not None or args.expect_head is not None:
         raise InputError(
             "--archive checks the archive alone: --against, --against-fleet, --task and --expect-head need the VM"
         )
-    audit = audit_archive(_bucket(args.archive, args, None, args.agent))
+    audit = audit_archive(_bucket(args.archive, args, None, agent))
     if wants_json(args):
         print_json(audit.as_dict())
     else:

@@ -80,9 +80,9 @@ def add_archive_options(check: argparse.ArgumentParser) -> None:
         "--archive",
         type=archive_url,
         metavar="URL",
-        help="audit an agent from its archive alone (s3://BUCKET/PREFIX/, with --agent): its chain and every folder",
+        help="audit an agent from its archive alone (s3://BUCKET/PREFIX/, with --agent NAME: its agent_id; no config "
+        "is read): its chain and every folder",
     )
-    check.add_argument("--agent", metavar="NAME", help="the agent whose archive --archive audits (its agent_id)")
     check.add_argument(
         "--endpoint-url", metavar="URL", help="the S3-compatible service of an s3:// URL (default: AWS S3)"
     )
@@ -126,7 +126,7 @@ def head(text: str) -> tuple[int, str]:
 def cmd_evidence_verify(args: argparse.Namespace) -> int:
     from agentd.evidence.verify import verify
 
-    if args.archive is not None or args.agent is not None:
+    if args.archive is not None:
         from agentd.cli.archive import audit_command
 
         return audit_command(args)
