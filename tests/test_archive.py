@@ -250,3 +250,23 @@ async def test_a_rolled_back_state_dir_is_reported_naming_the_first_missing_even
     assert f"event {first_missing}: rollback: the local chain ends at event {kept[0]}" in against.out
     shown = cli(capsys, rig, "evidence", "verify", "--against", "--json")
     assert shown.code == 1 and json.loads(shown.out)["witnessed"]["rollback"] is True
+
+
+@pytest.mark.asyncio
+async def test_status_shows_the_queue_length_and_the_oldest_age(
+    archive_rig: Rig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rig = archive_rig
+    archiver = Archiver(rig.config, rig.db, rig.clock)
+    await archiver.start()
+    await run_tasks(rig, 3)
+    rig.clock.advance(90)
+    for args in (("status", "--json"), ("status",)):  # the fast path and the full one read the same rows
+        shown = cli(capsys, rig, *args)
+        assert shown.code == 0, shown.err
+    status = json.loads(cli(capsys, rig, "status", "--json").out)
+    assert status["archive"]["queued"] == 3 and status["archive"]["enabled"] is True
+    assert status["archive"]["oldest_age_s"] >= 90  # fake time: the CLI reads the wall clock, later still
+    assert "archive  3 sealed attempt folder(s) not yet in the bucket" in cli(capsys, rig, "status").out
+    await archiver.step(rig.clock.now())
+    assert json.loads(cli(capsys, rig, "status", "--json").out)["archive"]["queued"] == 0

@@ -25,7 +25,8 @@ from agentd.process import procs
 from agentd.process.advisory import shown_boundary
 from agentd.process.privilege import boundary_of
 from agentd.records import TASK_STATUSES, LockHolder, ProviderReset, QueueSummary, RunningAttempt
-from agentd.store import HeldCall, Pause, Store
+from agentd.store import ArchiveQueue, HeldCall, Pause, Store
+from agentd.store.plain import archive_view
 
 
 @frozen_value
@@ -101,6 +102,7 @@ class Outlook:
     failed_messages: int
     lock_holder: LockHolder | None
     chain_head: tuple[int, str] | None
+    archive: ArchiveQueue | None = None  # sealed folders not yet in [archive]'s bucket (docs/backup-and-archive.md)
 
 
 def read_outlook(store: Store, config: Config | None, now: datetime) -> Outlook:
@@ -119,6 +121,7 @@ def read_outlook(store: Store, config: Config | None, now: datetime) -> Outlook:
             store.failed_message_count(),
             store.dispatch_lock_holder(),
             store.chain_head(),
+            store.archive_queue(),
         )
 
 
@@ -190,6 +193,9 @@ def snapshot(config: Config, store: Store, now: datetime) -> dict[str, Any]:
         if summary.oldest_pending_at
         else None,
         "next_available_at": format_ts(summary.next_available_at) if summary.next_available_at else None,
+        "archive": archive_view((seen.archive.enabled, seen.archive.length, seen.archive.oldest), now)
+        if seen.archive
+        else None,
         "running": [
             {
                 "task_id": r.task_id,

@@ -155,7 +155,24 @@ def status_rows(store: StoreBase) -> dict[str, Any]:
         "running": [(*row[:5], stored_ts(row[5])) for row in running],
         "services": [dict(row) for row in conn.execute("SELECT * FROM service_status ORDER BY service").fetchall()],
         "waiver": boundary_waiver(conn),
+        "archive": archive_queue(conn),
     }
+
+
+def archive_queue(conn: Any) -> tuple[bool, int, datetime | None]:
+    """Whether archiving is on, how many sealed folders wait for the bucket, and since when the oldest waits."""
+    row = conn.execute(
+        "SELECT (SELECT enabled FROM archive_state WHERE id = 1), COUNT(*), MIN(enqueued_at) FROM archive_queue"
+    ).fetchone()
+    return bool(row[0]), int(row[1]), stored_ts(row[2]) if row[2] else None
+
+
+def archive_view(queue: tuple[bool, int, datetime | None], now: datetime) -> dict[str, Any] | None:
+    """The archive's queue as `agentd status` shows it (both paths): None while archiving is off and nothing waits."""
+    enabled, length, oldest = queue
+    if not (enabled or length):
+        return None
+    return {"enabled": enabled, "queued": length, "oldest_age_s": (now - oldest).total_seconds() if oldest else None}
 
 
 def boundary_waiver(conn: Any) -> tuple[str, dict[str, Any]] | None:

@@ -93,6 +93,7 @@ def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any
     from agentd.process import procs
     from agentd.process.advisory import shown_boundary
     from agentd.process.privilege import boundary
+    from agentd.store.plain import archive_view
 
     here, pause, lock, oldest = procs.this_process(), rows["pause"], rows["lock"], summary["oldest_pending_at"]
     services = [service_health(row, now, here) for row in rows["services"]]
@@ -119,6 +120,7 @@ def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any
         "paused": {"since": format_ts(pause[0]), "by": pause[1], "reason": pause[2]} if pause else None,
         "oldest_pending_age_s": (now - oldest).total_seconds() if oldest else None,
         "next_available_at": format_ts(summary["next_available_at"]) if summary["next_available_at"] else None,
+        "archive": archive_view(rows["archive"], now),
         "running": [_running(row, now) for row in rows["running"]],
         "services": services,
         "boundary": shown_boundary(
