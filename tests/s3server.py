@@ -78,7 +78,7 @@ def _serve() -> None:
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
-    print(server._server.server_port, flush=True)  # noqa: SLF001 (moto names no public accessor for it)
+    print(server._server.server_port, flush=True)
     threading.Event().wait()
 
 

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from rig import Rig
 from s3server import KEYS, S3Server, credentials_file, start_s3
@@ -24,9 +21,7 @@ from support import CliResult, ok, run_main
 from agentd.archive.bucket import ArchiveUnavailable, Bucket
 from agentd.archive.location import Location, attempt_key
 from agentd.archive.upload import Archiver, backoff_s
-from agentd.clock import FakeClock
 from agentd.evidence.rollback import publish_head
-from agentd.store import AsyncStore, Store, open_store
 
 RETENTION_DAYS = 30  # past the real date the S3 server keeps (the fake clock starts 2026-11-22)
 
