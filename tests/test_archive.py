@@ -265,3 +265,41 @@ async def test_status_shows_the_queue_length_and_the_oldest_age(
     assert "archive  3 sealed attempt folder(s) not yet in the bucket" in cli(capsys, rig, "status").out
     await archiver.step(rig.clock.now())
     assert json.loads(cli(capsys, rig, "status", "--json").out)["archive"]["queued"] == 0
+
+
+async def rolled_back(rig: Rig, tmp_path: Path, before: int, after: int) -> tuple[Rig, tuple[int, str]]:
+    """`before` tasks archived and witnessed; the state dir copied; `after` more, heads witnessed as they go (a
+    round per 10 tasks); then the copy put back. The rig on the copy, and the head the copy ends at."""
+    archiver = Archiver(rig.config, rig.db, rig.clock)
+    await archiver.start()
+    await run_tasks(rig, before)
+    await archiver.step(rig.clock.now())
+    state = rig.config.paths.state_dir
+    rig.close()
+    shutil.copytree(state, tmp_path / "copy", symlinks=True)
+    rig = Rig(rig.config, rig.clock)
+    archiver = Archiver(rig.config, rig.db, rig.clock)
+    for _ in range(after // 10):
+        await run_tasks(rig, 10)
+        rig.clock.advance(rig.config.archive.head_interval_s)
+        assert (await archiver.step(rig.clock.now())).witnessed == rig.store.chain_head()
+    rig.close()
+    shutil.rmtree(state)
+    shutil.copytree(tmp_path / "copy", state, symlinks=True)
+    back = Rig(rig.config, rig.clock)
+    kept = back.store.chain_head()
+    assert kept is not None
+    return back, kept
+
+
+@pytest.mark.asyncio
+async def test_a_chain_forking_from_the_witnessed_one_names_the_first_different_event(
+    archive_rig: Rig, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    rig, kept = await rolled_back(archive_rig, tmp_path, 2, 10)
+    rig.clock.advance(3600)  # other work on the copy: a chain as long as the witnessed one, and longer
+    await run_tasks(rig, 15)
+    against = cli(capsys, rig, "evidence", "verify", "--against")
+    assert against.code == 1
+    assert f"event {kept[0] + 1}: rollback: event {kept[0] + 1} (" in against.out  # its type, task and id
+    assert "the local chain forks from the head witnessed at event" in against.out
