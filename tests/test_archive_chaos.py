@@ -63,7 +63,8 @@ async def test_sigkills_during_upload_lose_nothing_and_duplicate_nothing_verify_
             with open(tmp_path / f"sensors-{round_}.log", "wb") as log:
                 service = subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
             left = store.archive_queue().length
-            wait_until(lambda: store.archive_queue().length < left or service.poll() is not None, 30, "an upload")
+            moved = lambda left=left, service=service: store.archive_queue().length < left or service.poll() is not None  # noqa: E731
+            wait_until(moved, 30, "an upload")
             time.sleep(chance.uniform(0.0, 0.05))  # uploads to a loopback server take milliseconds each
             service.send_signal(signal.SIGKILL)
             service.wait(timeout=10)
