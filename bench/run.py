@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from agentd.services.fleet import MAX_CLAIM  # noqa: E402
 from agentd.store import Store  # noqa: E402
-from bench import console, deployed, endtoend, fleet, gateway, latency, peers, processes, raw, store_rows  # noqa: E402
+from bench import archive, console, deployed, endtoend, fleet, gateway, latency, peers, processes, raw, store_rows  # noqa: E402
 from bench.agent import bulk_tasks, fresh, write_noop_script  # noqa: E402, F401  (the slow test uses the first two)
 from bench.report import Goal, Samples, machine_facts, render  # noqa: E402
 
@@ -104,6 +104,19 @@ GATEWAY_FIRST_BYTE = "gateway overhead: a stream's first byte, p50"
 GATEWAY_RSS = "gateway overhead: RSS of {:,} held streams"
 
 
+ARCHIVE_DRAIN = "archive: the drain beside agentd sensors, {}"
+ARCHIVE_RATE = "archive: attempts in the bucket per second, from the drain's start"
+
+
+def archive_goals() -> list[Goal]:
+    """Issue 54's: archiving keeps up with the drain of no-op scripts, and does not slow it."""
+    with_archive, without = ARCHIVE_DRAIN.format("with [archive]"), ARCHIVE_DRAIN.format("without")
+    return [
+        Goal("archiving keeps up with ≥ 50 attempts/s", ARCHIVE_RATE, None, 50, True),
+        Goal("the drain with archiving ≥ 0.95× without (≤ 5% slower)", with_archive, without, 0.95, True),
+    ]
+
+
 def fleet_rate(claimers: int, limit: int) -> str:
     return f"fleet claim + complete: {claimers} claimer processes, claim limit {limit}"
 
@@ -131,7 +144,7 @@ def batch_add(lines: int, side: str) -> str:
 def goals(sizes: Sizes) -> list[Goal]:
     """Issue #43's table first (what an operator waits for), then the older goals it left standing, then
     the model gateway's (issue 51)."""
-    return issue_43(sizes) + older_goals(sizes) + gateway_goals(sizes)
+    return issue_43(sizes) + older_goals(sizes) + gateway_goals(sizes) + archive_goals()
 
 
 def gateway_goals(sizes: Sizes) -> list[Goal]:
@@ -366,6 +379,16 @@ def measure_gateway(samples: Samples, sizes: Sizes) -> None:
     samples.add(GATEWAY_RSS.format(numbers.streams), "MB", numbers.rss_held_mb - numbers.rss_before_mb)
 
 
+def measure_archive(samples: Samples, folder: Path, sizes: Sizes) -> None:
+    """The end-to-end drain beside `agentd sensors`, without [archive] then with it (bench/archive.py)."""
+    with archive.s3_server() as endpoint:
+        plain = archive.drain(folder / "without", sizes.e2e_tasks, None)
+        archived = archive.drain(folder / "with", sizes.e2e_tasks, endpoint)
+    samples.add(ARCHIVE_DRAIN.format("without"), "tasks/s", plain.tasks_per_s)
+    samples.add(ARCHIVE_DRAIN.format("with [archive]"), "tasks/s", archived.tasks_per_s)
+    samples.add(ARCHIVE_RATE, "attempts/s", archived.archived_per_s or 0.0)
+
+
 def measure_startup(samples: Samples, config_path: Path, folder: Path, runs: int) -> None:
     """Each command's wall and CPU time, `runs` times, one after another; a dispatcher's start to READY;
     and the imports that cost each command most (the last repetition's, in the report's last section)."""
@@ -406,6 +429,7 @@ ROWS = (
     "fleet",
     "console",
     "gateway",
+    "archive",
     "start-up",
     "idle",
 )
@@ -454,6 +478,7 @@ def measure_all(
         "fleet": lambda _folder: measure_fleet(samples, rig, sizes, fleet_reason),
         "console": lambda folder: measure_console(samples, folder / "console", sizes),
         "gateway": lambda _folder: measure_gateway(samples, sizes),
+        "archive": lambda folder: measure_archive(samples, folder / "archive", sizes),
         "start-up": lambda _folder: measure_startup(samples, startup_config, tmp / "dispatcher", sizes.startup_runs),
     }
     for rep in range(sizes.reps):
@@ -547,6 +572,11 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]
         "from /proc/PID/stat (10 ms ticks), then stopped; the last section lists the imports that cost "
         f"{', '.join(f'`{name}`' for name in (*IMPORTS_OF, DISPATCH_IMPORTS))} most (PYTHONPROFILEIMPORTTIME, one "
         "run each; the dispatcher's from a drain of its empty queue, which imports what the service does but sdnotify)",
+        f"- archive (issue 54, bench/archive.py): {sizes.e2e_tasks} no-op script tasks drained by `agentd dispatch "
+        "--until-idle` beside a serving `agentd sensors` (no sensors, metrics off), first without [archive], then "
+        "with it (moto's S3 server on loopback, a bucket with object lock; the sensor service uploads each sealed "
+        "folder as the drain runs): each drain's rate, and the attempts in the bucket per second from the drain's "
+        "start until the archive's queue is empty",
         "- idle: `agentd dispatch`, `agentd sensors` and `agentd web` as services on an agent of their own (no "
         "sensors, metrics on a free loopback port), started at each repetition's beginning; "
         f"{sizes.idle_settle_s:g} s later the window "
