@@ -574,9 +574,10 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]
         "run each; the dispatcher's from a drain of its empty queue, which imports what the service does but sdnotify)",
         f"- archive (issue 54, bench/archive.py): {sizes.e2e_tasks} no-op script tasks drained by `agentd dispatch "
         "--until-idle` beside a serving `agentd sensors` (no sensors, metrics off), first without [archive], then "
-        "with it (moto's S3 server on loopback, a bucket with object lock; the sensor service uploads each sealed "
-        "folder as the drain runs): each drain's rate, and the attempts in the bucket per second from the drain's "
-        "start until the archive's queue is empty",
+        "with it (moto's S3 server on loopback at nice 19, standing for a remote bucket; object lock on). Each side "
+        "first drains as many untimed: with [archive] their sealed folders are a backlog uploaded during the timed "
+        "drain, so the archive runs flat out beside it. Each timed drain's rate, and the attempts in the bucket "
+        "per second (backlog and drain) from the timed drain's start until the archive's queue is empty",
         "- idle: `agentd dispatch`, `agentd sensors` and `agentd web` as services on an agent of their own (no "
         "sensors, metrics on a free loopback port), started at each repetition's beginning; "
         f"{sizes.idle_settle_s:g} s later the window "

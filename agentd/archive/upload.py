@@ -6,13 +6,19 @@ restarts, and goes when the bucket answers again."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 import anyio
-import anyio.to_thread
 
 from agentd.archive.bucket import ArchiveUnavailable, Bucket, Retention
 from agentd.archive.folder import pack_folder
@@ -33,6 +39,16 @@ BACKOFF_FIRST_S = 2.0
 BACKOFF_MAX_S = 300.0
 BATCH = 64  # folders read from the queue at a time
 SEGMENT_EVENTS = 5000  # events per chain segment object
+BACKGROUND_NICE = 10  # the upload threads' niceness: on a busy VM the attempts and the commits come first
+T = TypeVar("T")
+
+
+def _in_the_background() -> None:
+    """An upload thread's own priority lowered (Linux schedules threads one by one): packing and signing uploads
+    is background work, and on a VM of two cores it must not take the CPU the drain's attempts would use. Never
+    the anyio worker threads: those also run the service's database calls, and a niceness cannot be raised back."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux, or not allowed: the normal priority, then
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
 
 
 def backoff_s(failures: int) -> float:
@@ -71,6 +87,9 @@ class Archiver:
         self.retry_at: datetime | None = None
         self.down: str | None = None
         self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
+        self._threads = ThreadPoolExecutor(
+            self.settings.concurrency + 1, thread_name_prefix="agentd-archive", initializer=_in_the_background
+        )
 
     @classmethod
     def of(cls, config: Config, db: AsyncStore, clock: Clock) -> Archiver | None:
@@ -86,10 +105,13 @@ class Archiver:
     async def run(self) -> None:
         """Round after round until cancelled; a round that fails otherwise is logged and the next one comes."""
         await self.start()
-        while True:
-            with contained(logger, "archive_round_failed: retrying in %.0fs", self.settings.poll_s):
-                await self.step(self.clock.now())
-            await anyio.sleep(self.settings.poll_s)
+        try:
+            while True:
+                with contained(logger, "archive_round_failed: retrying in %.0fs", self.settings.poll_s):
+                    await self.step(self.clock.now())
+                await anyio.sleep(self.settings.poll_s)
+        finally:
+            self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def step(self, now: datetime) -> Round:
         """One round: every due folder uploaded, then the head witnessed if it moved and is due. Nothing while
@@ -137,7 +159,7 @@ class Archiver:
             async with self._limiter:  # `concurrency` at once; the others wait here, and look again
                 if failed:  # the bucket is down: the rest of the batch waits for the next round
                     return
-                await anyio.to_thread.run_sync(self._upload, queued, now)
+                await self._off_loop(self._upload, queued, now)
         except ArchiveUnavailable as exc:
             failed.append(exc)
         except (OSError, Refused) as exc:  # the folder, not the bucket: this one waits, the others go
@@ -177,7 +199,7 @@ class Archiver:
         )
         metadata = {"sequence": str(head[0]), "hash": head[1]}
         retention = self._retention(now)
-        fresh = await anyio.to_thread.run_sync(
+        fresh = await self._off_loop(
             lambda: self.bucket().put(head_key(head[0]), body.encode(), metadata, retention, only_if_absent=True)
         )
         if not fresh:
@@ -196,7 +218,7 @@ class Archiver:
             first, last = rows[0][CHAIN_COLUMNS.index("sequence")], rows[-1][CHAIN_COLUMNS.index("sequence")]
             text = "".join(json.dumps(dict(zip(CHAIN_COLUMNS, row, strict=True))) + "\n" for row in rows)
             metadata, retention = {"events": str(len(rows))}, self._retention(now)
-            await anyio.to_thread.run_sync(self._put, events_key(first, last), text.encode(), metadata, retention)
+            await self._off_loop(self._put, events_key(first, last), text.encode(), metadata, retention)
             await self.db.call(Store.chain_archived, last)
             after = last
 
@@ -218,7 +240,11 @@ class Archiver:
                 queue.close()
 
         with contained(logger, "archive_fleet_head_failed sequence=%s: the bucket's witness stands", head[0]):
-            await anyio.to_thread.run_sync(witness)
+            await self._off_loop(witness)
+
+    async def _off_loop(self, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)` on one of the archiver's own (lower-priority) threads."""
+        return await asyncio.wrap_future(self._threads.submit(work, *args))
 
     # --- the bucket -----------------------------------------------------------------------------------
 
