@@ -98,10 +98,8 @@ def _bucket(url: str, args: argparse.Namespace, config: Config | None, agent: st
     if not url:
         if config is None or not config.archive.enabled or config.archive.credentials_file is None:
             raise InputError("--against: this agent has no [archive] bucket; give one: --against s3://BUCKET/PREFIX/")
-        section = config.archive
-        return Bucket(
-            Location.of(section), agent, read_credentials(section.credentials_file), timeout_s=section.timeout_s
-        )
+        section, keys = config.archive, config.archive.credentials_file
+        return Bucket(Location.of(section), agent, read_credentials(keys), timeout_s=section.timeout_s)
     location = parse_archive_url(url, args.endpoint_url, args.region)
     credentials = read_credentials(args.credentials_file) if args.credentials_file is not None else None
     return Bucket(location, agent, credentials)
