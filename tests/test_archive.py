@@ -247,6 +247,11 @@ async def test_a_rolled_back_state_dir_is_reported_naming_the_first_missing_even
     assert shown.code == 1 and json.loads(shown.out)["witnessed"]["rollback"] is True
 
 
+def test_against_an_archive_with_no_head_yet_says_so(archive_rig: Rig, capsys: pytest.CaptureFixture[str]) -> None:
+    against = cli(capsys, archive_rig, "evidence", "verify", "--against")
+    assert against.code == 0 and "witness  nothing witnessed yet to compare with" in against.out
+
+
 @pytest.mark.asyncio
 async def test_status_shows_the_queue_length_and_the_oldest_age(
     archive_rig: Rig, capsys: pytest.CaptureFixture[str]

@@ -6,10 +6,10 @@ archiver's backoff decides when to try again, on the injected clock)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from agentd import frozen_value
 from agentd.archive.location import Location
 from agentd.errors import AgentdError
 
@@ -20,13 +20,13 @@ class ArchiveUnavailable(AgentdError):
     """The bucket cannot be reached or refused a request: retried later, never an attempt lost."""
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Retention:
     mode: Literal["COMPLIANCE", "GOVERNANCE"]
     until: datetime
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Stored:
     body: bytes
     metadata: dict[str, str]

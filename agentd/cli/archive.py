@@ -38,7 +38,12 @@ class Witness:
             f"{source}: {head[0]}:{head[1][:12]}…" if head else f"{source}: no head witnessed yet"
             for source, head in self.heads.items()
         )
-        verdict = "ROLLBACK (above)" if self.findings else "the local chain holds the witnessed head"
+        if self.findings:
+            verdict = "ROLLBACK (above)"
+        elif any(self.heads.values()):
+            verdict = "the local chain holds the witnessed head"
+        else:
+            verdict = "nothing witnessed yet to compare with"
         return f"witness  {verdict}; {shown}"
 
     def as_dict(self) -> dict[str, Any]:
@@ -47,6 +52,7 @@ class Witness:
             "why_not": self.not_compared,
             "heads": {s: ({"sequence": h[0], "hash": h[1]} if h else None) for s, h in self.heads.items()},
             "rollback": bool(self.findings),
+            "witnessed_any": any(self.heads.values()),
         }
 
 
