@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from agentd import frozen_value
 from agentd.archive.location import Location
-from agentd.errors import AgentdError
+from agentd.errors import AgentdError, InputError
 
 MAX_OBJECT_BYTES = 256 * 1024 * 1024  # an attempt folder is a few MB at most (its logs are capped)
 
@@ -38,8 +38,11 @@ class Bucket:
     def __init__(
         self, location: Location, agent: str, credentials: Mapping[str, str] | None, *, timeout_s: float = 30.0
     ) -> None:
-        import boto3
-        from botocore.config import Config as BotoConfig
+        try:
+            import boto3
+            from botocore.config import Config as BotoConfig
+        except ImportError:
+            raise InputError("the archive needs boto3: pip install 'agentd[archive]'") from None
 
         self.location, self.agent = location, agent
         self.root = location.agent_prefix(agent)

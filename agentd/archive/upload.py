@@ -104,10 +104,13 @@ class Archiver:
 
     async def run(self) -> None:
         """Round after round until cancelled; a round that fails otherwise is logged and the next one comes."""
-        await self.start()
+        started = False
         try:
             while True:
                 with contained(logger, "archive_round_failed: retrying in %.0fs", self.settings.poll_s):
+                    if not started:  # a start that failed (the database busy past its wait) is tried again
+                        await self.start()
+                        started = True
                     await self.step(self.clock.now())
                 await anyio.sleep(self.settings.poll_s)
         finally:
