@@ -191,10 +191,20 @@ async def test_an_auditor_verifies_the_chain_and_every_folder_from_the_bucket_al
     done = await archiver.step(rig.clock.now())
     assert done.uploaded == 5 and done.witnessed is not None
     audit = [
-        sys.executable, "-m", "agentd", "evidence", "verify", "--archive", f"s3://{rig.config.archive.bucket}/",
-        "--agent", rig.config.agent.agent_id, "--endpoint-url", rig.config.archive.endpoint_url or "",
-        "--credentials-file", str(rig.config.archive.credentials_file),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "agentd",
+        "evidence",
+        "verify",
+        "--archive",
+        f"s3://{rig.config.archive.bucket}/",
+        "--agent",
+        rig.config.agent.agent_id,
+        "--endpoint-url",
+        rig.config.archive.endpoint_url or "",
+        "--credentials-file",
+        str(rig.config.archive.credentials_file),
+    ]
     elsewhere = tmp_path / "auditor"  # no config, no state dir: only the bucket
     elsewhere.mkdir()
     clean = subprocess.run(audit, cwd=elsewhere, capture_output=True, text=True, timeout=60)
@@ -245,6 +255,20 @@ async def test_a_rolled_back_state_dir_is_reported_naming_the_first_missing_even
     assert f"event {first_missing}: rollback: the local chain ends at event {kept[0]}" in against.out
     shown = cli(capsys, rig, "evidence", "verify", "--against", "--json")
     assert shown.code == 1 and json.loads(shown.out)["witnessed"]["rollback"] is True
+    section = rig.config.archive  # the same archive named by its URL, as another operator would
+    by_url = cli(
+        capsys,
+        rig,
+        "evidence",
+        "verify",
+        "--against",
+        f"s3://{section.bucket}/",
+        "--endpoint-url",
+        section.endpoint_url or "",
+        "--credentials-file",
+        str(section.credentials_file),
+    )
+    assert by_url.code == 1 and f"event {first_missing}: rollback:" in by_url.out
 
 
 def test_against_an_archive_with_no_head_yet_says_so(archive_rig: Rig, capsys: pytest.CaptureFixture[str]) -> None:

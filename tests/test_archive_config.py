@@ -90,8 +90,11 @@ def test_each_bad_value_is_named(tmp_path: Path, archive: dict[str, Any], said: 
 def test_the_cli_says_a_bad_archive_url_in_one_line_and_exits_2(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "agentd", "evidence", "verify", "--archive", "s3://No_Such/", "--agent", "demo"],
-        capture_output=True, text=True, cwd=REPO, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert run.returncode == 2 and "expected an S3 bucket name" in run.stderr and len(run.stderr.splitlines()) <= 3
 
 
@@ -147,3 +150,43 @@ def test_every_key_agentd_writes_is_read_back(task_id: int, attempt_id: str) -> 
     assert parsed_attempt_key(attempt_key(task_id, attempt_id)) == (task_id, attempt_id)
     assert parsed_head_key(head_key(task_id)) == task_id
     assert parsed_events_key(events_key(task_id, task_id + 5)) == (task_id, task_id + 5)
+
+
+def test_a_hostile_tar_writes_nothing_outside_its_folder(tmp_path: Path) -> None:
+    """An object in the bucket is text someone else chose: only plain files with plain names are written."""
+    import io
+    import tarfile
+
+    from agentd.archive.folder import pack_folder, unpack_folder
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, kind in (
+            ("../escaped", tarfile.REGTYPE),
+            ("/abs", tarfile.REGTYPE),
+            ("sub/inner", tarfile.REGTYPE),
+            ("link", tarfile.SYMTYPE),
+            ("hard", tarfile.LNKTYPE),
+            ("dir", tarfile.DIRTYPE),
+            ("stdout.log", tarfile.REGTYPE),
+            ("stdout.log", tarfile.REGTYPE),
+        ):
+            member = tarfile.TarInfo(name)
+            member.type, member.linkname = kind, "/etc/passwd" if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE) else ""
+            data = b"x" if kind == tarfile.REGTYPE else b""
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+    target = tmp_path / "inside" / "folder"
+    target.parent.mkdir()
+    refused = unpack_folder(out.getvalue(), target)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["folder", "inside", "stdout.log"]
+    assert len(refused) == 7 and any("in the tar twice" in r for r in refused)
+    assert (target / "stdout.log").stat().st_mode & 0o777 == 0o600
+    [garbage] = unpack_folder(b"not a tar" * 100, tmp_path / "other")
+    assert garbage.startswith("not a tar agentd writes")
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / "stdout.log").write_text("out")
+    (again / "link").symlink_to("/etc/passwd")
+    assert pack_folder(again) == pack_folder(again)  # the same bytes for the same folder
+    assert b"root:" not in pack_folder(again)  # a link is never followed
