@@ -74,7 +74,8 @@ async def archive_beside(config: Config, db: AsyncStore, clock: Clock) -> None:
 
 
 class Archiver:
-    """Uploads over one boto3 client (thread-safe), `concurrency` at a time, on worker threads."""
+    """Uploads over one boto3 client (thread-safe), `concurrency` at a time, on threads of its own at a lower
+    priority (BACKGROUND_NICE)."""
 
     def __init__(self, config: Config, db: AsyncStore, clock: Clock) -> None:
         assert config.archive.enabled
@@ -90,10 +91,6 @@ class Archiver:
         self._threads = ThreadPoolExecutor(
             self.settings.concurrency + 1, thread_name_prefix="agentd-archive", initializer=_in_the_background
         )
-
-    @classmethod
-    def of(cls, config: Config, db: AsyncStore, clock: Clock) -> Archiver | None:
-        return cls(config, db, clock) if config.archive.enabled else None
 
     async def start(self) -> None:
         """Archiving on: the queue fills from every outcome commit from now on (and with every sealed folder
