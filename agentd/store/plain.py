@@ -15,7 +15,7 @@ from typing import Any
 
 from agentd.clock import Clock, stored_ts
 from agentd.store.base import StoreBase, Tx, connect, dumps, parse_optional_ts, timestamp_text, ts
-from agentd.store.columns import CLAIMABLE, TASK_COLUMNS, TASK_FROM, event_filter
+from agentd.store.columns import CLAIMABLE
 from agentd.store.migrations import available_migrations, require_current
 from agentd.vocabulary import MACHINE_STATUS_OF
 
@@ -240,18 +240,6 @@ def enqueue_plain(store: StoreBase, new: dict[str, Any], now: datetime, event_pa
 # --- agentd approvals, approve, deny (store/control.py pending_approvals, resolve_approval) ------------
 
 
-def approval_rows(store: StoreBase) -> list[tuple[Any, ...]]:
-    """`pending_approvals`: (approval_id, task_id, task_type, subject, reason, requested_at text, scope)."""
-    return [
-        tuple(row)
-        for row in store.tx.execute(
-            """SELECT p.approval_id, p.task_id, t.task_type, t.subject, p.reason, p.requested_at, p.scope
-               FROM approvals p JOIN tasks t ON t.id = p.task_id
-               WHERE p.status = 'pending' ORDER BY p.requested_at, p.task_id"""
-        ).fetchall()
-    ]
-
-
 def calls_wait(store: StoreBase) -> bool:
     """Some tool call waits for a person (docs/policy.md)."""
     return store.tx.execute("SELECT 1 FROM held_calls WHERE status = 'pending' LIMIT 1").fetchone() is not None
@@ -344,91 +332,3 @@ def end_waiting(tx: Tx, task_id: int, outcome: dict[str, Any], now: datetime, by
     for (approval_id,) in rows:
         payload = {"approval_id": approval_id, "decision": "denied", "by": by, "note": f"task canceled: {summary}"}
         tx.event("approval_resolved", now, task_id=task_id, payload=payload)
-
-
-# --- agentd events (store/events.py read_events) ------------------------------------------------------
-
-
-def task_exists(store: StoreBase, task_id: int) -> bool:
-    return store.tx.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone() is not None
-
-
-def event_rows(
-    store: StoreBase,
-    *,
-    after: int,
-    task_id: int | None,
-    types: tuple[str, ...],
-    since: datetime | None,
-    limit: int,
-    last: bool,
-    before: int | None = None,
-    until: datetime | None = None,
-    newest_first: bool = False,
-) -> list[Any]:
-    """`read_events`' rows, before they are records: in sequence order (the newest `limit` with `last`;
-    newest first with `newest_first`)."""
-    where, params = event_filter(
-        after=after,
-        before=before,
-        task_id=task_id,
-        types=tuple(types),
-        since=None if since is None else ts(since),
-        until=None if until is None else ts(until),
-    )
-    order = "DESC" if last or newest_first else "ASC"
-    rows = store.tx.execute(
-        f"SELECT * FROM events WHERE {where} ORDER BY sequence {order} LIMIT ?", (*params, limit)
-    ).fetchall()
-    return rows[::-1] if last and not newest_first else rows
-
-
-# --- agentd task list (store/tasks.py list_tasks; store/columns.py TASK_COLUMNS) ------------------------
-
-
-def task_row(store: StoreBase, task_id: int) -> Any | None:
-    """`get_task`'s row, before it is a record."""
-    return store.tx.execute(f"SELECT {TASK_COLUMNS} FROM {TASK_FROM} WHERE t.id = ?", (task_id,)).fetchone()
-
-
-def attempt_rows(store: StoreBase, task_id: int) -> list[Any]:
-    """`attempts_of`' rows, before they are records: in attempt order."""
-    return store.tx.execute(
-        "SELECT * FROM task_attempts WHERE task_id = ? ORDER BY attempt_number", (task_id,)
-    ).fetchall()
-
-
-def last_attempt_rows(store: StoreBase, task_ids: list[int]) -> list[Any]:
-    """Each of these tasks' newest attempt row (what its state reads: agentd/outlook/states.py)."""
-    return store.tx.rows_in(
-        """SELECT a.* FROM task_attempts a WHERE a.task_id IN ({marks}) AND a.attempt_number =
-               (SELECT MAX(b.attempt_number) FROM task_attempts b WHERE b.task_id = a.task_id)""",
-        task_ids,
-    )
-
-
-def has_graph(store: StoreBase, task_id: int) -> bool:
-    """Whether a task is paused, linked (either way) or has follow-ups: what `task show` prints of those
-    is the full path's (agentd/cli/queue.py `_steering`)."""
-    found = store.tx.execute(
-        """SELECT EXISTS (SELECT 1 FROM task_pauses WHERE task_id = ?1)
-               OR EXISTS (SELECT 1 FROM task_links WHERE after_id = ?1 OR before_id = ?1)
-               OR EXISTS (SELECT 1 FROM tasks WHERE parent_task_id = ?1)""",
-        (task_id,),
-    ).fetchone()
-    return bool(found[0])
-
-
-def has_fleet_lease(store: StoreBase, task_id: int) -> bool:
-    """Whether `fleet_lease_of` has a lease to show for the task (a fleet's task: the full path shows it)."""
-    return store.tx.execute("SELECT 1 FROM fleet_leases WHERE task_id = ?", (task_id,)).fetchone() is not None
-
-
-def task_rows(store: StoreBase, statuses: tuple[str, ...], limit: int) -> list[Any]:
-    """`list_tasks`' rows, before they are records: newest first, only `statuses` when given."""
-    where = f"WHERE t.status IN ({', '.join('?' * len(statuses))})" if statuses else ""
-    return store.tx.execute(
-        f"""SELECT {TASK_COLUMNS} FROM {TASK_FROM} {where}
-            ORDER BY t.id DESC LIMIT ?""",
-        (*statuses, limit),
-    ).fetchall()

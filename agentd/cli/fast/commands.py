@@ -1,6 +1,6 @@
 """The hot commands without pydantic: `agentd status`, `task add`, `approvals`, `approve` and `deny` from the
-config's cached view (agentd/cli/fast/cache.py) and plain rows (agentd/store/plain.py); `events`,
-`task list` and `task show` are agentd/cli/fast/tasks.py's.
+config's cached view (agentd/cli/fast/cache.py) and plain rows (agentd/store/plain.py). `events`, `task list`
+and `task show` have one path already (agentd/cli/common.py `viewed_store`).
 
 Each function here answers only where it is sure to answer as the full path would, and returns None
 everywhere else (no view, a budget, --json of a record, anything refused): the command then runs the
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd.cli.common import config_path_from, json_object, wants_json
-from agentd.clock import SystemClock, format_ts, parse_ts
+from agentd.clock import SystemClock, format_ts
 from agentd.edge import Refused, check_json_size, check_value
 from agentd.schema_check import compile_check
 from agentd.vocabulary import TASK_STATUSES
@@ -268,24 +268,6 @@ def _enqueue(view: dict[str, Any], new: dict[str, Any], now: datetime) -> int | 
 
 
 # --- agentd approvals, approve --------------------------------------------------------------------
-
-
-def approvals(args: argparse.Namespace) -> list[dict[str, Any]] | None:
-    """What waits for approval, as agentd/store/control.py PendingApproval's fields; None where the full
-    path must answer (no view, a time that does not read)."""
-    from agentd.store.plain import approval_rows, calls_wait
-
-    with plain_reader(args) as opened:
-        if opened is None:
-            return None
-        rows = approval_rows(opened[1])
-        if calls_wait(opened[1]):
-            return None  # held tool calls too: the full path lists both (agentd/cli/steer.py)
-    keys = ("approval_id", "task_id", "task_type", "subject", "reason", "requested_at", "scope")
-    try:
-        return [{**dict(zip(keys, row, strict=True)), "requested_at": parse_ts(row[5])} for row in rows]
-    except (ValueError, TypeError):
-        return None
 
 
 def resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> str | None:
