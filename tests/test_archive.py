@@ -110,6 +110,21 @@ async def test_an_agent_without_archive_queues_nothing_and_enabling_queues_what_
 
 
 @pytest.mark.asyncio
+async def test_a_sensor_service_without_archive_turns_archiving_off(rig: Rig) -> None:
+    """[archive] removed from the config: the next sensor service start stops the queue growing (and retention may
+    take the folders again), so an archive given up never fills the disk."""
+    from agentd.archive.upload import archive_beside
+
+    rig.store.set_archiving(True)
+    await run_tasks(rig, 2)
+    await archive_beside(rig.config, rig.db, rig.clock)  # the rig's config has no [archive]
+    queue = rig.store.archive_queue()
+    assert (queue.enabled, queue.length) == (False, 0)
+    await run_tasks(rig, 1)
+    assert rig.store.archive_queue().length == 0
+
+
+@pytest.mark.asyncio
 async def test_retention_never_prunes_a_folder_still_waiting_for_the_bucket(rig: Rig) -> None:
     from agentd.evidence.retention import Cutoffs, apply_retention
 

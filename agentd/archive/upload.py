@@ -68,9 +68,13 @@ class Round:
 
 async def archive_beside(config: Config, db: AsyncStore, clock: Clock) -> None:
     """The archiver's rounds until cancelled, beside the sensor service's runs (docs/decisions.md, "The evidence
-    archive (issue 54)": why there); nothing without [archive]."""
+    archive (issue 54)": why there). Without [archive] (any more), archiving is turned off: nothing is queued from
+    now on, and what was queued is forgotten (retention may take those folders again)."""
     if config.archive.enabled:
         await Archiver(config, db, clock).run()
+        return
+    with contained(logger, "archive_off_failed: the queue is kept until the next start"):
+        await db.call(Store.set_archiving, False)
 
 
 class Archiver:
