@@ -100,6 +100,24 @@ async def test_after_100_attempts_every_sealed_folder_is_in_the_bucket_with_its_
 
 
 @pytest.mark.asyncio
+async def test_a_backlog_goes_in_bounded_rounds_and_the_head_is_witnessed_meanwhile(
+    archive_rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentd.archive import upload
+
+    monkeypatch.setattr(upload, "BATCH", 4)
+    monkeypatch.setattr(upload, "ROUND_BATCHES", 2)
+    rig = archive_rig
+    archiver = Archiver(rig.config, rig.db, rig.clock)
+    await archiver.start()
+    await run_tasks(rig, 10)
+    first = await archiver.step(rig.clock.now())
+    assert (first.uploaded, first.more) == (8, True) and first.witnessed == rig.store.chain_head()
+    second = await archiver.step(rig.clock.now())
+    assert (second.uploaded, second.more) == (2, False) and rig.store.archive_queue().length == 0
+
+
+@pytest.mark.asyncio
 async def test_an_agent_without_archive_queues_nothing_and_enabling_queues_what_is_on_disk(rig: Rig) -> None:
     await run_tasks(rig, 3)
     assert rig.store.archive_queue().length == 0  # no [archive]: the trigger is off

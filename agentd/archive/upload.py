@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 BACKOFF_FIRST_S = 2.0
 BACKOFF_MAX_S = 300.0
 BATCH = 64  # folders read from the queue at a time
+ROUND_BATCHES = 16  # batches in one round before the head's turn
 SEGMENT_EVENTS = 5000  # events per chain segment object
 BACKGROUND_NICE = 10  # the upload threads' niceness: on a busy VM the attempts and the commits come first
 T = TypeVar("T")
@@ -64,6 +65,7 @@ class Round:
     witnessed: tuple[int, str] | None = None
     down: str | None = None
     held_back: list[str] = field(default_factory=list)  # attempt ids whose folder could not be packed
+    more: bool = False  # a backlog is left: the next round comes at once
 
 
 async def archive_beside(config: Config, db: AsyncStore, clock: Clock) -> None:
@@ -108,12 +110,13 @@ class Archiver:
         started = False
         try:
             while True:
+                done = Round()  # a round that raised: the next one after poll_s, never at once
                 with contained(logger, "archive_round_failed: retrying in %.0fs", self.settings.poll_s):
                     if not started:  # a start that failed (the database busy past its wait) is tried again
                         await self.start()
                         started = True
-                    await self.step(self.clock.now())
-                await anyio.sleep(self.settings.poll_s)
+                    done = await self.step(self.clock.now())
+                await anyio.sleep(0 if done.more else self.settings.poll_s)
         finally:
             self._threads.shutdown(wait=False, cancel_futures=True)
 
@@ -143,7 +146,12 @@ class Archiver:
     # --- attempt folders ------------------------------------------------------------------------------
 
     async def _upload_due(self, now: datetime, done: Round) -> None:
-        while due := await self.db.read(Store.archive_due, now, BATCH):
+        """Due folders, BATCH at a time, up to ROUND_BATCHES batches: a backlog larger than that leaves `more` set
+        and goes on in the next round at once, after the head's turn (never starved by a queue that keeps filling)."""
+        for _ in range(ROUND_BATCHES):
+            due = await self.db.read(Store.archive_due, now, BATCH)
+            if not due:
+                return
             uploaded: list[str] = []
             failed: list[ArchiveUnavailable] = []
             async with anyio.create_task_group() as group:
@@ -155,6 +163,7 @@ class Archiver:
                 raise failed[0]
             if len(due) < BATCH:
                 return
+        done.more = True
 
     async def _upload_guarded(
         self, queued: QueuedFolder, now: datetime, uploaded: list[str], failed: list[ArchiveUnavailable], done: Round
