@@ -27,7 +27,20 @@ sys.path.insert(0, str(REPO))
 
 from agentd.services.fleet import MAX_CLAIM  # noqa: E402
 from agentd.store import Store  # noqa: E402
-from bench import console, deployed, endtoend, fleet, gateway, latency, peers, processes, raw, scale_row, store_rows  # noqa: E402
+from bench import (  # noqa: E402
+    archive,
+    console,
+    deployed,
+    endtoend,
+    fleet,
+    gateway,
+    latency,
+    peers,
+    processes,
+    raw,
+    scale_row,
+    store_rows,
+)
 from bench.agent import bulk_tasks, fresh, write_noop_script  # noqa: E402, F401  (the slow test uses the first two)
 from bench.report import Goal, Samples, machine_facts, render  # noqa: E402
 
@@ -107,6 +120,19 @@ GATEWAY_FIRST_BYTE = "gateway overhead: a stream's first byte, p50"
 GATEWAY_RSS = "gateway overhead: RSS of {:,} held streams"
 
 
+ARCHIVE_DRAIN = "archive: the drain beside agentd sensors, {}"
+ARCHIVE_RATE = "archive: attempts in the bucket per second, from the drain's start"
+
+
+def archive_goals() -> list[Goal]:
+    """Issue 54's: archiving keeps up with the drain of no-op scripts, and does not slow it."""
+    with_archive, without = ARCHIVE_DRAIN.format("with [archive]"), ARCHIVE_DRAIN.format("without")
+    return [
+        Goal("archiving keeps up with ≥ 50 attempts/s", ARCHIVE_RATE, None, 50, True),
+        Goal("the drain with archiving ≥ 0.95× without (≤ 5% slower)", with_archive, without, 0.95, True),
+    ]
+
+
 def fleet_rate(claimers: int, limit: int) -> str:
     return f"fleet claim + complete: {claimers} claimer processes, claim limit {limit}"
 
@@ -133,8 +159,8 @@ def batch_add(lines: int, side: str) -> str:
 
 def goals(sizes: Sizes) -> list[Goal]:
     """Issue #43's table first (what an operator waits for), then the older goals it left standing, then
-    the model gateway's (issue 51), then the fleet at scale's (issue 55)."""
-    return issue_43(sizes) + older_goals(sizes) + gateway_goals(sizes) + scale_row.goals(sizes.scale)
+    the model gateway's (issue 51), then the fleet at scale's (issue 55) and the archive's (issue 54)."""
+    return issue_43(sizes) + older_goals(sizes) + gateway_goals(sizes) + scale_row.goals(sizes.scale) + archive_goals()
 
 
 def gateway_goals(sizes: Sizes) -> list[Goal]:
@@ -372,6 +398,16 @@ def measure_gateway(samples: Samples, sizes: Sizes) -> None:
     samples.add(GATEWAY_RSS.format(numbers.streams), "MB", numbers.rss_held_mb - numbers.rss_before_mb)
 
 
+def measure_archive(samples: Samples, folder: Path, sizes: Sizes) -> None:
+    """The end-to-end drain beside `agentd sensors`, without [archive] then with it (bench/archive.py)."""
+    with archive.s3_server() as endpoint:
+        plain = archive.drain(folder / "without", sizes.e2e_tasks, None)
+        archived = archive.drain(folder / "with", sizes.e2e_tasks, endpoint)
+    samples.add(ARCHIVE_DRAIN.format("without"), "tasks/s", plain.tasks_per_s)
+    samples.add(ARCHIVE_DRAIN.format("with [archive]"), "tasks/s", archived.tasks_per_s)
+    samples.add(ARCHIVE_RATE, "attempts/s", archived.archived_per_s or 0.0)
+
+
 def measure_startup(samples: Samples, config_path: Path, folder: Path, runs: int) -> None:
     """Each command's wall and CPU time, `runs` times, one after another; a dispatcher's start to READY;
     and the imports that cost each command most (the last repetition's, in the report's last section)."""
@@ -413,6 +449,7 @@ ROWS = (
     scale_row.ROW,
     "console",
     "gateway",
+    "archive",
     "start-up",
     "idle",
 )
@@ -473,6 +510,7 @@ def measure_all(
         "fleet": lambda _folder: measure_fleet(samples, rig, sizes, fleet_reason),
         "console": lambda folder: measure_console(samples, folder / "console", sizes),
         "gateway": lambda _folder: measure_gateway(samples, sizes),
+        "archive": lambda folder: measure_archive(samples, folder / "archive", sizes),
         "start-up": lambda _folder: measure_startup(samples, startup_config, tmp / "dispatcher", sizes.startup_runs),
     }
     for rep in range(sizes.reps):
@@ -567,6 +605,12 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str, scale_server
         "from /proc/PID/stat (10 ms ticks), then stopped; the last section lists the imports that cost "
         f"{', '.join(f'`{name}`' for name in (*IMPORTS_OF, DISPATCH_IMPORTS))} most (PYTHONPROFILEIMPORTTIME, one "
         "run each; the dispatcher's from a drain of its empty queue, which imports what the service does but sdnotify)",
+        f"- archive (issue 54, bench/archive.py): {sizes.e2e_tasks} no-op script tasks drained by `agentd dispatch "
+        "--until-idle` beside a serving `agentd sensors` (no sensors, metrics off), first without [archive], then "
+        "with it (moto's S3 server on loopback at nice 19, standing for a remote bucket; object lock on). Each side "
+        "first drains as many untimed: with [archive] their sealed folders are a backlog uploaded during the timed "
+        "drain, so the archive runs flat out beside it. Each timed drain's rate, and the attempts in the bucket "
+        "per second (backlog and drain) from the timed drain's start until the archive's queue is empty",
         "- idle: `agentd dispatch`, `agentd sensors` and `agentd web` as services on an agent of their own (no "
         "sensors, metrics on a free loopback port), started at each repetition's beginning; "
         f"{sizes.idle_settle_s:g} s later the window "

@@ -57,6 +57,7 @@ ALERTS = {
     "AgentdAttemptRunningLong",
     "AgentdSensorFailing",
     "AgentdBootSweeps",
+    "AgentdArchiveBehind",
     "AgentdFleetUnreachable",
     "AgentdFleetQueueDown",
     "AgentdFleetLeasesLost",

@@ -310,6 +310,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"oldest claimable task: waiting {age(oldest)}" if oldest is not None else "oldest claimable task: none")
     if shown["next_available_at"]:
         print(f"next waiting task due: {ago(parse_ts(shown['next_available_at']), now)}")
+    _print_archive(shown.get("archive"))
     for run in shown["running"]:
         _print_running(run, now)
     for service in shown["services"]:
@@ -317,6 +318,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not shown["services"]:
         print("no service has run against this database yet")
     return 0
+
+
+def _print_archive(archive: dict[str, Any] | None) -> None:
+    """The archive's queue (docs/backup-and-archive.md, "Archive"): sealed folders not yet in the bucket."""
+    if not archive:
+        return
+    oldest = f", the oldest sealed {age(archive['oldest_age_s'])} ago" if archive["oldest_age_s"] is not None else ""
+    off = "" if archive["enabled"] else " (archiving is off: [archive] bucket is not set)"
+    print(f"archive  {archive['queued']} sealed attempt folder(s) not yet in the bucket{oldest}{off}")
 
 
 def _print_violations(shown: dict[str, Any], now: datetime) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentd import frozen_value
+from agentd.config.archive import ArchiveSection
 from agentd.config.environment import environment_overrides, overlay
 from agentd.config.gateway import GatewaySection
 from agentd.config.parsed import UnusableFile, nul_problems, read_toml
@@ -106,6 +107,7 @@ class Config:
     web: WebSection = field(default_factory=WebSection)  # [web]: `agentd web` (docs/web.md)
     telemetry: TelemetrySection = field(default_factory=TelemetrySection)  # [telemetry] (docs/telemetry.md)
     gateway: GatewaySection = field(default_factory=GatewaySection)  # [gateway] (docs/gateway.md)
+    archive: ArchiveSection = field(default_factory=ArchiveSection)  # [archive] (docs/backup-and-archive.md)
     # Where each payload schema was read from: kept so the cached view's key holds every file the load
     # read (agentd/cli/fast/view.py `named_paths` finds each path a Config holds).
     payload_schema_files: Mapping[str, Path] = field(default_factory=dict)
@@ -196,6 +198,7 @@ def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
     for key in ("soul_path", "purpose_path"):
         fix(raw.get("constitution"), key)
     fix(raw.get("fleet"), "dsn_file")
+    fix(raw.get("archive"), "credentials_file")
     for key in ("state_dir", "skills_dir", "sensors_dir", "workspace", "run_dir"):
         fix(raw.get("paths"), key)
     for handler in raw.get("message_handlers") or []:
@@ -329,6 +332,7 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         web=settings.web,
         telemetry=settings.telemetry,
         gateway=settings.gateway,
+        archive=settings.archive,
         skills=skills,
         sensor_definitions=sensors,
         soul_text=texts["soul_path"],

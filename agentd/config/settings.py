@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentd.config.addresses import HostName, ListenAddress
+from agentd.config.archive import ArchiveSection
 from agentd.config.gateway import GatewaySection
 from agentd.edge import quoted
 from agentd.records import (
@@ -378,6 +379,7 @@ class Settings(Section):
     web: WebSection = WebSection()
     telemetry: TelemetrySection = TelemetrySection()
     gateway: GatewaySection = GatewaySection()
+    archive: ArchiveSection = ArchiveSection()
     chaos: ChaosSection = ChaosSection()
     adapters: list[AdapterConfig] = Field(min_length=1)
     profiles: list[SubagentProfile] = Field(min_length=1)

@@ -34,7 +34,7 @@ from agentd.records import (
     RunningAttempt,
     Spend,
 )
-from agentd.store import HeldCall, Pause, Store
+from agentd.store import ArchiveQueue, HeldCall, Pause, Store
 
 if TYPE_CHECKING:
     from agentd.config import Config
@@ -87,6 +87,7 @@ class Outlook:
     failed_messages: int
     lock_holder: LockHolder | None
     chain_head: tuple[int, str] | None
+    archive: ArchiveQueue | None = None  # sealed folders not yet in [archive]'s bucket (docs/backup-and-archive.md)
 
 
 def read_outlook(store: Store, config: Config | None, now: datetime) -> Outlook:
@@ -105,6 +106,7 @@ def read_outlook(store: Store, config: Config | None, now: datetime) -> Outlook:
             store.failed_message_count(),
             store.dispatch_lock_holder(),
             store.chain_head(),
+            store.archive_queue(),
         )
 
 
@@ -197,6 +199,7 @@ def agent_snapshot(agent: AgentView, store: Store, now: datetime, whole: Callabl
         if summary.oldest_pending_at
         else None,
         "next_available_at": format_ts(summary.next_available_at) if summary.next_available_at else None,
+        "archive": archive_view(seen.archive, now),
         "running": [
             {
                 "task_id": r.task_id,
@@ -298,4 +301,16 @@ def budget_report(config: Config, outlook: BudgetOutlook | None) -> dict[str, An
         "holding": None
         if outlook.hold is None
         else {"reason": outlook.hold.reason, "until": format_ts(outlook.hold.until), "waiting": outlook.waiting},
+    }
+
+
+def archive_view(queue: ArchiveQueue | None, now: datetime) -> dict[str, Any] | None:
+    """The archive's queue as `agentd status` shows it: None while archiving is off and nothing waits."""
+    if queue is None or not (queue.enabled or queue.length):
+        return None
+    oldest = queue.oldest
+    return {
+        "enabled": queue.enabled,
+        "queued": queue.length,
+        "oldest_age_s": (now - oldest).total_seconds() if oldest else None,
     }

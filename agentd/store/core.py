@@ -18,6 +18,7 @@ from agentd.errors import InputError, SchemaMismatch
 from agentd.faults import os_storage_error, storage_error
 from agentd.process.files import hand_over, private_folders, write_new
 from agentd.records import AttemptEnd
+from agentd.store.archive import ArchiveVerbs
 from agentd.store.attempts import AttemptVerbs, BundleHistory
 from agentd.store.base import SERVICE_BUSY_RETRY_S, connect
 from agentd.store.budget import BudgetVerbs
@@ -94,6 +95,7 @@ class Store(
     WebVerbs,
     ChartVerbs,
     ResetVerbs,
+    ArchiveVerbs,
 ):
     """Domain verbs over one connection, one group per concept (each extends StoreBase directly);
     each public verb is at most one transaction."""
