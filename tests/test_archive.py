@@ -23,6 +23,8 @@ from agentd.archive.location import Location, attempt_key
 from agentd.archive.upload import Archiver, backoff_s
 from agentd.evidence.rollback import publish_head
 
+pytestmark = pytest.mark.process  # an S3 server of its own (moto), a real child process
+
 RETENTION_DAYS = 30  # past the real date the S3 server keeps (the fake clock starts 2026-11-22)
 
 

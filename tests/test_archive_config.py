@@ -87,6 +87,7 @@ def test_each_bad_value_is_named(tmp_path: Path, archive: dict[str, Any], said: 
     assert any(said in p for p in found), found
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_the_cli_says_a_bad_archive_url_in_one_line_and_exits_2(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "agentd", "evidence", "verify", "--archive", "s3://No_Such/", "--agent", "demo"],
@@ -98,6 +99,7 @@ def test_the_cli_says_a_bad_archive_url_in_one_line_and_exits_2(tmp_path: Path) 
     assert run.returncode == 2 and "expected an S3 bucket name" in run.stderr and len(run.stderr.splitlines()) <= 3
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_agentd_version_does_not_import_boto3() -> None:
     run = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "agentd", "--version"], capture_output=True, text=True, timeout=60

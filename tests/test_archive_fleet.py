@@ -16,6 +16,8 @@ from test_archive import archived, cli, rolled_back
 
 from agentd.store import FleetQueue
 
+pytestmark = pytest.mark.process  # an S3 server of its own (moto), a real child process
+
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[S3Server]:
