@@ -100,8 +100,9 @@ fleet-chaos: $(VENV)/.installed-test
 	$(BIN)/python tests/fleet_chaos.py --tasks 300 --kills 24
 
 ## bench: issue #13's goals side by side (agentd, raw sqlite3, huey, persist-queue, a bare spawn) and issue #25's
-## fleet row (8 claimers, one PostgreSQL), five interleaved repetitions, PASS/FAIL per goal; rewrites
-## bench/BENCHMARKS.md (about 2½ minutes on 2 cores)
+## fleet row (8 claimers, one PostgreSQL), five interleaved repetitions, PASS/FAIL per goal, then issue 55's fleet
+## at scale once (100, 300 and 1,000 simulated agents; about 10 minutes more); rewrites
+## bench/BENCHMARKS.md (about 2½ minutes on 2 cores without the fleet at scale)
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/run.py --write
 

@@ -40,6 +40,11 @@ ExitStatus = Literal[
 ]  # seed 000 §8; a boot-swept attempt is error, diagnostics exit_seen false
 RetryClass = Literal["none", "retryable", "permanent"]
 SideEffects = Literal["none", "possible"]  # none: the adapter never started
+OUTCOME_STATUSES: tuple[str, ...] = get_args(OutcomeStatus)
+MACHINE_STATUSES: tuple[str, ...] = get_args(MachineStatus)
+EXIT_STATUSES: tuple[str, ...] = get_args(ExitStatus)
+RETRY_CLASSES: tuple[str, ...] = get_args(RetryClass)
+SIDE_EFFECTS: tuple[str, ...] = get_args(SideEffects)
 
 OriginSurface = Literal["browser", "mobile", "desktop", "web", "product-api", "cli"]  # seed 003 §7, and `cli`
 DispatchMode = Literal["interactive", "queued", "scheduled", "remote"]

@@ -181,19 +181,10 @@ class Rig:
     claimers: Claimers
 
     def describe(self) -> str:
-        """The server as the row found it: its version and the settings that bear on a commit."""
-        with fleet_connect.connect(self.cluster.dsn()) as conn, conn.cursor() as cur:
-            cur.execute(SERVER)
-            found = cur.fetchone()
-        return f"{found['version']}; {found['settings']}"
+        return describe(self.cluster.dsn())
 
     def require_durable(self) -> None:
-        """The row is only meaningful at a deployment's durability: refuse a server that is not."""
-        with fleet_connect.connect(self.cluster.dsn()) as conn, conn.cursor() as cur:
-            cur.execute(DURABILITY)
-            found = cur.fetchone()
-        if (found["fsync"], found["synchronous_commit"]) != ("on", "on"):
-            raise BrokenDrain(f"the fleet row needs fsync=on and synchronous_commit=on; the server has {found}")
+        require_durable(self.cluster.dsn())
 
     def claim_complete(self, count: int, limit: int) -> Drained:
         """Completions/s over `count` queued tasks in a fresh database, checked before it counts."""
@@ -213,6 +204,23 @@ class Rig:
             claimer_us=sum(report.cpu_s for report in reports) / count * 1e6,
             server_us=sum(report.server_cpu_s for report in reports) / count * 1e6,
         )
+
+
+def describe(dsn: str) -> str:
+    """The server as the row found it: its version and the settings that bear on a commit."""
+    with fleet_connect.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute(SERVER)
+        found = cur.fetchone()
+    return f"{found['version']}; {found['settings']}"
+
+
+def require_durable(dsn: str) -> None:
+    """The row is only meaningful at a deployment's durability: refuse a server that is not."""
+    with fleet_connect.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute(DURABILITY)
+        found = cur.fetchone()
+    if (found["fsync"], found["synchronous_commit"]) != ("on", "on"):
+        raise BrokenDrain(f"the fleet row needs fsync=on and synchronous_commit=on; the server has {found}")
 
 
 @contextmanager

@@ -43,6 +43,9 @@ def startup_commands(config_path: Path) -> dict[str, list[str]]:
         "agentd status": agentd_argv(config_path, "status"),
         "agentd task add": agentd_argv(config_path, "task", "add", "--type", "example", "--subject", "bench"),
         "agentd task show": agentd_argv(config_path, "task", "show", "1"),  # the task the first `task add` made
+        "agentd task list": agentd_argv(config_path, "task", "list"),
+        "agentd events": agentd_argv(config_path, "events"),
+        "agentd approvals": agentd_argv(config_path, "approvals"),
     }
 
 

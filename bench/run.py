@@ -27,7 +27,21 @@ sys.path.insert(0, str(REPO))
 
 from agentd.services.fleet import MAX_CLAIM  # noqa: E402
 from agentd.store import Store  # noqa: E402
-from bench import backup, console, deployed, endtoend, fleet, gateway, latency, peers, processes, raw, store_rows  # noqa: E402
+from bench import (  # noqa: E402
+    archive,
+    backup,
+    console,
+    deployed,
+    endtoend,
+    fleet,
+    gateway,
+    latency,
+    peers,
+    processes,
+    raw,
+    scale_row,
+    store_rows,
+)
 from bench.agent import bulk_tasks, fresh, write_noop_script  # noqa: E402, F401  (the slow test uses the first two)
 from bench.report import Goal, Samples, machine_facts, render  # noqa: E402
 
@@ -56,13 +70,16 @@ class Sizes:
     gateway_calls: int
     gateway_streams: int
     backup_attempts: int
+    scale: scale_row.ScaleSizes = scale_row.FULL
 
 
 FULL = Sizes(
     5, 300, 2_000, 1_000, 200, 1_000, 1_000_000, 20_000, 3, 3.0, 5_000, 8, 10_000, 200, 1_000, 22_000, 10_000, 40, 0.25,
     1_000, 200, 10_000,
 )  # fmt: skip
-QUICK = Sizes(1, 3, 20, 20, 10, 1_000, 10_000, 200, 1, 1.0, 200, 8, 200, 5, 20, 500, 100, 3, 0.05, 30, 20, 20)
+QUICK = Sizes(
+    1, 3, 20, 20, 10, 1_000, 10_000, 200, 1, 1.0, 200, 8, 200, 5, 20, 500, 100, 3, 0.05, 30, 20, 20, scale_row.QUICK
+)  # fmt: skip
 
 # Sample names (the measurement table's rows) that the goals refer to.
 E2E_AGENTD = "end to end: agentd dispatch --until-idle"
@@ -108,6 +125,19 @@ GATEWAY_FIRST_BYTE = "gateway overhead: a stream's first byte, p50"
 GATEWAY_RSS = "gateway overhead: RSS of {:,} held streams"
 
 
+ARCHIVE_DRAIN = "archive: the drain beside agentd sensors, {}"
+ARCHIVE_RATE = "archive: attempts in the bucket per second, from the drain's start"
+
+
+def archive_goals() -> list[Goal]:
+    """Issue 54's: archiving keeps up with the drain of no-op scripts, and does not slow it."""
+    with_archive, without = ARCHIVE_DRAIN.format("with [archive]"), ARCHIVE_DRAIN.format("without")
+    return [
+        Goal("archiving keeps up with ≥ 50 attempts/s", ARCHIVE_RATE, None, 50, True),
+        Goal("the drain with archiving ≥ 0.95× without (≤ 5% slower)", with_archive, without, 0.95, True),
+    ]
+
+
 def fleet_rate(claimers: int, limit: int) -> str:
     return f"fleet claim + complete: {claimers} claimer processes, claim limit {limit}"
 
@@ -134,8 +164,15 @@ def batch_add(lines: int, side: str) -> str:
 
 def goals(sizes: Sizes) -> list[Goal]:
     """Issue #43's table first (what an operator waits for), then the older goals it left standing, then
-    the model gateway's (issue 51) and the backup's (issue 54)."""
-    return issue_43(sizes) + older_goals(sizes) + gateway_goals(sizes) + backup_goals(sizes)
+    the model gateway's (issue 51), then the fleet at scale's (issue 55), the archive's and the backup's (issue 54)."""
+    return (
+        issue_43(sizes)
+        + older_goals(sizes)
+        + gateway_goals(sizes)
+        + scale_row.goals(sizes.scale)
+        + archive_goals()
+        + backup_goals(sizes)
+    )
 
 
 def backup_goals(sizes: Sizes) -> list[Goal]:
@@ -192,6 +229,9 @@ def issue_43(sizes: Sizes) -> list[Goal]:
         Goal("`agentd task add` ≤ 150 ms", "start-up: agentd task add", None, 150, False),
         Goal("`agentd status` ≤ 150 ms", "start-up: agentd status", None, 150, False),
         Goal("`agentd task show` ≤ 150 ms", "start-up: agentd task show", None, 150, False),
+        Goal("`agentd task list` ≤ 150 ms", "start-up: agentd task list", None, 150, False),
+        Goal("`agentd events` ≤ 150 ms", "start-up: agentd events", None, 150, False),
+        Goal("`agentd approvals` ≤ 150 ms", "start-up: agentd approvals", None, 150, False),
         *(Goal(f"idle `agentd {name}` ≤ 0.1% of a core", IDLE_CPU.format(name), None, 0.1, False) for name in IDLE),
         *(Goal(f"idle `agentd {name}` ≤ 60 MB RSS", IDLE_RSS.format(name), None, 60, False) for name in IDLE),
         Goal("evidence verify ≥ 2,000 attempts/s", VERIFY_ITSELF, None, 2_000, True),
@@ -383,6 +423,16 @@ def measure_gateway(samples: Samples, sizes: Sizes) -> None:
     samples.add(GATEWAY_RSS.format(numbers.streams), "MB", numbers.rss_held_mb - numbers.rss_before_mb)
 
 
+def measure_archive(samples: Samples, folder: Path, sizes: Sizes) -> None:
+    """The end-to-end drain beside `agentd sensors`, without [archive] then with it (bench/archive.py)."""
+    with archive.s3_server() as endpoint:
+        plain = archive.drain(folder / "without", sizes.e2e_tasks, None)
+        archived = archive.drain(folder / "with", sizes.e2e_tasks, endpoint)
+    samples.add(ARCHIVE_DRAIN.format("without"), "tasks/s", plain.tasks_per_s)
+    samples.add(ARCHIVE_DRAIN.format("with [archive]"), "tasks/s", archived.tasks_per_s)
+    samples.add(ARCHIVE_RATE, "attempts/s", archived.archived_per_s or 0.0)
+
+
 def measure_startup(samples: Samples, config_path: Path, folder: Path, runs: int) -> None:
     """Each command's wall and CPU time, `runs` times, one after another; a dispatcher's start to READY;
     and the imports that cost each command most (the last repetition's, in the report's last section)."""
@@ -428,8 +478,10 @@ ROWS = (
     "sensor ingest",
     "task add --batch",
     "fleet",
+    scale_row.ROW,
     "console",
     "gateway",
+    "archive",
     "start-up",
     "backup",
     "idle",
@@ -445,15 +497,27 @@ def parse_only(text: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def measure(sizes: Sizes, tmp: Path, only: frozenset[str] = frozenset(ROWS)) -> tuple[Samples, str]:
-    """Every row named in `only`, and the PostgreSQL the fleet row ran against (or why it did not run)."""
+@dataclass
+class Measured:
+    samples: Samples
+    server: str  # the PostgreSQL the fleet row ran against, or why it did not run
+    scale_server: str  # the fleet at scale's
+    scale_runs: list[scale_row.Run]
+
+
+def measure(sizes: Sizes, tmp: Path, only: frozenset[str] = frozenset(ROWS)) -> Measured:
+    """Every row named in `only`; the fleet at scale's once, after the repetitions, on a PostgreSQL of its own."""
     with contextlib.ExitStack() as stack:
         reason = fleet.why_not() if "fleet" in only else "not selected (--only)"
         if reason is None:
             say(f"starting PostgreSQL and {sizes.fleet_claimers} fleet claimers")
         rig = None if reason else stack.enter_context(fleet.rig(sizes.fleet_claimers))
         server = f"none ({reason})" if rig is None else rig.describe()
-        return measure_all(sizes, tmp, rig, reason, only), server
+        samples = measure_all(sizes, tmp, rig, reason, only)
+    if scale_row.ROW not in only:
+        return Measured(samples, server, "not selected (--only)", [])
+    runs, scale_server = scale_row.measure(samples, sizes.scale)
+    return Measured(samples, server, scale_server, runs)
 
 
 def measure_all(
@@ -483,6 +547,7 @@ def measure_all(
         "fleet": lambda _folder: measure_fleet(samples, rig, sizes, fleet_reason),
         "console": lambda folder: measure_console(samples, folder / "console", sizes),
         "gateway": lambda _folder: measure_gateway(samples, sizes),
+        "archive": lambda folder: measure_archive(samples, folder / "archive", sizes),
         "start-up": lambda _folder: measure_startup(samples, startup_config, tmp / "dispatcher", sizes.startup_runs),
         "backup": lambda folder: measure_backup(samples, backed_up, folder / "backup", sizes.backup_attempts),
     }
@@ -517,7 +582,7 @@ def say(text: str) -> None:
 # --- the report -----------------------------------------------------------------------------------
 
 
-def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]:
+def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str, scale_server: str) -> list[str]:
     how = "`make bench-quick` (tiny sizes, one repetition: proves the suite runs; nothing judged)"
     if not quick:
         how = f"`make bench`: {sizes.reps} interleaved repetitions"
@@ -527,6 +592,7 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]
         *machine_facts(),
         f"- peers: {peers.describe('huey')}; {peers.describe('persist-queue')}",
         f"- the fleet's PostgreSQL: {server}",
+        f"- the fleet at scale's PostgreSQL: {scale_server}",
         "- agentd: WAL, synchronous=FULL; raw sqlite3: the same migrated file and pragmas, no validation or events",
         "",
         "What each row runs:",
@@ -577,6 +643,12 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]
         "from /proc/PID/stat (10 ms ticks), then stopped; the last section lists the imports that cost "
         f"{', '.join(f'`{name}`' for name in (*IMPORTS_OF, DISPATCH_IMPORTS))} most (PYTHONPROFILEIMPORTTIME, one "
         "run each; the dispatcher's from a drain of its empty queue, which imports what the service does but sdnotify)",
+        f"- archive (issue 54, bench/archive.py): {sizes.e2e_tasks} no-op script tasks drained by `agentd dispatch "
+        "--until-idle` beside a serving `agentd sensors` (no sensors, metrics off), first without [archive], then "
+        "with it (moto's S3 server on loopback at nice 19, standing for a remote bucket; object lock on). Each side "
+        "first drains as many untimed: with [archive] their sealed folders are a backlog uploaded during the timed "
+        "drain, so the archive runs flat out beside it. Each timed drain's rate, and the attempts in the bucket "
+        "per second (backlog and drain) from the timed drain's start until the archive's queue is empty",
         f"- backup (issue 54): one agent whose `agentd dispatch --until-idle` ran {sizes.backup_attempts:,} no-op "
         "tasks (built once, not timed); each repetition: `agentd backup` into an empty folder, again into the same "
         "folder (every sealed folder already there: only the database, config and manifest are written), then "
@@ -603,6 +675,14 @@ def intro(sizes: Sizes, quick: bool, elapsed_s: float, server: str) -> list[str]
         "`claimed` and `completed` event each and no other (no write refused, no lease expired). CPU per "
         "completion: the claimers' own (getrusage) and their backends' (/proc/PID/stat), whatever else the "
         "machine runs",
+        f"- fleet at scale (issue 55, bench/fleet_scale.py): once per run, not per repetition, on a PostgreSQL of its "
+        f"own (as the fleet row's, max_connections={sizes.scale.max_connections:,}): "
+        f"{', '.join(f'{n:,}' for n in sizes.scale.agents)} simulated agents over {sizes.scale.tasks:,} queued tasks, "
+        "each agent a thread looping agentd's own `FleetQueue.claim` (limit 1), `renew_all` halfway through a "
+        f"simulated attempt of {sizes.scale.work_s:g} s on average, then `finish`; with a connection each (where "
+        f"the server has room) and pooled ({sizes.scale.pool} connections per process, psycopg_pool). Each run is "
+        "checked in PostgreSQL's history (each task claimed by one live lease at a time, completed at most once, by "
+        "its last claim's token); its table is the last section",
     ]
 
 
@@ -629,11 +709,13 @@ def main() -> int:
     warm_bytecode()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp:
-        samples, server = measure(sizes, Path(tmp), args.only)
-    lines = intro(sizes, args.quick, time.perf_counter() - started, server)
+        measured = measure(sizes, Path(tmp), args.only)
+    samples = measured.samples
+    lines = intro(sizes, args.quick, time.perf_counter() - started, measured.server, measured.scale_server)
     # --only: the goals of the rows left out are left out of the table too.
     shown = [goal for goal in goals(sizes) if samples.has(goal.subject) or goal.subject in samples.skipped]
     report = render("agentd benchmarks", lines, shown, samples, judge=not args.quick)
+    report += "\n".join(["", *scale_row.table(measured.scale_runs, sizes.scale)])
     print(report)
     if args.write:
         (REPO / "bench" / "BENCHMARKS.md").write_text(report, encoding="utf-8")

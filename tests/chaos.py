@@ -35,6 +35,7 @@ import privsep
 from fakemodel import FakeModelServer, Reply
 from hostile_console import HostileConsoleClient
 from hostile_http import Answer, HostileReceiver, answer
+from s3server import KEYS, start_s3
 from support import REPO, agent_config, ok, outcome_disagreements
 
 from agentd.clock import SystemClock
@@ -483,6 +484,7 @@ class Chaos:
         self.webhook = HostileReceiver(hostile_answer)
         self.model = FakeModelServer(turns=[], default=Reply("ok", input_tokens=5, output_tokens=3))
         self.model.__enter__()  # what the gateway's attempts call (tests/adapters/gateway_caller.py)
+        self.s3 = start_s3()  # [archive]'s bucket: the sensor service uploads as it is killed (issue 54)
         self.config_path = self._configure()
         self.config = load_config(self.config_path)
         logs = directory / "logs"
@@ -534,6 +536,7 @@ class Chaos:
         )
         hook_env = self._hook_env()
         gateway_env = self._secret_file("gateway.env", f"ANTHROPIC_API_KEY={GATEWAY_KEY}\n")
+        s3_env = self._secret_file("s3.env", "".join(f"{k}={v}\n" for k, v in KEYS.items()))
         adapter_env = self._secret_file("scripted.env", f"API_KEY='{SECRET}'\n")
         side_log = str(self.workspace / "side-effects.log")
 
@@ -550,6 +553,15 @@ class Chaos:
             add_usage_surfaces(raw)
             add_policy_attack(raw)
             add_gateway_calls(raw, self.model.url, gateway_env, network=self.agent is not None)
+            raw["archive"] = {
+                "bucket": self.s3.bucket("chaos"),
+                "endpoint_url": self.s3.url,
+                "credentials_file": str(s3_env),
+                "retention_days": 30,
+                "head_interval_s": 1,
+                "poll_s": 0.3,
+                "timeout_s": 5,
+            }
             raw["schedules"] = [
                 {
                     "schedule_id": "chaos-tick",
@@ -706,7 +718,10 @@ class Chaos:
         self.memory.stop()
         self.webhook.close()
         self.model.__exit__(None, None, None)
-        report = self.check()
+        try:
+            report = self.check()
+        finally:
+            self.s3.stop()
         report.seconds = time.monotonic() - started
         return report
 
@@ -746,6 +761,7 @@ class Chaos:
                     for t in tasks
                 )
                 sensed = {r for (r,) in store._conn.execute("SELECT dedupe_key FROM sensor_events").fetchall()}
+                busy = busy or store.archive_queue().length > 0  # every sealed folder in the bucket
                 quiet = quiet + 1 if not busy and set(self.valid_keys) <= sensed else 0
         finally:
             store.close()
@@ -838,6 +854,24 @@ class Chaos:
 
     # --- the proof -----------------------------------------------------------------------------------
 
+    def _archived(self, store: Store) -> list[str]:
+        """The bucket after every SIGKILL of the sensor service mid-upload: each sealed folder there with the
+        manifest hash its event recorded, or still queued (a drain the deadline cut short: nothing lost), and the
+        auditor's check from the bucket alone clean."""
+        from agentd.archive.audit import audit_archive
+        from agentd.archive.bucket import Bucket
+        from agentd.archive.location import Location, attempt_key
+
+        bucket = Bucket(Location.of(self.config.archive), self.config.agent.agent_id, KEYS)
+        queued = {row[0] for row in store._conn.execute("SELECT attempt_id FROM archive_queue")}
+        tasks = {a.attempt_id: a.task_id for a in store.all_attempts()}
+        problems = []
+        for attempt_id, (_, sha256) in store.sealed_manifests().items():
+            stored = None if attempt_id in queued else bucket.get(attempt_key(tasks[attempt_id], attempt_id))
+            if attempt_id not in queued and (stored is None or stored.metadata.get("manifest-sha256") != sha256):
+                problems.append(f"attempt {attempt_id}: {'lost' if stored is None else 'another hash'}")
+        return problems + [str(finding) for finding in audit_archive(bucket).findings]
+
     def check(self) -> Report:
         store = open_store(self.config.db_path, SystemClock(), readonly=True)
         try:
@@ -868,6 +902,7 @@ class Chaos:
             "every task's status rebuilds from the events": lambda: self._read_model(store, tasks),
             "every ended or retrying task's outcome says its status": lambda: outcome_disagreements(tasks),
             "agentd evidence verify finds nothing": lambda: self._evidence(store),
+            "every sealed folder in the archive with its hash; its audit clean": lambda: self._archived(store),
             "no service exited except by the harness": self._clean_exits,
             "poisoned CLI input refused, nothing written": lambda: (
                 self.problems + [f"task from {s}" for s in self.cli_poison_sources if any(t.source == s for t in tasks)]

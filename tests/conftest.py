@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
-from rig import Rig
+from rig import Rig, migrated
 from support import EXAMPLE_CONFIG, CliResult, run_main
 
 from agentd.clock import FakeClock
 from agentd.config import Config
 from agentd.process import containment
-from agentd.store import Store, migrate, open_store
+from agentd.store import Store, init_state_dir, open_store
 from agentd.work.validation import load_config
 
 if TYPE_CHECKING:
@@ -59,6 +59,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _the_fast_tier_starts_no_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    """`make test-fast` is the tier without child processes (docs/testing.md, "The tiers"): a test it runs
+    that starts one fails at its end, naming what it started, so the test is marked `process` instead
+    of the inner loop growing slow unseen."""
+    import os
+    import subprocess
+
+    if os.environ.get("AGENTD_TEST_TIER") != "fast" or request.node.get_closest_marker("process"):
+        yield
+        return
+    started: list[str] = []
+    execute = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def noted(self: Any, args: Any, *rest: Any, **kwargs: Any) -> Any:
+        started.append(str(args[0] if isinstance(args, list | tuple) else args))
+        return execute(self, args, *rest, **kwargs)
+
+    subprocess.Popen._execute_child = noted  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        subprocess.Popen._execute_child = execute  # type: ignore[attr-defined]
+    if started:
+        pytest.fail(f"the fast tier starts no process, and this test started {started[:3]}: mark it `process`")
+
+
+@pytest.fixture(autouse=True)
 def _clean_agentd_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test sees the developer's config overrides (AGENTD_CONFIG, AGENTD_<SECTION>__<KEY>);
     variables that steer the test run itself (AGENTD_HARNESS_CACHE, …) stay."""
@@ -102,7 +129,8 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def store(config: Config, clock: FakeClock) -> Iterator[Store]:
-    migrate(config.db_path, clock)
+    init_state_dir(config.paths.state_dir)
+    migrated(config.db_path, clock)  # a copy of one migrated file per worker (tests/rig.py)
     opened = open_store(config.db_path, clock)
     yield opened
     opened.close()

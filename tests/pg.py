@@ -58,6 +58,7 @@ class Cluster:
     socket_dir: Path
     process: subprocess.Popen[bytes] | None = None
     durable: bool = False  # a deployment's fsync=on (the bench's fleet row); the tests' is off, for speed
+    max_connections: int = 200  # the fleet at scale (bench/fleet_scale.py) wants one per simulated agent
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host={self.socket_dir} dbname={dbname} user=postgres"
@@ -81,7 +82,7 @@ class Cluster:
                 "setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--",
                 str(binaries / "postgres"), "-D", str(self.root / "data"), "-k", str(self.socket_dir),
                 "-c", "listen_addresses=", "-c", f"fsync={'on' if self.durable else 'off'}",
-                "-c", "synchronous_commit=on", "-c", "max_connections=200",
+                "-c", "synchronous_commit=on", "-c", f"max_connections={self.max_connections}",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -113,10 +114,85 @@ class Cluster:
         return self.dsn(name)
 
 
+@dataclass(frozen=True)
+class Bouncer:
+    home: Path  # its socket's folder
+    pid: int
+
+    def through(self, dsn: str) -> str:
+        """A database's DSN, through the bouncer (libpq: a later key overrides an earlier one)."""
+        return f"{dsn} host={self.home} port=6432"
+
+
+# What agentd's `options` would set (agentd/store/fleet_connect.py BOUNDED), set by PgBouncer on each server connection.
+SESSION = "SET statement_timeout = 15000; SET lock_timeout = 5000; SET idle_in_transaction_session_timeout = 30000"
+
+
+def bouncer_bin() -> Path | None:
+    found = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").is_file() else None)
+    return Path(found) if found else None
+
+
 @contextmanager
-def cluster(durable: bool = False) -> Iterator[Cluster]:
+def bouncer(running: Cluster, pool_size: int, max_clients: int = 2_000) -> Iterator[Bouncer]:
+    """PgBouncer (Debian's package) in front of `running`, transaction pooling: at most `pool_size` server
+    connections per database, whatever the number of clients. Unix socket only (port 6432 names its socket
+    file, beside the server's 5432), no TCP.
+
+    The session settings agentd sends as the startup parameter `options` (agentd/store/fleet_connect.py) are
+    not passed on by PgBouncer: it is told to ignore that parameter and sets them on each server connection
+    itself (`connect_query`), as a deployment would (docs/fleet.md, "Scale, as measured")."""
+    binary = bouncer_bin()
+    assert binary is not None, "pgbouncer is not installed (apt-get install pgbouncer)"
+    home = running.root / f"bouncer-{secrets.token_hex(4)}"
+    home.mkdir(mode=0o700)
+    owner = pwd.getpwnam("postgres")
+    os.chown(home, owner.pw_uid, owner.pw_gid)
+    (home / "pgb.ini").write_text(
+        "\n".join(
+            [
+                "[databases]",
+                f"* = host={running.socket_dir} port=5432 user=postgres connect_query='{SESSION}'",
+                "[pgbouncer]",
+                "listen_port = 6432",
+                f"unix_socket_dir = {home}",
+                "auth_type = any",
+                "pool_mode = transaction",
+                f"default_pool_size = {pool_size}",
+                f"max_client_conn = {max_clients}",
+                "ignore_startup_parameters = options",
+                f"logfile = {home / 'pgbouncer.log'}",
+                "",
+            ]
+        ),
+        encoding="utf-8",
+    )
+    log = open(home.with_suffix(".out"), "ab")  # noqa: SIM115
+    process = subprocess.Popen(
+        ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--", str(binary), str(home / "pgb.ini")],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    try:
+        for _ in range(200):
+            if (home / ".s.PGSQL.6432").exists():
+                break
+            if process.poll() is not None:
+                raise RuntimeError(home.with_suffix(".out").read_text()[-2000:])
+            subprocess.run(["sleep", "0.05"], check=False)
+        yield Bouncer(home, process.pid)
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@contextmanager
+def cluster(durable: bool = False, max_connections: int = 200) -> Iterator[Cluster]:
     """initdb a fresh cluster in a temp dir and run it until the block ends; `durable`: with a
-    deployment's commit settings (fsync=on, synchronous_commit=on), as the bench's fleet row wants."""
+    deployment's commit settings (fsync=on, synchronous_commit=on), as the bench's fleet row wants;
+    `max_connections`: more for the fleet at scale's agents with a connection each."""
     binaries = postgres_bin()
     assert binaries is not None
     root = Path(f"/tmp/agentd-pg-{secrets.token_hex(4)}")
@@ -126,7 +202,7 @@ def cluster(durable: bool = False) -> Iterator[Cluster]:
     owner = pwd.getpwnam("postgres")
     for path in (root, sockets):
         os.chown(path, owner.pw_uid, owner.pw_gid)
-    found = Cluster(root, sockets, durable=durable)
+    found = Cluster(root, sockets, durable=durable, max_connections=max_connections)
     try:
         initdb = str(binaries / "initdb")
         found.as_postgres(initdb, "-D", str(root / "data"), "--auth=trust", "-U", "postgres", "-E", "UTF8")

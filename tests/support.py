@@ -244,7 +244,7 @@ def task_record(at: datetime, **fields: Any) -> TaskRecord:
     }  # fmt: skip
     from agentd.records import TaskRecord
 
-    return TaskRecord.model_validate({**base, **fields})
+    return TaskRecord(**{**base, **fields})
 
 
 def waiting(**counts: int) -> dict[str, int]:

@@ -56,6 +56,7 @@ def test_a_script_only_agent_still_starts_without_a_run_user(rig: Rig, rig_cli: 
     ("how", "by"),
     [((), '[dispatch] boundary = "advisory"'), (("--no-boundary",), "--no-boundary")],
 )
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_the_advisory_mode_said_on_purpose_starts_is_recorded_and_shown_in_status(
     rig_factory: Callable[..., Rig], rig_cli: Any, how: tuple[str, ...], by: str
 ) -> None:

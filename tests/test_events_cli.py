@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.cli.fast.events import order_of
+from agentd.cli.observe import order_of
 
 
 def sequences(out: str) -> list[int]:

@@ -263,6 +263,7 @@ async def test_one_task_and_bad_input(filled: Rig, verify: Any) -> None:
     assert missing.code == 2 and "task 99999 does not exist" in missing.err
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_a_service_publishes_the_chain_head_in_its_log_when_it_stops(
     cli: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -192,6 +192,7 @@ def _example_config() -> Config:
     return _CONFIGS[0]
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_a_signal_stops_a_fleet_batch_between_two_transactions(queue: FleetQueue, dsn: str) -> None:
     """`fleet submit --batch` under Ctrl-C or SIGTERM (cli/common.py stop_between): the transaction under
     way ends, the next is never begun, and the note says where to resume."""

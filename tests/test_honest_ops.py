@@ -97,6 +97,7 @@ def test_a_service_is_live_only_while_its_own_process_runs_and_reports(rig: Rig)
     assert services(rig)["sensors"] == "unknown", "a row from another host is not called live"
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_a_killed_dispatcher_is_down_at_once_in_status(rig: Rig, cli_for: Any) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -114,6 +115,7 @@ def test_a_killed_dispatcher_is_down_at_once_in_status(rig: Rig, cli_for: Any) -
     assert "live" not in shown.out
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_a_service_whose_process_proc_hides_is_live_while_it_runs(
     rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -194,6 +196,7 @@ def held_ports() -> Iterator[tuple[int, int]]:
         yield one.getsockname()[1], two.getsockname()[1]
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_one_shot_runs_do_not_serve_metrics_unless_asked(
     cli: Any, held_ports: tuple[int, int], monkeypatch: Any
 ) -> None:
@@ -446,6 +449,7 @@ def test_task_add_and_schedule_add_refuse_in_the_same_words(cli: Any) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 async def test_stopping_during_an_attempt_says_which_task_it_waits_for(rig: Rig, caplog: Any) -> None:
     import anyio
 

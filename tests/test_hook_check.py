@@ -130,6 +130,7 @@ def test_a_success_is_kept_until_a_file_or_folder_on_its_way_changes_and_a_failu
 
 
 @pytest.mark.asyncio
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 async def test_a_second_attempt_does_not_check_again(rig_factory: Any) -> None:
     """Two claude attempts under a policy that can deny: one check (its success kept), both run."""
 

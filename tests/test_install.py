@@ -488,6 +488,7 @@ def test_two_agents_get_distinct_ports_and_their_units_verify(
 # --- the boundary (issue 22): two users per agent, folders only they may reach ------------------------
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_the_sysusers_file_makes_three_users_each_in_a_group_of_its_own(installed: Path) -> None:
     """Applied to a temp root by systemd-sysusers itself: three users, each in a group of its own; the
     services' user is a member of the run user's group (so what an attempt writes, the services read and
@@ -586,6 +587,7 @@ def test_installing_again_over_an_older_toml_says_how_to_give_sensors_their_own_
     assert "under [sensors]" not in capsys.readouterr().err, "the control: a TOML that names it is not warned about"
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_purge_removes_a_workspace_nested_deeper_than_python_recurses(installed: Path) -> None:
     """The workspace is the attempts': 3,000 folders one in another made `uninstall --purge` end in a
     RecursionError traceback (shutil.rmtree recurses once per level), the agent half removed."""

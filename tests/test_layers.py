@@ -38,6 +38,7 @@ PACKAGES = (
     "agentd.adapters",
     "agentd.attempt",
     "agentd.control",
+    "agentd.archive",
     "agentd.services",
     "agentd.web",
     "agentd.backup",

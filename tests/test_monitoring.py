@@ -58,6 +58,7 @@ ALERTS = {
     "AgentdAttemptRunningLong",
     "AgentdSensorFailing",
     "AgentdBootSweeps",
+    "AgentdArchiveBehind",
     "AgentdFleetUnreachable",
     "AgentdFleetQueueDown",
     "AgentdFleetLeasesLost",

@@ -16,13 +16,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rig import Rig
-from test_fast_cli import parsed, view
+from test_fast_cli import view
 from test_lost_task import dispatcher_gone, dispatcher_live
 from test_web_console import logged_in
 from test_web_live import running
 from webrig import WebRig, serving
 
-from agentd.cli.fast import tasks as plain_tasks
 from agentd.cli.fast.cache import cache_file
 from agentd.clock import age, parse_ts, relative
 from agentd.outlook.states import NATIVE, STREAMING_S, StateFacts, task_state
@@ -112,7 +111,7 @@ RUNNING = ("lost", "tool call", "running")
 
 @pytest.fixture
 def web(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> Iterator[WebRig]:
-    for where in ("agentd.cli.queue", "agentd.cli.fast.tasks", "agentd.cli.observe"):  # the CLI on the rig's clock
+    for where in ("agentd.cli.queue", "agentd.cli.observe"):  # the CLI on the rig's clock
         monkeypatch.setattr(f"{where}.SystemClock", lambda: rig.clock)
     with serving(rig) as served:
         yield served
@@ -160,10 +159,7 @@ def test_every_view_says_the_same_state_of_one_task(web: WebRig, rig_cli: Any, n
     cache_file(rig.config.paths.state_dir).unlink(missing_ok=True)  # no cached view: the full path answers
     said |= {f"full {view_name}": state for view_name, state in cli_states(rig, rig_cli, task_id).items()}
     full_show = rig_cli(rig, "task", "show", str(task_id), "--json").json()["state"]["status"]
-    view(rig)  # the cached view: the fast path answers, without pydantic
-    assert plain_tasks.task_list(parsed(rig, "task", "list")) is not None, "the fast list answered"
-    if name != "paused":  # a paused task's page has rows only the full path prints (its pause): it hands over
-        assert plain_tasks.task_shown(parsed(rig, "task", "show", str(task_id))) is not None, "the fast show answered"
+    view(rig)  # the cached view: the same commands read it instead of a full load
     said |= {f"fast {view_name}": state for view_name, state in cli_states(rig, rig_cli, task_id).items()}
 
     api = web.client()

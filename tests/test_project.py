@@ -152,6 +152,7 @@ def test_the_console_script_runs_the_tour(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--priority" in bad.stderr
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_no_tracked_file_holds_a_merge_conflict_marker() -> None:
     listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=False)
     if listed.returncode != 0:

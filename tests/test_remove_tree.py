@@ -12,6 +12,7 @@ from agentd.process import files
 
 
 @pytest.mark.parametrize("depth", [0, 5, 3000])
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_remove_tree_removes_any_depth_and_never_raises(tmp_path: Path, depth: int) -> None:
     """shutil.rmtree recurses once per level: 3,000 folders one in another raised RecursionError."""
     root = tmp_path / "run"

@@ -78,6 +78,7 @@ def transcript(paths: AttemptPaths, session_id: str, text: str = "the conversati
     return path
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_an_interrupted_session_is_kept_and_the_next_attempt_resumes_it(tmp_path: Path) -> None:
     first = attempt(tmp_path, "01FIRST")
     session = begin(first, 7, "claude-code", "01FIRST", None)
@@ -105,6 +106,7 @@ def test_a_session_is_dropped_when_the_attempt_was_not_interrupted(tmp_path: Pat
     assert begin(second, 7, "claude-code", "02SECOND", None) == HarnessSession(fresh_session_id("02SECOND"))
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_a_session_of_another_harness_is_not_resumed(tmp_path: Path) -> None:
     first = attempt(tmp_path, "01FIRST")
     session = begin(first, 7, "claude-code", "01FIRST", None)
@@ -124,6 +126,7 @@ def test_an_interrupted_attempt_that_left_no_session_restarts_and_says_why(tmp_p
     assert begin(second, 7, "claude-code", "02SECOND", None) == HarnessSession(fresh_session_id("02SECOND"))
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_a_session_past_the_bound_is_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sessions, "KEPT_MAX_BYTES", 10)
     first = attempt(tmp_path, "01FIRST")
@@ -203,6 +206,7 @@ def test_a_new_codex_session_has_no_id_until_codex_names_it(tmp_path: Path) -> N
     assert built.argv[built.argv.index("-s") + 1] == "workspace-write" and built.stdin == b"THE BUNDLE"
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_an_interrupted_codex_session_is_kept_by_the_id_codex_named_and_resumed(tmp_path: Path) -> None:
     from agentd.attempt.meter import thread_spent
 
@@ -260,6 +264,7 @@ def test_an_interrupted_codex_attempt_whose_stream_named_no_thread_restarts(tmp_
         st.dictionaries(st.text(max_size=20), st.integers() | st.text(max_size=5) | st.floats(), max_size=5),
     )
 )
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_any_spent_before_in_the_note_is_read_totally(tmp_path_factory: pytest.TempPathFactory, value: object) -> None:
     """The note is the services' own file, but an edited one never raises: counts that are not agentd's are
     not taken off (the attempt then counts the thread's whole total, the larger figure)."""

@@ -49,6 +49,7 @@ def interrupted_claude(paths: AttemptPaths, text: str = "the conversation so far
     return session.session_id
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_a_sealed_session_another_process_changed_is_not_resumed_and_says_why(tmp_path: Path) -> None:
     first = attempt(tmp_path, "01FIRST")
     session_id = interrupted_claude(first)
@@ -66,6 +67,7 @@ def test_a_sealed_session_another_process_changed_is_not_resumed_and_says_why(tm
     assert not archive_path(second).exists() and json.loads(note_path(second).read_text())["kept"] is False
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_an_unchanged_sealed_session_resumes_with_what_was_sealed(tmp_path: Path) -> None:
     first = attempt(tmp_path, "01FIRST")
     session_id = interrupted_claude(first, "every turn so far")
@@ -93,6 +95,7 @@ def test_a_session_an_earlier_agentd_kept_beside_the_run_dirs_is_not_resumed_and
     assert not unsealed_dir(first, 7).exists()
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_a_session_holding_a_link_is_not_kept(tmp_path: Path) -> None:
     """A session is folders and regular files: a link in it (to the services' database, say) is not sealed."""
     first = attempt(tmp_path, "01FIRST")
@@ -105,6 +108,7 @@ def test_a_session_holding_a_link_is_not_kept(tmp_path: Path) -> None:
     assert not archive_path(first).exists() and not note_path(first).exists()
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_a_session_of_more_files_than_the_bound_is_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sessions, "KEPT_MAX_ENTRIES", 3)  # projects/, its folder, the transcript: the 4th is one more
     first = attempt(tmp_path, "01FIRST")
@@ -128,6 +132,7 @@ def test_a_discarded_session_is_an_event_before_the_attempt_starts(rig: Rig) -> 
     assert EVENT_MAP["harness_session_discarded"] == "runtime.warning"
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_a_helper_s_output_is_never_taken_past_its_limit() -> None:
     taken: list[bytes] = []
     assert output_as(["head", "-c", "100", "/dev/zero"], None, taken.append, 100) is True

@@ -60,6 +60,7 @@ with open(sys.argv[1], "ab", buffering=0) as spool:  # no lock: a writer that do
 """
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_another_writers_unfinished_last_line_is_never_removed(tmp_path: Path) -> None:
     spool = tmp_path / "messages.jsonl"
     spool.write_bytes(b'{"from": "before"}\n')

@@ -13,6 +13,7 @@ import pytest
 from rig import Rig
 from support import reference_dir
 
+from agentd.clock import parse_ts
 from agentd.outlook.agent_runtime import ANNOUNCED_EVENT_TYPES, EVENT_MAP, NOT_EXPORTED, runtime_type
 from agentd.outlook.runtime_facts import runtime_events
 from agentd.records import EVENT_TYPES, RuntimeEvent
@@ -26,7 +27,7 @@ def event(
     return RuntimeEvent(
         event_id="01JGZ5N2X4K7V9B3C8D0E1F2G3",
         type=kind,
-        timestamp="2026-01-02T03:04:05.000000Z",
+        timestamp=parse_ts("2026-01-02T03:04:05.000000Z"),
         sequence=12,
         schema_version=1,
         task_id=task_id,

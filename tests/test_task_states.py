@@ -44,6 +44,7 @@ def test_a_claimed_task_is_preparing_then_running_and_a_script_never_streams(rig
 
 
 @pytest.mark.asyncio
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 async def test_a_task_whose_last_attempt_ran_out_of_time_is_timed_out(five_rig: Rig) -> None:  # noqa: F811
     rig = five_rig
     task_id = rig.add("scripted", payload={"sleep_s": 30}, requested_adapter_id="quick").task_id

@@ -350,6 +350,7 @@ def decision_of(out: str) -> tuple[str, str] | None:
     return said["permissionDecision"], said["permissionDecisionReason"]
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_the_hook_says_deny_with_the_reason_and_nothing_for_the_policy_s_allow(short_dir: Path) -> None:
     deny = FakeGate(short_dir / "d.sock", b'{"decision": "deny", "reason": "no force pushes"}\n')
     code, out, _ = run_hook(deny.path, CALL.encode())
@@ -380,6 +381,7 @@ def test_the_hook_says_deny_with_the_reason_and_nothing_for_the_policy_s_allow(s
         (b'{"decision": "allow", "reason": "r"}\n', b"{" * 100_000),
     ],
 )
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_the_hook_denies_whatever_goes_wrong_and_always_exits_0(
     short_dir: Path, answer: bytes | None, stdin: bytes
 ) -> None:
@@ -391,6 +393,7 @@ def test_the_hook_denies_whatever_goes_wrong_and_always_exits_0(
     assert took < 10, "it answers within its own deadline, before the harness's limit on it"
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_the_hook_denies_when_there_is_no_socket_or_it_was_called_wrong(short_dir: Path) -> None:
     code, out, _ = run_hook(short_dir / "missing.sock", CALL.encode())
     assert code == 0 and decision_of(out)[0] == "deny"  # type: ignore[index]
@@ -398,6 +401,7 @@ def test_the_hook_denies_when_there_is_no_socket_or_it_was_called_wrong(short_di
     assert done.returncode == 0 and decision_of(done.stdout.decode())[0] == "deny"  # type: ignore[index]
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_the_hook_reaches_a_socket_deeper_than_a_unix_address_holds(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)

@@ -46,6 +46,7 @@ def asked(agent: Agent) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_a_denied_call_is_refused_with_the_reason_and_the_attempt_goes_on(governed: Agent, capsys: Any) -> None:
     task_id = governed.add(asks=asks(("git push -f origin main", "pushed"), ("ls -la", "listed")), outcome=ok())
     governed.start("--until-idle").wait(timeout=60)
@@ -76,6 +77,7 @@ def held_call(agent: Agent) -> Any:
     return wait_until(lambda: next(iter(agent.store.pending_calls()), None), 30, "a held call")
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_an_ask_call_waits_for_a_person_and_runs_once_approved(governed: Agent, capsys: Any) -> None:
     task_id = governed.add(asks=asks(("curl https://example.com", "fetched")), outcome=ok())
     dispatcher = governed.start("--until-idle")
@@ -101,6 +103,7 @@ def test_an_ask_call_waits_for_a_person_and_runs_once_approved(governed: Agent, 
     assert again.code == 2 and "already allowed" in again.err
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_a_denied_ask_call_does_not_run_and_the_reason_reaches_the_attempt(governed: Agent, capsys: Any) -> None:
     task_id = governed.add(asks=asks(("curl https://example.com", "fetched")), outcome=ok())
     dispatcher = governed.start("--until-idle")
@@ -114,6 +117,7 @@ def test_a_denied_ask_call_does_not_run_and_the_reason_reaches_the_attempt(gover
     assert event is not None and event.payload["reason"] == "not today"
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_an_unanswered_ask_is_denied_at_the_ask_timeout_and_the_wait_does_not_count_against_the_attempt(
     tmp_path: Path,
 ) -> None:
@@ -136,6 +140,7 @@ def test_an_unanswered_ask_is_denied_at_the_ask_timeout_and_the_wait_does_not_co
         agent.close()
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_a_call_held_when_its_dispatcher_is_killed_is_denied_by_the_boot_sweep(governed: Agent, capsys: Any) -> None:
     """kill -9 while a call waits: the next dispatcher's boot sweep ends the attempt, and the call with it,
     so no one is asked to decide a call whose attempt is gone."""
@@ -152,6 +157,7 @@ def test_a_call_held_when_its_dispatcher_is_killed_is_denied_by_the_boot_sweep(g
     assert "tool call" not in run_main(capsys, governed.config_path, "approvals").out
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_every_surface_shows_a_held_calls_tail_however_it_is_padded(governed: Agent, capsys: Any) -> None:
     """Issue 50, finding 2: `curl …` + padding + `; touch hidden_marker` was shown as just the curl, and
     approving it ran the tail. Held now, its tail is in view in `approvals` (table and --json), `status`
@@ -185,6 +191,7 @@ def test_every_surface_shows_a_held_calls_tail_however_it_is_padded(governed: Ag
     assert all((governed.config.paths.workspace / f"ran-{name}").exists() for name in commands)
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_a_call_too_long_to_show_whole_is_denied_not_held(governed: Agent) -> None:
     """An input longer than HELD_INPUT_MAX_CHARS as canonical JSON cannot be shown whole on every surface:
     the policy denies it, saying why, and no person is asked about a part of it."""

@@ -15,6 +15,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
+import pytest
 from support import EXAMPLE_CONFIG, REPO
 from test_docs import BIN, fenced_blocks
 
@@ -107,6 +108,7 @@ def test_the_page_quotes_messages_to_check() -> None:
     assert all(not m.startswith("$ ") for m in messages), "a quoted message is a message, not a command"
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_each_quoted_message_is_one_agentd_prints(tmp_path: Path) -> None:
     printed = printed_failures(tmp_path)
     wrong = []

@@ -4,6 +4,7 @@ a lost outcome, a poisoned budget or a reader that fails."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -87,7 +88,7 @@ async def test_a_poisoned_usage_report_is_unknown_usage_and_the_work_still_count
 
 def test_only_a_script_is_taken_at_its_word_a_harness_reports_through_the_harness() -> None:
     text = json.dumps(outcome({"cost_usd": 0.0, "input_tokens": 1}))
-    harness = attempt().model_copy(update={"adapter_id": "claude", "adapter_kind": "claude-code"})
+    harness = dataclasses.replace(attempt(), adapter_id="claude", adapter_kind="claude-code")
     claimed = judge(facts(attempt=harness, run=run(), result_text=text), now=NOW, policy=POLICY, rng=random.Random(1))
     assert claimed.status == "completed" and claimed.usage["input_tokens"] is None
     script = judge(facts(run=run(), result_text=text), now=NOW, policy=POLICY, rng=random.Random(1))

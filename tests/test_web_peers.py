@@ -185,6 +185,7 @@ def test_another_local_users_failed_logins_cost_the_operator_nothing(rig_factory
         assert as_user(STRANGER, port, [get("/api/status", port, web.token("bob"))]) == [429], "it still waits"
 
 
+@pytest.mark.process  # starts a child process (docs/testing.md, "The tiers")
 def test_this_process_can_tell_local_clients_apart_and_a_user_namespace_could_not() -> None:
     """Why the console's unit has no PrivateUsers= and allows AF_NETLINK: in a user namespace of its own
     every other user's uid reads as 65534 (the run user's and the operator's alike), and without netlink

@@ -25,6 +25,7 @@ from agentd.records import (
     OllamaGenerateAdapterConfig,
     ScriptAdapterConfig,
     TaskRecord,
+    record_json,
 )
 
 PROVIDERS = {"claude-code": "anthropic", "codex": "openai", "hermes-agent": "hermes", "ollama-generate": "ollama"}
@@ -201,18 +202,18 @@ def model_pin(adapter: AdapterConfig | None, model: str | None, run: AdapterRun 
 
 def task_hash(task: TaskRecord) -> str:
     """What was asked, independent of when or how often: the task's frozen inputs."""
-    fields = task.model_dump(
-        mode="json",
-        include={
-            "task_type",
-            "subject",
-            "description",
-            "payload",
-            "skill_ids",
-            "evidence_requirements",
-            "requested_profile_id",
-            "requested_adapter_id",
-            "requested_model",
-        },
-    )
-    return sha256_hex(canonical_json(fields))
+    whole = record_json(task)
+    return sha256_hex(canonical_json({name: whole[name] for name in TASK_INPUTS}))
+
+
+TASK_INPUTS = (
+    "task_type",
+    "subject",
+    "description",
+    "payload",
+    "skill_ids",
+    "evidence_requirements",
+    "requested_profile_id",
+    "requested_adapter_id",
+    "requested_model",
+)

@@ -1,6 +1,6 @@
 """The `agentd` command line: argument parsing and output only.
 
-May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control,
+May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control, archive,
 services, web, backup.
 
 May call: add_web_token, all_task_ids, attempt_usage, attempts_by_task, attempts_of, claim_order,

@@ -6,6 +6,7 @@ pydantic are imported by the functions that load them, and a command pays only f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import gettext
 import json
@@ -275,6 +276,45 @@ def store_from(config: Config, *, readonly: bool = False) -> Store:
     return store
 
 
+def config_view(args: argparse.Namespace) -> dict[str, Any]:
+    """What a reading command needs of the config: its cached view (agentd/cli/fast/cache.py) while that
+    is still exactly what a full load gives, else the view of a full load. One implementation per command
+    reads it either way; only the first read after an edit pays for pydantic (docs/decisions.md, "One
+    shape per fact")."""
+    from agentd.cli.fast.cache import read_view
+
+    path = config_path_from(args)
+    view = read_view(path)
+    if view is not None:
+        return view
+    from agentd.cli.fast.view import view_of
+    from agentd.work.validation import load_config
+
+    return view_of(load_config(path))
+
+
+def full_config(view: dict[str, Any]) -> Config:
+    """The whole config behind a view, for what a view does not hold (a budget's hold)."""
+    from agentd.work.validation import load_config
+
+    return load_config(Path(view["config_path"]))
+
+
+@contextmanager
+def viewed_store(args: argparse.Namespace) -> Iterator[tuple[dict[str, Any], Store]]:
+    """The config's view and the agent's database opened read-only, closed when the command is done with
+    it: what `store_from` checks, from the view."""
+    from agentd.store import open_store, own_state_dir
+
+    view = config_view(args)
+    store = open_store(Path(view["database"]), SystemClock(), readonly=True)
+    try:
+        own_state_dir(Path(view["state_dir"]), view["agent_id"], bind=False)
+        yield view, store
+    finally:
+        store.close()
+
+
 @contextmanager
 def agent_store(args: argparse.Namespace, *, readonly: bool = False) -> Iterator[tuple[Config, Store]]:
     """The agent's config and its open store, closed when the command is done with it. Commands
@@ -321,8 +361,12 @@ def check_live_workflows(config: Config, store: Store) -> None:
 
 
 def to_jsonable(value: Any) -> Any:
-    """A record (anything pydantic can dump) as JSON values; asked by its method, so printing plain
-    values never imports pydantic."""
+    """A record as JSON values: a stored one (a plain value: agentd/records/stored.py `record_json`), or one
+    pydantic dumps, asked by its method, so printing plain values never imports pydantic."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        from agentd.records import record_json
+
+        return record_json(value)
     if callable(getattr(value, "model_dump", None)) and not isinstance(value, type):
         return value.model_dump(mode="json")
     if isinstance(value, dict):

@@ -32,6 +32,7 @@ def register(commands: Any) -> None:
         metavar="SEQ:HASH",
         help="a chain head recorded elsewhere (the journal's chain_head line): cutting the tail is then caught",
     )
+    add_archive_options(check)
 
     export = add_command(
         evidence,
@@ -60,6 +61,53 @@ def register(commands: Any) -> None:
     )
 
 
+def add_archive_options(check: argparse.ArgumentParser) -> None:
+    """The witnessed head (docs/backup-and-archive.md, "Witnessed head"): compare with an archive or the fleet, or
+    audit an agent from its archive alone."""
+    check.add_argument(
+        "--against",
+        nargs="?",
+        const="",
+        type=archive_url,
+        metavar="ARCHIVE",
+        help="compare the local chain with the latest head witnessed in the archive ([archive], or s3://BUCKET/PREFIX/):"
+        " a chain shorter than it, or forking from it, is a rollback",
+    )
+    check.add_argument(
+        "--against-fleet", action="store_true", help="compare with the heads the fleet's PostgreSQL witnessed"
+    )
+    check.add_argument(
+        "--archive",
+        type=archive_url,
+        metavar="URL",
+        help="audit an agent from its archive alone (s3://BUCKET/PREFIX/, with --agent NAME: its agent_id; no config "
+        "is read): its chain and every folder",
+    )
+    check.add_argument(
+        "--endpoint-url", metavar="URL", help="the S3-compatible service of an s3:// URL (default: AWS S3)"
+    )
+    check.add_argument("--region", default="us-east-1", metavar="NAME", help="the bucket's region (us-east-1)")
+    check.add_argument(
+        "--credentials-file",
+        type=Path,
+        metavar="FILE",
+        help="a 0600 file of AWS_ACCESS_KEY_ID=… and AWS_SECRET_ACCESS_KEY=… for an s3:// URL "
+        "(default: boto3's own: AWS_* variables, ~/.aws)",
+    )
+
+
+def archive_url(text: str) -> str:
+    """An s3:// URL, checked when the option is read ('' for --against alone: the agent's [archive])."""
+    if text:
+        from agentd.archive.location import parse_archive_url
+
+        try:
+            parse_archive_url(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def which_attempts(parser: argparse.ArgumentParser, task_help: str, all_help: str, *, required: bool = False) -> None:
     which = parser.add_mutually_exclusive_group(required=required)
     which.add_argument("--task", type=record_id, metavar="ID", help=task_help)
@@ -78,12 +126,22 @@ def head(text: str) -> tuple[int, str]:
 def cmd_evidence_verify(args: argparse.Namespace) -> int:
     from agentd.evidence.verify import verify
 
+    if args.archive is not None:
+        from agentd.cli.archive import audit_command
+
+        return audit_command(args)
     with agent_store(args, readonly=True) as (config, store):
         if args.task is not None:
             store.get_task_or_raise(args.task)
         result = verify(store, config.paths.state_dir, task_id=args.task, expect_head=args.expect_head)
+        witness = None
+        if args.against is not None or args.against_fleet or config.archive.enabled or config.fleet.dsn_file:
+            from agentd.cli.archive import compare_with_witness
+
+            witness = compare_with_witness(args, config, store)
+            result.findings += witness.findings
     if wants_json(args):
-        print_json(result.as_dict())
+        print_json(result.as_dict() | ({"witnessed": witness.as_dict()} if witness is not None else {}))
     else:
         for finding in result.findings:
             print(printable(str(finding)))  # a planted file's name is text someone else chose
@@ -92,6 +150,8 @@ def cmd_evidence_verify(args: argparse.Namespace) -> int:
         print(
             f"{verdict}: {counted(result.events, 'event')}, {counted(result.attempts, 'attempt')} checked; {head_text}"
         )
+        if witness is not None:
+            print(printable(witness.line()))
     return 0 if not result.findings else 1
 
 

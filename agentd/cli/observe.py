@@ -8,17 +8,18 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from agentd import frozen_value
 from agentd.cli.common import (
     add_command,
     agent_store,
-    config_from,
     count,
+    full_config,
     held_input_words,
     moment,
     option,
     print_json,
     record_id,
-    store_from,
+    viewed_store,
     wants_json,
 )
 from agentd.cli.watch import add_watch_option
@@ -109,35 +110,38 @@ EVENT_HEADER = f"{'SEQ':>6}  {'TIME':<20}  {'TYPE':<{TYPE_WIDTH}}  DETAIL"
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    from agentd.cli.fast import events as plain_reads
-
     if option(args, "follow") and option(args, "before") is not None:
         raise InputError("--before pages back through the log; --follow reads on from its end: give one")
-    plain = plain_reads.events(args)  # without pydantic, where it answers as the full path would
-    if plain is not None and _format(args) == "text":
-        _print_text(args, plain)
-        return 0
-    lines = plain_reads.json_lines(plain) if plain is not None else None
-    if lines is not None:
-        for line in lines:
-            print(visible_json(line), flush=True)  # a bidi override in a subject stays visible
-        return 0
-    config = config_from(args)
-    store = store_from(config, readonly=True)
-    try:
+    with viewed_store(args) as (view, store):
         if args.task is not None:
             store.get_task_or_raise(args.task)  # a task that does not exist is an error, not an empty log
-        args.agent_id = config.agent.agent_id
+        args.agent_id = view["agent_id"]
         _events(args, store)
-    finally:
-        store.close()
     return 0
+
+
+@frozen_value
+class Order:
+    """How `agentd events` reads and prints (docs/operate.md, "Commands"): `newest` reads the newest
+    --limit (before --before), `shown_newest_first` prints them newest first."""
+
+    newest: bool
+    shown_newest_first: bool
+
+
+def order_of(args: argparse.Namespace) -> Order:
+    """Text for a person lists the newest first; reading forward (--after, --last, --follow,
+    --oldest-first) and the machine formats (--json, agent-runtime) keep the log's order, as they did.
+    --before pages back in either: the newest --limit before it, printed in the format's order."""
+    text = option(args, "format") in (None, "text") and not option(args, "json", False)
+    forward = option(args, "follow") or args.after is not None or args.last is not None
+    oldest_first = forward or bool(option(args, "oldest_first"))
+    newest = option(args, "before") is not None or (text and not oldest_first)
+    return Order(newest, newest and text and not oldest_first)
 
 
 def _events(args: argparse.Namespace, store: Any) -> None:
     """Print the chosen events; with --follow keep polling. Following alone starts at the end."""
-    from agentd.cli.fast.events import order_of
-
     from_start = args.after is not None or args.since is not None or args.last is not None
     after = args.after or 0
     if option(args, "follow") and not from_start:
@@ -177,8 +181,6 @@ def _print_text(args: argparse.Namespace, events: list[Any]) -> None:
     fold = "migration_applied" not in args.types
     for run in _runs(events) if fold else [[event] for event in events]:
         print(event_text(run[0]) if len(run) == 1 else folded_text(run), flush=True)
-    from agentd.cli.fast.events import order_of
-
     limit = args.last if args.last is not None else args.limit
     if order_of(args).shown_newest_first and events and len(events) >= limit:
         print(f"# older: agentd events --before {events[-1].sequence} (with the same filters)", flush=True)
@@ -217,14 +219,15 @@ def _print_event(args: argparse.Namespace, event: RuntimeEvent) -> None:
             print(visible_json(json.dumps(shown, ensure_ascii=False)), flush=True)
         return
     if _format(args) == "json":
-        print(visible_json(event.model_dump_json()), flush=True)  # a bidi override in a subject stays visible
+        from agentd.records import event_json
+
+        print(visible_json(event_json(event)), flush=True)  # a bidi override in a subject stays visible
         return
     print(event_text(event), flush=True)
 
 
 def event_text(event: Any) -> str:
-    """One event as `agentd events` prints it: a RuntimeEvent, or the plain event of the fast path
-    (agentd/cli/fast/tasks.py), which has the same fields."""
+    """One event as `agentd events` prints it."""
     ids = " ".join(
         f"{k}={v}"
         for k, v in (
@@ -307,6 +310,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"oldest claimable task: waiting {age(oldest)}" if oldest is not None else "oldest claimable task: none")
     if shown["next_available_at"]:
         print(f"next waiting task due: {ago(parse_ts(shown['next_available_at']), now)}")
+    _print_archive(shown.get("archive"))
     for run in shown["running"]:
         _print_running(run, now)
     for service in shown["services"]:
@@ -329,6 +333,15 @@ def _print_backup(backup: dict[str, Any] | None, now: datetime) -> None:
             f"({age(backup['every_s'])}): {backup['dest']} (`journalctl -u agentd-backup@NAME.service`)"
         )
     print(printable(line))
+
+
+def _print_archive(archive: dict[str, Any] | None) -> None:
+    """The archive's queue (docs/backup-and-archive.md, "Archive"): sealed folders not yet in the bucket."""
+    if not archive:
+        return
+    oldest = f", the oldest sealed {age(archive['oldest_age_s'])} ago" if archive["oldest_age_s"] is not None else ""
+    off = "" if archive["enabled"] else " (archiving is off: [archive] bucket is not set)"
+    print(f"archive  {archive['queued']} sealed attempt folder(s) not yet in the bucket{oldest}{off}")
 
 
 def _print_violations(shown: dict[str, Any], now: datetime) -> None:
@@ -393,12 +406,14 @@ SERVICE_WORDS = {
 
 
 def _status(args: argparse.Namespace) -> tuple[dict[str, Any], datetime] | None:
-    """The snapshot `status` prints: without pydantic where agentd/cli/fast/commands.py can answer, else in full."""
-    from agentd.cli.fast import commands as quick
+    """The snapshot `status` prints (agentd/outlook/snapshot.py), from the config's view and one read; the
+    agent-runtime format, which reads the whole config, prints its own."""
+    if _format(args) != "agent-runtime":
+        from agentd.outlook.snapshot import AgentView, agent_snapshot
 
-    now = SystemClock().now()
-    if _format(args) != "agent-runtime" and (shown := quick.status_snapshot(args, now)) is not None:
-        return shown, now
+        with viewed_store(args) as (view, store):
+            now = SystemClock().now()
+            return agent_snapshot(AgentView.of(view), store, now, lambda: full_config(view)), now
     from agentd.outlook.status import snapshot
 
     with agent_store(args, readonly=True) as (config, store):

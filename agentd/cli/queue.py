@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,12 +14,16 @@ from agentd.cli.common import (
     attempts,
     count,
     duration,
+    full_config,
     input_problems,
     print_fields,
+    print_json,
     print_table,
     priority,
     record_id,
     store_command,
+    viewed_store,
+    wants_json,
 )
 from agentd.cli.observe import detail
 from agentd.clock import SystemClock, age, ago, format_ts
@@ -153,43 +158,49 @@ def _delegation(task: TaskRecord, chain: list[int]) -> str | None:
 
 
 def cmd_task_list(args: argparse.Namespace) -> int:
-    from agentd.cli.fast import tasks as plain_reads
-
     if args.order == "claim":
         from agentd.cli.claim_order import cmd_claim_order
 
         return cmd_claim_order(args)
-
-    plain = plain_reads.task_list(args)  # without pydantic, where it answers as the full path would
-    if plain is not None:
-        _print_tasks(plain)
-        return 0
-    return store_command(
-        args,
-        lambda config, store: _listed(config, store, tuple(args.status), args.limit),
-        _print_tasks,
-        readonly=True,
-        as_json=lambda listed: [task for task, _ in listed],  # the records, as `agentd schema export` describes them
-    )
+    with viewed_store(args) as (view, store):
+        listed = _listed(view, store, tuple(args.status), args.limit)
+    if wants_json(args):
+        print_json([task for task, _ in listed])  # the records, as `agentd schema export` describes them
+    else:
+        _print_tasks(listed)
+    return 0
 
 
-def _listed(config: Any, store: Any, statuses: tuple[str, ...], limit: int) -> list[tuple[TaskRecord, Any]]:
-    """The tasks newest first, each in its state as every view shows it (agentd/outlook/taskstate.py), from
-    one read and one clock."""
-    from agentd.outlook.taskstate import state_facts, task_state
+def _listed(view: dict[str, Any], store: Any, statuses: tuple[str, ...], limit: int) -> list[tuple[TaskRecord, Any]]:
+    """The tasks newest first, each in its state as every view shows it (agentd/outlook/states.py), from one
+    read and one clock."""
+    from agentd.outlook.states import task_state
 
     now = SystemClock().now()
     with store.snapshot():
         tasks = store.list_tasks(statuses=statuses, limit=limit)
         ids = [t.task_id for t in tasks]
-        facts = state_facts(store, config, now, ids)
+        facts = state_facts(view, store, now, ids)
         attempts = store.attempts_by_task(ids)
     return [(t, task_state(t, attempts.get(t.task_id, []), facts)) for t in tasks]
 
 
+def state_facts(view: dict[str, Any], store: Any, now: datetime, task_ids: list[int]) -> Any:
+    """agentd/outlook/taskstate.py `state_facts` from the config's view: the whole config is loaded only
+    for a budget's hold."""
+    from agentd.outlook.states import read_facts
+
+    held: dict[int, str] = {}
+    if view["budget_capped"]:
+        from agentd.outlook.taskstate import budget_held
+
+        held = budget_held(store, full_config(view), now)
+    return read_facts(store.tx, now, task_ids, held)
+
+
 def _print_tasks(listed: list[tuple[Any, Any]]) -> None:
-    """TaskRecords, or the fast path's PlainTasks (agentd/cli/fast/tasks.py): the same fields, each with its
-    state (agentd/outlook/states.py), which the STATE column says instead of agentd's status."""
+    """The tasks, each with its state (agentd/outlook/states.py), which the STATE column says instead of
+    agentd's status."""
     print_table(
         ["ID", "STATE", "PRI", "TYPE", "ATTEMPTS", "AVAILABLE", "SUBJECT"],
         [
@@ -208,19 +219,23 @@ def _print_tasks(listed: list[tuple[Any, Any]]) -> None:
 
 
 def cmd_task_show(args: argparse.Namespace) -> int:
-    from agentd.cli.fast import tasks as plain_reads
-
-    shown = plain_reads.task_shown(args)  # without pydantic, where it answers as the full path would
-    if shown is not None:
+    with viewed_store(args) as (view, store):
+        shown = _task_shown(view, store, args.task_id)
+    if wants_json(args):
+        print_json({key: value for key, value in shown.items() if key != "now"})
+    else:
         _print_shown(shown)
-        return 0
-    return store_command(
-        args,
-        lambda config, store: _task_shown(config, store, args.task_id),
-        _print_shown,
-        readonly=True,
-        as_json=lambda shown: {key: value for key, value in shown.items() if key != "now"},
-    )
+    return 0
+
+
+def delegation_chain(parent: int | None, parent_of: Callable[[int], int | None]) -> list[int]:
+    """The task ids whose outcomes led to a task, nearest first (dispatch context, seed 003), from its
+    parent; `parent_of` gives a task's parent (None for none, or for a task not there)."""
+    chain: list[int] = []
+    while parent is not None and parent not in chain and len(chain) < 1000:
+        chain.append(parent)
+        parent = parent_of(parent)
+    return chain
 
 
 def _parent(store: Any, task_id: int) -> int | None:
@@ -228,10 +243,8 @@ def _parent(store: Any, task_id: int) -> int | None:
     return found.parent_task_id if found is not None else None
 
 
-def _task_shown(config: Any, store: Any, task_id: int) -> dict[str, Any]:
+def _task_shown(view: dict[str, Any], store: Any, task_id: int) -> dict[str, Any]:
     """The task, its attempts, events, delegation chain and (a fleet's task) its lease, as --json prints them."""
-    from agentd.cli.fast import tasks as plain_reads
-
     now = SystemClock().now()  # one clock for the state's reason and every time the text says
     with store.snapshot():
         task = store.get_task_or_raise(task_id)
@@ -239,20 +252,20 @@ def _task_shown(config: Any, store: Any, task_id: int) -> dict[str, Any]:
             "task": task,
             "attempts": store.attempts_of(task.task_id),
             "events": store.read_events(task_id=task.task_id, limit=100_000),
-            "delegation_chain": plain_reads.delegation_chain(task.parent_task_id, lambda t: _parent(store, t)),
-            **_steering(config, store, task, now),
+            "delegation_chain": delegation_chain(task.parent_task_id, lambda t: _parent(store, t)),
+            **_steering(view, store, task, now),
             "now": now,
         }
         fleet = store.fleet_lease_of(task.task_id)
     return {**shown, "fleet": fleet} if fleet else shown
 
 
-def _steering(config: Any, store: Any, task: TaskRecord, now: datetime) -> dict[str, Any]:
-    """Its state as every view shows it (agentd/outlook/taskstate.py), what it waits for, what waits for it,
+def _steering(view: dict[str, Any], store: Any, task: TaskRecord, now: datetime) -> dict[str, Any]:
+    """Its state as every view shows it (agentd/outlook/states.py), what it waits for, what waits for it,
     its follow-ups (docs/operate.md, "Steer one task")."""
-    from agentd.outlook.taskstate import state_facts, task_state
+    from agentd.outlook.states import task_state
 
-    facts = state_facts(store, config, now, [task.task_id])
+    facts = state_facts(view, store, now, [task.task_id])
     links = store.links_of([task.task_id])
     return {
         "state": task_state(task, store.attempts_of(task.task_id), facts).as_json(),
@@ -336,8 +349,8 @@ def usage_line(usage: dict[str, Any]) -> str | None:
 
 
 def _print_steering(shown: dict[str, Any]) -> None:
-    """The state, where it says more than the status (both paths: agentd/outlook/states.py), and the task's links
-    and follow-ups (the full path's: agentd/cli/fast/tasks.py hands such a task over)."""
+    """The state, where it says more than the status (agentd/outlook/states.py), and the task's links and
+    follow-ups."""
     from agentd.outlook.states import NATIVE
 
     state, task = shown["state"], shown["task"]

@@ -10,13 +10,13 @@ from typing import Any
 from agentd.cli.common import (
     CommandError,
     add_command,
-    agent_store,
     held_input_words,
     note,
     print_json,
     print_table,
     record_id,
     store_command,
+    viewed_store,
     wants_json,
 )
 from agentd.clock import SystemClock, age, format_ts
@@ -68,14 +68,9 @@ HOLDS = {"claim": "its first claim", "side_effects": "its follow-ups and message
 
 
 def cmd_approvals(args: argparse.Namespace) -> int:
-    from agentd.cli.fast import commands as quick
-
-    waiting = quick.approvals(args)  # without pydantic, where it answers as the full path would (no held calls)
-    calls: list[dict[str, Any]] = []
-    if waiting is None:
-        with agent_store(args, readonly=True) as (_, store):
-            waiting = [vars(p) for p in store.pending_approvals()]
-            calls = [vars(c) for c in store.pending_calls()]
+    with viewed_store(args) as (_, store), store.snapshot():
+        waiting = [vars(p) for p in store.pending_approvals()]
+        calls = [vars(c) for c in store.pending_calls()]
     now = SystemClock().now()
     if wants_json(args):
         shown = [{**p, "requested_at": format_ts(p["requested_at"])} for p in waiting]

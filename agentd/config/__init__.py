@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentd import frozen_value
+from agentd.config.archive import ArchiveSection
 from agentd.config.backup import BackupSection
 from agentd.config.environment import environment_overrides, overlay
 from agentd.config.gateway import GatewaySection
@@ -107,6 +108,7 @@ class Config:
     web: WebSection = field(default_factory=WebSection)  # [web]: `agentd web` (docs/web.md)
     telemetry: TelemetrySection = field(default_factory=TelemetrySection)  # [telemetry] (docs/telemetry.md)
     gateway: GatewaySection = field(default_factory=GatewaySection)  # [gateway] (docs/gateway.md)
+    archive: ArchiveSection = field(default_factory=ArchiveSection)  # [archive] (docs/backup-and-archive.md)
     backup: BackupSection = field(default_factory=BackupSection)  # [backup] (docs/backup-and-archive.md)
     # Where each payload schema was read from: kept so the cached view's key holds every file the load
     # read (agentd/cli/fast/view.py `named_paths` finds each path a Config holds).
@@ -198,6 +200,7 @@ def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
     for key in ("soul_path", "purpose_path"):
         fix(raw.get("constitution"), key)
     fix(raw.get("fleet"), "dsn_file")
+    fix(raw.get("archive"), "credentials_file")
     fix(raw.get("backup"), "dest")
     for key in ("state_dir", "skills_dir", "sensors_dir", "workspace", "run_dir"):
         fix(raw.get("paths"), key)
@@ -332,6 +335,7 @@ def _assemble(path: Path, settings: Settings) -> tuple[Config, list[Problem]]:
         web=settings.web,
         telemetry=settings.telemetry,
         gateway=settings.gateway,
+        archive=settings.archive,
         backup=settings.backup,
         skills=skills,
         sensor_definitions=sensors,

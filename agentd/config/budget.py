@@ -12,57 +12,13 @@ UTC day.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import field
 from datetime import UTC, datetime, timedelta
 
-from agentd import frozen_value
 from agentd.config import Config
 from agentd.records import AdapterConfig, TokenPrice
-
-
-@frozen_value
-class AdapterSpend:
-    total_usd: float = 0.0
-    dearest_usd: float = 0.0  # the dearest single attempt
-    estimated: bool = False  # some of it was priced by agentd, not reported
-
-
-@frozen_value
-class Spend:
-    """What the attempts that ended since `since` cost, per adapter."""
-
-    since: datetime
-    by_adapter: Mapping[str, AdapterSpend] = field(default_factory=dict)
-
-    @property
-    def total_usd(self) -> float:
-        return sum(s.total_usd for s in self.by_adapter.values())
-
-    @property
-    def dearest_usd(self) -> float:
-        return max((s.dearest_usd for s in self.by_adapter.values()), default=0.0)
-
-    @property
-    def estimated(self) -> bool:
-        return any(s.estimated for s in self.by_adapter.values())
-
-
-@frozen_value
-class BudgetHold:
-    """What waits for the next UTC day: every task less urgent than `urgent_priority` (`everything`,
-    the daily cap), or those that would run on a held adapter. A task's adapter is the one it asked
-    for, else its task type's default, else its profile's (agentd/attempt/prepare.py plan_attempt), so the
-    held tasks are named by those three columns."""
-
-    urgent_priority: int
-    until: datetime
-    reason: str
-    everything: bool = False
-    adapters: frozenset[str] = frozenset()
-    task_types: frozenset[str] = frozenset()  # task types whose default adapter is held
-    open_task_types: frozenset[str] = frozenset()  # task types with no default adapter: the profile's decides
-    profiles: frozenset[str] = frozenset()  # profiles whose default adapter is held
+from agentd.records.work import AdapterSpend as AdapterSpend
+from agentd.records.work import BudgetHold as BudgetHold
+from agentd.records.work import Spend as Spend
 
 
 def day_start(now: datetime) -> datetime:

@@ -186,3 +186,22 @@ def systemd_watchdog_interval() -> float | None:
         "WATCHDOG_USEC=%s is not a positive number of microseconds; the watchdog is not pinged", quoted(usec)
     )
     return None
+
+
+ARCHIVE_CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def read_archive_credentials(path: Path) -> dict[str, str]:
+    """[archive] credentials_file's key pair (and session token, if any), read at every connect
+    (docs/backup-and-archive.md, "Archive").
+
+    :raises ConfigError: the file is unusable (others can read it, it is not KEY=VALUE lines, a key is missing).
+    :raises OSError: it cannot be read."""
+    problems = secret_file_problems(str(path), "", path)
+    if problems:
+        raise ConfigError(problems)
+    values = read_env_file(path)
+    missing = [key for key in ARCHIVE_CREDENTIAL_KEYS if not values.get(key)]
+    if missing:
+        raise ConfigError([Problem(str(path), "", f"expected {' and '.join(missing)}=… line(s), found none")])
+    return {k: v for k, v in values.items() if k in (*ARCHIVE_CREDENTIAL_KEYS, "AWS_SESSION_TOKEN")}

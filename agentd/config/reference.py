@@ -59,6 +59,9 @@ SECTIONS = {
     "gateway": "The model gateway: attempts' model calls go through agentd, which holds the provider's key and reads "
     "usage from its answers; each attempt in a network of its own (docs/gateway.md). On by default; the network "
     "of its own with run_as.",
+    "archive": "The evidence archive off the VM: every sealed attempt folder and the witnessed chain head to an "
+    "S3-compatible bucket, with object lock where the bucket has it; off unless `bucket` is set, and it needs the "
+    "`archive` extra (docs/backup-and-archive.md).",
     "web": "`agentd web`: the HTTP API and operator console, its port, logins, the approval hand-off (docs/web.md).",
     "backup": "When the shipped timer backs the agent up, and where (docs/backup-and-archive.md). Leave it out "
     "and no timer runs; `agentd backup DEST` works either way.",

@@ -11,9 +11,12 @@ from agentd.records import EXPORTED_RECORDS, AdapterConfig
 
 def json_schemas() -> dict[str, dict[str, Any]]:
     """Every exported record's JSON Schema (2020-12), keyed by its schema id."""
+    from annotated_types import Ge, Interval  # noqa: F401  the stored records' bounds: pydantic reads them here
+
     schemas: dict[str, dict[str, Any]] = {}
-    for model in EXPORTED_RECORDS:
-        schemas[model.schema_id] = _with_id(model.schema_id, model.model_json_schema(mode=model.schema_mode))
+    for model in EXPORTED_RECORDS:  # a pydantic record, or a stored one (a plain value pydantic describes)
+        schema = TypeAdapter(model).json_schema(mode=model.schema_mode)
+        schemas[model.schema_id] = _with_id(model.schema_id, schema)
     union = TypeAdapter(AdapterConfig).json_schema(mode="validation")
     schemas["agent-runtime/adapter.config/v1"] = _with_id("agent-runtime/adapter.config/v1", union)
     return schemas

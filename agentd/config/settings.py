@@ -1,6 +1,5 @@
-"""The identity TOML's shape (docs/design.md, "Configuration"): one pydantic model per section, each value checked on
-its own, with documented defaults and bounds; and what `AGENTD_…` variables set over it. Reading the file
-and the environment, and making a Config of them, is agentd/config/__init__.py's job."""
+"""The identity TOML's shape (docs/design.md, "Configuration"): a pydantic model per section, each value checked on its
+own, with documented defaults and bounds. Reading the file and the environment into a Config is config/__init__.py's."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentd.config.addresses import HostName, ListenAddress
+from agentd.config.archive import ArchiveSection
 from agentd.config.backup import BackupSection
 from agentd.config.gateway import GatewaySection
 from agentd.edge import quoted
@@ -362,8 +362,7 @@ class ChaosSection(Section):
 
 
 class Settings(Section):
-    """The identity TOML's shape, validated once the environment's overrides are laid over the file
-    (agentd/config/environment.py, `environment_overrides`)."""
+    """The identity TOML's shape, checked once the environment's overrides (config/environment.py) are laid over it."""
 
     agent: AgentSection
     constitution: ConstitutionSection
@@ -379,6 +378,7 @@ class Settings(Section):
     web: WebSection = WebSection()
     telemetry: TelemetrySection = TelemetrySection()
     gateway: GatewaySection = GatewaySection()
+    archive: ArchiveSection = ArchiveSection()
     backup: BackupSection = BackupSection()
     chaos: ChaosSection = ChaosSection()
     adapters: list[AdapterConfig] = Field(min_length=1)

@@ -14,7 +14,7 @@ from agentd.edge import note_text
 from agentd.errors import InputError
 from agentd.process.privilege import operator_name
 from agentd.process.wake import poke
-from agentd.records import TaskIntent, TaskOutcome, TaskRecord
+from agentd.records import TaskIntent, TaskOutcome, TaskRecord, record_json, without_none
 from agentd.store import Store, TaskEdit, TaskLink, TaskPause
 from agentd.work.intake import admit_task
 
@@ -97,7 +97,7 @@ def _intent_fields(task: TaskRecord, priority: int | None, payload: dict[str, An
         "requested_adapter_id": task.requested_adapter_id,
         "requested_model": task.requested_model,
         "skill_ids": list(task.skill_ids) or None,
-        "evidence_requirements": task.evidence_requirements.model_dump(exclude_none=True)
+        "evidence_requirements": without_none(record_json(task.evidence_requirements))
         if task.evidence_requirements
         else None,
     }

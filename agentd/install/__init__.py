@@ -1,6 +1,6 @@
 """Laying out a VM for an agent: its TOML, users, folders and units.
 
-May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control,
+May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control, archive,
 services, web, backup.
 
 May call: nothing.

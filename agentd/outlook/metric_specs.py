@@ -76,6 +76,16 @@ CHAIN_HEAD = Spec(
     "gauge",
     "The last event's sequence: a scrape history that later finds it lower means events were cut",
 )
+ARCHIVE_QUEUED = Spec(
+    "agentd_archive_queue_length",
+    "gauge",
+    "Sealed attempt folders not yet uploaded to [archive]'s bucket (0 without an archive; docs/backup-and-archive.md)",
+)
+ARCHIVE_OLDEST = Spec(
+    "agentd_archive_queue_oldest_age_seconds",
+    "gauge",
+    "How long the oldest sealed attempt folder not yet in the bucket has waited (0 when none waits)",
+)
 BACKUP_LAST = Spec(
     "agentd_backup_last_success_timestamp_seconds",
     "gauge",

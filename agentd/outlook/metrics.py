@@ -132,6 +132,10 @@ class QueueCollector:
         yield family(specs.OLDEST_PENDING, age)
         yield family(specs.RUNNING_AGE, max(((now - r.started_at).total_seconds() for r in running), default=0.0))
         yield family(specs.CHAIN_HEAD, seen.chain_head[0] if seen.chain_head else 0)
+        archive = seen.archive
+        yield family(specs.ARCHIVE_QUEUED, archive.length if archive else 0)
+        waited = (now - archive.oldest).total_seconds() if archive and archive.oldest else 0.0
+        yield family(specs.ARCHIVE_OLDEST, max(waited, 0.0))
         yield from self._backup(now)
         yield from self._services(seen.services, now)
 

@@ -1,8 +1,7 @@
 """A task's state by one rule over plain values, so every view says the same thing (issue 52): `agentd status`,
-`task list` and `task show` (their fast paths too, which run without pydantic: nothing here loads a record),
-the API, the console and the Agent Runtime export. The rule itself is docs/operate.md, "A task's state";
-agentd/outlook/taskstate.py reads the facts for the full path, agentd/cli/fast/tasks.py for the fast one, each
-with `read_facts` over the same SQL (agentd/store/plain.py)."""
+`task list` and `task show` (which run without pydantic: nothing here loads a record), the API, the console
+and the Agent Runtime export. The rule itself is docs/operate.md, "A task's state"; the facts are read by
+`read_facts`, with the budget's hold from agentd/outlook/taskstate.py where the budget is capped."""
 
 from __future__ import annotations
 

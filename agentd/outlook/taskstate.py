@@ -18,10 +18,11 @@ __all__ = ["NATIVE", "STREAMING_S", "StateFacts", "TaskState", "state_facts", "t
 
 def state_facts(store: Store, config: Config, now: datetime, task_ids: list[int]) -> StateFacts:
     """The facts of these tasks, in the caller's read (a snapshot keeps them one state of the database)."""
-    return read_facts(store.tx, now, task_ids, _budget_held(store, config, now))
+    return read_facts(store.tx, now, task_ids, budget_held(store, config, now))
 
 
-def _budget_held(store: Store, config: Config, now: datetime) -> dict[int, str]:
+def budget_held(store: Store, config: Config, now: datetime) -> dict[int, str]:
+    """The tasks the budget holds today, each with why (none when the budget is not capped)."""
     if not config.budget.capped:
         return {}
     hold = budget_hold(config, store.spend_since(day_start(now)), now)

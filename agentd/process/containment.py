@@ -88,7 +88,7 @@ class Cgroups:
         if own is None or not os.access(own / "cgroup.procs", os.W_OK):
             return None
         try:  # moving ourselves into our own cgroup is a no-op that proves we may move at all
-            _write(own / "cgroup.procs", str(os.getpid()))
+            limits.write_control(own / "cgroup.procs", str(os.getpid()))
         except OSError:
             return None
         return Cgroups(own)
@@ -114,10 +114,10 @@ class Cgroups:
         return None
 
     def enter(self, path: Path) -> None:
-        _write(path / "cgroup.procs", str(os.getpid()))
+        limits.write_control(path / "cgroup.procs", str(os.getpid()))
 
     def leave(self) -> None:
-        _write(self.home / "cgroup.procs", str(os.getpid()))
+        limits.write_control(self.home / "cgroup.procs", str(os.getpid()))
 
     def limited(self, namespace: Path, wanted: tuple[str, ...]) -> set[str]:
         """The controllers runs in `namespace` get (pids, memory), enabled down to it the first time."""
@@ -317,7 +317,7 @@ def _kill_now(path: Path) -> list[int]:
         return []
     if pids:
         try:
-            _write(path / "cgroup.kill", "1")
+            limits.write_control(path / "cgroup.kill", "1")
         except OSError:  # kernels before 5.14 have no cgroup.kill: signal each process instead
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -342,14 +342,6 @@ def _populated(path: Path) -> bool:
     except OSError as exc:
         return exc.errno != errno.ENOENT
     return False
-
-
-def _write(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
 
 
 def _own_cgroup() -> Path | None:

@@ -108,14 +108,14 @@ def enable_v2(own: Path, home: Path, namespace: Path, wanted: tuple[str, ...]) -
         leaf = own / SERVICE_LEAF
         try:
             leaf.mkdir(exist_ok=True)
-            _write(leaf / "cgroup.procs", str(os.getpid()))
+            write_control(leaf / "cgroup.procs", str(os.getpid()))
             home = leaf
-            _write(own / "cgroup.subtree_control", " ".join(f"+{c}" for c in sorted(offered)))
+            write_control(own / "cgroup.subtree_control", " ".join(f"+{c}" for c in sorted(offered)))
         except OSError as exc:  # another process in own (EBUSY), or not ours to change
             logger.warning("cannot hand the %s controllers to the runs' cgroups (%s)", "/".join(sorted(offered)), exc)
             return home, set()
     try:
-        _write(namespace / "cgroup.subtree_control", " ".join(f"+{c}" for c in sorted(offered)))
+        write_control(namespace / "cgroup.subtree_control", " ".join(f"+{c}" for c in sorted(offered)))
     except OSError as exc:
         logger.warning("cannot enable %s in %s (%s)", "/".join(sorted(offered)), namespace, exc)
         return home, set()
@@ -152,23 +152,23 @@ def place(limits: Limits, v2_run: Path | None, v2_controllers: set[str], namespa
 
 def _set(path: Path, limits: Limits, *, v1: bool, only: str | None = None) -> None:
     if limits.pids is not None and only in (None, "pids"):
-        _write(path / "pids.max", str(limits.pids))
+        write_control(path / "pids.max", str(limits.pids))
     if limits.memory_bytes is not None and only in (None, "memory"):
-        _write(path / ("memory.limit_in_bytes" if v1 else "memory.max"), str(limits.memory_bytes))
+        write_control(path / ("memory.limit_in_bytes" if v1 else "memory.max"), str(limits.memory_bytes))
         if not v1 and (path / "memory.swap.max").exists():
-            _write(path / "memory.swap.max", "0")  # what it may not keep in memory it may not keep in swap
+            write_control(path / "memory.swap.max", "0")  # what it may not keep in memory it may not keep in swap
 
 
 def enter_v1(placed: Placed) -> None:
     for _, run in placed.v1:
-        _write(run / "cgroup.procs", str(os.getpid()))
+        write_control(run / "cgroup.procs", str(os.getpid()))
 
 
 def leave_v1(placed: Placed) -> None:
     own = v1_hierarchies()
     for controller, _ in placed.v1:
         with contextlib.suppress(OSError):
-            _write(own[controller] / "cgroup.procs", str(os.getpid()))
+            write_control(own[controller] / "cgroup.procs", str(os.getpid()))
 
 
 def hit(placed: Placed) -> Hit | None:
@@ -225,7 +225,8 @@ def _words(path: Path) -> list[str]:
         return []
 
 
-def _write(path: Path, text: str) -> None:
+def write_control(path: Path, text: str) -> None:
+    """One write to a cgroup control file (no truncation, no buffering: the kernel takes each write whole)."""
     fd = os.open(path, os.O_WRONLY)
     try:
         os.write(fd, text.encode())

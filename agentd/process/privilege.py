@@ -281,7 +281,6 @@ def keep_capabilities_to_self() -> None:
     permitted ones: whatever it executes starts with none (execve gives a child the ambient set, and
     the inheritable set meets a program's file capabilities). A no-op where there is nothing to clear."""
     import ctypes
-    import ctypes.util
 
     class _CapHeader(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
@@ -289,7 +288,7 @@ def keep_capabilities_to_self() -> None:
     class _CapData(ctypes.Structure):
         _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)  # this program's own libc: find_library would run ldconfig each start
     if ambient_capabilities() and libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
         raise BoundaryError(f"cannot clear the ambient capabilities: {os.strerror(ctypes.get_errno())}")
     header, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()

@@ -23,8 +23,50 @@ from agentd.records.event_names import SEED_EVENT_TYPES as SEED_EVENT_TYPES
 from agentd.vocabulary import TASK_STATUSES as TASK_STATUSES
 from agentd.vocabulary import TERMINAL_STATUSES as TERMINAL_STATUSES
 
+# The plain values (frozen dataclasses, no pydantic): what the store reads back (agentd/records/stored.py)
+# and what it takes and hands over (agentd/records/work.py). Asked for, only their module is imported.
+PLAIN: dict[str, tuple[str, ...]] = {
+    "agentd.records.stored": (
+        "TaskRecord",
+        "TaskAttempt",
+        "RuntimeEvent",
+        "TaskOutcomeRecord",
+        "EvidenceRequirementsRecord",
+        "WorkflowRefRecord",
+        "STORED_RECORDS",
+        "record_json",
+        "event_json",
+        "without_none",
+    ),
+    "agentd.records.work": (
+        "OutboxKind",
+        "OutboxStatus",
+        "NewTask",
+        "AttemptPlan",
+        "CompiledBundle",
+        "Claim",
+        "ArtifactRow",
+        "OutboxEntry",
+        "PolicyDenial",
+        "CredentialGroup",
+        "ProviderReset",
+        "AttemptEnd",
+        "CancelResult",
+        "QueueSummary",
+        "LockHolder",
+        "LockAttempt",
+        "RunningAttempt",
+        "CostTotal",
+        "AdapterSpend",
+        "Spend",
+        "BudgetHold",
+    ),
+}
+
 if TYPE_CHECKING:
     from agentd.records.catalog import *  # noqa: F403
+    from agentd.records.stored import *  # noqa: F403
+    from agentd.records.work import *  # noqa: F403
 
 
 def __getattr__(name: str) -> Any:
@@ -32,6 +74,11 @@ def __getattr__(name: str) -> Any:
     this package's own."""
     if name.startswith("__"):
         raise AttributeError(name)
+    for home, names in PLAIN.items():
+        if name in names:  # a plain value: its own module, without pydantic
+            module = importlib.import_module(home)
+            globals().update({key: getattr(module, key) for key in names})
+            return getattr(module, name)
     catalog = importlib.import_module("agentd.records.catalog")  # not `from … import`: that asks __getattr__
     globals().update({key: getattr(catalog, key) for key in catalog.__all__})
     if name not in catalog.__all__:

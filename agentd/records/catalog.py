@@ -1,6 +1,8 @@
 """Every record by name: `agentd.records` loads this module (and pydantic) the first time a record is
 asked for (agentd/records/__init__.py)."""
 
+from typing import Any
+
 from agentd.records.adapters import (
     ADAPTER_MODELS,
     AdapterConfig,
@@ -49,7 +51,6 @@ from agentd.records.events import (
     AGENTD_EVENT_TYPES,
     EVENT_TYPES,
     SEED_EVENT_TYPES,
-    RuntimeEvent,
 )
 from agentd.records.sensing import (
     AcceptedEvent,
@@ -59,6 +60,14 @@ from agentd.records.sensing import (
     SensorState,
     WorkflowStart,
 )
+from agentd.records.stored import (
+    EvidenceRequirementsRecord,
+    RuntimeEvent,
+    TaskAttempt,
+    TaskOutcomeRecord,
+    TaskRecord,
+    WorkflowRefRecord,
+)
 from agentd.records.tasks import (
     ArtifactRecord,
     EvidenceRequirements,
@@ -66,10 +75,8 @@ from agentd.records.tasks import (
     RelativeSchedule,
     SensorEvent,
     SuccessPolicy,
-    TaskAttempt,
     TaskIntent,
     TaskOutcome,
-    TaskRecord,
     TaskTypeSpec,
     WorkflowRef,
 )
@@ -144,6 +151,7 @@ __all__ = [
     "CredentialGroup",
     "DueSchedule",
     "EvidenceRequirements",
+    "EvidenceRequirementsRecord",
     "ExitStatus",
     "ExternalName",
     "HarnessAdapterConfig",
@@ -195,6 +203,7 @@ __all__ = [
     "TaskAttempt",
     "TaskIntent",
     "TaskOutcome",
+    "TaskOutcomeRecord",
     "TaskRecord",
     "TaskStatus",
     "TaskTypeSpec",
@@ -205,12 +214,13 @@ __all__ = [
     "WorkflowDefinition",
     "WorkflowRecord",
     "WorkflowRef",
+    "WorkflowRefRecord",
     "WorkflowStart",
     "WorkflowState",
     "WorkflowTransition",
 ]
 
-EXPORTED_RECORDS: tuple[type[Record], ...] = (
+EXPORTED_RECORDS: tuple[type[Any], ...] = (
     AgentIdentity,
     AgentConstitution,
     WalletIdentity,

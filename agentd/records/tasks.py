@@ -23,7 +23,6 @@ from agentd.records.base import (
     Timestamp,
 )
 from agentd.vocabulary import MACHINE_STATUS_OF as MACHINE_STATUS_OF
-from agentd.vocabulary import ExitStatus, RetryClass, SideEffects
 
 
 class WorkflowRef(Record):
@@ -149,90 +148,6 @@ class TaskOutcome(Record):
                 "operator_summary": f"{why or status} ({reported})",
             }
         )
-
-
-class TaskRecord(Record):
-    """seed §7. task_id is an integer: operators type it (docs/design.md, "Storage")."""
-
-    schema_id = "agent-runtime/task.record/v1"
-    task_id: int
-    task_type: str
-    source: str
-    subject: str | None
-    description: str | None
-    priority: Priority
-    payload: JsonObject
-    requested_profile_id: str
-    requested_adapter_id: str | None
-    requested_model: str | None
-    status: TaskStatus
-    max_attempts: int
-    attempt_count: int
-    available_at: Timestamp
-    created_at: Timestamp
-    updated_at: Timestamp
-    started_at: Timestamp | None
-    finished_at: Timestamp | None
-    outcome: TaskOutcome | None
-    last_error: str | None
-    skill_ids: list[str] = Field(description="agentd: skills bundled with the task")
-    evidence_requirements: EvidenceRequirements | None = Field(description="agentd: from intent")
-    workflow_ref: WorkflowRef | None = Field(description="agentd: the workflow step it serves")
-    workflow_iteration: int | None = Field(description="agentd: the workflow state entry it serves")
-    schedule_id: str | None = Field(description="agentd: the schedule that created it")
-    free_attempt_count: int = Field(description="agentd: attempts not spent (rate-limited or interrupted)")
-    rate_limit_count: int = Field(description="agentd: rate-limited attempts (capped)")
-    crash_count: int = Field(
-        default=0, description="agentd: boot sweeps in a row that reclaimed it (crash_limit ends it crashed_runtime)"
-    )
-    cancel_requested_at: Timestamp | None = Field(description="agentd: operator cancel pending")
-    awaiting_approval: bool = Field(default=False, description="agentd: held until an operator approves it")
-    parent_task_id: int | None = Field(
-        default=None, description="agentd: the task whose outcome asked for this one (dispatch context, seed 003)"
-    )
-    delegation_depth: int = Field(default=0, ge=0, description="agentd: follow-ups deep (seed 004)")
-    root_task_id: int | None = Field(default=None, description="agentd: the root of its follow-up tree")
-    delegation_caps: dict[str, int] | None = Field(
-        default=None, description="agentd: max_depth and max_per_outcome: the stricter of its parent's and profile's"
-    )
-
-
-class TaskAttempt(Record):
-    """seed §8. exit_status is null while the attempt runs."""
-
-    schema_id = "agent-runtime/task.attempt/v1"
-    attempt_id: str
-    task_id: int
-    attempt_number: int = Field(description="agentd: 1 for the first attempt of the task")
-    adapter_id: str
-    adapter_kind: str
-    model: str | None
-    runner_id: str
-    started_at: Timestamp
-    ended_at: Timestamp | None
-    exit_status: ExitStatus | None = Field(
-        description="error for one the boot sweep closed (its exit unseen: diagnostics exit_seen false)"
-    )
-    retry_class: RetryClass | None
-    termination_reason: str | None = Field(description="agentd: why the attempt ended")
-    side_effects: SideEffects | None = Field(
-        default=None, description="agentd: whether the adapter ran far enough for side effects to have happened"
-    )
-    pid: int | None = Field(default=None, description="agentd: the adapter's process (group leader), once started")
-    bundle_hash: str | None = Field(description="agentd: sha256 of the compiled bundle")
-    evidence_dir: str | None = Field(description="agentd: the attempt's evidence directory")
-    prompt_path: str | None = None
-    stdout_path: str | None = None
-    stderr_path: str | None = None
-    result_path: str | None = None
-    last_message_path: str | None = None
-    diagnostics: JsonObject | None = None
-    usage: JsonObject | None = Field(
-        default=None, description="agentd: tokens (input/output/cache) and cost_usd, cost_estimated"
-    )
-    evidence_pruned_at: Timestamp | None = Field(
-        default=None, description="agentd: when retention deleted its evidence folder (the row stays)"
-    )
 
 
 class ArtifactRecord(Record):

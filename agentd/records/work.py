@@ -4,17 +4,20 @@ decided in the pure middle, written as-is by the store."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentd import frozen_value
-from agentd.records.base import TaskStatus
-from agentd.records.tasks import EvidenceRequirements, TaskAttempt, TaskOutcome, TaskRecord, WorkflowRef
+from agentd.records.stored import TaskAttempt, TaskRecord
 from agentd.vocabulary import ExitStatus as ExitStatus
 from agentd.vocabulary import RetryClass as RetryClass
 from agentd.vocabulary import SideEffects as SideEffects
+from agentd.vocabulary import TaskStatus
+
+if TYPE_CHECKING:  # pydantic's: these values are built of records judged where they came in
+    from agentd.records.tasks import EvidenceRequirements, TaskOutcome, WorkflowRef
 
 OutboxKind = Literal["follow_up_task", "external_message", "workflow_signal", "constitution_proposal"]
 OutboxStatus = Literal["pending", "applied", "refused", "awaiting_handler"]
@@ -270,3 +273,51 @@ class CostTotal:
     output_tokens: int
     cost_usd: float | None
     cost_estimated: bool
+
+
+# The day's spend, and what waits for the next UTC day ([budget]: agentd/config/budget.py decides them; the
+# store reads them and holds tasks by them).
+
+
+@frozen_value
+class AdapterSpend:
+    total_usd: float = 0.0
+    dearest_usd: float = 0.0  # the dearest single attempt
+    estimated: bool = False  # some of it was priced by agentd, not reported
+
+
+@frozen_value
+class Spend:
+    """What the attempts that ended since `since` cost, per adapter."""
+
+    since: datetime
+    by_adapter: Mapping[str, AdapterSpend] = field(default_factory=dict)
+
+    @property
+    def total_usd(self) -> float:
+        return sum(s.total_usd for s in self.by_adapter.values())
+
+    @property
+    def dearest_usd(self) -> float:
+        return max((s.dearest_usd for s in self.by_adapter.values()), default=0.0)
+
+    @property
+    def estimated(self) -> bool:
+        return any(s.estimated for s in self.by_adapter.values())
+
+
+@frozen_value
+class BudgetHold:
+    """What waits for the next UTC day: every task less urgent than `urgent_priority` (`everything`,
+    the daily cap), or those that would run on a held adapter. A task's adapter is the one it asked
+    for, else its task type's default, else its profile's (agentd/attempt/prepare.py plan_attempt), so the
+    held tasks are named by those three columns."""
+
+    urgent_priority: int
+    until: datetime
+    reason: str
+    everything: bool = False
+    adapters: frozenset[str] = frozenset()
+    task_types: frozenset[str] = frozenset()  # task types whose default adapter is held
+    open_task_types: frozenset[str] = frozenset()  # task types with no default adapter: the profile's decides
+    profiles: frozenset[str] = frozenset()  # profiles whose default adapter is held

@@ -2,7 +2,7 @@
 (systemd, status, the metrics endpoint), the dispatch lock, the fleet intake, and the keyless demo model
 (`agentd demo-model`).
 
-May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control.
+May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control, archive.
 
 May call: acquire_dispatch_lock, begin_sensor_run, chain_head, claim_next_task, create_step_tasks, defer_fleet_tasks,
 dispatch_lock_holder, drop_fleet_leases, due_schedules, find_workflow, finish_sensor_run, fleet_lease_lost,

@@ -5,7 +5,8 @@ Schedules live in the database, so a restart neither re-runs early nor forgets. 
 `max_concurrent` run at once, each under its own hard timeout: one slow or crashing sensor never
 holds up the others. A run agentd could not even record is not retried before its interval.
 The service also applies [retention] (agentd/evidence/retention.py): a minute after it starts, then every
-`interval_s`; a pass that fails is logged and recorded, and the service goes on.
+`interval_s`; a pass that fails is logged and recorded, and the service goes on. With [archive] it uploads the
+sealed attempt folders and witnesses the chain head beside its runs (agentd/archive/upload.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from datetime import datetime, timedelta
 import anyio
 import anyio.abc
 
+from agentd.archive.upload import archive_beside
 from agentd.clock import Clock, age
 from agentd.config import Config
 from agentd.config.sensors import Sensor
@@ -70,6 +72,7 @@ class SensorService:
         async with anyio.create_task_group() as group:
             await sweep_sensor_runs(self.config, self.db, self.clock, self.runner.user)
             await self.shell.serve(group, self.status_line)
+            group.start_soon(archive_beside, self.config, self.db, self.clock)  # [archive]: docs/decisions.md
             async with anyio.create_task_group() as runs:
                 while not self.stopping:
                     await self._start_due(runs, self.clock.now())
@@ -138,8 +141,7 @@ class SensorService:
             self.doorbell.ring()
 
     async def apply_retention_if_due(self, now: datetime) -> RetentionReport | None:
-        """One bounded retention pass if it is due (the first RETENTION_FIRST_S after the service started,
-        then every interval_s), or None."""
+        """One bounded retention pass if due (the first RETENTION_FIRST_S after start, then every interval_s)."""
         return await self._apply_retention(now) if self._take_retention_pass(now) else None
 
     def _take_retention_pass(self, now: datetime) -> bool:

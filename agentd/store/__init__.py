@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentd.store.approvals import ApprovalScope
+    from agentd.store.archive import ArchiveProgress, ArchiveQueue, QueuedFolder
     from agentd.store.calls import CallDecided, GateEvent, HeldCall
     from agentd.store.control import Pause, StaleApproval
     from agentd.store.core import (
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
         open_store,
         own_state_dir,
     )
+    from agentd.store.events import EventCheckpoint
     from agentd.store.facts import CallWait, ResetWait, TaskLink, TaskPause
     from agentd.store.fleet import FleetQueue, Submission
     from agentd.store.fleet_connect import FleetUnavailable
@@ -47,11 +49,14 @@ if TYPE_CHECKING:
 __all__ = [
     "DB_NAME",
     "ApprovalScope",
+    "ArchiveProgress",
+    "ArchiveQueue",
     "AsyncStore",
     "CallDecided",
     "CallWait",
     "ChainBreak",
     "Ended",
+    "EventCheckpoint",
     "FleetQueue",
     "FleetTask",
     "FleetUnavailable",
@@ -65,6 +70,7 @@ __all__ = [
     "Pause",
     "Planner",
     "PrunableEvidence",
+    "QueuedFolder",
     "ResetWait",
     "StaleApproval",
     "Store",
@@ -86,6 +92,10 @@ __all__ = [
 # uses it (issue 53)"). Outside agentd/store/ a type is imported from here (tests/test_layers.py).
 HOMES = {
     "ApprovalScope": "approvals",
+    "ArchiveProgress": "archive",
+    "ArchiveQueue": "archive",
+    "EventCheckpoint": "events",
+    "QueuedFolder": "archive",
     "CallDecided": "calls",
     "CallWait": "facts",
     "FleetQueue": "fleet",

@@ -4,16 +4,18 @@ cancel asked for, what runs now, and what attempts cost."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd import frozen_value
 from agentd.clock import stored_ts
-from agentd.config.budget import Spend
-from agentd.records import CompiledBundle, CostTotal, RunningAttempt, TaskAttempt, TaskRecord, WorkflowRecord
+from agentd.records import CompiledBundle, CostTotal, RunningAttempt, Spend, TaskAttempt, TaskRecord
 from agentd.store.base import StoreBase, loads, parse_optional_ts, ts
 from agentd.store.budget import BELIEVED_COST, believed_tokens
 from agentd.store.rows import attempt_from_row
 from agentd.store.tasks import read_task_or_raise
+
+if TYPE_CHECKING:  # pydantic's: judged where they come in
+    from agentd.records import WorkflowRecord
 
 
 @frozen_value

@@ -8,7 +8,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from agentd.config.budget import AdapterSpend, BudgetHold, Spend
+from agentd.records import AdapterSpend, BudgetHold, Spend
 from agentd.store.base import StoreBase, ts
 from agentd.store.columns import CLAIMABLE
 from agentd.store.resets import RESTING
@@ -27,7 +27,7 @@ def believed_tokens(column: str) -> str:
     return f"CASE WHEN typeof({column}) = 'integer' AND {column} >= 0 THEN {column} END"
 
 
-# Tasks that would run on an adapter past its daily budget (agentd/config/budget.py BudgetHold): the one
+# Tasks that would run on an adapter past its daily budget (agentd/records/work.py BudgetHold): the one
 # they asked for, else their type's default, else their profile's.
 ON_HELD_ADAPTER = """(COALESCE(requested_adapter_id IN (SELECT value FROM json_each(:held_adapters)), 0)
     OR (requested_adapter_id IS NULL AND task_type IN (SELECT value FROM json_each(:held_types)))

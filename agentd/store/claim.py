@@ -9,10 +9,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agentd.config.budget import BudgetHold
 from agentd.errors import InputError, UnreadableRow
 from agentd.hashing import new_ulid
-from agentd.records import AttemptPlan, Claim, TaskAttempt, TaskOutcome, TaskRecord
+from agentd.records import AttemptPlan, BudgetHold, Claim, TaskAttempt, TaskRecord
 from agentd.store.base import StoreBase, Tx, dumps, ts
 from agentd.store.budget import claimable_branches, hold_params
 from agentd.store.rows import attempt_from_row
@@ -127,6 +126,8 @@ def _open_attempt(
 def _fail_claimed(tx: Tx, task_id: int, reason: str, now: datetime) -> None:
     """The claimed task ends permanent_failure with `reason`, its outcome saying so (not an earlier
     attempt's); the claim spent no attempt."""
+    from agentd.records import TaskOutcome  # pydantic's, loaded only on this rare path
+
     outcome = TaskOutcome.failure(reason[:OUTCOME_SUMMARY_MAX], "permanent_failure")
     tx.execute(
         """UPDATE tasks SET status = 'permanent_failure', last_error = ?, outcome = ?, finished_at = ?,

@@ -7,25 +7,23 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.errors import InputError, NotFound
 from agentd.hashing import new_ulid
 from agentd.records import OutboxEntry
-from agentd.records.constitution import ConstitutionProposalRecord
 from agentd.store.base import StoreBase, Tx, parse_optional_ts, ts
 from agentd.store.outbox import settle, still_pending
-from agentd.store.rows import READ_FAILURES, unreadable
+from agentd.store.rows import reads
+
+if TYPE_CHECKING:  # pydantic's module
+    from agentd.records.constitution import ConstitutionProposalRecord
 
 
+@reads("constitution proposal", "proposal_id")
 def proposal_from_row(row: sqlite3.Row) -> ConstitutionProposalRecord:
-    try:
-        return _proposal(row)
-    except READ_FAILURES as exc:
-        raise unreadable("constitution proposal", "proposal_id", row, exc) from None
+    from agentd.records.constitution import ConstitutionProposalRecord  # pydantic's module: loaded where it is used
 
-
-def _proposal(row: sqlite3.Row) -> ConstitutionProposalRecord:
     fields = dict(row)
     del fields["outbox_key"]
     fields["created_at"] = parse_optional_ts(row["created_at"])

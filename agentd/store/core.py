@@ -10,17 +10,15 @@ import sqlite3
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Concatenate, ParamSpec, TypeVar
-
-import anyio
-import anyio.to_thread
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
 from agentd.clock import Clock
 from agentd.edge import quoted
 from agentd.errors import InputError, SchemaMismatch
 from agentd.faults import os_storage_error, storage_error
 from agentd.process.files import hand_over, private_folders, write_new
-from agentd.records import AttemptEnd, DueSchedule, WorkflowRecord
+from agentd.records import AttemptEnd
+from agentd.store.archive import ArchiveVerbs
 from agentd.store.attempts import AttemptVerbs, BundleHistory
 from agentd.store.backup import BackupVerbs
 from agentd.store.base import SERVICE_BUSY_RETRY_S, connect
@@ -52,6 +50,9 @@ from agentd.store.steering import SteerVerbs
 from agentd.store.tasks import TaskVerbs
 from agentd.store.web import WebVerbs
 from agentd.store.workflows import WorkflowVerbs
+
+if TYPE_CHECKING:  # pydantic's records: what a tick hands over, built where it is read
+    from agentd.records import DueSchedule, WorkflowRecord
 
 __all__ = [
     "AsyncStore",
@@ -95,6 +96,7 @@ class Store(
     WebVerbs,
     ChartVerbs,
     ResetVerbs,
+    ArchiveVerbs,
     BackupVerbs,
 ):
     """Domain verbs over one connection, one group per concept (each extends StoreBase directly);
@@ -263,10 +265,14 @@ class AsyncStore:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        import anyio  # the services' (a command's one read needs no event loop)
+
         store.busy_retry_s = SERVICE_BUSY_RETRY_S  # a service waits out a long-held write lock
         self._limiter = anyio.CapacityLimiter(1)
 
     async def call(self, verb: Callable[Concatenate[Store, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        import anyio.to_thread
+
         bound = functools.partial(verb, self.store, *args, **kwargs)
         return await anyio.to_thread.run_sync(bound, limiter=self._limiter)
 

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import sqlite3
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.edge import quoted
 from agentd.errors import InputError, NotFound
 from agentd.records import OutboxEntry
-from agentd.records.messages import Delivery, DeliveryStep, OutboxItem
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
 from agentd.store.outbox import HELD, entry_from_row, settle, still_pending
 from agentd.store.rows import unreadable
+
+if TYPE_CHECKING:  # pydantic's module
+    from agentd.records.messages import Delivery, DeliveryStep, OutboxItem
 
 DELIVERY = """SELECT d.outbox_id, o.idempotency_key, o.task_id, o.payload, d.handler_id, d.status, d.attempts,
        d.in_flight, d.next_attempt_at, d.last_error
@@ -33,6 +35,8 @@ INTERRUPTED = (
 
 
 def delivery_from_row(row: sqlite3.Row) -> Delivery:
+    from agentd.records.messages import Delivery  # pydantic's module: loaded where it is used
+
     return Delivery(
         outbox_id=row["outbox_id"],
         idempotency_key=row["idempotency_key"],
@@ -48,6 +52,8 @@ def delivery_from_row(row: sqlite3.Row) -> Delivery:
 
 
 def item_from_row(row: sqlite3.Row) -> OutboxItem:
+    from agentd.records.messages import OutboxItem  # pydantic's module: loaded where it is used
+
     created_at = parse_optional_ts(row["created_at"])
     assert created_at is not None
     result = loads(row["result"]) or {}

@@ -80,6 +80,15 @@ class EventVerbs(StoreBase):
         row = self.tx.execute("SELECT sequence, hash FROM events ORDER BY sequence DESC LIMIT 1").fetchone()
         return (row[0], row[1]) if row else None
 
+    def chain_rows(self, after: int, through: int, limit: int = 5000) -> list[tuple[Any, ...]]:
+        """The events after `after` up to `through`, each as a row of CHAIN_COLUMNS (all that proves it): what
+        the archive uploads as a segment of the chain (agentd/archive/)."""
+        return self.tx.tuples(
+            f"SELECT {', '.join(CHAIN_COLUMNS)} FROM events"
+            " WHERE sequence > ? AND sequence <= ? ORDER BY sequence LIMIT ?",
+            (after, through, limit),
+        )
+
     def event_hash(self, sequence: int) -> str | None:
         row = self.tx.execute("SELECT hash FROM events WHERE sequence = ?", (sequence,)).fetchone()
         return row[0] if row else None
@@ -229,8 +238,20 @@ class EventVerbs(StoreBase):
         return checkpoint
 
 
-_CHAIN_COLUMNS = (*EVENT_BODY_FIELDS, "payload", "refs", "prev_hash", "hash")
-_CHAIN_SELECT = f"SELECT {', '.join(_CHAIN_COLUMNS)} FROM events WHERE sequence > ? ORDER BY sequence LIMIT ?"
+CHAIN_COLUMNS = (*EVENT_BODY_FIELDS, "payload", "refs", "prev_hash", "hash")  # what proves an event: its row whole
+_CHAIN_SELECT = f"SELECT {', '.join(CHAIN_COLUMNS)} FROM events WHERE sequence > ? ORDER BY sequence LIMIT ?"
+
+
+def chain_breaks(rows: Sequence[Sequence[Any]], start: EventCheckpoint | None = None) -> list[ChainBreak]:
+    """verify_event_chain's walk over rows held elsewhere (each a row of CHAIN_COLUMNS, in sequence order): a
+    copy of the chain in an archive (agentd/archive/audit.py). `start`: where the rows continue from, when
+    they do not begin at the first event."""
+    walk = _ChainWalk(start)
+    for row in rows:
+        walk.check(tuple(row))
+    return walk.breaks
+
+
 _SEQUENCE, _TYPE = EVENT_BODY_FIELDS.index("sequence"), EVENT_BODY_FIELDS.index("type")
 
 
@@ -247,7 +268,7 @@ class _ChainWalk:
         self.first = True
 
     def check(self, row: tuple[Any, ...]) -> None:
-        """One event (a row of _CHAIN_COLUMNS) against the one before it."""
+        """One event (a row of CHAIN_COLUMNS) against the one before it."""
         *fields, payload, refs, prev_hash, event_hash = row
         sequence = fields[_SEQUENCE]
         if self.checkpoint and sequence <= self.checkpoint.through_sequence:

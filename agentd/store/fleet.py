@@ -301,6 +301,25 @@ class FleetQueue:
             cur.execute("SELECT credential, until, reason, agent FROM fleet_provider_resets WHERE until > now()")
             return [(r["credential"], r["until"], r["reason"], r["agent"]) for r in cur.fetchall()]
 
+    def witness_head(self, agent: str, sequence: int, head_hash: str) -> bool:
+        """The agent's chain head as of now, kept for `evidence verify --against-fleet`: a row per head, never
+        changed (False: this sequence was witnessed already, with whatever hash it had then)."""
+        with self._statement() as cur:
+            cur.execute(
+                """INSERT INTO fleet_witnessed_heads (agent, sequence, hash) VALUES (%s, %s, %s)
+                   ON CONFLICT (agent, sequence) DO NOTHING""",
+                (agent, sequence, head_hash),
+            )
+            return bool(cur.rowcount)
+
+    def witnessed_heads(self, agent: str) -> list[tuple[int, str]]:
+        """(sequence, hash) of every head the fleet witnessed for the agent, the latest first."""
+        with self._statement() as cur:
+            cur.execute(
+                "SELECT sequence, hash FROM fleet_witnessed_heads WHERE agent = %s ORDER BY sequence DESC", (agent,)
+            )
+            return [(int(r["sequence"]), r["hash"]) for r in cur.fetchall()]
+
     def finish(self, fleet_id: int, token: int, status: str, result: dict[str, Any]) -> bool:
         """Write the agent's result back (completed or failed): only with the current token of a task
         still leased. False (recorded as refused) otherwise: the work stays the agent's local record.

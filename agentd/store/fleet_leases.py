@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from agentd import frozen_value
-from agentd.records import TERMINAL_STATUSES, NewTask, TaskOutcome
+from agentd.records import TERMINAL_STATUSES, NewTask
 from agentd.store.base import StoreBase, dumps, loads, ts
 from agentd.store.tasks import cancel_waiting, insert_task, request_cancel
 
@@ -79,12 +79,6 @@ class FleetLeaseVerbs(StoreBase):
             return None
         found = {key: value for key, value in zip(row.keys(), row, strict=True) if value is not None}
         return {**found, "origin": loads(row["origin"])}
-
-    def fleet_lease_counts(self) -> dict[str, int]:
-        """Leases by state: held, reported, lost (the metrics' gauges)."""
-        counts = dict.fromkeys(("held", "reported", "lost"), 0)
-        counts.update(self.tx.execute("SELECT state, count(*) FROM fleet_leases GROUP BY state").fetchall())
-        return counts
 
     def fleet_leases_confirmed(self, task_ids: list[int], now: datetime, until: datetime) -> int:
         """The fleet renewed these leases just now: a task of theirs may start until `until` (the local
@@ -165,6 +159,8 @@ class FleetLeaseVerbs(StoreBase):
             self.tx.event("fleet_lease_lost", now, task_id=task_id, payload=payload)
             status = self.tx.execute("SELECT status FROM tasks WHERE id = ?", (task_id,)).fetchone()[0]
             if status in WAITING:
+                from agentd.records import TaskOutcome  # pydantic's, loaded only when a lease is lost
+
                 outcome = TaskOutcome.failure(f"the fleet lease was lost: {reason}", "operator_canceled")
                 cancel_waiting(self.tx, task_id, outcome, now, by="fleet")
                 return "canceled"

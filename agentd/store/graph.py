@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
-from agentd.config.budget import BudgetHold
-from agentd.records import TaskRecord
+from agentd.records import BudgetHold, TaskRecord
 from agentd.store.base import StoreBase, ts
 from agentd.store.budget import held_by_budget, hold_params
 from agentd.store.columns import CLAIMABLE, TASK_COLUMNS

@@ -7,15 +7,13 @@ the same on both paths (a waiting task's end), the verbs call the one here."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agentd.clock import Clock, stored_ts
-from agentd.store.base import StoreBase, Tx, connect, dumps, parse_optional_ts, timestamp_text, ts
-from agentd.store.columns import CLAIMABLE, TASK_COLUMNS, TASK_FROM, event_filter
+from agentd.clock import Clock
+from agentd.store.base import StoreBase, Tx, connect, dumps, ts
+from agentd.store.columns import CLAIMABLE
 from agentd.store.migrations import available_migrations, require_current
 from agentd.vocabulary import MACHINE_STATUS_OF
 
@@ -41,46 +39,7 @@ def open_plain(path: Path, clock: Clock, *, readonly: bool) -> StoreBase | None:
     return StoreBase(conn, clock, path)
 
 
-@contextmanager
-def one_read(store: StoreBase) -> Iterator[None]:
-    """The reads inside it see one state of the database (a deferred read transaction), not a mix of
-    before and after another process's commit."""
-    with store.snapshot():
-        yield
-
-
-# --- agentd status (store/tasks.py queue_summary, next_due_at; the status, lock and control verbs) ------
-
-
-def queue_rows(store: StoreBase, now: datetime) -> dict[str, Any]:
-    """`queue_summary(now)` with no budget hold, as a dict of its fields."""
-    conn, at = store.tx, timestamp_text(now)
-    counts = dict(conn.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status").fetchall())
-    later = {
-        status: conn.execute(
-            "SELECT COUNT(*) FROM tasks WHERE status = ? AND available_at > ?", (status, at)
-        ).fetchone()[0]
-        for status in WAITING
-    }
-    held = held_for_approval(store.tx, at)
-    paused, after = steered_waiting(store.tx, at)
-    due = sum(counts.get(s, 0) - later[s] - held.get((s, False), 0) for s in WAITING) - paused - after
-    branches = " UNION ALL ".join(_BRANCH.format(priority=priority) for priority in range(1, 11))
-    oldest = conn.execute(f"SELECT MIN(available_at) FROM ({branches})", {"now": at}).fetchone()[0]
-    version = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
-    return {
-        "counts": counts,
-        "oldest_pending_at": parse_optional_ts(oldest),
-        "next_available_at": _next_due_at(store, at),
-        "schema_version": version,
-        "claimable": due,
-        "retry_waiting": later["retryable_failure"] - held.get(("retryable_failure", True), 0),
-        "delayed": later["pending"] - held.get(("pending", True), 0),
-        "approval": sum(held.values()),
-        "paused": paused,
-        "after": after,
-        "budget": 0,
-    }
+# --- what store/tasks.py queue_summary and store/status.py read ----------------------------------------
 
 
 # A waiting task, due now and not held for approval: the reasons below come after those.
@@ -118,44 +77,6 @@ def held_for_approval(tx: Tx, at: str) -> dict[tuple[str, bool], int]:
         (at,),
     ).fetchall()
     return {(r[0], bool(r[1])): r[2] for r in rows}
-
-
-def _next_due_at(store: StoreBase, at: str) -> datetime | None:
-    waiting = [
-        store.tx.execute(
-            """SELECT available_at FROM tasks WHERE status = ? AND available_at > ? AND awaiting_approval = 0
-               ORDER BY available_at LIMIT 1""",
-            (status, at),
-        ).fetchone()
-        for status in WAITING
-    ]
-    return parse_optional_ts(min((row[0] for row in waiting if row), default=None))
-
-
-def status_rows(store: StoreBase) -> dict[str, Any]:
-    """What `agentd status` reads besides the queue: the lock holder, the oldest pending approval, the
-    pause, failed messages, the open attempts and the services' own lines."""
-    conn = store.tx
-    holder = conn.execute("SELECT pid, host, heartbeat_at FROM dispatch_lock WHERE id = 1").fetchone()
-    approval = conn.execute(
-        """SELECT p.requested_at FROM approvals p JOIN tasks t ON t.id = p.task_id
-           WHERE p.status = 'pending' ORDER BY p.requested_at, p.task_id LIMIT 1"""
-    ).fetchone()
-    pause = conn.execute("SELECT paused_at, paused_by, reason FROM dispatch_control WHERE id = 1").fetchone()
-    running = conn.execute(
-        """SELECT a.task_id, t.task_type, a.attempt_id, a.adapter_id, a.model, a.started_at
-           FROM task_attempts a JOIN tasks t ON t.id = a.task_id
-           WHERE a.ended_at IS NULL AND t.status = 'running' ORDER BY a.started_at"""
-    ).fetchall()
-    return {
-        "lock": None if holder is None else (holder[0], holder[1], stored_ts(holder[2])),
-        "oldest_approval_at": None if approval is None else stored_ts(approval[0]),
-        "pause": None if pause is None else (stored_ts(pause[0]), pause[1], pause[2]),
-        "failed_messages": int(conn.execute("SELECT COUNT(*) FROM deliveries WHERE status = 'failed'").fetchone()[0]),
-        "running": [(*row[:5], stored_ts(row[5])) for row in running],
-        "services": [dict(row) for row in conn.execute("SELECT * FROM service_status ORDER BY service").fetchall()],
-        "waiver": boundary_waiver(conn),
-    }
 
 
 def boundary_waiver(conn: Any) -> tuple[str, dict[str, Any]] | None:
@@ -221,35 +142,6 @@ def enqueue_plain(store: StoreBase, new: dict[str, Any], now: datetime, event_pa
 
 
 # --- agentd approvals, approve, deny (store/control.py pending_approvals, resolve_approval) ------------
-
-
-def approval_rows(store: StoreBase) -> list[tuple[Any, ...]]:
-    """`pending_approvals`: (approval_id, task_id, task_type, subject, reason, requested_at text, scope)."""
-    return [
-        tuple(row)
-        for row in store.tx.execute(
-            """SELECT p.approval_id, p.task_id, t.task_type, t.subject, p.reason, p.requested_at, p.scope
-               FROM approvals p JOIN tasks t ON t.id = p.task_id
-               WHERE p.status = 'pending' ORDER BY p.requested_at, p.task_id"""
-        ).fetchall()
-    ]
-
-
-def calls_wait(store: StoreBase) -> bool:
-    """Some tool call waits for a person (docs/policy.md)."""
-    return store.tx.execute("SELECT 1 FROM held_calls WHERE status = 'pending' LIMIT 1").fetchone() is not None
-
-
-def violated_since(store: StoreBase, since: datetime) -> bool:
-    """An attempt ended as a policy violation since `since` (docs/policy.md): `agentd status` names it."""
-    sql = "SELECT 1 FROM task_attempts WHERE termination_reason = 'policy_violation' AND ended_at >= ? LIMIT 1"
-    return store.tx.execute(sql, (ts(since),)).fetchone() is not None
-
-
-def resting(store: StoreBase, now: datetime) -> bool:
-    """A credential waits for its provider's reset (docs/gateway.md): `agentd status` says what waits for it."""
-    sql = "SELECT 1 FROM provider_resets WHERE until > ? LIMIT 1"
-    return store.tx.execute(sql, (ts(now),)).fetchone() is not None
 
 
 def resolve_claim(store: StoreBase, task_id: int, by: str, note: str | None, now: datetime, *, approved: bool) -> bool:
@@ -327,91 +219,3 @@ def end_waiting(tx: Tx, task_id: int, outcome: dict[str, Any], now: datetime, by
     for (approval_id,) in rows:
         payload = {"approval_id": approval_id, "decision": "denied", "by": by, "note": f"task canceled: {summary}"}
         tx.event("approval_resolved", now, task_id=task_id, payload=payload)
-
-
-# --- agentd events (store/events.py read_events) ------------------------------------------------------
-
-
-def task_exists(store: StoreBase, task_id: int) -> bool:
-    return store.tx.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone() is not None
-
-
-def event_rows(
-    store: StoreBase,
-    *,
-    after: int,
-    task_id: int | None,
-    types: tuple[str, ...],
-    since: datetime | None,
-    limit: int,
-    last: bool,
-    before: int | None = None,
-    until: datetime | None = None,
-    newest_first: bool = False,
-) -> list[Any]:
-    """`read_events`' rows, before they are records: in sequence order (the newest `limit` with `last`;
-    newest first with `newest_first`)."""
-    where, params = event_filter(
-        after=after,
-        before=before,
-        task_id=task_id,
-        types=tuple(types),
-        since=None if since is None else ts(since),
-        until=None if until is None else ts(until),
-    )
-    order = "DESC" if last or newest_first else "ASC"
-    rows = store.tx.execute(
-        f"SELECT * FROM events WHERE {where} ORDER BY sequence {order} LIMIT ?", (*params, limit)
-    ).fetchall()
-    return rows[::-1] if last and not newest_first else rows
-
-
-# --- agentd task list (store/tasks.py list_tasks; store/columns.py TASK_COLUMNS) ------------------------
-
-
-def task_row(store: StoreBase, task_id: int) -> Any | None:
-    """`get_task`'s row, before it is a record."""
-    return store.tx.execute(f"SELECT {TASK_COLUMNS} FROM {TASK_FROM} WHERE t.id = ?", (task_id,)).fetchone()
-
-
-def attempt_rows(store: StoreBase, task_id: int) -> list[Any]:
-    """`attempts_of`' rows, before they are records: in attempt order."""
-    return store.tx.execute(
-        "SELECT * FROM task_attempts WHERE task_id = ? ORDER BY attempt_number", (task_id,)
-    ).fetchall()
-
-
-def last_attempt_rows(store: StoreBase, task_ids: list[int]) -> list[Any]:
-    """Each of these tasks' newest attempt row (what its state reads: agentd/outlook/states.py)."""
-    return store.tx.rows_in(
-        """SELECT a.* FROM task_attempts a WHERE a.task_id IN ({marks}) AND a.attempt_number =
-               (SELECT MAX(b.attempt_number) FROM task_attempts b WHERE b.task_id = a.task_id)""",
-        task_ids,
-    )
-
-
-def has_graph(store: StoreBase, task_id: int) -> bool:
-    """Whether a task is paused, linked (either way) or has follow-ups: what `task show` prints of those
-    is the full path's (agentd/cli/queue.py `_steering`)."""
-    found = store.tx.execute(
-        """SELECT EXISTS (SELECT 1 FROM task_pauses WHERE task_id = ?1)
-               OR EXISTS (SELECT 1 FROM task_links WHERE after_id = ?1 OR before_id = ?1)
-               OR EXISTS (SELECT 1 FROM tasks WHERE parent_task_id = ?1)""",
-        (task_id,),
-    ).fetchone()
-    return bool(found[0])
-
-
-def has_fleet_lease(store: StoreBase, task_id: int) -> bool:
-    """Whether `fleet_lease_of` has a lease to show for the task (a fleet's task: the full path shows it)."""
-    return store.tx.execute("SELECT 1 FROM fleet_leases WHERE task_id = ?", (task_id,)).fetchone() is not None
-
-
-def task_rows(store: StoreBase, statuses: tuple[str, ...], limit: int) -> list[Any]:
-    """`list_tasks`' rows, before they are records: newest first, only `statuses` when given."""
-    where = f"WHERE t.status IN ({', '.join('?' * len(statuses))})" if statuses else ""
-    return store.tx.execute(
-        f"""SELECT {TASK_COLUMNS} FROM {TASK_FROM} {where}
-            ORDER BY t.id DESC LIMIT ?""",
-        (*statuses, limit),
-    ).fetchall()

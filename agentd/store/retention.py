@@ -57,6 +57,7 @@ class RetentionVerbs(StoreBase):
             f"""SELECT a.task_id, a.attempt_id FROM tasks t JOIN task_attempts a ON a.task_id = t.id
                 WHERE t.finished_at < ? AND t.status IN ({TERMINAL}) AND a.ended_at IS NOT NULL
                   AND a.evidence_dir IS NOT NULL AND a.evidence_pruned_at IS NULL
+                  AND NOT EXISTS (SELECT 1 FROM archive_queue q WHERE q.attempt_id = a.attempt_id)
                 ORDER BY t.finished_at, a.attempt_id LIMIT ?""",
             (ts(cutoff), limit),
         ).fetchall()

@@ -6,12 +6,15 @@ Which task a due schedule makes (and whether it may) is decided before the trans
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from agentd.errors import InputError, NotFound
-from agentd.records import DueSchedule, RecurringScheduleRecord, ScheduleRun, ScheduleSpec
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
 from agentd.store.rows import schedule_from_row
 from agentd.store.tasks import insert_task
+
+if TYPE_CHECKING:  # pydantic's module
+    from agentd.records import DueSchedule, RecurringScheduleRecord, ScheduleRun, ScheduleSpec
 
 OPEN_STATUSES = ("pending", "retryable_failure", "running")
 _OPEN_TASK = f"""SELECT id FROM tasks WHERE schedule_id = ?
@@ -96,6 +99,8 @@ class ScheduleVerbs(StoreBase):
 
     def due_schedules(self, now: datetime) -> list[DueSchedule]:
         """Enabled schedules due at `now`, each with whether its previous task is still open."""
+        from agentd.records import DueSchedule  # pydantic's module: loaded where it is used
+
         rows = self.tx.execute(
             "SELECT * FROM schedules WHERE enabled = 1 AND next_run_at <= ? ORDER BY next_run_at", (ts(now),)
         ).fetchall()

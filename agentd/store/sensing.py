@@ -4,23 +4,23 @@ as the task or workflow it creates; each sensor's schedule; the runs in flight."
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd import frozen_value
 from agentd.clock import stored_ts
-from agentd.records import (
-    AcceptedEvent,
-    Change,
-    IntakeCounts,
-    OpenSensorRun,
-    RejectedLine,
-    SensorState,
-    SignalDecision,
-)
 from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
 from agentd.store.sparse import SparseInsert
 from agentd.store.tasks import HeldTasks
 from agentd.store.workflows import apply_signal, insert_workflow, read_workflow
+
+if TYPE_CHECKING:  # pydantic's module
+    from agentd.records import (
+        AcceptedEvent,
+        IntakeCounts,
+        OpenSensorRun,
+        RejectedLine,
+        SensorState,
+    )
 
 MAX_REJECTION_EVENTS = 100  # per run; the rest are counted in sensor_run_finished
 _SENSOR_EVENTS = SparseInsert(
@@ -47,6 +47,8 @@ class SensingVerbs(StoreBase):
         """One batch of a run's output, in one transaction: duplicates change nothing. Its events and
         its sensor_events rows are written by one executemany each, as the transaction ends (nothing
         here reads them back meanwhile: the keys spent are known in memory)."""
+        from agentd.records import IntakeCounts  # pydantic's module: loaded where it is used
+
         counts = IntakeCounts(rejected=len(rejected))
         rows: list[tuple[Any, ...]] = []
         repeats: list[tuple[Any, ...]] = []
@@ -176,6 +178,8 @@ class SensingVerbs(StoreBase):
     ) -> None:
         """The event's signal for the workflow that exists, judged before this transaction: applied
         if the workflow is still where it was judged, else recorded as not applied, and why."""
+        from agentd.records import Change, SignalDecision  # pydantic's module: loaded where it is used
+
         decision = item.wake
         if decision is None or decision.judged.workflow_id != workflow_id:  # it appeared after the judging
             reason = "the workflow was created while this event was judged"
@@ -199,6 +203,8 @@ class SensingVerbs(StoreBase):
 
     def open_sensor_runs(self) -> list[OpenSensorRun]:
         """Every sensor run recorded in flight, with its owner."""
+        from agentd.records import OpenSensorRun  # pydantic's module: loaded where it is used
+
         rows = self.tx.execute(
             "SELECT sensor_id, run_id, run_owner, run_started_at FROM sensor_state WHERE run_id IS NOT NULL"
         ).fetchall()
@@ -257,6 +263,8 @@ class SensingVerbs(StoreBase):
         return {row[0] for row in self.tx.rows_in(sql, keys, sensor_id)}
 
     def sensor_states(self) -> dict[str, SensorState]:
+        from agentd.records import SensorState  # pydantic's module: loaded where it is used
+
         rows = self.tx.execute("SELECT * FROM sensor_state").fetchall()
         return {
             r["sensor_id"]: SensorState(

@@ -5,15 +5,18 @@ its event, naming who; what the claim makes of them is store/columns.py's UNSTEE
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd import frozen_value
 from agentd.clock import format_ts, stored_ts
 from agentd.errors import InputError
-from agentd.records import TaskOutcome, TaskRecord
+from agentd.records import TaskRecord
 from agentd.store.base import StoreBase, Tx, dumps, ts
 from agentd.store.facts import TaskLink, TaskPause, activity_times, links_of, pauses_of
 from agentd.store.tasks import read_task_or_raise
+
+if TYPE_CHECKING:  # pydantic's: judged where they come in
+    from agentd.records import TaskOutcome
 
 WAITING = ("pending", "retryable_failure")
 MAX_LINKS = 100  # the tasks one task may wait for

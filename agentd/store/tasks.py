@@ -7,11 +7,10 @@ the outbox, workflows, schedules, sensing): they take the store and run inside i
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentd.config.budget import BudgetHold
 from agentd.errors import InputError, NotFound
-from agentd.records import TERMINAL_STATUSES, CancelResult, NewTask, QueueSummary, TaskOutcome, TaskRecord
+from agentd.records import TERMINAL_STATUSES, BudgetHold, CancelResult, NewTask, QueueSummary, TaskRecord
 from agentd.store.approvals import never_approved, request_approval
 from agentd.store.base import StoreBase, Tx, dumps, parse_optional_ts, ts
 from agentd.store.budget import claimable_branches, held_by_budget, hold_params
@@ -56,6 +55,9 @@ _NULLABLE = (
     *("workflow_id", "workflow_state", "workflow_iteration", "schedule_id", "parent_task_id"),
     *("root_task_id", "delegation_caps"),
 )
+
+if TYPE_CHECKING:  # pydantic's: judged where they come in
+    from agentd.records import TaskOutcome
 _TASKS = SparseInsert("tasks", _TASK_COLUMNS, _NULLABLE)
 _TASKS_WITH_ID = SparseInsert("tasks", ("id", *_TASK_COLUMNS), _NULLABLE)
 # The id AUTOINCREMENT gives the next row: one above the largest the table ever held.

@@ -11,7 +11,7 @@ from agentd import frozen_value
 from agentd.clock import stored_ts
 from agentd.errors import InputError, NotFound
 from agentd.records import TaskRecord
-from agentd.store.base import StoreBase, dumps, loads, parse_optional_ts, ts
+from agentd.store.base import StoreBase, Tx, dumps, loads, parse_optional_ts, ts
 from agentd.store.columns import TASK_COLUMNS, TASK_FROM, event_filter
 from agentd.store.rows import holdable, task_from_row
 
@@ -172,12 +172,7 @@ class WebVerbs(StoreBase):
         their type as written: the console shows (and streams) an event type this build does not know
         yet, which a newer service beside it may append, instead of failing the whole read."""
         where, params = event_filter(after=after, task_id=task_id, attempt_id=attempt_id, types=types)
-        rows = self.tx.execute(
-            f"""SELECT sequence, event_id, type, timestamp, task_id, attempt_id, workflow_id, payload FROM events
-                WHERE {where} ORDER BY sequence {"DESC" if last else "ASC"} LIMIT ?""",
-            (*params, limit),
-        ).fetchall()
-        found = [{**dict(row), "payload": holdable(row["payload"]) or {}} for row in rows]
+        found = _plain_events(self.tx, where, params, ascending=not last, limit=limit)
         return found[::-1] if last else found
 
     def event_page(
@@ -202,12 +197,7 @@ class WebVerbs(StoreBase):
             until=None if until is None else ts(until),
         )
         forward = after is not None and before is None  # the page after a cursor: read upwards, shown newest first
-        rows = self.tx.execute(
-            f"""SELECT sequence, event_id, type, timestamp, task_id, attempt_id, workflow_id, payload FROM events
-                WHERE {where} ORDER BY sequence {"ASC" if forward else "DESC"} LIMIT ?""",
-            (*params, limit),
-        ).fetchall()
-        found = [{**dict(row), "payload": holdable(row["payload"]) or {}} for row in rows]
+        found = _plain_events(self.tx, where, params, ascending=forward, limit=limit)
         return found[::-1] if forward else found
 
     def event_frames(
@@ -300,11 +290,6 @@ class WebVerbs(StoreBase):
                 self.tx.event("approval_handoff_withdrawn", now, task_id=task_id, payload=payload)
             return len(rows)
 
-    def next_handoff_at(self) -> datetime | None:
-        """When the next pending hand-off is due; None if none is pending."""
-        row = self.tx.execute("SELECT MIN(next_attempt_at) FROM approval_handoffs WHERE status = 'pending'").fetchone()
-        return parse_optional_ts(row[0])
-
     def handoff_of(self, approval_id: str) -> Handoff | None:
         """The hand-off of an approval, if there is one."""
         row = self.tx.execute("SELECT * FROM approval_handoffs WHERE approval_id = ?", (approval_id,)).fetchone()
@@ -362,3 +347,14 @@ class WebVerbs(StoreBase):
             "attempt_id": attempt[0] if attempt else None,
             "dispatch_context": loads(enqueued[0]) if enqueued and enqueued[0] else None,
         }
+
+
+def _plain_events(tx: Tx, where: str, params: list[Any], *, ascending: bool, limit: int) -> list[dict[str, Any]]:
+    """The events `where` selects as plain JSON objects (the console's shape), the first `limit` by sequence
+    `ascending` or from the newest."""
+    rows = tx.execute(
+        f"""SELECT sequence, event_id, type, timestamp, task_id, attempt_id, workflow_id, payload FROM events
+            WHERE {where} ORDER BY sequence {"ASC" if ascending else "DESC"} LIMIT ?""",
+        (*params, limit),
+    ).fetchall()
+    return [{**dict(row), "payload": holdable(row["payload"]) or {}} for row in rows]

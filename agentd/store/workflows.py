@@ -7,24 +7,18 @@ re-checking that the workflow is still where it was when the decision was made."
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd import frozen_value
 from agentd.errors import InputError, NotFound
-from agentd.records import (
-    TERMINAL_STATUSES,
-    Change,
-    OutboxEntry,
-    SignalDecision,
-    StepDecision,
-    TaskOutcome,
-    TaskRecord,
-    WorkflowRecord,
-)
+from agentd.records import TERMINAL_STATUSES, OutboxEntry, TaskRecord
 from agentd.store.base import StoreBase, Tx, dumps, loads, ts
 from agentd.store.outbox import settle, still_pending
 from agentd.store.rows import workflow_from_row
 from agentd.store.tasks import cancel_waiting, insert_task, read_task_or_raise
+
+if TYPE_CHECKING:  # pydantic's module
+    from agentd.records import Change, SignalDecision, StepDecision, WorkflowRecord
 
 SUMMARY_CHARS = 500  # of a step task's outcome summary when a steering act ends it
 
@@ -137,6 +131,8 @@ def apply_signal(
     (workflow_signaled: applied, or not and why); the caller holds the transaction. Returns why it
     was not applied (None: it was). The queued step task of the state it leaves ends
     operator_canceled; a running one refuses the signal (the step's own signal is on its way)."""
+    from agentd.records import TaskOutcome  # pydantic's module: loaded where it is used
+
     current = read_workflow(tx, decision.judged.workflow_id)
     step = _open_step(tx, current)
     refusal = _signal_refusal(decision, current, step)
@@ -210,10 +206,6 @@ class WorkflowVerbs(StoreBase):
         with self.transaction():
             workflow_id, created = insert_workflow(self.tx, workflow_type, instance_key, state, context, now, origin)
         return self.get_workflow_or_raise(workflow_id), created
-
-    def get_workflow(self, workflow_id: int) -> WorkflowRecord | None:
-        row = self.tx.execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
-        return None if row is None else workflow_from_row(row)
 
     def find_workflow(self, workflow_type: str, instance_key: str) -> tuple[WorkflowRecord, dict[str, int]] | None:
         """The workflow for (type, instance key) and its state entries, if it exists."""
@@ -295,6 +287,8 @@ class WorkflowVerbs(StoreBase):
     def cancel_workflow(self, workflow_id: int, by: str, reason: str | None, now: datetime) -> WorkflowCancel:
         """An active or blocked workflow ends canceled; its queued step tasks end operator_canceled,
         a running one is left to finish (its signal is then ignored)."""
+        from agentd.records import TaskOutcome  # pydantic's module: loaded where it is used
+
         with self.transaction():
             current = read_workflow(self.tx, workflow_id)
             if current.status not in ("active", "blocked"):
@@ -388,6 +382,8 @@ class WorkflowVerbs(StoreBase):
     ) -> Change | None:
         """Apply the engine's move (judged on `judged`) and settle the entry, once. If the workflow
         moved on meanwhile, the move is recorded as ignored instead."""
+        from agentd.records import Change  # pydantic's module: loaded where it is used
+
         with self.transaction():
             if not still_pending(self.tx, entry.outbox_id):
                 return None

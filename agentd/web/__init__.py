@@ -1,7 +1,8 @@
 """`agentd web`: the HTTP API and the operator console (docs/web.md), served by hypercorn inside anyio
 beside (or apart from) the dispatcher and the sensor service.
 
-May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control, services.
+May import: records, config, gateway, process, store, work, evidence, outlook, adapters, attempt, control, archive,
+services.
 
 May call: approval_context, approvals_not_handed_off, attempt_spans, attempts_by_task, attempts_of,
 calls_not_handed_off, cost_per_day, due_handoffs, event_frames, event_page, event_rows, finish_handoff_attempt,

@@ -19,7 +19,7 @@ from agentd.outlook.denials import denials_line
 from agentd.outlook.status import held_call_view, snapshot
 from agentd.outlook.taskstate import state_facts, task_state
 from agentd.process.files import Refused, lstat_beneath, read_tail_beneath
-from agentd.records import TaskAttempt, TaskRecord
+from agentd.records import TaskAttempt, TaskRecord, record_json
 from agentd.records.event_names import LIVE_EVENT_TYPES
 from agentd.store import Store
 from agentd.web.inputs import BadInput
@@ -37,7 +37,8 @@ FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def jsonable(record: TaskRecord | TaskAttempt) -> dict[str, Any]:
-    return record.model_dump(mode="json")
+    found: dict[str, Any] = record_json(record)
+    return found
 
 
 def status_view(config: Config, store: Store, now: datetime) -> dict[str, Any]:

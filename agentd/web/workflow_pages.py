@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from agentd.edge import INT64_MAX
+from agentd.records import record_json
 from agentd.store import Store
 from agentd.web import inputs
 from agentd.web.app import web_of
@@ -42,7 +43,7 @@ async def workflow(request: Request) -> Response:
 def workflow_view(store: Store, workflow_id: int) -> dict[str, Any]:
     found = store.get_workflow_or_raise(workflow_id)
     steps = [jsonable(t) for t in store.workflow_steps(workflow_id)]
-    events = [e.model_dump(mode="json") for e in store.read_events(workflow_id=workflow_id)][-WORKFLOWS_SHOWN:]
+    events = [record_json(e) for e in store.read_events(workflow_id=workflow_id)][-WORKFLOWS_SHOWN:]
     return {"workflow": found.model_dump(mode="json"), "steps": steps, "events": events}
 
 

@@ -60,6 +60,7 @@ def check_references(config: Config) -> list[Problem]:
         _budget,
         _boundary,
         _fleet,
+        _archive,
         _web,
     )
     return [problem for check in checks for problem in check(config)]
@@ -214,6 +215,29 @@ def _fleet(config: Config) -> list[Problem]:
             dsn_parts(read_dsn_file(path))
         except (UnusableFile, FleetUnavailable) as exc:
             problems.append(Problem(str(config.path), "fleet.dsn_file", f"{path}: {exc}"))
+    return problems
+
+
+def _archive(config: Config) -> list[Problem]:
+    """[archive] credentials_file: a file only its owner can read, with the key pair; and boto3 to use it."""
+    path = config.archive.credentials_file
+    if not config.archive.enabled or path is None:
+        return []
+    import importlib.util
+
+    from agentd.config.environment import read_archive_credentials as read_credentials
+
+    problems = []
+    try:
+        read_credentials(path)
+    except ConfigError as exc:
+        problems += [Problem(str(config.path), "archive.credentials_file", p.message) for p in exc.problems]
+    except OSError as exc:
+        problems.append(Problem(str(config.path), "archive.credentials_file", f"cannot read {path}: {exc.strerror}"))
+    if importlib.util.find_spec("boto3") is None:
+        problems.append(
+            Problem(str(config.path), "archive.bucket", "the archive needs boto3: pip install 'agentd[archive]'")
+        )
     return problems
 
 

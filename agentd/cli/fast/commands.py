@@ -1,6 +1,6 @@
-"""The hot commands without pydantic: `agentd status`, `task add`, `approvals`, `approve` and `deny` from the
-config's cached view (agentd/cli/fast/cache.py) and plain rows (agentd/store/plain.py); `events`,
-`task list` and `task show` are agentd/cli/fast/tasks.py's.
+"""The hot commands without pydantic: `agentd task add`, `approve` and `deny` from the config's cached view
+(agentd/cli/fast/cache.py) and plain rows (agentd/store/plain.py). `status`, `events`, `task list`, `task show`
+and `approvals` have one path already (agentd/cli/common.py `viewed_store`).
 
 Each function here answers only where it is sure to answer as the full path would, and returns None
 everywhere else (no view, a budget, --json of a record, anything refused): the command then runs the
@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from agentd.cli.common import config_path_from, json_object, wants_json
-from agentd.clock import SystemClock, format_ts, parse_ts
+from agentd.clock import SystemClock, format_ts
 from agentd.edge import Refused, check_json_size, check_value
 from agentd.schema_check import compile_check
-from agentd.vocabulary import TASK_STATUSES
 
 DEFAULT_PRIORITY = 5  # agentd/work/intake.py
 
@@ -57,93 +56,6 @@ def plain_reader(args: argparse.Namespace) -> Iterator[tuple[dict[str, Any], Any
         return
     with plain_store(view) as store:
         yield None if store is None else (view, store)
-
-
-# --- agentd status --------------------------------------------------------------------------------
-
-
-def status_snapshot(args: argparse.Namespace, now: datetime) -> dict[str, Any] | None:
-    """agentd/outlook/status.py `snapshot`, for an agent without a budget (a budget's hold is the full
-    path's); None where the full path must answer."""
-    view = cached_view(args)
-    return None if view is None else snapshot_from(view, now)
-
-
-def snapshot_from(view: dict[str, Any], now: datetime) -> dict[str, Any] | None:
-    """The snapshot of the agent a cached view describes; None with a budget, no database, an attempt
-    running (its live activity is read by agentd/outlook/activity.py) or a tool call held for a person (its
-    input, shown whole: agentd/outlook/status.py `held_call_view`)."""
-    if view["budget_capped"]:
-        return None
-    from agentd.store.plain import calls_wait, one_read, queue_rows, resting, status_rows, violated_since
-
-    with plain_store(view) as store:
-        if store is None:
-            return None
-        with one_read(store):
-            summary, rows, held = queue_rows(store, now), status_rows(store), calls_wait(store)
-            violated = violated_since(store, now - timedelta(days=1)) or resting(store, now)
-    if rows["running"] or held or violated:  # activity, a held call, a violation, a provider's reset: the full path's
-        return None
-    return _snapshot(view, summary, rows, now)
-
-
-def _snapshot(view: dict[str, Any], summary: dict[str, Any], rows: dict[str, Any], now: datetime) -> dict[str, Any]:
-    from agentd.outlook.backups import last_backup
-    from agentd.outlook.liveness import limits_report, service_health
-    from agentd.process import procs
-    from agentd.process.advisory import shown_boundary
-    from agentd.process.privilege import boundary
-
-    here, pause, lock, oldest = procs.this_process(), rows["pause"], rows["lock"], summary["oldest_pending_at"]
-    services = [service_health(row, now, here) for row in rows["services"]]
-    return {
-        "agent_id": view["agent_id"],
-        "database": view["database"],
-        "state_dir": view["state_dir"],
-        "workspace": view["workspace"],
-        "schema_version": summary["schema_version"],
-        "counts": {status: summary["counts"].get(status, 0) for status in TASK_STATUSES},
-        "waiting": {
-            key: summary[key]
-            for key in ("claimable", "retry_waiting", "delayed", "approval", "paused", "after", "budget")
-        }
-        | {"resting": 0},
-        "budget": None,
-        "messages": {"failed": rows["failed_messages"]},
-        "oldest_approval_age_s": (now - rows["oldest_approval_at"]).total_seconds()
-        if rows["oldest_approval_at"]
-        else None,
-        "held_calls": [],  # none waits: the full path shows those that do
-        "policy_violations": [],  # none in the last day: likewise
-        "provider_resets": [],  # none rests: likewise
-        "paused": {"since": format_ts(pause[0]), "by": pause[1], "reason": pause[2]} if pause else None,
-        "oldest_pending_age_s": (now - oldest).total_seconds() if oldest else None,
-        "next_available_at": format_ts(summary["next_available_at"]) if summary["next_available_at"] else None,
-        "running": [_running(row, now) for row in rows["running"]],
-        "services": services,
-        "boundary": shown_boundary(
-            boundary(view["run_as"], view["sensors_run_as"], Path(view["state_dir"])), rows["waiver"], rows["services"]
-        ),
-        "limits": limits_report(view["max_pids"], view["max_memory_mb"], services),
-        "governance": view["governance"],
-        "network": view["network"],
-        "dispatch_lock": {"pid": lock[0], "host": lock[1], "heartbeat_at": format_ts(lock[2])} if lock else None,
-        "backup": last_backup(Path(view["state_dir"]), now),  # docs/backup-and-archive.md
-    }
-
-
-def _running(row: tuple[Any, ...], now: datetime) -> dict[str, Any]:
-    task_id, task_type, attempt_id, adapter_id, model, started_at = row
-    return {
-        "task_id": task_id,
-        "task_type": task_type,
-        "attempt_id": attempt_id,
-        "adapter_id": adapter_id,
-        "model": model,
-        "started_at": format_ts(started_at),
-        "elapsed_s": round((now - started_at).total_seconds(), 1),
-    }
 
 
 # --- agentd task add ------------------------------------------------------------------------------
@@ -268,24 +180,6 @@ def _enqueue(view: dict[str, Any], new: dict[str, Any], now: datetime) -> int | 
 
 
 # --- agentd approvals, approve --------------------------------------------------------------------
-
-
-def approvals(args: argparse.Namespace) -> list[dict[str, Any]] | None:
-    """What waits for approval, as agentd/store/control.py PendingApproval's fields; None where the full
-    path must answer (no view, a time that does not read)."""
-    from agentd.store.plain import approval_rows, calls_wait
-
-    with plain_reader(args) as opened:
-        if opened is None:
-            return None
-        rows = approval_rows(opened[1])
-        if calls_wait(opened[1]):
-            return None  # held tool calls too: the full path lists both (agentd/cli/steer.py)
-    keys = ("approval_id", "task_id", "task_type", "subject", "reason", "requested_at", "scope")
-    try:
-        return [{**dict(zip(keys, row, strict=True)), "requested_at": parse_ts(row[5])} for row in rows]
-    except (ValueError, TypeError):
-        return None
 
 
 def resolve(args: argparse.Namespace, *, approved: bool, note: str | None) -> str | None:

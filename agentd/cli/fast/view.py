@@ -35,20 +35,6 @@ def view_of(config: Config) -> dict[str, Any]:
         "governance": governance(config),  # agentd/outlook/status.py: the full path's own lines
         "network": network_report(config),  # likewise
         "intake": intake_view(config),
-        "record_schemas": record_schemas(),
-    }
-
-
-@functools.cache
-def record_schemas() -> dict[str, Any]:
-    """The JSON Schemas of what a task row stores as JSON, for the fast `task list` to tell a row the
-    record reads as it is from one only pydantic can judge (agentd/cli/fast/tasks.py `sure_task`). Built once
-    per process (the code's records, not the config's); callers never change what it returns."""
-    from agentd.records import EvidenceRequirements, TaskOutcome
-
-    return {
-        name: strict_patterns(inline_refs(model.model_json_schema(mode="validation")))
-        for name, model in (("outcome", TaskOutcome), ("evidence_requirements", EvidenceRequirements))
     }
 
 
