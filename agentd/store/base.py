@@ -23,7 +23,14 @@ from urllib.parse import quote
 from agentd.clock import Clock, format_ts, stored_ts
 from agentd.edge import printable
 from agentd.faults import database_gone, file_identity, os_storage_error, storage_error
-from agentd.hashing import GENESIS_HASH, canonical_object, chain_hash_of, compact_json_writer, event_body_text, new_ulid
+from agentd.hashing import (
+    GENESIS_HASH,
+    canonical_object,
+    chain_hash_of_text,
+    compact_json_writer,
+    event_body_text,
+    new_ulid,
+)
 from agentd.records import EVENT_TYPES
 
 logger = logging.getLogger("agentd.events")
@@ -359,15 +366,32 @@ class StoreBase:
             or self._conn.execute("SELECT sequence, hash FROM events ORDER BY sequence DESC LIMIT 1").fetchone()
         )
         sequence, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
-        event_id, timestamp, payload, refs = new_ulid(self.clock), timestamp_text(now), payload or {}, refs or {}
+        event_id, timestamp = new_ulid(self.clock), timestamp_text(now)
         # The hash is over the event's body as events.py's verify rebuilds it from the row (chain_hash of
         # the dict of these fields); event_body_text writes those bytes without building the dict. The
-        # payload and refs are encoded once, canonically: the same text is hashed and stored.
-        about = (task_id, attempt_id, workflow_id, schedule_id, sensor_id)  # in the body's order and the row's
-        texts = (canonical_object(payload), canonical_object(refs))
-        body = event_body_text(event_id, event_type, timestamp, sequence, EVENT_SCHEMA_VERSION, *about, *texts)
-        event_hash = chain_hash_of(prev_hash, body.encode())
-        row = (sequence, event_id, event_type, timestamp, EVENT_SCHEMA_VERSION, *about, *texts, prev_hash, event_hash)
+        # payload and refs are encoded once, canonically: the same text is hashed and stored. Each value is
+        # named once, not gathered into tuples and spread again (a tenth of an append: issue 56).
+        payload_text = canonical_object(payload) if payload else "{}"
+        refs_text = canonical_object(refs) if refs else "{}"
+        body = event_body_text(
+            event_id,
+            event_type,
+            timestamp,
+            sequence,
+            EVENT_SCHEMA_VERSION,
+            task_id,
+            attempt_id,
+            workflow_id,
+            schedule_id,
+            sensor_id,
+            payload_text,
+            refs_text,
+        )
+        event_hash = chain_hash_of_text(prev_hash, body)
+        row = (
+            sequence, event_id, event_type, timestamp, EVENT_SCHEMA_VERSION, task_id, attempt_id, workflow_id,
+            schedule_id, sensor_id, payload_text, refs_text, prev_hash, event_hash,
+        )  # fmt: skip
         if self._held_events is None:
             self._conn.execute(_INSERT_EVENT, row)
         else:
