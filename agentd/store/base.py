@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from agentd.clock import Clock, format_ts, stored_ts
@@ -165,26 +165,43 @@ def _to_the_oldest_generation() -> None:
     gc.unfreeze()
 
 
+class AppendEvent(Protocol):
+    """StoreBase._append_event's signature: what `Tx.event` is."""
+
+    def __call__(
+        self,
+        event_type: str,
+        now: datetime,
+        *,
+        task_id: int | None = ...,
+        attempt_id: str | None = ...,
+        workflow_id: int | None = ...,
+        schedule_id: str | None = ...,
+        sensor_id: str | None = ...,
+        payload: dict[str, Any] | None = ...,
+        refs: dict[str, Any] | None = ...,
+    ) -> int: ...
+
+
 class Tx:
     """The store's connection as verbs compose it: a helper that takes part in its caller's transaction
     (or reads) is given this, never the connection itself. It does not begin or commit: the verb whose
     `with store.transaction() as tx:` it runs inside does, so a composed unit of work stays one
     transaction and one thread hop (AsyncStore)."""
 
-    __slots__ = ("_store",)
+    __slots__ = ("_store", "event")
 
     def __init__(self, store: StoreBase) -> None:
         self._store = store
+        # Append a hash-chained event in this transaction: the store's own append (StoreBase._append_event),
+        # bound once, where a method passing **fields on was a tenth of each append (issue 56).
+        self.event: AppendEvent = store._append_event
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> sqlite3.Cursor:
         return self._store._conn.execute(sql, params)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any] | Mapping[str, Any]]) -> sqlite3.Cursor:
         return self._store._conn.executemany(sql, rows)
-
-    def event(self, event_type: str, now: datetime, **fields: Any) -> None:
-        """Append a hash-chained event in this transaction (StoreBase._append_event)."""
-        self._store._append_event(event_type, now, **fields)
 
     def rows_in(self, sql: str, values: list[Any], *params: Any) -> list[sqlite3.Row]:
         return self._store._rows_in(sql, values, *params)
@@ -389,9 +406,21 @@ class StoreBase:
         )
         event_hash = chain_hash_of_text(prev_hash, body)
         row = (
-            sequence, event_id, event_type, timestamp, EVENT_SCHEMA_VERSION, task_id, attempt_id, workflow_id,
-            schedule_id, sensor_id, payload_text, refs_text, prev_hash, event_hash,
-        )  # fmt: skip
+            sequence,
+            event_id,
+            event_type,
+            timestamp,
+            EVENT_SCHEMA_VERSION,
+            task_id,
+            attempt_id,
+            workflow_id,
+            schedule_id,
+            sensor_id,
+            payload_text,
+            refs_text,
+            prev_hash,
+            event_hash,
+        )
         if self._held_events is None:
             self._conn.execute(_INSERT_EVENT, row)
         else:
