@@ -123,8 +123,23 @@ def ts(moment: datetime | None) -> str | None:
 
 
 def timestamp_text(moment: datetime) -> str:
-    """format_ts, remembered for UTC times: a transaction writes the same `now` many times."""
-    return _utc_text(moment) if moment.tzinfo is UTC else format_ts(moment)
+    """format_ts, remembered for UTC times: a transaction writes the same `now` many times. The last one
+    asked is answered first, by identity (a datetime never changes; hashing one for the cache's lookup was
+    a twentieth of an event's append: issue 56). One tuple, read whole: threads never see a torn pair."""
+    last = _last_text
+    if last[0] is moment:
+        return last[1]
+    return _remember(moment) if moment.tzinfo is UTC else format_ts(moment)
+
+
+def _remember(moment: datetime) -> str:
+    global _last_text
+    text = _utc_text(moment)
+    _last_text = (moment, text)
+    return text
+
+
+_last_text: tuple[datetime | None, str] = (None, "")
 
 
 @functools.lru_cache(maxsize=256)
