@@ -151,7 +151,7 @@ def event_body_text(
     canonical_object text (the append has them already: they are its row's columns). The keys below are in
     sorted order; tests/test_fast_paths.py proves the two agree for any values of these types. Each field
     of the type it has when agentd appends (text, a plain int, None) is written here, with no call per
-    field (a fifth of an append, issue 56); any other goes through the encoder."""
+    field (the body was a quarter of an append's time: issue 56); any other goes through the encoder."""
     s, text = _canonical_scalar, _encode_text
     attempt = "null" if attempt_id is None else text(attempt_id) if type(attempt_id) is str else s(attempt_id)
     schedule = "null" if schedule_id is None else text(schedule_id) if type(schedule_id) is str else s(schedule_id)

@@ -149,7 +149,7 @@ def test_the_record_an_enqueue_returns_is_the_row_read_back(
 
 def test_an_enqueue_reads_no_task_row_back(store: Store, config: Config) -> None:
     """The record is built from what the INSERT wrote: no SELECT of the tasks table runs (the new row's
-    read-back was a third of an enqueue's Python time: docs/decisions.md, "Enqueue from the values in hand")."""
+    read-back was a fifth of an enqueue's CPU: docs/decisions.md, "Enqueue from the values in hand")."""
     now = store.clock.now()
     new = admit_task(TaskIntent(task_type="example", source="t", payload={"note": "hi"}), config, now, trusted=True)
     statements: list[str] = []

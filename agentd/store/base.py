@@ -402,7 +402,7 @@ class StoreBase:
         # The hash is over the event's body as events.py's verify rebuilds it from the row (chain_hash of
         # the dict of these fields); event_body_text writes those bytes without building the dict. The
         # payload and refs are encoded once, canonically: the same text is hashed and stored. Each value is
-        # named once, not gathered into tuples and spread again (a tenth of an append: issue 56).
+        # named once, not gathered into tuples and spread again (issue 56).
         payload_text = canonical_object(payload) if payload else "{}"
         refs_text = canonical_object(refs) if refs else "{}"
         body = event_body_text(
