@@ -65,7 +65,7 @@ class AttemptVerbs(StoreBase):
             self.tx.execute(
                 "UPDATE task_attempts SET pid = ?, process_group = ? WHERE attempt_id = ?", (pid, pid, attempt_id)
             )
-            ids = {"task_id": task_id, "attempt_id": attempt_id}
+            ids: dict[str, Any] = {"task_id": task_id, "attempt_id": attempt_id}
             if session and session.get("resumed_from"):
                 self.tx.event("harness_session_resumed", now, **ids, payload=session)
             if session and isinstance(discarded := session.get("discarded"), dict):

@@ -17,13 +17,20 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from agentd.clock import Clock, format_ts, stored_ts
 from agentd.edge import printable
 from agentd.faults import database_gone, file_identity, os_storage_error, storage_error
-from agentd.hashing import GENESIS_HASH, canonical_object, chain_hash_of, compact_json_writer, event_body_text, new_ulid
+from agentd.hashing import (
+    GENESIS_HASH,
+    canonical_object,
+    chain_hash_of_text,
+    compact_json_writer,
+    event_body_text,
+    new_ulid,
+)
 from agentd.records import EVENT_TYPES
 
 logger = logging.getLogger("agentd.events")
@@ -116,8 +123,23 @@ def ts(moment: datetime | None) -> str | None:
 
 
 def timestamp_text(moment: datetime) -> str:
-    """format_ts, remembered for UTC times: a transaction writes the same `now` many times."""
-    return _utc_text(moment) if moment.tzinfo is UTC else format_ts(moment)
+    """format_ts, remembered for UTC times: a transaction writes the same `now` many times. The last one
+    asked is answered first, by identity (a datetime never changes; hashing one for the cache's lookup was
+    a twentieth of an event's append: issue 56). One tuple, read whole: threads never see a torn pair."""
+    last = _last_text
+    if last[0] is moment:
+        return last[1]
+    return _remember(moment) if moment.tzinfo is UTC else format_ts(moment)
+
+
+def _remember(moment: datetime) -> str:
+    global _last_text
+    text = _utc_text(moment)
+    _last_text = (moment, text)
+    return text
+
+
+_last_text: tuple[datetime | None, str] = (None, "")
 
 
 @functools.lru_cache(maxsize=256)
@@ -158,26 +180,43 @@ def _to_the_oldest_generation() -> None:
     gc.unfreeze()
 
 
+class AppendEvent(Protocol):
+    """StoreBase._append_event's signature: what `Tx.event` is."""
+
+    def __call__(
+        self,
+        event_type: str,
+        now: datetime,
+        *,
+        task_id: int | None = ...,
+        attempt_id: str | None = ...,
+        workflow_id: int | None = ...,
+        schedule_id: str | None = ...,
+        sensor_id: str | None = ...,
+        payload: dict[str, Any] | None = ...,
+        refs: dict[str, Any] | None = ...,
+    ) -> int: ...
+
+
 class Tx:
     """The store's connection as verbs compose it: a helper that takes part in its caller's transaction
     (or reads) is given this, never the connection itself. It does not begin or commit: the verb whose
     `with store.transaction() as tx:` it runs inside does, so a composed unit of work stays one
     transaction and one thread hop (AsyncStore)."""
 
-    __slots__ = ("_store",)
+    __slots__ = ("_store", "event")
 
     def __init__(self, store: StoreBase) -> None:
         self._store = store
+        # Append a hash-chained event in this transaction: the store's own append (StoreBase._append_event),
+        # bound once, where a method passing **fields on was a tenth of each append (issue 56).
+        self.event: AppendEvent = store._append_event
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> sqlite3.Cursor:
         return self._store._conn.execute(sql, params)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any] | Mapping[str, Any]]) -> sqlite3.Cursor:
         return self._store._conn.executemany(sql, rows)
-
-    def event(self, event_type: str, now: datetime, **fields: Any) -> None:
-        """Append a hash-chained event in this transaction (StoreBase._append_event)."""
-        self._store._append_event(event_type, now, **fields)
 
     def rows_in(self, sql: str, values: list[Any], *params: Any) -> list[sqlite3.Row]:
         return self._store._rows_in(sql, values, *params)
@@ -359,15 +398,44 @@ class StoreBase:
             or self._conn.execute("SELECT sequence, hash FROM events ORDER BY sequence DESC LIMIT 1").fetchone()
         )
         sequence, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
-        event_id, timestamp, payload, refs = new_ulid(self.clock), timestamp_text(now), payload or {}, refs or {}
+        event_id, timestamp = new_ulid(self.clock), timestamp_text(now)
         # The hash is over the event's body as events.py's verify rebuilds it from the row (chain_hash of
         # the dict of these fields); event_body_text writes those bytes without building the dict. The
-        # payload and refs are encoded once, canonically: the same text is hashed and stored.
-        about = (task_id, attempt_id, workflow_id, schedule_id, sensor_id)  # in the body's order and the row's
-        texts = (canonical_object(payload), canonical_object(refs))
-        body = event_body_text(event_id, event_type, timestamp, sequence, EVENT_SCHEMA_VERSION, *about, *texts)
-        event_hash = chain_hash_of(prev_hash, body.encode())
-        row = (sequence, event_id, event_type, timestamp, EVENT_SCHEMA_VERSION, *about, *texts, prev_hash, event_hash)
+        # payload and refs are encoded once, canonically: the same text is hashed and stored. Each value is
+        # named once, not gathered into tuples and spread again (issue 56).
+        payload_text = canonical_object(payload) if payload else "{}"
+        refs_text = canonical_object(refs) if refs else "{}"
+        body = event_body_text(
+            event_id,
+            event_type,
+            timestamp,
+            sequence,
+            EVENT_SCHEMA_VERSION,
+            task_id,
+            attempt_id,
+            workflow_id,
+            schedule_id,
+            sensor_id,
+            payload_text,
+            refs_text,
+        )
+        event_hash = chain_hash_of_text(prev_hash, body)
+        row = (
+            sequence,
+            event_id,
+            event_type,
+            timestamp,
+            EVENT_SCHEMA_VERSION,
+            task_id,
+            attempt_id,
+            workflow_id,
+            schedule_id,
+            sensor_id,
+            payload_text,
+            refs_text,
+            prev_hash,
+            event_hash,
+        )
         if self._held_events is None:
             self._conn.execute(_INSERT_EVENT, row)
         else:
