@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import PurePosixPath
 from typing import Any
 
+from agentd import frozen_value
 from agentd.edge import INT64_MAX, quoted
 
 FORMAT = "agentd-backup/1"
@@ -25,7 +26,7 @@ class BadManifest(ValueError):
     """A manifest that is not one agentd wrote, or names a path outside its backup."""
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Entry:
     """One file of the backup: where it is in the backup, its sha256 and size."""
 
@@ -37,7 +38,7 @@ class Entry:
         return {"path": self.path, "sha256": self.sha256, "size": self.size}
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Sealed:
     """One sealed attempt folder: its files are pinned by its own manifest.json, whose sha256 is here (and in
     the chain's task_attempt_finished event). `folder` is where it is in the backup."""
@@ -58,7 +59,7 @@ class Sealed:
         }
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Manifest:
     backup_id: str
     created_at: str

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentd import frozen_value
 from agentd.backup import files
 from agentd.backup.manifest import MANIFEST_PREFIX, Entry, Manifest, Sealed
 from agentd.clock import Clock, format_ts
@@ -70,7 +71,7 @@ class BackupReport:
         }
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Held:
     """An attempt a backup holds: its task and id (where its folder is)."""
 
