@@ -24,13 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import agent_config, ok
+from support import agent_config, new_agent
 
 from agentd.clock import SystemClock
-from agentd.records import TaskIntent
-from agentd.store import Store, init_state_dir, migrate, open_store
-from agentd.work.intake import admit_task
-from agentd.work.validation import load_config
+from agentd.store import open_store
 
 ENV = {**os.environ, "AGENTD_DISPATCH__BACKOFF_BASE_S": "0", "AGENTD_DISPATCH__GRACE_S": "1"}
 
@@ -61,23 +58,9 @@ def ran(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=300, check=False)
 
 
-def setup(directory: Path, tasks: int) -> tuple[Path, Store]:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = agent_config(directory)
-    config = load_config(path)
-    init_state_dir(config.paths.state_dir, config.paths.workspace)
-    migrate(config.db_path, SystemClock())
-    store = open_store(config.db_path, SystemClock())
-    now = SystemClock().now()
-    for n in range(tasks):
-        intent = TaskIntent(task_type="scripted", source="chaos", payload={"outcome": ok(), "stdout": f"{n}"})
-        store.enqueue_task(admit_task(intent, config, now, trusted=True), now)
-    return path, store
-
-
 def run_backup_chaos(root: Path, *, kills: int, seed: int, tasks: int = 400) -> Report:
     rng, report = random.Random(seed), Report()
-    config, store = setup(root / "agent", tasks)
+    config, store = new_agent(root / "agent", tasks)
     folder = root / "backups"
     dispatcher = agentd(config, "dispatch")
     try:

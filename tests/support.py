@@ -481,3 +481,25 @@ def in_view(text: str, padding: str) -> bool:
     lines = [line for line in text.splitlines() if HIDDEN_HEAD in line]
     raw = {char for char in padding if not char.isprintable()} - {"\n"}
     return bool(lines) and all("touch hidden_marker" in line for line in lines) and not raw & set(text)
+
+
+def new_agent(directory: Path, tasks: int, sleep_s: float = 0.0) -> tuple[Path, Any]:
+    """An agent with `tasks` script tasks waiting (each sleeping `sleep_s`), its store open."""
+    from agentd.clock import SystemClock
+    from agentd.records import TaskIntent
+    from agentd.store import init_state_dir, migrate, open_store
+    from agentd.work.intake import admit_task
+    from agentd.work.validation import load_config
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = agent_config(directory)
+    config = load_config(path)
+    init_state_dir(config.paths.state_dir, config.paths.workspace)
+    migrate(config.db_path, SystemClock())
+    store = open_store(config.db_path, SystemClock())
+    now = SystemClock().now()
+    for n in range(tasks):
+        payload = {"outcome": ok(), "stdout": f"task {n}", "sleep_s": sleep_s}
+        intent = TaskIntent(task_type="scripted", source="test", payload=payload)
+        store.enqueue_task(admit_task(intent, config, now, trusted=True), now)
+    return path, store

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import agent_config, ok, wait_until
+from support import agent_config, new_agent, ok, wait_until
 
 from agentd.clock import SystemClock
 from agentd.evidence.verify import verify
 from agentd.records import TaskIntent
-from agentd.store import Store, init_state_dir, migrate, open_store
+from agentd.store import Store, open_store
 from agentd.work.intake import admit_task
 from agentd.work.validation import load_config
 
@@ -37,22 +37,6 @@ def agentd(config: Path, *args: str, **popen: Any) -> subprocess.Popen[bytes]:
 def ran(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "agentd", "--config", str(config), *args]
     return subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=120, check=False)
-
-
-def new_agent(directory: Path, tasks: int, sleep_s: float = 0.0) -> tuple[Path, Store]:
-    """An agent with `tasks` script tasks waiting (each sleeping `sleep_s`), its store open."""
-    directory.mkdir(exist_ok=True)
-    path = agent_config(directory)
-    config = load_config(path)
-    init_state_dir(config.paths.state_dir, config.paths.workspace)
-    migrate(config.db_path, SystemClock())
-    store = open_store(config.db_path, SystemClock())
-    now = SystemClock().now()
-    for n in range(tasks):
-        payload = {"outcome": ok(), "stdout": f"task {n}", "sleep_s": sleep_s}
-        intent = TaskIntent(task_type="scripted", source="test", payload=payload)
-        store.enqueue_task(admit_task(intent, config, now, trusted=True), now)
-    return path, store
 
 
 def add_long_task(config_path: Path, store: Store, sleep_s: float) -> int:
