@@ -72,13 +72,19 @@ class TaskOutcomeRecord:
     """agentd: a revision of SOUL.md or PURPOSE.md for the operator to review"""
 
 
+class Stored:
+    """What the three stored records share: their schema is the JSON agentd writes of them, and pydantic
+    reads their fields' docstrings and refuses an unknown field when it exports it."""
+
+    schema_mode: ClassVar[Literal["validation", "serialization"]] = "serialization"
+    __pydantic_config__: ClassVar[dict[str, Any]] = EXPORTED
+
+
 @frozen_value
-class TaskRecord:
+class TaskRecord(Stored):
     """seed §7. task_id is an integer: operators type it (docs/design.md, "Storage")."""
 
     schema_id: ClassVar[str] = "agent-runtime/task.record/v1"
-    schema_mode: ClassVar[Literal["validation", "serialization"]] = "serialization"
-    __pydantic_config__: ClassVar[dict[str, Any]] = {**EXPORTED, "title": "TaskRecord"}
     task_id: int
     task_type: str
     source: str
@@ -131,12 +137,10 @@ class TaskRecord:
 
 
 @frozen_value
-class TaskAttempt:
+class TaskAttempt(Stored):
     """seed §8. exit_status is null while the attempt runs."""
 
     schema_id: ClassVar[str] = "agent-runtime/task.attempt/v1"
-    schema_mode: ClassVar[Literal["validation", "serialization"]] = "serialization"
-    __pydantic_config__: ClassVar[dict[str, Any]] = {**EXPORTED, "title": "TaskAttempt"}
     attempt_id: str
     task_id: int
     attempt_number: int
@@ -173,12 +177,10 @@ class TaskAttempt:
 
 
 @frozen_value
-class RuntimeEvent:
+class RuntimeEvent(Stored):
     """seed 000 §14 names in the seed 002 envelope, chained by hash (docs/design.md, "Events")."""
 
     schema_id: ClassVar[str] = "agent-runtime/runtime.event/v1"
-    schema_mode: ClassVar[Literal["validation", "serialization"]] = "serialization"
-    __pydantic_config__: ClassVar[dict[str, Any]] = {**EXPORTED, "title": "RuntimeEvent"}
     event_id: str
     type: EventType
     timestamp: datetime
