@@ -213,10 +213,16 @@ def _outcome(value: Any) -> TaskOutcomeRecord | None:
     return TaskOutcomeRecord(**fields)
 
 
+@functools.cache
+def _field_names(record: type) -> frozenset[str]:
+    """A record's field names, read once per class (every outcome a read makes asks)."""
+    return frozenset(field.name for field in dataclasses.fields(record))
+
+
 def _fields(value: Any, column: str, record: type) -> dict[str, Any]:
     """A JSON object column's keys, each one `record` has."""
     found: dict[str, Any] = _object(value, column)
-    known = {field.name for field in dataclasses.fields(record)}
+    known = _field_names(record)
     for key in found:
         if key not in known:
             raise ValueError(f"{column}.{key}: extra inputs are not permitted")
